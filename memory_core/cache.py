@@ -1,0 +1,151 @@
+"""The embedding cache: the durable record of what embeddings were already paid for.
+
+It lives in its own SQLite file (WAL mode), outside the temp index, so it survives failed
+and killed runs. Every provider response is committed as it arrives. Entries are keyed by
+``(provider, model, provider_key, chunk hash)``; ``provider_key`` hashes everything that
+changes vectors (provider, base URL, model, dimensions, non-secret headers), never a key.
+
+``max_entries`` caps the size; eviction removes the oldest ``updated_at`` first. Reads
+refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import apsw
+
+from memory_core.store import FILE_MODE, connect
+
+LOOKUP_GROUP = 400
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS embedding_cache (
+  provider TEXT NOT NULL,
+  model TEXT NOT NULL,
+  provider_key TEXT NOT NULL,
+  hash TEXT NOT NULL,
+  embedding BLOB NOT NULL,
+  dims INTEGER,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (provider, model, provider_key, hash)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_embedding_cache_updated_at ON embedding_cache(updated_at);
+"""
+
+
+class EmbeddingCache:
+    """Vectors by chunk hash for one (provider, model, provider_key)."""
+
+    def __init__(self, path: Path, provider: str, model: str, provider_key: str) -> None:
+        self.path = Path(path)
+        self.provider = provider
+        self.model = model
+        self.provider_key = provider_key
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
+            os.close(fd)
+        self.conn = connect(self.path)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> EmbeddingCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def _key(self) -> tuple[str, str, str]:
+        return (self.provider, self.model, self.provider_key)
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        """Cached vectors (float32 bytes) for the hashes that have one."""
+        out: dict[str, bytes] = {}
+        uniq = list(dict.fromkeys(hashes))
+        for i in range(0, len(uniq), LOOKUP_GROUP):
+            group = uniq[i:i + LOOKUP_GROUP]
+            marks = ",".join("?" * len(group))
+            for h, emb in self.conn.execute(
+                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ?"
+                f" AND hash IN ({marks})",
+                (*self._key, *group),
+            ):
+                out[h] = emb
+        return out
+
+    def has_many(self, hashes: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        uniq = list(dict.fromkeys(hashes))
+        for i in range(0, len(uniq), LOOKUP_GROUP):
+            group = uniq[i:i + LOOKUP_GROUP]
+            marks = ",".join("?" * len(group))
+            found.update(
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT hash FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ?"
+                    f" AND hash IN ({marks})",
+                    (*self._key, *group),
+                )
+            )
+        return found
+
+    def put_many(self, items: Sequence[tuple[str, bytes]], dims: int) -> None:
+        """Store vectors and commit at once (one provider response = one transaction)."""
+        if not items:
+            return
+        now = int(time.time() * 1000)
+        with self._lock, self.conn:
+            self.conn.executemany(
+                "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
+                " VALUES(?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET embedding = excluded.embedding,"
+                " dims = excluded.dims, updated_at = excluded.updated_at",
+                ((*self._key, h, emb, dims, now) for h, emb in items),
+            )
+
+    def count(self, *, all_models: bool = False) -> int:
+        if all_models:
+            return self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        return self.conn.execute(
+            "SELECT count(*) FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ?", self._key
+        ).fetchone()[0]
+
+    def evict(self, max_entries: int | None) -> int:
+        """Delete the oldest entries beyond ``max_entries`` (all models together)."""
+        if not max_entries:
+            return 0
+        total = self.count(all_models=True)
+        excess = total - max_entries
+        if excess <= 0:
+            return 0
+        with self._lock, self.conn:
+            self.conn.execute(
+                "DELETE FROM embedding_cache WHERE (provider, model, provider_key, hash) IN"
+                " (SELECT provider, model, provider_key, hash FROM embedding_cache ORDER BY updated_at LIMIT ?)",
+                (excess,),
+            )
+        return excess
+
+
+def cache_entry_count(path: Path) -> int | None:
+    """Entries in the cache file at ``path`` (read-only); None when there is no cache."""
+    if not Path(path).exists():
+        return None
+    try:
+        conn = connect(path, readonly=True)
+        try:
+            return conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]
+        finally:
+            conn.close()
+    except apsw.Error:
+        return None

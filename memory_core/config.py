@@ -1,0 +1,248 @@
+"""One validated settings model for every part of memory-core.
+
+Settings come from, in increasing priority: the defaults below (the reference system's
+defaults unless a note says otherwise), a TOML file (``--config`` or ``MEMORY_CORE_CONFIG``),
+``MEMORY_CORE_*`` environment variables for the common top-level settings, and explicit
+overrides from the caller (CLI flags, flow parameters). Unknown keys are errors: a typo in a
+config file must not be silently ignored.
+
+API keys are ``SecretStr``: they never appear in ``repr``, logs or the provider key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from memory_core.errors import ConfigError
+
+ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
+SourceName = Literal["memory", "sessions"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RemoteSettings(_Model):
+    """Connection settings for a hosted embedding provider."""
+
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    dimensions: int | None = Field(default=None, gt=0, le=8192)
+    api_version: str | None = None
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_attempts: int = Field(default=6, ge=1, le=20)
+    backoff_initial_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+
+
+class LocalSettings(_Model):
+    """The local sentence-transformers model."""
+
+    model_path: str | None = None
+    batch_size: int = Field(default=64, ge=1, le=4096)
+    device: str = "cpu"
+    threads: int | None = Field(default=None, ge=1)
+
+
+class ChunkingSettings(_Model):
+    """Chunk size in (approximate) tokens; ``None`` means the provider's documented default."""
+
+    tokens: int | None = Field(default=None, ge=8, le=8192)
+    overlap: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_below_tokens(self) -> ChunkingSettings:
+        if self.tokens is not None and self.overlap is not None and self.overlap >= self.tokens:
+            raise ValueError(f"chunking.overlap ({self.overlap}) must be smaller than chunking.tokens ({self.tokens})")
+        return self
+
+
+class MMRSettings(_Model):
+    enabled: bool = False
+    lambda_: float = Field(default=0.7, ge=0, le=1, alias="lambda")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class DecaySettings(_Model):
+    enabled: bool = False
+    half_life_days: float = Field(default=30.0, gt=0)
+
+
+class QuerySettings(_Model):
+    max_results: int = Field(default=6, ge=1, le=200)
+    min_score: float = Field(default=0.35, ge=0, le=1)
+    hybrid: bool = True
+    vector_weight: float = Field(default=0.7, ge=0)
+    text_weight: float = Field(default=0.3, ge=0)
+    candidate_multiplier: float = Field(default=4, ge=1, le=20)
+    fusion: Literal["minmax", "rrf"] = "minmax"
+    mmr: MMRSettings = Field(default_factory=MMRSettings)
+    temporal_decay: DecaySettings = Field(default_factory=DecaySettings)
+
+    @model_validator(mode="after")
+    def _weights(self) -> QuerySettings:
+        if self.vector_weight + self.text_weight <= 0:
+            raise ValueError("query.vector_weight + query.text_weight must be > 0")
+        return self
+
+    def normalised_weights(self) -> tuple[float, float]:
+        """(vector, text) clamped to [0, 1] and scaled to sum 1, as the reference."""
+        v = min(1.0, max(0.0, self.vector_weight))
+        t = min(1.0, max(0.0, self.text_weight))
+        total = v + t
+        return (v / total, t / total) if total > 0 else (0.5, 0.5)
+
+
+class CacheSettings(_Model):
+    enabled: bool = True
+    path: Path | None = None
+    max_entries: int | None = Field(default=None, ge=1)
+
+
+class BatchSettings(_Model):
+    enabled: bool = False
+    wait: bool = True
+    concurrency: int = Field(default=2, ge=1, le=64)
+    poll_interval_s: float = Field(default=2.0, gt=0)
+    timeout_minutes: float = Field(default=60.0, gt=0)
+    failure_limit: int = Field(default=2, ge=1)
+
+
+class SessionsSettings(_Model):
+    dir: Path | None = None
+    delta_bytes: int = Field(default=100_000, ge=0)
+    delta_messages: int = Field(default=50, ge=0)
+
+
+class LockSettings(_Model):
+    wait: bool = True
+    timeout_s: float = Field(default=600.0, ge=0)
+
+
+class Settings(_Model):
+    """Everything a run or a query needs. Paths are resolved by :meth:`resolved`."""
+
+    workspace: Path = Field(default_factory=lambda: Path.cwd())
+    index_path: Path | None = None
+    extra_paths: list[str] = Field(default_factory=list)
+    sources: list[SourceName] = Field(default_factory=lambda: ["memory"])
+    provider: ProviderName = "auto"
+    model: str | None = None
+    fallback: ProviderName | None = None
+    redact: Literal["sessions", "all", "off"] = "sessions"
+    remote: RemoteSettings = Field(default_factory=RemoteSettings)
+    local: LocalSettings = Field(default_factory=LocalSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    query: QuerySettings = Field(default_factory=QuerySettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    sessions: SessionsSettings = Field(default_factory=SessionsSettings)
+    lock: LockSettings = Field(default_factory=LockSettings)
+
+    @field_validator("sources")
+    @classmethod
+    def _sources_nonempty(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("at least one source is required")
+        return list(dict.fromkeys(v))
+
+    # -- derived paths -------------------------------------------------------------
+    @property
+    def workspace_dir(self) -> Path:
+        return Path(os.path.abspath(os.path.expanduser(self.workspace)))
+
+    @property
+    def index_file(self) -> Path:
+        if self.index_path is not None:
+            return Path(os.path.abspath(os.path.expanduser(self.index_path)))
+        return self.workspace_dir / ".memory-core" / "index.sqlite"
+
+    @property
+    def cache_file(self) -> Path:
+        if self.cache.path is not None:
+            return Path(os.path.abspath(os.path.expanduser(self.cache.path)))
+        idx = self.index_file
+        return idx.with_name(idx.stem + ".cache.sqlite")
+
+    @property
+    def sessions_dir(self) -> Path:
+        if self.sessions.dir is not None:
+            p = Path(os.path.expanduser(self.sessions.dir))
+            return p if p.is_absolute() else self.workspace_dir / p
+        return self.workspace_dir / "sessions"
+
+
+_ENV_KEYS = {
+    "MEMORY_CORE_WORKSPACE": "workspace",
+    "MEMORY_CORE_INDEX": "index_path",
+    "MEMORY_CORE_PROVIDER": "provider",
+    "MEMORY_CORE_MODEL": "model",
+}
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "settings"
+        msg = e.get("msg", "invalid value")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown setting"
+        parts.append(f"{loc}: {msg}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    env: dict[str, str] | None = None,
+) -> Settings:
+    """Build :class:`Settings` from a TOML file, ``MEMORY_CORE_*`` variables and overrides.
+
+    Raises :class:`ConfigError` with one line naming each bad setting.
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    path = config_file or env.get("MEMORY_CORE_CONFIG")
+    if path:
+        p = Path(path).expanduser()
+        try:
+            with p.open("rb") as fh:
+                data = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {p}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+        # Relative paths in a config file are relative to the file, not to the cwd.
+        for key in ("workspace", "index_path"):
+            if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+                data[key] = str(p.parent.resolve() / data[key])
+    for var, key in _ENV_KEYS.items():
+        if env.get(var):
+            data[key] = env[var]
+    if overrides:
+        data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from None

@@ -1,0 +1,200 @@
+"""Which files are sources of the index.
+
+Memory sources are ``MEMORY.md`` and ``memory.md`` at the workspace root, every ``*.md``
+under ``memory/`` (recursively), and ``extra_paths`` (files or directories, absolute or
+workspace-relative; directories are scanned recursively; only ``.md``). Session sources are
+``*.jsonl`` directly in the sessions directory (not recursive) and are indexed as
+``sessions/<file name>``.
+
+Rules: symlinks are never followed (neither files nor directories, which also makes
+symlink loops harmless); duplicates are removed by real path; the order is deterministic
+(sorted by indexed path). A file inside the workspace is named by its workspace-relative
+POSIX path; a file outside it (an extra path elsewhere) by its absolute POSIX path.
+
+Hashing is a separate step (:func:`hash_file`) so a run can skip it when size and mtime
+match the live index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+from memory_core.config import Settings
+from memory_core.errors import PathError
+
+HASH_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One source file as seen by discovery."""
+
+    path: str  # indexed path: workspace-relative POSIX, or absolute for outside files
+    abs_path: str
+    source: str  # "memory" | "sessions"
+    mtime_ms: int
+    size: int
+    hash: str | None = None
+
+    def with_hash(self, digest: str) -> FileEntry:
+        return replace(self, hash=digest)
+
+
+@dataclass
+class Discovery:
+    files: list[FileEntry]
+    warnings: list[str]
+
+
+def hash_file(abs_path: str) -> str:
+    """sha256 of the file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(abs_path, "rb") as fh:
+        while block := fh.read(HASH_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
+    """Yield regular ``.md`` files below ``root`` without following symlinks."""
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except PermissionError:
+            warnings.append(f"skipped unreadable directory {d}")
+            continue
+        except OSError as exc:
+            warnings.append(f"skipped directory {d}: {exc.strerror}")
+            continue
+        for e in entries:
+            try:
+                if e.is_symlink():
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.is_file(follow_symlinks=False) and e.name.lower().endswith(".md"):
+                    yield e
+            except OSError:
+                continue
+
+
+def _display_path(abs_path: str, workspace: str) -> str:
+    rel = os.path.relpath(abs_path, workspace)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return PurePosixPath(Path(abs_path).as_posix()).as_posix()
+    return PurePosixPath(Path(rel).as_posix()).as_posix()
+
+
+def _entry(abs_path: str, st: os.stat_result, workspace: str, source: str, path: str | None = None) -> FileEntry:
+    return FileEntry(
+        path=path or _display_path(abs_path, workspace),
+        abs_path=abs_path,
+        source=source,
+        mtime_ms=int(st.st_mtime_ns // 1_000_000),
+        size=st.st_size,
+    )
+
+
+def discover_files(settings: Settings) -> Discovery:
+    """List the source files for ``settings``. Raises :class:`PathError` if the workspace is missing."""
+    ws = str(settings.workspace_dir)
+    if not os.path.isdir(ws):
+        raise PathError(f"workspace not found: {ws}")
+    warnings: list[str] = []
+    found: dict[str, FileEntry] = {}  # real path -> entry
+
+    def add(abs_path: str, source: str, path: str | None = None) -> None:
+        try:
+            st = os.lstat(abs_path)
+        except OSError:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            return
+        real = os.path.realpath(abs_path)
+        if real in found:
+            return
+        found[real] = _entry(abs_path, st, ws, source, path)
+
+    if "memory" in settings.sources:
+        for name in ("MEMORY.md", "memory.md"):
+            p = os.path.join(ws, name)
+            # Case-insensitive filesystems report both names for one file: realpath dedupes.
+            if os.path.lexists(p) and not os.path.islink(p):
+                add(p, "memory")
+        mem_dir = os.path.join(ws, "memory")
+        if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
+            for e in _walk_md(mem_dir, warnings):
+                add(e.path, "memory")
+        for raw in settings.extra_paths:
+            p = os.path.expanduser(raw)
+            p = p if os.path.isabs(p) else os.path.join(ws, p)
+            p = os.path.abspath(p)
+            if os.path.islink(p):
+                warnings.append(f"extra path {raw} is a symlink; symlinks are not followed")
+            elif os.path.isdir(p):
+                for e in _walk_md(p, warnings):
+                    add(e.path, "memory")
+            elif os.path.isfile(p):
+                if p.lower().endswith(".md"):
+                    add(p, "memory")
+                else:
+                    warnings.append(f"extra path {raw} is not a .md file; skipped")
+            else:
+                warnings.append(f"extra path {raw} does not exist; skipped")
+
+    if "sessions" in settings.sources:
+        sdir = str(settings.sessions_dir)
+        if os.path.isdir(sdir) and not os.path.islink(sdir):
+            try:
+                with os.scandir(sdir) as it:
+                    for e in it:
+                        if e.name.endswith(".jsonl") and not e.is_symlink() and e.is_file(follow_symlinks=False):
+                            add(e.path, "sessions", f"sessions/{e.name}")
+            except OSError as exc:
+                warnings.append(f"cannot read sessions directory {sdir}: {exc.strerror}")
+        else:
+            warnings.append(f"sessions directory {sdir} does not exist; no transcripts indexed")
+
+    files = sorted(found.values(), key=lambda f: (f.path, f.source))
+    return Discovery(files=files, warnings=warnings)
+
+
+def resolve_indexed_path(settings: Settings, path: str) -> str:
+    """Map an indexed path back to an absolute file path, refusing anything outside the sources.
+
+    ``path`` must be a path as stored in the index (the caller checks that it is indexed).
+    The resolved real path must lie under the workspace's memory sources, an extra path,
+    or the sessions directory; symlinks that point elsewhere are refused.
+    """
+    if not path or "\x00" in path:
+        raise PathError("path is empty or contains a NUL byte")
+    ws = str(settings.workspace_dir)
+    if path.startswith("sessions/") and "sessions" in settings.sources:
+        name = path[len("sessions/"):]
+        if "/" in name or name in ("", ".", ".."):
+            raise PathError(f"not an indexed transcript: {path}")
+        candidate = os.path.join(str(settings.sessions_dir), name)
+        roots = [str(settings.sessions_dir)]
+    else:
+        candidate = path if os.path.isabs(path) else os.path.join(ws, path)
+        roots = [os.path.join(ws, "MEMORY.md"), os.path.join(ws, "memory.md"), os.path.join(ws, "memory")]
+        for raw in settings.extra_paths:
+            p = os.path.expanduser(raw)
+            roots.append(os.path.abspath(p if os.path.isabs(p) else os.path.join(ws, p)))
+    candidate = os.path.abspath(candidate)
+    if os.path.islink(candidate):
+        raise PathError(f"refusing {path}: it is a symlink")
+    real = os.path.realpath(candidate)
+    for root in roots:
+        r = os.path.realpath(root)
+        if real == r or real.startswith(r.rstrip(os.sep) + os.sep):
+            return real
+    raise PathError(f"refusing {path}: outside the indexed sources")

