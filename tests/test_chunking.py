@@ -1,0 +1,71 @@
+import hashlib
+
+from memory_core.chunking import Chunk, chunk_id, chunk_markdown, remap_chunk_lines, sha256_hex
+
+
+def spans(chunks: list[Chunk]) -> list[tuple[int, int, str]]:
+    return [(c.start_line, c.end_line, c.text) for c in chunks]
+
+
+def test_reference_examples():
+    assert spans(chunk_markdown("", 400, 80)) == [(1, 1, "")]
+    assert spans(chunk_markdown("a\nb\nc", 400, 80)) == [(1, 3, "a\nb\nc")]
+    six = "\n".join(f"line{i}" for i in range(1, 7))
+    assert spans(chunk_markdown(six, 2, 1)) == [
+        (1, 5, "line1\nline2\nline3\nline4\nline5"),
+        (5, 6, "line5\nline6"),
+    ]
+    five = "\n".join(ch * 10 for ch in "abcde")
+    got = chunk_markdown(five, 8, 2)
+    assert [(c.start_line, c.end_line) for c in got] == [(1, 2), (2, 3), (3, 4), (4, 5)]
+    assert all(len(c.text.split("\n")) == 2 for c in got)
+
+
+def test_hash_and_id_match_reference():
+    assert sha256_hex("hello") == "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+    c = chunk_markdown("hello", 400, 80)[0]
+    assert c.hash == sha256_hex("hello")
+    expected = hashlib.sha256(f"memory:MEMORY.md:1:1:{c.hash}:m".encode()).hexdigest()
+    assert chunk_id("memory", "MEMORY.md", 1, 1, c.hash, "m") == expected
+
+
+def test_session_remap_reference():
+    content = "User: Hello\nAssistant: Hi\nUser: Question\nAssistant: Answer\nUser: Thanks"
+    chunks = remap_chunk_lines(chunk_markdown(content, 400, 80), [4, 6, 7, 10, 13])
+    assert chunks[0].start_line == 4 and chunks[-1].end_line == 13
+
+
+def test_long_line_is_split_and_lines_point_at_the_file():
+    text = "intro\n" + "x" * 5000 + "\nlast line"
+    chunks = chunk_markdown(text, 100, 0)  # 400 chars
+    assert all(len(c.text) <= 400 for c in chunks)
+    assert chunks[0].start_line == 1
+    assert chunks[-1].end_line == 3
+    # every long-line segment is attributed to line 2
+    middle = [c for c in chunks if "x" * 300 in c.text]
+    assert middle and all(c.start_line <= 2 <= c.end_line for c in middle)
+    # no characters lost and none duplicated (overlap 0)
+    assert sum(c.text.count("x") for c in chunks) == 5000
+
+
+def test_carriage_returns_are_kept_and_lines_are_exact():
+    text = "a\r\nb\r\nc"
+    (c,) = chunk_markdown(text, 400, 80)
+    assert c.text == text and (c.start_line, c.end_line) == (1, 3)
+
+
+def test_surrogate_pair_never_split():
+    # a lone high surrogate (as from surrogateescape decoding) right at a cut point
+    line = "a" * 31 + "\ud83d\ude00" + "b" * 40
+    chunks = chunk_markdown(line, 8, 0)  # max 32 chars
+    for c in chunks:
+        assert not c.text.endswith("\ud83d")
+        assert not c.text.startswith("\ude00")
+
+
+def test_overlap_is_clamped():
+    text = "\n".join("word " * 20 for _ in range(50))
+    chunks = chunk_markdown(text, 50, 500)  # overlap >= tokens is clamped to tokens-1
+    assert len(chunks) > 1
+    starts = [c.start_line for c in chunks]
+    assert starts == sorted(starts)

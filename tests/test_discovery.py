@@ -1,0 +1,92 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.discovery import discover_files, resolve_indexed_path
+from memory_core.errors import PathError
+
+
+def make_ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "memory" / "deep" / "er").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# top\n")
+    (ws / "memory" / "2026-01-02.md").write_text("day\n")
+    (ws / "memory" / "deep" / "er" / "note.md").write_text("deep\n")
+    (ws / "memory" / "ignored.txt").write_text("not md\n")
+    (ws / "other.md").write_text("not a source\n")
+    return ws
+
+
+def paths(settings) -> list[str]:
+    return [f.path for f in discover_files(settings).files]
+
+
+def test_memory_sources_sorted_and_recursive(tmp_path):
+    ws = make_ws(tmp_path)
+    s = load_settings(None, {"workspace": str(ws)})
+    assert paths(s) == ["MEMORY.md", "memory/2026-01-02.md", "memory/deep/er/note.md"]
+    f = discover_files(s).files[0]
+    assert f.size == 6 and f.source == "memory" and f.mtime_ms > 0 and f.abs_path == str(ws / "MEMORY.md")
+
+
+def test_symlinks_are_never_followed(tmp_path):
+    ws = make_ws(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("secret\n")
+    os.symlink(outside, ws / "memory" / "linkdir")
+    os.symlink(outside / "secret.md", ws / "memory" / "link.md")
+    os.symlink(ws / "memory", ws / "memory" / "deep" / "loop")  # a loop
+    s = load_settings(None, {"workspace": str(ws)})
+    assert paths(s) == ["MEMORY.md", "memory/2026-01-02.md", "memory/deep/er/note.md"]
+
+
+def test_extra_paths_files_dirs_and_duplicates(tmp_path):
+    ws = make_ws(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("a\n")
+    (notes / "b.txt").write_text("b\n")
+    s = load_settings(None, {"workspace": str(ws), "extra_paths": [
+        str(notes), "memory/2026-01-02.md", "other.md", str(notes / "a.md"), "missing.md", str(notes / "b.txt"),
+    ]})
+    d = discover_files(s)
+    got = [f.path for f in d.files]
+    assert got.count("memory/2026-01-02.md") == 1  # duplicate by real path
+    assert "other.md" in got
+    assert str((notes / "a.md").as_posix()) in got and got.count(str(notes / "a.md")) == 1
+    assert not any(p.endswith("b.txt") for p in got)
+    assert any("missing.md" in w for w in d.warnings)
+    assert any("b.txt" in w for w in d.warnings)
+
+
+def test_sessions_dir_not_recursive(tmp_path):
+    ws = make_ws(tmp_path)
+    sd = ws / "sessions"
+    (sd / "sub").mkdir(parents=True)
+    (sd / "one.jsonl").write_text("{}\n")
+    (sd / "sub" / "two.jsonl").write_text("{}\n")
+    (sd / "notes.md").write_text("x\n")
+    s = load_settings(None, {"workspace": str(ws), "sources": ["memory", "sessions"]})
+    assert "sessions/one.jsonl" in paths(s)
+    assert not any("two.jsonl" in p for p in paths(s))
+
+
+def test_missing_workspace_is_a_clear_error(tmp_path):
+    s = load_settings(None, {"workspace": str(tmp_path / "nope")})
+    with pytest.raises(PathError, match="workspace not found"):
+        discover_files(s)
+
+
+def test_resolve_indexed_path_refuses_escapes(tmp_path):
+    ws = make_ws(tmp_path)
+    (tmp_path / "outside.md").write_text("x\n")
+    os.symlink(tmp_path / "outside.md", ws / "memory" / "evil.md")
+    s = load_settings(None, {"workspace": str(ws)})
+    assert resolve_indexed_path(s, "memory/2026-01-02.md") == str(ws / "memory" / "2026-01-02.md")
+    for bad in ["../outside.md", "memory/../../outside.md", str(tmp_path / "outside.md"), "memory/evil.md",
+                "other.md", "/etc/passwd", "", "memory/\x00.md"]:
+        with pytest.raises(PathError):
+            resolve_indexed_path(s, bad)
