@@ -1,0 +1,379 @@
+"""Secret redaction, compatible with OpenClaw's ``logging/redact.ts``.
+
+``redact(text)`` masks credentials before text reaches chunking, the index, the
+embedding cache or an embedding provider.  The patterns are the reference's
+``DEFAULT_REDACT_PATTERNS``, applied case-insensitively and in the same order:
+
+1. env/config-style assignments ``NAME = value`` / ``NAME: value`` where NAME ends in
+   KEY, TOKEN, SECRET, PASSWORD or PASSWD (``OPENAI_API_KEY=sk-...``, ``password: x``,
+   ``secret='x'``);
+2. JSON fields ``"apiKey"|"token"|"secret"|"password"|"passwd"|"accessToken"|"refreshToken"``;
+3. CLI flags ``--api-key|--token|--secret|--password|--passwd X``;
+4. ``Authorization: Bearer X``;
+5. ``Bearer X`` where X has 18+ characters;
+6. PEM private key blocks;
+7. prefixed tokens: ``sk-`` (incl. ``sk-proj-``), ``ghp_``, ``github_pat_``,
+   ``xox[baprs]-``, ``xapp-``, ``gsk_``, ``AIza``, ``pplx-``, ``npm_`` and Telegram bot
+   tokens.
+
+Masking: the secret (the last non-empty capture group, or the whole match) becomes
+``"***"`` when shorter than 18 characters, else ``first6 + "…" + last4``.  A PEM block
+becomes its first line, ``"…redacted…"`` and its last line (``"***"`` if the block has
+no line breaks, e.g. after whitespace was collapsed).
+
+Choices and deviations from the reference, all deliberate:
+
+* Regex semantics follow JavaScript: ``\\b``, ``\\d`` and case folding are ASCII-only
+  (``re.ASCII``), and ``\\s`` is spelled out as JavaScript's whitespace set.
+* The assignment pattern is kept as in the reference, so *any* word ending in
+  key/token/secret/password/passwd followed by ``=`` or ``:`` masks the next
+  whitespace-free run.  This is the safe side for credentials (``password: hunter2``
+  -> ``password: ***`` is a reference example) at the price of some prose such as
+  ``Key: the idea`` -> ``Key: *** idea`` or ``monkey: banana`` -> ``monkey: ***``.
+  Words *not* followed by ``=``/``:`` are never touched, so "the token bucket
+  algorithm" or "password reset flow was discussed" stay intact.
+* JSON field names also accept snake/kebab-case spellings (``api_key``,
+  ``access_token``, ``refresh-token``, ...) and ``client_secret`` / ``auth_token`` /
+  ``id_token``; the reference only knew the camelCase names.
+* ``--password=X`` / ``--api-key=X`` need no CLI rule: the assignment pattern
+  already masks ``password=X`` / ``key=X`` (the value after the ``=``).
+* Telegram bot tokens use the real format ``\\d{8,10}:[A-Za-z0-9_-]{35}``; the
+  reference's looser ``\\d{6,}:[A-Za-z0-9_-]{20,}`` also hit ordinary ids.
+* The mask replaces the captured span itself; the reference used
+  ``match.replace(token, masked)``, which hit the *first* occurrence of the token
+  text (``password: password`` became ``***: password``).
+* PEM blocks are matched with a linear scan instead of ``[\\s\\S]+?`` so a text with
+  many BEGIN markers and no END cannot go quadratic.
+
+Speed: patterns are precompiled and each pattern only runs when one of its literal
+anchors occurs in the (lower-cased) text, so ordinary lines cost one ``lower()`` plus
+a few substring tests.  Every match starts at (or, for Telegram tokens, 8-10
+characters before) an anchor, so ``pattern.match`` is tried only at those positions
+instead of letting the regex engine scan the whole text.  Masks never introduce an
+anchor, so gating on the original text is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+__all__ = [
+    "REDACT_MODES",
+    "mask_token",
+    "redact",
+    "should_redact",
+]
+
+REDACT_MIN_LENGTH: Final = 18
+REDACT_KEEP_START: Final = 6
+REDACT_KEEP_END: Final = 4
+ELLIPSIS: Final = "\u2026"
+
+#: Allowed values of the indexer's ``redact_mode`` setting.
+REDACT_MODES: Final = ("sessions", "all", "off")
+
+# JavaScript's \s (ECMA-262 WhiteSpace + LineTerminator); with re.ASCII, \s inside the
+# class is exactly [ \t\n\r\f\v].
+_WS_CLASS: Final = r"\s\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_S: Final = f"[{_WS_CLASS}]"
+
+_FLAGS: Final = re.IGNORECASE | re.ASCII
+
+_SECRET_NAMES: Final = ("key", "token", "secret", "passw")
+
+
+class _Rule:
+    """One redaction pattern plus the literals that locate its candidate matches.
+
+    Every match of ``pattern`` starts ``offset`` characters before an occurrence of one
+    of ``anchors`` (lower-case literals) in the lower-cased text, so instead of letting
+    the regex engine scan every position we only try ``pattern.match`` at those
+    candidates.  ``also_any_of`` adds a second gate (e.g. an assignment needs ``=`` or
+    ``:`` somewhere).  With more than ``_MAX_CANDIDATES`` candidates the rule falls
+    back to a plain ``pattern.sub`` so adversarial input stays linear.
+    """
+
+    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of")
+
+    def __init__(
+        self,
+        name: str,
+        pattern: str,
+        anchors: tuple[str, ...],
+        *,
+        any_of: tuple[str, ...] = (),
+        also_any_of: tuple[str, ...] = (),
+        offsets: tuple[int, ...] = (0,),
+    ) -> None:
+        self.name = name
+        self.pattern = re.compile(pattern, _FLAGS)
+        self.anchors = anchors
+        self.offsets = offsets
+        self.any_of = frozenset(any_of or anchors)
+        self.also_any_of = frozenset(also_any_of)
+
+    def triggered(self, present: frozenset[str] | set[str]) -> bool:
+        """*present*: the trigger strings found in the lower-cased text."""
+        if self.any_of.isdisjoint(present):
+            return False
+        return not self.also_any_of or not self.also_any_of.isdisjoint(present)
+
+    def candidates(self, lowered: str, present: set[str]) -> list[int] | None:
+        """Sorted candidate start offsets, or ``None`` when there are too many.
+
+        Anchors that are also gate triggers and absent from *present* are not searched.
+        """
+        if self.offsets != (0,):
+            return _telegram_candidates(lowered)
+        out: list[int] = []
+        find = lowered.find
+        for anchor in self.anchors:
+            if anchor in self.any_of and anchor not in present:
+                continue
+            idx = find(anchor)
+            while idx != -1:
+                out.append(idx)
+                idx = find(anchor, idx + 1)
+            if len(out) > _MAX_CANDIDATES:
+                return None
+        if len(self.anchors) > 1:
+            out.sort()
+        return out
+
+
+def _telegram_candidates(lowered: str) -> list[int] | None:
+    """Starts of possible ``[0-9]{8,10}:[A-Za-z0-9_-]{35}`` matches: 8-10 characters
+    before a ':' that has 8 digits before it and at least 35 characters after it."""
+    if lowered.count(":") > _MAX_TELEGRAM_COLONS:
+        return None  # many colons: let the regex scan instead of splitting
+    out: list[int] = []
+    parts = lowered.split(":")
+    pos = 0
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        colon = pos + len(part)
+        pos = colon + 1
+        if i == last:
+            break
+        if len(part) >= 8 and len(parts[i + 1]) >= 35 and part[-8:].isdigit():
+            out.extend((colon - 10, colon - 9, colon - 8))
+            if len(out) > _MAX_CANDIDATES:
+                return None
+    return out
+
+
+_MAX_CANDIDATES: Final = 64
+_MAX_TELEGRAM_COLONS: Final = 4096
+
+_RULES_BEFORE_PEM: Final = (
+    _Rule(
+        "assignment",
+        # Reference: \b[A-Z0-9_]*(?:KEY|...)\b... -- the prefix only extends the match to
+        # the start of the word and is never masked, so anchoring on the keyword gives
+        # the same output while keeping the candidates cheap to find.
+        rf"(?=[kstp])(?:key|token|secret|passw(?:or)?d)\b{_S}*[=:]{_S}*"
+        rf"([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
+        _SECRET_NAMES,
+        also_any_of=("=", ":"),
+    ),
+    _Rule(
+        "json_field",
+        rf"\"(?:api[_-]?key|token|secret|password|passwd|access[_-]?token|refresh[_-]?token"
+        rf"|auth[_-]?token|id[_-]?token|client[_-]?secret)\"{_S}*:{_S}*\"([^\"]+)\"",
+        ('"api', '"token', '"secret', '"passw', '"access', '"refresh', '"auth', '"id', '"client'),
+        any_of=_SECRET_NAMES,
+        also_any_of=('"',),
+    ),
+    _Rule(
+        "cli_flag",
+        rf"--(?:api[-_]?key|token|secret|password|passwd){_S}+([\"']?)([^{_WS_CLASS}\"']+)\1",
+        ("--api", "--token", "--secret", "--passw"),
+        any_of=("--",),
+        also_any_of=_SECRET_NAMES,
+    ),
+    _Rule(
+        "authorization",
+        rf"Authorization{_S}*[:=]{_S}*Bearer{_S}+([A-Za-z0-9._\-+=]+)",
+        ("authorization",),
+        also_any_of=("bearer",),
+    ),
+    _Rule("bearer", rf"\bBearer{_S}+([A-Za-z0-9._\-+=]{{18,}})\b", ("bearer",)),
+)
+
+_RULES_AFTER_PEM: Final = (
+    _Rule("sk", r"\b(sk-[A-Za-z0-9_-]{8,})\b", ("sk-",)),
+    _Rule("ghp", r"\b(ghp_[A-Za-z0-9]{20,})\b", ("ghp_",)),
+    _Rule("github_pat", r"\b(github_pat_[A-Za-z0-9_]{20,})\b", ("github_pat_",)),
+    _Rule("slack", r"\b(xox[baprs]-[A-Za-z0-9-]{10,})\b", ("xox",)),
+    _Rule("slack_app", r"\b(xapp-[A-Za-z0-9-]{10,})\b", ("xapp-",)),
+    _Rule("groq", r"\b(gsk_[A-Za-z0-9_-]{10,})\b", ("gsk_",)),
+    _Rule("google", r"\b(AIza[0-9A-Za-z\-_]{20,})\b", ("aiza",)),
+    _Rule("perplexity", r"\b(pplx-[A-Za-z0-9_-]{10,})\b", ("pplx-",)),
+    _Rule("npm", r"\b(npm_[A-Za-z0-9]{10,})\b", ("npm_",)),
+    # Telegram bot token: the match starts 8-10 digits before the ':'.
+    _Rule(
+        "telegram",
+        r"(?<![A-Za-z0-9_])([0-9]{8,10}:[A-Za-z0-9_-]{35})(?![A-Za-z0-9_-])",
+        (":",),
+        offsets=(10, 9, 8),
+        any_of=(":",),
+    ),
+)
+
+_PEM_TRIGGER: Final = "private key-----"
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", _FLAGS)
+_PEM_END: Final = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----", _FLAGS)
+_PEM_LINE_SPLIT: Final = re.compile(r"\r?\n")
+
+# Trigger substrings (lower-case) for the gates, grouped behind a one-character
+# sentinel: substrings containing '-' or '_' are only searched for when that character
+# occurs at all (a memchr-speed test), which keeps ordinary prose cheap.
+_ALL_TRIGGERS: Final = frozenset(
+    {t for r in (*_RULES_BEFORE_PEM, *_RULES_AFTER_PEM) for t in (*r.any_of, *r.also_any_of)} | {_PEM_TRIGGER}
+)
+_DASH_TRIGGERS: Final = tuple(sorted(t for t in _ALL_TRIGGERS if "-" in t and len(t) > 1))
+_UNDERSCORE_TRIGGERS: Final = tuple(
+    sorted(t for t in _ALL_TRIGGERS if "_" in t and "-" not in t and len(t) > 1)
+)
+_PLAIN_TRIGGERS: Final = tuple(sorted(_ALL_TRIGGERS.difference(_DASH_TRIGGERS, _UNDERSCORE_TRIGGERS)))
+
+
+def _present_triggers(lowered: str) -> set[str]:
+    present = {t for t in _PLAIN_TRIGGERS if t in lowered}
+    if "-" in lowered:
+        present.update(t for t in _DASH_TRIGGERS if t in lowered)
+    if "_" in lowered:
+        present.update(t for t in _UNDERSCORE_TRIGGERS if t in lowered)
+    return present
+
+
+def mask_token(token: str) -> str:
+    """Mask one secret: ``"***"`` below 18 characters, else ``first6…last4``."""
+    if len(token) < REDACT_MIN_LENGTH:
+        return "***"
+    return f"{token[:REDACT_KEEP_START]}{ELLIPSIS}{token[-REDACT_KEEP_END:]}"
+
+
+def _mask_pem(block: str) -> str:
+    lines = [ln for ln in _PEM_LINE_SPLIT.split(block) if ln]
+    if len(lines) < 2:
+        return "***"
+    return f"{lines[0]}\n{ELLIPSIS}redacted{ELLIPSIS}\n{lines[-1]}"
+
+
+def _mask_match(m: re.Match[str]) -> str:
+    """Mask the last non-empty group of *m* (or the whole match) in place."""
+    for idx in range(m.re.groups, 0, -1):
+        value = m.group(idx)
+        if value:
+            start, end = m.span(idx)
+            base = m.start()
+            whole = m.group(0)
+            return whole[: start - base] + mask_token(value) + whole[end - base :]
+    return mask_token(m.group(0))
+
+
+def _redact_pem(text: str) -> str:
+    """Linear-time equivalent of ``BEGIN ... PRIVATE KEY-----[\\s\\S]+?-----END ...``."""
+    out: list[str] = []
+    pos = 0
+    while True:
+        begin = _PEM_BEGIN.search(text, pos)
+        if begin is None:
+            break
+        # [\s\S]+? needs at least one character between the markers.
+        end = _PEM_END.search(text, begin.end() + 1)
+        if end is None:
+            # No END after this BEGIN means none after any later BEGIN either.
+            break
+        out.append(text[pos : begin.start()])
+        out.append(_mask_pem(text[begin.start() : end.end()]))
+        pos = end.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _apply(rule: _Rule, text: str, lowered: str | None, present: set[str]) -> str:
+    """``rule.pattern.sub(_mask_match, text)``, trying only the anchored candidates.
+
+    *lowered* must be ``text.lower()`` with the same length (positions line up), or
+    ``None`` to use the plain regex scan.
+    """
+    cands = rule.candidates(lowered, present) if lowered is not None else None
+    if cands is None:
+        return rule.pattern.sub(_mask_match, text)
+    match = rule.pattern.match
+    parts: list[str] = []
+    last = 0
+    for pos in cands:
+        if pos < last:  # inside the previous match (or before the text)
+            continue
+        m = match(text, pos)
+        if m is None:
+            continue
+        parts.append(text[last : m.start()])
+        parts.append(_mask_match(m))
+        last = m.end()
+    if not parts:
+        return text
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+def _positional_lower(text: str) -> str | None:
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else None
+
+
+def redact(text: str) -> str:
+    """Return *text* with credentials masked (see the module docstring for the rules).
+
+    Safe on arbitrary input: no pattern backtracks super-linearly, and text without
+    any trigger substring is returned unchanged after a single ``lower()`` pass.
+    """
+    if not text:
+        return text
+    lowered = text.lower()
+    present = _present_triggers(lowered)
+    if not present:
+        return text
+    # Positions in ``lowered`` must line up with ``text`` (a few non-ASCII characters
+    # change length when lower-cased; then the rules use a plain regex scan).
+    pos_lower: str | None = lowered if len(lowered) == len(text) else None
+    for rule in _RULES_BEFORE_PEM:
+        if rule.triggered(present):
+            new = _apply(rule, text, pos_lower, present)
+            if new is not text:
+                text = new
+                pos_lower = _positional_lower(text) if pos_lower is not None else None
+    if _PEM_TRIGGER in present:
+        new = _redact_pem(text)
+        if new is not text:
+            text = new
+            pos_lower = _positional_lower(text) if pos_lower is not None else None
+    for rule in _RULES_AFTER_PEM:
+        if rule.triggered(present):
+            new = _apply(rule, text, pos_lower, present)
+            if new is not text:
+                text = new
+                pos_lower = _positional_lower(text) if pos_lower is not None else None
+    return text
+
+
+def should_redact(source: str, mode: str) -> bool:
+    """Whether text of *source* (``"memory"`` or ``"sessions"``) must be redacted.
+
+    ``mode`` is the indexer's ``redact_mode``: ``"sessions"`` (default; transcripts
+    only), ``"all"`` (every source) or ``"off"``.  Unknown modes raise ``ValueError``
+    rather than silently disabling redaction.
+    """
+    if mode == "off":
+        return False
+    if mode == "all":
+        return True
+    if mode == "sessions":
+        return source == "sessions"
+    raise ValueError(f"unknown redact_mode {mode!r}; expected one of {', '.join(REDACT_MODES)}")

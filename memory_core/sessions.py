@@ -1,0 +1,360 @@
+"""Session transcript (JSONL) parsing, compatible with OpenClaw's ``session-files.ts``.
+
+A transcript is a JSONL file.  Only records with ``type == "message"`` and
+``message.role`` in {user, assistant} are kept; ``message.content`` is either a string
+or a list of blocks of which only ``{"type": "text", "text": ...}`` blocks count (each
+whitespace-collapsed, the non-empty ones joined with ``" "``).  Every kept message
+becomes one content line ``"User: ..."`` / ``"Assistant: ..."`` and ``line_map``
+records its 1-based JSONL line number.  ``hash = sha256(content + "\\n" +
+",".join(line_map))``, as in the reference, so hashes are interchangeable.
+
+Differences from the reference (deliberate):
+
+* Files are streamed line by line from a binary handle; raw lines are never kept, so
+  memory is bounded by the kept content plus the longest line.  Lines longer than
+  ``max_line_bytes`` (default 16 MiB) are skipped without being buffered whole; such
+  records are in practice tool output, which is never indexed.
+* Redaction (``memory_core.redact.redact``) is applied to each message text *before*
+  it enters ``content`` (defect #12182: the reference indexed secrets and redacted
+  only on read back).  ``session_lines_for_range`` redacts on read back as well.
+* Invalid UTF-8 is decoded with ``errors="replace"`` for that line only; lone
+  surrogates produced by ``\\uD800``-style escapes become U+FFFD (what Node's UTF-8
+  hashing does), and a UTF-8 BOM on the first line is ignored (the reference failed to
+  parse that line).
+* OpenClaw-specific inbound-metadata / directive-tag stripping is not performed.
+
+Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Final
+
+from memory_core.redact import redact
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "SessionDoc",
+    "count_lines",
+    "extract_session_text",
+    "normalize_session_text",
+    "parse_session_file",
+    "parse_session_lines",
+    "session_hash",
+    "session_lines_for_range",
+    "session_rel_path",
+]
+
+#: Lines longer than this (in bytes, without the newline) are skipped unparsed.
+DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+
+_READ_CHUNK: Final = 1024 * 1024
+
+# JavaScript's \s: ECMA-262 WhiteSpace + LineTerminator.
+_JS_WS_CHARS: Final = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_JS_WS_RUN: Final = re.compile(f"[{re.escape(_JS_WS_CHARS)}]+")
+_SPLIT_MISMATCH: Final = ("\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\ufeff")
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+_ROLE_LABELS: Final = {"user": "User", "assistant": "Assistant"}
+
+_BOM: Final = "\ufeff"
+
+
+@dataclass(frozen=True)
+class SessionDoc:
+    """The indexable view of one transcript.
+
+    Attributes:
+        content: ``"User: ..."`` / ``"Assistant: ..."`` lines joined with ``"\\n"``.
+        line_map: for each content line (0-based index), its 1-based JSONL line.
+        hash: ``sha256(content + "\\n" + ",".join(line_map))`` as lowercase hex.
+        messages: number of kept messages (== ``len(line_map)``).
+        bytes_read: bytes consumed from the file (for delta tracking; the file size at
+            parse time when nothing was appended meanwhile).
+        skipped: non-blank lines that were not kept (invalid JSON, other record types
+            or roles, empty text, oversized lines).
+        lines: JSONL lines seen (a final line without ``"\\n"`` counts too).
+        oversized: lines skipped because they exceeded ``max_line_bytes``.
+        redacted: whether redaction was applied to the message texts.
+    """
+
+    content: str
+    line_map: list[int]
+    hash: str
+    messages: int
+    bytes_read: int
+    skipped: int
+    lines: int = 0
+    oversized: int = 0
+    redacted: bool = True
+
+
+def session_rel_path(path: str | os.PathLike[str]) -> str:
+    """Index path of a transcript: ``sessions/<file name>`` (forward slashes)."""
+    return "sessions/" + Path(path).name
+
+
+def session_hash(content: str, line_map: Iterable[int]) -> str:
+    """``sha256(content + "\\n" + ",".join(line_map))``, hex (the reference's hash)."""
+    h = hashlib.sha256(content.encode("utf-8"))
+    h.update(("\n" + ",".join(str(n) for n in line_map)).encode("utf-8"))
+    return h.hexdigest()
+
+
+def normalize_session_text(value: str) -> str:
+    """Collapse whitespace runs (JavaScript's ``\\s`` set) to one space and trim."""
+    # str.split() agrees with JavaScript's \s except for \x1c-\x1f and \x85 (Python
+    # only) and U+FEFF (JavaScript only); use it unless one of those occurs.
+    if not any(c in value for c in _SPLIT_MISMATCH):
+        return " ".join(value.split())
+    return _JS_WS_RUN.sub(" ", value).strip(_JS_WS_CHARS)
+
+
+def extract_session_text(content: Any) -> str | None:
+    """Text of a message's ``content``: a string, or the ``text`` blocks of a list.
+
+    Returns ``None`` when nothing non-empty remains.  Non-text blocks (``tool_use``,
+    ``tool_result``, ``image``, ``thinking`` ...) are ignored.
+    """
+    if isinstance(content, str):
+        return normalize_session_text(content) or None
+    if not isinstance(content, list):
+        return None
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            continue
+        text = block.get("text")
+        if not isinstance(text, str):
+            continue
+        normalized = normalize_session_text(text)
+        if normalized:
+            parts.append(normalized)
+    return " ".join(parts) if parts else None
+
+
+def _reject_constant(name: str) -> Any:
+    # JSON.parse rejects NaN/Infinity; mirror it so the same lines are skipped.
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+class _Builder:
+    """Accumulates kept messages; fed one decoded JSONL line at a time."""
+
+    __slots__ = ("parts", "line_map", "skipped", "redact_secrets")
+
+    def __init__(self, redact_secrets: bool) -> None:
+        self.parts: list[str] = []
+        self.line_map: list[int] = []
+        self.skipped = 0
+        self.redact_secrets = redact_secrets
+
+    def feed(self, line_no: int, line: str) -> None:
+        """Process JSONL line *line_no* (1-based); *line* may keep its newline."""
+        if line_no == 1 and line.startswith(_BOM):
+            line = line[1:]
+        if not line.strip(_JS_WS_CHARS):
+            return  # blank: neither kept nor counted as skipped
+        # Fast reject: a record whose "type" is "message" must contain the literal
+        # "message" string, unless written with \u escapes.
+        if '"message"' not in line and "\\u" not in line:
+            self.skipped += 1
+            return
+        try:
+            record = json.loads(line, parse_constant=_reject_constant)
+        except (ValueError, RecursionError):
+            self.skipped += 1
+            return
+        if not isinstance(record, dict) or record.get("type") != "message":
+            self.skipped += 1
+            return
+        message = record.get("message")
+        if not isinstance(message, dict):
+            self.skipped += 1
+            return
+        role = message.get("role")
+        label = _ROLE_LABELS.get(role) if isinstance(role, str) else None
+        if label is None:
+            self.skipped += 1
+            return
+        text = extract_session_text(message.get("content"))
+        if not text:
+            self.skipped += 1
+            return
+        if "\\u" in line:
+            text = _LONE_SURROGATE.sub("\ufffd", text)
+        if self.redact_secrets:
+            text = redact(text)
+        self.parts.append(f"{label}: {text}")
+        self.line_map.append(line_no)
+
+    def build(self, *, bytes_read: int, lines: int, oversized: int) -> SessionDoc:
+        content = "\n".join(self.parts)
+        self.parts = []
+        return SessionDoc(
+            content=content,
+            line_map=self.line_map,
+            hash=session_hash(content, self.line_map),
+            messages=len(self.line_map),
+            bytes_read=bytes_read,
+            skipped=self.skipped,
+            lines=lines,
+            oversized=oversized,
+            redacted=self.redact_secrets,
+        )
+
+
+def _iter_raw_lines(f: BinaryIO, max_line_bytes: int | None) -> Iterator[bytes | None]:
+    """Yield each line of binary file *f* (newline kept), or ``None`` for a line longer
+    than *max_line_bytes*, which is drained in chunks without being buffered."""
+    if max_line_bytes is None:
+        yield from f
+        return
+    limit = max_line_bytes + 1
+    while True:
+        raw = f.readline(limit)
+        if not raw:
+            return
+        if len(raw) >= limit and not raw.endswith(b"\n"):
+            while True:
+                rest = f.readline(_READ_CHUNK)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None
+            continue
+        yield raw
+
+
+def parse_session_file(
+    path: str | os.PathLike[str],
+    *,
+    redact_secrets: bool = True,
+    max_line_bytes: int | None = DEFAULT_MAX_LINE_BYTES,
+) -> SessionDoc:
+    """Parse a JSONL transcript into a :class:`SessionDoc`, streaming.
+
+    Blank lines, invalid JSON, non-message records, other roles and empty messages are
+    skipped (never an error).  With *redact_secrets* every message text is passed
+    through :func:`memory_core.redact.redact` before it enters ``content``.  I/O
+    errors (missing file, permissions) propagate.
+    """
+    builder = _Builder(redact_secrets)
+    line_no = 0
+    oversized = 0
+    with open(path, "rb") as f:
+        for raw in _iter_raw_lines(f, max_line_bytes):
+            line_no += 1
+            if raw is None:
+                oversized += 1
+                builder.skipped += 1
+                continue
+            # Cheap byte-level rejects before decoding (same rule as _Builder.feed).
+            if b'"message"' not in raw and b"\\u" not in raw:
+                if raw.strip():
+                    builder.skipped += 1
+                continue
+            builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+        bytes_read = f.tell()
+    return builder.build(bytes_read=bytes_read, lines=line_no, oversized=oversized)
+
+
+def parse_session_lines(
+    lines: Iterable[str | bytes],
+    *,
+    redact_secrets: bool = True,
+) -> SessionDoc:
+    """Like :func:`parse_session_file` for already split lines (e.g. in tests).
+
+    Each item is one JSONL line (a trailing newline is optional); ``bytes`` items are
+    decoded as UTF-8 with ``errors="replace"``.  ``bytes_read`` is the total UTF-8
+    size of the items.
+    """
+    builder = _Builder(redact_secrets)
+    line_no = 0
+    bytes_read = 0
+    for item in lines:
+        line_no += 1
+        if isinstance(item, bytes):
+            bytes_read += len(item)
+            text = item.decode("utf-8", errors="replace")
+        else:
+            text = item
+            bytes_read += len(item.encode("utf-8", errors="surrogatepass"))
+        builder.feed(line_no, text)
+    return builder.build(bytes_read=bytes_read, lines=line_no, oversized=0)
+
+
+def session_lines_for_range(
+    path: str | os.PathLike[str],
+    start_line: int,
+    end_line: int,
+    *,
+    redact_secrets: bool = True,
+) -> list[str]:
+    """Raw JSONL lines ``start_line..end_line`` (1-based, inclusive), streaming.
+
+    Lines are decoded with ``errors="replace"`` and returned without their line
+    ending.  ``start_line`` below 1 is treated as 1; an empty range or one past the end
+    of the file gives fewer (or no) lines.  Reading stops at ``end_line``.  With
+    *redact_secrets* (default) each line goes through ``redact`` so ``get`` never shows
+    a secret that the index would not.
+    """
+    start = max(1, start_line)
+    if end_line < start:
+        return []
+    out: list[str] = []
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            if line_no < start:
+                continue
+            text = raw.decode("utf-8", errors="replace")
+            if text.endswith("\n"):
+                text = text[:-1]
+                if text.endswith("\r"):
+                    text = text[:-1]
+            out.append(redact(text) if redact_secrets else text)
+            if line_no >= end_line:
+                break
+    return out
+
+
+def count_lines(
+    path: str | os.PathLike[str],
+    start_byte: int = 0,
+    end_byte: int | None = None,
+) -> int:
+    """Number of ``"\\n"`` bytes in ``[start_byte, end_byte)`` of *path* (binary, chunked).
+
+    With the defaults this is ``wc -l``: complete lines; a final line without a newline
+    (a writer mid-append) is not counted.  Counting only the appended byte range gives
+    the message delta used for the session sync thresholds, as in the reference.
+    """
+    if start_byte < 0:
+        raise ValueError("start_byte must be >= 0")
+    if end_byte is not None and end_byte <= start_byte:
+        return 0
+    remaining = None if end_byte is None else end_byte - start_byte
+    count = 0
+    with open(path, "rb", buffering=0) as f:
+        if start_byte:
+            f.seek(start_byte)
+        while remaining is None or remaining > 0:
+            size = _READ_CHUNK if remaining is None else min(_READ_CHUNK, remaining)
+            chunk = f.read(size)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            if remaining is not None:
+                remaining -= len(chunk)
+    return count

@@ -1,0 +1,259 @@
+"""Tests for memory_core.redact (OpenClaw logging/redact.ts compatible masking)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from memory_core import redact as redact_mod
+from memory_core.redact import REDACT_MODES, mask_token, redact, should_redact
+
+# --------------------------------------------------------------------------- reference
+
+
+def test_reference_examples() -> None:
+    assert redact("password: hunter2") == "password: ***"
+    assert redact('{"apiKey":"abcdef1234567890abcdef"}') == '{"apiKey":"abcdef…cdef"}'
+
+
+def test_mask_token_threshold() -> None:
+    assert mask_token("a" * 17) == "***"
+    assert mask_token("abcdef" + "x" * 8 + "wxyz") == "abcdef…wxyz"  # exactly 18
+    assert mask_token("") == "***"
+
+
+# One row per pattern (and variants).  Expected outputs were cross-checked against the
+# reference implementation where the behaviour is meant to be identical.
+REDACTION_TABLE: list[tuple[str, str]] = [
+    # 1. KEY|TOKEN|SECRET|PASSWORD|PASSWD assignments
+    ("password: hunter2", "password: ***"),
+    ("PASSWORD=hunter2", "PASSWORD=***"),
+    ("Passwd=hunter2!", "Passwd=***"),
+    ("db_passwd = topsecretvalue123456789", "db_passwd = topsec…6789"),
+    ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345", "OPENAI_API_KEY=sk-pro…2345"),
+    (
+        "export GITHUB_TOKEN='ghp_abcdefghijklmnopqrstuvwxyz0123456789'",
+        "export GITHUB_TOKEN='ghp_ab…6789'",
+    ),
+    ('SECRET="s3cr3t"', 'SECRET="***"'),
+    ("client_secret: 0123456789abcdefghijkl", "client_secret: 012345…ijkl"),
+    ("PRIVATE_KEY=abc", "PRIVATE_KEY=***"),
+    ("token=abc token=def", "token=*** token=***"),
+    ("mytoken:\u00a0value123", "mytoken:\u00a0***"),  # JS \s includes NBSP
+    ("--password=hunter2", "--password=***"),  # via the assignment rule
+    ("--api-key=abcdefghijklmnopqrstuvwxyz", "--api-key=abcdef…wxyz"),
+    # the reference masked the *first* occurrence of the value text (the name)
+    ("password: password", "password: ***"),
+    # 2. JSON fields
+    ('{"token": "short"}', '{"token": "***"}'),
+    ('{"password":"correct horse battery staple"}', '{"password":"correc…aple"}'),
+    ('{"refreshToken":"rt-1234567890abcdefghij"}', '{"refreshToken":"rt-123…ghij"}'),
+    ('{"accessToken" : "at"}', '{"accessToken" : "***"}'),
+    ('{"api_key": "abcdefghijklmnopqrstuvwxyz"}', '{"api_key": "abcdef…wxyz"}'),
+    ('{"access_token": "abcdefghijklmnopqrstuvwxyz"}', '{"access_token": "abcdef…wxyz"}'),
+    ('{"client_secret": "abc"}', '{"client_secret": "***"}'),
+    ('{"SECRET":"abc"}', '{"SECRET":"***"}'),
+    # 3. CLI flags
+    ("run --api-key abcdefghijklmnopqrstuvwxyz now", "run --api-key abcdef…wxyz now"),
+    ("--token 'quoted-token-value-1234567'", "--token 'quoted…4567'"),
+    ("--secret s", "--secret ***"),
+    ("cli --password hunter2 --verbose", "cli --password *** --verbose"),
+    ("--api_key xyz", "--api_key ***"),
+    # 4. Authorization: Bearer
+    ("curl -H 'Authorization: Bearer abc'", "curl -H 'Authorization: Bearer ***'"),
+    (
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+        "Authorization: Bearer eyJhbG….sig",
+    ),
+    ("authorization=bearer abcdefghijklmnopqrstuvwxyz", "authorization=bearer abcdef…wxyz"),
+    # 5. Bearer (18+)
+    ("bearer abcdefghijklmnopqrstuvwxyz", "bearer abcdef…wxyz"),
+    ("use Bearer abcdefghijklmnopqr.", "use Bearer abcdef…opqr."),
+    ("Bearer short", "Bearer short"),
+    # 6. PEM private key blocks
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabcdef\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN RSA PRIVATE KEY-----\n…redacted…\n-----END RSA PRIVATE KEY-----",
+    ),
+    (
+        "k:\r\n-----BEGIN PRIVATE KEY-----\r\nMIIE\r\n-----END PRIVATE KEY-----\r\nafter",
+        "k:\r\n-----BEGIN PRIVATE KEY-----\n…redacted…\n-----END PRIVATE KEY-----\r\nafter",
+    ),
+    (
+        "x -----BEGIN OPENSSH PRIVATE KEY----- b3Blb nNzaC1 -----END OPENSSH PRIVATE KEY----- y",
+        "x *** y",
+    ),
+    # 7. prefixed tokens
+    ("key sk-abcdefghijklmnop here", "key sk-abc…mnop here"),
+    ("sk-proj-abcdefghijklmnopqrstuvwxyz", "sk-pro…wxyz"),
+    ("SK-ABCDEFGHIJ", "***"),
+    ("ghp_abcdefghijklmnopqrstuvwx", "ghp_ab…uvwx"),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijkl", "github…ijkl"),
+    ("xoxb-123456789012-123456789012-abcdefghijklmnopqrstuvwx", "xoxb-1…uvwx"),
+    ("xoxp-1234567890", "***"),
+    ("xapp-1-A0123456789-1234567890123-abcdef", "xapp-1…cdef"),
+    ("gsk_abcdefghij1234567890", "gsk_ab…7890"),
+    ("AIzaSyABC123DEF456GHI789JKL012MNO345PQR", "AIzaSy…5PQR"),
+    ("pplx-abcdefghij1234567890", "pplx-a…7890"),
+    ("npm_abcdefghij1234567890", "npm_ab…7890"),
+    ("bot 123456789:ABCdefGHIjklMNOpqrSTUvwxYZ012345678 ok", "bot 123456…5678 ok"),
+    ("1234567890:ABCdefGHIjklMNOpqrSTUvwxYZ01234567_", "123456…567_"),
+    # mixed
+    (
+        "API_KEY: sk-abcdefghijklmnopqrstuv and Bearer abcdefghijklmnopqrstuvwxyz",
+        "API_KEY: sk-abc…stuv and Bearer abcdef…wxyz",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REDACTION_TABLE)
+def test_redaction_table(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+NOT_REDACTED = [
+    "the token bucket algorithm",
+    "password reset flow was discussed",
+    "The API key rotation happens monthly; the secret is kept in vault.",
+    "Use a Bearer token in the header",
+    "the bearer of bad news",
+    "task-runner is risk-free",
+    "desk-lamp-switch-abcdefgh",
+    "aiza is a name",
+    "npm_install docs",
+    "Meet at 10:30, room 12:4",
+    "order 1234567:abcdefghijklmnopqrstuvwxyz",  # too few digits for a bot token
+    "12345678:short",
+    "a=b:c",
+    "key points: none",  # "points" does not end in a secret name
+    "-----BEGIN RSA PRIVATE KEY----- (truncated, no END marker)",
+    "https://example.com/?q=tokens",
+    "",
+    "普通的中文句子，没有秘密。",
+]
+
+
+@pytest.mark.parametrize("text", NOT_REDACTED)
+def test_prose_not_redacted(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_documented_assignment_overreach() -> None:
+    """Reference behaviour kept on purpose: a word ending in a secret name followed by
+    ':' or '=' masks the next whitespace-free run (see module docstring)."""
+    assert redact("monkey: banana") == "monkey: ***"
+    assert redact("Key: the idea") == "Key: *** idea"
+
+
+def test_case_insensitive() -> None:
+    assert redact("PaSsWoRd: hunter2") == "PaSsWoRd: ***"
+    assert redact("BEARER abcdefghijklmnopqrstuvwxyz") == "BEARER abcdef…wxyz"
+    assert redact("aizaSyABC123DEF456GHI789JKL012") == "aizaSy…L012"
+
+
+def test_ascii_word_boundaries_like_javascript() -> None:
+    # JS \b is ASCII: an accented letter before the name is a boundary.
+    assert redact("étoken=abc") == "étoken=***"
+    # ...and 'é' does not start a prefixed token's boundary differently
+    assert redact("é sk-abcdefghijklmnop") == "é sk-abc…mnop"
+
+
+def test_redaction_is_stable_on_second_pass() -> None:
+    secrets = "\n".join(t for t, _ in REDACTION_TABLE)
+    once = redact(secrets)
+    assert "hunter2" not in once
+    assert "abcdefghijklmnopqrstuvwxyz" not in once
+    twice = redact(once)
+    assert "hunter2" not in twice
+
+
+# --------------------------------------------------------------------------- gating
+
+
+def _redact_ungated(text: str) -> str:
+    """Same pipeline without the substring pre-checks."""
+    for rule in redact_mod._RULES_BEFORE_PEM:
+        text = rule.pattern.sub(redact_mod._mask_match, text)
+    text = redact_mod._redact_pem(text)
+    for rule in redact_mod._RULES_AFTER_PEM:
+        text = rule.pattern.sub(redact_mod._mask_match, text)
+    return text
+
+
+def test_gating_never_skips_a_match() -> None:
+    rng = random.Random(1234)
+    frags = [
+        "key", "KEY", "token", "Secret", "password", "passwd", "api", "_", "=", ":", " ",
+        "\n", '"', "'", "\\", "--", "-", "Bearer ", "Authorization: ", "abcdefghij",
+        "ABCDEFGHIJKLMNOPQRSTUV", "0123456789", "sk-", "ghp_", "xoxb-", "AIza", "pplx-",
+        "npm_", "gsk_", "xapp-", "github_pat_", "-----BEGIN RSA PRIVATE KEY-----",
+        "-----END RSA PRIVATE KEY-----", "apiKey", "accessToken", "{", "}", "é", "\u00a0",
+        ".", "+", "x", "012345678:", "abcdefghijklmnopqrstuvwxyz012345678",
+    ]  # fmt: skip
+    for _ in range(3000):
+        text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 14)))
+        assert redact(text) == _redact_ungated(text), text
+
+
+# --------------------------------------------------------------------------- adversarial
+
+ADVERSARIAL = {
+    "plain": "a" * 1_000_000,
+    "key_words": "key key key " * 80_000,
+    "key_colon": "key: " * 100_000,
+    "pem_begin_no_end": "-----BEGIN RSA PRIVATE KEY-----" * 30_000,
+    "pem_begin_spaces": "-----BEGIN " + " " * 500_000,
+    "long_word_then_key": "a" * 1_000_000 + "key",
+    "underscores": "_" * 1_000_000 + "key=x",
+    "unclosed_quote": 'password="' + "a" * 1_000_000,
+    "unclosed_json": '"token":"' + "a" * 1_000_000,
+    "json_repeat": '"token": "a' * 50_000,
+    "bearer_dots": "Bearer " + "a." * 500_000,
+    "bearer_repeat": "Bearer " * 100_000,
+    "authorization_repeat": "Authorization: Bearer " * 40_000,
+    "sk_dashes": "sk-" + "a-" * 500_000,
+    "colons": ":" * 1_000_000,
+    "digits_colons": "123456789:" * 100_000,
+    "cli_repeat": "--token " * 100_000,
+    "spaces_after_key": "key" + " " * 1_000_000,
+}
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL))
+def test_adversarial_input_completes(name: str) -> None:
+    text = ADVERSARIAL[name]
+    out = redact(text)
+    assert isinstance(out, str)
+
+
+def test_adversarial_pem_still_redacts_later_blocks() -> None:
+    text = "-----BEGIN RSA PRIVATE KEY-----" * 3 + "\nMIIE\n-----END RSA PRIVATE KEY-----"
+    out = redact(text)
+    assert "MIIE" not in out
+    assert out.endswith("…redacted…\n-----END RSA PRIVATE KEY-----")
+
+
+# --------------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize(
+    ("source", "mode", "expected"),
+    [
+        ("sessions", "sessions", True),
+        ("memory", "sessions", False),
+        ("sessions", "all", True),
+        ("memory", "all", True),
+        ("sessions", "off", False),
+        ("memory", "off", False),
+    ],
+)
+def test_should_redact(source: str, mode: str, expected: bool) -> None:
+    assert should_redact(source, mode) is expected
+
+
+def test_should_redact_rejects_unknown_mode() -> None:
+    assert REDACT_MODES == ("sessions", "all", "off")
+    with pytest.raises(ValueError):
+        should_redact("sessions", "tools")
