@@ -16,7 +16,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from memory_core.errors import ConfigError
 
@@ -40,6 +48,9 @@ class RemoteSettings(_Model):
     max_attempts: int = Field(default=6, ge=1, le=20)
     backoff_initial_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
+    # Lower the documented request limits for compatible endpoints that accept less.
+    max_inputs_per_request: int | None = Field(default=None, ge=1)
+    max_tokens_per_request: int | None = Field(default=None, ge=1)
 
 
 class LocalSettings(_Model):

@@ -75,6 +75,10 @@ class OpenAIProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self.settings = remote
+        if remote.max_inputs_per_request:
+            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
+        if remote.max_tokens_per_request:
+            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
         self.client = openai.OpenAI(
             api_key=key, base_url=self.base_url, default_headers=self.headers or None,
             timeout=remote.timeout_s, max_retries=0,

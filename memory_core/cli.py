@@ -1,0 +1,218 @@
+"""The ``memory-core`` command: a thin layer over the library and the reindex flow.
+
+Exit codes: 0 success, 2 usage or configuration error, 1 run failure. Errors a user causes
+print one line on stderr, never a traceback (``MEMORY_CORE_DEBUG=1`` shows tracebacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from memory_core.config import Settings, load_settings
+from memory_core.errors import MemoryCoreError, UsageError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors, as we want
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help="TOML config file (default: $MEMORY_CORE_CONFIG)")
+    p.add_argument("--workspace", "-w", help="workspace folder (default: current directory)")
+    p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="memory-core", description="Index and search agent memory (Markdown notes and chat transcripts).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("index", help="build or update the index (runs the reindex flow)")
+    _common(p)
+    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
+    p.add_argument("--model")
+    p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
+    p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
+    p.add_argument("--sessions", action="store_true", help="also index chat transcripts (sources memory + sessions)")
+    p.add_argument("--engine", choices=["auto", "prefect", "local"], default=os.environ.get("MEMORY_CORE_ENGINE", "auto"),
+                   help="prefect: run the reindex flow; local: the same stages in-process; auto (default):"
+                        " the flow when PREFECT_API_URL points at a server, else in-process (no 10-20 s"
+                        " temporary Prefect server per run)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("search", help="hybrid search with file and line citations")
+    _common(p)
+    p.add_argument("query")
+    p.add_argument("--max-results", "-n", type=int)
+    p.add_argument("--min-score", type=float)
+    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"])
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("get", help="print lines of an indexed file")
+    _common(p)
+    p.add_argument("path", help="indexed path, e.g. memory/2026-11-02.md")
+    p.add_argument("--from", dest="from_line", type=int, help="first line (1-based)")
+    p.add_argument("--lines", type=int, help="number of lines")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("status", help="what the index holds and how search runs")
+    _common(p)
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    overrides = {"workspace": args.workspace, "index_path": args.index_path, **extra}
+    return load_settings(args.config, overrides)
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    extra: dict[str, Any] = {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths}
+    if args.sessions:
+        extra["sources"] = ["memory", "sessions"]
+    settings = _settings(args, **extra)
+    if not settings.workspace_dir.is_dir():
+        raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    engine = args.engine
+    if engine == "auto":
+        engine = "prefect" if os.environ.get("PREFECT_API_URL") else "local"
+    summary = _index_prefect(settings, args) if engine == "prefect" else _index_local(settings, args)
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        from memory_core.pipeline import RunSummary
+
+        for line in RunSummary(**summary).lines():
+            print(line)
+        for w in summary.get("warnings", []):
+            print(f"warning: {w}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _progress_bar(enabled: bool):  # type: ignore[no-untyped-def]
+    if not enabled:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            bar = bars[stage] = tqdm(total=total, desc=stage, unit="chunk" if stage != "chunk" else "file",
+                                     leave=False, file=sys.stderr)
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    def close() -> None:
+        for b in bars.values():
+            b.close()
+
+    return progress, close
+
+
+def _index_local(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    from memory_core.pipeline import run_index
+
+    progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
+    try:
+        return run_index(settings, full=args.full, progress=progress).to_dict()
+    finally:
+        close()
+
+
+def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from flows.reindex import ReindexParams, reindex
+
+    params = ReindexParams(
+        workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
+        provider=settings.provider, model=settings.model, full=args.full, extra_paths=settings.extra_paths,
+        sources=list(settings.sources),
+    )
+    return reindex(params)
+
+
+def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from memory_core.search import Searcher
+
+    return Searcher(_settings(args))
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _searcher(args) as s:
+        results = s.search(args.query, max_results=args.max_results, min_score=args.min_score, sources=args.sources)
+        note = s.provider_note
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False))
+        return EXIT_OK
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if not results:
+        print("no results")
+    for r in results:
+        print(f"{r.citation}  score {r.score:.3f}  [{r.source}]")
+        for line in r.snippet.splitlines()[:12]:
+            print(f"    {line}")
+        print()
+    return EXIT_OK
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    with _searcher(args) as s:
+        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
+    if args.json:
+        print(json.dumps(res, indent=2, ensure_ascii=False))
+    else:
+        print(res["text"])
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _searcher(args) as s:
+        st = s.status()
+    if args.json:
+        print(json.dumps(st, indent=2, sort_keys=True, default=str))
+    else:
+        for k, v in st.items():
+            print(f"{k}: {v}")
+    return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
+
+
+COMMANDS = {"index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging()
+    try:
+        return COMMANDS[args.command](args)
+    except MemoryCoreError as exc:
+        if os.environ.get("MEMORY_CORE_DEBUG") == "1":
+            raise
+        print(f"memory-core: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,658 @@
+"""One reindex run, as stages that Prefect tasks (or a plain caller) run in order.
+
+    discover -> chunk -> cache lookup -> embed misses -> build temp DB -> verify + swap
+
+Each stage's output is small metadata or a Parquet file in the run's work directory, so a
+task result stays small, memory stays flat in the corpus size, and the embed stage can run
+on other machines (it needs only the texts of one request group). The embedding cache is
+written as each provider response arrives, so a killed run loses nothing it paid for.
+
+:func:`run_index` runs the stages in-process (a thread pool for embedding); the Prefect flow
+in ``flows/reindex.py`` runs the same stage functions as tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memory_core.cache import EmbeddingCache
+from memory_core.chunking import chunk_id, chunk_markdown, remap_chunk_lines
+from memory_core.config import Settings
+from memory_core.discovery import FileEntry, discover_files, hash_file
+from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.grouping import plan_groups
+from memory_core.errors import RunError
+from memory_core.store import (
+    SCHEMA_VERSION,
+    ChunkRow,
+    FileRow,
+    IndexLock,
+    IndexWriter,
+    LiveFile,
+    fts_tokenizer,
+    probe_index,
+    read_live_files,
+    remove_stale_temp_files,
+)
+from memory_core.textsearch import segment_for_index
+
+log = logging.getLogger("memory_core.pipeline")
+
+ROW_GROUP = 4096
+MAX_FILE_BYTES = 64 * 1024 * 1024
+BINARY_SNIFF = 8192
+
+ProgressFn = Callable[[str, int, int], None]
+
+CHUNK_SCHEMA = pa.schema([
+    ("path", pa.string()), ("source", pa.string()), ("start_line", pa.int32()), ("end_line", pa.int32()),
+    ("hash", pa.string()), ("text", pa.large_string()),
+])
+MISS_SCHEMA = pa.schema([("hash", pa.string()), ("text", pa.large_string()), ("tokens", pa.int32())])
+
+
+# -- plan ------------------------------------------------------------------------------------
+
+@dataclass
+class RunPlan:
+    """What discovery decided: which files to (re)index, carry over or drop."""
+
+    run_id: str
+    workdir: str
+    index_path: str
+    full: bool
+    full_reason: str
+    meta: dict[str, Any]
+    to_index: list[FileEntry]
+    carried: list[str]  # indexed paths whose live rows are kept as they are
+    removed: list[str]
+    counts: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.full and not self.to_index and not self.removed
+
+
+@dataclass
+class ChunkResult:
+    path: str  # parquet file of chunk rows
+    files: dict[str, dict[str, Any]]  # indexed path -> FileRow fields
+    chunks: int
+    unique_hashes: int
+    warnings: list[str]
+    truncated: int = 0
+
+
+@dataclass
+class MissResult:
+    path: str  # parquet file of unique (hash, text, tokens) not in the cache
+    misses: int
+    hits: int
+
+
+@dataclass
+class RunSummary:
+    index_path: str
+    provider: str
+    model: str
+    provider_reason: str
+    full: bool
+    full_reason: str
+    swapped: bool
+    files_scanned: int = 0
+    files_new: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    files_skipped: int = 0
+    sessions_carried: int = 0
+    chunks_total: int = 0
+    chunks_indexed: int = 0
+    chunks_embedded: int = 0
+    chunks_from_cache: int = 0
+    embed_requests: int = 0
+    tokens_sent: int = 0
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        s = self
+        mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
+        return [
+            f"index: {s.index_path} ({mode}; {'swapped in' if s.swapped else 'unchanged, nothing to do'})",
+            f"provider: {s.provider} / {s.model} ({s.provider_reason})",
+            f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
+            f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",
+            f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
+            f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
+            f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}",
+            "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()),
+        ]
+
+
+def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
+    tokens, overlap = chunk_params(settings, provider)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "provider": provider.name,
+        "model": provider.model,
+        "provider_key": provider.provider_key,
+        "provider_reason": reason,
+        "dims": provider.dims,
+        "chunk_tokens": tokens,
+        "chunk_overlap": overlap,
+        "sources": sorted(settings.sources),
+        "extra_paths": sorted(settings.extra_paths),
+        "redact": settings.redact,
+        "fts_tokenizer": fts_tokenizer(),
+    }
+
+
+REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
+                "sources", "extra_paths", "redact", "fts_tokenizer")
+
+
+def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, int]:
+    tokens = settings.chunking.tokens or provider.default_chunk_tokens
+    overlap = settings.chunking.overlap if settings.chunking.overlap is not None else provider.default_chunk_overlap
+    overlap = max(0, min(overlap, tokens - 1))
+    return tokens, overlap
+
+
+def _rebuild_reason(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
+    if old is None:
+        return "no index yet"
+    for key in REBUILD_KEYS:
+        if old.get(key) != new.get(key):
+            return f"{key} changed"
+    if new.get("provider") != "none" and new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
+        return "dims changed"
+    return None
+
+
+def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str, *, full: bool = False,
+                   workdir_root: Path | None = None) -> RunPlan:
+    """Find the sources, hash what may have changed, and diff against the live index."""
+    index_path = settings.index_file
+    disc = discover_files(settings)
+    warnings = list(disc.warnings)
+    meta = build_meta(settings, provider, reason)
+    live_meta, problem = probe_index(index_path)
+    full_reason = "requested" if full else ""
+    if problem:
+        warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
+        full, full_reason = True, "live index damaged"
+    elif not full:
+        why = _rebuild_reason(live_meta, meta)
+        if why:
+            full, full_reason = True, why
+    live: dict[str, LiveFile] = {} if (full or live_meta is None) else read_live_files(index_path)
+
+    to_index: list[FileEntry] = []
+    carried: list[str] = []
+    counts = {"scanned": len(disc.files), "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
+    seen: set[str] = set()
+    for f in disc.files:
+        seen.add(f.path)
+        old = live.get(f.path)
+        if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
+            carried.append(f.path)
+            counts["unchanged"] += 1
+            continue
+        try:
+            digest = hash_file(f.abs_path)
+        except OSError as exc:
+            if old is not None:
+                warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")
+                carried.append(f.path)
+                counts["unchanged"] += 1
+            else:
+                warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+            continue
+        if old is not None and old.hash == digest and old.source == f.source:
+            # Same bytes, new mtime (touch, checkout): keep rows, refresh the files row.
+            carried.append(f.path)
+            counts["unchanged"] += 1
+            continue
+        if old is not None and f.source == "sessions" and _below_delta(settings, f, old):
+            carried.append(f.path)
+            counts["sessions_carried"] += 1
+            continue
+        to_index.append(f.with_hash(digest))
+        counts["changed" if old is not None else "new"] += 1
+    removed = sorted(p for p in live if p not in seen)
+    counts["removed"] = len(removed)
+    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    root = workdir_root or index_path.parent / ".memory-core-work"
+    workdir = root / run_id
+    workdir.mkdir(parents=True, exist_ok=True)
+    return RunPlan(
+        run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
+        meta=meta, to_index=to_index, carried=carried, removed=removed, counts=counts, warnings=warnings,
+    )
+
+
+def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
+    """A transcript that grew by less than both delta thresholds keeps its indexed rows."""
+    if f.size < old.size:
+        return False  # rewritten or truncated: reindex
+    grew = f.size - old.size
+    if grew >= settings.sessions.delta_bytes:
+        return False
+    if old.lines is None:
+        return False
+    from memory_core.sessions import count_lines
+
+    try:
+        new_lines = count_lines(f.abs_path) - old.lines
+    except OSError:
+        return True
+    return new_lines < settings.sessions.delta_messages
+
+
+# -- chunk -----------------------------------------------------------------------------------
+
+def _read_markdown(f: FileEntry, warnings: list[str]) -> str | None:
+    if f.size > MAX_FILE_BYTES:
+        warnings.append(f"{f.path} is {f.size // (1024 * 1024)} MiB, over the {MAX_FILE_BYTES // (1024 * 1024)} MiB limit; skipped")
+        return None
+    try:
+        with open(f.abs_path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        warnings.append(f"{f.path} disappeared during the run; skipped")
+        return None
+    except OSError as exc:
+        warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+        return None
+    if b"\x00" in data[:BINARY_SNIFF]:
+        warnings.append(f"{f.path} looks binary (NUL bytes); skipped")
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        warnings.append(f"{f.path} is not valid UTF-8; undecodable bytes were replaced")
+        return data.decode("utf-8", errors="replace")
+
+
+def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
+                progress: ProgressFn | None = None) -> ChunkResult:
+    """Chunk every file to (re)index into ``chunks.parquet`` in the run's work directory."""
+    from memory_core.redact import redact, should_redact
+    from memory_core.sessions import parse_session_file
+
+    tokens, overlap = chunk_params(settings, provider)
+    out = os.path.join(plan.workdir, "chunks.parquet")
+    warnings: list[str] = []
+    files: dict[str, dict[str, Any]] = {}
+    hashes: set[str] = set()
+    buf: dict[str, list[Any]] = {k: [] for k in CHUNK_SCHEMA.names}
+    total = 0
+    with pq.ParquetWriter(out, CHUNK_SCHEMA) as writer:
+        def flush() -> None:
+            if buf["path"]:
+                writer.write_table(pa.table(buf, schema=CHUNK_SCHEMA))
+                for v in buf.values():
+                    v.clear()
+
+        for i, f in enumerate(plan.to_index, 1):
+            lines: int | None = None
+            if f.source == "sessions":
+                try:
+                    doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
+                except OSError as exc:
+                    warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+                    continue
+                if doc.skipped:
+                    warnings.append(f"{f.path}: {doc.skipped} malformed or non-message lines skipped")
+                chunks = remap_chunk_lines(chunk_markdown(doc.content, tokens, overlap), doc.line_map) \
+                    if doc.content else []
+                lines = doc.lines
+            else:
+                text = _read_markdown(f, warnings)
+                if text is None:
+                    continue
+                if should_redact("memory", settings.redact):
+                    text = "\n".join(redact(line) for line in text.split("\n"))
+                chunks = chunk_markdown(text, tokens, overlap)
+            # Identical segments of one long line share lines and hash, hence the reference's
+            # chunk id: keep one (they would be the same search result anyway).
+            seen_keys: set[tuple[int, int, str]] = set()
+            kept = []
+            for c in chunks:
+                key = (c.start_line, c.end_line, c.hash)
+                if c.text.strip() and key not in seen_keys:
+                    seen_keys.add(key)
+                    kept.append(c)
+            for c in kept:
+                buf["path"].append(f.path)
+                buf["source"].append(f.source)
+                buf["start_line"].append(c.start_line)
+                buf["end_line"].append(c.end_line)
+                buf["hash"].append(c.hash)
+                buf["text"].append(c.text)
+                hashes.add(c.hash)
+            total += len(kept)
+            files[f.path] = {"path": f.path, "source": f.source, "hash": f.hash or "", "mtime_ms": f.mtime_ms,
+                             "size": f.size, "chunks": len(kept), "lines": lines}
+            if len(buf["path"]) >= ROW_GROUP:
+                flush()
+            if progress:
+                progress("chunk", i, len(plan.to_index))
+        flush()
+    return ChunkResult(path=out, files=files, chunks=total, unique_hashes=len(hashes), warnings=warnings)
+
+
+def iter_chunk_batches(path: str, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+    pf = pq.ParquetFile(path)
+    yield from pf.iter_batches(batch_size=ROW_GROUP, columns=columns)
+
+
+# -- cache lookup ------------------------------------------------------------------------------
+
+def cache_lookup_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None,
+                       provider: EmbeddingProvider) -> MissResult:
+    """Write the unique chunk texts that have no cached vector to ``misses.parquet``."""
+    out = os.path.join(plan.workdir, "misses.parquet")
+    hits = 0
+    misses = 0
+    seen: set[str] = set()
+    with pq.ParquetWriter(out, MISS_SCHEMA) as writer:
+        if provider.name != "none":
+            for batch in iter_chunk_batches(chunks.path, ["hash", "text"]):
+                hs = batch.column("hash").to_pylist()
+                texts = batch.column("text").to_pylist()
+                new = [(h, t) for h, t in zip(hs, texts, strict=True) if h not in seen]
+                seen.update(h for h, _ in new)
+                new = list(dict(new).items())
+                cached = cache.has_many(h for h, _ in new) if cache is not None else set()
+                hits += len(cached)
+                todo = [(h, t) for h, t in new if h not in cached]
+                misses += len(todo)
+                if todo:
+                    writer.write_table(pa.table({
+                        "hash": [h for h, _ in todo], "text": [t for _, t in todo],
+                        "tokens": [provider.estimate_tokens(t) for _, t in todo],
+                    }, schema=MISS_SCHEMA))
+    return MissResult(path=out, misses=misses, hits=hits)
+
+
+# -- embed -------------------------------------------------------------------------------------
+
+@dataclass
+class EmbedGroup:
+    index: int
+    hashes: list[str]
+    texts: list[str]
+    tokens: int
+
+
+def iter_embed_groups(misses: MissResult, provider: EmbeddingProvider) -> Iterator[EmbedGroup]:
+    """Request groups over the misses, streamed from the Parquet file."""
+    if misses.misses == 0:
+        return
+    table = pq.read_table(misses.path, columns=["tokens"])
+    token_counts = table.column("tokens").to_pylist()
+    groups = plan_groups(token_counts, max_inputs=provider.max_inputs_per_request,
+                         max_tokens=provider.max_tokens_per_request)
+    pf = pq.ParquetFile(misses.path)
+    pending_h: list[str] = []
+    pending_t: list[str] = []
+    gi = 0
+    for batch in pf.iter_batches(batch_size=ROW_GROUP, columns=["hash", "text"]):
+        pending_h.extend(batch.column("hash").to_pylist())
+        pending_t.extend(batch.column("text").to_pylist())
+        while gi < len(groups) and len(pending_h) >= len(groups[gi]):
+            n = len(groups[gi])
+            yield EmbedGroup(gi, pending_h[:n], pending_t[:n], sum(token_counts[groups[gi].start:groups[gi].stop]))
+            del pending_h[:n], pending_t[:n]
+            gi += 1
+    while gi < len(groups):
+        n = len(groups[gi])
+        yield EmbedGroup(gi, pending_h[:n], pending_t[:n], sum(token_counts[groups[gi].start:groups[gi].stop]))
+        del pending_h[:n], pending_t[:n]
+        gi += 1
+
+
+def embed_group(provider: EmbeddingProvider, group: EmbedGroup) -> tuple[list[str], np.ndarray]:
+    """Embed one request group; returns (hashes, float32 vectors). Pure: writes nothing."""
+    return group.hashes, provider.embed_documents(group.texts)
+
+
+def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: np.ndarray) -> None:
+    """Commit one response's vectors to the cache at once."""
+    vectors = np.ascontiguousarray(vectors, dtype="<f4")
+    cache.put_many([(h, vectors[i].tobytes()) for i, h in enumerate(hashes)], dims=int(vectors.shape[1]))
+
+
+def embed_stage_local(misses: MissResult, provider: EmbeddingProvider, cache: EmbeddingCache, *,
+                      concurrency: int = 4, progress: ProgressFn | None = None) -> dict[str, int]:
+    """Embed every miss with a bounded thread pool, caching each response as it arrives."""
+    stats = {"requests": 0, "embedded": 0, "tokens": 0}
+    if misses.misses == 0:
+        return stats
+    workers = 1 if provider.name == "local" else max(1, concurrency)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="embed") as pool:
+        inflight: dict[Future[tuple[list[str], np.ndarray]], EmbedGroup] = {}
+
+        def drain(block_until: int) -> None:
+            while len(inflight) > block_until:
+                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    g = inflight.pop(fut)
+                    hashes, vecs = fut.result()
+                    store_vectors(cache, hashes, vecs)
+                    stats["requests"] += 1
+                    stats["embedded"] += len(hashes)
+                    stats["tokens"] += g.tokens
+                    if progress:
+                        progress("embed", stats["embedded"], misses.misses)
+
+        try:
+            for g in iter_embed_groups(misses, provider):
+                inflight[pool.submit(embed_group, provider, g)] = g
+                drain(workers * 2)
+            drain(0)
+        except BaseException:
+            for fut in inflight:
+                fut.cancel()
+            raise
+    return stats
+
+
+# -- build, verify, swap ----------------------------------------------------------------------
+
+def _vector_dims(cache: EmbeddingCache | None, provider: EmbeddingProvider, chunks: ChunkResult,
+                 live_meta_dims: int | None) -> int | None:
+    if provider.name == "none":
+        return None
+    if provider.dims:
+        return provider.dims
+    if cache is not None:
+        for batch in iter_chunk_batches(chunks.path, ["hash"]):
+            got = cache.get_many(batch.column("hash").to_pylist()[:50])
+            for v in got.values():
+                return len(v) // 4
+    return live_meta_dims
+
+
+def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None,
+                provider: EmbeddingProvider, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Build the next index in a temp file, verify it and swap it in."""
+    index_path = Path(plan.index_path)
+    live_meta, _ = probe_index(index_path) if not plan.full else (None, None)
+    dims = _vector_dims(cache, provider, chunks, (live_meta or {}).get("dims"))
+    with_vectors = provider.name != "none"
+    meta = dict(plan.meta)
+    meta["dims"] = dims
+    now = int(time.time() * 1000)
+    with IndexWriter(index_path, full=plan.full, dims=dims) as writer:
+        if not plan.full:
+            writer.delete_paths(plan.removed)
+            writer.delete_paths(chunks.files.keys())
+            # files whose index run was skipped (unreadable, binary) but that were indexed: drop
+            writer.delete_paths(f.path for f in plan.to_index if f.path not in chunks.files)
+        done = 0
+        for batch in iter_chunk_batches(chunks.path):
+            cols = {name: batch.column(name).to_pylist() for name in CHUNK_SCHEMA.names}
+            vecs = cache.get_many(cols["hash"]) if (cache is not None and with_vectors) else {}
+            rows = []
+            for i in range(len(cols["path"])):
+                h = cols["hash"][i]
+                emb = vecs.get(h) if with_vectors else None
+                if with_vectors and emb is None:
+                    raise RunError(f"no vector for a chunk of {cols['path'][i]} (lines {cols['start_line'][i]}-"
+                                   f"{cols['end_line'][i]}); the embedding stage did not finish")
+                if emb is not None and dims and len(emb) != dims * 4:
+                    raise RunError(f"cached vector for {cols['path'][i]} has {len(emb) // 4} dims, index has {dims}")
+                rows.append(ChunkRow(
+                    id=chunk_id(cols["source"][i], cols["path"][i], cols["start_line"][i], cols["end_line"][i], h,
+                                provider.model),
+                    path=cols["path"][i], source=cols["source"][i], start_line=cols["start_line"][i],
+                    end_line=cols["end_line"][i], hash=h, model=provider.model, text=cols["text"][i],
+                    fts_text=segment_for_index(cols["text"][i]), embedding=emb, updated_at=now,
+                ))
+            writer.insert_chunks(rows)
+            done += len(rows)
+            if progress:
+                progress("build", done, chunks.chunks)
+        writer.upsert_files(FileRow(**v) for v in chunks.files.values())
+        counts = writer.verify(expect_vectors=with_vectors)
+        meta["vector_store"] = ("vec0" if writer.vec else "blob") if with_vectors else None
+        meta["built_at"] = now
+        meta["counts"] = counts
+        writer.set_meta(meta)
+        writer.swap()
+    return {"counts": counts, "dims": dims, "vector_store": meta["vector_store"]}
+
+
+def cleanup_workdir(plan: RunPlan) -> None:
+    shutil.rmtree(plan.workdir, ignore_errors=True)
+    parent = Path(plan.workdir).parent
+    with contextlib.suppress(OSError):
+        parent.rmdir()  # only when empty
+
+
+def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks: ChunkResult | None,
+              misses: MissResult | None, embed: dict[str, int] | None, built: dict[str, Any] | None,
+              timings: dict[str, float]) -> RunSummary:
+    c = plan.counts
+    total = built["counts"]["chunks"] if built else _live_chunk_count(plan)
+    warnings = plan.warnings + (chunks.warnings if chunks else [])
+    skipped = len(plan.to_index) - (len(chunks.files) if chunks else len(plan.to_index))
+    return RunSummary(
+        index_path=plan.index_path, provider=provider.name, model=provider.model, provider_reason=reason,
+        full=plan.full, full_reason=plan.full_reason, swapped=built is not None,
+        files_scanned=c["scanned"], files_new=c["new"], files_changed=c["changed"], files_unchanged=c["unchanged"],
+        files_removed=c["removed"], files_skipped=skipped, sessions_carried=c["sessions_carried"],
+        chunks_total=total, chunks_indexed=chunks.chunks if chunks else 0,
+        chunks_embedded=(embed or {}).get("embedded", 0), chunks_from_cache=misses.hits if misses else 0,
+        embed_requests=(embed or {}).get("requests", 0), tokens_sent=(embed or {}).get("tokens", 0),
+        stage_seconds={k: round(v, 3) for k, v in timings.items()}, warnings=warnings,
+    )
+
+
+def _live_chunk_count(plan: RunPlan) -> int:
+    meta, _ = probe_index(Path(plan.index_path))
+    return int(((meta or {}).get("counts") or {}).get("chunks", 0))
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.times: dict[str, float] = {}
+
+    def stage(self, name: str) -> _TimerCtx:
+        return _TimerCtx(self, name)
+
+
+class _TimerCtx:
+    def __init__(self, timer: Timer, name: str) -> None:
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.times[self.name] = self.timer.times.get(self.name, 0.0) + time.perf_counter() - self.t0
+
+
+def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -> EmbeddingCache | None:
+    """The embedding cache of this run; with ``cache.enabled = false`` it lives (and dies) in the workdir."""
+    if provider.name == "none":
+        return None
+    path = settings.cache_file if settings.cache.enabled else Path(plan.workdir) / "run-cache.sqlite"
+    return EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+
+
+def preflight(settings: Settings) -> None:
+    """Refuse a run whose workspace is missing before anything is created on disk."""
+    from memory_core.errors import PathError
+
+    if not settings.workspace_dir.is_dir():
+        raise PathError(f"workspace not found: {settings.workspace_dir}")
+
+
+def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
+              reason: str = "", progress: ProgressFn | None = None, concurrency: int = 4) -> RunSummary:
+    """Run one reindex in-process (no Prefect). Raises MemoryCoreError subclasses on failure."""
+    from memory_core.embeddings.registry import create_provider
+
+    preflight(settings)
+    if provider is None:
+        provider, reason = create_provider(settings)
+    timer = Timer()
+    index_path = settings.index_file
+    with IndexLock(index_path, wait=settings.lock.wait, timeout_s=settings.lock.timeout_s):
+        remove_stale_temp_files(index_path)
+        with timer.stage("discover"):
+            plan = discover_stage(settings, provider, reason, full=full)
+        try:
+            if plan.nothing_to_do:
+                return summarize(plan, provider, reason, chunks=None, misses=None, embed=None, built=None,
+                                 timings=timer.times)
+            cache = open_cache(settings, provider, plan)
+            try:
+                with timer.stage("chunk"):
+                    chunks = chunk_stage(plan, settings, provider, progress)
+                with timer.stage("cache"):
+                    misses = cache_lookup_stage(plan, chunks, cache, provider)
+                with timer.stage("embed"):
+                    embed = embed_stage_local(misses, provider, cache, concurrency=concurrency, progress=progress) \
+                        if cache is not None else {}
+                with timer.stage("build"):
+                    built = build_stage(plan, chunks, cache, provider, progress)
+                if cache is not None and settings.cache.enabled:
+                    cache.evict(settings.cache.max_entries)
+            finally:
+                if cache is not None:
+                    cache.close()
+            summary = summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
+                                timings=timer.times)
+            for w in summary.warnings:
+                log.warning("%s", w)
+            return summary
+        finally:
+            cleanup_workdir(plan)
+
+
+def summary_json(summary: RunSummary) -> str:
+    return json.dumps(summary.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,50 @@
+"""Shared fixtures: example workspaces, fake provider servers, settings builders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY",
+             "MEMORY_CORE_CONFIG", "MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_PROVIDER"):
+    os.environ.pop(_var, None)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A private copy of examples/workspace (and its sessions) to index and edit."""
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws)
+    shutil.copytree(EXAMPLES / "sessions", ws / "sessions")
+    return ws
+
+
+@pytest.fixture
+def openai_fake() -> Iterator[Any]:
+    from tests.fakes.openai_fake import OpenAIFake
+
+    with OpenAIFake(dims=64) as srv:
+        yield srv
+
+
+def openai_settings(ws: Path, srv: Any, **overrides: Any) -> Settings:
+    """Settings for the OpenAI provider pointed at a fake server (64-d vectors, fast retries)."""
+    remote = {"api_key": "sk-test-key-0123456789", "base_url": srv.base_url, "dimensions": 64,
+              "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 10}
+    remote.update(overrides.pop("remote", {}))
+    data: dict[str, Any] = {"workspace": str(ws), "provider": "openai", "model": "text-embedding-3-small",
+                            "remote": remote}
+    data.update(overrides)
+    return load_settings(None, data)
