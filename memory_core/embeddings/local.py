@@ -82,6 +82,14 @@ class LocalProvider(EmbeddingProvider):
                     import torch
                     from sentence_transformers import SentenceTransformer
 
+                    try:  # no "Loading weights" progress bars on the user's terminal
+                        from transformers.utils import logging as hf_logging
+
+                        hf_logging.disable_progress_bar()
+                        hf_logging.set_verbosity_error()
+                    except Exception:  # pragma: no cover - older transformers
+                        pass
+
                     if self.threads:
                         torch.set_num_threads(self.threads)
                     m = SentenceTransformer(self.model_path, device=self.device)
