@@ -211,7 +211,7 @@ class Searcher:
         hits = ranking.dedupe_overlapping(hits)
         if q.mmr.enabled:
             hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
-        terms = textsearch.extract_keywords(query) or query.split()
+        terms = textsearch.query_terms(query) or query.split()
         out = []
         for h in hits[:max_results]:
             snippet = ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)

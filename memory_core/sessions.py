@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from memory_core.redact import redact
+from memory_core.redact import mask_token, redact
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -323,10 +323,42 @@ def session_lines_for_range(
                 text = text[:-1]
                 if text.endswith("\r"):
                     text = text[:-1]
-            out.append(redact(text) if redact_secrets else text)
+            out.append(redact_jsonl_line(text) if redact_secrets else text)
             if line_no >= end_line:
                 break
     return out
+
+
+_SECRET_FIELD = re.compile(
+    r"(?:api[_-]?key|token|secret|password|passwd|access[_-]?token|refresh[_-]?token|auth[_-]?token)$",
+    re.IGNORECASE,
+)
+
+
+def _redact_json_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_redact_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {
+            k: mask_token(v) if isinstance(v, str) and _SECRET_FIELD.search(str(k)) else _redact_json_value(v)
+            for k, v in value.items()
+        }
+    return value
+
+
+def redact_jsonl_line(text: str) -> str:
+    """Redact one raw JSONL line string by string, inside the JSON structure.
+
+    A plain-text pass over the raw line would miss secrets in nested JSON text, where escaped
+    quotes hide ``\\"password\\": \\"...\\"`` from the patterns; secret-named fields are
+    masked with the reference's rule. Lines that are not JSON get the plain-text pass."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return redact(text)
+    return json.dumps(_redact_json_value(obj), ensure_ascii=False)
 
 
 def count_lines(

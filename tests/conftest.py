@@ -26,7 +26,7 @@ for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_
 def workspace(tmp_path: Path) -> Path:
     """A private copy of examples/workspace (and its sessions) to index and edit."""
     ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLES / "workspace", ws)
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
     shutil.copytree(EXAMPLES / "sessions", ws / "sessions")
     return ws
 

@@ -1,0 +1,610 @@
+"""Ranking of memory search results: score fusion, temporal decay, MMR, snippets, dedupe.
+
+All functions are pure and never mutate their inputs (they return new :class:`Hit` objects or
+new lists). The query module's pipeline is::
+
+    vector hits (cosine) ─┐
+                          ├─ fuse() ─ apply_temporal_decay() ─ score >= min_score
+    keyword hits (bm25) ──┘   ─ dedupe_overlapping() ─ mmr_rerank() ─ top max_results ─ make_snippet()
+
+Fusion (``fuse``, default ``method="minmax"``): an anchored min-max convex combination
+(Bruch et al. 2023 found convex combination of min-max-normalised scores better than RRF; the
+peers' BEIR numbers agree). For each side s (vector: cosine similarity; text:
+``bm25_rank_to_score``) over that side's candidate pool with best raw score ``T_s`` and worst
+``B_s``::
+
+    position  m_s(x) = 1 - (T_s - x) / ((1 + TAIL_PAD) * (T_s - B_s))     (1 if T_s == B_s)
+    anchor    A_s    = ANCHOR_FLOOR + (1 - ANCHOR_FLOOR) * c_s
+    fused(h)  = w_v * A_v * m_v(h) + w_t * A_t * m_t(h)                   (absent side: 0)
+
+``m_s`` is min-max, except the pool's worst candidate gets TAIL_PAD / (1 + TAIL_PAD) = 0.2
+instead of 0 (it is a candidate, not a non-match). ``c_s`` in [0, 1] is the side's confidence in
+its own best hit, so the best hit is *not* automatically 1.0:
+
+* text: ``c_t = T_t``, the best hit's ``bm25_rank_to_score`` (0.5 for bm25 = -1, 0.9 for -9).
+  BM25 grows with rare matched terms and does not depend on embedding dimensions.
+* vector: ``c_v = min(1, ((T_v - L_v) / (1 - L_v)) / VECTOR_HEADROOM_REF)`` where ``L_v`` is the
+  median cosine of the vector pool (the query's background similarity in this corpus): the share
+  of the headroom above the background (up to cosine 1) that the best hit climbs. It is invariant
+  to how a model spreads its cosines (384-d MiniLM ~0.2-0.6, 3072-d ~0.1-0.4 give the same
+  value for equivalent pools) and saturates at 1 for a clear winner (a top 0.2 of the headroom
+  above the median). Pools of fewer than 4 candidates have no background estimate: ``c_v = 0.5``.
+  This is a soft signal: on synthetic pools the top vector-only score is ~1.0 with a clear
+  winner and ~0.72-0.85 for background-only pools (tests/test_ranking.py).
+
+Weights are clamped to [0, 1], sides without candidates get weight 0 (keyword-only mode gives
+the text side weight 1), then normalised to sum 1. So fused scores are in [0, 1] and read as:
+"how good the hit is on each side relative to that side's pool, times how convincing that
+side's best hit is". Landmarks with the default weights 0.7 / 0.3:
+
+* best on both sides: 0.7*A_v + 0.3*A_t, between 0.5 and 1.0 (≈ 0.95 for a clear winner)
+* best vector hit, no keyword match: 0.7*A_v, between 0.35 and 0.7 (A_v alone when the keyword
+  side found nothing at all)
+* best keyword hit, not among the vector candidates: 0.3*A_t, between 0.15 and 0.3
+* worst vector candidate, no keyword match: 0.14*A_v (≈ 0.1)
+
+``DEFAULT_MIN_SCORE`` is 0.25, not the reference's 0.35: 0.35 always dropped keyword-only hits
+(the reference's 0.7/0.3 blend gave them at most 0.3, openclaw #3169) and, with 384-d models
+whose relevant cosines sit around 0.5, dropped good vector hits too. 0.25 keeps a strong
+best keyword hit that is not a vector candidate when its bm25 <= -2 (c_t >= 0.67); keeps
+vector-only hits in the upper ~80% of the pool's cosine range when the vector side is confident
+(a noise floor that drops the tail, not a relevance detector); and can never empty a list that has any candidate (best
+vector hit >= 0.35, best hit in keyword-only mode >= 0.5). In general any
+min_score <= ANCHOR_FLOOR * max(w_v, w_t) keeps that guarantee (0.35 with 0.7 / 0.3, 0.25 with
+0.5 / 0.5); above it a query can legitimately return nothing.
+
+``method="rrf"``: ``sum_s w_s * (k + 1) / (k + rank_s)``, i.e. RRF divided by its maximum
+``1 / (k + 1)``: rank 1 on both sides is 1.0, rank 1 on the vector side only is w_v. This is a
+fixed rescale, so thresholds stay comparable across queries (raw RRF scores of ~0.016 broke
+min-score thresholds for basic-memory users, #577); RRF is rank-only, so min_score mostly
+separates "found by both" from "found by one".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime
+
+from memory_core.textsearch import keyword_tokens
+
+__all__ = [
+    "ANCHOR_FLOOR",
+    "DEFAULT_MIN_SCORE",
+    "DEFAULT_RRF_K",
+    "DEFAULT_TEXT_WEIGHT",
+    "DEFAULT_VECTOR_WEIGHT",
+    "SNIPPET_MAX_CHARS",
+    "TAIL_PAD",
+    "VECTOR_HEADROOM_REF",
+    "Hit",
+    "apply_temporal_decay",
+    "bm25_rank_to_score",
+    "date_from_path",
+    "dedupe_overlapping",
+    "fuse",
+    "is_evergreen",
+    "jaccard",
+    "make_snippet",
+    "merge_hybrid_reference",
+    "mmr_rerank",
+    "normalize_weights",
+    "temporal_decay_multiplier",
+]
+
+DEFAULT_VECTOR_WEIGHT = 0.7
+DEFAULT_TEXT_WEIGHT = 0.3
+DEFAULT_MIN_SCORE = 0.25
+DEFAULT_RRF_K = 60
+SNIPPET_MAX_CHARS = 700
+
+TAIL_PAD = 0.25
+"""Pool-range padding below the worst candidate: the worst candidate's position is 0.2, not 0."""
+ANCHOR_FLOOR = 0.5
+"""A side's best hit gets at least this share of the side's weight, however weak the side is."""
+VECTOR_HEADROOM_REF = 0.2
+"""Share of the headroom above the pool median at which vector confidence saturates to 1."""
+_MIN_POOL_FOR_BACKGROUND = 4
+_DAY_MS = 86_400_000
+
+
+@dataclass(slots=True)
+class Hit:
+    """One search result (a chunk), as produced by either retrieval side and by fusion.
+
+    ``vector_score`` is the raw cosine similarity (1 - cosine distance, 0 if not a vector hit);
+    ``text_score`` is ``bm25_rank_to_score(bm25)`` (0 if not a keyword hit); ``score`` is the
+    ranking score after fusion / decay. ``text`` is the original chunk text (not the segmented
+    FTS column); ``snippet`` the text shown to the caller. ``mtime_ms`` is the source file's
+    modification time in epoch milliseconds, used by temporal decay for undated files.
+    """
+
+    id: str
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    score: float = 0.0
+    snippet: str = ""
+    mtime_ms: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Scores and fusion
+# ---------------------------------------------------------------------------------------------
+def bm25_rank_to_score(rank: float) -> float:
+    """FTS5 ``bm25()`` (negative, lower is better) -> score in (0, 1], higher is better.
+
+    Not finite -> 0.001; ``rank < 0`` -> r / (1 + r) with r = -rank; else 1 / (1 + rank).
+    0 -> 1.0, 1 -> 0.5, 10 -> 0.0909, -1 -> 0.5, -4.2 -> 0.8077.
+    """
+    if not math.isfinite(rank):
+        return 0.001
+    if rank < 0:
+        r = -rank
+        return r / (1 + r)
+    return 1 / (1 + rank)
+
+
+def normalize_weights(vector_weight: float, text_weight: float) -> tuple[float, float]:
+    """Clamp each weight to [0, 1] and scale them to sum 1 (both 0 -> 0.5 / 0.5)."""
+    vw = _clamp01(vector_weight)
+    tw = _clamp01(text_weight)
+    total = vw + tw
+    if total <= 0:
+        return 0.5, 0.5
+    return vw / total, tw / total
+
+
+def merge_hybrid_reference(
+    vector_hits: Iterable[Hit], keyword_hits: Iterable[Hit], vector_weight: float, text_weight: float
+) -> list[Hit]:
+    """The reference's ``mergeHybridResults``: raw weighted sum, kept for comparison.
+
+    Merge by id (a keyword hit on a known id sets ``text_score`` and replaces a non-empty
+    snippet); ``score = vector_weight * vector_score + text_weight * text_score``; stable sort
+    descending. Weights are used as given.
+    """
+    by_id: dict[str, Hit] = {}
+    for h in vector_hits:
+        by_id[h.id] = replace(h, text_score=0.0)
+    for h in keyword_hits:
+        existing = by_id.get(h.id)
+        if existing is not None:
+            existing.text_score = h.text_score
+            if h.snippet:
+                existing.snippet = h.snippet
+        else:
+            by_id[h.id] = replace(h, vector_score=0.0)
+    merged = [
+        replace(h, score=vector_weight * h.vector_score + text_weight * h.text_score) for h in by_id.values()
+    ]
+    merged.sort(key=lambda h: h.score, reverse=True)
+    return merged
+
+
+def _clamp01(x: float) -> float:
+    if not math.isfinite(x):
+        return 0.0
+    return min(1.0, max(0.0, x))
+
+
+def _best_per_id(hits: Iterable[Hit], attr: str) -> list[Hit]:
+    """Hits sorted by ``attr`` descending (stable), one per id (the best)."""
+    ordered = sorted(hits, key=lambda h: _finite_or(getattr(h, attr), -math.inf), reverse=True)
+    seen: set[str] = set()
+    out: list[Hit] = []
+    for h in ordered:
+        if h.id not in seen:
+            seen.add(h.id)
+            out.append(h)
+    return out
+
+
+def _finite_or(x: float, default: float) -> float:
+    return x if math.isfinite(x) else default
+
+
+def _positions(values: Sequence[float]) -> list[float]:
+    """Padded min-max positions: best 1.0, worst TAIL_PAD/(1+TAIL_PAD), non-finite 0."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return [0.0] * len(values)
+    top, bottom = max(finite), min(finite)
+    span = (1 + TAIL_PAD) * (top - bottom)
+    if span <= 1e-12:
+        return [1.0 if math.isfinite(v) else 0.0 for v in values]
+    return [(1 - (top - v) / span) if math.isfinite(v) else 0.0 for v in values]
+
+
+def _vector_confidence(cosines: Sequence[float]) -> float:
+    finite = [v for v in cosines if math.isfinite(v)]
+    if len(finite) < _MIN_POOL_FOR_BACKGROUND:
+        return 0.5
+    top = max(finite)
+    background = statistics.median(finite)
+    headroom = max(1e-9, 1.0 - background)
+    return _clamp01((top - background) / headroom / VECTOR_HEADROOM_REF)
+
+
+def _text_confidence(scores: Sequence[float]) -> float:
+    finite = [v for v in scores if math.isfinite(v)]
+    return _clamp01(max(finite)) if finite else 0.0
+
+
+def _merge(vec: list[Hit], kw: list[Hit]) -> dict[str, Hit]:
+    merged: dict[str, Hit] = {}
+    for h in vec:
+        merged[h.id] = replace(h, text_score=0.0)
+    for h in kw:
+        existing = merged.get(h.id)
+        if existing is None:
+            merged[h.id] = replace(h, vector_score=0.0)
+            continue
+        existing.text_score = h.text_score
+        if h.snippet:
+            existing.snippet = h.snippet
+        if not existing.text:
+            existing.text = h.text
+        if existing.mtime_ms is None:
+            existing.mtime_ms = h.mtime_ms
+    return merged
+
+
+def fuse(
+    vector_hits: Iterable[Hit],
+    keyword_hits: Iterable[Hit],
+    *,
+    method: str = "minmax",
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT,
+    text_weight: float = DEFAULT_TEXT_WEIGHT,
+    rrf_k: int = DEFAULT_RRF_K,
+) -> list[Hit]:
+    """Fuse vector and keyword candidates into one list sorted by ``score`` (in [0, 1]).
+
+    ``vector_hits`` carry ``vector_score`` (cosine similarity); ``keyword_hits`` carry
+    ``text_score`` (:func:`bm25_rank_to_score`). Hits are merged by id (a non-empty keyword
+    snippet wins, as in the reference); the returned hits keep both raw side scores. See the
+    module docstring for the ``"minmax"`` (default, anchored min-max convex combination) and
+    ``"rrf"`` (rescaled reciprocal rank fusion) formulas. Ties keep vector order, then keyword.
+    """
+    if method not in ("minmax", "rrf"):
+        raise ValueError(f"method must be 'minmax' or 'rrf', not {method!r}")
+    vec = _best_per_id(vector_hits, "vector_score")
+    kw = _best_per_id(keyword_hits, "text_score")
+    vw, tw = normalize_weights(vector_weight if vec else 0.0, text_weight if kw else 0.0)
+    if not vec and not kw:
+        return []
+    if not vec or not kw:
+        vw, tw = (1.0, 0.0) if vec else (0.0, 1.0)
+
+    vec_part: dict[str, float] = {}
+    kw_part: dict[str, float] = {}
+    if method == "rrf":
+        k = max(0, int(rrf_k))
+        for rank, h in enumerate(vec, start=1):
+            vec_part[h.id] = (k + 1) / (k + rank)
+        for rank, h in enumerate(kw, start=1):
+            kw_part[h.id] = (k + 1) / (k + rank)
+    else:
+        if vec:
+            cos = [h.vector_score for h in vec]
+            anchor = ANCHOR_FLOOR + (1 - ANCHOR_FLOOR) * _vector_confidence(cos)
+            for h, m in zip(vec, _positions(cos), strict=True):
+                vec_part[h.id] = anchor * m
+        if kw:
+            ts = [h.text_score for h in kw]
+            anchor = ANCHOR_FLOOR + (1 - ANCHOR_FLOOR) * _text_confidence(ts)
+            for h, m in zip(kw, _positions(ts), strict=True):
+                kw_part[h.id] = anchor * m
+
+    merged = _merge(vec, kw)
+    out = [
+        replace(h, score=_clamp01(vw * vec_part.get(h.id, 0.0) + tw * kw_part.get(h.id, 0.0)))
+        for h in merged.values()
+    ]
+    out.sort(key=lambda h: h.score, reverse=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporal decay
+# ---------------------------------------------------------------------------------------------
+_DATED_PATH_RE = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def _normalize_path(path: str) -> str:
+    p = path.replace("\\", "/")
+    return p[2:] if p.startswith("./") else p
+
+
+def temporal_decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """``exp(-ln2 / half_life * max(0, age))``; 1.0 when the half-life is not a positive number.
+
+    age 10 / half-life 30 -> 0.7937; 30 -> 0.5; 60 -> 0.25.
+    """
+    if not math.isfinite(half_life_days) or half_life_days <= 0:
+        return 1.0
+    age = max(0.0, age_days)
+    if not math.isfinite(age):
+        return 1.0
+    return math.exp(-(math.log(2) / half_life_days) * age)
+
+
+def date_from_path(path: str) -> date | None:
+    """Date of a dated memory file (``.../memory/YYYY-MM-DD.md``), ``None`` if undated or invalid."""
+    m = _DATED_PATH_RE.search(_normalize_path(path))
+    if m is None:
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str) -> bool:
+    """``MEMORY.md`` / ``memory.md`` at the root, or an undated file under ``memory/``: no decay."""
+    p = _normalize_path(path)
+    if p in ("MEMORY.md", "memory.md"):
+        return True
+    return p.startswith("memory/") and date_from_path(p) is None
+
+
+def _now_ms(now: datetime | float | None) -> float:
+    if now is None:
+        return datetime.now(UTC).timestamp() * 1000.0
+    if isinstance(now, datetime):
+        if now.tzinfo is None:
+            now = now.replace(tzinfo=UTC)
+        return now.timestamp() * 1000.0
+    return float(now) * 1000.0
+
+
+def apply_temporal_decay(
+    hits: Iterable[Hit], half_life_days: float, now: datetime | float | None = None
+) -> list[Hit]:
+    """Multiply each score by its age's decay and re-sort (stable, descending).
+
+    Age source: the date in a dated memory path (UTC midnight); evergreen files
+    (:func:`is_evergreen`) do not decay; any other file (including session transcripts) uses
+    ``mtime_ms``; a hit without either is left alone. ``now`` is a datetime (naive = UTC) or
+    epoch *seconds* as from ``time.time()``; default: the current time.
+    """
+    now_ms = _now_ms(now)
+    out: list[Hit] = []
+    for h in hits:
+        d = date_from_path(h.path)
+        if d is not None:
+            ts_ms = datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() * 1000.0
+        elif is_evergreen(h.path) or h.mtime_ms is None:
+            out.append(replace(h))
+            continue
+        else:
+            ts_ms = float(h.mtime_ms)
+        age_days = max(0.0, now_ms - ts_ms) / _DAY_MS
+        out.append(replace(h, score=h.score * temporal_decay_multiplier(age_days, half_life_days)))
+    out.sort(key=lambda h: h.score, reverse=True)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# MMR
+# ---------------------------------------------------------------------------------------------
+def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float:
+    """|a ∩ b| / |a ∪ b|; two empty sets are identical (1.0), one empty set shares nothing (0.0)."""
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def _default_key(h: Hit) -> str:
+    return h.snippet or h.text
+
+
+def mmr_rerank(
+    hits: Sequence[Hit], lambda_: float = 0.7, *, key: Callable[[Hit], str] = _default_key
+) -> list[Hit]:
+    """Maximal Marginal Relevance re-ranking (Carbonell & Goldstein 1998), as the reference.
+
+    Relevance is ``score`` min-max normalised over ``hits`` (all equal -> 1); similarity is the
+    Jaccard index of :func:`~memory_core.textsearch.keyword_tokens` of ``key(hit)`` (snippet,
+    else text), which handles CJK. Greedily pick argmax ``lambda*rel - (1-lambda)*max_sim(selected)``;
+    ties go to the higher raw score, then the earlier hit. ``lambda_`` is clamped to [0, 1];
+    1 means a plain stable sort by score. Returns the same hit objects, reordered.
+    """
+    items = list(hits)
+    if len(items) <= 1:
+        return items
+    lam = _clamp01(lambda_) if math.isfinite(lambda_) else 0.7
+    if lam == 1.0:
+        return sorted(items, key=lambda h: h.score, reverse=True)
+    tokens = [keyword_tokens(key(h)) for h in items]
+    scores = [h.score for h in items]
+    hi, lo = max(scores), min(scores)
+    span = hi - lo
+    rel = [1.0 if span == 0 else (s - lo) / span for s in scores]
+
+    remaining = list(range(len(items)))
+    max_sim = [0.0] * len(items)
+    order: list[int] = []
+    while remaining:
+        best_i = -1
+        best_mmr = -math.inf
+        for i in remaining:
+            mmr = lam * rel[i] - (1 - lam) * max_sim[i]
+            if mmr > best_mmr or (mmr == best_mmr and scores[i] > scores[best_i]):
+                best_i, best_mmr = i, mmr
+        order.append(best_i)
+        remaining.remove(best_i)
+        for i in remaining:
+            sim = jaccard(tokens[i], tokens[best_i])
+            if sim > max_sim[i]:
+                max_sim[i] = sim
+    return [items[i] for i in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# Snippets
+# ---------------------------------------------------------------------------------------------
+_CJK_IN_TERM_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "s")
+_CUT_CHARS_CJK = "。！？；，、．!?;,"
+_MAX_MATCHES_PER_TERM = 64
+_SNAP_WINDOW = 160
+
+
+def _term_pattern(term: str) -> re.Pattern[str] | None:
+    t = term.strip().lower()
+    if not t:
+        return None
+    if _CJK_IN_TERM_RE.search(t):
+        return re.compile(re.escape(t))
+    stem = t
+    if len(t) >= 5:
+        for suf in _SUFFIXES:
+            if t.endswith(suf) and len(t) - len(suf) >= 4:
+                stem = t[: -len(suf)]
+                break
+    body = re.escape(stem)
+    if stem == t and len(t) < 4:
+        return re.compile(rf"(?<![^\W_]){body}(?![^\W_])", re.IGNORECASE)
+    return re.compile(rf"(?<![^\W_]){body}", re.IGNORECASE)
+
+
+def _find_matches(text: str, terms: Iterable[str]) -> list[tuple[int, int, int]]:
+    matches: list[tuple[int, int, int]] = []
+    for idx, term in enumerate(dict.fromkeys(terms)):
+        pat = _term_pattern(term)
+        if pat is None:
+            continue
+        for n, m in enumerate(pat.finditer(text)):
+            if n >= _MAX_MATCHES_PER_TERM:
+                break
+            matches.append((m.start(), m.end(), idx))
+    matches.sort()
+    return matches
+
+
+def _snap_start(text: str, start: int, limit: int) -> int:
+    """Move ``start`` forward to just after a line break / space / CJK stop, not past ``limit``."""
+    if start <= 0:
+        return 0
+    window_end = min(limit, start + _SNAP_WINDOW)
+    if text[start - 1] in "\n":
+        return start
+    for seps in ("\n", None, _CUT_CHARS_CJK):
+        region = text[start:window_end]
+        if seps is None:
+            m = re.search(r"\s", region)
+            if m:
+                return start + m.end()
+            continue
+        positions = [region.find(c) for c in seps]
+        positions = [p for p in positions if p >= 0]
+        if positions:
+            return start + min(positions) + 1
+    return start
+
+
+def _snap_end(text: str, end: int, limit: int) -> int:
+    """Move ``end`` back to a line break / space / CJK stop, not before ``limit``."""
+    if end >= len(text):
+        return len(text)
+    if text[end].isspace():
+        return end
+    window_start = max(limit, end - _SNAP_WINDOW)
+    region = text[window_start:end]
+    nl = region.rfind("\n")
+    if nl >= 0:
+        return window_start + nl
+    ws = [m.start() for m in re.finditer(r"\s", region)]
+    if ws:
+        return window_start + ws[-1]
+    cjk = max(region.rfind(c) for c in _CUT_CHARS_CJK)
+    if cjk >= 0:
+        return window_start + cjk + 1
+    return end
+
+
+def make_snippet(text: str, query_terms: Iterable[str], max_chars: int = SNIPPET_MAX_CHARS) -> str:
+    """A verbatim excerpt of ``text`` of at most ``max_chars`` characters.
+
+    The whole text when it fits. Otherwise the window covering the most distinct query terms
+    (then the most matches; terms match case-insensitively at a word start, English words also
+    by a crude stem so "deploying" finds "deployment"; CJK terms as substrings). If that region
+    lies within the first ``max_chars`` characters the excerpt starts at the beginning, else it
+    is centred on the region. Both ends are moved to a line break, else a space, else CJK
+    punctuation, when one is near and the matched region stays inside.
+    """
+    if max_chars <= 0:
+        return ""
+    if len(text) <= max_chars:
+        return text
+    matches = _find_matches(text, query_terms)
+    span_start, span_end = 0, 0
+    if matches:
+        best: tuple[int, int, int] = (-1, -1, 0)
+        best_range = (0, 0)
+        n = len(matches)
+        j = 0
+        for i in range(n):
+            s_i = matches[i][0]
+            j = max(j, i)
+            while j + 1 < n and matches[j + 1][1] <= s_i + max_chars:
+                j += 1
+            window = matches[i : j + 1]
+            distinct = len({m[2] for m in window})
+            cand = (distinct, len(window), -s_i)
+            if cand > best:
+                best = cand
+                best_range = (s_i, max(m[1] for m in window))
+        span_start, span_end = best_range
+        span_end = min(span_end, span_start + max_chars)
+    if span_end <= max_chars:
+        start = 0
+    else:
+        slack = max_chars - (span_end - span_start)
+        start = max(0, span_start - slack // 2)
+    end = min(len(text), start + max_chars)
+    if end == len(text):
+        start = max(0, end - max_chars)
+    start = _snap_start(text, start, span_start if matches else start + max_chars // 4)
+    end = _snap_end(text, end, span_end if matches else max(start, end - max_chars // 4))
+    snippet = text[start:end].strip()
+    return snippet[:max_chars]
+
+
+# ---------------------------------------------------------------------------------------------
+# Dedupe
+# ---------------------------------------------------------------------------------------------
+def dedupe_overlapping(hits: Sequence[Hit]) -> list[Hit]:
+    """Drop hits that are mostly the same passage as a better hit of the same file.
+
+    Hits are considered best-first (higher ``score``; ties: earlier in ``hits``). A hit is
+    dropped when a kept hit with the same ``source`` and ``path`` covers more than half of its
+    own line range: ``overlap_lines / own_lines > 0.5`` with inclusive line counts. Neighbouring
+    chunks (which share only the chunker's overlap, 80 of 400 tokens by default) survive.
+    Survivors keep their input order.
+    """
+    order = sorted(range(len(hits)), key=lambda i: hits[i].score, reverse=True)
+    kept_ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    keep: set[int] = set()
+    for i in order:
+        h = hits[i]
+        lo, hi = min(h.start_line, h.end_line), max(h.start_line, h.end_line)
+        own = hi - lo + 1
+        ranges = kept_ranges.setdefault((h.source, h.path), [])
+        if any(min(hi, khi) - max(lo, klo) + 1 > own / 2 for klo, khi in ranges):
+            continue
+        ranges.append((lo, hi))
+        keep.add(i)
+    return [h for i, h in enumerate(hits) if i in keep]

@@ -1,0 +1,109 @@
+"""Chat transcripts as a memory source, end to end: redaction before indexing, delta thresholds,
+citations to JSONL lines, malformed lines, the sources filter."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from memory_core.config import load_settings
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from tests.conftest import openai_settings
+
+SECRETS = [
+    "sk-fake0123456789abcdefghijklmnop",
+    "hunter2hunter2",
+    "fakeTokenAbcdefghijklmnop123",
+    "ghp_FAKE0123456789abcdefghijklmnopqrstuv",
+]
+SECRET_FILE = "2026-10-21-ingest-502-debug.jsonl"
+
+
+def _message(role: str, text: str) -> str:
+    return json.dumps({"type": "message", "message": {"role": role, "content": text}})
+
+
+def test_secrets_never_reach_provider_index_cache_or_logs(workspace, openai_fake, caplog):
+    caplog.set_level(logging.DEBUG)
+    raw = (workspace / "sessions" / SECRET_FILE).read_text()
+    assert all(s in raw for s in SECRETS)  # the fixture really carries them
+    s = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    summary = run_index(s)
+    assert summary.swapped
+    sent = "\n".join(r.raw.decode("utf-8", "replace") for r in openai_fake.requests)
+    assert "sessions" in {r[0] for r in []} or "Assistant:" in sent or "User:" in sent
+    blobs = {"requests": sent, "index": s.index_file.read_bytes().decode("utf-8", "replace"),
+             "cache": s.cache_file.read_bytes().decode("utf-8", "replace"), "logs": caplog.text}
+    wal = s.cache_file.with_name(s.cache_file.name + "-wal")
+    if wal.exists():
+        blobs["cache-wal"] = wal.read_bytes().decode("utf-8", "replace")
+    for where, text in blobs.items():
+        for secret in SECRETS:
+            assert secret not in text, f"{secret[:6]}… leaked into {where}"
+    # get on a transcript returns the redacted JSONL lines
+    with Searcher(s) as searcher:
+        got = searcher.read_file(f"sessions/{SECRET_FILE}")
+        assert got["lines"] > 10 and not any(sec in got["text"] for sec in SECRETS)
+
+
+def test_citations_resolve_to_jsonl_lines_and_source_filter(workspace):
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    lines = (workspace / "sessions" / "2026-11-09-lisbon-itinerary.jsonl").read_text().split("\n")
+    with Searcher(s) as searcher:
+        res = searcher.search("Sintra tickets", sources=["sessions"], min_score=0)
+        assert res and all(r.source == "sessions" and r.path.startswith("sessions/") for r in res)
+        top = next(r for r in res if r.path == "sessions/2026-11-09-lisbon-itinerary.jsonl")
+        cited = "\n".join(lines[top.start_line - 1:top.end_line])
+        assert "Sintra" in cited
+        first = json.loads(lines[top.start_line - 1])
+        assert first["type"] == "message"
+        got = searcher.read_file(top.path, from_line=top.start_line, lines=top.end_line - top.start_line + 1)
+        assert got["text"].split("\n")[0] == lines[top.start_line - 1]
+        only_memory = searcher.search("Sintra tickets", sources=["memory"], min_score=0)
+        assert all(r.source == "memory" for r in only_memory)
+
+
+def test_malformed_lines_do_not_stop_the_run(workspace):
+    sd = workspace / "sessions"
+    (sd / "broken.jsonl").write_text(
+        "not json at all\n\n" + _message("user", "the quokka migration plan is approved") + "\n{\"type\": \"mess\n"
+        + "\x00\x01 binary junk\n" + _message("assistant", "noted: quokka plan approved") + "\n"
+    )
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    summary = run_index(s)
+    assert summary.swapped
+    assert any("broken.jsonl" in w and "skipped" in w for w in summary.warnings)
+    with Searcher(s) as searcher:
+        res = searcher.search("quokka", min_score=0)
+        assert res and res[0].path == "sessions/broken.jsonl" and (res[0].start_line, res[0].end_line) == (3, 6)
+
+
+def test_delta_thresholds(workspace):
+    sd = workspace / "sessions"
+    path = sd / "grow.jsonl"
+    path.write_text("".join(_message("user", f"note {i} about the walrus project") + "\n" for i in range(5)))
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"],
+                             "sessions": {"delta_bytes": 4000, "delta_messages": 10}})
+    run_index(s)
+    # below both thresholds: carried over, the new line is not searchable yet
+    with path.open("a") as fh:
+        fh.write(_message("assistant", "the narwhal decision is final") + "\n")
+    small = run_index(s)
+    assert small.sessions_carried == 1 and small.files_changed == 0
+    with Searcher(s) as searcher:
+        assert not searcher.search("narwhal", min_score=0)
+    # growth accumulates against the indexed size: past delta_messages it is reindexed
+    with path.open("a") as fh:
+        for i in range(10):
+            fh.write(_message("user", f"follow up {i}") + "\n")
+    big = run_index(s)
+    assert big.files_changed == 1 and big.sessions_carried == 0
+    with Searcher(s) as searcher:
+        assert any(r.path == "sessions/grow.jsonl" for r in searcher.search("narwhal", min_score=0))
+    # a new transcript is always picked up, a deleted one always dropped
+    (sd / "new.jsonl").write_text(_message("user", "zebra crossing") + "\n")
+    path.unlink()
+    last = run_index(s)
+    assert last.files_new == 1 and last.files_removed == 1
