@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
 
 ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
@@ -88,11 +89,14 @@ class DecaySettings(_Model):
 
 
 class QuerySettings(_Model):
+    """Search defaults. The ranking defaults live in :mod:`memory_core.ranking`, where they are
+    measured and documented (fusion formula, what a min_score means)."""
+
     max_results: int = Field(default=6, ge=1, le=200)
-    min_score: float = Field(default=0.35, ge=0, le=1)
+    min_score: float = Field(default=ranking_defaults.DEFAULT_MIN_SCORE, ge=0, le=1)
     hybrid: bool = True
-    vector_weight: float = Field(default=0.7, ge=0)
-    text_weight: float = Field(default=0.3, ge=0)
+    vector_weight: float = Field(default=ranking_defaults.DEFAULT_VECTOR_WEIGHT, ge=0)
+    text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
     fusion: Literal["minmax", "rrf"] = "minmax"
     mmr: MMRSettings = Field(default_factory=MMRSettings)
