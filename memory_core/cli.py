@@ -209,6 +209,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"memory-core: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
+        if os.environ.get("MEMORY_CORE_DEBUG") == "1":
+            raise
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"memory-core: error: {exc.strerror or exc}{where}; the live index was left as it was",
+              file=sys.stderr)
+        return EXIT_FAIL
     except KeyboardInterrupt:
         print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
         return 130
