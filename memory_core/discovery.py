@@ -22,7 +22,6 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
 
 from memory_core.config import Settings
 from memory_core.errors import PathError
@@ -87,10 +86,17 @@ def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
 
 
 def _display_path(abs_path: str, workspace: str) -> str:
-    rel = os.path.relpath(abs_path, workspace)
-    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
-        return PurePosixPath(Path(abs_path).as_posix()).as_posix()
-    return PurePosixPath(Path(rel).as_posix()).as_posix()
+    """Workspace-relative POSIX path, or the absolute POSIX path for files outside it.
+
+    Plain string work: paths here are built by joining onto the (absolute, normalised)
+    workspace, and this runs once per file on every run."""
+    prefix = workspace.rstrip(os.sep) + os.sep
+    if abs_path.startswith(prefix):
+        rel = abs_path[len(prefix):]
+    else:
+        norm = os.path.normpath(abs_path)
+        rel = norm[len(prefix):] if norm.startswith(prefix) else norm
+    return rel.replace(os.sep, "/") if os.sep != "/" else rel
 
 
 def _entry(abs_path: str, st: os.stat_result, workspace: str, source: str, path: str | None = None) -> FileEntry:
@@ -109,7 +115,10 @@ def discover_files(settings: Settings) -> Discovery:
     if not os.path.isdir(ws):
         raise PathError(f"workspace not found: {ws}")
     warnings: list[str] = []
-    found: dict[str, FileEntry] = {}  # real path -> entry
+    # Duplicates by file identity (device, inode): the same file reached twice (an extra path
+    # inside memory/, a hard link, MEMORY.md vs memory.md on a case-insensitive disk). Cheaper
+    # than realpath, and exact since symlinks are never followed.
+    found: dict[tuple[int, int], FileEntry] = {}
 
     def add(abs_path: str, source: str, path: str | None = None) -> None:
         try:
@@ -118,10 +127,10 @@ def discover_files(settings: Settings) -> Discovery:
             return
         if not stat.S_ISREG(st.st_mode):
             return
-        real = os.path.realpath(abs_path)
-        if real in found:
+        key = (st.st_dev, st.st_ino)
+        if key in found:
             return
-        found[real] = _entry(abs_path, st, ws, source, path)
+        found[key] = _entry(abs_path, st, ws, source, path)
 
     if "memory" in settings.sources:
         for name in ("MEMORY.md", "memory.md"):
