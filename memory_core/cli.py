@@ -69,6 +69,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="what the index holds and how search runs")
     _common(p)
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("mcp", help="serve search to agents over the Model Context Protocol (stdio or HTTP)")
+    _common(p)
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default; the client starts this command) or streamable HTTP on a loopback address")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP: loopback address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
+    p.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default /mcp)")
+
+    p = sub.add_parser("watch", help="reindex whenever the sources change (debounced, one run at a time)")
+    _common(p)
+    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
+    p.add_argument("--model")
+    p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
+    p.add_argument("--sessions", action="store_true", help="also index chat transcripts (sources memory + sessions)")
+    p.add_argument("--debounce", type=float, default=1.5, metavar="SECONDS",
+                   help="start a run once the sources have been quiet this long (default 1.5)")
+    p.add_argument("--deployment", default=os.environ.get("MEMORY_CORE_DEPLOYMENT"),
+                   help="run this Prefect deployment of the reindex flow (needs PREFECT_API_URL; default"
+                        " $MEMORY_CORE_DEPLOYMENT); otherwise runs are in-process")
+    p.add_argument("--no-initial-run", action="store_true", help="do not reindex at start-up")
+    p.add_argument("--json", action="store_true", help="print each run as one JSON line")
+
+    p = sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines")
+    _common(p)
+    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only)")
+    p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
+                   help="default: jsonl for .jsonl/.ndjson names and '-', else parquet")
+    p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
+    p.add_argument("--json", action="store_true", help="print the export summary as JSON")
     return parser
 
 
@@ -195,7 +225,86 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
 
 
-COMMANDS = {"index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status}
+def cmd_mcp(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    try:
+        from memory_core import mcp_server
+    except ImportError as exc:
+        raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
+    if args.transport == "http":
+        mcp_server.check_host(args.host)
+    if not settings.index_file.exists():
+        print(f"memory-core: warning: no index at {settings.index_file} yet; tools answer with an error until"
+              " `memory-core index` (or `watch`) builds it", file=sys.stderr)
+    if args.transport == "http":
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"memory-core: MCP server on http://{host}:{args.port}{args.path}", file=sys.stderr)
+    mcp_server.serve(settings, transport=args.transport, host=args.host, port=args.port, path=args.path)
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    import signal
+
+    extra: dict[str, Any] = {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths}
+    if args.sessions:
+        extra["sources"] = ["memory", "sessions"]
+    settings = _settings(args, **extra)
+    if not settings.workspace_dir.is_dir():
+        raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    try:
+        import watchfiles  # noqa: F401
+    except ImportError:
+        raise UsageError("watch needs the watchfiles package: pip install watchfiles") from None
+    from memory_core.watch import RunRecord, Watcher, describe, make_runner, watch_roots
+
+    if args.debounce < 0:
+        raise UsageError("--debounce must be >= 0 seconds")
+    runner = make_runner(settings, deployment=args.deployment, config_file=args.config)
+
+    def report(rec: RunRecord) -> None:
+        print(json.dumps(rec.to_dict(), sort_keys=True) if args.json else rec.line(), flush=True)
+        if not args.json and rec.summary:
+            for w in rec.summary.get("warnings", []):
+                print(f"warning: {w}", file=sys.stderr)
+
+    watcher = Watcher(settings, runner, debounce=args.debounce, initial_run=not args.no_initial_run, on_run=report)
+    print(f"memory-core: watching {describe(watch_roots(settings))}; {runner.description};"
+          f" debounce {args.debounce:g}s; Ctrl-C stops", file=sys.stderr, flush=True)
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        watcher.run_forever()
+    except KeyboardInterrupt:
+        print("memory-core: watch stopped", file=sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from memory_core.export import export_index
+
+    fmt = args.format
+    if fmt is None:
+        fmt = "jsonl" if args.output == "-" or args.output.lower().endswith((".jsonl", ".ndjson")) else "parquet"
+    settings = _settings(args)
+    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors)
+    out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
+    else:
+        print(summary.line(), file=out)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
+    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

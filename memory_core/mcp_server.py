@@ -1,0 +1,341 @@
+"""``memory-core mcp``: the index as Model Context Protocol tools, with the official MCP SDK.
+
+Three read-only tools over one :class:`memory_core.search.Searcher`:
+
+- ``memory_search`` (query, max_results, min_score, sources): ranked snippets with citations;
+- ``memory_get`` (path, from, lines): lines of an indexed file, with the CLI's path guard;
+- ``memory_status``: what the index holds and how search runs.
+
+The server uses the SDK's low-level :class:`mcp.server.lowlevel.Server` so the tool schemas
+are exactly what an agent sees (``memory_get`` takes ``from``, a Python keyword) and every
+failure is a tool result with ``isError`` set and a one-line message, never a crash.
+
+The searcher reads the live index read-only and reopens it when a reindex swaps a new file
+in, so the server needs no restart and never waits for a run (runs write a temp file and
+rename it). Tool calls run in a worker thread so the event loop keeps answering (pings,
+other sessions over HTTP); they are serialised on one lock because a searcher closes its
+old connection when it reopens the file, which must not happen under another query.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any, Literal
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memory_core.config import Settings
+from memory_core.errors import MemoryCoreError, PathError, UsageError
+from memory_core.search import MAX_GET_LINES, Searcher
+
+log = logging.getLogger("memory_core.mcp")
+
+SERVER_NAME = "memory-core"
+MAX_SEARCH_RESULTS = 50
+MAX_QUERY_CHARS = 4000
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+RESULT_KEYS = ("path", "start_line", "end_line", "score", "snippet", "source", "citation")
+
+INSTRUCTIONS = (
+    "Long-term memory of this agent and its user: Markdown notes (MEMORY.md, memory/*.md) and, when"
+    " indexed, past chat transcripts. Before answering anything about prior work, decisions, dates,"
+    " people, preferences or todos, call memory_search first. If a snippet is not enough, call"
+    " memory_get for just the cited lines (plus a little context), not whole files. Cite what you use"
+    " as path#Lstart-Lend. Call memory_status when search fails or finds nothing unexpectedly."
+)
+
+SEARCH_DESCRIPTION = (
+    "Search long-term memory (Markdown notes and, if indexed, past chat transcripts) with hybrid"
+    " keyword + semantic search. Use this FIRST whenever a question may depend on earlier work,"
+    " decisions, dates, people, preferences or todos. Returns the best-matching snippets, each with"
+    " path, start_line/end_line, score (0-1), source and a citation 'path#Lstart-Lend'. If a snippet"
+    " is not enough, call memory_get with that path and line range instead of reading whole files."
+    " No results means nothing scored above min_score: try other words or a lower min_score."
+)
+
+GET_DESCRIPTION = (
+    "Read specific lines of one memory file, normally right after memory_search. Pass a path from a"
+    " search result and only the lines you need: from=start_line and lines=end_line-start_line+1 (add"
+    " a few lines of context if needed). Only files in the index can be read; any other path is"
+    f" refused. Returns at most {MAX_GET_LINES} lines; transcripts come back as readable, redacted text."
+)
+
+STATUS_DESCRIPTION = (
+    "Report whether the memory index exists and what it holds: state (ok, missing or damaged), file"
+    " and chunk counts per source, embedding provider and model, whether vector search is on, and"
+    " when it was built (built_at, ms since the epoch). Use it when memory_search errors or finds"
+    " nothing unexpectedly; not needed before normal searches."
+)
+
+
+# -- argument models (validation) and the JSON schemas agents see -------------------------------
+
+class SearchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    max_results: int | None = Field(default=None, ge=1, le=MAX_SEARCH_RESULTS)
+    min_score: float | None = Field(default=None, ge=0, le=1)
+    sources: list[Literal["memory", "sessions"]] | None = Field(default=None, min_length=1)
+
+
+class GetArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    path: str = Field(min_length=1)
+    from_line: int | None = Field(default=None, ge=1, alias="from")
+    lines: int | None = Field(default=None, ge=1, le=MAX_GET_LINES)
+
+
+class StatusArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _search_input_schema(settings: Settings) -> dict[str, Any]:
+    q = settings.query
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
+                      "description": "What to recall, in natural language or keywords."},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS,
+                            "description": f"Most results to return (default {q.max_results})."},
+            "min_score": {"type": "number", "minimum": 0, "maximum": 1,
+                          "description": f"Drop results scoring below this (default {q.min_score})."},
+            "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
+                        "items": {"type": "string", "enum": ["memory", "sessions"]},
+                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts)."
+                                       " Default: all indexed sources."},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+
+GET_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "minLength": 1,
+                 "description": "Indexed path exactly as in a search result, e.g. 'memory/2026-11-02.md'."},
+        "from": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)."},
+        "lines": {"type": "integer", "minimum": 1, "maximum": MAX_GET_LINES,
+                  "description": f"Number of lines to return (default and maximum {MAX_GET_LINES})."},
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+
+STATUS_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                    "score": {"type": "number"},
+                    "snippet": {"type": "string"},
+                    "source": {"type": "string"},
+                    "citation": {"type": "string"},
+                },
+                "required": list(RESULT_KEYS),
+            },
+        },
+        "note": {"type": "string"},
+    },
+    "required": ["results"],
+}
+
+GET_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "source": {"type": "string"},
+        "from": {"type": "integer"},
+        "lines": {"type": "integer"},
+        "text": {"type": "string"},
+    },
+    "required": ["path", "source", "from", "lines", "text"],
+}
+
+STATUS_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"state": {"type": "string", "enum": ["ok", "missing", "damaged"]}},
+    "required": ["state"],
+}
+
+_READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                   open_world_hint=False)
+
+
+def tool_definitions(settings: Settings) -> list[types.Tool]:
+    """The three tools as listed to clients."""
+    return [
+        types.Tool(name="memory_search", title="Search memory", description=SEARCH_DESCRIPTION,
+                   input_schema=_search_input_schema(settings), output_schema=SEARCH_OUTPUT_SCHEMA,
+                   annotations=_READ_ONLY),
+        types.Tool(name="memory_get", title="Read memory lines", description=GET_DESCRIPTION,
+                   input_schema=GET_INPUT_SCHEMA, output_schema=GET_OUTPUT_SCHEMA, annotations=_READ_ONLY),
+        types.Tool(name="memory_status", title="Memory index status", description=STATUS_DESCRIPTION,
+                   input_schema=STATUS_INPUT_SCHEMA, output_schema=STATUS_OUTPUT_SCHEMA,
+                   annotations=_READ_ONLY),
+    ]
+
+
+# -- the tools, transport-free -------------------------------------------------------------------
+
+class MemoryTools:
+    """The tool implementations over one searcher; synchronous and thread-safe.
+
+    Each method takes the raw argument dict of a tool call and returns a JSON-ready dict, or
+    raises :class:`pydantic.ValidationError` (bad arguments) or a :class:`MemoryCoreError`
+    (missing or damaged index, refused path).
+    """
+
+    def __init__(self, settings: Settings, searcher: Searcher | None = None) -> None:
+        self.settings = settings
+        self.searcher = searcher if searcher is not None else Searcher(settings)
+        self._lock = threading.Lock()
+        self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
+        }
+
+    def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = SearchArgs.model_validate(arguments)
+        with self._lock:
+            hits = self.searcher.search(a.query, max_results=a.max_results, min_score=a.min_score,
+                                        sources=list(dict.fromkeys(a.sources)) if a.sources else None)
+            note = self.searcher.provider_note
+        results = [{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)]
+        out: dict[str, Any] = {"results": results}
+        notes = [note] if note else []
+        if not results:
+            min_score = self.settings.query.min_score if a.min_score is None else a.min_score
+            notes.append(f"no results scored at least {min_score}; try other words or a lower min_score")
+        if notes:
+            out["note"] = "; ".join(notes)
+        return out
+
+    def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = GetArgs.model_validate(arguments)
+        with self._lock:
+            return self.searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
+
+    def status(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        StatusArgs.model_validate(arguments)
+        with self._lock:
+            st = self.searcher.status()
+        return json.loads(json.dumps(st, default=str))  # JSON-safe values only
+
+    def close(self) -> None:
+        with self._lock:
+            self.searcher.close()
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "arguments"
+        msg = "unknown argument" if e.get("type") == "extra_forbidden" else e.get("msg", "invalid value")
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+async def call_tool(tools: MemoryTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+    """Run one tool call in a worker thread and turn every failure into an error result."""
+    handler = tools.handlers.get(name)
+    if handler is None:
+        return _error(f"unknown tool {name!r}; this server has {', '.join(tools.handlers)}")
+    try:
+        data = await anyio.to_thread.run_sync(handler, dict(arguments or {}))
+    except ValidationError as exc:
+        return _error(f"{name}: invalid arguments: {_validation_message(exc)}")
+    except MemoryCoreError as exc:
+        hint = " (use a path from a memory_search result)" \
+            if isinstance(exc, PathError) and "no longer exists" not in str(exc) else ""
+        return _error(f"{name}: {exc}{hint}")
+    except Exception as exc:  # never let one call take the server down
+        log.exception("%s failed", name)
+        return _error(f"{name} failed: {exc.__class__.__name__}: {exc}")
+    text = json.dumps(data, ensure_ascii=False)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=data)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("memory-core")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0"
+
+
+def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[Server[Any], MemoryTools]:
+    """A low-level MCP server exposing :class:`MemoryTools` (created from ``settings`` if not given)."""
+    tools = tools if tools is not None else MemoryTools(settings)
+    defs = tool_definitions(settings)
+    schemas = {t.name: t.input_schema for t in defs}
+
+    async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=defs)
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await call_tool(tools, params.name, params.arguments)
+
+    server: Server[Any] = Server(
+        SERVER_NAME, version=_version(), title="memory-core", instructions=INSTRUCTIONS,
+        get_tool_input_schema=schemas.get, on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+    )
+    return server, tools
+
+
+def check_host(host: str) -> None:
+    """The HTTP transport has no authentication: serve loopback addresses only."""
+    if host not in LOOPBACK_HOSTS:
+        raise UsageError(f"refusing to serve memory on {host}: the HTTP transport has no authentication;"
+                         f" use one of {', '.join(LOOPBACK_HOSTS)}")
+
+
+def serve(settings: Settings, *, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.1",
+          port: int = 8765, path: str = "/mcp") -> None:
+    """Serve until stdin closes (stdio) or the process is interrupted (HTTP)."""
+    if transport == "http":
+        check_host(host)
+    server, tools = build_server(settings)
+    try:
+        if transport == "stdio":
+            anyio.run(_serve_stdio, server)
+        else:
+            anyio.run(_serve_http, server, host, port, path)
+    finally:
+        tools.close()
+
+
+async def _serve_stdio(server: Server[Any]) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def _serve_http(server: Server[Any], host: str, port: int, path: str) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()

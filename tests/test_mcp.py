@@ -1,0 +1,243 @@
+"""The MCP server, driven by the official SDK's own client: over stdio (the server is spawned
+as ``python -m memory_core.cli mcp``, as an agent host would) and over streamable HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters, stdio_client
+
+from memory_core.cli import main
+from memory_core.config import load_settings
+from memory_core.mcp_server import MemoryTools, call_tool
+from memory_core.pipeline import run_index
+from memory_core.store import IndexLock
+from tests.conftest import ROOT
+
+TIMEOUT = 30
+
+
+def _run(fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def guarded() -> Any:
+        with anyio.fail_after(TIMEOUT):
+            return await fn()
+
+    return anyio.run(guarded)
+
+
+def _stdio(ws: Path, errlog: Any, *extra: str) -> Any:
+    """The SDK's stdio transport to ``python -m memory_core.cli mcp`` (its stderr into ``errlog``)."""
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "memory_core.cli", "mcp", "-w", str(ws), *extra], cwd=str(ROOT))
+    return stdio_client(params, errlog=errlog)
+
+
+def _text(result: Any) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+
+
+@pytest.fixture
+def indexed(workspace: Path):
+    settings = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    run_index(settings)
+    return settings
+
+
+def test_stdio_tools_errors_and_live_swaps(indexed, tmp_path):
+    ws = indexed.workspace_dir
+    errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+
+    async def session() -> None:
+        async with Client(_stdio(ws, errlog)) as client:
+            # tools and what they tell an agent
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {"memory_search", "memory_get", "memory_status"}
+            assert "FIRST" in tools["memory_search"].description
+            assert "memory_get" in tools["memory_search"].description
+            assert "memory_search" in tools["memory_get"].description
+            assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+            assert tools["memory_search"].input_schema["required"] == ["query"]
+            assert all(t.annotations.read_only_hint for t in tools.values())
+
+            # memory_search: path, lines, score, snippet, source, citation
+            res = await client.call_tool("memory_search", {"query": "pgbackrest restore", "max_results": 3,
+                                                           "min_score": 0, "sources": ["memory"]})
+            assert not res.is_error, _text(res)
+            hits = res.structured_content["results"]
+            assert 1 <= len(hits) <= 3
+            top = hits[0]
+            assert set(top) == {"path", "start_line", "end_line", "score", "snippet", "source", "citation"}
+            assert top["path"] == "memory/howto/restore-postgres-backup.md" and top["source"] == "memory"
+            assert top["citation"] == f"{top['path']}#L{top['start_line']}-L{top['end_line']}"
+            assert json.loads(_text(res)) == res.structured_content  # same data for text-only clients
+
+            # memory_get: exactly the requested lines of the cited file
+            got = await client.call_tool("memory_get", {"path": top["path"], "from": top["start_line"], "lines": 3})
+            assert not got.is_error, _text(got)
+            lines = (ws / top["path"]).read_text().split("\n")
+            start = top["start_line"]
+            assert got.structured_content["text"] == "\n".join(lines[start - 1:start + 2])
+            assert got.structured_content["from"] == start and got.structured_content["lines"] == 3
+
+            st = await client.call_tool("memory_status", {})
+            assert not st.is_error and st.structured_content["state"] == "ok"
+            assert st.structured_content["chunks"] > 20
+
+            # error cases are tool errors with a readable message, and the server lives on
+            (tmp_path / "secret.md").write_text("top secret\n")
+            for bad in ["../secret.md", str(tmp_path / "secret.md"), "/etc/passwd", "memory/nope.md"]:
+                r = await client.call_tool("memory_get", {"path": bad})
+                assert r.is_error and _text(r).startswith("memory_get: ")
+                assert "top secret" not in _text(r) and "root:" not in _text(r)
+            for name, args, needle in [
+                ("memory_search", {"query": ""}, "query"),
+                ("memory_search", {"query": "x", "max_results": 0}, "max_results"),
+                ("memory_search", {"query": "x", "sources": ["email"]}, "sources"),
+                ("memory_search", {"qeury": "x"}, "unknown argument"),
+                ("memory_get", {"path": "memory/2026-09-04.md", "from": 0}, "from"),
+                ("memory_get", {}, "path"),
+                ("memory_remember", {"text": "x"}, "unknown tool"),
+            ]:
+                r = await client.call_tool(name, args)
+                assert r.is_error, (name, args)
+                assert needle in _text(r), _text(r)
+            empty = await client.call_tool("memory_search", {"query": "xylophone zeppelin quokka"})
+            assert not empty.is_error and empty.structured_content["results"] == []
+            assert "no results" in empty.structured_content["note"]
+
+            # a reindex swaps a new file in: the running server answers from it
+            note = ws / "memory" / "2026-09-04.md"
+            note.write_text(note.read_text() + "\n## 23:59\nThe quokka migration finished at 23:58.\n")
+            assert run_index(indexed).swapped
+            r = await client.call_tool("memory_search", {"query": "quokka migration", "min_score": 0})
+            assert any(h["path"] == "memory/2026-09-04.md" and "quokka" in h["snippet"]
+                       for h in r.structured_content["results"]), _text(r)
+
+            # a run holding the writer lock does not block queries
+            with IndexLock(indexed.index_file):
+                with anyio.fail_after(5):
+                    r = await client.call_tool("memory_search", {"query": "quokka"})
+                assert not r.is_error
+
+    try:
+        _run(session)
+    finally:
+        errlog.close()
+    assert "Traceback" not in (tmp_path / "server.err").read_text()
+
+
+def test_missing_index_is_a_clear_error_until_one_is_built(workspace, tmp_path):
+    index = tmp_path / "idx" / "index.sqlite"
+    errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+
+    async def session() -> None:
+        async with Client(_stdio(workspace, errlog, "--index", str(index))) as client:
+            r = await client.call_tool("memory_search", {"query": "pgbackrest"})
+            assert r.is_error
+            assert f"no index at {index}" in _text(r) and "memory-core index" in _text(r)
+            r = await client.call_tool("memory_get", {"path": "memory/2026-09-04.md"})
+            assert r.is_error and "no index" in _text(r)
+            st = await client.call_tool("memory_status", {})
+            assert not st.is_error and st.structured_content["state"] == "missing"
+            # the index appears (first build): the same server finds it
+            run_index(load_settings(None, {"workspace": str(workspace), "index_path": str(index),
+                                           "provider": "none"}))
+            r = await client.call_tool("memory_search", {"query": "pgbackrest", "min_score": 0})
+            assert not r.is_error and r.structured_content["results"]
+
+    try:
+        _run(session)
+    finally:
+        errlog.close()
+    assert "no index at" in (tmp_path / "server.err").read_text()  # the start-up warning
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_on_loopback(indexed, tmp_path):
+    port = _free_port()
+    err = open(tmp_path / "http.err", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memory_core.cli", "mcp", "-w", str(indexed.workspace_dir), "--transport", "http",
+         "--port", str(port)], cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=err)
+
+    async def session() -> None:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                    names = {t.name for t in (await client.list_tools()).tools}
+                    assert names == {"memory_search", "memory_get", "memory_status"}
+                    r = await client.call_tool("memory_search", {"query": "pgbackrest", "min_score": 0})
+                    assert not r.is_error and r.structured_content["results"]
+                    return
+            except (OSError, ExceptionGroup) as exc:  # not listening yet
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"server did not come up: {exc!r}") from exc
+                await anyio.sleep(0.1)
+
+    try:
+        _run(session)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
+        err.close()
+
+
+def test_http_refuses_non_loopback_hosts(indexed, capsys):
+    rc = main(["mcp", "-w", str(indexed.workspace_dir), "--transport", "http", "--host", "0.0.0.0"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "refusing to serve memory on 0.0.0.0" in err and err.count("\n") == 1
+
+
+def test_tool_calls_run_off_the_event_loop(indexed):
+    """A slow query (a remote embedding call, a cold page cache) does not freeze the server."""
+
+    class SlowSearcher:
+        provider_note = ""
+
+        def search(self, *a: Any, **k: Any) -> list[Any]:
+            time.sleep(0.5)
+            return []
+
+        def close(self) -> None:
+            pass
+
+    tools = MemoryTools(indexed, searcher=SlowSearcher())  # type: ignore[arg-type]
+    ticks = 0
+
+    async def scenario() -> Any:
+        nonlocal ticks
+        result: list[Any] = []
+
+        async def query() -> None:
+            result.append(await call_tool(tools, "memory_search", {"query": "anything"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(query)
+            while not result:
+                await anyio.sleep(0.01)
+                ticks += 1
+        return result[0]
+
+    res = _run(scenario)
+    assert not res.is_error and res.structured_content["results"] == []
+    assert ticks >= 20  # the loop kept running while the search slept in its thread

@@ -1,0 +1,326 @@
+"""Watch mode on real files (watchfiles) and a real keyword-only index: changes reach the index,
+bursts are debounced, one run at a time, one follow-up for changes made during a run."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.errors import RunError, UsageError
+from memory_core.store import connect
+from memory_core.watch import DeploymentRunner, LocalRunner, SourceFilter, Watcher, make_runner
+from tests.conftest import ROOT
+
+DEBOUNCE = 0.25
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.03)
+
+
+def indexed_paths(settings: Settings) -> set[str]:
+    if not settings.index_file.exists():
+        return set()
+    conn = connect(settings.index_file, readonly=True, immutable=True)
+    try:
+        return {r[0] for r in conn.execute("SELECT path FROM files")}
+    finally:
+        conn.close()
+
+
+def indexed_text(settings: Settings, path: str) -> str:
+    conn = connect(settings.index_file, readonly=True, immutable=True)
+    try:
+        return "\n".join(r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ?", (path,)))
+    finally:
+        conn.close()
+
+
+class CountingRunner:
+    """The in-process runner, counting runs and concurrency; ``gate`` can hold a run."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.inner = LocalRunner(settings)
+        self.description = self.inner.description
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.lock = threading.Lock()
+        self.gate: threading.Event | None = None
+        self.entered = threading.Event()
+        self.fail_next = 0
+
+    def __call__(self) -> dict[str, Any]:
+        with self.lock:
+            self.calls += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.entered.set()
+            if self.gate is not None:
+                assert self.gate.wait(10)
+            if self.fail_next:
+                self.fail_next -= 1
+                raise RunError("simulated provider outage")
+            return self.inner()
+        finally:
+            with self.lock:
+                self.active -= 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def settings(workspace: Path) -> Settings:
+    return load_settings(None, {"workspace": str(workspace), "provider": "none"})
+
+
+@pytest.fixture
+def watching(settings: Settings) -> Iterator[tuple[Watcher, CountingRunner]]:
+    runner = CountingRunner(settings)
+    w = Watcher(settings, runner, debounce=DEBOUNCE, root_check_s=0.3, retry_initial_s=0.2)
+    w.start()
+    try:
+        assert w.wait_ready(15), "watcher did not start"
+        yield w, runner
+    finally:
+        w.stop()
+        assert w._thread is not None and not w._thread.is_alive()
+
+
+def test_edits_creations_deletions_and_renames_reach_the_index(settings, watching):
+    w, runner = watching
+    mem = settings.workspace_dir / "memory"
+    assert runner.calls == 1 and "memory/2026-09-04.md" in indexed_paths(settings)  # the start-up run
+
+    # edit
+    note = mem / "2026-09-04.md"
+    note.write_text(note.read_text() + "\nThe narwhal drill passed.\n")
+    wait_for(lambda: "narwhal" in indexed_text(settings, "memory/2026-09-04.md"), what="edit")
+    # create, also in a directory made after the watch started
+    (mem / "fresh.md").write_text("# Fresh\nwombat protocol notes\n")
+    (mem / "later" / "deeper").mkdir(parents=True)
+    (mem / "later" / "deeper" / "deep.md").write_text("# Deep\naxolotl\n")
+    (settings.workspace_dir / "MEMORY.md").write_text("# Memory\nokapi preferences\n")
+    wait_for(lambda: {"memory/fresh.md", "memory/later/deeper/deep.md"} <= indexed_paths(settings), what="creations")
+    wait_for(lambda: "okapi" in indexed_text(settings, "MEMORY.md"), what="MEMORY.md edit")
+    # delete
+    (mem / "howto" / "deploy-checklist.md").unlink()
+    wait_for(lambda: "memory/howto/deploy-checklist.md" not in indexed_paths(settings), what="deletion")
+    # rename a file, then a directory
+    (mem / "fresh.md").rename(mem / "renamed.md")
+    wait_for(lambda: "memory/renamed.md" in (p := indexed_paths(settings)) and "memory/fresh.md" not in p,
+             what="file rename")
+    (mem / "projects").rename(mem / "archive")
+    wait_for(lambda: "memory/archive/ci-migration.md" in (p := indexed_paths(settings))
+             and not any(x.startswith("memory/projects/") for x in p), what="directory rename")
+    # files that are not sources never start a run
+    w.wait_idle(10)
+    calls = runner.calls
+    (settings.workspace_dir / "notes" / "todo.txt").write_text("not a source\n")
+    (mem / "scratch.txt").write_text("not a source either\n")
+    time.sleep(DEBOUNCE + 0.4)
+    assert runner.calls == calls
+    assert runner.max_active == 1
+    assert all(r.ok for r in w.runs), [r.error for r in w.runs]
+
+
+def test_a_burst_of_100_edits_makes_one_or_two_runs(settings, watching):
+    w, runner = watching
+    before = runner.calls
+    target = settings.workspace_dir / "memory" / "2026-09-04.md"
+    base = target.read_text()
+    for i in range(100):
+        target.write_text(base + f"\nedit number {i} token burst{i}x\n")
+    wait_for(lambda: "burst99x" in indexed_text(settings, "memory/2026-09-04.md"), what="the last edit")
+    time.sleep(DEBOUNCE + 0.4)  # anything still queued would have started by now
+    assert w.wait_idle(10)
+    assert 1 <= runner.calls - before <= 2, [r.reason for r in w.runs]
+
+
+def test_changes_during_a_run_cause_exactly_one_follow_up(settings, watching):
+    w, runner = watching
+    mem = settings.workspace_dir / "memory"
+    assert w.wait_idle(10)
+    before = runner.calls
+    runner.gate = threading.Event()
+    runner.entered.clear()
+    (mem / "a.md").write_text("alpha marmot\n")
+    assert runner.entered.wait(10)  # run 1 is in flight (held at the gate)
+    for name, word in [("b.md", "bravo"), ("c.md", "charlie"), ("d.md", "delta")]:
+        (mem / name).write_text(f"{word} marmot\n")
+        time.sleep(0.05)
+    time.sleep(DEBOUNCE + 0.3)  # well past the debounce: still no second run while one is running
+    assert runner.calls == before + 1 and runner.max_active == 1
+    runner.gate.set()
+    wait_for(lambda: {"memory/b.md", "memory/c.md", "memory/d.md"} <= indexed_paths(settings), what="follow-up")
+    time.sleep(DEBOUNCE + 0.3)
+    assert w.wait_idle(10)
+    assert runner.calls == before + 2, [r.reason for r in w.runs]
+    assert runner.max_active == 1
+
+
+def test_a_failed_run_is_retried_without_new_changes(settings, watching):
+    w, runner = watching
+    runner.fail_next = 1
+    (settings.workspace_dir / "memory" / "retry.md").write_text("pangolin\n")
+    wait_for(lambda: "memory/retry.md" in indexed_paths(settings), what="the retry")
+    assert w.wait_idle(10)  # the run's record is kept just after its swap
+    failed = [r for r in w.runs if not r.ok]
+    assert len(failed) == 1 and "simulated provider outage" in failed[0].error
+    assert w.runs[-1].ok and w.runs[-1].reason == "retry"
+
+
+def test_transcripts_follow_the_delta_thresholds(workspace):
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"],
+                             "sessions": {"delta_bytes": 4000, "delta_messages": 5}})
+    runner = CountingRunner(s)
+    w = Watcher(s, runner, debounce=DEBOUNCE, root_check_s=0.3)
+    w.start()
+    try:
+        assert w.wait_ready(15)
+        transcript = sorted((workspace / "sessions").glob("*.jsonl"))[0]
+        rel = f"sessions/{transcript.name}"
+        assert rel in indexed_paths(s)
+        line = '{"type":"message","message":{"role":"user","content":"%s"}}\n'
+        with transcript.open("a") as fh:  # one small message: below both thresholds
+            fh.write(line % "the capybara budget")
+        wait_for(lambda: len(w.runs) >= 2, what="a run for the small append")
+        small = w.runs[-1]
+        assert small.ok and small.summary["sessions_carried"] == 1 and not small.summary["swapped"]
+        assert "capybara" not in indexed_text(s, rel)
+        with transcript.open("a") as fh:  # past delta_bytes: reindexed
+            fh.write(line % ("the capybara budget was approved " + "x" * 4200))
+        wait_for(lambda: "capybara" in indexed_text(s, rel), what="the transcript reindex")
+    finally:
+        w.stop()
+
+
+def test_source_filter_matches_discovery_rules(settings, tmp_path):
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    s = settings.model_copy(update={"extra_paths": [str(extra), "notes/reading-list.md"]})
+    f = SourceFilter(s)
+    ws = s.workspace_dir
+    assert f.relevant(str(ws / "MEMORY.md")) and f.relevant(str(ws / "memory" / "x" / "y.md"))
+    assert f.relevant(str(extra / "a.md")) and f.relevant(str(ws / "notes" / "reading-list.md"))
+    assert not f.relevant(str(ws / "notes" / "restaurants.md"))  # only the named extra file
+    assert not f.relevant(str(ws / "memory" / "a.txt"))
+    assert not f.relevant(str(s.index_file)) and not f.relevant(str(ws / ".memory-core" / "x.md"))
+    assert not f.relevant(str(ws / "sessions" / "a.jsonl"))  # sessions are not a source here
+    plan = f.plan()
+    assert str(ws / "memory") in plan.recursive and str(extra) in plan.recursive
+    assert str(ws) in plan.flat and str(ws / "notes") in plan.flat
+    # an index kept inside a watched folder: its own files never start a run (no run loop)
+    inside = SourceFilter(settings.model_copy(update={"index_path": str(ws / "memory" / "idx" / "i.sqlite")}))
+    for own in ["i.sqlite", "i.sqlite.lock", "i.cache.sqlite", ".i.sqlite.tmp-12-ab", ".memory-core-work",
+                ".memory-core-work/20261101T101010-abc123", ".memory-core-work/20261101T101010-abc123/x.md"]:
+        assert not inside.relevant(str(ws / "memory" / "idx" / own)), own
+    assert inside.relevant(str(ws / "memory" / "idx" / "note.md"))
+
+
+def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
+    assert isinstance(make_runner(settings, env={}), LocalRunner)
+    assert isinstance(make_runner(settings, env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"}), LocalRunner)
+    with pytest.raises(UsageError, match="PREFECT_API_URL"):
+        make_runner(settings, deployment="nightly", env={})
+    r = make_runner(settings, deployment="nightly", config_file="/etc/mc.toml",
+                    env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
+    assert isinstance(r, DeploymentRunner) and r.name == "reindex/nightly"
+
+    # a stand-in for prefect.deployments (no server, and prefect is not imported)
+    calls: list[dict[str, Any]] = []
+    outcome = {"state": "Completed"}
+
+    class State:
+        def __init__(self, name: str) -> None:
+            self.name, self.message = name, "boom" if name == "Failed" else None
+
+        def is_final(self) -> bool:
+            return self.name in ("Completed", "Failed")
+
+        def is_completed(self) -> bool:
+            return self.name == "Completed"
+
+    def run_deployment(**kw: Any) -> Any:
+        calls.append(kw)
+        return types.SimpleNamespace(name="calm-otter", id="42", state=State(outcome["state"]))
+
+    fake = types.ModuleType("prefect.deployments")
+    fake.run_deployment = run_deployment  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "prefect", types.ModuleType("prefect"))
+    monkeypatch.setitem(sys.modules, "prefect.deployments", fake)
+    assert r()["flow_run"] == "calm-otter"
+    params = calls[0]["parameters"]["params"]
+    assert calls[0]["name"] == "reindex/nightly" and params["full"] is False
+    assert params["workspace"] == str(settings.workspace_dir) and params["index_path"] == str(settings.index_file)
+    assert params["config_file"] == "/etc/mc.toml" and params["provider"] == "none"
+    outcome["state"] = "Failed"
+    with pytest.raises(RunError, match="ended Failed: boom"):
+        r()
+    outcome["state"] = "Running"
+    with pytest.raises(RunError, match="did not finish"):
+        r()
+
+
+def test_cli_watch_end_to_end(workspace):
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memory_core.cli", "watch", "-w", str(workspace), "--provider", "none",
+         "--debounce", "0.2"], cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+
+    def next_line(timeout: float = 15) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            proc.kill()
+            raise AssertionError(f"no output; stderr: {proc.stderr.read()}") from None  # type: ignore[union-attr]
+
+    try:
+        first = next_line()
+        assert first.startswith("run 1 (startup"), first
+        (workspace / "memory" / "cli-watch.md").write_text("# CLI\nthe quetzal rule\n")
+        second = next_line()
+        assert second.startswith("run 2 (1 change") and "1 new" in second, second
+        assert "memory/cli-watch.md" in indexed_paths(s)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
+            raise
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    assert rc == 0, err
+    assert "watching" in err and "watch stopped" in err and "Traceback" not in err
+
+
+def test_library_modules_do_not_import_prefect():
+    code = ("import sys, memory_core.cli, memory_core.watch, memory_core.export, memory_core.mcp_server;"
+            "bad = sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.'));"
+            "sys.exit(1 if bad else 0)")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    assert subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env, timeout=60).returncode == 0
