@@ -1,0 +1,121 @@
+"""Hostile and unusual files: many files, deep nesting, loops, unreadable files and folders,
+a read-only index directory, files that change while a run reads them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from memory_core import discovery
+from memory_core.config import load_settings
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from memory_core.store import connect
+from tests.conftest import ROOT
+
+IS_ROOT = os.geteuid() == 0
+# root reads everything whatever the mode bits say; in a user namespace as an unprivileged
+# user it does not, so permission errors are real ones from the kernel
+UNSHARE = ["unshare", "--user", "--map-user=65534", "--map-group=65534"] if IS_ROOT else []
+needs_unprivileged = pytest.mark.skipif(IS_ROOT and shutil.which("unshare") is None,
+                                        reason="needs unshare to drop root's permission override")
+
+
+def _run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([*UNSHARE, sys.executable, "-m", "memory_core.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_ten_thousand_files_in_one_folder_and_deep_nesting(tmp_path):
+    ws = tmp_path / "ws"
+    flat = ws / "memory" / "flat"
+    flat.mkdir(parents=True)
+    for i in range(10_000):
+        (flat / f"n{i:05d}.md").write_text(f"note {i} mentions token{i}\n")
+    deep = ws / "memory"
+    for i in range(60):
+        deep = deep / f"d{i}"
+    deep.mkdir(parents=True)
+    (deep / "bottom.md").write_text("the deepest note talks about anglerfish\n")
+    os.symlink(ws / "memory", deep / "loop")  # a symlink loop, never followed
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    summary = run_index(s)
+    assert summary.files_scanned == 10_001 and summary.chunks_total == 10_001
+    with Searcher(s) as searcher:
+        assert searcher.search("anglerfish")[0].path.endswith("d59/bottom.md")
+        assert searcher.search("token9876")[0].path == "memory/flat/n09876.md"
+
+
+def test_file_deleted_or_rewritten_during_the_run(workspace, monkeypatch):
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    victim = workspace / "memory" / "2026-09-01.md"
+    rewritten = workspace / "memory" / "2026-09-03.md"
+    real = discovery.discover_files
+
+    def racing(settings):  # discovery saw the files; then they change under the run
+        d = real(settings)
+        victim.unlink()
+        rewritten.write_text("# rewritten\ncompletely new text about otters\n")
+        return d
+
+    monkeypatch.setattr("memory_core.pipeline.discover_files", racing)
+    summary = run_index(s)
+    monkeypatch.undo()
+    assert summary.swapped
+    conn = connect(s.index_file, readonly=True)
+    paths = {r[0] for r in conn.execute("SELECT path FROM files")}
+    n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    n_fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+    conn.close()
+    assert "memory/2026-09-01.md" not in paths and n_chunks == n_fts  # consistent
+    assert any("2026-09-01.md" in w for w in summary.warnings)
+    again = run_index(s)  # the next run settles whatever changed
+    assert again.files_removed == 0 or "memory/2026-09-01.md" not in paths
+    with Searcher(s) as searcher:
+        assert searcher.search("otters")[0].path == "memory/2026-09-03.md"
+
+
+@needs_unprivileged
+def test_unreadable_file_and_folder_warn_and_skip(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "memory" / "locked").mkdir(parents=True)
+    (ws / "memory" / "ok.md").write_text("readable note about herons\n")
+    (ws / "memory" / "secret.md").write_text("no one may read this\n")
+    (ws / "memory" / "locked" / "inner.md").write_text("hidden\n")
+    os.chmod(ws / "memory" / "secret.md", 0)
+    os.chmod(ws / "memory" / "locked", 0)
+    try:
+        proc = _run_cli(["index", "-w", str(ws), "--provider", "none", "--engine", "local"])
+    finally:
+        os.chmod(ws / "memory" / "locked", 0o755)
+        os.chmod(ws / "memory" / "secret.md", 0o644)
+    assert proc.returncode == 0, proc.stderr
+    assert "secret.md" in proc.stderr and "locked" in proc.stderr
+    conn = connect(ws / ".memory-core" / "index.sqlite", readonly=True)
+    assert {r[0] for r in conn.execute("SELECT path FROM files")} == {"memory/ok.md"}
+    conn.close()
+
+
+@needs_unprivileged
+def test_read_only_index_directory_is_a_clear_error(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("hello\n")
+    ro = tmp_path / "readonly"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        proc = _run_cli(["index", "-w", str(ws), "--index", str(ro / "i.sqlite"), "--provider", "none",
+                         "--engine", "local"])
+    finally:
+        ro.chmod(0o755)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "ermission denied" in lines[0] and str(ro) in lines[0], lines
