@@ -11,6 +11,7 @@ API keys are ``SecretStr``: they never appear in ``repr``, logs or the provider 
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
@@ -22,6 +23,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
@@ -37,8 +39,21 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+SECRET_HEADER_NAMES = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization",
+                                 "cookie"})
+
+
+def _mask_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: ("**********" if k.lower() in SECRET_HEADER_NAMES else v) for k, v in headers.items()}
+
+
 class RemoteSettings(_Model):
-    """Connection settings for a hosted embedding provider."""
+    """Connection settings for a hosted embedding provider.
+
+    ``api_key`` and secret-bearing ``headers`` (Authorization, x-goog-api-key, ...) are masked in
+    ``repr`` and in every dump; :meth:`Settings.private_json` is the one way to get them out, for
+    a worker process that must call the provider.
+    """
 
     api_key: SecretStr | None = None
     base_url: str | None = None
@@ -52,6 +67,15 @@ class RemoteSettings(_Model):
     # Lower the documented request limits for compatible endpoints that accept less.
     max_inputs_per_request: int | None = Field(default=None, ge=1)
     max_tokens_per_request: int | None = Field(default=None, ge=1)
+
+    @field_serializer("headers")
+    def _serialize_headers(self, headers: dict[str, str], info: Any) -> dict[str, str]:
+        ctx = getattr(info, "context", None) or {}
+        return dict(headers) if ctx.get("reveal_secrets") else _mask_headers(headers)
+
+    def __repr_args__(self) -> Any:
+        for k, v in super().__repr_args__():
+            yield (k, _mask_headers(v) if k == "headers" else v)
 
 
 class LocalSettings(_Model):
@@ -123,12 +147,62 @@ class CacheSettings(_Model):
 
 
 class BatchSettings(_Model):
+    """Provider Batch APIs (OpenAI, Gemini, Voyage) for embedding cache misses.
+
+    ``wait``: poll until every job is collected (default); off, a run submits its jobs, collects
+    the ones already done and leaves the rest recorded in the job ledger for a later run.
+    ``concurrency``: jobs in flight at once. ``poll_interval_s`` / ``timeout_minutes``: how often
+    a job is polled and how long one job is waited for (a timeout is waited out once more, then
+    counts 2 toward ``failure_limit``). At ``failure_limit`` failed jobs, batch mode is off for
+    the rest of the run and the remaining chunks go through sync calls.
+    ``max_requests_per_job`` / ``max_tokens_per_job`` / ``max_bytes_per_job`` lower the
+    provider's documented job limits (e.g. for an organisation's enqueued-token quota).
+    ``prices`` (USD per 1M tokens at the sync price, keys ``"provider/model"`` or
+    ``"provider/*"``) and ``batch_discount`` (provider -> fraction off the sync price) extend or
+    override the built-in price table used for the run's cost estimate.
+    """
+
     enabled: bool = False
     wait: bool = True
     concurrency: int = Field(default=2, ge=1, le=64)
     poll_interval_s: float = Field(default=2.0, gt=0)
     timeout_minutes: float = Field(default=60.0, gt=0)
     failure_limit: int = Field(default=2, ge=1)
+    max_requests_per_job: int | None = Field(default=None, ge=1)
+    max_tokens_per_job: int | None = Field(default=None, ge=1)
+    max_bytes_per_job: int | None = Field(default=None, ge=1024)
+    cancel_unneeded: bool = True
+    delete_files: bool = True
+    prices: dict[str, float] = Field(default_factory=dict)
+    batch_discount: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("prices")
+    @classmethod
+    def _prices_valid(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, price in v.items():
+            if "/" not in key or price < 0:
+                raise ValueError(f"prices: {key!r} must be 'provider/model' with a price >= 0 (USD per 1M tokens)")
+        return v
+
+    @field_validator("batch_discount")
+    @classmethod
+    def _discount_valid(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, frac in v.items():
+            if not 0 <= frac < 1:
+                raise ValueError(f"batch_discount.{key} must be a fraction in [0, 1)")
+        return v
+
+
+class FallbackSettings(_Model):
+    """A fallback provider with its own model and connection settings.
+
+    ``remote`` unset: the primary's ``remote`` settings are used (fine for ``local``/``none``,
+    rarely right for another hosted provider, whose base URL and key differ).
+    """
+
+    provider: ProviderName
+    model: str | None = None
+    remote: RemoteSettings | None = None
 
 
 class SessionsSettings(_Model):
@@ -151,7 +225,10 @@ class Settings(_Model):
     sources: list[SourceName] = Field(default_factory=lambda: ["memory"])
     provider: ProviderName = "auto"
     model: str | None = None
-    fallback: ProviderName | None = None
+    # Used when the primary cannot be created or keeps failing during a run (then the index is
+    # rebuilt in full with the fallback: vectors of two providers are never mixed). A provider
+    # name (its default model, the same ``remote`` settings) or a [fallback] table.
+    fallback: ProviderName | FallbackSettings | None = None
     redact: Literal["sessions", "all", "off"] = "sessions"
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
@@ -168,6 +245,15 @@ class Settings(_Model):
         if not v:
             raise ValueError("at least one source is required")
         return list(dict.fromkeys(v))
+
+    def private_json(self) -> str:
+        """Settings as JSON *with* secrets, for a worker process that calls the provider.
+
+        Never log or persist the result; everything else sees masked secrets."""
+        data = self.model_dump(mode="json", by_alias=True, context={"reveal_secrets": True})
+        if self.remote.api_key is not None:
+            data["remote"]["api_key"] = self.remote.api_key.get_secret_value()
+        return json.dumps(data, sort_keys=True)
 
     # -- derived paths -------------------------------------------------------------
     @property

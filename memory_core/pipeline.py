@@ -36,7 +36,8 @@ from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import plan_groups
-from memory_core.errors import RunError
+from memory_core.errors import ProviderError, RunError
+from memory_core.failpoints import failpoint
 from memory_core.store import (
     SCHEMA_VERSION,
     ChunkRow,
@@ -128,6 +129,16 @@ class RunSummary:
     chunks_from_cache: int = 0
     embed_requests: int = 0
     tokens_sent: int = 0
+    tokens_sync: int = 0
+    tokens_batch: int = 0
+    # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
+    # was switched off and why (see memory_core.batch.runner); empty when batch mode is off
+    batch: dict[str, Any] = field(default_factory=dict)
+    # estimated cost of the tokens sent and the saving against all-sync (memory_core.batch.cost)
+    cost: dict[str, Any] = field(default_factory=dict)
+    # set when the primary provider kept failing and the run was rebuilt with the fallback:
+    # {"from", "to", "reason"}
+    fallback: dict[str, Any] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -137,16 +148,44 @@ class RunSummary:
     def lines(self) -> list[str]:
         s = self
         mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
-        return [
-            f"index: {s.index_path} ({mode}; {'swapped in' if s.swapped else 'unchanged, nothing to do'})",
+        pending = int(s.batch.get("jobs_pending") or 0)
+        state = ("swapped in" if s.swapped else
+                 f"not updated: {pending} batch job(s) still running; run again to collect them" if pending
+                 else "unchanged, nothing to do")
+        out = [
+            f"index: {s.index_path} ({mode}; {state})",
             f"provider: {s.provider} / {s.model} ({s.provider_reason})",
+        ]
+        if s.fallback:
+            out.append(f"fallback: {s.fallback.get('from')} -> {s.fallback.get('to')} because {s.fallback.get('reason')};"
+                       " full rebuild with the fallback (vectors of two providers are never mixed)")
+        out += [
             f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
             f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
             f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}",
-            "seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()),
         ]
+        if s.batch:
+            out.append(_batch_line(s.batch))
+        if s.cost:
+            from memory_core.batch.cost import cost_line
+
+            out.append(cost_line(s.cost))
+        out.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()))
+        return out
+
+
+def _batch_line(b: dict[str, Any]) -> str:
+    if "jobs_submitted" not in b:
+        return f"batch: {b.get('mode', 'off')}"
+    line = (f"batch: {b.get('mode')}; jobs {b['jobs_submitted']} submitted, {b['jobs_reattached']} re-attached,"
+            f" {b['jobs_collected']} collected, {b['jobs_failed']} failed, {b['jobs_timed_out']} timed out,"
+            f" {b['jobs_pending']} pending; chunks {b['chunks_via_batch']} via batch, {b['chunks_via_sync']} via sync"
+            f" ({b['lines_failed']} failed lines re-sent)")
+    if b.get("disabled"):
+        line += f"; batch mode switched off: {b.get('disabled_reason')}"
+    return line
 
 
 def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
@@ -245,6 +284,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     root = workdir_root or index_path.parent / ".memory-core-work"
     workdir = root / run_id
     workdir.mkdir(parents=True, exist_ok=True)
+    failpoint("discover")
     return RunPlan(
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
         meta=meta, to_index=to_index, carried=carried, removed=removed, counts=counts, warnings=warnings,
@@ -356,6 +396,7 @@ def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              "size": f.size, "chunks": len(kept), "lines": lines}
             if len(buf["path"]) >= ROW_GROUP:
                 flush()
+            failpoint("chunk")
             if progress:
                 progress("chunk", i, len(plan.to_index))
         flush()
@@ -442,6 +483,7 @@ def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: np.ndarray)
     """Commit one response's vectors to the cache at once."""
     vectors = np.ascontiguousarray(vectors, dtype="<f4")
     cache.put_many([(h, vectors[i].tobytes()) for i, h in enumerate(hashes)], dims=int(vectors.shape[1]))
+    failpoint("embed")
 
 
 def embed_stage_local(misses: MissResult, provider: EmbeddingProvider, cache: EmbeddingCache, *,
@@ -477,6 +519,42 @@ def embed_stage_local(misses: MissResult, provider: EmbeddingProvider, cache: Em
                 fut.cancel()
             raise
     return stats
+
+
+def _has_open_batch_jobs(cache: EmbeddingCache) -> bool:
+    from memory_core.batch.ledger import BatchLedger
+
+    return bool(BatchLedger.for_cache(cache).open_jobs())
+
+
+def embed_stage(settings: Settings, misses: MissResult, provider: EmbeddingProvider, cache: EmbeddingCache | None,
+                *, concurrency: int = 4, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Embed the misses: through the provider's Batch API when ``batch.enabled`` and the
+    provider has one (also when only jobs of earlier runs are left to collect or cancel), else
+    with sync requests. Returns ``requests``, ``embedded``, ``tokens``, ``tokens_sync``,
+    ``tokens_batch``, ``batch`` and ``cost`` (see :class:`RunSummary`)."""
+    from memory_core.batch.cost import estimate_cost
+
+    if cache is None or provider.name == "none":
+        return {}
+    if settings.batch.enabled and provider.supports_batch and (misses.misses or _has_open_batch_jobs(cache)):
+        from memory_core.batch import run_batch_embedding
+
+        return run_batch_embedding(settings, provider, misses, cache, progress=progress, sync_concurrency=concurrency)
+    stats: dict[str, Any] = dict(embed_stage_local(misses, provider, cache, concurrency=concurrency, progress=progress))
+    stats["tokens_sync"], stats["tokens_batch"] = stats["tokens"], 0
+    if settings.batch.enabled and not provider.supports_batch:
+        stats["batch"] = {"mode": f"sync ({provider.name} has no Batch API)"}
+    if provider.name != "local":  # a hosted provider: what this run cost
+        stats["cost"] = estimate_cost(settings, provider.name, provider.model, tokens_sync=stats["tokens"],
+                                      tokens_batch=0)
+    return stats
+
+
+def batch_pending(embed: dict[str, Any] | None) -> int:
+    """Batch jobs still running after the embed stage (``batch.wait = false``): the cache is
+    incomplete and the index must not be built from it."""
+    return int(((embed or {}).get("batch") or {}).get("jobs_pending") or 0)
 
 
 # -- build, verify, swap ----------------------------------------------------------------------
@@ -557,7 +635,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
               timings: dict[str, float]) -> RunSummary:
     c = plan.counts
     total = built["counts"]["chunks"] if built else _live_chunk_count(plan)
-    warnings = plan.warnings + (chunks.warnings if chunks else [])
+    warnings = plan.warnings + (chunks.warnings if chunks else []) + _embed_warnings(embed)
     skipped = len(plan.to_index) - (len(chunks.files) if chunks else len(plan.to_index))
     return RunSummary(
         index_path=plan.index_path, provider=provider.name, model=provider.model, provider_reason=reason,
@@ -567,8 +645,26 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         chunks_total=total, chunks_indexed=chunks.chunks if chunks else 0,
         chunks_embedded=(embed or {}).get("embedded", 0), chunks_from_cache=misses.hits if misses else 0,
         embed_requests=(embed or {}).get("requests", 0), tokens_sent=(embed or {}).get("tokens", 0),
+        tokens_sync=(embed or {}).get("tokens_sync", (embed or {}).get("tokens", 0)),
+        tokens_batch=(embed or {}).get("tokens_batch", 0), batch=dict((embed or {}).get("batch") or {}),
+        cost=dict((embed or {}).get("cost") or {}), fallback=dict((embed or {}).get("fallback") or {}),
         stage_seconds={k: round(v, 3) for k, v in timings.items()}, warnings=warnings,
     )
+
+
+def _embed_warnings(embed: dict[str, Any] | None) -> list[str]:
+    out = []
+    fb = (embed or {}).get("fallback") or {}
+    if fb:
+        out.append(f"provider {fb.get('from')} kept failing ({fb.get('reason')}); the index was rebuilt in full"
+                   f" with the fallback {fb.get('to')}")
+    b = (embed or {}).get("batch") or {}
+    if b.get("disabled"):
+        out.append(f"batch mode was switched off for this run: {b.get('disabled_reason')}")
+    if b.get("jobs_pending"):
+        out.append(f"{b['jobs_pending']} batch job(s) still running (batch.wait = false); the index was not"
+                   " updated; run again to collect them")
+    return out
 
 
 def _live_chunk_count(plan: RunPlan) -> int:
@@ -611,9 +707,91 @@ def preflight(settings: Settings) -> None:
         raise PathError(f"workspace not found: {settings.workspace_dir}")
 
 
+class _SwitchProvider(Exception):
+    """The primary kept failing during the run; rerun the stages with the fallback."""
+
+    def __init__(self, provider: EmbeddingProvider, reason: str, info: dict[str, Any]) -> None:
+        super().__init__(info["reason"])
+        self.provider, self.reason, self.info = provider, reason, info
+
+
+def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
+                     exc: Exception) -> tuple[EmbeddingProvider, str, dict[str, Any]] | None:
+    """The fallback provider for a primary that failed during a run: (provider, reason, info)
+    where ``info`` = {"from", "to", "reason"} goes into the run summary; None if there is none.
+
+    The caller must rebuild the index in full with it (``discover_stage(..., full=True)`` then
+    set ``plan.full_reason = fallback_full_reason(info)``): vectors are never mixed.
+    """
+    from memory_core.embeddings.registry import create_fallback_provider
+
+    why = str(exc)
+    switched = create_fallback_provider(settings, primary, why)
+    if switched is None:
+        return None
+    fb, reason = switched
+    info = {"from": f"{primary.name}/{primary.model}", "to": f"{fb.name}/{fb.model}", "reason": why}
+    return fb, reason, info
+
+
+def fallback_full_reason(info: dict[str, Any]) -> str:
+    return f"provider fallback from {info['from']} to {info['to']}"
+
+
+def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, *, full: bool,
+                fallback: dict[str, Any] | None, timer: Timer, progress: ProgressFn | None,
+                concurrency: int) -> RunSummary:
+    with timer.stage("discover"):
+        plan = discover_stage(settings, provider, reason, full=full or fallback is not None)
+    if fallback is not None:
+        plan.full_reason = fallback_full_reason(fallback)
+    try:
+        if plan.nothing_to_do:
+            return summarize(plan, provider, reason, chunks=None, misses=None, embed=None, built=None,
+                             timings=timer.times)
+        cache = open_cache(settings, provider, plan)
+        built = None
+        try:
+            with timer.stage("chunk"):
+                chunks = chunk_stage(plan, settings, provider, progress)
+            with timer.stage("cache"):
+                misses = cache_lookup_stage(plan, chunks, cache, provider)
+            with timer.stage("embed"):
+                try:
+                    embed = embed_stage(settings, misses, provider, cache, concurrency=concurrency, progress=progress)
+                except ProviderError as exc:
+                    switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
+                    if switched is None:
+                        raise
+                    raise _SwitchProvider(*switched) from exc
+            if fallback is not None:
+                embed["fallback"] = fallback
+            if not batch_pending(embed):
+                with timer.stage("build"):
+                    built = build_stage(plan, chunks, cache, provider, progress)
+                if cache is not None and settings.cache.enabled:
+                    cache.evict(settings.cache.max_entries)
+        finally:
+            if cache is not None:
+                cache.close()
+        summary = summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
+                            timings=timer.times)
+        for w in summary.warnings:
+            log.warning("%s", w)
+        return summary
+    finally:
+        cleanup_workdir(plan)
+
+
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = 4) -> RunSummary:
-    """Run one reindex in-process (no Prefect). Raises MemoryCoreError subclasses on failure."""
+    """Run one reindex in-process (no Prefect). Raises MemoryCoreError subclasses on failure.
+
+    Embedding goes through the provider's Batch API when ``batch.enabled`` (see
+    :mod:`memory_core.batch`). If the provider keeps failing and ``settings.fallback`` is set,
+    the run starts over with the fallback provider as a full rebuild (what the primary already
+    returned stays in the cache), and the summary's ``fallback`` says so and why.
+    """
     from memory_core.embeddings.registry import create_provider
 
     preflight(settings)
@@ -623,35 +801,14 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     index_path = settings.index_file
     with IndexLock(index_path, wait=settings.lock.wait, timeout_s=settings.lock.timeout_s):
         remove_stale_temp_files(index_path)
-        with timer.stage("discover"):
-            plan = discover_stage(settings, provider, reason, full=full)
         try:
-            if plan.nothing_to_do:
-                return summarize(plan, provider, reason, chunks=None, misses=None, embed=None, built=None,
-                                 timings=timer.times)
-            cache = open_cache(settings, provider, plan)
-            try:
-                with timer.stage("chunk"):
-                    chunks = chunk_stage(plan, settings, provider, progress)
-                with timer.stage("cache"):
-                    misses = cache_lookup_stage(plan, chunks, cache, provider)
-                with timer.stage("embed"):
-                    embed = embed_stage_local(misses, provider, cache, concurrency=concurrency, progress=progress) \
-                        if cache is not None else {}
-                with timer.stage("build"):
-                    built = build_stage(plan, chunks, cache, provider, progress)
-                if cache is not None and settings.cache.enabled:
-                    cache.evict(settings.cache.max_entries)
-            finally:
-                if cache is not None:
-                    cache.close()
-            summary = summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
-                                timings=timer.times)
-            for w in summary.warnings:
-                log.warning("%s", w)
-            return summary
-        finally:
-            cleanup_workdir(plan)
+            return _index_once(settings, provider, reason, full=full, fallback=None, timer=timer, progress=progress,
+                               concurrency=concurrency)
+        except _SwitchProvider as sw:
+            log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info["from"],
+                        sw.info["reason"], sw.info["to"])
+            return _index_once(settings, sw.provider, sw.reason, full=True, fallback=sw.info, timer=timer,
+                               progress=progress, concurrency=concurrency)
 
 
 def summary_json(summary: RunSummary) -> str:

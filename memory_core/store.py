@@ -41,6 +41,7 @@ from typing import Any
 import apsw
 
 from memory_core.errors import IndexDamagedError, IndexLockedError, IndexMissingError, RunError
+from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 1
@@ -377,6 +378,7 @@ class IndexWriter:
                 "INSERT INTO chunks_vec(rowid, embedding) VALUES(?, ?)",
                 ((start + i, r.embedding) for i, r in enumerate(rows) if r.embedding is not None),
             )
+        failpoint("build")
 
     def upsert_files(self, rows: Iterable[FileRow]) -> None:
         assert self.conn is not None
@@ -436,9 +438,11 @@ class IndexWriter:
             conn.close()
             self.conn = None
             _fsync_path(str(self.tmp_path))
+            failpoint("before-swap")
             os.replace(self.tmp_path, self.live_path)
             self.swapped = True
             _fsync_path(str(self.live_path.parent), directory=True)
+            failpoint("after-swap")
         except OSError as exc:
             raise RunError(f"cannot swap the new index into place: {exc.strerror or exc}") from exc
         except apsw.Error as exc:

@@ -11,7 +11,7 @@ import importlib
 import logging
 import os
 
-from memory_core.config import Settings
+from memory_core.config import FallbackSettings, Settings
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider
 from memory_core.errors import ConfigError
 
@@ -61,6 +61,38 @@ def _build(name: str, settings: Settings) -> EmbeddingProvider:
     return getattr(module, cls_name)(settings)
 
 
+def fallback_settings(settings: Settings, primary: str | None = None) -> Settings | None:
+    """The settings a fallback provider is built from, or None when no fallback is configured.
+
+    ``fallback = "gemini"`` keeps the primary's ``remote`` settings and uses the fallback's
+    default model (the primary's model means nothing to another provider); a ``[fallback]``
+    table brings its own ``model`` and ``remote``.
+    """
+    fb = settings.fallback
+    if fb is None:
+        return None
+    primary = primary or settings.provider
+    if isinstance(fb, str):
+        update: dict[str, object] = {"provider": fb, "fallback": None}
+        if fb != primary:
+            update["model"] = None
+        return settings.model_copy(update=update)
+    return settings.model_copy(update={"provider": fb.provider, "model": fb.model,
+                                       "remote": fb.remote or settings.remote, "fallback": None})
+
+
+def _build_fallback(settings: Settings, primary: str) -> EmbeddingProvider | None:
+    fs = fallback_settings(settings, primary)
+    if fs is None:
+        return None
+    name = fs.provider
+    if name == "auto":
+        name, _ = _auto_choice(fs)
+    if name == primary and not isinstance(settings.fallback, FallbackSettings):
+        return None
+    return _build(name, fs)
+
+
 def create_provider(settings: Settings) -> tuple[EmbeddingProvider, str]:
     """The provider for ``settings`` and a one-line reason for the choice.
 
@@ -74,12 +106,45 @@ def create_provider(settings: Settings) -> tuple[EmbeddingProvider, str]:
     try:
         provider = _build(name, settings)
     except ConfigError as exc:
-        if settings.fallback and settings.fallback != name:
-            log.warning("provider %s unavailable (%s); using fallback %s", name, exc, settings.fallback)
-            fb = settings.fallback
-            if fb == "auto":
-                fb, _ = _auto_choice(settings)
-            return _build(fb, settings), f"fallback: {name} unavailable ({exc})"
+        if settings.fallback is not None:
+            fb = _build_fallback(settings, name)
+            if fb is not None:
+                log.warning("provider %s unavailable (%s); using fallback %s", name, exc, fb.name)
+                return fb, f"fallback: {name} unavailable ({exc})"
         raise
     log.info("embedding provider: %s (%s) - %s", provider.name, provider.model, reason)
     return provider, reason
+
+
+def create_fallback_provider(settings: Settings, primary: EmbeddingProvider,
+                             why: str) -> tuple[EmbeddingProvider, str] | None:
+    """The fallback for a primary that kept failing during a run, with the reason to record.
+
+    None when no fallback is configured, or when it would produce the same vectors as the
+    primary (same provider key): switching would not help. Raises ConfigError when the
+    fallback itself cannot be created.
+    """
+    fb = _build_fallback(settings, primary.name)
+    if fb is None:
+        return None
+    if fb.name == primary.name and fb.provider_key == primary.provider_key:
+        fb.close()
+        return None
+    reason = f"fallback: {primary.name} ({primary.model}) kept failing during the run: {why}"
+    log.warning("provider %s kept failing (%s); switching to fallback %s (%s)", primary.name, why, fb.name, fb.model)
+    return fb, reason
+
+
+def create_provider_for_meta(settings: Settings, meta: dict[str, object]) -> EmbeddingProvider:
+    """The provider that embeds queries for an index built with ``meta``'s provider and model.
+
+    An index built by the fallback provider needs the fallback's settings (model, remote), not
+    the primary's.
+    """
+    name = str(meta.get("provider") or "none")
+    model = meta.get("model")
+    fs = fallback_settings(settings)
+    primary = settings.provider if settings.provider != "auto" else None
+    if fs is not None and fs.provider == name and name != primary:
+        return _build(name, fs.model_copy(update={"model": model or fs.model}))
+    return _build(name, settings.model_copy(update={"provider": name, "model": model, "fallback": None}))

@@ -1,0 +1,369 @@
+"""Provider Batch API clients: one small surface over three APIs.
+
+- OpenAI: ``files.create(purpose="batch")``, ``batches.create(endpoint="/v1/embeddings",
+  completion_window="24h")``, ``batches.retrieve/cancel/list``, ``files.content``.
+- Voyage: the same OpenAI-shaped API at Voyage's base URL, driven with the ``openai`` SDK (the
+  ``voyageai`` SDK has no batch support): ``completion_window="12h"``, the model and
+  ``input_type`` in ``request_params``, lines carry only ``custom_id`` and ``body.input``.
+- Gemini: ``files.upload`` (resumable), ``batches.create_embeddings`` (file source),
+  ``batches.get/cancel/list``, ``files.download``.
+
+Every call goes through the project's retry policy (429, 5xx, timeouts, resets), except
+``create``, which :func:`memory_core.batch.jobs.submit_job` retries itself after checking that
+the job was not created after all (a retried create must never start a second paid job).
+Request lines carry exactly one text each; the custom id (Gemini: ``key``) is the chunk hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from memory_core.batch import types as st
+from memory_core.batch.types import JobLimits, RemoteJob
+from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.retry import call_with_retries
+from memory_core.errors import ProviderError
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+
+# Documented per-job limits, with a margin on file sizes.
+OPENAI_LIMITS = JobLimits(max_requests=50_000, max_bytes=190 * MiB)  # 50k requests/inputs, 200 MB
+VOYAGE_LIMITS = JobLimits(max_requests=100_000, max_bytes=950 * MiB)  # 100k inputs, 1 GB
+# Gemini documents a 2 GB input file; it has no request cap. 50k keeps a job (the unit that
+# fails, expires or gets retried) the same size as OpenAI's.
+GEMINI_LIMITS = JobLimits(max_requests=50_000, max_bytes=1900 * MiB)
+
+LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
+
+
+class ParsedLine:
+    """One output line: the custom id and either a vector or an error (kind, message)."""
+
+    __slots__ = ("custom_id", "vector", "kind", "message")
+
+    def __init__(self, custom_id: str | None, vector: Any = None, kind: str = "ok", message: str = "") -> None:
+        self.custom_id = custom_id
+        self.vector = vector
+        self.kind = kind
+        self.message = message
+
+
+class BatchClient(Protocol):
+    provider: str
+    limits: JobLimits
+    completion_window: str
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...
+    def upload(self, path: str, local_id: str) -> str: ...
+    def create(self, input_file_id: str, local_id: str) -> RemoteJob: ...
+    def get(self, job_id: str) -> RemoteJob: ...
+    def cancel(self, job_id: str) -> None: ...
+    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None: ...
+    def download(self, file_id: str) -> bytes: ...
+    def delete_file(self, file_id: str) -> None: ...
+    def parse_line(self, obj: Any) -> ParsedLine: ...
+    def retry(self, fn: Callable[[], T]) -> T: ...
+    def classify(self, exc: Exception) -> Exception: ...
+
+
+def decode_vector(value: Any) -> Any:
+    if isinstance(value, str):
+        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    return value
+
+
+# -- OpenAI and Voyage ------------------------------------------------------------------------
+
+_OPENAI_STATUS = {
+    "validating": st.PENDING, "in_progress": st.RUNNING, "finalizing": st.RUNNING, "cancelling": st.RUNNING,
+    "completed": st.COMPLETED, "failed": st.FAILED, "expired": st.EXPIRED, "cancelled": st.CANCELLED,
+    "canceled": st.CANCELLED,
+}
+
+
+class OpenAICompatibleBatchClient:
+    """OpenAI's Files + Batches API (also Voyage's, which copies it) through the ``openai`` SDK."""
+
+    def __init__(self, provider: EmbeddingProvider, client: Any, *, flavour: str) -> None:
+        self.provider = provider.name
+        self.model = provider.model
+        self.dims = getattr(provider, "requested_dims", None)
+        self.flavour = flavour  # "openai" | "voyage"
+        self.client = client
+        self.limits = VOYAGE_LIMITS if flavour == "voyage" else OPENAI_LIMITS
+        self.completion_window = "12h" if flavour == "voyage" else "24h"
+        remote = getattr(provider, "settings", None)
+        self._attempts = getattr(remote, "max_attempts", 6)
+        self._initial = getattr(remote, "backoff_initial_s", 0.5)
+        self._max = getattr(remote, "backoff_max_s", 30.0)
+        self._long = client.with_options(timeout=max(600.0, float(getattr(remote, "timeout_s", 60.0))))
+
+    def classify(self, exc: Exception) -> Exception:
+        from memory_core.embeddings.openai_provider import classify_openai_error
+
+        return classify_openai_error(exc, self.provider)
+
+    def retry(self, fn: Callable[[], T]) -> T:
+        def once() -> T:
+            try:
+                return fn()
+            except Exception as exc:
+                raise self.classify(exc) from None
+
+        return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
+                                 initial_s=self._initial, max_s=self._max)
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+        if self.flavour == "voyage":
+            return {"custom_id": custom_id, "body": {"input": [text]}}
+        body: dict[str, Any] = {"model": self.model, "input": [text]}
+        if self.dims:
+            body["dimensions"] = self.dims
+        return {"custom_id": custom_id, "method": "POST", "url": "/v1/embeddings", "body": body}
+
+    def upload(self, path: str, local_id: str) -> str:
+        def go() -> str:
+            with open(path, "rb") as fh:
+                return self._long.files.create(file=(f"{local_id}.jsonl", fh), purpose="batch").id
+
+        return self.retry(go)
+
+    def _remote(self, b: Any) -> RemoteJob:
+        errors = getattr(b, "errors", None)
+        data = getattr(errors, "data", None) or []
+        msg = "; ".join(f"{e.code}: {e.message}" for e in data if e is not None)[:500]
+        counts = getattr(b, "request_counts", None)
+        meta = getattr(b, "metadata", None) or {}
+        return RemoteJob(
+            job_id=b.id, status=_OPENAI_STATUS.get(b.status, st.RUNNING), provider_status=b.status,
+            output_file_id=b.output_file_id, error_file_id=b.error_file_id, error=msg,
+            total=getattr(counts, "total", 0) or 0, done=getattr(counts, "completed", 0) or 0,
+            failed=getattr(counts, "failed", 0) or 0, local_id=meta.get("memory_core_job"),
+            input_file_id=getattr(b, "input_file_id", None),
+        )
+
+    def create(self, input_file_id: str, local_id: str) -> RemoteJob:
+        kwargs: dict[str, Any] = {
+            "input_file_id": input_file_id, "endpoint": "/v1/embeddings",
+            "completion_window": self.completion_window, "metadata": {"memory_core_job": local_id},
+        }
+        if self.flavour == "voyage":
+            params: dict[str, Any] = {"model": self.model, "input_type": "document"}
+            if self.dims:
+                params["output_dimension"] = self.dims
+            kwargs["extra_body"] = {"request_params": params}
+        return self._remote(self.client.batches.create(**kwargs))
+
+    def get(self, job_id: str) -> RemoteJob:
+        return self._remote(self.client.batches.retrieve(job_id))
+
+    def cancel(self, job_id: str) -> None:
+        self.client.batches.cancel(job_id)
+
+    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
+        for seen, b in enumerate(self.client.batches.list(limit=100), 1):
+            r = self._remote(b)
+            if r.local_id == local_id or (input_file_id and r.input_file_id == input_file_id):
+                return r
+            if seen >= LOOKUP_JOBS:
+                break
+        return None
+
+    def download(self, file_id: str) -> bytes:
+        return self.retry(lambda: self._long.files.content(file_id).content)
+
+    def delete_file(self, file_id: str) -> None:
+        self.client.files.delete(file_id)
+
+    def parse_line(self, obj: Any) -> ParsedLine:
+        if not isinstance(obj, dict):
+            return ParsedLine(None, kind="malformed", message="not a JSON object")
+        cid = obj.get("custom_id")
+        cid = cid if isinstance(cid, str) else None
+        err = obj.get("error")
+        if err:
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+            code = err.get("code") if isinstance(err, dict) else None
+            return ParsedLine(cid, kind="error", message=f"{code}: {msg}" if code else str(msg))
+        resp = obj.get("response")
+        if not isinstance(resp, dict):
+            return ParsedLine(cid, kind="malformed", message="no response")
+        status = resp.get("status_code")
+        body = resp.get("body")
+        if isinstance(status, int) and status >= 400:
+            emsg = ""
+            if isinstance(body, dict):
+                e = body.get("error", body.get("detail"))
+                emsg = e.get("message", "") if isinstance(e, dict) else str(e or "")
+            return ParsedLine(cid, kind="http_error", message=f"HTTP {status}: {emsg}"[:300])
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list) or not data:
+            return ParsedLine(cid, kind="bad_vector", message="empty embedding")
+        item = sorted((d for d in data if isinstance(d, dict)), key=lambda d: d.get("index", 0))
+        if not item:
+            return ParsedLine(cid, kind="bad_vector", message="empty embedding")
+        return ParsedLine(cid, vector=decode_vector(item[0].get("embedding")))
+
+
+# -- Gemini -----------------------------------------------------------------------------------
+
+_GEMINI_STATUS = {
+    "JOB_STATE_PENDING": st.PENDING, "JOB_STATE_QUEUED": st.PENDING, "JOB_STATE_RUNNING": st.RUNNING,
+    "JOB_STATE_CANCELLING": st.RUNNING, "JOB_STATE_UPDATING": st.RUNNING, "JOB_STATE_PAUSED": st.RUNNING,
+    "JOB_STATE_SUCCEEDED": st.COMPLETED, "JOB_STATE_PARTIALLY_SUCCEEDED": st.COMPLETED,
+    "JOB_STATE_FAILED": st.FAILED, "JOB_STATE_CANCELLED": st.CANCELLED, "JOB_STATE_EXPIRED": st.EXPIRED,
+}
+
+
+class GeminiBatchClient:
+    """Gemini's Batch API for embeddings through ``google-genai`` (file input, file output)."""
+
+    completion_window = "48h"
+
+    def __init__(self, provider: EmbeddingProvider) -> None:
+        from memory_core.embeddings.gemini_provider import TASK_DOCUMENT
+
+        self.provider = provider.name
+        self.model = provider.model
+        self.dims = getattr(provider, "requested_dims", None)
+        self.client = provider.client  # type: ignore[attr-defined]
+        self.limits = GEMINI_LIMITS
+        self.task_type = TASK_DOCUMENT
+        remote = getattr(provider, "settings", None)
+        self._attempts = getattr(remote, "max_attempts", 6)
+        self._initial = getattr(remote, "backoff_initial_s", 0.5)
+        self._max = getattr(remote, "backoff_max_s", 30.0)
+
+    def classify(self, exc: Exception) -> Exception:
+        from memory_core.embeddings.gemini_provider import classify_gemini_error
+
+        return classify_gemini_error(exc, self.provider)
+
+    def retry(self, fn: Callable[[], T]) -> T:
+        def once() -> T:
+            try:
+                return fn()
+            except Exception as exc:
+                raise self.classify(exc) from None
+
+        return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
+                                 initial_s=self._initial, max_s=self._max)
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+        req: dict[str, Any] = {"content": {"parts": [{"text": text}]}, "taskType": self.task_type}
+        if self.dims:
+            req["outputDimensionality"] = self.dims
+        return {"key": custom_id, "request": req}
+
+    def upload(self, path: str, local_id: str) -> str:
+        from google.genai import types
+
+        def go() -> str:
+            f = self.client.files.upload(file=path, config=types.UploadFileConfig(
+                mime_type="jsonl", display_name=local_id))
+            if not f.name:
+                raise ProviderError("gemini: the upload returned no file name")
+            return str(f.name)
+
+        return self.retry(go)
+
+    def _remote(self, job: Any) -> RemoteJob:
+        state = job.state.value if hasattr(job.state, "value") else str(job.state or "")
+        dest = getattr(job, "dest", None)
+        err = getattr(job, "error", None)
+        msg = ""
+        if err is not None:
+            msg = str(getattr(err, "message", "") or err)[:500]
+        stats = getattr(job, "completion_stats", None)
+        src = getattr(job, "src", None)
+        return RemoteJob(
+            job_id=str(job.name), status=_GEMINI_STATUS.get(state, st.RUNNING), provider_status=state,
+            output_file_id=getattr(dest, "file_name", None) if dest is not None else None, error=msg,
+            total=int(getattr(stats, "successful_count", 0) or 0) + int(getattr(stats, "failed_count", 0) or 0)
+            if stats is not None else 0,
+            local_id=getattr(job, "display_name", None), input_file_id=getattr(src, "file_name", None),
+        )
+
+    def create(self, input_file_id: str, local_id: str) -> RemoteJob:
+        from google.genai import types
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "create_embeddings() is experimental"
+            job = self.client.batches.create_embeddings(
+                model=self.model, src=types.EmbeddingsBatchJobSource(file_name=input_file_id),
+                config=types.CreateEmbeddingsBatchJobConfig(display_name=local_id),
+            )
+        return self._remote(job)
+
+    def get(self, job_id: str) -> RemoteJob:
+        return self._remote(self.client.batches.get(name=job_id))
+
+    def cancel(self, job_id: str) -> None:
+        self.client.batches.cancel(name=job_id)
+
+    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
+        for seen, job in enumerate(self.client.batches.list(config={"page_size": 50}), 1):
+            r = self._remote(job)
+            if r.local_id == local_id or (input_file_id and r.input_file_id == input_file_id):
+                return r
+            if seen >= LOOKUP_JOBS:
+                break
+        return None
+
+    def download(self, file_id: str) -> bytes:
+        return self.retry(lambda: bytes(self.client.files.download(file=file_id)))
+
+    def delete_file(self, file_id: str) -> None:
+        self.client.files.delete(name=file_id)
+
+    def parse_line(self, obj: Any) -> ParsedLine:
+        if not isinstance(obj, dict):
+            return ParsedLine(None, kind="malformed", message="not a JSON object")
+        key = obj.get("key")
+        key = key if isinstance(key, str) else None
+        err = obj.get("error")
+        if err:
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+            return ParsedLine(key, kind="error", message=str(msg)[:300])
+        resp = obj.get("response")
+        emb = resp.get("embedding") if isinstance(resp, dict) else None
+        values = emb.get("values") if isinstance(emb, dict) else None
+        if not isinstance(values, list) or not values:
+            return ParsedLine(key, kind="bad_vector", message="empty embedding")
+        return ParsedLine(key, vector=values)
+
+
+def client_for(provider: EmbeddingProvider) -> BatchClient:
+    """The Batch API client for ``provider`` (which must have ``supports_batch``)."""
+    if provider.name == "openai":
+        return OpenAICompatibleBatchClient(provider, provider.client, flavour="openai")  # type: ignore[attr-defined]
+    if provider.name == "voyage":
+        import openai
+
+        remote = provider.settings  # type: ignore[attr-defined]
+        client = openai.OpenAI(api_key=provider.api_key, base_url=provider.base_url,  # type: ignore[attr-defined]
+                               timeout=remote.timeout_s, max_retries=0)
+        return OpenAICompatibleBatchClient(provider, client, flavour="voyage")
+    if provider.name == "gemini":
+        return GeminiBatchClient(provider)
+    raise ProviderError(f"provider {provider.name} has no Batch API")
+
+
+def parse_jsonl(data: bytes) -> list[Any]:
+    """Lines of a JSONL file; an unparseable line becomes None (counted as malformed)."""
+    out: list[Any] = []
+    for raw in data.decode("utf-8", errors="replace").splitlines():
+        if not raw.strip():
+            continue
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            out.append(None)
+    return out

@@ -1,0 +1,434 @@
+"""Run the embedding of a run's cache misses through a provider's Batch API.
+
+:class:`BatchRun` is the coordinator; it decides, the job steps in :mod:`memory_core.batch.jobs`
+do. It runs the steps through a :class:`JobOps` executor: :class:`LocalOps` (a thread pool, used
+by :func:`run_batch_embedding` and ``pipeline.run_index``) or the Prefect one in
+``flows/batch.py`` (one task per step per job). The order of business:
+
+1. Re-attach: every open job in the ledger for this provider configuration that covers a chunk
+   this run needs is polled and collected instead of being submitted again (a job whose submit
+   was interrupted is first looked up at the provider by its local id). Open jobs that cover
+   nothing this run needs are cancelled (``batch.cancel_unneeded``); whatever output they
+   already have is still collected into the cache.
+2. Plan: the remaining misses, across all files of the run, become JSONL jobs split at the
+   provider's limits.
+3. Run at most ``batch.concurrency`` jobs at once: submit, poll (own deadline), collect.
+   Lines that failed inside a job go to sync calls. A job that fails, expires, is cancelled by
+   the provider or disappears counts 1 toward ``batch.failure_limit`` and its unfinished chunks
+   are queued again as a new job; a poll that times out is waited out once more, and a second
+   timeout counts 2, cancels the job and collects its partial output. A completed job resets
+   the count (as the reference). At the limit, batch mode is off for the rest of the run: jobs
+   already running are still collected, and every chunk not yet submitted goes through sync.
+4. ``batch.wait = false``: jobs are submitted and polled once; the ones already done are
+   collected, the others stay in the ledger for a later run (``jobs_pending`` in the stats);
+   the caller must not build the index from an incomplete cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memory_core.batch import jobs as J
+from memory_core.batch import types as st
+from memory_core.batch.cost import estimate_cost
+from memory_core.batch.types import CollectResult, JobRecord, JobSpec
+from memory_core.cache import EmbeddingCache
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.errors import ProviderError
+
+log = logging.getLogger("memory_core.batch")
+
+ProgressFn = Callable[[str, int, int], None]
+TIMEOUT_WAITS = 2  # a timed-out poll is waited out once more before it counts (2) as a failure
+
+
+class Stopped(Exception):
+    """Raised inside a step's sleep when the run is shutting down."""
+
+
+class JobOps(Protocol):
+    """How job steps run: ``start`` returns a handle, ``wait_any`` the handles that finished."""
+
+    def start(self, step: str, obj: Any, **kw: Any) -> Any: ...
+    def wait_any(self, handles: list[Any]) -> list[Any]: ...
+    def result(self, handle: Any) -> Any: ...
+    def sync_embed(self, misses: Any) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+STEPS: dict[str, Callable[..., Any]] = {
+    "submit": J.submit_job, "poll": J.poll_job, "collect": J.collect_job, "cancel": J.cancel_job,
+    "recover": J.recover_job,
+}
+
+
+class LocalOps:
+    """Job steps in a thread pool of this process (one thread per job in flight).
+
+    apsw connections must not be used by two threads at once, so each worker thread gets its
+    own connection to the cache file (and a context around it); SQLite's locking serialises
+    their writes, as it does for Prefect tasks.
+    """
+
+    def __init__(self, ctx: J.BatchContext, *, workers: int, sync_concurrency: int = 4,
+                 progress: ProgressFn | None = None) -> None:
+        self.ctx = ctx
+        self.stop = threading.Event()
+        self.local = threading.local()
+        self.opened: list[EmbeddingCache] = []
+        self.lock = threading.Lock()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="batch")
+        self.sync_concurrency = sync_concurrency
+        self.progress = progress
+
+    def _sleep(self, seconds: float) -> None:
+        if self.stop.wait(seconds):
+            raise Stopped()
+
+    def _thread_ctx(self) -> J.BatchContext:
+        ctx = getattr(self.local, "ctx", None)
+        if ctx is None:
+            base = self.ctx
+            cache = EmbeddingCache(base.cache.path, base.cache.provider, base.cache.model, base.cache.provider_key)
+            with self.lock:
+                self.opened.append(cache)
+            ctx = J.BatchContext(base.settings, base.provider, base.client, cache,
+                                 J.BatchLedger.for_cache(cache, index_path=base.ledger.index_path), base.workdir,
+                                 sleep=self._sleep)
+            self.local.ctx = ctx
+        return ctx
+
+    def _run(self, step: str, obj: Any, kw: dict[str, Any]) -> Any:
+        return STEPS[step](self._thread_ctx(), obj, **kw)
+
+    def start(self, step: str, obj: Any, **kw: Any) -> Future[Any]:
+        return self.pool.submit(self._run, step, obj, kw)
+
+    def wait_any(self, handles: list[Any]) -> list[Any]:
+        done, _ = wait(handles, return_when=FIRST_COMPLETED)
+        return list(done)
+
+    def result(self, handle: Any) -> Any:
+        return handle.result()
+
+    def sync_embed(self, misses: Any) -> dict[str, int]:
+        from memory_core.pipeline import embed_stage_local
+
+        return embed_stage_local(misses, self.ctx.provider, self.ctx.cache, concurrency=self.sync_concurrency,
+                                 progress=self.progress)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        for cache in self.opened:
+            cache.close()
+        self.opened.clear()
+
+
+def subset_misses(misses: Any, hashes: set[str], path: str) -> Any:
+    """A MissResult holding only ``hashes`` of ``misses`` (streamed, memory-flat)."""
+    from memory_core.pipeline import MISS_SCHEMA, MissResult
+
+    n = 0
+    with pq.ParquetWriter(path, MISS_SCHEMA) as writer:
+        if misses.misses:
+            for batch in pq.ParquetFile(misses.path).iter_batches(batch_size=4096):
+                t = pa.Table.from_batches([batch])
+                hs = t.column("hash").to_pylist()
+                keep = [i for i, h in enumerate(hs) if h in hashes]
+                if keep:
+                    writer.write_table(t.take(keep).cast(MISS_SCHEMA))
+                    n += len(keep)
+    return MissResult(path=path, misses=n, hits=0)
+
+
+def miss_hashes(misses: Any) -> set[str]:
+    if not misses.misses:
+        return set()
+    out: set[str] = set()
+    for batch in pq.ParquetFile(misses.path).iter_batches(batch_size=8192, columns=["hash"]):
+        out.update(batch.column("hash").to_pylist())
+    return out
+
+
+class BatchRun:
+    """One run's batch embedding: re-attach, plan, run jobs, fall back to sync where needed."""
+
+    def __init__(self, ctx: J.BatchContext, misses: Any, ops: JobOps, *, progress: ProgressFn | None = None) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.misses = misses
+        self.ops = ops
+        self.progress = progress
+        b = self.settings.batch
+        self.wait = b.wait
+        self.concurrency = b.concurrency
+        self.limit = b.failure_limit
+        self.timeout_s = b.timeout_minutes * 60
+        self.needed: set[str] = set()
+        self.queue: deque[JobSpec] = deque()
+        self.attach: deque[JobRecord] = deque()
+        self.unneeded: deque[JobRecord] = deque()
+        self.inflight: dict[Any, tuple[str, Any, bool]] = {}  # handle -> (step, obj, unneeded)
+        self.hashes_of: dict[str, list[str]] = {}  # local id -> chunk hashes (this run's jobs)
+        self.sync: set[str] = set()
+        self.pending: list[JobRecord] = []
+        self.failures = 0
+        self.batch_on = True
+        self.stats: dict[str, Any] = {
+            "mode": "batch", "jobs_submitted": 0, "jobs_reattached": 0, "jobs_collected": 0, "jobs_failed": 0,
+            "jobs_timed_out": 0, "jobs_cancelled": 0, "jobs_pending": 0, "pending_job_ids": [],
+            "chunks_via_batch": 0, "chunks_via_sync": 0, "lines_failed": 0, "requeued_chunks": 0,
+            "failure_points": 0, "disabled": False, "disabled_reason": "", "errors": [],
+        }
+        self.tokens_batch = 0
+        self.embedded = 0
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _error(self, msg: str) -> None:
+        log.warning("%s", msg)
+        if len(self.stats["errors"]) < 10:
+            self.stats["errors"].append(msg[:300])
+
+    def _fail(self, points: int, msg: str) -> None:
+        self.failures += points
+        self.stats["failure_points"] += points
+        self._error(msg)
+        if self.batch_on and self.failures >= self.limit:
+            self.batch_on = False
+            self.stats["disabled"] = True
+            self.stats["disabled_reason"] = (f"{self.failures} batch failure points reached the limit of"
+                                             f" {self.limit}; last: {msg}")
+            log.warning("batch mode is off for the rest of this run; remaining chunks go through sync calls")
+            while self.queue:
+                spec = self.queue.popleft()
+                self.sync.update(spec.hashes())
+                spec.remove_files()
+
+    def _requeue(self, hashes: list[str]) -> None:
+        todo = {h for h in hashes if h in self.needed}
+        if not todo:
+            return
+        if not self.batch_on:
+            self.sync.update(todo)
+            return
+        specs = J.plan_jobs(self.ctx, self.misses.path, include=todo)
+        self.stats["requeued_chunks"] += sum(s.requests for s in specs)
+        self.queue.extend(specs)
+
+    def _start(self, step: str, obj: Any, unneeded: bool = False, **kw: Any) -> None:
+        self.inflight[self.ops.start(step, obj, **kw)] = (step, obj, unneeded)
+
+    def _poll(self, rec: JobRecord, unneeded: bool = False) -> None:
+        if self.wait:
+            self._start("poll", rec, unneeded, timeout_s=self.timeout_s)
+        else:
+            self._start("poll", rec, unneeded, max_polls=1)
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.needed = miss_hashes(self.misses)
+        claimed: set[str] = set()
+        for job in self.ctx.ledger.open_jobs():
+            rec = job.record()
+            hashes = self.ctx.ledger.hashes(rec.local_id)
+            if any(h in self.needed for h in hashes):
+                self.attach.append(rec)
+                self.hashes_of[rec.local_id] = hashes
+                claimed.update(hashes)
+                self.stats["jobs_reattached"] += 1
+            elif self.settings.batch.cancel_unneeded and job.index_path in ("", self.ctx.ledger.index_path):
+                # (a cache file shared by several indexes: never cancel another index's job)
+                self.unneeded.append(rec)
+        if self.attach:
+            log.info("re-attaching to %d batch job(s) from earlier runs", len(self.attach))
+        self.queue.extend(J.plan_jobs(self.ctx, self.misses.path, exclude=claimed))
+        try:
+            self._loop()
+            sync_stats = self._sync_rest()
+        finally:
+            self.ops.close()
+        return self._result(sync_stats, time.perf_counter() - t0)
+
+    def _fill(self) -> None:
+        while len(self.inflight) < self.concurrency:
+            if self.unneeded:
+                rec = self.unneeded.popleft()
+                self._start("recover" if rec.job_id is None else "cancel", rec, True)
+            elif self.attach:
+                rec = self.attach.popleft()
+                if rec.job_id is None:
+                    self._start("recover", rec)
+                else:
+                    self._poll(rec)
+            elif self.batch_on and self.queue:
+                spec = self.queue.popleft()
+                self.hashes_of[spec.local_id] = spec.hashes()
+                self._start("submit", spec)
+            else:
+                break
+
+    def _loop(self) -> None:
+        while True:
+            self._fill()
+            if not self.inflight:
+                return
+            for handle in self.ops.wait_any(list(self.inflight)):
+                step, obj, unneeded = self.inflight.pop(handle)
+                try:
+                    out = self.ops.result(handle)
+                except ProviderError as exc:
+                    self._step_failed(step, obj, exc)
+                else:
+                    self._step_done(step, obj, out, unneeded)
+
+    def _step_done(self, step: str, obj: Any, out: Any, unneeded: bool) -> None:
+        if step == "recover":
+            if out is None:  # never reached the provider: its chunks are needed again
+                self._requeue(self.hashes_of.pop(obj.local_id, []))
+            elif unneeded:
+                self._start("cancel", out, True)
+            else:
+                self._poll(out)
+        elif step == "submit":
+            self.stats["jobs_submitted"] += 1
+            spec: JobSpec = obj
+            spec.remove_files()
+            self._poll(out)
+        elif step == "poll":
+            self._polled(out, unneeded)
+        elif step == "cancel":
+            if out.terminal:
+                self._start("collect", out, unneeded)
+            elif not unneeded:  # the provider is slow to cancel: left in the ledger
+                self.sync.update(h for h in self.hashes_of.get(out.local_id, []) if h in self.needed)
+            if unneeded:
+                self.stats["jobs_cancelled"] += 1
+        elif step == "collect":
+            self._collected(obj, out, unneeded)
+
+    def _polled(self, rec: JobRecord, unneeded: bool) -> None:
+        if rec.status == st.COMPLETED:
+            self._start("collect", rec, unneeded)
+        elif rec.terminal:
+            if not unneeded:
+                self.stats["jobs_failed"] += 1
+                self._fail(1, f"{rec.label} {rec.status}: {rec.error or rec.provider_status}")
+            self._start("collect", rec, unneeded)
+        elif rec.status == st.TIMEOUT:
+            if rec.timeouts < TIMEOUT_WAITS:
+                log.warning("%s: no result after %.0fs; waiting once more", rec.label, self.timeout_s)
+                rec.status = st.RUNNING
+                self._poll(rec, unneeded)
+            else:
+                self.stats["jobs_timed_out"] += 1
+                self._fail(2, f"{rec.label} timed out twice ({rec.error}); cancelled")
+                self._start("cancel", rec, unneeded)
+        else:  # wait = false: still running
+            self.pending.append(rec)
+
+    def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
+        self.stats["jobs_collected"] += 1
+        self.stats["chunks_via_batch"] += res.stored
+        self.embedded += res.stored
+        self.tokens_batch += res.tokens
+        self.hashes_of.pop(rec.local_id, None)
+        if unneeded:
+            return
+        if rec.status == st.COMPLETED:
+            self.failures = 0  # success resets the count, as the reference
+            failed = [h for h in res.failed_hashes if h in self.needed]
+            if failed:
+                self.stats["lines_failed"] += len(failed)
+                self._error(f"{rec.label}: {len(failed)} line(s) without a vector ({res.summary()});"
+                            " re-embedding them through sync calls" + (f"; e.g. {res.examples[0]}"
+                                                                       if res.examples else ""))
+                self.sync.update(failed)
+        else:  # failed, expired, cancelled or lost: what it did not finish is queued again
+            self._requeue(res.failed_hashes)
+        if self.progress:
+            self.progress("batch", self.stats["chunks_via_batch"], self.misses.misses)
+
+    def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
+        if step == "submit":
+            spec: JobSpec = obj
+            self.stats["jobs_failed"] += 1
+            self.hashes_of.pop(spec.local_id, None)
+            self._fail(1, f"{self.ctx.provider.name} batch submit failed: {exc}")
+            retry = replace(spec, local_id=J.new_local_id())
+            if self.batch_on:
+                self.queue.append(retry)
+            else:
+                self.sync.update(h for h in spec.hashes() if h in self.needed)
+                spec.remove_files()
+        else:
+            # A job we cannot poll, cancel or read: it stays open in the ledger; its chunks go
+            # through sync calls so this run can finish.
+            rec: JobRecord = obj
+            self.stats["jobs_failed"] += 1
+            self._fail(1, f"{rec.label}: {step} failed: {exc}")
+            self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
+
+    def _sync_rest(self) -> dict[str, int]:
+        todo = {h for h in self.sync if h in self.needed}
+        if todo:
+            todo -= self.ctx.cache.has_many(todo)
+        if not todo:
+            return {"requests": 0, "embedded": 0, "tokens": 0}
+        log.info("embedding %d chunk(s) through sync calls", len(todo))
+        sub = subset_misses(self.misses, todo, os.path.join(str(self.ctx.workdir), f"sync-{J.new_local_id()}.parquet"))
+        try:
+            return self.ops.sync_embed(sub)
+        finally:
+            os.unlink(sub.path)
+
+    def _result(self, sync_stats: dict[str, int], seconds: float) -> dict[str, Any]:
+        s = self.stats
+        s["jobs_pending"] = len(self.pending)
+        s["pending_job_ids"] = [r.job_id for r in self.pending]
+        s["chunks_via_sync"] = sync_stats.get("embedded", 0)
+        if s["disabled"]:
+            s["mode"] = "batch, then sync (batch mode off)"
+        elif s["chunks_via_sync"]:
+            s["mode"] = "batch + sync for failed lines"
+        s["seconds"] = round(seconds, 3)
+        tokens_sync = int(sync_stats.get("tokens", 0))
+        p = self.ctx.provider
+        return {
+            "requests": s["jobs_submitted"] + sync_stats.get("requests", 0),
+            "embedded": self.embedded + sync_stats.get("embedded", 0),
+            "tokens": self.tokens_batch + tokens_sync,
+            "tokens_sync": tokens_sync,
+            "tokens_batch": self.tokens_batch,
+            "batch": s,
+            "cost": estimate_cost(self.settings, p.name, p.model, tokens_sync=tokens_sync,
+                                  tokens_batch=self.tokens_batch),
+        }
+
+
+def run_batch_embedding(settings: Settings, provider: EmbeddingProvider, misses: Any, cache: EmbeddingCache, *,
+                        progress: ProgressFn | None = None, sync_concurrency: int = 4) -> dict[str, Any]:
+    """Embed ``misses`` (a ``pipeline.MissResult``) through ``provider``'s Batch API in this process.
+
+    Vectors go to ``cache`` as each job's output is read. Returns the embed stats
+    (``requests``, ``embedded``, ``tokens``) plus ``tokens_sync``, ``tokens_batch``, ``batch``
+    (job counts, failures, whether batch mode was switched off and why, pending jobs) and
+    ``cost`` (estimate from the price table). Raises ProviderError when the sync calls that
+    take over from batch mode fail too.
+    """
+    ctx = J.open_context(settings, provider, cache, os.path.dirname(misses.path))
+    ops = LocalOps(ctx, workers=settings.batch.concurrency, sync_concurrency=sync_concurrency, progress=progress)
+    return BatchRun(ctx, misses, ops, progress=progress).run()

@@ -1,0 +1,142 @@
+"""Small value types shared by the batch modules: job specs, records, results, statuses.
+
+Everything here is a plain dataclass of strings and numbers, so Prefect tasks can take and
+return them without walking large inputs: a job's texts live in its JSONL file, its chunk
+hashes in a sidecar file and in the ledger.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Normalised job statuses (each provider's names are mapped onto these).
+PENDING = "pending"  # validating / queued
+RUNNING = "running"  # in_progress / finalizing / cancelling
+COMPLETED = "completed"
+FAILED = "failed"
+EXPIRED = "expired"
+CANCELLED = "cancelled"
+MISSING = "missing"  # the provider does not know the job (deleted, wrong account)
+TIMEOUT = "timeout"  # our poll deadline passed while the job was still running
+TERMINAL = frozenset({COMPLETED, FAILED, EXPIRED, CANCELLED, MISSING})
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What one provider batch job may hold."""
+
+    max_requests: int
+    max_bytes: int
+    max_tokens: int | None = None
+
+
+@dataclass
+class JobSpec:
+    """A job to submit: its JSONL input and the chunk hashes (and token estimates) it covers."""
+
+    local_id: str
+    provider: str
+    path: str  # JSONL input, one request line per chunk; custom id = chunk hash
+    hashes_path: str  # "hash<TAB>tokens" per line, in the JSONL's order
+    requests: int
+    tokens: int
+    bytes: int
+
+    def hash_tokens(self) -> list[tuple[str, int]]:
+        out = []
+        with open(self.hashes_path, encoding="ascii") as fh:
+            for line in fh:
+                h, _, t = line.rstrip("\n").partition("\t")
+                if h:
+                    out.append((h, int(t or 0)))
+        return out
+
+    def hashes(self) -> list[str]:
+        return [h for h, _ in self.hash_tokens()]
+
+    def remove_files(self) -> None:
+        for p in (self.path, self.hashes_path):
+            Path(p).unlink(missing_ok=True)
+
+
+@dataclass
+class RemoteJob:
+    """A provider's view of a job, in normalised terms."""
+
+    job_id: str
+    status: str
+    provider_status: str
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    error: str = ""
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    local_id: str | None = None  # metadata / display name we gave it
+    input_file_id: str | None = None
+
+
+@dataclass
+class JobRecord:
+    """A job this run knows about (submitted now or re-attached from the ledger)."""
+
+    local_id: str
+    provider: str
+    job_id: str | None
+    status: str = PENDING
+    provider_status: str = ""
+    requests: int = 0
+    tokens: int = 0
+    input_file_id: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    error: str = ""
+    timeouts: int = 0
+    reattached: bool = False
+    progress: float = 0.0  # 0..1 from the provider's request counts when it reports them
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def update(self, remote: RemoteJob) -> None:
+        self.status = remote.status
+        self.provider_status = remote.provider_status
+        self.output_file_id = remote.output_file_id or self.output_file_id
+        self.error_file_id = remote.error_file_id or self.error_file_id
+        if remote.error:
+            self.error = remote.error
+        if remote.total:
+            self.progress = min(1.0, (remote.done + remote.failed) / remote.total)
+        elif remote.status in TERMINAL:
+            self.progress = 1.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider} batch {self.job_id or self.local_id}"
+
+
+@dataclass
+class CollectResult:
+    """What reading one job's output gave: vectors stored, and the chunks still without one."""
+
+    local_id: str
+    job_id: str | None
+    status: str
+    stored: int = 0
+    tokens: int = 0
+    failed_hashes: list[str] = field(default_factory=list)
+    problems: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        bits = ", ".join(f"{k} {v}" for k, v in sorted(self.problems.items()) if v)
+        return f"{self.stored} vectors stored" + (f"; {bits}" if bits else "")
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(obj)

@@ -1,0 +1,163 @@
+"""Gemini (Developer API) embeddings through the official ``google-genai`` SDK.
+
+Documents are embedded with ``task_type=RETRIEVAL_DOCUMENT``, queries with ``RETRIEVAL_QUERY``.
+Gemini returns unit vectors only at the model's native size (3072 for gemini-embedding-001), so
+every vector is L2-normalised here. One ``batchEmbedContents`` call carries at most 100 texts.
+
+Chunk size: the model reads at most 2,048 tokens per text. The default chunk of 400 estimated
+tokens is at most 1,600 characters, which stays inside that window even for CJK text where a
+character can be a token, so chunks are never silently truncated by the model.
+
+The API version defaults to ``v1beta`` (the Batch API lives there; ``remote.api_version``
+overrides it); the base URL defaults to ``https://generativelanguage.googleapis.com``. Both go
+into the provider key with the model and ``outputDimensionality``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.errors import ConfigError, ProviderError
+
+DEFAULT_MODEL = "gemini-embedding-001"
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+DEFAULT_API_VERSION = "v1beta"
+MODEL_DIMS = {"gemini-embedding-001": 3072, "gemini-embedding-exp-03-07": 3072, "text-embedding-004": 768}
+MAX_TEXTS_PER_REQUEST = 100
+MAX_INPUT_TOKENS = 2048
+TASK_DOCUMENT = "RETRIEVAL_DOCUMENT"
+TASK_QUERY = "RETRIEVAL_QUERY"
+
+_RETRY_DELAY = re.compile(r"^\s*([0-9.]+)s\s*$")
+
+
+def _retry_info_seconds(details: Any) -> float | None:
+    """Seconds from a google.rpc.RetryInfo in an error body (``"retryDelay": "3s"``)."""
+    err = details.get("error", details) if isinstance(details, dict) else None
+    items = err.get("details") if isinstance(err, dict) else None
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and str(item.get("@type", "")).endswith("RetryInfo"):
+            m = _RETRY_DELAY.match(str(item.get("retryDelay", "")))
+            if m:
+                return float(m.group(1))
+    return None
+
+
+def classify_gemini_error(exc: Exception, provider: str = "gemini") -> Exception:
+    """Map a google-genai / httpx exception to Retryable (transient) or ProviderError (final)."""
+    import httpx
+    from google.genai import errors
+
+    if isinstance(exc, errors.APIError):
+        code = int(exc.code or 0)
+        msg = str(exc.message or exc)[:300]
+        status = exc.status or ""
+        if code in (408, 429) or code >= 500:
+            hint = parse_retry_after(getattr(exc.response, "headers", None)) or _retry_info_seconds(exc.details)
+            return Retryable(f"HTTP {code} {status}: {msg}", hint)
+        if code in (401, 403) or (code == 400 and "api key" in msg.lower()):
+            return ProviderError(f"{provider}: authentication failed (HTTP {code}): {msg}")
+        return ProviderError(f"{provider}: HTTP {code} {status}: {msg}")
+    if isinstance(exc, httpx.TimeoutException | httpx.TransportError):
+        return Retryable(f"{exc.__class__.__name__}: {exc}")
+    if isinstance(exc, ValueError):  # a truncated or malformed JSON reply
+        return Retryable(f"malformed response: {exc}")
+    return ProviderError(f"{provider}: {exc.__class__.__name__}: {exc}")
+
+
+def gemini_api_key(settings: Settings) -> str | None:
+    remote = settings.remote
+    if remote.api_key:
+        return remote.api_key.get_secret_value()
+    return os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+
+
+class GeminiProvider(EmbeddingProvider):
+    name = "gemini"
+    max_inputs_per_request = MAX_TEXTS_PER_REQUEST
+    max_tokens_per_request = MAX_TEXTS_PER_REQUEST * MAX_INPUT_TOKENS
+    max_tokens_per_input = MAX_INPUT_TOKENS
+    default_chunk_tokens = 400
+    default_chunk_overlap = 80
+    supports_batch = True
+
+    def __init__(self, settings: Settings, *, model: str | None = None) -> None:
+        from google import genai
+        from google.genai import types
+
+        remote = settings.remote
+        key = gemini_api_key(settings)
+        if not key:
+            raise ConfigError("provider gemini needs an API key: set remote.api_key, GEMINI_API_KEY or GOOGLE_API_KEY")
+        self.model = (model or settings.model or DEFAULT_MODEL).removeprefix("models/")
+        self.base_url = (remote.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.api_version = remote.api_version or DEFAULT_API_VERSION
+        self.headers = dict(remote.headers)
+        self.requested_dims = remote.dimensions
+        native = MODEL_DIMS.get(self.model)
+        if self.requested_dims and native and self.requested_dims > native:
+            raise ConfigError(f"remote.dimensions {self.requested_dims} is above {self.model}'s {native}")
+        self.dims = self.requested_dims or native
+        self.settings = remote
+        if remote.max_inputs_per_request:
+            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
+        if remote.max_tokens_per_request:
+            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self.client = genai.Client(
+            api_key=key,
+            http_options=types.HttpOptions(
+                base_url=self.base_url, api_version=self.api_version, headers=self.headers or None,
+                timeout=int(remote.timeout_s * 1000),
+            ),
+        )
+        self._key = compute_provider_key(
+            "gemini", self.model, base_url=self.base_url, headers=self.headers,
+            outputDimensionality=self.requested_dims, apiVersion=self.api_version, taskType=TASK_DOCUMENT,
+        )
+
+    @property
+    def provider_key(self) -> str:
+        return self._key
+
+    def _embed(self, texts: Sequence[str], task_type: str) -> np.ndarray:
+        from google.genai import types
+
+        config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.requested_dims)
+
+        def once() -> np.ndarray:
+            try:
+                resp = self.client.models.embed_content(model=self.model, contents=list(texts), config=config)
+            except Exception as exc:  # classified below
+                raise classify_gemini_error(exc) from None
+            vectors = [list(e.values or []) for e in (resp.embeddings or [])]
+            return check_vectors(vectors, len(texts), provider="gemini", dims=self.dims, normalise=True)
+
+        arr = call_with_retries(
+            once, provider="gemini", max_attempts=self.settings.max_attempts,
+            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+        )
+        if self.dims is None:
+            self.dims = int(arr.shape[1])
+        return arr
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if len(texts) > self.max_inputs_per_request:  # never more than 100 texts in one call
+            step = self.max_inputs_per_request
+            return np.vstack([self._embed(texts[i:i + step], TASK_DOCUMENT) for i in range(0, len(texts), step)])
+        return self._embed(texts, TASK_DOCUMENT)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed([text], TASK_QUERY)[0]
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # best effort
+            self.client.close()

@@ -1,0 +1,154 @@
+"""Voyage AI embeddings through the official ``voyageai`` SDK.
+
+Documents are embedded with ``input_type="document"``, queries with ``"query"`` (Voyage
+prepends a different prompt for each). ``remote.dimensions`` becomes ``output_dimension``
+(256, 512, 1024 or 2048 on the voyage-3.5 / voyage-4 families).
+
+Request limits (docs.voyageai.com): 1,000 texts per request, and a total-token budget per
+request that depends on the model: 1M for the lite models, 320K for voyage-4, voyage-3.5 and
+voyage-2, 120K for the others (voyage-4-large, voyage-3-large, voyage-code-3, ...).
+
+Chunk size: Voyage models read 32,000 tokens per text (16,000 for voyage-law-2 / code-2), far
+above any chunk; the default stays at the reference's 400 tokens / 80 overlap, which is what
+retrieval quality (not the window) asks for.
+
+The SDK sends only the Authorization and Content-Type headers: ``remote.headers`` cannot be
+sent, so they are ignored with a warning and are not part of the provider key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.errors import ConfigError, ProviderError
+
+log = logging.getLogger("memory_core.embeddings")
+
+DEFAULT_MODEL = "voyage-4-large"
+DEFAULT_BASE_URL = "https://api.voyageai.com/v1"
+MAX_TEXTS_PER_REQUEST = 1000
+DEFAULT_DIMS = 1024
+MODEL_DIMS = {
+    "voyage-4-large": 1024, "voyage-4": 1024, "voyage-4-lite": 1024, "voyage-3.5": 1024, "voyage-3.5-lite": 1024,
+    "voyage-3-large": 1024, "voyage-code-3": 1024, "voyage-finance-2": 1024, "voyage-law-2": 1024,
+    "voyage-multilingual-2": 1024, "voyage-context-3": 1024, "voyage-code-2": 1536,
+}
+_REQUEST_TOKENS = {
+    "voyage-4-lite": 1_000_000, "voyage-3.5-lite": 1_000_000, "voyage-3-lite": 1_000_000,
+    "voyage-4": 320_000, "voyage-3.5": 320_000, "voyage-3": 320_000, "voyage-2": 320_000,
+}
+_DEFAULT_REQUEST_TOKENS = 120_000
+_INPUT_TOKENS = {"voyage-law-2": 16_000, "voyage-code-2": 16_000}
+
+
+def request_token_limit(model: str) -> int:
+    """Voyage's documented total tokens per request for ``model``."""
+    return _REQUEST_TOKENS.get(model, _DEFAULT_REQUEST_TOKENS)
+
+
+def classify_voyage_error(exc: Exception, provider: str = "voyage") -> Exception:
+    """Map a voyageai exception to Retryable (transient) or ProviderError (final)."""
+    from voyageai import error as ve
+
+    if isinstance(exc, ve.VoyageError):
+        status = exc.http_status
+        msg = str(exc.user_message or exc)[:300]
+        hint = parse_retry_after(exc.headers) if exc.headers else None
+        if isinstance(exc, ve.RateLimitError | ve.ServiceUnavailableError | ve.ServerError | ve.Timeout
+                      | ve.APIConnectionError | ve.TryAgain):
+            return Retryable(f"{exc.__class__.__name__} (HTTP {status}): {msg}", hint)
+        if isinstance(exc, ve.AuthenticationError) or status in (401, 403):
+            return ProviderError(f"{provider}: authentication failed (HTTP {status}): {msg}")
+        if status is not None and (status >= 500 or status in (408, 429)):
+            return Retryable(f"HTTP {status}: {msg}", hint)
+        if isinstance(exc, ve.APIError) and (status is None or status < 300):
+            return Retryable(f"malformed response: {msg}")  # e.g. a truncated JSON body
+        return ProviderError(f"{provider}: HTTP {status}: {msg}")
+    if isinstance(exc, ValueError):
+        return Retryable(f"malformed response: {exc}")
+    import requests  # voyageai's transport
+
+    if isinstance(exc, requests.RequestException):
+        return Retryable(f"{exc.__class__.__name__}: {exc}")
+    return ProviderError(f"{provider}: {exc.__class__.__name__}: {exc}")
+
+
+def voyage_api_key(settings: Settings) -> str | None:
+    remote = settings.remote
+    return remote.api_key.get_secret_value() if remote.api_key else os.environ.get("VOYAGE_API_KEY")
+
+
+class VoyageProvider(EmbeddingProvider):
+    name = "voyage"
+    max_inputs_per_request = MAX_TEXTS_PER_REQUEST
+    max_tokens_per_request = _DEFAULT_REQUEST_TOKENS
+    max_tokens_per_input = 32_000
+    default_chunk_tokens = 400
+    default_chunk_overlap = 80
+    supports_batch = True
+
+    def __init__(self, settings: Settings, *, model: str | None = None) -> None:
+        import voyageai
+
+        remote = settings.remote
+        key = voyage_api_key(settings)
+        if not key:
+            raise ConfigError("provider voyage needs an API key: set remote.api_key or VOYAGE_API_KEY")
+        self.model = model or settings.model or DEFAULT_MODEL
+        self.base_url = (remote.base_url or DEFAULT_BASE_URL).rstrip("/")
+        if remote.headers:
+            log.warning("voyage: the voyageai SDK cannot send custom headers; remote.headers are ignored")
+        self.requested_dims = remote.dimensions
+        self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
+        self.settings = remote
+        self.max_tokens_per_request = request_token_limit(self.model)
+        self.max_tokens_per_input = _INPUT_TOKENS.get(self.model, 32_000)
+        if remote.max_inputs_per_request:
+            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
+        if remote.max_tokens_per_request:
+            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self.api_key = key
+        self.client = voyageai.Client(api_key=key, max_retries=0, timeout=remote.timeout_s, base_url=self.base_url)
+        self._key = compute_provider_key("voyage", self.model, base_url=self.base_url,
+                                         output_dimension=self.requested_dims)
+
+    @property
+    def provider_key(self) -> str:
+        return self._key
+
+    def _embed(self, texts: Sequence[str], input_type: str) -> np.ndarray:
+        def once() -> np.ndarray:
+            try:
+                res = self.client.embed(list(texts), model=self.model, input_type=input_type, truncation=True,
+                                        output_dimension=self.requested_dims)
+            except Exception as exc:  # classified below
+                raise classify_voyage_error(exc) from None
+            return check_vectors(res.embeddings, len(texts), provider="voyage", dims=self.dims)
+
+        arr = call_with_retries(
+            once, provider="voyage", max_attempts=self.settings.max_attempts,
+            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+        )
+        if self.dims is None:
+            self.dims = int(arr.shape[1])
+        return arr
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return self._embed(texts, "document")
+        except ProviderError as exc:
+            # An endpoint whose token budget is lower than documented: split and try again.
+            if len(texts) > 1 and "max allowed tokens" in str(exc).lower():
+                mid = len(texts) // 2
+                return np.vstack([self.embed_documents(texts[:mid]), self.embed_documents(texts[mid:])])
+            raise
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed([text], "query")[0]

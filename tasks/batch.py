@@ -1,0 +1,125 @@
+"""Prefect tasks for provider Batch API jobs: one task per step of one job.
+
+``batch-submit`` (record in the ledger, upload, create), ``batch-poll`` (poll with its own
+deadline, a progress artifact per job updated as the provider reports progress),
+``batch-collect`` (download output + error files, store vectors in the cache),
+``batch-cancel`` and ``batch-recover`` (find a job whose submit was interrupted). Inputs are
+small: the settings blob, the cache file's path, the run's work directory and a
+``JobSpec``/``JobRecord`` (texts live in the job's JSONL file). Each task opens its own cache
+connection, so the steps can run on any worker that sees the work directory and the cache.
+``NO_CACHE`` everywhere and no automatic retries on submit: a retried create could start a
+second paid job (``submit_job`` does its own safe retries).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from memory_core.batch import jobs as J
+from memory_core.batch.types import CollectResult, JobRecord, JobSpec
+from memory_core.cache import EmbeddingCache
+from memory_core.config import Settings
+from tasks.stages import _provider_for
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    try:
+        return get_run_logger()
+    except Exception:
+        return logging.getLogger("memory_core.tasks")
+
+
+@contextlib.contextmanager
+def _context(settings_blob: str, cache_path: str, workdir: str) -> Iterator[J.BatchContext]:
+    settings = Settings.model_validate_json(settings_blob)
+    provider, _ = _provider_for(settings_blob)
+    cache = EmbeddingCache(Path(cache_path), provider.name, provider.model, provider.provider_key)
+    try:
+        yield J.open_context(settings, provider, cache, workdir)
+    finally:
+        cache.close()
+
+
+def artifact_key(local_id: str) -> str:
+    """Artifact keys are lowercase letters, digits and dashes."""
+    return "batch-" + "".join(c if c.isalnum() else "-" for c in local_id.lower())
+
+
+@task(name="batch-submit", task_run_name="batch-submit-{job_name}", cache_policy=NO_CACHE, retries=0)
+def batch_submit_task(settings_blob: str, cache_path: str, workdir: str, spec: JobSpec, job_name: str) -> JobRecord:
+    with _context(settings_blob, cache_path, workdir) as ctx:
+        rec = J.submit_job(ctx, spec)
+    _logger().info("submitted %s: %d requests, ~%d tokens", rec.job_id, spec.requests, spec.tokens)
+    return rec
+
+
+@task(name="batch-poll", task_run_name="batch-poll-{job_name}", cache_policy=NO_CACHE, retries=1,
+      retry_delay_seconds=5)
+def batch_poll_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord, job_name: str,
+                    timeout_s: float | None = None, max_polls: int | None = None) -> JobRecord:
+    """Poll one job until it is terminal or the deadline passes; a progress artifact shows how far
+    the provider got (request counts where it reports them, else the state)."""
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+    log = _logger()
+    state: dict[str, Any] = {"id": None, "last": None}
+
+    def pct(rec: JobRecord) -> float:
+        if rec.terminal:
+            return 100.0
+        if rec.progress:
+            return round(100.0 * rec.progress, 1)
+        return 5.0 if rec.status == "running" else 0.0
+
+    def on_progress(rec: JobRecord) -> None:
+        value = pct(rec)
+        desc = f"{rec.label}: {rec.provider_status or rec.status}"
+        try:
+            if state["id"] is None:
+                state["id"] = create_progress_artifact(progress=value, key=artifact_key(rec.local_id), description=desc)
+            elif value != state["last"]:
+                update_progress_artifact(state["id"], progress=value, description=desc)
+            state["last"] = value
+        except Exception as exc:  # the UI is a nicety; never fail a poll for it
+            log.debug("progress artifact: %s", exc)
+
+    with _context(settings_blob, cache_path, workdir) as ctx:
+        rec = J.poll_job(ctx, record, timeout_s=timeout_s, max_polls=max_polls, on_progress=on_progress)
+    log.info("%s: %s (%s)", rec.label, rec.status, rec.provider_status)
+    return rec
+
+
+@task(name="batch-collect", task_run_name="batch-collect-{job_name}", cache_policy=NO_CACHE)
+def batch_collect_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
+                       job_name: str) -> CollectResult:
+    with _context(settings_blob, cache_path, workdir) as ctx:
+        res = J.collect_job(ctx, record)
+    _logger().info("%s: %s", record.label, res.summary())
+    return res
+
+
+@task(name="batch-cancel", task_run_name="batch-cancel-{job_name}", cache_policy=NO_CACHE)
+def batch_cancel_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
+                      job_name: str) -> JobRecord:
+    with _context(settings_blob, cache_path, workdir) as ctx:
+        return J.cancel_job(ctx, record)
+
+
+@task(name="batch-recover", task_run_name="batch-recover-{job_name}", cache_policy=NO_CACHE)
+def batch_recover_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
+                       job_name: str) -> JobRecord | None:
+    with _context(settings_blob, cache_path, workdir) as ctx:
+        return J.recover_job(ctx, record)
+
+
+STEP_TASKS = {
+    "submit": batch_submit_task, "poll": batch_poll_task, "collect": batch_collect_task,
+    "cancel": batch_cancel_task, "recover": batch_recover_task,
+}

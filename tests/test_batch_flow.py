@@ -1,0 +1,119 @@
+"""Batch embedding as Prefect tasks (one task per step of each job) inside a flow run, against a
+real (temporary) Prefect server and the fake OpenAI Batch API."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai_fake import OpenAIFake
+from tests.test_batch import assert_paid_once, batch_settings, ledger_states
+
+pytestmark = pytest.mark.prefect_server
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[None]:
+    old = os.environ.get("PREFECT_HOME")
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["PREFECT_HOME"] = home
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry calls from tests
+        from prefect.testing.utilities import prefect_test_harness
+
+        try:
+            with prefect_test_harness(server_startup_timeout=60):
+                yield
+        finally:
+            if old is None:
+                os.environ.pop("PREFECT_HOME", None)
+            else:
+                os.environ["PREFECT_HOME"] = old
+
+
+def _flow() -> Any:
+    from prefect import flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from flows.batch import embed_misses_batch
+    from memory_core import pipeline
+    from tasks.stages import provider_for
+
+    @flow(name="batch-embed-test", task_runner=ThreadPoolTaskRunner(max_workers=4))
+    def batch_embed_test(settings_json: str) -> dict[str, Any]:
+        from memory_core.config import Settings
+
+        settings = Settings.model_validate_json(settings_json)
+        provider, reason = provider_for(settings)
+        plan = pipeline.discover_stage(settings, provider, reason, full=True)
+        try:
+            chunks = pipeline.chunk_stage(plan, settings, provider)
+            cache = pipeline.open_cache(settings, provider, plan)
+            assert cache is not None
+            try:
+                misses = pipeline.cache_lookup_stage(plan, chunks, cache, provider)
+                stats = embed_misses_batch(settings, misses, cache)
+                built = None if pipeline.batch_pending(stats) else pipeline.build_stage(plan, chunks, cache, provider)
+            finally:
+                cache.close()
+            summary = pipeline.summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=stats,
+                                         built=built, timings={})
+            return summary.to_dict()
+        finally:
+            pipeline.cleanup_workdir(plan)
+
+    return batch_embed_test
+
+
+def _blob(s: Any) -> str:
+    from tasks.stages import settings_json
+
+    return settings_json(s)
+
+
+def test_batch_jobs_run_as_prefect_tasks(harness: None, workspace: Path) -> None:
+    from prefect.client.orchestration import get_client
+
+    flow = _flow()
+    with OpenAIFake(dims=16, batch_delay=0.15) as srv:
+        srv.fail_next_job(message="Enqueued token limit reached", code="token_limit_exceeded")
+        s = batch_settings(workspace, "openai", srv, poll_interval_s=0.03)
+        out = flow(_blob(s))
+        b = out["batch"]
+        assert out["swapped"] and out["chunks_embedded"] == out["chunks_total"]
+        assert b["jobs_submitted"] == 4 and b["jobs_failed"] == 1 and b["chunks_via_batch"] == out["chunks_total"]
+        assert out["cost"]["tokens_batch"] == out["tokens_sent"] > 0
+        assert_paid_once(srv, s)
+        job_ids = [j.metadata["memory_core_job"] for j in srv.batch_jobs]
+
+    with get_client(sync_client=True) as client:
+        names = [t.name for t in client.read_task_runs()]
+        artifacts = client.read_artifacts()
+    for step in ("submit", "poll", "collect"):
+        # one task run per step per job, named after the job
+        assert sum(n.startswith(f"batch-{step}-openai-mc-") for n in names) == 4, (step, names)
+    for lid in job_ids:
+        assert f"batch-submit-openai-{lid}" in names
+    progress = [a for a in artifacts if a.type == "progress" and (a.key or "").startswith("batch-mc-")]
+    assert {a.key for a in progress} >= {f"batch-{lid}" for lid in job_ids[1:]}
+    assert all(float(a.data) == 100.0 for a in progress)
+
+
+def test_wait_false_in_a_flow_then_a_later_flow_collects(harness: None, workspace: Path) -> None:
+    flow = _flow()
+    with OpenAIFake(dims=16, batch_delay=None) as srv:
+        s = batch_settings(workspace, "openai", srv, wait=False, max_requests_per_job=40)
+        first = flow(_blob(s))
+        assert not first["swapped"] and first["batch"]["jobs_pending"] == 2 == srv.batch_creates
+        srv.complete_job()
+        s2 = s.model_copy(update={"batch": s.batch.model_copy(update={"wait": True})})
+        second = flow(_blob(s2))
+        assert second["swapped"] and second["batch"]["jobs_reattached"] == 2
+        assert second["batch"]["jobs_submitted"] == 0 and srv.batch_creates == 2
+        assert ledger_states(s) == {"collected": 2}
+        assert_paid_once(srv, s)
