@@ -1,6 +1,7 @@
 """memory-core benchmark: the pipeline's own cost, as ratios against raw SQLite baselines.
 
-    python -m bench.run --files 10000            # writes bench/results/results-10000.md
+    python -m bench.run --files 10000            # writes bench/results/results-10000-384d.md
+    python -m bench.run --chunks 100000 --rss-check   # the issue's 100k-chunk size + RSS flatness
 
 Every phase that matters for memory runs in a child process so its peak RSS is its own.
 The embedding provider is an instant fake (bench/fake_provider.py): figures measure our
@@ -147,7 +148,35 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict:
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-PHASES = {"build": phase_build, "raw_insert": phase_raw_insert, "stat_hash": phase_stat_hash, "queries": phase_queries}
+def phase_requests(ws: str, chunks: int) -> dict:
+    """Embedding requests our grouping plans for ``chunks`` chunks of this corpus (cycled if
+    the corpus has fewer) under OpenAI's limits (2048 inputs, 300k tokens per request),
+    against the minimum those limits allow by the fake server's own count, ceil(len / 4)."""
+    import math
+
+    from memory_core.chunking import chunk_markdown
+    from memory_core.embeddings.base import estimate_tokens
+    from memory_core.embeddings.grouping import plan_groups
+
+    ours: list[int] = []
+    theirs: list[int] = []
+    for dirpath, _, files in os.walk(ws):
+        for f in sorted(files):
+            if f.endswith(".md"):
+                with open(os.path.join(dirpath, f), encoding="utf-8") as fh:
+                    for c in chunk_markdown(fh.read(), 400, 80):
+                        if c.text.strip():
+                            ours.append(estimate_tokens(c.text))
+                            theirs.append(math.ceil(len(c.text) / 4))
+    n = len(ours)
+    ours = [ours[i % n] for i in range(chunks)]
+    theirs = [theirs[i % n] for i in range(chunks)]
+    planned = len(plan_groups(ours, max_inputs=2048, max_tokens=300_000))
+    minimum = max(math.ceil(chunks / 2048), math.ceil(sum(theirs) / 300_000))
+    return {"chunks": chunks, "planned": planned, "minimum": minimum}
+
+
+PHASES = {"build": phase_build, "requests": phase_requests, "raw_insert": phase_raw_insert, "stat_hash": phase_stat_hash, "queries": phase_queries}
 
 
 def child(name: str, **kwargs: object) -> dict:
@@ -165,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=2000, help="number of Markdown files to generate")
     ap.add_argument("--dims", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--request-chunks", type=int, default=100_000,
+                    help="chunks for the embedding-request count (the corpus's chunks, cycled)")
+    ap.add_argument("--chunks", type=int, default=0,
+                    help="size the corpus by chunks instead of files (~4.1 chunks a file; 100000 -> ~24.3k files)")
+    ap.add_argument("--rss-check", action="store_true",
+                    help="also build a quarter-size corpus and compare peak RSS (memory must be flat in corpus size)")
     ap.add_argument("--mean-chars", type=int, default=4000, help="mean file size in characters")
     ap.add_argument("--out", help="results file (default bench/results/results-<files>-<dims>d.md)")
     ap.add_argument("--keep", action="store_true", help="keep the generated corpus and index")
@@ -177,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.corpus import generate
 
+    if a.chunks:
+        a.files = max(1, round(a.chunks * 10000 / 41215))
     tmp = Path(tempfile.mkdtemp(prefix="memory-core-bench-"))
     ws, index = tmp / "ws", tmp / "index.sqlite"
     try:
@@ -192,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
             fh.write("\n## 23:59 one more note\n- the benchmark edited this file to measure a one-file reindex.\n")
         onefile = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False)
         q = child("queries", ws=str(ws), index=str(index), dims=a.dims, n=a.queries)
+        req = child("requests", ws=str(ws), chunks=a.request_chunks)
+        small = None
+        if a.rss_check:
+            ws_s, index_s = tmp / "ws-small", tmp / "index-small.sqlite"
+            generate(ws_s, max(1, a.files // 4), mean_chars=a.mean_chars)
+            small = child("build", ws=str(ws_s), index=str(index_s), dims=a.dims, full=False)
         size_mb = index.stat().st_size / 2**20
     finally:
         if not a.keep:
@@ -203,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         ("corpus", f"{a.files} files, {chunks} chunks, {a.dims}-d, index {size_mb:.0f} MiB (generated in {gen_s:.1f}s)"),
         ("full build", f"{build_rate:,.0f} chunks/s = {build_rate / raw['rate']:.2f}x the raw insert rate"
                        f" ({raw['rate']:,.0f} rows/s); stages {full['stages']}"),
-        ("full build peak RSS", f"{full['maxrss_mb']:.0f} MiB"),
+        ("full build peak RSS", f"{full['maxrss_mb']:.0f} MiB"
+                                + (f" = {full['maxrss_mb'] / small['maxrss_mb']:.2f}x the peak of a {small['chunks_total']}"
+                                   f"-chunk build ({small['maxrss_mb']:.0f} MiB)" if small else "")),
+        ("embedding requests", f"{req['planned']} for {req['chunks']} chunks = {req['planned'] / req['minimum']:.3f}x"
+                               f" the minimum under OpenAI's limits ({req['minimum']}: 2048 inputs, 300k tokens"
+                               " per request, tokens = ceil(len/4))"),
         ("no-change reindex", f"{nochange['seconds']:.3f}s = {nochange['seconds'] / sh['seconds']:.2f}x stat+hash"
                               f" ({sh['seconds']:.3f}s); provider calls {nochange['provider_calls']};"
                               f" swapped {nochange['swapped']}"),

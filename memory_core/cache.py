@@ -22,6 +22,15 @@ import apsw
 from memory_core.store import FILE_MODE, connect
 
 LOOKUP_GROUP = 400
+# A vector row (~1.6 KB at 384-d, ~6 KB at 1536-d) must fit in a leaf page of this WITHOUT
+# ROWID table: with 4 KiB pages every row spilled into an overflow page, which tripled the
+# file and the I/O of each commit. New cache files get 32 KiB pages (an existing file keeps
+# its page size). A larger page cache and a WAL checkpoint every ~128 MiB instead of every
+# 1000 pages cut the write cost of a cold build by 2-3x; each response is still its own
+# committed transaction.
+NEW_CACHE_PAGE_SIZE = 32768
+CACHE_PRAGMAS = ("PRAGMA synchronous=NORMAL", "PRAGMA cache_size=-65536", "PRAGMA journal_size_limit=67108864")
+CHECKPOINT_BYTES = 128 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embedding_cache (
@@ -51,8 +60,13 @@ class EmbeddingCache:
             fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
             os.close(fd)
         self.conn = connect(self.path)
+        if os.path.getsize(self.path) == 0:  # a new file: page size before anything else
+            self.conn.execute(f"PRAGMA page_size={NEW_CACHE_PAGE_SIZE}")
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
+        for pragma in CACHE_PRAGMAS:
+            self.conn.execute(pragma)
+        page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+        self.conn.execute(f"PRAGMA wal_autocheckpoint={max(1000, CHECKPOINT_BYTES // page_size)}")
         self.conn.execute(_SCHEMA)
         self._lock = threading.Lock()
 

@@ -64,40 +64,38 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     max_chars = max(32, tokens * 4)
     overlap_chars = max(0, overlap * 4)
     chunks: list[Chunk] = []
-    current: list[tuple[str, int]] = []
+    # The current chunk as parallel lists (segments and their 1-based line numbers): this
+    # loop runs once per line of the corpus, so it avoids per-segment tuples and calls.
+    segs: list[str] = []
+    nums: list[int] = []
     cur_chars = 0
-
-    def flush() -> None:
-        if not current:
-            return
-        text = "\n".join(seg for seg, _ in current)
-        chunks.append(Chunk(current[0][1], current[-1][1], text, sha256_hex(text)))
-
-    def carry() -> None:
-        nonlocal current, cur_chars
-        if overlap_chars <= 0 or not current:
-            current = []
-            cur_chars = 0
-            return
-        acc = 0
-        kept: list[tuple[str, int]] = []
-        for seg, line_no in reversed(current):
-            acc += len(seg) + 1
-            kept.insert(0, (seg, line_no))
-            if acc >= overlap_chars:
-                break
-        current = kept
-        cur_chars = sum(len(seg) + 1 for seg, _ in kept)
-
+    join = "\n".join
     for line_no, line in enumerate(content.split("\n"), 1):
-        for seg in _segments(line, max_chars):
+        for seg in ((line,) if len(line) <= max_chars else _segments(line, max_chars)):
             size = len(seg) + 1
-            if cur_chars + size > max_chars and current:
-                flush()
-                carry()
-            current.append((seg, line_no))
+            if cur_chars + size > max_chars and segs:
+                text = join(segs)
+                chunks.append(Chunk(nums[0], nums[-1], text, sha256_hex(text)))
+                # carry the trailing segments whose lengths reach overlap_chars
+                if overlap_chars <= 0:
+                    segs, nums, cur_chars = [], [], 0
+                else:
+                    acc = 0
+                    i = len(segs)
+                    while i > 0:
+                        i -= 1
+                        acc += len(segs[i]) + 1
+                        if acc >= overlap_chars:
+                            break
+                    if i:
+                        del segs[:i], nums[:i]
+                    cur_chars = acc
+            segs.append(seg)
+            nums.append(line_no)
             cur_chars += size
-    flush()
+    if segs:
+        text = join(segs)
+        chunks.append(Chunk(nums[0], nums[-1], text, sha256_hex(text)))
     return chunks
 
 

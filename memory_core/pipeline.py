@@ -17,7 +17,9 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -55,6 +57,9 @@ from memory_core.textsearch import segment_for_index
 log = logging.getLogger("memory_core.pipeline")
 
 ROW_GROUP = 4096
+# Work files live for one run on local disk: uncompressed Parquet writes ~7x and reads ~10x
+# faster than snappy for chunk texts, for ~3x the (temporary) bytes.
+WORK_COMPRESSION = "none"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 BINARY_SNIFF = 8192
 
@@ -347,7 +352,7 @@ def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     hashes: set[str] = set()
     buf: dict[str, list[Any]] = {k: [] for k in CHUNK_SCHEMA.names}
     total = 0
-    with pq.ParquetWriter(out, CHUNK_SCHEMA) as writer:
+    with pq.ParquetWriter(out, CHUNK_SCHEMA, compression=WORK_COMPRESSION) as writer:
         def flush() -> None:
             if buf["path"]:
                 writer.write_table(pa.table(buf, schema=CHUNK_SCHEMA))
@@ -417,7 +422,7 @@ def cache_lookup_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache
     hits = 0
     misses = 0
     seen: set[str] = set()
-    with pq.ParquetWriter(out, MISS_SCHEMA) as writer:
+    with pq.ParquetWriter(out, MISS_SCHEMA, compression=WORK_COMPRESSION) as writer:
         if provider.name != "none":
             for batch in iter_chunk_batches(chunks.path, ["hash", "text"]):
                 hs = batch.column("hash").to_pylist()
@@ -573,6 +578,71 @@ def _vector_dims(cache: EmbeddingCache | None, provider: EmbeddingProvider, chun
     return live_meta_dims
 
 
+def _build_rows(chunks: ChunkResult, cache: EmbeddingCache | None, provider: EmbeddingProvider,
+                with_vectors: bool, dims: int | None, now: int) -> Iterator[list[ChunkRow]]:
+    """The temp index's rows, one Parquet batch at a time."""
+    model = provider.model
+    for batch in iter_chunk_batches(chunks.path):
+        cols = {name: batch.column(name).to_pylist() for name in CHUNK_SCHEMA.names}
+        vecs = cache.get_many(cols["hash"]) if (cache is not None and with_vectors) else {}
+        rows = []
+        for path, source, start, end, h, text in zip(cols["path"], cols["source"], cols["start_line"],
+                                                      cols["end_line"], cols["hash"], cols["text"], strict=True):
+            emb = vecs.get(h) if with_vectors else None
+            if with_vectors and emb is None:
+                raise RunError(f"no vector for a chunk of {path} (lines {start}-{end}); the embedding stage did"
+                               " not finish")
+            if emb is not None and dims and len(emb) != dims * 4:
+                raise RunError(f"cached vector for {path} has {len(emb) // 4} dims, index has {dims}")
+            rows.append(ChunkRow(
+                id=chunk_id(source, path, start, end, h, model), path=path, source=source, start_line=start,
+                end_line=end, hash=h, model=model, text=text, fts_text=segment_for_index(text), embedding=emb,
+                updated_at=now,
+            ))
+        yield rows
+
+
+_DONE = object()
+
+
+def _prefetch(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """Run ``items`` in a thread, ``depth`` items ahead of the consumer; re-raises its errors."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((_DONE, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            q.put((_DONE, exc))
+
+    t = threading.Thread(target=produce, name="build-rows", daemon=True)
+    t.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if item is _DONE:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                q.get_nowait()
+        t.join()
+
+
 def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None,
                 provider: EmbeddingProvider, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Build the next index in a temp file, verify it and swap it in."""
@@ -590,29 +660,14 @@ def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None
             # files whose index run was skipped (unreadable, binary) but that were indexed: drop
             writer.delete_paths(f.path for f in plan.to_index if f.path not in chunks.files)
         done = 0
-        for batch in iter_chunk_batches(chunks.path):
-            cols = {name: batch.column(name).to_pylist() for name in CHUNK_SCHEMA.names}
-            vecs = cache.get_many(cols["hash"]) if (cache is not None and with_vectors) else {}
-            rows = []
-            for i in range(len(cols["path"])):
-                h = cols["hash"][i]
-                emb = vecs.get(h) if with_vectors else None
-                if with_vectors and emb is None:
-                    raise RunError(f"no vector for a chunk of {cols['path'][i]} (lines {cols['start_line'][i]}-"
-                                   f"{cols['end_line'][i]}); the embedding stage did not finish")
-                if emb is not None and dims and len(emb) != dims * 4:
-                    raise RunError(f"cached vector for {cols['path'][i]} has {len(emb) // 4} dims, index has {dims}")
-                rows.append(ChunkRow(
-                    id=chunk_id(cols["source"][i], cols["path"][i], cols["start_line"][i], cols["end_line"][i], h,
-                                provider.model),
-                    path=cols["path"][i], source=cols["source"][i], start_line=cols["start_line"][i],
-                    end_line=cols["end_line"][i], hash=h, model=provider.model, text=cols["text"][i],
-                    fts_text=segment_for_index(cols["text"][i]), embedding=emb, updated_at=now,
-                ))
-            writer.insert_chunks(rows)
-            done += len(rows)
-            if progress:
-                progress("build", done, chunks.chunks)
+        # Rows are prepared (Parquet read, vectors, ids, FTS text) in a thread while this one
+        # inserts the previous batch: apsw releases the GIL while SQLite works.
+        with contextlib.closing(_prefetch(_build_rows(chunks, cache, provider, with_vectors, dims, now))) as batches:
+            for rows in batches:
+                writer.insert_chunks(rows)
+                done += len(rows)
+                if progress:
+                    progress("build", done, chunks.chunks)
         writer.upsert_files(FileRow(**v) for v in chunks.files.values())
         counts = writer.verify(expect_vectors=with_vectors)
         meta["vector_store"] = ("vec0" if writer.vec else "blob") if with_vectors else None
