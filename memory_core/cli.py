@@ -169,14 +169,14 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
 
 def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    from flows.reindex import ReindexParams, reindex
+    from flows.reindex import ReindexParams, run_reindex
 
     params = ReindexParams(
         workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
         provider=settings.provider, model=settings.model, full=args.full, extra_paths=settings.extra_paths,
         sources=list(settings.sources),
     )
-    return reindex(params)
+    return run_reindex(params)
 
 
 def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]

@@ -101,11 +101,13 @@ class DeploymentRunner:
                  timeout_s: float = DEPLOYMENT_TIMEOUT_S) -> None:
         self.name = deployment if "/" in deployment else f"{FLOW_NAME}/{deployment}"
         self.timeout_s = timeout_s
-        self.parameters = {"params": {
+        params = {
             "workspace": str(settings.workspace_dir), "index_path": str(settings.index_file),
             "config_file": config_file, "provider": settings.provider, "model": settings.model,
             "full": False, "extra_paths": list(settings.extra_paths), "sources": list(settings.sources),
-        }}
+        }
+        # the reindex flow takes flat parameters; unset ones come from the deployment
+        self.parameters = {k: v for k, v in params.items() if v is not None}
         self.description = f"runs of deployment {self.name} on {os.environ.get('PREFECT_API_URL')}"
 
     def __call__(self) -> dict[str, Any]:
@@ -119,6 +121,9 @@ class DeploymentRunner:
         if state is None or not state.is_final():
             raise RunError(f"deployment run {run_name} of {self.name} did not finish within {self.timeout_s:.0f}s;"
                            " is a worker polling its work pool?")
+        if state.is_cancelled() or state.name == "Skipped":
+            # the deployment's concurrency limit or the index lock: another run is on it
+            return {"deployment": self.name, "flow_run": run_name, "state": state.name, "note": "another run is on it"}
         if not state.is_completed():
             msg = f": {state.message}" if getattr(state, "message", None) else ""
             raise RunError(f"deployment run {run_name} of {self.name} ended {state.name}{msg}")

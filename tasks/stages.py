@@ -19,6 +19,7 @@ from memory_core import pipeline
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.registry import create_provider
+from memory_core.errors import MemoryCoreError
 
 
 @functools.lru_cache(maxsize=8)
@@ -32,14 +33,11 @@ def provider_for(settings: Settings) -> tuple[EmbeddingProvider, str]:
 
 
 def settings_json(settings: Settings) -> str:
-    # Secrets stay in the process: SecretStr serialises as the real value only here, for
-    # the worker that needs to call the provider; it is never logged or stored by Prefect.
-    data = settings.model_dump(mode="json", by_alias=True)
-    if settings.remote.api_key is not None:
-        data["remote"]["api_key"] = settings.remote.api_key.get_secret_value()
-    import json
+    """Settings with secrets, for building the provider in this or a worker process.
 
-    return json.dumps(data, sort_keys=True)
+    Passed to embed tasks as an argument (never a flow parameter, never logged or persisted:
+    results are not persisted and task inputs are recorded by reference)."""
+    return settings.private_json()
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
@@ -88,8 +86,14 @@ def cache_lookup_task(plan: pipeline.RunPlan, chunks: pipeline.ChunkResult, sett
     return res
 
 
+def _retry_unless_final(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry an embed group once for unexpected faults (a lost worker, a bug in a client
+    library), not for a ProviderError: the provider layer already retried it, with backoff."""
+    return not isinstance(getattr(state, "data", None), MemoryCoreError)
+
+
 @task(name="embed", task_run_name="embed-{provider_name}-group-{group_index}", cache_policy=NO_CACHE,
-      retries=1, retry_delay_seconds=5)
+      retries=1, retry_delay_seconds=5, retry_condition_fn=_retry_unless_final)
 def embed_group_task(settings_blob: str, group: pipeline.EmbedGroup, provider_name: str,
                      group_index: int) -> tuple[list[str], Any]:
     """Embed one request group. Pure: returns vectors; the flow caches them as they arrive."""

@@ -257,10 +257,13 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
             self.name, self.message = name, "boom" if name == "Failed" else None
 
         def is_final(self) -> bool:
-            return self.name in ("Completed", "Failed")
+            return self.name in ("Completed", "Failed", "Cancelled")
 
         def is_completed(self) -> bool:
             return self.name == "Completed"
+
+        def is_cancelled(self) -> bool:
+            return self.name == "Cancelled"
 
     def run_deployment(**kw: Any) -> Any:
         calls.append(kw)
@@ -271,10 +274,13 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
     monkeypatch.setitem(sys.modules, "prefect", types.ModuleType("prefect"))
     monkeypatch.setitem(sys.modules, "prefect.deployments", fake)
     assert r()["flow_run"] == "calm-otter"
-    params = calls[0]["parameters"]["params"]
+    params = calls[0]["parameters"]  # the reindex flow's flat parameters, None values left out
+    assert None not in params.values()
     assert calls[0]["name"] == "reindex/nightly" and params["full"] is False
     assert params["workspace"] == str(settings.workspace_dir) and params["index_path"] == str(settings.index_file)
     assert params["config_file"] == "/etc/mc.toml" and params["provider"] == "none"
+    outcome["state"] = "Cancelled"  # the deployment's concurrency limit: another run is on it
+    assert r()["state"] == "Cancelled"
     outcome["state"] = "Failed"
     with pytest.raises(RunError, match="ended Failed: boom"):
         r()

@@ -1,0 +1,123 @@
+"""Serve the memory-core deployments from this machine, without a work pool or a worker.
+
+    export PREFECT_API_URL=http://127.0.0.1:4200/api
+    export MEMORY_CORE_WORKSPACE=~/agent
+    python deployments/serve.py
+
+The deployments (names, flows, schedules, parameters, concurrency limits) are read from
+``deployments/prefect.yaml``, so a served setup and a worker setup are the same deployments;
+``{{ $VAR }}`` placeholders are filled from the environment, as ``prefect deploy`` does. The
+process stays in the foreground, polls the server for scheduled and ad hoc runs, and runs each
+in a subprocess; Ctrl-C stops it (runs in progress are cancelled, the live index untouched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFECT_FILE = Path(__file__).resolve().parent / "prefect.yaml"
+
+
+def load_specs(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list[dict[str, Any]]:
+    """The deployments of ``prefect.yaml`` with ``{{ $VAR }}`` filled from the environment."""
+    import yaml
+    from prefect.utilities.templating import apply_values
+
+    with open(path) as fh:
+        doc = yaml.safe_load(fh) or {}
+    specs = [apply_values(d, dict(os.environ), remove_notset=False) for d in doc.get("deployments") or []]
+    if only:
+        unknown = set(only) - {s["name"] for s in specs}
+        if unknown:
+            raise SystemExit(f"serve.py: no deployment named {', '.join(sorted(unknown))} in {path}")
+        specs = [s for s in specs if s["name"] in only]
+    return specs
+
+
+def to_deployment(spec: dict[str, Any]) -> Any:
+    """A RunnerDeployment for one ``prefect.yaml`` deployment (its work pool is not used)."""
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.schedules import Cron, Interval
+
+    flow = load_flow_from_entrypoint(spec["entrypoint"])
+    schedules = []
+    for s in spec.get("schedules") or []:
+        if "interval" in s:
+            schedules.append(Interval(float(s["interval"]), timezone=s.get("timezone"), active=s.get("active", True)))
+        elif "cron" in s:
+            schedules.append(Cron(s["cron"], timezone=s.get("timezone"), active=s.get("active", True)))
+        else:
+            raise SystemExit(f"serve.py: deployment {spec['name']}: unsupported schedule {s}")
+    limit = spec.get("concurrency_limit")
+    if isinstance(limit, dict):
+        limit = ConcurrencyLimitConfig(**limit)
+    return flow.to_deployment(
+        name=spec["name"], schedules=schedules or None, parameters=spec.get("parameters") or {},
+        concurrency_limit=limit, description=spec.get("description"), tags=spec.get("tags"),
+    )
+
+
+def check_conflicts(deployments: list[Any], *, replace: bool) -> list[str]:
+    """Deployments of the same name already registered for a work pool (by ``prefect deploy``).
+
+    The server would keep their work pool and pull steps, and a worker would compete with this
+    process for their runs: with ``replace`` they are deleted first (their past flow runs stay),
+    otherwise their names are returned for an error message.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    conflicts = []
+    with get_client(sync_client=True) as client:
+        for d in deployments:
+            try:
+                existing = client.read_deployment_by_name(f"{d.flow_name}/{d.name}")
+            except ObjectNotFound:
+                continue
+            if existing.work_pool_name:
+                if replace:
+                    client.delete_deployment(existing.id)
+                else:
+                    conflicts.append(f"{d.flow_name}/{d.name} (work pool {existing.work_pool_name})")
+    return conflicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python deployments/serve.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workspace", help="workspace to index (default: $MEMORY_CORE_WORKSPACE)")
+    ap.add_argument("--only", action="append", metavar="NAME", help="serve only this deployment (repeatable)")
+    ap.add_argument("--limit", type=int, default=4, help="flow runs at once on this machine (default 4)")
+    ap.add_argument("--replace", action="store_true",
+                    help="delete deployments of the same names that `prefect deploy` registered for a work pool")
+    args = ap.parse_args(argv)
+    if args.workspace:
+        os.environ["MEMORY_CORE_WORKSPACE"] = str(Path(args.workspace).expanduser().resolve())
+    if not os.environ.get("MEMORY_CORE_WORKSPACE"):
+        print("serve.py: set MEMORY_CORE_WORKSPACE or pass --workspace", file=sys.stderr)
+        return 2
+    # Entrypoints in prefect.yaml are relative to the repository root, and the flows import
+    # `flows`, `tasks` and `memory_core` from it.
+    os.chdir(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from prefect import serve
+
+    deployments = [to_deployment(s) for s in load_specs(only=args.only)]
+    conflicts = check_conflicts(deployments, replace=args.replace)
+    if conflicts:
+        print("serve.py: already deployed to a work pool: " + ", ".join(conflicts) + ". A worker would compete"
+              " with this process for their runs. Stop the worker and rerun with --replace (their past runs"
+              " are kept), or keep using the worker.", file=sys.stderr)
+        return 2
+    serve(*deployments, limit=args.limit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""What a reindex run shows in the Prefect UI: artifacts and events.
+
+- a progress artifact (``<flow>-<index>-progress``), updated while embedding requests complete
+  and while batch jobs are polled;
+- a summary table artifact per run (``<flow>-<index>-summary``): files, chunks, requests,
+  batch jobs, tokens, estimated cost, seconds per stage, index size;
+- a markdown artifact per run (``<flow>-<index>-notes``) with the warnings and errors worth a look;
+- events users can build Automations on: ``memory-core.index.swapped`` when a new index is
+  swapped in, ``memory-core.fallback.batch-to-sync`` and ``memory-core.fallback.provider`` when a
+  run falls back. The resource is always the index (``memory-core.index.<absolute path>``).
+
+Everything here is best effort: a UI hiccup (API unreachable) is logged and never fails a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.pipeline import RunSummary
+
+log = logging.getLogger("flows.report")
+
+EVENT_SWAPPED = "memory-core.index.swapped"
+EVENT_FALLBACK_BATCH = "memory-core.fallback.batch-to-sync"
+EVENT_FALLBACK_PROVIDER = "memory-core.fallback.provider"
+
+# -- names -------------------------------------------------------------------------------------
+
+def index_label(settings: Settings) -> str:
+    """A short name for the index: the file's stem, or the workspace's folder name for the
+    default ``<workspace>/.memory-core/index.sqlite``."""
+    f = settings.index_file
+    if f.stem == "index" and f.parent.name == ".memory-core":
+        return settings.workspace_dir.name or "workspace"
+    return f.stem
+
+
+def slug(text: str) -> str:
+    """Lowercase letters, digits and dashes (what artifact keys accept)."""
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "index"
+
+
+def artifact_key(flow_name: str, settings: Settings, what: str) -> str:
+    return f"{slug(flow_name)}-{slug(index_label(settings))}-{what}"
+
+
+def index_resource(settings: Settings) -> dict[str, str]:
+    """The index as a Prefect event resource."""
+    return {
+        "prefect.resource.id": f"memory-core.index.{settings.index_file}",
+        "prefect.resource.name": index_label(settings),
+        "memory-core.index.path": str(settings.index_file),
+        "memory-core.workspace": str(settings.workspace_dir),
+    }
+
+
+# -- progress --------------------------------------------------------------------------------
+
+class ProgressReporter:
+    """A ``ProgressFn`` (stage, done, total) that keeps one progress artifact up to date.
+
+    Created lazily on the first call; updates at most every ``min_interval`` seconds (and
+    always at 100 %), so a run with hundreds of request groups does not flood the API.
+    Thread-safe: batch pollers may call it from task threads.
+    """
+
+    def __init__(self, key: str, *, min_interval: float = 1.0) -> None:
+        self.key = key
+        self.min_interval = min_interval
+        self.artifact_id: Any = None
+        self.last = 0.0
+        self.last_pct = -1.0
+        self.updates = 0
+        self._lock = threading.Lock()
+        self._broken = False
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        pct = 100.0 if total <= 0 else max(0.0, min(100.0, 100.0 * done / total))
+        desc = f"{stage}: {done:,} of {total:,} chunks ({pct:.0f}%)"
+        with self._lock:
+            now = time.monotonic()
+            if self._broken or (pct < 100.0 and now - self.last < self.min_interval) or pct == self.last_pct:
+                return
+            self.last, self.last_pct = now, pct
+            try:
+                from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+                if self.artifact_id is None:
+                    self.artifact_id = create_progress_artifact(progress=pct, key=self.key, description=desc)
+                else:
+                    update_progress_artifact(self.artifact_id, pct, description=desc)
+                self.updates += 1
+            except Exception as exc:  # the UI must never fail a run
+                self._broken = True
+                log.warning("cannot update the progress artifact: %s", exc)
+
+
+# -- summary ---------------------------------------------------------------------------------
+
+def outcome(summary: RunSummary) -> str:
+    if summary.swapped:
+        return "swapped in"
+    pending = int(summary.batch.get("jobs_pending") or 0)
+    return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
+
+
+def _cost_figure(summary: RunSummary) -> Any:
+    cost = summary.cost
+    if not cost:
+        return 0.0 if summary.provider in ("none", "local") or not summary.tokens_sent else "-"
+    if not cost.get("priced"):
+        return f"no price for {cost.get('provider')}/{cost.get('model')} (set batch.prices)"
+    return cost.get("estimated_usd")
+
+
+def run_figures(summary: RunSummary, settings: Settings, *, runner: str,
+                built: dict[str, Any] | None) -> dict[str, Any]:
+    """Every figure the summary artifact shows, as a flat dict (also handy for tests)."""
+    try:
+        size = os.path.getsize(summary.index_path)
+    except OSError:
+        size = 0
+    b = summary.batch
+    cost = summary.cost
+    counts = (built or {}).get("counts") or {}
+    fallback = summary.fallback
+    return {
+        "index": summary.index_path,
+        "outcome": outcome(summary),
+        "mode": f"full rebuild ({summary.full_reason})" if summary.full else "incremental",
+        "swapped": summary.swapped,
+        "provider": f"{summary.provider} / {summary.model}",
+        "provider reason": summary.provider_reason,
+        "provider fallback": f"{fallback.get('from')} -> {fallback.get('to')}: {fallback.get('reason')}" if fallback else "-",
+        "embedding ran on": runner,
+        "batch mode": b.get("mode") or ("on" if settings.batch.enabled else "off"),
+        "files scanned": summary.files_scanned,
+        "files new": summary.files_new,
+        "files changed": summary.files_changed,
+        "files unchanged": summary.files_unchanged,
+        "files removed": summary.files_removed,
+        "files skipped": summary.files_skipped,
+        "sessions carried (below delta)": summary.sessions_carried,
+        "chunks in index": summary.chunks_total,
+        "chunks from new/changed files": summary.chunks_indexed,
+        "chunks embedded": summary.chunks_embedded,
+        "chunks from cache": summary.chunks_from_cache,
+        "embedding requests (sync)": summary.embed_requests,
+        "batch jobs submitted": int(b.get("jobs_submitted") or 0),
+        "batch jobs re-attached": int(b.get("jobs_reattached") or 0),
+        "batch job states": batch_states(b),
+        "chunks via batch / via sync": f"{b.get('chunks_via_batch', 0)} / {b.get('chunks_via_sync', summary.chunks_embedded)}"
+        if "jobs_submitted" in b else "-",
+        "batch mode switched off": (b.get("disabled_reason") or "yes") if b.get("disabled") else "-",
+        "tokens sent (sync)": summary.tokens_sync,
+        "tokens sent (batch)": summary.tokens_batch,
+        "estimated cost (USD)": _cost_figure(summary),
+        "saving vs all-sync (USD)": cost.get("saving_usd") if cost.get("priced") else "-",
+        **{f"seconds: {k}": round(v, 2) for k, v in summary.stage_seconds.items()},
+        "index vectors": counts.get("vectors", "-"),
+        "index size (bytes)": size,
+        "index size (MiB)": round(size / 2**20, 2),
+    }
+
+
+def batch_states(b: dict[str, Any]) -> str:
+    """``3 collected, 1 failed`` from the summary's batch stats; ``-`` in sync mode."""
+    if "jobs_submitted" not in b:
+        return "-"
+    parts = [(b.get("jobs_collected", 0), "collected"), (b.get("jobs_failed", 0), "failed"),
+             (b.get("jobs_timed_out", 0), "timed out"), (b.get("jobs_pending", 0), "pending")]
+    return ", ".join(f"{n} {what}" for n, what in parts if n) or "none"
+
+
+def summary_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"figure": k, "value": v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)}
+            for k, v in figures.items()]
+
+
+def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = None,
+                   fallbacks: Iterable[str] = (), extra: Iterable[str] = ()) -> str:
+    warnings = list(dict.fromkeys(warnings))
+    fallbacks = list(fallbacks)
+    extra = list(extra)
+    lines = [f"# {title}", ""]
+    if error:
+        lines += ["## Error", "", f"**The run failed:** {_md(error)}", "",
+                  "The live index was left as it was; the next run starts again from the sources and reuses"
+                  " every vector already in the embedding cache.", ""]
+    if fallbacks:
+        lines += ["## Fallbacks", ""] + [f"- {_md(f)}" for f in fallbacks] + [""]
+    if warnings:
+        lines += [f"## Warnings ({len(warnings)})", ""] + [f"- {_md(w)}" for w in warnings[:200]]
+        if len(warnings) > 200:
+            lines.append(f"- ... and {len(warnings) - 200} more (see the run's logs)")
+        lines.append("")
+    if extra:
+        lines += ["## Notes", ""] + [f"- {_md(e)}" for e in extra] + [""]
+    if not (error or fallbacks or warnings or extra):
+        lines += ["Nothing worth a look: no errors, warnings or fallbacks.", ""]
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return str(text).replace("\n", " ").replace("|", "\\|")
+
+
+def publish_summary(key: str, figures: dict[str, Any], description: str) -> None:
+    try:
+        from prefect.artifacts import create_table_artifact
+
+        create_table_artifact(summary_rows(figures), key=key, description=description)
+    except Exception as exc:
+        log.warning("cannot create the summary artifact: %s", exc)
+
+
+def publish_notes(key: str, markdown: str, description: str) -> None:
+    try:
+        from prefect.artifacts import create_markdown_artifact
+
+        create_markdown_artifact(markdown, key=key, description=description)
+    except Exception as exc:
+        log.warning("cannot create the notes artifact: %s", exc)
+
+
+# -- events ----------------------------------------------------------------------------------
+
+def emit(event: str, settings: Settings, payload: dict[str, Any]) -> None:
+    try:
+        from prefect.events import emit_event
+
+        emit_event(event=event, resource=index_resource(settings), payload=payload)
+    except Exception as exc:
+        log.warning("cannot emit %s: %s", event, exc)
+
+
+def emit_swapped(settings: Settings, summary: RunSummary, built: dict[str, Any]) -> None:
+    counts = built.get("counts") or {}
+    try:
+        size = Path(summary.index_path).stat().st_size
+    except OSError:
+        size = 0
+    emit(EVENT_SWAPPED, settings, {
+        "index_path": summary.index_path,
+        "full": summary.full,
+        "full_reason": summary.full_reason,
+        "provider": summary.provider,
+        "model": summary.model,
+        "files": counts.get("files", 0),
+        "chunks": counts.get("chunks", 0),
+        "vectors": counts.get("vectors", 0),
+        "files_new": summary.files_new,
+        "files_changed": summary.files_changed,
+        "files_removed": summary.files_removed,
+        "chunks_embedded": summary.chunks_embedded,
+        "chunks_from_cache": summary.chunks_from_cache,
+        "tokens_sent": summary.tokens_sent,
+        "index_bytes": size,
+    })
+
+
+def emit_fallback(settings: Settings, kind: str, reason: str, **payload: Any) -> str:
+    """Emit a fallback event (kind ``batch-to-sync`` or ``provider``); returns a line for the notes."""
+    event = EVENT_FALLBACK_BATCH if kind == "batch-to-sync" else EVENT_FALLBACK_PROVIDER
+    emit(event, settings, {"kind": kind, "reason": reason, **payload})
+    return f"{kind}: {reason}"
