@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_core.config import Settings, load_settings
-from memory_core.errors import MemoryCoreError, UsageError
+from memory_core.errors import MemoryCoreError, RunError, UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -169,6 +169,9 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> dict[str, Any]
 
 def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry calls from a closed network
     from flows.reindex import ReindexParams, run_reindex
 
     params = ReindexParams(
@@ -176,7 +179,12 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
         provider=settings.provider, model=settings.model, full=args.full, extra_paths=settings.extra_paths,
         sources=list(settings.sources),
     )
-    return run_reindex(params)
+    try:
+        return run_reindex(params)
+    except MemoryCoreError:
+        raise
+    except RuntimeError as exc:  # Prefect could not start or reach its API
+        raise RunError(f"Prefect: {exc} (is PREFECT_API_URL right? `--engine local` runs without Prefect)") from exc
 
 
 def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
