@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: jsonl for .jsonl/.ndjson names and '-', else parquet")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
+    from memory_core.evaluation import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
@@ -309,9 +312,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from memory_core.evaluation import cmd_eval
+
+    return cmd_eval(args)
+
+
 COMMANDS = {
     "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
-    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export,
+    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval,
 }
 
 

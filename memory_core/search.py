@@ -15,10 +15,12 @@ overlap-aware dedupe, snippets and citations.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,28 @@ log = logging.getLogger("memory_core.search")
 SNIPPET_MAX_CHARS = 700
 MAX_CANDIDATES = 200
 MAX_GET_LINES = 2000
+MODES = ("hybrid", "vector", "keyword")
+
+# The chunk columns of one retrieval side's candidates, joined in the same statement as the
+# FTS5 / vec0 query (a MATERIALIZED CTE, so the top-k is computed before the join).
+_ROW_SELECT = (
+    "SELECT {alias}.rid, {raw}, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime"
+    " FROM {alias} JOIN chunks c ON c.rid = {alias}.rid LEFT JOIN files fl ON fl.path = c.path"
+)
+
+
+def _cosine_from_distance(distance: float) -> float:
+    return 1.0 - float(distance)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What the two retrieval sides found for one query (see :meth:`Searcher.retrieve`)."""
+
+    query: str
+    keyword: list[ranking.Hit]
+    vector: list[ranking.Hit]
+    embedded: bool  # the query was embedded (the vector side ran)
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,17 @@ class _Index:
         self.vec_loaded = self.has_vec_table and load_vec(self.conn)
         self.dims = self.meta.get("dims")
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
+        self._path = path
+        self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
+
+    def keyword_conn(self) -> apsw.Connection | None:
+        """A second connection for the keyword side, so it can run beside the vector side."""
+        if self._kw_conn is None:
+            try:
+                self._kw_conn = connect(self._path, readonly=True, immutable=True)
+            except apsw.Error:
+                self._kw_conn = False
+        return self._kw_conn or None
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray]:
         """(rids, unit vectors) for the numpy fallback, loaded once per opened file."""
@@ -95,6 +130,9 @@ class _Index:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self._kw_conn:
+            with contextlib.suppress(apsw.Error):
+                self._kw_conn.close()
 
 
 class Searcher:
@@ -114,6 +152,7 @@ class Searcher:
         self._provider_checked = provider is not None
         self._injected = provider is not None
         self.provider_note = ""
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def _current(self) -> _Index:
@@ -137,6 +176,9 @@ class Searcher:
 
     def close(self) -> None:
         with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
             if self._idx is not None:
                 self._idx.close()
                 self._idx = None
@@ -149,6 +191,17 @@ class Searcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def indexed_paths(self) -> list[str]:
+        """Every indexed file path (the ``files`` table)."""
+        with self._lock:
+            idx = self._current()
+            return [r[0] for r in idx.conn.execute("SELECT path FROM files")]
+
+    def index_meta(self) -> dict[str, Any]:
+        """The meta record of the index being searched."""
+        with self._lock:
+            return dict(self._current().meta or {})
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> Any:
@@ -176,124 +229,169 @@ class Searcher:
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
-               sources: list[str] | None = None) -> list[SearchResult]:
+               sources: list[str] | None = None, *, mode: str = "hybrid") -> list[SearchResult]:
+        """Ranked results for ``query``.
+
+        ``mode``: ``"hybrid"`` (default: both sides when the index has vectors and the query can be
+        embedded, else keyword-only), ``"vector"`` or ``"keyword"`` (one side alone, for
+        evaluation and debugging; the rest of the pipeline is the same).
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        q = self.settings.query
+        max_results = q.max_results if max_results is None else max(1, int(max_results))
+        cands = self.retrieve(query, self.candidate_count(max_results), sources,
+                              vector=mode != "keyword", keyword=mode != "vector")
+        return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
+
+    def candidate_count(self, max_results: int) -> int:
+        """Candidates per side: ``max_results x candidate_multiplier``, at least 1, capped at 200."""
+        return min(MAX_CANDIDATES, max(1, int(max_results * self.settings.query.candidate_multiplier)))
+
+    def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
+                 vector: bool = True, keyword: bool = True) -> Candidates:
+        """The raw candidates of both retrieval sides (each best-first), before any fusion.
+
+        One statement per side, each joined to its chunk rows: the FTS5 top ``n_candidates``
+        (bm25) and the vec0 KNN top ``n_candidates``. When both sides run, the keyword side runs
+        on a second connection in a worker thread while this thread embeds the query and runs
+        the KNN (SQLite and the model release the GIL), so a hybrid query costs about the slower
+        side, not the sum. Calls are serialised per searcher (one apsw connection must not run
+        two statements at once).
+        """
+        query = (query or "").replace("\x00", " ")
+        if not query.strip():
+            return Candidates(query, [], [], False)
+        srcs = tuple(dict.fromkeys(sources)) if sources else None
+        with self._lock:
+            idx = self._current()
+            provider = self._query_provider(idx) if (vector and self.settings.query.hybrid) else None
+            pending: Future[list[ranking.Hit]] | None = None
+            kw_hits: list[ranking.Hit] = []
+            if keyword:
+                kw_conn = idx.keyword_conn() if (provider is not None and self.parallel) else None
+                if kw_conn is not None:
+                    pending = self._worker().submit(self._keyword_hits, idx, query, n_candidates, srcs, kw_conn)
+                else:
+                    kw_hits = self._keyword_hits(idx, query, n_candidates, srcs)
+            vec_hits: list[ranking.Hit] = []
+            embedded = False
+            try:
+                if provider is not None:
+                    try:
+                        qvec = np.asarray(provider.embed_query(query[:8000]), dtype=np.float32)
+                        vec_hits = self._vector_hits(idx, qvec, n_candidates, srcs)
+                        embedded = True
+                    except ProviderError as exc:
+                        self.provider_note = f"query embedding failed ({exc}); keyword-only results"
+                        log.warning("%s", self.provider_note)
+            finally:
+                if pending is not None:
+                    kw_hits = pending.result()
+        return Candidates(query, kw_hits, vec_hits, embedded)
+
+    parallel = True
+    """Run the keyword side beside the vector side (set False to run them one after the other)."""
+
+    def _worker(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-core-fts")
+        return self._pool
+
+    def rank(self, cands: Candidates, *, max_results: int | None = None, min_score: float | None = None,
+             mode: str = "hybrid") -> list[SearchResult]:
+        """Fuse, decay, threshold, dedupe, diversify and cut ``cands``; make snippets and citations.
+
+        ``mode="vector"`` / ``"keyword"`` rank one side alone (its score is that side's fused
+        score with weight 1). Pure given the candidates: evaluation replays it per setting.
+        """
         q = self.settings.query
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         min_score = q.min_score if min_score is None else float(min_score)
-        query = (query or "").replace("\x00", " ")
-        if not query.strip():
-            return []
-        idx = self._current()
-        n_cand = min(MAX_CANDIDATES, max(1, int(max_results * q.candidate_multiplier)))
-        sources = list(sources) if sources else None
-
-        provider = self._query_provider(idx) if q.hybrid else None
-        keyword_only = provider is None
-        kw_hits = self._keyword_hits(idx, query, n_cand, sources, expand=keyword_only)
-        vec_hits: list[ranking.Hit] = []
-        if provider is not None:
-            try:
-                qvec = np.asarray(provider.embed_query(query[:8000]), dtype=np.float32)
-                vec_hits = self._vector_hits(idx, qvec, n_cand, sources)
-            except ProviderError as exc:
-                self.provider_note = f"query embedding failed ({exc}); keyword-only results"
-                log.warning("%s", self.provider_note)
-                keyword_only = True
-        if keyword_only:
-            hits = ranking.fuse([], kw_hits, method=q.fusion, vector_weight=0.0, text_weight=1.0)
+        vec = cands.vector if mode != "keyword" else []
+        kw = cands.keyword if mode != "vector" else []
+        if not vec or not kw:
+            hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
+                                text_weight=1.0 if kw else 0.0)
         else:
             vw, tw = q.normalised_weights()
-            hits = ranking.fuse(vec_hits, kw_hits, method=q.fusion, vector_weight=vw, text_weight=tw)
+            hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
         if q.temporal_decay.enabled:
             hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time())
-            hits.sort(key=lambda h: h.score, reverse=True)
         hits = [h for h in hits if h.score >= min_score]
         hits = ranking.dedupe_overlapping(hits)
         if q.mmr.enabled:
             hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
-        terms = textsearch.query_terms(query) or query.split()
-        out = []
-        for h in hits[:max_results]:
-            snippet = ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
-            out.append(SearchResult(
+        hits = hits[:max_results]
+        terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
+        return [
+            SearchResult(
                 path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.score), 6),
-                snippet=snippet, source=h.source, citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
+                snippet=ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS), source=h.source,
+                citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
                 vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
-            ))
+            )
+            for h in hits
+        ]
+
+    @staticmethod
+    def _hits(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
+        out = []
+        for _rid, raw, cid, path, source, start, end, text, mtime in rows:
+            h = ranking.Hit(id=cid, path=path, source=source, start_line=start, end_line=end, text=text,
+                            mtime_ms=mtime)
+            if side == "text":
+                h.text_score = to_score(raw)
+            else:
+                h.vector_score = to_score(raw)
+            out.append(h)
         return out
 
-    def _rows(self, idx: _Index, rids: list[int]) -> dict[int, tuple[Any, ...]]:
-        if not rids:
-            return {}
-        marks = ",".join("?" * len(rids))
-        return {
-            r[0]: r
-            for r in idx.conn.execute(
-                f"SELECT rid, id, path, source, start_line, end_line, text FROM chunks WHERE rid IN ({marks})", rids
-            )
-        }
-
-    def _mtimes(self, idx: _Index, paths: set[str]) -> dict[str, int]:
-        if not paths:
-            return {}
-        marks = ",".join("?" * len(paths))
-        return dict(idx.conn.execute(f"SELECT path, mtime FROM files WHERE path IN ({marks})", list(paths)))
-
-    def _to_hits(self, idx: _Index, scored: list[tuple[int, float]], field: str) -> list[ranking.Hit]:
-        rows = self._rows(idx, [rid for rid, _ in scored])
-        mtimes = self._mtimes(idx, {rows[rid][2] for rid, _ in scored if rid in rows})
-        hits = []
-        for rid, score in scored:
-            r = rows.get(rid)
-            if r is None:
-                continue
-            h = ranking.Hit(id=r[1], path=r[2], source=r[3], start_line=r[4], end_line=r[5], text=r[6],
-                            mtime_ms=mtimes.get(r[2]))
-            setattr(h, field, score)
-            hits.append(h)
-        return hits
-
-    def _keyword_hits(self, idx: _Index, query: str, k: int, sources: list[str] | None,
-                      *, expand: bool) -> list[ranking.Hit]:
+    def _keyword_hits(self, idx: _Index, query: str, k: int, sources: tuple[str, ...] | None,
+                      conn: apsw.Connection | None = None) -> list[ranking.Hit]:
         match = textsearch.build_match_query(query)
         if not match:
             return []
-        sql = "SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-        args: list[Any] = [match]
-        if sources:
-            sql += f" AND source IN ({','.join('?' * len(sources))})"
-            args.extend(sources)
-        sql += " ORDER BY bm25(chunks_fts) LIMIT ?"
-        args.append(k)
+        src = "" if not sources else f" AND source IN ({','.join('?' * len(sources))})"
+        sql = (
+            "WITH f AS MATERIALIZED (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+            f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) " + _ROW_SELECT.format(alias="f", raw="f.r")
+            + " ORDER BY f.r"
+        )
         try:
-            scored = [(rid, ranking.bm25_rank_to_score(rank)) for rid, rank in idx.conn.execute(sql, args)]
+            rows = (conn or idx.conn).execute(sql, (match, *(sources or ()), k))
+            return self._hits(rows, "text", ranking.bm25_rank_to_score)
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)
             return []
-        return self._to_hits(idx, scored, "text_score")
 
-    def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int, sources: list[str] | None) -> list[ranking.Hit]:
+    def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
+                     sources: tuple[str, ...] | None) -> list[ranking.Hit]:
         if idx.dims and qvec.shape[0] != idx.dims:
             raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
-        want = k * 4 if sources else k
+        want = min(4096, k * 4 if sources else k)
+        src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
         if idx.vec_loaded:
-            rows = idx.conn.execute(
-                "SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?",
-                (qvec.astype("<f4").tobytes(), min(4096, want)),
-            ).fetchall()
-            scored = [(rid, 1.0 - float(dist)) for rid, dist in rows]
-        else:
-            rids, m = idx.matrix()
-            if len(rids) == 0:
-                return []
-            qn = qvec / (np.linalg.norm(qvec) or 1.0)
-            sims = m @ qn
-            top = np.argsort(-sims)[:want]
-            scored = [(int(rids[i]), float(sims[i])) for i in top]
-        hits = self._to_hits(idx, scored, "vector_score")
-        if sources:
-            hits = [h for h in hits if h.source in sources][:k]
-        return hits
+            sql = (
+                "WITH v AS MATERIALIZED (SELECT rowid AS rid, distance AS d FROM chunks_vec"
+                " WHERE embedding MATCH ? AND k = ?) " + _ROW_SELECT.format(alias="v", raw="v.d") + src
+                + " ORDER BY v.d LIMIT ?"
+            )
+            rows = idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), want, *(sources or ()), k))
+            return self._hits(rows, "vector", _cosine_from_distance)
+        rids, m = idx.matrix()
+        if len(rids) == 0:
+            return []
+        qn = qvec / (np.linalg.norm(qvec) or 1.0)
+        sims = m @ qn
+        top = np.argsort(-sims, kind="stable")[:want]
+        sql = (
+            "WITH v AS MATERIALIZED (SELECT key AS pos, value AS rid FROM json_each(?)) "
+            + _ROW_SELECT.format(alias="v", raw="v.pos") + src + " ORDER BY v.pos LIMIT ?"
+        )
+        top_sims = [float(sims[i]) for i in top]
+        rows = idx.conn.execute(sql, (json.dumps([int(rids[i]) for i in top]), *(sources or ()), k))
+        return self._hits(rows, "vector", lambda pos: top_sims[pos])
 
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
@@ -301,8 +399,9 @@ class Searcher:
         if not isinstance(path, str) or not path.strip():
             raise PathError("path is empty")
         path = path.strip()
-        idx = self._current()
-        row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (path,)).fetchone()
+        with self._lock:
+            idx = self._current()
+            row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (path,)).fetchone()
         if row is None:
             raise PathError(f"not an indexed file: {path}")
         source = row[1]
@@ -345,24 +444,28 @@ class Searcher:
         if problem:
             st.update(state="damaged", problem=problem)
             return st
-        idx = self._current()
-        c = idx.conn
-        m = idx.meta or {}
-        st.update(
-            state="ok",
-            provider=m.get("provider"), model=m.get("model"), provider_reason=m.get("provider_reason"),
-            dims=m.get("dims"), chunk_tokens=m.get("chunk_tokens"), chunk_overlap=m.get("chunk_overlap"),
-            sources=m.get("sources"), built_at=m.get("built_at"),
-            files=c.execute("SELECT count(*) FROM files").fetchone()[0],
-            chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
-            chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
-            fts=True,
-            vector_search=("vec0 KNN" if idx.vec_loaded else "numpy cosine (sqlite-vec not loadable)")
-            if m.get("dims") else "off (keyword-only index)",
-            index_bytes=self.path.stat().st_size,
-            cache_entries=cache_entry_count(self.settings.cache_file),
-            cache_path=str(self.settings.cache_file),
-        )
+        with self._lock:
+            idx = self._current()
+            c = idx.conn
+            m = idx.meta or {}
+            st.update(
+                state="ok",
+                provider=m.get("provider"), model=m.get("model"), provider_reason=m.get("provider_reason"),
+                dims=m.get("dims"), chunk_tokens=m.get("chunk_tokens"), chunk_overlap=m.get("chunk_overlap"),
+                sources=m.get("sources"), built_at=m.get("built_at"),
+                files=c.execute("SELECT count(*) FROM files").fetchone()[0],
+                chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
+                chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
+                fts=True,
+                vector_search=("vec0 KNN" if idx.vec_loaded else "numpy cosine (sqlite-vec not loadable)")
+                if m.get("dims") else "off (keyword-only index)",
+                index_bytes=self.path.stat().st_size,
+                cache_entries=cache_entry_count(self.settings.cache_file),
+                cache_path=str(self.settings.cache_file),
+            )
+        if m.get("chunks_over_window") is not None:
+            # chunks longer than the embedding model's input window (embedded from their head only)
+            st["chunks_over_window"] = m["chunks_over_window"]
         if self.provider_note:
             st["note"] = self.provider_note
         return st

@@ -172,7 +172,7 @@ def test_fuse_non_finite_scores_do_not_poison() -> None:
 def test_fuse_rrf_rescaled() -> None:
     vec = [hit("a", v=0.9), hit("b", v=0.8), hit("c", v=0.7)]
     kw = [hit("a", t=0.9), hit("c", t=0.8), hit("d", t=0.1)]
-    fused = fuse(vec, kw, method="rrf")
+    fused = fuse(vec, kw, method="rrf", vector_weight=0.7, text_weight=0.3)
     by_id = {h.id: h.score for h in fused}
     assert by_id["a"] == pytest.approx(1.0)  # rank 1 on both sides
     assert by_id["b"] == pytest.approx(0.7 * 61 / 62)
@@ -180,8 +180,27 @@ def test_fuse_rrf_rescaled() -> None:
     assert all(0.0 <= s <= 1.0 for s in by_id.values())
     # raw RRF would be ~0.016; rescaled scores make min_score usable
     assert sum(s >= DEFAULT_MIN_SCORE for s in by_id.values()) == 4
-    # vector-only rank 1 equals the vector weight
-    assert fuse([hit("x", v=0.1)], [hit("y", t=0.1)], method="rrf")[0].score == pytest.approx(0.7)
+    # vector-only rank 1 equals the vector weight (default weights 0.5 / 0.5)
+    assert fuse([hit("x", v=0.1)], [hit("y", t=0.1)], method="rrf")[0].score == pytest.approx(0.5)
+    assert fuse([hit("x", v=0.1)], [hit("y", t=0.1)], method="rrf", vector_weight=0.7,
+                text_weight=0.3)[0].score == pytest.approx(0.7)
+
+
+def test_fuse_keyword_positions_are_bm25_shares() -> None:
+    """Keyword hits are placed by their BM25 as a share of the best hit's, whatever the pool size."""
+    ranks = [-8.0, -4.0, -2.0, -1.0]
+    kw = [hit(f"k{i}", t=bm25_rank_to_score(r)) for i, r in enumerate(ranks)]
+    anchor = 0.5 + 0.5 * bm25_rank_to_score(-8.0)
+    by_id = {h.id: h.score for h in fuse([], kw)}
+    for i, r in enumerate(ranks):
+        assert by_id[f"k{i}"] == pytest.approx(anchor * r / -8.0)
+    # the same hits in a longer pool keep their scores (a truncated pool changes nothing above it)
+    longer = kw + [hit(f"z{i}", t=bm25_rank_to_score(-0.1)) for i in range(50)]
+    assert {h.id: h.score for h in fuse([], longer) if h.id in by_id} == pytest.approx(by_id)
+    # hybrid: a keyword-only hit contributes w_t * anchor * share
+    vec = [hit(f"v{i}", v=0.5 - i / 100) for i in range(8)]
+    fused = {h.id: h.score for h in fuse(vec, kw, vector_weight=0.5, text_weight=0.5)}
+    assert fused["k1"] == pytest.approx(0.5 * anchor * 0.5)
 
 
 # ---------------------------------------------------------------------------------------------

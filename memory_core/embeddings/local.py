@@ -10,6 +10,7 @@ how many texts the model would cut.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from memory_core.embeddings.base import EmbeddingProvider, check_vectors, comput
 from memory_core.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+DEFAULT_WINDOW_PIECES = 256
 
 
 def local_model_available() -> bool:
@@ -68,6 +70,8 @@ class LocalProvider(EmbeddingProvider):
         self.threads = settings.local.threads
         self.dims = 384
         self._model = None
+        self._tok = None
+        self._window: int | None = None
         self._lock = threading.Lock()
         self._key = compute_provider_key("local", self.model, base_url=f"local:{Path(self.model_path).name}")
 
@@ -110,9 +114,64 @@ class LocalProvider(EmbeddingProvider):
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
 
+    @property
+    def window_pieces(self) -> int:
+        """The model's input window in word pieces (``max_seq_length``, 256 for all-MiniLM-L6-v2),
+        including the [CLS] and [SEP] pieces; read from the model directory without loading it."""
+        if self._window is None:
+            try:
+                cfg = json.loads((Path(self.model_path) / "sentence_bert_config.json").read_text())
+                self._window = int(cfg.get("max_seq_length") or DEFAULT_WINDOW_PIECES)
+            except (OSError, ValueError, TypeError):
+                self._window = DEFAULT_WINDOW_PIECES
+        return self._window
+
+    def _tokenizer(self):  # type: ignore[no-untyped-def]
+        """The model's fast tokenizer alone (no torch, no weights): ~50 ms to load."""
+        if self._tok is None:
+            with self._lock:
+                if self._tok is None:
+                    from tokenizers import Tokenizer
+
+                    tok = Tokenizer.from_file(str(Path(self.model_path) / "tokenizer.json"))
+                    tok.no_truncation()
+                    tok.no_padding()
+                    self._tok = tok
+        return self._tok
+
+    def piece_counts(self, texts: Sequence[str]) -> list[int]:
+        """Word pieces per text as the model counts them (with [CLS] and [SEP])."""
+        if not texts:
+            return []
+        try:
+            return [len(e.ids) for e in self._tokenizer().encode_batch(list(texts))]
+        except Exception:  # no tokenizer.json: ask the loaded model's tokenizer
+            model = self._load()
+            return [len(ids) for ids in model.tokenizer(list(texts), add_special_tokens=True,
+                                                         truncation=False)["input_ids"]]
+
     def count_truncated(self, texts: Sequence[str]) -> int:
-        """How many texts exceed the model's input window (and would lose their tail)."""
-        model = self._load()
-        limit = model.max_seq_length
-        enc = model.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-        return sum(1 for ids in enc if len(ids) > limit)
+        """How many texts exceed the model's input window (the model embeds only their first
+        ``window_pieces`` pieces and silently drops the rest)."""
+        limit = self.window_pieces
+        return sum(1 for n in self.piece_counts(texts) if n > limit)
+
+
+def count_over_window(provider: EmbeddingProvider, texts: Sequence[str]) -> int:
+    """How many of ``texts`` are longer than ``provider``'s input window.
+
+    The local model counts exactly (its own tokenizer, word pieces incl. [CLS]/[SEP] against
+    ``max_seq_length``); other providers use their ``count_truncated`` if they have one, else
+    the conservative token estimate against ``max_tokens_per_input``. Keyword-only mode (no
+    provider) has no window: 0. The pipeline records this per indexed file so ``status`` can
+    say how many chunks were embedded from a cut text.
+    """
+    if getattr(provider, "name", "none") == "none" or not texts:
+        return 0
+    fn = getattr(provider, "count_truncated", None)
+    if callable(fn):
+        return int(fn(texts))
+    limit = getattr(provider, "max_tokens_per_input", None)
+    if not limit:
+        return 0
+    return sum(1 for t in texts if provider.estimate_tokens(t) > limit)

@@ -1,0 +1,428 @@
+"""Retrieval evaluation on labelled queries (BEIR format): ``memory-core eval``.
+
+    memory-core eval -w WORKSPACE --queries queries.jsonl --qrels qrels.tsv [--sides] [--json]
+
+Inputs
+    ``--queries``: JSON lines ``{"_id": "q1", "text": "..."}`` (BEIR ``queries.jsonl``; other
+    keys are ignored). ``--qrels``: tab-separated ``query-id  corpus-id  score`` (BEIR
+    ``qrels/test.tsv``; an optional header line, blank lines and ``#`` comments are skipped; the
+    score is the graded relevance, 0 means judged not relevant). Only queries with at least one
+    relevant document are evaluated (as BEIR does).
+
+Corpus ids are files of the index
+    A corpus id names an indexed file. It is resolved, in order, by: the ``--corpus-map`` TSV
+    (``corpus-id  indexed-path``, optional header); the indexed path itself
+    (``memory/2026-09-04.md``); the path without ``.md`` (``memory/2026-09-04``); the file name
+    without ``.md`` when exactly one indexed file has it (``2026-09-04``). Ids that resolve to no
+    indexed file still count as relevant (they can never be found) and are reported, so a
+    mapping mistake shows up as a warning instead of a silently inflated score.
+
+From chunks to files
+    Search ranks chunks. A chunk hit counts for its file, and a file's rank is the rank of its
+    best chunk (later chunks of the same file are skipped, so the file ranking has no repeats).
+    Each query asks the searcher for ``max_results`` (default 100) chunks with the current
+    settings (weights, fusion, min_score, candidate multiplier, MMR, decay), so the candidate
+    pool per side is ``min(200, max_results x candidate_multiplier)``.
+
+Metrics (the BEIR / trec_eval definitions), averaged over the evaluated queries
+    * nDCG@k: ``DCG = sum_i rel_i / log2(i + 1)`` over the top k files (linear gains, as
+      pytrec_eval), divided by the DCG of the ideal ordering of the judged relevant files;
+    * Recall@k: relevant files in the top k / relevant files (relevance > 0);
+    * MRR@10: 1 / rank of the first relevant file in the top 10 (0 if none).
+
+``--sides`` also ranks with each retrieval side alone (``vector``: the embedding KNN only,
+``keyword``: FTS5 BM25 only, through the same pipeline and settings), from the same candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.errors import UsageError
+
+__all__ = [
+    "METRICS",
+    "add_eval_parser",
+    "cmd_eval",
+    "evaluate_run",
+    "file_ranking",
+    "format_report",
+    "load_corpus_map",
+    "load_qrels",
+    "load_queries",
+    "mrr_at_k",
+    "ndcg_at_k",
+    "recall_at_k",
+    "resolve_corpus_ids",
+    "run_eval",
+]
+
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
+SIDES = ("hybrid", "vector", "keyword")
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+def ndcg_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains (trec_eval / pytrec_eval / BEIR): 0 when nothing is relevant."""
+    ideal = sorted((r for r in rels.values() if r > 0), reverse=True)[:k]
+    if not ideal:
+        return 0.0
+    dcg = sum(rels.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]) if rels.get(doc, 0) > 0)
+    idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+    return dcg / idcg
+
+
+def recall_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
+    """Relevant documents in the top k / all relevant documents (relevance > 0)."""
+    relevant = {d for d, r in rels.items() if r > 0}
+    if not relevant:
+        return 0.0
+    return len(relevant.intersection(ranked[:k])) / len(relevant)
+
+
+def mrr_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int = 10) -> float:
+    """1 / rank of the first relevant document within the top k, else 0."""
+    for i, doc in enumerate(ranked[:k]):
+        if rels.get(doc, 0) > 0:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def query_metrics(ranked: Sequence[str], rels: Mapping[str, int]) -> dict[str, float]:
+    return {
+        "ndcg@10": ndcg_at_k(ranked, rels, 10),
+        "recall@10": recall_at_k(ranked, rels, 10),
+        "recall@100": recall_at_k(ranked, rels, 100),
+        "mrr@10": mrr_at_k(ranked, rels, 10),
+    }
+
+
+def evaluate_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """Mean of each metric over the queries of ``qrels`` that have a relevant document.
+
+    ``run`` maps a query id to its ranked document ids; a query missing from ``run`` scores 0.
+    """
+    judged = [qid for qid, rels in qrels.items() if any(r > 0 for r in rels.values())]
+    if not judged:
+        return dict.fromkeys(METRICS, 0.0)
+    totals = dict.fromkeys(METRICS, 0.0)
+    for qid in judged:
+        for name, value in query_metrics(run.get(qid, []), qrels[qid]).items():
+            totals[name] += value
+    return {name: totals[name] / len(judged) for name in METRICS}
+
+
+def file_ranking(paths: Iterable[str]) -> list[str]:
+    """Ranked chunk paths -> ranked files: each file at the rank of its best (first) chunk."""
+    return list(dict.fromkeys(paths))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------------
+def _read_lines(path: str | Path, what: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            return fh.read().splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{what} file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} file {path}: {exc}") from None
+
+
+def load_queries(path: str | Path) -> dict[str, str]:
+    """BEIR ``queries.jsonl`` -> {query id: text}. Bad lines are errors naming the line."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(_read_lines(path, "queries"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            qid, text = rec["_id"], rec["text"]
+        except (ValueError, KeyError, TypeError):
+            raise UsageError(f"{path}:{n}: expected a JSON object with \"_id\" and \"text\"") from None
+        if not isinstance(text, str):
+            raise UsageError(f"{path}:{n}: \"text\" must be a string")
+        out[str(qid)] = text
+    return out
+
+
+def _tsv_rows(path: str | Path, what: str, width: int) -> Iterable[tuple[int, list[str]]]:
+    for n, line in enumerate(_read_lines(path, what), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        cols = [c.strip() for c in line.split("\t")]
+        if len(cols) < width:
+            cols = line.split()
+        if len(cols) < width:
+            raise UsageError(f"{path}:{n}: expected {width} tab-separated columns")
+        yield n, cols
+
+
+def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """BEIR qrels TSV (``query-id  corpus-id  score``) -> {query id: {corpus id: relevance}}."""
+    out: dict[str, dict[str, int]] = {}
+    for n, cols in _tsv_rows(path, "qrels", 3):
+        try:
+            score = int(float(cols[2]))
+        except ValueError:
+            if n == 1 or not out:  # the header line
+                continue
+            raise UsageError(f"{path}:{n}: the score {cols[2]!r} is not a number") from None
+        out.setdefault(cols[0], {})[cols[1]] = score
+    return out
+
+
+def load_corpus_map(path: str | Path) -> dict[str, str]:
+    """``corpus-id  indexed-path`` TSV -> {corpus id: indexed path}; a header line is allowed."""
+    out: dict[str, str] = {}
+    for n, cols in _tsv_rows(path, "corpus map", 2):
+        if n == 1 and cols[0].lower().replace("_", "-") in ("corpus-id", "id", "doc-id"):
+            continue
+        out[cols[0]] = cols[1]
+    return out
+
+
+def resolve_corpus_ids(ids: Iterable[str], indexed_paths: Iterable[str],
+                       corpus_map: Mapping[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """Map corpus ids to indexed paths (see the module docstring). Returns (mapping, unresolved)."""
+    paths = set(indexed_paths)
+    no_ext: dict[str, str] = {}
+    stems: dict[str, list[str]] = {}
+    for p in paths:
+        base = p[:-3] if p.endswith(".md") else p
+        no_ext.setdefault(base, p)
+        stems.setdefault(base.rsplit("/", 1)[-1], []).append(p)
+    mapping: dict[str, str] = {}
+    unresolved: list[str] = []
+    for cid in dict.fromkeys(ids):
+        target = None
+        if corpus_map and cid in corpus_map:
+            target = corpus_map[cid] if corpus_map[cid] in paths else None
+        elif cid in paths:
+            target = cid
+        elif cid in no_ext:
+            target = no_ext[cid]
+        else:
+            stem = cid[:-3] if cid.endswith(".md") else cid
+            cands = stems.get(stem, [])
+            if len(cands) == 1:
+                target = cands[0]
+        if target is None:
+            unresolved.append(cid)
+        else:
+            mapping[cid] = target
+    return mapping, unresolved
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Path, *, sides: bool = False,
+             max_results: int = 100, corpus_map: str | Path | None = None, min_score: float | None = None,
+             provider: Any = None, searcher: Any = None,
+             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Evaluate the index of ``settings`` on BEIR-format queries and qrels.
+
+    Returns ``{"metrics": {side: {metric: value}}, "queries": n, ...}`` with the side
+    ``"hybrid"`` (the configured search) and, with ``sides=True``, ``"vector"`` and
+    ``"keyword"`` (``None`` when the index has no vectors). ``provider`` overrides the query
+    embedding provider (tests); ``searcher`` reuses an open :class:`~memory_core.search.Searcher`.
+    """
+    from memory_core.search import Searcher
+
+    queries = load_queries(queries_path)
+    qrels = load_qrels(qrels_path)
+    cmap = load_corpus_map(corpus_map) if corpus_map else None
+    judged = {qid: rels for qid, rels in qrels.items() if any(r > 0 for r in rels.values())}
+    missing_text = sorted(qid for qid in judged if qid not in queries)
+    own = searcher is None
+    s = Searcher(settings, provider=provider) if own else searcher
+    try:
+        paths = s.indexed_paths()
+        all_ids = [cid for rels in judged.values() for cid in rels]
+        mapping, unresolved = resolve_corpus_ids(all_ids, paths, cmap)
+        # qrels in terms of indexed paths; unresolved ids keep their own (unfindable) name
+        path_qrels: dict[str, dict[str, int]] = {}
+        for qid, rels in judged.items():
+            pq: dict[str, int] = {}
+            for cid, r in rels.items():
+                key = mapping.get(cid, "\x00unresolved:" + cid)
+                pq[key] = max(pq.get(key, 0), r)
+            path_qrels[qid] = pq
+        max_results = max(1, int(max_results))
+        n_cand = s.candidate_count(max_results)
+        modes = list(SIDES) if sides else ["hybrid"]
+        runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
+        per_query: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
+        latencies: list[float] = []
+        embedded_any = False
+        todo = [qid for qid in judged if qid in queries]
+        for i, qid in enumerate(todo, 1):
+            t0 = time.perf_counter()
+            cands = s.retrieve(queries[qid], n_cand)
+            results = {m: s.rank(cands, max_results=max_results, min_score=min_score, mode=m) for m in modes}
+            latencies.append(time.perf_counter() - t0)
+            embedded_any = embedded_any or cands.embedded
+            for m in modes:
+                ranked = file_ranking(r.path for r in results[m])
+                runs[m][qid] = ranked
+                per_query[m][qid] = query_metrics(ranked, path_qrels[qid])
+            if progress:
+                progress(i, len(todo))
+        meta = s.index_meta()
+        metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
+        if sides and not embedded_any:
+            metrics["vector"] = None
+        q = settings.query
+        vw, tw = q.normalised_weights()
+        return {
+            "index": str(settings.index_file),
+            "provider": meta.get("provider"),
+            "model": meta.get("model"),
+            "queries": len(judged),
+            "queries_without_text": missing_text,
+            "judged_documents": len(set(all_ids)),
+            "unresolved_documents": unresolved,
+            "max_results": max_results,
+            "candidates_per_side": n_cand,
+            "settings": {
+                "fusion": q.fusion, "vector_weight": round(vw, 4), "text_weight": round(tw, 4),
+                "min_score": q.min_score if min_score is None else float(min_score),
+                "candidate_multiplier": q.candidate_multiplier, "mmr": q.mmr.lambda_ if q.mmr.enabled else None,
+                "temporal_decay_days": q.temporal_decay.half_life_days if q.temporal_decay.enabled else None,
+                "hybrid": q.hybrid,
+            },
+            "hybrid_used_vectors": embedded_any,
+            "metrics": metrics,
+            "per_query": per_query,
+            "query_ms_p50": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+            "note": s.provider_note or None,
+        }
+    finally:
+        if own:
+            s.close()
+
+
+def format_report(report: Mapping[str, Any]) -> list[str]:
+    """Human-readable lines for a :func:`run_eval` report."""
+    st = report["settings"]
+    lines = [
+        f"index: {report['index']} ({report['provider']} / {report['model']})",
+        f"queries: {report['queries']} with relevant documents; judged documents: {report['judged_documents']}",
+        f"settings: fusion {st['fusion']}, weights vector {st['vector_weight']:g} / text {st['text_weight']:g},"
+        f" min_score {st['min_score']:g}, max_results {report['max_results']},"
+        f" {report['candidates_per_side']} candidates per side"
+        + (f", MMR {st['mmr']:g}" if st["mmr"] is not None else "")
+        + (f", decay {st['temporal_decay_days']:g} d" if st["temporal_decay_days"] is not None else ""),
+        "",
+        f"{'':10}" + "".join(f"{m:>12}" for m in METRICS),
+    ]
+    for side, values in report["metrics"].items():
+        label = side if side != "hybrid" or report["hybrid_used_vectors"] else "hybrid*"
+        if values is None:
+            lines.append(f"{side:10}" + f"{'n/a (no vectors in this index)':>48}")
+        else:
+            lines.append(f"{label:10}" + "".join(f"{values[m]:12.4f}" for m in METRICS))
+    if not report["hybrid_used_vectors"]:
+        lines.append("* keyword-only: the index has no vectors or the query provider is unavailable")
+    if report["query_ms_p50"] is not None:
+        lines.append(f"query time p50: {report['query_ms_p50']:.1f} ms (embedding + both sides + ranking)")
+    return lines
+
+
+def _warnings(report: Mapping[str, Any]) -> list[str]:
+    out = []
+    unresolved = report["unresolved_documents"]
+    if unresolved:
+        shown = ", ".join(unresolved[:5]) + (", ..." if len(unresolved) > 5 else "")
+        out.append(f"{len(unresolved)} of {report['judged_documents']} judged documents are not files of the"
+                   f" index ({shown}); they count as relevant but cannot be found (see --corpus-map)")
+    missing = report["queries_without_text"]
+    if missing:
+        out.append(f"{len(missing)} judged queries are not in the queries file and score 0"
+                   f" ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})")
+    if report.get("note"):
+        out.append(report["note"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``eval`` command to ``memory-core``'s subparsers; returns its parser."""
+    p = subparsers.add_parser(
+        "eval", help="measure search quality on labelled queries (BEIR format)",
+        description="Print nDCG@10, Recall@10, Recall@100 and MRR@10 of the current index and settings"
+                    " on BEIR-format queries and qrels. Corpus ids are indexed paths, paths without .md,"
+                    " unique file names without .md, or mapped with --corpus-map.",
+    )
+    p.add_argument("--config", "-c", help="TOML config file (default: $MEMORY_CORE_CONFIG)")
+    p.add_argument("--workspace", "-w", help="workspace folder (default: current directory)")
+    p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
+    p.add_argument("--queries", required=True, help="BEIR queries.jsonl ({\"_id\", \"text\"} per line)")
+    p.add_argument("--qrels", required=True, help="BEIR qrels TSV: query-id, corpus-id, score (header allowed)")
+    p.add_argument("--corpus-map", help="TSV: corpus-id, indexed path (when ids are not paths)")
+    p.add_argument("--sides", action="store_true", help="also rank with the vector side and the keyword side alone")
+    p.add_argument("--max-results", type=int, default=100, help="chunks asked per query (default 100)")
+    p.add_argument("--min-score", type=float, help="override query.min_score")
+    p.add_argument("--vector-weight", type=float, help="override query.vector_weight")
+    p.add_argument("--text-weight", type=float, help="override query.text_weight")
+    p.add_argument("--fusion", choices=["minmax", "rrf"], help="override query.fusion")
+    p.add_argument("--candidate-multiplier", type=float, help="override query.candidate_multiplier")
+    p.add_argument("--per-query", metavar="FILE", help="write per-query metrics (TSV) to FILE")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Run ``memory-core eval``; returns the exit code (errors raise MemoryCoreError)."""
+    from memory_core.config import load_settings
+
+    query: dict[str, Any] = {}
+    for key in ("vector_weight", "text_weight", "fusion", "candidate_multiplier"):
+        if getattr(args, key, None) is not None:
+            query[key] = getattr(args, key)
+    overrides: dict[str, Any] = {"workspace": args.workspace, "index_path": args.index_path}
+    if query:
+        overrides["query"] = query
+    settings = load_settings(args.config, overrides)
+    if args.max_results is not None and args.max_results < 1:
+        raise UsageError("--max-results must be at least 1")
+    report = run_eval(settings, args.queries, args.qrels, sides=args.sides, max_results=args.max_results,
+                      corpus_map=args.corpus_map, min_score=args.min_score)
+    if args.per_query:
+        _write_per_query(report, args.per_query)
+    if args.json:
+        out = {k: v for k, v in report.items() if k != "per_query"}
+        print(json.dumps(out, indent=2, sort_keys=True))
+    else:
+        for line in format_report(report):
+            print(line)
+    for w in _warnings(report):
+        print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _write_per_query(report: Mapping[str, Any], path: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write("side\tquery-id\t" + "\t".join(METRICS) + "\n")
+            for side, rows in report["per_query"].items():
+                for qid, values in rows.items():
+                    fh.write(f"{side}\t{qid}\t" + "\t".join(f"{values[m]:.4f}" for m in METRICS) + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
