@@ -59,6 +59,7 @@ __all__ = [
     "load_corpus_map",
     "load_qrels",
     "load_queries",
+    "main",
     "mrr_at_k",
     "ndcg_at_k",
     "recall_at_k",
@@ -426,3 +427,22 @@ def _write_per_query(report: Mapping[str, Any], path: str) -> None:
                     fh.write(f"{side}\t{qid}\t" + "\t".join(f"{values[m]:.4f}" for m in METRICS) + "\n")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m memory_core.evaluation --queries Q --qrels R ...``: the eval command on its own."""
+    from memory_core.errors import MemoryCoreError
+
+    parser = argparse.ArgumentParser(prog="memory-core")
+    sub = parser.add_subparsers(dest="command")
+    add_eval_parser(sub)
+    args = parser.parse_args(["eval", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return cmd_eval(args)
+    except MemoryCoreError as exc:
+        print(f"memory-core: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

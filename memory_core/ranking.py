@@ -46,8 +46,8 @@ Weights are clamped to [0, 1], sides without candidates get weight 0 (keyword-on
 the text side weight 1), then normalised to sum 1. So fused scores are in [0, 1] and read as:
 "how good the hit is on each side relative to that side's best, times how convincing that
 side's best hit is". The default weights are 0.5 / 0.5 (measured: 0.7 / 0.3, the reference's,
-lost 1.2 nDCG@10 points on the docstring set and 2.4 on the example set; docs/search.md).
-Landmarks with 0.5 / 0.5:
+lost 0.6-0.9 nDCG@10 points on 600 docstring queries and 2.0 on the example set at 10 results;
+0.4 / 0.6 tied; RRF lost 1.1-1.5; docs/search.md). Landmarks with 0.5 / 0.5:
 
 * best on both sides: 0.5*A_v + 0.5*A_t, between 0.5 and 1.0 (≈ 0.95 for a clear winner)
 * best vector hit, no keyword match: 0.5*A_v, between 0.25 and 0.5 (A_v alone when the keyword
@@ -62,10 +62,11 @@ least ``ANCHOR_FLOOR * w = 0.25``; in general any min_score <= ANCHOR_FLOOR * ma
 keeps that guarantee, and 0.25 is that bound for every weight setting, so 0.2 keeps a margin);
 it drops vector-only hits in the lower quarter of the pool's range when the vector side is
 confident (more of the pool when it is not), keyword-only hits whose BM25 is below ~40% of the
-best, and in keyword-only mode hits below ~20-40% of the best BM25. On the labelled sets it
-changes no nDCG@10 at 0.2-0.25; 0.35 cost 0.4 points and 3 points of Recall@100 on the example
-set; 0.25 cost 1.3 points in keyword-only mode there (small corpora have strong matches at the
-bottom of a short pool). The reference's 0.35 with its raw 0.7/0.3 blend dropped every
+best, and in keyword-only mode hits below ~20-40% of the best BM25. On the labelled sets no
+hybrid nDCG@10 changes at 0.2-0.25; 0.35 cost 0.4 points and 2.7 points of Recall@100 on the
+example set; in keyword-only mode there 0.25 gave 0.895 and 0.2 0.903 (0 gives 0.908: a small
+workspace has real matches at the bottom of a short pool). The reference's 0.35 with its raw
+0.7/0.3 blend dropped every
 keyword-only hit (at most 0.3, openclaw #3169) and good vector hits of models whose relevant
 cosines sit near 0.5; here a threshold means the same for 384-d and 3072-d models
 (tests/test_ranking.py, tests/test_eval.py).
@@ -498,34 +499,72 @@ _SNAP_WINDOW = 160
 
 
 @functools.lru_cache(maxsize=1024)
-def _term_pattern(term: str) -> re.Pattern[str] | None:
+def _term_spec(term: str) -> tuple[str, bool, bool] | None:
+    """(needle, word start required, word end required) for one query term, lower-case."""
     t = term.strip().lower()
     if not t:
         return None
     if _CJK_IN_TERM_RE.search(t):
-        return re.compile(re.escape(t))
+        return t, False, False
     stem = t
     if len(t) >= 5:
         for suf in _SUFFIXES:
             if t.endswith(suf) and len(t) - len(suf) >= 4:
                 stem = t[: -len(suf)]
                 break
-    body = re.escape(stem)
-    if stem == t and len(t) < 4:
-        return re.compile(rf"(?<![^\W_]){body}(?![^\W_])", re.IGNORECASE)
-    return re.compile(rf"(?<![^\W_]){body}", re.IGNORECASE)
+    return stem, True, stem == t and len(t) < 4
+
+
+@functools.lru_cache(maxsize=1024)
+def _term_pattern(term: str) -> re.Pattern[str] | None:
+    spec = _term_spec(term)
+    if spec is None:
+        return None
+    needle, start, end = spec
+    body = re.escape(needle)
+    if not start:
+        return re.compile(body)
+    return re.compile(rf"(?<![^\W_]){body}" + (r"(?![^\W_])" if end else ""), re.IGNORECASE)
 
 
 def _find_matches(text: str, terms: Iterable[str]) -> list[tuple[int, int, int]]:
+    """(start, end, term index) of every term occurrence (at most 64 per term), sorted.
+
+    A term matches case-insensitively at a word start (``(?<![^\\W_])``), a short unstemmed
+    term also at a word end, a CJK term anywhere. ``str.find`` on the lower-cased text does the
+    scanning (several times faster than one regex pass per term); texts whose lower-case form
+    has a different length fall back to the regexes.
+    """
+    lower = text.lower()
+    aligned = len(lower) == len(text)
+    n_text = len(lower)
     matches: list[tuple[int, int, int]] = []
     for idx, term in enumerate(dict.fromkeys(terms)):
-        pat = _term_pattern(term)
-        if pat is None:
+        spec = _term_spec(term)
+        if spec is None:
             continue
-        for n, m in enumerate(pat.finditer(text)):
-            if n >= _MAX_MATCHES_PER_TERM:
-                break
-            matches.append((m.start(), m.end(), idx))
+        if not aligned:
+            pat = _term_pattern(term)
+            assert pat is not None
+            for n, m in enumerate(pat.finditer(text)):
+                if n >= _MAX_MATCHES_PER_TERM:
+                    break
+                matches.append((m.start(), m.end(), idx))
+            continue
+        needle, at_start, at_end = spec
+        size = len(needle)
+        found = 0
+        pos = lower.find(needle)
+        while pos >= 0 and found < _MAX_MATCHES_PER_TERM:
+            end = pos + size
+            if (not at_start or pos == 0 or not lower[pos - 1].isalnum()) and (
+                not at_end or end == n_text or not lower[end].isalnum()
+            ):
+                matches.append((pos, end, idx))
+                found += 1
+                pos = lower.find(needle, end)
+            else:
+                pos = lower.find(needle, pos + 1)
     matches.sort()
     return matches
 

@@ -41,8 +41,8 @@ MAX_CANDIDATES = 200
 MAX_GET_LINES = 2000
 MODES = ("hybrid", "vector", "keyword")
 
-# The chunk columns of one retrieval side's candidates, joined in the same statement as the
-# FTS5 / vec0 query (a MATERIALIZED CTE, so the top-k is computed before the join).
+# The chunk columns of the vector side's candidates, joined in the same statement as the vec0
+# KNN (a MATERIALIZED CTE, so the top k is computed before the join).
 _ROW_SELECT = (
     "SELECT {alias}.rid, {raw}, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime"
     " FROM {alias} JOIN chunks c ON c.rid = {alias}.rid LEFT JOIN files fl ON fl.path = c.path"
@@ -353,13 +353,16 @@ class Searcher:
         if not match:
             return []
         src = "" if not sources else f" AND source IN ({','.join('?' * len(sources))})"
+        # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
+        # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
         sql = (
-            "WITH f AS MATERIALIZED (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
-            f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) " + _ROW_SELECT.format(alias="f", raw="f.r")
-            + " ORDER BY f.r"
+            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
+            " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+            f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
+            " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
         )
         try:
-            rows = (conn or idx.conn).execute(sql, (match, *(sources or ()), k))
+            rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
             return self._hits(rows, "text", ranking.bm25_rank_to_score)
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)

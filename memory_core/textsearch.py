@@ -40,6 +40,10 @@ OR semantics is the big win. Porter adds a little on English inflections ("deplo
 rewrites ASCII tokens; CJK tokens are single characters). Dropping stop words is quality-neutral
 on this set (+-0.005) but makes a query match ~4x fewer rows, which is what BM25 has to score on
 a 100k-chunk index. Changing ``FTS_TOKENIZER`` requires rebuilding the FTS table.
+
+Confirmed on the larger sets of docs/search.md (600 docstring queries over 6,459 chunks; the 62
+example queries): porter +1.7 / +0.7 nDCG@10 points over plain unicode61; dropping stop words
+-0.5 / +2.7 points with 2.4x fewer rows matched; OR 0.776 vs the reference's strict AND 0.106.
 """
 
 from __future__ import annotations
