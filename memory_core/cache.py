@@ -11,6 +11,7 @@ refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import apsw
+import numpy as np
 
 from memory_core.store import FILE_MODE, connect
 
@@ -69,8 +71,24 @@ class EmbeddingCache:
         self.conn.execute(f"PRAGMA wal_autocheckpoint={max(1000, CHECKPOINT_BYTES // page_size)}")
         self.conn.execute(_SCHEMA)
         self._lock = threading.Lock()
+        # Writes go through a second connection: apsw refuses two threads on one connection at
+        # once, and a run reads the cache in one thread while pool threads store responses.
+        self._wconn: apsw.Connection | None = None
+
+    def _writer(self) -> apsw.Connection:
+        if self._wconn is None:
+            w = connect(self.path)
+            for pragma in CACHE_PRAGMAS:
+                w.execute(pragma)
+            page_size = w.execute("PRAGMA page_size").fetchone()[0]
+            w.execute(f"PRAGMA wal_autocheckpoint={max(1000, CHECKPOINT_BYTES // page_size)}")
+            self._wconn = w
+        return self._wconn
 
     def close(self) -> None:
+        if self._wconn is not None:
+            self._wconn.close()
+            self._wconn = None
         self.conn.close()
 
     def __enter__(self) -> EmbeddingCache:
@@ -118,14 +136,45 @@ class EmbeddingCache:
         """Store vectors and commit at once (one provider response = one transaction)."""
         if not items:
             return
+        size = dims * 4
+        if all(len(emb) == size for _, emb in items):
+            self._put_packed([h for h, _ in items], b"".join(emb for _, emb in items), dims)
+            return
         now = int(time.time() * 1000)
-        with self._lock, self.conn:
-            self.conn.executemany(
-                "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
-                " VALUES(?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET embedding = excluded.embedding,"
-                " dims = excluded.dims, updated_at = excluded.updated_at",
-                ((*self._key, h, emb, dims, now) for h, emb in items),
-            )
+        with self._lock:
+            w = self._writer()
+            with w:
+                w.executemany(
+                    "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
+                    " VALUES(?,?,?,?,?,?,?) ON CONFLICT DO UPDATE SET embedding = excluded.embedding,"
+                    " dims = excluded.dims, updated_at = excluded.updated_at",
+                    ((*self._key, h, emb, dims, now) for h, emb in items),
+                )
+
+    def put_array(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
+        """Store the rows of a float32 (n, dims) array under ``hashes`` and commit at once."""
+        if not len(hashes):
+            return
+        arr = np.ascontiguousarray(vectors, dtype="<f4")
+        if arr.ndim != 2 or arr.shape[0] != len(hashes):
+            raise ValueError(f"{len(hashes)} hashes but vectors of shape {arr.shape}")
+        self._put_packed(list(hashes), arr.tobytes(), int(arr.shape[1]))
+
+    def _put_packed(self, hashes: list[str], packed: bytes, dims: int) -> None:
+        # One statement for the whole response: SQLite slices the packed vectors itself, so the
+        # GIL is released for the whole insert (a per-row executemany needs it back every row,
+        # which stalls behind a busy thread) and no per-row Python objects are made.
+        now = int(time.time() * 1000)
+        with self._lock:
+            w = self._writer()
+            with w:
+                w.execute(
+                    "INSERT INTO embedding_cache(provider, model, provider_key, hash, embedding, dims, updated_at)"
+                    " SELECT ?1, ?2, ?3, j.value, substr(?4, j.key * ?5 + 1, ?5), ?6, ?7 FROM json_each(?8) AS j"
+                    " WHERE true ON CONFLICT DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims,"
+                    " updated_at = excluded.updated_at",
+                    (*self._key, packed, dims * 4, dims, now, json.dumps(hashes)),
+                )
 
     def count(self, *, all_models: bool = False) -> int:
         if all_models:

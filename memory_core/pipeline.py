@@ -102,7 +102,7 @@ class ChunkResult:
     chunks: int
     unique_hashes: int
     warnings: list[str]
-    truncated: int = 0
+    over_window: dict[str, int] = field(default_factory=dict)  # path -> chunks over the model's window
 
 
 @dataclass
@@ -132,6 +132,8 @@ class RunSummary:
     chunks_indexed: int = 0
     chunks_embedded: int = 0
     chunks_from_cache: int = 0
+    # chunks longer than the model's input window (embedded from their head), whole index
+    chunks_over_window: int = 0
     embed_requests: int = 0
     tokens_sent: int = 0
     tokens_sync: int = 0
@@ -169,8 +171,11 @@ class RunSummary:
             f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
-            f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}",
         ]
+        if s.chunks_over_window:
+            out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
+                       " only; a smaller chunking.tokens avoids it, see docs/search.md)")
+        out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
         if s.batch:
             out.append(_batch_line(s.batch))
         if s.cost:
@@ -339,16 +344,74 @@ def _read_markdown(f: FileEntry, warnings: list[str]) -> str | None:
         return data.decode("utf-8", errors="replace")
 
 
-def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
-                progress: ProgressFn | None = None) -> ChunkResult:
-    """Chunk every file to (re)index into ``chunks.parquet`` in the run's work directory."""
+@dataclass
+class FileChunks:
+    """One file's chunks (deduplicated, non-blank) and its ``files`` row fields."""
+
+    chunks: list[Any]
+    file_row: dict[str, Any]
+    over_window: int = 0
+
+
+def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
+               warnings: list[str]) -> FileChunks | None:
+    """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
+    from memory_core.embeddings.local import count_over_window
     from memory_core.redact import redact, should_redact
     from memory_core.sessions import parse_session_file
 
+    lines: int | None = None
+    if f.source == "sessions":
+        try:
+            doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
+        except OSError as exc:
+            warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+            return None
+        if doc.skipped:
+            warnings.append(f"{f.path}: {doc.skipped} malformed or non-message lines skipped")
+        chunks = remap_chunk_lines(chunk_markdown(doc.content, tokens, overlap), doc.line_map) \
+            if doc.content else []
+        lines = doc.lines
+    else:
+        text = _read_markdown(f, warnings)
+        if text is None:
+            return None
+        if should_redact("memory", settings.redact):
+            text = "\n".join(redact(line) for line in text.split("\n"))
+        chunks = chunk_markdown(text, tokens, overlap)
+    # Identical segments of one long line share lines and hash, hence the reference's
+    # chunk id: keep one (they would be the same search result anyway).
+    seen_keys: set[tuple[int, int, str]] = set()
+    kept = []
+    for c in chunks:
+        key = (c.start_line, c.end_line, c.hash)
+        if c.text.strip() and key not in seen_keys:
+            seen_keys.add(key)
+            kept.append(c)
+    row = {"path": f.path, "source": f.source, "hash": f.hash or "", "mtime_ms": f.mtime_ms, "size": f.size,
+           "chunks": len(kept), "lines": lines}
+    return FileChunks(kept, row, count_over_window(provider, [c.text for c in kept]) if kept else 0)
+
+
+def merge_over_window(plan: RunPlan, live_meta: dict[str, Any] | None, new: dict[str, int]) -> dict[str, int]:
+    """Chunks over the model's window per indexed path: the live index's for carried files,
+    this run's for the files it indexed (only paths with a non-zero count are kept)."""
+    out: dict[str, int] = {}
+    if not plan.full and live_meta:
+        gone = set(plan.removed) | {f.path for f in plan.to_index}
+        out = {p: n for p, n in (live_meta.get("over_window_by_path") or {}).items() if p not in gone}
+    out.update({p: n for p, n in new.items() if n})
+    return dict(sorted(out.items()))
+
+
+def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
+                progress: ProgressFn | None = None) -> ChunkResult:
+    """Chunk every file to (re)index into ``chunks.parquet`` in the run's work directory."""
     tokens, overlap = chunk_params(settings, provider)
     out = os.path.join(plan.workdir, "chunks.parquet")
     warnings: list[str] = []
     files: dict[str, dict[str, Any]] = {}
+    over: dict[str, int] = {}
     hashes: set[str] = set()
     buf: dict[str, list[Any]] = {k: [] for k in CHUNK_SCHEMA.names}
     total = 0
@@ -360,35 +423,10 @@ def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                     v.clear()
 
         for i, f in enumerate(plan.to_index, 1):
-            lines: int | None = None
-            if f.source == "sessions":
-                try:
-                    doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
-                except OSError as exc:
-                    warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
-                    continue
-                if doc.skipped:
-                    warnings.append(f"{f.path}: {doc.skipped} malformed or non-message lines skipped")
-                chunks = remap_chunk_lines(chunk_markdown(doc.content, tokens, overlap), doc.line_map) \
-                    if doc.content else []
-                lines = doc.lines
-            else:
-                text = _read_markdown(f, warnings)
-                if text is None:
-                    continue
-                if should_redact("memory", settings.redact):
-                    text = "\n".join(redact(line) for line in text.split("\n"))
-                chunks = chunk_markdown(text, tokens, overlap)
-            # Identical segments of one long line share lines and hash, hence the reference's
-            # chunk id: keep one (they would be the same search result anyway).
-            seen_keys: set[tuple[int, int, str]] = set()
-            kept = []
-            for c in chunks:
-                key = (c.start_line, c.end_line, c.hash)
-                if c.text.strip() and key not in seen_keys:
-                    seen_keys.add(key)
-                    kept.append(c)
-            for c in kept:
+            fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
+            if fc is None:
+                continue
+            for c in fc.chunks:
                 buf["path"].append(f.path)
                 buf["source"].append(f.source)
                 buf["start_line"].append(c.start_line)
@@ -396,16 +434,18 @@ def chunk_stage(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                 buf["hash"].append(c.hash)
                 buf["text"].append(c.text)
                 hashes.add(c.hash)
-            total += len(kept)
-            files[f.path] = {"path": f.path, "source": f.source, "hash": f.hash or "", "mtime_ms": f.mtime_ms,
-                             "size": f.size, "chunks": len(kept), "lines": lines}
+            total += len(fc.chunks)
+            files[f.path] = fc.file_row
+            if fc.over_window:
+                over[f.path] = fc.over_window
             if len(buf["path"]) >= ROW_GROUP:
                 flush()
             failpoint("chunk")
             if progress:
                 progress("chunk", i, len(plan.to_index))
         flush()
-    return ChunkResult(path=out, files=files, chunks=total, unique_hashes=len(hashes), warnings=warnings)
+    return ChunkResult(path=out, files=files, chunks=total, unique_hashes=len(hashes), warnings=warnings,
+                       over_window=over)
 
 
 def iter_chunk_batches(path: str, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
@@ -486,8 +526,7 @@ def embed_group(provider: EmbeddingProvider, group: EmbedGroup) -> tuple[list[st
 
 def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: np.ndarray) -> None:
     """Commit one response's vectors to the cache at once."""
-    vectors = np.ascontiguousarray(vectors, dtype="<f4")
-    cache.put_many([(h, vectors[i].tobytes()) for i, h in enumerate(hashes)], dims=int(vectors.shape[1]))
+    cache.put_array(hashes, vectors)
     failpoint("embed")
 
 
@@ -538,7 +577,6 @@ def embed_stage(settings: Settings, misses: MissResult, provider: EmbeddingProvi
     provider has one (also when only jobs of earlier runs are left to collect or cancel), else
     with sync requests. Returns ``requests``, ``embedded``, ``tokens``, ``tokens_sync``,
     ``tokens_batch``, ``batch`` and ``cost`` (see :class:`RunSummary`)."""
-    from memory_core.batch.cost import estimate_cost
 
     if cache is None or provider.name == "none":
         return {}
@@ -547,13 +585,20 @@ def embed_stage(settings: Settings, misses: MissResult, provider: EmbeddingProvi
 
         return run_batch_embedding(settings, provider, misses, cache, progress=progress, sync_concurrency=concurrency)
     stats: dict[str, Any] = dict(embed_stage_local(misses, provider, cache, concurrency=concurrency, progress=progress))
+    sync_embed_extras(settings, provider, stats)
+    return stats
+
+
+def sync_embed_extras(settings: Settings, provider: EmbeddingProvider, stats: dict[str, Any]) -> None:
+    """Token split, batch-mode note and cost of a run embedded with sync requests only."""
+    from memory_core.batch.cost import estimate_cost
+
     stats["tokens_sync"], stats["tokens_batch"] = stats["tokens"], 0
     if settings.batch.enabled and not provider.supports_batch:
         stats["batch"] = {"mode": f"sync ({provider.name} has no Batch API)"}
     if provider.name != "local":  # a hosted provider: what this run cost
         stats["cost"] = estimate_cost(settings, provider.name, provider.model, tokens_sync=stats["tokens"],
                                       tokens_batch=0)
-    return stats
 
 
 def batch_pending(embed: dict[str, Any] | None) -> int:
@@ -670,12 +715,22 @@ def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None
                     progress("build", done, chunks.chunks)
         writer.upsert_files(FileRow(**v) for v in chunks.files.values())
         counts = writer.verify(expect_vectors=with_vectors)
-        meta["vector_store"] = ("vec0" if writer.vec else "blob") if with_vectors else None
-        meta["built_at"] = now
-        meta["counts"] = counts
+        finish_meta(meta, plan, live_meta, chunks.over_window, counts, writer.vec, with_vectors, now)
         writer.set_meta(meta)
         writer.swap()
-    return {"counts": counts, "dims": dims, "vector_store": meta["vector_store"]}
+    return {"counts": counts, "dims": dims, "vector_store": meta["vector_store"],
+            "chunks_over_window": meta["chunks_over_window"]}
+
+
+def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] | None, over_window: dict[str, int],
+                counts: dict[str, int], vec: bool, with_vectors: bool, now: int) -> None:
+    """The meta row of a finished build: vector store, counts, chunks over the model's window."""
+    meta["vector_store"] = ("vec0" if vec else "blob") if with_vectors else None
+    meta["built_at"] = now
+    meta["counts"] = counts
+    by_path = merge_over_window(plan, live_meta, over_window) if with_vectors else {}
+    meta["over_window_by_path"] = by_path
+    meta["chunks_over_window"] = sum(by_path.values())
 
 
 def cleanup_workdir(plan: RunPlan) -> None:
@@ -689,7 +744,9 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
               misses: MissResult | None, embed: dict[str, int] | None, built: dict[str, Any] | None,
               timings: dict[str, float]) -> RunSummary:
     c = plan.counts
-    total = built["counts"]["chunks"] if built else _live_chunk_count(plan)
+    live = None if built else (probe_index(Path(plan.index_path))[0] or {})
+    total = built["counts"]["chunks"] if built else int((live.get("counts") or {}).get("chunks", 0))
+    over = built.get("chunks_over_window", 0) if built else int(live.get("chunks_over_window") or 0)
     warnings = plan.warnings + (chunks.warnings if chunks else []) + _embed_warnings(embed)
     skipped = len(plan.to_index) - (len(chunks.files) if chunks else len(plan.to_index))
     return RunSummary(
@@ -699,6 +756,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         files_removed=c["removed"], files_skipped=skipped, sessions_carried=c["sessions_carried"],
         chunks_total=total, chunks_indexed=chunks.chunks if chunks else 0,
         chunks_embedded=(embed or {}).get("embedded", 0), chunks_from_cache=misses.hits if misses else 0,
+        chunks_over_window=over,
         embed_requests=(embed or {}).get("requests", 0), tokens_sent=(embed or {}).get("tokens", 0),
         tokens_sync=(embed or {}).get("tokens_sync", (embed or {}).get("tokens", 0)),
         tokens_batch=(embed or {}).get("tokens_batch", 0), batch=dict((embed or {}).get("batch") or {}),
@@ -720,11 +778,6 @@ def _embed_warnings(embed: dict[str, Any] | None) -> list[str]:
         out.append(f"{b['jobs_pending']} batch job(s) still running (batch.wait = false); the index was not"
                    " updated; run again to collect them")
     return out
-
-
-def _live_chunk_count(plan: RunPlan) -> int:
-    meta, _ = probe_index(Path(plan.index_path))
-    return int(((meta or {}).get("counts") or {}).get("chunks", 0))
 
 
 class Timer:
@@ -807,6 +860,28 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, *,
         cache = open_cache(settings, provider, plan)
         built = None
         try:
+            if not (settings.batch.enabled and provider.supports_batch):
+                # sync embedding: one stream, no work files (memory_core.streaming)
+                from memory_core.streaming import stream_index
+
+                with timer.stage("index"):
+                    try:
+                        chunks, misses, embed, built = stream_index(plan, settings, provider, cache,
+                                                                    concurrency=concurrency, progress=progress)
+                    except ProviderError as exc:
+                        switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
+                        if switched is None:
+                            raise
+                        raise _SwitchProvider(*switched) from exc
+                if fallback is not None:
+                    embed["fallback"] = fallback
+                if cache is not None and settings.cache.enabled:
+                    cache.evict(settings.cache.max_entries)
+                summary = summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
+                                    timings=timer.times)
+                for w in summary.warnings:
+                    log.warning("%s", w)
+                return summary
             with timer.stage("chunk"):
                 chunks = chunk_stage(plan, settings, provider, progress)
             with timer.stage("cache"):

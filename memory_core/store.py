@@ -358,6 +358,11 @@ class IndexWriter:
         return removed
 
     def insert_chunks(self, rows: Sequence[ChunkRow]) -> None:
+        self.insert_tuples([(r.id, r.path, r.source, r.start_line, r.end_line, r.hash, r.model, r.text, r.fts_text,
+                             r.embedding, r.updated_at) for r in rows])
+
+    def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert chunk rows given as tuples in :class:`ChunkRow` field order."""
         assert self.conn is not None
         conn = self.conn
         start = self._next_rid
@@ -365,20 +370,16 @@ class IndexWriter:
         conn.executemany(
             "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, updated_at)"
             " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                (start + i, r.id, r.path, r.source, r.start_line, r.end_line, r.hash, r.model, r.text, r.embedding,
-                 r.updated_at)
-                for i, r in enumerate(rows)
-            ),
+            ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)),
         )
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
-            ((start + i, r.fts_text, r.id, r.path, r.source, r.model, r.start_line, r.end_line) for i, r in enumerate(rows)),
+            ((start + i, r[8], r[0], r[1], r[2], r[6], r[3], r[4]) for i, r in enumerate(rows)),
         )
         if self.vec and self.dims:
             conn.executemany(
                 "INSERT INTO chunks_vec(rowid, embedding) VALUES(?, ?)",
-                ((start + i, r.embedding) for i, r in enumerate(rows) if r.embedding is not None),
+                ((start + i, r[9]) for i, r in enumerate(rows) if r[9] is not None),
             )
         failpoint("build")
 
@@ -433,6 +434,12 @@ class IndexWriter:
 
     def swap(self) -> None:
         """Commit, sync and atomically rename the temp file over the live index."""
+        self.prepare_swap()
+        publish_temp(self.tmp_path, self.live_path)
+        self.swapped = True
+
+    def prepare_swap(self) -> None:
+        """Commit, optimise, close and fsync the temp file: ready for :func:`publish_temp`."""
         assert self.conn is not None
         conn = self.conn
         try:
@@ -441,11 +448,6 @@ class IndexWriter:
             conn.close()
             self.conn = None
             _fsync_path(str(self.tmp_path))
-            failpoint("before-swap")
-            os.replace(self.tmp_path, self.live_path)
-            self.swapped = True
-            _fsync_path(str(self.live_path.parent), directory=True)
-            failpoint("after-swap")
         except OSError as exc:
             raise RunError(f"cannot swap the new index into place: {exc.strerror or exc}") from exc
         except apsw.Error as exc:
@@ -459,6 +461,17 @@ class IndexWriter:
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(self.tmp_path) + suffix)
+
+
+def publish_temp(tmp_path: Path, live_path: Path) -> None:
+    """Rename a finished, synced temp index over the live one and sync the directory."""
+    try:
+        failpoint("before-swap")
+        os.replace(tmp_path, live_path)
+        _fsync_path(str(live_path.parent), directory=True)
+        failpoint("after-swap")
+    except OSError as exc:
+        raise RunError(f"cannot swap the new index into place: {exc.strerror or exc}") from exc
 
 
 def remove_stale_temp_files(live_path: Path) -> int:

@@ -41,6 +41,17 @@ def _consistent_state(index: Path) -> frozenset[str]:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_sigkill_at_stage(tmp_path, stage, openai_fake):
+    _sigkill_run(tmp_path, stage, openai_fake, "inline")
+
+
+@pytest.mark.parametrize("stage", ["chunk", "embed", "build", "before-swap", "after-swap"])
+def test_sigkill_with_the_writer_process(tmp_path, stage, openai_fake):
+    """The same with the temp index written by a child process: the child outlives the killed
+    run only long enough to delete its temp file; the result is the same."""
+    _sigkill_run(tmp_path, stage, openai_fake, "process")
+
+
+def _sigkill_run(tmp_path, stage, openai_fake, writer):
     src = ROOT / "examples" / "workspace"
     ws = tmp_path / "ws"
     shutil.copytree(src, ws, ignore=shutil.ignore_patterns(".memory-core", "2026-11-*"))
@@ -56,7 +67,7 @@ def test_sigkill_at_stage(tmp_path, stage, openai_fake):
         + ("[batch]\nenabled = true\npoll_interval_s = 0.05\n" if stage == "batch-poll" else "")
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
-               MEMORY_CORE_FAILPOINT=stage)
+               MEMORY_CORE_FAILPOINT=stage, MEMORY_CORE_WRITER=writer)
     proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])

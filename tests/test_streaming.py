@@ -1,0 +1,239 @@
+"""The in-process engine's streamed build (memory_core/streaming.py) and its writer process
+(memory_core/writer_proc.py), on real SQLite + sqlite-vec, with the openai SDK talking to the
+fake OpenAI server. The staged stages (what the Prefect flow runs) are the reference: both
+must produce the same index from the same sources."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core import streaming
+from memory_core.cache import EmbeddingCache
+from memory_core.embeddings.registry import create_provider
+from memory_core.errors import RunError
+from memory_core.pipeline import (
+    build_stage,
+    cache_lookup_stage,
+    chunk_stage,
+    cleanup_workdir,
+    discover_stage,
+    embed_stage,
+    open_cache,
+    run_index,
+)
+from memory_core.search import Searcher
+from memory_core.store import connect, load_vec, probe_index
+from tests.conftest import openai_settings
+
+SHARED = "## Standing rule\nAlways page the on-call engineer before touching the primary database.\n"
+
+
+def _add_duplicates(ws: Path, n: int = 12) -> None:
+    """Files that share a chunk (same text, same hash) so the stream meets hashes again."""
+    for i in range(n):
+        (ws / "memory" / f"dup-{i:02d}.md").write_text(SHARED if i % 3 else SHARED + f"\nnote {i}: unique tail {i}\n")
+
+
+def _snapshot(index: Path) -> dict[str, Any]:
+    conn = connect(index, readonly=True)
+    load_vec(conn)
+    try:
+        chunks = sorted(conn.execute(
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.embedding, f.text,"
+            " v.embedding FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid JOIN chunks_vec v ON v.rowid = c.rid"
+        ).fetchall())
+        files = sorted(conn.execute("SELECT path, source, hash, mtime, size, chunks, lines FROM files").fetchall())
+    finally:
+        conn.close()
+    meta, problem = probe_index(index)
+    assert problem is None
+    assert meta is not None
+    for k in ("built_at",):
+        meta.pop(k, None)
+    return {"chunks": chunks, "files": files, "meta": meta}
+
+
+def _staged_build(settings: Any) -> None:
+    """The stages one after another, as the Prefect flow runs them."""
+    provider, reason = create_provider(settings)
+    plan = discover_stage(settings, provider, reason)
+    cache = open_cache(settings, provider, plan)
+    try:
+        chunks = chunk_stage(plan, settings, provider)
+        misses = cache_lookup_stage(plan, chunks, cache, provider)
+        embed_stage(settings, misses, provider, cache)
+        build_stage(plan, chunks, cache, provider)
+    finally:
+        if cache is not None:
+            cache.close()
+        cleanup_workdir(plan)
+
+
+@pytest.mark.parametrize("writer", ["inline", "process"])
+def test_stream_builds_the_same_index_as_the_stages(workspace, openai_fake, tmp_path, monkeypatch, writer):
+    _add_duplicates(workspace)
+    # tiny groups and batches: many requests in flight, rows waiting on several of them,
+    # vectors dropped and read back from the cache when a hash comes back
+    monkeypatch.setattr(streaming, "INSERT_ROWS", 3)
+    monkeypatch.setattr(streaming, "LOOKUP_ROWS", 2)
+    monkeypatch.setenv("MEMORY_CORE_WRITER", writer)
+    remote = {"max_inputs_per_request": 5}
+    staged = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "staged" / "index.sqlite"),
+                             remote=remote)
+    streamed = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "streamed" / "index.sqlite"),
+                               remote=remote)
+    _staged_build(staged)
+    staged_inputs = list(openai_fake.input_texts)
+    summary = run_index(streamed)
+    streamed_inputs = openai_fake.input_texts[len(staged_inputs):]
+    assert summary.swapped and "index" in summary.stage_seconds
+    # the same texts were embedded, each unique text once, in as many requests
+    assert sorted(streamed_inputs) == sorted(staged_inputs)
+    assert len(set(streamed_inputs)) == len(streamed_inputs)
+    assert summary.chunks_embedded == len(staged_inputs)
+    assert summary.embed_requests == -(-len(staged_inputs) // 5)
+    a, b = _snapshot(staged.index_file), _snapshot(streamed.index_file)
+    assert a["files"] == b["files"]
+    assert a["meta"] == b["meta"]
+    assert len(a["chunks"]) == len(b["chunks"]) == summary.chunks_total
+    assert a["chunks"] == b["chunks"]
+    # and the cache holds every vector once
+    meta = b["meta"]
+    with EmbeddingCache(streamed.cache_file, "openai", "text-embedding-3-small", meta["provider_key"]) as cache:
+        assert cache.count() == len(set(staged_inputs))
+
+
+def test_stream_incremental_run_matches_a_full_build(workspace, openai_fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    _add_duplicates(workspace, 4)
+    (workspace / "memory" / "2026-09-04.md").write_text("## 09:00\nThe replica lag threshold is now 45s.\n")
+    (workspace / "MEMORY.md").unlink()
+    n_before = len(openai_fake.input_texts)
+    inc = run_index(s)
+    assert inc.swapped and not inc.full and inc.files_removed == 1
+    sent = openai_fake.input_texts[n_before:]
+    assert "The replica lag threshold is now 45s." in "".join(sent)
+    full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "full" / "index.sqlite"))
+    run_index(full)
+    a, b = _snapshot(s.index_file), _snapshot(full.index_file)
+    assert a["files"] == b["files"] and a["chunks"] == b["chunks"]
+
+
+def _writer_children() -> list[int]:
+    pids = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        with open(task / "children") as fh:
+            pids += [int(p) for p in fh.read().split()]
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"memory_core.writer_proc" in cmd:
+            out.append(pid)
+    return out
+
+
+def test_writer_process_death_fails_the_run_and_keeps_the_live_index(workspace, openai_fake, monkeypatch):
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
+    s = openai_settings(workspace, openai_fake, remote={"max_inputs_per_request": 4})
+    run_index(s)
+    before = hashlib.sha256(s.index_file.read_bytes()).hexdigest()
+    for i in range(6):
+        (workspace / "memory" / f"new-{i}.md").write_text(f"## note {i}\nfresh text number {i} about deploys\n" * 3)
+
+    provider, reason = create_provider(s)
+    real = provider.embed_documents
+    killed: list[int] = []
+
+    def embed(texts):  # the writer process dies (an OOM kill, say) while the run embeds
+        if not killed:
+            killed.extend(_writer_children())
+            assert killed, "no writer process"
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+        return real(texts)
+
+    monkeypatch.setattr(provider, "embed_documents", embed)
+    with pytest.raises(RunError, match="index writer process died"):
+        run_index(s, provider=provider, reason=reason)
+    assert hashlib.sha256(s.index_file.read_bytes()).hexdigest() == before
+    n_before = len(openai_fake.input_texts)
+    rerun = run_index(s)
+    assert rerun.swapped and rerun.files_new == 6
+    assert len(openai_fake.input_texts) == n_before  # what the failed run received was cached
+    assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
+    assert not _writer_children()
+
+
+def test_writer_process_error_is_one_clear_message(workspace, openai_fake, monkeypatch):
+    """A failure inside the child (here: two rows with one chunk id, a UNIQUE violation on the
+    first insert) reaches the run as one RunError with the child's message, after the edits
+    sent behind it were drained; the live index and the directory are as they were."""
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
+    monkeypatch.setattr(streaming, "INSERT_ROWS", 2)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    before = hashlib.sha256(s.index_file.read_bytes()).hexdigest()
+    for i in range(5):
+        (workspace / "memory" / f"new-{i}.md").write_text(f"## note {i}\nfresh text number {i}\n")
+    monkeypatch.setattr(streaming, "chunk_id", lambda *a: "same-id")
+    with pytest.raises(RunError, match="UNIQUE constraint failed"):
+        run_index(s)
+    assert hashlib.sha256(s.index_file.read_bytes()).hexdigest() == before
+    assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
+    assert not _writer_children()
+
+
+def test_over_window_chunks_are_counted_per_file_and_survive_incremental_runs(workspace, openai_fake):
+    s = openai_settings(workspace, openai_fake)
+    provider, reason = create_provider(s)
+    provider.max_tokens_per_input = 60  # a small window: many chunks are over it
+    first = run_index(s, provider=provider, reason=reason)
+    meta, _ = probe_index(s.index_file)
+    assert meta is not None
+    by_path = meta["over_window_by_path"]
+    assert first.chunks_over_window == meta["chunks_over_window"] == sum(by_path.values()) > 0
+    assert any("over the model's input window" in line for line in first.lines())
+    with Searcher(s, provider=provider) as searcher:
+        assert searcher.status()["chunks_over_window"] == first.chunks_over_window
+    gone = max(by_path, key=by_path.get)
+    (workspace / gone).unlink()
+    second = run_index(s, provider=provider, reason=reason)
+    assert second.swapped and not second.full
+    assert second.chunks_over_window == first.chunks_over_window - by_path[gone]
+    meta2, _ = probe_index(s.index_file)
+    assert gone not in meta2["over_window_by_path"]
+    # a run with nothing to do reports the index's count
+    third = run_index(s, provider=provider, reason=reason)
+    assert not third.swapped and third.chunks_over_window == second.chunks_over_window
+
+
+def test_small_runs_write_in_process_large_ones_in_a_child(monkeypatch):
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    assert not streaming.use_process_writer(10_000)
+    assert streaming.use_process_writer(streaming.PROCESS_WRITER_BYTES)
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "inline")
+    assert not streaming.use_process_writer(10**12)
+
+
+def test_keyword_only_stream(workspace, monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
+    from memory_core.config import load_settings
+
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    summary = run_index(s)
+    assert summary.swapped and summary.chunks_total > 0 and summary.embed_requests == 0
+    with Searcher(s) as searcher:
+        assert searcher.search("replica lag", mode="keyword")
+    shutil.rmtree(tmp_path / "ws" / ".memory-core", ignore_errors=True)
