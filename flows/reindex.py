@@ -45,6 +45,7 @@ from tasks.stages import (
 )
 
 IfBusy = Literal["wait", "skip", "fail"]
+NOTHING_TO_DO = "none (nothing to do)"  # where embedding ran, when discovery found nothing to do
 ProviderChoice = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
 SourceChoice = Literal["memory", "sessions"]
 
@@ -294,6 +295,14 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         for line in summary.lines():
             logger.info("%s", line)
         warnings = list(summary.warnings)
+        if where == NOTHING_TO_DO and not (warnings or fallbacks):
+            # A run with nothing to do and nothing to say (every scheduled run between edits):
+            # no artifacts, so each key's latest version stays the last run that did something.
+            # The outcome is in the logs above and in the state's message.
+            carried = summary.sessions_carried
+            msg = f"nothing to do: {summary.files_unchanged} files unchanged" + (
+                f", {carried} transcript(s) grew below the reindex delta" if carried else "")
+            return Completed(message=msg, data=summary.to_dict())
         figures = report.run_figures(summary, run_settings, runner=where, built=built)
         report.publish_summary(report.artifact_key(flow_name, settings, "summary"), figures,
                                f"{flow_name} of {label}: {report.outcome(summary)}")
@@ -323,13 +332,15 @@ def _run_once(params: ReindexParams, settings: Settings, flow_name: str, label: 
     if fallback is not None:
         plan.full_reason = pipeline.fallback_full_reason(fallback)
     chunks = misses = embed = built = None
-    where = "none (nothing to do)"
+    where = NOTHING_TO_DO
     try:
         if not plan.nothing_to_do:
+            # quote(): the plan and the chunk result list every file; unquoted, Prefect walks them
+            # twice per task (upstream futures, then resolving inputs): ~1.7 s a task at 10k files.
             with timer.stage("chunk"):
-                chunks = chunk_task(plan, settings, label, len(plan.to_index))
+                chunks = chunk_task(quote(plan), settings, label, len(plan.to_index))
             with timer.stage("cache"):
-                misses = cache_lookup_task(plan, chunks, settings, label)
+                misses = cache_lookup_task(quote(plan), quote(chunks), settings, label)
             cache = pipeline.open_cache(settings, provider, plan)
             progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"))
             try:
@@ -363,7 +374,7 @@ def _run_once(params: ReindexParams, settings: Settings, flow_name: str, label: 
                                " the next run collects them", pending)
             else:
                 with timer.stage("build"):
-                    built = build_task(plan, chunks, settings, label)
+                    built = build_task(quote(plan), quote(chunks), settings, label)
     finally:
         pipeline.cleanup_workdir(plan)
     summary = pipeline.summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
