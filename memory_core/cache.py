@@ -176,6 +176,12 @@ class EmbeddingCache:
                     (*self._key, packed, dims * 4, dims, now, json.dumps(hashes)),
                 )
 
+    def is_empty(self) -> bool:
+        """True when there is no entry for this (provider, model, provider_key)."""
+        return self.conn.execute(
+            "SELECT 1 FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? LIMIT 1", self._key
+        ).fetchone() is None
+
     def count(self, *, all_models: bool = False) -> int:
         if all_models:
             return self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0]

@@ -19,8 +19,10 @@ differ for characters outside the BMP (emoji), where our chunks are slightly lar
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +61,46 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
 
     Empty content gives one empty chunk ``(1, 1, "")``; callers drop chunks whose
     ``text.strip()`` is empty.
+
+    When no line is longer than ``max_chars`` (nearly always), every line is one segment and
+    the chunk boundaries are found by binary search over the running sizes: Python work per
+    chunk instead of per line (3-4x faster on notes of short lines). Otherwise the line loop
+    of :func:`chunk_markdown_loop` runs. Both give the same chunks (tests/test_chunking.py
+    compares them on generated text).
     """
+    overlap = max(0, min(overlap, tokens - 1))
+    max_chars = max(32, tokens * 4)
+    overlap_chars = max(0, overlap * 4)
+    lines = content.split("\n")
+    if max(map(len, lines)) > max_chars:
+        return chunk_markdown_loop(content, tokens, overlap)
+    # P[i]: size of lines[0:i], a line counting its length + 1 (the reference's newline)
+    sizes = list(accumulate(map((1).__add__, map(len, lines)), initial=0))
+    n = len(lines)
+    join = "\n".join
+    chunks: list[Chunk] = []
+    k, e = 0, 1  # the current chunk holds lines[k:e]; the first line is always taken
+    while True:
+        # the first line j >= e whose addition overflows: sizes[j + 1] - sizes[k] > max_chars
+        j = bisect_right(sizes, sizes[k] + max_chars, e + 1) - 1
+        if j >= n:
+            break
+        text = join(lines[k:j])
+        chunks.append(Chunk(k + 1, j, text, sha256_hex(text)))
+        if overlap_chars > 0:
+            # carry the trailing lines whose sizes reach overlap_chars (all of them if none do)
+            i = bisect_right(sizes, sizes[j] - overlap_chars, k, j) - 1
+            k = i if i >= k else k
+        else:
+            k = j
+        e = j + 1  # line j is added after the flush whatever its size
+    text = join(lines[k:])
+    chunks.append(Chunk(k + 1, n, text, sha256_hex(text)))
+    return chunks
+
+
+def chunk_markdown_loop(content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+    """:func:`chunk_markdown` as the reference wrote it: one pass over lines and segments."""
     overlap = max(0, min(overlap, tokens - 1))
     max_chars = max(32, tokens * 4)
     overlap_chars = max(0, overlap * 4)

@@ -14,6 +14,7 @@ in ``flows/reindex.py`` runs the same stage functions as tasks.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -267,6 +268,11 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             carried.append(f.path)
             counts["unchanged"] += 1
             continue
+        if old is None and f.source != "sessions":
+            # new: nothing to compare, so it is hashed when it is read for chunking (one read)
+            to_index.append(f)
+            counts["new"] += 1
+            continue
         try:
             digest = hash_file(f.abs_path)
         except OSError as exc:
@@ -321,7 +327,8 @@ def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
 
 # -- chunk -----------------------------------------------------------------------------------
 
-def _read_markdown(f: FileEntry, warnings: list[str]) -> str | None:
+def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str] | None:
+    """(text, sha256 of the bytes), or None with a warning when the file cannot be indexed."""
     if f.size > MAX_FILE_BYTES:
         warnings.append(f"{f.path} is {f.size // (1024 * 1024)} MiB, over the {MAX_FILE_BYTES // (1024 * 1024)} MiB limit; skipped")
         return None
@@ -337,11 +344,12 @@ def _read_markdown(f: FileEntry, warnings: list[str]) -> str | None:
     if b"\x00" in data[:BINARY_SNIFF]:
         warnings.append(f"{f.path} looks binary (NUL bytes); skipped")
         return None
+    digest = hashlib.sha256(data).hexdigest()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), digest
     except UnicodeDecodeError:
         warnings.append(f"{f.path} is not valid UTF-8; undecodable bytes were replaced")
-        return data.decode("utf-8", errors="replace")
+        return data.decode("utf-8", errors="replace"), digest
 
 
 @dataclass
@@ -361,6 +369,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
     from memory_core.sessions import parse_session_file
 
     lines: int | None = None
+    digest = f.hash
     if f.source == "sessions":
         try:
             doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
@@ -373,9 +382,11 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             if doc.content else []
         lines = doc.lines
     else:
-        text = _read_markdown(f, warnings)
-        if text is None:
+        got = _read_markdown(f, warnings)
+        if got is None:
             return None
+        text, read_digest = got
+        digest = digest or read_digest
         if should_redact("memory", settings.redact):
             text = "\n".join(redact(line) for line in text.split("\n"))
         chunks = chunk_markdown(text, tokens, overlap)
@@ -388,9 +399,21 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         if c.text.strip() and key not in seen_keys:
             seen_keys.add(key)
             kept.append(c)
-    row = {"path": f.path, "source": f.source, "hash": f.hash or "", "mtime_ms": f.mtime_ms, "size": f.size,
+    row = {"path": f.path, "source": f.source, "hash": digest or "", "mtime_ms": f.mtime_ms, "size": f.size,
            "chunks": len(kept), "lines": lines}
-    return FileChunks(kept, row, count_over_window(provider, [c.text for c in kept]) if kept else 0)
+    over = count_over_window(provider, [c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
+        else 0
+    return FileChunks(kept, row, over)
+
+
+def _may_exceed_window(provider: EmbeddingProvider, tokens: int, overlap: int) -> bool:
+    """False when no chunk of these settings can be over the provider's window: a chunk holds
+    at most ``(tokens + overlap) * 4`` characters plus a newline, and the token estimate never
+    exceeds characters + 1. True for providers that count with their own tokenizer."""
+    if callable(getattr(provider, "count_truncated", None)):
+        return True
+    limit = getattr(provider, "max_tokens_per_input", None)
+    return not limit or (max(32, tokens * 4) + overlap * 4 + 2) > limit
 
 
 def merge_over_window(plan: RunPlan, live_meta: dict[str, Any] | None, new: dict[str, int]) -> dict[str, int]:

@@ -362,7 +362,8 @@ class IndexWriter:
                              r.embedding, r.updated_at) for r in rows])
 
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert chunk rows given as tuples in :class:`ChunkRow` field order."""
+        """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
+        computed here, so a writer process does that work)."""
         assert self.conn is not None
         conn = self.conn
         start = self._next_rid
@@ -372,9 +373,12 @@ class IndexWriter:
             " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)),
         )
+        from memory_core.textsearch import segment_for_index
+
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
-            ((start + i, r[8], r[0], r[1], r[2], r[6], r[3], r[4]) for i, r in enumerate(rows)),
+            ((start + i, segment_for_index(r[7]) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
+             for i, r in enumerate(rows)),
         )
         if self.vec and self.dims:
             conn.executemany(

@@ -42,7 +42,6 @@ from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
 from memory_core.store import FileRow, IndexWriter, probe_index
-from memory_core.textsearch import segment_for_index
 
 LOOKUP_ROWS = 512
 INSERT_ROWS = 1024
@@ -90,6 +89,9 @@ class _Stream:
         self.group_t: list[str] = []
         self.group_tokens = 0
         self.inflight: dict[Future[np.ndarray], tuple[list[str], int]] = {}
+        # A cold cache (first build, new model) has nothing to look up: only this run's own
+        # vectors can be in it, and the run keeps track of those.
+        self.cold = cache is not None and cache.is_empty()
         self.hits = 0
         self.misses = 0
         self.stats = {"requests": 0, "embedded": 0, "tokens": 0}
@@ -125,7 +127,7 @@ class _Stream:
                 self.lookup.extend((h, next(r[7] for r in self.waiting if r[5] == h)) for h in lost)
         if not self.lookup:
             return
-        got = self.cache.get_many(h for h, _ in self.lookup)
+        got = {} if self.cold else self.cache.get_many(h for h, _ in self.lookup)
         self.vecs.update(got)
         self.pending.difference_update(got)
         self.hits += len(got)
@@ -276,8 +278,7 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
             if fc is not None:
                 for c in fc.chunks:
                     st.add_row([chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path, f.source,
-                                c.start_line, c.end_line, c.hash, model, c.text, segment_for_index(c.text), None, now],
-                               c.text)
+                                c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text)
                 total += len(fc.chunks)
                 files[f.path] = fc.file_row
                 if fc.over_window:

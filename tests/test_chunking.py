@@ -1,6 +1,16 @@
 import hashlib
 
-from memory_core.chunking import Chunk, chunk_id, chunk_markdown, remap_chunk_lines, sha256_hex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memory_core.chunking import (
+    Chunk,
+    chunk_id,
+    chunk_markdown,
+    chunk_markdown_loop,
+    remap_chunk_lines,
+    sha256_hex,
+)
 
 
 def spans(chunks: list[Chunk]) -> list[tuple[int, int, str]]:
@@ -69,3 +79,14 @@ def test_overlap_is_clamped():
     assert len(chunks) > 1
     starts = [c.start_line for c in chunks]
     assert starts == sorted(starts)
+
+
+_LINE = st.text(alphabet=st.sampled_from(["a", "b", " ", "é", "中", "\r", "#", "-"]), max_size=90)
+
+
+@settings(max_examples=400, deadline=None)
+@given(lines=st.lists(_LINE, max_size=60), tokens=st.integers(1, 40), overlap=st.integers(0, 60))
+def test_fast_chunking_equals_the_line_loop(lines, tokens, overlap):
+    """The binary-search chunker (short lines) and the reference line loop give the same chunks."""
+    content = "\n".join(lines)
+    assert chunk_markdown(content, tokens, overlap) == chunk_markdown_loop(content, tokens, overlap)
