@@ -14,6 +14,7 @@ error it met. The child commits and syncs the temp file; this process renames it
 live index (so the ``before-swap`` / ``after-swap`` crash points are where they always were).
 If this process dies, the child reads end-of-file, deletes the temp file and exits; a child
 that dies is reported as a :class:`RunError` and its temp file is removed here.
+``MEMORY_CORE_WRITER_STATS=1`` makes the child print its CPU time per message kind on exit.
 """
 
 from __future__ import annotations
@@ -159,82 +160,109 @@ class ProcessIndexWriter:
                 os.unlink(str(self.tmp_path) + suffix)
 
 
-def _serve(conn: Connection) -> int:
-    """The child: apply the parent's edits to one temp index; abort on any end but a swap."""
-    writer: IndexWriter | None = None
-    error: str | None = None
-    prepared = False
-    try:
-        while True:
-            try:
-                op, args = conn.recv()
-            except (EOFError, OSError):
-                return 0  # the parent ended: the finally below removes an unpublished temp file
-            if op in ("verify", "prepare", "ping", "abort"):
-                if error is not None:
-                    conn.send(("error", error))
-                    if op == "abort":
-                        return 0
-                    continue
+class _Child:
+    """The child's side: one temp index, the parent's edits applied in order."""
+
+    WAITED = ("verify", "prepare", "ping", "abort")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.writer: IndexWriter | None = None
+        self.error: str | None = None  # the first failure; reported at the next waited-for call
+        self.prepared = False
+        self.cpu: dict[str, float] = {}  # CPU seconds per message kind (MEMORY_CORE_WRITER_STATS)
+
+    def serve(self) -> None:
+        import time
+
+        try:
+            while True:
+                t0 = time.process_time()
                 try:
-                    assert writer is not None
-                    if op == "verify":
-                        counts = writer.verify(expect_vectors=args[0])
-                        conn.send(("ok", (counts, writer.vec, str(writer.tmp_path))))
-                    elif op == "prepare":
-                        writer.prepare_swap()
-                        prepared = True
-                        conn.send(("ok", str(writer.tmp_path)))
-                        return 0
-                    elif op == "ping":
-                        conn.send(("ok", None))
-                    else:
-                        conn.send(("ok", None))
-                        return 0
-                except Exception as exc:  # noqa: BLE001 - reported to the parent
-                    error = str(exc) if isinstance(exc, RunError) else f"index writer: {exc}"
-                    conn.send(("error", error))
-                continue
-            if error is not None:
-                continue  # drain edits until the parent asks
-            try:
-                if op == "open":
-                    live, full, dims, use_vec = args
-                    writer = IndexWriter(Path(live), full=full, dims=dims, use_vec=use_vec)
-                    writer.open()
-                elif op == "insert":
-                    assert writer is not None
-                    writer.insert_tuples(args[0])
-                elif op == "delete":
-                    assert writer is not None
-                    writer.delete_paths(args[0])
-                elif op == "files":
-                    assert writer is not None
-                    writer.upsert_files(FileRow(*r) for r in args[0])
-                elif op == "meta":
-                    assert writer is not None
-                    writer.set_meta(args[0])
-            except Exception as exc:  # noqa: BLE001 - reported at the next waited-for call
-                error = str(exc) if isinstance(exc, RunError) else f"index writer: {exc}"
-    finally:
-        if writer is not None and not prepared:
-            writer.abort()
+                    op, args = self.conn.recv()
+                except (EOFError, OSError):
+                    return  # the parent ended: abort below removes an unpublished temp file
+                t1 = time.process_time()
+                self.cpu["recv"] = self.cpu.get("recv", 0.0) + t1 - t0
+                done = self.waited(op, args) if op in self.WAITED else self.edit(op, args)
+                self.cpu[op] = self.cpu.get(op, 0.0) + time.process_time() - t1
+                if done:
+                    return
+        finally:
+            if self.writer is not None and not self.prepared:
+                self.writer.abort()
+
+    def _fail(self, exc: Exception) -> str:
+        return str(exc) if isinstance(exc, RunError) else f"index writer: {exc}"
+
+    def waited(self, op: str, args: tuple[Any, ...]) -> bool:
+        """Answer a call the parent waits for; True when the child should exit."""
+        if self.error is not None:
+            self.conn.send(("error", self.error))
+            return op == "abort"
+        try:
+            w = self.writer
+            assert w is not None or op in ("ping", "abort")
+            if op == "verify":
+                assert w is not None
+                counts = w.verify(expect_vectors=args[0])
+                self.conn.send(("ok", (counts, w.vec, str(w.tmp_path))))
+                return False
+            if op == "prepare":
+                assert w is not None
+                w.prepare_swap()
+                self.prepared = True
+                self.conn.send(("ok", str(w.tmp_path)))
+                return True
+            self.conn.send(("ok", None))
+            return op == "abort"
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            self.error = self._fail(exc)
+            self.conn.send(("error", self.error))
+            return False
+
+    def edit(self, op: str, args: tuple[Any, ...]) -> bool:
+        """Apply an edit the parent does not wait for (after a failure: drop it)."""
+        if self.error is not None:
+            return False
+        try:
+            if op == "open":
+                live, full, dims, use_vec = args
+                self.writer = IndexWriter(Path(live), full=full, dims=dims, use_vec=use_vec)
+                self.writer.open()
+                return False
+            w = self.writer
+            assert w is not None
+            if op == "insert":
+                w.insert_tuples(args[0])
+            elif op == "delete":
+                w.delete_paths(args[0])
+            elif op == "files":
+                w.upsert_files(FileRow(*r) for r in args[0])
+            elif op == "meta":
+                w.set_meta(args[0])
+        except Exception as exc:  # noqa: BLE001 - reported at the next waited-for call
+            self.error = self._fail(exc)
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     conn = Connection(int(args[0]))
+    child = _Child(conn)
     try:
-        return _serve(conn)
+        child.serve()
+        return 0
     finally:
         with contextlib.suppress(OSError):
             conn.close()
-        if os.environ.get("MEMORY_CORE_WRITER_STATS"):  # benchmarks: the child's own CPU time
+        if os.environ.get("MEMORY_CORE_WRITER_STATS"):  # benchmarks: where the child's CPU went
             import resource
 
             ru = resource.getrusage(resource.RUSAGE_SELF)
-            print(f"memory-core writer: cpu {ru.ru_utime + ru.ru_stime:.3f}s, peak rss {ru.ru_maxrss / 1024:.0f} MiB",
-                  file=sys.stderr)
+            parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(child.cpu.items(), key=lambda kv: -kv[1]))
+            print(f"memory-core writer: cpu {ru.ru_utime + ru.ru_stime:.2f}s ({parts}),"
+                  f" peak rss {ru.ru_maxrss / 1024:.0f} MiB", file=sys.stderr)
 
 
 if __name__ == "__main__":

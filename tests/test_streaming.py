@@ -237,3 +237,33 @@ def test_keyword_only_stream(workspace, monkeypatch, tmp_path):
     with Searcher(s) as searcher:
         assert searcher.search("replica lag", mode="keyword")
     shutil.rmtree(tmp_path / "ws" / ".memory-core", ignore_errors=True)
+
+
+def test_a_cache_of_the_first_schema_is_converted_and_keeps_its_vectors(tmp_path):
+    """Caches written by the WITHOUT ROWID schema are converted in place when opened."""
+    import numpy as np
+
+    from memory_core.store import connect as sqlite_connect
+
+    path = tmp_path / "old.cache.sqlite"
+    conn = sqlite_connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(
+        "CREATE TABLE embedding_cache (provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL,"
+        " hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, updated_at INTEGER NOT NULL,"
+        " PRIMARY KEY (provider, model, provider_key, hash)) WITHOUT ROWID;"
+        " CREATE INDEX idx_embedding_cache_updated_at ON embedding_cache(updated_at);")
+    vecs = np.arange(12, dtype="<f4").reshape(3, 4)
+    with conn:
+        conn.executemany("INSERT INTO embedding_cache VALUES('openai', 'm', 'k', ?, ?, 4, ?)",
+                         [(f"h{i}", vecs[i].tobytes(), i) for i in range(3)])
+    conn.close()
+    with EmbeddingCache(path, "openai", "m", "k") as cache:
+        sql = cache.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'embedding_cache'").fetchone()[0]
+        assert "WITHOUT ROWID" not in sql.upper()
+        assert cache.get_many(["h0", "h1", "h2"]) == {f"h{i}": vecs[i].tobytes() for i in range(3)}
+        cache.put_array(["h1", "h3"], vecs[:2] + 1)  # upsert still works on the new key
+        assert cache.get_many(["h1"])["h1"] == (vecs[0] + 1).tobytes()
+        assert cache.count() == 4 and not cache.is_empty()
+        assert cache.evict(2) == 2  # the oldest first: h0 and h2 (updated_at 0 and 2)
+        assert set(cache.get_many(["h0", "h1", "h2", "h3"])) == {"h1", "h3"}
