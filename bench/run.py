@@ -62,9 +62,12 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     from memory_core.store import NEW_FILE_PAGE_SIZE, connect, create_schema, load_vec
 
     src = connect(index, readonly=True)
+    load_vec(src)
+    # the rows as the index stores them: the vector in chunks_vec, chunks.embedding NULL
     rows = src.execute(
         "SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.embedding,"
-        " c.updated_at, f.text FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid").fetchall()
+        " c.updated_at, f.text, v.embedding FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid"
+        " JOIN chunks_vec v ON v.rowid = c.rid").fetchall()
     src.close()
     if os.path.exists(out):
         os.unlink(out)
@@ -81,7 +84,7 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     conn.executemany("INSERT INTO chunks VALUES(?,?,?,?,?,?,?,?,?,?,?)", (r[:11] for r in rows))
     conn.executemany("INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line)"
                      " VALUES(?,?,?,?,?,?,?,?)", ((r[0], r[11], r[1], r[2], r[3], r[7], r[4], r[5]) for r in rows))
-    conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES(?,?)", ((r[0], r[9]) for r in rows))
+    conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES(?,?)", ((r[0], r[12]) for r in rows))
     conn.execute("COMMIT")
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.errors import IndexDamagedError, UsageError
-from memory_core.store import FILE_MODE, connect, read_meta, require_index
+from memory_core.store import FILE_MODE, connect, has_table, load_vec, read_meta, require_index
 
 ExportFormat = Literal["parquet", "jsonl"]
 FORMATS: tuple[str, ...] = ("parquet", "jsonl")
@@ -107,6 +107,8 @@ class _Snapshot:
         require_index(index_path)
         self.conn = connect(index_path, readonly=True, immutable=True)
         self.meta = read_meta(self.conn) or {}
+        self.vec_table = has_table(self.conn, "chunks_vec")
+        self.vec = self.vec_table and load_vec(self.conn)
         dims = self.meta.get("dims")
         if not dims:  # keyword-only index; older files may still carry vectors
             row = self.conn.execute(
@@ -123,8 +125,17 @@ class _Snapshot:
         return out
 
     def rows(self, *, vectors: bool) -> Iterator[tuple[Any, ...]]:
-        cols = ", ".join(COLUMNS) + (", embedding" if vectors else "")
-        yield from self.conn.execute(f"SELECT {cols} FROM chunks ORDER BY rid")
+        cols = ", ".join(f"c.{c}" for c in COLUMNS)
+        if not vectors:
+            yield from self.conn.execute(f"SELECT {cols} FROM chunks c ORDER BY c.rid")
+        elif self.vec:  # vectors live in chunks_vec (or, in indexes of schema 1, in both)
+            yield from self.conn.execute(f"SELECT {cols}, coalesce(c.embedding, v.embedding) FROM chunks c"
+                                         " LEFT JOIN chunks_vec v ON v.rowid = c.rid ORDER BY c.rid")
+        elif self.vec_table and self.dims and self.meta.get("vector_store") == "vec0":
+            raise UsageError("this index keeps its vectors in sqlite-vec's vec0 table, which cannot be loaded"
+                             " here; export without vectors (--no-vectors) or where sqlite-vec loads")
+        else:
+            yield from self.conn.execute(f"SELECT {cols}, c.embedding FROM chunks c ORDER BY c.rid")
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

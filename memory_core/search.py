@@ -384,6 +384,9 @@ class Searcher:
             return self._hits(rows, "vector", _cosine_from_distance)
         rids, m = idx.matrix()
         if len(rids) == 0:
+            if idx.has_vec_table and not self.provider_note:
+                self.provider_note = ("sqlite-vec cannot be loaded here and this index keeps its vectors in its vec0"
+                                      " table; keyword-only results")
             return []
         qn = qvec / (np.linalg.norm(qvec) or 1.0)
         sims = m @ qn
@@ -460,7 +463,9 @@ class Searcher:
                 chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
                 chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
                 fts=True,
-                vector_search=("vec0 KNN" if idx.vec_loaded else "numpy cosine (sqlite-vec not loadable)")
+                vector_search=("vec0 KNN" if idx.vec_loaded else
+                               "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
+                               "numpy cosine (sqlite-vec not loadable)")
                 if m.get("dims") else "off (keyword-only index)",
                 index_bytes=self.path.stat().st_size,
                 cache_entries=cache_entry_count(self.settings.cache_file),

@@ -11,9 +11,11 @@ Schema (names follow the reference so other tools can read the file)::
     chunks_vec  vec0(embedding float[dims] distance_metric=cosine)  rowid = chunks.rid
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
-and vector rows share it, which makes joins cheap and deletes exact. ``chunks.embedding``
-holds the same vector as little-endian float32 bytes, so search still works (numpy cosine)
-on a Python whose SQLite cannot load sqlite-vec. The FTS ``text`` column holds the text as
+and vector rows share it, which makes joins cheap and deletes exact. Each vector is stored
+once: in ``chunks_vec`` when sqlite-vec loads (meta ``vector_store = "vec0"``; then
+``chunks.embedding`` is NULL), else in ``chunks.embedding`` as little-endian float32 bytes
+(``"blob"``; search uses a numpy cosine). Schema version 1 kept both copies, which made the
+file ~22% bigger and every incremental run's copy and fsync as much slower. The FTS ``text`` column holds the text as
 tokenised for search (CJK characters spaced out, see :mod:`memory_core.textsearch`); the
 original text is ``chunks.text``.
 
@@ -44,7 +46,7 @@ from memory_core.errors import IndexDamagedError, IndexLockedError, IndexMissing
 from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: vectors stored once (vec0 or chunks.embedding)
 FILE_MODE = 0o600
 
 _vec_path: str | None | bool = False  # False: not looked up yet
@@ -368,10 +370,12 @@ class IndexWriter:
         conn = self.conn
         start = self._next_rid
         self._next_rid += len(rows)
+        in_vec = bool(self.vec and self.dims)  # the vector goes to chunks_vec only
         conn.executemany(
             "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, updated_at)"
             " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)),
+            ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)) if not in_vec else
+            ((start + i, *r[:8], None, r[10]) for i, r in enumerate(rows)),
         )
         from memory_core.textsearch import segment_for_index
 
@@ -380,7 +384,7 @@ class IndexWriter:
             ((start + i, segment_for_index(r[7]) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
              for i, r in enumerate(rows)),
         )
-        if self.vec and self.dims:
+        if in_vec:
             conn.executemany(
                 "INSERT INTO chunks_vec(rowid, embedding) VALUES(?, ?)",
                 ((start + i, r[9]) for i, r in enumerate(rows) if r[9] is not None),
@@ -407,13 +411,17 @@ class IndexWriter:
         assert self.conn is not None
         conn = self.conn
         n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        # The vector checks read every row this run inserted (all of them in a full build);
-        # the rows carried over from the live index were checked by the run that wrote them.
-        missing, bad = conn.execute(
-            "SELECT coalesce(sum(embedding IS NULL), 0),"
-            " coalesce(sum(embedding IS NOT NULL AND length(embedding) != ?), 0) FROM chunks WHERE rid >= ?",
-            ((self.dims or 0) * 4, self._first_new_rid),
-        ).fetchone()
+        in_vec = bool(self.vec and self.dims)
+        missing = bad = 0
+        if expect_vectors and not in_vec:
+            # Blob vectors: read every row this run inserted (all of them in a full build); the
+            # rows carried over from the live index were checked by the run that wrote them.
+            # (vec0 refuses a vector of the wrong size itself; its count is compared below.)
+            missing, bad = conn.execute(
+                "SELECT coalesce(sum(embedding IS NULL), 0),"
+                " coalesce(sum(embedding IS NOT NULL AND length(embedding) != ?), 0) FROM chunks WHERE rid >= ?",
+                ((self.dims or 0) * 4, self._first_new_rid),
+            ).fetchone()
         n_fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
         problems = []
         if n_fts != n_chunks:
@@ -424,10 +432,12 @@ class IndexWriter:
                 problems.append(f"{missing} chunks have no vector")
             if self.dims and bad:
                 problems.append(f"{bad} vectors do not have {self.dims} dimensions")
-            if self.vec and has_table(conn, "chunks_vec"):
+            if in_vec:
                 n_vec = conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
                 if n_vec != n_chunks:
                     problems.append(f"{n_chunks} chunks but {n_vec} vectors")
+            elif self.dims:
+                n_vec = n_chunks - missing
         n_files_chunks = conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]
         if n_files_chunks != n_chunks:
             problems.append(f"files table counts {n_files_chunks} chunks, chunks table has {n_chunks}")

@@ -16,7 +16,7 @@ from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.export import export_index, iter_export_batches, read_parquet_metadata
 from memory_core.pipeline import run_index
-from memory_core.store import connect
+from memory_core.store import connect, has_table, load_vec
 from tests.conftest import openai_settings
 
 COLUMNS = ["id", "path", "source", "start_line", "end_line", "text", "model", "vector"]
@@ -24,9 +24,13 @@ COLUMNS = ["id", "path", "source", "start_line", "end_line", "text", "model", "v
 
 def index_chunks(settings) -> dict[str, tuple]:
     conn = connect(settings.index_file, readonly=True)
+    load_vec(conn)
+    cols = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.model"
     try:
+        if not has_table(conn, "chunks_vec"):  # keyword-only index
+            return {r[0]: r for r in conn.execute(f"SELECT {cols}, c.embedding FROM chunks c")}
         return {r[0]: r for r in conn.execute(
-            "SELECT id, path, source, start_line, end_line, text, model, embedding FROM chunks")}
+            f"SELECT {cols}, coalesce(c.embedding, v.embedding) FROM chunks c LEFT JOIN chunks_vec v ON v.rowid = c.rid")}
     finally:
         conn.close()
 

@@ -17,7 +17,7 @@ from flows import report
 from flows.reindex import ReindexParams, reindex
 from memory_core.config import load_settings
 from memory_core.errors import ConfigError
-from memory_core.store import IndexLock, connect
+from memory_core.store import IndexLock, connect, load_vec
 from tests.prefect_server import (
     artifact_of,
     drain_workers,
@@ -60,7 +60,9 @@ def run(**kwargs: Any) -> Any:
 def index_rows(index: Path) -> list[tuple[Any, ...]]:
     conn = connect(index, readonly=True)
     try:
-        return conn.execute("SELECT id, path, start_line, end_line, hash, text, embedding FROM chunks ORDER BY id").fetchall()
+        load_vec(conn)
+        return conn.execute("SELECT c.id, c.path, c.start_line, c.end_line, c.hash, c.text, v.embedding FROM chunks c"
+                            " JOIN chunks_vec v ON v.rowid = c.rid ORDER BY c.id").fetchall()
     finally:
         conn.close()
 
@@ -70,7 +72,8 @@ def index_check(index: Path) -> dict[str, int]:
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         n = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("chunks", "chunks_fts", "files")}
-        n["missing_vectors"] = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NULL").fetchone()[0]
+        load_vec(conn)
+        n["missing_vectors"] = n["chunks"] - conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
         return n
     finally:
         conn.close()

@@ -267,3 +267,43 @@ def test_a_cache_of_the_first_schema_is_converted_and_keeps_its_vectors(tmp_path
         assert cache.count() == 4 and not cache.is_empty()
         assert cache.evict(2) == 2  # the oldest first: h0 and h2 (updated_at 0 and 2)
         assert set(cache.get_many(["h0", "h1", "h2", "h3"])) == {"h1", "h3"}
+
+
+def test_vectors_are_stored_once_in_vec0_or_in_chunks(workspace, openai_fake, monkeypatch, tmp_path):
+    """With sqlite-vec the vectors live in chunks_vec only; without it (simulated: the extension
+    does not load) in chunks.embedding, searched by numpy. Both answer the same vector query."""
+    import memory_core.search as search_mod
+    import memory_core.store as store_mod
+
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "inline")
+    with_vec = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "vec" / "index.sqlite"))
+    run_index(with_vec)
+    conn = connect(with_vec.index_file, readonly=True)
+    load_vec(conn)
+    n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    assert conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] == n
+    conn.close()
+    assert probe_index(with_vec.index_file)[0]["vector_store"] == "vec0"
+    with Searcher(with_vec) as s:
+        vec_hits = [(h.path, h.start_line) for h in s.search("replica lag alert", mode="vector", max_results=5)]
+        assert s.status()["vector_search"] == "vec0 KNN"
+
+    monkeypatch.setattr(store_mod, "load_vec", lambda conn: False)
+    monkeypatch.setattr(search_mod, "load_vec", lambda conn: False)
+    blob = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "blob" / "index.sqlite"))
+    run_index(blob)
+    assert probe_index(blob.index_file)[0]["vector_store"] == "blob"
+    conn = connect(blob.index_file, readonly=True)
+    assert conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0] == n
+    assert not conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
+    conn.close()
+    with Searcher(blob) as s:
+        assert [(h.path, h.start_line) for h in s.search("replica lag alert", mode="vector",
+                                                                max_results=5)] == vec_hits
+        assert s.status()["vector_search"].startswith("numpy cosine")
+    # the vec0 index read where sqlite-vec does not load: keyword results and a note, no error
+    with Searcher(with_vec) as s:
+        hits = s.search("replica lag alert")
+        assert hits and s.status()["vector_search"].startswith("off")
+        assert "keyword-only" in s.provider_note
