@@ -882,48 +882,37 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, *,
                              timings=timer.times)
         cache = open_cache(settings, provider, plan)
         built = None
+        # Sync embedding runs as one stream with no work files (memory_core.streaming); Batch
+        # API mode needs every miss up front, so it runs the stages one after another.
+        streamed = not (settings.batch.enabled and provider.supports_batch)
         try:
-            if not (settings.batch.enabled and provider.supports_batch):
-                # sync embedding: one stream, no work files (memory_core.streaming)
-                from memory_core.streaming import stream_index
+            try:
+                if streamed:
+                    from memory_core.streaming import stream_index
 
-                with timer.stage("index"):
-                    try:
+                    with timer.stage("index"):
                         chunks, misses, embed, built = stream_index(plan, settings, provider, cache,
                                                                     concurrency=concurrency, progress=progress)
-                    except ProviderError as exc:
-                        switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
-                        if switched is None:
-                            raise
-                        raise _SwitchProvider(*switched) from exc
-                if fallback is not None:
-                    embed["fallback"] = fallback
-                if cache is not None and settings.cache.enabled:
-                    cache.evict(settings.cache.max_entries)
-                summary = summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
-                                    timings=timer.times)
-                for w in summary.warnings:
-                    log.warning("%s", w)
-                return summary
-            with timer.stage("chunk"):
-                chunks = chunk_stage(plan, settings, provider, progress)
-            with timer.stage("cache"):
-                misses = cache_lookup_stage(plan, chunks, cache, provider)
-            with timer.stage("embed"):
-                try:
-                    embed = embed_stage(settings, misses, provider, cache, concurrency=concurrency, progress=progress)
-                except ProviderError as exc:
-                    switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
-                    if switched is None:
-                        raise
-                    raise _SwitchProvider(*switched) from exc
+                else:
+                    with timer.stage("chunk"):
+                        chunks = chunk_stage(plan, settings, provider, progress)
+                    with timer.stage("cache"):
+                        misses = cache_lookup_stage(plan, chunks, cache, provider)
+                    with timer.stage("embed"):
+                        embed = embed_stage(settings, misses, provider, cache, concurrency=concurrency,
+                                            progress=progress)
+            except ProviderError as exc:
+                switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
+                if switched is None:
+                    raise
+                raise _SwitchProvider(*switched) from exc
             if fallback is not None:
                 embed["fallback"] = fallback
-            if not batch_pending(embed):
+            if not streamed and not batch_pending(embed):
                 with timer.stage("build"):
                     built = build_stage(plan, chunks, cache, provider, progress)
-                if cache is not None and settings.cache.enabled:
-                    cache.evict(settings.cache.max_entries)
+            if built is not None and cache is not None and settings.cache.enabled:
+                cache.evict(settings.cache.max_entries)
         finally:
             if cache is not None:
                 cache.close()

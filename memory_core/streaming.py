@@ -65,9 +65,7 @@ def use_process_writer(source_bytes: int) -> bool:
 class _Stream:
     """State of one streamed build (see the module docstring)."""
 
-    def __init__(self, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
-                 concurrency: int) -> None:
-        self.settings = settings
+    def __init__(self, provider: EmbeddingProvider, cache: EmbeddingCache | None, concurrency: int) -> None:
         self.provider = provider
         self.cache = cache
         self.with_vectors = provider.name != "none" and cache is not None
@@ -236,10 +234,14 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
     tokens, overlap = chunk_params(settings, provider)
     model = provider.model
     now = int(time.time() * 1000)
-    st = _Stream(settings, provider, cache, concurrency)
+    st = _Stream(provider, cache, concurrency)
     if st.dims is None and live_meta and st.with_vectors:
         st.dims = live_meta.get("dims")
-    writer_cls = ProcessIndexWriterType() if use_process_writer(sum(f.size for f in plan.to_index)) else IndexWriter
+    writer_cls: Any = IndexWriter
+    if use_process_writer(sum(f.size for f in plan.to_index)):
+        from memory_core.writer_proc import ProcessIndexWriter
+
+        writer_cls = ProcessIndexWriter
     writer: Any = None
     warnings: list[str] = []
     files: dict[str, dict[str, Any]] = {}
@@ -320,9 +322,3 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
     built = {"counts": counts, "dims": meta["dims"], "vector_store": meta["vector_store"],
              "chunks_over_window": meta["chunks_over_window"]}
     return chunks, misses, embed, built
-
-
-def ProcessIndexWriterType() -> type:  # noqa: N802 - a lazy class reference
-    from memory_core.writer_proc import ProcessIndexWriter
-
-    return ProcessIndexWriter
