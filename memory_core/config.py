@@ -79,12 +79,23 @@ class RemoteSettings(_Model):
 
 
 class LocalSettings(_Model):
-    """The local sentence-transformers model."""
+    """The local model (all-MiniLM-L6-v2).
+
+    ``backend``: ``auto`` runs the model through onnxruntime (an int8 ONNX export built once
+    from the packaged weights and cached under ``cache_dir``) when onnxruntime is installed and
+    the device is the CPU, else through sentence-transformers (torch); ``onnx`` requires the
+    ONNX path; ``torch`` always uses sentence-transformers. ``cache_dir`` defaults to
+    ``$MEMORY_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/memory-core``, else
+    ``~/.cache/memory-core``. ``batch_size`` is the most texts per model call (16: smaller
+    batches of length-sorted texts are faster on a CPU than 32 or 64).
+    """
 
     model_path: str | None = None
-    batch_size: int = Field(default=64, ge=1, le=4096)
+    batch_size: int = Field(default=16, ge=1, le=4096)
     device: str = "cpu"
     threads: int | None = Field(default=None, ge=1)
+    backend: Literal["auto", "onnx", "torch"] = "auto"
+    cache_dir: str | None = None
 
 
 class ChunkingSettings(_Model):

@@ -1,0 +1,172 @@
+"""The local provider with the real model (no mocks): its vectors are sentence-transformers'
+within cosine 0.99 on both backends, the ONNX model is cached atomically and reused, and the
+provider falls back to sentence-transformers when the fast backend is unavailable."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.embeddings.local import (
+    LocalProvider,
+    _write_atomic,
+    count_over_window,
+    local_model_available,
+    packaged_model_path,
+)
+from memory_core.errors import ConfigError
+
+pytestmark = pytest.mark.skipif(not local_model_available(), reason="the local model is not installed")
+
+TEXTS = [
+    "# 2026-10-06\n\n## 08:55 standup\n- Priya: the replica lag alert fired twice overnight.\n"
+    "- Marcus rolls the canary back if p99 latency stays above 400 ms.",
+    "Decided to keep the chunk size at 200 tokens: the model reads 256 word pieces and longer "
+    "chunks lost their tails. Follow up on the cache eviction policy next week.",
+    "```bash\nkubectl rollout undo deployment/api -n prod\npsql -c 'VACUUM ANALYZE events;'\n```",
+    "金银价格 服务器错误 サーバー 確認 서버 에러 확인 부탁",
+    "",
+    " ",
+    "x",
+    "?",
+    "word " * 600,  # far over the 256-piece window: both sides embed its first 256 pieces
+]
+QUERIES = ["who owns the canary rollback?", "金银价格", "replica lag", "..."]
+
+
+def _settings(**local):  # type: ignore[no-untyped-def]
+    return load_settings(None, {"provider": "local", "local": local}, env={})
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+@pytest.fixture(scope="module")
+def st_model():  # type: ignore[no-untyped-def]
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(packaged_model_path()))
+
+
+@pytest.fixture(scope="module")
+def reference(st_model):  # type: ignore[no-untyped-def]
+    return st_model.encode(TEXTS + QUERIES, normalize_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def onnx_cache(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    return tmp_path_factory.mktemp("local-cache")
+
+
+@pytest.fixture(scope="module")
+def onnx_provider(onnx_cache):  # type: ignore[no-untyped-def]
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    model_dir = packaged_model_path()
+    before = {p: p.stat().st_mtime_ns for p in model_dir.rglob("*")}
+    provider = LocalProvider(_settings(cache_dir=str(onnx_cache)))
+    provider.embed_documents(["build the model"])
+    # the model directory (read-only in a system install) is never written
+    assert {p: p.stat().st_mtime_ns for p in model_dir.rglob("*")} == before
+    return provider
+
+
+def test_onnx_vectors_match_sentence_transformers(onnx_provider, reference) -> None:  # type: ignore[no-untyped-def]
+    assert onnx_provider.backend == "onnx"
+    assert onnx_provider.info().details["backend"] == "onnx"
+    docs = onnx_provider.embed_documents(TEXTS)
+    assert docs.dtype == np.float32 and docs.shape == (len(TEXTS), 384)
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    cos = _cos(docs, reference[:len(TEXTS)])
+    assert cos.min() >= 0.99, dict(zip(TEXTS, cos.round(4), strict=True))
+
+    queries = np.stack([onnx_provider.embed_query(q) for q in QUERIES])
+    assert queries.shape == (len(QUERIES), 384)
+    assert _cos(queries, reference[len(TEXTS):]).min() >= 0.99
+    # per-token quantisation: a text's vector does not depend on what it is batched with
+    alone = np.stack([onnx_provider.embed_documents([t])[0] for t in TEXTS[:4]])
+    assert _cos(alone, docs[:4]).min() > 0.9999
+    assert onnx_provider.embed_documents([]).shape == (0, 384)
+
+
+def test_onnx_model_cached_atomically_and_reused(onnx_provider, onnx_cache) -> None:  # type: ignore[no-untyped-def]
+    assert onnx_provider.onnx_source == "built"
+    files = sorted((onnx_cache / "models").iterdir())
+    assert files == [onnx_provider.onnx_file]  # one finished file, no temporary left behind
+    assert files[0].suffix == ".onnx" and files[0].stat().st_size > 1_000_000
+    stamp = files[0].stat().st_mtime_ns
+
+    again = LocalProvider(_settings(cache_dir=str(onnx_cache)))
+    vecs = again.embed_documents(TEXTS[:3])
+    assert (again.backend, again.onnx_source, again.onnx_file) == ("onnx", "cache", files[0])
+    assert files[0].stat().st_mtime_ns == stamp  # read, not rewritten
+    np.testing.assert_allclose(vecs, onnx_provider.embed_documents(TEXTS[:3]), atol=1e-6)
+
+
+def test_unusable_cache_file_is_rebuilt(onnx_provider, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "models" / onnx_provider.onnx_file.name
+    target.parent.mkdir()
+    target.write_bytes(b"half a model")  # e.g. written by something that did not write atomically
+    provider = LocalProvider(_settings(cache_dir=str(tmp_path)))
+    vecs = provider.embed_documents(TEXTS[:2])
+    assert (provider.backend, provider.onnx_source, provider.onnx_file) == ("onnx", "built", target)
+    assert target.stat().st_size > 1_000_000
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    np.testing.assert_allclose(vecs, onnx_provider.embed_documents(TEXTS[:2]), atol=1e-5)
+
+
+def test_write_atomic_leaves_old_file_or_new_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target = tmp_path / "cache" / "model.onnx"
+    _write_atomic(target, b"first")
+    assert target.read_bytes() == b"first"
+    with pytest.raises(TypeError):
+        _write_atomic(target, "not bytes")  # type: ignore[arg-type]  # fails mid-write
+    assert target.read_bytes() == b"first"
+    assert [p.name for p in target.parent.iterdir()] == ["model.onnx"]
+    _write_atomic(target, b"second")
+    assert target.read_bytes() == b"second"
+    assert [p.name for p in target.parent.iterdir()] == ["model.onnx"]
+
+
+def test_torch_backend_is_sentence_transformers(reference) -> None:  # type: ignore[no-untyped-def]
+    provider = LocalProvider(_settings(backend="torch"))
+    vecs = provider.embed_documents(TEXTS)
+    assert provider.backend == "torch" and provider.onnx_file is None
+    assert _cos(vecs, reference[:len(TEXTS)]).min() > 0.9999
+    assert _cos(provider.embed_query(QUERIES[0])[None], reference[len(TEXTS)][None]).min() > 0.9999
+
+
+def test_falls_back_to_sentence_transformers_without_onnxruntime(monkeypatch, tmp_path, reference) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if the package were not installed
+    with pytest.raises(ConfigError, match="onnxruntime"):
+        LocalProvider(_settings(backend="onnx", cache_dir=str(tmp_path))).embed_documents(["x"])
+    provider = LocalProvider(_settings(cache_dir=str(tmp_path)))
+    vecs = provider.embed_documents(TEXTS[:4])
+    assert provider.backend == "torch"
+    assert "onnxruntime is not installed" in provider.backend_reason
+    assert _cos(vecs, reference[:4]).min() > 0.9999
+    assert not any(tmp_path.iterdir())  # nothing built, nothing cached
+
+
+def test_window_counts_without_loading_the_model() -> None:
+    provider = LocalProvider(_settings(backend="torch"))
+    assert provider.window_pieces == 256
+    assert provider.piece_counts(["hello world"]) == [4]
+    assert count_over_window(provider, ["word " * 600, "short text", ""]) == 1
+    assert provider.backend is None  # nothing above needed the weights
+
+
+def test_unwritable_cache_dir_keeps_the_model_in_memory(onnx_provider, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache directory should be")
+    provider = LocalProvider(_settings(cache_dir=str(blocker)))
+    vecs = provider.embed_documents(TEXTS[:2])
+    assert (provider.backend, provider.onnx_source, provider.onnx_file) == ("onnx", "memory", None)
+    np.testing.assert_allclose(vecs, onnx_provider.embed_documents(TEXTS[:2]), atol=1e-5)
