@@ -38,7 +38,9 @@ def _settings(ws: Path, index: Path, dims: int):  # type: ignore[no-untyped-def]
     return load_settings(None, {"workspace": str(ws), "index_path": str(index), "provider": "none"})
 
 
-def phase_build(ws: str, index: str, dims: int, full: bool) -> dict:
+def phase_build(ws: str, index: str, dims: int, full: bool, writer: str = "") -> dict:
+    if writer:
+        os.environ["MEMORY_CORE_WRITER"] = writer
     from bench.fake_provider import InstantProvider
     from memory_core.pipeline import run_index
 
@@ -51,7 +53,8 @@ def phase_build(ws: str, index: str, dims: int, full: bool) -> dict:
     cpu = time.process_time() - c0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the index writer process, when one ran
     return {"seconds": dt, "chunks_total": summary.chunks_total, "chunks_embedded": summary.chunks_embedded,
-            "provider_calls": provider.calls, "swapped": summary.swapped, "stages": summary.stage_seconds,
+            "provider_calls": provider.calls, "swapped": summary.swapped, "published": summary.published,
+            "stages": summary.stage_seconds,
             "cpu_s": cpu, "writer_cpu_s": kids.ru_utime + kids.ru_stime,
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "writer_maxrss_mb": kids.ru_maxrss / 1024}
@@ -243,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(target, "a") as fh:
             fh.write("\n## 23:59 one more note\n- the benchmark edited this file to measure a one-file reindex.\n")
         onefile = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False)
+        with open(paths[len(paths) // 3], "a") as fh:  # the same, forced to build a new file
+            fh.write("\n## 23:58 another note\n- edited to measure a one-file reindex that copies the index.\n")
+        onefile_copy = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False, writer="copy")
         q = child("queries", ws=str(ws), index=str(index), dims=a.dims, n=a.queries)
         req = child("requests", ws=str(ws), chunks=a.request_chunks)
         small = None
@@ -274,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
                               f" ({sh['seconds']:.3f}s); provider calls {nochange['provider_calls']};"
                               f" swapped {nochange['swapped']}"),
         ("one-file-change reindex", f"{onefile['seconds']:.3f}s = {onefile['seconds'] / nochange['seconds']:.2f}x"
-                                    f" the no-change run; chunks embedded {onefile['chunks_embedded']}"),
+                                    f" the no-change run; chunks embedded {onefile['chunks_embedded']};"
+                                    f" published {onefile['published']}"),
+        ("one-file change, forced to build a new file", f"{onefile_copy['seconds']:.3f}s ="
+                                    f" {onefile_copy['seconds'] / nochange['seconds']:.2f}x the no-change run"
+                                    f" (MEMORY_CORE_WRITER=copy: copy, edit, fsync, rename; published"
+                                    f" {onefile_copy['published']})"),
         ("query p50 / p95", f"{q['p50'] * 1000:.1f} / {q['p95'] * 1000:.1f} ms; p50 = "
                             f"{q['p50'] / (q['knn_p50'] + q['fts_p50']):.2f}x (raw KNN {q['knn_p50'] * 1000:.1f} ms"
                             f" + raw FTS {q['fts_p50'] * 1000:.1f} ms)"),

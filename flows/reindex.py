@@ -33,7 +33,7 @@ from memory_core import pipeline
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import fallback_settings
 from memory_core.errors import ConfigError, IndexLockedError, ProviderError
-from memory_core.store import IndexLock, remove_stale_temp_files
+from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
 from tasks.stages import (
     build_task,
     cache_lookup_task,
@@ -276,6 +276,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         run_settings = settings
         try:
             remove_stale_temp_files(settings.index_file)
+            recover_index(settings.index_file)
             timer = pipeline.Timer()
             try:
                 summary, built, where = _run_once(params, settings, flow_name, label, batch_embed, logger, timer,

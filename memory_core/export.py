@@ -38,7 +38,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.errors import IndexDamagedError, UsageError
-from memory_core.store import FILE_MODE, connect, has_table, load_vec, read_meta, require_index
+from memory_core.store import (
+    FILE_MODE,
+    connect_reader,
+    has_table,
+    load_vec,
+    read_meta,
+    require_index,
+)
 
 ExportFormat = Literal["parquet", "jsonl"]
 FORMATS: tuple[str, ...] = ("parquet", "jsonl")
@@ -105,7 +112,7 @@ class _Snapshot:
     def __init__(self, index_path: Path) -> None:
         index_path = Path(index_path)
         require_index(index_path)
-        self.conn = connect(index_path, readonly=True, immutable=True)
+        self.conn = connect_reader(index_path)
         self.meta = read_meta(self.conn) or {}
         self.vec_table = has_table(self.conn, "chunks_vec")
         self.vec = self.vec_table and load_vec(self.conn)

@@ -47,10 +47,13 @@ from memory_core.store import (
     FileRow,
     IndexLock,
     IndexWriter,
+    InPlaceBusyError,
     LiveFile,
+    edit_in_place,
     fts_tokenizer,
     probe_index,
     read_live_files,
+    recover_index,
     remove_stale_temp_files,
 )
 from memory_core.textsearch import segment_for_index
@@ -122,6 +125,9 @@ class RunSummary:
     full: bool
     full_reason: str
     swapped: bool
+    # how the new index went live: "replaced" (a new file renamed over the old) or "in place"
+    # (one transaction on the live file); "" when nothing was published
+    published: str = ""
     files_scanned: int = 0
     files_new: int = 0
     files_changed: int = 0
@@ -157,7 +163,7 @@ class RunSummary:
         s = self
         mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
         pending = int(s.batch.get("jobs_pending") or 0)
-        state = ("swapped in" if s.swapped else
+        state = (("updated in place" if s.published == "in place" else "swapped in") if s.swapped else
                  f"not updated: {pending} batch job(s) still running; run again to collect them" if pending
                  else "unchanged, nothing to do")
         out = [
@@ -712,8 +718,10 @@ def _prefetch(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
 
 
 def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None,
-                provider: EmbeddingProvider, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Build the next index in a temp file, verify it and swap it in."""
+                provider: EmbeddingProvider, progress: ProgressFn | None = None,
+                in_place: bool | None = None) -> dict[str, Any]:
+    """Build the next index in a temp file, verify it and swap it in (or, for a small
+    incremental run, edit the live file in one transaction: see :func:`edit_in_place`)."""
     index_path = Path(plan.index_path)
     live_meta, _ = probe_index(index_path) if not plan.full else (None, None)
     dims = _vector_dims(cache, provider, chunks, (live_meta or {}).get("dims"))
@@ -721,7 +729,10 @@ def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None
     meta = dict(plan.meta)
     meta["dims"] = dims
     now = int(time.time() * 1000)
-    with IndexWriter(index_path, full=plan.full, dims=dims) as writer:
+    if in_place is None:
+        in_place = edit_in_place(full=plan.full, live_exists=index_path.exists(),
+                                 source_bytes=sum(f.size for f in plan.to_index), removed=len(plan.removed))
+    with IndexWriter(index_path, full=plan.full, dims=dims, in_place=in_place) as writer:
         if not plan.full:
             writer.delete_paths(plan.removed)
             writer.delete_paths(chunks.files.keys())
@@ -740,9 +751,14 @@ def build_stage(plan: RunPlan, chunks: ChunkResult, cache: EmbeddingCache | None
         counts = writer.verify(expect_vectors=with_vectors)
         finish_meta(meta, plan, live_meta, chunks.over_window, counts, writer.vec, with_vectors, now)
         writer.set_meta(meta)
-        writer.swap()
+        try:
+            writer.swap()
+        except InPlaceBusyError as exc:
+            writer.abort()
+            log.warning("%s; building a new file instead", exc)
+            return build_stage(plan, chunks, cache, provider, progress, in_place=False)
     return {"counts": counts, "dims": dims, "vector_store": meta["vector_store"],
-            "chunks_over_window": meta["chunks_over_window"]}
+            "chunks_over_window": meta["chunks_over_window"], "in_place": writer.in_place}
 
 
 def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] | None, over_window: dict[str, int],
@@ -775,6 +791,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
     return RunSummary(
         index_path=plan.index_path, provider=provider.name, model=provider.model, provider_reason=reason,
         full=plan.full, full_reason=plan.full_reason, swapped=built is not None,
+        published=(("in place" if built.get("in_place") else "replaced") if built else ""),
         files_scanned=c["scanned"], files_new=c["new"], files_changed=c["changed"], files_unchanged=c["unchanged"],
         files_removed=c["removed"], files_skipped=skipped, sessions_carried=c["sessions_carried"],
         chunks_total=total, chunks_indexed=chunks.chunks if chunks else 0,
@@ -943,6 +960,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     index_path = settings.index_file
     with IndexLock(index_path, wait=settings.lock.wait, timeout_s=settings.lock.timeout_s):
         remove_stale_temp_files(index_path)
+        recover_index(index_path)
         try:
             return _index_once(settings, provider, reason, full=full, fallback=None, timer=timer, progress=progress,
                                concurrency=concurrency)

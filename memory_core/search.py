@@ -32,7 +32,7 @@ from memory_core import ranking, textsearch
 from memory_core.config import Settings
 from memory_core.discovery import resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
-from memory_core.store import connect, has_table, load_vec, probe_index, read_meta
+from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
 
 log = logging.getLogger("memory_core.search")
 
@@ -85,7 +85,7 @@ class _Index:
     def __init__(self, path: Path) -> None:
         st = os.stat(path)
         self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-        self.conn = connect(path, readonly=True, immutable=True)
+        self.conn = connect_reader(path)
         try:
             self.meta = read_meta(self.conn)
             if self.meta is None or not has_table(self.conn, "chunks_fts"):
@@ -104,7 +104,7 @@ class _Index:
         """A second connection for the keyword side, so it can run beside the vector side."""
         if self._kw_conn is None:
             try:
-                self._kw_conn = connect(self._path, readonly=True, immutable=True)
+                self._kw_conn = connect_reader(self._path)
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None

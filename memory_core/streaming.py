@@ -41,13 +41,14 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.store import FileRow, IndexWriter, probe_index
+from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
 INSERT_ROWS = 1024
 # Above this many bytes of sources to (re)index, the temp index is written by a child process
 # (starting one costs ~0.2 s; below this the whole build is about that fast anyway).
-# MEMORY_CORE_WRITER=process|inline overrides (tests, benchmarks).
+# Small incremental runs edit the live file in place instead (memory_core.store.edit_in_place).
+# MEMORY_CORE_WRITER=process|inline|inplace overrides (tests, benchmarks).
 PROCESS_WRITER_BYTES = 2 * 1024 * 1024
 
 ProgressFn = Callable[[str, int, int], None]
@@ -57,7 +58,7 @@ def use_process_writer(source_bytes: int) -> bool:
     mode = os.environ.get("MEMORY_CORE_WRITER", "auto")
     if mode == "process":
         return True
-    if mode == "inline":
+    if mode in ("inline", "copy", "inplace"):
         return False
     return source_bytes >= PROCESS_WRITER_BYTES
 
@@ -212,9 +213,13 @@ class _Stream:
 
 
 def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None, *,
-                 concurrency: int = 4, progress: ProgressFn | None = None) -> tuple[Any, Any, dict[str, Any],
-                                                                                   dict[str, Any]]:
+                 concurrency: int = 4, progress: ProgressFn | None = None,
+                 in_place: bool | None = None) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
     """Build, verify and swap the next index from ``plan`` in one stream.
+
+    ``in_place`` None: decided by :func:`memory_core.store.edit_in_place`. An in-place update
+    that readers keep from committing is rolled back and done again as a new file (its
+    vectors are in the cache by then).
 
     Returns what the staged path's stages return, for :func:`memory_core.pipeline.summarize`:
     (ChunkResult, MissResult, embed stats, build result). ``ChunkResult.path`` and
@@ -238,7 +243,12 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
     if st.dims is None and live_meta and st.with_vectors:
         st.dims = live_meta.get("dims")
     writer_cls: Any = IndexWriter
-    if use_process_writer(sum(f.size for f in plan.to_index)):
+    source_bytes = sum(f.size for f in plan.to_index)
+    if in_place is None:
+        in_place = edit_in_place(full=plan.full, live_exists=index_path.exists(), source_bytes=source_bytes,
+                                 removed=len(plan.removed))
+    busy = False
+    if not in_place and use_process_writer(source_bytes):
         from memory_core.writer_proc import ProcessIndexWriter
 
         writer_cls = ProcessIndexWriter
@@ -250,7 +260,7 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
     inserted = 0
 
     def open_writer() -> Any:
-        w = writer_cls(index_path, full=plan.full, dims=st.dims)
+        w = writer_cls(index_path, full=plan.full, dims=st.dims, **({"in_place": True} if in_place else {}))
         w.open()
         if not plan.full:
             w.delete_paths(list(plan.removed) + [f.path for f in plan.to_index])
@@ -304,7 +314,12 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
         meta["dims"] = st.dims if st.with_vectors else None
         finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now)
         writer.set_meta(meta)
-        writer.swap()
+        try:
+            writer.swap()
+        except InPlaceBusyError as exc:
+            writer.abort()
+            busy = True
+            warnings.append(f"{exc}; built a new file instead")
     except BaseException:
         if writer is not None:
             with contextlib.suppress(Exception):
@@ -320,5 +335,8 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
         embed = dict(st.stats)
         sync_embed_extras(settings, provider, embed)
     built = {"counts": counts, "dims": meta["dims"], "vector_store": meta["vector_store"],
-             "chunks_over_window": meta["chunks_over_window"]}
+             "chunks_over_window": meta["chunks_over_window"], "in_place": in_place}
+    if busy:  # again as a new file: the vectors come from the cache now
+        built = stream_index(plan, settings, provider, cache, concurrency=concurrency, progress=progress,
+                             in_place=False)[3]
     return chunks, misses, embed, built

@@ -1,0 +1,253 @@
+"""Small incremental runs edit the live index in one SQLite transaction (memory_core.store
+``edit_in_place``): real SQLite + sqlite-vec, the openai SDK against the fake server, and a
+SIGKILL in the middle of SQLite's own commit (a VFS that kills the process after the first
+page of the database file is overwritten)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from memory_core import store
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from memory_core.store import connect, connect_reader, load_vec, probe_index
+from tests.conftest import ROOT, openai_settings
+from tests.test_streaming import _snapshot
+
+NOTE = "\n## 23:59 late note\n- the gateway quorum moved to five replicas after the outage review.\n"
+
+
+def _content(index: Path) -> dict:
+    snap = _snapshot(index)
+    return {"chunks": snap["chunks"], "files": snap["files"], "counts": snap["meta"]["counts"]}
+
+
+def _inode(p: Path) -> int:
+    return os.stat(p).st_ino
+
+
+def _edit(ws: Path) -> None:
+    with open(ws / "MEMORY.md", "a") as fh:
+        fh.write(NOTE)
+    (ws / "memory" / "2026-09-03.md").unlink(missing_ok=True)
+    (ws / "memory" / "added-today.md").write_text("# Added\nThe staging cluster was retired on Monday.\n")
+
+
+def test_small_change_is_one_transaction_on_the_live_file(workspace, openai_fake, tmp_path, monkeypatch):
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    ino = _inode(s.index_file)
+    _edit(workspace)
+    summary = run_index(s)
+    assert summary.swapped and summary.published == "in place"
+    assert any("updated in place" in line for line in summary.lines())
+    assert _inode(s.index_file) == ino  # not replaced
+    assert not os.path.exists(str(s.index_file) + "-journal")
+    assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
+    # the same content as a full build of the same sources
+    full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "full" / "index.sqlite"))
+    run_index(full, full=True)
+    assert _content(s.index_file) == _content(full.index_file)
+    _assert_sound(s.index_file)
+
+
+def _assert_sound(index: Path) -> None:
+    """SQLite's and FTS5's own integrity checks (FTS5's compares its index with its content)."""
+    conn = connect(index)
+    try:
+        load_vec(conn)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES('integrity-check')")  # raises if corrupt
+    finally:
+        conn.close()
+
+
+def test_big_change_builds_a_new_file(workspace, openai_fake, monkeypatch):
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    ino = _inode(s.index_file)
+    monkeypatch.setattr(store, "IN_PLACE_MAX_BYTES", 10)
+    _edit(workspace)
+    summary = run_index(s)
+    assert summary.swapped and summary.published == "replaced"
+    assert _inode(s.index_file) != ino
+
+
+def test_a_warm_searcher_sees_the_update_and_a_reader_keeps_its_snapshot(workspace, openai_fake, monkeypatch):
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    with Searcher(s) as searcher:
+        assert not [r for r in searcher.search("gateway quorum five replicas") if "late note" in r.snippet]
+        # a reader in the middle of a read transaction: the commit waits for it, and it sees
+        # the old state to its end
+        reader = connect_reader(s.index_file)
+        reader.execute("BEGIN")
+        before = reader.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        result: dict = {}
+
+        def run() -> None:
+            result["summary"] = run_index(s)
+
+        _edit(workspace)
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive()  # waiting to commit
+        assert reader.execute("SELECT count(*) FROM chunks").fetchone()[0] == before
+        assert reader.execute("SELECT count(*) FROM files WHERE path = 'memory/added-today.md'").fetchone()[0] == 0
+        reader.execute("COMMIT")
+        t.join(30)
+        assert not t.is_alive() and result["summary"].published == "in place"
+        reader.close()
+        hits = searcher.search("gateway quorum five replicas")
+        assert any("late note" in r.snippet for r in hits)
+        assert "memory/added-today.md" in searcher.indexed_paths()
+        assert "memory/2026-09-03.md" not in searcher.indexed_paths()
+
+
+def test_a_failed_update_rolls_back(workspace, openai_fake, monkeypatch):
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    before = _content(s.index_file)
+    ino = _inode(s.index_file)
+
+    def broken_verify(self, *, expect_vectors):  # the run's own check finds a problem
+        raise store.RunError("index verification failed: injected")
+
+    monkeypatch.setattr(store.IndexWriter, "verify", broken_verify)
+    _edit(workspace)
+    with pytest.raises(store.RunError, match="injected"):
+        run_index(s)
+    assert _inode(s.index_file) == ino
+    assert _content(s.index_file) == before
+    assert not os.path.exists(str(s.index_file) + "-journal")
+
+
+KILL_IN_COMMIT = r"""
+import os, signal, sys
+import apsw
+
+TARGET = os.path.realpath(sys.argv[1])
+
+
+class KillFile(apsw.VFSFile):
+    def __init__(self, name, flags, state):
+        super().__init__("unix", name, flags)
+        path = name.filename() if hasattr(name, "filename") else name
+        self.kind = None
+        if path and os.path.realpath(path) == TARGET:
+            self.kind = "db"
+        elif path and os.path.realpath(path) == TARGET + "-journal":
+            self.kind = "journal"
+        self.state = state
+
+    def xSync(self, flags):
+        super().xSync(flags)
+        if self.kind == "journal":
+            self.state["journal_synced"] = True
+
+    def xWrite(self, data, offset):
+        super().xWrite(data, offset)
+        if self.kind == "db" and self.state.get("journal_synced"):
+            os.kill(os.getpid(), signal.SIGKILL)  # one page of the live file overwritten
+
+
+class KillVFS(apsw.VFS):
+    def __init__(self):
+        self.state = {}
+        super().__init__("killvfs", "unix", makedefault=True)
+
+    def xOpen(self, name, flags):
+        return KillFile(name, flags, self.state)
+
+
+vfs = KillVFS()
+from memory_core.cli import main  # noqa: E402
+
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("then", ["search", "incremental", "full"])
+def test_killed_in_the_middle_of_the_commit(workspace, openai_fake, tmp_path, then):
+    """SIGKILL after SQLite has synced its journal and overwritten one page of the live file:
+    the file alone is damaged, the hot journal restores it. A reader rolls it back and sees
+    the old index; the next run (incremental or full) recovers it before anything else."""
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    before = _content(s.index_file)
+    _edit(workspace)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'workspace = "{workspace}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+        f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\n'
+    )
+    script = tmp_path / "kill_in_commit.py"
+    script.write_text(KILL_IN_COMMIT)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789", MEMORY_CORE_WRITER="inplace")
+    proc = subprocess.run([sys.executable, str(script), str(s.index_file), "index", "--config", str(cfg),
+                           "--engine", "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
+    journal = Path(str(s.index_file) + "-journal")
+    assert journal.exists() and journal.stat().st_size > 0  # a hot journal: the commit was cut short
+
+    if then == "search":
+        with Searcher(s) as searcher:
+            paths = set(searcher.indexed_paths())
+        assert not journal.exists()  # rolled back by the reader
+        assert _content(s.index_file) == before
+        assert "memory/added-today.md" not in paths and "memory/2026-09-03.md" in paths
+        return
+    summary = run_index(s, full=(then == "full"))
+    assert summary.swapped
+    assert not journal.exists()
+    meta, problem = probe_index(s.index_file)
+    assert problem is None
+    full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "ref" / "index.sqlite"))
+    run_index(full, full=True)
+    assert _content(s.index_file) == _content(full.index_file)
+    _assert_sound(s.index_file)
+
+
+@pytest.mark.parametrize("stage", ["build", "before-swap", "after-swap"])
+def test_sigkill_in_an_in_place_run(workspace, openai_fake, tmp_path, stage):
+    """The named crash points in an in-place run: the index is the old one (killed before the
+    commit) or the new one (after it), and the next run finishes the job."""
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    before = _content(s.index_file)
+    _edit(workspace)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'workspace = "{workspace}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+        f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\n'
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
+               MEMORY_CORE_FAILPOINT=stage, MEMORY_CORE_WRITER="inplace")
+    proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
+                           "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
+    with Searcher(s) as searcher:
+        paths = set(searcher.indexed_paths())
+    assert ("memory/added-today.md" in paths) == (stage == "after-swap")
+    if stage != "after-swap":
+        assert _content(s.index_file) == before
+    rerun = run_index(s)
+    assert rerun.swapped == (stage != "after-swap")
+    full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "ref" / "index.sqlite"))
+    run_index(full, full=True)
+    assert _content(s.index_file) == _content(full.index_file)
+    shutil.rmtree(tmp_path / "ref")
