@@ -371,6 +371,10 @@ def _fsync_path(path: str, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+def _counted(conn: apsw.Connection, table: str, shadow: str) -> str:
+    return shadow if has_table(conn, shadow) else table
+
+
 class IndexWriter:
     """Builds the next index in a temp file beside the live one and swaps it in.
 
@@ -539,7 +543,9 @@ class IndexWriter:
                 " coalesce(sum(embedding IS NOT NULL AND length(embedding) != ?), 0) FROM chunks WHERE rid >= ?",
                 ((self.dims or 0) * 4, self._first_new_rid),
             ).fetchone()
-        n_fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+        # count the shadow tables (one row per document / vector, plain B-trees): counting the
+        # virtual tables scans them (~30 ms at 41k rows, per run)
+        n_fts = conn.execute(f"SELECT count(*) FROM {_counted(conn, 'chunks_fts', 'chunks_fts_docsize')}").fetchone()[0]
         problems = []
         if n_fts != n_chunks:
             problems.append(f"{n_chunks} chunks but {n_fts} FTS rows")
@@ -550,7 +556,8 @@ class IndexWriter:
             if self.dims and bad:
                 problems.append(f"{bad} vectors do not have {self.dims} dimensions")
             if in_vec:
-                n_vec = conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
+                n_vec = conn.execute(
+                    f"SELECT count(*) FROM {_counted(conn, 'chunks_vec', 'chunks_vec_rowids')}").fetchone()[0]
                 if n_vec != n_chunks:
                     problems.append(f"{n_chunks} chunks but {n_vec} vectors")
             elif self.dims:
