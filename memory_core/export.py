@@ -113,6 +113,9 @@ class _Snapshot:
         index_path = Path(index_path)
         require_index(index_path)
         self.conn = connect_reader(index_path)
+        # one read transaction for the meta and every row: a small reindex that updates the
+        # file in place waits for it (briefly), then builds a new file instead
+        self.conn.execute("BEGIN")
         self.meta = read_meta(self.conn) or {}
         self.vec_table = has_table(self.conn, "chunks_vec")
         self.vec = self.vec_table and load_vec(self.conn)
