@@ -221,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mean-chars", type=int, default=4000, help="mean file size in characters")
     ap.add_argument("--out", help="results file (default bench/results/results-<files>-<dims>d.md)")
     ap.add_argument("--keep", action="store_true", help="keep the generated corpus and index")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="times each timed pair is measured; ratios are medians (default 3)")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -238,17 +240,26 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         paths = generate(ws, a.files, mean_chars=a.mean_chars)
         gen_s = time.perf_counter() - t0
-        sh = child("stat_hash", ws=str(ws))
-        full = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False)
-        raw = child("raw_insert", index=str(index), out=str(tmp / "raw.sqlite"), dims=a.dims)
-        nochange = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False)
-        target = paths[len(paths) // 2]
-        with open(target, "a") as fh:
-            fh.write("\n## 23:59 one more note\n- the benchmark edited this file to measure a one-file reindex.\n")
-        onefile = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False)
-        with open(paths[len(paths) // 3], "a") as fh:  # the same, forced to build a new file
-            fh.write("\n## 23:58 another note\n- edited to measure a one-file reindex that copies the index.\n")
-        onefile_copy = child("build", ws=str(ws), index=str(index), dims=a.dims, full=False, writer="copy")
+        # Each timed figure is a pair measured back to back (build + raw insert, stat+hash +
+        # no-change run, no-change run + one-file run), repeated; the median ratio is reported
+        # with its range, because this kind of VM changes speed between identical runs.
+        builds, raws, shs, nochanges, onefiles, copies, nc2 = [], [], [], [], [], [], []
+        for _ in range(a.repeat):
+            for f in tmp.glob("index.sqlite*"):
+                f.unlink()  # cold: no index, no embedding cache
+            builds.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False))
+            raws.append(child("raw_insert", index=str(index), out=str(tmp / "raw.sqlite"), dims=a.dims))
+        for r in range(a.repeat):
+            shs.append(child("stat_hash", ws=str(ws)))
+            nochanges.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False))
+            with open(paths[(len(paths) // 2 + r) % len(paths)], "a") as fh:
+                fh.write(f"\n## 23:59 note {r}\n- the benchmark edited this file to measure a one-file reindex.\n")
+            onefiles.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False))
+            nc2.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False))
+            with open(paths[(len(paths) // 3 + r) % len(paths)], "a") as fh:  # forced to build a new file
+                fh.write(f"\n## 23:58 note {r}\n- edited to measure a one-file reindex that copies the index.\n")
+            copies.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False, writer="copy"))
+        full, onefile, onefile_copy = builds[0], onefiles[0], copies[0]
         q = child("queries", ws=str(ws), index=str(index), dims=a.dims, n=a.queries)
         req = child("requests", ws=str(ws), chunks=a.request_chunks)
         small = None
@@ -262,30 +273,39 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
     chunks = full["chunks_total"]
-    build_rate = chunks / full["seconds"]
+
+    def ratio(nums: list[float], dens: list[float]) -> str:
+        rs = sorted(n / d for n, d in zip(nums, dens, strict=True))
+        med = statistics.median(rs)
+        return f"{med:.2f}x" + (f" (median of {len(rs)}; {rs[0]:.2f}-{rs[-1]:.2f})" if len(rs) > 1 else "")
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs)
+
     rows = [
         ("corpus", f"{a.files} files, {chunks} chunks, {a.dims}-d, index {size_mb:.0f} MiB (generated in {gen_s:.1f}s)"),
-        ("full build", f"{build_rate:,.0f} chunks/s = {build_rate / raw['rate']:.2f}x the raw insert rate"
-                       f" ({raw['rate']:,.0f} rows/s); stages {full['stages']}"),
-        ("full build CPU", f"run {full['cpu_s']:.1f}s + index writer process {full['writer_cpu_s']:.1f}s;"
-                           f" raw insert {raw['cpu_s']:.1f}s (the busier of the two processes ="
-                           f" {max(full['cpu_s'], full['writer_cpu_s']) / raw['cpu_s']:.2f}x the raw insert's CPU)"),
+        ("full build (cold cache) vs raw insert", ratio([r["seconds"] for r in raws], [b["seconds"] for b in builds])
+         + f" the raw insert rate; build {med([b['seconds'] for b in builds]):.2f}s, raw insert"
+           f" {med([r['seconds'] for r in raws]):.2f}s (medians); stages {full['stages']}"),
+        ("full build CPU", f"run {med([b['cpu_s'] for b in builds]):.1f}s + index writer process"
+                           f" {med([b['writer_cpu_s'] for b in builds]):.1f}s; raw insert"
+                           f" {med([r['cpu_s'] for r in raws]):.1f}s (medians; the two processes together ="
+                           f" {ratio([b['cpu_s'] + b['writer_cpu_s'] for b in builds], [r['cpu_s'] for r in raws])}"
+                           " the raw insert's CPU)"),
         ("full build peak RSS", f"{_rss(full):.0f} MiB (run {full['maxrss_mb']:.0f} + writer {full['writer_maxrss_mb']:.0f})"
                                 + (f" = {_rss(full) / _rss(small):.2f}x the peak of a {small['chunks_total']}"
                                    f"-chunk build ({_rss(small):.0f} MiB)" if small else "")),
         ("embedding requests", f"{req['planned']} for {req['chunks']} chunks = {req['planned'] / req['minimum']:.3f}x"
                                f" the minimum under OpenAI's limits ({req['minimum']}: 2048 inputs, 300k tokens"
                                " per request, tokens = ceil(len/4))"),
-        ("no-change reindex", f"{nochange['seconds']:.3f}s = {nochange['seconds'] / sh['seconds']:.2f}x stat+hash"
-                              f" ({sh['seconds']:.3f}s); provider calls {nochange['provider_calls']};"
-                              f" swapped {nochange['swapped']}"),
-        ("one-file-change reindex", f"{onefile['seconds']:.3f}s = {onefile['seconds'] / nochange['seconds']:.2f}x"
-                                    f" the no-change run; chunks embedded {onefile['chunks_embedded']};"
-                                    f" published {onefile['published']}"),
-        ("one-file change, forced to build a new file", f"{onefile_copy['seconds']:.3f}s ="
-                                    f" {onefile_copy['seconds'] / nochange['seconds']:.2f}x the no-change run"
-                                    f" (MEMORY_CORE_WRITER=copy: copy, edit, fsync, rename; published"
-                                    f" {onefile_copy['published']})"),
+        ("no-change reindex vs stat+hash", ratio([n["seconds"] for n in nochanges], [x["seconds"] for x in shs])
+         + f"; {med([n['seconds'] for n in nochanges]):.3f}s vs {med([x['seconds'] for x in shs]):.3f}s; provider"
+           f" calls {sum(n['provider_calls'] for n in nochanges)}; swapped {any(n['swapped'] for n in nochanges)}"),
+        ("one-file change vs no-change", ratio([o["seconds"] for o in onefiles], [n["seconds"] for n in nochanges])
+         + f"; chunks embedded {onefile['chunks_embedded']}; published {onefile['published']}"),
+        ("one-file change forced to build a new file vs no-change",
+         ratio([c["seconds"] for c in copies], [n["seconds"] for n in nc2])
+         + f" (MEMORY_CORE_WRITER=copy: copy, edit, fsync, rename; published {onefile_copy['published']})"),
         ("query p50 / p95", f"{q['p50'] * 1000:.1f} / {q['p95'] * 1000:.1f} ms; p50 = "
                             f"{q['p50'] / (q['knn_p50'] + q['fts_p50']):.2f}x (raw KNN {q['knn_p50'] * 1000:.1f} ms"
                             f" + raw FTS {q['fts_p50'] * 1000:.1f} ms)"),
