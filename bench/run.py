@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         # with its range, because this kind of VM changes speed between identical runs.
         builds, raws, shs, nochanges, onefiles, copies, nc2 = [], [], [], [], [], [], []
         for _ in range(a.repeat):
-            for f in tmp.glob("index.sqlite*"):
+            for f in tmp.glob("index.*"):  # index.sqlite, index.cache.sqlite (+ -wal, -shm), the lock
                 f.unlink()  # cold: no index, no embedding cache
             builds.append(child("build", ws=str(ws), index=str(index), dims=a.dims, full=False))
             raws.append(child("raw_insert", index=str(index), out=str(tmp / "raw.sqlite"), dims=a.dims))
