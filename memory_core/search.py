@@ -87,6 +87,10 @@ class _Index:
         self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
         self.conn = connect_reader(path)
         try:
+            # changes when another connection commits to the file (an in-place update), even one
+            # that leaves its size and mtime as they were (mtime ticks are coarse on some
+            # filesystems); read before the meta, so a commit in between is seen next time
+            self.data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
             self.meta = read_meta(self.conn)
             if self.meta is None or not has_table(self.conn, "chunks_fts"):
                 raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
@@ -164,7 +168,8 @@ class Searcher:
                     return self._idx  # the file is being replaced: keep answering from the old one
                 raise IndexMissingError(f"no index at {self.path}; run `memory-core index` first") from None
             ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-            if self._idx is None or self._idx.ident != ident:
+            if (self._idx is None or self._idx.ident != ident
+                    or self._idx.conn.execute("PRAGMA data_version").fetchone()[0] != self._idx.data_version):
                 new = _Index(self.path)
                 old, self._idx = self._idx, new
                 if old is not None:

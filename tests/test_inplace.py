@@ -251,3 +251,26 @@ def test_sigkill_in_an_in_place_run(workspace, openai_fake, tmp_path, stage):
     run_index(full, full=True)
     assert _content(s.index_file) == _content(full.index_file)
     shutil.rmtree(tmp_path / "ref")
+
+
+def test_a_warm_searcher_notices_a_commit_that_leaves_size_and_mtime_alone(workspace, openai_fake):
+    """Coarse mtime ticks can hide an in-place commit from the (inode, size, mtime) check;
+    SQLite's data_version does not."""
+    import json
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    with Searcher(s) as searcher:
+        before = searcher.index_meta()
+        st = os.stat(s.index_file)
+        conn = connect(s.index_file)
+        try:
+            meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
+            meta["built_at"] = meta["built_at"] + 1  # same length: the file keeps its size
+            conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
+        finally:
+            conn.close()
+        os.utime(s.index_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+        st2 = os.stat(s.index_file)
+        assert (st2.st_ino, st2.st_size, st2.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+        assert searcher.index_meta()["built_at"] == before["built_at"] + 1
