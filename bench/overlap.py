@@ -22,18 +22,19 @@ time hidden behind the embedding. The built ONNX model is cached in the run's te
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.run import child as run_child
+from bench.run import run_phase
 
 ROOT = Path(__file__).resolve().parent.parent
 WARM_TEXTS = ["warm up the model", "金银价格 服务器错误", "postgres replication lag " * 30]
@@ -190,16 +191,9 @@ PHASES = {"prepare": phase_prepare, "embed_only": phase_embed_only, "index_only"
 
 
 def child(name: str, writer: str = "", **kwargs: object) -> dict:
-    """Run a phase in a fresh interpreter; returns its JSON result."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    if writer:
-        env["MEMORY_CORE_WRITER"] = writer
-    out = subprocess.run([sys.executable, "-m", "bench.overlap", "--phase", name, "--args", json.dumps(kwargs)],
-                         capture_output=True, text=True, env=env, cwd=ROOT)
-    if out.returncode != 0:
-        raise SystemExit(f"phase {name} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run a phase in a fresh interpreter (offline, ``MEMORY_CORE_WRITER=writer`` if given)."""
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"} | ({"MEMORY_CORE_WRITER": writer} if writer else {})
+    return run_child(name, _module="bench.overlap", _env=env, **kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.phase:
-        print(json.dumps(PHASES[a.phase](**json.loads(a.args))))
-        return 0
+        return run_phase(PHASES, a)
 
     from bench.corpus import generate
     from memory_core.embeddings.local import local_model_available

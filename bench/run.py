@@ -192,14 +192,20 @@ def phase_requests(ws: str, chunks: int) -> dict:
 PHASES = {"build": phase_build, "requests": phase_requests, "raw_insert": phase_raw_insert, "stat_hash": phase_stat_hash, "queries": phase_queries}
 
 
-def child(name: str, **kwargs: object) -> dict:
-    """Run a phase in a fresh interpreter; returns its JSON result."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-m", "bench.run", "--phase", name, "--args", json.dumps(kwargs)],
+def child(name: str, _module: str = "bench.run", _env: dict[str, str] | None = None, **kwargs: object) -> dict:
+    """Run phase ``name`` of ``_module`` (``--phase``) in a fresh interpreter; returns its JSON result."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(_env or {}))
+    out = subprocess.run([sys.executable, "-m", _module, "--phase", name, "--args", json.dumps(kwargs)],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"phase {name} failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_phase(phases: dict, a: argparse.Namespace) -> int:
+    """The child's side of :func:`child`: run the phase, print its result as JSON."""
+    print(json.dumps(phases[a.phase](**json.loads(a.args))))
+    return 0
 
 
 def _rss(build: dict) -> float:
@@ -227,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.phase:
-        print(json.dumps(PHASES[a.phase](**json.loads(a.args))))
-        return 0
+        return run_phase(PHASES, a)
 
     from bench.corpus import generate
 

@@ -136,6 +136,18 @@ def test_a_failed_update_rolls_back(workspace, openai_fake, monkeypatch):
     assert not os.path.exists(str(s.index_file) + "-journal")
 
 
+def _cli_run(tmp_path: Path, workspace: Path, srv, **env: str) -> tuple[Path, dict[str, str]]:
+    """A config file for `memory-core index` against the fake server, and its environment
+    (in-place updates forced)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'workspace = "{workspace}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+        f'[remote]\nbase_url = "{srv.base_url}"\ndimensions = 64\n'
+    )
+    return cfg, dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
+                     MEMORY_CORE_WRITER="inplace", **env)
+
+
 KILL_IN_COMMIT = r"""
 import os, signal, sys
 import apsw
@@ -190,14 +202,9 @@ def test_killed_in_the_middle_of_the_commit(workspace, openai_fake, tmp_path, th
     run_index(s)
     before = _content(s.index_file)
     _edit(workspace)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'workspace = "{workspace}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
-        f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\n'
-    )
+    cfg, env = _cli_run(tmp_path, workspace, openai_fake)
     script = tmp_path / "kill_in_commit.py"
     script.write_text(KILL_IN_COMMIT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789", MEMORY_CORE_WRITER="inplace")
     proc = subprocess.run([sys.executable, str(script), str(s.index_file), "index", "--config", str(cfg),
                            "--engine", "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
@@ -230,13 +237,7 @@ def test_sigkill_in_an_in_place_run(workspace, openai_fake, tmp_path, stage):
     run_index(s)
     before = _content(s.index_file)
     _edit(workspace)
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'workspace = "{workspace}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
-        f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\n'
-    )
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
-               MEMORY_CORE_FAILPOINT=stage, MEMORY_CORE_WRITER="inplace")
+    cfg, env = _cli_run(tmp_path, workspace, openai_fake, MEMORY_CORE_FAILPOINT=stage)
     proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
