@@ -38,7 +38,7 @@ from memory_core.failpoints import failpoint
 from memory_core.store import FileRow, IndexWriter, publish_temp
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
-SEND_QUEUE = 4  # messages waiting for the sender thread (an insert message is up to 1,024 rows)
+SEND_QUEUE = 4  # messages waiting for the sender thread (an insert batch is up to ~12 MiB: streaming.insert_rows)
 
 
 class ProcessIndexWriter:
