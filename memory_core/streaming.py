@@ -44,18 +44,13 @@ from memory_core.failpoints import failpoint
 from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
+# Rows per insert batch handed to the index writer, at most this many ...
 INSERT_ROWS = 4096
 # ... and at most about this many bytes (text + vector) per batch, so a batch of 1,536-d rows
 # stays near the size of a 384-d one (the writer process's queue holds a few batches).
 # Measured at 41k chunks: batches of 4,096 rows built 6-8% faster than batches of 1,024.
 INSERT_BYTES = 12 * 1024 * 1024
 
-
-def insert_rows(dims: int | None) -> int:
-    """Rows per insert batch for vectors of ``dims`` dimensions."""
-    if not dims:
-        return INSERT_ROWS
-    return min(INSERT_ROWS, max(256, INSERT_BYTES // (dims * 4 + 2048)))
 # Above this many bytes of sources to (re)index, the temp index is written by a child process
 # (starting one costs ~0.2 s; below this the whole build is about that fast anyway).
 # Small incremental runs edit the live file in place instead (memory_core.store.edit_in_place).
@@ -63,6 +58,13 @@ def insert_rows(dims: int | None) -> int:
 PROCESS_WRITER_BYTES = 2 * 1024 * 1024
 
 ProgressFn = Callable[[str, int, int], None]
+
+
+def insert_rows(dims: int | None) -> int:
+    """Rows per insert batch for vectors of ``dims`` dimensions."""
+    if not dims:
+        return INSERT_ROWS
+    return min(INSERT_ROWS, max(256, INSERT_BYTES // (dims * 4 + 2048)))
 
 
 def use_process_writer(source_bytes: int) -> bool:
