@@ -11,12 +11,14 @@ process has its own interpreter, so both cores work.
 build uses. Edits are sent without waiting: a sender thread takes them from a short queue
 (``SEND_QUEUE`` messages, the back-pressure), so this process goes on reading and chunking
 while a send blocks on a busy child (with the socket's ~200 KiB buffer alone, the run spent
-a third of its time blocked in ``send`` while the child, at other times, sat idle); ``verify``, ``prepare`` and ``abort`` wait for the child and raise the first
-error it met. The child commits and syncs the temp file; this process renames it over the
-live index (so the ``before-swap`` / ``after-swap`` crash points are where they always were).
+a third of its time blocked in ``send`` while the child, at other times, sat idle).
+``verify``, ``prepare`` and ``abort`` wait for the child and raise the first error it met.
+The child commits and syncs the temp file; this process renames it over the live index (so
+the ``before-swap`` / ``after-swap`` crash points are where they always were).
 If this process dies, the child reads end-of-file, deletes the temp file and exits; a child
 that dies is reported as a :class:`RunError` and its temp file is removed here.
-``MEMORY_CORE_WRITER_STATS=1`` makes the child print its CPU time per message kind on exit.
+``MEMORY_CORE_WRITER_STATS=1`` makes the child print, on exit, its CPU and wall time per message
+kind and the time it sat idle waiting for rows.
 """
 
 from __future__ import annotations
@@ -217,11 +219,11 @@ class _Child:
         try:
             while True:
                 w0 = time.perf_counter()
-                self.conn.poll(None)
-                t0 = time.process_time()
-                w1 = time.perf_counter()
-                self.idle += w1 - w0
                 try:
+                    self.conn.poll(None)  # waiting for the parent: idle time, not recv's
+                    t0 = time.process_time()
+                    w1 = time.perf_counter()
+                    self.idle += w1 - w0
                     op, args = self.conn.recv()
                 except (EOFError, OSError):
                     return  # the parent ended: abort below removes an unpublished temp file

@@ -6,7 +6,6 @@ page of the database file is overwritten)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -251,7 +250,6 @@ def test_sigkill_in_an_in_place_run(workspace, openai_fake, tmp_path, stage):
     full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "ref" / "index.sqlite"))
     run_index(full, full=True)
     assert _content(s.index_file) == _content(full.index_file)
-    shutil.rmtree(tmp_path / "ref")
 
 
 def test_a_warm_searcher_notices_a_commit_that_leaves_size_and_mtime_alone(workspace, openai_fake):
