@@ -306,7 +306,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
             return Completed(message=msg, data=summary.to_dict())
         figures = report.run_figures(summary, run_settings, runner=where, built=built)
         report.publish_summary(report.artifact_key(flow_name, settings, "summary"), figures,
-                               f"{flow_name} of {label}: {report.outcome(summary)}")
+                               f"{flow_name} of {label}: {summary.outcome()}")
         report.publish_notes(notes_key, report.notes_markdown(
             f"{flow_name} {label}: warnings and errors", warnings=warnings, fallbacks=fallbacks),
             f"{len(warnings)} warnings, {len(fallbacks)} fallbacks")

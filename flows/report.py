@@ -106,13 +106,6 @@ class ProgressReporter:
 
 # -- summary ---------------------------------------------------------------------------------
 
-def outcome(summary: RunSummary) -> str:
-    if summary.swapped:
-        return "swapped in"
-    pending = int(summary.batch.get("jobs_pending") or 0)
-    return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
-
-
 def _cost_figure(summary: RunSummary) -> Any:
     cost = summary.cost
     if not cost:
@@ -135,7 +128,7 @@ def run_figures(summary: RunSummary, settings: Settings, *, runner: str,
     fallback = summary.fallback
     return {
         "index": summary.index_path,
-        "outcome": outcome(summary),
+        "outcome": summary.outcome(),
         "mode": f"full rebuild ({summary.full_reason})" if summary.full else "incremental",
         "swapped": summary.swapped,
         "provider": f"{summary.provider} / {summary.model}",
@@ -253,6 +246,7 @@ def emit_swapped(settings: Settings, summary: RunSummary, built: dict[str, Any])
         "index_path": summary.index_path,
         "full": summary.full,
         "full_reason": summary.full_reason,
+        "published": summary.published,
         "provider": summary.provider,
         "model": summary.model,
         "files": counts.get("files", 0),

@@ -159,13 +159,17 @@ class RunSummary:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def outcome(self) -> str:
+        """What the run did to the index, in a few words (CLI summary, flow summary table)."""
+        if self.swapped:
+            return "updated in place" if self.published == "in place" else "swapped in"
+        pending = int(self.batch.get("jobs_pending") or 0)
+        return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
+
     def lines(self) -> list[str]:
         s = self
         mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
-        pending = int(s.batch.get("jobs_pending") or 0)
-        state = (("updated in place" if s.published == "in place" else "swapped in") if s.swapped else
-                 f"not updated: {pending} batch job(s) still running; run again to collect them" if pending
-                 else "unchanged, nothing to do")
+        state = s.outcome() + ("; run again to collect them" if not s.swapped and s.batch.get("jobs_pending") else "")
         out = [
             f"index: {s.index_path} ({mode}; {state})",
             f"provider: {s.provider} / {s.model} ({s.provider_reason})",

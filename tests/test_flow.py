@@ -151,7 +151,7 @@ def test_run_shows_names_artifacts_and_swap_event(prefect_api: Any, workspace: P
     counts = index_check(index)
     assert ev.payload["chunks"] == counts["chunks"] == summary["chunks_total"]
     assert ev.payload["files"] == counts["files"] and ev.payload["vectors"] == counts["chunks"]
-    assert ev.payload["chunks_embedded"] == summary["chunks_embedded"]
+    assert ev.payload["chunks_embedded"] == summary["chunks_embedded"] and ev.payload["published"] == "replaced"
 
     # an edit: only its chunks are embedded; the summary table says what changed
     (workspace / "memory" / "2026-09-04.md").write_text("## 23:50\nReplica lag threshold now 45s.\n")
@@ -161,6 +161,9 @@ def test_run_shows_names_artifacts_and_swap_event(prefect_api: Any, workspace: P
     fig = table_figures(artifact_of(fr.id, "table"))
     assert fig["files changed"] == 1 and fig["files removed"] == 1 and fig["files new"] == 0
     assert fig["chunks embedded"] == openai_fake.embedded_inputs - before == 1
+    assert fig["outcome"] == "updated in place"  # a small change: one transaction on the live file
+    ev = events_for(report.EVENT_SWAPPED, flow_run_id=fr.id)
+    assert len(ev) == 1 and ev[0].payload["published"] == "in place" and ev[0].payload["files_changed"] == 1
 
     # nothing changed: completed, no swap, no event
     state, fr = run(workspace=str(workspace), config_file=str(cfg), full=False)
