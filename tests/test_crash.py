@@ -69,7 +69,7 @@ def test_sigkill_during_embedding_keeps_live_index_and_paid_vectors(tmp_path: Pa
         # what was received before the kill is in the cache
         with EmbeddingCache(settings.cache_file, "openai", "text-embedding-3-small",
                             meta["provider_key"]) as cache:
-            cached_hashes = {r[0] for r in cache.conn.execute("SELECT hash FROM embedding_cache")}
+            cached_hashes = cache.hashes()
         assert len(cached_hashes) >= first.chunks_total + 8 * 4
 
         srv.delay = 0.0

@@ -78,7 +78,7 @@ def _sigkill_run(tmp_path, stage, openai_fake, writer):
 
     meta, _ = probe_index(s.index_file)
     with EmbeddingCache(s.cache_file, "openai", "text-embedding-3-small", meta["provider_key"]) as cache:
-        cached = {r[0] for r in cache.conn.execute("SELECT hash FROM embedding_cache")}
+        cached = cache.hashes()
     n_before = len(openai_fake.input_texts)
     rerun = run_index(s)
     sent = openai_fake.input_texts[n_before:]

@@ -239,10 +239,14 @@ def test_keyword_only_stream(workspace, monkeypatch, tmp_path):
     shutil.rmtree(tmp_path / "ws" / ".memory-core", ignore_errors=True)
 
 
-def test_a_cache_of_the_first_schema_is_converted_and_keeps_its_vectors(tmp_path):
-    """Caches written by the WITHOUT ROWID schema are converted in place when opened."""
+@pytest.mark.parametrize("schema", [1, 2])
+def test_a_cache_of_an_older_schema_is_converted_and_keeps_its_vectors(tmp_path, schema):
+    """Caches written by schema 1 (WITHOUT ROWID) or 2 (rowid, text keys) are converted to
+    schema 3 (model ids and 32-byte digests) when opened, keeping every vector, its age and
+    the other models' entries."""
     import numpy as np
 
+    from memory_core.cache import cache_entry_count
     from memory_core.store import connect as sqlite_connect
 
     path = tmp_path / "old.cache.sqlite"
@@ -251,22 +255,40 @@ def test_a_cache_of_the_first_schema_is_converted_and_keeps_its_vectors(tmp_path
     conn.execute(
         "CREATE TABLE embedding_cache (provider TEXT NOT NULL, model TEXT NOT NULL, provider_key TEXT NOT NULL,"
         " hash TEXT NOT NULL, embedding BLOB NOT NULL, dims INTEGER, updated_at INTEGER NOT NULL,"
-        " PRIMARY KEY (provider, model, provider_key, hash)) WITHOUT ROWID;"
-        " CREATE INDEX idx_embedding_cache_updated_at ON embedding_cache(updated_at);")
-    vecs = np.arange(12, dtype="<f4").reshape(3, 4)
+        " PRIMARY KEY (provider, model, provider_key, hash))" + (" WITHOUT ROWID;" if schema == 1 else ";")
+        + " CREATE INDEX idx_embedding_cache_updated_at ON embedding_cache(updated_at);")
+    h = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(4)]
+    vecs = np.arange(16, dtype="<f4").reshape(4, 4)
     with conn:
         conn.executemany("INSERT INTO embedding_cache VALUES('openai', 'm', 'k', ?, ?, 4, ?)",
-                         [(f"h{i}", vecs[i].tobytes(), i) for i in range(3)])
+                         [(h[i], vecs[i].tobytes(), i) for i in range(3)])
+        conn.execute("INSERT INTO embedding_cache VALUES('voyage', 'v', 'k2', ?, ?, 4, 5)", (h[0], vecs[3].tobytes()))
     conn.close()
+    assert cache_entry_count(path) == 4
     with EmbeddingCache(path, "openai", "m", "k") as cache:
-        sql = cache.conn.execute("SELECT sql FROM sqlite_master WHERE name = 'embedding_cache'").fetchone()[0]
-        assert "WITHOUT ROWID" not in sql.upper()
-        assert cache.get_many(["h0", "h1", "h2"]) == {f"h{i}": vecs[i].tobytes() for i in range(3)}
-        cache.put_array(["h1", "h3"], vecs[:2] + 1)  # upsert still works on the new key
-        assert cache.get_many(["h1"])["h1"] == (vecs[0] + 1).tobytes()
+        tables = {r[0] for r in cache.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "embedding_cache" not in tables and "cache_vectors" in tables
+        assert cache.get_many(h[:3]) == {h[i]: vecs[i].tobytes() for i in range(3)}
+        assert cache.hashes() == set(h[:3]) and cache.count(all_models=True) == 4
+        cache.put_array([h[1], h[3]], vecs[:2] + 1)  # upsert still works on the new key
+        assert cache.get_many([h[1]])[h[1]] == (vecs[0] + 1).tobytes()
         assert cache.count() == 4 and not cache.is_empty()
-        assert cache.evict(2) == 2  # the oldest first: h0 and h2 (updated_at 0 and 2)
-        assert set(cache.get_many(["h0", "h1", "h2", "h3"])) == {"h1", "h3"}
+        assert cache.evict(3) == 2  # the oldest first: h0 and h2 of this model (updated_at 0 and 2)
+        assert set(cache.get_many(h)) == {h[1], h[3]}
+    with EmbeddingCache(path, "voyage", "v", "k2") as other:  # the other model's vector kept its key
+        assert other.get_many([h[0]]) == {h[0]: vecs[3].tobytes()}
+    assert cache_entry_count(path) == 3
+
+
+def test_cache_keys_must_be_sha256_digests(tmp_path):
+    import numpy as np
+
+    with EmbeddingCache(tmp_path / "c.sqlite", "openai", "m", "k") as cache:
+        with pytest.raises(ValueError, match="sha256"):
+            cache.put_array(["h1"], np.zeros((1, 4), dtype="<f4"))
+        with pytest.raises(ValueError, match="sha256"):
+            cache.get_many(["ab" * 16])  # hex, but not 32 bytes
+        assert cache.count(all_models=True) == 0
 
 
 def test_vectors_are_stored_once_in_vec0_or_in_chunks(workspace, openai_fake, monkeypatch, tmp_path):
