@@ -498,11 +498,12 @@ class IndexWriter:
             ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)) if not in_vec else
             ((start + i, *r[:8], None, r[10]) for i, r in enumerate(rows)),
         )
-        from memory_core.textsearch import segment_for_index
+        from memory_core.textsearch import segment_many
 
+        fts = segment_many([r[7] for r in rows if r[8] is None])[::-1]
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
-            ((start + i, segment_for_index(r[7]) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
+            ((start + i, fts.pop() if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
              for i, r in enumerate(rows)),
         )
         if in_vec:

@@ -50,7 +50,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 __all__ = [
     "FTS_TOKENIZER",
@@ -63,6 +64,7 @@ __all__ = [
     "keyword_tokens",
     "query_terms",
     "segment_for_index",
+    "segment_many",
 ]
 
 FTS_TOKENIZER: str = "porter unicode61 remove_diacritics 2"
@@ -264,6 +266,70 @@ def segment_for_index(text: str) -> str:
     if text.isascii():
         return text
     return _CJK_RUN_RE.sub(_space_run, text)
+
+
+_WIDE = 0x1100  # no CJK character below this code point (Hangul Jamo start there)
+_cjk_table: Any = None
+
+
+def _cjk_lookup() -> Any:
+    """A numpy bool table: True at the code points of ``_CJK``."""
+    global _cjk_table
+    if _cjk_table is None:
+        import numpy as np
+
+        spans = [(ord(lo), ord(hi or lo)) for lo, hi in re.findall(r"(.)(?:-(.))?", _CJK, re.S)]
+        table = np.zeros(max(hi for _, hi in spans) + 1, dtype=bool)
+        for lo, hi in spans:
+            table[lo:hi + 1] = True
+        _cjk_table = table
+    return _cjk_table
+
+
+def segment_many(texts: Sequence[str]) -> list[str]:
+    """:func:`segment_for_index` of every text (the same strings), for an insert batch.
+
+    The regex scans ~15 ns a character; here the batch's non-ASCII texts are encoded once to
+    UTF-32 and numpy finds the CJK code points, so only they cost Python time (measured on the
+    benchmark corpus, where 39% of chunks hold a few CJK characters: 0.84 s -> 0.3 s for
+    99k chunks). ASCII texts are returned as they are (the same objects).
+    """
+    out = list(texts)
+    todo = [i for i, t in enumerate(out) if not t.isascii()]
+    if not todo:
+        return out
+    import numpy as np
+
+    table = _cjk_lookup()
+    joined = "\n".join([out[i] for i in todo])
+    codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    wide = np.flatnonzero(codes >= _WIDE)
+    cand = codes[wide]
+    pos = wide[table[np.minimum(cand, len(table) - 1)] & (cand < len(table))]
+    if not len(pos):
+        return out
+    lengths = np.fromiter((len(out[i]) + 1 for i in todo), dtype=np.int64, count=len(todo))
+    starts = np.cumsum(lengths) - lengths
+    owner = np.searchsorted(starts, pos, side="right") - 1
+    local = (pos - starts[owner]).tolist()
+    owners = owner.tolist()
+    n, j = len(local), 0
+    while j < n:
+        k = owners[j]
+        text = out[todo[k]]
+        parts: list[str] = []
+        last = 0  # end of the text already copied
+        while j < n and owners[j] == k:
+            p = local[j]
+            # a CJK character: a run starts after a gap (the gap copied), else it continues
+            parts.append(text[last:p] + " " + text[p] if p != last else " " + text[p])
+            last = p + 1
+            j += 1
+            if j == n or owners[j] != k or local[j] != last:
+                parts.append(" ")  # the run ends
+        parts.append(text[last:])
+        out[todo[k]] = "".join(parts)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import apsw
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_core.textsearch import (
     FTS_TOKENIZER,
@@ -19,6 +21,7 @@ from memory_core.textsearch import (
     keyword_tokens,
     query_terms,
     segment_for_index,
+    segment_many,
 )
 
 UNICODE61 = "unicode61 remove_diacritics 2"
@@ -101,6 +104,23 @@ def test_segment_for_index_spaces_cjk() -> None:
     assert segment_for_index("デプロイ。本番").split() == ["デ", "プ", "ロ", "イ", "。", "本", "番"]
     # CJK punctuation is not a CJK character: left as is.
     assert segment_for_index("。、「」") == "。、「」"
+
+
+# Characters from every class segment_for_index treats differently: ASCII, Latin-1, CJK of each
+# script, CJK punctuation, wide non-CJK symbols, astral Han and emoji, a lone surrogate (JSON
+# transcripts can carry one) and the code points at the edges of the CJK ranges.
+_SEGMENT_ALPHABET = ("ab \n.\x00éñ金银价格デプロイ本番서버에ㄱ。、「」—→♥😀𠀀𱍏𱍐\ud800"
+                     "\u10ff\u1100\u11ff\u3004\u3005\uac00\ud7ff\uffdc\uffdd\U0002fa1f\U0002fa20")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet=_SEGMENT_ALPHABET, max_size=40), max_size=12))
+def test_segment_many_equals_segment_for_index(texts: list[str]) -> None:
+    """The vectorised batch version (the index writer's) gives exactly the regex version's
+    strings, and the ASCII texts back as the same objects."""
+    got = segment_many(texts)
+    assert got == [segment_for_index(t) for t in texts]
+    assert all(g is t for g, t in zip(got, texts, strict=True) if t.isascii())
 
 
 # ---------------------------------------------------------------------------------------------
