@@ -56,7 +56,6 @@ from memory_core.store import (
     recover_index,
     remove_stale_temp_files,
 )
-from memory_core.textsearch import segment_for_index
 
 log = logging.getLogger("memory_core.pipeline")
 
@@ -674,7 +673,7 @@ def _build_rows(chunks: ChunkResult, cache: EmbeddingCache | None, provider: Emb
                 raise RunError(f"cached vector for {path} has {len(emb) // 4} dims, index has {dims}")
             rows.append(ChunkRow(
                 id=chunk_id(source, path, start, end, h, model), path=path, source=source, start_line=start,
-                end_line=end, hash=h, model=model, text=text, fts_text=segment_for_index(text), embedding=emb,
+                end_line=end, hash=h, model=model, text=text, fts_text=None, embedding=emb,
                 updated_at=now,
             ))
         yield rows

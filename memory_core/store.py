@@ -294,7 +294,7 @@ class ChunkRow:
     hash: str
     model: str
     text: str
-    fts_text: str
+    fts_text: str | None  # None: the writer segments ``text`` (textsearch.segment_many)
     embedding: bytes | None
     updated_at: int
 
