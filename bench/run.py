@@ -62,7 +62,7 @@ def phase_build(ws: str, index: str, dims: int, full: bool, writer: str = "") ->
 
 def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     """Insert the built index's rows into a fresh file with the best pragmas: the ceiling."""
-    from memory_core.store import NEW_FILE_PAGE_SIZE, connect, create_schema, load_vec
+    from memory_core.store import BUILD_PRAGMAS, NEW_FILE_PAGE_SIZE, connect, create_schema, load_vec
 
     src = connect(index, readonly=True)
     load_vec(src)
@@ -76,8 +76,7 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
         os.unlink(out)
     conn = connect(out)
     conn.execute(f"PRAGMA page_size={NEW_FILE_PAGE_SIZE}")
-    for p in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA cache_size=-262144",
-              "PRAGMA locking_mode=EXCLUSIVE", "PRAGMA temp_store=MEMORY"):
+    for p in BUILD_PRAGMAS:  # the best we found (journal off, no syncs, 64 MiB page cache: store.py)
         conn.execute(p)
     load_vec(conn)
     create_schema(conn, dims, with_vec=True)
