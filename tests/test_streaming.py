@@ -110,6 +110,29 @@ def test_stream_builds_the_same_index_as_the_stages(workspace, openai_fake, tmp_
         assert cache.count() == len(set(staged_inputs))
 
 
+def test_stream_survives_colliding_seen_keys(workspace, openai_fake, tmp_path, monkeypatch):
+    """The run remembers the hashes it has seen by hash() only. Were two chunk hashes to
+    share one (here: all of them), the later one is refetched from the cache, not found, and
+    embedded like a new one: the same index, each unique text embedded once."""
+    _add_duplicates(workspace)
+    monkeypatch.setattr(streaming, "INSERT_ROWS", 3)
+    monkeypatch.setattr(streaming, "LOOKUP_ROWS", 2)
+    remote = {"max_inputs_per_request": 5}
+    normal = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "normal" / "index.sqlite"),
+                             remote=remote)
+    run_index(normal)
+    normal_inputs = list(openai_fake.input_texts)
+    monkeypatch.setattr(streaming, "hash", lambda _h: 0, raising=False)
+    colliding = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "colliding" / "index.sqlite"),
+                                remote=remote)
+    summary = run_index(colliding)
+    sent = openai_fake.input_texts[len(normal_inputs):]
+    assert sorted(sent) == sorted(normal_inputs) and len(set(sent)) == len(sent)
+    assert summary.chunks_embedded == len(normal_inputs)
+    a, b = _snapshot(normal.index_file), _snapshot(colliding.index_file)
+    assert a["chunks"] == b["chunks"] and a["files"] == b["files"]
+
+
 def test_stream_incremental_run_matches_a_full_build(workspace, openai_fake, tmp_path, monkeypatch):
     monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
     s = openai_settings(workspace, openai_fake)
