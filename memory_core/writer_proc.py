@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import queue
+import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Sequence
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,50 @@ from memory_core.store import FileRow, IndexWriter, publish_temp
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
 SEND_QUEUE = 4  # messages waiting for the sender thread (an insert batch is up to ~12 MiB: streaming.insert_rows)
+
+
+class Channel:
+    """Pickled messages over a stream socket, each one framed by its length.
+
+    ``multiprocessing.connection.Connection`` reads a big message with ``os.read(fd, remaining)``
+    in a loop: every call allocates a buffer the size of the whole remainder (a fresh ~12 MiB
+    mapping) for the ~200 KiB the socket holds, and the pieces are copied again into a
+    ``BytesIO``. Here a message lands in one buffer, read with ``recv_into``.
+    """
+
+    _HEADER = struct.Struct("!Q")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def send(self, obj: Any) -> None:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        self.sock.sendall(self._HEADER.pack(len(data)))
+        self.sock.sendall(data)
+
+    def recv(self) -> Any:
+        (size,) = self._HEADER.unpack(self._read(self._HEADER.size))
+        return pickle.loads(self._read(size))
+
+    def _read(self, size: int) -> bytearray:
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = self.sock.recv_into(view[got:])
+            if n == 0:
+                raise EOFError("the other process closed the channel")
+            got += n
+        return buf
+
+    def poll(self, timeout: float | None) -> bool:
+        """True when a message (or end-of-file) is waiting, within ``timeout`` seconds."""
+        p = select.poll()
+        p.register(self.sock, select.POLLIN)
+        return bool(p.poll(None if timeout is None else int(timeout * 1000)))
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class ProcessIndexWriter:
@@ -54,7 +100,7 @@ class ProcessIndexWriter:
         self.vec = False
         self.swapped = False
         self.tmp_path: Path | None = None
-        self._conn: Connection | None = None
+        self._conn: Channel | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._inserted = 0
         self._failpoint_build = os.environ.get(_ENV_FAILPOINT) == "build"
@@ -85,7 +131,7 @@ class ProcessIndexWriter:
             raise RunError(f"cannot start the index writer process: {exc.strerror or exc}") from exc
         finally:
             child.close()
-        self._conn = Connection(parent.detach())
+        self._conn = Channel(parent)
         self._sender = threading.Thread(target=self._send_loop, name="index-writer-send", daemon=True)
         self._sender.start()
         self._send("open", str(self.live_path), self.full, self.dims, self._use_vec)
@@ -204,7 +250,7 @@ class _Child:
 
     WAITED = ("verify", "prepare", "ping", "abort")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Channel) -> None:
         self.conn = conn
         self.writer: IndexWriter | None = None
         self.error: str | None = None  # the first failure; reported at the next waited-for call
@@ -294,7 +340,7 @@ class _Child:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    conn = Connection(int(args[0]))
+    conn = Channel(socket.socket(fileno=int(args[0])))
     child = _Child(conn)
     try:
         child.serve()
