@@ -142,6 +142,13 @@ class EmbeddingCache:
             self._wconn = w
         return self._wconn
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the cache file and empty it: the work that closing the last
+        connection does otherwise (0.15 s after a 41k-chunk cold build). A run calls it from
+        a pool thread once its last vector is stored, so it overlaps the index's commit."""
+        with self._lock:
+            self._writer().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def close(self) -> None:
         if self._wconn is not None:
             self._wconn.close()

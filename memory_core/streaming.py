@@ -196,6 +196,8 @@ class _Stream:
             self.resolve()
             self.submit()
             self.drain(0)
+            assert self.pool is not None and self.cache is not None
+            self.pool.submit(self.cache.checkpoint)  # beside the index's last inserts and commit
 
     # -- rows -----------------------------------------------------------------------------
     def ready_rows(self, limit: int) -> list[tuple[Any, ...]]:
