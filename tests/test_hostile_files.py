@@ -58,10 +58,14 @@ def test_file_deleted_or_rewritten_during_the_run(workspace, monkeypatch):
     rewritten = workspace / "memory" / "2026-09-03.md"
     real = discovery.discover_files
 
+    grown = workspace / "memory" / "2026-09-04.md"
+
     def racing(settings):  # discovery saw the files; then they change under the run
         d = real(settings)
         victim.unlink()
         rewritten.write_text("# rewritten\ncompletely new text about otters\n")
+        with grown.open("a") as fh:  # far past the size discovery saw: read to its end all the same
+            fh.write("\n" + "filler line about nothing much\n" * 3000 + "## late\nthe narwhal migration\n")
         return d
 
     monkeypatch.setattr("memory_core.pipeline.discover_files", racing)
@@ -72,7 +76,9 @@ def test_file_deleted_or_rewritten_during_the_run(workspace, monkeypatch):
     paths = {r[0] for r in conn.execute("SELECT path FROM files")}
     n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
     n_fts = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0]
+    narwhal = conn.execute("SELECT path FROM chunks WHERE text LIKE '%narwhal migration%'").fetchall()
     conn.close()
+    assert narwhal == [("memory/2026-09-04.md",)]  # this run read the grown file to its end
     assert "memory/2026-09-01.md" not in paths and n_chunks == n_fts  # consistent
     assert any("2026-09-01.md" in w for w in summary.warnings)
     again = run_index(s)  # the next run settles whatever changed
