@@ -1,7 +1,7 @@
 """memory-core benchmark: the pipeline's own cost, as ratios against raw SQLite baselines.
 
     python -m bench.run --files 10000            # writes bench/results/results-10000-384d.md
-    python -m bench.run --chunks 100000 --rss-check   # the issue's 100k-chunk size + RSS flatness
+    python -m bench.run --chunks 100000 --rss-check   # the issue's 100k-chunk size + RSS at 1/4 and 2x
 
 Every phase that matters for memory runs in a child process so its peak RSS is its own.
 The embedding provider is an instant fake (bench/fake_provider.py): figures measure our
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=0,
                     help="size the corpus by chunks instead of files (~4.1 chunks a file; 100000 -> ~24.3k files)")
     ap.add_argument("--rss-check", action="store_true",
-                    help="also build a quarter-size corpus and compare peak RSS (memory must be flat in corpus size)")
+                    help="also build a quarter-size and a double-size corpus and compare peak RSS (memory must be"
+                         " flat in corpus size)")
     ap.add_argument("--mean-chars", type=int, default=4000, help="mean file size in characters")
     ap.add_argument("--out", help="results file (default bench/results/results-<files>-<dims>d.md)")
     ap.add_argument("--keep", action="store_true", help="keep the generated corpus and index")
@@ -266,11 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         full, onefile, onefile_copy = builds[0], onefiles[0], copies[0]
         q = child("queries", ws=str(ws), index=str(index), dims=a.dims, n=a.queries)
         req = child("requests", ws=str(ws), chunks=a.request_chunks)
-        small = None
+        sized = []  # (builds of other corpus sizes, for --rss-check)
         if a.rss_check:
-            ws_s, index_s = tmp / "ws-small", tmp / "index-small.sqlite"
-            generate(ws_s, max(1, a.files // 4), mean_chars=a.mean_chars)
-            small = child("build", ws=str(ws_s), index=str(index_s), dims=a.dims, full=False)
+            for name, files in (("small", max(1, a.files // 4)), ("big", a.files * 2)):
+                ws_x, index_x = tmp / f"ws-{name}", tmp / f"index-{name}.sqlite"
+                generate(ws_x, files, mean_chars=a.mean_chars)
+                sized.append(child("build", ws=str(ws_x), index=str(index_x), dims=a.dims, full=False))
+                shutil.rmtree(ws_x)
+                for f in tmp.glob(f"index-{name}*"):
+                    f.unlink()
         size_mb = index.stat().st_size / 2**20
     finally:
         if not a.keep:
@@ -296,9 +301,11 @@ def main(argv: list[str] | None = None) -> int:
                            f" {med([r['cpu_s'] for r in raws]):.1f}s (medians; the two processes together ="
                            f" {ratio([b['cpu_s'] + b['writer_cpu_s'] for b in builds], [r['cpu_s'] for r in raws])}"
                            " the raw insert's CPU)"),
-        ("full build peak RSS", f"{_rss(full):.0f} MiB (run {full['maxrss_mb']:.0f} + writer {full['writer_maxrss_mb']:.0f})"
-                                + (f" = {_rss(full) / _rss(small):.2f}x the peak of a {small['chunks_total']}"
-                                   f"-chunk build ({_rss(small):.0f} MiB)" if small else "")),
+        ("full build peak RSS", "; ".join(
+            f"{b['chunks_total']} chunks: {_rss(b):.0f} MiB (run {b['maxrss_mb']:.0f} + writer {b['writer_maxrss_mb']:.0f})"
+            for b in sorted([full, *sized], key=lambda b: b["chunks_total"]))
+         + (f"; {sized[1]['chunks_total']} vs {full['chunks_total']} chunks: {_rss(sized[1]) / _rss(full):.2f}x"
+            if sized else "")),
         ("embedding requests", f"{req['planned']} for {req['chunks']} chunks = {req['planned'] / req['minimum']:.3f}x"
                                f" the minimum under OpenAI's limits ({req['minimum']}: 2048 inputs, 300k tokens"
                                " per request, tokens = ceil(len/4))"),
