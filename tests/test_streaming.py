@@ -291,6 +291,7 @@ def test_a_cache_of_an_older_schema_is_converted_and_keeps_its_vectors(tmp_path,
     with EmbeddingCache(path, "openai", "m", "k") as cache:
         tables = {r[0] for r in cache.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "embedding_cache" not in tables and "cache_vectors" in tables
+        assert cache.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0  # the old table's pages went back
         assert cache.get_many(h[:3]) == {h[i]: vecs[i].tobytes() for i in range(3)}
         assert cache.hashes() == set(h[:3]) and cache.count(all_models=True) == 4
         cache.put_array([h[1], h[3]], vecs[:2] + 1)  # upsert still works on the new key
