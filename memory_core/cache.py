@@ -89,7 +89,10 @@ def _upgrade_schema(conn: apsw.Connection) -> None:
             " JOIN cache_models m USING (provider, model, provider_key)"
             " WHERE length(e.hash) = 64 AND unhex(e.hash) IS NOT NULL ORDER BY e.updated_at")
         conn.execute("DROP TABLE embedding_cache")
-    conn.execute("VACUUM")  # give back the old table's pages (the file would stay twice its size)
+    try:
+        conn.execute("VACUUM")  # give back the old table's pages (the file would stay twice its size)
+    except apsw.Error as exc:  # e.g. another process reading it: the pages are reused by later writes
+        log.warning("embedding cache converted but not vacuumed (%s); it keeps the old table's free pages", exc)
 
 
 def _digests(hashes: Sequence[str]) -> list[bytes]:
