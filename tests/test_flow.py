@@ -349,6 +349,7 @@ def test_provider_fallback_emits_an_event(prefect_api: Any, workspace: Path, tmp
 @pytest.mark.slow  # ~30 s: spawning worker processes that import prefect on a small box
 def test_dask_local_cluster_gives_the_same_index_as_threads(prefect_api: Any, tmp_path: Path, openai_fake: Any,
                                                             workspace: Path) -> None:
+    pytest.importorskip("prefect_dask", reason="needs the dask extra: pip install -e '.[dask]'")
     cfg = write_config(tmp_path / "mc.toml", openai_fake)
     a, b = tmp_path / "threads.sqlite", tmp_path / "dask.sqlite"
     state, _ = run(workspace=str(workspace), config_file=str(cfg), index_path=str(a))
