@@ -41,7 +41,7 @@ def make_embed_runner(choice: RunnerChoice, *, concurrency: int, dask_address: s
     try:
         from prefect_dask import DaskTaskRunner
     except ImportError:
-        raise ConfigError("task_runner 'dask' needs prefect-dask: pip install 'prefect[dask]'") from None
+        raise ConfigError("task_runner 'dask' needs prefect-dask: pip install 'memory-core[dask]' (or prefect-dask)") from None
     if dask_address:
         return DaskTaskRunner(address=dask_address), f"dask cluster at {dask_address}"
     threads = max(1, math.ceil(concurrency / max(1, dask_workers)))
