@@ -179,8 +179,17 @@ class _Stream:
         return vectors
 
     def drain(self, block_until: int) -> None:
-        while len(self.inflight) > block_until:
-            done, _ = wait(list(self.inflight), return_when=FIRST_COMPLETED)
+        """Take in every finished request; wait while more than ``block_until`` are in flight.
+
+        Finished requests are taken in even when there is no need to wait: their rows become
+        ready for the writer at once (waiting until ``workers * 2`` groups were in flight held
+        the first insert back ~0.4 s at 99k chunks, with the vectors long there)."""
+        while self.inflight:
+            done = {fut for fut in self.inflight if fut.done()}
+            if not done:
+                if len(self.inflight) <= block_until:
+                    return
+                done, _ = wait(list(self.inflight), return_when=FIRST_COMPLETED)
             for fut in done:
                 hashes, tokens = self.inflight.pop(fut)
                 vectors = fut.result()
@@ -288,6 +297,8 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
 
     def insert(limit: int) -> None:
         nonlocal writer, inserted
+        if st.inflight:
+            st.drain(len(st.inflight))  # take in what has arrived, without waiting
         while True:
             rows = st.ready_rows(limit)
             if not rows:

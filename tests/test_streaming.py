@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memory_core import streaming
@@ -108,6 +109,30 @@ def test_stream_builds_the_same_index_as_the_stages(workspace, openai_fake, tmp_
     meta = b["meta"]
     with EmbeddingCache(streamed.cache_file, "openai", "text-embedding-3-small", meta["provider_key"]) as cache:
         assert cache.count() == len(set(staged_inputs))
+
+
+def test_finished_requests_are_taken_in_without_waiting_for_more(workspace, openai_fake, tmp_path):
+    """A response that has arrived makes its rows ready at once, even while fewer requests are
+    in flight than the stream would wait for (it used to sit there until 2 x workers groups
+    were out, holding the writer's first batch back)."""
+    s = openai_settings(workspace, openai_fake)
+    provider, _ = create_provider(s)
+    with EmbeddingCache(tmp_path / "c.sqlite", provider.name, provider.model, provider.provider_key) as cache:
+        st = streaming._Stream(provider, cache, concurrency=4)
+        try:
+            text = "the replica lag alert fired twice"
+            h = hashlib.sha256(text.encode()).hexdigest()
+            st.add_row(["id", "memory/a.md", "memory", 1, 1, h, provider.model, text, None, None, 0], text)
+            st.resolve()
+            st.submit()
+            (fut,) = list(st.inflight)
+            fut.result(timeout=60)
+            st.drain(len(st.inflight))  # nothing to wait for: only take in what is there
+            assert not st.inflight and h in st.vecs
+            (row,) = st.ready_rows(10)
+            assert row[5] == h and len(row[9]) == 4 * len(np.frombuffer(cache.get_many([h])[h], dtype="<f4"))
+        finally:
+            st.close()
 
 
 def test_stream_survives_colliding_seen_keys(workspace, openai_fake, tmp_path, monkeypatch):
