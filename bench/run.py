@@ -194,6 +194,10 @@ PHASES = {"build": phase_build, "requests": phase_requests, "raw_insert": phase_
 def child(name: str, _module: str = "bench.run", _env: dict[str, str] | None = None, **kwargs: object) -> dict:
     """Run phase ``name`` of ``_module`` (``--phase``) in a fresh interpreter; returns its JSON result."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(_env or {}))
+    # Write back what earlier phases left dirty (the generated corpus, the raw insert's
+    # unsynced file) before this phase starts: otherwise the kernel flushes it ~30 s later, in
+    # the middle of whichever phase is running then.
+    os.sync()
     out = subprocess.run([sys.executable, "-m", _module, "--phase", name, "--args", json.dumps(kwargs)],
                          capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
