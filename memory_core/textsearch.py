@@ -1,7 +1,7 @@
 """Keyword side of memory search: FTS5 tokenizer choice, CJK segmentation, safe MATCH queries.
 
-Everything here is pure (no I/O) and shared by the index writer (``segment_for_index``,
-``FTS_TOKENIZER``) and the query module (``build_match_query``, ``query_terms``,
+Everything here is pure (no I/O) and shared by the index writer (``segment_many``, the batch
+form of ``segment_for_index``; ``FTS_TOKENIZER``) and the query module (``build_match_query``, ``query_terms``,
 ``keyword_tokens``).
 
 Index side
