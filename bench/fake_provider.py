@@ -13,7 +13,7 @@ TABLE_ROWS = 4096
 
 
 class InstantProvider(EmbeddingProvider):
-    """Unit vectors derived from the text's hash. Costs microseconds per text."""
+    """One of 4,096 fixed unit vectors per text, picked by its crc32. Under a microsecond a text."""
 
     name = "fake"
     max_inputs_per_request = 2048

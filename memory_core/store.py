@@ -505,10 +505,10 @@ class IndexWriter:
         )
         from memory_core.textsearch import segment_many
 
-        fts = segment_many([r[7] for r in rows if r[8] is None])[::-1]
+        fts = iter(segment_many([r[7] for r in rows if r[8] is None]))
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
-            ((start + i, fts.pop() if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
+            ((start + i, next(fts) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
              for i, r in enumerate(rows)),
         )
         if in_vec:
