@@ -17,35 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.futures import PrefectFuture, as_completed
 from prefect.states import Completed, State
-from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
-from prefect.utilities.annotations import quote
+from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from flows import report
-from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
+from flows.executor import PrefectExecutor
+from flows.runners import RunnerChoice
 from memory_core import pipeline
 from memory_core.config import Settings, load_settings
-from memory_core.embeddings.registry import fallback_settings
-from memory_core.errors import ConfigError, IndexLockedError, ProviderError
-from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
-from tasks.stages import (
-    build_task,
-    cache_lookup_task,
-    chunk_task,
-    discover_task,
-    embed_group_task,
-    provider_for,
-    settings_json,
-)
+from memory_core.errors import ConfigError
+from tasks.stages import provider_for
 
-IfBusy = Literal["wait", "skip", "fail"]
-NOTHING_TO_DO = "none (nothing to do)"  # where embedding ran, when discovery found nothing to do
+IfBusy = pipeline.IfBusy
 ProviderChoice = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
 SourceChoice = Literal["memory", "sessions"]
 
@@ -112,275 +99,88 @@ def _run_name() -> str:
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
 
 
-# -- embedding -------------------------------------------------------------------------------
-
-EmbedFn = Callable[..., dict[str, Any]]
-
-
-def embed_misses(settings: Settings, misses: pipeline.MissResult, cache: Any, *, concurrency: int,
-                 progress: pipeline.ProgressFn | None = None, runner: TaskRunner[Any] | None = None) -> dict[str, int]:
-    """Submit one embed task per request group on ``runner`` (a bounded thread pool by default,
-    or a Dask cluster), at most ``2 x parallelism`` in flight, and commit each result to the
-    cache as it completes. The cache (SQLite) is only ever written here, on the flow's machine."""
-    provider, _ = provider_for(settings)
-    blob = settings_json(settings)
-    stats = {"requests": 0, "embedded": 0, "tokens": 0}
-    if misses.misses == 0:
-        return stats
-    own_runner = runner is None
-    if runner is None:
-        runner = ThreadPoolTaskRunner(max_workers=max(1, concurrency))
-        runner.__enter__()
-    try:
-        threads = isinstance(runner, ThreadPoolTaskRunner)
-        limit = 2 if (provider.name == "local" and threads) else 2 * runner_parallelism(runner, concurrency)
-        inflight: dict[PrefectFuture[Any], pipeline.EmbedGroup] = {}
-
-        def collect(block_until: int) -> None:
-            while len(inflight) > block_until:
-                fut = next(as_completed(list(inflight)))
-                group = inflight.pop(fut)
-                hashes, vectors = fut.result()
-                pipeline.store_vectors(cache, hashes, vectors)
-                stats["requests"] += 1
-                stats["embedded"] += len(hashes)
-                stats["tokens"] += group.tokens
-                if progress:
-                    progress("embed", stats["embedded"], misses.misses)
-
-        try:
-            for group in pipeline.iter_embed_groups(misses, provider):
-                # quote() spares Prefect a walk over the texts; Dask treats tuples (quote is a
-                # namedtuple) as task specs, so a cluster gets the group as it is.
-                fut = runner.submit(embed_group_task, parameters={
-                    "settings_blob": blob, "group": quote(group) if threads else group, "provider_name": provider.name,
-                    "group_index": group.index,
-                })
-                inflight[fut] = group
-                collect(limit)
-            collect(0)
-        except BaseException:
-            for fut in inflight:  # do not start groups nobody will collect
-                with contextlib.suppress(Exception):
-                    fut.wrapped_future.cancel()  # type: ignore[attr-defined]
-            raise
-    finally:
-        if own_runner:
-            runner.__exit__(None, None, None)
-    return stats
-
-
-def resolve_embedder(settings: Settings) -> EmbedFn | None:
-    """The Batch API embedder (``flows.batch.embed_misses_batch``) when batch mode is on."""
-    if not settings.batch.enabled:
-        return None
-    try:
-        from flows.batch import embed_misses_batch
-    except ImportError as exc:
-        raise ConfigError(
-            "batch mode is on (batch.enabled / the batch parameter) but this installation has no Batch API"
-            f" support (flows.batch.embed_misses_batch cannot be imported: {exc}); run with batch=false"
-        ) from None
-    return embed_misses_batch
-
-
-def _has_open_batch_jobs(cache: Any) -> bool:
-    from memory_core.batch.ledger import BatchLedger
-
-    return bool(BatchLedger.for_cache(cache).open_jobs())
-
-
-def embed_stage(params: ReindexParams, settings: Settings, misses: pipeline.MissResult, cache: Any,
-                batch_embed: EmbedFn | None, progress: pipeline.ProgressFn, logger: Any) -> tuple[dict[str, Any], str]:
-    """``pipeline.embed_stage`` as Prefect tasks: provider Batch API jobs when batch mode is on
-    (also when only jobs of earlier runs are left to collect or cancel), else one task per
-    request group on the chosen task runner. Returns (embed stats, where embedding ran)."""
-    from memory_core.batch.cost import estimate_cost
-
-    provider, _ = provider_for(settings)
-    if cache is None or provider.name == "none":
-        return {}, "none (keyword-only)"
-    if batch_embed is not None and provider.supports_batch and (misses.misses or _has_open_batch_jobs(cache)):
-        logger.info("embedding %d chunks through %s batch jobs", misses.misses, provider.name)
-        return batch_embed(settings, misses, cache, progress=progress), "provider batch jobs"
-    stats: dict[str, Any] = {"requests": 0, "embedded": 0, "tokens": 0}
-    where = "none (everything in the cache)"
-    if misses.misses:
-        runner, where = make_embed_runner(params.task_runner, concurrency=params.embed_concurrency,
-                                          dask_address=params.dask_address, dask_workers=params.dask_workers)
-        logger.info("embedding %d chunks on %s", misses.misses, where)
-        with runner:
-            stats.update(embed_misses(settings, misses, cache, concurrency=params.embed_concurrency,
-                                      progress=progress, runner=runner))
-    stats["tokens_sync"], stats["tokens_batch"] = stats["tokens"], 0
-    if settings.batch.enabled and not provider.supports_batch:
-        stats["batch"] = {"mode": f"sync ({provider.name} has no Batch API)"}
-    if provider.name != "local":  # a hosted provider: what this run cost
-        stats["cost"] = estimate_cost(settings, provider.name, provider.model, tokens_sync=stats["tokens"],
-                                      tokens_batch=0)
-    return stats, where
-
-
 # -- the run ---------------------------------------------------------------------------------
 
-class _SwitchProvider(Exception):
-    """The primary provider kept failing during the run: start over with the fallback."""
-
-    def __init__(self, settings: Settings, reason: str, info: dict[str, Any]) -> None:
-        super().__init__(info["reason"])
-        self.settings, self.reason, self.info = settings, reason, info
-
-
-def _acquire_lock(settings: Settings, if_busy: IfBusy, logger: Any) -> tuple[IndexLock | None, str]:
-    """The writer lock, or (None, why) when busy and ``if_busy`` is ``skip``."""
-    try:
-        return IndexLock(settings.index_file, wait=False).acquire(), ""
-    except IndexLockedError as exc:
-        if if_busy == "skip":
-            return None, str(exc)
-        if if_busy == "fail":
-            raise
-        logger.warning("%s; waiting up to %.0f s for it to finish", exc, settings.lock.timeout_s)
-    return IndexLock(settings.index_file, wait=True, timeout_s=settings.lock.timeout_s).acquire(), ""
-
-
 def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | State[Any]:
-    """The body shared by the ``reindex`` and ``backfill`` flows (``pipeline.run_index`` as tasks)."""
+    """The body shared by the ``reindex`` and ``backfill`` flows: the orchestrator
+    (``memory_core.pipeline.run_index``, the CLI's) with the Prefect executor, plus what the UI
+    shows: progress, summary and notes artifacts, events, a run name that says what it did.
+    A run that fails or is cancelled still writes its notes (and a summary of what it had done
+    and cached) before the error ends it."""
     logger = get_run_logger()
     t_start = time.perf_counter()
     notes_key = f"{flow_name}-{report.slug(str(params.workspace or 'index'))}-notes"
     fallbacks: list[str] = []
-    warnings: list[str] = []
+    settings: Settings | None = None
+    label = "index"
     try:
         settings = params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
         pipeline.preflight(settings)
-        batch_embed = resolve_embedder(settings)
         provider, reason = provider_for(settings)
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{
                 "from": settings.provider, "to": f"{provider.name}/{provider.model}"}))
         label = report.index_label(settings)
-        if_busy: IfBusy = params.if_busy or ("wait" if settings.lock.wait else "fail")
         logger.info("provider %s / %s (%s); index %s", provider.name, provider.model, reason, settings.index_file)
-        lock, busy = _acquire_lock(settings, if_busy, logger)
-        if lock is None:
-            msg = f"skipped: {busy}; the next run will catch up"
-            logger.info("%s", msg)
-            summary = pipeline.RunSummary(
-                index_path=str(settings.index_file), provider=provider.name, model=provider.model,
-                provider_reason=reason, full=params.full, full_reason="", swapped=False, warnings=[msg])
-            report.publish_notes(notes_key, report.notes_markdown(
-                f"{flow_name} {label}: skipped", warnings=[], fallbacks=fallbacks, extra=[msg]), "skipped run")
-            return Completed(name="Skipped", message=msg, data=summary.to_dict())
-        run_settings = settings
+        executor = PrefectExecutor(label=label, task_runner=params.task_runner, concurrency=params.embed_concurrency,
+                                   dask_address=params.dask_address, dask_workers=params.dask_workers)
+        progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"))
         try:
-            remove_stale_temp_files(settings.index_file)
-            recover_index(settings.index_file)
-            timer = pipeline.Timer()
-            try:
-                summary, built, where = _run_once(params, settings, flow_name, label, batch_embed, logger, timer,
-                                                  fallback=None, fallbacks=fallbacks)
-            except _SwitchProvider as sw:
-                info = sw.info
-                logger.warning("provider %s kept failing (%s); rebuilding in full with the fallback %s",
-                               info["from"], info["reason"], info["to"])
-                fallbacks.append(report.emit_fallback(settings, "provider", info["reason"], **{
-                    "from": info["from"], "to": info["to"]}))
-                run_settings = sw.settings
-                summary, built, where = _run_once(params, run_settings, flow_name, label, resolve_embedder(run_settings),
-                                                  logger, timer, fallback=info, fallbacks=fallbacks, reason=sw.reason)
+            summary = pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
+                                         progress=progress, executor=executor, if_busy=params.if_busy)
         finally:
-            lock.release()
-        summary.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)
-        for line in summary.lines():
-            logger.info("%s", line)
-        warnings = list(summary.warnings)
-        if where == NOTHING_TO_DO and not (warnings or fallbacks):
-            # A run with nothing to do and nothing to say (every scheduled run between edits):
-            # no artifacts, so each key's latest version stays the last run that did something.
-            # The outcome is in the logs above and in the state's message.
-            carried = summary.sessions_carried
-            msg = f"nothing to do: {summary.files_unchanged} files unchanged" + (
-                f", {carried} transcript(s) grew below the reindex delta" if carried else "")
-            return Completed(message=msg, data=summary.to_dict())
-        figures = report.run_figures(summary, run_settings, runner=where, built=built)
-        report.publish_summary(report.artifact_key(flow_name, settings, "summary"), figures,
-                               f"{flow_name} of {label}: {summary.outcome()}")
-        report.publish_notes(notes_key, report.notes_markdown(
-            f"{flow_name} {label}: warnings and errors", warnings=warnings, fallbacks=fallbacks),
-            f"{len(warnings)} warnings, {len(fallbacks)} fallbacks")
-        if built is not None:
-            report.emit_swapped(settings, summary, built)
-        return summary.to_dict()
-    except Exception as exc:
-        msg = f"{type(exc).__name__}: {exc}"
-        logger.error("run failed: %s; the live index was left as it was", msg)
-        report.publish_notes(notes_key, report.notes_markdown(
-            f"{flow_name}: run failed", warnings=warnings, fallbacks=fallbacks, error=msg), "the run failed")
+            executor.close()
+    except BaseException as exc:
+        partial = getattr(exc, "run_summary", None)
+        msg = "cancelled" if type(exc).__name__ in ("TerminationSignal", "CancelledRun", "KeyboardInterrupt") \
+            else f"{type(exc).__name__}: {exc}"
+        logger.error("run %s; the live index was left as it was", msg if msg == "cancelled" else f"failed: {msg}")
+        with contextlib.suppress(Exception):
+            if partial is not None and settings is not None:
+                partial.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)
+                report.publish_summary(report.artifact_key(flow_name, settings, "summary"),
+                                       report.run_figures(partial, settings),
+                                       f"{flow_name} of {label}: {partial.outcome()}")
+            report.publish_notes(notes_key, report.notes_markdown(
+                f"{flow_name} {label}: run {'cancelled' if msg == 'cancelled' else 'failed'}",
+                warnings=list(partial.warnings) if partial else [], fallbacks=fallbacks, error=msg,
+                partial=partial), "the run was cancelled" if msg == "cancelled" else "the run failed")
         raise
-
-
-def _run_once(params: ReindexParams, settings: Settings, flow_name: str, label: str, batch_embed: EmbedFn | None,
-              logger: Any, timer: pipeline.Timer, *, fallback: dict[str, Any] | None, fallbacks: list[str],
-              reason: str | None = None) -> tuple[pipeline.RunSummary, dict[str, Any] | None, str]:
-    """discover -> chunk -> cache lookup -> embed -> build/verify/swap, once, with ``settings``'
-    provider. Raises _SwitchProvider when the provider keeps failing and a fallback is configured."""
-    provider, why = provider_for(settings)
-    reason = reason or why
-    with timer.stage("discover"):
-        plan = discover_task(settings, label, params.full or fallback is not None)
-    if fallback is not None:
-        plan.full_reason = pipeline.fallback_full_reason(fallback)
-    chunks = misses = embed = built = None
-    where = NOTHING_TO_DO
-    try:
-        if not plan.nothing_to_do:
-            # quote(): the plan and the chunk result list every file; unquoted, Prefect walks them
-            # twice per task (upstream futures, then resolving inputs): ~1.7 s a task at 10k files.
-            with timer.stage("chunk"):
-                chunks = chunk_task(quote(plan), settings, label, len(plan.to_index))
-            with timer.stage("cache"):
-                misses = cache_lookup_task(quote(plan), quote(chunks), settings, label)
-            cache = pipeline.open_cache(settings, provider, plan)
-            progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"))
-            try:
-                with timer.stage("embed"):
-                    try:
-                        embed, where = embed_stage(params, settings, misses, cache, batch_embed, progress, logger)
-                    except ProviderError as exc:
-                        switched = None if fallback is not None else pipeline.fallback_for_run(settings, provider, exc)
-                        if switched is None:
-                            raise
-                        fb, fb_reason, info = switched
-                        fb.close()
-                        fb_settings = fallback_settings(settings, provider.name)
-                        assert fb_settings is not None  # fallback_for_run found one
-                        raise _SwitchProvider(fb_settings, fb_reason, info) from exc
-                if misses.misses and not pipeline.batch_pending(embed):
-                    progress("embed", misses.misses, misses.misses)
-            finally:
-                if cache is not None:
-                    cache.close()
-            if fallback is not None:
-                embed["fallback"] = fallback
-            disabled = (embed.get("batch") or {}).get("disabled")
-            if disabled:
-                why = (embed.get("batch") or {}).get("disabled_reason") or "batch mode switched off"
-                fallbacks.append(report.emit_fallback(settings, "batch-to-sync", str(why),
-                                                      chunks_via_sync=embed["batch"].get("chunks_via_sync", 0)))
-            pending = pipeline.batch_pending(embed)
-            if pending:
-                logger.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
-                               " the next run collects them", pending)
-            else:
-                with timer.stage("build"):
-                    built = build_task(quote(plan), quote(chunks), settings, label)
-    finally:
-        pipeline.cleanup_workdir(plan)
-    summary = pipeline.summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=embed, built=built,
-                                 timings=timer.times)
-    return summary, built, where
+    summary.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)
+    report.rename_run(flow_name, label, summary)
+    if summary.skipped:
+        msg = f"skipped: {summary.skipped}"
+        logger.info("%s", msg)
+        report.publish_notes(notes_key, report.notes_markdown(
+            f"{flow_name} {label}: skipped", warnings=[], fallbacks=fallbacks, extra=[msg]), "skipped run")
+        return Completed(name="Skipped", message=msg, data=summary.to_dict())
+    for line in summary.lines():
+        logger.info("%s", line)
+    if summary.fallback:
+        fb = summary.fallback
+        fallbacks.append(report.emit_fallback(settings, "provider", str(fb.get("reason")), **{
+            "from": fb.get("from"), "to": fb.get("to")}))
+    if summary.batch.get("disabled"):
+        fallbacks.append(report.emit_fallback(settings, "batch-to-sync", str(summary.batch.get("disabled_reason")),
+                                              chunks_via_sync=summary.batch.get("chunks_via_sync", 0)))
+    warnings = list(summary.warnings)
+    if not summary.swapped and not summary.batch and not (warnings or fallbacks):
+        # A run with nothing to do and nothing to say (every scheduled run between edits):
+        # no artifacts, so each key's latest version stays the last run that did something.
+        # The outcome is in the logs above and in the state's message.
+        carried = summary.sessions_carried
+        msg = f"nothing to do: {summary.files_unchanged} files unchanged" + (
+            f", {carried} transcript(s) grew below the reindex delta" if carried else "")
+        return Completed(message=msg, data=summary.to_dict())
+    report.publish_summary(report.artifact_key(flow_name, settings, "summary"), report.run_figures(summary, settings),
+                           f"{flow_name} of {label}: {summary.outcome()}")
+    report.publish_notes(notes_key, report.notes_markdown(
+        f"{flow_name} {label}: warnings and errors", warnings=warnings, fallbacks=fallbacks),
+        f"{len(warnings)} warnings, {len(fallbacks)} fallbacks")
+    if summary.swapped:
+        report.emit_swapped(settings, summary)
+    return summary.to_dict()
 
 
 # -- the flow ----------------------------------------------------------------------------------

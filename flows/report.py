@@ -2,8 +2,9 @@
 
 - a progress artifact (``<flow>-<index>-progress``), updated while embedding requests complete
   and while batch jobs are polled;
-- a summary table artifact per run (``<flow>-<index>-summary``): files, chunks, requests,
-  batch jobs, tokens, estimated cost, seconds per stage, index size;
+- a summary table artifact per run (``<flow>-<index>-summary``): first the figures a person looks
+  for (``RunSummary.headline``: outcome, files, chunks, embedded, from cache, cost, duration), then
+  requests, batch jobs, tokens, seconds per stage, index size;
 - a markdown artifact per run (``<flow>-<index>-notes``) with the warnings and errors worth a look;
 - events users can build Automations on: ``memory-core.index.swapped`` when a new index is
   swapped in, ``memory-core.fallback.batch-to-sync`` and ``memory-core.fallback.provider`` when a
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.pipeline import RunSummary
+from memory_core.runtypes import Progress, RunSummary
 
 log = logging.getLogger("flows.report")
 
@@ -66,7 +67,8 @@ def index_resource(settings: Settings) -> dict[str, str]:
 # -- progress --------------------------------------------------------------------------------
 
 class ProgressReporter:
-    """A ``ProgressFn`` (stage, done, total) that keeps one progress artifact up to date.
+    """A ``ProgressFn`` that keeps one progress artifact up to date with the run's
+    :class:`~memory_core.runtypes.Progress`: percent done, chunks/s, ETA, cost so far.
 
     Created lazily on the first call; updates at most every ``min_interval`` seconds (and
     always at 100 %), so a run with hundreds of request groups does not flood the API.
@@ -78,19 +80,19 @@ class ProgressReporter:
         self.min_interval = min_interval
         self.artifact_id: Any = None
         self.last = 0.0
-        self.last_pct = -1.0
+        self.last_desc = ""
         self.updates = 0
         self._lock = threading.Lock()
         self._broken = False
 
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        pct = 100.0 if total <= 0 else max(0.0, min(100.0, 100.0 * done / total))
-        desc = f"{stage}: {done:,} of {total:,} chunks ({pct:.0f}%)"
+    def __call__(self, p: Progress) -> None:
+        pct = round(100.0 * p.fraction, 1)
+        desc = p.line()
         with self._lock:
             now = time.monotonic()
-            if self._broken or (pct < 100.0 and now - self.last < self.min_interval) or pct == self.last_pct:
+            if self._broken or (pct < 100.0 and now - self.last < self.min_interval) or desc == self.last_desc:
                 return
-            self.last, self.last_pct = now, pct
+            self.last, self.last_desc = now, desc
             try:
                 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
@@ -106,35 +108,25 @@ class ProgressReporter:
 
 # -- summary ---------------------------------------------------------------------------------
 
-def _cost_figure(summary: RunSummary) -> Any:
-    cost = summary.cost
-    if not cost:
-        return 0.0 if summary.provider in ("none", "local") or not summary.tokens_sent else "-"
-    if not cost.get("priced"):
-        return f"no price for {cost.get('provider')}/{cost.get('model')} (set batch.prices)"
-    return cost.get("estimated_usd")
-
-
-def run_figures(summary: RunSummary, settings: Settings, *, runner: str,
-                built: dict[str, Any] | None) -> dict[str, Any]:
-    """Every figure the summary artifact shows, as a flat dict (also handy for tests)."""
+def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
+    """Every figure the summary artifact shows, as a flat dict (also handy for tests): the
+    headline first (``RunSummary.headline``, as the CLI and watch show it), then the details."""
     try:
         size = os.path.getsize(summary.index_path)
     except OSError:
         size = 0
     b = summary.batch
     cost = summary.cost
-    counts = (built or {}).get("counts") or {}
     fallback = summary.fallback
     return {
+        **summary.headline(),
         "index": summary.index_path,
-        "outcome": summary.outcome(),
         "mode": f"full rebuild ({summary.full_reason})" if summary.full else "incremental",
         "swapped": summary.swapped,
         "provider": f"{summary.provider} / {summary.model}",
         "provider reason": summary.provider_reason,
         "provider fallback": f"{fallback.get('from')} -> {fallback.get('to')}: {fallback.get('reason')}" if fallback else "-",
-        "embedding ran on": runner,
+        "embedding ran on": summary.embedded_on or "-",
         "batch mode": b.get("mode") or ("on" if settings.batch.enabled else "off"),
         "files scanned": summary.files_scanned,
         "files new": summary.files_new,
@@ -156,10 +148,9 @@ def run_figures(summary: RunSummary, settings: Settings, *, runner: str,
         "batch mode switched off": (b.get("disabled_reason") or "yes") if b.get("disabled") else "-",
         "tokens sent (sync)": summary.tokens_sync,
         "tokens sent (batch)": summary.tokens_batch,
-        "estimated cost (USD)": _cost_figure(summary),
         "saving vs all-sync (USD)": cost.get("saving_usd") if cost.get("priced") else "-",
         **{f"seconds: {k}": round(v, 2) for k, v in summary.stage_seconds.items()},
-        "index vectors": counts.get("vectors", "-"),
+        "error": summary.error or "-",
         "index size (bytes)": size,
         "index size (MiB)": round(size / 2**20, 2),
     }
@@ -180,15 +171,22 @@ def summary_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = None,
-                   fallbacks: Iterable[str] = (), extra: Iterable[str] = ()) -> str:
+                   fallbacks: Iterable[str] = (), extra: Iterable[str] = (), partial: RunSummary | None = None) -> str:
     warnings = list(dict.fromkeys(warnings))
     fallbacks = list(fallbacks)
     extra = list(extra)
     lines = [f"# {title}", ""]
     if error:
-        lines += ["## Error", "", f"**The run failed:** {_md(error)}", "",
+        what = "was cancelled" if error == "cancelled" else f"failed: {_md(error)}"
+        lines += ["## Error", "", f"**The run {what}**", "",
                   "The live index was left as it was; the next run starts again from the sources and reuses"
                   " every vector already in the embedding cache.", ""]
+        if partial is not None:
+            lines += ["## What it had done", "",
+                      f"- chunks read from the files: {partial.chunks_indexed}",
+                      f"- chunks embedded and cached: {partial.chunks_embedded} in {partial.embed_requests}"
+                      f" request(s); they will not be embedded again",
+                      "- chunks not embedded yet: embedded by the next run", ""]
     if fallbacks:
         lines += ["## Fallbacks", ""] + [f"- {_md(f)}" for f in fallbacks] + [""]
     if warnings:
@@ -236,8 +234,28 @@ def emit(event: str, settings: Settings, payload: dict[str, Any]) -> None:
         log.warning("cannot emit %s: %s", event, exc)
 
 
-def emit_swapped(settings: Settings, summary: RunSummary, built: dict[str, Any]) -> None:
-    counts = built.get("counts") or {}
+def rename_run(flow_name: str, label: str, summary: RunSummary) -> None:
+    """Rename the flow run after what it did: ``-full`` when it rebuilt in full, ``-batch``
+    only when Batch API jobs were used (its name was chosen before either was known)."""
+    mode = "full" if summary.full else "incremental"
+    b = summary.batch
+    batch = bool(b.get("jobs_submitted") or b.get("jobs_reattached"))
+    name = f"{flow_name}-{slug(label)}-{mode}" + ("-batch" if batch else "")
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.runtime import flow_run
+
+        if flow_run.id and flow_run.name != name and not (mode == "incremental" and flow_run.name.endswith("-sessions")):
+            with get_client(sync_client=True) as client:
+                client.update_flow_run(flow_run.id, name=name)
+    except Exception as exc:
+        log.warning("cannot rename the flow run: %s", exc)
+
+
+def emit_swapped(settings: Settings, summary: RunSummary) -> None:
+    from memory_core.store import probe_index
+
+    counts = ((probe_index(Path(summary.index_path))[0] or {}).get("counts") or {})
     try:
         size = Path(summary.index_path).stat().st_size
     except OSError:

@@ -128,7 +128,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
-        from memory_core.pipeline import RunSummary
+        from memory_core.runtypes import RunSummary
 
         for line in RunSummary(**summary).lines():
             print(line)
@@ -138,24 +138,30 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _progress_bar(enabled: bool):  # type: ignore[no-untyped-def]
+    """One bar for the whole run, in chunks, with chunks/s and an ETA, moved by every file
+    chunked and every embedding request that returns."""
     if not enabled:
         return None, lambda: None
     from tqdm import tqdm
 
-    bars: dict[str, Any] = {}
+    from memory_core.runtypes import Progress
 
-    def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.get(stage)
+    bar: Any = None
+
+    def progress(p: Progress) -> None:
+        nonlocal bar
         if bar is None:
-            bar = bars[stage] = tqdm(total=total, desc=stage, unit="chunk" if stage != "chunk" else "file",
-                                     leave=False, file=sys.stderr)
-        bar.total = total
-        bar.n = done
-        bar.refresh()
+            bar = tqdm(total=p.total_estimate, desc=p.phase, unit="chunk", leave=False, file=sys.stderr,
+                       dynamic_ncols=True)
+        bar.set_description(p.phase, refresh=False)
+        bar.total = max(p.total_estimate, p.ready)
+        if p.cost_usd is not None:
+            bar.set_postfix_str(f"${p.cost_usd:.4f}", refresh=False)
+        bar.update(p.ready - bar.n)
 
     def close() -> None:
-        for b in bars.values():
-            b.close()
+        if bar is not None:
+            bar.close()
 
     return progress, close
 

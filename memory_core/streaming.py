@@ -1,17 +1,15 @@
-"""The in-process engine's build: chunk, look up, embed and insert as one stream.
+"""The build of every run: chunk, look up, embed and insert as one stream.
 
-The staged functions in :mod:`memory_core.pipeline` hand work from stage to stage through
-Parquet files, which suits Prefect tasks (each stage a task, each request group a task, Batch
-API jobs that need every miss up front). Run in one process, the same stages in sequence
-cost about 4x the time SQLite needs to insert the rows. This module runs them as one stream
-instead, with the same results (the same rows, cache entries, requests and summary):
+Both executors run it (the CLI's in-process one and the Prefect flow's): handing work from
+stage to stage through files cost about 4x the time SQLite needs to insert the rows, so the
+stages run as one stream instead:
 
 * files are read and chunked in order; every new chunk hash is looked up in the cache in
   groups of :data:`LOOKUP_ROWS` (one read gives the hit and its vector);
 * misses fill request groups exactly as :func:`memory_core.embeddings.grouping.plan_groups`
-  would (the provider's input and token limits), which are sent to a thread pool as soon as
-  they are full (``concurrency`` in flight; one at a time for the local model, whose torch
-  code releases the GIL, so its compute overlaps this thread's reading and chunking);
+  would (the provider's input and token limits), which go to the executor as soon as they are
+  full (twice its parallelism in flight: a thread pool, one request at a time for the local
+  model, whose torch code releases the GIL, or Prefect tasks on threads or a Dask cluster);
 * each response is committed to the cache as it arrives (a killed run keeps what it paid for);
 * a row goes to the temp index once its vector is there, in file order, :func:`insert_rows` at
   a time; a large run writes the temp index in a child process
@@ -25,10 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,8 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
+from memory_core.runtypes import BuildResult, ChunkResult, Executor, Progress, ProgressFn, RunPlan
+from memory_core.stages import chunk_file, chunk_params, finish_meta
 from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
@@ -56,8 +56,8 @@ INSERT_BYTES = 12 * 1024 * 1024
 # Small incremental runs edit the live file in place instead (memory_core.store.edit_in_place).
 # MEMORY_CORE_WRITER=process|inline|inplace overrides (tests, benchmarks).
 PROCESS_WRITER_BYTES = 2 * 1024 * 1024
-
-ProgressFn = Callable[[str, int, int], None]
+# The progress callback is called at most this often (and at the end).
+PROGRESS_EVERY_S = 0.2
 
 
 def insert_rows(dims: int | None) -> int:
@@ -79,14 +79,16 @@ def use_process_writer(source_bytes: int) -> bool:
 class _Stream:
     """State of one streamed build (see the module docstring)."""
 
-    def __init__(self, provider: EmbeddingProvider, cache: EmbeddingCache | None, concurrency: int) -> None:
+    def __init__(self, provider: EmbeddingProvider, cache: EmbeddingCache | None, executor: Executor,
+                 progress: Progress) -> None:
         self.provider = provider
         self.cache = cache
+        self.executor = executor
+        self.progress = progress
         self.with_vectors = provider.name != "none" and cache is not None
         self.dims: int | None = provider.dims
-        self.workers = 1 if provider.name == "local" else max(1, concurrency)
-        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="embed") \
-            if self.with_vectors else None
+        self.workers = executor.parallelism(provider)
+        self.groups = 0
         self.budget = max(1, int(provider.max_tokens_per_request * TOKEN_MARGIN))
         self.max_inputs = provider.max_inputs_per_request
         # rows (ChunkRow field order, embedding None) waiting for their vector, in file order
@@ -117,9 +119,13 @@ class _Stream:
         h = row[5]
         self.waiting.append(row)
         if not self.with_vectors:
+            self.progress.ready += 1
             return
         self.need[h] += 1
-        if h in self.vecs or h in self.pending:
+        if h in self.vecs:
+            self.progress.ready += 1
+            return
+        if h in self.pending:
             return
         self.pending.add(h)
         key = hash(h)
@@ -138,6 +144,7 @@ class _Stream:
             got = self.cache.get_many(self.refetch)
             self.vecs.update(got)
             self.pending.difference_update(got)
+            self.progress.ready += sum(self.need[h] for h in got)
             lost = [h for h in self.refetch if h not in got]
             self.refetch = []
             if lost:  # evicted or deleted behind our back: embed again
@@ -148,6 +155,7 @@ class _Stream:
         self.vecs.update(got)
         self.pending.difference_update(got)
         self.hits += len(got)
+        self.progress.ready += sum(self.need[h] for h in got)
         for h, text in self.lookup:
             if h in got:
                 continue
@@ -163,20 +171,11 @@ class _Stream:
     def submit(self) -> None:
         if not self.group_h:
             return
-        assert self.pool is not None
-        fut = self.pool.submit(self._embed_and_store, self.group_h, self.group_t)
+        fut = self.executor.embed(self.provider, self.cache, self.group_h, self.group_t, self.groups)
+        self.groups += 1
         self.inflight[fut] = (self.group_h, self.group_tokens)
         self.group_h, self.group_t, self.group_tokens = [], [], 0
         self.drain(self.workers * 2)
-
-    def _embed_and_store(self, hashes: list[str], texts: list[str]) -> np.ndarray:
-        """In a pool thread: one request, its vectors committed to the cache as they arrive."""
-        from memory_core.pipeline import store_vectors
-
-        vectors = np.ascontiguousarray(self.provider.embed_documents(texts), dtype="<f4")
-        assert self.cache is not None
-        store_vectors(self.cache, hashes, vectors)
-        return vectors
 
     def drain(self, block_until: int) -> None:
         """Take in every finished request; wait while more than ``block_until`` are in flight.
@@ -192,21 +191,37 @@ class _Stream:
                 done, _ = wait(list(self.inflight), return_when=FIRST_COMPLETED)
             for fut in done:
                 hashes, tokens = self.inflight.pop(fut)
-                vectors = fut.result()
+                vectors = np.ascontiguousarray(fut.result(), dtype="<f4")
                 for i, h in enumerate(hashes):
                     self.vecs[h] = vectors[i].tobytes()
                     self.pending.discard(h)
                 self.stats["requests"] += 1
                 self.stats["embedded"] += len(hashes)
                 self.stats["tokens"] += tokens
+                p = self.progress
+                p.ready += sum(self.need[h] for h in hashes)
+                p.requests, p.embedded, p.tokens = self.stats["requests"], self.stats["embedded"], self.stats["tokens"]
+                self.report()
+
+    def report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.on_progress is not None and (force or now - self.last_report >= PROGRESS_EVERY_S):
+            self.last_report = now
+            self.on_progress(self.progress)
+
+    on_progress: ProgressFn | None = None
+    last_report = 0.0
+    checkpointer: threading.Thread | None = None
 
     def finish_vectors(self) -> None:
         if self.with_vectors:
             self.resolve()
             self.submit()
             self.drain(0)
-            assert self.pool is not None and self.cache is not None
-            self.pool.submit(self.cache.checkpoint)  # beside the index's last inserts and commit
+            assert self.cache is not None
+            # beside the index's last inserts and commit (apsw releases the GIL)
+            self.checkpointer = threading.Thread(target=self.cache.checkpoint, name="cache-checkpoint")
+            self.checkpointer.start()
 
     # -- rows -----------------------------------------------------------------------------
     def ready_rows(self, limit: int) -> list[tuple[Any, ...]]:
@@ -234,41 +249,40 @@ class _Stream:
             out.append(tuple(row))
         return out
 
-    def close(self) -> None:
-        if self.pool is not None:
-            for fut in self.inflight:
-                fut.cancel()
-            self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait_running: bool = True) -> None:
+        """Cancel requests not started. The running ones store their vectors in the cache as
+        they arrive, whether or not anyone waits for them (a cancelled run keeps what it was
+        sent back); a run that failed does not wait for them."""
+        for fut in self.inflight:
+            fut.cancel()
+        if wait_running:
+            wait(list(self.inflight))
+        self.inflight.clear()
+        if self.checkpointer is not None:
+            self.checkpointer.join()
 
 
-def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None, *,
-                 concurrency: int = 4, progress: ProgressFn | None = None,
-                 in_place: bool | None = None) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
-    """Build, verify and swap the next index from ``plan`` in one stream.
+def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
+                 executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None, *,
+                 in_place: bool | None = None) -> tuple[ChunkResult, int, dict[str, int], BuildResult]:
+    """Build, verify and publish the next index from ``plan`` in one stream.
 
     ``in_place`` None: decided by :func:`memory_core.store.edit_in_place`. An in-place update
     that readers keep from committing is rolled back and done again as a new file (its
     vectors are in the cache by then).
 
-    Returns what the staged path's stages return, for :func:`memory_core.pipeline.summarize`:
-    (ChunkResult, MissResult, embed stats, build result). ``ChunkResult.path`` and
-    ``MissResult.path`` are empty: no work files are written.
+    Returns (what chunking found, cache hits, the sync requests' figures, the published index).
+    ``progress`` is updated as the stream goes (the orchestrator reads it if the run ends early).
     """
-    from memory_core.pipeline import (
-        ChunkResult,
-        MissResult,
-        chunk_file,
-        chunk_params,
-        finish_meta,
-        sync_embed_extras,
-    )
-
     index_path = Path(plan.index_path)
     live_meta = probe_index(index_path)[0] if not plan.full else None
     tokens, overlap = chunk_params(settings, provider)
     model = provider.model
     now = int(time.time() * 1000)
-    st = _Stream(provider, cache, concurrency)
+    if progress is None:
+        progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
+    st = _Stream(provider, cache, executor, progress)
+    st.on_progress = on_progress
     if st.dims is None and live_meta and st.with_vectors:
         st.dims = live_meta.get("dims")
     writer_cls: Any = IndexWriter
@@ -286,7 +300,7 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
     files: dict[str, dict[str, Any]] = {}
     over: dict[str, int] = {}
     total = 0
-    inserted = 0
+    failed = False
 
     def open_writer() -> Any:
         w = writer_cls(index_path, full=plan.full, dims=st.dims, **({"in_place": True} if in_place else {}))
@@ -296,7 +310,7 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
         return w
 
     def insert(limit: int) -> None:
-        nonlocal writer, inserted
+        nonlocal writer
         if st.inflight:
             st.drain(len(st.inflight))  # take in what has arrived, without waiting
         while True:
@@ -306,19 +320,16 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
             if writer is None:
                 writer = open_writer()
             writer.insert_tuples(rows)
-            inserted += len(rows)
-            if progress:
-                progress("build", inserted, total)
             if len(rows) < limit:
                 return
 
     try:
         if st.dims is not None or not st.with_vectors:
             writer = open_writer()  # an incremental run's copy of the live index overlaps the chunking
-        n_files = len(plan.to_index)
-        for i, f in enumerate(plan.to_index, 1):
+        for f in plan.to_index:
             fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
             if fc is not None:
+                progress.chunks += len(fc.chunks)
                 for c in fc.chunks:
                     st.add_row([chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path, f.source,
                                 c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text)
@@ -327,10 +338,11 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
                 if fc.over_window:
                     over[f.path] = fc.over_window
                 failpoint("chunk")
+            progress.files_done += 1
+            progress.bytes_done += f.size
             if len(st.waiting) >= insert_rows(st.dims):
                 insert(insert_rows(st.dims))
-            if progress:
-                progress("chunk", i, n_files)
+            st.report()
         st.finish_vectors()
         insert(insert_rows(st.dims))
         if st.waiting:
@@ -352,22 +364,19 @@ def stream_index(plan: Any, settings: Settings, provider: EmbeddingProvider, cac
             busy = True
             warnings.append(f"{exc}; built a new file instead")
     except BaseException:
+        failed = True
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.abort()
         raise
     finally:
-        st.close()
-    chunks = ChunkResult(path="", files=files, chunks=total, unique_hashes=len(st.seen), warnings=warnings,
+        st.close(wait_running=not failed)
+    chunks = ChunkResult(files=files, chunks=total, unique_hashes=len(st.seen), warnings=warnings,
                          over_window=over)
-    misses = MissResult(path="", misses=st.misses, hits=st.hits)
-    embed: dict[str, Any] = {}
-    if st.with_vectors:
-        embed = dict(st.stats)
-        sync_embed_extras(settings, provider, embed)
-    built = {"counts": counts, "dims": meta["dims"], "vector_store": meta["vector_store"],
-             "chunks_over_window": meta["chunks_over_window"], "in_place": in_place}
+    built = BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
+                        chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))
     if busy:  # again as a new file: the vectors come from the cache now
-        built = stream_index(plan, settings, provider, cache, concurrency=concurrency, progress=progress,
-                             in_place=False)[3]
-    return chunks, misses, embed, built
+        built = stream_index(plan, settings, provider, cache, executor, in_place=False)[3]
+    progress.finished = True
+    st.report(force=True)
+    return chunks, st.hits, dict(st.stats) if st.with_vectors else {}, built

@@ -286,12 +286,11 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
     s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
     provider, _ = create_provider(s)
     s.index_file.parent.mkdir(parents=True, exist_ok=True)
-    from memory_core import pipeline
+    from memory_core import stages
 
-    plan = pipeline.discover_stage(s, provider, "test", full=True)
-    chunks = pipeline.chunk_stage(plan, s, provider)
+    plan = stages.discover_stage(s, provider, "test", full=True)
     cache = EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key)
-    misses = pipeline.cache_lookup_stage(plan, chunks, cache, provider)
+    misses = stages.collect_misses(plan, s, provider, cache)
     ctx = open_context(s, provider, cache, plan.workdir)
     (spec,) = plan_jobs(ctx, misses.path)
     ctx.ledger.record_submission(spec.local_id, spec.hash_tokens(), requests=spec.requests, tokens=spec.tokens)
@@ -299,7 +298,7 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
     ctx.ledger.set_input_file(spec.local_id, fid)
     ctx.client.create(fid, spec.local_id)  # ... and the process dies before set_submitted
     cache.close()
-    pipeline.cleanup_workdir(plan)
+    stages.cleanup_workdir(plan)
     assert ledger_states(s) == {lg.SUBMITTING: 1}
     fake.complete_job()
     summary = run_index(s)
@@ -374,17 +373,16 @@ def test_sigkill_with_jobs_in_flight_then_rerun_reattaches(workspace: Path, tmp_
 # -- units: planning, ledger, cost ------------------------------------------------------------------
 
 def test_jobs_split_at_request_byte_and_token_limits(workspace: Path, fake: Any) -> None:
-    from memory_core import pipeline
+    from memory_core import stages
 
     s = batch_settings(workspace, "openai", fake, max_requests_per_job=1000, max_bytes_per_job=20_000,
                        max_tokens_per_job=3000)
     provider, _ = create_provider(s)
     s.cache_file.parent.mkdir(parents=True, exist_ok=True)
-    plan = pipeline.discover_stage(s, provider, "test", full=True)
+    plan = stages.discover_stage(s, provider, "test", full=True)
     try:
-        chunks = pipeline.chunk_stage(plan, s, provider)
         with EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key) as cache:
-            misses = pipeline.cache_lookup_stage(plan, chunks, cache, provider)
+            misses = stages.collect_misses(plan, s, provider, cache)
             ctx = open_context(s, provider, cache, plan.workdir)
             specs = plan_jobs(ctx, misses.path)
             assert len(specs) > 2
@@ -395,7 +393,7 @@ def test_jobs_split_at_request_byte_and_token_limits(workspace: Path, fake: Any)
             one = plan_jobs(ctx, misses.path, include={hashes[0], hashes[-1]})
             assert len(one) == 1 and sorted(one[0].hashes()) == sorted({hashes[0], hashes[-1]})
     finally:
-        pipeline.cleanup_workdir(plan)
+        stages.cleanup_workdir(plan)
 
 
 def test_ledger_lives_in_the_cache_file(tmp_path: Path) -> None:

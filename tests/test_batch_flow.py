@@ -40,8 +40,8 @@ def _flow() -> Any:
     from prefect import flow
     from prefect.task_runners import ThreadPoolTaskRunner
 
-    from flows.batch import embed_misses_batch
-    from memory_core import pipeline
+    from flows.executor import PrefectExecutor
+    from memory_core.pipeline import run_index
     from tasks.stages import provider_for
 
     @flow(name="batch-embed-test", task_runner=ThreadPoolTaskRunner(max_workers=4))
@@ -50,22 +50,11 @@ def _flow() -> Any:
 
         settings = Settings.model_validate_json(settings_json)
         provider, reason = provider_for(settings)
-        plan = pipeline.discover_stage(settings, provider, reason, full=True)
+        executor = PrefectExecutor(label="test")
         try:
-            chunks = pipeline.chunk_stage(plan, settings, provider)
-            cache = pipeline.open_cache(settings, provider, plan)
-            assert cache is not None
-            try:
-                misses = pipeline.cache_lookup_stage(plan, chunks, cache, provider)
-                stats = embed_misses_batch(settings, misses, cache)
-                built = None if pipeline.batch_pending(stats) else pipeline.build_stage(plan, chunks, cache, provider)
-            finally:
-                cache.close()
-            summary = pipeline.summarize(plan, provider, reason, chunks=chunks, misses=misses, embed=stats,
-                                         built=built, timings={})
-            return summary.to_dict()
+            return run_index(settings, full=True, provider=provider, reason=reason, executor=executor).to_dict()
         finally:
-            pipeline.cleanup_workdir(plan)
+            executor.close()
 
     return batch_embed_test
 

@@ -236,7 +236,7 @@ def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) ->
         fake.gate.set()
     ra, rb = wait_final(a), wait_final(b)
     assert ra.state.is_completed(), ra.state.message
-    assert ra.name == "backfill-big-incremental" and ra.parameters["embed_concurrency"] == 1
+    assert ra.name == "backfill-big-full" and ra.parameters["embed_concurrency"] == 1
     assert ra.parameters["workspace"] == str(stack.ws) and ra.parameters["batch"] is False
     # what the UI shows for A: figures, progress, the swap event
     settings = load_settings(stack.cfg, {"workspace": str(stack.ws), "sources": ["memory", "sessions"]})
@@ -244,7 +244,7 @@ def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) ->
     fig = table_figures(artifact_of(ra.id, "table"))
     assert fig["files scanned"] == fig["files new"] == n_files and fig["files removed"] == 0
     assert fig["chunks embedded"] == stack.fake.embedded_inputs > 20 and fig["chunks from cache"] == 0
-    assert fig["embedding requests (sync)"] == stack.fake.embed_requests and fig["embedding ran on"] == "threads (1 worker)"
+    assert fig["embedding requests (sync)"] == stack.fake.embed_requests and fig["embedding ran on"] == "Prefect tasks on threads (1 worker)"
     assert fig["tokens sent (sync)"] > 0 and fig["estimated cost (USD)"] > 0
     assert float(artifact_of(ra.id, "progress").data) == 100.0
     ev = events_for(report.EVENT_SWAPPED, flow_run_id=ra.id)

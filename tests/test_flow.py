@@ -5,8 +5,6 @@ and a Dask LocalCluster giving the same index as the thread pool."""
 from __future__ import annotations
 
 import hashlib
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -117,10 +115,10 @@ def test_run_shows_names_artifacts_and_swap_event(prefect_api: Any, workspace: P
     state, fr = run(workspace=str(workspace), config_file=str(cfg))
     assert state.is_completed(), state.message
     summary = state.result()
-    assert fr.name == "reindex-ws-incremental"
+    assert fr.name == "reindex-ws-full"  # renamed after what it did: the first build is a full one
     assert summary["swapped"] and summary["chunks_embedded"] == openai_fake.embedded_inputs > 20
 
-    stages = {"discover-ws", f"chunk-ws-{summary['files_new']}-files", "cache-lookup-ws", "build-ws"}
+    stages = {"discover-ws", "build-ws"}
     names = task_run_names(fr.id, until=lambda ns: stages <= set(ns) and sum(
         n.startswith("embed-openai-group-") for n in ns) >= summary["embed_requests"])
     assert stages <= set(names)
@@ -135,9 +133,10 @@ def test_run_shows_names_artifacts_and_swap_event(prefect_api: Any, workspace: P
     assert fig["tokens sent (sync)"] == summary["tokens_sent"] > 0 and fig["tokens sent (batch)"] == 0
     assert fig["estimated cost (USD)"] == pytest.approx(summary["tokens_sent"] * 0.02 / 1e6, abs=1e-6)
     assert fig["index size (bytes)"] == (workspace / ".memory-core" / "index.sqlite").stat().st_size
-    assert fig["embedding ran on"] == "threads (4 workers)" and fig["outcome"] == "swapped in"
+    assert fig["embedding ran on"] == "Prefect tasks on threads (4 workers)" and fig["outcome"] == "swapped in"
+    assert fig["chunks"] == summary["chunks_total"] and fig["embedded"] == summary["chunks_embedded"]
     assert fig["batch jobs submitted"] == 0 and fig["batch job states"] == "-" and fig["batch mode"] == "off"
-    assert "seconds: embed" in fig and "seconds: total" in fig
+    assert "seconds: index" in fig and "seconds: total" in fig
     progress = artifact_of(fr.id, "progress")
     assert float(progress.data) == 100.0 and progress.key == "reindex-ws-progress"
     notes = artifact_of(fr.id, "markdown")
@@ -226,64 +225,38 @@ def test_force_sessions_reindexes_transcripts_below_the_delta(prefect_api: Any, 
     assert fig["files changed"] == 1 and fig["sessions carried (below delta)"] == 0 and fig["swapped"] == "True"
 
 
-def test_batch_mode_without_batch_support_fails_clearly(prefect_api: Any, workspace: Path, tmp_path: Path,
-                                                        openai_fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "flows.batch", None)  # as if flows/batch.py did not exist
-    cfg = write_config(tmp_path / "mc.toml", openai_fake)
-    state, _ = run(workspace=str(workspace), config_file=str(cfg), batch=True)
-    assert state.is_failed() and "batch mode is on" in state.message and "batch=false" in state.message
-    assert not (workspace / ".memory-core" / "index.sqlite").exists()
-    assert openai_fake.embed_requests == 0
+def test_batch_failures_switch_to_sync_and_say_so(prefect_api: Any, workspace: Path, tmp_path: Path) -> None:
+    """Real batch jobs that fail reach the failure limit: the rest goes through sync request
+    tasks of the same run; the summary, the notes and a batch-to-sync event say so."""
+    from tests.fakes.openai_fake import OpenAIFake
 
+    with OpenAIFake(dims=64, batch_delay=0.05) as fake:
+        cfg = write_config(tmp_path / "mc.toml", fake)
+        with cfg.open("a") as fh:
+            fh.write("[batch]\npoll_interval_s = 0.05\nmax_requests_per_job = 40\nconcurrency = 1\n")
+        fake.fail_next_job()
+        fake.fail_next_job()
+        from flows.backfill import backfill
 
-def test_batch_mode_calls_embed_misses_batch_and_reports_jobs_and_fallback(
-        prefect_api: Any, workspace: Path, tmp_path: Path, openai_fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The wiring, with a stand-in for flows.batch: called with the progress reporter; its jobs,
-    tokens, cost and a switch to sync calls reach the summary, the notes and the events."""
-    from memory_core import pipeline
-    from memory_core.batch.cost import estimate_cost
-    from tasks.stages import provider_for
-
-    calls: list[dict[str, Any]] = []
-
-    def embed_misses_batch(settings: Any, misses: Any, cache: Any, *, progress: Any = None) -> dict[str, Any]:
-        provider, _ = provider_for(settings)
-        done = tokens = 0
-        for g in pipeline.iter_embed_groups(misses, provider):
-            pipeline.store_vectors(cache, *pipeline.embed_group(provider, g))
-            done += len(g.hashes)
-            tokens += g.tokens
-            progress("batch", done, misses.misses)
-        calls.append({"misses": misses.misses})
-        half = tokens // 2
-        return {"requests": 1, "embedded": done, "tokens": tokens, "tokens_sync": tokens - half, "tokens_batch": half,
-                "batch": {"mode": "batch", "jobs_submitted": 2, "jobs_reattached": 0, "jobs_collected": 1,
-                          "jobs_failed": 1, "jobs_timed_out": 0, "jobs_pending": 0, "chunks_via_batch": done // 2,
-                          "chunks_via_sync": done - done // 2, "lines_failed": 0, "disabled": True,
-                          "disabled_reason": "failure limit reached (2 points); the rest went through sync calls"},
-                "cost": estimate_cost(settings, provider.name, provider.model, tokens_sync=tokens - half,
-                                      tokens_batch=half)}
-
-    monkeypatch.setitem(sys.modules, "flows.batch", types.SimpleNamespace(embed_misses_batch=embed_misses_batch))
-    cfg = write_config(tmp_path / "mc.toml", openai_fake)
-    from flows.backfill import backfill
-
-    state = backfill(workspace=str(workspace), config_file=str(cfg), return_state=True)
-    drain_workers()
-    fr = read_flow_run(state.state_details.flow_run_id)
-    assert state.is_completed(), state.message
-    assert fr.name == "backfill-ws-incremental-batch" and len(calls) == 1
+        state = backfill(workspace=str(workspace), config_file=str(cfg), return_state=True)
+        drain_workers()
+        assert state.is_completed(), state.message
+        fr = read_flow_run(state.state_details.flow_run_id)
+        summary = state.result()
+        assert summary["swapped"] and fake.embed_requests > 0
     fig = table_figures(artifact_of(fr.id, "table"))
-    assert fig["batch mode"] == "batch" and fig["batch jobs submitted"] == 2 and fig["embedding ran on"] == "provider batch jobs"
-    assert fig["batch job states"] == "1 collected, 1 failed"
-    assert fig["batch mode switched off"].startswith("failure limit reached")
-    assert fig["tokens sent (batch)"] + fig["tokens sent (sync)"] == state.result()["tokens_sent"]
-    assert 0 < fig["saving vs all-sync (USD)"] < fig["estimated cost (USD)"]
-    assert float(artifact_of(fr.id, "progress").data) == 100.0
-    assert "failure limit reached" in artifact_of(fr.id, "markdown").data
+    assert fig["batch mode"] == "batch, then sync (batch mode off)"
+    assert fig["batch mode switched off"].startswith("2 batch failure points")
+    via_batch, via_sync = (int(x) for x in fig["chunks via batch / via sync"].split(" / "))
+    assert via_sync == summary["chunks_embedded"] - via_batch > 0
+    assert fig["tokens sent (batch)"] + fig["tokens sent (sync)"] == summary["tokens_sent"]
+    assert read_flow_run(fr.id).name == "backfill-ws-full-batch"  # renamed after what it did
+    assert "batch mode was switched off" in artifact_of(fr.id, "markdown").data
     ev = events_for(report.EVENT_FALLBACK_BATCH, flow_run_id=fr.id)
-    assert len(ev) == 1 and "failure limit" in ev[0].payload["reason"] and ev[0].payload["kind"] == "batch-to-sync"
+    assert len(ev) == 1 and "failure points" in ev[0].payload["reason"] and ev[0].payload["kind"] == "batch-to-sync"
     assert events_for(report.EVENT_SWAPPED, flow_run_id=fr.id)
+    names = task_run_names(fr.id, until=lambda ns: any(n.startswith("embed-openai-group-") for n in ns))
+    assert any(n.startswith("embed-openai-group-") for n in names)
 
 
 def test_backfill_through_the_batch_api(prefect_api: Any, workspace: Path, tmp_path: Path) -> None:

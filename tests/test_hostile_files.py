@@ -68,7 +68,7 @@ def test_file_deleted_or_rewritten_during_the_run(workspace, monkeypatch):
             fh.write("\n" + "filler line about nothing much\n" * 3000 + "## late\nthe narwhal migration\n")
         return d
 
-    monkeypatch.setattr("memory_core.pipeline.discover_files", racing)
+    monkeypatch.setattr("memory_core.stages.discover_files", racing)
     summary = run_index(s)
     monkeypatch.undo()
     assert summary.swapped

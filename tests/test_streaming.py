@@ -1,7 +1,7 @@
-"""The in-process engine's streamed build (memory_core/streaming.py) and its writer process
+"""The streamed build (memory_core/streaming.py) that both executors run, and its writer process
 (memory_core/writer_proc.py), on real SQLite + sqlite-vec, with the openai SDK talking to the
-fake OpenAI server. The staged stages (what the Prefect flow runs) are the reference: both
-must produce the same index from the same sources."""
+fake OpenAI server. A build with the default batch sizes is the reference: tiny request
+groups, lookups and insert batches must produce the same index from the same sources."""
 
 from __future__ import annotations
 
@@ -19,16 +19,8 @@ from memory_core import streaming
 from memory_core.cache import EmbeddingCache
 from memory_core.embeddings.registry import create_provider
 from memory_core.errors import RunError
-from memory_core.pipeline import (
-    build_stage,
-    cache_lookup_stage,
-    chunk_stage,
-    cleanup_workdir,
-    discover_stage,
-    embed_stage,
-    open_cache,
-    run_index,
-)
+from memory_core.pipeline import LocalExecutor, run_index
+from memory_core.runtypes import Progress
 from memory_core.search import Searcher
 from memory_core.store import connect, load_vec, probe_index
 from tests.conftest import openai_settings
@@ -61,37 +53,21 @@ def _snapshot(index: Path) -> dict[str, Any]:
     return {"chunks": chunks, "files": files, "meta": meta}
 
 
-def _staged_build(settings: Any) -> None:
-    """The stages one after another, as the Prefect flow runs them."""
-    provider, reason = create_provider(settings)
-    plan = discover_stage(settings, provider, reason)
-    cache = open_cache(settings, provider, plan)
-    try:
-        chunks = chunk_stage(plan, settings, provider)
-        misses = cache_lookup_stage(plan, chunks, cache, provider)
-        embed_stage(settings, misses, provider, cache)
-        build_stage(plan, chunks, cache, provider)
-    finally:
-        if cache is not None:
-            cache.close()
-        cleanup_workdir(plan)
-
-
 @pytest.mark.parametrize("writer", ["inline", "process"])
-def test_stream_builds_the_same_index_as_the_stages(workspace, openai_fake, tmp_path, monkeypatch, writer):
+def test_tiny_batches_build_the_same_index_as_the_defaults(workspace, openai_fake, tmp_path, monkeypatch, writer):
     _add_duplicates(workspace)
+    remote = {"max_inputs_per_request": 5}
+    staged = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "staged" / "index.sqlite"),
+                             remote=remote, cache={"path": str(tmp_path / "staged" / "cache.sqlite")})
+    streamed = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "streamed" / "index.sqlite"),
+                               remote=remote)
+    run_index(staged)
+    staged_inputs = list(openai_fake.input_texts)
     # tiny groups and batches: many requests in flight, rows waiting on several of them,
     # vectors dropped and read back from the cache when a hash comes back
     monkeypatch.setattr(streaming, "INSERT_ROWS", 3)
     monkeypatch.setattr(streaming, "LOOKUP_ROWS", 2)
     monkeypatch.setenv("MEMORY_CORE_WRITER", writer)
-    remote = {"max_inputs_per_request": 5}
-    staged = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "staged" / "index.sqlite"),
-                             remote=remote)
-    streamed = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "streamed" / "index.sqlite"),
-                               remote=remote)
-    _staged_build(staged)
-    staged_inputs = list(openai_fake.input_texts)
     summary = run_index(streamed)
     streamed_inputs = openai_fake.input_texts[len(staged_inputs):]
     assert summary.swapped and "index" in summary.stage_seconds
@@ -118,7 +94,8 @@ def test_finished_requests_are_taken_in_without_waiting_for_more(workspace, open
     s = openai_settings(workspace, openai_fake)
     provider, _ = create_provider(s)
     with EmbeddingCache(tmp_path / "c.sqlite", provider.name, provider.model, provider.provider_key) as cache:
-        st = streaming._Stream(provider, cache, concurrency=4)
+        ex = LocalExecutor(4)
+        st = streaming._Stream(provider, cache, ex, Progress())
         try:
             text = "the replica lag alert fired twice"
             h = hashlib.sha256(text.encode()).hexdigest()
@@ -131,8 +108,10 @@ def test_finished_requests_are_taken_in_without_waiting_for_more(workspace, open
             assert not st.inflight and h in st.vecs
             (row,) = st.ready_rows(10)
             assert row[5] == h and len(row[9]) == 4 * len(np.frombuffer(cache.get_many([h])[h], dtype="<f4"))
+            assert st.progress.ready == 1 and st.progress.embedded == 1
         finally:
             st.close()
+            ex.close()
 
 
 def test_stream_survives_colliding_seen_keys(workspace, openai_fake, tmp_path, monkeypatch):

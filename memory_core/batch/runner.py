@@ -1,9 +1,10 @@
 """Run the embedding of a run's cache misses through a provider's Batch API.
 
 :class:`BatchRun` is the coordinator; it decides, the job steps in :mod:`memory_core.batch.jobs`
-do. It runs the steps through a :class:`JobOps` executor: :class:`LocalOps` (a thread pool, used
-by :func:`run_batch_embedding` and ``pipeline.run_index``) or the Prefect one in
-``flows/batch.py`` (one task per step per job). The order of business:
+do. It runs the steps through a :class:`JobOps` executor: :class:`LocalOps` (a thread pool, the
+in-process executor's) or the Prefect one in ``flows/batch.py`` (one task per step per job);
+the orchestrator (``memory_core.pipeline.run_index``) picks it through its executor. The order
+of business:
 
 1. Re-attach: every open job in the ledger for this provider configuration that covers a chunk
    this run needs is polled and collected instead of being submitted again (a job whose submit
@@ -13,21 +14,24 @@ by :func:`run_batch_embedding` and ``pipeline.run_index``) or the Prefect one in
 2. Plan: the remaining misses, across all files of the run, become JSONL jobs split at the
    provider's limits.
 3. Run at most ``batch.concurrency`` jobs at once: submit, poll (own deadline), collect.
-   Lines that failed inside a job go to sync calls. A job that fails, expires, is cancelled by
+   Lines that failed inside a job are left to sync calls. A job that fails, expires, is cancelled by
    the provider or disappears counts 1 toward ``batch.failure_limit`` and its unfinished chunks
    are queued again as a new job; a poll that times out is waited out once more, and a second
    timeout counts 2, cancels the job and collects its partial output. A completed job resets
    the count (as the reference). At the limit, batch mode is off for the rest of the run: jobs
-   already running are still collected, and every chunk not yet submitted goes through sync.
+   already running are still collected, and every chunk not yet submitted is left to sync calls.
 4. ``batch.wait = false``: jobs are submitted and polled once; the ones already done are
    collected, the others stay in the ledger for a later run (``jobs_pending`` in the stats);
    the caller must not build the index from an incomplete cache.
+
+Sync calls are not made here: whatever batch jobs did not put into the cache is a cache miss
+of the streamed build that follows (``memory_core.streaming``), which embeds it through the same
+executor as any other run, so there is one sync embedding loop in memory-core.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -36,17 +40,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any, Protocol
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.batch import jobs as J
 from memory_core.batch import types as st
-from memory_core.batch.cost import estimate_cost
 from memory_core.batch.types import CollectResult, JobRecord, JobSpec
 from memory_core.cache import EmbeddingCache
-from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import ProviderError
+from memory_core.runtypes import MissResult
 
 log = logging.getLogger("memory_core.batch")
 
@@ -64,7 +65,6 @@ class JobOps(Protocol):
     def start(self, step: str, obj: Any, **kw: Any) -> Any: ...
     def wait_any(self, handles: list[Any]) -> list[Any]: ...
     def result(self, handle: Any) -> Any: ...
-    def sync_embed(self, misses: Any) -> dict[str, int]: ...
     def close(self) -> None: ...
 
 
@@ -82,16 +82,13 @@ class LocalOps:
     their writes, as it does for Prefect tasks.
     """
 
-    def __init__(self, ctx: J.BatchContext, *, workers: int, sync_concurrency: int = 4,
-                 progress: ProgressFn | None = None) -> None:
+    def __init__(self, ctx: J.BatchContext, *, workers: int) -> None:
         self.ctx = ctx
         self.stop = threading.Event()
         self.local = threading.local()
         self.opened: list[EmbeddingCache] = []
         self.lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="batch")
-        self.sync_concurrency = sync_concurrency
-        self.progress = progress
 
     def _sleep(self, seconds: float) -> None:
         if self.stop.wait(seconds):
@@ -123,12 +120,6 @@ class LocalOps:
     def result(self, handle: Any) -> Any:
         return handle.result()
 
-    def sync_embed(self, misses: Any) -> dict[str, int]:
-        from memory_core.pipeline import embed_stage_local
-
-        return embed_stage_local(misses, self.ctx.provider, self.ctx.cache, concurrency=self.sync_concurrency,
-                                 progress=self.progress)
-
     def close(self) -> None:
         self.stop.set()
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -137,24 +128,7 @@ class LocalOps:
         self.opened.clear()
 
 
-def subset_misses(misses: Any, hashes: set[str], path: str) -> Any:
-    """A MissResult holding only ``hashes`` of ``misses`` (streamed, memory-flat)."""
-    from memory_core.pipeline import MISS_SCHEMA, MissResult
-
-    n = 0
-    with pq.ParquetWriter(path, MISS_SCHEMA) as writer:
-        if misses.misses:
-            for batch in pq.ParquetFile(misses.path).iter_batches(batch_size=4096):
-                t = pa.Table.from_batches([batch])
-                hs = t.column("hash").to_pylist()
-                keep = [i for i, h in enumerate(hs) if h in hashes]
-                if keep:
-                    writer.write_table(t.take(keep).cast(MISS_SCHEMA))
-                    n += len(keep)
-    return MissResult(path=path, misses=n, hits=0)
-
-
-def miss_hashes(misses: Any) -> set[str]:
+def miss_hashes(misses: MissResult) -> set[str]:
     if not misses.misses:
         return set()
     out: set[str] = set()
@@ -166,7 +140,8 @@ def miss_hashes(misses: Any) -> set[str]:
 class BatchRun:
     """One run's batch embedding: re-attach, plan, run jobs, fall back to sync where needed."""
 
-    def __init__(self, ctx: J.BatchContext, misses: Any, ops: JobOps, *, progress: ProgressFn | None = None) -> None:
+    def __init__(self, ctx: J.BatchContext, misses: MissResult, ops: JobOps, *,
+                 progress: ProgressFn | None = None) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
         self.misses = misses
@@ -258,10 +233,9 @@ class BatchRun:
         self.queue.extend(J.plan_jobs(self.ctx, self.misses.path, exclude=claimed))
         try:
             self._loop()
-            sync_stats = self._sync_rest()
         finally:
             self.ops.close()
-        return self._result(sync_stats, time.perf_counter() - t0)
+        return self._result(time.perf_counter() - t0)
 
     def _fill(self) -> None:
         while len(self.inflight) < self.concurrency:
@@ -382,53 +356,12 @@ class BatchRun:
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
 
-    def _sync_rest(self) -> dict[str, int]:
-        todo = {h for h in self.sync if h in self.needed}
-        if todo:
-            todo -= self.ctx.cache.has_many(todo)
-        if not todo:
-            return {"requests": 0, "embedded": 0, "tokens": 0}
-        log.info("embedding %d chunk(s) through sync calls", len(todo))
-        sub = subset_misses(self.misses, todo, os.path.join(str(self.ctx.workdir), f"sync-{J.new_local_id()}.parquet"))
-        try:
-            return self.ops.sync_embed(sub)
-        finally:
-            os.unlink(sub.path)
-
-    def _result(self, sync_stats: dict[str, int], seconds: float) -> dict[str, Any]:
+    def _result(self, seconds: float) -> dict[str, Any]:
+        """Batch-side figures; ``memory_core.stages.embed_stats`` adds the sync calls' and the cost."""
         s = self.stats
         s["jobs_pending"] = len(self.pending)
         s["pending_job_ids"] = [r.job_id for r in self.pending]
-        s["chunks_via_sync"] = sync_stats.get("embedded", 0)
-        if s["disabled"]:
-            s["mode"] = "batch, then sync (batch mode off)"
-        elif s["chunks_via_sync"]:
-            s["mode"] = "batch + sync for failed lines"
+        s["chunks_left_to_sync"] = len({h for h in self.sync if h in self.needed})
         s["seconds"] = round(seconds, 3)
-        tokens_sync = int(sync_stats.get("tokens", 0))
-        p = self.ctx.provider
-        return {
-            "requests": s["jobs_submitted"] + sync_stats.get("requests", 0),
-            "embedded": self.embedded + sync_stats.get("embedded", 0),
-            "tokens": self.tokens_batch + tokens_sync,
-            "tokens_sync": tokens_sync,
-            "tokens_batch": self.tokens_batch,
-            "batch": s,
-            "cost": estimate_cost(self.settings, p.name, p.model, tokens_sync=tokens_sync,
-                                  tokens_batch=self.tokens_batch),
-        }
-
-
-def run_batch_embedding(settings: Settings, provider: EmbeddingProvider, misses: Any, cache: EmbeddingCache, *,
-                        progress: ProgressFn | None = None, sync_concurrency: int = 4) -> dict[str, Any]:
-    """Embed ``misses`` (a ``pipeline.MissResult``) through ``provider``'s Batch API in this process.
-
-    Vectors go to ``cache`` as each job's output is read. Returns the embed stats
-    (``requests``, ``embedded``, ``tokens``) plus ``tokens_sync``, ``tokens_batch``, ``batch``
-    (job counts, failures, whether batch mode was switched off and why, pending jobs) and
-    ``cost`` (estimate from the price table). Raises ProviderError when the sync calls that
-    take over from batch mode fail too.
-    """
-    ctx = J.open_context(settings, provider, cache, os.path.dirname(misses.path))
-    ops = LocalOps(ctx, workers=settings.batch.concurrency, sync_concurrency=sync_concurrency, progress=progress)
-    return BatchRun(ctx, misses, ops, progress=progress).run()
+        return {"requests": s["jobs_submitted"], "embedded": self.embedded, "tokens_batch": self.tokens_batch,
+                "batch": s}

@@ -1,0 +1,107 @@
+"""The Prefect executor of the orchestrator (``memory_core.pipeline.run_index``).
+
+The run is decided by the same code as the CLI's; this executor runs its steps as Prefect
+tasks, so the UI shows them: a task per stage (``discover``, ``build``, ``collect-misses``),
+a task per embedding request group on the chosen task runner (threads, or a Dask cluster: see
+``flows/runners.py``), a task per batch job step (``flows/batch.py``). Rows stream to the same
+index writer the CLI uses, and each request group's vectors are committed to the embedding
+cache on the flow's machine the moment its task returns them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
+
+from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
+from memory_core.cache import EmbeddingCache
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.stages import store_vectors
+from tasks.stages import embed_group_task, settings_json, stage_task
+
+T = TypeVar("T")
+
+
+class PrefectExecutor:
+    """Runs a run's steps as Prefect tasks; must be used inside a flow run."""
+
+    def __init__(self, *, label: str, task_runner: RunnerChoice = "threads", concurrency: int = 4,
+                 dask_address: str | None = None, dask_workers: int = 2) -> None:
+        self.label = label
+        self.choice = task_runner
+        self.concurrency = max(1, concurrency)
+        self.dask_address = dask_address
+        self.dask_workers = dask_workers
+        self.runner: TaskRunner[Any] | None = None
+        self.where = ""
+        self.blob = ""
+        self.bridge: ThreadPoolExecutor | None = None
+
+    def bind(self, settings: Settings) -> None:
+        self.settings = settings
+        self.blob = settings_json(settings)
+
+    def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
+        if self.runner is None:
+            # one local model in this process: one request at a time, as the in-process executor
+            n = 1 if (provider.name == "local" and self.choice == "threads") else self.concurrency
+            runner, self.where = make_embed_runner(self.choice, concurrency=n, dask_address=self.dask_address,
+                                                   dask_workers=self.dask_workers)
+            runner.__enter__()
+            self.runner = runner
+        return self.runner
+
+    def parallelism(self, provider: EmbeddingProvider) -> int:
+        if self.choice == "threads":
+            return 1 if provider.name == "local" else self.concurrency
+        return runner_parallelism(self._runner(provider), self.concurrency)
+
+    def describe(self, provider: EmbeddingProvider) -> str:
+        self._runner(provider)
+        return f"Prefect tasks on {self.where}"
+
+    def embed(self, provider: EmbeddingProvider, cache: EmbeddingCache, hashes: list[str], texts: list[str],
+              index: int) -> Future[np.ndarray]:
+        runner = self._runner(provider)
+        threads = isinstance(runner, ThreadPoolTaskRunner)
+        # quote() spares Prefect a walk over the texts; Dask treats tuples (quote is a namedtuple)
+        # as task specs, so a cluster gets the list as it is.
+        fut = runner.submit(embed_group_task, parameters={
+            "settings_blob": self.blob, "texts": quote(texts) if threads else texts, "provider_name": provider.name,
+            "group_index": index,
+        })
+        if self.bridge is None:
+            self.bridge = ThreadPoolExecutor(max_workers=2 * self.parallelism(provider) + 1,
+                                             thread_name_prefix="embed-result")
+        return self.bridge.submit(self._receive, fut, cache, hashes)
+
+    @staticmethod
+    def _receive(fut: Any, cache: EmbeddingCache, hashes: list[str]) -> np.ndarray:
+        vectors = np.ascontiguousarray(fut.result(), dtype="<f4")
+        store_vectors(cache, hashes, vectors)
+        return vectors
+
+    def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        task = stage_task.with_options(name=name, task_run_name=f"{name}-{self.label}")
+        return task(quote((fn, args)))  # type: ignore[return-value]
+
+    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
+        from flows.batch import PrefectOps
+
+        return PrefectOps(ctx)
+
+    def close(self) -> None:
+        if self.bridge is not None:
+            self.bridge.shutdown(wait=True, cancel_futures=True)
+            self.bridge = None
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                self.runner.__exit__(None, None, None)
+            self.runner = None

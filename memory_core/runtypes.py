@@ -1,0 +1,322 @@
+"""The types one reindex run passes between its layers: the plan, the progress, the summary.
+
+This is the bottom layer of the indexing code: it imports nothing of memory-core's engine, so
+the stage functions (:mod:`memory_core.stages`), the streamed build (:mod:`memory_core.streaming`),
+the Batch API coordinator (:mod:`memory_core.batch.runner`), the orchestrator
+(:mod:`memory_core.pipeline`) and the Prefect flows all share one definition of each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import pyarrow as pa
+
+from memory_core.discovery import FileEntry
+
+T = TypeVar("T")
+
+MISS_SCHEMA = pa.schema([("hash", pa.string()), ("text", pa.large_string()), ("tokens", pa.int32())])
+
+
+@dataclass
+class Progress:
+    """Where a run is, moved by every file chunked and by every embedding request that returns.
+
+    The unit is the chunk: ``ready`` counts chunks whose vector is there (a cache hit or a
+    returned request; every chunk when the index is keyword-only). The run's total is not known
+    before every file is chunked, so it is extrapolated from the bytes chunked so far.
+    """
+
+    files_total: int = 0
+    bytes_total: int = 0
+    files_done: int = 0
+    bytes_done: int = 0
+    chunks: int = 0
+    ready: int = 0
+    embedded: int = 0
+    requests: int = 0
+    tokens: int = 0
+    phase: str = "index"
+    cost_usd: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    finished: bool = False
+
+    @property
+    def total_estimate(self) -> int:
+        """Chunks this run will have: exact once every file is chunked."""
+        if self.files_done >= self.files_total or self.bytes_done >= self.bytes_total:
+            return self.chunks
+        if self.bytes_done <= 0:
+            return max(self.chunks, self.files_total)
+        return max(self.chunks, round(self.chunks * self.bytes_total / self.bytes_done))
+
+    @property
+    def fraction(self) -> float:
+        if self.finished:
+            return 1.0
+        total = self.total_estimate
+        return 0.0 if total <= 0 else min(1.0, self.ready / total)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def rate(self) -> float:
+        """Chunks ready per second since the run started."""
+        t = self.elapsed_s
+        return self.ready / t if t > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        rate = self.rate
+        if self.finished:
+            return 0.0
+        if rate <= 0:
+            return None
+        return max(0.0, (self.total_estimate - self.ready) / rate)
+
+    def line(self) -> str:
+        """One line for logs and the Prefect progress artifact."""
+        total = self.total_estimate
+        exact = self.files_done >= self.files_total
+        out = f"{self.phase}: {self.ready:,} of {'' if exact else '~'}{total:,} chunks ({100 * self.fraction:.0f}%)"
+        out += f", {self.rate:,.0f} chunks/s"
+        eta = self.eta_s
+        if eta is not None and not self.finished:
+            out += f", ETA {_duration(eta)}"
+        out += f"; {self.files_done:,} of {self.files_total:,} files, {self.embedded:,} embedded"
+        if self.cost_usd is not None:
+            out += f", ${self.cost_usd:.4f} so far"
+        return out
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+# -- plan ------------------------------------------------------------------------------------
+
+@dataclass
+class RunPlan:
+    """What discovery decided: which files to (re)index, carry over or drop."""
+
+    run_id: str
+    workdir: str
+    index_path: str
+    full: bool
+    full_reason: str
+    meta: dict[str, Any]
+    to_index: list[FileEntry]
+    carried: list[str]  # indexed paths whose live rows are kept as they are
+    removed: list[str]
+    counts: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.full and not self.to_index and not self.removed
+
+
+@dataclass
+class ChunkResult:
+    """What chunking found: the ``files`` rows of the files it read, and chunk counts."""
+
+    files: dict[str, dict[str, Any]]  # indexed path -> FileRow fields
+    chunks: int
+    unique_hashes: int
+    warnings: list[str]
+    over_window: dict[str, int] = field(default_factory=dict)  # path -> chunks over the model's window
+
+
+@dataclass
+class MissResult:
+    path: str  # parquet file of unique (hash, text, tokens) not in the cache
+    misses: int
+    hits: int
+
+
+@dataclass
+class BuildResult:
+    """A published index: its verified counts and how it went live."""
+
+    counts: dict[str, int]
+    dims: int | None
+    vector_store: str | None
+    chunks_over_window: int
+    in_place: bool
+
+
+@dataclass
+class RunSummary:
+    index_path: str
+    provider: str
+    model: str
+    provider_reason: str
+    full: bool
+    full_reason: str
+    swapped: bool
+    # how the new index went live: "replaced" (a new file renamed over the old) or "in place"
+    # (one transaction on the live file); "" when nothing was published
+    published: str = ""
+    files_scanned: int = 0
+    files_new: int = 0
+    files_changed: int = 0
+    files_unchanged: int = 0
+    files_removed: int = 0
+    files_skipped: int = 0
+    sessions_carried: int = 0
+    chunks_total: int = 0
+    chunks_indexed: int = 0
+    chunks_embedded: int = 0
+    chunks_from_cache: int = 0
+    # chunks longer than the model's input window (embedded from their head), whole index
+    chunks_over_window: int = 0
+    embed_requests: int = 0
+    tokens_sent: int = 0
+    tokens_sync: int = 0
+    tokens_batch: int = 0
+    # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
+    # was switched off and why (see memory_core.batch.runner); empty when batch mode is off
+    batch: dict[str, Any] = field(default_factory=dict)
+    # estimated cost of the tokens sent and the saving against all-sync (memory_core.batch.cost)
+    cost: dict[str, Any] = field(default_factory=dict)
+    # set when the primary provider kept failing and the run was rebuilt with the fallback:
+    # {"from", "to", "reason"}
+    fallback: dict[str, Any] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    # where embedding requests ran ("this process, 4 threads", "Prefect tasks on threads (4)", ...)
+    embedded_on: str = ""
+    # set when the run did not run: another run held the index and if_busy = "skip"
+    skipped: str = ""
+    # set on the partial summary of a run that was cancelled or failed (what was cached is kept)
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def outcome(self) -> str:
+        """What the run did to the index, in a few words (CLI summary, flow summary table)."""
+        if self.error:
+            return f"not updated: {self.error}"
+        if self.skipped:
+            return f"skipped: {self.skipped}"
+        if self.swapped:
+            return "updated in place" if self.published == "in place" else "swapped in"
+        pending = int(self.batch.get("jobs_pending") or 0)
+        return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
+
+    def cost_figure(self) -> Any:
+        """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""
+        cost = self.cost
+        if not cost:
+            return 0.0 if self.provider in ("none", "local") or not self.tokens_sent else "-"
+        if not cost.get("priced"):
+            return f"no price for {cost.get('provider')}/{cost.get('model')} (set batch.prices)"
+        return cost.get("estimated_usd")
+
+    def headline(self) -> dict[str, Any]:
+        """The figures a person looks for first: the top of the CLI's summary and of the flow's
+        summary artifact, and ``memory-core watch``'s line per run."""
+        seconds = self.stage_seconds.get("total", sum(v for k, v in self.stage_seconds.items() if k != "total"))
+        return {
+            "outcome": self.outcome(),
+            "files": f"{self.files_scanned} scanned, {self.files_new} new, {self.files_changed} changed,"
+                     f" {self.files_removed} removed",
+            "chunks": self.chunks_total,
+            "embedded": self.chunks_embedded,
+            "from cache": self.chunks_from_cache,
+            "estimated cost (USD)": self.cost_figure(),
+            "duration (s)": round(seconds, 2),
+        }
+
+    def lines(self) -> list[str]:
+        s = self
+        mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
+        state = s.outcome() + ("; run again to collect them" if not s.swapped and s.batch.get("jobs_pending") else "")
+        out = [
+            f"index: {s.index_path} ({mode}; {state})",
+            f"provider: {s.provider} / {s.model} ({s.provider_reason})",
+        ]
+        if s.fallback:
+            out.append(f"fallback: {s.fallback.get('from')} -> {s.fallback.get('to')} because {s.fallback.get('reason')};"
+                       " full rebuild with the fallback (vectors of two providers are never mixed)")
+        out += [
+            f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
+            f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",
+            f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
+            f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
+        ]
+        if s.chunks_over_window:
+            out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
+                       " only; a smaller chunking.tokens avoids it, see docs/search.md)")
+        out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
+        if s.batch:
+            out.append(_batch_line(s.batch))
+        if s.cost:
+            from memory_core.batch.cost import cost_line
+
+            out.append(cost_line(s.cost))
+        out.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()))
+        return out
+
+
+def _batch_line(b: dict[str, Any]) -> str:
+    if "jobs_submitted" not in b:
+        return f"batch: {b.get('mode', 'off')}"
+    line = (f"batch: {b.get('mode')}; jobs {b['jobs_submitted']} submitted, {b['jobs_reattached']} re-attached,"
+            f" {b['jobs_collected']} collected, {b['jobs_failed']} failed, {b['jobs_timed_out']} timed out,"
+            f" {b['jobs_pending']} pending; chunks {b['chunks_via_batch']} via batch, {b['chunks_via_sync']} via sync"
+            f" ({b['lines_failed']} failed lines re-sent)")
+    if b.get("disabled"):
+        line += f"; batch mode switched off: {b.get('disabled_reason')}"
+    return line
+
+
+
+class Executor(Protocol):
+    """Runs the work the orchestrator (:func:`memory_core.pipeline.run_index`) decides.
+
+    Two implementations: :class:`memory_core.pipeline.LocalExecutor` (this process, a thread
+    pool) and ``flows.executor.PrefectExecutor`` (Prefect tasks on a thread pool or a Dask
+    cluster, with artifacts). Speed, memory, crash and cancel behaviour belong to the
+    orchestrator, so both have the same ones.
+    """
+
+    def describe(self, provider: Any) -> str:
+        """Where embedding requests run, in a few words (the run summary's ``embedded_on``)."""
+        ...
+
+    def parallelism(self, provider: Any) -> int:
+        """How many embedding requests may run at once (twice as many are kept in flight)."""
+        ...
+
+    def embed(self, provider: Any, cache: Any, hashes: list[str], texts: list[str],
+              index: int) -> Future[Any]:
+        """Start one embedding request group; the future's result is its vectors (float32,
+        one row per text), committed to ``cache`` the moment they were received."""
+        ...
+
+    def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run one stage of the run (``discover``, ``batch``, ``build``): a Prefect task, or a call."""
+        ...
+
+    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
+        """The ``memory_core.batch.runner.JobOps`` that runs Batch API job steps."""
+        ...
+
+    def close(self) -> None: ...
