@@ -1,0 +1,109 @@
+"""The import graph of the code: layers point down, with no cycles (ARCHITECTURE.md).
+
+Every import counts, also the ones inside functions: an import deferred into a function
+still makes the two modules depend on each other, it only hides the cycle from Python.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("memory_core", "flows", "tasks")
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # `from pkg import mod` imports the submodule when there is one
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                         for a in node.names]
+            for name in names:
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                if name and name != mod and not mod.startswith(name + "."):
+                    graph[mod].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_library_never_imports_prefect_flows_or_tasks() -> None:
+    for mod, deps in import_graph().items():
+        # the CLI is an entry point beside the flows: `index --engine prefect` runs one
+        if mod.startswith("memory_core") and mod != "memory_core.cli":
+            assert not {d for d in deps if d.split(".")[0] in ("flows", "tasks")}, mod
+    for path in (ROOT / "memory_core").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
+
+
+def test_the_engine_layers_point_down() -> None:
+    """runtypes -> stages -> streaming -> pipeline (the orchestrator) -> CLI and flows."""
+    g = import_graph()
+    order = ["memory_core.runtypes", "memory_core.stages", "memory_core.streaming", "memory_core.pipeline"]
+    for i, lower in enumerate(order):
+        for upper in order[i + 1:] + ["memory_core.cli", "flows.reindex", "flows.executor"]:
+            assert upper not in g[lower], f"{lower} imports {upper}"
+    # the query side never imports the indexing code
+    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.writer_proc"]:
+        assert indexing not in g["memory_core.search"], indexing
