@@ -87,9 +87,11 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 def test_the_library_never_imports_prefect_flows_or_tasks() -> None:
     for mod, deps in import_graph().items():
         # the CLI is an entry point beside the flows: `index --engine prefect` runs one
-        if mod.startswith("memory_core") and mod != "memory_core.cli":
+        if mod.startswith("memory_core") and mod not in ("memory_core.cli", "memory_core.watch"):
             assert not {d for d in deps if d.split(".")[0] in ("flows", "tasks")}, mod
     for path in (ROOT / "memory_core").rglob("*.py"):
+        if path.name in ("cli.py", "watch.py"):
+            continue  # entry points: `index --engine prefect`, `watch --deployment` (imported when used)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
