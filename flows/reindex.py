@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
@@ -125,7 +127,13 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         logger.info("provider %s / %s (%s); index %s", provider.name, provider.model, reason, settings.index_file)
         executor = PrefectExecutor(label=label, task_runner=params.task_runner, concurrency=params.embed_concurrency,
                                    dask_address=params.dask_address, dask_workers=params.dask_workers)
-        progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"))
+        watcher, on_start = _CALLER.get()
+        if on_start is not None:
+            with contextlib.suppress(Exception):
+                from prefect.runtime import flow_run
+
+                on_start(str(flow_run.ui_url or flow_run.id))
+        progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"), also=watcher)
         try:
             summary = pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
                                          progress=progress, executor=executor, if_busy=params.if_busy)
@@ -231,9 +239,20 @@ def reindex(
     return run_pipeline(params, "reindex")  # type: ignore[return-value]
 
 
-def run_reindex(params: ReindexParams) -> dict[str, Any]:
-    """Run the reindex flow in this process (the CLI's ``--engine prefect``); returns the summary."""
-    return reindex(**params.flow_kwargs())
+# What the caller of an in-process flow run wants to see: the run's progress and its URL (the CLI).
+_CALLER: ContextVar[tuple[pipeline.ProgressFn | None, Callable[[str], None] | None]] = ContextVar(
+    "memory_core_flow_caller", default=(None, None))
+
+
+def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None = None,
+                on_start: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the reindex flow in this process (the CLI's ``--engine prefect``); returns the summary.
+    ``on_start`` gets the flow run's URL in the UI, ``progress`` the run's progress."""
+    token = _CALLER.set((progress, on_start))
+    try:
+        return reindex(**params.flow_kwargs())
+    finally:
+        _CALLER.reset(token)
 
 
 if __name__ == "__main__":  # pragma: no cover

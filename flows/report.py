@@ -15,6 +15,7 @@ Everything here is best effort: a UI hiccup (API unreachable) is logged and neve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -75,8 +76,9 @@ class ProgressReporter:
     Thread-safe: batch pollers may call it from task threads.
     """
 
-    def __init__(self, key: str, *, min_interval: float = 1.0) -> None:
+    def __init__(self, key: str, *, min_interval: float = 1.0, also: Any = None) -> None:
         self.key = key
+        self.also = also  # another ProgressFn (the CLI's bar, for an in-process flow run)
         self.min_interval = min_interval
         self.artifact_id: Any = None
         self.last = 0.0
@@ -86,6 +88,9 @@ class ProgressReporter:
         self._broken = False
 
     def __call__(self, p: Progress) -> None:
+        if self.also is not None:
+            with contextlib.suppress(Exception):
+                self.also(p)
         pct = round(100.0 * p.fraction, 1)
         desc = p.line()
         with self._lock:

@@ -188,12 +188,16 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
         provider=settings.provider, model=settings.model, full=args.full, extra_paths=settings.extra_paths,
         sources=list(settings.sources),
     )
+    progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        return run_reindex(params)
+        return run_reindex(params, progress=progress,
+                           on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))
     except MemoryCoreError:
         raise
     except RuntimeError as exc:  # Prefect could not start or reach its API
         raise RunError(f"Prefect: {exc} (is PREFECT_API_URL right? `--engine local` runs without Prefect)") from exc
+    finally:
+        close()
 
 
 def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -340,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
         print(f"memory-core: error: {exc}", file=sys.stderr)
+        _print_partial(exc)
         return exc.exit_code
     except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
@@ -348,9 +353,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memory-core: error: {exc.strerror or exc}{where}; the live index was left as it was",
               file=sys.stderr)
         return EXIT_FAIL
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
+        _print_partial(exc)
         return 130
+
+
+def _print_partial(exc: BaseException) -> None:
+    """What a run that did not finish had done (``run_summary`` from the orchestrator)."""
+    partial = getattr(exc, "run_summary", None)
+    if partial is not None:
+        print(f"memory-core: before it stopped, the run embedded {partial.chunks_embedded} chunk(s) in"
+              f" {partial.embed_requests} request(s); they are in the embedding cache and will not be embedded"
+              " again", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -249,6 +249,17 @@ class _Stream:
             out.append(tuple(row))
         return out
 
+    def count_finished(self) -> None:
+        """Count the requests that finished but were not taken in yet (a run ending early: its
+        partial summary says what was received and cached)."""
+        for fut in [f for f in self.inflight if f.done() and not f.cancelled() and f.exception() is None]:
+            hashes, tokens = self.inflight.pop(fut)
+            self.stats["requests"] += 1
+            self.stats["embedded"] += len(hashes)
+            self.stats["tokens"] += tokens
+        p = self.progress
+        p.requests, p.embedded, p.tokens = self.stats["requests"], self.stats["embedded"], self.stats["tokens"]
+
     def close(self, wait_running: bool = True) -> None:
         """Cancel requests not started. The running ones store their vectors in the cache as
         they arrive, whether or not anyone waits for them (a cancelled run keeps what it was
@@ -365,6 +376,8 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
             warnings.append(f"{exc}; built a new file instead")
     except BaseException:
         failed = True
+        with contextlib.suppress(Exception):
+            st.count_finished()
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.abort()
