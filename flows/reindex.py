@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from flows import report
 from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
 from memory_core import pipeline
-from memory_core.config import Settings, load_settings
+from memory_core.config import Settings, resolve_settings
 from memory_core.embeddings.registry import fallback_settings
 from memory_core.errors import ConfigError, IndexLockedError, ProviderError
 from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
@@ -79,15 +79,17 @@ class ReindexParams(BaseModel):
                     f"parameter {name} is the unfilled template {value!r}: export the environment variable"
                     " before `prefect deploy`, or set the parameter on the deployment or the run"
                 )
-        overrides: dict[str, Any] = {
+        # the one settings order (memory_core.config.resolve_settings): these parameters, the
+        # environment, the config file, what the live index recorded, the defaults
+        told: dict[str, Any] = {
             "workspace": self.workspace or None, "index_path": self.index_path or None, "provider": self.provider,
             "model": self.model, "extra_paths": self.extra_paths, "sources": self.sources,
         }
         if self.batch is not None:
-            overrides["batch"] = {"enabled": self.batch}
+            told["batch"] = {"enabled": self.batch}
         if self.force_sessions:
-            overrides["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
-        return load_settings(self.config_file or None, overrides)
+            told["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
+        return resolve_settings(told, config_file=self.config_file or None, told_by="flow parameter {}").settings
 
     def flow_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for calling the ``reindex``/``backfill`` flow with these parameters."""

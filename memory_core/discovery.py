@@ -20,8 +20,9 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError
@@ -176,15 +177,24 @@ def discover_files(settings: Settings) -> Discovery:
     return Discovery(files=files, warnings=warnings)
 
 
-def resolve_indexed_path(settings: Settings, path: str) -> str:
+def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None) -> str:
     """Map an indexed path back to an absolute file path, refusing anything outside the sources.
 
     ``path`` must be a path as stored in the index (the caller checks that it is indexed).
-    The resolved real path must lie under the workspace's memory sources, an extra path,
-    or the sessions directory; symlinks that point elsewhere are refused.
+    ``meta``: the index's meta; the workspace, sources, sessions folder and extra paths it
+    recorded (:mod:`memory_core.indexmeta`) are what ``path`` is resolved against, so a reader
+    needs nothing but the index (an index older than those records uses ``settings``'). The
+    resolved real path must lie under the workspace's memory sources, an extra path, or the
+    sessions directory; symlinks that point elsewhere are refused.
     """
     if not path or "\x00" in path:
         raise PathError("path is empty or contains a NUL byte")
+    if meta:
+        from memory_core.indexmeta import IndexRecord
+
+        record = IndexRecord.from_meta(meta)
+        if record is not None:
+            settings = record.reader_settings(settings)
     ws = str(settings.workspace_dir)
     if path.startswith("sessions/") and "sessions" in settings.sources:
         name = path[len("sessions/"):]

@@ -41,8 +41,9 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import plan_groups
 from memory_core.errors import ProviderError, RunError
 from memory_core.failpoints import failpoint
+from memory_core.indexmeta import REBUILD_KEYS, build_meta, chunk_params  # noqa: F401 (re-exported)
+from memory_core.indexmeta import rebuild_reason as _rebuild_reason
 from memory_core.store import (
-    SCHEMA_VERSION,
     ChunkRow,
     FileRow,
     IndexLock,
@@ -50,7 +51,6 @@ from memory_core.store import (
     InPlaceBusyError,
     LiveFile,
     edit_in_place,
-    fts_tokenizer,
     probe_index,
     read_live_files,
     recover_index,
@@ -206,46 +206,6 @@ def _batch_line(b: dict[str, Any]) -> str:
     if b.get("disabled"):
         line += f"; batch mode switched off: {b.get('disabled_reason')}"
     return line
-
-
-def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
-    tokens, overlap = chunk_params(settings, provider)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "provider": provider.name,
-        "model": provider.model,
-        "provider_key": provider.provider_key,
-        "provider_reason": reason,
-        "dims": provider.dims,
-        "chunk_tokens": tokens,
-        "chunk_overlap": overlap,
-        "sources": sorted(settings.sources),
-        "extra_paths": sorted(settings.extra_paths),
-        "redact": settings.redact,
-        "fts_tokenizer": fts_tokenizer(),
-    }
-
-
-REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "sources", "extra_paths", "redact", "fts_tokenizer")
-
-
-def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, int]:
-    tokens = settings.chunking.tokens or provider.default_chunk_tokens
-    overlap = settings.chunking.overlap if settings.chunking.overlap is not None else provider.default_chunk_overlap
-    overlap = max(0, min(overlap, tokens - 1))
-    return tokens, overlap
-
-
-def _rebuild_reason(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
-    if old is None:
-        return "no index yet"
-    for key in REBUILD_KEYS:
-        if old.get(key) != new.get(key):
-            return f"{key} changed"
-    if new.get("provider") != "none" and new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
-        return "dims changed"
-    return None
 
 
 def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str, *, full: bool = False,

@@ -1,0 +1,71 @@
+"""Which Prefect server (if any) the entry points talk to, and which engine ``index`` runs on.
+
+A server is configured by ``PREFECT_API_URL`` in the environment or in the active Prefect
+profile (``prefect config set PREFECT_API_URL=...``, the setup step Prefect's docs give): both
+count. The profile is read through ``prefect.settings``, imported here lazily, only when the
+environment variable is unset and Prefect is installed: memory_core never imports Prefect at
+import time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+EngineName = Literal["prefect", "local"]
+
+
+@dataclass(frozen=True)
+class PrefectApi:
+    """The configured Prefect API URL (None: none) and where it was found."""
+
+    url: str | None
+    source: str  # "$PREFECT_API_URL", "Prefect profile 'x'", or why there is none
+
+
+def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
+    """The Prefect API URL from ``$PREFECT_API_URL``, else from the active Prefect profile."""
+    env = dict(os.environ) if env is None else env
+    if env.get("PREFECT_API_URL"):
+        return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
+    if importlib.util.find_spec("prefect") is None:
+        return PrefectApi(None, "Prefect is not installed")
+    try:
+        from prefect.context import get_settings_context
+        from prefect.settings import get_current_settings
+
+        url = get_current_settings().api.url
+        profile = get_settings_context().profile.name
+    except Exception as exc:  # a broken profiles file must not break memory-core
+        return PrefectApi(None, f"the Prefect profile cannot be read ({exc})")
+    if url:
+        return PrefectApi(str(url), f"Prefect profile '{profile}'")
+    return PrefectApi(None, f"PREFECT_API_URL is set neither in the environment nor in the Prefect profile '{profile}'")
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine an ``index`` run uses and why (``status`` prints it)."""
+
+    engine: EngineName
+    reason: str
+    api_url: str | None = None
+
+    def line(self) -> str:
+        return f"{self.engine} ({self.reason})"
+
+
+def choose_engine(requested: str = "auto", env: dict[str, str] | None = None) -> EngineChoice:
+    """``prefect`` runs the reindex flow (on the configured server, else a temporary one);
+    ``local`` runs the same stages in-process; ``auto``: the flow when a server is configured."""
+    if requested == "local":
+        return EngineChoice("local", "--engine local")
+    api = prefect_api(env)
+    if requested == "prefect":
+        where = f"server {api.url} from {api.source}" if api.url else "a temporary Prefect server"
+        return EngineChoice("prefect", f"--engine prefect; {where}", api.url)
+    if api.url:
+        return EngineChoice("prefect", f"auto: Prefect server {api.url} from {api.source}", api.url)
+    return EngineChoice("local", f"auto: {api.source}; runs in-process")
