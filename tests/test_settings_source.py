@@ -257,8 +257,8 @@ def _profile_env(srv: Any, home: Path, **extra: str) -> dict[str, str]:
     env.pop("PREFECT_API_URL")
     if not (home / "profiles.toml").exists():
         home.mkdir(parents=True, exist_ok=True)
-        for args in (("profile", "create", "team"), ("profile", "use", "team"),
-                     ("config", "set", f"PREFECT_API_URL={srv.api_url}")):
+        for args in (("profile", "create", "team"), ("--profile", "team", "config", "set", f"PREFECT_API_URL={srv.api_url}"),
+                     ("profile", "use", "team")):
             srv.cli(*args, env=env)
     return env
 
