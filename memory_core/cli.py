@@ -305,8 +305,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             "chunking": {"tokens": record.chunk_tokens, "overlap": record.chunk_overlap},
             "provider": record.provider, "model": record.model, "provider_key": record.provider_key,
         }
-    engine = choose_engine(os.environ.get("MEMORY_CORE_ENGINE", "auto"))
-    st["index_engine"] = engine.line()
+    # which engine `memory-core index` would use (--engine not given) and why
+    requested = os.environ.get("MEMORY_CORE_ENGINE") or "auto"
+    st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True, default=str))
     else:

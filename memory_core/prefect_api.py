@@ -57,15 +57,17 @@ class EngineChoice:
         return f"{self.engine} ({self.reason})"
 
 
-def choose_engine(requested: str = "auto", env: dict[str, str] | None = None) -> EngineChoice:
+def choose_engine(requested: str = "auto", env: dict[str, str] | None = None, *,
+                  requested_by: str = "--engine") -> EngineChoice:
     """``prefect`` runs the reindex flow (on the configured server, else a temporary one);
-    ``local`` runs the same stages in-process; ``auto``: the flow when a server is configured."""
+    ``local`` runs the same stages in-process; ``auto``: the flow when a server is configured.
+    ``requested_by`` names where ``requested`` came from, for the reason."""
     if requested == "local":
-        return EngineChoice("local", "--engine local")
+        return EngineChoice("local", f"{requested_by} local")
     api = prefect_api(env)
     if requested == "prefect":
         where = f"server {api.url} from {api.source}" if api.url else "a temporary Prefect server"
-        return EngineChoice("prefect", f"--engine prefect; {where}", api.url)
+        return EngineChoice("prefect", f"{requested_by} prefect; {where}", api.url)
     if api.url:
         return EngineChoice("prefect", f"auto: Prefect server {api.url} from {api.source}", api.url)
     return EngineChoice("local", f"auto: {api.source}; runs in-process")
