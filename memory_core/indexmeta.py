@@ -204,3 +204,16 @@ class IndexRecord:
         if self.sessions_dir:
             update["sessions"] = settings.sessions.model_copy(update={"dir": Path(self.sessions_dir)})
         return settings.model_copy(update=update)
+
+    def query_settings(self, settings: Settings) -> Settings:
+        """``settings`` for embedding queries against this index: its provider and model, and the
+        recorded non-secret remote settings (base URL, dimensions, API version) that ``settings``
+        leaves unset, so a reader given only the index embeds queries as the index was built."""
+        remote = settings.remote
+        recorded = self.built_from.get("remote")
+        if isinstance(recorded, dict):
+            fill = {k: recorded[k] for k in ("base_url", "dimensions", "api_version")
+                    if recorded.get(k) is not None and getattr(remote, k) is None}
+            remote = remote.model_copy(update=fill)
+        return settings.model_copy(update={"provider": self.provider, "model": self.model, "fallback": None,
+                                           "remote": remote})

@@ -217,9 +217,9 @@ class Searcher:
             self._provider_checked = True
             try:
                 from memory_core.embeddings.registry import create_provider
+                from memory_core.indexmeta import IndexRecord
 
-                s = self.settings.model_copy(update={"provider": meta["provider"], "model": meta.get("model"),
-                                                     "fallback": None})
+                s = IndexRecord.from_meta(meta).query_settings(self.settings)  # type: ignore[union-attr]
                 self._provider, _ = create_provider(s)
             except Exception as exc:  # no key, no model package: answer keyword-only
                 self._provider = None

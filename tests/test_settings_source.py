@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from memory_core.cli import main
-from memory_core.config import resolve_settings
+from memory_core.config import load_settings, resolve_settings
 from memory_core.indexmeta import IndexRecord
+from memory_core.search import Searcher
 from memory_core.store import connect, probe_index
 from tests.conftest import EXAMPLES
 
@@ -209,6 +210,12 @@ def test_every_hit_readable_given_only_the_index_or_the_workspace(tmp_path, open
     monkeypatch.chdir(elsewhere)
     every_hit_readable(capsys, ["--index", str(index)], {"index_path": str(index)}, ws, outside)
     every_hit_readable(capsys, ["-w", str(ws)], {"workspace": str(ws)}, ws, outside)
+    # the library's Searcher, given settings that name nothing but the index
+    with Searcher(load_settings(None, {"index_path": str(index)}, env={})) as searcher:
+        hits = searcher.search(f"{OUTSIDE_WORD} 502 connections {INSIDE_WORD}", max_results=10, min_score=0)
+        assert {h.source for h in hits} == {"memory", "sessions"} and any(h.vector_score > 0 for h in hits)
+        for h in hits:
+            assert searcher.read_file(h.path, from_line=h.start_line, lines=3)["lines"] >= 1
     rc, out, err = cli(capsys, "status", "--index", str(index), "--json")
     st = json.loads(out)
     assert rc == 0 and st["built_from"]["workspace"] == str(ws) and st["built_from"]["sources"] == ["memory", "sessions"]
