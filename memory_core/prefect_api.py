@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 EngineName = Literal["prefect", "local"]
@@ -32,6 +33,9 @@ def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
         return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
     if importlib.util.find_spec("prefect") is None:
         return PrefectApi(None, "Prefect is not installed")
+    if not _may_name_api_url(env):
+        # importing Prefect costs 1-3 s: skip it when no file it reads settings from names a URL
+        return PrefectApi(None, "PREFECT_API_URL is set neither in the environment nor in a Prefect profile")
     try:
         from prefect.context import get_settings_context
         from prefect.settings import get_current_settings
@@ -43,6 +47,27 @@ def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
     if url:
         return PrefectApi(str(url), f"Prefect profile '{profile}'")
     return PrefectApi(None, f"PREFECT_API_URL is set neither in the environment nor in the Prefect profile '{profile}'")
+
+
+def _may_name_api_url(env: dict[str, str]) -> bool:
+    """Whether a file Prefect reads its settings from mentions PREFECT_API_URL: the profiles file
+    (``$PREFECT_PROFILES_PATH``, else ``$PREFECT_HOME/profiles.toml``, else
+    ``~/.prefect/profiles.toml``) or ``.env`` / ``prefect.toml`` / ``pyproject.toml`` in the
+    current folder. A cheap test before the authoritative answer from ``prefect.settings``."""
+    home = Path(env.get("PREFECT_HOME") or "~/.prefect").expanduser()
+    profiles = Path(env["PREFECT_PROFILES_PATH"]).expanduser() if env.get("PREFECT_PROFILES_PATH") \
+        else home / "profiles.toml"
+    # (file, any of these words means it may set the API URL)
+    for path, words in ((profiles, ("PREFECT_API_URL",)), (Path(".env"), ("PREFECT_API_URL",)),
+                        (Path("prefect.toml"), ("PREFECT_API_URL", "url")),
+                        (Path("pyproject.toml"), ("PREFECT_API_URL", "tool.prefect"))):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(w in text for w in words):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ server (tests/prefect_server.py) and a real process worker for the deployment ru
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shutil
 import subprocess
@@ -370,3 +371,28 @@ def test_cli_deployment_watch_and_cli_keep_one_index(request, tmp_path, openai_f
     assert not last["full"] and last["files_changed"] == 1
     meta = index_meta(index)
     assert meta["sources"] == ["memory", "sessions"] and sessions_indexed(index) == 3
+
+
+def test_prefect_api_url_from_the_environment_or_the_active_profile(tmp_path):
+    """In a fresh process each time: Prefect reads its profile once per process."""
+    from tests.prefect_server import ROOT
+
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
+
+    def engine(**extra: str) -> str:
+        code = "from memory_core.prefect_api import choose_engine; print(choose_engine('auto').line())"
+        res = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.strip()
+
+    assert engine().startswith("local (auto: PREFECT_API_URL is set neither in the environment nor in a Prefect")
+    (home / "profiles.toml").write_text('active = "team"\n\n[profiles.team]\n'
+                                        'PREFECT_API_URL = "http://127.0.0.1:4999/api"\n')
+    assert engine() == "prefect (auto: Prefect server http://127.0.0.1:4999/api from Prefect profile 'team')"
+    # the variable wins over the profile
+    assert engine(PREFECT_API_URL="http://127.0.0.1:4888/api") == \
+        "prefect (auto: Prefect server http://127.0.0.1:4888/api from $PREFECT_API_URL)"
