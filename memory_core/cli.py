@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
-    p.add_argument("path", help="indexed path as search prints it, e.g. memory/2026-11-02.md or sessions/a.jsonl")
+    p.add_argument("path", help="indexed path or citation as search prints it, e.g. memory/2026-11-02.md,"
+                                " sessions/a.jsonl or memory/2026-11-02.md#L10-L20")
     p.add_argument("--from", dest="from_line", type=_positive, help="first line, 1-based (default 1)")
     p.add_argument("--lines", type=_positive, help="number of lines, 1 or more (default: up to 2000)")
     p.add_argument("--json", action="store_true", help="print the lines and where they come from as JSON")
@@ -279,10 +280,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from memory_core.discovery import parse_citation
+
+    cite = parse_citation(args.path)  # a citation as search prints it: path#L10-L20
+    from_line = args.from_line if args.from_line is not None else cite.start_line
+    lines = args.lines if args.lines is not None else cite.lines
     with _searcher(args) as s:
-        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
-    if res["lines"] == 0 and (args.from_line or 1) > 1:
-        raise UsageError(f"--from {args.from_line} is past the end of {res['path']}")
+        res = s.read_file(cite.path, from_line=from_line, lines=lines)
+    if res["lines"] == 0 and (from_line or 1) > 1:
+        raise UsageError(f"line {from_line} is past the end of {res['path']}")
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -175,6 +176,35 @@ def discover_files(settings: Settings) -> Discovery:
 
     files = sorted(found.values(), key=lambda f: (f.path, f.source))
     return Discovery(files=files, warnings=warnings)
+
+
+_CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Citation:
+    """``path#L10-L20`` (or ``path#L10``) as ``search`` prints it, split into its parts."""
+
+    path: str
+    start_line: int | None = None
+    end_line: int | None = None
+
+    @property
+    def lines(self) -> int | None:
+        if self.start_line is None:
+            return None
+        return max(1, (self.end_line or self.start_line) - self.start_line + 1)
+
+
+def parse_citation(text: str) -> Citation:
+    """A path or a citation: ``memory/a.md#L10-L20`` -> ``Citation("memory/a.md", 10, 20)``;
+    anything else is a plain path."""
+    m = _CITATION.match(text.strip())
+    if m is None:
+        return Citation(text.strip())
+    start = int(m["start"])
+    end = int(m["end"]) if m["end"] else start
+    return Citation(m["path"], start, max(start, end))
 
 
 def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None) -> str:

@@ -167,6 +167,8 @@ def every_hit_readable(capsys: pytest.CaptureFixture[str], where: list[str], tol
         assert rc == 0, (h["path"], err)
         got = json.loads(out)
         assert got["lines"] >= 1 and got["source"] == h["source"]
+        rc, out, err = cli(capsys, "get", h["citation"], *where, "--json")  # path#L10-L20 as printed
+        assert rc == 0 and json.loads(out)["text"] == got["text"], (h["citation"], err)
         if h["source"] == "memory":
             real = Path(h["path"]) if h["path"].startswith("/") else ws / h["path"]
             want = real.read_text().splitlines()[h["start_line"] - 1:h["end_line"]]
@@ -241,7 +243,7 @@ def test_cli_usage_errors_version_and_help(tmp_path, monkeypatch, capsys):
         assert e.value.code == 2 and msg in capsys.readouterr().err
     n_lines = len((ws / "MEMORY.md").read_text().split("\n"))
     rc, out, err = cli(capsys, "get", "MEMORY.md", "-w", str(ws), "--from", str(n_lines + 5))
-    assert rc == 2 and f"--from {n_lines + 5} is past the end of MEMORY.md" in err
+    assert rc == 2 and f"line {n_lines + 5} is past the end of MEMORY.md" in err
     rc, out, err = cli(capsys, "export", str(tmp_path / "out.csv"), "-w", str(ws))
     assert rc == 2 and "cannot tell the format" in err and not (tmp_path / "out.csv").exists()
     rc, out, err = cli(capsys, "export", str(tmp_path / "out.pq"), "-w", str(ws))
