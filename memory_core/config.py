@@ -562,6 +562,8 @@ def resolve_settings(
         recorded = dict(index_layer)
         if live.workspace:
             recorded["workspace"] = live.workspace
+        if live.sessions_dir:
+            recorded["sessions"] = {**recorded.get("sessions", {}), "dir": live.sessions_dir}
         for key in RECORDED:
             old = _dotted(recorded, key)
             if key in ("index_path",) or old is None:

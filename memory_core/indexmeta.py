@@ -25,6 +25,7 @@ folder and extra paths from here: they need nothing but the index.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,8 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, A
     """The told settings a later run keeps unless told otherwise (see module docstring)."""
     out: dict[str, Any] = {
         "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
+        # as configured (None: <workspace>/sessions), so a workspace that moves takes its sessions along
+        "sessions_dir": str(settings.sessions.dir) if settings.sessions.dir is not None else None,
     }
     if with_provider:
         r = settings.remote
@@ -171,8 +174,8 @@ class IndexRecord:
             out["sources"] = list(self.sources)
         if self.workspace is not None:  # older indexes recorded extra paths without their workspace
             out["extra_paths"] = list(self.extra_paths)
-        if self.sessions_dir:
-            out["sessions"] = {"dir": self.sessions_dir}
+        if self.built_from.get("sessions_dir"):
+            out["sessions"] = {"dir": self.built_from["sessions_dir"]}
         if self.redact:
             out["redact"] = self.redact
         bf = self.built_from
@@ -192,9 +195,10 @@ class IndexRecord:
     def reader_settings(self, settings: Settings) -> Settings:
         """``settings`` with the sources of this index: what a reader resolves paths against.
 
-        An index older than these records (no workspace recorded) leaves ``settings`` as it is.
+        An index older than these records (no workspace recorded), or one whose workspace is gone
+        (moved along with its index), leaves ``settings`` as it is.
         """
-        if self.workspace is None:
+        if self.workspace is None or not os.path.isdir(self.workspace):
             return settings
         update: dict[str, Any] = {"workspace": Path(self.workspace), "extra_paths": list(self.extra_paths)}
         if self.sources:

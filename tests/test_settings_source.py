@@ -398,3 +398,29 @@ def test_prefect_api_url_from_the_environment_or_the_active_profile(tmp_path):
     # the variable wins over the profile
     assert engine(PREFECT_API_URL="http://127.0.0.1:4888/api") == \
         "prefect (auto: Prefect server http://127.0.0.1:4888/api from $PREFECT_API_URL)"
+
+
+def test_a_moved_workspace_takes_its_index_and_transcripts_along(tmp_path, monkeypatch, capsys):
+    ws, _ = make_workspace(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = cli(capsys, "index", "-w", str(ws), "--sessions", "--extra-path", "notes", "--provider", "none",
+                       "--engine", "local", "--no-progress")
+    assert rc == 0, err
+    moved = tmp_path / "moved"
+    shutil.move(str(ws), moved)
+    # a reader finds the files where the workspace is now
+    rc, out, err = cli(capsys, "get", "notes/field-notes.md", "-w", str(moved), "--lines", "1")
+    assert rc == 0 and out.strip() == "# Field notes", err
+    # a writer keeps sources and extra paths, follows the workspace's sessions folder, rebuilds nothing
+    rc, out, err = cli(capsys, "index", "-w", str(moved), "--engine", "local", "--no-progress", "--json")
+    summary = json.loads(out)
+    assert rc == 0 and not summary["full"] and summary["files_removed"] == 0, out
+    assert f"workspace changed from {ws} to {moved} (from --workspace)" in err
+    # a run with nothing to do leaves the index (and its record) as it is; the next one that
+    # changes something records the new place
+    _edit(moved, 1)
+    rc, out, err = cli(capsys, "index", "-w", str(moved), "--engine", "local", "--no-progress", "--json")
+    assert rc == 0 and not json.loads(out)["full"] and json.loads(out)["files_changed"] == 1
+    rec = IndexRecord.from_meta(index_meta(moved / ".memory-core" / "index.sqlite"))
+    assert rec is not None and rec.workspace == str(moved) and rec.sessions_dir == str(moved / "sessions")
+    assert sessions_indexed(moved / ".memory-core" / "index.sqlite") == 3
