@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
                      " sources and extra paths come from what it recorded. Writers (index, watch): " + SETTINGS_ORDER
                      + ".")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                help="`memory-core COMMAND -h` describes its flags")
     sub.required = True
 
     p = sub.add_parser("index", help="build or update the index (runs the reindex flow)")
