@@ -48,7 +48,7 @@ def backfill(
         model: Embedding model; unset means the provider's default.
         full: Rebuild the whole index (vectors still come from the embedding cache).
         extra_paths: Extra Markdown files or folders to index.
-        sources: Sources to index: memory and/or sessions (all runs writing one index must agree).
+        sources: Sources to index: memory and/or sessions (unset: what the index was built from).
         embed_concurrency: Embedding requests in flight for sync calls (threads, or Dask threads in total).
         batch: Embed through the provider's Batch API (default on); false sends sync requests.
         force_sessions: Reindex every changed transcript, ignoring the sessions delta thresholds.

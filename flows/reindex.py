@@ -30,8 +30,9 @@ from flows import report
 from flows.executor import PrefectExecutor
 from flows.runners import RunnerChoice
 from memory_core import pipeline
-from memory_core.config import Settings, load_settings
+from memory_core.config import Settings
 from memory_core.errors import ConfigError
+from memory_core.resolve import resolve_settings
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
@@ -40,7 +41,8 @@ SourceChoice = Literal["memory", "sessions"]
 
 
 class ReindexParams(BaseModel):
-    """What a reindex run may be told. Unset fields come from the config file and defaults."""
+    """What a reindex run may be told. Unset fields come from the config file, then what the
+    live index recorded, then the defaults (``memory_core.resolve.resolve_settings``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -68,15 +70,17 @@ class ReindexParams(BaseModel):
                     f"parameter {name} is the unfilled template {value!r}: export the environment variable"
                     " before `prefect deploy`, or set the parameter on the deployment or the run"
                 )
-        overrides: dict[str, Any] = {
+        # the one settings order (memory_core.resolve.resolve_settings): these parameters, the
+        # environment, the config file, what the live index recorded, the defaults
+        told: dict[str, Any] = {
             "workspace": self.workspace or None, "index_path": self.index_path or None, "provider": self.provider,
             "model": self.model, "extra_paths": self.extra_paths, "sources": self.sources,
         }
         if self.batch is not None:
-            overrides["batch"] = {"enabled": self.batch}
+            told["batch"] = {"enabled": self.batch}
         if self.force_sessions:
-            overrides["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
-        return load_settings(self.config_file or None, overrides)
+            told["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
+        return resolve_settings(told, config_file=self.config_file or None, told_by="flow parameter {}").settings
 
     def flow_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for calling the ``reindex``/``backfill`` flow with these parameters."""
@@ -222,7 +226,7 @@ def reindex(
         model: Embedding model; unset means the provider's default.
         full: Rebuild the whole index (vectors still come from the embedding cache).
         extra_paths: Extra Markdown files or folders to index.
-        sources: Sources to index: memory and/or sessions (all runs writing one index must agree).
+        sources: Sources to index: memory and/or sessions (unset: what the index was built from).
         embed_concurrency: Embedding requests in flight (threads, or Dask threads in total).
         batch: Embed through the provider's Batch API (cheaper, slower); unset means the config's batch.enabled.
         force_sessions: Reindex every changed transcript, ignoring the sessions delta thresholds.

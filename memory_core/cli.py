@@ -14,8 +14,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memory_core.config import Settings, load_settings
+from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, RunError, UsageError
+from memory_core.resolve import ResolvedSettings, resolve_settings
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -26,49 +27,93 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+PROVIDERS = ["auto", "local", "openai", "gemini", "voyage", "none"]
+SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
+                  " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
+                  " the defaults")
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("memory-core")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {n}")
+    return n
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", help="TOML config file (default: $MEMORY_CORE_CONFIG)")
-    p.add_argument("--workspace", "-w", help="workspace folder (default: current directory)")
+    p.add_argument("--config", "-c", help="TOML config file (default: $MEMORY_CORE_CONFIG, else"
+                                          " <workspace>/memory-core.toml when it exists)")
+    p.add_argument("--workspace", "-w", help="workspace folder (default: $MEMORY_CORE_WORKSPACE, the config file's,"
+                                             " the one the index was built from, else the current directory)")
     p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
 
 
+def _writer_flags(p: argparse.ArgumentParser) -> None:
+    """The settings a writer (index, watch) may be told; unset ones keep what the index recorded."""
+    p.add_argument("--provider", choices=PROVIDERS,
+                   help="embedding provider (default: the config file's, else the index's, else auto)")
+    p.add_argument("--model", help="embedding model (default: the config file's, else the index's, else the"
+                                   " provider's default)")
+    p.add_argument("--extra-path", action="append", dest="extra_paths",
+                   help="extra .md file or folder (repeatable; default: the config file's, else the index's)")
+    p.add_argument("--sessions", action="store_true",
+                   help="also index chat transcripts (sources memory + sessions; default: the config file's"
+                        " sources, else the index's, else memory only)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="memory-core", description="Index and search agent memory (Markdown notes and chat transcripts).")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser = _Parser(prog="memory-core", description="Index and search agent memory (Markdown notes and chat"
+                     " transcripts). Readers (search, get, status, export, mcp) need only the index: the workspace,"
+                     " sources and extra paths come from what it recorded. Writers (index, watch): " + SETTINGS_ORDER
+                     + ".")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
+                                help="`memory-core COMMAND -h` describes its flags")
     sub.required = True
 
     p = sub.add_parser("index", help="build or update the index (runs the reindex flow)")
     _common(p)
-    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
-    p.add_argument("--model")
+    _writer_flags(p)
     p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
-    p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
-    p.add_argument("--sessions", action="store_true", help="also index chat transcripts (sources memory + sessions)")
     p.add_argument("--engine", choices=["auto", "prefect", "local"], default=os.environ.get("MEMORY_CORE_ENGINE", "auto"),
-                   help="prefect: run the reindex flow; local: the same stages in-process; auto (default):"
-                        " the flow when PREFECT_API_URL points at a server, else in-process (no 10-20 s"
-                        " temporary Prefect server per run)")
+                   help="prefect: run the reindex flow; local: the same stages in-process; auto (default,"
+                        " or $MEMORY_CORE_ENGINE): the flow when PREFECT_API_URL (environment or active Prefect"
+                        " profile) names a server, else in-process (no 10-20 s temporary Prefect server per run)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("search", help="hybrid search with file and line citations")
     _common(p)
-    p.add_argument("query")
-    p.add_argument("--max-results", "-n", type=int)
-    p.add_argument("--min-score", type=float)
-    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("query", help="what to look for (words, a phrase, a question)")
+    p.add_argument("--max-results", "-n", type=_positive, help="results to show, 1 or more (default: query.max_results, 6)")
+    p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
+    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
+                   help="search only this source (repeatable; default: all the index holds)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
-    p.add_argument("path", help="indexed path, e.g. memory/2026-11-02.md")
-    p.add_argument("--from", dest="from_line", type=int, help="first line (1-based)")
-    p.add_argument("--lines", type=int, help="number of lines")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("path", help="indexed path or citation as search prints it, e.g. memory/2026-11-02.md,"
+                                " sessions/a.jsonl or memory/2026-11-02.md#L10-L20")
+    p.add_argument("--from", dest="from_line", type=_positive, help="first line, 1-based (default 1)")
+    p.add_argument("--lines", type=_positive, help="number of lines, 1 or more (default: up to 2000)")
+    p.add_argument("--json", action="store_true", help="print the lines and where they come from as JSON")
 
-    p = sub.add_parser("status", help="what the index holds and how search runs")
+    p = sub.add_parser("status", help="what the index holds, what it was built from, and how search and runs go")
     _common(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
 
     p = sub.add_parser("mcp", help="serve search to agents over the Model Context Protocol (stdio or HTTP)")
     _common(p)
@@ -80,15 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="reindex whenever the sources change (debounced, one run at a time)")
     _common(p)
-    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
-    p.add_argument("--model")
-    p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
-    p.add_argument("--sessions", action="store_true", help="also index chat transcripts (sources memory + sessions)")
+    _writer_flags(p)
     p.add_argument("--debounce", type=float, default=1.5, metavar="SECONDS",
                    help="start a run once the sources have been quiet this long (default 1.5)")
     p.add_argument("--deployment", default=os.environ.get("MEMORY_CORE_DEPLOYMENT"),
-                   help="run this Prefect deployment of the reindex flow (needs PREFECT_API_URL; default"
-                        " $MEMORY_CORE_DEPLOYMENT); otherwise runs are in-process")
+                   help="run this Prefect deployment of the reindex flow (needs PREFECT_API_URL, in the"
+                        " environment or the active Prefect profile; default $MEMORY_CORE_DEPLOYMENT); it gets only"
+                        " the workspace, the index and the flags given here; otherwise runs are in-process")
     p.add_argument("--no-initial-run", action="store_true", help="do not reindex at start-up")
     p.add_argument("--json", action="store_true", help="print each run as one JSON line")
 
@@ -96,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only)")
     p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
-                   help="default: jsonl for .jsonl/.ndjson names and '-', else parquet")
+                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
     from memory_core.evaluation import add_eval_parser
@@ -105,9 +148,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
-    overrides = {"workspace": args.workspace, "index_path": args.index_path, **extra}
-    return load_settings(args.config, overrides)
+FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
+              "workspace": "--workspace", "index_path": "--index"}
+
+
+def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
+    """The one settings order (memory_core.resolve.resolve_settings), told the flags given."""
+    return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
+                            config_file=args.config, told_by=FLAG_NAMES)
+
+
+def _settings(args: argparse.Namespace, **told: Any) -> Settings:
+    return _resolve(args, **told).settings
+
+
+def _writer_told(args: argparse.Namespace) -> dict[str, Any]:
+    """What the flags of a writer tell (None: not told)."""
+    return {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths,
+            "sources": ["memory", "sessions"] if args.sessions else None}
+
+
+def _report_changes(resolved: ResolvedSettings) -> None:
+    for ch in resolved.changes:
+        print(f"memory-core: {ch.line()}", file=sys.stderr)
 
 
 def _setup_logging(verbose: bool = False) -> None:
@@ -115,16 +178,15 @@ def _setup_logging(verbose: bool = False) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    extra: dict[str, Any] = {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths}
-    if args.sessions:
-        extra["sources"] = ["memory", "sessions"]
-    settings = _settings(args, **extra)
+    from memory_core.prefect_api import choose_engine
+
+    resolved = _resolve(args, **_writer_told(args))
+    settings = resolved.settings
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
-    engine = args.engine
-    if engine == "auto":
-        engine = "prefect" if os.environ.get("PREFECT_API_URL") else "local"
-    summary = _index_prefect(settings, args) if engine == "prefect" else _index_local(settings, args)
+    _report_changes(resolved)
+    engine = choose_engine(args.engine)
+    summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
@@ -183,10 +245,12 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry calls from a closed network
     from flows.reindex import ReindexParams, run_reindex
 
+    # the flow resolves the settings again, in the same order: it is told only the flags given
+    told = _writer_told(args)
     params = ReindexParams(
         workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
-        provider=settings.provider, model=settings.model, full=args.full, extra_paths=settings.extra_paths,
-        sources=list(settings.sources),
+        provider=told["provider"], model=told["model"], full=args.full, extra_paths=told["extra_paths"],
+        sources=told["sources"],
     )
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
@@ -207,6 +271,8 @@ def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def cmd_search(args: argparse.Namespace) -> int:
+    if args.min_score is not None and not 0 <= args.min_score <= 1:
+        raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
     with _searcher(args) as s:
         results = s.search(args.query, max_results=args.max_results, min_score=args.min_score, sources=args.sources)
         note = s.provider_note
@@ -226,8 +292,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
+    from memory_core.discovery import parse_citation
+
+    cite = parse_citation(args.path)  # a citation as search prints it: path#L10-L20
+    from_line = args.from_line if args.from_line is not None else cite.start_line
+    lines = args.lines if args.lines is not None else cite.lines
     with _searcher(args) as s:
-        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
+        res = s.read_file(cite.path, from_line=from_line, lines=lines)
+    if res["lines"] == 0 and (from_line or 1) > 1:
+        raise UsageError(f"line {from_line} is past the end of {res['path']}")
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:
@@ -236,13 +309,33 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from memory_core.indexmeta import IndexRecord
+    from memory_core.prefect_api import choose_engine
+
     with _searcher(args) as s:
         st = s.status()
+        record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
+    if record is not None:
+        # what the index was built from: what readers use, and what writers keep unless told otherwise
+        st["built_from"] = {
+            "workspace": record.workspace, "sources": record.sources, "sessions_dir": record.sessions_dir,
+            "extra_paths": record.extra_paths, "redact": record.redact,
+            "chunking": {"tokens": record.chunk_tokens, "overlap": record.chunk_overlap},
+            "provider": record.provider, "model": record.model, "provider_key": record.provider_key,
+        }
+    # which engine `memory-core index` would use (--engine not given) and why
+    requested = os.environ.get("MEMORY_CORE_ENGINE") or "auto"
+    st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True, default=str))
     else:
         for k, v in st.items():
-            print(f"{k}: {v}")
+            if isinstance(v, dict) and k == "built_from":
+                print(f"{k}:")
+                for k2, v2 in v.items():
+                    print(f"  {k2}: {v2}")
+            else:
+                print(f"{k}: {v}")
     return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
 
 
@@ -267,12 +360,11 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     import signal
 
-    extra: dict[str, Any] = {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths}
-    if args.sessions:
-        extra["sources"] = ["memory", "sessions"]
-    settings = _settings(args, **extra)
+    resolved = _resolve(args, **_writer_told(args))
+    settings = resolved.settings
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    _report_changes(resolved)
     try:
         import watchfiles  # noqa: F401
     except ImportError:
@@ -281,7 +373,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     if args.debounce < 0:
         raise UsageError("--debounce must be >= 0 seconds")
-    runner = make_runner(settings, deployment=args.deployment, config_file=args.config)
+    told = {k: v for k, v in _writer_told(args).items() if v is not None}
+    runner = make_runner(settings, deployment=args.deployment, config_file=args.config, told=told)
 
     def report(rec: RunRecord) -> None:
         print(json.dumps(rec.to_dict(), sort_keys=True) if args.json else rec.line(), flush=True)
@@ -311,7 +404,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     fmt = args.format
     if fmt is None:
-        fmt = "jsonl" if args.output == "-" or args.output.lower().endswith((".jsonl", ".ndjson")) else "parquet"
+        name = args.output.lower()
+        if args.output == "-" or name.endswith((".jsonl", ".ndjson")):
+            fmt = "jsonl"
+        elif name.endswith((".parquet", ".pq")):
+            fmt = "parquet"
+        else:
+            raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
+                             " or .ndjson, or --format")
     settings = _settings(args)
     summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors)
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself

@@ -1,10 +1,21 @@
-"""One validated settings model for every part of memory-core.
+"""One validated settings model for every part of memory-core, and the one order it is resolved in.
 
-Settings come from, in increasing priority: the defaults below (the reference system's
-defaults unless a note says otherwise), a TOML file (``--config`` or ``MEMORY_CORE_CONFIG``),
-``MEMORY_CORE_*`` environment variables for the common top-level settings, and explicit
-overrides from the caller (CLI flags, flow parameters). Unknown keys are errors: a typo in a
-config file must not be silently ignored.
+Every entry point (the CLI, ``watch``, the reindex/backfill flows and their deployments, the
+MCP server) calls :func:`resolve_settings`, which takes each setting from the first of:
+
+1. an explicit flag or flow parameter (``--sessions``, ``--provider``, ``sources=...``);
+2. a ``MEMORY_CORE_*`` environment variable (``MEMORY_CORE_WORKSPACE``, ``MEMORY_CORE_INDEX``,
+   ``MEMORY_CORE_PROVIDER``, ``MEMORY_CORE_MODEL``);
+3. the config file: the one given (``--config``, the ``config_file`` parameter), else
+   ``$MEMORY_CORE_CONFIG``, else ``<workspace>/memory-core.toml`` when it exists;
+4. what the live index recorded when it was built (workspace, sources, extra paths, sessions
+   folder, redaction, chunking, provider, model and the non-secret remote settings; see
+   :mod:`memory_core.indexmeta`), so a run that is not told otherwise keeps what the index has;
+5. the defaults below (the reference system's defaults unless a note says otherwise).
+
+Unknown keys are errors: a typo in a config file must not be silently ignored.
+:func:`load_settings` is the same without steps 3's workspace file and 4 (for tools and tests
+that build settings from scratch).
 
 API keys are ``SecretStr``: they never appear in ``repr``, logs or the provider key.
 """
@@ -21,6 +32,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_serializer,
@@ -249,6 +261,14 @@ class Settings(_Model):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     sessions: SessionsSettings = Field(default_factory=SessionsSettings)
     lock: LockSettings = Field(default_factory=LockSettings)
+    # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
+    _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def origins(self) -> dict[str, str]:
+        """Where each recorded setting came from (``--sessions``, ``config file ...``, ``the index``,
+        ``default``), as resolved by :func:`resolve_settings`; empty for settings built otherwise."""
+        return self._origins
 
     @field_validator("sources")
     @classmethod
@@ -335,26 +355,41 @@ def load_settings(
     data: dict[str, Any] = {}
     path = config_file or env.get("MEMORY_CORE_CONFIG")
     if path:
-        p = Path(path).expanduser()
-        try:
-            with p.open("rb") as fh:
-                data = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {p}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-        # Relative paths in a config file are relative to the file, not to the cwd.
-        for key in ("workspace", "index_path"):
-            if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
-                data[key] = str(p.parent.resolve() / data[key])
-    for var, key in _ENV_KEYS.items():
-        if env.get(var):
-            data[key] = env[var]
+        data = read_config_file(path)
+    data = _deep_merge(data, _env_layer(env))
     if overrides:
-        data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
+        data = _deep_merge(data, _drop_none(overrides))
+    return _validate(data)
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items() if v is not None}
+
+
+def _env_layer(env: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+    return {key: env[var] for var, key in _ENV_KEYS.items() if env.get(var)}
+
+
+def _validate(data: dict[str, Any]) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc)) from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings of a TOML config file; relative ``workspace``/``index_path`` are relative to it."""
+    p = Path(path).expanduser()
+    try:
+        with p.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+    for key in ("workspace", "index_path"):
+        if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
+            data[key] = str(p.parent.resolve() / data[key])
+    return data

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError
@@ -176,15 +178,53 @@ def discover_files(settings: Settings) -> Discovery:
     return Discovery(files=files, warnings=warnings)
 
 
-def resolve_indexed_path(settings: Settings, path: str) -> str:
+_CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
+
+
+@dataclass(frozen=True)
+class Citation:
+    """``path#L10-L20`` (or ``path#L10``) as ``search`` prints it, split into its parts."""
+
+    path: str
+    start_line: int | None = None
+    end_line: int | None = None
+
+    @property
+    def lines(self) -> int | None:
+        if self.start_line is None:
+            return None
+        return max(1, (self.end_line or self.start_line) - self.start_line + 1)
+
+
+def parse_citation(text: str) -> Citation:
+    """A path or a citation: ``memory/a.md#L10-L20`` -> ``Citation("memory/a.md", 10, 20)``;
+    anything else is a plain path."""
+    m = _CITATION.match(text.strip())
+    if m is None:
+        return Citation(text.strip())
+    start = int(m["start"])
+    end = int(m["end"]) if m["end"] else start
+    return Citation(m["path"], start, max(start, end))
+
+
+def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None) -> str:
     """Map an indexed path back to an absolute file path, refusing anything outside the sources.
 
     ``path`` must be a path as stored in the index (the caller checks that it is indexed).
-    The resolved real path must lie under the workspace's memory sources, an extra path,
-    or the sessions directory; symlinks that point elsewhere are refused.
+    ``meta``: the index's meta; the workspace, sources, sessions folder and extra paths it
+    recorded (:mod:`memory_core.indexmeta`) are what ``path`` is resolved against, so a reader
+    needs nothing but the index (an index older than those records uses ``settings``'). The
+    resolved real path must lie under the workspace's memory sources, an extra path, or the
+    sessions directory; symlinks that point elsewhere are refused.
     """
     if not path or "\x00" in path:
         raise PathError("path is empty or contains a NUL byte")
+    if meta:
+        from memory_core.indexmeta import IndexRecord
+
+        record = IndexRecord.from_meta(meta)
+        if record is not None:
+            settings = record.reader_settings(settings)
     ws = str(settings.workspace_dir)
     if path.startswith("sessions/") and "sessions" in settings.sources:
         name = path[len("sessions/"):]

@@ -217,9 +217,9 @@ class Searcher:
             self._provider_checked = True
             try:
                 from memory_core.embeddings.registry import create_provider
+                from memory_core.indexmeta import IndexRecord
 
-                s = self.settings.model_copy(update={"provider": meta["provider"], "model": meta.get("model"),
-                                                     "fallback": None})
+                s = IndexRecord.from_meta(meta).query_settings(self.settings)  # type: ignore[union-attr]
                 self._provider, _ = create_provider(s)
             except Exception as exc:  # no key, no model package: answer keyword-only
                 self._provider = None
@@ -416,7 +416,7 @@ class Searcher:
         if row is None:
             raise PathError(f"not an indexed file: {path}")
         source = row[1]
-        real = resolve_indexed_path(self.settings, path)
+        real = resolve_indexed_path(self.settings, path, idx.meta)  # against the index's own workspace
         start = max(1, int(from_line or 1))
         count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
         end = start + count - 1
@@ -437,7 +437,7 @@ class Searcher:
             raise PathError(f"{path} is indexed but no longer exists") from None
         except OSError as exc:
             raise PathError(f"cannot read {path}: {exc.strerror}") from None
-        if source != "sessions" and self.settings.redact == "all":  # transcripts come back redacted
+        if source != "sessions" and (idx.meta or {}).get("redact", self.settings.redact) == "all":  # transcripts come back redacted
             from memory_core.redact import redact
 
             out = [redact(x) for x in out]

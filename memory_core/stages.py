@@ -28,6 +28,7 @@ from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.failpoints import failpoint
+from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.runtypes import (
     MISS_SCHEMA,
     BuildResult,
@@ -37,7 +38,7 @@ from memory_core.runtypes import (
     RunPlan,
     RunSummary,
 )
-from memory_core.store import SCHEMA_VERSION, LiveFile, fts_tokenizer, probe_index, read_live_files
+from memory_core.store import LiveFile, probe_index, read_live_files
 
 ROW_GROUP = 4096
 # Work files live for one run on local disk: uncompressed Parquet writes ~7x and reads ~10x
@@ -89,46 +90,6 @@ def remove_stale_workdirs(index_path: Path) -> int:
 
 # -- plan ----------------------------------------------------------------------------------------
 
-def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
-    tokens, overlap = chunk_params(settings, provider)
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "provider": provider.name,
-        "model": provider.model,
-        "provider_key": provider.provider_key,
-        "provider_reason": reason,
-        "dims": provider.dims,
-        "chunk_tokens": tokens,
-        "chunk_overlap": overlap,
-        "sources": sorted(settings.sources),
-        "extra_paths": sorted(settings.extra_paths),
-        "redact": settings.redact,
-        "fts_tokenizer": fts_tokenizer(),
-    }
-
-
-REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "sources", "extra_paths", "redact", "fts_tokenizer")
-
-
-def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, int]:
-    tokens = settings.chunking.tokens or provider.default_chunk_tokens
-    overlap = settings.chunking.overlap if settings.chunking.overlap is not None else provider.default_chunk_overlap
-    overlap = max(0, min(overlap, tokens - 1))
-    return tokens, overlap
-
-
-def _rebuild_reason(old: dict[str, Any] | None, new: dict[str, Any]) -> str | None:
-    if old is None:
-        return "no index yet"
-    for key in REBUILD_KEYS:
-        if old.get(key) != new.get(key):
-            return f"{key} changed"
-    if new.get("provider") != "none" and new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
-        return "dims changed"
-    return None
-
-
 def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str, full: bool = False, *,
                    workdir_root: Path | None = None) -> RunPlan:
     """Find the sources, hash what may have changed, and diff against the live index."""
@@ -142,7 +103,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
         full, full_reason = True, "live index damaged"
     elif not full:
-        why = _rebuild_reason(live_meta, meta)
+        why = rebuild_reason(live_meta, meta)
         if why:
             full, full_reason = True, why
     live: dict[str, LiveFile] = {} if (full or live_meta is None) else read_live_files(index_path)

@@ -92,23 +92,26 @@ class DeploymentRunner:
     """Starts a run of a Prefect deployment of the ``reindex`` flow and waits for it to finish.
 
     ``deployment`` is ``"<flow>/<deployment>"`` or just the deployment name of the
-    ``reindex`` flow. The run gets this watcher's workspace, index and source settings as
-    parameters (API keys never travel as parameters); the deployment's worker must see the
-    same paths.
+    ``reindex`` flow. The run gets this watcher's workspace and index (the ones it watches),
+    the config file if one was given, and only the settings this watcher was told (``told``:
+    flags such as ``sources``, ``extra_paths``, ``provider``, ``model``); everything else the
+    flow resolves as every run does (its config file, then what the index recorded), so the
+    watcher never changes the deployment's settings by accident. API keys never travel as
+    parameters; the deployment's worker must see the same paths.
     """
 
     def __init__(self, settings: Settings, deployment: str, *, config_file: str | None = None,
+                 told: dict[str, Any] | None = None, api_url: str | None = None,
                  timeout_s: float = DEPLOYMENT_TIMEOUT_S) -> None:
         self.name = deployment if "/" in deployment else f"{FLOW_NAME}/{deployment}"
         self.timeout_s = timeout_s
-        params = {
+        params: dict[str, Any] = {
             "workspace": str(settings.workspace_dir), "index_path": str(settings.index_file),
-            "config_file": config_file, "provider": settings.provider, "model": settings.model,
-            "full": False, "extra_paths": list(settings.extra_paths), "sources": list(settings.sources),
+            "config_file": config_file, "full": False, **(told or {}),
         }
         # the reindex flow takes flat parameters; unset ones come from the deployment
         self.parameters = {k: v for k, v in params.items() if v is not None}
-        self.description = f"runs of deployment {self.name} on {os.environ.get('PREFECT_API_URL')}"
+        self.description = f"runs of deployment {self.name} on {api_url or os.environ.get('PREFECT_API_URL')}"
 
     def __call__(self) -> dict[str, Any]:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -135,15 +138,20 @@ class DeploymentRunner:
 
 
 def make_runner(settings: Settings, *, deployment: str | None = None, config_file: str | None = None,
-                env: dict[str, str] | None = None) -> LocalRunner | DeploymentRunner:
-    """A deployment runner when a Prefect server is configured and a deployment named, else in-process."""
-    env = dict(os.environ) if env is None else env
+                told: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> LocalRunner | DeploymentRunner:
+    """A deployment runner when a deployment is named (a Prefect server must be configured, in the
+    environment or the active Prefect profile), else in-process. ``told``: the settings given as
+    flags, the only ones passed on to the deployment."""
+    from memory_core.prefect_api import prefect_api
+
     if deployment:
-        if not env.get("PREFECT_API_URL"):
-            raise UsageError("--deployment needs a Prefect server: set PREFECT_API_URL (for example"
-                             " http://127.0.0.1:4200/api)")
-        return DeploymentRunner(settings, deployment, config_file=config_file)
-    if env.get("PREFECT_API_URL"):
+        api = prefect_api(env)
+        if not api.url:
+            raise UsageError(f"--deployment needs a Prefect server: {api.source}; set it with"
+                             " `prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api` or the environment"
+                             " variable")
+        return DeploymentRunner(settings, deployment, config_file=config_file, told=told, api_url=api.url)
+    if (env if env is not None else os.environ).get("PREFECT_API_URL"):
         log.info("PREFECT_API_URL is set but no deployment was named; reindexing in-process")
     return LocalRunner(settings)
 

@@ -99,7 +99,7 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     shutil.copytree(EXAMPLES / "sessions", ws / "sessions")
     cfg = tmp / "memory-core.toml"
     cfg.write_text(
-        'provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\n'
+        'provider = "openai"\nmodel = "text-embedding-3-small"\nsources = ["memory", "sessions"]\n[remote]\n'
         f'base_url = "{fake.base_url}"\ndimensions = 64\nmax_inputs_per_request = 8\n'
         "backoff_initial_s = 0.01\nbackoff_max_s = 0.05\nmax_attempts = 2\ntimeout_s = 150\n"
     )
@@ -192,7 +192,7 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
     for d in (inc, ses, bf):
         assert d.work_pool_name == "memory-core" and d.global_concurrency_limit.limit == 1
         assert d.parameters["workspace"] == str(stack.ws)  # {{ $MEMORY_CORE_WORKSPACE }} filled at deploy time
-        assert d.parameters["sources"] == ["memory", "sessions"]
+        assert "sources" not in d.parameters  # no setting hard-coded: the config file's sources apply
         assert "api_key" not in str(d.parameters) and API_KEY not in str(d.parameters)
         assert d.pull_steps[0]["prefect.deployments.steps.set_working_directory"]["directory"] == str(ROOT)
     assert [s.schedule.interval.total_seconds() for s in inc.schedules] == [900]
@@ -239,7 +239,7 @@ def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) ->
     assert ra.name == "backfill-big-full" and ra.parameters["embed_concurrency"] == 1
     assert ra.parameters["workspace"] == str(stack.ws) and ra.parameters["batch"] is False
     # what the UI shows for A: figures, progress, the swap event
-    settings = load_settings(stack.cfg, {"workspace": str(stack.ws), "sources": ["memory", "sessions"]})
+    settings = load_settings(stack.cfg, {"workspace": str(stack.ws)})
     n_files = len(discover_files(settings).files)
     fig = table_figures(artifact_of(ra.id, "table"))
     assert fig["files scanned"] == fig["files new"] == n_files and fig["files removed"] == 0

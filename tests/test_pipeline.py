@@ -83,7 +83,7 @@ def test_model_change_forces_full_rebuild_and_reuses_nothing_wrong(workspace, op
     n = openai_fake.embedded_inputs
     s2 = openai_settings(workspace, openai_fake, model="text-embedding-3-large")
     second = run_index(s2)
-    assert second.full and second.full_reason in ("model changed", "provider_key changed")
+    assert second.full and second.full_reason == "model changed from text-embedding-3-small to text-embedding-3-large"
     assert openai_fake.embedded_inputs == n + first.chunks_total  # new model: every chunk embedded again
     models = {r[0] for r in index_rows(s2, "SELECT DISTINCT model FROM chunks")}
     assert models == {"text-embedding-3-large"}

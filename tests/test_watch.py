@@ -244,7 +244,7 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
     assert isinstance(make_runner(settings, env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"}), LocalRunner)
     with pytest.raises(UsageError, match="PREFECT_API_URL"):
         make_runner(settings, deployment="nightly", env={})
-    r = make_runner(settings, deployment="nightly", config_file="/etc/mc.toml",
+    r = make_runner(settings, deployment="nightly", config_file="/etc/mc.toml", told={"provider": "none"},
                     env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
     assert isinstance(r, DeploymentRunner) and r.name == "reindex/nightly"
 
@@ -279,6 +279,8 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
     assert calls[0]["name"] == "reindex/nightly" and params["full"] is False
     assert params["workspace"] == str(settings.workspace_dir) and params["index_path"] == str(settings.index_file)
     assert params["config_file"] == "/etc/mc.toml" and params["provider"] == "none"
+    # only what the watcher was told: the deployment keeps its own (or its index's) sources
+    assert "sources" not in params and "extra_paths" not in params and "model" not in params
     outcome["state"] = "Cancelled"  # the deployment's concurrency limit: another run is on it
     assert r()["state"] == "Cancelled"
     outcome["state"] = "Failed"

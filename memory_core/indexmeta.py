@@ -1,0 +1,223 @@
+"""What an index records about how it was built, and when a change forces a full rebuild.
+
+The meta row of an index (``store.write_meta``) is a JSON object. This module writes its
+build part (:func:`build_meta`), reads it back as a typed :class:`IndexRecord`, and decides
+whether a run's settings differ from the live index's in a way that needs a full rebuild
+(:func:`rebuild_reason`).
+
+What is recorded (nothing secret; API keys and secret headers never are):
+
+- ``workspace``: the workspace root, absolute;
+- ``sources``, ``extra_paths`` (as given: absolute, or relative to the workspace),
+  ``sessions_dir`` (absolute), ``redact``;
+- ``chunk_tokens`` / ``chunk_overlap`` (effective) and the provider's ``provider``,
+  ``model``, ``provider_key``, ``dims``;
+- ``built_from``: the settings the run was told (``provider`` as configured, e.g. ``auto``;
+  ``model``; ``chunking`` as configured, ``None`` meaning the provider's default; the
+  non-secret ``remote`` fields ``base_url``, ``dimensions``, ``api_version``), which a later
+  run that is not told otherwise keeps (:func:`memory_core.resolve.resolve_settings`);
+- ``origins``: for each of those settings, where the run got it (``--sessions``, ``config
+  file ...``, ``the index``, ``default``), so a full rebuild can say which change caused it.
+
+Readers (search, get, status, export, the MCP server) take the workspace, sources, sessions
+folder and extra paths from here: they need nothing but the index.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memory_core.config import Settings
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.store import SCHEMA_VERSION, fts_tokenizer
+
+# A difference in any of these between the live index and a run means a full rebuild.
+REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
+                "sources", "extra_paths", "redact", "fts_tokenizer")
+
+# meta key -> the setting a user changes to change it (for "... changed (from --flag)")
+_SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
+               "chunk_overlap": "chunking.overlap", "sources": "sources", "extra_paths": "extra_paths",
+               "redact": "redact"}
+
+
+def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, int]:
+    """(tokens, overlap) of a run: the configured chunking, else the provider's default."""
+    tokens = settings.chunking.tokens or provider.default_chunk_tokens
+    overlap = settings.chunking.overlap if settings.chunking.overlap is not None else provider.default_chunk_overlap
+    overlap = max(0, min(overlap, tokens - 1))
+    return tokens, overlap
+
+
+def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, Any]:
+    """The told settings a later run keeps unless told otherwise (see module docstring)."""
+    out: dict[str, Any] = {
+        "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
+        # as configured (None: <workspace>/sessions), so a workspace that moves takes its sessions along
+        "sessions_dir": str(settings.sessions.dir) if settings.sessions.dir is not None else None,
+    }
+    if with_provider:
+        r = settings.remote
+        out.update(provider=settings.provider, model=settings.model,
+                   remote={"base_url": r.base_url, "dimensions": r.dimensions, "api_version": r.api_version})
+    return out
+
+
+def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
+    """The meta of an index that ``settings`` build with ``provider`` (``reason``: why that provider)."""
+    tokens, overlap = chunk_params(settings, provider)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "provider": provider.name,
+        "model": provider.model,
+        "provider_key": provider.provider_key,
+        "provider_reason": reason,
+        "dims": provider.dims,
+        "chunk_tokens": tokens,
+        "chunk_overlap": overlap,
+        "sources": sorted(settings.sources),
+        "extra_paths": sorted(settings.extra_paths),
+        "redact": settings.redact,
+        "fts_tokenizer": fts_tokenizer(),
+        "workspace": str(settings.workspace_dir),
+        "sessions_dir": str(settings.sessions_dir),
+        # a run on the fallback provider does not make the fallback the index's provider
+        "built_from": built_from(settings, with_provider=not reason.startswith("fallback")),
+        "origins": dict(settings.origins),
+    }
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str | None:
+    """Why a run with meta ``new`` must rebuild the index whose meta is ``old`` in full, or None.
+
+    Names the setting and, when the new meta knows it, where its new value came from, e.g.
+    ``sources changed from [memory] to [memory, sessions] by --sessions``.
+    """
+    if old is None:
+        return "no index yet"
+    origins = new.get("origins") or {}
+    for key in REBUILD_KEYS:
+        if old.get(key) != new.get(key):
+            setting = _SETTING_OF.get(key)
+            origin = origins.get(setting or "", "")
+            if key == "provider_key":
+                msg = "provider settings changed (base URL, dimensions or headers)"
+            else:
+                msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
+            return msg + (f" by {origin}" if origin and origin != "the index" else "")
+    if new.get("provider") != "none" and new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
+        return "dims changed"
+    return None
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """What the live index says it was built from (``None`` fields: an index older than this)."""
+
+    workspace: str | None = None
+    sessions_dir: str | None = None
+    sources: list[str] = field(default_factory=list)
+    extra_paths: list[str] = field(default_factory=list)
+    redact: str | None = None
+    provider: str | None = None  # the provider that made the vectors
+    model: str | None = None
+    provider_key: str | None = None
+    chunk_tokens: int | None = None
+    chunk_overlap: int | None = None
+    built_from: dict[str, Any] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any] | None) -> IndexRecord | None:
+        if not meta:
+            return None
+
+        def s(key: str) -> str | None:
+            v = meta.get(key)
+            return str(v) if isinstance(v, str) and v else None
+
+        def ints(key: str) -> int | None:
+            v = meta.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+        def strs(key: str) -> list[str]:
+            v = meta.get(key)
+            return [str(x) for x in v] if isinstance(v, list) else []
+
+        bf = meta.get("built_from")
+        origins = meta.get("origins")
+        return cls(workspace=s("workspace"), sessions_dir=s("sessions_dir"), sources=strs("sources"),
+                   extra_paths=strs("extra_paths"), redact=s("redact"), provider=s("provider"), model=s("model"),
+                   provider_key=s("provider_key"), chunk_tokens=ints("chunk_tokens"),
+                   chunk_overlap=ints("chunk_overlap"), built_from=dict(bf) if isinstance(bf, dict) else {},
+                   origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, dict) else {})
+
+    def settings_layer(self) -> dict[str, Any]:
+        """The recorded settings as a layer for :func:`memory_core.resolve.resolve_settings`
+        (only what this index knows; nested like a config file)."""
+        out: dict[str, Any] = {}
+        if self.workspace:
+            out["workspace"] = self.workspace
+        if self.sources:
+            out["sources"] = list(self.sources)
+        if self.workspace is not None:  # older indexes recorded extra paths without their workspace
+            out["extra_paths"] = list(self.extra_paths)
+        if self.built_from.get("sessions_dir"):
+            out["sessions"] = {"dir": self.built_from["sessions_dir"]}
+        if self.redact:
+            out["redact"] = self.redact
+        bf = self.built_from
+        chunking = bf.get("chunking")
+        if isinstance(chunking, dict):
+            out["chunking"] = {k: chunking.get(k) for k in ("tokens", "overlap") if chunking.get(k) is not None}
+        if isinstance(bf.get("provider"), str):
+            out["provider"] = bf["provider"]
+            if bf.get("model"):
+                out["model"] = bf["model"]
+            remote = bf.get("remote")
+            if isinstance(remote, dict):
+                out["remote"] = {k: remote[k] for k in ("base_url", "dimensions", "api_version")
+                                 if remote.get(k) is not None}
+        return {k: v for k, v in out.items() if v != {}}
+
+    def reader_settings(self, settings: Settings) -> Settings:
+        """``settings`` with the sources of this index: what a reader resolves paths against.
+
+        An index older than these records (no workspace recorded), or one whose workspace is gone
+        (moved along with its index), leaves ``settings`` as it is.
+        """
+        if self.workspace is None or not os.path.isdir(self.workspace):
+            return settings
+        update: dict[str, Any] = {"workspace": Path(self.workspace), "extra_paths": list(self.extra_paths)}
+        if self.sources:
+            update["sources"] = list(self.sources)
+        if self.redact:
+            update["redact"] = self.redact
+        if self.sessions_dir:
+            update["sessions"] = settings.sessions.model_copy(update={"dir": Path(self.sessions_dir)})
+        return settings.model_copy(update=update)
+
+    def query_settings(self, settings: Settings) -> Settings:
+        """``settings`` for embedding queries against this index: its provider and model, and the
+        recorded non-secret remote settings (base URL, dimensions, API version) that ``settings``
+        leaves unset, so a reader given only the index embeds queries as the index was built."""
+        remote = settings.remote
+        recorded = self.built_from.get("remote")
+        if isinstance(recorded, dict):
+            fill = {k: recorded[k] for k in ("base_url", "dimensions", "api_version")
+                    if recorded.get(k) is not None and getattr(remote, k) is None}
+            remote = remote.model_copy(update=fill)
+        return settings.model_copy(update={"provider": self.provider, "model": self.model, "fallback": None,
+                                           "remote": remote})

@@ -1,0 +1,203 @@
+"""Which settings a run uses: flags > environment > config file > the live index > defaults.
+
+Above :mod:`memory_core.config` (the settings model) and :mod:`memory_core.indexmeta` (what an
+index records), so neither imports the other's user: every entry point calls
+:func:`resolve_settings`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memory_core.config import (
+    _ENV_KEYS,
+    Settings,
+    _deep_merge,
+    _drop_none,
+    _env_layer,
+    _validate,
+    read_config_file,
+)
+from memory_core.indexmeta import IndexRecord
+from memory_core.store import probe_index
+
+# -- resolution: flags > environment > config file > the live index > defaults -------------------
+
+WORKSPACE_CONFIG_NAME = "memory-core.toml"
+"""A config file at ``<workspace>/memory-core.toml`` is used when none is given."""
+
+# The settings an index records (memory_core.indexmeta) and whose origin a run reports.
+RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens",
+            "chunking.overlap", "provider", "model", "remote")
+ORIGIN_INDEX = "the index"
+ORIGIN_DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class SettingChange:
+    """A setting whose value differs from what the live index recorded, and where the new one came from."""
+
+    setting: str
+    old: Any
+    new: Any
+    origin: str
+
+    def line(self) -> str:
+        return f"{self.setting} changed from {_show(self.old)} to {_show(self.new)} (from {self.origin})"
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The outcome of :func:`resolve_settings`."""
+
+    settings: Settings
+    config_file: Path | None  # the config file used, if any
+    config_found: bool  # it was found in the workspace (not given)
+    has_index: bool  # a live index was found and read
+    changes: list[SettingChange]
+
+    @property
+    def origins(self) -> dict[str, str]:
+        return self.settings.origins
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _dotted(data: dict[str, Any], key: str) -> Any:
+    cur: Any = data
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def _recorded_value(settings: Settings, key: str) -> Any:
+    """A recorded setting of ``settings``, in the form the index records it."""
+    if key == "workspace":
+        return str(settings.workspace_dir)
+    if key == "sessions.dir":
+        return str(settings.sessions_dir)
+    if key in ("sources", "extra_paths"):
+        return sorted(getattr(settings, key))
+    if key == "remote":
+        r = settings.remote
+        return {k: v for k, v in (("base_url", r.base_url), ("dimensions", r.dimensions),
+                                  ("api_version", r.api_version)) if v is not None}
+    value: Any = settings
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def resolve_settings(
+    told: dict[str, Any] | None = None,
+    *,
+    config_file: str | os.PathLike[str] | None = None,
+    told_by: dict[str, str] | str = "{}",
+    env: dict[str, str] | None = None,
+) -> ResolvedSettings:
+    """The settings of a run or a reader, in the documented order (module docstring).
+
+    ``told``: the explicit settings (flags, flow parameters), nested like a config file;
+    ``None`` values are "not told". ``told_by`` names where each came from for messages: a
+    mapping from top-level key to label (``{"sources": "--sessions"}``) and/or a format string
+    for the rest (``"flow parameter {}"``). ``config_file``: the config file given, if any.
+
+    Raises :class:`ConfigError` for a bad config file or setting.
+    """
+
+    env = dict(os.environ) if env is None else env
+    flags = _drop_none(dict(told or {}))
+    env_layer = _env_layer(env)
+    cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
+    cfg: dict[str, Any] = read_config_file(cfg_path) if cfg_path else {}
+    found = False
+    layers: list[tuple[str, dict[str, Any]]] = []
+
+    def first(key: str, *named: tuple[str, dict[str, Any]]) -> tuple[Any, str | None]:
+        for label, layer in named:
+            v = _dotted(layer, key)
+            if v is not None:
+                return v, label
+        return None, None
+
+    def flag_label(key: str) -> str:
+        top = key.split(".", 1)[0]
+        if isinstance(told_by, dict):
+            return told_by.get(key) or told_by.get(top) or top
+        return told_by.format(top)
+
+    cfg_label = f"config file {cfg_path}" if cfg_path else ""
+    env_label = "$MEMORY_CORE_*"
+    # the workspace and the index come first: they say where the live index and a workspace config are
+    ws, _ = first("workspace", ("f", flags), ("e", env_layer), ("c", cfg))
+    idx, _ = first("index_path", ("f", flags), ("e", env_layer), ("c", cfg))
+
+    def probe(path: Any) -> IndexRecord | None:
+        meta, problem = probe_index(Path(os.path.abspath(os.path.expanduser(str(path)))))
+        return None if problem else IndexRecord.from_meta(meta)
+
+    live = probe(idx) if idx is not None else None
+    if ws is None and live is not None and live.workspace:
+        ws = live.workspace
+    if ws is None:
+        ws = str(Path.cwd())
+    if not cfg_path:
+        candidate = Path(os.path.abspath(os.path.expanduser(str(ws)))) / WORKSPACE_CONFIG_NAME
+        if candidate.is_file():
+            cfg_path, found = str(candidate), True
+            cfg = read_config_file(candidate)
+            cfg.pop("workspace", None)  # a workspace's own file cannot move the workspace
+            cfg_label = f"config file {candidate}"
+            if idx is None and cfg.get("index_path"):
+                idx = cfg["index_path"]
+    if idx is None:
+        idx = Settings(workspace=Path(str(ws))).index_file
+    if live is None:
+        live = probe(idx)
+    index_layer = live.settings_layer() if live is not None else {}
+
+    layers = [(ORIGIN_INDEX, index_layer), (cfg_label, cfg), (env_label, env_layer), ("", flags)]
+    data: dict[str, Any] = {}
+    for _, layer in layers:
+        data = _deep_merge(data, layer)
+    data["workspace"], data["index_path"] = ws, str(idx)
+    settings = _validate(data)
+
+    origins: dict[str, str] = {}
+    for key in RECORDED:
+        label = ORIGIN_DEFAULT
+        for name, layer in reversed(layers):
+            if _dotted(layer, key) is not None:
+                label = flag_label(key) if layer is flags else (
+                    f"${next(v for v, k in _ENV_KEYS.items() if k == key)}" if layer is env_layer else name)
+                break
+        origins[key] = label
+    settings._origins = origins
+
+    changes: list[SettingChange] = []
+    if live is not None:
+        recorded = dict(index_layer)
+        if live.workspace:
+            recorded["workspace"] = live.workspace
+        if live.sessions_dir:
+            recorded["sessions"] = {**recorded.get("sessions", {}), "dir": live.sessions_dir}
+        for key in RECORDED:
+            old = _dotted(recorded, key)
+            if key in ("index_path",) or old is None:
+                continue
+            if key in ("sources", "extra_paths"):
+                old = sorted(old)
+            new = _recorded_value(settings, key)
+            if old != new:
+                changes.append(SettingChange(key, old, new, origins[key]))
+    return ResolvedSettings(settings=settings, config_file=Path(cfg_path) if cfg_path else None, config_found=found,
+                            has_index=live is not None, changes=changes)
