@@ -269,6 +269,52 @@ def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) ->
     assert not list(big.parent.glob(".big.sqlite.tmp-*"))
 
 
+def test_a_run_cancelled_through_the_api_keeps_what_it_received_and_says_so(stack: Stack) -> None:
+    """A backfill cancelled from the UI (a Cancelling state set through the API; the worker
+    stops the run's process) after some request groups came back: the live index is as it was,
+    the notes say what was cached, and the rerun embeds nothing whose vector had arrived."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    from memory_core.cache import EmbeddingCache
+    from memory_core.chunking import sha256_hex
+    from memory_core.pipeline import run_index
+    from memory_core.resolve import resolve_settings
+
+    index = stack.tmp / "cancel" / "index.sqlite"
+    fake = stack.fake
+    billed_before = len(fake.sync_billed_texts)
+    fake.delay = 0.5
+    try:
+        fr_id = trigger("backfill/backfill", batch=False, index_path=str(index), embed_concurrency=2).id
+        wait_until(lambda: len(fake.sync_billed_texts) - billed_before >= 8 * 4, "some groups answered",
+                   unless=lambda: read_flow_run(fr_id).state.is_final())
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(fr_id, Cancelling(), force=True)
+        fr = wait_final(fr_id)
+    finally:
+        fake.delay = 0.0
+    assert fr.state.is_cancelled(), fr.state
+    assert not index.exists()  # nothing was published
+    notes = artifact_of(fr_id, "markdown")
+    assert "was cancelled" in notes.data and "embedded and cached" in notes.data
+    received = {sha256_hex(t) for t in fake.sync_billed_texts[billed_before:]}
+
+    settings = resolve_settings({"workspace": str(stack.ws), "index_path": str(index), "remote": {"api_key": API_KEY}},
+                                config_file=str(stack.cfg), env={}).settings
+    from memory_core.embeddings.registry import create_provider
+
+    provider, _ = create_provider(settings)
+    with EmbeddingCache(settings.cache_file, provider.name, provider.model, provider.provider_key) as cache:
+        cached = cache.hashes()
+    in_flight = 2 * 2 * 8  # requests the provider answered that the stopped process did not read
+    assert len(received - cached) <= in_flight and len(cached) >= 8 * 2
+    n = len(fake.input_texts)
+    rerun = run_index(settings)
+    sent = {sha256_hex(t) for t in fake.input_texts[n:]}
+    assert rerun.swapped and not sent & cached and len(sent & received) <= in_flight
+
+
 @pytest.mark.slow  # ~30 s: a second process serving the deployments, one more flow run
 def test_serve_script_serves_the_same_deployments(stack: Stack) -> None:
     from prefect.client.orchestration import get_client
