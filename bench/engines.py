@@ -41,6 +41,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-CHUNKS_PER_FILE = 4.12  # bench/corpus.py at the default chunk size: 41,215 chunks from 10,000 files
+CHUNKS_PER_FILE = 4.1  # bench/corpus.py at the default chunk size: 41,215 chunks from 10,000 files, 99,236 from 24,272
 DEFAULT_FILES = 800
 TARGET = 1.2
 RUN_TIMEOUT = 1800.0
@@ -209,7 +210,8 @@ def report(args: argparse.Namespace, runs: list[Run], files: int, chunks: int, c
     pairs = list(zip(by["prefect"], by["local"], strict=True))
     now = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load = os.getloadavg()
-    argv = " ".join(sys.argv[1:]) if args.argv is None else " ".join(args.argv)
+    l0 = args.load_start
+    argv = shlex.join(args.argv)
     lines = [
         f"# Prefect engine vs in-process engine, full rebuild ({now} UTC, {os.cpu_count()} cores)"
         + (f" - {args.label}" if args.label else ""),
@@ -227,7 +229,7 @@ def report(args: argparse.Namespace, runs: list[Run], files: int, chunks: int, c
     for key, label, fmt, get in MEASURES:
         p = [get(r) for r in by["prefect"]]
         q = [get(r) for r in by["local"]]
-        rs = [get(a) / get(b) for a, b in pairs if get(b)]
+        rs = [get(a) / get(b) for a, b in pairs if get(a) and get(b)]  # none: no writer child
         ratios[key] = rs
         rcell = f"{_med(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})" if rs else "-"
         if key in ("wall", "total"):
@@ -262,7 +264,7 @@ def report(args: argparse.Namespace, runs: list[Run], files: int, chunks: int, c
         " descendants, not a sum). The Prefect server's memory is not counted.",
         "- untimed warm-up builds: " + (", ".join(f"{e} {s:.1f} s" for e, s in warm.items()) or "none")
         + f"; corpus generated in {corpus_s:.1f} s; Prefect server up in {server_s:.1f} s;"
-        f" load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (a shared machine:"
+        f" 1-min load average {l0:.2f} at the first timed run, {load[0]:.2f} at the end (a shared machine:"
         " compare the ratios within one run).",
     ]
     return "\n".join(lines) + "\n"
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--provider", choices=["none", "fake"], default="none")
     ap.add_argument("--sample", type=float, default=0.1, help="seconds between /proc memory samples")
     ap.add_argument("--no-warmup", action="store_true", help="no untimed build per engine first")
-    ap.add_argument("--out", help="results file (default bench/results/engines-<chunks>.md)")
+    ap.add_argument("--out", help="results file (default bench/results/engines-<chunks>[-fake].md)")
     ap.add_argument("--label", default="", help="a note for the results file (e.g. baseline / after)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (corpus, index, logs)")
     args = ap.parse_args(raw)
@@ -359,6 +361,7 @@ def _bench(args: argparse.Namespace, srv: Any, tmp: Path, ws: Path, files: int, 
         for e in ENGINES:
             warm[e] = one(e, "warm-up").wall_s
     runs: list[Run] = []
+    args.load_start = os.getloadavg()[0]
     for i in range(args.pairs):
         for e in ENGINES:
             runs.append(one(e, f"pair {i + 1}"))
@@ -368,7 +371,7 @@ def _bench(args: argparse.Namespace, srv: Any, tmp: Path, ws: Path, files: int, 
     chunks = int(max(c or 0 for c in counts))
     text = report(args, runs, files, chunks, shown, server_s, corpus_s, warm)
     print(text)
-    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"engines-{_size_label(chunks)}.md"
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"engines-{_size_label(chunks)}{'-fake' if args.provider == 'fake' else ''}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}", file=sys.stderr)
