@@ -57,9 +57,14 @@ def to_deployment(spec: dict[str, Any]) -> Any:
     limit = spec.get("concurrency_limit")
     if isinstance(limit, dict):
         limit = ConcurrencyLimitConfig(**limit)
+    from prefect.events import DeploymentTriggerTypes
+    from pydantic import TypeAdapter
+
+    triggers = TypeAdapter(list[DeploymentTriggerTypes]).validate_python(spec.get("triggers") or [])
     return flow.to_deployment(
         name=spec["name"], schedules=schedules or None, parameters=spec.get("parameters") or {},
         concurrency_limit=limit, description=spec.get("description"), tags=spec.get("tags"),
+        triggers=triggers or None,
     )
 
 

@@ -187,7 +187,7 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
 
     with get_client(sync_client=True) as client:
         deps = {f"{client.read_flow(d.flow_id).name}/{d.name}": d for d in client.read_deployments()}
-    assert {"reindex/incremental", "reindex/sessions", "backfill/backfill"} <= set(deps)
+    assert {"reindex/incremental", "reindex/sessions", "backfill/backfill", "alert/alerts"} <= set(deps)
     inc, ses, bf = deps["reindex/incremental"], deps["reindex/sessions"], deps["backfill/backfill"]
     for d in (inc, ses, bf):
         assert d.work_pool_name == "memory-core" and d.global_concurrency_limit.limit == 1
@@ -207,6 +207,35 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
     props = bf.parameter_openapi_schema["properties"]
     assert "Batch API" in props["batch"]["description"]
     assert "'threads'" in str(props["task_runner"]) and "'dask'" in str(props["task_runner"])
+
+
+def test_shipped_automations_alert_on_fallbacks_and_stale_indexes(stack: Stack) -> None:
+    """prefect.yaml's alerts deployment brings two automations: a proactive one (no swapped
+    event for an index in 6 hours) and one on fallback events, which runs the alert flow."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with get_client(sync_client=True) as client:
+        autos = {a.name: a for a in client.read_automations()}
+    stale, fb = autos["memory-core stale index"], autos["memory-core fallback"]
+    assert stale.trigger.posture.value == "Proactive" and stale.trigger.within.total_seconds() == 21600
+    assert stale.trigger.expect == {"memory-core.index.swapped"}
+    assert fb.trigger.posture.value == "Reactive" and fb.trigger.expect == {"memory-core.fallback.*"}
+
+    settings = load_settings(stack.cfg, {"workspace": str(stack.ws)})
+    report.emit_fallback(settings, "batch-to-sync", "2 batch failure points reached the limit of 2")
+
+    def alert_runs() -> list[Any]:
+        with get_client(sync_client=True) as client:
+            return client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["alert"])))
+
+    wait_until(lambda: alert_runs(), "the fallback event starts an alert run", timeout=90)
+    run = alert_runs()[0]
+    assert run.parameters["kind"] == "fallback" and run.parameters["index"] == f"memory-core.index.{settings.index_file}"
+    assert "batch failure points" in run.parameters["detail"]
+    done = wait_final(run.id)
+    assert done.state.is_completed(), done.state
+    assert "fell back" in artifact_of(run.id, "markdown").data
 
 
 def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) -> None:
