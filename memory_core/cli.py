@@ -243,6 +243,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
     # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry calls from a closed network
+    os.environ.setdefault("DO_NOT_TRACK", "1")  # nor from the client's SDK analytics service
     from flows.reindex import ReindexParams, run_reindex
 
     # the flow resolves the settings again, in the same order: it is told only the flags given
