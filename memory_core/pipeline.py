@@ -33,10 +33,19 @@ from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import IndexLockedError, ProviderError, RunError
-from memory_core.runtypes import BuildResult, ChunkResult, Executor, Progress, ProgressFn, RunPlan, RunSummary
+from memory_core.runtypes import (
+    BuildResult,
+    ChunkResult,
+    EmbedCounts,
+    EmbedStats,
+    Executor,
+    Progress,
+    ProgressFn,
+    RunPlan,
+    RunSummary,
+)
 from memory_core.stages import (
     Timer,
-    batch_pending,
     cleanup_workdir,
     collect_misses,
     cost_so_far,
@@ -233,8 +242,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
 
     chunks: ChunkResult | None = None
     built: BuildResult | None = None
-    batch: dict[str, Any] | None = None
-    embed: dict[str, Any] = {}
+    batch: tuple[EmbedCounts, dict[str, Any]] | None = None
+    embed = EmbedStats()
     from_cache = 0
     cache = None
     try:
@@ -245,9 +254,10 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                     batch, from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report)
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
-            if batch_pending(batch):
+            pending = int(batch[1].get("jobs_pending") or 0) if batch else 0
+            if pending:
                 log.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
-                            " the next run collects them", batch_pending(batch))
+                            " the next run collects them", pending)
             else:
                 with timer.stage("index"):
                     chunks, hits, stream, built = ex.stage("build", stream_index, plan, settings, provider, cache, ex,
@@ -255,7 +265,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 if batch is None:
                     from_cache = hits
             if cache is not None:
-                embed = embed_stats(settings, provider, stream if chunks is not None else {}, batch)
+                embed = embed_stats(settings, provider, stream if chunks is not None else EmbedCounts(), batch)
         except ProviderError as exc:
             switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
             if switched is None:
@@ -265,7 +275,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             fb_settings = fallback_settings(settings, provider.name) or settings
             raise _SwitchProvider(*switched, settings=fb_settings) from exc
         if fallback is not None:
-            embed["fallback"] = fallback
+            embed.fallback = fallback
         if built is not None and cache is not None and settings.cache.enabled:
             cache.evict(settings.cache.max_entries)
     except _SwitchProvider:
@@ -286,7 +296,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,
-                 progress: Progress, report: ProgressFn) -> tuple[dict[str, Any] | None, int]:
+                 progress: Progress, report: ProgressFn) -> tuple[tuple[EmbedCounts, dict[str, Any]] | None, int]:
     """Batch API jobs for the run's misses (and jobs of earlier runs left to collect or
     cancel); what they do not embed is left to the streamed build's sync requests.
     Returns (the batch figures, or None when there was nothing for batch mode; cache hits)."""

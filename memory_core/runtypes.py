@@ -150,6 +150,60 @@ class MissResult:
 
 
 @dataclass
+class EmbedCounts:
+    """Requests sent, chunks embedded and tokens sent by one part of a run (the stream's sync
+    requests, or the batch jobs)."""
+
+    requests: int = 0
+    embedded: int = 0
+    tokens: int = 0
+
+    def add(self, texts: int, tokens: int) -> None:
+        self.requests += 1
+        self.embedded += texts
+        self.tokens += tokens
+
+
+@dataclass
+class EmbedStats:
+    """A run's embedding figures, as the summary reports them."""
+
+    requests: int = 0
+    embedded: int = 0
+    tokens_sync: int = 0
+    tokens_batch: int = 0
+    # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
+    # was switched off and why (memory_core.batch.runner); empty when batch mode is off
+    batch: dict[str, Any] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)  # memory_core.batch.cost.estimate_cost
+    fallback: dict[str, Any] = field(default_factory=dict)  # {"from", "to", "reason"}
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_sync + self.tokens_batch
+
+    @property
+    def batch_pending(self) -> int:
+        """Batch jobs still running (``batch.wait = false``): the cache is incomplete and the
+        index must not be built from it."""
+        return int(self.batch.get("jobs_pending") or 0)
+
+    def warnings(self) -> list[str]:
+        out = []
+        fb = self.fallback
+        if fb:
+            out.append(f"provider {fb.get('from')} kept failing ({fb.get('reason')}); the index was rebuilt in full"
+                       f" with the fallback {fb.get('to')}")
+        b = self.batch
+        if b.get("disabled"):
+            out.append(f"batch mode was switched off for this run: {b.get('disabled_reason')}")
+        if b.get("jobs_pending"):
+            out.append(f"{b['jobs_pending']} batch job(s) still running (batch.wait = false); the index was not"
+                       " updated; run again to collect them")
+        return out
+
+
+@dataclass
 class BuildResult:
     """A published index: its verified counts and how it went live."""
 
@@ -272,6 +326,8 @@ class RunSummary:
 
             out.append(cost_line(s.cost))
         out.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()))
+        if s.embedded_on:
+            out.append(f"embedding ran on: {s.embedded_on}")
         return out
 
 

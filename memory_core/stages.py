@@ -33,6 +33,8 @@ from memory_core.runtypes import (
     MISS_SCHEMA,
     BuildResult,
     ChunkResult,
+    EmbedCounts,
+    EmbedStats,
     MissResult,
     Progress,
     RunPlan,
@@ -354,32 +356,30 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 
 # -- embed stats ---------------------------------------------------------------------------------
 
-def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: dict[str, int],
-                batch: dict[str, Any] | None) -> dict[str, Any]:
+def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCounts,
+                batch: tuple[EmbedCounts, dict[str, Any]] | None) -> EmbedStats:
     """One run's embedding figures: the streamed build's sync requests plus, in Batch API mode,
-    the batch jobs' (``memory_core.batch.runner.BatchRun``). Keys as :class:`RunSummary` reads them."""
+    the batch jobs' (``memory_core.batch.runner.BatchRun``: their counts and job figures)."""
     from memory_core.batch.cost import estimate_cost
 
-    tokens_sync = int(stream.get("tokens", 0))
-    out: dict[str, Any] = {"requests": int(stream.get("requests", 0)), "embedded": int(stream.get("embedded", 0)),
-                           "tokens": tokens_sync, "tokens_sync": tokens_sync, "tokens_batch": 0}
+    out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
     if batch is not None:
-        b = dict(batch["batch"])
-        b["chunks_via_sync"] = out["embedded"]
+        counts, figures = batch
+        b = dict(figures)
+        b["chunks_via_sync"] = stream.embedded
         if b["disabled"]:
             b["mode"] = "batch, then sync (batch mode off)"
-        elif out["embedded"]:
+        elif stream.embedded:
             b["mode"] = "batch + sync for failed lines"
-        out["requests"] += int(batch["requests"])
-        out["embedded"] += int(batch["embedded"])
-        out["tokens_batch"] = int(batch["tokens_batch"])
-        out["tokens"] += out["tokens_batch"]
-        out["batch"] = b
+        out.requests += counts.requests
+        out.embedded += counts.embedded
+        out.tokens_batch = counts.tokens
+        out.batch = b
     elif settings.batch.enabled and not provider.supports_batch:
-        out["batch"] = {"mode": f"sync ({provider.name} has no Batch API)"}
+        out.batch = {"mode": f"sync ({provider.name} has no Batch API)"}
     if provider.name != "local":  # a hosted provider: what this run cost
-        out["cost"] = estimate_cost(settings, provider.name, provider.model, tokens_sync=tokens_sync,
-                                    tokens_batch=out["tokens_batch"])
+        out.cost = estimate_cost(settings, provider.name, provider.model, tokens_sync=out.tokens_sync,
+                                 tokens_batch=out.tokens_batch)
     return out
 
 
@@ -391,12 +391,6 @@ def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) ->
 
     price = sync_price(settings, provider.name, provider.model)
     return None if price is None else tokens * price / 1_000_000
-
-
-def batch_pending(embed: dict[str, Any] | None) -> int:
-    """Batch jobs still running after the batch phase (``batch.wait = false``): the cache is
-    incomplete and the index must not be built from it."""
-    return int(((embed or {}).get("batch") or {}).get("jobs_pending") or 0)
 
 
 # -- build ---------------------------------------------------------------------------------------
@@ -415,7 +409,7 @@ def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] |
 # -- summary -------------------------------------------------------------------------------------
 
 def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks: ChunkResult | None,
-              from_cache: int, embed: dict[str, Any] | None, built: BuildResult | None,
+              from_cache: int, embed: EmbedStats | None, built: BuildResult | None,
               timings: dict[str, float], embedded_on: str = "", progress: Progress | None = None,
               error: str = "") -> RunSummary:
     """The run's summary; with ``error`` (a cancelled or failed run), a partial one from
@@ -424,10 +418,11 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
     live = None if built else (probe_index(Path(plan.index_path))[0] or {})
     total = built.counts["chunks"] if built else int((live.get("counts") or {}).get("chunks", 0))
     over = built.chunks_over_window if built else int(live.get("chunks_over_window") or 0)
-    embed = dict(embed or {})
-    if error and progress is not None and not embed:
-        embed = {"requests": progress.requests, "embedded": progress.embedded, "tokens": progress.tokens}
-    warnings = plan.warnings + (chunks.warnings if chunks else []) + _embed_warnings(embed)
+    if embed is None:
+        embed = EmbedStats()
+        if error and progress is not None:
+            embed = EmbedStats(requests=progress.requests, embedded=progress.embedded, tokens_sync=progress.tokens)
+    warnings = plan.warnings + (chunks.warnings if chunks else []) + embed.warnings()
     skipped = len(plan.to_index) - (len(chunks.files) if chunks else len(plan.to_index))
     indexed = chunks.chunks if chunks else (progress.chunks if (error and progress) else 0)
     return RunSummary(
@@ -438,30 +433,13 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         files_removed=c["removed"], files_skipped=max(0, skipped) if not error else 0,
         sessions_carried=c["sessions_carried"],
         chunks_total=total, chunks_indexed=indexed,
-        chunks_embedded=embed.get("embedded", 0), chunks_from_cache=from_cache,
+        chunks_embedded=embed.embedded, chunks_from_cache=from_cache,
         chunks_over_window=over,
-        embed_requests=embed.get("requests", 0), tokens_sent=embed.get("tokens", 0),
-        tokens_sync=embed.get("tokens_sync", embed.get("tokens", 0)),
-        tokens_batch=embed.get("tokens_batch", 0), batch=dict(embed.get("batch") or {}),
-        cost=dict(embed.get("cost") or {}), fallback=dict(embed.get("fallback") or {}),
-        stage_seconds={k: round(v, 3) for k, v in timings.items()}, warnings=warnings,
-        embedded_on=embedded_on, error=error,
+        embed_requests=embed.requests, tokens_sent=embed.tokens, tokens_sync=embed.tokens_sync,
+        tokens_batch=embed.tokens_batch, batch=dict(embed.batch), cost=dict(embed.cost),
+        fallback=dict(embed.fallback), stage_seconds={k: round(v, 3) for k, v in timings.items()},
+        warnings=warnings, embedded_on=embedded_on, error=error,
     )
-
-
-def _embed_warnings(embed: dict[str, Any] | None) -> list[str]:
-    out = []
-    fb = (embed or {}).get("fallback") or {}
-    if fb:
-        out.append(f"provider {fb.get('from')} kept failing ({fb.get('reason')}); the index was rebuilt in full"
-                   f" with the fallback {fb.get('to')}")
-    b = (embed or {}).get("batch") or {}
-    if b.get("disabled"):
-        out.append(f"batch mode was switched off for this run: {b.get('disabled_reason')}")
-    if b.get("jobs_pending"):
-        out.append(f"{b['jobs_pending']} batch job(s) still running (batch.wait = false); the index was not"
-                   " updated; run again to collect them")
-    return out
 
 
 class Timer:

@@ -39,7 +39,15 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.runtypes import BuildResult, ChunkResult, Executor, Progress, ProgressFn, RunPlan
+from memory_core.runtypes import (
+    BuildResult,
+    ChunkResult,
+    EmbedCounts,
+    Executor,
+    Progress,
+    ProgressFn,
+    RunPlan,
+)
 from memory_core.stages import chunk_file, chunk_params, finish_meta
 from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
@@ -112,7 +120,7 @@ class _Stream:
         self.cold = cache is not None and cache.is_empty()
         self.hits = 0
         self.misses = 0
-        self.stats = {"requests": 0, "embedded": 0, "tokens": 0}
+        self.stats = EmbedCounts()
 
     # -- vectors ------------------------------------------------------------------------
     def add_row(self, row: list[Any], text: str) -> None:
@@ -195,12 +203,9 @@ class _Stream:
                 for i, h in enumerate(hashes):
                     self.vecs[h] = vectors[i].tobytes()
                     self.pending.discard(h)
-                self.stats["requests"] += 1
-                self.stats["embedded"] += len(hashes)
-                self.stats["tokens"] += tokens
-                p = self.progress
-                p.ready += sum(self.need[h] for h in hashes)
-                p.requests, p.embedded, p.tokens = self.stats["requests"], self.stats["embedded"], self.stats["tokens"]
+                self.stats.add(len(hashes), tokens)
+                self.progress.ready += sum(self.need[h] for h in hashes)
+                self._copy_counts()
                 self.report()
 
     def report(self, force: bool = False) -> None:
@@ -254,11 +259,12 @@ class _Stream:
         partial summary says what was received and cached)."""
         for fut in [f for f in self.inflight if f.done() and not f.cancelled() and f.exception() is None]:
             hashes, tokens = self.inflight.pop(fut)
-            self.stats["requests"] += 1
-            self.stats["embedded"] += len(hashes)
-            self.stats["tokens"] += tokens
-        p = self.progress
-        p.requests, p.embedded, p.tokens = self.stats["requests"], self.stats["embedded"], self.stats["tokens"]
+            self.stats.add(len(hashes), tokens)
+        self._copy_counts()
+
+    def _copy_counts(self) -> None:
+        p, c = self.progress, self.stats
+        p.requests, p.embedded, p.tokens = c.requests, c.embedded, c.tokens
 
     def close(self, wait_running: bool = True) -> None:
         """Cancel requests not started. The running ones store their vectors in the cache as
@@ -275,7 +281,7 @@ class _Stream:
 
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
                  executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None, *,
-                 in_place: bool | None = None) -> tuple[ChunkResult, int, dict[str, int], BuildResult]:
+                 in_place: bool | None = None) -> tuple[ChunkResult, int, EmbedCounts, BuildResult]:
     """Build, verify and publish the next index from ``plan`` in one stream.
 
     ``in_place`` None: decided by :func:`memory_core.store.edit_in_place`. An in-place update
@@ -392,4 +398,4 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         built = stream_index(plan, settings, provider, cache, executor, in_place=False)[3]
     progress.finished = True
     st.report(force=True)
-    return chunks, st.hits, dict(st.stats) if st.with_vectors else {}, built
+    return chunks, st.hits, st.stats, built

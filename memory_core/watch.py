@@ -271,12 +271,16 @@ class RunRecord:
             return f"{head}: failed: {self.error}"
         s = self.summary or {}
         if "files_scanned" in s:
-            if not s.get("swapped"):
-                return f"{head}: index already up to date ({s.get('sessions_carried', 0)} transcripts below the delta)" \
-                    if s.get("sessions_carried") else f"{head}: index already up to date"
-            return (f"{head}: {s.get('files_new', 0)} new, {s.get('files_changed', 0)} changed,"
-                    f" {s.get('files_removed', 0)} removed files; {s.get('chunks_total', 0)} chunks,"
-                    f" {s.get('chunks_embedded', 0)} embedded")
+            from memory_core.runtypes import RunSummary
+
+            summary = RunSummary(**s)
+            h = summary.headline()  # the figures the CLI and the flow's summary artifact open with
+            line = f"{head}: {h['outcome']}; files {h['files']}; {h['chunks']} chunks"
+            if summary.swapped:
+                line += f", {h['embedded']} embedded, {h['from cache']} from cache"
+            if summary.sessions_carried:
+                line += f"; {summary.sessions_carried} transcripts below the delta"
+            return line
         if "flow_run" in s:
             return f"{head}: deployment run {s['flow_run']} {s.get('state', '').lower()}"
         return head

@@ -47,11 +47,11 @@ from memory_core.batch import types as st
 from memory_core.batch.types import CollectResult, JobRecord, JobSpec
 from memory_core.cache import EmbeddingCache
 from memory_core.errors import ProviderError
-from memory_core.runtypes import MissResult
+from memory_core.runtypes import EmbedCounts, MissResult
 
 log = logging.getLogger("memory_core.batch")
 
-ProgressFn = Callable[[str, int, int], None]
+BatchProgressFn = Callable[[str, int, int], None]  # (stage, chunks done, chunks in all)
 TIMEOUT_WAITS = 2  # a timed-out poll is waited out once more before it counts (2) as a failure
 
 
@@ -141,7 +141,7 @@ class BatchRun:
     """One run's batch embedding: re-attach, plan, run jobs, fall back to sync where needed."""
 
     def __init__(self, ctx: J.BatchContext, misses: MissResult, ops: JobOps, *,
-                 progress: ProgressFn | None = None) -> None:
+                 progress: BatchProgressFn | None = None) -> None:
         self.ctx = ctx
         self.settings = ctx.settings
         self.misses = misses
@@ -213,7 +213,7 @@ class BatchRun:
             self._start("poll", rec, unneeded, max_polls=1)
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> tuple[EmbedCounts, dict[str, Any]]:
         t0 = time.perf_counter()
         self.needed = miss_hashes(self.misses)
         claimed: set[str] = set()
@@ -356,12 +356,12 @@ class BatchRun:
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
 
-    def _result(self, seconds: float) -> dict[str, Any]:
-        """Batch-side figures; ``memory_core.stages.embed_stats`` adds the sync calls' and the cost."""
+    def _result(self, seconds: float) -> tuple[EmbedCounts, dict[str, Any]]:
+        """(what the jobs embedded, the job figures); ``memory_core.stages.embed_stats`` adds the
+        sync requests' and the cost."""
         s = self.stats
         s["jobs_pending"] = len(self.pending)
         s["pending_job_ids"] = [r.job_id for r in self.pending]
         s["chunks_left_to_sync"] = len({h for h in self.sync if h in self.needed})
         s["seconds"] = round(seconds, 3)
-        return {"requests": s["jobs_submitted"], "embedded": self.embedded, "tokens_batch": self.tokens_batch,
-                "batch": s}
+        return EmbedCounts(requests=s["jobs_submitted"], embedded=self.embedded, tokens=self.tokens_batch), s
