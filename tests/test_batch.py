@@ -386,6 +386,10 @@ def test_jobs_split_at_request_byte_and_token_limits(workspace: Path, fake: Any)
             ctx = open_context(s, provider, cache, plan.workdir)
             specs = plan_jobs(ctx, misses.path)
             assert len(specs) > 2
+            # work files hold note text: private to their owner
+            assert os.stat(plan.workdir).st_mode & 0o777 == 0o700
+            for f in [misses.path] + [p for sp in specs for p in (sp.path, sp.hashes_path)]:
+                assert os.stat(f).st_mode & 0o777 == 0o600, f
             assert all(sp.bytes <= 20_000 and sp.tokens <= 3000 for sp in specs)
             assert sum(sp.requests for sp in specs) == misses.misses
             hashes = [h for sp in specs for h in sp.hashes()]

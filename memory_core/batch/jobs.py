@@ -92,6 +92,12 @@ def new_local_id() -> str:
 
 # -- plan ------------------------------------------------------------------------------------
 
+def _private(path: Path, mode: str) -> Any:
+    """A new work file only its owner can read (0600; never through a symlink): it holds note text."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, mode)
+
+
 def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None = None,
               exclude: set[str] | frozenset[str] = frozenset()) -> list[JobSpec]:
     """Write JSONL job files for the misses (optionally only ``include``, never ``exclude``).
@@ -106,7 +112,7 @@ def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None =
         lid = new_local_id()
         path = ctx.workdir / f"{lid}.jsonl"
         hpath = ctx.workdir / f"{lid}.hashes"
-        return {"id": lid, "path": path, "hpath": hpath, "fh": open(path, "wb"), "hfh": open(hpath, "w"),
+        return {"id": lid, "path": path, "hpath": hpath, "fh": _private(path, "wb"), "hfh": _private(hpath, "w"),
                 "n": 0, "tokens": 0, "bytes": 0}
 
     def close_job(job: dict[str, Any]) -> None:
