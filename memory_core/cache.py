@@ -22,7 +22,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from memory_core.store import FILE_MODE, connect
+from memory_core.store import connect, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,7 @@ class EmbeddingCache:
         self.model = model
         self.provider_key = provider_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.exists():
-            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
-            os.close(fd)
+        os.close(safe_open(self.path, os.O_CREAT | os.O_WRONLY, what="embedding cache"))
         self.conn = connect(self.path)
         if os.path.getsize(self.path) == 0:  # a new file: page size before anything else
             self.conn.execute(f"PRAGMA page_size={NEW_CACHE_PAGE_SIZE}")

@@ -29,6 +29,14 @@ class PathError(UsageError):
     """A path is outside the indexed sources, missing, or not readable."""
 
 
+class UnsafePathError(UsageError):
+    """A file memory-core would create or write is a symbolic link (or not a regular file)."""
+
+
+class NotAnIndexError(UsageError):
+    """The index path holds a file memory-core did not write: it is never replaced."""
+
+
 class RunError(MemoryCoreError):
     """A run failed; the live index was left as it was (exit 1)."""
 

@@ -51,6 +51,7 @@ from memory_core.store import (
     LiveFile,
     edit_in_place,
     fts_tokenizer,
+    make_private_dir,
     probe_index,
     read_live_files,
     recover_index,
@@ -308,7 +309,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or index_path.parent / ".memory-core-work"
     workdir = root / run_id
-    workdir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(workdir)  # never through a symlink (issue 17)
     failpoint("discover")
     return RunPlan(
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,

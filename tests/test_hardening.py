@@ -1,0 +1,185 @@
+"""Hardening (issue 17): each breakage an outside attack found, as a test.
+
+The numbers in the section titles are the items of the issue.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from memory_core.cli import main
+from memory_core.config import load_settings
+from memory_core.errors import NotAnIndexError, PathError, UnsafePathError
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from memory_core.store import APPLICATION_ID, IndexLock, connect, probe_index
+from tests.conftest import ROOT
+
+
+def _none(ws: Path, **kw) -> object:
+    return load_settings(None, {"workspace": str(ws), "provider": "none", **kw})
+
+
+def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memory_core.cli", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})), timeout=timeout)
+
+
+def _one_line(proc: subprocess.CompletedProcess[str], code: int) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr
+
+
+# -- 1. a file that is not ours is never replaced ----------------------------------------------
+
+def test_the_index_carries_memory_cores_application_id(workspace):
+    s = _none(workspace)
+    run_index(s)
+    conn = connect(s.index_file, readonly=True)
+    try:
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    finally:
+        conn.close()
+
+
+def _foreign_sqlite(path: Path, app_id: int = 0) -> None:
+    conn = apsw.Connection(str(path))
+    conn.execute("CREATE TABLE notes(x); INSERT INTO notes VALUES ('precious')")
+    if app_id:
+        conn.execute(f"PRAGMA application_id={app_id}")
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["markdown", "sqlite", "sqlite-app-id", "garbage-header"])
+def test_a_file_that_is_not_an_index_is_refused_and_kept(workspace, tmp_path, kind):
+    target = tmp_path / "target"
+    if kind == "markdown":
+        target.write_text("# MEMORY\nDo not lose this.\n")
+    elif kind == "sqlite":
+        _foreign_sqlite(target)
+    elif kind == "sqlite-app-id":
+        _foreign_sqlite(target, 0x1234)
+    else:  # an index whose header was overwritten: nothing says it is ours any more
+        run_index(_none(workspace, index_path=str(target)))
+        data = target.read_bytes()
+        target.write_bytes(b"\x13\x37" * 50 + data[100:])
+        Path(str(target) + ".lock").unlink()
+    before = target.read_bytes()
+    proc = _cli("index", "-w", str(workspace), "--provider", "none", "--index", str(target))
+    err = _one_line(proc, 2)
+    assert "not a memory-core index" in err
+    assert target.read_bytes() == before
+    assert not Path(str(target) + ".lock").exists()
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    with pytest.raises(NotAnIndexError):
+        probe_index(target)
+
+
+def test_a_device_node_is_refused(workspace):
+    s = _none(workspace, index_path="/dev/null")
+    with pytest.raises(UnsafePathError, match="not a regular file"):
+        run_index(s)
+    assert Path("/dev/null").is_char_device()
+
+
+def test_an_index_written_before_the_mark_is_still_ours(workspace):
+    s = _none(workspace)
+    run_index(s)
+    conn = connect(s.index_file)
+    conn.execute("PRAGMA application_id=0")
+    conn.close()
+    assert probe_index(s.index_file)[1] is None
+    assert run_index(s, full=True).swapped
+    conn = connect(s.index_file, readonly=True)
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    conn.close()
+
+
+# -- 2. never through a symlink ------------------------------------------------------------------
+
+def test_a_symlinked_lock_file_is_refused_and_its_target_kept(workspace, tmp_path):
+    s = _none(workspace)
+    run_index(s)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    lock = Path(str(s.index_file) + ".lock")
+    lock.unlink()
+    lock.symlink_to(victim)
+    proc = _cli("index", "-w", str(workspace), "--provider", "none", "--full")
+    assert "symbolic link" in _one_line(proc, 2)
+    assert victim.read_text() == "precious"
+
+
+def test_a_symlinked_cache_is_refused_and_nothing_created_at_its_target(workspace, tmp_path, openai_fake):
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake)
+    target = tmp_path / "elsewhere.sqlite"
+    s.cache_file.parent.mkdir(parents=True, exist_ok=True)
+    s.cache_file.symlink_to(target)
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        run_index(s)
+    assert not target.exists()
+    assert not s.index_file.exists()
+
+
+@pytest.mark.parametrize("name", ["index", "journal", "work"])
+def test_symlinks_at_the_index_its_journal_or_work_folder_are_refused(workspace, tmp_path, name):
+    s = _none(workspace)
+    run_index(s)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    live = s.index_file
+    if name == "index":
+        real = tmp_path / "real.sqlite"
+        live.rename(real)
+        live.symlink_to(real)
+        before = real.read_bytes()
+    elif name == "journal":
+        Path(str(live) + "-journal").symlink_to(victim)
+        before = live.read_bytes()
+    else:
+        (live.parent / ".memory-core-work").symlink_to(tmp_path)
+        before = live.read_bytes()
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        run_index(s, full=True)
+    assert victim.read_bytes() == b"precious"
+    assert (tmp_path / "real.sqlite" if name == "index" else live).read_bytes() == before
+
+
+def test_a_symlinked_export_temp_is_never_written_through(workspace, tmp_path, monkeypatch):
+    from memory_core import export as ex
+
+    s = _none(workspace)
+    run_index(s)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    planted = tmp_path / ".out.jsonl.tmp-planted"
+    planted.symlink_to(victim)
+    monkeypatch.setattr(ex, "_temp_beside", lambda p: planted)  # the temp name an attacker guessed
+    with pytest.raises(UnsafePathError, match="symbolic link"):
+        ex.export_index(s.index_file, tmp_path / "out.jsonl", "jsonl")
+    assert victim.read_text() == "precious"
+
+
+def test_index_lock_refuses_a_folder(tmp_path):
+    with pytest.raises(PathError, match="is a folder"):
+        IndexLock(tmp_path).acquire()
+
+
+def test_searching_or_status_of_a_foreign_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "MEMORY.md"
+    target.write_text("# notes\n")
+    s = _none(tmp_path, index_path=str(target))
+    with pytest.raises(NotAnIndexError), Searcher(s) as searcher:
+        searcher.status()
+    assert main(["status", "-w", str(tmp_path), "--index", str(target)]) == 2
+    assert "not a memory-core index" in capsys.readouterr().err
+    assert target.read_text() == "# notes\n"
