@@ -183,3 +183,46 @@ def test_searching_or_status_of_a_foreign_file_is_refused(tmp_path, capsys):
     assert main(["status", "-w", str(tmp_path), "--index", str(target)]) == 2
     assert "not a memory-core index" in capsys.readouterr().err
     assert target.read_text() == "# notes\n"
+
+
+# -- 3. response indexes exactly 0..n-1 ------------------------------------------------------------
+
+def _cache_total(s) -> int:
+    from memory_core.cache import cache_entry_count
+
+    return cache_entry_count(s.cache_file) or 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "voyage"])
+@pytest.mark.parametrize("mode", ["dup_index", "gap_index"])
+def test_response_indexes_must_be_exactly_0_to_n_minus_1(workspace, provider, mode):
+    from memory_core.errors import ProviderError
+    from tests.conftest import openai_settings
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.fakes.voyage_fake import VoyageFake
+    from tests.test_providers_gemini_voyage import voyage_settings
+
+    fake_cls, settings = {"openai": (OpenAIFake, openai_settings), "voyage": (VoyageFake, voyage_settings)}[provider]
+    with fake_cls(dims=64 if provider == "openai" else 256) as srv:
+        s = settings(workspace, srv, remote={"max_attempts": 1})
+        srv.bad_payload_next(mode, None)
+        with pytest.raises(ProviderError, match="not exactly 0"):
+            run_index(s)
+        assert _cache_total(s) == 0  # nothing from the bad response was cached
+        assert not s.index_file.exists()
+        srv.clear_faults()
+        assert run_index(s).swapped
+
+
+@pytest.mark.parametrize("mode", ["dup_index", "gap_index"])
+def test_batch_lines_with_a_bad_index_are_refused_and_reembedded(workspace, mode):
+    from tests.fakes.common import JobFault
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    with OpenAIFake(dims=16, batch_delay=0.05) as srv:
+        srv.script_next_job(JobFault(bad_vector_lines=2, bad_vector=mode))
+        s = batch_settings(workspace, "openai", srv, concurrency=1)
+        summary = run_index(s)
+        assert summary.swapped and summary.batch["lines_failed"] == 2 == summary.batch["chunks_via_sync"]
+        assert len(srv.sync_billed_texts) == 2

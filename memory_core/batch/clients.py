@@ -206,10 +206,10 @@ class OpenAICompatibleBatchClient:
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data:
             return ParsedLine(cid, kind="bad_vector", message="empty embedding")
-        item = sorted((d for d in data if isinstance(d, dict)), key=lambda d: d.get("index", 0))
-        if not item:
-            return ParsedLine(cid, kind="bad_vector", message="empty embedding")
-        return ParsedLine(cid, vector=decode_vector(item[0].get("embedding")))
+        # one input per line: exactly one item, index 0 (a duplicate or another index is refused)
+        if len(data) != 1 or not isinstance(data[0], dict) or data[0].get("index", 0) != 0:
+            return ParsedLine(cid, kind="bad_vector", message=f"{len(data)} items or an index other than 0 for one input")
+        return ParsedLine(cid, vector=decode_vector(data[0].get("embedding")))
 
 
 # -- Gemini -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
 from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
@@ -101,8 +101,9 @@ class OpenAIProvider(EmbeddingProvider):
                 resp = self.client.embeddings.create(**kwargs)
             except Exception as exc:  # classified below
                 raise classify_openai_error(exc) from None
-            data = sorted(resp.data, key=lambda d: d.index)
-            vectors = [decode_embedding(d.embedding) for d in data]
+            data = resp.data or []
+            order = order_by_index([d.index for d in data], len(texts), provider="openai")
+            vectors = [decode_embedding(data[j].embedding) for j in order]
             return check_vectors(vectors, len(texts), provider="openai", dims=self.dims)
 
         arr = call_with_retries(
