@@ -105,6 +105,14 @@ def _digests(hashes: Sequence[str]) -> list[bytes]:
     return out
 
 
+def _valid_vector(emb: bytes) -> bool:
+    """A float32 vector with a direction: non-empty, finite, not all zeros."""
+    if not emb or len(emb) % 4:
+        return False
+    v = np.frombuffer(emb, dtype="<f4")
+    return bool(np.isfinite(v).all() and np.abs(v).max() > 0)
+
+
 class EmbeddingCache:
     """Vectors by chunk hash (a sha256 hex digest) for one (provider, model, provider_key)."""
 
@@ -171,13 +179,15 @@ class EmbeddingCache:
         for i in range(0, len(uniq), LOOKUP_GROUP):
             group = _digests(uniq[i:i + LOOKUP_GROUP])
             marks = ",".join("?" * len(group))
+            # an all-zero vector (accepted by versions before issue 17) is no entry: re-embedded
             yield from self.conn.execute(
-                f"SELECT {columns} FROM cache_vectors WHERE model_id = ? AND hash IN ({marks})",
+                f"SELECT {columns} FROM cache_vectors WHERE model_id = ? AND hash IN ({marks})"
+                " AND embedding != zeroblob(length(embedding))",
                 (self.model_id, *group))
 
     def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        """Cached vectors (float32 bytes) for the hashes that have one."""
-        return {h.hex(): emb for h, emb in self._select("hash, embedding", hashes)}
+        """Cached vectors (float32 bytes) for the hashes that have one (valid ones only)."""
+        return {h.hex(): emb for h, emb in self._select("hash, embedding", hashes) if _valid_vector(emb)}
 
     def has_many(self, hashes: Iterable[str]) -> set[str]:
         return {r[0].hex() for r in self._select("hash", hashes)}
@@ -191,6 +201,8 @@ class EmbeddingCache:
         """Store vectors and commit at once (one provider response = one transaction)."""
         if not items:
             return
+        if not all(_valid_vector(emb) for _, emb in items):
+            raise ValueError("refusing to cache an empty, zero, NaN or infinite vector")
         size = dims * 4
         if all(len(emb) == size for _, emb in items):
             self._put_packed([h for h, _ in items], b"".join(emb for _, emb in items), dims)
@@ -214,6 +226,8 @@ class EmbeddingCache:
         arr = np.ascontiguousarray(vectors, dtype="<f4")
         if arr.ndim != 2 or arr.shape[0] != len(hashes):
             raise ValueError(f"{len(hashes)} hashes but vectors of shape {arr.shape}")
+        if not (np.isfinite(arr).all() and (np.abs(arr).max(axis=1) > 0).all()):
+            raise ValueError("refusing to cache a zero, NaN or infinite vector")
         self._put_packed(list(hashes), arr.tobytes(), int(arr.shape[1]))
 
     def _put_packed(self, hashes: list[str], packed: bytes, dims: int) -> None:

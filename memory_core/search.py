@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -49,8 +50,9 @@ _ROW_SELECT = (
 )
 
 
-def _cosine_from_distance(distance: float) -> float:
-    return 1.0 - float(distance)
+def _cosine_from_distance(distance: float | None) -> float:
+    # a stored vector without a direction (all zeros) has no distance: it scores 0, never crashes
+    return 1.0 - float(distance) if distance is not None and math.isfinite(distance) else 0.0
 
 
 @dataclass(frozen=True)
@@ -394,7 +396,7 @@ class Searcher:
                                       " table; keyword-only results")
             return []
         qn = qvec / (np.linalg.norm(qvec) or 1.0)
-        sims = m @ qn
+        sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
         top = np.argsort(-sims, kind="stable")[:want]
         sql = (
             "WITH v AS MATERIALIZED (SELECT key AS pos, value AS rid FROM json_each(?)) "

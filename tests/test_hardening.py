@@ -226,3 +226,65 @@ def test_batch_lines_with_a_bad_index_are_refused_and_reembedded(workspace, mode
         summary = run_index(s)
         assert summary.swapped and summary.batch["lines_failed"] == 2 == summary.batch["chunks_via_sync"]
         assert len(srv.sync_billed_texts) == 2
+
+
+# -- 4. zero-norm vectors ------------------------------------------------------------------------
+
+def test_a_zero_vector_from_the_provider_is_refused_and_not_cached(workspace, openai_fake):
+    from memory_core.errors import ProviderError
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake, remote={"max_attempts": 1})
+    openai_fake.bad_payload_next("zero", None)
+    with pytest.raises(ProviderError, match="all-zero"):
+        run_index(s)
+    assert _cache_total(s) == 0
+
+
+@pytest.mark.parametrize("store", ["vec0", "blob"])
+def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(workspace, openai_fake, store,
+                                                                           monkeypatch):
+    from memory_core.cache import EmbeddingCache
+    from tests.conftest import openai_settings
+
+    if store == "blob":
+        monkeypatch.setenv("MEMORY_CORE_DISABLE_VEC", "1")
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    meta, _ = probe_index(s.index_file)
+    zero = bytes(4 * 64)
+    # what an older version let in: a zero row in the live index and in the cache
+    conn = connect(s.index_file)
+    rid, h = conn.execute("SELECT rid, hash FROM chunks ORDER BY rid LIMIT 1").fetchone()
+    if store == "vec0":
+        from memory_core.store import load_vec
+
+        assert load_vec(conn)
+        conn.execute("UPDATE chunks_vec SET embedding = ? WHERE rowid = ?", (zero, rid))
+    else:
+        conn.execute("UPDATE chunks SET embedding = ? WHERE rid = ?", (zero, rid))
+    conn.close()
+    with EmbeddingCache(s.cache_file, "openai", s.model, meta["provider_key"]) as c:
+        c.conn.execute("UPDATE cache_vectors SET embedding = ? WHERE hash = ?", (zero, bytes.fromhex(h)))
+        assert h not in c.get_many([h]) and h not in c.has_many([h])
+    with Searcher(s) as searcher:
+        hits = searcher.search("postgres replication", min_score=0)
+        assert hits and all(isinstance(x.score, float) for x in hits)
+    # a rebuild from the cache re-embeds the zero row instead of indexing it again
+    before = openai_fake.embedded_inputs
+    assert run_index(s, full=True).swapped
+    assert openai_fake.embedded_inputs == before + 1
+    with Searcher(s) as searcher:
+        assert searcher.search("postgres replication", min_score=0)
+
+
+def test_the_cache_refuses_to_store_a_zero_or_nan_vector(tmp_path):
+    import numpy as np
+
+    from memory_core.cache import EmbeddingCache
+
+    with EmbeddingCache(tmp_path / "c.sqlite", "p", "m", "k") as c:
+        for bad in (np.zeros((1, 4)), np.array([[np.nan, 1, 1, 1]])):
+            with pytest.raises(ValueError, match="refusing"):
+                c.put_array(["ab" * 32], bad)
+        assert c.count() == 0
