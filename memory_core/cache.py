@@ -11,6 +11,7 @@ refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -105,6 +106,42 @@ def _digests(hashes: Sequence[str]) -> list[bytes]:
     return out
 
 
+class _Truncated(Exception):
+    """The cache file is shorter than its header says (and there is no WAL to hold the rest)."""
+
+
+def _check_not_truncated(path: Path) -> None:
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+        size = os.path.getsize(path)
+        wal = os.path.getsize(str(path) + "-wal") if os.path.exists(str(path) + "-wal") else 0
+    except OSError:
+        return
+    if len(header) < 100 or wal:
+        return
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # the in-header size is valid when its "version-valid-for" equals the change counter
+    if header[92:96] == header[24:28] and pages and size < pages * page_size:
+        raise _Truncated(f"{size} bytes, its header says {pages * page_size}")
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged SQLite file (and its -wal/-shm) to ``<name>.damaged-<UTC time>``; its new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(str(path) + suffix, str(aside) + suffix)
+    return aside
+
+
 def _valid_vector(emb: bytes) -> bool:
     """A float32 vector with a direction: non-empty, finite, not all zeros."""
     if not emb or len(emb) % 4:
@@ -122,7 +159,23 @@ class EmbeddingCache:
         self.model = model
         self.provider_key = provider_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._open()
+        except (apsw.CorruptError, apsw.NotADBError, _Truncated) as exc:
+            self._close_quietly()
+            aside = set_aside(self.path)
+            log.warning("the embedding cache %s is damaged (%s); set aside as %s, continuing with an empty cache"
+                        " (its vectors will be embedded again)", self.path, exc, aside.name)
+            self._open()
+        self._lock = threading.Lock()
+        # Writes go through a second connection: apsw refuses two threads on one connection at
+        # once, and a run reads the cache in one thread while pool threads store responses.
+        self._wconn: apsw.Connection | None = None
+
+    def _open(self) -> None:
+        self.conn = None  # type: ignore[assignment]
         os.close(safe_open(self.path, os.O_CREAT | os.O_WRONLY, what="embedding cache"))
+        _check_not_truncated(self.path)
         self.conn = connect(self.path)
         if os.path.getsize(self.path) == 0:  # a new file: page size before anything else
             self.conn.execute(f"PRAGMA page_size={NEW_CACHE_PAGE_SIZE}")
@@ -134,14 +187,16 @@ class EmbeddingCache:
         _upgrade_schema(self.conn)
         self.conn.execute(_SCHEMA)
         self.conn.execute("INSERT OR IGNORE INTO cache_models(provider, model, provider_key) VALUES(?,?,?)",
-                          (provider, model, provider_key))
+                          (self.provider, self.model, self.provider_key))
         self.model_id: int = self.conn.execute(
             "SELECT id FROM cache_models WHERE provider = ? AND model = ? AND provider_key = ?",
-            (provider, model, provider_key)).fetchone()[0]
-        self._lock = threading.Lock()
-        # Writes go through a second connection: apsw refuses two threads on one connection at
-        # once, and a run reads the cache in one thread while pool threads store responses.
-        self._wconn: apsw.Connection | None = None
+            (self.provider, self.model, self.provider_key)).fetchone()[0]
+
+    def _close_quietly(self) -> None:
+        if getattr(self, "conn", None) is not None:
+            with contextlib.suppress(apsw.Error):
+                self.conn.close()
+        self.conn = None  # type: ignore[assignment]
 
     def _writer(self) -> apsw.Connection:
         if self._wconn is None:

@@ -288,3 +288,41 @@ def test_the_cache_refuses_to_store_a_zero_or_nan_vector(tmp_path):
             with pytest.raises(ValueError, match="refusing"):
                 c.put_array(["ab" * 32], bad)
         assert c.count() == 0
+
+
+# -- 6. a damaged cache (and the batch ledger in it) is set aside -----------------------------
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_cache_is_set_aside_and_the_run_goes_on(workspace, openai_fake, damage, caplog):
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    data = s.cache_file.read_bytes()
+    assert not Path(str(s.cache_file) + "-wal").exists()
+    damaged = b"garbage!" * 1000 if damage == "garbage" else data[: len(data) // 3]
+    s.cache_file.write_bytes(damaged)
+    before = openai_fake.embedded_inputs
+    caplog.clear()
+    summary = run_index(s, full=True)
+    assert summary.swapped
+    warned = [r.getMessage() for r in caplog.records if "embedding cache" in r.getMessage()]
+    assert len(warned) == 1 and "set aside" in warned[0]
+    aside = [p for p in s.cache_file.parent.iterdir() if ".damaged-" in p.name]
+    assert len(aside) == 1 and aside[0].read_bytes() == damaged  # kept, for whoever wants to look
+    assert openai_fake.embedded_inputs == before + summary.chunks_total  # embedded again, once
+    # the new cache holds everything: a rerun embeds nothing
+    assert run_index(s, full=True).swapped and openai_fake.embedded_inputs == before + summary.chunks_total
+
+
+def test_a_damaged_cache_with_batch_mode_is_set_aside_too(workspace):
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    with OpenAIFake(dims=16, batch_delay=0.05) as srv:
+        s = batch_settings(workspace, "openai", srv, concurrency=1)
+        s.cache_file.parent.mkdir(parents=True, exist_ok=True)
+        s.cache_file.write_bytes(b"\x00garbage" * 512)
+        summary = run_index(s)
+        assert summary.swapped and summary.batch["chunks_via_batch"] == summary.chunks_total
+        assert [p for p in s.cache_file.parent.iterdir() if ".damaged-" in p.name]
