@@ -240,7 +240,9 @@ class Settings(_Model):
     # rebuilt in full with the fallback: vectors of two providers are never mixed). A provider
     # name (its default model, the same ``remote`` settings) or a [fallback] table.
     fallback: ProviderName | FallbackSettings | None = None
-    redact: Literal["sessions", "all", "off"] = "sessions"
+    # "auto" (the default) becomes "all" when text can leave the machine (a hosted or "auto"
+    # provider or fallback), else "sessions": see memory_core.redact.resolve_redact_mode
+    redact: Literal["auto", "sessions", "all", "off"] = "auto"
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
@@ -249,6 +251,13 @@ class Settings(_Model):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     sessions: SessionsSettings = Field(default_factory=SessionsSettings)
     lock: LockSettings = Field(default_factory=LockSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_redact(cls, data: Any) -> Any:
+        from memory_core.redact import resolve_redact_mode
+
+        return resolve_redact_mode(data) if isinstance(data, dict) else data
 
     @field_validator("sources")
     @classmethod

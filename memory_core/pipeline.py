@@ -391,7 +391,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
     from memory_core.embeddings.local import count_over_window
-    from memory_core.redact import redact, should_redact
+    from memory_core.redact import redact_lines, should_redact
     from memory_core.sessions import parse_session_file
 
     lines: int | None = None
@@ -414,7 +414,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         text, read_digest = got
         digest = digest or read_digest
         if should_redact("memory", settings.redact):
-            text = "\n".join(redact(line) for line in text.split("\n"))
+            text = redact_lines(text)  # line count kept; PEM blocks across lines too
         chunks = chunk_markdown(text, tokens, overlap)
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).

@@ -440,9 +440,9 @@ class Searcher:
         except OSError as exc:
             raise PathError(f"cannot read {path}: {exc.strerror}") from None
         if source != "sessions" and self.settings.redact == "all":  # transcripts come back redacted
-            from memory_core.redact import redact
+            from memory_core.redact import redact_lines
 
-            out = [redact(x) for x in out]
+            out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
         return {"path": path, "source": source, "from": start, "lines": len(out), "text": "\n".join(out)}
 
     # -- status ---------------------------------------------------------------------------------

@@ -326,3 +326,77 @@ def test_a_damaged_cache_with_batch_mode_is_set_aside_too(workspace):
         summary = run_index(s)
         assert summary.swapped and summary.batch["chunks_via_batch"] == summary.chunks_total
         assert [p for p in s.cache_file.parent.iterdir() if ".damaged-" in p.name]
+
+
+# -- 8, 9. secrets stay on the machine -----------------------------------------------------------
+
+SECRETS = {
+    "aws key id": "AKIAQWERTYUIOP123456",
+    "aws secret": "Zx9/Kq2LmN8pQr4StUv6WxYz0AbCdEfGhIjKlMn1",
+    "stripe": "sk_live_4eC39HqLyjWDarjtT1zdp7dcXYZ",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "postgres": "Adm1nPassw0rdXYZ",
+    "prose": "hunter2hunter2",
+    "gitlab": "glpat-AbCdEfGhIjKlMnOpQrSt12",
+    "pem body": "MIIEowIBAAKCAQEAwJ8qzhfKpLr3Ksd0Y",
+}
+SECRET_TEXT = (
+    f"AWS access key {SECRETS['aws key id']} with aws secret {SECRETS['aws secret']}.\n"
+    f"Stripe key {SECRETS['stripe']} and session token {SECRETS['jwt']}\n"
+    f"db at postgres://admin:{SECRETS['postgres']}@db.internal:5432/app\n"
+    f"the password is {SECRETS['prose']} for the staging box, and gitlab {SECRETS['gitlab']}\n"
+)
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\n" + f"{SECRETS['pem body']}\n" * 4 + "-----END RSA PRIVATE KEY-----\n")
+
+
+def _plant_secrets(ws: Path) -> None:
+    import json
+
+    (ws / "memory" / "ops-secrets.md").write_text(f"# Ops notes about the capybara cluster\n\n{SECRET_TEXT}\n{PEM}\nafter the key\n")
+    msg = {"type": "message", "id": "s1", "timestamp": "2026-11-20T10:00:00Z",
+           "message": {"role": "user", "content": SECRET_TEXT + PEM}}
+    (ws / "sessions" / "2026-11-20-secrets.jsonl").write_text(json.dumps(msg) + "\n")
+
+
+def _assert_no_secret(text: str, where: str) -> None:
+    leaked = [k for k, v in SECRETS.items() if v in text]
+    assert not leaked, f"{leaked} reached {where}"
+
+
+def test_with_a_hosted_provider_and_the_defaults_no_secret_leaves_the_machine(workspace, openai_fake, tmp_path):
+    from memory_core.export import export_index
+    from tests.conftest import openai_settings
+
+    _plant_secrets(workspace)
+    s = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    assert s.redact == "all"  # "auto" resolved: the provider is hosted
+    summary = run_index(s)
+    assert summary.swapped
+    sent = "\n".join(openai_fake.input_texts)
+    assert "capybara cluster" in sent  # the note was sent ...
+    _assert_no_secret(sent, "the provider")  # ... without its secrets
+    conn = connect(s.index_file, readonly=True)
+    _assert_no_secret("\n".join(r[0] for r in conn.execute("SELECT text FROM chunks")), "the index")
+    _assert_no_secret("\n".join(r[0] for r in conn.execute("SELECT text FROM chunks_fts")), "the FTS index")
+    conn.close()
+    export_index(s.index_file, tmp_path / "out.jsonl", "jsonl")
+    _assert_no_secret((tmp_path / "out.jsonl").read_text(), "export")
+    with Searcher(s) as searcher:
+        note = searcher.read_file("memory/ops-secrets.md")
+        _assert_no_secret(note["text"], "get (note)")
+        assert "after the key" in note["text"] and note["lines"] == len(
+            (workspace / "memory" / "ops-secrets.md").read_text().splitlines())  # line numbers kept
+        _assert_no_secret(searcher.read_file("sessions/2026-11-20-secrets.jsonl")["text"], "get (transcript)")
+
+
+def test_local_provider_defaults_keep_notes_exact_and_off_turns_redaction_off(workspace, openai_fake):
+    from tests.conftest import openai_settings
+
+    assert _none(workspace).redact == "sessions"
+    assert load_settings(None, {"workspace": str(workspace), "provider": "local"}).redact == "sessions"
+    assert load_settings(None, {"workspace": str(workspace), "provider": "local", "fallback": "openai"}).redact == "all"
+    assert load_settings(None, {"workspace": str(workspace)}).redact == "all"  # "auto" provider may be hosted
+    _plant_secrets(workspace)
+    s = openai_settings(workspace, openai_fake, redact="off")
+    run_index(s)
+    assert SECRETS["stripe"] in "\n".join(openai_fake.input_texts)  # documented: "off" sends them as written
