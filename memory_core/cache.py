@@ -16,13 +16,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
 import numpy as np
 
+from memory_core.errors import RunError
 from memory_core.store import connect, safe_open
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,16 @@ class EmbeddingCache:
                 self.conn.close()
         self.conn = None  # type: ignore[assignment]
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write to the cache that fails (disk full, I/O) is a run failure with one line."""
+        try:
+            yield
+        except apsw.Error as exc:
+            what = "the disk is full" if isinstance(exc, apsw.FullError) else f"{exc.__class__.__name__}: {exc}"
+            raise RunError(f"cannot write the embedding cache {self.path}: {what}; the live index was left as it"
+                           " was") from exc
+
     def _writer(self) -> apsw.Connection:
         if self._wconn is None:
             w = connect(self.path)
@@ -214,7 +225,7 @@ class EmbeddingCache:
         run calls it from a pool thread once its last vector is stored, so it overlaps the
         index's commit. PASSIVE: it never waits for a reader (TRUNCATE could wait out the
         10 s busy timeout behind one, and measured no faster)."""
-        with self._lock:
+        with self._lock, self._writing():
             self._writer().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
@@ -264,7 +275,7 @@ class EmbeddingCache:
             return
         digests = _digests([h for h, _ in items])
         now = int(time.time() * 1000)
-        with self._lock:
+        with self._lock, self._writing():
             w = self._writer()
             with w:
                 w.executemany(
@@ -291,7 +302,7 @@ class EmbeddingCache:
         # back every row, which stalls behind a busy thread) and no per-row objects are made.
         digests = b"".join(_digests(hashes))
         now = int(time.time() * 1000)
-        with self._lock:
+        with self._lock, self._writing():
             w = self._writer()
             with w:
                 w.execute(
@@ -321,7 +332,7 @@ class EmbeddingCache:
         excess = total - max_entries
         if excess <= 0:
             return 0
-        with self._lock, self.conn:
+        with self._lock, self._writing(), self.conn:
             self.conn.execute(
                 "DELETE FROM cache_vectors WHERE rid IN (SELECT rid FROM cache_vectors ORDER BY updated_at LIMIT ?)",
                 (excess,),

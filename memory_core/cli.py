@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_core.config import Settings, load_settings
-from memory_core.errors import MemoryCoreError, RunError, UsageError
+from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -345,6 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
         return 130
+    except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
+        mapped = classify_error(exc)
+        if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1":
+            raise
+        print(f"memory-core: error: {mapped}", file=sys.stderr)
+        return mapped.exit_code
 
 
 if __name__ == "__main__":  # pragma: no cover

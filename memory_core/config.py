@@ -36,7 +36,7 @@ SourceName = Literal["memory", "sessions"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # no inf/NaN settings
 
 
 SECRET_HEADER_NAMES = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization",
@@ -352,6 +352,9 @@ def load_settings(
             raise ConfigError(f"config file not found: {p}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset"
+                              f" {exc.start})") from None
         except OSError as exc:
             raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
         # Relative paths in a config file are relative to the file, not to the cwd.

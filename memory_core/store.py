@@ -251,6 +251,7 @@ def connect_reader(path: str | os.PathLike[str]) -> apsw.Connection:
     read-only connection; falls back to read-only (then a later run recovers the file).
     """
     p = os.fspath(path)
+    check_index_target(Path(p))  # a folder, a device or a file that is not ours: one line, exit 2
     try:
         refuse_sqlite_symlinks(p, "index")
         conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)

@@ -400,3 +400,68 @@ def test_local_provider_defaults_keep_notes_exact_and_off_turns_redaction_off(wo
     s = openai_settings(workspace, openai_fake, redact="off")
     run_index(s)
     assert SECRETS["stripe"] in "\n".join(openai_fake.input_texts)  # documented: "off" sends them as written
+
+
+# -- 10. one line, never a traceback -------------------------------------------------------------
+
+def test_disk_full_while_storing_vectors_is_one_line(workspace, tmp_path):
+    """The cache's WAL hits the file size limit (as a full disk does) while responses come in."""
+    from tests.fakes.openai_fake import OpenAIFake
+
+    (workspace / "memory" / "big.md").write_text(
+        "\n\n".join(f"## part {i}\n" + f"paragraph {i} about the capybara rollout and the queue. " * 30
+                    for i in range(300)))
+    limit = 256 * 1024
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
+        "from memory_core.cli import main\n"
+        f"sys.exit(main(['index', '-w', {str(workspace)!r}, '--provider', 'openai', '--engine', 'local']))\n"
+    )
+    with OpenAIFake(dims=None) as srv:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-0123456789",
+                                       OPENAI_BASE_URL=srv.base_url))
+    err = _one_line(proc, 1)
+    assert ("disk" in err or "embedding cache" in err) and "live index was left as it was" in err
+    assert not (workspace / ".memory-core" / "index.sqlite").exists()
+
+
+def test_sqlite_errors_that_escape_are_classified():
+    from memory_core.errors import RunError, classify_error
+
+    full = classify_error(apsw.FullError("database or disk is full"))
+    assert isinstance(full, RunError) and "disk is full" in str(full)
+    assert isinstance(classify_error(apsw.IOError("disk I/O error")), RunError)
+    assert classify_error(ValueError("a bug")) is None  # a bug keeps its traceback
+
+
+@pytest.mark.parametrize("target", ["/", "folder"])
+@pytest.mark.parametrize("command", ["index", "search", "status", "export"])
+def test_index_pointing_at_a_folder_is_a_usage_error(workspace, tmp_path, target, command):
+    path = "/" if target == "/" else str(tmp_path)
+    before = sorted(os.listdir(path))
+    args = {"index": ["--provider", "none"], "search": ["anything"], "status": [],
+            "export": [str(tmp_path / "out.jsonl")]}[command]
+    assert "folder" in _one_line(_cli(command, "-w", str(workspace), "--index", path, *args), 2)
+    assert sorted(os.listdir(path)) == before  # no lock, temp file or index created there
+
+
+def test_a_config_file_that_is_not_utf8_is_a_usage_error(workspace, tmp_path):
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_bytes('provider = "none"\n# caf\xe9 in Latin-1\n'.encode("latin-1"))
+    err = _one_line(_cli("status", "--config", str(cfg), "-w", str(workspace)), 2)
+    assert "not UTF-8" in err and str(cfg) in err
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_infinite_or_nan_settings_are_refused(workspace, tmp_path, value):
+    from memory_core.errors import ConfigError
+
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text(f"[lock]\ntimeout_s = {value}\n")
+    with pytest.raises(ConfigError, match="lock.timeout_s"):
+        load_settings(cfg, {"workspace": str(workspace)})
+    err = _one_line(_cli("index", "--config", str(cfg), "-w", str(workspace), "--provider", "none"), 2)
+    assert "timeout_s" in err
