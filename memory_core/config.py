@@ -64,6 +64,8 @@ class RemoteSettings(_Model):
     max_attempts: int = Field(default=6, ge=1, le=20)
     backoff_initial_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
+    # total seconds one run may wait between retries (all requests); see embeddings/retry.py
+    retry_budget_s: float = Field(default=600.0, ge=0)
     # Lower the documented request limits for compatible endpoints that accept less.
     max_inputs_per_request: int | None = Field(default=None, ge=1)
     max_tokens_per_request: int | None = Field(default=None, ge=1)

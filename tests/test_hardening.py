@@ -465,3 +465,56 @@ def test_infinite_or_nan_settings_are_refused(workspace, tmp_path, value):
         load_settings(cfg, {"workspace": str(workspace)})
     err = _one_line(_cli("index", "--config", str(cfg), "-w", str(workspace), "--provider", "none"), 2)
     assert "timeout_s" in err
+
+
+# -- 12. a total retry budget per run --------------------------------------------------------------
+
+def test_a_retry_after_longer_than_the_budget_fails_at_once_and_says_so(workspace, openai_fake):
+    from memory_core.errors import ProviderError
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake)
+    openai_fake.fail_next(None, 429, retry_after=3600)
+    with pytest.raises(ProviderError) as exc:
+        run_index(s)
+    msg = str(exc.value)
+    assert "asked to wait 3600 s" in msg and "retry budget is spent" in msg
+    assert "waited 0.0 s for retries in this run" in msg and "remote.retry_budget_s = 600" in msg
+    assert openai_fake.embed_requests <= 4  # one per concurrent request, none retried: nothing slept
+
+
+def test_the_budget_is_shared_by_every_request_of_a_run(workspace, openai_fake, caplog):
+    from memory_core.errors import ProviderError
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake, remote={"retry_budget_s": 0.5, "max_attempts": 20,
+                                                        "max_inputs_per_request": 4})
+    openai_fake.fail_next(None, 429, retry_after=0.2)
+    with pytest.raises(ProviderError) as exc:
+        run_index(s, concurrency=1)
+    msg = str(exc.value)
+    assert "retry budget is spent" in msg
+    waited = float(msg.split("waited ")[1].split(" s")[0])
+    assert 0.4 <= waited <= 0.5  # two 0.2 s waits fit in 0.5 s, a third does not
+    assert len([r for r in caplog.records if "; retry " in r.getMessage()]) == 2  # over all requests
+    assert not s.index_file.exists()
+
+
+def test_the_retry_budget_unit():
+    from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries
+
+    slept: list[float] = []
+    budget = RetryBudget(1.0)
+    calls = iter([Retryable("busy"), Retryable("busy"), "ok"])
+
+    def fn() -> str:
+        r = next(calls)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    assert call_with_retries(fn, provider="p", max_attempts=5, initial_s=0.6, max_s=0.6, sleep=slept.append,
+                             budget=budget) == "ok"
+    assert len(slept) == 2 and slept[1] < 0.6 and sum(slept) == pytest.approx(1.0)  # the second wait was shortened
+    budget.reset()
+    assert budget.waited_s == 0

@@ -103,6 +103,7 @@ class OpenAICompatibleBatchClient:
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
+        self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
         self._long = client.with_options(timeout=max(600.0, float(getattr(remote, "timeout_s", 60.0))))
 
     def classify(self, exc: Exception) -> Exception:
@@ -118,7 +119,7 @@ class OpenAICompatibleBatchClient:
                 raise self.classify(exc) from None
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max)
+                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         if self.flavour == "voyage":
@@ -240,6 +241,7 @@ class GeminiBatchClient:
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
+        self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
 
     def classify(self, exc: Exception) -> Exception:
         from memory_core.embeddings.gemini_provider import classify_gemini_error
@@ -254,7 +256,7 @@ class GeminiBatchClient:
                 raise self.classify(exc) from None
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max)
+                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         req: dict[str, Any] = {"content": {"parts": [{"text": text}]}, "taskType": self.task_type}

@@ -126,6 +126,12 @@ class EmbeddingProvider(ABC):
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
 
+    def start_run(self) -> None:
+        """A new run begins with this (reused) provider: its retry budget starts full again."""
+        budget = getattr(self, "retry_budget", None)
+        if budget is not None:
+            budget.reset()
+
     def info(self, reason: str = "") -> ProviderInfo:
         return ProviderInfo(self.name, self.model, self.provider_key, self.dims, reason)
 

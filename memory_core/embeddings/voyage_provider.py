@@ -26,7 +26,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 log = logging.getLogger("memory_core.embeddings")
@@ -108,6 +108,7 @@ class VoyageProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self.settings = remote
+        self.retry_budget = RetryBudget(remote.retry_budget_s)
         self.max_tokens_per_request = request_token_limit(self.model)
         self.max_tokens_per_input = _INPUT_TOKENS.get(self.model, 32_000)
         if remote.max_inputs_per_request:
@@ -143,6 +144,7 @@ class VoyageProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="voyage", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+            budget=self.retry_budget,
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])
