@@ -237,8 +237,9 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, immutable: 
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     else:
         refuse_sqlite_symlinks(p)
-        conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-                               | apsw.SQLITE_OPEN_NOFOLLOW)
+        name, uri = _sqlite_name(p)
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                               | apsw.SQLITE_OPEN_NOFOLLOW | uri)
     conn.set_busy_timeout(10_000)
     return conn
 
@@ -254,7 +255,8 @@ def connect_reader(path: str | os.PathLike[str]) -> apsw.Connection:
     check_index_target(Path(p))  # a folder, a device or a file that is not ours: one line, exit 2
     try:
         refuse_sqlite_symlinks(p, "index")
-        conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
+        name, uri = _sqlite_name(p)
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
     except (apsw.Error, UnsafePathError):
         return connect(p, readonly=True)
     conn.set_busy_timeout(10_000)
@@ -272,7 +274,8 @@ def recover_index(path: Path) -> bool:
         return False
     refuse_sqlite_symlinks(path, "index")
     try:
-        conn = apsw.Connection(os.fspath(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
+        name, uri = _sqlite_name(os.fspath(path))
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
         try:
             conn.set_busy_timeout(10_000)
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
@@ -286,7 +289,17 @@ def recover_index(path: Path) -> bool:
 def _uri_quote(p: str) -> str:
     from urllib.parse import quote
 
-    return quote(p, safe="/")
+    return quote(os.fsencode(p), safe="/")  # the file system's bytes, also when they are not UTF-8
+
+
+def _sqlite_name(p: str) -> tuple[str, int]:
+    """(file name, extra open flags) for apsw: a path whose bytes are not UTF-8 (a Latin-1
+    workspace name) goes as a ``file:`` URI with its bytes percent-encoded."""
+    try:
+        p.encode("utf-8")
+        return p, 0
+    except UnicodeEncodeError:
+        return "file:" + _uri_quote(p), apsw.SQLITE_OPEN_URI
 
 
 # -- schema ------------------------------------------------------------------------------

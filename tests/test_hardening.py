@@ -518,3 +518,38 @@ def test_the_retry_budget_unit():
     assert len(slept) == 2 and slept[1] < 0.6 and sum(slept) == pytest.approx(1.0)  # the second wait was shortened
     budget.reset()
     assert budget.waited_s == 0
+
+
+# -- 5. names that are not UTF-8 ------------------------------------------------------------------
+
+def test_files_named_in_latin1_are_skipped_with_a_warning_and_the_rest_is_indexed(workspace, openai_fake):
+    from tests.conftest import openai_settings
+
+    mem = os.fsencode(workspace / "memory")
+    with open(mem + b"/caf\xe9.md", "w") as fh:
+        fh.write("# cafe\nA note with a Latin-1 name.\n")
+    os.makedirs(mem + b"/d\xe9p")
+    with open(mem + b"/d\xe9p/inner.md", "w") as fh:
+        fh.write("# inner\n")
+    with open(os.fsencode(workspace / "sessions") + b"/s\xe9.jsonl", "w") as fh:
+        fh.write("{}\n")
+    s = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    for full in (False, True):
+        summary = run_index(s, full=full)
+        assert summary.swapped or not full
+        skipped = [w for w in summary.warnings if "not valid UTF-8" in w]
+        assert len(skipped) == 3 and any("caf\\xe9.md" in w for w in skipped)
+    with Searcher(s) as searcher:
+        assert searcher.search("postgres replication", min_score=0)
+
+
+def test_a_workspace_whose_name_is_not_utf8_is_indexed(tmp_path):
+    ws = os.fsencode(tmp_path) + b"/w\xe9s"
+    os.makedirs(ws + b"/memory")
+    with open(ws + b"/MEMORY.md", "w") as fh:
+        fh.write("# hello\nA workspace whose folder name is Latin-1 about capybaras.\n")
+    s = _none(Path(os.fsdecode(ws)))
+    assert run_index(s).swapped and run_index(s, full=True).swapped
+    with Searcher(s) as searcher:
+        assert searcher.search("capybaras", min_score=0)
+        assert "capybaras" in searcher.read_file("MEMORY.md")["text"]
