@@ -418,10 +418,13 @@ class Searcher:
         if row is None:
             raise PathError(f"not an indexed file: {path}")
         source = row[1]
-        real = resolve_indexed_path(self.settings, path)
+        resolve_indexed_path(self.settings, path)
         start = max(1, int(from_line or 1))
         count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
         end = start + count - 1
+        from memory_core.safeio import open_indexed
+
+        real = open_indexed(self.settings, path)  # an fd: no symlink in any component, regular files only
         out: list[str] = []
         try:
             if source == "sessions":

@@ -553,3 +553,70 @@ def test_a_workspace_whose_name_is_not_utf8_is_indexed(tmp_path):
     with Searcher(s) as searcher:
         assert searcher.search("capybaras", min_score=0)
         assert "capybaras" in searcher.read_file("MEMORY.md")["text"]
+
+
+# -- 7. get never leaves the sources and never hangs ------------------------------------------------
+
+def _indexed_with_sub(ws: Path) -> object:
+    sub = ws / "memory" / "sub"
+    sub.mkdir(parents=True, exist_ok=True)
+    (sub / "notes.md").write_text("# inside\nthe real note\n")
+    s = _none(ws)
+    run_index(s)
+    return s
+
+
+def test_get_does_not_follow_a_folder_replaced_by_a_symlink(workspace, tmp_path):
+    s = _indexed_with_sub(workspace)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "notes.md").write_text("# outside\nSECRET from outside the workspace\n")
+    mem = workspace / "memory"
+    mem.rename(workspace / "memory-moved")
+    mem.symlink_to(outside)
+    with Searcher(s) as searcher, pytest.raises(PathError, match="symlink"):
+        searcher.read_file("memory/sub/notes.md")
+    proc = _cli("get", "-w", str(workspace), "memory/sub/notes.md")
+    err = _one_line(proc, 2)
+    assert "SECRET" not in proc.stdout + err
+
+
+def test_get_refuses_a_symlinked_file_and_a_symlinked_inner_folder(workspace, tmp_path):
+    s = _indexed_with_sub(workspace)
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.md").write_text("outside\n")
+    sub = workspace / "memory" / "sub"
+    (sub / "notes.md").unlink()
+    (sub / "notes.md").symlink_to(tmp_path / "o" / "notes.md")
+    with Searcher(s) as searcher, pytest.raises(PathError):
+        searcher.read_file("memory/sub/notes.md")
+    sub.rename(workspace / "memory" / "sub2")
+    sub.symlink_to(tmp_path / "o")
+    with Searcher(s) as searcher, pytest.raises(PathError):
+        searcher.read_file("memory/sub/notes.md")
+
+
+@pytest.mark.parametrize("source", ["memory", "sessions"])
+def test_get_on_a_fifo_returns_an_error_at_once(workspace, tmp_path, source):
+    (workspace / "memory" / "sub").mkdir()
+    (workspace / "memory" / "sub" / "notes.md").write_text("# inside\nthe real note\n")
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    run_index(load_settings(cfg, {"workspace": str(workspace)}))
+    rel = "memory/sub/notes.md" if source == "memory" else "sessions/2026-10-21-ingest-502-debug.jsonl"
+    (workspace / rel).unlink()
+    os.mkfifo(workspace / rel)
+    # in a child with a timeout: a blocking open would hang the test run, not fail it
+    proc = _cli("get", "--config", str(cfg), "-w", str(workspace), rel, timeout=60)
+    assert "regular file" in _one_line(proc, 2)
+
+
+def test_get_still_reads_ordinary_files_and_extra_paths(workspace, tmp_path):
+    extra = tmp_path / "extra"
+    (extra / "deep").mkdir(parents=True)
+    (extra / "deep" / "x.md").write_text("# extra\nfrom an extra path\n")
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "extra_paths": [str(extra)]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        assert "from an extra path" in searcher.read_file(str(extra / "deep" / "x.md"))["text"]
+        assert searcher.read_file("MEMORY.md")["lines"] > 0
