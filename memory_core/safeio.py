@@ -78,3 +78,47 @@ def open_indexed(settings: Settings, path: str) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+# -- text that comes in: JSON with lone surrogates ---------------------------------------------
+
+def _fix_surrogates(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [_fix_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def json_line_without_lone_surrogates(line: str) -> str:
+    """A JSON text whose ``\\ud800``-style escapes of lone surrogates become U+FFFD.
+
+    JSON allows such escapes, Python's ``json`` reads them, but they cannot be encoded as
+    UTF-8, so strict parsers (pydantic's, used by the MCP SDK) refuse the whole message and a
+    request gets no reply at all. Pairs stay pairs; a line without ``\\ud`` is returned as is."""
+    if "\\ud" not in line and "\\uD" not in line:
+        return line
+    import json
+
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(_fix_surrogates(obj), ensure_ascii=False) + ("\n" if line.endswith("\n") else "")
+
+
+class LoneSurrogateFreeLines:
+    """An async line iterator (the MCP stdio transport's stdin) passed through
+    :func:`json_line_without_lone_surrogates`."""
+
+    def __init__(self, lines: object) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> object:
+        return self._gen()
+
+    async def _gen(self):  # type: ignore[no-untyped-def]
+        async for line in self._lines:  # type: ignore[attr-defined]
+            yield json_line_without_lone_surrogates(line)

@@ -620,3 +620,39 @@ def test_get_still_reads_ordinary_files_and_extra_paths(workspace, tmp_path):
     with Searcher(s) as searcher:
         assert "from an extra path" in searcher.read_file(str(extra / "deep" / "x.md"))["text"]
         assert searcher.read_file("MEMORY.md")["lines"] > 0
+
+
+# -- 11. MCP stdio: every request gets a reply --------------------------------------------------------
+
+@pytest.mark.timeout(120)
+def test_mcp_stdio_answers_a_query_holding_a_lone_surrogate(workspace):
+    import json
+
+    run_index(_none(workspace))
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "memory_search", "arguments": {"query": "postgres \ud800 replication", "min_score": 0}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "memory_get", "arguments": {"path": "memory/\udc80.md"}}},
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "memory_core.cli", "mcp", "-w", str(workspace)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    replies: dict[int, dict] = {}
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for msg in lines:  # json.dumps writes the lone surrogates as \ud800 escapes, as a client would
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+            if "id" in msg:
+                reply = json.loads(proc.stdout.readline())  # a missing reply would block: the timeout below
+                replies[reply["id"]] = reply
+    finally:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait(timeout=60)
+    assert set(replies) == {1, 2, 3}
+    assert not replies[2]["result"]["isError"] and json.loads(replies[2]["result"]["content"][0]["text"])["results"]
+    assert replies[3]["result"]["isError"]  # not an indexed file: an error, but a reply
