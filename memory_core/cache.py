@@ -11,18 +11,20 @@ refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
 import numpy as np
 
-from memory_core.store import FILE_MODE, connect
+from memory_core.errors import RunError
+from memory_core.store import connect, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,50 @@ def _digests(hashes: Sequence[str]) -> list[bytes]:
     return out
 
 
+class _Truncated(Exception):
+    """The cache file is shorter than its header says (and there is no WAL to hold the rest)."""
+
+
+def _check_not_truncated(path: Path) -> None:
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+        size = os.path.getsize(path)
+        wal = os.path.getsize(str(path) + "-wal") if os.path.exists(str(path) + "-wal") else 0
+    except OSError:
+        return
+    if len(header) < 100 or wal:
+        return
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    # the in-header size is valid when its "version-valid-for" equals the change counter
+    if header[92:96] == header[24:28] and pages and size < pages * page_size:
+        raise _Truncated(f"{size} bytes, its header says {pages * page_size}")
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged SQLite file (and its -wal/-shm) to ``<name>.damaged-<UTC time>``; its new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.damaged-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.damaged-{stamp}-{n}")
+    for suffix in ("-wal", "-shm", ""):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(str(path) + suffix, str(aside) + suffix)
+    return aside
+
+
+def _valid_vector(emb: bytes) -> bool:
+    """A float32 vector with a direction: non-empty, finite, not all zeros."""
+    if not emb or len(emb) % 4:
+        return False
+    v = np.frombuffer(emb, dtype="<f4")
+    return bool(np.isfinite(v).all() and np.abs(v).max() > 0)
+
+
 class EmbeddingCache:
     """Vectors by chunk hash (a sha256 hex digest) for one (provider, model, provider_key)."""
 
@@ -114,9 +160,23 @@ class EmbeddingCache:
         self.model = model
         self.provider_key = provider_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.path.exists():
-            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
-            os.close(fd)
+        try:
+            self._open()
+        except (apsw.CorruptError, apsw.NotADBError, _Truncated) as exc:
+            self._close_quietly()
+            aside = set_aside(self.path)
+            log.warning("the embedding cache %s is damaged (%s); set aside as %s, continuing with an empty cache"
+                        " (its vectors will be embedded again)", self.path, exc, aside.name)
+            self._open()
+        self._lock = threading.Lock()
+        # Writes go through a second connection: apsw refuses two threads on one connection at
+        # once, and a run reads the cache in one thread while pool threads store responses.
+        self._wconn: apsw.Connection | None = None
+
+    def _open(self) -> None:
+        self.conn = None  # type: ignore[assignment]
+        os.close(safe_open(self.path, os.O_CREAT | os.O_WRONLY, what="embedding cache"))
+        _check_not_truncated(self.path)
         self.conn = connect(self.path)
         if os.path.getsize(self.path) == 0:  # a new file: page size before anything else
             self.conn.execute(f"PRAGMA page_size={NEW_CACHE_PAGE_SIZE}")
@@ -128,14 +188,26 @@ class EmbeddingCache:
         _upgrade_schema(self.conn)
         self.conn.execute(_SCHEMA)
         self.conn.execute("INSERT OR IGNORE INTO cache_models(provider, model, provider_key) VALUES(?,?,?)",
-                          (provider, model, provider_key))
+                          (self.provider, self.model, self.provider_key))
         self.model_id: int = self.conn.execute(
             "SELECT id FROM cache_models WHERE provider = ? AND model = ? AND provider_key = ?",
-            (provider, model, provider_key)).fetchone()[0]
-        self._lock = threading.Lock()
-        # Writes go through a second connection: apsw refuses two threads on one connection at
-        # once, and a run reads the cache in one thread while pool threads store responses.
-        self._wconn: apsw.Connection | None = None
+            (self.provider, self.model, self.provider_key)).fetchone()[0]
+
+    def _close_quietly(self) -> None:
+        if getattr(self, "conn", None) is not None:
+            with contextlib.suppress(apsw.Error):
+                self.conn.close()
+        self.conn = None  # type: ignore[assignment]
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write to the cache that fails (disk full, I/O) is a run failure with one line."""
+        try:
+            yield
+        except apsw.Error as exc:
+            what = "the disk is full" if isinstance(exc, apsw.FullError) else f"{exc.__class__.__name__}: {exc}"
+            raise RunError(f"cannot write the embedding cache {self.path}: {what}; the live index was left as it"
+                           " was") from exc
 
     def _writer(self) -> apsw.Connection:
         if self._wconn is None:
@@ -153,7 +225,7 @@ class EmbeddingCache:
         run calls it from a pool thread once its last vector is stored, so it overlaps the
         index's commit. PASSIVE: it never waits for a reader (TRUNCATE could wait out the
         10 s busy timeout behind one, and measured no faster)."""
-        with self._lock:
+        with self._lock, self._writing():
             self._writer().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
@@ -173,13 +245,15 @@ class EmbeddingCache:
         for i in range(0, len(uniq), LOOKUP_GROUP):
             group = _digests(uniq[i:i + LOOKUP_GROUP])
             marks = ",".join("?" * len(group))
+            # an all-zero vector (accepted by versions before issue 17) is no entry: re-embedded
             yield from self.conn.execute(
-                f"SELECT {columns} FROM cache_vectors WHERE model_id = ? AND hash IN ({marks})",
+                f"SELECT {columns} FROM cache_vectors WHERE model_id = ? AND hash IN ({marks})"
+                " AND embedding != zeroblob(length(embedding))",
                 (self.model_id, *group))
 
     def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        """Cached vectors (float32 bytes) for the hashes that have one."""
-        return {h.hex(): emb for h, emb in self._select("hash, embedding", hashes)}
+        """Cached vectors (float32 bytes) for the hashes that have one (valid ones only)."""
+        return {h.hex(): emb for h, emb in self._select("hash, embedding", hashes) if _valid_vector(emb)}
 
     def has_many(self, hashes: Iterable[str]) -> set[str]:
         return {r[0].hex() for r in self._select("hash", hashes)}
@@ -193,13 +267,15 @@ class EmbeddingCache:
         """Store vectors and commit at once (one provider response = one transaction)."""
         if not items:
             return
+        if not all(_valid_vector(emb) for _, emb in items):
+            raise ValueError("refusing to cache an empty, zero, NaN or infinite vector")
         size = dims * 4
         if all(len(emb) == size for _, emb in items):
             self._put_packed([h for h, _ in items], b"".join(emb for _, emb in items), dims)
             return
         digests = _digests([h for h, _ in items])
         now = int(time.time() * 1000)
-        with self._lock:
+        with self._lock, self._writing():
             w = self._writer()
             with w:
                 w.executemany(
@@ -216,6 +292,8 @@ class EmbeddingCache:
         arr = np.ascontiguousarray(vectors, dtype="<f4")
         if arr.ndim != 2 or arr.shape[0] != len(hashes):
             raise ValueError(f"{len(hashes)} hashes but vectors of shape {arr.shape}")
+        if not (np.isfinite(arr).all() and (np.abs(arr).max(axis=1) > 0).all()):
+            raise ValueError("refusing to cache a zero, NaN or infinite vector")
         self._put_packed(list(hashes), arr.tobytes(), int(arr.shape[1]))
 
     def _put_packed(self, hashes: list[str], packed: bytes, dims: int) -> None:
@@ -224,7 +302,7 @@ class EmbeddingCache:
         # back every row, which stalls behind a busy thread) and no per-row objects are made.
         digests = b"".join(_digests(hashes))
         now = int(time.time() * 1000)
-        with self._lock:
+        with self._lock, self._writing():
             w = self._writer()
             with w:
                 w.execute(
@@ -254,7 +332,7 @@ class EmbeddingCache:
         excess = total - max_entries
         if excess <= 0:
             return 0
-        with self._lock, self.conn:
+        with self._lock, self._writing(), self.conn:
             self.conn.execute(
                 "DELETE FROM cache_vectors WHERE rid IN (SELECT rid FROM cache_vectors ORDER BY updated_at LIMIT ?)",
                 (excess,),

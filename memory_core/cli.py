@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.errors import MemoryCoreError, RunError, UsageError
+from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 from memory_core.resolve import ResolvedSettings, resolve_settings
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -458,6 +458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
         _print_partial(exc)
         return 130
+    except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
+        mapped = classify_error(exc)
+        if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1":
+            raise
+        print(f"memory-core: error: {mapped}", file=sys.stderr)
+        return mapped.exit_code
 
 
 def _print_partial(exc: BaseException) -> None:

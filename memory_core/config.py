@@ -48,7 +48,7 @@ SourceName = Literal["memory", "sessions"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # no inf/NaN settings
 
 
 SECRET_HEADER_NAMES = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization",
@@ -76,6 +76,8 @@ class RemoteSettings(_Model):
     max_attempts: int = Field(default=6, ge=1, le=20)
     backoff_initial_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
+    # total seconds one run may wait between retries (all requests); see embeddings/retry.py
+    retry_budget_s: float = Field(default=600.0, ge=0)
     # Lower the documented request limits for compatible endpoints that accept less.
     max_inputs_per_request: int | None = Field(default=None, ge=1)
     max_tokens_per_request: int | None = Field(default=None, ge=1)
@@ -252,7 +254,9 @@ class Settings(_Model):
     # rebuilt in full with the fallback: vectors of two providers are never mixed). A provider
     # name (its default model, the same ``remote`` settings) or a [fallback] table.
     fallback: ProviderName | FallbackSettings | None = None
-    redact: Literal["sessions", "all", "off"] = "sessions"
+    # "auto" (the default) becomes "all" when text can leave the machine (a hosted or "auto"
+    # provider or fallback), else "sessions": see memory_core.redact.resolve_redact_mode
+    redact: Literal["auto", "sessions", "all", "off"] = "auto"
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
     chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
@@ -269,6 +273,13 @@ class Settings(_Model):
         """Where each recorded setting came from (``--sessions``, ``config file ...``, ``the index``,
         ``default``), as resolved by :func:`resolve_settings`; empty for settings built otherwise."""
         return self._origins
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_redact(cls, data: Any) -> Any:
+        from memory_core.redact import resolve_redact_mode
+
+        return resolve_redact_mode(data) if isinstance(data, dict) else data
 
     @field_validator("sources")
     @classmethod
@@ -387,6 +398,9 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"config file not found: {p}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset"
+                          f" {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
     for key in ("workspace", "index_path"):

@@ -61,6 +61,21 @@ def hash_file(abs_path: str) -> str:
     return h.hexdigest()
 
 
+def escaped(name: str) -> str:
+    """A file name for a message: bytes that are not UTF-8 shown as ``\\xe9``."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _utf8_name(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (Python keeps them as lone surrogates,
+    which SQLite, JSON and Parquet cannot store): such a file is skipped with a warning."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
     """Yield regular ``.md`` files below ``root`` without following symlinks."""
     stack = [root]
@@ -78,6 +93,9 @@ def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
         for e in entries:
             try:
                 if e.is_symlink():
+                    continue
+                if not _utf8_name(e.name) and (e.is_dir(follow_symlinks=False) or e.name.lower().endswith(".md")):
+                    warnings.append(f"skipped {escaped(e.path)}: its name is not valid UTF-8 (rename it to index it)")
                     continue
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
@@ -168,6 +186,10 @@ def discover_files(settings: Settings) -> Discovery:
                 with os.scandir(sdir) as it:
                     for e in it:
                         if e.name.endswith(".jsonl") and not e.is_symlink() and e.is_file(follow_symlinks=False):
+                            if not _utf8_name(e.name):
+                                warnings.append(f"skipped {escaped(e.path)}: its name is not valid UTF-8"
+                                                " (rename it to index it)")
+                                continue
                             add(e.path, "sessions", f"sessions/{e.name}")
             except OSError as exc:
                 warnings.append(f"cannot read sessions directory {sdir}: {exc.strerror}")

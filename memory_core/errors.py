@@ -29,6 +29,14 @@ class PathError(UsageError):
     """A path is outside the indexed sources, missing, or not readable."""
 
 
+class UnsafePathError(UsageError):
+    """A file memory-core would create or write is a symbolic link (or not a regular file)."""
+
+
+class NotAnIndexError(UsageError):
+    """The index path holds a file memory-core did not write: it is never replaced."""
+
+
 class RunError(MemoryCoreError):
     """A run failed; the live index was left as it was (exit 1)."""
 
@@ -47,3 +55,21 @@ class IndexDamagedError(RunError):
 
 class IndexMissingError(UsageError):
     """No index has been built at this path yet."""
+
+
+def classify_error(exc: BaseException) -> MemoryCoreError | None:
+    """One line for a library error that escaped to the command line; None for anything else
+    (a bug: its traceback should show). SQLite's disk-full and I/O errors are run failures
+    (exit 1: the live index is only ever replaced by a finished, verified file)."""
+    try:
+        import apsw
+    except ImportError:  # pragma: no cover - apsw is a dependency
+        return None
+    kept = "; the live index was left as it was"
+    if isinstance(exc, apsw.FullError):
+        return RunError(f"the disk is full (SQLite: {exc}){kept}")
+    if isinstance(exc, apsw.IOError):
+        return RunError(f"disk I/O error (SQLite: {exc}){kept}")
+    if isinstance(exc, apsw.Error):
+        return RunError(f"SQLite error: {exc.__class__.__name__}: {exc}{kept}")
+    return None

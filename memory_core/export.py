@@ -39,12 +39,12 @@ import pyarrow.parquet as pq
 
 from memory_core.errors import IndexDamagedError, UsageError
 from memory_core.store import (
-    FILE_MODE,
     connect_reader,
     has_table,
     load_vec,
     read_meta,
     require_index,
+    safe_open,
 )
 
 ExportFormat = Literal["parquet", "jsonl"]
@@ -212,8 +212,7 @@ def _temp_beside(path: Path) -> Path:
 
 
 def _create_private(path: Path) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-    os.close(fd)
+    os.close(safe_open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="export temp file"))
 
 
 def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFormat = "parquet", *,

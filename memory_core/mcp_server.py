@@ -327,9 +327,17 @@ def serve(settings: Settings, *, transport: Literal["stdio", "http"] = "stdio", 
 
 
 async def _serve_stdio(server: Server[Any]) -> None:
+    import io
+    import sys
+
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
+    from memory_core.safeio import LoneSurrogateFreeLines
+
+    # a request whose JSON escapes a lone surrogate must still get a reply (issue 17)
+    stdin = LoneSurrogateFreeLines(anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8",
+                                                                    errors="replace")))
+    async with stdio_server(stdin=stdin) as (read_stream, write_stream):  # type: ignore[arg-type]
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -29,7 +29,10 @@ Choices and deviations from the reference, all deliberate:
   key/token/secret/password/passwd followed by ``=`` or ``:`` masks the next
   whitespace-free run.  This is the safe side for credentials (``password: hunter2``
   -> ``password: ***`` is a reference example) at the price of some prose such as
-  ``Key: the idea`` -> ``Key: *** idea`` or ``monkey: banana`` -> ``monkey: ***``.
+  ``monkey: banana`` -> ``monkey: ***``. One exception keeps notes' prose intact: a bare
+  ``Key``/``token`` (no name before it), then ``=`` or ``:`` and a space, then one plain word
+  of at most 12 letters
+  (``Key = API key for ...``, ``Key: the idea``) is not a credential and stays.
   Words *not* followed by ``=``/``:`` are never touched, so "the token bucket
   algorithm" or "password reset flow was discussed" stay intact.
 * JSON field names also accept snake/kebab-case spellings (``api_key``,
@@ -56,12 +59,14 @@ anchor, so gating on the original text is exact.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 __all__ = [
     "REDACT_MODES",
     "mask_token",
     "redact",
+    "redact_lines",
     "should_redact",
 ]
 
@@ -70,8 +75,10 @@ REDACT_KEEP_START: Final = 6
 REDACT_KEEP_END: Final = 4
 ELLIPSIS: Final = "\u2026"
 
-#: Allowed values of the indexer's ``redact_mode`` setting.
-REDACT_MODES: Final = ("sessions", "all", "off")
+#: Allowed values of the indexer's ``redact`` setting ("auto" is resolved when settings load).
+REDACT_MODES: Final = ("auto", "sessions", "all", "off")
+#: Providers that embed on this machine: with them (and no other fallback) nothing leaves it.
+LOCAL_PROVIDERS: Final = frozenset({"local", "none"})
 
 # JavaScript's \s (ECMA-262 WhiteSpace + LineTerminator); with re.ASCII, \s inside the
 # class is exactly [ \t\n\r\f\v].
@@ -94,7 +101,7 @@ class _Rule:
     back to a plain ``pattern.sub`` so adversarial input stays linear.
     """
 
-    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of")
+    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of", "scan")
 
     def __init__(
         self,
@@ -105,8 +112,10 @@ class _Rule:
         any_of: tuple[str, ...] = (),
         also_any_of: tuple[str, ...] = (),
         offsets: tuple[int, ...] = (0,),
+        scan: bool = False,
     ) -> None:
         self.name = name
+        self.scan = scan  # anchors only gate the rule; matches start anywhere (regex scan)
         self.pattern = re.compile(pattern, _FLAGS)
         self.anchors = anchors
         self.offsets = offsets
@@ -124,6 +133,8 @@ class _Rule:
 
         Anchors that are also gate triggers and absent from *present* are not searched.
         """
+        if self.scan:
+            return None
         if self.offsets != (0,):
             return _telegram_candidates(lowered)
         out: list[int] = []
@@ -172,7 +183,11 @@ _RULES_BEFORE_PEM: Final = (
         # Reference: \b[A-Z0-9_]*(?:KEY|...)\b... -- the prefix only extends the match to
         # the start of the word and is never masked, so anchoring on the keyword gives
         # the same output while keeping the candidates cheap to find.
-        rf"(?=[kstp])(?:key|token|secret|passw(?:or)?d)\b{_S}*[=:]{_S}*"
+        # ... except prose: a bare "Key"/"token" (no name before it), a separator with a space
+        # after it and one plain word of at most 12 letters ("Key = API key for ...", "Key: the
+        # idea") is kept; "token=abc" (a config line) is not prose.
+        rf"(?=[kstp])(?!(?<![A-Za-z0-9_])(?:key|token){_S}*[=:][{_WS_CLASS}]+[A-Za-z]{{1,12}}[.,;:)]?(?:(?=[{_WS_CLASS}])|$))"
+        rf"(?:key|token|secret|passw(?:or)?d)\b[\"']?{_S}*[=:]{_S}*"
         rf"([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
         _SECRET_NAMES,
         also_any_of=("=", ":"),
@@ -180,7 +195,7 @@ _RULES_BEFORE_PEM: Final = (
     _Rule(
         "json_field",
         rf"\"(?:api[_-]?key|token|secret|password|passwd|access[_-]?token|refresh[_-]?token"
-        rf"|auth[_-]?token|id[_-]?token|client[_-]?secret)\"{_S}*:{_S}*\"([^\"]+)\"",
+        rf"|auth[_-]?token|id[_-]?token|client[_-]?secret)\"{_S}*:{_S}*\"([^\"\u2026]+)\"",
         ('"api', '"token', '"secret', '"passw', '"access', '"refresh', '"auth', '"id', '"client'),
         any_of=_SECRET_NAMES,
         also_any_of=('"',),
@@ -202,6 +217,30 @@ _RULES_BEFORE_PEM: Final = (
 )
 
 _RULES_AFTER_PEM: Final = (
+    # Rules added by issue 17 (what an outside attack got through). Every quantifier over a
+    # token is possessive or bounded and every start is at an anchor or a token boundary, so
+    # each character is scanned a bounded number of times: linear on any line.
+    _Rule("aws_access_key_id", r"(?<![A-Za-z0-9])((?-i:(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}))(?![A-Za-z0-9])",
+          ("akia", "asia", "abia", "acca")),
+    _Rule("stripe", r"(?<![A-Za-z0-9_])((?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}+)",
+          ("sk_live_", "sk_test_", "rk_live_", "rk_test_")),
+    _Rule("gitlab", r"(?<![A-Za-z0-9_])(gl(?:pat|dt|rt|ptt)-[A-Za-z0-9_-]{20,}+)",
+          ("glpat-", "gldt-", "glrt-", "glptt-")),
+    _Rule("jwt", r"(?<![A-Za-z0-9_-])((?-i:eyJ)[A-Za-z0-9_-]{5,}+\.(?-i:eyJ)[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+)",
+          ("eyj",)),
+    # user:password@host in a URL (postgres://admin:...@db, https://u:p@host): the password
+    _Rule("url_password", r"://[^\s:/@]{1,256}+:([^\s/@]{1,256}+)@", ("://",)),
+    # prose: "the password is hunter2hunter2" (only a value with a digit or a symbol: "the
+    # password is required" stays)
+    _Rule("password_prose",
+          rf"pass(?:w(?:or)?d|phrase){_S}{{1,3}}(?:is|was|will be|=|:){_S}{{1,3}}(?:now{_S}{{1,3}})?"
+          rf"[\"'`]?([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&_+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)",
+          ("passw", "passphrase")),
+    # a bare 40-character AWS secret access key, when "aws" or "secret" is in the same text:
+    # mixed case and a digit (a 40-hex git hash has no capitals)
+    _Rule("aws_secret_key", r"(?<![A-Za-z0-9/+=])((?-i:(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+          r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}))(?![A-Za-z0-9/+=])",
+          ("aws", "secret"), scan=True),
     _Rule("sk", r"\b(sk-[A-Za-z0-9_-]{8,})\b", ("sk-",)),
     _Rule("ghp", r"\b(ghp_[A-Za-z0-9]{20,})\b", ("ghp_",)),
     _Rule("github_pat", r"\b(github_pat_[A-Za-z0-9_]{20,})\b", ("github_pat_",)),
@@ -274,7 +313,16 @@ def _mask_match(m: re.Match[str]) -> str:
     return mask_token(m.group(0))
 
 
-def _redact_pem(text: str) -> str:
+def _mask_pem_keep_lines(block: str) -> str:
+    """A PEM block masked with its line count kept: first line, ``…redacted…``, empty lines,
+    last line (so the line numbers of a note's chunks stay those of the file)."""
+    lines = block.split("\n")
+    if len(lines) < 3:
+        return _mask_pem(block) if len(lines) == 1 else f"{lines[0]}\n{lines[-1]}"
+    return "\n".join([lines[0], f"{ELLIPSIS}redacted{ELLIPSIS}", *([""] * (len(lines) - 3)), lines[-1]])
+
+
+def _redact_pem(text: str, mask: Callable[[str], str] = _mask_pem) -> str:
     """Linear-time equivalent of ``BEGIN ... PRIVATE KEY-----[\\s\\S]+?-----END ...``."""
     out: list[str] = []
     pos = 0
@@ -288,7 +336,7 @@ def _redact_pem(text: str) -> str:
             # No END after this BEGIN means none after any later BEGIN either.
             break
         out.append(text[pos : begin.start()])
-        out.append(_mask_pem(text[begin.start() : end.end()]))
+        out.append(mask(text[begin.start() : end.end()]))
         pos = end.end()
     if not out:
         return text
@@ -363,16 +411,43 @@ def redact(text: str) -> str:
     return text
 
 
+def redact_lines(text: str) -> str:
+    """Redact a Markdown note and keep its line count: multi-line PEM private keys are found
+    across lines first (a note redacted line by line never saw one whole), then every line
+    goes through :func:`redact`."""
+    if _PEM_TRIGGER in text.lower():
+        text = _redact_pem(text, _mask_pem_keep_lines)
+    return "\n".join(redact(line) for line in text.split("\n"))
+
+
+def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:
+    """Settings data with ``redact = "auto"`` (the default) made concrete.
+
+    The rule: secrets are redacted whenever text leaves the machine. A hosted provider (or
+    ``auto``, which may pick one, or a hosted fallback) receives every chunk: then Markdown
+    notes are redacted too (``"all"``); with ``local``/``none`` only transcripts are
+    (``"sessions"``). The index meta records the concrete mode, so a change rebuilds.
+    """
+    if data.get("redact", "auto") != "auto":
+        return data
+    fallback = data.get("fallback")
+    if isinstance(fallback, dict):
+        fallback = fallback.get("provider")
+    names = {str(data.get("provider", "auto")), *([str(fallback)] if fallback else [])}
+    return {**data, "redact": "sessions" if names <= LOCAL_PROVIDERS else "all"}
+
+
 def should_redact(source: str, mode: str) -> bool:
     """Whether text of *source* (``"memory"`` or ``"sessions"``) must be redacted.
 
-    ``mode`` is the indexer's ``redact_mode``: ``"sessions"`` (default; transcripts
-    only), ``"all"`` (every source) or ``"off"``.  Unknown modes raise ``ValueError``
+    ``mode`` is the ``redact`` setting: ``"sessions"`` (transcripts only), ``"all"``
+    (every source) or ``"off"``; ``"auto"`` (the default) is resolved by
+    :func:`resolve_redact_mode` when settings load.  Unknown modes raise ``ValueError``
     rather than silently disabling redaction.
     """
     if mode == "off":
         return False
-    if mode == "all":
+    if mode in ("all", "auto"):  # "auto" is resolved at load time; unresolved, the safe side
         return True
     if mode == "sessions":
         return source == "sessions"

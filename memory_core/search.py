@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -49,8 +50,9 @@ _ROW_SELECT = (
 )
 
 
-def _cosine_from_distance(distance: float) -> float:
-    return 1.0 - float(distance)
+def _cosine_from_distance(distance: float | None) -> float:
+    # a stored vector without a direction (all zeros) has no distance: it scores 0, never crashes
+    return 1.0 - float(distance) if distance is not None and math.isfinite(distance) else 0.0
 
 
 @dataclass(frozen=True)
@@ -394,7 +396,7 @@ class Searcher:
                                       " table; keyword-only results")
             return []
         qn = qvec / (np.linalg.norm(qvec) or 1.0)
-        sims = m @ qn
+        sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
         top = np.argsort(-sims, kind="stable")[:want]
         sql = (
             "WITH v AS MATERIALIZED (SELECT key AS pos, value AS rid FROM json_each(?)) "
@@ -416,10 +418,17 @@ class Searcher:
         if row is None:
             raise PathError(f"not an indexed file: {path}")
         source = row[1]
-        real = resolve_indexed_path(self.settings, path, idx.meta)  # against the index's own workspace
+        from memory_core.indexmeta import IndexRecord
+
+        record = IndexRecord.from_meta(idx.meta) if idx.meta else None
+        where = record.reader_settings(self.settings) if record else self.settings  # the index's own workspace
+        resolve_indexed_path(where, path)
         start = max(1, int(from_line or 1))
         count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
         end = start + count - 1
+        from memory_core.safeio import open_indexed
+
+        real = open_indexed(where, path)  # an fd: no symlink in any component, regular files only
         out: list[str] = []
         try:
             if source == "sessions":
@@ -438,9 +447,9 @@ class Searcher:
         except OSError as exc:
             raise PathError(f"cannot read {path}: {exc.strerror}") from None
         if source != "sessions" and (idx.meta or {}).get("redact", self.settings.redact) == "all":  # transcripts come back redacted
-            from memory_core.redact import redact
+            from memory_core.redact import redact_lines
 
-            out = [redact(x) for x in out]
+            out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
         return {"path": path, "source": source, "from": start, "lines": len(out), "text": "\n".join(out)}
 
     # -- status ---------------------------------------------------------------------------------

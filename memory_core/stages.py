@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import stat
 import time
 import uuid
 from dataclasses import dataclass
@@ -40,7 +39,7 @@ from memory_core.runtypes import (
     RunPlan,
     RunSummary,
 )
-from memory_core.store import LiveFile, probe_index, read_live_files
+from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
 
 ROW_GROUP = 4096
 # Work files live for one run on local disk: uncompressed Parquet writes ~7x and reads ~10x
@@ -58,14 +57,10 @@ def work_root(index_path: Path) -> Path:
 
 
 def ensure_workdir(plan: RunPlan) -> Path:
-    """The run's private work folder (0700; its files 0600), created on first use."""
+    """The run's private work folder (0700, never through a symlink; its files 0600), created
+    on first use."""
     path = Path(plan.workdir)
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise OSError(f"{path} is not a folder")
+    make_private_dir(path)
     return path
 
 
@@ -79,6 +74,7 @@ def remove_stale_workdirs(index_path: Path) -> int:
     """Work folders that runs killed before their cleanup left behind. Called with the
     writer lock held, so no live run owns any of them."""
     root = work_root(index_path)
+    refuse_symlink(root, "work folder")  # never clean up (rmtree) through a link
     n = 0
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(root):
@@ -233,7 +229,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
     from memory_core.embeddings.local import count_over_window
-    from memory_core.redact import redact, should_redact
+    from memory_core.redact import redact_lines, should_redact
     from memory_core.sessions import parse_session_file
 
     lines: int | None = None
@@ -256,7 +252,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         text, read_digest = got
         digest = digest or read_digest
         if should_redact("memory", settings.redact):
-            text = "\n".join(redact(line) for line in text.split("\n"))
+            text = redact_lines(text)  # line count kept; PEM blocks across lines too
         chunks = chunk_markdown(text, tokens, overlap)
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).

@@ -46,6 +46,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -55,12 +56,142 @@ from typing import Any
 
 import apsw
 
-from memory_core.errors import IndexDamagedError, IndexLockedError, IndexMissingError, RunError
+from memory_core.errors import (
+    IndexDamagedError,
+    IndexLockedError,
+    IndexMissingError,
+    NotAnIndexError,
+    PathError,
+    RunError,
+    UnsafePathError,
+)
 from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 2  # 2: vectors stored once (vec0 or chunks.embedding)
 FILE_MODE = 0o600
+DIR_MODE = 0o700
+# SQLite's header field ``application_id`` (offset 68) of every index memory-core writes: only a
+# file with this mark (or, written before the mark existed, our meta record) is ever replaced.
+APPLICATION_ID = 0x4D436F72  # "MCor"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
+
+
+# -- files we create or write: never through a symlink ------------------------------------
+
+def refuse_symlink(path: str | os.PathLike[str], what: str = "file") -> None:
+    """Raise UnsafePathError when ``path`` (the last component) is a symbolic link."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PathError(f"cannot use the {what} {os.fspath(path)}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"refusing to write the {what} {os.fspath(path)}: it is a symbolic link")
+
+
+def safe_open(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE, *, what: str = "file") -> int:
+    """``os.open`` for a file memory-core creates or writes: never through a symlink (O_NOFOLLOW),
+    and only a regular file (a FIFO or device in its place is refused, never waited on)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+            raise UnsafePathError(f"refusing to write the {what} {os.fspath(path)}: it is a symbolic link") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnsafePathError(f"refusing to write the {what} {os.fspath(path)}: it is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def refuse_sqlite_symlinks(path: str | os.PathLike[str], what: str = "database") -> None:
+    """A database and its journals are opened by SQLite, which follows symlinks for the journals:
+    check each name first (the database itself is also opened with SQLITE_OPEN_NOFOLLOW)."""
+    p = os.fspath(path)
+    for suffix in ("", *SQLITE_SIDECARS):
+        refuse_symlink(p + suffix, what if not suffix else f"{what} journal")
+
+
+def make_private_dir(path: str | os.PathLike[str]) -> None:
+    """Create a work folder (and missing parents) 0700, refusing a symlink at its own name or
+    its parent's (``.memory-core-work``, a run's folder)."""
+    p = Path(path)
+    for q in (p.parent, p):
+        refuse_symlink(q, "work folder")
+    p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if not p.is_dir() or p.is_symlink():
+        raise UnsafePathError(f"refusing the work folder {p}: it is not a directory")
+
+
+def copy_private(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, what: str = "temp index") -> None:
+    """Copy ``src`` to a NEW file ``dst`` (O_EXCL, 0600, never through a symlink)."""
+    out = safe_open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what=what)
+    try:
+        with open(src, "rb") as fin, os.fdopen(out, "wb", closefd=False) as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    finally:
+        os.close(out)
+
+
+# -- is this file ours? -----------------------------------------------------------------------
+
+def check_index_target(path: Path) -> bool:
+    """Refuse an index path memory-core must not write; True when a file is there.
+
+    Refused (UsageError, exit 2): a symlink, a folder, anything but a regular file, and a file
+    that memory-core did not write: not SQLite, another application's SQLite database (its own
+    ``application_id``), or an SQLite file without our mark and without our meta record. An empty
+    file holds nothing and may be replaced. Only files that pass may be treated as a damaged
+    index and rebuilt.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PathError(f"cannot use {path} as the index: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"refusing the index {path}: it is a symbolic link (give the real path)")
+    if stat.S_ISDIR(st.st_mode):
+        raise PathError(f"the index path {path} is a folder; give a file path, e.g. {path / 'index.sqlite'}")
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(f"refusing the index {path}: it is not a regular file")
+    if st.st_size == 0:
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            header = os.read(fd, 100)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PathError(f"cannot read the index {path}: {exc.strerror or exc}") from None
+    refuse = f"refusing to use {path} as the index: it is not a memory-core index"
+    if not header.startswith(SQLITE_MAGIC):
+        raise NotAnIndexError(f"{refuse} (not an SQLite file)")
+    app_id = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
+    if app_id == APPLICATION_ID:
+        return True
+    if app_id != 0:
+        raise NotAnIndexError(f"{refuse} (another application's SQLite database, application_id {app_id:#x})")
+    try:  # written before the mark: ours only if it holds our meta record
+        conn = connect(path, readonly=True)
+        try:
+            ours = read_meta(conn) is not None
+        finally:
+            conn.close()
+    except apsw.Error:
+        ours = False
+    if not ours:
+        raise NotAnIndexError(f"{refuse} (an SQLite database without memory-core's tables)")
+    return True
 
 _vec_path: str | None | bool = False  # False: not looked up yet
 
@@ -105,7 +236,10 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, immutable: 
         uri = "file:" + _uri_quote(p) + "?mode=ro" + ("&immutable=1" if immutable else "")
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     else:
-        conn = apsw.Connection(p)
+        refuse_sqlite_symlinks(p)
+        name, uri = _sqlite_name(p)
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                               | apsw.SQLITE_OPEN_NOFOLLOW | uri)
     conn.set_busy_timeout(10_000)
     return conn
 
@@ -118,9 +252,12 @@ def connect_reader(path: str | os.PathLike[str]) -> apsw.Connection:
     read-only connection; falls back to read-only (then a later run recovers the file).
     """
     p = os.fspath(path)
+    check_index_target(Path(p))  # a folder, a device or a file that is not ours: one line, exit 2
     try:
-        conn = apsw.Connection(p, flags=apsw.SQLITE_OPEN_READWRITE)
-    except apsw.Error:
+        refuse_sqlite_symlinks(p, "index")
+        name, uri = _sqlite_name(p)
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
+    except (apsw.Error, UnsafePathError):
         return connect(p, readonly=True)
     conn.set_busy_timeout(10_000)
     conn.execute("PRAGMA query_only=ON")
@@ -135,8 +272,10 @@ def recover_index(path: Path) -> bool:
     """
     if not os.path.exists(str(path) + "-journal"):
         return False
+    refuse_sqlite_symlinks(path, "index")
     try:
-        conn = apsw.Connection(os.fspath(path), flags=apsw.SQLITE_OPEN_READWRITE)
+        name, uri = _sqlite_name(os.fspath(path))
+        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
         try:
             conn.set_busy_timeout(10_000)
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
@@ -150,7 +289,17 @@ def recover_index(path: Path) -> bool:
 def _uri_quote(p: str) -> str:
     from urllib.parse import quote
 
-    return quote(p, safe="/")
+    return quote(os.fsencode(p), safe="/")  # the file system's bytes, also when they are not UTF-8
+
+
+def _sqlite_name(p: str) -> tuple[str, int]:
+    """(file name, extra open flags) for apsw: a path whose bytes are not UTF-8 (a Latin-1
+    workspace name) goes as a ``file:`` URI with its bytes percent-encoded."""
+    try:
+        p.encode("utf-8")
+        return p, 0
+    except UnicodeEncodeError:
+        return "file:" + _uri_quote(p), apsw.SQLITE_OPEN_URI
 
 
 # -- schema ------------------------------------------------------------------------------
@@ -197,10 +346,17 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
         );
         """
     )
+    mark_index(conn)
     if with_vec and dims:
         conn.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
         )
+
+
+def mark_index(conn: apsw.Connection) -> None:
+    """Write memory-core's ``application_id`` into the header (a no-op when it is there)."""
+    if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
 
 
 def read_meta(conn: apsw.Connection) -> dict[str, Any] | None:
@@ -245,9 +401,10 @@ def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(meta, problem) of the index at ``path``: problem is None for a healthy file.
 
     A missing file is (None, None). A file SQLite cannot read, or without our tables, is
-    reported as damaged with a short reason.
+    reported as damaged with a short reason. A file that memory-core did not write (see
+    :func:`check_index_target`) raises a UsageError: it is never "damaged", never rebuilt.
     """
-    if not path.exists():
+    if not check_index_target(path):
         return None, None
     try:
         conn = connect_reader(path)
@@ -423,10 +580,9 @@ class IndexWriter:
         self.live_path.parent.mkdir(parents=True, exist_ok=True)
         try:
             if not self.full:
-                shutil.copyfile(self.live_path, self.tmp_path)
+                copy_private(self.live_path, self.tmp_path)
             else:
-                fd = os.open(self.tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-                os.close(fd)
+                os.close(safe_open(self.tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="temp index"))
             os.chmod(self.tmp_path, FILE_MODE)
             conn = connect(self.tmp_path)
             if self.full:
@@ -439,6 +595,7 @@ class IndexWriter:
                 create_schema(conn, self.dims, with_vec=self.vec)
             elif self.dims and self.vec and not has_table(conn, "chunks_vec"):
                 create_schema(conn, self.dims, with_vec=True)
+            mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
@@ -461,6 +618,7 @@ class IndexWriter:
             conn.execute("BEGIN IMMEDIATE")  # readers go on; no other writer (the run holds the lock)
             if self.dims and self.vec and not has_table(conn, "chunks_vec"):
                 create_schema(conn, self.dims, with_vec=True)
+            mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
@@ -674,6 +832,7 @@ class IndexLock:
     """
 
     def __init__(self, index_path: Path, *, wait: bool = True, timeout_s: float = 600.0) -> None:
+        self.index_path = Path(index_path)
         self.path = Path(str(index_path) + ".lock")
         self.wait = wait
         self.timeout_s = timeout_s
@@ -686,8 +845,9 @@ class IndexLock:
             return "unknown"
 
     def acquire(self) -> IndexLock:
+        check_index_target(self.index_path)  # never a lock (or a rebuild) beside a file that is not ours
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        fd = safe_open(self.path, os.O_RDWR | os.O_CREAT, what="lock file")
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:

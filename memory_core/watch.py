@@ -81,6 +81,7 @@ class LocalRunner:
     def __call__(self) -> dict[str, Any]:
         from memory_core.pipeline import run_index
 
+        self.provider.start_run()  # a fresh retry budget per run (issue 17)
         return run_index(self.settings, provider=self.provider, reason=self.reason).to_dict()
 
     def close(self) -> None:

@@ -160,6 +160,6 @@ def test_cli_export(keyword_index, tmp_path, capsys):
 
 def test_a_damaged_index_is_a_clear_error(tmp_path: Path, capsys):
     bad = tmp_path / "index.sqlite"
-    bad.write_bytes(b"not sqlite at all" * 100)
-    assert main(["export", "-w", str(tmp_path), "--index", str(bad), str(tmp_path / "o.parquet")]) == 1
-    assert "damaged" in capsys.readouterr().err
+    bad.write_bytes(b"not sqlite at all" * 100)  # not ours (issue 17): refused as a usage error
+    assert main(["export", "-w", str(tmp_path), "--index", str(bad), str(tmp_path / "o.parquet")]) == 2
+    assert "not a memory-core index" in capsys.readouterr().err

@@ -143,7 +143,8 @@ def test_documented_assignment_overreach() -> None:
     """Reference behaviour kept on purpose: a word ending in a secret name followed by
     ':' or '=' masks the next whitespace-free run (see module docstring)."""
     assert redact("monkey: banana") == "monkey: ***"
-    assert redact("Key: the idea") == "Key: *** idea"
+    assert redact("Key: the idea") == "Key: the idea"  # a bare Key and one plain word: prose, kept
+    assert redact("- Key = API key for authenticated traffic") == "- Key = API key for authenticated traffic"
 
 
 def test_case_insensitive() -> None:
@@ -176,7 +177,10 @@ def _redact_ungated(text: str) -> str:
     for rule in redact_mod._RULES_BEFORE_PEM:
         text = rule.pattern.sub(redact_mod._mask_match, text)
     text = redact_mod._redact_pem(text)
+    present = redact_mod._present_triggers(text.lower())
     for rule in redact_mod._RULES_AFTER_PEM:
+        if rule.scan and not rule.triggered(present):  # a context rule: its gate is its meaning
+            continue
         text = rule.pattern.sub(redact_mod._mask_match, text)
     return text
 
@@ -190,6 +194,7 @@ def test_gating_never_skips_a_match() -> None:
         "npm_", "gsk_", "xapp-", "github_pat_", "-----BEGIN RSA PRIVATE KEY-----",
         "-----END RSA PRIVATE KEY-----", "apiKey", "accessToken", "{", "}", "é", "\u00a0",
         ".", "+", "x", "012345678:", "abcdefghijklmnopqrstuvwxyz012345678",
+        "AKIA", "sk_live_", "glpat-", "eyJ", "://", "@", " is ", "aws", "/", "wJalrXUtnFEMI/K7MDENG",
     ]  # fmt: skip
     for _ in range(3000):
         text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 14)))
@@ -217,6 +222,18 @@ ADVERSARIAL = {
     "digits_colons": "123456789:" * 100_000,
     "cli_repeat": "--token " * 100_000,
     "spaces_after_key": "key" + " " * 1_000_000,
+    # issue 17's rules
+    "jwt_repeat": "eyJ" * 300_000,
+    "jwt_segments": "eyJaaaaa." * 100_000,
+    "url_colons": "://a:" * 200_000,
+    "url_long_user": "://" + "a" * 1_000_000,
+    "password_is_repeat": "password is " * 80_000,
+    "password_is_long": "password is " + "a" * 1_000_000,
+    "aws_run": "aws " + "Ab1/" * 250_000,
+    "aws_39s": "secret " + ("A" * 39 + " ") * 25_000,
+    "akia_repeat": "AKIA" * 250_000,
+    "stripe_repeat": "sk_live_" * 120_000,
+    "gitlab_repeat": "glpat-" * 160_000,
 }
 
 
@@ -254,6 +271,49 @@ def test_should_redact(source: str, mode: str, expected: bool) -> None:
 
 
 def test_should_redact_rejects_unknown_mode() -> None:
-    assert REDACT_MODES == ("sessions", "all", "off")
+    assert REDACT_MODES == ("auto", "sessions", "all", "off")
     with pytest.raises(ValueError):
         should_redact("sessions", "tools")
+
+
+# --------------------------------------------------------------------------- docs/redaction.md
+
+
+def _docs_rows() -> list[tuple[str, str, str]]:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "redaction.md").read_text(encoding="utf-8")
+    table = doc.split("<!-- redaction-table:start -->")[1].split("<!-- redaction-table:end -->")[0]
+    rows = []
+    for line in table.strip().splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        rule, example, becomes = cells[0], cells[1].strip("`"), cells[2].strip("`")
+        rows.append((rule, example.replace("\\n", "\n"), becomes.replace("\\n", "\n")))
+    return rows
+
+
+@pytest.mark.parametrize(("rule", "example", "becomes"), _docs_rows())
+def test_docs_table_row(rule: str, example: str, becomes: str) -> None:
+    assert redact(example) == becomes
+    if rule.startswith("`kept`"):
+        assert becomes == example
+    else:
+        assert becomes != example
+
+
+def test_docs_table_covers_every_rule() -> None:
+    documented = {r.split("`")[1] for r, _, _ in _docs_rows()}
+    names = {r.name for r in (*redact_mod._RULES_BEFORE_PEM, *redact_mod._RULES_AFTER_PEM)} | {"pem"}
+    assert names <= documented
+
+
+def test_redact_lines_masks_a_multi_line_pem_and_keeps_the_line_count() -> None:
+    from memory_core.redact import redact_lines
+
+    key = "\n".join(["-----BEGIN OPENSSH PRIVATE KEY-----", *["b3BlbnNzaC1rZXktdjEAAAAABG5vbmU" + str(i) for i in range(5)],
+                     "-----END OPENSSH PRIVATE KEY-----"])
+    note = f"# Server\n\nkey below\n{key}\nafter\n"
+    out = redact_lines(note)
+    assert "b3BlbnNz" not in out
+    assert out.count("\n") == note.count("\n")
+    assert out.split("\n")[-2] == "after" and "…redacted…" in out

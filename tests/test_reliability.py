@@ -122,7 +122,8 @@ def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
     if damage == "truncate":
         s.index_file.write_bytes(data[: len(data) // 3])
     elif damage == "garbage":
-        s.index_file.write_bytes(b"\x13\x37" * 4096 + data[8192:])
+        # the header (with memory-core's application_id) survives: still ours, so rebuilt
+        s.index_file.write_bytes(data[:100] + b"\x13\x37" * 4046 + data[8192:])
     else:
         s.index_file.write_bytes(b"")
     with Searcher(s) as searcher:

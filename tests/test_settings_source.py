@@ -93,7 +93,8 @@ def test_settings_order_flag_env_config_index_default(tmp_path, openai_fake, mon
     meta = index_meta(ws / ".memory-core" / "index.sqlite")
     rec = IndexRecord.from_meta(meta)
     assert rec is not None and rec.workspace == str(ws) and rec.sessions_dir == str(ws / "sessions")
-    assert rec.sources == ["memory", "sessions"] and rec.extra_paths == ["notes"] and rec.redact == "sessions"
+    # a hosted provider: notes are redacted too by default (redact = "auto", issue 17)
+    assert rec.sources == ["memory", "sessions"] and rec.extra_paths == ["notes"] and rec.redact == "all"
     assert rec.built_from["provider"] == "openai" and rec.built_from["remote"]["base_url"] == openai_fake.base_url
     assert meta["origins"]["sources"] == "--sessions" and meta["origins"]["extra_paths"] == "--extra-path"
     assert meta["origins"]["provider"] == f"config file {cfg}"

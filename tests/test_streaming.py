@@ -313,7 +313,7 @@ def test_cache_keys_must_be_sha256_digests(tmp_path):
 
     with EmbeddingCache(tmp_path / "c.sqlite", "openai", "m", "k") as cache:
         with pytest.raises(ValueError, match="sha256"):
-            cache.put_array(["h1"], np.zeros((1, 4), dtype="<f4"))
+            cache.put_array(["h1"], np.ones((1, 4), dtype="<f4"))
         with pytest.raises(ValueError, match="sha256"):
             cache.get_many(["ab" * 16])  # hex, but not 32 bytes
         assert cache.count(all_models=True) == 0

@@ -103,6 +103,7 @@ class OpenAICompatibleBatchClient:
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
+        self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
         self._long = client.with_options(timeout=max(600.0, float(getattr(remote, "timeout_s", 60.0))))
 
     def classify(self, exc: Exception) -> Exception:
@@ -118,7 +119,7 @@ class OpenAICompatibleBatchClient:
                 raise self.classify(exc) from None
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max)
+                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         if self.flavour == "voyage":
@@ -206,10 +207,10 @@ class OpenAICompatibleBatchClient:
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data:
             return ParsedLine(cid, kind="bad_vector", message="empty embedding")
-        item = sorted((d for d in data if isinstance(d, dict)), key=lambda d: d.get("index", 0))
-        if not item:
-            return ParsedLine(cid, kind="bad_vector", message="empty embedding")
-        return ParsedLine(cid, vector=decode_vector(item[0].get("embedding")))
+        # one input per line: exactly one item, index 0 (a duplicate or another index is refused)
+        if len(data) != 1 or not isinstance(data[0], dict) or data[0].get("index", 0) != 0:
+            return ParsedLine(cid, kind="bad_vector", message=f"{len(data)} items or an index other than 0 for one input")
+        return ParsedLine(cid, vector=decode_vector(data[0].get("embedding")))
 
 
 # -- Gemini -----------------------------------------------------------------------------------
@@ -240,6 +241,7 @@ class GeminiBatchClient:
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
+        self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
 
     def classify(self, exc: Exception) -> Exception:
         from memory_core.embeddings.gemini_provider import classify_gemini_error
@@ -254,7 +256,7 @@ class GeminiBatchClient:
                 raise self.classify(exc) from None
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max)
+                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         req: dict[str, Any] = {"content": {"parts": [{"text": text}]}, "taskType": self.task_type}

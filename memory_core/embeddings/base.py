@@ -46,12 +46,30 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(n_ascii / 4) + (len(text) - n_ascii) + 1
 
 
+def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str) -> list[int]:
+    """Positions of a response's items in input order: item ``order[i]`` answers input ``i``.
+
+    Refuses (ProviderError, nothing cached) any list of ``index`` values that is not exactly
+    0..n-1: a duplicate or a gap would put vectors under the wrong chunks, in the cache, for good.
+    """
+    if len(indexes) != n_expected:
+        raise ProviderError(f"{provider} returned {len(indexes)} vectors for {n_expected} inputs")
+    order = [-1] * n_expected
+    for pos, i in enumerate(indexes):
+        if type(i) is not int or not 0 <= i < n_expected or order[i] != -1:
+            raise ProviderError(f"{provider} returned response indexes that are not exactly 0..{n_expected - 1}"
+                                f" (item {pos} has index {i!r})")
+        order[i] = pos
+    return order
+
+
 def check_vectors(vectors: Sequence[Sequence[float]] | np.ndarray, n_expected: int, *, provider: str,
                   dims: int | None = None, normalise: bool = False) -> np.ndarray:
     """Validate a provider's vectors and return them as a float32 (n, d) array.
 
     Refuses (ProviderError, nothing cached) fewer or more vectors than inputs, empty vectors,
-    vectors of differing or unexpected dimension, and NaN/infinite values.
+    vectors of differing or unexpected dimension, NaN/infinite values and all-zero vectors (a
+    zero vector has no direction: cosine similarity with it is undefined).
     """
     if len(vectors) != n_expected:
         raise ProviderError(f"{provider} returned {len(vectors)} vectors for {n_expected} inputs")
@@ -67,10 +85,10 @@ def check_vectors(vectors: Sequence[Sequence[float]] | np.ndarray, n_expected: i
         raise ProviderError(f"{provider} returned {arr.shape[1]}-d vectors, expected {dims}")
     if not np.isfinite(arr).all():
         raise ProviderError(f"{provider} returned NaN or infinite values")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if not (norms > 0).all() or not np.isfinite(norms).all():
+        raise ProviderError(f"{provider} returned an all-zero vector")
     if normalise:
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        if (norms == 0).any():
-            raise ProviderError(f"{provider} returned an all-zero vector")
         arr = arr / norms
     return np.ascontiguousarray(arr, dtype=np.float32)
 
@@ -107,6 +125,12 @@ class EmbeddingProvider(ABC):
 
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
+
+    def start_run(self) -> None:
+        """A new run begins with this (reused) provider: its retry budget starts full again."""
+        budget = getattr(self, "retry_budget", None)
+        if budget is not None:
+            budget.reset()
 
     def info(self, reason: str = "") -> ProviderInfo:
         return ProviderInfo(self.name, self.model, self.provider_key, self.dims, reason)

@@ -25,7 +25,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 DEFAULT_MODEL = "gemini-embedding-001"
@@ -108,6 +108,7 @@ class GeminiProvider(EmbeddingProvider):
             raise ConfigError(f"remote.dimensions {self.requested_dims} is above {self.model}'s {native}")
         self.dims = self.requested_dims or native
         self.settings = remote
+        self.retry_budget = RetryBudget(remote.retry_budget_s)
         if remote.max_inputs_per_request:
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
         if remote.max_tokens_per_request:
@@ -144,6 +145,7 @@ class GeminiProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="gemini", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+            budget=self.retry_budget,
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

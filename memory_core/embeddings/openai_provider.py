@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 DEFAULT_MODEL = "text-embedding-3-small"
@@ -75,6 +75,7 @@ class OpenAIProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self.settings = remote
+        self.retry_budget = RetryBudget(remote.retry_budget_s)
         if remote.max_inputs_per_request:
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
         if remote.max_tokens_per_request:
@@ -101,13 +102,15 @@ class OpenAIProvider(EmbeddingProvider):
                 resp = self.client.embeddings.create(**kwargs)
             except Exception as exc:  # classified below
                 raise classify_openai_error(exc) from None
-            data = sorted(resp.data, key=lambda d: d.index)
-            vectors = [decode_embedding(d.embedding) for d in data]
+            data = resp.data or []
+            order = order_by_index([d.index for d in data], len(texts), provider="openai")
+            vectors = [decode_embedding(data[j].embedding) for j in order]
             return check_vectors(vectors, len(texts), provider="openai", dims=self.dims)
 
         arr = call_with_retries(
             once, provider="openai", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+            budget=self.retry_budget,
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

@@ -3,12 +3,18 @@
 Providers classify their own exceptions into :class:`Retryable` (429, 5xx, timeouts, resets)
 or a final :class:`~memory_core.errors.ProviderError`. After ``max_attempts`` the last error
 is raised as a ProviderError with a readable message; the run then fails cleanly.
+
+A run also has a total :class:`RetryBudget` (``remote.retry_budget_s``, default 600 s): the
+seconds it may spend waiting between retries, over every request and thread. A wait the
+server asks for (``Retry-After: 3600``) that is longer than what is left fails the call at
+once instead of sleeping; the final error says how long the run waited.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -49,19 +55,59 @@ def parse_retry_after(headers: object) -> float | None:
     return None
 
 
+DEFAULT_RETRY_BUDGET_S = 600.0
+
+
+class RetryBudget:
+    """The seconds one run may spend waiting for retries, all requests and threads together."""
+
+    def __init__(self, total_s: float = DEFAULT_RETRY_BUDGET_S) -> None:
+        self.total_s = float(total_s)
+        self.waited_s = 0.0
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """A new run starts (a provider reused by ``watch``)."""
+        with self._lock:
+            self.waited_s = 0.0
+
+    def take(self, wait: float, *, required: bool) -> float | None:
+        """Reserve ``wait`` seconds; a backoff wait is shortened to what is left, a wait the
+        server ``required`` (Retry-After) that does not fit is refused. None: spent."""
+        with self._lock:
+            left = self.total_s - self.waited_s
+            if left <= 0 or (required and wait > left):
+                return None
+            wait = min(wait, left)
+            self.waited_s += wait
+            return wait
+
+    def describe(self) -> str:
+        return f"waited {self.waited_s:.1f} s for retries in this run (remote.retry_budget_s = {self.total_s:g})"
+
+
 def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, initial_s: float,
-                      max_s: float, sleep: Callable[[float], None] = time.sleep) -> T:
+                      max_s: float, sleep: Callable[[float], None] = time.sleep,
+                      budget: RetryBudget | None = None) -> T:
+    budget = budget if budget is not None else RetryBudget()
     delay = initial_s
     for attempt in range(1, max_attempts + 1):
         try:
             return fn()
         except Retryable as exc:
             if attempt >= max_attempts:
-                raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts)") from None
+                raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts; {budget.describe()})") \
+                    from None
             wait = min(max_s, delay) * (1 + random.random() * 0.2)
-            if exc.retry_after is not None:
-                wait = max(wait, min(exc.retry_after, 300.0))
-            log.warning("%s: %s; retry %d/%d in %.1fs", provider, exc, attempt, max_attempts - 1, wait)
-            sleep(wait)
+            required = exc.retry_after is not None and exc.retry_after > wait
+            if required:
+                wait = float(exc.retry_after)  # type: ignore[arg-type]
+            granted = budget.take(wait, required=required)
+            if granted is None:
+                asked = f"the provider asked to wait {wait:g} s; " if required else ""
+                raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts: {asked}the retry budget is"
+                                    f" spent; {budget.describe()})") from None
+            log.warning("%s: %s; retry %d/%d in %.1fs", provider, exc, attempt, max_attempts - 1, granted)
+            sleep(granted)
             delay = min(max_s, delay * 2)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 log = logging.getLogger("memory_core.embeddings")
@@ -108,6 +108,7 @@ class VoyageProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self.settings = remote
+        self.retry_budget = RetryBudget(remote.retry_budget_s)
         self.max_tokens_per_request = request_token_limit(self.model)
         self.max_tokens_per_input = _INPUT_TOKENS.get(self.model, 32_000)
         if remote.max_inputs_per_request:
@@ -124,17 +125,26 @@ class VoyageProvider(EmbeddingProvider):
         return self._key
 
     def _embed(self, texts: Sequence[str], input_type: str) -> np.ndarray:
+        import voyageai
+
         def once() -> np.ndarray:
             try:
-                res = self.client.embed(list(texts), model=self.model, input_type=input_type, truncation=True,
-                                        output_dimension=self.requested_dims)
+                # voyageai.Embedding.create, not Client.embed: the client drops each item's
+                # ``index``, which must be checked (same parameters as the client passes)
+                res = voyageai.Embedding.create(
+                    input=list(texts), model=self.model, input_type=input_type, truncation=True,
+                    output_dimension=self.requested_dims, api_key=self.api_key,
+                    request_timeout=self.settings.timeout_s, base_url=self.base_url)
             except Exception as exc:  # classified below
                 raise classify_voyage_error(exc) from None
-            return check_vectors(res.embeddings, len(texts), provider="voyage", dims=self.dims)
+            data = list(getattr(res, "data", None) or [])
+            order = order_by_index([getattr(d, "index", None) for d in data], len(texts), provider="voyage")
+            return check_vectors([data[j].embedding for j in order], len(texts), provider="voyage", dims=self.dims)
 
         arr = call_with_retries(
             once, provider="voyage", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+            budget=self.retry_budget,
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

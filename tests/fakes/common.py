@@ -136,7 +136,8 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
     return Response(status, body, h)
 
 
-BAD_PAYLOAD_KINDS = frozenset({"fewer", "wrong_dims", "nan", "inf", "empty", "zero", "reorder"})
+BAD_PAYLOAD_KINDS = frozenset({"fewer", "wrong_dims", "nan", "inf", "empty", "zero", "reorder", "dup_index",
+                               "gap_index"})
 FAULT_KINDS = frozenset({"status", "malformed", "close", "reset", "slow", "hang"}) | BAD_PAYLOAD_KINDS
 
 
@@ -155,7 +156,9 @@ class Fault:
                  bad payload in an otherwise valid 200 embedding response: one vector fewer than
                  inputs; every vector one component short (or +1 if dims==1); first value NaN;
                  first value +Infinity; first vector empty; first vector all zeros; data items
-                 returned in reverse order (OpenAI/Voyage keep correct ``index``; Gemini has none)
+                 returned in reverse order (OpenAI/Voyage keep correct ``index``; Gemini has none);
+                 dup_index: the last item carries the first item's index; gap_index: the last
+                 item's index is n (OpenAI/Voyage only: Gemini responses carry no index)
     """
 
     kind: str
@@ -191,6 +194,10 @@ def apply_bad_payload(kind: str | None, vectors: list[list[float]]) -> list[tupl
         out[0] = (out[0][0], [])
     elif kind == "zero":
         out[0] = (out[0][0], [0.0] * len(out[0][1]))
+    elif kind == "dup_index":  # the last item claims the first index (one input: index 1)
+        out[-1] = (out[0][0] if len(out) > 1 else 1, out[-1][1])
+    elif kind == "gap_index":  # the last item's index is n: n-1 is missing
+        out[-1] = (len(out), out[-1][1])
     return out
 
 
@@ -748,7 +755,7 @@ class JobFault:
       error_lines (line with ``error:{code,message}``, response null), http_error_lines
       (``response.status_code`` = http_error_status with an error body), malformed_lines
       (unparseable JSON), bad_vector_lines (``bad_vector`` mode: empty_data | empty | wrong_dims |
-      nan | zero), missing_lines (never returned). Then: duplicate_lines (first N successful
+      nan | zero | dup_index (two items, both index 0) | gap_index (one item, index 1)), missing_lines (never returned). Then: duplicate_lines (first N successful
       lines written twice), unknown_lines (N extra lines with custom ids never submitted).
     per_id: explicit ``{custom_id: kind}`` with kind in error | http_error | malformed |
       bad_vector | missing (applied before the counts).
@@ -1678,7 +1685,11 @@ class OpenAICompatibleFake(BatchingFakeServer):
                 item.texts, item.model, item.dims, item.encoding, sum(estimate_tokens(t) for t in item.texts)
             )
             pairs = [(i, self.vector_for(t, item.dims, item.model)) for i, t in enumerate(item.texts)]
-            if o.kind == "bad_vector":
+            if o.kind == "bad_vector" and job.fault.bad_vector in ("dup_index", "gap_index"):
+                pairs = apply_bad_payload(job.fault.bad_vector, pairs)  # OpenAI/Voyage lines only
+                if job.fault.bad_vector == "dup_index" and len(pairs) == 1:
+                    pairs = [(0, pairs[0][1]), (0, pairs[0][1])]
+            elif o.kind == "bad_vector":
                 bad = self.bad_vector(job.fault.bad_vector, pairs[0][1]) if pairs else None
                 pairs = [] if bad is None else [(pairs[0][0], bad)] + pairs[1:]
             obj = self._line(item, self._response(200, self.render_embed(call, pairs)), None)

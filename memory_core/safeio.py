@@ -1,0 +1,124 @@
+"""Opening an indexed file for reading (``get``) without following any symlink, regular files only.
+
+:func:`memory_core.discovery.resolve_indexed_path` decides whether a path may be read: it must
+be indexed and lie under a source root. It resolves symlinks to check that, so a folder
+replaced by a symlink *after* indexing (``memory/`` -> ``/etc``) still resolves "inside" a
+root that moved with it. :func:`open_indexed` therefore opens the file again, one path
+component at a time from the source root, each with ``O_NOFOLLOW`` (the rule discovery
+follows: symlinks are never followed), and accepts only a regular file: a FIFO, a socket or a
+device in place of a note is refused at once instead of blocking ``get`` (and an MCP worker)
+forever, since the last component is opened with ``O_NONBLOCK``.
+
+The root itself (the workspace, the sessions folder, an extra path) is the user's own
+setting and is opened as configured.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from memory_core.config import Settings
+from memory_core.errors import PathError
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+
+
+def _root_and_parts(settings: Settings, path: str) -> tuple[str, list[str]]:
+    """The source root an indexed path lives under, and the components below it."""
+    ws = str(settings.workspace_dir)
+    if path.startswith("sessions/") and "sessions" in settings.sources:
+        return str(settings.sessions_dir), [path[len("sessions/"):]]
+    if not os.path.isabs(path):
+        return ws, path.split("/")
+    roots = []
+    for raw in settings.extra_paths:
+        p = os.path.expanduser(raw)
+        roots.append(os.path.abspath(p if os.path.isabs(p) else os.path.join(ws, p)))
+    norm = os.path.normpath(path)
+    for root in sorted(roots, key=len, reverse=True):
+        if norm == root:  # an extra path naming one file: its folder is the root
+            return os.path.dirname(root), [os.path.basename(root)]
+        if norm.startswith(root.rstrip(os.sep) + os.sep):
+            return root, norm[len(root.rstrip(os.sep)) + 1:].split(os.sep)
+    raise PathError(f"refusing {path}: outside the indexed sources")
+
+
+def open_indexed(settings: Settings, path: str) -> int:
+    """A read-only file descriptor of the indexed file ``path``; PathError for a symlink in any
+    component below its source root, for anything but a regular file, or a missing file."""
+    root, parts = _root_and_parts(settings, path)
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise PathError(f"refusing {path}: not a plain indexed path")
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PathError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) or (exc.errno == errno.ENXIO and last):
+                    what = {errno.ELOOP: "a symlink", errno.ENOTDIR: "a symlink or not a folder"}.get(
+                        exc.errno, "not a regular file")
+                    raise PathError(f"refusing {path}: {'/'.join(parts[:i + 1])} is {what}") from None
+                if exc.errno == errno.ENOENT:
+                    raise PathError(f"{path} is indexed but no longer exists") from None
+                raise PathError(f"cannot read {path}: {exc.strerror}") from None
+            os.close(fd)
+            fd = nfd
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PathError(f"refusing {path}: not a regular file")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# -- text that comes in: JSON with lone surrogates ---------------------------------------------
+
+def _fix_surrogates(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [_fix_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def json_line_without_lone_surrogates(line: str) -> str:
+    """A JSON text whose ``\\ud800``-style escapes of lone surrogates become U+FFFD.
+
+    JSON allows such escapes, Python's ``json`` reads them, but they cannot be encoded as
+    UTF-8, so strict parsers (pydantic's, used by the MCP SDK) refuse the whole message and a
+    request gets no reply at all. Pairs stay pairs; a line without ``\\ud`` is returned as is."""
+    if "\\ud" not in line and "\\uD" not in line:
+        return line
+    import json
+
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return line
+    return json.dumps(_fix_surrogates(obj), ensure_ascii=False) + ("\n" if line.endswith("\n") else "")
+
+
+class LoneSurrogateFreeLines:
+    """An async line iterator (the MCP stdio transport's stdin) passed through
+    :func:`json_line_without_lone_surrogates`."""
+
+    def __init__(self, lines: object) -> None:
+        self._lines = lines
+
+    def __aiter__(self) -> object:
+        return self._gen()
+
+    async def _gen(self):  # type: ignore[no-untyped-def]
+        async for line in self._lines:  # type: ignore[attr-defined]
+            yield json_line_without_lone_surrogates(line)
