@@ -12,9 +12,9 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
-from memory_core.config import Settings, load_settings
+from memory_core.config import ProviderName, Settings, load_settings
 from memory_core.errors import MemoryCoreError, RunError, UsageError
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", help="build or update the index (runs the reindex flow)")
     _common(p)
-    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
+    p.add_argument("--provider", choices=get_args(ProviderName))
     p.add_argument("--model")
     p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
     p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("watch", help="reindex whenever the sources change (debounced, one run at a time)")
     _common(p)
-    p.add_argument("--provider", choices=["auto", "local", "openai", "gemini", "voyage", "none"])
+    p.add_argument("--provider", choices=get_args(ProviderName))
     p.add_argument("--model")
     p.add_argument("--extra-path", action="append", dest="extra_paths", help="extra .md file or folder (repeatable)")
     p.add_argument("--sessions", action="store_true", help="also index chat transcripts (sources memory + sessions)")

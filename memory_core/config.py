@@ -31,7 +31,7 @@ from pydantic import (
 from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
 
-ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
+ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "none"]
 SourceName = Literal["memory", "sessions"]
 
 
