@@ -191,9 +191,9 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
 
 
 def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from memory_core.search import Searcher
+    from memory_core.search import open_searcher
 
-    return Searcher(_settings(args))
+    return open_searcher(_settings(args))
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
-from memory_core.search import MAX_GET_LINES, Searcher
+from memory_core.search import MAX_GET_LINES, Searcher, open_searcher
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -207,7 +207,7 @@ class MemoryTools:
 
     def __init__(self, settings: Settings, searcher: Searcher | None = None) -> None:
         self.settings = settings
-        self.searcher = searcher if searcher is not None else Searcher(settings)
+        self.searcher = searcher if searcher is not None else open_searcher(settings)
         self._lock = threading.Lock()
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,

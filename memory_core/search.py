@@ -482,3 +482,12 @@ class Searcher:
         if self.provider_note:
             st["note"] = self.provider_note
         return st
+
+
+def open_searcher(settings: Settings, **kw: Any) -> Searcher:
+    """The searcher for ``settings.backend``: builtin, or qmd with the builtin index as its fallback."""
+    if settings.backend == "qmd":
+        from memory_core.qmd import QmdSearcher
+
+        return QmdSearcher(settings, **kw)
+    return Searcher(settings, **kw)
