@@ -286,12 +286,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    from memory_core.sync import start_interval
+
+    stop_interval = start_interval(settings.sync.interval_minutes, lambda: watcher.notify([], reason="interval"))
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         watcher.run_forever()
     except KeyboardInterrupt:
         print("memory-core: watch stopped", file=sys.stderr)
     finally:
+        stop_interval()
         signal.signal(signal.SIGTERM, previous)
     return EXIT_OK
 

@@ -481,6 +481,10 @@ class Searcher:
             st["chunks_over_window"] = m["chunks_over_window"]
         if self.provider_note:
             st["note"] = self.provider_note
+        from memory_core.sync import dirty_state
+
+        dirty = dirty_state(self.settings)  # the sources changed since the index was built
+        st.update(dirty=dirty.dirty, dirty_reason=dirty.reason)
         return st
 
 
