@@ -134,6 +134,9 @@ class QuerySettings(_Model):
     text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
     fusion: Literal["minmax", "rrf"] = "minmax"
+    # what a memory_search answer hands an agent (memory_core/answers.py)
+    citations: Literal["on", "off", "auto"] = "auto"
+    max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)
     temporal_decay: DecaySettings = Field(default_factory=DecaySettings)
 

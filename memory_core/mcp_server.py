@@ -32,6 +32,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.answers import shape_results
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
 from memory_core.search import MAX_GET_LINES, Searcher, open_searcher
@@ -222,9 +223,10 @@ class MemoryTools:
             hits = self.searcher.search(a.query, max_results=a.max_results, min_score=a.min_score,
                                         sources=list(dict.fromkeys(a.sources)) if a.sources else None)
             note = self.searcher.provider_note
-        results = [{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)]
+        shaped = shape_results([{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)], self.settings)
+        results = shaped.results
         out: dict[str, Any] = {"results": results}
-        notes = [note] if note else []
+        notes = [n for n in (note, shaped.note) if n]
         if not results:
             min_score = self.settings.query.min_score if a.min_score is None else a.min_score
             notes.append(f"no results scored at least {min_score}; try other words or a lower min_score")
