@@ -261,6 +261,8 @@ def _timed(settings: Settings, key: str, name: str, fn: Any, **extra: Any) -> Qm
         run = QmdRun(name, True, t0, time.time() - t0, output_tail=str(tail or "")[-500:])
     except QmdError as exc:
         run = QmdRun(name, False, t0, time.time() - t0, error=str(exc), kind=exc.kind)
+    except (MemoryCoreError, OSError) as exc:  # workspace gone, state folder not writable, ...
+        run = QmdRun(name, False, t0, time.time() - t0, error=str(exc), kind="failed")
     _record(settings, key, run, **extra)
     return run
 
@@ -478,10 +480,12 @@ class QmdSearcher(Searcher):
             raise QmdError("failed", f"qmd {mode} has no vectors yet (run `qmd embed`)")
         table = self._path_table()
         results: list[SearchResult] = []
+        seen: set[tuple[str, int, int]] = set()
         for h in hits:
             info = table.get(h.collection, {}).get(h.path)
-            if info is None:
-                continue
+            if info is None or (str(info["path"]), h.start_line, h.end_line) in seen:
+                continue  # not a file memory-core indexes; or one reached through two collections
+            seen.add((str(info["path"]), h.start_line, h.end_line))
             start, end = h.start_line, h.end_line
             if info.get("line_map"):  # an exported transcript: back to its JSONL lines
                 lm = info["line_map"]

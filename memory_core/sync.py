@@ -54,9 +54,11 @@ class DirtyState:
 
 def dirty_state(settings: Settings) -> DirtyState:
     """Whether the sources differ from what the index at ``settings.index_file`` holds."""
+    import apsw
+
     from memory_core.discovery import discover_files
     from memory_core.errors import PathError
-    from memory_core.store import probe_index, read_live_files
+    from memory_core.store import connect_reader, probe_index
 
     meta, problem = probe_index(settings.index_file)
     if meta is None or problem:
@@ -65,7 +67,15 @@ def dirty_state(settings: Settings) -> DirtyState:
         files = discover_files(settings).files
     except PathError as exc:
         return DirtyState(False, reason=str(exc))
-    live = read_live_files(settings.index_file)
+    try:  # the reader connection search uses: safe beside a run committing in place
+        conn = connect_reader(settings.index_file)
+        try:
+            live = {r[0]: (r[1], int(r[2]), int(r[3]))
+                    for r in conn.execute("SELECT path, source, size, mtime FROM files")}
+        finally:
+            conn.close()
+    except apsw.Error as exc:
+        return DirtyState(False, reason=f"index busy or unreadable: {exc}")
     new: list[str] = []
     changed: list[str] = []
     seen: set[str] = set()
@@ -74,12 +84,14 @@ def dirty_state(settings: Settings) -> DirtyState:
         old = live.get(f.path)
         if old is None:
             new.append(f.path)
-        elif old.source != f.source:
+            continue
+        source, size, mtime_ms = old
+        if source != f.source:
             changed.append(f.path)
         elif f.source == "sessions":
-            if f.size < old.size or f.size - old.size >= max(1, settings.sessions.delta_bytes):
+            if f.size < size or f.size - size >= max(1, settings.sessions.delta_bytes):
                 changed.append(f.path)
-        elif old.size != f.size or old.mtime_ms != f.mtime_ms:
+        elif size != f.size or mtime_ms != f.mtime_ms:
             changed.append(f.path)
     removed = sorted(p for p in live if p not in seen)
     dirty = bool(new or changed or removed)
