@@ -20,7 +20,7 @@ again. Price: 0.10 USD per 1M tokens for mistral-embed, 0.15 for codestral-embed
 2026-11 on mistral.ai/pricing); no batch discount is used (Mistral's batch API is not driven).
 
 Secrets: the SDK's debug logger (switched on by ``MISTRAL_DEBUG``) prints every request's
-headers, the key among them; the client is always given a no-op logger.
+headers and body, so the texts being embedded; the client is always given a no-op logger.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class MistralProvider(EmbeddingProvider):
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
         if remote.max_tokens_per_request:
             self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
-        # The SDK's debug logger (MISTRAL_DEBUG) prints request headers, the key with them: never used.
+        # The SDK's debug logger (MISTRAL_DEBUG) prints request headers and bodies (the texts): never used.
         self.client = Mistral(api_key=key, server_url=self.base_url, timeout_ms=int(remote.timeout_s * 1000),
                               debug_logger=NoOpLogger())
         self._key = compute_provider_key("mistral", self.model, base_url=self.base_url, headers=self.headers,
