@@ -484,7 +484,8 @@ class Searcher:
         from memory_core.sync import dirty_state
 
         dirty = dirty_state(self.settings)  # the sources changed since the index was built
-        st.update(dirty=dirty.dirty, dirty_reason=dirty.reason)
+        st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(self.settings.extra_paths),
+                  cache_max_entries=self.settings.cache.max_entries)
         return st
 
 

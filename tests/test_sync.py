@@ -57,6 +57,7 @@ def test_dirty_state_follows_the_sources(workspace: Path) -> None:
     with Searcher(s) as searcher:
         st = searcher.status()
     assert st["dirty"] is True and st["dirty_reason"] == d.reason
+    assert st["extra_paths"] == [] and st["cache_max_entries"] is None
     run_index(s)
     assert not dirty_state(s).dirty
     # a transcript that grew by less than sessions.delta_bytes is carried by a reindex: not dirty
