@@ -28,11 +28,13 @@ ODD_TEXT = "# Team\n\nintro line\n\nThe quokka budget for offsite planning is 42
 
 
 @pytest.fixture(scope="session")
-def qmd_command(request: pytest.FixtureRequest) -> str:
+def qmd_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The path of a real qmd, installed by scripts/install-qmd.sh once per session."""
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed: qmd is an npm package and cannot be installed")
-    prefix = os.environ.get("MEMORY_CORE_QMD_PREFIX") or str(request.config.cache.mkdir("qmd-tools"))
+    cache = request.config.cache
+    prefix = (os.environ.get("MEMORY_CORE_QMD_PREFIX")
+              or str(cache.mkdir("qmd-tools") if cache is not None else tmp_path_factory.mktemp("qmd-tools")))
     res = subprocess.run(["bash", str(ROOT / "scripts" / "install-qmd.sh"), prefix], capture_output=True,
                          text=True, timeout=900)
     assert res.returncode == 0, f"scripts/install-qmd.sh failed:\n{res.stderr[-3000:]}"
