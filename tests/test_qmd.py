@@ -222,3 +222,24 @@ def test_cli_status_and_search_with_the_qmd_backend(workspace: Path, qmd_env: No
                         timeout=120)
     data = json.loads(st.stdout)
     assert data["backend"] == "qmd" and data["qmd"]["fallback_in_use"] is True
+
+
+def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_env: None) -> None:
+    from memory_core.mcp_server import MemoryTools
+
+    s = qmd_settings(workspace, qmd_command, sync={"on_search": True})
+    run_index(s)
+    assert qmd_update(s).ok
+    tools = MemoryTools(s)
+    try:
+        (workspace / "memory" / "fresh.md").write_text("# Fresh\n\nthe wombat ledger closes Thursday\n")
+        first = tools.search({"query": "wombat ledger"})  # starts the run (test_sync checks the answer's index)
+        assert "note" not in first or "builtin" not in first["note"]
+        assert tools.sync.wait_idle()
+        run = tools.sync.runs[-1]
+        assert run.ok and run.summary is not None and run.summary["qmd"][0]["ok"] is True
+        again = tools.search({"query": "wombat ledger"})
+        assert [r["path"] for r in again["results"]] == ["memory/fresh.md"] and "note" not in again
+        assert tools.status({})["qmd"]["last_search"]["ok"] is True
+    finally:
+        tools.close()
