@@ -12,9 +12,9 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
-from memory_core.config import Settings
+from memory_core.config import ProviderName, Settings
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 from memory_core.resolve import ResolvedSettings, resolve_settings
 
@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-PROVIDERS = ["auto", "local", "openai", "gemini", "voyage", "none"]
+PROVIDERS = list(get_args(ProviderName))  # one list: the settings model's
 SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
                   " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
                   " the defaults")
@@ -266,9 +266,9 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
 
 
 def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from memory_core.search import Searcher
+    from memory_core.backends import open_searcher
 
-    return Searcher(_settings(args))
+    return open_searcher(_settings(args))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -390,12 +390,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    from memory_core.sync import start_interval
+
+    stop_interval = start_interval(settings.sync.interval_minutes, lambda: watcher.notify([], reason="interval"))
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         watcher.run_forever()
     except KeyboardInterrupt:
         print("memory-core: watch stopped", file=sys.stderr)
     finally:
+        stop_interval()
         signal.signal(signal.SIGTERM, previous)
     return EXIT_OK
 

@@ -43,7 +43,7 @@ from pydantic import (
 from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
 
-ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "none"]
+ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "none"]
 SourceName = Literal["memory", "sessions"]
 
 
@@ -148,6 +148,9 @@ class QuerySettings(_Model):
     text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
     fusion: Literal["minmax", "rrf"] = "minmax"
+    # what a memory_search answer hands an agent (memory_core/answers.py)
+    citations: Literal["on", "off", "auto"] = "auto"
+    max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)
     temporal_decay: DecaySettings = Field(default_factory=DecaySettings)
 
@@ -241,6 +244,41 @@ class LockSettings(_Model):
     timeout_s: float = Field(default=600.0, ge=0)
 
 
+class QmdSettings(_Model):
+    """``backend = "qmd"``: the external ``qmd`` CLI (memory_core/qmd.py, docs in the README).
+
+    ``command``: the qmd executable (PATH lookup, or a path; scripts/install-qmd.sh prints it).
+    ``search_mode``: ``search`` (BM25, offline), ``vsearch`` (vectors) or ``query`` (expansion
+    + reranking), as the seeds' ``searchMode``. ``state_dir``: qmd's config and index for this
+    memory-core index (default ``<index dir>/qmd``); ``index_name`` is qmd's ``--index``.
+    """
+
+    command: str = "qmd"
+    search_mode: Literal["search", "vsearch", "query"] = "search"
+    index_name: str = Field(default="memory-core", pattern=r"^[A-Za-z0-9_-]+$")
+    state_dir: Path | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    update_timeout_s: float = Field(default=600.0, gt=0)
+    embed_timeout_s: float = Field(default=3600.0, gt=0)
+
+
+class SyncSettings(_Model):
+    """When the index refreshes itself (memory_core/sync.py), as the seeds' ``sync`` settings.
+
+    ``on_search``: a search on a dirty index starts a background reindex (and answers from
+    the current one); ``on_session_start``: an MCP client's ``initialize`` does; ``watch``
+    with ``watch_debounce_ms``: file changes do (the MCP server; ``memory-core watch`` always
+    watches); ``interval_minutes`` > 0: a reindex at that interval. All off by default (the
+    seeds turn the first three on): a server that reindexes by itself is opted into.
+    """
+
+    on_search: bool = False
+    on_session_start: bool = False
+    watch: bool = False
+    watch_debounce_ms: int = Field(default=1500, ge=0)
+    interval_minutes: float = Field(default=0.0, ge=0)
+
+
 class Settings(_Model):
     """Everything a run or a query needs. Paths are resolved by :meth:`resolved`."""
 
@@ -265,6 +303,9 @@ class Settings(_Model):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     sessions: SessionsSettings = Field(default_factory=SessionsSettings)
     lock: LockSettings = Field(default_factory=LockSettings)
+    backend: Literal["builtin", "qmd"] = "builtin"
+    qmd: QmdSettings = Field(default_factory=QmdSettings)
+    sync: SyncSettings = Field(default_factory=SyncSettings)
     # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 

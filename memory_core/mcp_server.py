@@ -32,9 +32,12 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.answers import shape_results
+from memory_core.backends import open_searcher
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
 from memory_core.search import MAX_GET_LINES, Searcher
+from memory_core.sync import SyncManager
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -207,7 +210,8 @@ class MemoryTools:
 
     def __init__(self, settings: Settings, searcher: Searcher | None = None) -> None:
         self.settings = settings
-        self.searcher = searcher if searcher is not None else Searcher(settings)
+        self.searcher = searcher if searcher is not None else open_searcher(settings)
+        self.sync = SyncManager(settings)  # each trigger acts only when its [sync] setting is on
         self._lock = threading.Lock()
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
@@ -215,13 +219,15 @@ class MemoryTools:
 
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
+        self.sync.on_search()
         with self._lock:
             hits = self.searcher.search(a.query, max_results=a.max_results, min_score=a.min_score,
                                         sources=list(dict.fromkeys(a.sources)) if a.sources else None)
             note = self.searcher.provider_note
-        results = [{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)]
+        shaped = shape_results([{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)], self.settings)
+        results = shaped.results
         out: dict[str, Any] = {"results": results}
-        notes = [note] if note else []
+        notes = [n for n in (note, shaped.note) if n]
         if not results:
             min_score = self.settings.query.min_score if a.min_score is None else a.min_score
             notes.append(f"no results scored at least {min_score}; try other words or a lower min_score")
@@ -238,9 +244,11 @@ class MemoryTools:
         StatusArgs.model_validate(arguments)
         with self._lock:
             st = self.searcher.status()
+        st["sync"] = self.sync.status()
         return json.loads(json.dumps(st, default=str))  # JSON-safe values only
 
     def close(self) -> None:
+        self.sync.close()
         with self._lock:
             self.searcher.close()
 
@@ -301,6 +309,13 @@ def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[
         SERVER_NAME, version=_version(), title="memory-core", instructions=INSTRUCTIONS,
         get_tool_input_schema=schemas.get, on_list_tools=on_list_tools, on_call_tool=on_call_tool,
     )
+
+    async def session_start(ctx: Any, call_next: Any) -> Any:  # [sync] on_session_start
+        if ctx.method in ("initialize", "server/discover"):  # a client's session opens (legacy, modern)
+            await anyio.to_thread.run_sync(tools.sync.on_session_start)
+        return await call_next(ctx)
+
+    server.middleware.append(session_start)
     return server, tools
 
 
@@ -317,6 +332,7 @@ def serve(settings: Settings, *, transport: Literal["stdio", "http"] = "stdio", 
     if transport == "http":
         check_host(host)
     server, tools = build_server(settings)
+    tools.sync.start()  # [sync] watch and interval_minutes
     try:
         if transport == "stdio":
             anyio.run(_serve_stdio, server)

@@ -206,13 +206,16 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
                 remove_stale_workdirs(index_path)
                 recover_index(index_path)
                 try:
-                    return _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
-                                       on_progress=progress)
+                    summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
+                                          on_progress=progress)
                 except _SwitchProvider as sw:
                     log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info["from"],
                                 sw.info["reason"], sw.info["to"])
-                    return _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
-                                       timer=timer, on_progress=progress)
+                    summary = _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
+                                          timer=timer, on_progress=progress)
+                if settings.backend == "qmd":
+                    _qmd_phase(settings, ex, timer, summary)
+                return summary
         finally:
             lock.release()
     finally:
@@ -293,6 +296,26 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         if w not in plan.warnings:
             log.warning("%s", w)
     return summary
+
+
+def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSummary) -> None:
+    """``backend = "qmd"``: bring qmd's collections up to date beside the builtin index
+    (``qmd update``; ``qmd embed`` too when searches use qmd's vectors). A qmd failure never
+    fails the run: searches answer from the builtin index until qmd works (memory_core.qmd)."""
+    from memory_core.qmd import qmd_embed, qmd_update
+
+    steps = [("qmd-update", qmd_update)]
+    if settings.qmd.search_mode != "search":  # BM25 needs no vectors
+        steps.append(("qmd-embed", qmd_embed))
+    for name, fn in steps:
+        with timer.stage(name):
+            res = ex.stage(name, fn, settings)
+        summary.stage_seconds[name] = round(timer.times[name], 3)
+        if not res.ok:
+            summary.warnings.append(f"qmd {res.command} failed ({res.error}); searches answer from the builtin"
+                                    " index until it works")
+            log.warning("%s", summary.warnings[-1])
+            return
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,

@@ -96,3 +96,21 @@ def choose_engine(requested: str = "auto", env: dict[str, str] | None = None, *,
     if api.url:
         return EngineChoice("prefect", f"auto: Prefect server {api.url} from {api.source}", api.url)
     return EngineChoice("local", f"auto: {api.source}; runs in-process")
+
+
+def emit_event_if_configured(event: str, index_path: str | os.PathLike[str], payload: dict[str, object]) -> None:
+    """Emit a Prefect event about an index (resource ``memory-core.index.<path>``) when a Prefect
+    API is configured, for Automations; best effort, never raises. The one place outside
+    ``flows/`` where the library touches Prefect, imported only when used."""
+    if not os.environ.get("PREFECT_API_URL"):
+        return
+    try:
+        from prefect.events import emit_event
+
+        emit_event(event=event, resource={"prefect.resource.id": f"memory-core.index.{os.fspath(index_path)}"},
+                   payload=payload)
+    except Exception as err:  # an event is best-effort
+        import logging
+
+        logging.getLogger("memory_core.prefect_api").debug("%s not sent: %s", event, err)
+

@@ -490,4 +490,9 @@ class Searcher:
             st["chunks_over_window"] = m["chunks_over_window"]
         if self.provider_note:
             st["note"] = self.provider_note
+        from memory_core.freshness import dirty_state
+
+        dirty = dirty_state(self.settings)  # the sources changed since the index was built
+        st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(self.settings.extra_paths),
+                  cache_max_entries=self.settings.cache.max_entries)
         return st

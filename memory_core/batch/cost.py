@@ -52,7 +52,9 @@ def sync_price(settings: Settings, provider: str, model: str) -> float | None:
     for key in (f"{provider}/{model}", f"{provider}/*"):
         if key in table:
             return float(table[key])
-    return None
+    from memory_core.embeddings.registry import provider_sync_price
+
+    return provider_sync_price(provider, model)  # a provider class that states its own prices
 
 
 def batch_discount(settings: Settings, provider: str) -> float:

@@ -110,6 +110,8 @@ class EmbeddingProvider(ABC):
     default_chunk_tokens: int = 400
     default_chunk_overlap: int = 80
     supports_batch: bool = False
+    key_env: tuple[str, ...] = ()  # API key variables, in the order ``auto`` reads them
+    sync_prices: dict[str, float] = {}  # noqa: RUF012 - USD per 1M tokens by model (batch/cost.py's table wins)
 
     @property
     @abstractmethod

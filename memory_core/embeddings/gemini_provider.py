@@ -83,6 +83,7 @@ def gemini_api_key(settings: Settings) -> str | None:
 
 class GeminiProvider(EmbeddingProvider):
     name = "gemini"
+    key_env = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
     max_inputs_per_request = MAX_TEXTS_PER_REQUEST
     max_tokens_per_request = MAX_TEXTS_PER_REQUEST * MAX_INPUT_TOKENS
     max_tokens_per_input = MAX_INPUT_TOKENS

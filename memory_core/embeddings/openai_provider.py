@@ -55,6 +55,7 @@ def _error_message(exc: Any) -> str:
 
 class OpenAIProvider(EmbeddingProvider):
     name = "openai"
+    key_env = ("OPENAI_API_KEY",)
     max_inputs_per_request = 2048
     max_tokens_per_request = 300_000
     max_tokens_per_input = 8192

@@ -1,7 +1,8 @@
 """The one place that decides which provider a run uses, and why.
 
 ``auto`` (the default) picks the local model when it is installed, else the first hosted
-provider whose API key is set (OpenAI, Gemini, Voyage), else keyword-only mode. The choice
+provider whose API key is set (OpenAI, Gemini, Voyage, Mistral: the order of ``_REGISTRY``;
+each provider class names its key variables in ``key_env``), else keyword-only mode. The choice
 and the reason are logged and recorded in the index meta, so ``status`` can show them.
 """
 
@@ -17,17 +18,14 @@ from memory_core.errors import ConfigError
 
 log = logging.getLogger("memory_core.embeddings")
 
-# name -> (module, class); hosted providers' env vars for auto selection
+# name -> (module, class), hosted providers in ``auto``'s order. The provider modules import
+# their SDKs lazily, so reading a class's facts (key_env, sync_prices) is cheap.
 _REGISTRY: dict[str, tuple[str, str]] = {
     "local": ("memory_core.embeddings.local", "LocalProvider"),
     "openai": ("memory_core.embeddings.openai_provider", "OpenAIProvider"),
     "gemini": ("memory_core.embeddings.gemini_provider", "GeminiProvider"),
     "voyage": ("memory_core.embeddings.voyage_provider", "VoyageProvider"),
-}
-_KEY_ENV = {
-    "openai": ("OPENAI_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "voyage": ("VOYAGE_API_KEY",),
+    "mistral": ("memory_core.embeddings.mistral_provider", "MistralProvider"),
 }
 
 
@@ -35,13 +33,32 @@ def provider_names() -> list[str]:
     return ["auto", *_REGISTRY, "none"]
 
 
+def provider_class(name: str) -> type[EmbeddingProvider] | None:
+    """The class registered as ``name``, or None when unknown or not importable here."""
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        return None
+    try:
+        return getattr(importlib.import_module(entry[0]), entry[1])
+    except ModuleNotFoundError:
+        return None
+
+
+def provider_sync_price(name: str, model: str) -> float | None:
+    """USD per 1M tokens that provider ``name``'s class states for ``model``, if it states one."""
+    cls = provider_class(name)
+    prices = getattr(cls, "sync_prices", None) or {}
+    return prices.get(model)
+
+
 def _auto_choice(settings: Settings) -> tuple[str, str]:
     from memory_core.embeddings.local import local_model_available
 
     if local_model_available():
         return "local", "auto: the local model is installed"
-    for name, envs in _KEY_ENV.items():
-        for env in envs:
+    for name in _REGISTRY:
+        cls = provider_class(name)
+        for env in (getattr(cls, "key_env", ()) if cls is not None else ()):
             if os.environ.get(env):
                 return name, f"auto: local model not installed; {env} is set"
     return "none", "auto: no local model and no API key; keyword-only search"

@@ -87,6 +87,7 @@ def voyage_api_key(settings: Settings) -> str | None:
 
 class VoyageProvider(EmbeddingProvider):
     name = "voyage"
+    key_env = ("VOYAGE_API_KEY",)
     max_inputs_per_request = MAX_TEXTS_PER_REQUEST
     max_tokens_per_request = _DEFAULT_REQUEST_TOKENS
     max_tokens_per_input = 32_000

@@ -1,0 +1,229 @@
+"""Sync triggers: keep an agent's index fresh without a scheduler (the seeds' ``sync`` settings).
+
+- **dirty**: :func:`dirty_state` compares the sources (discovery: path, size, mtime) with the
+  index's ``files`` table: a new, changed or removed file makes the index dirty. A transcript
+  that grew by less than ``sessions.delta_bytes`` does not (a reindex would carry it as it
+  is). ``status`` reports it.
+- ``on_search``: :meth:`SyncManager.on_search`, called before a search, starts a reindex in
+  the background when the index is dirty; the search answers from the current index.
+- ``on_session_start``: :meth:`SyncManager.on_session_start`, called on an MCP client's
+  ``initialize``, does the same.
+- ``watch`` with ``watch_debounce_ms``: file changes start a reindex once quiet (the
+  :class:`memory_core.watch.Watcher` engine, shared with ``memory-core watch``).
+- ``interval_minutes``: a reindex every N minutes (:func:`start_interval`, also used by
+  ``memory-core watch``).
+
+Never two reindexes of one index at once: in this process, runs are serialised and requests
+made while one runs coalesce into one follow-up run; across processes, the runs take the
+index's writer lock (:class:`memory_core.store.IndexLock`) without waiting, so a run that finds
+another process writing is recorded as skipped and the index stays dirty for the next trigger.
+With ``backend = "qmd"`` a run also runs ``qmd update`` (and ``qmd embed`` when the search mode
+needs vectors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.errors import IndexLockedError, MemoryCoreError
+from memory_core.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
+
+log = logging.getLogger("memory_core.sync")
+
+DIRTY_CHECK_MIN_S = 1.0  # a burst of searches re-scans the sources at most once a second
+@dataclass
+class SyncRun:
+    number: int
+    reason: str
+    started_at: float
+    seconds: float
+    ok: bool
+    skipped: bool = False
+    error: str = ""
+    summary: dict[str, Any] | None = None
+
+
+class InProcessReindex:
+    """One reindex in this process: :func:`run_index` without waiting for the writer lock.
+
+    The provider is created on the first run and reused. With ``backend = "qmd"`` the run
+    updates the qmd index after the builtin one (the orchestrator does, for every entry point).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings.model_copy(update={"lock": settings.lock.model_copy(update={"wait": False})})
+        self._provider: Any = None
+        self._reason = ""
+
+    def __call__(self) -> dict[str, Any]:
+        from memory_core.pipeline import run_index
+
+        if self._provider is None:
+            from memory_core.embeddings.registry import create_provider
+
+            self._provider, self._reason = create_provider(self.settings)
+        # with backend = "qmd" the run updates qmd's collections too (pipeline.run_index)
+        return run_index(self.settings, provider=self._provider, reason=self._reason).to_dict()
+
+    def close(self) -> None:
+        if self._provider is not None:
+            with contextlib.suppress(Exception):
+                self._provider.close()
+
+
+def start_interval(minutes: float, callback: Callable[[], Any]) -> Callable[[], None]:
+    """Call ``callback`` every ``minutes`` in a daemon thread; returns the function that stops it."""
+    stop = threading.Event()
+    if minutes <= 0:
+        return stop.set
+
+    def loop() -> None:
+        while not stop.wait(minutes * 60):
+            try:
+                callback()
+            except Exception:  # a timer must survive one bad call
+                log.exception("interval sync failed")
+
+    threading.Thread(target=loop, name="memory-core-sync-interval", daemon=True).start()
+    return stop.set
+
+
+class SyncManager:
+    """The sync triggers of one long-lived process (the MCP server) over one index."""
+
+    def __init__(self, settings: Settings, *, runner: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.settings = settings
+        self.runner = runner if runner is not None else InProcessReindex(settings)
+        self.runs: list[SyncRun] = []
+        self._run_lock = threading.Lock()  # one run at a time in this process
+        self._cond = threading.Condition()
+        self._active = False  # a request thread is running or about to
+        self._again: str | None = None  # reason of the follow-up run asked for meanwhile
+        self._dirty: tuple[float, DirtyState] | None = None
+        self._watcher: Any = None
+        self._stop_interval: Callable[[], None] | None = None
+
+    # -- triggers ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the file watch and the interval timer, as the settings ask."""
+        sync = self.settings.sync
+        if sync.watch and self._watcher is None:
+            from memory_core.watch import Watcher
+
+            self._watcher = Watcher(self.settings, lambda: self._run_serialised("watch"),
+                                    debounce=sync.watch_debounce_ms / 1000, initial_run=False)
+            self._watcher.start()
+        if sync.interval_minutes > 0 and self._stop_interval is None:
+            self._stop_interval = start_interval(sync.interval_minutes, lambda: self.request("interval"))
+
+    def on_search(self) -> bool:
+        """Before a search: reindex in the background when the index is dirty (``on_search``)."""
+        return self.settings.sync.on_search and self._request_if_dirty("search on a dirty index")
+
+    def on_session_start(self) -> bool:
+        """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
+        return self.settings.sync.on_session_start and self._request_if_dirty("session start")
+
+    def dirty(self, *, max_age_s: float = DIRTY_CHECK_MIN_S) -> DirtyState:
+        now = time.monotonic()
+        with self._cond:
+            cached = self._dirty
+        if cached is not None and now - cached[0] < max_age_s:
+            return cached[1]
+        st = dirty_state(self.settings)
+        with self._cond:
+            self._dirty = (now, st)
+        return st
+
+    def _request_if_dirty(self, reason: str) -> bool:
+        st = self.dirty()
+        if not st.dirty or st.reason.startswith("index damaged"):
+            return False
+        return self.request(f"{reason} ({st.reason})")
+
+    def request(self, reason: str) -> bool:
+        """Start a background reindex, or queue one follow-up if one is running. True if started."""
+        with self._cond:
+            if self._active:
+                self._again = reason
+                return False
+            self._active = True
+        threading.Thread(target=self._loop, args=(reason,), name="memory-core-sync", daemon=True).start()
+        return True
+
+    def _loop(self, reason: str) -> None:
+        current: str | None = reason
+        while current is not None:
+            self._run_serialised(current)
+            with self._cond:
+                current, self._again = self._again, None
+                if current is None:
+                    self._active = False
+                    self._cond.notify_all()
+
+    def _run_serialised(self, reason: str) -> dict[str, Any]:
+        with self._run_lock:
+            started, t0 = time.time(), time.perf_counter()
+            rec = SyncRun(len(self.runs) + 1, reason, started, 0.0, ok=True)
+            try:
+                rec.summary = self.runner()
+            except IndexLockedError as exc:
+                rec.ok, rec.skipped, rec.error = False, True, str(exc)
+            except MemoryCoreError as exc:
+                rec.ok, rec.error = False, str(exc)
+            except Exception as exc:  # a server must survive one bad run
+                log.exception("background reindex failed")
+                rec.ok, rec.error = False, f"{exc.__class__.__name__}: {exc}"
+            rec.seconds = time.perf_counter() - t0
+            with self._cond:
+                self.runs.append(rec)
+                self._dirty = None
+                self._cond.notify_all()
+        if rec.ok:
+            log.info("sync: reindexed (%s) in %.1fs", reason, rec.seconds)
+        else:
+            log.warning("sync: reindex (%s) %s: %s", reason, "skipped" if rec.skipped else "failed", rec.error)
+        return rec.summary or {}
+
+    # -- state --------------------------------------------------------------------------------------
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """True once no requested run is running or queued (watch runs aside)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._active:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self._run_lock.locked()
+
+    def status(self) -> dict[str, Any]:
+        """What ``memory_status`` adds: the triggers, whether a run is going, the last run."""
+        s = self.settings.sync
+        last = self.runs[-1] if self.runs else None
+        return {
+            "on_search": s.on_search, "on_session_start": s.on_session_start, "watch": s.watch,
+            "watch_debounce_ms": s.watch_debounce_ms, "interval_minutes": s.interval_minutes,
+            "running": self.running, "runs": len(self.runs), "last_run": asdict(last) if last else None,
+        }
+
+    def close(self) -> None:
+        if self._stop_interval is not None:
+            self._stop_interval()
+        if self._watcher is not None:
+            self._watcher.stop()
+        self.wait_idle(timeout=30)
+        close = getattr(self.runner, "close", None)
+        if close is not None:
+            close()

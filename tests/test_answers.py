@@ -1,0 +1,86 @@
+"""Citations mode and the injection budget of memory_search answers, through a real MCP client."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters, stdio_client
+
+from memory_core.answers import injection_budget
+from memory_core.config import load_settings
+from memory_core.mcp_server import MemoryTools
+from memory_core.pipeline import run_index
+from tests.conftest import ROOT
+
+QUERY = {"query": "Lisbon hotel confirmation trip", "max_results": 6, "min_score": 0}
+
+
+def ask(ws: Path, tmp_path: Path, config: str, name: str) -> dict[str, Any]:
+    cfg = tmp_path / f"{name}.toml"
+    cfg.write_text('provider = "none"\n' + config)
+    params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                   args=["-m", "memory_core.cli", "mcp", "-w", str(ws), "--config", str(cfg)])
+    out: dict[str, Any] = {}
+
+    async def session() -> None:
+        with anyio.fail_after(60), open(tmp_path / f"{name}.err", "w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                res = await client.call_tool("memory_search", QUERY)
+                assert not res.is_error
+                out.update(res.structured_content)
+
+    anyio.run(session)
+    return out
+
+
+def plain(ws: Path) -> dict[str, Any]:
+    tools = MemoryTools(load_settings(None, {"workspace": str(ws), "provider": "none"}))
+    try:
+        return tools.search(dict(QUERY))
+    finally:
+        tools.close()
+
+
+def test_citations_on_off_and_auto(workspace: Path, tmp_path: Path) -> None:
+    run_index(load_settings(None, {"workspace": str(workspace), "provider": "none"}))
+    base = plain(workspace)["results"]  # auto, the default: snippet as found, reference in `citation`
+    assert len(base) >= 3 and all(r["citation"] == f"{r['path']}#L{r['start_line']}-L{r['end_line']}" for r in base)
+    assert not any("Source:" in r["snippet"] for r in base)
+    on = ask(workspace, tmp_path, "[query]\ncitations = \"on\"\n", "on")["results"]
+    assert [r["citation"] for r in on] == [r["citation"] for r in base]
+    for r, b in zip(on, base, strict=True):
+        assert r["snippet"] == f"{b['snippet'].rstrip()}\nSource: {b['citation']}"
+    off = ask(workspace, tmp_path, "[query]\ncitations = \"off\"\n", "off")["results"]
+    assert [r["path"] for r in off] == [r["path"] for r in base]  # memory_get still needs the path
+    assert all(r["citation"] == "" and "Source:" not in r["snippet"] for r in off)
+
+
+def test_injection_budget_cuts_and_says_so(workspace: Path, tmp_path: Path) -> None:
+    run_index(load_settings(None, {"workspace": str(workspace), "provider": "none"}))
+    full = plain(workspace)
+    total = sum(len(r["snippet"]) for r in full["results"])
+    budget = 300
+    assert total > budget and "note" not in full
+    cut = ask(workspace, tmp_path, f"[query]\nmax_injected_chars = {budget}\n", "budget")
+    res = cut["results"]
+    assert sum(len(r["snippet"]) for r in res) <= budget
+    assert 1 <= len(res) < len(full["results"])
+    assert [r["path"] for r in res] == [r["path"] for r in full["results"][: len(res)]]  # best first
+    last, orig = res[-1], full["results"][len(res) - 1]
+    assert last["snippet"] != orig["snippet"] and last["snippet"].endswith("…")
+    assert orig["snippet"].startswith(last["snippet"][:-1])
+    assert f"injection budget of {budget}" in cut["note"] and "dropped" in cut["note"]
+    # a budget the answer fits in: nothing cut, no note
+    roomy = ask(workspace, tmp_path, f"[query]\nmax_injected_chars = {total}\n", "roomy")
+    assert roomy["results"] == full["results"] and "note" not in roomy
+
+
+def test_qmd_backend_defaults_to_the_seeds_budget(workspace: Path) -> None:
+    s = load_settings(None, {"workspace": str(workspace), "backend": "qmd"})
+    assert injection_budget(s) == 4000
+    assert injection_budget(load_settings(None, {"workspace": str(workspace)})) is None
+    assert injection_budget(load_settings(None, {"workspace": str(workspace), "backend": "qmd",
+                                                 "query": {"max_injected_chars": 50}})) == 50
