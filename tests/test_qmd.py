@@ -33,7 +33,7 @@ def qmd_command(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """The path of a real qmd, installed by scripts/install-qmd.sh once per session."""
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed: qmd is an npm package and cannot be installed")
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)  # None with -p no:cacheprovider
     prefix = (os.environ.get("MEMORY_CORE_QMD_PREFIX")
               or str(cache.mkdir("qmd-tools") if cache is not None else tmp_path_factory.mktemp("qmd-tools")))
     res = subprocess.run(["bash", str(ROOT / "scripts" / "install-qmd.sh"), prefix], capture_output=True,
