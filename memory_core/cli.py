@@ -448,8 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryCoreError as exc:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
-        print(f"memory-core: error: {exc}", file=sys.stderr)
-        _print_partial(exc)
+        print(f"memory-core: error: {exc}{_partial(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
@@ -459,24 +458,24 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt as exc:
-        print("memory-core: interrupted; the live index was left as it was", file=sys.stderr)
-        _print_partial(exc)
+        print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
         return 130
     except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
         mapped = classify_error(exc)
         if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
-        print(f"memory-core: error: {mapped}", file=sys.stderr)
+        print(f"memory-core: error: {mapped}{_partial(exc)}", file=sys.stderr)
         return mapped.exit_code
 
 
-def _print_partial(exc: BaseException) -> None:
-    """What a run that did not finish had done (``run_summary`` from the orchestrator)."""
+def _partial(exc: BaseException) -> str:
+    """What a run that did not finish had embedded (``run_summary`` from the orchestrator), as
+    the end of its one error line."""
     partial = getattr(exc, "run_summary", None)
-    if partial is not None:
-        print(f"memory-core: before it stopped, the run embedded {partial.chunks_embedded} chunk(s) in"
-              f" {partial.embed_requests} request(s); they are in the embedding cache and will not be embedded"
-              " again", file=sys.stderr)
+    if partial is None or not partial.chunks_embedded:
+        return ""
+    return (f"; the {partial.chunks_embedded} chunk(s) it embedded are in the embedding cache and will not be"
+            " embedded again")
 
 
 if __name__ == "__main__":  # pragma: no cover

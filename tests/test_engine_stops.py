@@ -81,7 +81,8 @@ def test_a_stopped_run_keeps_what_it_received(tmp_path: Path, engine: tuple[str,
             assert "flow run: http" in stderr
         if sig == signal.SIGTERM and name == "local":
             assert "stopped by SIGTERM" in stderr and "Traceback" not in stderr
-            said = int(stderr.split("the run embedded ")[1].split(" chunk")[0])
+            assert stderr.count("\n") == 1  # one line
+            said = int(stderr.rsplit("; the ", 1)[1].split(" chunk")[0])
             assert 0 < said <= len(received)
 
         srv.delay = 0.0
