@@ -128,6 +128,38 @@ class EmbeddingProvider(ABC):
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
 
+    # -- what every hosted provider does the same way ---------------------------------------
+    @classmethod
+    def find_api_key(cls, remote: Any) -> str | None:
+        """``remote.api_key``, else the first of ``key_env`` that is set (None: no key)."""
+        import os
+
+        if remote.api_key:
+            return str(remote.api_key.get_secret_value())
+        return next((os.environ[v] for v in cls.key_env if os.environ.get(v)), None)
+
+    def _require_key(self, remote: Any) -> str:
+        key = self.find_api_key(remote)
+        if not key:
+            from memory_core.errors import ConfigError
+
+            names = list(self.key_env)
+            where = ", ".join(["remote.api_key", *names[:-1]]) + f" or {names[-1]}" if names else "remote.api_key"
+            raise ConfigError(f"provider {self.name} needs an API key: set {where}")
+        return key
+
+    def _apply_remote(self, remote: Any) -> None:
+        """The ``[remote]`` settings every hosted provider honours: retries and their per-run
+        budget, and request limits the config may narrow (never widen)."""
+        from memory_core.embeddings.retry import RetryBudget
+
+        self.settings = remote
+        self.retry_budget = RetryBudget(remote.retry_budget_s)
+        if remote.max_inputs_per_request:
+            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
+        if remote.max_tokens_per_request:
+            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+
     def start_run(self) -> None:
         """A new run begins with this (reused) provider: its retry budget starts full again."""
         budget = getattr(self, "retry_budget", None)

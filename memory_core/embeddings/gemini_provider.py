@@ -16,7 +16,6 @@ into the provider key with the model and ``outputDimensionality``.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
-from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 DEFAULT_MODEL = "gemini-embedding-001"
@@ -74,13 +73,6 @@ def classify_gemini_error(exc: Exception, provider: str = "gemini") -> Exception
     return ProviderError(f"{provider}: {exc.__class__.__name__}: {exc}")
 
 
-def gemini_api_key(settings: Settings) -> str | None:
-    remote = settings.remote
-    if remote.api_key:
-        return remote.api_key.get_secret_value()
-    return os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-
-
 class GeminiProvider(EmbeddingProvider):
     name = "gemini"
     key_env = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
@@ -96,9 +88,7 @@ class GeminiProvider(EmbeddingProvider):
         from google.genai import types
 
         remote = settings.remote
-        key = gemini_api_key(settings)
-        if not key:
-            raise ConfigError("provider gemini needs an API key: set remote.api_key, GEMINI_API_KEY or GOOGLE_API_KEY")
+        key = self._require_key(remote)
         self.model = (model or settings.model or DEFAULT_MODEL).removeprefix("models/")
         self.base_url = (remote.base_url or DEFAULT_BASE_URL).rstrip("/")
         self.api_version = remote.api_version or DEFAULT_API_VERSION
@@ -108,12 +98,7 @@ class GeminiProvider(EmbeddingProvider):
         if self.requested_dims and native and self.requested_dims > native:
             raise ConfigError(f"remote.dimensions {self.requested_dims} is above {self.model}'s {native}")
         self.dims = self.requested_dims or native
-        self.settings = remote
-        self.retry_budget = RetryBudget(remote.retry_budget_s)
-        if remote.max_inputs_per_request:
-            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
-        if remote.max_tokens_per_request:
-            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self._apply_remote(remote)
         self.client = genai.Client(
             api_key=key,
             http_options=types.HttpOptions(

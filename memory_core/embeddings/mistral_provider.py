@@ -34,7 +34,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
 from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
-from memory_core.errors import ConfigError, ProviderError
+from memory_core.errors import ProviderError
 
 DEFAULT_MODEL = "mistral-embed"
 DEFAULT_SERVER_URL = "https://api.mistral.ai"
@@ -108,9 +108,7 @@ class MistralProvider(EmbeddingProvider):
         from mistralai.client.utils.logger import NoOpLogger
 
         remote = settings.remote
-        key = remote.api_key.get_secret_value() if remote.api_key else os.environ.get("MISTRAL_API_KEY")
-        if not key:
-            raise ConfigError("provider mistral needs an API key: set remote.api_key or MISTRAL_API_KEY")
+        key = self._require_key(remote)
         self.model = model or settings.model or DEFAULT_MODEL
         # The SDK appends /v1/embeddings itself; accept a base URL given with /v1 as well.
         base = (remote.base_url or os.environ.get("MISTRAL_BASE_URL") or DEFAULT_SERVER_URL).rstrip("/")
@@ -118,11 +116,7 @@ class MistralProvider(EmbeddingProvider):
         self.headers = dict(remote.headers)
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
-        self.settings = remote
-        if remote.max_inputs_per_request:
-            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
-        if remote.max_tokens_per_request:
-            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self._apply_remote(remote)
         # The SDK's debug logger (MISTRAL_DEBUG) prints request headers and bodies (the texts): never used.
         self.client = Mistral(api_key=key, server_url=self.base_url, timeout_ms=int(remote.timeout_s * 1000),
                               debug_logger=NoOpLogger())
@@ -151,7 +145,7 @@ class MistralProvider(EmbeddingProvider):
 
         arr = call_with_retries(
             once, provider="mistral", max_attempts=self.settings.max_attempts,
-            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
+            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s, budget=self.retry_budget,
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

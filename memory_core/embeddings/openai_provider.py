@@ -11,8 +11,8 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
-from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
-from memory_core.errors import ConfigError, ProviderError
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.errors import ProviderError
 
 DEFAULT_MODEL = "text-embedding-3-small"
 MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
@@ -67,20 +67,13 @@ class OpenAIProvider(EmbeddingProvider):
         import openai
 
         remote = settings.remote
-        key = remote.api_key.get_secret_value() if remote.api_key else os.environ.get("OPENAI_API_KEY")
-        if not key:
-            raise ConfigError("provider openai needs an API key: set remote.api_key or OPENAI_API_KEY")
+        key = self._require_key(remote)
         self.model = model or settings.model or DEFAULT_MODEL
         self.base_url = remote.base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.headers = dict(remote.headers)
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
-        self.settings = remote
-        self.retry_budget = RetryBudget(remote.retry_budget_s)
-        if remote.max_inputs_per_request:
-            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
-        if remote.max_tokens_per_request:
-            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self._apply_remote(remote)
         self.client = openai.OpenAI(
             api_key=key, base_url=self.base_url, default_headers=self.headers or None,
             timeout=remote.timeout_s, max_retries=0,

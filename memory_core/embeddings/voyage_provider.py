@@ -19,15 +19,14 @@ sent, so they are ignored with a warning and are not part of the provider key.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
-from memory_core.embeddings.retry import Retryable, RetryBudget, call_with_retries, parse_retry_after
-from memory_core.errors import ConfigError, ProviderError
+from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.errors import ProviderError
 
 log = logging.getLogger("memory_core.embeddings")
 
@@ -80,11 +79,6 @@ def classify_voyage_error(exc: Exception, provider: str = "voyage") -> Exception
     return ProviderError(f"{provider}: {exc.__class__.__name__}: {exc}")
 
 
-def voyage_api_key(settings: Settings) -> str | None:
-    remote = settings.remote
-    return remote.api_key.get_secret_value() if remote.api_key else os.environ.get("VOYAGE_API_KEY")
-
-
 class VoyageProvider(EmbeddingProvider):
     name = "voyage"
     key_env = ("VOYAGE_API_KEY",)
@@ -99,23 +93,16 @@ class VoyageProvider(EmbeddingProvider):
         import voyageai
 
         remote = settings.remote
-        key = voyage_api_key(settings)
-        if not key:
-            raise ConfigError("provider voyage needs an API key: set remote.api_key or VOYAGE_API_KEY")
+        key = self._require_key(remote)
         self.model = model or settings.model or DEFAULT_MODEL
         self.base_url = (remote.base_url or DEFAULT_BASE_URL).rstrip("/")
         if remote.headers:
             log.warning("voyage: the voyageai SDK cannot send custom headers; remote.headers are ignored")
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
-        self.settings = remote
-        self.retry_budget = RetryBudget(remote.retry_budget_s)
         self.max_tokens_per_request = request_token_limit(self.model)
         self.max_tokens_per_input = _INPUT_TOKENS.get(self.model, 32_000)
-        if remote.max_inputs_per_request:
-            self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
-        if remote.max_tokens_per_request:
-            self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+        self._apply_remote(remote)
         self.api_key = key
         self.client = voyageai.Client(api_key=key, max_retries=0, timeout=remote.timeout_s, base_url=self.base_url)
         self._key = compute_provider_key("voyage", self.model, base_url=self.base_url,
