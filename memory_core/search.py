@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,21 @@ _ROW_SELECT = (
 )
 
 
+def _matched_phrases(api: apsw.FTS5ExtensionApi, *args: Any) -> int:
+    """FTS5 auxiliary function ``mc_phrases(chunks_fts)``: bit i set when query phrase i is in the row."""
+    mask = 0
+    for i in range(api.phrase_count):
+        if api.phrase_columns(i):
+            mask |= 1 << i
+    return mask
+
+
+def _register(conn: apsw.Connection) -> apsw.Connection:
+    with contextlib.suppress(apsw.Error, AttributeError):
+        conn.register_fts5_function("mc_phrases", _matched_phrases)
+    return conn
+
+
 def _cosine_from_distance(distance: float) -> float:
     return 1.0 - float(distance)
 
@@ -61,6 +77,9 @@ class Candidates:
     keyword: list[ranking.Hit]
     vector: list[ranking.Hit]
     embedded: bool  # the query was embedded (the vector side ran)
+    union: list[ranking.Hit] = field(default_factory=list)  # both sides, every hit with both raw scores
+    calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
+    idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,8 @@ class SearchResult:
     citation: str
     vector_score: float = 0.0
     text_score: float = 0.0
+    match: str = "vector"  # how it matched: "keyword", "vector" or "both"
+    date: str | None = None  # ISO date the chunk was written, when known
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +106,7 @@ class _Index:
     def __init__(self, path: Path) -> None:
         st = os.stat(path)
         self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-        self.conn = connect_reader(path)
+        self.conn = _register(connect_reader(path))
         try:
             # changes when another connection commits to the file (an in-place update), even one
             # that leaves its size and mtime as they were (mtime ticks are coarse on some
@@ -103,12 +124,43 @@ class _Index:
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
+        self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self._n_chunks: int | None = None
+        self._background: float | None = None
+
+    def n_chunks(self) -> int:
+        if self._n_chunks is None:
+            self._n_chunks = int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        return self._n_chunks
+
+    def background_cosine(self) -> float | None:
+        """Mean cosine of up to 256 spread-out pairs of chunk vectors (the calibration of models
+        without a measured table entry), computed once per opened file."""
+        if self._background is None:
+            try:
+                if self.vec_loaded:
+                    rows = self.conn.execute("SELECT embedding FROM chunks_vec WHERE rowid % 7 = 0 LIMIT 512").fetchall()
+                    if len(rows) < 16:
+                        rows = self.conn.execute("SELECT embedding FROM chunks_vec LIMIT 512").fetchall()
+                else:
+                    rows = self.conn.execute(
+                        "SELECT embedding FROM chunks WHERE embedding IS NOT NULL LIMIT 512").fetchall()
+            except apsw.Error:
+                rows = []
+            if len(rows) < 2:
+                return None
+            m = np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), -1).copy()
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            g = m @ m.T
+            n = len(m)
+            self._background = float((g.sum() - np.trace(g)) / (n * (n - 1)))
+        return self._background
 
     def keyword_conn(self) -> apsw.Connection | None:
         """A second connection for the keyword side, so it can run beside the vector side."""
         if self._kw_conn is None:
             try:
-                self._kw_conn = connect_reader(self._path)
+                self._kw_conn = _register(connect_reader(self._path))
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None
@@ -234,16 +286,18 @@ class Searcher:
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
-               sources: list[str] | None = None, *, mode: str = "hybrid") -> list[SearchResult]:
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[SearchResult]:
         """Ranked results for ``query``.
 
-        ``mode``: ``"hybrid"`` (default: both sides when the index has vectors and the query can be
-        embedded, else keyword-only), ``"vector"`` or ``"keyword"`` (one side alone, for
-        evaluation and debugging; the rest of the pipeline is the same).
+        ``mode``: ``"hybrid"`` (both sides when the index has vectors and the query can be
+        embedded, else keyword-only), ``"vector"`` or ``"keyword"`` (one side alone; the rest of the
+        pipeline is the same). Default: the configured ``query.mode`` (see
+        :meth:`QuerySettings.search_mode`).
         """
+        q = self.settings.query
+        mode = q.search_mode() if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        q = self.settings.query
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
@@ -263,6 +317,11 @@ class Searcher:
         the KNN (SQLite and the model release the GIL), so a hybrid query costs about the slower
         side, not the sum. Calls are serialised per searcher (one apsw connection must not run
         two statements at once).
+
+        Then every candidate gets both raw scores, so its calibrated score is absolute: the
+        cosine of keyword candidates (their stored vectors), the BM25 of vector candidates (FTS5
+        restricted to their row ids), each candidate's IDF coverage of the query terms, and the
+        query terms' IDF sum (:func:`memory_core.ranking.keyword_relevance`).
         """
         query = (query or "").replace("\x00", " ")
         if not query.strip():
@@ -270,7 +329,7 @@ class Searcher:
         srcs = tuple(dict.fromkeys(sources)) if sources else None
         with self._lock:
             idx = self._current()
-            provider = self._query_provider(idx) if (vector and self.settings.query.hybrid) else None
+            provider = self._query_provider(idx) if vector else None
             pending: Future[list[ranking.Hit]] | None = None
             kw_hits: list[ranking.Hit] = []
             if keyword:
@@ -281,6 +340,7 @@ class Searcher:
                     kw_hits = self._keyword_hits(idx, query, n_candidates, srcs)
             vec_hits: list[ranking.Hit] = []
             embedded = False
+            qvec: np.ndarray | None = None
             try:
                 if provider is not None:
                     try:
@@ -290,10 +350,95 @@ class Searcher:
                     except ProviderError as exc:
                         self.provider_note = f"query embedding failed ({exc}); keyword-only results"
                         log.warning("%s", self.provider_note)
+                        qvec = None
             finally:
                 if pending is not None:
                     kw_hits = pending.result()
-        return Candidates(query, kw_hits, vec_hits, embedded)
+            union, idf_total = self._complete(idx, query, qvec if embedded else None, kw_hits, vec_hits,
+                                              keyword=keyword)
+            q = self.settings.query
+            cal = ranking.Calibration.for_model(
+                (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
+                q.vector_calibration)
+        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total)
+
+    def _complete(self, idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
+                  vec_hits: list[ranking.Hit], *, keyword: bool = True) -> tuple[list[ranking.Hit], float]:
+        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum)."""
+        for h in kw_hits:
+            h.in_keyword = True
+        for h in vec_hits:
+            h.in_vector = True
+        by_rid: dict[int, ranking.Hit] = {}
+        for h in vec_hits:
+            by_rid.setdefault(h.rid, h)
+        for h in kw_hits:
+            other = by_rid.get(h.rid)
+            if other is None:
+                by_rid[h.rid] = h
+            else:  # found by both sides: one hit with both scores
+                other.bm25, other.text_score, other.phrases, other.in_keyword = h.bm25, h.text_score, h.phrases, True
+                h.vector_score, h.in_vector = other.vector_score, True
+        union = list(by_rid.values())
+        conn = idx.conn
+        terms = [textsearch.fts_string(t) for t in textsearch.query_terms(query)] if keyword else []
+        idf_total = 0.0
+        n = idx.n_chunks()
+        try:
+            if qvec is not None:  # the cosine of keyword-only candidates
+                missing = [h for h in union if not h.in_vector]
+                if missing:
+                    vecs = self._vectors(idx, [h.rid for h in missing])
+                    qn = qvec / (np.linalg.norm(qvec) or 1.0)
+                    for h in missing:
+                        v = vecs.get(h.rid)
+                        if v is not None:
+                            h.vector_score = float(v @ qn / (np.linalg.norm(v) or 1.0))
+            match = textsearch.build_match_query(query) if keyword else None
+            need = [h.rid for h in union if not h.in_keyword]
+            if match and need:  # the BM25 of vector-only candidates (row ids are ints: a literal list)
+                sql = ("SELECT rowid, bm25(chunks_fts), mc_phrases(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                       f" AND rowid IN ({','.join(str(int(r)) for r in need)})")
+                scores = {r: (rank, mask) for r, rank, mask in conn.execute(sql, (match,))}
+                for h in union:
+                    if not h.in_keyword and h.rid in scores:
+                        rank, mask = scores[h.rid]
+                        h.bm25 = max(0.0, -float(rank))
+                        h.text_score = ranking.bm25_rank_to_score(rank)
+                        h.phrases = int(mask or 0)
+            idfs: list[float] = []
+            for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
+                df = idx.df_cache.get(t)
+                if df is None:
+                    df = int(conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0])
+                    if len(idx.df_cache) < 10_000:
+                        idx.df_cache[t] = df
+                idfs.append(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6)
+            idf_total = sum(idfs)
+            if idf_total > 0:  # phrase i of the MATCH expression is query term i
+                for h in union:
+                    got = sum(idf for i, idf in enumerate(idfs) if h.phrases >> i & 1)
+                    h.coverage = min(1.0, got / idf_total)
+        except apsw.SQLError as exc:  # never let query text break search
+            log.warning("scoring the candidates failed (%s); partial scores", exc)
+        for h in (*kw_hits, *vec_hits):  # the side lists share the union's scores
+            u = by_rid[h.rid]
+            if u is not h:
+                h.vector_score, h.bm25, h.coverage = u.vector_score, u.bm25, u.coverage
+        return union, idf_total
+
+    @staticmethod
+    def _vectors(idx: _Index, rids: list[int]) -> dict[int, np.ndarray]:
+        if idx.vec_loaded:
+            rows = [r for rid in rids for r in idx.conn.execute(
+                "SELECT rowid, embedding FROM chunks_vec WHERE rowid = ?", (rid,))]
+        elif idx.has_vec_table:
+            return {}
+        else:
+            rows = list(idx.conn.execute(
+                "SELECT rid, embedding FROM chunks WHERE rid IN (SELECT value FROM json_each(?))"
+                " AND embedding IS NOT NULL", (json.dumps(rids),)))
+        return {int(r): np.frombuffer(b, dtype="<f4") for r, b in rows}
 
     parallel = True
     """Run the keyword side beside the vector side (set False to run them one after the other)."""
@@ -305,25 +450,38 @@ class Searcher:
 
     def rank(self, cands: Candidates, *, max_results: int | None = None, min_score: float | None = None,
              mode: str = "hybrid") -> list[SearchResult]:
-        """Fuse, decay, threshold, dedupe, diversify and cut ``cands``; make snippets and citations.
+        """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
 
-        ``mode="vector"`` / ``"keyword"`` rank one side alone (its score is that side's fused
-        score with weight 1). Pure given the candidates: evaluation replays it per setting.
+        ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
+        MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
+        Pure given the candidates: evaluation replays it per setting.
         """
         q = self.settings.query
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         min_score = q.min_score if min_score is None else float(min_score)
         vec = cands.vector if mode != "keyword" else []
         kw = cands.keyword if mode != "vector" else []
-        if not vec or not kw:
+        if q.fusion == "calibrated":
+            if mode == "hybrid":
+                pool = cands.union if cands.embedded else kw
+                vw, tw = q.normalised_weights()
+                if not cands.embedded:
+                    vw, tw = 0.0, 1.0
+            else:
+                pool, (vw, tw) = (vec, (1.0, 0.0)) if mode == "vector" else (kw, (0.0, 1.0))
+            hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
+                                           vector_weight=vw, text_weight=tw)
+        elif not vec or not kw:
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
                                 text_weight=1.0 if kw else 0.0)
         else:
             vw, tw = q.normalised_weights()
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
+        hits = [h for h in hits if h.score >= min_score]  # relevance, before decay
+        for h in hits:
+            h.relevance = h.score
         if q.temporal_decay.enabled:
             hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time())
-        hits = [h for h in hits if h.score >= min_score]
         hits = ranking.dedupe_overlapping(hits)
         if q.mmr.enabled:
             hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
@@ -331,10 +489,12 @@ class Searcher:
         terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
         return [
             SearchResult(
-                path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.score), 6),
+                path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.relevance), 6),
                 snippet=ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS), source=h.source,
                 citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
                 vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
+                match=ranking.match_kind(h) if mode == "hybrid" else ("vector" if mode == "vector" else "keyword"),
+                date=h.date,
             )
             for h in hits
         ]
@@ -342,11 +502,12 @@ class Searcher:
     @staticmethod
     def _hits(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
         out = []
-        for _rid, raw, cid, path, source, start, end, text, mtime in rows:
+        for rid, raw, cid, path, source, start, end, text, mtime in rows:
             h = ranking.Hit(id=cid, path=path, source=source, start_line=start, end_line=end, text=text,
-                            mtime_ms=mtime)
+                            mtime_ms=mtime, rid=rid)
             if side == "text":
                 h.text_score = to_score(raw)
+                h.bm25 = max(0.0, -float(raw)) if math.isfinite(raw) else 0.0
             else:
                 h.vector_score = to_score(raw)
             out.append(h)
@@ -361,14 +522,17 @@ class Searcher:
         # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
         # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
         sql = (
-            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
-            " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime, f.m FROM"
+            " (SELECT rowid AS rid, bm25(chunks_fts) AS r, mc_phrases(chunks_fts) AS m FROM chunks_fts"
             f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
             " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
         )
         try:
             rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
-            return self._hits(rows, "text", ranking.bm25_rank_to_score)
+            hits = self._hits([r[:9] for r in rows], "text", ranking.bm25_rank_to_score)
+            for h, r in zip(hits, rows, strict=True):
+                h.phrases = int(r[9] or 0)
+            return hits
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)
             return []
