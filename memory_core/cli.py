@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-results", "-n", type=int)
     p.add_argument("--min-score", type=float)
     p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="default: query.mode in the config (hybrid)")
+    p.add_argument("--json", action="store_true", help="the memory_search MCP tool's shape: {results, note?}")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -198,18 +199,19 @@ def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 def cmd_search(args: argparse.Namespace) -> int:
     with _searcher(args) as s:
-        results = s.search(args.query, max_results=args.max_results, min_score=args.min_score, sources=args.sources)
-        note = s.provider_note
+        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                sources=args.sources, mode=args.mode)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False))
+        print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    if not results:
+    if res.get("note"):
+        print(f"note: {res['note']}", file=sys.stderr)
+    if not res["results"]:
         print("no results")
-    for r in results:
-        print(f"{r.citation}  score {r.score:.3f}  [{r.source}]")
-        for line in r.snippet.splitlines()[:12]:
+    for r in res["results"]:
+        print(f"{r['citation']}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
+              + f"  [{r['source']}]")
+        for line in r["snippet"].splitlines()[:12]:
             print(f"    {line}")
         print()
     return EXIT_OK

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -98,6 +99,38 @@ class SearchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_agent(self) -> dict[str, Any]:
+        """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
+        source, citation``), then snake_case aliases of the line numbers and what memory-core adds
+        (``match``, ``date``, the raw side scores)."""
+        return {
+            "path": self.path, "startLine": self.start_line, "endLine": self.end_line, "score": self.score,
+            "snippet": self.snippet, "source": self.source, "citation": self.citation,
+            "start_line": self.start_line, "end_line": self.end_line, "match": self.match, "date": self.date,
+            "vector_score": self.vector_score, "text_score": self.text_score,
+        }
+
+
+AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
+                     "end_line", "match", "date", "vector_score", "text_score")
+_CITATION_RE = re.compile(r"^(?P<path>.+?)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
+_DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
+
+
+def parse_citation(ref: str) -> tuple[str, int | None, int | None]:
+    """``path``, ``./path`` or a citation ``path#L10-L20`` / ``path#L10`` -> (path, first line, line count)."""
+    ref = ref.strip()
+    start = count = None
+    m = _CITATION_RE.match(ref)
+    if m:
+        ref = m.group("path")
+        start = int(m.group("start"))
+        end = int(m.group("end") or start)
+        count = max(1, end - start + 1)
+    while ref.startswith("./"):
+        ref = ref[2:]
+    return ref, start, count
 
 
 class _Index:
@@ -302,6 +335,20 @@ class Searcher:
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
+
+    def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
+                        sources: list[str] | None = None, *, mode: str | None = None) -> dict[str, Any]:
+        """``{"results": [...], "note"?: str}``: what ``search --json`` prints and MCP returns."""
+        results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
+        out: dict[str, Any] = {"results": [r.to_agent() for r in results]}
+        notes = [self.provider_note] if self.provider_note else []
+        if not results:
+            floor = self.settings.query.min_score if min_score is None else min_score
+            notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
+                         " this well; try other words, or a lower min_score to see weaker matches")
+        if notes:
+            out["note"] = "; ".join(notes)
+        return out
 
     def candidate_count(self, max_results: int) -> int:
         """Candidates per side: ``max_results x candidate_multiplier``, at least 1, capped at 200."""
@@ -570,26 +617,37 @@ class Searcher:
 
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-        """Lines of an indexed source file. Paths outside the indexed sources are refused."""
+        """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.
+
+        ``path`` may be a citation (``path#L10-L20``: those lines unless ``from_line`` / ``lines``
+        are given) or start with ``./``. Transcripts come back as readable, redacted
+        ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
+        (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
+        Any other path outside the index is refused.
+        """
         if not isinstance(path, str) or not path.strip():
             raise PathError("path is empty")
-        path = path.strip()
+        path, cite_from, cite_lines = parse_citation(path)
+        from_line = cite_from if from_line is None else from_line
+        lines = cite_lines if lines is None and from_line == cite_from else lines
         with self._lock:
             idx = self._current()
             row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (path,)).fetchone()
+        start = max(1, int(from_line or 1))
         if row is None:
+            if _DAILY_RE.match(path) and not (self.settings.workspace_dir / path).exists():
+                return {"path": path, "text": "", "source": "memory", "from": start, "lines": 0}
             raise PathError(f"not an indexed file: {path}")
         source = row[1]
         real = resolve_indexed_path(self.settings, path)
-        start = max(1, int(from_line or 1))
         count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
         end = start + count - 1
         out: list[str] = []
         try:
             if source == "sessions":
-                from memory_core.sessions import session_lines_for_range
+                from memory_core.sessions import session_text_for_range
 
-                out = session_lines_for_range(real, start, end)
+                out = session_text_for_range(real, start, end)
             else:
                 with open(real, encoding="utf-8", errors="replace", newline="") as fh:
                     for n, line in enumerate(fh, 1):
@@ -605,7 +663,7 @@ class Searcher:
             from memory_core.redact import redact
 
             out = [redact(x) for x in out]
-        return {"path": path, "source": source, "from": start, "lines": len(out), "text": "\n".join(out)}
+        return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -329,6 +329,30 @@ def session_lines_for_range(
     return out
 
 
+def session_text_for_range(
+    path: str | os.PathLike[str],
+    start_line: int,
+    end_line: int,
+    *,
+    redact_secrets: bool = True,
+) -> list[str]:
+    """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
+    ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
+    message; other records are left out. What ``memory_get`` returns for a transcript citation."""
+    start = max(1, start_line)
+    if end_line < start:
+        return []
+    builder = _Builder(redact_secrets)
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            if line_no < start:
+                continue
+            builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+            if line_no >= end_line:
+                break
+    return builder.parts
+
+
 _SECRET_FIELD = re.compile(
     r"(?:api[_-]?key|token|secret|password|passwd|access[_-]?token|refresh[_-]?token|auth[_-]?token)$",
     re.IGNORECASE,
