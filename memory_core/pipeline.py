@@ -402,7 +402,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
             return None
         if doc.skipped:
-            warnings.append(f"{f.path}: {doc.skipped} malformed or non-message lines skipped")
+            warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
         chunks = remap_chunk_lines(chunk_markdown(doc.content, tokens, overlap), doc.line_map) \
             if doc.content else []
         lines = doc.lines
