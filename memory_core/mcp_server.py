@@ -166,7 +166,7 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                     "citation": {"type": "string"},
                     "start_line": {"type": "integer"},
                     "end_line": {"type": "integer"},
-                    "match": {"type": "string", "enum": ["keyword", "vector", "both"]},
+                    "match": {"type": "string", "enum": ["keyword", "vector", "both", "date"]},
                     "date": {"type": ["string", "null"]},
                     "vector_score": {"type": "number"},
                     "text_score": {"type": "number"},

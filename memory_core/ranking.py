@@ -418,11 +418,14 @@ def keyword_relevance(bm25: float, coverage: float, idf_total: float) -> float:
 
 def match_kind(h: Hit) -> str:
     """How a result matched: ``"both"``, ``"keyword"`` (query terms, not among the nearest
-    vectors) or ``"vector"`` (among the nearest vectors, no query term)."""
+    vectors), ``"vector"`` (among the nearest vectors, no query term) or ``"date"`` (neither:
+    written on the day the query names)."""
     kw = h.bm25 > 0
     if kw and h.in_vector:
         return "both"
-    return "keyword" if kw else "vector"
+    if kw:
+        return "keyword"
+    return "vector" if h.in_vector or h.in_keyword else "date"
 
 
 def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, vector_weight: float,

@@ -24,6 +24,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
+from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
 from memory_core.discovery import resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
 from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
@@ -42,6 +44,9 @@ SNIPPET_MAX_CHARS = 700
 MAX_CANDIDATES = 200
 MAX_GET_LINES = 2000
 MODES = ("hybrid", "vector", "keyword")
+DATE_MATCH_BONUS = 0.5
+"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5``."""
+MAX_DATED_CANDIDATES = 200
 
 # The chunk columns of the vector side's candidates, joined in the same statement as the vec0
 # KNN (a MATERIALIZED CTE, so the top k is computed before the join).
@@ -81,6 +86,7 @@ class Candidates:
     union: list[ranking.Hit] = field(default_factory=list)  # both sides, every hit with both raw scores
     calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
+    dates: DateRange | None = None  # the day(s) the query names (memory_core.dates)
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,14 @@ AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source
                      "end_line", "match", "date", "vector_score", "text_score")
 _CITATION_RE = re.compile(r"^(?P<path>.+?)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
 _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
+
+
+def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
+    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``)."""
+    if h.source != "sessions" or not h.date:
+        return ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
+    stamp = f"[{h.date.replace('T', ' ')}{' UTC' if 'T' in h.date else ''}] "
+    return stamp + ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS - len(stamp))
 
 
 def parse_citation(ref: str) -> tuple[str, int | None, int | None]:
@@ -374,6 +388,10 @@ class Searcher:
         if not query.strip():
             return Candidates(query, [], [], False)
         srcs = tuple(dict.fromkeys(sources)) if sources else None
+        dates = query_date_range(query)
+        text = dates.strip(query) if dates else query  # the words naming the day match by date
+        if not text.strip():
+            vector = keyword = False
         with self._lock:
             idx = self._current()
             provider = self._query_provider(idx) if vector else None
@@ -382,16 +400,16 @@ class Searcher:
             if keyword:
                 kw_conn = idx.keyword_conn() if (provider is not None and self.parallel) else None
                 if kw_conn is not None:
-                    pending = self._worker().submit(self._keyword_hits, idx, query, n_candidates, srcs, kw_conn)
+                    pending = self._worker().submit(self._keyword_hits, idx, text, n_candidates, srcs, kw_conn)
                 else:
-                    kw_hits = self._keyword_hits(idx, query, n_candidates, srcs)
+                    kw_hits = self._keyword_hits(idx, text, n_candidates, srcs)
             vec_hits: list[ranking.Hit] = []
             embedded = False
             qvec: np.ndarray | None = None
             try:
                 if provider is not None:
                     try:
-                        qvec = np.asarray(provider.embed_query(query[:8000]), dtype=np.float32)
+                        qvec = np.asarray(provider.embed_query(text[:8000]), dtype=np.float32)
                         vec_hits = self._vector_hits(idx, qvec, n_candidates, srcs)
                         embedded = True
                     except ProviderError as exc:
@@ -401,17 +419,70 @@ class Searcher:
             finally:
                 if pending is not None:
                     kw_hits = pending.result()
-            union, idf_total = self._complete(idx, query, qvec if embedded else None, kw_hits, vec_hits,
-                                              keyword=keyword)
+            extra = self._dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}) if dates else []
+            union, idf_total = self._complete(idx, text, qvec if embedded else None, kw_hits, vec_hits,
+                                              keyword=keyword, extra=extra)
+            for h in (*union, *kw_hits, *vec_hits):
+                if h.date is None:
+                    h.date = self._date_of(h)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
                 q.vector_calibration)
-        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total)
+        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates)
+
+    def _date_of(self, h: ranking.Hit) -> str | None:
+        real = None
+        if h.source == "sessions":
+            try:
+                real = resolve_indexed_path(self.settings, h.path)
+            except PathError:
+                real = None
+        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, real)
+
+    def _dated_hits(self, idx: _Index, dates: DateRange, sources: tuple[str, ...] | None,
+                    seen: set[int]) -> list[ranking.Hit]:
+        """Chunks written in ``dates`` that neither side found: the day's daily notes, transcript
+        chunks with a message of that day, other files modified that day (at most 200)."""
+        days = min(62, (dates.end - dates.start).days + 1)
+        daily = [f"memory/{(dates.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]
+        start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
+        end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
+        sql = ("SELECT c.rid, 0, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+               " JOIN files fl ON fl.path = c.path WHERE")
+        rows = list(idx.conn.execute(sql + f" c.path IN ({','.join('?' * len(daily))})", daily))
+        rows += idx.conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
+                                 " AND c.path NOT LIKE 'memory/____-__-__.md' LIMIT ?",
+                                 (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
+        # a transcript written on that day was last modified on or after it
+        sessions = [p for (p,) in idx.conn.execute(
+            "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
+        for p in sessions:
+            try:
+                header, stamps = transcript_dates(resolve_indexed_path(self.settings, p))
+            except PathError:
+                continue
+            lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
+            if not lines:
+                continue
+            for r in idx.conn.execute(sql + " c.path = ?", (p,)):
+                if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
+                    rows.append(r)
+        out = []
+        for r in rows:
+            if r[0] in seen or (sources and r[4] not in sources):
+                continue
+            seen.add(r[0])
+            out.append(r)
+            if len(out) >= MAX_DATED_CANDIDATES:
+                break
+        return self._hits(out, "vector", lambda _: 0.0)
 
     def _complete(self, idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
-                  vec_hits: list[ranking.Hit], *, keyword: bool = True) -> tuple[list[ranking.Hit], float]:
-        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum)."""
+                  vec_hits: list[ranking.Hit], *, keyword: bool = True,
+                  extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float]:
+        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum).
+        ``extra``: candidates found by neither side (chunks of a day the query names)."""
         for h in kw_hits:
             h.in_keyword = True
         for h in vec_hits:
@@ -426,9 +497,13 @@ class Searcher:
             else:  # found by both sides: one hit with both scores
                 other.bm25, other.text_score, other.phrases, other.in_keyword = h.bm25, h.text_score, h.phrases, True
                 h.vector_score, h.in_vector = other.vector_score, True
+        for h in extra or ():
+            by_rid.setdefault(h.rid, h)
         union = list(by_rid.values())
         conn = idx.conn
-        terms = [textsearch.fts_string(t) for t in textsearch.query_terms(query)] if keyword else []
+        words = textsearch.query_terms(query) if keyword else []
+        # a query of stop words only ("what did I do") is not matched by its words: relevance 0
+        terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
         idf_total = 0.0
         n = idx.n_chunks()
         try:
@@ -509,15 +584,22 @@ class Searcher:
         vec = cands.vector if mode != "keyword" else []
         kw = cands.keyword if mode != "vector" else []
         if q.fusion == "calibrated":
+            # the union holds both sides and the chunks of a day the query names (neither side's)
+            union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
             if mode == "hybrid":
-                pool = cands.union if cands.embedded else kw
-                vw, tw = q.normalised_weights()
-                if not cands.embedded:
-                    vw, tw = 0.0, 1.0
+                pool = union
+                vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
+            elif mode == "vector":
+                pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
             else:
-                pool, (vw, tw) = (vec, (1.0, 0.0)) if mode == "vector" else (kw, (0.0, 1.0))
+                pool, vw, tw = [h for h in union if h.in_keyword or not h.in_vector], 0.0, 1.0
             hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
                                            vector_weight=vw, text_weight=tw)
+            if cands.dates is not None:  # written on the day the query names: more relevant
+                for h in hits:
+                    if h.date is not None and h.date in cands.dates:
+                        h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
+                hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
         elif not vec or not kw:
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
                                 text_weight=1.0 if kw else 0.0)
@@ -537,7 +619,7 @@ class Searcher:
         return [
             SearchResult(
                 path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.relevance), 6),
-                snippet=ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS), source=h.source,
+                snippet=_dated_snippet(h, terms), source=h.source,
                 citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
                 vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
                 match=ranking.match_kind(h) if mode == "hybrid" else ("vector" if mode == "vector" else "keyword"),
