@@ -303,7 +303,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
                 "min_score": q.min_score if min_score is None else float(min_score),
                 "candidate_multiplier": q.candidate_multiplier, "mmr": q.mmr.lambda_ if q.mmr.enabled else None,
                 "temporal_decay_days": q.temporal_decay.half_life_days if q.temporal_decay.enabled else None,
-                "hybrid": q.hybrid,
+                "hybrid": q.hybrid, "mode": q.search_mode(),
             },
             "hybrid_used_vectors": embedded_any,
             "metrics": metrics,

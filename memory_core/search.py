@@ -589,6 +589,8 @@ class Searcher:
             if mode == "hybrid":
                 pool = union
                 vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
+                if cands.calibration.english_only and ranking.mostly_cjk(cands.query):
+                    vw, tw = 0.0, 1.0  # the model cannot read the query: its cosines are noise
             elif mode == "vector":
                 pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
             else:

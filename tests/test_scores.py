@@ -142,3 +142,35 @@ def test_keyword_relevance_is_absolute() -> None:
     assert ranking.vector_relevance(0.5, cal) == pytest.approx(0.5)
     other = ranking.Calibration.for_model("text-embedding-3-small", 0.1)
     assert other.source == "index background" and other.cos_low == pytest.approx(0.1)
+
+
+def test_search_mode_setting(tmp_path: Path) -> None:
+    """``query.hybrid = false`` means vector-only, as in the reference; ``query.mode`` names it."""
+    provider = BagOfWordsProvider(64)
+    ws = _copy(tmp_path / "ws")
+    base = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(base, provider=provider)
+    for overrides, expected in (({}, "hybrid"), ({"hybrid": False}, "vector"), ({"mode": "keyword"}, "keyword"),
+                                ({"hybrid": False, "mode": "hybrid"}, "hybrid")):
+        s = load_settings(None, {"workspace": str(ws), "provider": "none", "query": overrides})
+        assert s.query.search_mode() == expected
+        with Searcher(s, provider=provider) as searcher:
+            hits = searcher.search("pgbackrest restore point in time", min_score=0)
+        kinds = {h.match for h in hits}
+        if expected == "vector":
+            assert kinds == {"vector"} and all(h.text_score == 0 for h in hits)
+        elif expected == "keyword":
+            assert kinds == {"keyword"} and all(h.vector_score == 0 for h in hits)
+        else:
+            assert "both" in kinds
+    with pytest.raises(ConfigError, match="mode"):
+        load_settings(None, {"workspace": str(ws), "query": {"mode": "both"}})
+
+
+def test_cjk_queries_with_an_english_only_model_use_the_keyword_side(local_index: Settings) -> None:
+    with Searcher(local_index) as s:
+        for q in ("林薇 里斯本", "서버 에러 확인", "申し訳ございません"):
+            hybrid = [(h.citation, h.score) for h in s.search(q)]
+            keyword = [(h.citation, h.score) for h in s.search(q, mode="keyword")]
+            assert hybrid and hybrid == keyword, q
+    assert ranking.mostly_cjk("林薇 里斯本") and not ranking.mostly_cjk("Lisbon trip with 林薇")
