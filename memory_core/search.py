@@ -7,9 +7,11 @@ live index and no query fails during a swap: the old file stays readable until c
 
 Retrieval: keyword candidates from FTS5 (BM25) and vector candidates from sqlite-vec KNN
 (``embedding MATCH ? AND k = ?``), or an in-process numpy cosine when sqlite-vec cannot be
-loaded; each side returns ``max_results x candidate_multiplier`` candidates (capped at 200),
-fused by :func:`memory_core.ranking.fuse`, then optional temporal decay and MMR,
-overlap-aware dedupe, snippets and citations.
+loaded; each side returns ``max_results x candidate_multiplier`` candidates (capped at 200).
+Every candidate then gets both raw scores, and :func:`memory_core.ranking.fuse_calibrated` turns
+them into an absolute relevance in [0, 1] (docs/search.md, "Calibrated scores"); a query naming a
+day adds that day's chunks and prefers them (:mod:`memory_core.dates`); ``min_score`` tests the
+relevance; temporal decay and MMR reorder; overlap-aware dedupe, snippets and citations.
 """
 
 from __future__ import annotations
