@@ -368,9 +368,8 @@ KNOWN_COSINE_CALIBRATION: dict[str, tuple[float, float]] = {
 }
 """(low, high) cosine landmarks of models measured here: relevance 0 at ``low``, 1 at ``high``."""
 ENGLISH_ONLY_MODELS = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
-"""Models that cannot read Chinese, Japanese or Korean: their cosines for a CJK query are noise,
-so such a query is answered by the keyword side alone (on the example notes' 8 CJK queries the
-MiniLM vector side alone scored nDCG@10 0.29, the keyword side 0.89)."""
+"""Models that cannot read Chinese, Japanese or Korean: a mostly-CJK query is answered by the
+keyword side alone, so hybrid is exactly as good as keyword-only there (docs/search.md)."""
 _CJK_CHAR_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
