@@ -256,6 +256,11 @@ def test_eval_command_end_to_end(keyword_index: Settings, tmp_path: Path, capsys
     assert report["metrics"]["keyword"] == report["metrics"]["hybrid"]  # keyword-only index
     assert report["metrics"]["vector"] is None
     assert report["unresolved_documents"] == ["not-a-file"]
+    # the calibration check: results by score band, the share in a relevant file
+    bands = report["calibration"]
+    assert len(bands) == 10 and bands[0]["from"] == 0 and bands[-1]["to"] == 1
+    top = [b for b in bands if b["results"]][-1]
+    assert top["relevant"] == 1.0  # the 金银价格 note, the best-scored result
     assert "1 of 3 judged documents are not files of the index" in err
     rows = (tmp_path / "pq.tsv").read_text().splitlines()
     assert rows[0].split("\t")[:2] == ["side", "query-id"] and len(rows) == 1 + 3 * 2
