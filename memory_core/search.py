@@ -58,21 +58,6 @@ _ROW_SELECT = (
 )
 
 
-def _matched_phrases(api: apsw.FTS5ExtensionApi, *args: Any) -> int:
-    """FTS5 auxiliary function ``mc_phrases(chunks_fts)``: bit i set when query phrase i is in the row."""
-    mask = 0
-    for i in range(api.phrase_count):
-        if api.phrase_columns(i):
-            mask |= 1 << i
-    return mask
-
-
-def _register(conn: apsw.Connection) -> apsw.Connection:
-    with contextlib.suppress(apsw.Error, AttributeError):
-        conn.register_fts5_function("mc_phrases", _matched_phrases)
-    return conn
-
-
 def _cosine_from_distance(distance: float) -> float:
     return 1.0 - float(distance)
 
@@ -155,7 +140,7 @@ class _Index:
     def __init__(self, path: Path) -> None:
         st = os.stat(path)
         self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
-        self.conn = _register(connect_reader(path))
+        self.conn = connect_reader(path)
         try:
             # changes when another connection commits to the file (an in-place update), even one
             # that leaves its size and mtime as they were (mtime ticks are coarse on some
@@ -209,7 +194,7 @@ class _Index:
         """A second connection for the keyword side, so it can run beside the vector side."""
         if self._kw_conn is None:
             try:
-                self._kw_conn = _register(connect_reader(self._path))
+                self._kw_conn = connect_reader(self._path)
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None
@@ -497,7 +482,7 @@ class Searcher:
             if other is None:
                 by_rid[h.rid] = h
             else:  # found by both sides: one hit with both scores
-                other.bm25, other.text_score, other.phrases, other.in_keyword = h.bm25, h.text_score, h.phrases, True
+                other.bm25, other.text_score, other.in_keyword = h.bm25, h.text_score, True
                 h.vector_score, h.in_vector = other.vector_score, True
         for h in extra or ():
             by_rid.setdefault(h.rid, h)
@@ -512,24 +497,25 @@ class Searcher:
             if qvec is not None:  # the cosine of keyword-only candidates
                 missing = [h for h in union if not h.in_vector]
                 if missing:
-                    vecs = self._vectors(idx, [h.rid for h in missing])
-                    qn = qvec / (np.linalg.norm(qvec) or 1.0)
+                    cos = self._cosines(idx, qvec, [h.rid for h in missing])
                     for h in missing:
-                        v = vecs.get(h.rid)
-                        if v is not None:
-                            h.vector_score = float(v @ qn / (np.linalg.norm(v) or 1.0))
+                        h.vector_score = cos.get(h.rid, 0.0)
             match = textsearch.build_match_query(query) if keyword else None
             need = [h.rid for h in union if not h.in_keyword]
-            if match and need:  # the BM25 of vector-only candidates (row ids are ints: a literal list)
-                sql = ("SELECT rowid, bm25(chunks_fts), mc_phrases(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+            if match and need:  # the BM25 of vector candidates (row ids are ints: a literal list)
+                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
                        f" AND rowid IN ({','.join(str(int(r)) for r in need)})")
-                scores = {r: (rank, mask) for r, rank, mask in conn.execute(sql, (match,))}
-                for h in union:
-                    if not h.in_keyword and h.rid in scores:
-                        rank, mask = scores[h.rid]
-                        h.bm25 = max(0.0, -float(rank))
-                        h.text_score = ranking.bm25_rank_to_score(rank)
-                        h.phrases = int(mask or 0)
+                for rid, rank in conn.execute(sql, (match,)):
+                    h = by_rid[rid]
+                    h.bm25 = max(0.0, -float(rank))
+                    h.text_score = ranking.bm25_rank_to_score(rank)
+            matched = [h for h in union if h.bm25 > 0]
+            if terms and matched:  # which query terms each matching candidate contains
+                sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
+                       f" AND rowid IN ({','.join(str(int(h.rid)) for h in matched)})")
+                for i, t in enumerate(terms):
+                    for (rid,) in conn.execute(sql, (t,)):
+                        by_rid[rid].phrases |= 1 << i
             idfs: list[float] = []
             for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
                 df = idx.df_cache.get(t)
@@ -539,7 +525,7 @@ class Searcher:
                         idx.df_cache[t] = df
                 idfs.append(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6)
             idf_total = sum(idfs)
-            if idf_total > 0:  # phrase i of the MATCH expression is query term i
+            if idf_total > 0:
                 for h in union:
                     got = sum(idf for i, idf in enumerate(idfs) if h.phrases >> i & 1)
                     h.coverage = min(1.0, got / idf_total)
@@ -552,17 +538,28 @@ class Searcher:
         return union, idf_total
 
     @staticmethod
-    def _vectors(idx: _Index, rids: list[int]) -> dict[int, np.ndarray]:
+    def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
+        """Cosine of the query with these chunks' stored vectors (one vec0 KNN restricted to the
+        row ids: a vec0 point lookup per row reads a whole vector chunk each, ~5x slower)."""
+        lit = ",".join(str(int(r)) for r in rids)
         if idx.vec_loaded:
-            rows = [r for rid in rids for r in idx.conn.execute(
-                "SELECT rowid, embedding FROM chunks_vec WHERE rowid = ?", (rid,))]
+            sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
+            try:
+                return {int(r): 1.0 - float(d) for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+            except apsw.SQLError:  # an older sqlite-vec without rowid filters
+                rows = [r for rid in rids for r in idx.conn.execute(
+                    "SELECT rowid, embedding FROM chunks_vec WHERE rowid = ?", (rid,))]
         elif idx.has_vec_table:
             return {}
         else:
             rows = list(idx.conn.execute(
-                "SELECT rid, embedding FROM chunks WHERE rid IN (SELECT value FROM json_each(?))"
-                " AND embedding IS NOT NULL", (json.dumps(rids),)))
-        return {int(r): np.frombuffer(b, dtype="<f4") for r, b in rows}
+                f"SELECT rid, embedding FROM chunks WHERE rid IN ({lit}) AND embedding IS NOT NULL"))
+        qn = qvec / (np.linalg.norm(qvec) or 1.0)
+        out = {}
+        for r, b in rows:
+            v = np.frombuffer(b, dtype="<f4")
+            out[int(r)] = float(v @ qn / (np.linalg.norm(v) or 1.0))
+        return out
 
     parallel = True
     """Run the keyword side beside the vector side (set False to run them one after the other)."""
@@ -655,17 +652,14 @@ class Searcher:
         # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
         # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
         sql = (
-            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime, f.m FROM"
-            " (SELECT rowid AS rid, bm25(chunks_fts) AS r, mc_phrases(chunks_fts) AS m FROM chunks_fts"
+            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
+            " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
             f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
             " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
         )
         try:
             rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
-            hits = self._hits([r[:9] for r in rows], "text", ranking.bm25_rank_to_score)
-            for h, r in zip(hits, rows, strict=True):
-                h.phrases = int(r[9] or 0)
-            return hits
+            return self._hits(rows, "text", ranking.bm25_rank_to_score)
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)
             return []
