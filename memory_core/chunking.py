@@ -154,3 +154,38 @@ def remap_chunk_lines(chunks: Sequence[Chunk], line_map: Sequence[int]) -> list[
 def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash: str, model: str) -> str:
     """The reference's chunk id: sha256 of ``source:path:start:end:hash:model``."""
     return sha256_hex(f"{source}:{path}:{start_line}:{end_line}:{chunk_hash}:{model}")
+
+
+def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overlap: int) -> list[Chunk]:
+    """Re-split, at line boundaries, the chunks longer than the embedding model's input window.
+
+    Only for a provider with its own tokenizer (``piece_counts(texts)`` and ``window_pieces``:
+    the local model); others get ``chunks`` back unchanged. Chunks that fit keep the
+    reference chunker's boundaries (and so their ids and cached vectors). A chunk over the
+    window is chunked again by :func:`chunk_markdown` with a character budget scaled by
+    ``window / pieces`` (shrunk further until every part fits, overlap scaled alike), so its
+    parts still start and end on line boundaries (a single line longer than the window is cut
+    into segments, as the reference cuts any over-long line). Line numbers are the original
+    file's.
+    """
+    count = getattr(provider, "piece_counts", None)
+    window = getattr(provider, "window_pieces", None)
+    if not callable(count) or not isinstance(window, int) or window <= 8 or not chunks:
+        return list(chunks)
+    pieces = count([c.text for c in chunks])
+    out: list[Chunk] = []
+    for c, n in zip(chunks, pieces, strict=True):
+        if n <= window:
+            out.append(c)
+            continue
+        budget = tokens
+        parts = [c]
+        for _ in range(8):
+            budget = max(8, int(budget * window / n * 0.95))
+            parts = chunk_markdown(c.text, budget, overlap * budget // max(1, tokens))
+            n = max(count([p.text for p in parts]), default=0)
+            if n <= window or budget == 8:
+                break
+        off = c.start_line - 1
+        out.extend(Chunk(p.start_line + off, p.end_line + off, p.text, p.hash) for p in parts)
+    return out

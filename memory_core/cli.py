@@ -101,7 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
     p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
                    help="search only this source (repeatable; default: all the index holds)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
+                   help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
+    p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, note?}")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -275,33 +277,29 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
     with _searcher(args) as s:
-        results = s.search(args.query, max_results=args.max_results, min_score=args.min_score, sources=args.sources)
-        note = s.provider_note
+        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                sources=args.sources, mode=args.mode)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2, ensure_ascii=False))
+        print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    if not results:
+    if res.get("note"):
+        print(f"note: {res['note']}", file=sys.stderr)
+    if not res["results"]:
         print("no results")
-    for r in results:
-        print(f"{r.citation}  score {r.score:.3f}  [{r.source}]")
-        for line in r.snippet.splitlines()[:12]:
+    for r in res["results"]:
+        print(f"{r['citation']}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
+              + f"  [{r['source']}]")
+        for line in r["snippet"].splitlines()[:12]:
             print(f"    {line}")
         print()
     return EXIT_OK
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    from memory_core.discovery import parse_citation
-
-    cite = parse_citation(args.path)  # a citation as search prints it: path#L10-L20
-    from_line = args.from_line if args.from_line is not None else cite.start_line
-    lines = args.lines if args.lines is not None else cite.lines
-    with _searcher(args) as s:
-        res = s.read_file(cite.path, from_line=from_line, lines=lines)
-    if res["lines"] == 0 and (from_line or 1) > 1:
-        raise UsageError(f"line {from_line} is past the end of {res['path']}")
+    with _searcher(args) as s:  # the path may be a citation as search prints it: path#L10-L20
+        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
+    if res["lines"] == 0 and res["from"] > 1:
+        raise UsageError(f"line {res['from']} is past the end of {res['path']}")
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:

@@ -143,11 +143,13 @@ class QuerySettings(_Model):
 
     max_results: int = Field(default=6, ge=1, le=200)
     min_score: float = Field(default=ranking_defaults.DEFAULT_MIN_SCORE, ge=0, le=1)
-    hybrid: bool = True
+    hybrid: bool = True  # false: vector side only, as in the reference (same as mode = "vector")
+    mode: Literal["hybrid", "vector", "keyword"] | None = None  # default: "hybrid", or "vector" if hybrid = false
+    vector_calibration: tuple[float, float] | None = None  # (cosine of unrelated text, of a clear match)
     vector_weight: float = Field(default=ranking_defaults.DEFAULT_VECTOR_WEIGHT, ge=0)
     text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
-    fusion: Literal["minmax", "rrf"] = "minmax"
+    fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
     # what a memory_search answer hands an agent (memory_core/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
     max_injected_chars: int | None = Field(default=None, ge=1)
@@ -158,7 +160,13 @@ class QuerySettings(_Model):
     def _weights(self) -> QuerySettings:
         if self.vector_weight + self.text_weight <= 0:
             raise ValueError("query.vector_weight + query.text_weight must be > 0")
+        if self.vector_calibration is not None and not self.vector_calibration[0] < self.vector_calibration[1]:
+            raise ValueError("query.vector_calibration must be [low, high] cosines with low < high")
         return self
+
+    def search_mode(self) -> str:
+        """``mode`` if set, else ``"hybrid"`` (``"vector"`` when ``hybrid = false``, as the reference)."""
+        return self.mode or ("hybrid" if self.hybrid else "vector")
 
     def normalised_weights(self) -> tuple[float, float]:
         """(vector, text) clamped to [0, 1] and scaled to sum 1, as the reference."""

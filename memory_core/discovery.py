@@ -219,14 +219,14 @@ class Citation:
 
 
 def parse_citation(text: str) -> Citation:
-    """A path or a citation: ``memory/a.md#L10-L20`` -> ``Citation("memory/a.md", 10, 20)``;
-    anything else is a plain path."""
-    m = _CITATION.match(text.strip())
-    if m is None:
-        return Citation(text.strip())
-    start = int(m["start"])
-    end = int(m["end"]) if m["end"] else start
-    return Citation(m["path"], start, max(start, end))
+    """A path or a citation: ``memory/a.md#L10-L20`` -> ``Citation("memory/a.md", 10, 20)``
+    (``path#L10`` is one line); a leading ``./`` is dropped; anything else is a plain path."""
+    text = text.strip()
+    m = _CITATION.match(text)
+    path, start, end = (m["path"], int(m["start"]), int(m["end"] or m["start"])) if m else (text, None, None)
+    while path.startswith("./"):
+        path = path[2:]
+    return Citation(path, start, None if start is None else max(start, end or start))
 
 
 def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None) -> str:

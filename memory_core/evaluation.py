@@ -269,6 +269,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
         per_query: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
         latencies: list[float] = []
         embedded_any = False
+        scored: list[tuple[float, bool]] = []  # (score, its file is relevant) of every hybrid result
         todo = [qid for qid in judged if qid in queries]
         for i, qid in enumerate(todo, 1):
             t0 = time.perf_counter()
@@ -276,6 +277,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             results = {m: s.rank(cands, max_results=max_results, min_score=min_score, mode=m) for m in modes}
             latencies.append(time.perf_counter() - t0)
             embedded_any = embedded_any or cands.embedded
+            scored.extend((r.score, path_qrels[qid].get(r.path, 0) > 0) for r in results["hybrid"])
             for m in modes:
                 ranked = file_ranking(r.path for r in results[m])
                 runs[m][qid] = ranked
@@ -303,9 +305,10 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
                 "min_score": q.min_score if min_score is None else float(min_score),
                 "candidate_multiplier": q.candidate_multiplier, "mmr": q.mmr.lambda_ if q.mmr.enabled else None,
                 "temporal_decay_days": q.temporal_decay.half_life_days if q.temporal_decay.enabled else None,
-                "hybrid": q.hybrid,
+                "hybrid": q.hybrid, "mode": q.search_mode(),
             },
             "hybrid_used_vectors": embedded_any,
+            "calibration": calibration_table(scored),
             "metrics": metrics,
             "per_query": per_query,
             "query_ms_p50": round(statistics.median(latencies) * 1000, 2) if latencies else None,
@@ -314,6 +317,24 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
     finally:
         if own:
             s.close()
+
+
+def calibration_table(scored: Iterable[tuple[float, bool]], width: float = 0.1) -> list[dict[str, Any]]:
+    """Results by score band: how many, and the share whose file is relevant.
+
+    The check of the calibrated scores on your own labels: with absolute scores the share should
+    rise with the score, and the band below ``min_score`` should hold few relevant results (the
+    ones it would cost). Only judged queries count; an unjudged relevant file counts as not relevant.
+    """
+    n_bins = max(1, round(1 / width))
+    counts = [0] * n_bins
+    hits = [0] * n_bins
+    for score, rel in scored:
+        b = min(n_bins - 1, max(0, int(score * n_bins)))
+        counts[b] += 1
+        hits[b] += bool(rel)
+    return [{"from": round(i / n_bins, 4), "to": round((i + 1) / n_bins, 4), "results": counts[i],
+             "relevant": round(hits[i] / counts[i], 4) if counts[i] else None} for i in range(n_bins)]
 
 
 def format_report(report: Mapping[str, Any]) -> list[str]:
@@ -340,6 +361,10 @@ def format_report(report: Mapping[str, Any]) -> list[str]:
         lines.append("* keyword-only: the index has no vectors or the query provider is unavailable")
     if report["query_ms_p50"] is not None:
         lines.append(f"query time p50: {report['query_ms_p50']:.1f} ms (embedding + both sides + ranking)")
+    bands = [b for b in report.get("calibration", []) if b["results"]]
+    if bands:
+        lines += ["", "calibration check (hybrid results by score: how many, share in a relevant file):"]
+        lines += [f"  {b['from']:.1f}-{b['to']:.1f} {b['results']:>7} {b['relevant']:>8.3f}" for b in bands]
     return lines
 
 

@@ -2,8 +2,10 @@
 
 Three read-only tools over one :class:`memory_core.search.Searcher`:
 
-- ``memory_search`` (query, max_results, min_score, sources): ranked snippets with citations;
-- ``memory_get`` (path, from, lines): lines of an indexed file, with the CLI's path guard;
+- ``memory_search`` (query, maxResults, minScore, sources, mode; snake_case aliases): ranked
+  snippets with citations, in OpenClaw's result shape (``Searcher.search_response``);
+- ``memory_get`` (path or citation, from, lines) -> ``{path, text}``: lines of an indexed file,
+  with the CLI's path guard;
 - ``memory_status``: what the index holds and how search runs.
 
 The server uses the SDK's low-level :class:`mcp.server.lowlevel.Server` so the tool schemas
@@ -30,13 +32,12 @@ import anyio
 import anyio.to_thread
 import mcp_types as types
 from mcp.server.lowlevel import Server
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from memory_core.answers import shape_results
 from memory_core.backends import open_searcher
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
-from memory_core.search import MAX_GET_LINES, Searcher
+from memory_core.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
 
 log = logging.getLogger("memory_core.mcp")
@@ -45,7 +46,6 @@ SERVER_NAME = "memory-core"
 MAX_SEARCH_RESULTS = 50
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-RESULT_KEYS = ("path", "start_line", "end_line", "score", "snippet", "source", "citation")
 
 INSTRUCTIONS = (
     "Long-term memory of this agent and its user: Markdown notes (MEMORY.md, memory/*.md) and, when"
@@ -59,9 +59,10 @@ SEARCH_DESCRIPTION = (
     "Search long-term memory (Markdown notes and, if indexed, past chat transcripts) with hybrid"
     " keyword + semantic search. Use this FIRST whenever a question may depend on earlier work,"
     " decisions, dates, people, preferences or todos. Returns the best-matching snippets, each with"
-    " path, start_line/end_line, score (0-1), source and a citation 'path#Lstart-Lend'. If a snippet"
+    " path, startLine/endLine, score (0-1: how well it matches, whatever else was found), match"
+    " (keyword, vector or both), date, source and a citation 'path#Lstart-Lend'. If a snippet"
     " is not enough, call memory_get with that path and line range instead of reading whole files."
-    " No results means nothing scored above min_score: try other words or a lower min_score."
+    " No results means nothing in memory matches well (nothing reached minScore)."
 )
 
 GET_DESCRIPTION = (
@@ -82,12 +83,16 @@ STATUS_DESCRIPTION = (
 # -- argument models (validation) and the JSON schemas agents see -------------------------------
 
 class SearchArgs(BaseModel):
+    """OpenClaw's names (``maxResults``, ``minScore``) with snake_case aliases."""
+
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    max_results: int | None = Field(default=None, ge=1, le=MAX_SEARCH_RESULTS)
-    min_score: float | None = Field(default=None, ge=0, le=1)
+    max_results: int | None = Field(default=None, ge=1, le=MAX_SEARCH_RESULTS,
+                                    validation_alias=AliasChoices("maxResults", "max_results"))
+    min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
     sources: list[Literal["memory", "sessions"]] | None = Field(default=None, min_length=1)
+    mode: Literal["hybrid", "vector", "keyword"] | None = None
 
 
 class GetArgs(BaseModel):
@@ -104,15 +109,22 @@ class StatusArgs(BaseModel):
 
 def _search_input_schema(settings: Settings) -> dict[str, Any]:
     q = settings.query
+    max_results = {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS,
+                   "description": f"Most results to return (default {q.max_results})."}
+    min_score = {"type": "number", "minimum": 0, "maximum": 1,
+                 "description": f"Drop results whose relevance is below this (default {q.min_score})."}
     return {
         "type": "object",
         "properties": {
             "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
                       "description": "What to recall, in natural language or keywords."},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS,
-                            "description": f"Most results to return (default {q.max_results})."},
-            "min_score": {"type": "number", "minimum": 0, "maximum": 1,
-                          "description": f"Drop results scoring below this (default {q.min_score})."},
+            "maxResults": max_results,
+            "minScore": min_score,
+            "max_results": {**max_results, "description": "Alias of maxResults."},
+            "min_score": {**min_score, "description": "Alias of minScore."},
+            "mode": {"type": "string", "enum": list(MODES),
+                     "description": f"hybrid (keywords + meaning), vector (meaning only) or keyword (words only);"
+                                    f" default {q.search_mode()}."},
             "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
                         "items": {"type": "string", "enum": ["memory", "sessions"]},
                         "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts)."
@@ -127,7 +139,8 @@ GET_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string", "minLength": 1,
-                 "description": "Indexed path exactly as in a search result, e.g. 'memory/2026-11-02.md'."},
+                 "description": "Indexed path or citation from a search result, e.g. 'memory/2026-11-02.md' or"
+                                " 'memory/2026-11-02.md#L10-L20' (then those lines)."},
         "from": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)."},
         "lines": {"type": "integer", "minimum": 1, "maximum": MAX_GET_LINES,
                   "description": f"Number of lines to return (default and maximum {MAX_GET_LINES})."},
@@ -147,14 +160,20 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "path": {"type": "string"},
-                    "start_line": {"type": "integer"},
-                    "end_line": {"type": "integer"},
+                    "startLine": {"type": "integer"},
+                    "endLine": {"type": "integer"},
                     "score": {"type": "number"},
                     "snippet": {"type": "string"},
                     "source": {"type": "string"},
                     "citation": {"type": "string"},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                    "match": {"type": "string", "enum": ["keyword", "vector", "both", "date"]},
+                    "date": {"type": ["string", "null"]},
+                    "vector_score": {"type": "number"},
+                    "text_score": {"type": "number"},
                 },
-                "required": list(RESULT_KEYS),
+                "required": list(AGENT_RESULT_KEYS),
             },
         },
         "note": {"type": "string"},
@@ -166,12 +185,12 @@ GET_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "path": {"type": "string"},
+        "text": {"type": "string"},
         "source": {"type": "string"},
         "from": {"type": "integer"},
         "lines": {"type": "integer"},
-        "text": {"type": "string"},
     },
-    "required": ["path", "source", "from", "lines", "text"],
+    "required": ["path", "text"],
 }
 
 STATUS_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -221,19 +240,10 @@ class MemoryTools:
         a = SearchArgs.model_validate(arguments)
         self.sync.on_search()
         with self._lock:
-            hits = self.searcher.search(a.query, max_results=a.max_results, min_score=a.min_score,
-                                        sources=list(dict.fromkeys(a.sources)) if a.sources else None)
-            note = self.searcher.provider_note
-        shaped = shape_results([{k: d[k] for k in RESULT_KEYS} for d in (h.to_dict() for h in hits)], self.settings)
-        results = shaped.results
-        out: dict[str, Any] = {"results": results}
-        notes = [n for n in (note, shaped.note) if n]
-        if not results:
-            min_score = self.settings.query.min_score if a.min_score is None else a.min_score
-            notes.append(f"no results scored at least {min_score}; try other words or a lower min_score")
-        if notes:
-            out["note"] = "; ".join(notes)
-        return out
+            # the same answer as `search --json`: shaped (citations mode, injection budget) there
+            return self.searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
+                                                 sources=list(dict.fromkeys(a.sources)) if a.sources else None,
+                                                 mode=a.mode)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)

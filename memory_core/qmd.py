@@ -514,8 +514,9 @@ class QmdSearcher(Searcher):
         return results[:max_results]
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
-               sources: list[str] | None = None, *, mode: str = "hybrid") -> list[SearchResult]:
-        if mode != "hybrid" or not (query or "").strip():
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[SearchResult]:
+        mode = self.settings.query.search_mode() if mode is None else mode
+        if mode != "hybrid" or not (query or "").strip():  # qmd answers hybrid searches; the rest is builtin
             return super().search(query, max_results, min_score, sources, mode=mode)
         n = self.settings.query.max_results if max_results is None else max(1, int(max_results))
         t0 = time.time()

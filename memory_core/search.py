@@ -7,9 +7,11 @@ live index and no query fails during a swap: the old file stays readable until c
 
 Retrieval: keyword candidates from FTS5 (BM25) and vector candidates from sqlite-vec KNN
 (``embedding MATCH ? AND k = ?``), or an in-process numpy cosine when sqlite-vec cannot be
-loaded; each side returns ``max_results x candidate_multiplier`` candidates (capped at 200),
-fused by :func:`memory_core.ranking.fuse`, then optional temporal decay and MMR,
-overlap-aware dedupe, snippets and citations.
+loaded; each side returns ``max_results x candidate_multiplier`` candidates (capped at 200).
+Every candidate then gets both raw scores, and :func:`memory_core.ranking.fuse_calibrated` turns
+them into an absolute relevance in [0, 1] (docs/search.md, "Calibrated scores"); a query naming a
+day adds that day's chunks and prefers them (:mod:`memory_core.dates`); ``min_score`` tests the
+relevance; temporal decay and MMR reorder; overlap-aware dedupe, snippets and citations.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,8 @@ import numpy as np
 
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
-from memory_core.discovery import resolve_indexed_path
+from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
+from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
 from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
 
@@ -41,6 +46,9 @@ SNIPPET_MAX_CHARS = 700
 MAX_CANDIDATES = 200
 MAX_GET_LINES = 2000
 MODES = ("hybrid", "vector", "keyword")
+DATE_MATCH_BONUS = 0.5
+"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5``."""
+MAX_DATED_CANDIDATES = 200
 
 # The chunk columns of the vector side's candidates, joined in the same statement as the vec0
 # KNN (a MATERIALIZED CTE, so the top k is computed before the join).
@@ -63,6 +71,10 @@ class Candidates:
     keyword: list[ranking.Hit]
     vector: list[ranking.Hit]
     embedded: bool  # the query was embedded (the vector side ran)
+    union: list[ranking.Hit] = field(default_factory=list)  # both sides, every hit with both raw scores
+    calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
+    idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
+    dates: DateRange | None = None  # the day(s) the query names (memory_core.dates)
 
 
 @dataclass(frozen=True)
@@ -76,9 +88,35 @@ class SearchResult:
     citation: str
     vector_score: float = 0.0
     text_score: float = 0.0
+    match: str = "vector"  # how it matched: "keyword", "vector" or "both"
+    date: str | None = None  # ISO date the chunk was written, when known
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_agent(self) -> dict[str, Any]:
+        """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
+        source, citation``), then snake_case aliases of the line numbers and what memory-core adds
+        (``match``, ``date``, the raw side scores)."""
+        return {
+            "path": self.path, "startLine": self.start_line, "endLine": self.end_line, "score": self.score,
+            "snippet": self.snippet, "source": self.source, "citation": self.citation,
+            "start_line": self.start_line, "end_line": self.end_line, "match": self.match, "date": self.date,
+            "vector_score": self.vector_score, "text_score": self.text_score,
+        }
+
+
+AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
+                     "end_line", "match", "date", "vector_score", "text_score")
+_DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
+
+
+def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
+    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``)."""
+    if h.source != "sessions" or not h.date:
+        return ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
+    stamp = f"[{h.date.replace('T', ' ')}{' UTC' if 'T' in h.date else ''}] "
+    return stamp + ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS - len(stamp))
 
 
 class _Index:
@@ -105,6 +143,37 @@ class _Index:
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
+        self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self._n_chunks: int | None = None
+        self._background: float | None = None
+
+    def n_chunks(self) -> int:
+        if self._n_chunks is None:
+            self._n_chunks = int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        return self._n_chunks
+
+    def background_cosine(self) -> float | None:
+        """Mean cosine of up to 256 spread-out pairs of chunk vectors (the calibration of models
+        without a measured table entry), computed once per opened file."""
+        if self._background is None:
+            try:
+                if self.vec_loaded:
+                    rows = self.conn.execute("SELECT embedding FROM chunks_vec WHERE rowid % 7 = 0 LIMIT 512").fetchall()
+                    if len(rows) < 16:
+                        rows = self.conn.execute("SELECT embedding FROM chunks_vec LIMIT 512").fetchall()
+                else:
+                    rows = self.conn.execute(
+                        "SELECT embedding FROM chunks WHERE embedding IS NOT NULL LIMIT 512").fetchall()
+            except apsw.Error:
+                rows = []
+            if len(rows) < 2:
+                return None
+            m = np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), -1).copy()
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            g = m @ m.T
+            n = len(m)
+            self._background = float((g.sum() - np.trace(g)) / (n * (n - 1)))
+        return self._background
 
     def keyword_conn(self) -> apsw.Connection | None:
         """A second connection for the keyword side, so it can run beside the vector side."""
@@ -236,20 +305,39 @@ class Searcher:
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
-               sources: list[str] | None = None, *, mode: str = "hybrid") -> list[SearchResult]:
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[SearchResult]:
         """Ranked results for ``query``.
 
-        ``mode``: ``"hybrid"`` (default: both sides when the index has vectors and the query can be
-        embedded, else keyword-only), ``"vector"`` or ``"keyword"`` (one side alone, for
-        evaluation and debugging; the rest of the pipeline is the same).
+        ``mode``: ``"hybrid"`` (both sides when the index has vectors and the query can be
+        embedded, else keyword-only), ``"vector"`` or ``"keyword"`` (one side alone; the rest of the
+        pipeline is the same). Default: the configured ``query.mode`` (see
+        :meth:`QuerySettings.search_mode`).
         """
+        q = self.settings.query
+        mode = q.search_mode() if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        q = self.settings.query
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
+
+    def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
+                        sources: list[str] | None = None, *, mode: str | None = None) -> dict[str, Any]:
+        """``{"results": [...], "note"?: str}``: what ``search --json`` prints and MCP returns."""
+        from memory_core.answers import shape_results
+
+        results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
+        shaped = shape_results([r.to_agent() for r in results], self.settings)  # citations mode, budget
+        out: dict[str, Any] = {"results": shaped.results}
+        notes = [n for n in (self.provider_note, shaped.note) if n]
+        if not results:
+            floor = self.settings.query.min_score if min_score is None else min_score
+            notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
+                         " this well; try other words, or a lower min_score to see weaker matches")
+        if notes:
+            out["note"] = "; ".join(notes)
+        return out
 
     def candidate_count(self, max_results: int) -> int:
         """Candidates per side: ``max_results x candidate_multiplier``, at least 1, capped at 200."""
@@ -265,37 +353,201 @@ class Searcher:
         the KNN (SQLite and the model release the GIL), so a hybrid query costs about the slower
         side, not the sum. Calls are serialised per searcher (one apsw connection must not run
         two statements at once).
+
+        Then every candidate gets both raw scores, so its calibrated score is absolute: the
+        cosine of keyword candidates (their stored vectors), the BM25 of vector candidates (FTS5
+        restricted to their row ids), each candidate's IDF coverage of the query terms, and the
+        query terms' IDF sum (:func:`memory_core.ranking.keyword_relevance`).
         """
         query = (query or "").replace("\x00", " ")
         if not query.strip():
             return Candidates(query, [], [], False)
         srcs = tuple(dict.fromkeys(sources)) if sources else None
+        dates = query_date_range(query)
+        text = dates.strip(query) if dates else query  # the words naming the day match by date
+        if not text.strip():
+            vector = keyword = False
         with self._lock:
             idx = self._current()
-            provider = self._query_provider(idx) if (vector and self.settings.query.hybrid) else None
+            provider = self._query_provider(idx) if vector else None
             pending: Future[list[ranking.Hit]] | None = None
             kw_hits: list[ranking.Hit] = []
             if keyword:
                 kw_conn = idx.keyword_conn() if (provider is not None and self.parallel) else None
                 if kw_conn is not None:
-                    pending = self._worker().submit(self._keyword_hits, idx, query, n_candidates, srcs, kw_conn)
+                    pending = self._worker().submit(self._keyword_hits, idx, text, n_candidates, srcs, kw_conn)
                 else:
-                    kw_hits = self._keyword_hits(idx, query, n_candidates, srcs)
+                    kw_hits = self._keyword_hits(idx, text, n_candidates, srcs)
             vec_hits: list[ranking.Hit] = []
             embedded = False
+            qvec: np.ndarray | None = None
             try:
                 if provider is not None:
                     try:
-                        qvec = np.asarray(provider.embed_query(query[:8000]), dtype=np.float32)
+                        qvec = np.asarray(provider.embed_query(text[:8000]), dtype=np.float32)
                         vec_hits = self._vector_hits(idx, qvec, n_candidates, srcs)
                         embedded = True
                     except ProviderError as exc:
                         self.provider_note = f"query embedding failed ({exc}); keyword-only results"
                         log.warning("%s", self.provider_note)
+                        qvec = None
             finally:
                 if pending is not None:
                     kw_hits = pending.result()
-        return Candidates(query, kw_hits, vec_hits, embedded)
+            extra = self._dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}) if dates else []
+            union, idf_total = self._complete(idx, text, qvec if embedded else None, kw_hits, vec_hits,
+                                              keyword=keyword, extra=extra)
+            for h in (*union, *kw_hits, *vec_hits):
+                if h.date is None:
+                    h.date = self._date_of(h)
+            q = self.settings.query
+            cal = ranking.Calibration.for_model(
+                (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
+                q.vector_calibration)
+        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates)
+
+    def _date_of(self, h: ranking.Hit) -> str | None:
+        real = None
+        if h.source == "sessions":
+            try:
+                real = resolve_indexed_path(self.settings, h.path)
+            except PathError:
+                real = None
+        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, real)
+
+    def _dated_hits(self, idx: _Index, dates: DateRange, sources: tuple[str, ...] | None,
+                    seen: set[int]) -> list[ranking.Hit]:
+        """Chunks written in ``dates`` that neither side found: the day's daily notes, transcript
+        chunks with a message of that day, other files modified that day (at most 200)."""
+        days = min(62, (dates.end - dates.start).days + 1)
+        daily = [f"memory/{(dates.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]
+        start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
+        end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
+        sql = ("SELECT c.rid, 0, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+               " JOIN files fl ON fl.path = c.path WHERE")
+        rows = list(idx.conn.execute(sql + f" c.path IN ({','.join('?' * len(daily))})", daily))
+        rows += idx.conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
+                                 " AND c.path NOT LIKE 'memory/____-__-__.md' LIMIT ?",
+                                 (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
+        # a transcript written on that day was last modified on or after it
+        sessions = [p for (p,) in idx.conn.execute(
+            "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
+        for p in sessions:
+            try:
+                header, stamps = transcript_dates(resolve_indexed_path(self.settings, p))
+            except PathError:
+                continue
+            lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
+            if not lines:
+                continue
+            for r in idx.conn.execute(sql + " c.path = ?", (p,)):
+                if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
+                    rows.append(r)
+        out = []
+        for r in rows:
+            if r[0] in seen or (sources and r[4] not in sources):
+                continue
+            seen.add(r[0])
+            out.append(r)
+            if len(out) >= MAX_DATED_CANDIDATES:
+                break
+        return self._hits(out, "vector", lambda _: 0.0)
+
+    def _complete(self, idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
+                  vec_hits: list[ranking.Hit], *, keyword: bool = True,
+                  extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float]:
+        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum).
+        ``extra``: candidates found by neither side (chunks of a day the query names)."""
+        for h in kw_hits:
+            h.in_keyword = True
+        for h in vec_hits:
+            h.in_vector = True
+        by_rid: dict[int, ranking.Hit] = {}
+        for h in vec_hits:
+            by_rid.setdefault(h.rid, h)
+        for h in kw_hits:
+            other = by_rid.get(h.rid)
+            if other is None:
+                by_rid[h.rid] = h
+            else:  # found by both sides: one hit with both scores
+                other.bm25, other.text_score, other.in_keyword = h.bm25, h.text_score, True
+                h.vector_score, h.in_vector = other.vector_score, True
+        for h in extra or ():
+            by_rid.setdefault(h.rid, h)
+        union = list(by_rid.values())
+        conn = idx.conn
+        words = textsearch.query_terms(query) if keyword else []
+        # a query of stop words only ("what did I do") is not matched by its words: relevance 0
+        terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
+        idf_total = 0.0
+        n = idx.n_chunks()
+        try:
+            if qvec is not None:  # the cosine of keyword-only candidates
+                missing = [h for h in union if not h.in_vector]
+                if missing:
+                    cos = self._cosines(idx, qvec, [h.rid for h in missing])
+                    for h in missing:
+                        h.vector_score = cos.get(h.rid, 0.0)
+            match = textsearch.build_match_query(query) if keyword else None
+            need = [h.rid for h in union if not h.in_keyword]
+            if match and need:  # the BM25 of vector candidates (row ids are ints: a literal list)
+                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                       f" AND rowid IN ({','.join(str(int(r)) for r in need)})")
+                for rid, rank in conn.execute(sql, (match,)):
+                    h = by_rid[rid]
+                    h.bm25 = max(0.0, -float(rank))
+                    h.text_score = ranking.bm25_rank_to_score(rank)
+            matched = [h for h in union if h.bm25 > 0]
+            if terms and matched:  # which query terms each matching candidate contains
+                sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
+                       f" AND rowid IN ({','.join(str(int(h.rid)) for h in matched)})")
+                for i, t in enumerate(terms):
+                    for (rid,) in conn.execute(sql, (t,)):
+                        by_rid[rid].phrases |= 1 << i
+            idfs: list[float] = []
+            for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
+                df = idx.df_cache.get(t)
+                if df is None:
+                    df = int(conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0])
+                    if len(idx.df_cache) < 10_000:
+                        idx.df_cache[t] = df
+                idfs.append(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6)
+            idf_total = sum(idfs)
+            if idf_total > 0:
+                for h in union:
+                    got = sum(idf for i, idf in enumerate(idfs) if h.phrases >> i & 1)
+                    h.coverage = min(1.0, got / idf_total)
+        except apsw.SQLError as exc:  # never let query text break search
+            log.warning("scoring the candidates failed (%s); partial scores", exc)
+        for h in (*kw_hits, *vec_hits):  # the side lists share the union's scores
+            u = by_rid[h.rid]
+            if u is not h:
+                h.vector_score, h.bm25, h.coverage = u.vector_score, u.bm25, u.coverage
+        return union, idf_total
+
+    @staticmethod
+    def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
+        """Cosine of the query with these chunks' stored vectors (one vec0 KNN restricted to the
+        row ids: a vec0 point lookup per row reads a whole vector chunk each, ~5x slower)."""
+        lit = ",".join(str(int(r)) for r in rids)
+        if idx.vec_loaded:
+            sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
+            try:
+                return {int(r): 1.0 - float(d) for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+            except apsw.SQLError:  # an older sqlite-vec without rowid filters
+                rows = [r for rid in rids for r in idx.conn.execute(
+                    "SELECT rowid, embedding FROM chunks_vec WHERE rowid = ?", (rid,))]
+        elif idx.has_vec_table:
+            return {}
+        else:
+            rows = list(idx.conn.execute(
+                f"SELECT rid, embedding FROM chunks WHERE rid IN ({lit}) AND embedding IS NOT NULL"))
+        qn = qvec / (np.linalg.norm(qvec) or 1.0)
+        out = {}
+        for r, b in rows:
+            v = np.frombuffer(b, dtype="<f4")
+            out[int(r)] = float(v @ qn / (np.linalg.norm(v) or 1.0))
+        return out
 
     parallel = True
     """Run the keyword side beside the vector side (set False to run them one after the other)."""
@@ -307,25 +559,47 @@ class Searcher:
 
     def rank(self, cands: Candidates, *, max_results: int | None = None, min_score: float | None = None,
              mode: str = "hybrid") -> list[SearchResult]:
-        """Fuse, decay, threshold, dedupe, diversify and cut ``cands``; make snippets and citations.
+        """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
 
-        ``mode="vector"`` / ``"keyword"`` rank one side alone (its score is that side's fused
-        score with weight 1). Pure given the candidates: evaluation replays it per setting.
+        ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
+        MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
+        Pure given the candidates: evaluation replays it per setting.
         """
         q = self.settings.query
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         min_score = q.min_score if min_score is None else float(min_score)
         vec = cands.vector if mode != "keyword" else []
         kw = cands.keyword if mode != "vector" else []
-        if not vec or not kw:
+        if q.fusion == "calibrated":
+            # the union holds both sides and the chunks of a day the query names (neither side's)
+            union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
+            if mode == "hybrid":
+                pool = union
+                vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
+                if cands.calibration.english_only and ranking.mostly_cjk(cands.query):
+                    vw, tw = 0.0, 1.0  # the model cannot read the query: its cosines are noise
+            elif mode == "vector":
+                pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
+            else:
+                pool, vw, tw = [h for h in union if h.in_keyword or not h.in_vector], 0.0, 1.0
+            hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
+                                           vector_weight=vw, text_weight=tw)
+            if cands.dates is not None:  # written on the day the query names: more relevant
+                for h in hits:
+                    if h.date is not None and h.date in cands.dates:
+                        h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
+                hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
+        elif not vec or not kw:
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
                                 text_weight=1.0 if kw else 0.0)
         else:
             vw, tw = q.normalised_weights()
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
+        hits = [h for h in hits if h.score >= min_score]  # relevance, before decay
+        for h in hits:
+            h.relevance = h.score
         if q.temporal_decay.enabled:
             hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time())
-        hits = [h for h in hits if h.score >= min_score]
         hits = ranking.dedupe_overlapping(hits)
         if q.mmr.enabled:
             hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
@@ -333,10 +607,12 @@ class Searcher:
         terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
         return [
             SearchResult(
-                path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.score), 6),
-                snippet=ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS), source=h.source,
+                path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.relevance), 6),
+                snippet=_dated_snippet(h, terms), source=h.source,
                 citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
                 vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
+                match=ranking.match_kind(h) if mode == "hybrid" else ("vector" if mode == "vector" else "keyword"),
+                date=h.date,
             )
             for h in hits
         ]
@@ -344,11 +620,12 @@ class Searcher:
     @staticmethod
     def _hits(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
         out = []
-        for _rid, raw, cid, path, source, start, end, text, mtime in rows:
+        for rid, raw, cid, path, source, start, end, text, mtime in rows:
             h = ranking.Hit(id=cid, path=path, source=source, start_line=start, end_line=end, text=text,
-                            mtime_ms=mtime)
+                            mtime_ms=mtime, rid=rid)
             if side == "text":
                 h.text_score = to_score(raw)
+                h.bm25 = max(0.0, -float(raw)) if math.isfinite(raw) else 0.0
             else:
                 h.vector_score = to_score(raw)
             out.append(h)
@@ -408,22 +685,34 @@ class Searcher:
 
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-        """Lines of an indexed source file. Paths outside the indexed sources are refused."""
+        """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.
+
+        ``path`` may be a citation (``path#L10-L20``: those lines unless ``from_line`` / ``lines``
+        are given) or start with ``./``. Transcripts come back as readable, redacted
+        ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
+        (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
+        Any other path outside the index is refused.
+        """
         if not isinstance(path, str) or not path.strip():
             raise PathError("path is empty")
-        path = path.strip()
+        cite = parse_citation(path)
+        path = cite.path
+        from_line = cite.start_line if from_line is None else from_line
+        lines = cite.lines if lines is None and from_line == cite.start_line else lines
         with self._lock:
             idx = self._current()
             row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (path,)).fetchone()
-        if row is None:
-            raise PathError(f"not an indexed file: {path}")
-        source = row[1]
+        start = max(1, int(from_line or 1))
         from memory_core.indexmeta import IndexRecord
 
         record = IndexRecord.from_meta(idx.meta) if idx.meta else None
         where = record.reader_settings(self.settings) if record else self.settings  # the index's own workspace
+        if row is None:
+            if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
+                return {"path": path, "text": "", "source": "memory", "from": start, "lines": 0}
+            raise PathError(f"not an indexed file: {path}")
+        source = row[1]
         resolve_indexed_path(where, path)
-        start = max(1, int(from_line or 1))
         count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
         end = start + count - 1
         from memory_core.safeio import open_indexed
@@ -432,9 +721,9 @@ class Searcher:
         out: list[str] = []
         try:
             if source == "sessions":
-                from memory_core.sessions import session_lines_for_range
+                from memory_core.sessions import session_text_for_range
 
-                out = session_lines_for_range(real, start, end)
+                out = session_text_for_range(real, start, end)
             else:
                 with open(real, encoding="utf-8", errors="replace", newline="") as fh:
                     for n, line in enumerate(fh, 1):
@@ -450,7 +739,7 @@ class Searcher:
             from memory_core.redact import redact_lines
 
             out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
-        return {"path": path, "source": source, "from": start, "lines": len(out), "text": "\n".join(out)}
+        return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
 
     # -- status ---------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

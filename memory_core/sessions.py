@@ -82,8 +82,9 @@ class SessionDoc:
         messages: number of kept messages (== ``len(line_map)``).
         bytes_read: bytes consumed from the file (for delta tracking; the file size at
             parse time when nothing was appended meanwhile).
-        skipped: non-blank lines that were not kept (invalid JSON, other record types
-            or roles, empty text, oversized lines).
+        skipped: malformed lines: not valid JSON, or oversized. Session headers, other record
+            types, other roles and empty messages are valid records that are simply not indexed
+            and do not count (the header is in every transcript; a warning for it is noise).
         lines: JSONL lines seen (a final line without ``"\\n"`` counts too).
         oversized: lines skipped because they exceeded ``max_line_bytes``.
         redacted: whether redaction was applied to the message texts.
@@ -144,6 +145,14 @@ def extract_session_text(content: Any) -> str | None:
     return " ".join(parts) if parts else None
 
 
+def _is_json(line: str | bytes) -> bool:
+    try:
+        json.loads(line, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
 def _reject_constant(name: str) -> Any:
     # JSON.parse rejects NaN/Infinity; mirror it so the same lines are skipped.
     raise ValueError(f"invalid JSON constant {name}")
@@ -169,7 +178,7 @@ class _Builder:
         # Fast reject: a record whose "type" is "message" must contain the literal
         # "message" string, unless written with \u escapes.
         if '"message"' not in line and "\\u" not in line:
-            self.skipped += 1
+            self.skipped += not _is_json(line)  # a session header or other record: not malformed
             return
         try:
             record = json.loads(line, parse_constant=_reject_constant)
@@ -177,20 +186,16 @@ class _Builder:
             self.skipped += 1
             return
         if not isinstance(record, dict) or record.get("type") != "message":
-            self.skipped += 1
-            return
+            return  # a known non-message record (session header, custom, ...)
         message = record.get("message")
         if not isinstance(message, dict):
-            self.skipped += 1
             return
         role = message.get("role")
         label = _ROLE_LABELS.get(role) if isinstance(role, str) else None
         if label is None:
-            self.skipped += 1
-            return
+            return  # tool results, system messages: valid records, not indexed
         text = extract_session_text(message.get("content"))
         if not text:
-            self.skipped += 1
             return
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
@@ -262,7 +267,7 @@ def parse_session_file(
             # Cheap byte-level rejects before decoding (same rule as _Builder.feed).
             if b'"message"' not in raw and b"\\u" not in raw:
                 if raw.strip():
-                    builder.skipped += 1
+                    builder.skipped += not _is_json(raw)
                 continue
             builder.feed(line_no, raw.decode("utf-8", errors="replace"))
         bytes_read = f.tell()
@@ -327,6 +332,30 @@ def session_lines_for_range(
             if line_no >= end_line:
                 break
     return out
+
+
+def session_text_for_range(
+    path: str | os.PathLike[str],
+    start_line: int,
+    end_line: int,
+    *,
+    redact_secrets: bool = True,
+) -> list[str]:
+    """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
+    ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
+    message; other records are left out. What ``memory_get`` returns for a transcript citation."""
+    start = max(1, start_line)
+    if end_line < start:
+        return []
+    builder = _Builder(redact_secrets)
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            if line_no < start:
+                continue
+            builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+            if line_no >= end_line:
+                break
+    return builder.parts
 
 
 _SECRET_FIELD = re.compile(

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import chunk_markdown, remap_chunk_lines
+from memory_core.chunking import chunk_markdown, fit_to_window, remap_chunk_lines
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
@@ -241,9 +241,9 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
             return None
         if doc.skipped:
-            warnings.append(f"{f.path}: {doc.skipped} malformed or non-message lines skipped")
-        chunks = remap_chunk_lines(chunk_markdown(doc.content, tokens, overlap), doc.line_map) \
-            if doc.content else []
+            warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
+        chunks = remap_chunk_lines(fit_to_window(chunk_markdown(doc.content, tokens, overlap), provider, tokens,
+                                                 overlap), doc.line_map) if doc.content else []
         lines = doc.lines
     else:
         got = _read_markdown(f, warnings)
@@ -253,7 +253,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         digest = digest or read_digest
         if should_redact("memory", settings.redact):
             text = redact_lines(text)  # line count kept; PEM blocks across lines too
-        chunks = chunk_markdown(text, tokens, overlap)
+        chunks = fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap)
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).
     seen_keys: set[tuple[int, int, str]] = set()

@@ -539,7 +539,7 @@ def query_terms(query: str, *, drop_stop_words: bool = True) -> list[str]:
     return _collect_terms(query, drop_stop_words)
 
 
-def _fts_string(term: str) -> str:
+def fts_string(term: str) -> str:
     segmented = " ".join(segment_for_index(term).split())
     return '"' + segmented.replace('"', '""') + '"'
 
@@ -568,7 +568,7 @@ def build_match_query(query: str, *, mode: str = "any", drop_stop_words: bool = 
     if not terms:
         return None
     joiner = " OR " if mode == "any" else " AND "
-    return joiner.join(_fts_string(t) for t in terms)
+    return joiner.join(fts_string(t) for t in terms)
 
 
 # ---------------------------------------------------------------------------------------------

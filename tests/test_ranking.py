@@ -11,7 +11,6 @@ from datetime import UTC, date, datetime
 import pytest
 
 from memory_core.ranking import (
-    DEFAULT_MIN_SCORE,
     SNIPPET_MAX_CHARS,
     Hit,
     apply_temporal_decay,
@@ -28,6 +27,8 @@ from memory_core.ranking import (
     temporal_decay_multiplier,
 )
 from memory_core.textsearch import keyword_tokens, query_terms
+
+MINMAX_FLOOR = 0.2  # the noise floor the min-max fusion was designed for (its former default min_score)
 
 
 def hit(
@@ -179,7 +180,7 @@ def test_fuse_rrf_rescaled() -> None:
     assert by_id["d"] == pytest.approx(0.3 * 61 / 63)
     assert all(0.0 <= s <= 1.0 for s in by_id.values())
     # raw RRF would be ~0.016; rescaled scores make min_score usable
-    assert sum(s >= DEFAULT_MIN_SCORE for s in by_id.values()) == 4
+    assert sum(s >= MINMAX_FLOOR for s in by_id.values()) == 4
     # vector-only rank 1 equals the vector weight (default weights 0.5 / 0.5)
     assert fuse([hit("x", v=0.1)], [hit("y", t=0.1)], method="rrf")[0].score == pytest.approx(0.5)
     assert fuse([hit("x", v=0.1)], [hit("y", t=0.1)], method="rrf", vector_weight=0.7,
@@ -265,7 +266,7 @@ def test_default_min_score_keeps_good_hits(model: str) -> None:
         m = MODELS[model]
         pool = synthetic_pool(rng, m["background"], m["relevant"])
         fused = fuse(pool, KEYWORD_HITS)
-        kept = {h.id for h in fused if h.score >= DEFAULT_MIN_SCORE}
+        kept = {h.id for h in fused if h.score >= MINMAX_FLOOR}
         # all three relevant docs (two with keyword support, one vector-only) and the best
         # keyword hit (not a vector candidate) survive; the bottom of the pool does not
         assert {"d0", "d1", "d2", "kw_only"} <= kept
@@ -303,7 +304,7 @@ def test_min_score_never_empties_a_list() -> None:
         for v, k in ((vec, kw), (vec, []), ([], kw)):
             fused = fuse(v, k)
             if fused:
-                assert fused[0].score >= DEFAULT_MIN_SCORE
+                assert fused[0].score >= MINMAX_FLOOR
                 assert all(0.0 <= h.score <= 1.0 for h in fused)
 
 

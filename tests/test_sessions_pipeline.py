@@ -60,7 +60,8 @@ def test_citations_resolve_to_jsonl_lines_and_source_filter(workspace):
         first = json.loads(lines[top.start_line - 1])
         assert first["type"] == "message"
         got = searcher.read_file(top.path, from_line=top.start_line, lines=top.end_line - top.start_line + 1)
-        assert got["text"].split("\n")[0] == lines[top.start_line - 1]
+        # readable messages, not JSONL: the first cited line is the first cited message
+        assert got["text"].split("\n")[0] == "User: " + first["message"]["content"]
         only_memory = searcher.search("Sintra tickets", sources=["memory"], min_score=0)
         assert all(r.source == "memory" for r in only_memory)
 

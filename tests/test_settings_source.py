@@ -155,7 +155,7 @@ def every_hit_readable(capsys: pytest.CaptureFixture[str], where: list[str], tol
     for q in ("deploy checklist rollback", "502 connections", INSIDE_WORD, OUTSIDE_WORD):
         rc, out, err = cli(capsys, "search", q, *where, "--json", "-n", "8")
         assert rc == 0, err
-        found = json.loads(out)
+        found = json.loads(out)["results"]  # the memory_search shape: {results, note?}
         assert found, q
         hits += found
     paths = {h["path"] for h in hits}

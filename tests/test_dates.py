@@ -1,0 +1,124 @@
+"""Chunk dates (daily notes, transcripts, other files) and queries that name a day."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from tests.conftest import EXAMPLES
+
+TODAY = date(2026, 11, 26)  # a Thursday
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what did we decide on 2026-09-04?", (date(2026, 9, 4), date(2026, 9, 4))),
+        ("what did we decide on 4 December?", (date(2025, 12, 4), date(2025, 12, 4))),  # latest past one
+        ("notes from Nov 2nd", (date(2026, 11, 2), date(2026, 11, 2))),
+        ("September 4, 2026 incident", (date(2026, 9, 4), date(2026, 9, 4))),
+        ("the 21st of October", (date(2026, 10, 21), date(2026, 10, 21))),
+        ("what did I do yesterday?", (date(2026, 11, 25), date(2026, 11, 25))),
+        ("the day before yesterday", (date(2026, 11, 24), date(2026, 11, 24))),
+        ("today's standup", (TODAY, TODAY)),
+        ("3 days ago", (date(2026, 11, 23), date(2026, 11, 23))),
+        ("last week", (date(2026, 11, 19), date(2026, 11, 25))),
+        ("this week", (date(2026, 11, 23), TODAY)),
+        ("last month", (date(2026, 10, 1), date(2026, 10, 31))),
+        ("on Monday", (date(2026, 11, 23), date(2026, 11, 23))),
+        ("last Thursday", (date(2026, 11, 19), date(2026, 11, 19))),
+    ],
+)
+def test_query_date_range(query: str, expected: tuple[date, date]) -> None:
+    assert query_date_range(query, TODAY) == DateRange(*expected)
+
+
+@pytest.mark.parametrize("query", ["replication lag", "may I ask", "2026-02-30", "31 February", "port 8080", "v1.2.3"])
+def test_queries_without_a_day(query: str) -> None:
+    assert query_date_range(query, TODAY) is None
+
+
+def test_chunk_dates() -> None:
+    session = str(EXAMPLES / "sessions" / "2026-11-02-rate-limit-review.jsonl")
+    header, stamps = transcript_dates(session)
+    assert header == "2026-11-02T15:20" and stamps[0] == (2, "2026-11-02T15:20")
+    assert chunk_date("memory/2026-09-04.md", "memory", 1, 20, 0) == "2026-09-04"
+    line, ts = stamps[-1]
+    assert chunk_date("sessions/x.jsonl", "sessions", line, line, None, session) == ts
+    # lines without a message timestamp fall back to the header
+    assert chunk_date("sessions/x.jsonl", "sessions", 1, 1, None, session) == header
+    mtime = int(datetime(2026, 3, 5, 12, 0).timestamp() * 1000)
+    assert chunk_date("memory/projects/x.md", "memory", 1, 2, mtime) == "2026-03-05"
+    assert chunk_date("MEMORY.md", "memory", 1, 2, None) is None
+
+
+@pytest.fixture(scope="module")
+def dated_index(tmp_path_factory: pytest.TempPathFactory):
+    ws = tmp_path_factory.mktemp("dates") / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    shutil.copytree(EXAMPLES / "sessions", ws / "sessions")
+    yesterday = date.today() - timedelta(days=1)
+    (ws / "memory" / f"{yesterday.isoformat()}.md").write_text(
+        "## 09:10\n- Fixed the flaky checkout test; paired with Marcus on the retry budget.\n")
+    old = time.time() - 400 * 86400  # undated notes last modified long ago
+    for p in (ws / "memory").rglob("*.md"):
+        if not p.name[:4].isdigit():
+            os.utime(p, (old, old))
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    return s, yesterday
+
+
+def test_results_carry_their_date_and_transcript_snippets_show_it(dated_index) -> None:
+    s, _ = dated_index
+    with Searcher(s) as searcher:
+        hits = searcher.search("GCRA Lua script review", max_results=10, min_score=0)
+    dated = {h.path: h.date for h in hits}
+    assert dated.get("memory/2026-09-10.md") == "2026-09-10"
+    sess = [h for h in hits if h.source == "sessions"]
+    assert sess and all(h.date and h.date.startswith("2026-11-02T") for h in sess)
+    assert all(h.snippet.startswith(f"[{h.date.replace('T', ' ')} UTC] ") for h in sess)
+
+
+def test_a_query_naming_a_day_prefers_that_day(dated_index) -> None:
+    s, yesterday = dated_index
+    with Searcher(s) as searcher:
+        # the ingest incident: the daily note and the transcript of that day
+        top = searcher.search("what broke on 2026-10-21?", max_results=4)
+        assert top and all(h.date and h.date.startswith("2026-10-21") for h in top), [h.citation for h in top]
+        assert {h.source for h in top} == {"memory", "sessions"}
+        plain = searcher.search("what broke?", max_results=4, min_score=0)
+        assert [h.citation for h in plain] != [h.citation for h in top]
+        # "yesterday": the note written yesterday, found by its date alone
+        y = searcher.search("what did I do yesterday?")
+        assert y and y[0].path == f"memory/{yesterday.isoformat()}.md" and y[0].match in ("date", "keyword")
+        # the same words without a day do not find it
+        assert all(h.path != y[0].path for h in searcher.search("what did I do?", min_score=0))
+        # 2 November 2026: the rate-limit review transcript and the note of that day
+        nov2 = searcher.search("what did we discuss on 2 November 2026", max_results=6)
+        assert {"memory/2026-11-02.md", "sessions/2026-11-02-rate-limit-review.jsonl"} <= {h.path for h in nov2}
+
+
+def test_dates_respect_the_source_filter(dated_index) -> None:
+    s, _ = dated_index
+    with Searcher(s) as searcher:
+        hits = searcher.search("2026-10-21", sources=["memory"], min_score=0)
+    assert hits and all(h.source == "memory" for h in hits)
+
+
+def test_old_notes_still_found_with_decay(tmp_path: Path, dated_index) -> None:
+    s, _ = dated_index
+    decayed = s.model_copy(update={"query": s.query.model_copy(update={
+        "temporal_decay": s.query.temporal_decay.model_copy(update={"enabled": True, "half_life_days": 7})})})
+    with Searcher(decayed) as searcher:
+        hits = searcher.search("pgbackrest restore point in time")  # a 400-day-old howto
+    assert hits and hits[0].path == "memory/howto/restore-postgres-backup.md"

@@ -1,0 +1,176 @@
+"""Absolute, calibrated scores through real indexes (the local model and two widths of another).
+
+The example workspace's negative checks (examples/README.md): "DS-82" and "okonomiyaki" are in no
+indexed note, so with the default min_score they return nothing; "okonomiyaki" matches only
+notes/restaurants.md once notes/ is indexed. Decay and MMR reorder; they never remove results.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memory_core import ranking
+from memory_core.config import Settings, load_settings
+from memory_core.errors import ConfigError
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from tests.conftest import EXAMPLES
+from tests.test_eval import BagOfWordsProvider
+
+pytest.importorskip("sentence_transformers")
+
+
+def _copy(dst: Path) -> Path:
+    shutil.copytree(EXAMPLES / "workspace", dst, ignore=shutil.ignore_patterns(".memory-core"))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The example workspace with notes/ as an extra path, embedded with the local model."""
+    ws = _copy(tmp_path_factory.mktemp("local") / "ws")
+    s = load_settings(None, {"workspace": str(ws), "provider": "local", "extra_paths": [str(ws / "notes")]})
+    run_index(s)
+    return s
+
+
+def test_negative_checks_return_nothing(local_index: Settings) -> None:
+    with Searcher(local_index) as s:
+        assert s.search("DS-82") == []
+        # the only note that names it; everything else the vector side finds scores low
+        hits = s.search("okonomiyaki")
+        assert [h.path for h in hits] == ["notes/restaurants.md"], [(h.path, h.score) for h in hits]
+        assert hits[0].match == "both" and hits[0].score >= local_index.query.min_score
+        for q in ("zzqx wvbn", "quantum chromodynamics lattice", "how do I tune a guitar"):
+            assert s.search(q) == [], q
+        # the candidates exist; they just score low
+        loose = s.search("DS-82", min_score=0.0)
+        assert loose and max(h.score for h in loose) < ranking.DEFAULT_MIN_SCORE
+
+
+def test_okonomiyaki_without_notes_is_a_miss(tmp_path: Path) -> None:
+    ws = _copy(tmp_path / "ws")
+    s = load_settings(None, {"workspace": str(ws), "provider": "local"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        assert searcher.search("okonomiyaki") == []
+        top = searcher.search("okonomiyaki", min_score=0.0)[0]
+        assert top.text_score == 0 and top.match == "vector" and top.score < 0.2
+
+
+def test_real_matches_score_high_and_say_how(local_index: Settings) -> None:
+    with Searcher(local_index) as s:
+        hits = s.search("postgres replication lag on the replica")
+        assert hits[0].path in {"memory/2026-09-04.md", "memory/howto/check-replication-lag.md"}
+        assert hits[0].score >= 0.7 and hits[0].match == "both"
+        assert all(0 <= h.score <= 1 for h in hits)
+        # keyword-only mode: the vector side is not consulted
+        kw = s.search("postgres replication lag", mode="keyword")
+        assert kw and {h.match for h in kw} == {"keyword"} and all(h.vector_score == 0 for h in kw)
+        vec = s.search("postgres replication lag", mode="vector")
+        assert vec and {h.match for h in vec} == {"vector"} and all(h.text_score == 0 for h in vec)
+
+
+def test_score_does_not_depend_on_the_other_candidates(local_index: Settings) -> None:
+    """A chunk's score is the same whether 6 or 50 results (and 24 or 200 candidates) are asked."""
+    with Searcher(local_index) as s:
+        few = {h.citation: h.score for h in s.search("rate limiting per API key", max_results=6, min_score=0)}
+        many = {h.citation: h.score for h in s.search("rate limiting per API key", max_results=50, min_score=0)}
+    assert few and all(many[c] == pytest.approx(v) for c, v in few.items())
+
+
+def test_decay_and_mmr_reorder_but_never_remove(local_index: Settings) -> None:
+    query = "replication lag"
+    with Searcher(local_index) as s:
+        plain = s.search(query, max_results=20)
+    decayed_settings = local_index.model_copy(update={"query": local_index.query.model_copy(update={
+        "temporal_decay": local_index.query.temporal_decay.model_copy(update={"enabled": True, "half_life_days": 1.0}),
+        "mmr": local_index.query.mmr.model_copy(update={"enabled": True}),
+    })})
+    with Searcher(decayed_settings) as s:
+        decayed = s.search(query, max_results=20)
+    # notes from September 2026 are ~60 half-lives old: still returned, same relevance scores
+    assert plain and {h.citation for h in decayed} == {h.citation for h in plain}
+    assert {h.citation: h.score for h in decayed} == {h.citation: h.score for h in plain}
+
+
+@pytest.mark.parametrize("dims", [64, 1536])
+def test_calibration_of_other_models_comes_from_the_index(tmp_path: Path, dims: int) -> None:
+    """A model without a measured table entry is calibrated from the index's background cosine:
+    the same model at two widths (the 1536-d one squeezed into a narrow cosine band) keeps the
+    same relevance, and a query sharing nothing with the notes returns nothing."""
+    provider = BagOfWordsProvider(dims, base_dims=64, common=0.6) if dims == 1536 else BagOfWordsProvider(64)
+    ws = _copy(tmp_path / "ws")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s, provider=provider)
+    with Searcher(s, provider=provider) as searcher:
+        cands = searcher.retrieve("pgbackrest restore", 24)
+        assert cands.calibration.source == "index background"
+        if dims == 1536:
+            assert cands.calibration.cos_low > 0.5  # the squeezed band
+        hits = searcher.search("pgbackrest restore point in time")
+        assert hits and hits[0].path == "memory/howto/restore-postgres-backup.md"
+        assert searcher.search("zzqx wvbn") == []
+
+
+def test_vector_calibration_override(local_index: Settings) -> None:
+    strict = local_index.model_copy(update={"query": local_index.query.model_copy(
+        update={"vector_calibration": (0.5, 0.9)})})
+    with Searcher(local_index) as a, Searcher(strict) as b:
+        q = "who looked after the cat while we were away"
+        loose = {h.citation: h.score for h in a.search(q, min_score=0)}
+        tight = {h.citation: h.score for h in b.search(q, min_score=0)}
+        assert b.retrieve(q, 24).calibration.source == "config"
+    common = loose.keys() & tight.keys()
+    assert common and all(tight[c] <= loose[c] for c in common)
+    with pytest.raises(ConfigError, match="vector_calibration"):
+        load_settings(None, {"workspace": ".", "query": {"vector_calibration": [0.8, 0.2]}})
+
+
+def test_keyword_relevance_is_absolute() -> None:
+    # half the query's IDF mass matched at average length: sqrt(0.5)
+    assert ranking.keyword_relevance(5.0, 0.5, 10.0) == pytest.approx(0.5 ** 0.5)
+    # repeating one word of the query cannot exceed its coverage
+    assert ranking.keyword_relevance(30.0, 0.3, 10.0) == pytest.approx(0.3 ** 0.5)
+    assert ranking.keyword_relevance(0.0, 1.0, 10.0) == 0.0
+    cal = ranking.Calibration.for_model("all-MiniLM-L6-v2", None)
+    assert (cal.cos_low, cal.cos_high, cal.source) == (0.2, 0.8, "model table")
+    assert ranking.vector_relevance(0.2, cal) == 0 and ranking.vector_relevance(0.8, cal) == 1
+    assert ranking.vector_relevance(0.5, cal) == pytest.approx(0.5)
+    other = ranking.Calibration.for_model("text-embedding-3-small", 0.1)
+    assert other.source == "index background" and other.cos_low == pytest.approx(0.1)
+
+
+def test_search_mode_setting(tmp_path: Path) -> None:
+    """``query.hybrid = false`` means vector-only, as in the reference; ``query.mode`` names it."""
+    provider = BagOfWordsProvider(64)
+    ws = _copy(tmp_path / "ws")
+    base = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(base, provider=provider)
+    for overrides, expected in (({}, "hybrid"), ({"hybrid": False}, "vector"), ({"mode": "keyword"}, "keyword"),
+                                ({"hybrid": False, "mode": "hybrid"}, "hybrid")):
+        s = load_settings(None, {"workspace": str(ws), "provider": "none", "query": overrides})
+        assert s.query.search_mode() == expected
+        with Searcher(s, provider=provider) as searcher:
+            hits = searcher.search("pgbackrest restore point in time", min_score=0)
+        kinds = {h.match for h in hits}
+        if expected == "vector":
+            assert kinds == {"vector"} and all(h.text_score == 0 for h in hits)
+        elif expected == "keyword":
+            assert kinds == {"keyword"} and all(h.vector_score == 0 for h in hits)
+        else:
+            assert "both" in kinds
+    with pytest.raises(ConfigError, match="mode"):
+        load_settings(None, {"workspace": str(ws), "query": {"mode": "both"}})
+
+
+def test_cjk_queries_with_an_english_only_model_use_the_keyword_side(local_index: Settings) -> None:
+    with Searcher(local_index) as s:
+        for q in ("林薇 里斯本", "서버 에러 확인", "申し訳ございません"):
+            hybrid = [(h.citation, h.score) for h in s.search(q)]
+            keyword = [(h.citation, h.score) for h in s.search(q, mode="keyword")]
+            assert hybrid and hybrid == keyword, q
+    assert ranking.mostly_cjk("林薇 里斯本") and not ranking.mostly_cjk("Lisbon trip with 林薇")
