@@ -257,6 +257,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                     batch, from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report)
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
+                    plan.meta["batch"] = batch_state(settings, batch[1])  # status shows it
             pending = int(batch[1].get("jobs_pending") or 0) if batch else 0
             if pending:
                 log.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
@@ -316,6 +317,15 @@ def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSumma
                                     " index until it works")
             log.warning("%s", summary.warnings[-1])
             return
+
+
+def batch_state(settings: Settings, figures: dict[str, Any]) -> dict[str, Any]:
+    """What ``status`` says about the last run's Batch API jobs (recorded in the index's meta)."""
+    errors = figures.get("errors") or []
+    return {"failure_points": figures.get("failure_points", 0), "failure_limit": settings.batch.failure_limit,
+            "switched_to_sync": bool(figures.get("disabled")), "reason": figures.get("disabled_reason", ""),
+            "jobs_submitted": figures.get("jobs_submitted", 0), "jobs_failed": figures.get("jobs_failed", 0),
+            "jobs_pending": figures.get("jobs_pending", 0), "last_error": errors[-1] if errors else ""}
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,

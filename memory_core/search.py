@@ -784,4 +784,6 @@ class Searcher:
         dirty = dirty_state(self.settings)  # the sources changed since the index was built
         st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(self.settings.extra_paths),
                   cache_max_entries=self.settings.cache.max_entries)
+        if m.get("batch"):  # the Batch API jobs of the run that built this index: failures, limit, last error
+            st["batch"] = m["batch"]
         return st

@@ -210,6 +210,11 @@ def test_failure_limit_switches_the_rest_to_sync(workspace: Path, fake: Any) -> 
     assert b["mode"].startswith("batch, then sync")
     assert summary.swapped
     assert_paid_once(fake, s)
+    # status (and MCP memory_status) report the batch state: failures, limit, last error
+    with Searcher(s) as searcher:
+        st = searcher.status()["batch"]
+    assert st["switched_to_sync"] and st["failure_points"] == 2 == st["failure_limit"]
+    assert st["jobs_failed"] == 2 and "failed" in st["last_error"]
 
 
 def test_success_resets_the_failure_count(workspace: Path, fake: Any) -> None:
