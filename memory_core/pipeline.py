@@ -19,7 +19,6 @@ saying what was done and cached.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -63,8 +62,7 @@ from memory_core.stages import (
 from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
 from memory_core.streaming import stream_index
 
-__all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index",
-           "summary_json"]
+__all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 
 log = logging.getLogger("memory_core.pipeline")
 
@@ -232,11 +230,12 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         plan.full_reason = fallback_full_reason(fallback)
     for w in plan.warnings:
         log.warning("%s", w)
-    progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
-    embedded_on = ex.describe(provider) if provider.name != "none" else "nowhere (keyword-only)"
     if plan.nothing_to_do:
         return summarize(plan, provider, reason, chunks=None, from_cache=0, embed=None, built=None,
                          timings=timer.times, embedded_on="nowhere (nothing to do)")
+    progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
+    # (after the no-op return: the Prefect executor starts its task runner, a Dask cluster too, here)
+    embedded_on = ex.describe(provider) if provider.name != "none" else "nowhere (keyword-only)"
 
     def report(p: Progress) -> None:
         p.cost_usd = cost_so_far(settings, provider, p.tokens)
@@ -363,7 +362,3 @@ def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: Embeddi
         exc.run_summary = summarize(  # type: ignore[attr-defined]
             plan, provider, reason, chunks=None, from_cache=from_cache, embed=None, built=None,
             timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
-
-
-def summary_json(summary: RunSummary) -> str:
-    return json.dumps(summary.to_dict(), indent=2, sort_keys=True)

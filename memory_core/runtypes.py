@@ -137,7 +137,6 @@ class ChunkResult:
 
     files: dict[str, dict[str, Any]]  # indexed path -> FileRow fields
     chunks: int
-    unique_hashes: int
     warnings: list[str]
     over_window: dict[str, int] = field(default_factory=dict)  # path -> chunks over the model's window
 

@@ -390,7 +390,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         raise
     finally:
         st.close(wait_running=not failed)
-    chunks = ChunkResult(files=files, chunks=total, unique_hashes=len(st.seen), warnings=warnings,
+    chunks = ChunkResult(files=files, chunks=total, warnings=warnings,
                          over_window=over)
     built = BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
                         chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))

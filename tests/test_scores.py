@@ -7,7 +7,6 @@ notes/restaurants.md once notes/ is indexed. Decay and MMR reorder; they never r
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,10 @@ from memory_core.config import Settings, load_settings
 from memory_core.errors import ConfigError
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
-from tests.conftest import EXAMPLES
 from tests.test_eval import BagOfWordsProvider
+from tests.test_eval import _copy_examples as _copy
 
 pytest.importorskip("sentence_transformers")
-
-
-def _copy(dst: Path) -> Path:
-    shutil.copytree(EXAMPLES / "workspace", dst, ignore=shutil.ignore_patterns(".memory-core"))
-    return dst
 
 
 @pytest.fixture(scope="module")
