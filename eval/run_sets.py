@@ -1,0 +1,368 @@
+"""Measure search on every labelled set, side by side, through the ranking code on PYTHONPATH.
+
+    PYTHONPATH=. python eval/run_sets.py [--sets cosqa,convo,...] [--quick] [--cache DIR]
+                                         [--rebuild] [--json OUT]
+
+Sets (a workspace per user where the data has users, pooled per query):
+
+* ``cosqa``: ../shared/eval/cosqa, one ``memory/<_id>.md`` per document (6,000; the first build
+  takes several minutes on 2 cores), its queries.jsonl and qrels/test.tsv. ``--quick``: 150 queries.
+* ``examples``: examples/workspace with eval/examples-queries.jsonl and eval/examples-qrels.tsv.
+* ``memorybank-en``, ``memorybank-cn``: MemoryBank users as dated transcripts (eval/memorybank.py),
+  15 workspaces each; ``memorybank-en-notes``: the English users as daily notes.
+* ``convo``: the synthetic multi-session set of eval/convo.py.
+
+Each set's workspaces and indexes (default local model) live in the cache (default
+``~/.cache/memory-core-eval``). An index is reused only when its stamp matches: the set's data
+files and generator script, and the indexer's code (every ``memory_core`` module except the
+query-side ones in ``QUERY_SIDE``, read from the package on PYTHONPATH). ``--rebuild`` forces it.
+
+Per set, each query is retrieved once (``Searcher.retrieve``, 200 candidates per side) and ranked
+(``Searcher.rank``, 100 results) under: hybrid / keyword / vector at the configured ``min_score``
+and at 0, and hybrid with temporal decay (30-day half-life). Metrics per query (files ranked by
+their best chunk, as ``memory-core eval``): nDCG@10, Recall@1/3/10, MRR@10, then the mean over
+labelled queries; ``shown`` is the mean number of results a default search returns (at most
+``query.max_results``); for queries labelled with nothing (negative probes), ``neg shown`` and
+``neg empty`` (share answered with nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import math
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SHARED = ROOT.parent / "shared" / "eval"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import convo  # noqa: E402  (eval/convo.py)
+import memorybank  # noqa: E402  (eval/memorybank.py)
+
+ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo")
+# Modules that only answer queries: changing them never changes what an index holds.
+QUERY_SIDE = {"search.py", "ranking.py", "evaluation.py", "dates.py", "answers.py", "backends.py", "cli.py",
+              "mcp_server.py", "qmd.py", "export.py", "freshness.py", "prefect_api.py", "watch.py"}
+MAX_RESULTS = 100
+LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
+QUICK_COSQA = 150
+# (label, mode, min_score override (None: configured), temporal decay)
+CONFIGS: list[tuple[str, str, float | None, bool]] = [
+    ("hybrid", "hybrid", None, False),
+    ("keyword", "keyword", None, False),
+    ("vector", "vector", None, False),
+    ("hybrid", "hybrid", 0.0, False),
+    ("keyword", "keyword", 0.0, False),
+    ("vector", "vector", 0.0, False),
+    ("hybrid+decay30", "hybrid", None, True),
+]
+METRICS = ("ndcg@10", "recall@1", "recall@3", "recall@10", "mrr@10")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sets
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class EvalSet:
+    name: str
+    groups: dict[str, Callable[[Path], Any]]  # workspace name -> writes the workspace into a folder
+    inputs: list[Path]  # files whose content decides the workspaces (data and the generator script)
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    group_of: dict[str, str] = field(default_factory=dict)  # query id -> workspace name
+    note: str = ""
+
+
+def _read_queries(path: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    texts, recs = {}, {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            r = json.loads(line)
+            texts[str(r["_id"])] = r["text"]
+            recs[str(r["_id"])] = r
+    return texts, recs
+
+
+def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    from memory_core.evaluation import load_qrels
+
+    return load_qrels(path)
+
+
+def _cosqa(quick: bool) -> EvalSet:
+    src = SHARED / "cosqa"
+    queries, _ = _read_queries(src / "queries.jsonl")
+    qrels = _read_qrels(src / "qrels" / "test.tsv")
+    if quick:
+        keep = sorted(q for q in qrels if q in queries)[:QUICK_COSQA]
+        qrels = {q: qrels[q] for q in keep}
+
+    def write(dest: Path) -> None:
+        (dest / "memory").mkdir(parents=True)
+        with open(src / "corpus.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    d = json.loads(line)
+                    (dest / "memory" / f"{d['_id']}.md").write_text(d["text"], encoding="utf-8")
+
+    return EvalSet("cosqa", {"cosqa": write}, [src / "corpus.jsonl"], queries, qrels,
+                   note=f"{len(qrels)} of 500 queries" if quick else "")
+
+
+def _examples() -> EvalSet:
+    src = ROOT / "examples" / "workspace"
+
+    def write(dest: Path) -> None:
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".memory-core"))
+
+    files = sorted(p for p in src.rglob("*") if p.is_file() and ".memory-core" not in p.parts)
+    queries, _ = _read_queries(HERE / "examples-queries.jsonl")
+    return EvalSet("examples", {"examples": write}, files, queries, _read_qrels(HERE / "examples-qrels.tsv"))
+
+
+def _memorybank(lang: str, variant: str) -> EvalSet:
+    data = memorybank.DEFAULT_DATA
+    users = {u["id"]: u for u in memorybank.load(lang, data)}
+    queries, recs = _read_queries(memorybank.HERE / lang / "queries.jsonl")
+    qrels = _read_qrels(memorybank.HERE / lang / ("qrels.tsv" if variant == "sessions" else "qrels-notes.tsv"))
+
+    def writer(uid: str) -> Callable[[Path], Any]:
+        return lambda dest: memorybank.build_workspace(users[uid], dest, variant)
+
+    name = f"memorybank-{lang}" + ("-notes" if variant == "notes" else "")
+    return EvalSet(name, {uid: writer(uid) for uid in users},
+                   [data / lang / f"memory_bank_{lang}.json", HERE / "memorybank.py"], queries, qrels,
+                   group_of={q: r["user"] for q, r in recs.items()}, note="15 workspaces, pooled")
+
+
+def _convo() -> EvalSet:
+    queries, _ = _read_queries(convo.HERE / "queries.jsonl")
+    return EvalSet("convo", {"convo": convo.build_workspace}, [HERE / "convo.py"], queries, _read_qrels(convo.HERE / "qrels.tsv"))
+
+
+def make_set(name: str, quick: bool) -> EvalSet:
+    if name == "cosqa":
+        return _cosqa(quick)
+    if name == "examples":
+        return _examples()
+    if name == "convo":
+        return _convo()
+    if name.startswith("memorybank-"):
+        parts = name.split("-")
+        return _memorybank(parts[1], "notes" if parts[-1] == "notes" else "sessions")
+    raise SystemExit(f"unknown set {name!r} (sets: {', '.join(ALL_SETS)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexes, cached by fingerprint
+# ---------------------------------------------------------------------------------------------
+def _sha(h: Any, path: Path) -> None:
+    h.update(path.as_posix().encode())
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+
+
+def indexer_version() -> str:
+    """Hash of the indexing code of the ``memory_core`` on PYTHONPATH (query-side modules left out)."""
+    spec = importlib.util.find_spec("memory_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("memory_core is not importable: set PYTHONPATH to the working tree")
+    pkg = Path(next(iter(spec.submodule_search_locations)))
+    h = hashlib.sha256()
+    for p in sorted(pkg.rglob("*.py")):
+        if p.parent == pkg and p.name in QUERY_SIDE:
+            continue
+        h.update(p.relative_to(pkg).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(s: EvalSet, group: str, code: str) -> dict[str, str]:
+    h = hashlib.sha256()
+    for p in s.inputs:
+        _sha(h, p)
+    return {"set": s.name, "workspace": group, "layout": LAYOUT_VERSION, "data": h.hexdigest()[:16], "indexer": code}
+
+
+def _settings(ws: Path) -> Any:
+    """The workspace's settings as the CLI reads them (its memory-core.toml), local model."""
+    from memory_core.config import load_settings
+
+    toml = ws / "memory-core.toml"
+    return load_settings(toml if toml.exists() else None, {"workspace": str(ws), "provider": "local"})
+
+
+def ensure_index(s: EvalSet, group: str, cache: Path, code: str, provider: Any, rebuild: bool,
+                 log: Callable[[str], None]) -> Any:
+    from memory_core.pipeline import run_index
+
+    ws = cache / s.name / group
+    stamp_file = cache / s.name / f"{group}.stamp.json"
+    want = fingerprint(s, group, code)
+    settings = None
+    if (not rebuild and stamp_file.exists() and (ws / ".memory-core" / "index.sqlite").exists()
+            and json.loads(stamp_file.read_text()) == want):
+        settings = _settings(ws)
+    if settings is None:
+        stamp_file.unlink(missing_ok=True)
+        if ws.exists():
+            shutil.rmtree(ws)
+        ws.parent.mkdir(parents=True, exist_ok=True)
+        s.groups[group](ws)
+        settings = _settings(ws)
+        t0 = time.perf_counter()
+        summary = run_index(settings, full=True, provider=provider)
+        log(f"  indexed {s.name}/{group} in {time.perf_counter() - t0:.0f} s ({summary.provider}/{summary.model})")
+        stamp_file.write_text(json.dumps(want, indent=1))
+    return settings
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranking and metrics
+# ---------------------------------------------------------------------------------------------
+def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
+    from memory_core.evaluation import mrr_at_k, ndcg_at_k, recall_at_k
+
+    return {"ndcg@10": ndcg_at_k(ranked, rels, 10), "recall@1": recall_at_k(ranked, rels, 1),
+            "recall@3": recall_at_k(ranked, rels, 3), "recall@10": recall_at_k(ranked, rels, 10),
+            "mrr@10": mrr_at_k(ranked, rels, 10)}
+
+
+def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    from memory_core.evaluation import file_ranking, resolve_corpus_ids
+    from memory_core.search import Searcher
+
+    labelled = {q for q, r in s.qrels.items() if any(v > 0 for v in r.values()) and q in s.queries}
+    negatives = [q for q in s.queries if q not in s.qrels]  # in the queries file, labelled with nothing
+    if s.name == "cosqa":
+        negatives = []  # cosqa's queries file holds other splits' queries, not negatives
+    per: dict[str, dict[str, dict[str, float]]] = {c[0] + ("" if c[2] is None else "@0"): {} for c in CONFIGS}
+    shown: dict[str, list[int]] = {k: [] for k in per}
+    neg_shown: dict[str, list[int]] = {k: [] for k in per}
+    unresolved: list[str] = []
+    t0 = time.perf_counter()
+    min_score = None
+    for group in s.groups:
+        todo = [q for q in [*sorted(labelled), *negatives] if s.group_of.get(q, group) == group]
+        if not todo:
+            continue
+        settings = ensure_index(s, group, cache, code, provider, rebuild, log)
+        q = settings.query
+        min_score = q.min_score
+        decay = settings.model_copy(update={"query": q.model_copy(update={
+            "temporal_decay": q.temporal_decay.model_copy(update={"enabled": True, "half_life_days": 30.0})})})
+        with Searcher(settings, provider=provider) as searcher:
+            paths = searcher.indexed_paths()
+            ids = [c for qid in todo if qid in labelled for c in s.qrels[qid]]
+            mapping, missing = resolve_corpus_ids(ids, paths)
+            unresolved += missing
+            n_cand = searcher.candidate_count(MAX_RESULTS)
+            for qid in todo:
+                cands = searcher.retrieve(s.queries[qid], n_cand)
+                rels: dict[str, int] = {}
+                for c, r in s.qrels.get(qid, {}).items():
+                    key = mapping.get(c, "\x00unresolved:" + c)
+                    rels[key] = max(rels.get(key, 0), r)
+                for label, mode, ms, dec in CONFIGS:
+                    key = label + ("" if ms is None else "@0")
+                    searcher.settings = decay if dec else settings
+                    res = searcher.rank(cands, max_results=MAX_RESULTS, min_score=ms, mode=mode)
+                    n_shown = min(len(res), q.max_results)
+                    if qid in labelled:
+                        per[key][qid] = query_metrics(file_ranking(r.path for r in res), rels)
+                        shown[key].append(n_shown)
+                    else:
+                        neg_shown[key].append(n_shown)
+                searcher.settings = settings
+    rows = []
+    for label, _mode, ms, dec in CONFIGS:
+        key = label + ("" if ms is None else "@0")
+        vals = per[key]
+        row: dict[str, Any] = {"mode": label, "min_score": min_score if ms is None else ms, "decay": dec,
+                               "queries": len(vals)}
+        for m in METRICS:
+            row[m] = statistics.fmean(v[m] for v in vals.values()) if vals else math.nan
+        row["shown"] = statistics.fmean(shown[key]) if shown[key] else math.nan
+        if neg_shown[key]:
+            row["neg_queries"] = len(neg_shown[key])
+            row["neg_shown"] = statistics.fmean(neg_shown[key])
+            row["neg_empty"] = sum(1 for n in neg_shown[key] if n == 0) / len(neg_shown[key])
+        rows.append(row)
+    return {"set": s.name, "note": s.note, "queries": len(labelled), "negatives": len(negatives),
+            "workspaces": len(s.groups), "unresolved": sorted(set(unresolved)), "rows": rows,
+            "per_query": per, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------
+def table(results: list[dict[str, Any]]) -> str:
+    head = ("| set | mode | min_score | nDCG@10 | R@1 | R@3 | R@10 | MRR@10 | shown | neg shown | neg empty |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out = [head]
+    for res in results:
+        name = f"{res['set']} ({res['queries']}q" + (f", {res['negatives']} neg" if res["negatives"] else "") + ")"
+        for i, r in enumerate(res["rows"]):
+            neg = (f"{r['neg_shown']:.2f} | {r['neg_empty']:.0%}" if "neg_shown" in r else "- | -")
+            out.append(f"| {name if i == 0 else ''} | {r['mode']} | {r['min_score']:g} | {r['ndcg@10']:.3f} |"
+                       f" {r['recall@1']:.3f} | {r['recall@3']:.3f} | {r['recall@10']:.3f} | {r['mrr@10']:.3f} |"
+                       f" {r['shown']:.2f} | {neg} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default=",".join(ALL_SETS), help="comma-separated (default: all): " + ", ".join(ALL_SETS))
+    ap.add_argument("--quick", action="store_true", help=f"cosqa with {QUICK_COSQA} queries")
+    ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "memory-core-eval",
+                    help="workspaces and indexes (default: %(default)s)")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild the indexes even when their stamp matches")
+    ap.add_argument("--json", type=Path, help="also write the results (with per-query metrics) to this file")
+    a = ap.parse_args(argv)
+
+    from memory_core.config import load_settings
+    from memory_core.embeddings.registry import create_provider
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    names = [n.strip() for n in a.sets.split(",") if n.strip()]
+    sets = [make_set(n, a.quick) for n in names]
+    code = indexer_version()
+    a.cache.mkdir(parents=True, exist_ok=True)
+    provider, reason = create_provider(load_settings(None, {"workspace": str(a.cache), "provider": "local"}))
+    log(f"indexer code {code}; provider {provider.name}/{provider.model}; cache {a.cache}")
+    results = []
+    for s in sets:
+        log(f"{s.name}: {len(s.groups)} workspace(s)")
+        res = run_set(s, a.cache, code, provider, a.rebuild, log)
+        if res["unresolved"]:
+            log(f"  warning: {len(res['unresolved'])} judged ids are not indexed files: {res['unresolved'][:5]}")
+        log(f"  {res['queries']} labelled queries, {res['negatives']} negatives, {res['seconds']} s")
+        results.append(res)
+    print(f"memory-core eval sets, {date.today().isoformat()}, indexer {code}, {provider.name}/{provider.model};"
+          f" {MAX_RESULTS} results ranked per query, 'shown' counts at most query.max_results")
+    print(table(results))
+    if a.json:
+        a.json.write_text(json.dumps({"date": date.today().isoformat(), "indexer": code, "provider": provider.name,
+                                      "model": provider.model, "sets": results}, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
