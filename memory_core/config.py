@@ -135,6 +135,7 @@ class MMRSettings(_Model):
 class DecaySettings(_Model):
     enabled: bool = False
     half_life_days: float = Field(default=30.0, gt=0)
+    floor: float = Field(default=ranking_defaults.DEFAULT_DECAY_FLOOR, ge=0, le=1)  # weight of a very old memory
 
 
 class QuerySettings(_Model):

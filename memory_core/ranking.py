@@ -114,9 +114,9 @@ __all__ = [
     "temporal_decay_multiplier",
 ]
 
-DEFAULT_VECTOR_WEIGHT = 0.6
-DEFAULT_TEXT_WEIGHT = 0.4
-DEFAULT_MIN_SCORE = 0.3
+DEFAULT_VECTOR_WEIGHT = 0.5
+DEFAULT_TEXT_WEIGHT = 0.5
+DEFAULT_MIN_SCORE = 0.15
 DEFAULT_RRF_K = 60
 SNIPPET_MAX_CHARS = 700
 
@@ -160,6 +160,8 @@ class Hit:
     date: str | None = None  # ISO date the chunk was written (see memory_core.dates)
     rid: int = -1  # the chunk's row id in the index
     phrases: int = 0  # bit i: the chunk contains query term i (FTS5 phrase i)
+    has_identifier: bool = False  # contains an identifier of the query verbatim (ranking.identifiers)
+    date_lifted: bool = False  # passed min_score only because it was written on the day the query names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,33 +407,85 @@ class Calibration:
 
 
 def vector_relevance(cosine: float, cal: Calibration) -> float:
-    """``clamp((cos - low) / (high - low))``: 0 at the model's unrelated level, 1 at a clear match."""
+    """A logistic curve in the cosine: 0.05 at the model's unrelated level ``low``, 0.5 half-way,
+    0.95 at a clear match ``high``. Strictly increasing, so vector-only mode is exactly the
+    cosine order (a clamp to [0, 1] made every cosine above ``high`` tie at 1)."""
     if not math.isfinite(cosine):
         return 0.0
     span = max(1e-6, cal.cos_high - cal.cos_low)
-    return _clamp01((cosine - cal.cos_low) / span)
+    z = (cosine - (cal.cos_low + cal.cos_high) / 2) * (2 * math.log(19) / span)
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
 
 
-def keyword_relevance(bm25: float, coverage: float, idf_total: float) -> float:
-    """``sqrt(min(coverage, bm25 / idf_total))`` in [0, 1].
+KEYWORD_HALF = 0.5
+"""``bm25 / idf_total`` at which keyword relevance is 0.5 (before the corpus coverage factor)."""
+FUSION_MAX_SHARE = 0.3
+"""Share of the hybrid relevance taken from the stronger side alone (the rest: the weighted mean)."""
+UNSEEN_QUERY_VECTOR_SHARE = 0.7
+"""Vector relevance kept by a query none of whose words occurs anywhere in the index (scaled
+linearly up to all of it when every word does): ``p_v * (0.7 + 0.3 * corpus_coverage)``."""
+
+
+IDENTIFIER_SHIFT = 0.3
+"""A query naming an identifier moves this share of the vector weight to the keyword side
+(0.5 / 0.5 -> 0.35 / 0.65): an embedding model sees LRK-4417 and LRK-4471 as near twins."""
+_IDENT_RE = re.compile(r"(?<![\w-])[A-Za-z0-9]+(?:[-_.:/#][A-Za-z0-9]+)*(?![\w-])")
+_ORDINAL_RE = re.compile(r"^\d+(?:st|nd|rd|th)$", re.IGNORECASE)
+_YEAR_RE = re.compile(r"^(?:19|20)\d\d$")
+
+
+def identifiers(query: str) -> list[str]:
+    """Identifier-like tokens of the query, in order (at most 4): letters and digits mixed
+    (``LRK-4471``, ``pg-replica-1``, ``v4.18.2``, ``WX-58213``) or a number of 3+ digits
+    (``502``); not an ordinal (``4th``), a year or a 2-character token (``Q4``)."""
+    out: list[str] = []
+    for m in _IDENT_RE.finditer(query[:4096]):
+        tok = m.group(0)
+        if len(tok) < 3 or _ORDINAL_RE.match(tok) or _YEAR_RE.match(tok):
+            continue
+        if any(c.isdigit() for c in tok) and (any(c.isalpha() for c in tok) or (tok.isdigit() and len(tok) >= 3)):
+            out.append(tok)
+            if len(out) == 4:
+                break
+    return out
+
+
+def names_identifier(query: str) -> bool:
+    """The query holds an identifier-like token (:func:`identifiers`)."""
+    return bool(identifiers(query))
+
+
+IDENTIFIER_MATCH_RELEVANCE = 0.8
+"""Hybrid keyword relevance of at least this (times the corpus coverage) for a chunk that contains
+an identifier of the query verbatim, however short the rest of its BM25 match."""
+
+
+def keyword_relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0) -> float:
+    """``x / (x + KEYWORD_HALF) * corpus_coverage`` with ``x = bm25 / idf_total``, in [0, 1).
 
     ``idf_total`` is the sum of FTS5's IDF over the query's terms, i.e. the BM25 that a chunk of
-    average length containing each term once would get, so ``bm25 / idf_total`` is about the share
-    of the query matched; ``coverage`` (the IDF share of the terms the chunk contains) caps it, so
-    a chunk repeating one word of a three-word query cannot look like a full match. The square root
-    lifts partial matches (half the query's information -> 0.71; measured: the linear share cost
-    5 nDCG@10 points on the example notes at the default min_score). Absolute: it does not depend
-    on what else was found.
+    average length containing each term once would get, so ``x`` is about the share of the query
+    matched (1 for a full match; more for repeated terms in a short chunk). For one query the
+    curve is strictly increasing in BM25, so keyword-only mode ranks exactly as FTS5's BM25
+    (the previous ``sqrt(min(coverage, x))`` clamped at 1 and tied chunks that BM25 tells apart).
+    ``corpus_coverage`` is the IDF share of the query's terms that occur anywhere in the index (a
+    property of the query and the corpus, not of the other candidates): a query whose rarest words
+    are in no memory at all ("how do I tune a guitar" where only "tune" is indexed) cannot be
+    well answered by the few words that are, so its keyword relevance is scaled down with it.
     """
     if bm25 <= 0 or idf_total <= 0 or not math.isfinite(bm25):
         return 0.0
-    return math.sqrt(_clamp01(min(coverage, bm25 / idf_total)))
+    x = bm25 / idf_total
+    return _clamp01(x / (x + KEYWORD_HALF) * _clamp01(corpus_coverage))
 
 
 def match_kind(h: Hit) -> str:
     """How a result matched: ``"both"``, ``"keyword"`` (query terms, not among the nearest
-    vectors), ``"vector"`` (among the nearest vectors, no query term) or ``"date"`` (neither:
-    written on the day the query names)."""
+    vectors), ``"vector"`` (among the nearest vectors, no query term) or ``"date"`` (written on
+    the day the query names and found for that: its relevance without the day's lift is below
+    the threshold it passed, or it matched on neither side)."""
+    if h.date_lifted:
+        return "date"
     kw = h.bm25 > 0
     if kw and h.in_vector:
         return "both"
@@ -441,14 +495,24 @@ def match_kind(h: Hit) -> str:
 
 
 def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, vector_weight: float,
-                    text_weight: float) -> list[Hit]:
-    """Absolute scores: ``w_v * vector_relevance + w_t * keyword_relevance`` per hit, sorted.
+                    text_weight: float, corpus_coverage: float = 1.0) -> list[Hit]:
+    """Absolute scores from each hit's own raw scores, sorted (equal scores: higher BM25 first).
 
-    Every hit carries both raw scores (the searcher computes the cosine of keyword candidates and
-    the BM25 of vector candidates), so a hit's score does not depend on the other candidates.
-    Weights are normalised to sum 1; with weight 0 a side is ignored. A query whose words are in
-    no indexed chunk keeps the keyword side's weight (its relevance is 0): that absence is evidence
-    of a miss, which is what makes "okonomiyaki" score ~0.15 instead of its vector side's 0.25.
+    ``p_v = vector_relevance(cosine)``, ``p_t = keyword_relevance(bm25)``; with both weights > 0
+    (normalised to sum 1)::
+
+        relevance = (1 - FUSION_MAX_SHARE) * (w_v * p_v + w_t * p_t) + FUSION_MAX_SHARE * max(p_v, p_t)
+
+    so a chunk that one side finds clearly is not pulled down to half by the other side's
+    silence, and agreement of both sides still ranks highest. With weight 0 a side is ignored
+    (one-side modes: exactly that side's order). ``corpus_coverage`` (the IDF share of the query's
+    terms found anywhere in the index) scales the keyword side (see :func:`keyword_relevance`) and,
+    by ``UNSEEN_QUERY_VECTOR_SHARE``, the vector side: a query none of whose words any memory
+    uses ("zzqx wvbn", "okonomiyaki" in notes that never mention it) is most likely not in memory,
+    and its nearest vectors are the model's background. Every hit carries both raw scores (the searcher
+    computes the cosine of keyword candidates and the BM25 of vector candidates), so a hit's score
+    does not depend on the other candidates. A query whose words are in no indexed chunk keeps the
+    keyword side's weight (relevance 0): that absence is evidence of a miss.
     """
     items = list(hits)
     vw, tw = normalize_weights(vector_weight, text_weight)
@@ -456,9 +520,16 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
         vw, tw = 0.0, 1.0
     elif text_weight <= 0:
         vw, tw = 1.0, 0.0
+    vshare = UNSEEN_QUERY_VECTOR_SHARE + (1 - UNSEEN_QUERY_VECTOR_SHARE) * _clamp01(corpus_coverage)
     out = []
     for h in items:
-        rel = _clamp01(vw * vector_relevance(h.vector_score, cal) + tw * keyword_relevance(h.bm25, h.coverage, idf_total))
+        pv = vector_relevance(h.vector_score, cal) * vshare if vw > 0 else 0.0
+        pt = keyword_relevance(h.bm25, idf_total, corpus_coverage) if tw > 0 else 0.0
+        if h.has_identifier and vw > 0 and tw > 0:
+            pt = max(pt, IDENTIFIER_MATCH_RELEVANCE * _clamp01(corpus_coverage))
+        mean = vw * pv + tw * pt
+        rel = mean if vw == 0 or tw == 0 else (1 - FUSION_MAX_SHARE) * mean + FUSION_MAX_SHARE * max(pv, pt)
+        rel = _clamp01(rel)
         out.append(replace(h, score=rel, relevance=rel))
     out.sort(key=lambda h: (h.score, h.bm25), reverse=True)  # equal relevance: higher BM25 first
     return out
@@ -517,31 +588,57 @@ def _now_ms(now: datetime | float | None) -> float:
     return float(now) * 1000.0
 
 
-def apply_temporal_decay(
-    hits: Iterable[Hit], half_life_days: float, now: datetime | float | None = None
-) -> list[Hit]:
-    """Multiply each score by its age's decay and re-sort (stable, descending).
+DEFAULT_DECAY_FLOOR = 0.7
+"""Weight of a very old memory against a new one of the same relevance (see apply_temporal_decay)."""
 
-    Age source: the date in a dated memory path (UTC midnight); evergreen files
-    (:func:`is_evergreen`) do not decay; any other file (including session transcripts) uses
-    ``mtime_ms``; a hit without either is left alone. ``now`` is a datetime (naive = UTC) or
-    epoch *seconds* as from ``time.time()``; default: the current time.
+
+def apply_temporal_decay(
+    hits: Iterable[Hit], half_life_days: float, now: datetime | float | None = None, *,
+    floor: float = DEFAULT_DECAY_FLOOR,
+) -> list[Hit]:
+    """Weigh each score by its age and re-sort (stable, descending).
+
+    ``score * (floor + (1 - floor) * 2 ** (-age / half_life))``: a new memory keeps its score, one
+    half-life old gets ``(1 + floor) / 2`` of it, a very old one ``floor``. Decay only reorders
+    among comparably relevant results: with the default floor 0.7 an old chunk of relevance 0.6
+    still ranks above a new one of 0.4 (a plain exponential, ``floor = 0``, buried the only old
+    chunk that answers under recent irrelevant ones after a few half-lives).
+
+    Age source: evergreen files (:func:`is_evergreen`) do not decay; a dated memory path's date
+    (UTC midnight); else the chunk's own date (``Hit.date``: a transcript chunk's first message);
+    else the file's ``mtime_ms``; a hit with none of them is left alone. ``now`` is a datetime
+    (naive = UTC) or epoch *seconds* as from ``time.time()``; default: the current time.
     """
     now_ms = _now_ms(now)
+    fl = _clamp01(floor)
     out: list[Hit] = []
     for h in hits:
-        d = date_from_path(h.path)
-        if d is not None:
-            ts_ms = datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() * 1000.0
-        elif is_evergreen(h.path) or h.mtime_ms is None:
+        ts_ms = _age_source_ms(h)
+        if ts_ms is None:
             out.append(replace(h))
             continue
-        else:
-            ts_ms = float(h.mtime_ms)
         age_days = max(0.0, now_ms - ts_ms) / _DAY_MS
-        out.append(replace(h, score=h.score * temporal_decay_multiplier(age_days, half_life_days)))
+        weight = fl + (1 - fl) * temporal_decay_multiplier(age_days, half_life_days)
+        out.append(replace(h, score=h.score * weight))
     out.sort(key=lambda h: h.score, reverse=True)
     return out
+
+
+def _age_source_ms(h: Hit) -> float | None:
+    if is_evergreen(h.path):
+        return None
+    d = date_from_path(h.path)
+    if d is None and h.date:
+        try:
+            d = date.fromisoformat(h.date[:10])
+        except ValueError:
+            d = None
+    if d is not None:
+        try:
+            return datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp() * 1000.0
+        except (OverflowError, ValueError):
+            return None
+    return float(h.mtime_ms) if h.mtime_ms is not None else None
 
 
 # ---------------------------------------------------------------------------------------------

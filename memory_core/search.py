@@ -47,7 +47,9 @@ MAX_CANDIDATES = 200
 MAX_GET_LINES = 2000
 MODES = ("hybrid", "vector", "keyword")
 DATE_MATCH_BONUS = 0.5
-"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5``."""
+"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5`` (at least
+0.5); any other chunk is capped at 0.5, so the day's own notes rank first and another day's note
+on the topic keeps its place after them (the cap lowers no relevance below ``min_score``)."""
 MAX_DATED_CANDIDATES = 200
 
 # The chunk columns of the vector side's candidates, joined in the same statement as the vec0
@@ -75,6 +77,7 @@ class Candidates:
     calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
     dates: DateRange | None = None  # the day(s) the query names (memory_core.dates)
+    corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class _Index:
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
         self._n_chunks: int | None = None
         self._background: float | None = None
+        self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -395,22 +399,33 @@ class Searcher:
                 if pending is not None:
                     kw_hits = pending.result()
             extra = self._dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}) if dates else []
-            union, idf_total = self._complete(idx, text, qvec if embedded else None, kw_hits, vec_hits,
-                                              keyword=keyword, extra=extra)
+            union, idf_total, corpus_cov = self._complete(idx, text, qvec if embedded else None, kw_hits,
+                                                          vec_hits, keyword=keyword, extra=extra)
+            where = self._where(idx)
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
-                    h.date = self._date_of(h)
+                    h.date = self._date_of(h, where)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
                 q.vector_calibration)
-        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates)
+        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
 
-    def _date_of(self, h: ranking.Hit) -> str | None:
+    def _where(self, idx: _Index) -> Settings:
+        """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
+        given only the index, or settings without ``sessions``, still finds the transcripts)."""
+        if idx.where is None:
+            from memory_core.indexmeta import IndexRecord
+
+            record = IndexRecord.from_meta(idx.meta) if idx.meta else None
+            idx.where = record.reader_settings(self.settings) if record else self.settings
+        return idx.where
+
+    def _date_of(self, h: ranking.Hit, where: Settings | None = None) -> str | None:
         real = None
         if h.source == "sessions":
             try:
-                real = resolve_indexed_path(self.settings, h.path)
+                real = resolve_indexed_path(where or self.settings, h.path)
             except PathError:
                 real = None
         return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, real)
@@ -434,7 +449,7 @@ class Searcher:
             "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
         for p in sessions:
             try:
-                header, stamps = transcript_dates(resolve_indexed_path(self.settings, p))
+                header, stamps = transcript_dates(resolve_indexed_path(self._where(idx), p))
             except PathError:
                 continue
             lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
@@ -455,8 +470,9 @@ class Searcher:
 
     def _complete(self, idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
                   vec_hits: list[ranking.Hit], *, keyword: bool = True,
-                  extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float]:
-        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum).
+                  extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float, float]:
+        """Give every candidate both raw scores; returns (the union, the query terms' IDF sum, the
+        IDF share of the query terms found anywhere in the index).
         ``extra``: candidates found by neither side (chunks of a day the query names)."""
         for h in kw_hits:
             h.in_keyword = True
@@ -480,6 +496,7 @@ class Searcher:
         # a query of stop words only ("what did I do") is not matched by its words: relevance 0
         terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
         idf_total = 0.0
+        corpus_coverage = 1.0
         n = idx.n_chunks()
         try:
             if qvec is not None:  # the cosine of keyword-only candidates
@@ -497,33 +514,34 @@ class Searcher:
                     h = by_rid[rid]
                     h.bm25 = max(0.0, -float(rank))
                     h.text_score = ranking.bm25_rank_to_score(rank)
-            matched = [h for h in union if h.bm25 > 0]
-            if terms and matched:  # which query terms each matching candidate contains
+            idents = ranking.identifiers(query) if keyword and union else []
+            if idents:  # which candidates contain an identifier of the query verbatim (a phrase)
                 sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
-                       f" AND rowid IN ({','.join(str(int(h.rid)) for h in matched)})")
-                for i, t in enumerate(terms):
-                    for (rid,) in conn.execute(sql, (t,)):
-                        by_rid[rid].phrases |= 1 << i
+                       f" AND rowid IN ({','.join(str(int(h.rid)) for h in union)})")
+                for ident in idents:
+                    for (rid,) in conn.execute(sql, (textsearch.fts_string(ident.lower()),)):
+                        by_rid[rid].has_identifier = True
             idfs: list[float] = []
+            present = 0.0
             for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
                 df = idx.df_cache.get(t)
                 if df is None:
                     df = int(conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0])
                     if len(idx.df_cache) < 10_000:
                         idx.df_cache[t] = df
-                idfs.append(max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6)
+                idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
+                idfs.append(idf)
+                present += idf if df > 0 else 0.0
             idf_total = sum(idfs)
             if idf_total > 0:
-                for h in union:
-                    got = sum(idf for i, idf in enumerate(idfs) if h.phrases >> i & 1)
-                    h.coverage = min(1.0, got / idf_total)
+                corpus_coverage = present / idf_total
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("scoring the candidates failed (%s); partial scores", exc)
         for h in (*kw_hits, *vec_hits):  # the side lists share the union's scores
             u = by_rid[h.rid]
             if u is not h:
-                h.vector_score, h.bm25, h.coverage = u.vector_score, u.bm25, u.coverage
-        return union, idf_total
+                h.vector_score, h.bm25, h.has_identifier = u.vector_score, u.bm25, u.has_identifier
+        return union, idf_total, corpus_coverage
 
     @staticmethod
     def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
@@ -578,16 +596,21 @@ class Searcher:
                 vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
                 if cands.calibration.english_only and ranking.mostly_cjk(cands.query):
                     vw, tw = 0.0, 1.0  # the model cannot read the query: its cosines are noise
+                elif vw > 0 and tw > 0 and ranking.names_identifier(cands.query):
+                    vw, tw = vw * (1 - ranking.IDENTIFIER_SHIFT), tw + vw * ranking.IDENTIFIER_SHIFT
             elif mode == "vector":
                 pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
             else:
                 pool, vw, tw = [h for h in union if h.in_keyword or not h.in_vector], 0.0, 1.0
             hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
-                                           vector_weight=vw, text_weight=tw)
-            if cands.dates is not None:  # written on the day the query names: more relevant
+                                           vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage)
+            if cands.dates is not None:  # the query names a day: what was written that day comes first
                 for h in hits:
                     if h.date is not None and h.date in cands.dates:
+                        h.date_lifted = h.score < min_score  # found for its day, not its words
                         h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
+                    else:  # another day's note on the topic stays, below the named day's own
+                        h.score = h.relevance = min(h.score, DATE_MATCH_BONUS)
                 hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
         elif not vec or not kw:
             hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
@@ -599,7 +622,8 @@ class Searcher:
         for h in hits:
             h.relevance = h.score
         if q.temporal_decay.enabled:
-            hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time())
+            hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time(),
+                                                floor=q.temporal_decay.floor)
         hits = ranking.dedupe_overlapping(hits)
         if q.mmr.enabled:
             hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
@@ -611,7 +635,7 @@ class Searcher:
                 snippet=_dated_snippet(h, terms), source=h.source,
                 citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
                 vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
-                match=ranking.match_kind(h) if mode == "hybrid" else ("vector" if mode == "vector" else "keyword"),
+                match=ranking.match_kind(h) if mode == "hybrid" or h.date_lifted else mode,
                 date=h.date,
             )
             for h in hits

@@ -43,6 +43,7 @@ def hit(
     lines: tuple[int, int] = (1, 1),
     mtime_ms: int | None = None,
     source: str = "memory",
+    date: str | None = None,
 ) -> Hit:
     return Hit(
         id=id,
@@ -56,6 +57,7 @@ def hit(
         score=score,
         snippet=snippet,
         mtime_ms=mtime_ms,
+        date=date,
     )
 
 
@@ -361,7 +363,7 @@ def test_apply_temporal_decay() -> None:
         hit("no_mtime", score=0.3, path="notes/x.md"),
         hit("future", score=0.2, path="notes/y.md", mtime_ms=now_ms + 5 * day_ms),
     ]
-    out = apply_temporal_decay(hits, 30, now)
+    out = apply_temporal_decay(hits, 30, now, floor=0.0)  # a plain exponential
     by_id = {h.id: h.score for h in out}
     assert by_id["dated"] == pytest.approx(0.5)
     assert by_id["evergreen"] == pytest.approx(0.6)
@@ -369,10 +371,14 @@ def test_apply_temporal_decay() -> None:
     assert by_id["no_mtime"] == pytest.approx(0.3)
     assert by_id["future"] == pytest.approx(0.2)
     assert [h.id for h in out] == ["session", "evergreen", "dated", "no_mtime", "future"]
+    # the default floor: one half-life old keeps (1 + 0.7) / 2 of its score
+    default = {h.id: h.score for h in apply_temporal_decay(hits, 30, now)}
+    assert default["dated"] == pytest.approx(0.85) and default["session"] == pytest.approx(0.9 * (0.7 + 0.3 * 0.7937), abs=1e-4)
+    out = apply_temporal_decay(hits, 30, now, floor=0.0)
     assert hits[0].score == 1.0  # input untouched
     # now as epoch seconds (time.time()) and as a naive UTC datetime give the same result
-    assert [h.score for h in apply_temporal_decay(hits, 30, now.timestamp())] == [h.score for h in out]
-    assert [h.score for h in apply_temporal_decay(hits, 30, datetime(2026, 3, 31))] == [h.score for h in out]
+    assert [h.score for h in apply_temporal_decay(hits, 30, now.timestamp(), floor=0.0)] == [h.score for h in out]
+    assert [h.score for h in apply_temporal_decay(hits, 30, datetime(2026, 3, 31), floor=0.0)] == [h.score for h in out]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -508,3 +514,22 @@ def test_dedupe_better_hit_wins_regardless_of_position() -> None:
     hits = [hit("a", score=0.9, lines=(1, 4)), hit("b", score=0.8, lines=(3, 6))]
     assert [h.id for h in dedupe_overlapping(hits)] == ["a", "b"]
     assert dedupe_overlapping([]) == []
+
+
+def test_decay_reorders_but_never_buries_the_only_old_match() -> None:
+    """An old chunk that answers (relevance 0.6, a year old) stays above recent ones that do not
+    (0.35, 0.3): decay only reorders comparably relevant results."""
+    now = datetime(2026, 11, 26, tzinfo=UTC)
+    hits = [hit("old-answer", score=0.6, path="memory/2025-11-20.md"),
+            hit("new-noise", score=0.35, path="memory/2026-11-25.md"),
+            hit("new-noise-2", score=0.3, path="sessions/s.jsonl", source="sessions", date="2026-11-24T10:00")]
+    assert [h.id for h in apply_temporal_decay(hits, 30, now)] == ["old-answer", "new-noise", "new-noise-2"]
+    # with a plain exponential (floor 0) it sank to the bottom: what the floor fixes
+    assert [h.id for h in apply_temporal_decay(hits, 30, now, floor=0.0)][-1] == "old-answer"
+    # comparable relevance: the newer one wins
+    close = [hit("old", score=0.5, path="memory/2025-11-20.md"), hit("new", score=0.45, path="memory/2026-11-25.md")]
+    assert [h.id for h in apply_temporal_decay(close, 30, now)] == ["new", "old"]
+    # a transcript chunk's own date is its age, not the file's modification time
+    s1 = hit("s", score=1.0, path="sessions/a.jsonl", source="sessions", date="2026-10-27T09:00",
+             mtime_ms=int(now.timestamp() * 1000))
+    assert apply_temporal_decay([s1], 30, now)[0].score == pytest.approx(0.85)

@@ -124,16 +124,22 @@ def test_vector_calibration_override(local_index: Settings) -> None:
         load_settings(None, {"workspace": ".", "query": {"vector_calibration": [0.8, 0.2]}})
 
 
-def test_keyword_relevance_is_absolute() -> None:
-    # half the query's IDF mass matched at average length: sqrt(0.5)
-    assert ranking.keyword_relevance(5.0, 0.5, 10.0) == pytest.approx(0.5 ** 0.5)
-    # repeating one word of the query cannot exceed its coverage
-    assert ranking.keyword_relevance(30.0, 0.3, 10.0) == pytest.approx(0.3 ** 0.5)
-    assert ranking.keyword_relevance(0.0, 1.0, 10.0) == 0.0
+def test_keyword_relevance_is_absolute_and_monotone() -> None:
+    # a full match at average length (bm25 = idf_total): 1 / (1 + 0.5)
+    assert ranking.keyword_relevance(10.0, 10.0) == pytest.approx(2 / 3)
+    assert ranking.keyword_relevance(5.0, 10.0) == pytest.approx(0.5)  # half the query's information
+    assert ranking.keyword_relevance(0.0, 10.0) == 0.0
+    # strictly increasing in BM25 for one query: no ties where BM25 tells chunks apart
+    values = [ranking.keyword_relevance(b, 10.0) for b in (0.5, 1, 2, 5, 10, 20, 40)]
+    assert all(x < y for x, y in zip(values, values[1:], strict=False)) and values[-1] < 1
+    # a query whose rarest words are in no memory: scaled by the share of it that exists
+    assert ranking.keyword_relevance(10.0, 10.0, 0.45) == pytest.approx(2 / 3 * 0.45)
     cal = ranking.Calibration.for_model("all-MiniLM-L6-v2", None)
     assert (cal.cos_low, cal.cos_high, cal.source) == (0.2, 0.8, "model table")
-    assert ranking.vector_relevance(0.2, cal) == 0 and ranking.vector_relevance(0.8, cal) == 1
+    assert ranking.vector_relevance(0.2, cal) == pytest.approx(0.05) and ranking.vector_relevance(0.8, cal) == pytest.approx(0.95)
     assert ranking.vector_relevance(0.5, cal) == pytest.approx(0.5)
+    cos = [ranking.vector_relevance(c, cal) for c in (-0.5, 0.1, 0.3, 0.79, 0.85, 0.99)]
+    assert all(x < y for x, y in zip(cos, cos[1:], strict=False))  # strictly increasing, no clamp ties
     other = ranking.Calibration.for_model("text-embedding-3-small", 0.1)
     assert other.source == "index background" and other.cos_low == pytest.approx(0.1)
 
