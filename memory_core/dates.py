@@ -12,7 +12,8 @@ file (path, size, mtime), so a chunk's date always matches the lines it cites; t
 only line numbers.
 
 Query dates (``query_date_range``): an ISO date (``2026-09-04``), a day and month in either order
-with an optional year (``on 4 December``, ``Dec 4th``, ``December 4, 2026``; without a year, the
+with an optional year (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``5月4号``,
+``2026年5月4日``; without a year, the
 latest such day not after today), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
 month`` and weekday names (``on Monday``, ``last Friday``: the latest such day before today). The
@@ -44,6 +45,7 @@ _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
 _ISO = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 _DAY_MONTH = re.compile(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
 _MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = re.compile(r"\b(?:on|last|this|past)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
 
@@ -97,6 +99,11 @@ def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
             return (d, d), m.group(0)
         except ValueError:
             pass
+    m = _CJK_DAY.search(q)  # 5月4号, 4月27日, 2026年5月4日
+    if m:
+        d = _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, today)
+        if d is not None:
+            return (d, d), m.group(0)
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         m = rx.search(q)
         if m:

@@ -36,13 +36,16 @@ TODAY = date(2026, 11, 26)  # a Thursday
         ("last month", (date(2026, 10, 1), date(2026, 10, 31))),
         ("on Monday", (date(2026, 11, 23), date(2026, 11, 23))),
         ("last Thursday", (date(2026, 11, 19), date(2026, 11, 19))),
+        ("我5月4号做了什么菜？", (date(2026, 5, 4), date(2026, 5, 4))),  # Chinese month-day: MemoryBank cn
+        ("4月27日我在公园跑了多久", (date(2026, 4, 27), date(2026, 4, 27))),
+        ("2025年12月4日的会议", (date(2025, 12, 4), date(2025, 12, 4))),
     ],
 )
 def test_query_date_range(query: str, expected: tuple[date, date]) -> None:
     assert query_date_range(query, TODAY) == DateRange(*expected)
 
 
-@pytest.mark.parametrize("query", ["replication lag", "may I ask", "2026-02-30", "31 February", "port 8080", "v1.2.3"])
+@pytest.mark.parametrize("query", ["replication lag", "may I ask", "2026-02-30", "31 February", "port 8080", "v1.2.3", "13月40日"])
 def test_queries_without_a_day(query: str) -> None:
     assert query_date_range(query, TODAY) is None
 
