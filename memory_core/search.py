@@ -533,7 +533,9 @@ class Searcher:
                 idfs.append(idf)
                 present += idf if df > 0 else 0.0
             idf_total = sum(idfs)
-            if idf_total > 0:
+            # CJK terms are single characters and bigrams: a bigram no note contains says nothing
+            # about whether the memory holds the answer
+            if idf_total > 0 and not ranking.mostly_cjk(query):
                 corpus_coverage = present / idf_total
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("scoring the candidates failed (%s); partial scores", exc)
