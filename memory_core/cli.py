@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
                    help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing PATH that is not an earlier export (never the index, its lock or"
+                        " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
     from memory_core.evaluation import add_eval_parser
 
@@ -416,7 +419,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
                              " or .ndjson, or --format")
     settings = _settings(args)
-    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors)
+    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors, force=args.force,
+                           protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)

@@ -15,7 +15,13 @@ import pytest
 
 from memory_core.cache import EmbeddingCache
 from memory_core.config import load_settings
-from memory_core.errors import ConfigError, IndexDamagedError, IndexLockedError, ProviderError
+from memory_core.errors import (
+    ConfigError,
+    IndexDamagedError,
+    IndexLockedError,
+    NotAnIndexError,
+    ProviderError,
+)
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
 from memory_core.store import IndexLock, probe_index
@@ -114,18 +120,16 @@ def test_write_error_while_building_leaves_live_index(workspace, tmp_path):
     assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     first = run_index(s)
     data = s.index_file.read_bytes()
     if damage == "truncate":
         s.index_file.write_bytes(data[: len(data) // 3])
-    elif damage == "garbage":
+    else:
         # the header (with memory-core's application_id) survives: still ours, so rebuilt
         s.index_file.write_bytes(data[:100] + b"\x13\x37" * 4046 + data[8192:])
-    else:
-        s.index_file.write_bytes(b"")
     with Searcher(s) as searcher:
         assert searcher.status()["state"] == "damaged"
     with pytest.raises(IndexDamagedError), Searcher(s) as searcher:
@@ -135,6 +139,20 @@ def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
     assert any("damaged" in w for w in again.warnings)
     with Searcher(s) as searcher:
         assert searcher.search("postgres replication", min_score=0)
+
+
+def test_an_empty_file_at_the_index_path_is_refused_not_replaced(workspace, tmp_path):
+    """issue 22 #1: a 0-byte file at --index (e.g. a lock file) was taken for a damaged index
+    and replaced; memory-core never leaves an empty file there, so it is not ours."""
+    other = tmp_path / "some.lock"
+    other.write_bytes(b"")
+    ino = other.stat().st_ino
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "index_path": str(other)})
+    with pytest.raises(NotAnIndexError, match="empty file"):
+        run_index(s)
+    with pytest.raises(NotAnIndexError), Searcher(s) as searcher:
+        searcher.search("postgres")
+    assert other.stat().st_ino == ino and other.read_bytes() == b""
 
 
 # -- concurrency ------------------------------------------------------------------------------------
