@@ -9,8 +9,11 @@ follows: symlinks are never followed), and accepts only a regular file: a FIFO, 
 device in place of a note is refused at once instead of blocking ``get`` (and an MCP worker)
 forever, since the last component is opened with ``O_NONBLOCK``.
 
-The root itself (the workspace, the sessions folder, an extra path) is the user's own
-setting and is opened as configured.
+The root itself (the workspace, an extra path) is the user's own setting and is opened as
+configured. The sessions folder is held to the rule indexing follows (a symlinked sessions
+folder is never indexed): inside the workspace it is opened component by component from the
+workspace, elsewhere its own name is opened with ``O_NOFOLLOW``; so a ``sessions/`` swapped
+for a symlink after indexing never lets a reader open a transcript outside it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ def _root_and_parts(settings: Settings, path: str) -> tuple[str, list[str]]:
     """The source root an indexed path lives under, and the components below it."""
     ws = str(settings.workspace_dir)
     if path.startswith("sessions/") and "sessions" in settings.sources:
-        return str(settings.sessions_dir), [path[len("sessions/"):]]
+        name = path[len("sessions/"):]
+        sdir = os.path.normpath(os.path.abspath(str(settings.sessions_dir)))
+        wsn = os.path.normpath(os.path.abspath(ws))
+        if sdir.startswith(wsn.rstrip(os.sep) + os.sep):  # inside the workspace: every component
+            return wsn, [*sdir[len(wsn.rstrip(os.sep)) + 1:].split(os.sep), name]
+        parent, base = os.path.split(sdir)
+        return parent or os.sep, [base, name]  # elsewhere: the folder's own name is not followed
     if not os.path.isabs(path):
         return ws, path.split("/")
     roots = []

@@ -35,7 +35,7 @@ import numpy as np
 
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
-from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
+from memory_core.dates import DateRange, chunk_date, indexed_transcript_dates, query_date_range
 from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
 from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
@@ -407,13 +407,13 @@ class Searcher:
         return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates)
 
     def _date_of(self, h: ranking.Hit) -> str | None:
-        real = None
+        stamps = None
         if h.source == "sessions":
             try:
-                real = resolve_indexed_path(self.settings, h.path)
+                stamps = indexed_transcript_dates(self.settings, h.path)  # opened as `get` opens it
             except PathError:
-                real = None
-        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, real)
+                stamps = None
+        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, dates=stamps)
 
     def _dated_hits(self, idx: _Index, dates: DateRange, sources: tuple[str, ...] | None,
                     seen: set[int]) -> list[ranking.Hit]:
@@ -434,7 +434,7 @@ class Searcher:
             "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
         for p in sessions:
             try:
-                header, stamps = transcript_dates(resolve_indexed_path(self.settings, p))
+                header, stamps = indexed_transcript_dates(self.settings, p)
             except PathError:
                 continue
             lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])

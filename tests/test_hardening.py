@@ -679,3 +679,27 @@ def test_every_test_named_in_reliability_md_exists():
     for file, func in named:
         src = (ROOT / "tests" / file).read_text(encoding="utf-8")
         assert re.search(rf"^(async )?def {func}\(", src, re.M), f"{file}::{func} named in docs/reliability.md"
+
+
+def test_readers_do_not_follow_a_sessions_folder_replaced_by_a_symlink(workspace, tmp_path):
+    """issue 22 #2: indexing refuses a symlinked sessions folder, but `get`, `memory_get` and
+    the dates of search results opened it as configured and read transcripts outside."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    s = load_settings(cfg, {"workspace": str(workspace)})
+    run_index(s)
+    name = "2026-10-21-ingest-502-debug.jsonl"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    text = (workspace / "sessions" / name).read_text()
+    (outside / name).write_text(text.replace("2026-10-21T", "2001-02-03T").replace("rolled back", "SECRETOUTSIDE"))
+    (workspace / "sessions").rename(workspace / "sessions-moved")
+    (workspace / "sessions").symlink_to(outside)
+    with Searcher(s) as searcher:
+        with pytest.raises(PathError, match="symlink"):
+            searcher.read_file(f"sessions/{name}#L1-L5")
+        hits = [r for r in searcher.search("ingest-gateway 502 deploy", min_score=0, sources=["sessions"])]
+        assert hits and not [r for r in hits if (r.date or "").startswith("2001")]
+    proc = _cli("get", "-c", str(cfg), "-w", str(workspace), f"sessions/{name}")
+    err = _one_line(proc, 2)
+    assert "SECRETOUTSIDE" not in proc.stdout + err and "symlink" in err
