@@ -756,7 +756,9 @@ class JobFault:
       (``response.status_code`` = http_error_status with an error body), malformed_lines
       (unparseable JSON), bad_vector_lines (``bad_vector`` mode: empty_data | empty | wrong_dims |
       nan | zero | dup_index (two items, both index 0) | gap_index (one item, index 1)), missing_lines (never returned). Then: duplicate_lines (first N successful
-      lines written twice), unknown_lines (N extra lines with custom ids never submitted).
+      lines written twice), conflicting_lines (the next N successful lines written again with
+      another vector), unknown_lines (N extra lines with custom ids never submitted),
+      raw_output_lines (lines appended to the output file as they are, e.g. hostile JSON).
     per_id: explicit ``{custom_id: kind}`` with kind in error | http_error | malformed |
       bad_vector | missing (applied before the counts).
     errors_in_output: write error/http_error lines to the output file instead of the error file
@@ -780,6 +782,8 @@ class JobFault:
     missing_lines: int = 0
     duplicate_lines: int = 0
     unknown_lines: int = 0
+    conflicting_lines: int = 0
+    raw_output_lines: list[str] = field(default_factory=list)
     per_id: dict[str, str] = field(default_factory=dict)
     errors_in_output: bool = False
     shuffle: bool | None = None
@@ -1163,6 +1167,8 @@ class BatchingFakeServer(FakeServer):
         ok = [ItemOutcome("ok", it) for it in rest]
         outs.extend(ok)
         outs.extend(ItemOutcome("duplicate", o.item) for o in ok[: f.duplicate_lines])
+        outs.extend(ItemOutcome("conflict", o.item)
+                    for o in ok[f.duplicate_lines: f.duplicate_lines + f.conflicting_lines])
         for n in range(f.unknown_lines):
             text = f"unknown text {n} of {job.id}"
             sample = job.items[0] if job.items else None
@@ -1651,6 +1657,7 @@ class OpenAICompatibleFake(BatchingFakeServer):
         for o in outcomes:
             line, to_error = self._render_line(job, o)
             (err_lines if to_error and not job.fault.errors_in_output else out_lines).append(line)
+        out_lines.extend(job.fault.raw_output_lines)
         if out_lines:
             f = self.add_file(
                 ("\n".join(out_lines) + "\n").encode(), f"{job.id}_output.jsonl", "batch_output"
@@ -1680,11 +1687,12 @@ class OpenAICompatibleFake(BatchingFakeServer):
 
     def _render_line(self, job: BatchJob, o: ItemOutcome) -> tuple[str, bool]:
         item = o.item
-        if o.kind in ("ok", "duplicate", "unknown", "malformed", "bad_vector"):
+        if o.kind in ("ok", "duplicate", "unknown", "malformed", "bad_vector", "conflict"):
             call = EmbedCall(
                 item.texts, item.model, item.dims, item.encoding, sum(estimate_tokens(t) for t in item.texts)
             )
-            pairs = [(i, self.vector_for(t, item.dims, item.model)) for i, t in enumerate(item.texts)]
+            other = "\x00another answer" if o.kind == "conflict" else ""
+            pairs = [(i, self.vector_for(t + other, item.dims, item.model)) for i, t in enumerate(item.texts)]
             if o.kind == "bad_vector" and job.fault.bad_vector in ("dup_index", "gap_index"):
                 pairs = apply_bad_payload(job.fault.bad_vector, pairs)  # OpenAI/Voyage lines only
                 if job.fault.bad_vector == "dup_index" and len(pairs) == 1:
