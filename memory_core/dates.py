@@ -31,6 +31,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from memory_core.ranking import date_from_path
+from memory_core.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
@@ -90,7 +91,13 @@ def query_date_range(query: str, today: date | None = None) -> DateRange | None:
     if found is None:
         return None
     (start, end), phrase = found
+    if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
+        return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
     return DateRange(start, end, phrase)
+
+
+# a range's neighbours (the day after its end, local midnight as a timestamp) must exist
+_FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 
 
 def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
@@ -189,12 +196,12 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
         with open(path, "rb", closefd=not isinstance(path, int)) as f:
             if isinstance(path, int):
                 f.seek(0)
-            for n, raw in enumerate(f, 1):
-                if b"timestamp" not in raw:
+            for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
+                if raw is None or b"timestamp" not in raw:  # None: a line longer than indexing reads
                     continue
                 try:
                     rec = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
                     continue
                 if not isinstance(rec, dict):
                     continue

@@ -320,8 +320,13 @@ def session_lines_for_range(
         return []
     out: list[str] = []
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
+        for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
             if line_no < start:
+                continue
+            if raw is None:  # longer than indexing reads: never held in memory
+                out.append("")
+                if line_no >= end_line:
+                    break
                 continue
             text = raw.decode("utf-8", errors="replace")
             if text.endswith("\n"):
@@ -349,10 +354,13 @@ def session_text_for_range(
         return []
     builder = _Builder(redact_secrets)
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
+        # lines as indexing reads them: one over DEFAULT_MAX_LINE_BYTES is skipped there, and here
+        # is drained without being held (a 1 GB line cost 3 GB per `get` or search)
+        for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
             if line_no < start:
                 continue
-            builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+            if raw is not None:
+                builder.feed(line_no, raw.decode("utf-8", errors="replace"))
             if line_no >= end_line:
                 break
     return builder.parts
@@ -384,10 +392,9 @@ def redact_jsonl_line(text: str) -> str:
     quotes hide ``\\"password\\": \\"...\\"`` from the patterns; secret-named fields are
     masked with the reference's rule. Lines that are not JSON get the plain-text pass."""
     try:
-        obj = json.loads(text)
-    except ValueError:
+        return json.dumps(_redact_json_value(json.loads(text)), ensure_ascii=False)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return redact(text)
-    return json.dumps(_redact_json_value(obj), ensure_ascii=False)
 
 
 def count_lines(

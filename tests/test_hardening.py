@@ -703,3 +703,37 @@ def test_readers_do_not_follow_a_sessions_folder_replaced_by_a_symlink(workspace
     proc = _cli("get", "-c", str(cfg), "-w", str(workspace), f"sessions/{name}")
     err = _one_line(proc, 2)
     assert "SECRETOUTSIDE" not in proc.stdout + err and "symlink" in err
+
+
+def test_a_transcript_line_of_hundreds_of_megabytes_is_never_held_by_get_or_search(workspace, tmp_path):
+    """issue 22 #8: a transcript with one 1 GB line made each search or get touching it use 3.2 GB.
+    Readers read lines as indexing does: a line over the cap is drained, never held."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    big = workspace / "sessions" / "big.jsonl"
+    msg = ('{"type": "message", "timestamp": "2026-05-02T11:00:00Z", "message": {"role": "user",'
+           ' "content": "the narwhal rollout checklist"}}\n')
+    with open(big, "w") as fh:
+        fh.write(msg)
+        fh.write('{"type": "message", "timestamp": "2026-05-02T11:01:00Z", "x": "')
+        chunk = "a" * (1 << 20)
+        for _ in range(300):
+            fh.write(chunk)
+        fh.write('"}\n')
+        fh.write(msg.replace("narwhal", "narwhal second"))
+    run_index(load_settings(cfg, {"workspace": str(workspace)}))
+    code = ("import resource, sys\n"
+            "from memory_core.config import load_settings\n"
+            "from memory_core.search import Searcher\n"
+            f"s = load_settings({str(cfg)!r}, {{'workspace': {str(workspace)!r}}})\n"
+            "with Searcher(s) as se:\n"
+            "    hits = se.search('narwhal rollout checklist', min_score=0, sources=['sessions'])\n"
+            "    mine = [h for h in hits if h.path == 'sessions/big.jsonl']\n"
+            "    assert mine and all(h.date.startswith('2026-05-02') for h in mine), hits\n"
+            "    text = se.read_file('sessions/big.jsonl#L1-L3')['text']\n"
+            "    assert 'narwhal rollout' in text and 'narwhal second' in text, text[:200]\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) < 250, proc.stdout  # MiB; the line alone is 300 MiB
