@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -48,6 +49,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
 from memory_core.search import Searcher, SearchResult
+from memory_core.store import make_private_dir, safe_open
 
 log = logging.getLogger("memory_core.qmd")
 
@@ -189,13 +191,13 @@ def run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str
     qmd runs in its own process group, so a timeout kills Bun and anything it started.
     """
     command = resolve_command(settings)
-    st = state_dir(settings)
-    (st / "config").mkdir(parents=True, exist_ok=True)
-    (st / "cache").mkdir(parents=True, exist_ok=True)
+    st = private_state(settings)
+    make_private_dir(st / "config")
+    make_private_dir(st / "cache")
     argv = [command, "--index", settings.qmd.index_name, *args]
-    try:
+    try:  # umask 077: qmd's index (the notes' text) and config are private, as memory-core's own files
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_env(settings, command), cwd=str(st), start_new_session=True)
+                                env=_env(settings, command), cwd=str(st), start_new_session=True, umask=0o077)
     except OSError as exc:
         raise QmdError("missing", f"cannot run {command}: {exc.strerror or exc}") from None
     try:
@@ -282,7 +284,8 @@ def export_sessions(settings: Settings) -> dict[str, dict[str, Any]]:
     from memory_core.sessions import parse_session_file
 
     out_dir = state_dir(settings) / "sessions"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    private_state(settings)
+    make_private_dir(out_dir)
     table: dict[str, dict[str, Any]] = {}
     for f in discover_files(settings).files:
         if f.source != "sessions":
@@ -298,16 +301,56 @@ def export_sessions(settings: Settings) -> dict[str, dict[str, Any]]:
             name = f"{stem}-{hashlib.sha256(f.path.encode()).hexdigest()[:8]}.md"
         target = out_dir / name
         text = doc.content + ("\n" if doc.content else "")
-        if not target.exists() or target.read_text(encoding="utf-8", errors="replace") != text:
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
+        if _read_own(target) != text:
+            _write_private(target, text)
         table[name] = {"path": f.path, "line_map": list(doc.line_map)}
     for old in out_dir.glob("*.md"):
         if old.name not in table:
             with contextlib.suppress(OSError):
                 old.unlink()
     return table
+
+
+def private_state(settings: Settings) -> Path:
+    """The state folder, created 0700 (and made 0700 when an older version left it 0755): qmd's
+    index and the exported transcripts in it hold the memory's text."""
+    st = state_dir(settings)
+    make_private_dir(st)
+    with contextlib.suppress(OSError):
+        os.chmod(st, 0o700)
+    return st
+
+
+def _read_own(path: Path) -> str | None:
+    """The text of an exported transcript; None when there is none, or something else (a
+    symlink, a FIFO) is in its place: it is then replaced, never followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _write_private(target: Path, text: str) -> None:
+    """Write ``target`` (0600) through a new temp file beside it, never through a symlink: the
+    temp name is random and created with O_EXCL | O_NOFOLLOW, so a link planted there is
+    never written through; the rename replaces whatever entry ``target`` is (not a link's target)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    fd = safe_open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="qmd transcript export")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _path_table(settings: Settings, collections: list[QmdCollection],

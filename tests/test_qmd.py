@@ -244,3 +244,28 @@ def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_e
         assert tools.status({})["qmd"]["last_search"]["ok"] is True
     finally:
         tools.close()
+
+
+def test_the_transcript_export_never_writes_through_a_symlink_and_is_private(workspace: Path, tmp_path: Path) -> None:
+    """issue 22 #5 and #4: `<state>/sessions/<stem>.tmp` was written through a planted symlink
+    (its target overwritten); qmd's state was 0755 and the exported transcripts 0644."""
+    from memory_core.qmd import export_sessions
+
+    s = qmd_settings(workspace, "qmd", sources=["memory", "sessions"])
+    out = state_dir(s) / "sessions"
+    out.mkdir(parents=True)
+    os.chmod(state_dir(s), 0o755)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    stems = [p.stem for p in (workspace / "sessions").glob("*.jsonl")]
+    assert stems
+    for stem in stems:
+        (out / f"{stem}.tmp").symlink_to(victim)
+    (out / f"{stems[0]}.md").symlink_to(victim)  # a link at the export's own name: replaced, not followed
+    table = export_sessions(s)
+    assert victim.read_text() == "keep me\n"
+    assert len(table) == len(stems)
+    for name in table:
+        p = out / name
+        assert not p.is_symlink() and p.stat().st_mode & 0o077 == 0 and "User:" in p.read_text()
+    assert state_dir(s).stat().st_mode & 0o777 == 0o700
