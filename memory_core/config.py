@@ -149,6 +149,8 @@ class QuerySettings(_Model):
     vector_weight: float = Field(default=ranking_defaults.DEFAULT_VECTOR_WEIGHT, ge=0)
     text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
+    # the longest a search waits for its query's embedding, retries included; then keyword-only
+    embed_timeout_s: float = Field(default=8.0, gt=0, le=600)
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
     # what a memory_search answer hands an agent (memory_core/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"

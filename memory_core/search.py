@@ -292,6 +292,8 @@ class Searcher:
 
                 s = IndexRecord.from_meta(meta).query_settings(self.settings)  # type: ignore[union-attr]
                 self._provider, _ = create_provider(s)
+                # a reader never waits out a run's retries (60 s x 6 attempts): a short total deadline
+                self._provider.deadline_s = self.settings.query.embed_timeout_s
             except Exception as exc:  # no key, no model package: answer keyword-only
                 self._provider = None
                 self.provider_note = f"query embeddings unavailable ({exc}); keyword-only results"

@@ -26,6 +26,7 @@ from memory_core.pipeline import run_index
 from memory_core.search import Searcher
 from memory_core.store import IndexLock, probe_index
 from tests.conftest import ROOT, openai_settings
+from tests.fakes.common import Fault
 
 
 def _snapshot(path: Path) -> bytes:
@@ -52,8 +53,13 @@ def test_rate_limit_storm_is_retried_within_bounds(workspace, openai_fake):
     assert summary.swapped and openai_fake.embed_requests == 5
 
 
-@pytest.mark.parametrize("fault", ["500", "reset", "malformed", "timeout"])
+HTML = b"<!DOCTYPE html><html><body><h1>Sign in to continue</h1></body></html>"
+
+
+@pytest.mark.parametrize("fault", ["500", "reset", "malformed", "timeout", "html", "drip"])
 def test_persistent_transient_faults_fail_cleanly(workspace, openai_fake, fault):
+    """html, drip: issue 22 #7 (a 200 HTML page raised AttributeError) and #6 (a body dripped a
+    byte at a time never tripped timeout_s: every attempt now has a wall-clock limit)."""
     s = openai_settings(workspace, openai_fake, remote={"max_attempts": 3, "timeout_s": 0.5})
     run_index(s)
     live = _snapshot(s.index_file)
@@ -61,9 +67,13 @@ def test_persistent_transient_faults_fail_cleanly(workspace, openai_fake, fault)
     _edit(workspace)
     {"500": lambda: openai_fake.fail_next(None, 500), "reset": lambda: openai_fake.reset_next(None),
      "malformed": lambda: openai_fake.malformed_next(None),
-     "timeout": lambda: openai_fake.hang_next(None, seconds=2)}[fault]()
+     "timeout": lambda: openai_fake.hang_next(None, seconds=2),
+     "html": lambda: openai_fake.inject(Fault("raw", body=HTML, headers={"Content-Type": "text/html"}), None),
+     "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.05), None)}[fault]()
+    t0 = time.monotonic()
     with pytest.raises(ProviderError) as exc:
         run_index(s)
+    assert time.monotonic() - t0 < 20
     assert "openai" in str(exc.value) and "gave up after 3 attempts" in str(exc.value)
     assert "sk-test" not in str(exc.value)
     assert _snapshot(s.index_file) == live
@@ -279,3 +289,32 @@ def test_api_key_never_in_provider_key_meta_or_index(workspace, openai_fake):
 
 def test_file_size_limit_is_honoured_by_the_test_helpers():
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY
+
+
+def _not_base64_body() -> bytes:
+    import json
+
+    return json.dumps({"object": "list", "model": "text-embedding-3-small",
+                       "data": [{"object": "embedding", "index": 0, "embedding": "<b>not base64!</b>"}],
+                       "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+
+
+@pytest.mark.parametrize("fault", ["html", "not_base64", "hang", "drip"])
+def test_a_reader_answers_keyword_only_within_its_deadline_when_the_provider_misbehaves(workspace, openai_fake,
+                                                                                      fault):
+    """issue 22 #6, #7: a stalled endpoint blocked one search 377 s (readers used 60 s x 6
+    attempts); a 200 HTML page or a non-base64 embedding crashed every search. A reader's query
+    embedding has a total deadline (query.embed_timeout_s), then keyword-only with a note."""
+    s = openai_settings(workspace, openai_fake, remote={"timeout_s": 60, "max_attempts": 6},
+                        query={"embed_timeout_s": 2})
+    run_index(s)
+    {"html": lambda: openai_fake.inject(Fault("raw", body=HTML, headers={"Content-Type": "text/html"}), None),
+     "not_base64": lambda: openai_fake.inject(Fault("raw", body=_not_base64_body()), None),
+     "hang": lambda: openai_fake.hang_next(None, seconds=30),
+     "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.2), None)}[fault]()
+    with Searcher(s) as searcher:
+        t0 = time.monotonic()
+        res = searcher.search_response("postgres replication", min_score=0)
+        took = time.monotonic() - t0
+    assert res["results"] and "keyword-only" in res.get("note", ""), res.get("note")
+    assert took < 6, took

@@ -20,8 +20,8 @@ MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "t
 
 def decode_embedding(value: Any) -> np.ndarray | list[float]:
     """An embedding as returned by the API: base64 little-endian float32, or a list of floats."""
-    if isinstance(value, str):
-        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    if isinstance(value, str):  # binascii.Error / ValueError: a malformed response (retried)
+        return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
     return value
 
 
@@ -104,7 +104,7 @@ class OpenAIProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="openai", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget,
+            budget=self.retry_budget, **self.retry_options(),
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])
