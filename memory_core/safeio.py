@@ -89,6 +89,37 @@ def open_indexed(settings: Settings, path: str) -> int:
         raise
 
 
+# -- lines of a note, numbered as the chunker numbers them ---------------------------------------
+
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut (and marked): never held whole
+
+
+def read_lines(fd: int, start: int, end: int, *, max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """Lines ``start..end`` (1-based, inclusive) of the open file ``fd`` (closed here), split on
+    ``"\n"`` only: the chunker splits a note's text on ``"\n"`` alone, so a bare ``"\r"`` (or a
+    U+2028) inside a line must not start a new one here, or citations read the wrong lines
+    (text mode's universal newlines split on a lone ``"\r"``). Undecodable bytes become U+FFFD;
+    a line over ``max_line_bytes`` is cut there and ends with ``" […]"``; the rest is skipped
+    unread into memory."""
+    out: list[str] = []
+    with open(fd, "rb", closefd=True) as fh:
+        n = 0
+        while n < end:
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            n += 1
+            cut = len(raw) > max_line_bytes and not raw.endswith(b"\n")
+            if cut:
+                raw = raw[:max_line_bytes]
+                while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+            if n >= start:
+                text = raw.decode("utf-8", errors="replace")
+                out.append((text + " […]") if cut else text[:-1] if text.endswith("\n") else text)
+    return out
+
+
 # -- text that comes in: JSON with lone surrogates ---------------------------------------------
 
 def _fix_surrogates(value: object) -> object:

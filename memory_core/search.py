@@ -727,12 +727,9 @@ class Searcher:
 
                 out = session_text_for_range(real, start, end)
             else:
-                with open(real, encoding="utf-8", errors="replace", newline="") as fh:
-                    for n, line in enumerate(fh, 1):
-                        if n > end:
-                            break
-                        if n >= start:
-                            out.append(line.rstrip("\n"))
+                from memory_core.safeio import read_lines
+
+                out = read_lines(real, start, end)  # split on "\n" only, as the chunker numbers lines
         except FileNotFoundError:
             raise PathError(f"{path} is indexed but no longer exists") from None
         except OSError as exc:

@@ -737,3 +737,24 @@ def test_a_transcript_line_of_hundreds_of_megabytes_is_never_held_by_get_or_sear
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout.split()[-1]) < 250, proc.stdout  # MiB; the line alone is 300 MiB
+
+
+def test_bare_cr_and_u2028_number_lines_as_the_chunker_does(workspace):
+    """issue 22 #9: `get` split lines on a bare CR (text mode's universal newlines) while the
+    chunker splits on "\\n" only, so citations after such a line read the wrong line."""
+    note = workspace / "memory" / "projects" / "crlf.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_bytes("# Old Mac note\rwith a bare CR\r\rmore\n"
+                     "a line with \u2028 a line separator\n"
+                     "\n"
+                     "the ocelot rollout is on Thursday\n".encode())
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "chunking": {"tokens": 8,
+                                                                                           "overlap": 0}})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = [h for h in searcher.search("ocelot rollout Thursday", min_score=0) if h.path.endswith("crlf.md")]
+        assert hits
+        got = searcher.read_file(hits[0].citation)
+        assert "ocelot rollout" in got["text"], (hits[0].citation, got)
+        assert searcher.read_file("memory/projects/crlf.md#L4")["text"] == "the ocelot rollout is on Thursday"
+        assert searcher.read_file("memory/projects/crlf.md#L1")["text"].count("\r") == 3

@@ -125,3 +125,37 @@ def test_read_only_index_directory_is_a_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "ermission denied" in lines[0] and str(ro) in lines[0], lines
+
+
+def test_a_note_rewritten_between_discovery_and_reading_is_recorded_as_read(workspace):
+    """issue 22 #9: the hash stored was discovery's while the chunks came from a later read: a
+    note caught mid-write (truncated) was indexed with text in no finished version of the file,
+    and when the write completed the stored hash called it unchanged for ever. The files row now
+    holds the hash, size and mtime of the very bytes that were chunked."""
+    import hashlib
+
+    from memory_core import stages
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.stages import chunk_file, chunk_params
+
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    note = workspace / "memory" / "projects" / "mid-write.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    full = "# Plan\n\nthe walrus migration starts Monday\nsecond line of the plan\n"
+    note.write_text(full)
+    run_index(s)
+    note.write_text(full + "a third line\n")  # changed: discovery hashes this version
+    provider, _ = create_provider(s)
+    plan = stages.discover_stage(s, provider, "test")
+    (f,) = [x for x in plan.to_index if x.path == "memory/projects/mid-write.md"]
+    partial = b"# Plan\n\nthe wal"  # an editor's truncate-then-write, caught half way
+    note.write_bytes(partial)
+    tokens, overlap = chunk_params(s, provider)
+    got = chunk_file(f, s, provider, tokens, overlap, [])
+    assert got is not None
+    st = os.stat(note)
+    assert got.file_row["hash"] == hashlib.sha256(partial).hexdigest()
+    assert (got.file_row["size"], got.file_row["mtime_ms"]) == (len(partial), st.st_mtime_ns // 1_000_000)
+    # the write completes with the discovered version: a later run sees a different file
+    note.write_text(full + "a third line\n")
+    assert hashlib.sha256(note.read_bytes()).hexdigest() != got.file_row["hash"]
