@@ -469,8 +469,26 @@ def preflight(settings: Settings) -> None:
     """Refuse a run whose workspace is missing before anything is created on disk."""
     from memory_core.errors import PathError
 
-    if not settings.workspace_dir.is_dir():
-        raise PathError(f"workspace not found: {settings.workspace_dir}")
+    ws = settings.workspace_dir
+    if not ws.is_dir():
+        raise PathError(f"workspace not found: {ws}")
+    if settings.index_file.exists() or os.path.lexists(settings.index_file):
+        return  # an index that exists is kept up to date, even when every note is gone
+    # a first run in a folder with nothing to index (a typo, the wrong folder): say so, and
+    # create nothing there (it printed "0 scanned" and made .memory-core/)
+    roots = []
+    if "memory" in settings.sources:
+        roots += [ws / "MEMORY.md", ws / "memory.md", ws / "memory"]
+        roots += [Path(os.path.expanduser(p)) if os.path.isabs(os.path.expanduser(p)) else ws / p
+                  for p in settings.extra_paths]
+    if "sessions" in settings.sources:
+        roots.append(settings.sessions_dir)
+    if not any(os.path.lexists(r) for r in roots):
+        wanted = "MEMORY.md or a memory/ folder" if "memory" in settings.sources else ""
+        if "sessions" in settings.sources:
+            wanted += (" or " if wanted else "") + f"transcripts in {settings.sessions_dir}"
+        raise PathError(f"nothing to index in {ws}: no {wanted}; is this the workspace? (give it with"
+                        " --workspace, or create memory/ there)")
 
 
 def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
