@@ -247,6 +247,9 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             return None
         if doc.skipped:
             warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
+        if doc.file_stat is not None:  # the hash, size and mtime of the bytes parsed (as for notes)
+            digest = doc.file_sha256
+            size, mtime_ms = doc.file_stat[0], doc.file_stat[1] // 1_000_000
         chunks = remap_chunk_lines(fit_to_window(chunk_markdown(doc.content, tokens, overlap), provider, tokens,
                                                  overlap), doc.line_map) if doc.content else []
         lines = doc.lines
