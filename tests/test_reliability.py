@@ -318,3 +318,30 @@ def test_a_reader_answers_keyword_only_within_its_deadline_when_the_provider_mis
         took = time.monotonic() - t0
     assert res["results"] and "keyword-only" in res.get("note", ""), res.get("note")
     assert took < 6, took
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"0" * (1 << 20)
+    return b"".join(z.compress(zeros) for _ in range(mib)) + z.flush()
+
+
+@pytest.mark.parametrize("fault", ["gzip_bomb", "endless"])
+def test_a_response_is_never_held_past_its_size_cap(workspace, openai_fake, fault):
+    """issue 22 #8: a 1 MB gzip bomb made 4 GB, an endless chunked body 2 GB. A response is read
+    up to 256 MiB (decoded), then refused: retried, then one clear provider error."""
+    import resource
+
+    s = openai_settings(workspace, openai_fake, remote={"max_attempts": 2, "timeout_s": 30})
+    run_index(s)
+    _edit(workspace)
+    body = _gzip_bomb(400) if fault == "gzip_bomb" else b"[" * 65536
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"} if fault == "gzip_bomb" else {}
+    openai_fake.inject(Fault("raw" if fault == "gzip_bomb" else "endless", body=body, headers=headers), None)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ProviderError, match="larger than 256 MiB"):
+        run_index(s)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 700, grown_mib  # the body alone was 400 MiB (bomb) or endless

@@ -30,7 +30,9 @@ def classify_openai_error(exc: Exception, provider: str = "openai") -> Exception
     import openai
 
     if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return Retryable(f"{exc.__class__.__name__}: {exc}")
+        cause = exc.__cause__ or exc.__context__  # what the SDK's "Connection error." stands for
+        why = f" ({str(cause)[:200]})" if cause is not None and str(cause) else ""
+        return Retryable(f"{exc.__class__.__name__}: {exc}{why}")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         msg = _error_message(exc)
@@ -74,9 +76,13 @@ class OpenAIProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self._apply_remote(remote)
+        from memory_core.embeddings.http import capped_transport
+
         self.client = openai.OpenAI(
             api_key=key, base_url=self.base_url, default_headers=self.headers or None,
             timeout=remote.timeout_s, max_retries=0,
+            # every response is capped (a gzip bomb or an endless body is refused, not held)
+            http_client=openai.DefaultHttpxClient(transport=capped_transport(), timeout=remote.timeout_s),
         )
         self._key = compute_provider_key(
             "openai", self.model, base_url=self.base_url, headers=self.headers, dimensions=self.requested_dims
