@@ -142,3 +142,22 @@ def test_the_eta_of_a_resumed_run_ignores_cache_hits(workspace: Path, openai_fak
     last = seen[-1]
     assert summary.chunks_from_cache > 0 and last.cached >= summary.chunks_from_cache
     assert last.ready - last.cached <= summary.chunks_embedded + 1
+
+
+def test_the_mcp_server_ends_quietly_when_its_client_is_gone(indexed) -> None:
+    """The MCP server printed "error: Broken pipe; the live index was left as it was" when a
+    client disconnected."""
+    import json
+
+    init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+    r, w = os.pipe()
+    os.close(r)  # the client left before the answer
+    try:
+        proc = subprocess.run([*CLI, "mcp", "-w", str(indexed.workspace_dir)], input=init.encode(), stdout=w,
+                              stderr=subprocess.PIPE, env=ENV, timeout=120)
+    finally:
+        os.close(w)
+    err = proc.stderr.decode()
+    assert proc.returncode in (0, 141), (proc.returncode, err)
+    assert "Broken pipe" not in err and "Traceback" not in err, err
