@@ -119,6 +119,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     fallbacks: list[str] = []
     settings: Settings | None = None
     label = "index"
+    progress: report.ProgressReporter | None = None
     try:
         settings = params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
@@ -148,6 +149,11 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         msg = "cancelled" if type(exc).__name__ in ("TerminationSignal", "CancelledRun", "KeyboardInterrupt") \
             else f"{type(exc).__name__}: {exc}"
         logger.error("run %s; the live index was left as it was", msg if msg == "cancelled" else f"failed: {msg}")
+        with contextlib.suppress(Exception):
+            if partial is not None:  # the name chosen before the run (e.g. "-batch") says what it did
+                report.rename_run(flow_name, label, partial)
+        if progress is not None:
+            progress.end("cancelled" if msg == "cancelled" else "failed")
         with contextlib.suppress(Exception):
             if partial is not None and settings is not None:
                 partial.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)

@@ -83,9 +83,25 @@ class ProgressReporter:
         self.artifact_id: Any = None
         self.last = 0.0
         self.last_desc = ""
+        self.last_pct = 0.0
         self.updates = 0
         self._lock = threading.Lock()
         self._broken = False
+
+    def end(self, how: str) -> None:
+        """A run that failed or was cancelled: the artifact says so, instead of staying at its
+        last ETA for ever."""
+        with self._lock:
+            if self.artifact_id is None or self._broken:
+                return
+            desc = f"{how}: {self.last_desc.split(', ETA ')[0]}" if self.last_desc else how
+            try:
+                from prefect.artifacts import update_progress_artifact
+
+                update_progress_artifact(self.artifact_id, self.last_pct, description=desc)
+                self.last_desc = desc
+            except Exception as exc:  # the UI must never fail a run
+                log.warning("cannot update the progress artifact: %s", exc)
 
     def __call__(self, p: Progress) -> None:
         if self.also is not None:
@@ -97,7 +113,7 @@ class ProgressReporter:
             now = time.monotonic()
             if self._broken or (pct < 100.0 and now - self.last < self.min_interval) or desc == self.last_desc:
                 return
-            self.last, self.last_desc = now, desc
+            self.last, self.last_desc, self.last_pct = now, desc, pct
             try:
                 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
@@ -109,6 +125,10 @@ class ProgressReporter:
             except Exception as exc:  # the UI must never fail a run
                 self._broken = True
                 log.warning("cannot update the progress artifact: %s", exc)
+
+
+# a figure that does not apply: an em dash (a lone "-" in a table cell renders as a list bullet)
+NONE = "\u2014"
 
 
 # -- summary ---------------------------------------------------------------------------------
@@ -130,9 +150,11 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "swapped": summary.swapped,
         "provider": f"{summary.provider} / {summary.model}",
         "provider reason": summary.provider_reason,
-        "provider fallback": f"{fallback.get('from')} -> {fallback.get('to')}: {fallback.get('reason')}" if fallback else "-",
-        "embedding ran on": summary.embedded_on or "-",
-        "batch mode": b.get("mode") or ("on" if settings.batch.enabled else "off"),
+        "provider fallback": f"{fallback.get('from')} -> {fallback.get('to')}: {fallback.get('reason')}" if fallback else NONE,
+        "embedding ran on": summary.embedded_on or NONE,
+        # what this run did: batch.enabled with a provider without a Batch API (the local model),
+        # or a run that ended before any job, used no batch mode
+        "batch mode": b.get("mode") or ("off (not used by this run)" if settings.batch.enabled else "off"),
         "files scanned": summary.files_scanned,
         "files new": summary.files_new,
         "files changed": summary.files_changed,
@@ -149,22 +171,22 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "batch jobs re-attached": int(b.get("jobs_reattached") or 0),
         "batch job states": batch_states(b),
         "chunks via batch / via sync": f"{b.get('chunks_via_batch', 0)} / {b.get('chunks_via_sync', summary.chunks_embedded)}"
-        if "jobs_submitted" in b else "-",
-        "batch mode switched off": (b.get("disabled_reason") or "yes") if b.get("disabled") else "-",
+        if "jobs_submitted" in b else NONE,
+        "batch mode switched off": (b.get("disabled_reason") or "yes") if b.get("disabled") else NONE,
         "tokens sent (sync)": summary.tokens_sync,
         "tokens sent (batch)": summary.tokens_batch,
-        "saving vs all-sync (USD)": cost.get("saving_usd") if cost.get("priced") else "-",
+        "saving vs all-sync (USD)": cost.get("saving_usd") if cost.get("priced") else NONE,
         **{f"seconds: {k}": round(v, 2) for k, v in summary.stage_seconds.items()},
-        "error": summary.error or "-",
+        "error": summary.error or NONE,
         "index size (bytes)": size,
         "index size (MiB)": round(size / 2**20, 2),
     }
 
 
 def batch_states(b: dict[str, Any]) -> str:
-    """``3 collected, 1 failed`` from the summary's batch stats; ``-`` in sync mode."""
+    """``3 collected, 1 failed`` from the summary's batch stats; ``—`` in sync mode."""
     if "jobs_submitted" not in b:
-        return "-"
+        return NONE
     parts = [(b.get("jobs_collected", 0), "collected"), (b.get("jobs_failed", 0), "failed"),
              (b.get("jobs_timed_out", 0), "timed out"), (b.get("jobs_pending", 0), "pending")]
     return ", ".join(f"{n} {what}" for n, what in parts if n) or "none"

@@ -285,6 +285,17 @@ class EmbeddingCache:
                     ((self.model_id, d, emb, dims, now) for d, (_, emb) in zip(digests, items, strict=True)),
                 )
 
+    def delete_many(self, hashes: Sequence[str]) -> None:
+        """Forget the vectors of ``hashes`` (for this model): a provider answered them twice,
+        differently, so neither answer is trusted and they are embedded again."""
+        if not hashes:
+            return
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                w.executemany("DELETE FROM cache_vectors WHERE model_id = ? AND hash = ?",
+                              ((self.model_id, d) for d in _digests(list(hashes))))
+
     def put_array(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
         """Store the rows of a float32 (n, dims) array under ``hashes`` and commit at once."""
         if not len(hashes):

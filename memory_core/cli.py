@@ -7,6 +7,7 @@ print one line on stderr, never a traceback (``MEMORY_CORE_DEBUG=1`` shows trace
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_e
 from memory_core.resolve import ResolvedSettings, resolve_settings
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIPE (`... | head`)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -143,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
                    help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing PATH that is not an earlier export (never the index, its lock or"
+                        " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
     from memory_core.evaluation import add_eval_parser
 
@@ -179,6 +184,15 @@ def _setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
 
 
+class _NotRunWarnings(logging.Filter):
+    """Drops the log records that repeat a run's warnings: `index` prints them after its summary."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from memory_core.pipeline import RUN_WARNING
+
+        return not getattr(record, RUN_WARNING, False)
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from memory_core.prefect_api import choose_engine
 
@@ -188,6 +202,9 @@ def cmd_index(args: argparse.Namespace) -> int:
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
     _report_changes(resolved)
     engine = choose_engine(args.engine)
+    quiet = _NotRunWarnings()
+    for h in logging.getLogger().handlers:  # each warning once: in the list printed below
+        h.addFilter(quiet)
     summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
@@ -328,6 +345,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True, default=str))
     else:
+        if isinstance(st.get("built_at"), (int, float)):  # milliseconds since the epoch (kept so in --json)
+            st["built_at"] = _local_time(st["built_at"] / 1000)
         for k, v in st.items():
             if isinstance(v, dict) and k == "built_from":
                 print(f"{k}:")
@@ -336,6 +355,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             else:
                 print(f"{k}: {v}")
     return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
+
+
+def _local_time(seconds: float) -> str:
+    """``2026-11-26 15:01:55 +0100`` (local time)."""
+    import datetime as _dt
+
+    try:
+        return _dt.datetime.fromtimestamp(seconds).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    except (OverflowError, OSError, ValueError):
+        return str(seconds)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -416,7 +445,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
                              " or .ndjson, or --format")
     settings = _settings(args)
-    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors)
+    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors, force=args.force,
+                           protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
@@ -442,6 +472,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging()
     try:
+        return _run(args)
+    except BaseException as exc:
+        if not _is_broken_pipe(exc):
+            raise
+        # `memory-core search ... | head -1`: the reader left; nothing went wrong here. Quiet, and
+        # stdout pointed at /dev/null so the interpreter's last flush does not complain either.
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _is_broken_pipe(exc: BaseException) -> bool:
+    """A BrokenPipeError, or a group of nothing else (a client gone from the MCP server)."""
+    if isinstance(exc, BrokenPipeError):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_broken_pipe(e) for e in exc.exceptions)
+    return False
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
         return COMMANDS[args.command](args)
     except MemoryCoreError as exc:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
@@ -449,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"memory-core: error: {exc}{_partial(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
-        if os.environ.get("MEMORY_CORE_DEBUG") == "1":
+        if os.environ.get("MEMORY_CORE_DEBUG") == "1" or isinstance(exc, BrokenPipeError):
             raise
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         print(f"memory-core: error: {exc.strerror or exc}{where}; the live index was left as it was",
@@ -460,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
         mapped = classify_error(exc)
-        if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1":
+        if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1" or _is_broken_pipe(exc):
             raise
         print(f"memory-core: error: {mapped}{_partial(exc)}", file=sys.stderr)
         return mapped.exit_code

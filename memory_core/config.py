@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -150,6 +151,8 @@ class QuerySettings(_Model):
     vector_weight: float = Field(default=ranking_defaults.DEFAULT_VECTOR_WEIGHT, ge=0)
     text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
+    # the longest a search waits for its query's embedding, retries included; then keyword-only
+    embed_timeout_s: float = Field(default=8.0, gt=0, le=600)
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
     # what a memory_search answer hands an agent (memory_core/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
@@ -438,16 +441,35 @@ def _validate(data: dict[str, Any]) -> Settings:
         raise ConfigError(_format_validation_error(exc)) from None
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The settings of a TOML config file; relative ``workspace``/``index_path`` are relative to it."""
     p = Path(path).expanduser()
     try:
-        with p.open("rb") as fh:
-            data = tomllib.load(fh)
+        # O_NONBLOCK and a regular file only: a FIFO (or a device) given as the config would
+        # block the open, and every command, for ever
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+                raise ConfigError(f"config file {p} is {what}")
+            if st.st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(f"config file {p} is {st.st_size} bytes, over the {MAX_CONFIG_BYTES >> 20} MiB"
+                                  " a config file may be")
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = tomllib.loads(fh.read(MAX_CONFIG_BYTES + 1).decode("utf-8"))
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {p}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {p} is nested too deeply to be a config file") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {p} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset"
                           f" {exc.start})") from None

@@ -29,10 +29,15 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from memory_core.ranking import date_from_path
+from memory_core.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
-__all__ = ["DateRange", "chunk_date", "query_date_range", "transcript_dates"]
+if TYPE_CHECKING:
+    from memory_core.config import Settings
+
+__all__ = ["DateRange", "chunk_date", "indexed_transcript_dates", "query_date_range", "transcript_dates"]
 
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -88,7 +93,13 @@ def query_date_range(query: str, today: date | None = None) -> DateRange | None:
     if found is None:
         return None
     (start, end), phrase = found
+    if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
+        return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
     return DateRange(start, end, phrase)
+
+
+# a range's neighbours (the day after its end, local midnight as a timestamp) must exist
+_FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 
 
 def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
@@ -159,14 +170,28 @@ def _stamp(value: object) -> str | None:
     return None
 
 
-def transcript_dates(path: str) -> tuple[str | None, list[tuple[int, str]]]:
-    """(the session header's timestamp, [(JSONL line, message timestamp), ...]) of a transcript,
-    read once per file version. Timestamps are ``YYYY-MM-DDTHH:MM`` in UTC."""
+def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None, list[tuple[int, str]]]:
+    """:func:`transcript_dates` of the indexed transcript ``path`` (``sessions/<name>.jsonl``),
+    opened as ``get`` opens it (:func:`memory_core.safeio.open_indexed`: no symlink in any
+    component, the sessions folder included); PathError when it may not be read."""
+    from memory_core.safeio import open_indexed
+
+    fd = open_indexed(settings, path)
     try:
-        st = os.stat(path)
+        return transcript_dates(fd, name=f"{settings.sessions_dir}\0{path}")
+    finally:
+        os.close(fd)
+
+
+def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str | None, list[tuple[int, str]]]:
+    """(the session header's timestamp, [(JSONL line, message timestamp), ...]) of a transcript,
+    read once per file version. Timestamps are ``YYYY-MM-DDTHH:MM`` in UTC. ``path`` may be an
+    open file descriptor (left open; ``name`` keys the cache)."""
+    try:
+        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
     except OSError:
         return None, []
-    key = (path, st.st_size, st.st_mtime_ns)
+    key = (name or str(path), st.st_size, st.st_mtime_ns)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
@@ -175,13 +200,15 @@ def transcript_dates(path: str) -> tuple[str | None, list[tuple[int, str]]]:
     header: str | None = None
     stamps: list[tuple[int, str]] = []
     try:
-        with open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                if b"timestamp" not in raw:
+        with open(path, "rb", closefd=not isinstance(path, int)) as f:
+            if isinstance(path, int):
+                f.seek(0)
+            for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
+                if raw is None or b"timestamp" not in raw:  # None: a line longer than indexing reads
                     continue
                 try:
                     rec = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
                     continue
                 if not isinstance(rec, dict):
                     continue
@@ -204,13 +231,15 @@ def transcript_dates(path: str) -> tuple[str | None, list[tuple[int, str]]]:
 
 
 def chunk_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
-               real_path: str | None = None) -> str | None:
-    """``YYYY-MM-DD`` (daily notes, other files) or ``YYYY-MM-DDTHH:MM`` UTC (transcripts)."""
+               real_path: str | None = None, *,
+               dates: tuple[str | None, list[tuple[int, str]]] | None = None) -> str | None:
+    """``YYYY-MM-DD`` (daily notes, other files) or ``YYYY-MM-DDTHH:MM`` UTC (transcripts).
+    ``dates``: the transcript's :func:`transcript_dates`, when the caller read them."""
     d = date_from_path(path)
     if d is not None:
         return d.isoformat()
-    if source == "sessions" and real_path:
-        header, stamps = transcript_dates(real_path)
+    if source == "sessions" and (real_path or dates):
+        header, stamps = dates if dates is not None else transcript_dates(real_path or "")
         for line, ts in stamps:
             if start_line <= line <= end_line:
                 return ts

@@ -224,6 +224,10 @@ def parse_citation(text: str) -> Citation:
     text = text.strip()
     m = _CITATION.match(text)
     path, start, end = (m["path"], int(m["start"]), int(m["end"] or m["start"])) if m else (text, None, None)
+    if start is not None and end is not None and end < start:
+        from memory_core.errors import UsageError
+
+        raise UsageError(f"{text}: the line range ends before it starts (L{start}-L{end}); give path#L{end}-L{start}")
     while path.startswith("./"):
         path = path[2:]
     return Citation(path, start, None if start is None else max(start, end or start))

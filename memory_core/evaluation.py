@@ -406,7 +406,12 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--min-score", type=float, help="override query.min_score")
     p.add_argument("--vector-weight", type=float, help="override query.vector_weight")
     p.add_argument("--text-weight", type=float, help="override query.text_weight")
-    p.add_argument("--fusion", choices=["minmax", "rrf"], help="override query.fusion")
+    from typing import get_args
+
+    from memory_core.config import QuerySettings
+
+    fusions = list(get_args(QuerySettings.model_fields["fusion"].annotation))  # the default one too
+    p.add_argument("--fusion", choices=fusions, help=f"override query.fusion (default: {QuerySettings().fusion})")
     p.add_argument("--candidate-multiplier", type=float, help="override query.candidate_multiplier")
     p.add_argument("--per-query", metavar="FILE", help="write per-query metrics (TSV) to FILE")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

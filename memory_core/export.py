@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import time
 import uuid
@@ -39,6 +40,7 @@ import pyarrow.parquet as pq
 
 from memory_core.errors import IndexDamagedError, UsageError
 from memory_core.store import (
+    SQLITE_SIDECARS,
     connect_reader,
     has_table,
     load_vec,
@@ -215,9 +217,70 @@ def _create_private(path: Path) -> None:
     os.close(safe_open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="export temp file"))
 
 
+def _is_our_export(path: Path, fd: int) -> bool:
+    """Whether the regular file open as ``fd`` is an earlier export: Parquet with our schema
+    metadata, or JSON Lines whose first line is a record with our columns."""
+    head = os.pread(fd, 4, 0)
+    if head == b"PAR1":
+        try:
+            return "memory_core.export_version" in read_parquet_metadata(path)
+        except Exception:  # not a readable Parquet file: not ours
+            return False
+    first = os.pread(fd, 1 << 20, 0).split(b"\n", 1)[0]
+    try:
+        rec = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(rec, dict) and set(COLUMNS) <= set(rec)
+
+
+def _check_output(out: Path, index_path: Path, protect: tuple[Path, ...], force: bool) -> None:
+    """Refuse an output path whose file must not be replaced.
+
+    Never replaced: a symlink, anything but a regular file (a device, a FIFO), the index, its
+    journals, its lock and the embedding cache (by file identity, whatever the name). An existing
+    regular file is replaced only when it is an earlier export, or with ``force``."""
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"refusing to write {out}: it is a symbolic link")
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{out} is a directory; give a file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"refusing to write {out}: it is not a regular file")
+    idx = os.fspath(index_path)
+    ours = [idx, *(idx + s for s in SQLITE_SIDECARS), idx + ".lock", *map(os.fspath, protect)]
+    for q in ours:
+        with contextlib.suppress(OSError):
+            o = os.stat(q)
+            if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino):
+                raise UsageError(f"refusing to write {out}: it is memory-core's own file ({q})")
+    if force:
+        return
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"cannot read {out}: {exc.strerror or exc}") from None
+    try:
+        mine = _is_our_export(out, fd)
+    finally:
+        os.close(fd)
+    if not mine:
+        raise UsageError(f"refusing to replace {out}: it exists and is not an earlier export"
+                         " (give another name, or --force to replace it)")
+
+
 def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFormat = "parquet", *,
-                 vectors: bool = True, batch_rows: int | None = None, stdout: TextIO | None = None) -> ExportSummary:
-    """Write every chunk of the index to ``output`` (``"-"``: stdout, JSON Lines only)."""
+                 vectors: bool = True, batch_rows: int | None = None, stdout: TextIO | None = None,
+                 force: bool = False, protect: tuple[Path, ...] = ()) -> ExportSummary:
+    """Write every chunk of the index to ``output`` (``"-"``: stdout, JSON Lines only).
+
+    An existing ``output`` is replaced only when it is an earlier export (or with ``force``),
+    and never when it is the index, its journals or lock, or a file in ``protect`` (the cache)."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     to_stdout = os.fspath(output) == "-"
@@ -232,10 +295,9 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
                                  bytes=0, seconds=round(time.perf_counter() - t0, 3),
                                  provider=snap.meta.get("provider"), model=snap.meta.get("model"))
         out = Path(os.path.abspath(os.path.expanduser(os.fspath(output))))
-        if out.is_dir():
-            raise UsageError(f"{out} is a directory; give a file name")
         if not out.parent.is_dir():
             raise UsageError(f"directory not found: {out.parent}")
+        _check_output(out, Path(os.path.abspath(index_path)), protect, force)
         tmp = _temp_beside(out)
         try:
             _create_private(tmp)

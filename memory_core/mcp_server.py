@@ -21,10 +21,11 @@ old connection when it reopens the file, which must not happen under another que
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, Literal
 
@@ -46,6 +47,8 @@ SERVER_NAME = "memory-core"
 MAX_SEARCH_RESULTS = 50
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+MAX_CONCURRENT_CALLS = 4  # searchers open at once: the calls answered side by side
+_PENDING: Any = object()  # a searcher being opened
 
 INSTRUCTIONS = (
     "Long-term memory of this agent and its user: Markdown notes (MEMORY.md, memory/*.md) and, when"
@@ -227,40 +230,76 @@ class MemoryTools:
     (missing or damaged index, refused path).
     """
 
-    def __init__(self, settings: Settings, searcher: Searcher | None = None) -> None:
+    def __init__(self, settings: Settings, searcher: Searcher | None = None, *,
+                 max_searchers: int = MAX_CONCURRENT_CALLS) -> None:
         self.settings = settings
         self.searcher = searcher if searcher is not None else open_searcher(settings)
         self.sync = SyncManager(settings)  # each trigger acts only when its [sync] setting is on
+        # A Searcher answers one call at a time (it holds its index and provider under a lock):
+        # concurrent calls each borrow one, so a search waiting on a slow provider never holds
+        # up another client's get or status (issue 22). Opened on demand, up to max_searchers.
         self._lock = threading.Lock()
+        self._free: list[Searcher] = [self.searcher]
+        self._all: list[Searcher] = [self.searcher]
+        self._returned = threading.Condition(self._lock)
+        self._max = max(1, max_searchers)
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
         }
 
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[Searcher]:
+        with self._lock:
+            while not self._free and len(self._all) >= self._max:
+                self._returned.wait()
+            s = self._free.pop() if self._free else None
+            if s is None:
+                self._all.append(s := _PENDING)  # reserve the place while it opens
+        if s is _PENDING:
+            try:
+                s = open_searcher(self.settings)
+            except BaseException:
+                with self._lock:
+                    self._all.remove(_PENDING)
+                    self._returned.notify()
+                raise
+            with self._lock:
+                self._all[self._all.index(_PENDING)] = s
+        try:
+            yield s
+        finally:
+            with self._lock:
+                self._free.append(s)
+                self._returned.notify()
+
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
         self.sync.on_search()
-        with self._lock:
+        with self._borrow() as searcher:
             # the same answer as `search --json`: shaped (citations mode, injection budget) there
-            return self.searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
-                                                 sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                                 mode=a.mode)
+            return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
+                                            sources=list(dict.fromkeys(a.sources)) if a.sources else None,
+                                            mode=a.mode)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
-        with self._lock:
-            return self.searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
+        with self._borrow() as searcher:
+            return searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
 
     def status(self, arguments: dict[str, Any]) -> dict[str, Any]:
         StatusArgs.model_validate(arguments)
-        with self._lock:
-            st = self.searcher.status()
+        with self._borrow() as searcher:
+            st = searcher.status()
         st["sync"] = self.sync.status()
         return json.loads(json.dumps(st, default=str))  # JSON-safe values only
 
     def close(self) -> None:
         self.sync.close()
         with self._lock:
-            self.searcher.close()
+            searchers = [s for s in self._all if s is not _PENDING]
+        for s in searchers:
+            with contextlib.suppress(Exception):
+                s.close()
 
 
 def _validation_message(exc: ValidationError) -> str:

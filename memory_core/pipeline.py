@@ -65,6 +65,9 @@ from memory_core.streaming import stream_index
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 
 log = logging.getLogger("memory_core.pipeline")
+# marks a log record that repeats one of the run's warnings (they are in the summary too):
+# `memory-core index` prints them once, after the summary
+RUN_WARNING = "memory_core_run_warning"
 
 T = TypeVar("T")
 IfBusy = Literal["wait", "skip", "fail"]
@@ -229,7 +232,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     if fallback is not None:
         plan.full_reason = fallback_full_reason(fallback)
     for w in plan.warnings:
-        log.warning("%s", w)
+        log.warning("%s", w, extra={RUN_WARNING: True})
     if plan.nothing_to_do:
         return summarize(plan, provider, reason, chunks=None, from_cache=0, embed=None, built=None,
                          timings=timer.times, embedded_on="nowhere (nothing to do)")
@@ -294,7 +297,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                         timings=timer.times, embedded_on=embedded_on)
     for w in summary.warnings:
         if w not in plan.warnings:
-            log.warning("%s", w)
+            log.warning("%s", w, extra={RUN_WARNING: True})
     return summary
 
 

@@ -34,10 +34,13 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import re
+import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -48,6 +51,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
 from memory_core.search import Searcher, SearchResult
+from memory_core.store import make_private_dir, safe_open
 
 log = logging.getLogger("memory_core.qmd")
 
@@ -189,22 +193,28 @@ def run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str
     qmd runs in its own process group, so a timeout kills Bun and anything it started.
     """
     command = resolve_command(settings)
-    st = state_dir(settings)
-    (st / "config").mkdir(parents=True, exist_ok=True)
-    (st / "cache").mkdir(parents=True, exist_ok=True)
+    st = private_state(settings)
+    make_private_dir(st / "config")
+    make_private_dir(st / "cache")
     argv = [command, "--index", settings.qmd.index_name, *args]
-    try:
+    try:  # umask 077: qmd's index (the notes' text) and config are private, as memory-core's own files
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=_env(settings, command), cwd=str(st), start_new_session=True)
+                                env=_env(settings, command), cwd=str(st), start_new_session=True, umask=0o077)
     except OSError as exc:
         raise QmdError("missing", f"cannot run {command}: {exc.strerror or exc}") from None
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        out, err = _collect(proc, timeout)
+    except QmdError as exc:
+        exc.args = (f"qmd {args[0]} {exc}",)
+        raise
+    finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise QmdError("timeout", f"qmd {args[0]} did not finish within {timeout:g}s") from None
+            os.killpg(proc.pid, signal.SIGKILL)  # anything it left behind in its group
+        for f in (proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                f.close()  # type: ignore[union-attr]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
     sout = out.decode("utf-8", errors="replace")
     serr = clean(err.decode("utf-8", errors="replace"))
     if proc.returncode != 0:
@@ -214,6 +224,52 @@ def run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str
         tail = (f"{said[:200]} ... " if said and said not in text[-300:] else "") + text[-300:]
         raise QmdError("failed", f"qmd {args[0]} exited with {proc.returncode}: {tail}")
     return sout, serr
+
+
+MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # qmd's answer (at most a few hundred hits) or its progress log
+EXIT_GRACE_S = 1.0  # after qmd exits, how long a pipe a detached child still holds is read
+
+
+def _collect(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+    """qmd's (stdout, stderr): read until both pipes end, ``EXIT_GRACE_S`` after qmd exited
+    (a child it left behind, in its own session, may hold the pipes open for ever), or the
+    timeout; QmdError("timeout") / QmdError("unreadable") past ``timeout`` or ``MAX_OUTPUT_BYTES``."""
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}  # type: ignore[union-attr]
+    sel = selectors.DefaultSelector()
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    t_end = time.monotonic() + timeout
+    exited: float | None = None
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if exited is None and proc.poll() is not None:
+                exited = now
+            if exited is not None and now - exited > EXIT_GRACE_S:
+                break
+            if now >= t_end:
+                raise QmdError("timeout", f"did not finish within {timeout:g}s")
+            for key, _ in sel.select(timeout=min(0.1, t_end - now)):
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    sel.unregister(key.fd)
+                    continue
+                buf = bufs[key.fd]
+                buf += data
+                if len(buf) > MAX_OUTPUT_BYTES:
+                    raise QmdError("unreadable", f"printed more than {MAX_OUTPUT_BYTES >> 20} MiB")
+    finally:
+        sel.close()
+    if proc.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.0, min(EXIT_GRACE_S, t_end - time.monotonic())))
+        if proc.returncode is None:
+            raise QmdError("timeout", f"did not finish within {timeout:g}s")
+    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()])  # type: ignore[union-attr]
 
 
 # -- state files -------------------------------------------------------------------------------------
@@ -282,7 +338,8 @@ def export_sessions(settings: Settings) -> dict[str, dict[str, Any]]:
     from memory_core.sessions import parse_session_file
 
     out_dir = state_dir(settings) / "sessions"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    private_state(settings)
+    make_private_dir(out_dir)
     table: dict[str, dict[str, Any]] = {}
     for f in discover_files(settings).files:
         if f.source != "sessions":
@@ -298,16 +355,56 @@ def export_sessions(settings: Settings) -> dict[str, dict[str, Any]]:
             name = f"{stem}-{hashlib.sha256(f.path.encode()).hexdigest()[:8]}.md"
         target = out_dir / name
         text = doc.content + ("\n" if doc.content else "")
-        if not target.exists() or target.read_text(encoding="utf-8", errors="replace") != text:
-            tmp = target.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, target)
+        if _read_own(target) != text:
+            _write_private(target, text)
         table[name] = {"path": f.path, "line_map": list(doc.line_map)}
     for old in out_dir.glob("*.md"):
         if old.name not in table:
             with contextlib.suppress(OSError):
                 old.unlink()
     return table
+
+
+def private_state(settings: Settings) -> Path:
+    """The state folder, created 0700 (and made 0700 when an older version left it 0755): qmd's
+    index and the exported transcripts in it hold the memory's text."""
+    st = state_dir(settings)
+    make_private_dir(st)
+    with contextlib.suppress(OSError):
+        os.chmod(st, 0o700)
+    return st
+
+
+def _read_own(path: Path) -> str | None:
+    """The text of an exported transcript; None when there is none, or something else (a
+    symlink, a FIFO) is in its place: it is then replaced, never followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def _write_private(target: Path, text: str) -> None:
+    """Write ``target`` (0600) through a new temp file beside it, never through a symlink: the
+    temp name is random and created with O_EXCL | O_NOFOLLOW, so a link planted there is
+    never written through; the rename replaces whatever entry ``target`` is (not a link's target)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    fd = safe_open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="qmd transcript export")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _path_table(settings: Settings, collections: list[QmdCollection],
@@ -331,8 +428,32 @@ def _path_table(settings: Settings, collections: list[QmdCollection],
                 continue
             if c.mask not in (MD_MASK, ROOT_MASK) and rel != c.mask:
                 continue
-            table[c.name][handelize(rel)] = {"path": f.path, "source": "memory"}
+            entry = {"path": f.path, "source": "memory"}
+            have = table[c.name].get(handelize(rel))
+            if have is None:
+                table[c.name][handelize(rel)] = entry
+            else:  # a_b.md, a-b.md, "A B.md", a..b.md: one name to qmd; told apart by the text
+                table[c.name][handelize(rel)] = {"ambiguous": [*have.get("ambiguous", [have]), entry]}
     return table
+
+
+def _which_file(settings: Settings, candidates: list[dict[str, Any]], hit: QmdHit) -> dict[str, Any] | None:
+    """The one candidate file whose lines ``hit`` cites hold its snippet; None when not exactly one."""
+    from memory_core.safeio import open_indexed
+
+    want = [ln.strip() for ln in hit.snippet.split("\n") if ln.strip()]
+    found = []
+    for c in candidates:
+        try:
+            fd = open_indexed(settings, str(c["path"]))
+        except MemoryCoreError:
+            continue
+        with os.fdopen(fd, "rb") as fh:
+            lines = [fh.readline(1 << 20) for _ in range(hit.end_line)][hit.start_line - 1:]
+        text = "\n".join(ln.decode("utf-8", "replace").strip() for ln in lines)
+        if want and all(w in text for w in want[:3]):
+            found.append(c)
+    return found[0] if len(found) == 1 else None
 
 
 def sync_collections(settings: Settings) -> list[QmdCollection]:
@@ -413,7 +534,7 @@ def parse_results(stdout: str, stderr: str = "") -> list[QmdHit]:
         return []
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise QmdError("unreadable", f"qmd printed something that is not JSON: {clean(text)[:120]!r}") from None
     if not isinstance(data, list):
         raise QmdError("unreadable", "qmd's JSON answer is not a list of results")
@@ -426,6 +547,8 @@ def parse_results(stdout: str, stderr: str = "") -> list[QmdHit]:
             raise QmdError("unreadable", f"a qmd result with an unexpected file name: {uri[:120]}")
         collection, path = uri[6:].split("/", 1)
         snippet = row.get("snippet") if isinstance(row.get("snippet"), str) else ""
+        # a lone surrogate (JSON allows "\ud800") cannot be printed or sent as UTF-8
+        snippet = snippet.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         start, count = 1, 1
         m = _HEADER.match(snippet)
         if m:
@@ -437,8 +560,10 @@ def parse_results(stdout: str, stderr: str = "") -> list[QmdHit]:
             count -= 1
         try:
             score = float(row.get("score", 0.0))
-        except (TypeError, ValueError):
-            raise QmdError("unreadable", f"a qmd result with a bad score: {row.get('score')!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise QmdError("unreadable", f"a qmd result with a bad score: {str(row.get('score'))[:40]!r}") from None
+        if not (math.isfinite(score) and -1.0 <= score <= 1.0):  # NaN made the answer invalid JSON
+            raise QmdError("unreadable", f"a qmd result with a score outside -1..1: {score!r}")
         hits.append(QmdHit(collection, path, score, "\n".join(lines), start, start + count - 1))
     return hits
 
@@ -491,8 +616,18 @@ class QmdSearcher(Searcher):
         table = self._path_table()
         results: list[SearchResult] = []
         seen: set[tuple[str, int, int]] = set()
+        from memory_core.dates import chunk_date, indexed_transcript_dates
+        from memory_core.errors import PathError
+        from memory_core.redact import redact_lines
+
+        redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
+        match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")
         for h in hits:
+            if min_score is not None and h.score < min_score:
+                continue  # qmd's own --min-score is not applied by every mode
             info = table.get(h.collection, {}).get(h.path)
+            if info is not None and "ambiguous" in info:
+                info = _which_file(self.settings, info["ambiguous"], h)
             if info is None or (str(info["path"]), h.start_line, h.end_line) in seen:
                 continue  # not a file memory-core indexes; or one reached through two collections
             seen.add((str(info["path"]), h.start_line, h.end_line))
@@ -505,10 +640,19 @@ class QmdSearcher(Searcher):
             if sources and source not in sources:
                 continue
             path = str(info["path"])
-            results.append(SearchResult(path=path, start_line=start, end_line=end, score=h.score,
-                                        snippet=h.snippet, source=source, citation=f"{path}#L{start}-L{end}",
-                                        text_score=h.score if mode == "search" else 0.0,
-                                        vector_score=h.score if mode == "vsearch" else 0.0))
+            stamps = None
+            if source == "sessions":
+                with contextlib.suppress(PathError):
+                    stamps = indexed_transcript_dates(self.settings, path)
+            # qmd indexes the raw notes: with redact = "all" (a hosted provider) the snippet is
+            # masked as the builtin index's text is; transcripts were exported redacted already
+            snippet = redact_lines(h.snippet) if (redact_notes and source != "sessions") else h.snippet
+            score = max(0.0, h.score)
+            results.append(SearchResult(path=path, start_line=start, end_line=end, score=score,
+                                        snippet=snippet, source=source, citation=f"{path}#L{start}-L{end}",
+                                        text_score=score if mode == "search" else 0.0,
+                                        vector_score=score if mode == "vsearch" else 0.0, match=match,
+                                        date=chunk_date(path, source, start, end, None, dates=stamps)))
         if hits and not results and not sources:
             raise QmdError("unreadable", "qmd answered with files memory-core does not index (run `memory-core index`)")
         return results[:max_results]

@@ -101,7 +101,7 @@ class _Rule:
     back to a plain ``pattern.sub`` so adversarial input stays linear.
     """
 
-    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of", "scan")
+    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of", "scan", "prefilter")
 
     def __init__(
         self,
@@ -109,22 +109,27 @@ class _Rule:
         pattern: str,
         anchors: tuple[str, ...],
         *,
-        any_of: tuple[str, ...] = (),
+        any_of: tuple[str, ...] | None = None,
         also_any_of: tuple[str, ...] = (),
         offsets: tuple[int, ...] = (0,),
         scan: bool = False,
+        prefilter: str | Callable[[str], object] | None = None,
     ) -> None:
         self.name = name
+        # a cheap test every text with a match passes (a literal-led regex every match contains):
+        # the rule runs only when it passes
+        self.prefilter = re.compile(prefilter).search if isinstance(prefilter, str) else prefilter
         self.scan = scan  # anchors only gate the rule; matches start anywhere (regex scan)
         self.pattern = re.compile(pattern, _FLAGS)
         self.anchors = anchors
         self.offsets = offsets
-        self.any_of = frozenset(any_of or anchors)
+        self.any_of = frozenset(anchors if any_of is None else any_of)
         self.also_any_of = frozenset(also_any_of)
 
     def triggered(self, present: frozenset[str] | set[str]) -> bool:
-        """*present*: the trigger strings found in the lower-cased text."""
-        if self.any_of.isdisjoint(present):
+        """*present*: the trigger strings found in the lower-cased text (a rule without
+        triggers is gated by its ``prefilter`` alone)."""
+        if self.any_of and self.any_of.isdisjoint(present):
             return False
         return not self.also_any_of or not self.also_any_of.isdisjoint(present)
 
@@ -175,6 +180,21 @@ def _telegram_candidates(lowered: str) -> list[int] | None:
 
 
 _MAX_CANDIDATES: Final = 64
+_TOKEN_PREFIXES: Final = ("gho", "ghs", "ghu", "ghr", "whsec", "hf", "shpat", "shpss", "shpca", "shppa", "dckr",
+                          "dop", "doo", "dor")
+
+
+def _has_token_prefix(text: str) -> bool:
+    """Whether an underscore in ``text`` follows one of the ``token_prefix`` rule's prefixes
+    (a few ``find`` calls instead of one per prefix over the whole text)."""
+    i = text.find("_")
+    for _ in range(_MAX_CANDIDATES):
+        if i == -1:
+            return False
+        if text[max(0, i - 5):i].lower().endswith(_TOKEN_PREFIXES):
+            return True
+        i = text.find("_", i + 1)
+    return True  # many underscores: let the rule look
 _MAX_TELEGRAM_COLONS: Final = 4096
 
 _RULES_BEFORE_PEM: Final = (
@@ -195,9 +215,11 @@ _RULES_BEFORE_PEM: Final = (
     _Rule(
         "json_field",
         rf"\"(?:api[_-]?key|token|secret|password|passwd|access[_-]?token|refresh[_-]?token"
-        rf"|auth[_-]?token|id[_-]?token|client[_-]?secret)\"{_S}*:{_S}*\"([^\"\u2026]+)\"",
-        ('"api', '"token', '"secret', '"passw', '"access', '"refresh', '"auth', '"id', '"client'),
-        any_of=_SECRET_NAMES,
+        rf"|auth[_-]?token|id[_-]?token|client[_-]?secret|private[_-]?key(?:[_-]?id)?|pwd|pass)\"{_S}*:{_S}*"
+        rf"\"([^\"\u2026]+)\"",
+        ('"api', '"token', '"secret', '"passw', '"access', '"refresh', '"auth', '"id', '"client', '"private',
+         '"pwd"', '"pass"'),
+        any_of=(*_SECRET_NAMES, '"pwd"', '"pass"'),
         also_any_of=('"',),
     ),
     _Rule(
@@ -214,6 +236,15 @@ _RULES_BEFORE_PEM: Final = (
         also_any_of=("bearer",),
     ),
     _Rule("bearer", rf"\bBearer{_S}+([A-Za-z0-9._\-+=]{{18,}})\b", ("bearer",)),
+    _Rule("basic_auth", rf"Authorization{_S}*[:=]{_S}*(?:Basic|Token|Digest){_S}+([^{_WS_CLASS}\"']{{1,4096}}+)",
+          ("authorization",)),
+    # DB_PASS=x, SMTP-PASS: x, MYSQL_PWD=x, pw: x (PASS alone is prose: "boarding pass: gate 12")
+    _Rule("pass_assignment",
+          rf"(?:[_-]pass|[_-]?pwd|(?<![A-Za-z0-9_-])pw)\b[\"']?{_S}*[=:]{_S}*([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
+          ("_pass", "-pass", "_pwd", "-pwd", "pwd", "pw"), any_of=("pass", "pw"), also_any_of=("=", ":")),
+    # a passphrase is often several words: the rest of the line
+    _Rule("passphrase", rf"passphrase[\"']?{_S}*[=:][ \t]*([^\r\n]{{1,400}}+)", ("passphrase",),
+          also_any_of=("=", ":")),
 )
 
 _RULES_AFTER_PEM: Final = (
@@ -228,8 +259,8 @@ _RULES_AFTER_PEM: Final = (
           ("glpat-", "gldt-", "glrt-", "glptt-")),
     _Rule("jwt", r"(?<![A-Za-z0-9_-])((?-i:eyJ)[A-Za-z0-9_-]{5,}+\.(?-i:eyJ)[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{5,}+)",
           ("eyj",)),
-    # user:password@host in a URL (postgres://admin:...@db, https://u:p@host): the password
-    _Rule("url_password", r"://[^\s:/@]{1,256}+:([^\s/@]{1,256}+)@", ("://",)),
+    # user:password@host in a URL (postgres://admin:...@db, https://u:p@host, redis://:pw@host)
+    _Rule("url_password", r"://[^\s:/@]{0,256}+:([^\s/@]{1,256}+)@", ("://",)),
     # prose: "the password is hunter2hunter2" (only a value with a digit or a symbol: "the
     # password is required" stays)
     _Rule("password_prose",
@@ -250,6 +281,31 @@ _RULES_AFTER_PEM: Final = (
     _Rule("google", r"\b(AIza[0-9A-Za-z\-_]{20,})\b", ("aiza",)),
     _Rule("perplexity", r"\b(pplx-[A-Za-z0-9_-]{10,})\b", ("pplx-",)),
     _Rule("npm", r"\b(npm_[A-Za-z0-9]{10,})\b", ("npm_",)),
+    # issue 22: formats an outside attack got into the index from transcripts
+    _Rule("slack_webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/-]{10,}+)",
+          ("hooks.slack.com/",)),
+    _Rule("google_oauth_secret", r"(?<![A-Za-z0-9_-])(GOCSPX-[A-Za-z0-9_-]{10,}+)", ("gocspx-",)),
+    _Rule("google_oauth_token", r"(?<![A-Za-z0-9_-])(ya29\.[A-Za-z0-9_.-]{10,}+)", ("ya29.",)),
+    _Rule("twilio", r"(?<![A-Za-z0-9])((?-i:SK[0-9a-fA-F]{32}))(?![A-Za-z0-9])", ("sk",), any_of=(),
+          scan=True, prefilter=r"SK[0-9a-fA-F]{32}"),
+    _Rule("sendgrid", r"(?<![A-Za-z0-9])((?-i:SG)\.[A-Za-z0-9_-]{16,}+\.[A-Za-z0-9_-]{16,}+)", ("sg.",)),
+    _Rule("pypi", r"(?<![A-Za-z0-9_-])(pypi-[A-Za-z0-9_-]{16,}+)", ("pypi-",)),
+    _Rule("discord", r"(?<![A-Za-z0-9_-])((?-i:[MNO])[A-Za-z0-9_-]{23,27}+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}+)"
+          r"(?![A-Za-z0-9_-])", (".",), scan=True, prefilter=r"\.[A-Za-z0-9_-]{6}\."),
+    # tokens named by a prefix with an underscore: one rule, one gate ("_" in the text)
+    _Rule("token_prefix",
+          r"(?<![A-Za-z0-9_])(gh[osur]_[A-Za-z0-9]{20,}+|whsec_[A-Za-z0-9+/=]{10,}+|hf_[A-Za-z0-9]{20,}+"
+          r"|shp(?:at|ss|ca|pa)_[A-Za-z0-9]{16,}+|dckr_(?:pat|oat)_[A-Za-z0-9_-]{10,}+"
+          r"|do[opr]_v1_[A-Za-z0-9]{16,}+)",
+          ("gho_", "ghs_", "ghu_", "ghr_", "whsec_", "hf_", "shpat_", "shpss_", "shpca_", "shppa_", "dckr_",
+           "dop_v1_", "doo_v1_", "dor_v1_"), any_of=("_",), prefilter=_has_token_prefix),
+    _Rule("age", r"(AGE-SECRET-KEY-1[A-Za-z0-9]{10,}+)", ("age-secret-key-",)),
+    _Rule("azure_sas", r"(?<=[?&;])sig=([A-Za-z0-9%+/=]{10,}+)", ("sig=",)),
+    _Rule("sshpass", rf"sshpass{_S}+-p{_S}*([\"']?)([^{_WS_CLASS}\"']{{1,512}}+)\1", ("sshpass",), any_of=(" -p",)),
+    _Rule("mysql_p", rf"(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\r\n]{{0,200}}?{_S}-p([^{_WS_CLASS}\-][^{_WS_CLASS}]{{0,512}}+)",
+          ("mysql", "mariadb"), any_of=(" -p",)),
+    _Rule("curl_user", rf"(?<![A-Za-z0-9_-])(?:-u|--user)(?:{_S}+|=)([\"']?)[^{_WS_CLASS}:\"']{{1,256}}+:([^{_WS_CLASS}\"']{{1,256}}+)\1",
+          ("-u", "--user"), any_of=("-u ", "-u=", "--user"), also_any_of=(":",)),
     # Telegram bot token: the match starts 8-10 digits before the ':'.
     _Rule(
         "telegram",
@@ -275,11 +331,24 @@ _DASH_TRIGGERS: Final = tuple(sorted(t for t in _ALL_TRIGGERS if "-" in t and le
 _UNDERSCORE_TRIGGERS: Final = tuple(
     sorted(t for t in _ALL_TRIGGERS if "_" in t and "-" not in t and len(t) > 1)
 )
-_PLAIN_TRIGGERS: Final = tuple(sorted(_ALL_TRIGGERS.difference(_DASH_TRIGGERS, _UNDERSCORE_TRIGGERS)))
+_PLAIN_TRIGGERS: Final = tuple(sorted(_ALL_TRIGGERS.difference(_DASH_TRIGGERS, _UNDERSCORE_TRIGGERS),
+                                      key=lambda t: (len(t), t)))
+# a plain trigger is looked for only when the longest other trigger inside it is present
+# ("passphrase" only where "pass" is): shorter ones come first
+_INSIDE: Final = {t: max((o for o in _PLAIN_TRIGGERS if o != t and o in t), key=len, default=None)
+                  for t in _PLAIN_TRIGGERS}
+
+
+# rules without a trigger substring (gated by their prefilter alone)
+_UNGATED_RULES: Final = tuple(r for r in (*_RULES_BEFORE_PEM, *_RULES_AFTER_PEM) if not r.any_of and r.prefilter)
 
 
 def _present_triggers(lowered: str) -> set[str]:
-    present = {t for t in _PLAIN_TRIGGERS if t in lowered}
+    present: set[str] = set()
+    for t in _PLAIN_TRIGGERS:
+        inside = _INSIDE[t]
+        if (inside is None or inside in present) and t in lowered:
+            present.add(t)
     if "-" in lowered:
         present.update(t for t in _DASH_TRIGGERS if t in lowered)
     if "_" in lowered:
@@ -322,22 +391,44 @@ def _mask_pem_keep_lines(block: str) -> str:
     return "\n".join([lines[0], f"{ELLIPSIS}redacted{ELLIPSIS}", *([""] * (len(lines) - 3)), lines[-1]])
 
 
+# the body of a key whose END line is missing (cut off, pasted in part): base64 runs after BEGIN
+_PEM_OPEN_BODY: Final = re.compile(r"(?:(?:[ \t]*\r?\n[ \t]*|[ \t]+)[A-Za-z0-9+/=]{16,}+)+")
+
+
+def _mask_open_pem(block: str) -> str:
+    """A BEGIN line and a body with no END: the BEGIN line, ``…redacted…``, the line count kept."""
+    lines = block.split("\n")
+    if len(lines) == 1:
+        return "***"
+    return "\n".join([lines[0], f"{ELLIPSIS}redacted{ELLIPSIS}", *([""] * (len(lines) - 2))])
+
+
 def _redact_pem(text: str, mask: Callable[[str], str] = _mask_pem) -> str:
-    """Linear-time equivalent of ``BEGIN ... PRIVATE KEY-----[\\s\\S]+?-----END ...``."""
+    """Linear-time equivalent of ``BEGIN ... PRIVATE KEY-----[\\s\\S]+?-----END ...``; a BEGIN
+    with no END after it masks the base64 lines that follow it (a key cut short is a key)."""
     out: list[str] = []
     pos = 0
+    scan = 0
+    no_end = False  # no END after some BEGIN means none after any later BEGIN either
     while True:
-        begin = _PEM_BEGIN.search(text, pos)
+        begin = _PEM_BEGIN.search(text, scan)
         if begin is None:
             break
         # [\s\S]+? needs at least one character between the markers.
-        end = _PEM_END.search(text, begin.end() + 1)
+        end = None if no_end else _PEM_END.search(text, begin.end() + 1)
         if end is None:
-            # No END after this BEGIN means none after any later BEGIN either.
-            break
+            no_end = True
+            body = _PEM_OPEN_BODY.match(text, begin.end())
+            if body is None:
+                scan = begin.end()
+                continue
+            out.append(text[pos : begin.start()])
+            out.append(_mask_open_pem(text[begin.start() : body.end()]))
+            pos = scan = body.end()
+            continue
         out.append(text[pos : begin.start()])
         out.append(mask(text[begin.start() : end.end()]))
-        pos = end.end()
+        pos = scan = end.end()
     if not out:
         return text
     out.append(text[pos:])
@@ -386,7 +477,7 @@ def redact(text: str) -> str:
         return text
     lowered = text.lower()
     present = _present_triggers(lowered)
-    if not present:
+    if not present and not any(r.prefilter(text) for r in _UNGATED_RULES):  # type: ignore[misc]
         return text
     # Positions in ``lowered`` must line up with ``text`` (a few non-ASCII characters
     # change length when lower-cased; then the rules use a plain regex scan).
@@ -403,7 +494,7 @@ def redact(text: str) -> str:
             text = new
             pos_lower = _positional_lower(text) if pos_lower is not None else None
     for rule in _RULES_AFTER_PEM:
-        if rule.triggered(present):
+        if rule.triggered(present) and (rule.prefilter is None or rule.prefilter(text)):
             new = _apply(rule, text, pos_lower, present)
             if new is not text:
                 text = new
@@ -411,13 +502,69 @@ def redact(text: str) -> str:
     return text
 
 
+# a line that ends with a secret's name and its separator: the value is on the next line(s)
+# (multi-line JSON or YAML: ``"password":`` / ``api_key: |``)
+_KEY_ALONE: Final = re.compile(
+    rf"(?:key|token|secret|passw(?:or)?d|[_-]pass|pwd|passphrase)[\"']?{_S}*+[=:]{_S}*+([|>][-+0-9]*+)?+{_S}*+$",
+    _FLAGS)
+_NEXT_KEY: Final = re.compile(r"^[\w.-]{1,128}+\s*+[:=](?:\s|$)")
+
+
+def _mask_value_line(line: str) -> str:
+    """``  "hunter2",`` -> ``  "***",``: the value masked, its indent, quotes and comma kept;
+    the line as it is when it holds no plain value (the next key, a bracket, a list item)."""
+    body = line.strip()
+    lead = line[: len(line) - len(line.lstrip())]
+    tail = line[len(line.rstrip()):]
+    comma = ""
+    if body.endswith(","):
+        body, comma = body[:-1].rstrip(), ","
+    quote = body[0] if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else ""
+    value = body[1:-1] if quote else body
+    if (not value or value[-1] in ":=" or value[0] in "[{#" or value.startswith("- ")
+            or _NEXT_KEY.match(value) is not None):
+        return line
+    return f"{lead}{quote}{mask_token(value)}{quote}{comma}{tail}"
+
+
+def _redact_next_line_values(lines: list[str]) -> list[str]:
+    out = list(lines)
+    i = 0
+    while i < len(out) - 1:
+        m = _KEY_ALONE.search(out[i])
+        if m is None:
+            i += 1
+            continue
+        indent = len(out[i]) - len(out[i].lstrip())
+        if m.group(1):  # a YAML block scalar: every more-indented line after it
+            j = i + 1
+            while j < len(out) and (not out[j].strip() or len(out[j]) - len(out[j].lstrip()) > indent):
+                if out[j].strip():
+                    lead = out[j][: len(out[j]) - len(out[j].lstrip())]
+                    out[j] = lead + mask_token(out[j].strip())
+                j += 1
+            i = j
+            continue
+        j = i + 1
+        while j < len(out) and not out[j].strip():
+            j += 1
+        if j < len(out):
+            out[j] = _mask_value_line(out[j])
+        i = j
+    return out
+
+
 def redact_lines(text: str) -> str:
     """Redact a Markdown note and keep its line count: multi-line PEM private keys are found
-    across lines first (a note redacted line by line never saw one whole), then every line
-    goes through :func:`redact`."""
+    across lines first (a note redacted line by line never saw one whole), then a value on the
+    line after its key (``password:`` then ``  hunter2``), then every line goes through
+    :func:`redact`."""
     if _PEM_TRIGGER in text.lower():
         text = _redact_pem(text, _mask_pem_keep_lines)
-    return "\n".join(redact(line) for line in text.split("\n"))
+    lines = text.split("\n")
+    if len(lines) > 1 and ("=" in text or ":" in text):
+        lines = _redact_next_line_values(lines)
+    return "\n".join(redact(line) for line in lines)
 
 
 def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:

@@ -9,8 +9,11 @@ follows: symlinks are never followed), and accepts only a regular file: a FIFO, 
 device in place of a note is refused at once instead of blocking ``get`` (and an MCP worker)
 forever, since the last component is opened with ``O_NONBLOCK``.
 
-The root itself (the workspace, the sessions folder, an extra path) is the user's own
-setting and is opened as configured.
+The root itself (the workspace, an extra path) is the user's own setting and is opened as
+configured. The sessions folder is held to the rule indexing follows (a symlinked sessions
+folder is never indexed): inside the workspace it is opened component by component from the
+workspace, elsewhere its own name is opened with ``O_NOFOLLOW``; so a ``sessions/`` swapped
+for a symlink after indexing never lets a reader open a transcript outside it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ def _root_and_parts(settings: Settings, path: str) -> tuple[str, list[str]]:
     """The source root an indexed path lives under, and the components below it."""
     ws = str(settings.workspace_dir)
     if path.startswith("sessions/") and "sessions" in settings.sources:
-        return str(settings.sessions_dir), [path[len("sessions/"):]]
+        name = path[len("sessions/"):]
+        sdir = os.path.normpath(os.path.abspath(str(settings.sessions_dir)))
+        wsn = os.path.normpath(os.path.abspath(ws))
+        if sdir.startswith(wsn.rstrip(os.sep) + os.sep):  # inside the workspace: every component
+            return wsn, [*sdir[len(wsn.rstrip(os.sep)) + 1:].split(os.sep), name]
+        parent, base = os.path.split(sdir)
+        return parent or os.sep, [base, name]  # elsewhere: the folder's own name is not followed
     if not os.path.isabs(path):
         return ws, path.split("/")
     roots = []
@@ -78,6 +87,37 @@ def open_indexed(settings: Settings, path: str) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+# -- lines of a note, numbered as the chunker numbers them ---------------------------------------
+
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer line is cut (and marked): never held whole
+
+
+def read_lines(fd: int, start: int, end: int, *, max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """Lines ``start..end`` (1-based, inclusive) of the open file ``fd`` (closed here), split on
+    ``"\n"`` only: the chunker splits a note's text on ``"\n"`` alone, so a bare ``"\r"`` (or a
+    U+2028) inside a line must not start a new one here, or citations read the wrong lines
+    (text mode's universal newlines split on a lone ``"\r"``). Undecodable bytes become U+FFFD;
+    a line over ``max_line_bytes`` is cut there and ends with ``" […]"``; the rest is skipped
+    unread into memory."""
+    out: list[str] = []
+    with open(fd, "rb", closefd=True) as fh:
+        n = 0
+        while n < end:
+            raw = fh.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            n += 1
+            cut = len(raw) > max_line_bytes and not raw.endswith(b"\n")
+            if cut:
+                raw = raw[:max_line_bytes]
+                while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+            if n >= start:
+                text = raw.decode("utf-8", errors="replace")
+                out.append((text + " […]") if cut else text[:-1] if text.endswith("\n") else text)
+    return out
 
 
 # -- text that comes in: JSON with lone surrogates ---------------------------------------------

@@ -35,7 +35,7 @@ import numpy as np
 
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
-from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
+from memory_core.dates import DateRange, chunk_date, indexed_transcript_dates, query_date_range
 from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
 from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
@@ -296,6 +296,8 @@ class Searcher:
 
                 s = IndexRecord.from_meta(meta).query_settings(self.settings)  # type: ignore[union-attr]
                 self._provider, _ = create_provider(s)
+                # a reader never waits out a run's retries (60 s x 6 attempts): a short total deadline
+                self._provider.deadline_s = self.settings.query.embed_timeout_s
             except Exception as exc:  # no key, no model package: answer keyword-only
                 self._provider = None
                 self.provider_note = f"query embeddings unavailable ({exc}); keyword-only results"
@@ -422,13 +424,13 @@ class Searcher:
         return idx.where
 
     def _date_of(self, h: ranking.Hit, where: Settings | None = None) -> str | None:
-        real = None
+        stamps = None
         if h.source == "sessions":
             try:
-                real = resolve_indexed_path(where or self.settings, h.path)
+                stamps = indexed_transcript_dates(where or self.settings, h.path)  # opened as `get` opens it
             except PathError:
-                real = None
-        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, real)
+                stamps = None
+        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, dates=stamps)
 
     def _dated_hits(self, idx: _Index, dates: DateRange, sources: tuple[str, ...] | None,
                     seen: set[int]) -> list[ranking.Hit]:
@@ -449,7 +451,7 @@ class Searcher:
             "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
         for p in sessions:
             try:
-                header, stamps = transcript_dates(resolve_indexed_path(self._where(idx), p))
+                header, stamps = indexed_transcript_dates(self._where(idx), p)
             except PathError:
                 continue
             lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
@@ -751,12 +753,9 @@ class Searcher:
 
                 out = session_text_for_range(real, start, end)
             else:
-                with open(real, encoding="utf-8", errors="replace", newline="") as fh:
-                    for n, line in enumerate(fh, 1):
-                        if n > end:
-                            break
-                        if n >= start:
-                            out.append(line.rstrip("\n"))
+                from memory_core.safeio import read_lines
+
+                out = read_lines(real, start, end)  # split on "\n" only, as the chunker numbers lines
         except FileNotFoundError:
             raise PathError(f"{path} is indexed but no longer exists") from None
         except OSError as exc:

@@ -33,7 +33,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -99,6 +99,9 @@ class SessionDoc:
     lines: int = 0
     oversized: int = 0
     redacted: bool = True
+    # sha256 of the bytes this parse read, and (their length, the file's mtime_ns just before)
+    file_sha256: str = ""
+    file_stat: tuple[int, int] | None = None
 
 
 def session_rel_path(path: str | os.PathLike[str]) -> str:
@@ -257,8 +260,10 @@ def parse_session_file(
     builder = _Builder(redact_secrets)
     line_no = 0
     oversized = 0
-    with open(path, "rb") as f:
-        for raw in _iter_raw_lines(f, max_line_bytes):
+    with open(path, "rb") as raw_f:
+        st = os.fstat(raw_f.fileno())
+        f = _HashingReader(raw_f)
+        for raw in _iter_raw_lines(f, max_line_bytes):  # type: ignore[arg-type]
             line_no += 1
             if raw is None:
                 oversized += 1
@@ -270,8 +275,29 @@ def parse_session_file(
                     builder.skipped += not _is_json(raw)
                 continue
             builder.feed(line_no, raw.decode("utf-8", errors="replace"))
-        bytes_read = f.tell()
-    return builder.build(bytes_read=bytes_read, lines=line_no, oversized=oversized)
+        bytes_read = raw_f.tell()
+    doc = builder.build(bytes_read=bytes_read, lines=line_no, oversized=oversized)
+    return replace(doc, file_sha256=f.digest.hexdigest(), file_stat=(bytes_read, st.st_mtime_ns))
+
+
+class _HashingReader:
+    """``readline`` of a binary file that also hashes every byte it returns (the bytes parsed
+    are the bytes hashed: a transcript's stored hash is of what was indexed)."""
+
+    __slots__ = ("_f", "digest")
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.digest = hashlib.sha256()
+
+    def readline(self, size: int = -1) -> bytes:
+        data = self._f.readline(size)
+        self.digest.update(data)
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while data := self.readline():
+            yield data
 
 
 def parse_session_lines(
@@ -320,8 +346,13 @@ def session_lines_for_range(
         return []
     out: list[str] = []
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
+        for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
             if line_no < start:
+                continue
+            if raw is None:  # longer than indexing reads: never held in memory
+                out.append("")
+                if line_no >= end_line:
+                    break
                 continue
             text = raw.decode("utf-8", errors="replace")
             if text.endswith("\n"):
@@ -349,10 +380,13 @@ def session_text_for_range(
         return []
     builder = _Builder(redact_secrets)
     with open(path, "rb") as f:
-        for line_no, raw in enumerate(f, 1):
+        # lines as indexing reads them: one over DEFAULT_MAX_LINE_BYTES is skipped there, and here
+        # is drained without being held (a 1 GB line cost 3 GB per `get` or search)
+        for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
             if line_no < start:
                 continue
-            builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+            if raw is not None:
+                builder.feed(line_no, raw.decode("utf-8", errors="replace"))
             if line_no >= end_line:
                 break
     return builder.parts
@@ -384,10 +418,9 @@ def redact_jsonl_line(text: str) -> str:
     quotes hide ``\\"password\\": \\"...\\"`` from the patterns; secret-named fields are
     masked with the reference's rule. Lines that are not JSON get the plain-text pass."""
     try:
-        obj = json.loads(text)
-    except ValueError:
+        return json.dumps(_redact_json_value(json.loads(text)), ensure_ascii=False)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return redact(text)
-    return json.dumps(_redact_json_value(obj), ensure_ascii=False)
 
 
 def count_lines(

@@ -175,30 +175,34 @@ def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
 
 # -- chunk -----------------------------------------------------------------------------------
 
-def _read_bytes(abs_path: str, size_hint: int) -> bytes:
-    """The file's bytes, through the os module: ``open().read()`` costs ~15 µs a file in
-    objects and extra system calls (fstat, isatty, a growing buffer); a first read sized by the
-    discovered size and one more to see the end cost ~7 µs (20k files: 0.30 s -> 0.15 s).
-    A file that grew since discovery is read to its end all the same."""
+def _read_bytes(abs_path: str, size_hint: int) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and its ``fstat`` taken just before they were read, through the os
+    module: ``open().read()`` costs ~15 µs a file in objects and extra system calls (isatty, a
+    growing buffer); a first read sized by the discovered size and one more to see the end cost
+    ~7 µs (20k files: 0.30 s -> 0.15 s). A file that grew since discovery is read to its end all
+    the same. The stat is of the same open file, before the read: a write during the read moves
+    its mtime past the one recorded, so the next run looks at the file again."""
     fd = os.open(abs_path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
+        st = os.fstat(fd)
         parts = []
         want = size_hint + 1
         while chunk := os.read(fd, want):
             parts.append(chunk)
             want = 1 << 20
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return (parts[0] if len(parts) == 1 else b"".join(parts)), st
     finally:
         os.close(fd)
 
 
-def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str] | None:
-    """(text, sha256 of the bytes), or None with a warning when the file cannot be indexed."""
+def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str, os.stat_result] | None:
+    """(text, sha256 of the bytes, the file's stat as they were read), or None with a warning
+    when the file cannot be indexed."""
     if f.size > MAX_FILE_BYTES:
         warnings.append(f"{f.path} is {f.size // (1024 * 1024)} MiB, over the {MAX_FILE_BYTES // (1024 * 1024)} MiB limit; skipped")
         return None
     try:
-        data = _read_bytes(f.abs_path, f.size)
+        data, st = _read_bytes(f.abs_path, f.size)
     except FileNotFoundError:
         warnings.append(f"{f.path} disappeared during the run; skipped")
         return None
@@ -210,10 +214,10 @@ def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str] | None:
         return None
     digest = hashlib.sha256(data).hexdigest()
     try:
-        return data.decode("utf-8"), digest
+        return data.decode("utf-8"), digest, st
     except UnicodeDecodeError:
         warnings.append(f"{f.path} is not valid UTF-8; undecodable bytes were replaced")
-        return data.decode("utf-8", errors="replace"), digest
+        return data.decode("utf-8", errors="replace"), digest, st
 
 
 @dataclass
@@ -234,6 +238,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
 
     lines: int | None = None
     digest = f.hash
+    size, mtime_ms = f.size, f.mtime_ms
     if f.source == "sessions":
         try:
             doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
@@ -242,6 +247,9 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             return None
         if doc.skipped:
             warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
+        if doc.file_stat is not None:  # the hash, size and mtime of the bytes parsed (as for notes)
+            digest = doc.file_sha256
+            size, mtime_ms = doc.file_stat[0], doc.file_stat[1] // 1_000_000
         chunks = remap_chunk_lines(fit_to_window(chunk_markdown(doc.content, tokens, overlap), provider, tokens,
                                                  overlap), doc.line_map) if doc.content else []
         lines = doc.lines
@@ -249,8 +257,11 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         got = _read_markdown(f, warnings)
         if got is None:
             return None
-        text, read_digest = got
-        digest = digest or read_digest
+        # the hash, size and mtime of the bytes chunked, never discovery's: a note edited between
+        # discovery and this read (an editor's truncate-then-write) is recorded as what was read,
+        # so the next run sees the difference instead of calling it unchanged for ever
+        text, digest, st = got
+        size, mtime_ms = st.st_size, st.st_mtime_ns // 1_000_000
         if should_redact("memory", settings.redact):
             text = redact_lines(text)  # line count kept; PEM blocks across lines too
         chunks = fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap)
@@ -263,7 +274,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         if c.text.strip() and key not in seen_keys:
             seen_keys.add(key)
             kept.append(c)
-    row = {"path": f.path, "source": f.source, "hash": digest or "", "mtime_ms": f.mtime_ms, "size": f.size,
+    row = {"path": f.path, "source": f.source, "hash": digest or "", "mtime_ms": mtime_ms, "size": size,
            "chunks": len(kept), "lines": lines}
     over = count_over_window(provider, [c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
         else 0
@@ -461,8 +472,26 @@ def preflight(settings: Settings) -> None:
     """Refuse a run whose workspace is missing before anything is created on disk."""
     from memory_core.errors import PathError
 
-    if not settings.workspace_dir.is_dir():
-        raise PathError(f"workspace not found: {settings.workspace_dir}")
+    ws = settings.workspace_dir
+    if not ws.is_dir():
+        raise PathError(f"workspace not found: {ws}")
+    if settings.index_file.exists() or os.path.lexists(settings.index_file):
+        return  # an index that exists is kept up to date, even when every note is gone
+    # a first run in a folder with nothing to index (a typo, the wrong folder): say so, and
+    # create nothing there (it printed "0 scanned" and made .memory-core/)
+    roots = []
+    if "memory" in settings.sources:
+        roots += [ws / "MEMORY.md", ws / "memory.md", ws / "memory"]
+        roots += [Path(os.path.expanduser(p)) if os.path.isabs(os.path.expanduser(p)) else ws / p
+                  for p in settings.extra_paths]
+    if "sessions" in settings.sources:
+        roots.append(settings.sessions_dir)
+    if not any(os.path.lexists(r) for r in roots):
+        wanted = "MEMORY.md or a memory/ folder" if "memory" in settings.sources else ""
+        if "sessions" in settings.sources:
+            wanted += (" or " if wanted else "") + f"transcripts in {settings.sessions_dir}"
+        raise PathError(f"nothing to index in {ws}: no {wanted}; is this the workspace? (give it with"
+                        " --workspace, or create memory/ there)")
 
 
 def fallback_for_run(settings: Settings, primary: EmbeddingProvider,

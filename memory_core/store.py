@@ -147,9 +147,10 @@ def check_index_target(path: Path) -> bool:
 
     Refused (UsageError, exit 2): a symlink, a folder, anything but a regular file, and a file
     that memory-core did not write: not SQLite, another application's SQLite database (its own
-    ``application_id``), or an SQLite file without our mark and without our meta record. An empty
-    file holds nothing and may be replaced. Only files that pass may be treated as a damaged
-    index and rebuilt.
+    ``application_id``), an SQLite file without our mark and without our meta record, and an
+    empty file (memory-core never leaves one at the index path: a new index is written beside it
+    and renamed into place; a 0-byte file there is someone else's, e.g. a lock file). Only files
+    that pass may be treated as a damaged index and rebuilt.
     """
     try:
         st = os.lstat(path)
@@ -163,8 +164,10 @@ def check_index_target(path: Path) -> bool:
         raise PathError(f"the index path {path} is a folder; give a file path, e.g. {path / 'index.sqlite'}")
     if not stat.S_ISREG(st.st_mode):
         raise UnsafePathError(f"refusing the index {path}: it is not a regular file")
+    refuse = f"refusing to use {path} as the index: it is not a memory-core index"
     if st.st_size == 0:
-        return True
+        raise NotAnIndexError(f"{refuse} (an empty file; memory-core never leaves one: remove it to build"
+                              " the index there)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
@@ -173,7 +176,6 @@ def check_index_target(path: Path) -> bool:
             os.close(fd)
     except OSError as exc:
         raise PathError(f"cannot read the index {path}: {exc.strerror or exc}") from None
-    refuse = f"refusing to use {path} as the index: it is not a memory-core index"
     if not header.startswith(SQLITE_MAGIC):
         raise NotAnIndexError(f"{refuse} (not an SQLite file)")
     app_id = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0

@@ -132,6 +132,7 @@ class _Stream:
         self.need[h] += 1
         if h in self.vecs:
             self.progress.ready += 1
+            self.progress.cached += 1
             return
         if h in self.pending:
             return
@@ -152,7 +153,8 @@ class _Stream:
             got = self.cache.get_many(self.refetch)
             self.vecs.update(got)
             self.pending.difference_update(got)
-            self.progress.ready += sum(self.need[h] for h in got)
+            self.progress.ready += (n := sum(self.need[h] for h in got))
+            self.progress.cached += n
             lost = [h for h in self.refetch if h not in got]
             self.refetch = []
             if lost:  # evicted or deleted behind our back: embed again
@@ -163,7 +165,8 @@ class _Stream:
         self.vecs.update(got)
         self.pending.difference_update(got)
         self.hits += len(got)
-        self.progress.ready += sum(self.need[h] for h in got)
+        self.progress.ready += (n := sum(self.need[h] for h in got))
+        self.progress.cached += n
         for h, text in self.lookup:
             if h in got:
                 continue

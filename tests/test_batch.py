@@ -4,6 +4,7 @@ nothing may be paid twice unless the provider's own output was unusable."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memory_core.batch import ledger as lg
@@ -449,3 +451,28 @@ def test_batch_mode_with_a_provider_without_batch_api_uses_sync(workspace: Path,
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "batch": {"enabled": True}})
     summary = run_index(s)
     assert summary.swapped and summary.batch == {}
+
+
+def test_hostile_output_lines_never_poison_the_ledger(workspace: Path, fake: Any) -> None:
+    """issue 22 #3, #7, #9: a deeply nested line raised RecursionError (every later run failed
+    the same way, the job stayed in the ledger); a non-base64 embedding string raised; an input
+    returned twice with different vectors kept the first one silently."""
+    deep = '{"custom_id": "x", "response": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    not_b64 = json.dumps({"custom_id": "y", "response": {"status_code": 200, "body": {
+        "data": [{"index": 0, "embedding": "<html>oops</html>"}]}}})
+    fake.script_next_job(JobFault(raw_output_lines=[deep, "[" * 200_000, not_b64], conflicting_lines=1))
+    s = batch_settings(workspace, fake.name, fake, concurrency=1)
+    summary = run_index(s)
+    b = summary.batch
+    assert summary.swapped and b["jobs_failed"] == 0
+    assert set(ledger_states(s)) == {lg.COLLECTED} and open_ledger_chunks(s) == 0
+    # the input answered twice, differently, is embedded again by one sync call, and only it
+    assert b["lines_failed"] == 1 == b["chunks_via_sync"] == len(fake.sync_billed_texts)
+    (text,) = fake.sync_billed_texts
+    provider, _ = create_provider(s)
+    with EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key) as cache:
+        vec = np.frombuffer(cache.get_many([sha256_hex(text)])[sha256_hex(text)], dtype="<f4")
+    want = np.asarray(fake.vector_for(text, DIMS, MODELS["openai"]), dtype=np.float32)
+    assert np.allclose(vec / np.linalg.norm(vec), want / np.linalg.norm(want), atol=1e-6)
+    again = run_index(s)
+    assert again.batch is None or not again.batch.get("jobs_submitted")

@@ -125,3 +125,35 @@ def test_old_notes_still_found_with_decay(tmp_path: Path, dated_index) -> None:
     with Searcher(decayed) as searcher:
         hits = searcher.search("pgbackrest restore point in time")  # a 400-day-old howto
     assert hits and hits[0].path == "memory/howto/restore-postgres-backup.md"
+
+
+@pytest.mark.parametrize("query", ["deploy 9999-12-31", "deploy on 31 December 9999", "December 31, 9999 deploy",
+                                   "0001-01-01 deploy", "1 January 0001 deploy", "0000-01-01 deploy"])
+@pytest.mark.parametrize("mode", ["hybrid", "keyword"])
+def test_dates_at_the_calendars_edge_never_crash_a_search(dated_index, query: str, mode: str) -> None:
+    """issue 22 #7: the day after 9999-12-31 (or local midnight of 0001-01-01) does not exist:
+    such a query crashed search in every mode; now it is searched as plain words."""
+    s, _ = dated_index
+    assert query_date_range(query) is None
+    with Searcher(s) as searcher:
+        assert searcher.search(query, mode=mode, min_score=0)
+
+
+def test_a_deeply_nested_transcript_record_never_crashes_a_search(tmp_path: Path) -> None:
+    """issue 22 #7: a record nested ~1,200 deep mentioning `timestamp` raised RecursionError in
+    transcript_dates, crashing every search that returned the transcript."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    deep = '{"timestamp": "2026-05-01T10:00:00Z", "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    msg = ('{"type": "message", "timestamp": "2026-05-02T11:00:00Z", "message": {"role": "user",'
+           ' "content": "the walrus migration plan"}}')
+    (ws / "sessions" / "s.jsonl").write_text(deep + "\n" + msg + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    header, stamps = transcript_dates(str(ws / "sessions" / "s.jsonl"))
+    assert stamps == [(2, "2026-05-02T11:00")]
+    with Searcher(s) as searcher:
+        hits = searcher.search("walrus migration plan", min_score=0)
+        assert hits and hits[0].date == "2026-05-02T11:00"
+        assert searcher.search("walrus migration on 2026-05-02", min_score=0)

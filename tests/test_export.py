@@ -163,3 +163,45 @@ def test_a_damaged_index_is_a_clear_error(tmp_path: Path, capsys):
     bad.write_bytes(b"not sqlite at all" * 100)  # not ours (issue 17): refused as a usage error
     assert main(["export", "-w", str(tmp_path), "--index", str(bad), str(tmp_path / "o.parquet")]) == 2
     assert "not a memory-core index" in capsys.readouterr().err
+
+
+def test_export_never_replaces_a_file_that_is_not_an_earlier_export(keyword_index, tmp_path, capsys):
+    """issue 22 #1: PATH was replaced whatever it was: a note, the live index, the cache."""
+    ws = str(keyword_index.workspace_dir)
+    note = keyword_index.workspace_dir / "memory" / "note-to-keep.md"
+    note.write_text("# mine\n")
+    index_bytes = keyword_index.index_file.read_bytes()
+    keyword_index.cache_file.write_bytes(b"")  # whatever the cache holds, it is never the output
+    targets = [(note, "jsonl"), (keyword_index.index_file, "jsonl"), (keyword_index.cache_file, "parquet"),
+               (Path(str(keyword_index.index_file) + ".lock"), "jsonl")]
+    for target, fmt in targets:
+        if not target.exists():
+            target.write_bytes(b"")
+        before = target.read_bytes()
+        assert main(["export", "-w", ws, "--format", fmt, str(target)]) == 2, target
+        err = capsys.readouterr().err
+        assert "refusing" in err and err.count("\n") == 1
+        assert target.read_bytes() == before
+    # --force replaces a user's file, never memory-core's own ones
+    assert main(["export", "-w", ws, "--format", "jsonl", "--force", str(keyword_index.index_file)]) == 2
+    assert "memory-core's own file" in capsys.readouterr().err
+    assert main(["export", "-w", ws, "--format", "jsonl", "--force", str(keyword_index.cache_file)]) == 2
+    assert keyword_index.index_file.read_bytes() == index_bytes
+    assert main(["export", "-w", ws, "--format", "jsonl", "--force", str(note)]) == 0
+    assert json.loads(note.read_text().splitlines()[0])["id"]
+    # an earlier export is replaced without --force (Parquet and JSON Lines)
+    for name in ("again.parquet", "again.jsonl"):
+        assert main(["export", "-w", ws, str(tmp_path / name)]) == 0
+        assert main(["export", "-w", ws, str(tmp_path / name)]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_export_refuses_a_symlink_or_a_device(keyword_index, tmp_path, capsys):
+    ws = str(keyword_index.workspace_dir)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(tmp_path / "elsewhere.jsonl")
+    for target in (link, Path("/dev/null")):
+        assert main(["export", "-w", ws, "--format", "jsonl", "--force", str(target)]) == 2
+        assert "refusing" in capsys.readouterr().err
+    assert link.is_symlink() and not (tmp_path / "elsewhere.jsonl").exists()

@@ -2,7 +2,8 @@
 
 Each round edits the workspace, queues a random fault at the fake OpenAI server (duplicate or
 missing response indexes, zero/NaN vectors, one vector fewer, a truncated body, a stall past
-the client timeout, HTTP 500s, or nothing), and runs ``memory-core index`` in a child process
+the client timeout, HTTP 500s, and since issue 22 a 200 HTML page, a non-base64 embedding, a body
+dripped a byte at a time, a gzip bomb and an endless body; or nothing), and runs ``memory-core index`` in a child process
 that SIGKILLs itself at a random crash point (or not at all), with a random writer (temp file,
 writer process, in place). After every round:
 
@@ -17,6 +18,8 @@ The seeded short version runs by default; ``-m slow`` runs a longer one with ano
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import random
 import shutil
@@ -34,14 +37,16 @@ from memory_core.discovery import discover_files
 from memory_core.pipeline import run_index
 from memory_core.store import connect, load_vec, probe_index
 from tests.conftest import ROOT, openai_settings
-from tests.fakes.common import fake_vector
+from tests.fakes.common import Fault, fake_vector
 from tests.fakes.openai_fake import OpenAIFake
 
 DIMS = 64
 MODEL = "text-embedding-3-small"
 KILL_POINTS = [None, None, "discover", "chunk", "embed", "build", "before-swap", "after-swap"]
 WRITERS = ["copy", "process", "inplace"]
-FAULTS = ["none", "dup_index", "gap_index", "zero", "nan", "fewer", "reorder", "malformed", "hang", "500"]
+FAULTS = ["none", "dup_index", "gap_index", "zero", "nan", "fewer", "reorder", "malformed", "hang", "500",
+          # issue 22: a 200 HTML page, a non-base64 embedding, a dripped body, a gzip bomb, an endless body
+          "html", "not_base64", "drip", "gzip_bomb", "endless"]
 
 
 def _whole(index: Path) -> frozenset[str]:
@@ -102,6 +107,29 @@ def _inject(fake: OpenAIFake, fault: str, n: int | None) -> None:
         fake.hang_next(n, seconds=1.5)  # past the client's 0.5 s timeout
     elif fault == "500":
         fake.fail_next(n, 500)
+    elif fault == "html":
+        fake.inject(Fault("raw", body=b"<html><body>Sign in</body></html>", headers={"Content-Type": "text/html"}), n)
+    elif fault == "not_base64":
+        body = json.dumps({"object": "list", "model": MODEL, "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                           "data": [{"object": "embedding", "index": 0, "embedding": "<b>not base64</b>"}]})
+        fake.inject(Fault("raw", body=body.encode()), n)
+    elif fault == "drip":
+        fake.inject(Fault("drip", seconds=0.05), n)  # a byte every 50 ms: past the 0.5 s limit of an attempt
+    elif fault == "gzip_bomb":
+        fake.inject(Fault("raw", body=_gzip_bomb(300), headers={"Content-Type": "application/json",
+                                                            "Content-Encoding": "gzip"}), n)
+    elif fault == "endless":
+        fake.inject(Fault("endless"), n)
+
+
+@functools.cache
+def _gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of spaces, gzip-compressed to ~1/1000 (300 MiB: over the 256 MiB cap of a response)."""
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join(z.compress(b" " * (1 << 20)) for _ in range(mib)) + z.flush()
+
 
 
 def _rounds(tmp_path: Path, seed: int, rounds: int, *, every_fault: bool = False) -> dict[str, int]:

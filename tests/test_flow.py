@@ -15,6 +15,7 @@ from flows import report
 from flows.reindex import ReindexParams, reindex
 from memory_core.config import load_settings
 from memory_core.errors import ConfigError
+from memory_core.runtypes import RunSummary
 from memory_core.store import IndexLock, connect, load_vec
 from tests.prefect_server import (
     artifact_of,
@@ -100,7 +101,7 @@ def test_report_helpers(tmp_path: Path) -> None:
     assert report.artifact_key("reindex", s, "summary") == "reindex-agent-notes-summary"
     s2 = load_settings(None, {"workspace": str(tmp_path), "index_path": str(tmp_path / "work.sqlite")})
     assert report.index_label(s2) == "work"
-    assert report.batch_states({}) == "-"
+    assert report.batch_states({}) == "\u2014"  # issue 22: a lone "-" rendered as a list bullet
     assert report.batch_states({"jobs_submitted": 3, "jobs_collected": 2, "jobs_failed": 1}) == "2 collected, 1 failed"
     md = report.notes_markdown("t", warnings=["a | b", "a | b"], error="boom", fallbacks=["batch-to-sync: x"])
     assert "The run failed" in md and "a \\| b" in md and md.count("a \\| b") == 1 and "Fallbacks" in md
@@ -135,7 +136,8 @@ def test_run_shows_names_artifacts_and_swap_event(prefect_api: Any, workspace: P
     assert fig["index size (bytes)"] == (workspace / ".memory-core" / "index.sqlite").stat().st_size
     assert fig["embedding ran on"] == "Prefect tasks on threads (4 workers)" and fig["outcome"] == "swapped in"
     assert fig["chunks"] == summary["chunks_total"] and fig["embedded"] == summary["chunks_embedded"]
-    assert fig["batch jobs submitted"] == 0 and fig["batch job states"] == "-" and fig["batch mode"] == "off"
+    assert fig["batch jobs submitted"] == 0 and fig["batch job states"] == "\u2014" and fig["batch mode"] == "off"
+    assert not [k for k, v in fig.items() if str(v).strip() == "-" or str(v).startswith("- ")]  # no list bullets
     assert "seconds: index" in fig and "seconds: total" in fig
     progress = artifact_of(fr.id, "progress")
     assert float(progress.data) == 100.0 and progress.key == "reindex-ws-progress"
@@ -189,6 +191,21 @@ def test_provider_failure_fails_the_run_and_keeps_the_live_index(prefect_api: An
     openai_fake.clear_faults()
     state, _ = run(workspace=str(workspace), config_file=str(cfg))
     assert state.is_completed() and state.result()["files_new"] == 1
+
+
+def test_a_failed_first_build_is_named_after_what_it_did(prefect_api: Any, workspace: Path, openai_fake: Any,
+                                                         tmp_path: Path) -> None:
+    """issue 22: run names were corrected only when a run succeeded: a failed first build kept
+    the name chosen before it started (`-incremental`), though it was a full build."""
+    cfg = write_config(tmp_path / "mc.toml", openai_fake)
+    openai_fake.fail_next(n=None, status=400, message="Input is not allowed.")
+    state, fr = run(workspace=str(workspace), config_file=str(cfg))
+    assert state.is_failed()
+    assert fr.name.endswith("-full"), fr.name
+    fig = report.run_figures(RunSummary(index_path="x", provider="local", model="m", provider_reason="",
+                                        full=True, full_reason="", swapped=False),
+                             load_settings(None, {"workspace": str(workspace), "batch": {"enabled": True}}))
+    assert fig["batch mode"].startswith("off")  # batch.enabled, but no job: not "on"
 
 
 def test_busy_index_skip_fail_and_wait(prefect_api: Any, workspace: Path, tmp_path: Path) -> None:

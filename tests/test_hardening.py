@@ -679,3 +679,82 @@ def test_every_test_named_in_reliability_md_exists():
     for file, func in named:
         src = (ROOT / "tests" / file).read_text(encoding="utf-8")
         assert re.search(rf"^(async )?def {func}\(", src, re.M), f"{file}::{func} named in docs/reliability.md"
+
+
+def test_readers_do_not_follow_a_sessions_folder_replaced_by_a_symlink(workspace, tmp_path):
+    """issue 22 #2: indexing refuses a symlinked sessions folder, but `get`, `memory_get` and
+    the dates of search results opened it as configured and read transcripts outside."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    s = load_settings(cfg, {"workspace": str(workspace)})
+    run_index(s)
+    name = "2026-10-21-ingest-502-debug.jsonl"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    text = (workspace / "sessions" / name).read_text()
+    (outside / name).write_text(text.replace("2026-10-21T", "2001-02-03T").replace("rolled back", "SECRETOUTSIDE"))
+    (workspace / "sessions").rename(workspace / "sessions-moved")
+    (workspace / "sessions").symlink_to(outside)
+    with Searcher(s) as searcher:
+        with pytest.raises(PathError, match="symlink"):
+            searcher.read_file(f"sessions/{name}#L1-L5")
+        hits = [r for r in searcher.search("ingest-gateway 502 deploy", min_score=0, sources=["sessions"])]
+        assert hits and not [r for r in hits if (r.date or "").startswith("2001")]
+    proc = _cli("get", "-c", str(cfg), "-w", str(workspace), f"sessions/{name}")
+    err = _one_line(proc, 2)
+    assert "SECRETOUTSIDE" not in proc.stdout + err and "symlink" in err
+
+
+def test_a_transcript_line_of_hundreds_of_megabytes_is_never_held_by_get_or_search(workspace, tmp_path):
+    """issue 22 #8: a transcript with one 1 GB line made each search or get touching it use 3.2 GB.
+    Readers read lines as indexing does: a line over the cap is drained, never held."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    big = workspace / "sessions" / "big.jsonl"
+    msg = ('{"type": "message", "timestamp": "2026-05-02T11:00:00Z", "message": {"role": "user",'
+           ' "content": "the narwhal rollout checklist"}}\n')
+    with open(big, "w") as fh:
+        fh.write(msg)
+        fh.write('{"type": "message", "timestamp": "2026-05-02T11:01:00Z", "x": "')
+        chunk = "a" * (1 << 20)
+        for _ in range(300):
+            fh.write(chunk)
+        fh.write('"}\n')
+        fh.write(msg.replace("narwhal", "narwhal second"))
+    run_index(load_settings(cfg, {"workspace": str(workspace)}))
+    code = ("from memory_core.config import load_settings\n"
+            "from memory_core.search import Searcher\n"
+            f"s = load_settings({str(cfg)!r}, {{'workspace': {str(workspace)!r}}})\n"
+            "with Searcher(s) as se:\n"
+            "    hits = se.search('narwhal rollout checklist', min_score=0, sources=['sessions'])\n"
+            "    mine = [h for h in hits if h.path == 'sessions/big.jsonl']\n"
+            "    assert mine and all(h.date.startswith('2026-05-02') for h in mine), hits\n"
+            "    text = se.read_file('sessions/big.jsonl#L1-L3')['text']\n"
+            "    assert 'narwhal rollout' in text and 'narwhal second' in text, text[:200]\n"
+            # VmHWM: this process's own peak (ru_maxrss carries the parent's across fork and exec)
+            "print(next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')) // 1024)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) < 250, proc.stdout  # MiB; the line alone is 300 MiB
+
+
+def test_bare_cr_and_u2028_number_lines_as_the_chunker_does(workspace):
+    """issue 22 #9: `get` split lines on a bare CR (text mode's universal newlines) while the
+    chunker splits on "\\n" only, so citations after such a line read the wrong line."""
+    note = workspace / "memory" / "projects" / "crlf.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_bytes("# Old Mac note\rwith a bare CR\r\rmore\n"
+                     "a line with \u2028 a line separator\n"
+                     "\n"
+                     "the ocelot rollout is on Thursday\n".encode())
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "chunking": {"tokens": 8,
+                                                                                           "overlap": 0}})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = [h for h in searcher.search("ocelot rollout Thursday", min_score=0) if h.path.endswith("crlf.md")]
+        assert hits
+        got = searcher.read_file(hits[0].citation)
+        assert "ocelot rollout" in got["text"], (hits[0].citation, got)
+        assert searcher.read_file("memory/projects/crlf.md#L4")["text"] == "the ocelot rollout is on Thursday"
+        assert searcher.read_file("memory/projects/crlf.md#L1")["text"].count("\r") == 3

@@ -125,3 +125,66 @@ def test_read_only_index_directory_is_a_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "ermission denied" in lines[0] and str(ro) in lines[0], lines
+
+
+def test_a_note_rewritten_between_discovery_and_reading_is_recorded_as_read(workspace):
+    """issue 22 #9: the hash stored was discovery's while the chunks came from a later read: a
+    note caught mid-write (truncated) was indexed with text in no finished version of the file,
+    and when the write completed the stored hash called it unchanged for ever. The files row now
+    holds the hash, size and mtime of the very bytes that were chunked."""
+    import hashlib
+
+    from memory_core import stages
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.stages import chunk_file, chunk_params
+
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    note = workspace / "memory" / "projects" / "mid-write.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    full = "# Plan\n\nthe walrus migration starts Monday\nsecond line of the plan\n"
+    note.write_text(full)
+    run_index(s)
+    note.write_text(full + "a third line\n")  # changed: discovery hashes this version
+    provider, _ = create_provider(s)
+    plan = stages.discover_stage(s, provider, "test")
+    (f,) = [x for x in plan.to_index if x.path == "memory/projects/mid-write.md"]
+    partial = b"# Plan\n\nthe wal"  # an editor's truncate-then-write, caught half way
+    note.write_bytes(partial)
+    tokens, overlap = chunk_params(s, provider)
+    got = chunk_file(f, s, provider, tokens, overlap, [])
+    assert got is not None
+    st = os.stat(note)
+    assert got.file_row["hash"] == hashlib.sha256(partial).hexdigest()
+    assert (got.file_row["size"], got.file_row["mtime_ms"]) == (len(partial), st.st_mtime_ns // 1_000_000)
+    # the write completes with the discovered version: a later run sees a different file
+    note.write_text(full + "a third line\n")
+    assert hashlib.sha256(note.read_bytes()).hexdigest() != got.file_row["hash"]
+
+
+def test_a_transcript_is_recorded_as_the_bytes_parsed(workspace):
+    """issue 22 #9, for transcripts: the files row holds the hash and length of the bytes the
+    parse read (a line appended after discovery included), not discovery's."""
+    import hashlib
+
+    from memory_core import stages
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.stages import chunk_file, chunk_params
+
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    t = workspace / "sessions" / "2026-10-21-ingest-502-debug.jsonl"
+    with open(t, "a") as fh:
+        fh.write('{"type": "message", "timestamp": "2026-10-21T13:00:00Z", "message": {"role": "user",'
+                 ' "content": "' + "one more question about the gateway " * 40 + '"}}\n')
+    provider, _ = create_provider(s)
+    plan = stages.discover_stage(s, provider, "test", full=True)
+    (f,) = [x for x in plan.to_index if x.path == f"sessions/{t.name}"]
+    with open(t, "a") as fh:  # appended after discovery, before the parse
+        fh.write('{"type": "message", "timestamp": "2026-10-21T13:01:00Z", "message": {"role": "user",'
+                 ' "content": "and the very last one"}}\n')
+    tokens, overlap = chunk_params(s, provider)
+    got = chunk_file(f, s, provider, tokens, overlap, [])
+    assert got is not None
+    data = t.read_bytes()
+    assert got.file_row["hash"] == hashlib.sha256(data).hexdigest() and got.file_row["size"] == len(data)
+    assert any("very last one" in c.text for c in got.chunks)

@@ -242,3 +242,42 @@ def test_tool_calls_run_off_the_event_loop(indexed):
     res = _run(scenario)
     assert not res.is_error and res.structured_content["results"] == []
     assert ticks >= 20  # the loop kept running while the search slept in its thread
+
+
+def test_concurrent_calls_are_answered_while_a_search_waits_for_a_stalled_provider(workspace):
+    """issue 22 #6: the server answered one call at a time, so a search stuck on a stalled
+    embedding endpoint held up every other call; now a get or status (and another search) is
+    answered meanwhile, and the stuck search ends at its deadline with keyword-only results."""
+    from tests.conftest import openai_settings
+    from tests.fakes.openai_fake import OpenAIFake
+
+    with OpenAIFake(dims=64) as fake:
+        s = openai_settings(workspace, fake, remote={"timeout_s": 60}, query={"embed_timeout_s": 5})
+        run_index(s)
+        tools = MemoryTools(s)
+        done: dict[str, float] = {}
+        results: dict[str, Any] = {}
+
+        async def scenario() -> None:
+            t0 = time.monotonic()
+
+            async def call(key: str, name: str, args: dict[str, Any]) -> None:
+                results[key] = await call_tool(tools, name, args)
+                done[key] = time.monotonic() - t0
+
+            async with anyio.create_task_group() as tg:
+                fake.hang_next(1, seconds=30)
+                tg.start_soon(call, "stuck", "memory_search", {"query": "postgres replication", "min_score": 0})
+                await anyio.sleep(0.5)  # the stuck search holds its searcher now
+                tg.start_soon(call, "status", "memory_status", {})
+                tg.start_soon(call, "get", "memory_get", {"path": "MEMORY.md", "lines": 3})
+                tg.start_soon(call, "search", "memory_search", {"query": "pgbackrest", "min_score": 0})
+
+        try:
+            _run(scenario)
+        finally:
+            tools.close()
+    assert all(not r.is_error for r in results.values()), {k: _text(r) for k, r in results.items()}
+    assert max(done["status"], done["get"], done["search"]) < 3, done
+    assert 4 < done["stuck"] < 10, done
+    assert "keyword-only" in results["stuck"].structured_content.get("note", "")

@@ -7,6 +7,7 @@ from the Hugging Face hub, which cannot be reached here: their failure must fall
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -244,3 +245,144 @@ def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_e
         assert tools.status({})["qmd"]["last_search"]["ok"] is True
     finally:
         tools.close()
+
+
+def test_the_transcript_export_never_writes_through_a_symlink_and_is_private(workspace: Path, tmp_path: Path) -> None:
+    """issue 22 #5 and #4: `<state>/sessions/<stem>.tmp` was written through a planted symlink
+    (its target overwritten); qmd's state was 0755 and the exported transcripts 0644."""
+    from memory_core.qmd import export_sessions
+
+    s = qmd_settings(workspace, "qmd", sources=["memory", "sessions"])
+    out = state_dir(s) / "sessions"
+    out.mkdir(parents=True)
+    os.chmod(state_dir(s), 0o755)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    stems = [p.stem for p in (workspace / "sessions").glob("*.jsonl")]
+    assert stems
+    for stem in stems:
+        (out / f"{stem}.tmp").symlink_to(victim)
+    (out / f"{stems[0]}.md").symlink_to(victim)  # a link at the export's own name: replaced, not followed
+    table = export_sessions(s)
+    assert victim.read_text() == "keep me\n"
+    assert len(table) == len(stems)
+    for name in table:
+        p = out / name
+        assert not p.is_symlink() and p.stat().st_mode & 0o077 == 0 and "User:" in p.read_text()
+    assert state_dir(s).stat().st_mode & 0o777 == 0o700
+
+
+# -- a qmd that misbehaves (issue 22 #6, #7, #8, #9, #4): a real program standing in for qmd ------
+
+FAKE_QMD = r'''#!{python}
+import os, subprocess, sys
+args = sys.argv[3:]  # after --index NAME
+if args and args[0] in ("search", "vsearch", "query"):
+    mode = os.environ.get("FAKE_QMD_MODE", "file")
+    if mode == "detach":  # a child in its own session keeps stdout open; qmd itself exits at once
+        child = subprocess.Popen(["sleep", "120"], start_new_session=True)
+        open(os.environ["FAKE_QMD_PID"], "w").write(str(child.pid))
+        print("No results found.")
+        sys.exit(0)
+    if mode == "huge":
+        chunk = "x" * (1 << 20)
+        for _ in range(40):
+            sys.stdout.write(chunk)
+        sys.exit(0)
+    sys.stdout.write(open(os.environ["FAKE_QMD_OUT"], encoding="utf-8").read())
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_qmd(tmp_path: Path, qmd_env: None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    exe = tmp_path / "fake-qmd"
+    exe.write_text(FAKE_QMD.replace("{python}", sys.executable))
+    exe.chmod(0o755)
+    out = tmp_path / "qmd-out.json"
+    monkeypatch.setenv("FAKE_QMD_OUT", str(out))
+
+    def answer(rows: Any) -> None:
+        out.write_text(rows if isinstance(rows, str) else json.dumps(rows), encoding="utf-8")
+
+    return exe, answer
+
+
+def test_hostile_qmd_output_falls_back_and_never_crashes(workspace: Path, fake_qmd: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    exe, answer = fake_qmd
+    s = qmd_settings(workspace, str(exe))
+    run_index(s)
+    assert qmd_update(s).ok
+    bad = {
+        "nested": "[" * 100_000 + "]" * 100_000,
+        "nan score": '[{"file": "qmd://mc-root/memory.md", "score": NaN, "snippet": "@@ -1,1 @@\\nx"}]',
+        "huge": None,
+    }
+    for what, text in bad.items():
+        if text is None:
+            monkeypatch.setenv("FAKE_QMD_MODE", "huge")
+        else:
+            monkeypatch.setenv("FAKE_QMD_MODE", "file")
+            answer(text)
+        with open_searcher(s) as searcher:
+            res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+        assert res["results"] and "answered from the builtin index" in res["note"], what
+        json.dumps(res, allow_nan=False).encode("utf-8")  # valid JSON, valid UTF-8
+    # a lone surrogate in a snippet: kept as U+FFFD, the answer is still qmd's
+    monkeypatch.setenv("FAKE_QMD_MODE", "file")
+    answer('[{"file": "qmd://mc-root/memory.md", "score": 0.8, "snippet": "@@ -1,1 @@\\n\\ud800 Lisbon"}]')
+    with open_searcher(s) as searcher:
+        res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+    assert res["results"] and "\ufffd" in res["results"][0]["snippet"] and not res.get("note")
+    json.dumps(res).encode("utf-8")
+
+
+def test_a_qmd_that_leaves_a_detached_child_does_not_hang_search(workspace: Path, fake_qmd: Any, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    exe, _ = fake_qmd
+    pidfile = tmp_path / "child.pid"
+    s = qmd_settings(workspace, str(exe), qmd={"timeout_s": 5})
+    run_index(s)
+    assert qmd_update(s).ok
+    monkeypatch.setenv("FAKE_QMD_MODE", "detach")
+    monkeypatch.setenv("FAKE_QMD_PID", str(pidfile))
+    cmd = [sys.executable, "-m", "memory_core.cli", "search", "-w", str(workspace), "--config",
+           str(tmp_path / "mc.toml"), "Lisbon hotel"]
+    (tmp_path / "mc.toml").write_text(f'provider = "none"\nbackend = "qmd"\n[qmd]\ncommand = "{exe}"\n'
+                                      "timeout_s = 5\n")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pidfile.read_text()), 9)
+
+
+def test_qmd_name_collisions_scores_labels_dates_and_redaction(workspace: Path, fake_qmd: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    exe, answer = fake_qmd
+    mem = workspace / "memory"
+    (mem / "a-b.md").write_text("# dash\nthe heron budget is 10\n")
+    (mem / "a_b.md").write_text("# underscore\nthe egret budget is 20\n")
+    (mem / "2026-03-04.md").write_text("# day\nsecret OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345\n")
+    s = qmd_settings(workspace, str(exe), redact="all")
+    run_index(s)
+    assert qmd_update(s).ok
+    monkeypatch.setenv("FAKE_QMD_MODE", "file")
+    answer([
+        {"file": "qmd://mc-memory/a-b.md", "score": 0.9, "snippet": "@@ -2,1 @@\nthe heron budget is 10"},
+        {"file": "qmd://mc-memory/a-b.md", "score": 0.8, "snippet": "@@ -2,1 @@\nthe egret budget is 20"},
+        {"file": "qmd://mc-memory/2026-03-04.md", "score": 0.7,
+         "snippet": "@@ -2,1 @@\nsecret OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz012345"},
+        {"file": "qmd://mc-root/memory.md", "score": 0.1, "snippet": "@@ -1,1 @@\n# x"},
+    ])
+    with open_searcher(s) as searcher:
+        res = searcher.search("budget", min_score=0.5)
+    assert [(r.path, r.start_line) for r in res] == [("memory/a-b.md", 2), ("memory/a_b.md", 2),
+                                                     ("memory/2026-03-04.md", 2)]
+    assert all(r.match == "keyword" and r.vector_score == 0.0 for r in res)  # BM25: not a vector hit
+    assert res[2].date == "2026-03-04"
+    assert "abcdefghijklmnopqrstuvwxyz" not in res[2].snippet and "sk-pro" in res[2].snippet

@@ -317,3 +317,55 @@ def test_redact_lines_masks_a_multi_line_pem_and_keeps_the_line_count() -> None:
     assert "b3BlbnNz" not in out
     assert out.count("\n") == note.count("\n")
     assert out.split("\n")[-2] == "after" and "…redacted…" in out
+
+
+# issue 22 #4: 27 of 55 realistic formats reached the index from transcripts with the defaults
+ISSUE_22_FORMATS: list[tuple[str, str]] = [
+    ("gho_16C7e42F292c6912E7710c838347Ae178B4a", "gho_16C7e42F292c6912E7710c838347Ae178B4a"),
+    ("ghs_abcdefghijklmnopqrstuvwxyz012345", "ghs_abcdefghijklmnopqrstuvwxyz012345"),
+    ("https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX", "XXXXXXXXXXXXXXXXXXXXXXXX"),
+    ("GOCSPX-abcdefghijklmnopqrstuvwx12", "GOCSPX-abcdefghijklmnopqrstuvwx12"),
+    ("token ya29.a0AfH6SMBabcdefghijklmnopqrstuvwxyz", "a0AfH6SMBabcdefghijklmnop"),
+    ("whsec_abcdefghijklmnopqrstuvwxyz012345", "whsec_abcdefghijklmnopqrstuvwxyz012345"),
+    ("hf_abcdefghijklmnopqrstuvwxyzABCDEFGH", "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH"),
+    ("SK0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789"),
+    ("SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG", "abcdefghijklmnopqrstuv"),
+    ("pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoLWlqa2wtbW5vcC1xcnN0", "AgEIcHlwaS5vcmcCJGFi"),
+    ("bot MTIzNDU2Nzg5MDEyMzQ1Njc4OTA.GhIjKl.abcdefghijklmnopqrstuvwxyz0123456789", "GhIjKl.abcdefghijklmnop"),
+    ("shpat_0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789"),
+    ("dckr_pat_abcdefghijklmnopqrstuvwxyz0", "abcdefghijklmnopqrstuvwxyz"),
+    ("dop_v1_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "0123456789abcdef01234567"),
+    ("AGE-SECRET-KEY-1QQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQQ", "QQQQQQQQQQQQQQQQQQQQQQQQ"),
+    ('{"private_key_id": "0123456789abcdef0123456789abcdef01234567"}', "0123456789abcdef0123456789"),
+    ("DB_PASS=hunter2xyz", "hunter2xyz"),
+    ("MYSQL_PWD=hunter2xyz", "hunter2xyz"),
+    ('{"pwd": "hunter2xyz"}', "hunter2xyz"),
+    ("pw: hunter2xyz", "hunter2xyz"),
+    ("passphrase: correct horse battery staple", "horse battery"),
+    ("sshpass -p 'hunter2xyz' ssh deploy@host", "hunter2xyz"),
+    ("mysql -u root -phunter2xyz app", "hunter2xyz"),
+    ("curl -u admin:hunter2xyz https://api.example.com", "hunter2xyz"),
+    ("redis://:hunter2xyz@cache:6379/0", "hunter2xyz"),
+    ("Authorization: Basic YWRtaW46aHVudGVyMnh5eg==", "YWRtaW46aHVudGVyMnh5"),
+    ("https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig=abcdEFGH1234%2Bxyz%3D&se=2025", "abcdEFGH1234%2B"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAAAAAAAAEAAAAzAAAAC3NzaC1lZDI1NTE5",
+     "b3BlbnNzaC1rZXktdjEAAAAABG5vbmU"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), ISSUE_22_FORMATS)
+def test_issue_22_formats_are_masked(text: str, secret: str) -> None:
+    assert secret in text and secret not in redact(text)
+
+
+def test_a_value_on_the_line_after_its_key_is_masked_in_notes() -> None:
+    """issue 22 #4: in notes sent to a hosted provider, multi-line JSON/YAML kept the value."""
+    from memory_core.redact import redact_lines
+
+    note = ('{\n  "password":\n    "hunter2hunter2",\n  "user": "dana"\n}\n'
+            "db:\n  password:\n    s3cr3tvalue\n  host: db1\napi_key: |\n  abcdefghijklmnopqrstuvwxyz\n"
+            "secrets:\n  db: kept\nkey:\n  nested: 1\n")
+    out = redact_lines(note)
+    assert "hunter2hunter2" not in out and "s3cr3tvalue" not in out and "abcdefghijklmnop" not in out
+    assert out.count("\n") == note.count("\n")
+    assert '"user": "dana"' in out and "host: db1" in out and "db: kept" in out and "nested: 1" in out

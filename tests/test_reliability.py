@@ -15,11 +15,18 @@ import pytest
 
 from memory_core.cache import EmbeddingCache
 from memory_core.config import load_settings
-from memory_core.errors import ConfigError, IndexDamagedError, IndexLockedError, ProviderError
+from memory_core.errors import (
+    ConfigError,
+    IndexDamagedError,
+    IndexLockedError,
+    NotAnIndexError,
+    ProviderError,
+)
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
 from memory_core.store import IndexLock, probe_index
 from tests.conftest import ROOT, openai_settings
+from tests.fakes.common import Fault
 
 
 def _snapshot(path: Path) -> bytes:
@@ -46,8 +53,13 @@ def test_rate_limit_storm_is_retried_within_bounds(workspace, openai_fake):
     assert summary.swapped and openai_fake.embed_requests == 5
 
 
-@pytest.mark.parametrize("fault", ["500", "reset", "malformed", "timeout"])
+HTML = b"<!DOCTYPE html><html><body><h1>Sign in to continue</h1></body></html>"
+
+
+@pytest.mark.parametrize("fault", ["500", "reset", "malformed", "timeout", "html", "drip"])
 def test_persistent_transient_faults_fail_cleanly(workspace, openai_fake, fault):
+    """html, drip: issue 22 #7 (a 200 HTML page raised AttributeError) and #6 (a body dripped a
+    byte at a time never tripped timeout_s: every attempt now has a wall-clock limit)."""
     s = openai_settings(workspace, openai_fake, remote={"max_attempts": 3, "timeout_s": 0.5})
     run_index(s)
     live = _snapshot(s.index_file)
@@ -55,9 +67,13 @@ def test_persistent_transient_faults_fail_cleanly(workspace, openai_fake, fault)
     _edit(workspace)
     {"500": lambda: openai_fake.fail_next(None, 500), "reset": lambda: openai_fake.reset_next(None),
      "malformed": lambda: openai_fake.malformed_next(None),
-     "timeout": lambda: openai_fake.hang_next(None, seconds=2)}[fault]()
+     "timeout": lambda: openai_fake.hang_next(None, seconds=2),
+     "html": lambda: openai_fake.inject(Fault("raw", body=HTML, headers={"Content-Type": "text/html"}), None),
+     "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.05), None)}[fault]()
+    t0 = time.monotonic()
     with pytest.raises(ProviderError) as exc:
         run_index(s)
+    assert time.monotonic() - t0 < 20
     assert "openai" in str(exc.value) and "gave up after 3 attempts" in str(exc.value)
     assert "sk-test" not in str(exc.value)
     assert _snapshot(s.index_file) == live
@@ -114,18 +130,16 @@ def test_write_error_while_building_leaves_live_index(workspace, tmp_path):
     assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     first = run_index(s)
     data = s.index_file.read_bytes()
     if damage == "truncate":
         s.index_file.write_bytes(data[: len(data) // 3])
-    elif damage == "garbage":
+    else:
         # the header (with memory-core's application_id) survives: still ours, so rebuilt
         s.index_file.write_bytes(data[:100] + b"\x13\x37" * 4046 + data[8192:])
-    else:
-        s.index_file.write_bytes(b"")
     with Searcher(s) as searcher:
         assert searcher.status()["state"] == "damaged"
     with pytest.raises(IndexDamagedError), Searcher(s) as searcher:
@@ -135,6 +149,20 @@ def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
     assert any("damaged" in w for w in again.warnings)
     with Searcher(s) as searcher:
         assert searcher.search("postgres replication", min_score=0)
+
+
+def test_an_empty_file_at_the_index_path_is_refused_not_replaced(workspace, tmp_path):
+    """issue 22 #1: a 0-byte file at --index (e.g. a lock file) was taken for a damaged index
+    and replaced; memory-core never leaves an empty file there, so it is not ours."""
+    other = tmp_path / "some.lock"
+    other.write_bytes(b"")
+    ino = other.stat().st_ino
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "index_path": str(other)})
+    with pytest.raises(NotAnIndexError, match="empty file"):
+        run_index(s)
+    with pytest.raises(NotAnIndexError), Searcher(s) as searcher:
+        searcher.search("postgres")
+    assert other.stat().st_ino == ino and other.read_bytes() == b""
 
 
 # -- concurrency ------------------------------------------------------------------------------------
@@ -261,3 +289,59 @@ def test_api_key_never_in_provider_key_meta_or_index(workspace, openai_fake):
 
 def test_file_size_limit_is_honoured_by_the_test_helpers():
     assert resource.getrlimit(resource.RLIMIT_FSIZE)[0] == resource.RLIM_INFINITY
+
+
+def _not_base64_body() -> bytes:
+    import json
+
+    return json.dumps({"object": "list", "model": "text-embedding-3-small",
+                       "data": [{"object": "embedding", "index": 0, "embedding": "<b>not base64!</b>"}],
+                       "usage": {"prompt_tokens": 1, "total_tokens": 1}}).encode()
+
+
+@pytest.mark.parametrize("fault", ["html", "not_base64", "hang", "drip"])
+def test_a_reader_answers_keyword_only_within_its_deadline_when_the_provider_misbehaves(workspace, openai_fake,
+                                                                                      fault):
+    """issue 22 #6, #7: a stalled endpoint blocked one search 377 s (readers used 60 s x 6
+    attempts); a 200 HTML page or a non-base64 embedding crashed every search. A reader's query
+    embedding has a total deadline (query.embed_timeout_s), then keyword-only with a note."""
+    s = openai_settings(workspace, openai_fake, remote={"timeout_s": 60, "max_attempts": 6},
+                        query={"embed_timeout_s": 2})
+    run_index(s)
+    {"html": lambda: openai_fake.inject(Fault("raw", body=HTML, headers={"Content-Type": "text/html"}), None),
+     "not_base64": lambda: openai_fake.inject(Fault("raw", body=_not_base64_body()), None),
+     "hang": lambda: openai_fake.hang_next(None, seconds=30),
+     "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.2), None)}[fault]()
+    with Searcher(s) as searcher:
+        t0 = time.monotonic()
+        res = searcher.search_response("postgres replication", min_score=0)
+        took = time.monotonic() - t0
+    assert res["results"] and "keyword-only" in res.get("note", ""), res.get("note")
+    assert took < 6, took
+
+
+def _gzip_bomb(mib: int) -> bytes:
+    import zlib
+
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"0" * (1 << 20)
+    return b"".join(z.compress(zeros) for _ in range(mib)) + z.flush()
+
+
+@pytest.mark.parametrize("fault", ["gzip_bomb", "endless"])
+def test_a_response_is_never_held_past_its_size_cap(workspace, openai_fake, fault):
+    """issue 22 #8: a 1 MB gzip bomb made 4 GB, an endless chunked body 2 GB. A response is read
+    up to 256 MiB (decoded), then refused: retried, then one clear provider error."""
+    import resource
+
+    s = openai_settings(workspace, openai_fake, remote={"max_attempts": 2, "timeout_s": 30})
+    run_index(s)
+    _edit(workspace)
+    body = _gzip_bomb(400) if fault == "gzip_bomb" else b"[" * 65536
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"} if fault == "gzip_bomb" else {}
+    openai_fake.inject(Fault("raw" if fault == "gzip_bomb" else "endless", body=body, headers=headers), None)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ProviderError, match="larger than 256 MiB"):
+        run_index(s)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 700, grown_mib  # the body alone was 400 MiB (bomb) or endless

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -74,8 +74,14 @@ class BatchClient(Protocol):
 
 
 def decode_vector(value: Any) -> Any:
+    """A base64 embedding string as float32s; None for a string that is not base64 of whole
+    float32s (the line is then a bad vector, never an exception)."""
     if isinstance(value, str):
-        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:  # binascii.Error
+            return None
+        return np.frombuffer(raw, dtype="<f4") if raw and len(raw) % 4 == 0 else None
     return value
 
 
@@ -358,14 +364,28 @@ def client_for(provider: EmbeddingProvider) -> BatchClient:
     raise ProviderError(f"provider {provider.name} has no Batch API")
 
 
-def parse_jsonl(data: bytes) -> list[Any]:
-    """Lines of a JSONL file; an unparseable line becomes None (counted as malformed)."""
-    out: list[Any] = []
-    for raw in data.decode("utf-8", errors="replace").splitlines():
+MAX_OUTPUT_LINE_BYTES = 8 * 1024 * 1024  # one input's line: a vector of 8k dims is ~170 KB of JSON
+
+
+def parse_jsonl(data: bytes) -> Iterator[Any]:
+    """Lines of a JSONL file, one at a time; an unparseable line becomes None (counted as
+    malformed): invalid JSON, nesting deep enough to exhaust the parser's recursion (a
+    RecursionError would escape, fail the run and leave the job in the ledger to be read again
+    by every later run), or a line over :data:`MAX_OUTPUT_LINE_BYTES`. Lines end at ``\n``
+    only (JSON escapes every other line break inside strings); the file is never copied whole."""
+    start, n = 0, len(data)
+    while start < n:
+        end = data.find(b"\n", start)
+        end = n if end < 0 else end
+        if end - start > MAX_OUTPUT_LINE_BYTES:
+            start = end + 1
+            yield None
+            continue
+        raw = data[start:end].decode("utf-8", errors="replace")
+        start = end + 1
         if not raw.strip():
             continue
         try:
-            out.append(json.loads(raw))
-        except ValueError:
-            out.append(None)
-    return out
+            yield json.loads(raw)
+        except (ValueError, RecursionError):
+            yield None

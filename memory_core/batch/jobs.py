@@ -20,6 +20,7 @@ job, and the in-process runner can call them from a thread pool.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -307,8 +308,9 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
     tokens_of = dict(chunks)
     res = CollectResult(rec.local_id, rec.job_id, rec.status)
     problems = {"error": 0, "http_error": 0, "malformed": 0, "bad_vector": 0, "unknown": 0, "duplicate": 0,
-                "missing": 0}
-    stored: set[str] = set()
+                "conflicting": 0, "missing": 0}
+    stored: dict[str, bytes] = {}  # chunk hash -> digest of the vector stored for it
+    conflicts: set[str] = set()  # returned twice with different vectors: neither is trusted
     dims = ctx.provider.dims
     pending: list[tuple[str, bytes]] = []
 
@@ -329,13 +331,22 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             if obj is None:
                 problems["malformed"] += 1
                 continue
-            line = ctx.client.parse_line(obj)
+            try:
+                line = ctx.client.parse_line(obj)
+            except (ValueError, TypeError, AttributeError, RecursionError):  # a shape no client expects
+                problems["malformed"] += 1
+                continue
             cid = line.custom_id
             if cid is None or cid not in tokens_of:
                 problems["unknown" if line.kind == "ok" else line.kind] += 1
                 continue
-            if cid in stored:
+            if cid in stored or cid in conflicts:
                 problems["duplicate"] += 1
+                if line.kind == "ok" and cid in stored:
+                    again = _vector(ctx, line.vector, dims)
+                    if again is None or hashlib.sha256(again.tobytes()).digest() != stored[cid]:
+                        conflicts.add(cid)  # two answers for one input: re-embedded by a sync call
+                        del stored[cid]
                 continue
             if line.kind != "ok":
                 problems[line.kind] += 1
@@ -350,18 +361,23 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
                 continue
             if dims is None:
                 dims = int(vec.size)
-            stored.add(cid)
+            stored[cid] = hashlib.sha256(vec.tobytes()).digest()
             pending.append((cid, vec.tobytes()))
             if len(pending) >= STORE_SLICE:
                 flush()
     flush()
+    if conflicts:
+        ctx.cache.delete_many(sorted(conflicts))
+        problems["conflicting"] = len(conflicts)
+        if len(res.examples) < 5:
+            res.examples.append(f"{len(conflicts)} inputs returned twice with different vectors")
     res.stored = len(stored)
     res.tokens = sum(tokens_of[h] for h in stored)
     left = [h for h, _ in chunks if h not in stored]
     if left:
         have = ctx.cache.has_many(left)  # e.g. embedded meanwhile by another job or run
         left = [h for h in left if h not in have]
-    returned_bad = sum(problems[k] for k in ("error", "http_error", "bad_vector"))
+    returned_bad = sum(problems[k] for k in ("error", "http_error", "bad_vector", "conflicting"))
     # never returned (malformed lines cannot be attributed to a chunk: they are in ``malformed``)
     problems["missing"] = (max(0, len(left) - returned_bad - problems["malformed"])
                            if rec.status == st.COMPLETED else 0)

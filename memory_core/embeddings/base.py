@@ -111,6 +111,9 @@ class EmbeddingProvider(ABC):
     default_chunk_overlap: int = 80
     supports_batch: bool = False
     key_env: tuple[str, ...] = ()  # API key variables, in the order ``auto`` reads them
+    # the longest one embedding call may take, retries included (None: bounded by the retries);
+    # readers set it (``query.embed_timeout_s``), so a stalled provider costs a search seconds
+    deadline_s: float | None = None
     sync_prices: dict[str, float] = {}  # noqa: RUF012 - USD per 1M tokens by model (batch/cost.py's table wins)
 
     @property
@@ -159,6 +162,12 @@ class EmbeddingProvider(ABC):
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
         if remote.max_tokens_per_request:
             self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
+
+    def retry_options(self) -> dict[str, Any]:
+        """The time limits of :func:`~memory_core.embeddings.retry.call_with_retries` for this
+        provider: ``remote.timeout_s`` for one whole attempt (last byte included), ``deadline_s``."""
+        return {"attempt_timeout_s": getattr(getattr(self, "settings", None), "timeout_s", None),
+                "deadline_s": self.deadline_s}
 
     def start_run(self) -> None:
         """A new run begins with this (reused) provider: its retry budget starts full again."""

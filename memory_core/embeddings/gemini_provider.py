@@ -99,11 +99,14 @@ class GeminiProvider(EmbeddingProvider):
             raise ConfigError(f"remote.dimensions {self.requested_dims} is above {self.model}'s {native}")
         self.dims = self.requested_dims or native
         self._apply_remote(remote)
+        from memory_core.embeddings.http import capped_client
+
         self.client = genai.Client(
             api_key=key,
             http_options=types.HttpOptions(
                 base_url=self.base_url, api_version=self.api_version, headers=self.headers or None,
                 timeout=int(remote.timeout_s * 1000),
+                httpx_client=capped_client(timeout=remote.timeout_s),  # responses capped (issue 22)
             ),
         )
         self._key = compute_provider_key(
@@ -131,7 +134,7 @@ class GeminiProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="gemini", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget,
+            budget=self.retry_budget, **self.retry_options(),
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

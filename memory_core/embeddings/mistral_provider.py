@@ -118,8 +118,11 @@ class MistralProvider(EmbeddingProvider):
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self._apply_remote(remote)
         # The SDK's debug logger (MISTRAL_DEBUG) prints request headers and bodies (the texts): never used.
+        from memory_core.embeddings.http import capped_client
+
         self.client = Mistral(api_key=key, server_url=self.base_url, timeout_ms=int(remote.timeout_s * 1000),
-                              debug_logger=NoOpLogger())
+                              debug_logger=NoOpLogger(),
+                              client=capped_client(timeout=remote.timeout_s, follow_redirects=True))  # responses capped
         self._key = compute_provider_key("mistral", self.model, base_url=self.base_url, headers=self.headers,
                                          output_dimension=self.requested_dims)
 
@@ -146,6 +149,7 @@ class MistralProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="mistral", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s, budget=self.retry_budget,
+            **self.retry_options(),
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

@@ -20,8 +20,8 @@ MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "t
 
 def decode_embedding(value: Any) -> np.ndarray | list[float]:
     """An embedding as returned by the API: base64 little-endian float32, or a list of floats."""
-    if isinstance(value, str):
-        return np.frombuffer(base64.b64decode(value), dtype="<f4")
+    if isinstance(value, str):  # binascii.Error / ValueError: a malformed response (retried)
+        return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
     return value
 
 
@@ -30,7 +30,9 @@ def classify_openai_error(exc: Exception, provider: str = "openai") -> Exception
     import openai
 
     if isinstance(exc, openai.APITimeoutError | openai.APIConnectionError):
-        return Retryable(f"{exc.__class__.__name__}: {exc}")
+        cause = exc.__cause__ or exc.__context__  # what the SDK's "Connection error." stands for
+        why = f" ({str(cause)[:200]})" if cause is not None and str(cause) else ""
+        return Retryable(f"{exc.__class__.__name__}: {exc}{why}")
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         msg = _error_message(exc)
@@ -74,9 +76,13 @@ class OpenAIProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self._apply_remote(remote)
+        from memory_core.embeddings.http import capped_transport
+
         self.client = openai.OpenAI(
             api_key=key, base_url=self.base_url, default_headers=self.headers or None,
             timeout=remote.timeout_s, max_retries=0,
+            # every response is capped (a gzip bomb or an endless body is refused, not held)
+            http_client=openai.DefaultHttpxClient(transport=capped_transport(), timeout=remote.timeout_s),
         )
         self._key = compute_provider_key(
             "openai", self.model, base_url=self.base_url, headers=self.headers, dimensions=self.requested_dims
@@ -104,7 +110,7 @@ class OpenAIProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="openai", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget,
+            budget=self.retry_budget, **self.retry_options(),
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

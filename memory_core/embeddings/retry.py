@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from memory_core.errors import ProviderError
 
@@ -86,15 +86,64 @@ class RetryBudget:
         return f"waited {self.waited_s:.1f} s for retries in this run (remote.retry_budget_s = {self.total_s:g})"
 
 
+# What a response of an unexpected shape raises in the code that reads it (an HTML page with
+# status 200, ``data`` that is not a list, an embedding string that is not base64): the
+# response is malformed, retried like malformed JSON, never an exception that escapes.
+_SHAPE_ERRORS = (AttributeError, TypeError, KeyError, IndexError, ValueError, RecursionError)
+
+
+def _within(fn: Callable[[], T], seconds: float) -> T:
+    """``fn()``, or Retryable when it has not returned within ``seconds`` of wall-clock time.
+
+    An SDK's timeout bounds each wait for bytes, not a whole response: a server that drips one
+    byte a second never trips it. The call runs in a daemon thread; past the deadline it is
+    abandoned (its connection is closed by the server or the socket's own timeout) and the
+    caller goes on."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="provider-call", daemon=True).start()
+    if not done.wait(max(0.0, seconds)):
+        raise Retryable(f"no complete response within {seconds:g} s (a stalled or dripping connection)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
 def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, initial_s: float,
                       max_s: float, sleep: Callable[[float], None] = time.sleep,
-                      budget: RetryBudget | None = None) -> T:
+                      budget: RetryBudget | None = None, attempt_timeout_s: float | None = None,
+                      deadline_s: float | None = None) -> T:
+    """``fn()`` with bounded retries. ``attempt_timeout_s``: the longest one attempt may take,
+    first byte to last (``remote.timeout_s``); ``deadline_s``: the longest the whole call may
+    take, retries included (readers: ``query.embed_timeout_s``), then a ProviderError."""
     budget = budget if budget is not None else RetryBudget()
     delay = initial_s
+    t_end = None if deadline_s is None else time.monotonic() + deadline_s
     for attempt in range(1, max_attempts + 1):
         try:
-            return fn()
+            limit = attempt_timeout_s
+            if t_end is not None:
+                left = t_end - time.monotonic()
+                if left <= 0:
+                    raise ProviderError(f"{provider}: no answer within the deadline of {deadline_s:g} s")
+                limit = left if limit is None else min(limit, left)
+            try:
+                return fn() if limit is None else _within(fn, limit)
+            except _SHAPE_ERRORS as exc:
+                raise Retryable(f"malformed response ({exc.__class__.__name__}: {str(exc)[:160]})") from None
         except Retryable as exc:
+            if t_end is not None and time.monotonic() >= t_end:
+                raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts: the deadline of"
+                                    f" {deadline_s:g} s passed)") from None
             if attempt >= max_attempts:
                 raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts; {budget.describe()})") \
                     from None
@@ -102,6 +151,9 @@ def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, 
             required = exc.retry_after is not None and exc.retry_after > wait
             if required:
                 wait = float(exc.retry_after)  # type: ignore[arg-type]
+            if t_end is not None:
+                wait = min(wait, max(0.0, t_end - time.monotonic()))
+                required = False
             granted = budget.take(wait, required=required)
             if granted is None:
                 asked = f"the provider asked to wait {wait:g} s; " if required else ""

@@ -132,7 +132,7 @@ class VoyageProvider(EmbeddingProvider):
         arr = call_with_retries(
             once, provider="voyage", max_attempts=self.settings.max_attempts,
             initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget,
+            budget=self.retry_budget, **self.retry_options(),
         )
         if self.dims is None:
             self.dims = int(arr.shape[1])

@@ -126,6 +126,8 @@ class Response:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     action: Literal["send", "close", "reset"] = "send"
+    drip_s: float = 0.0  # > 0: the body is sent one byte at a time, this many seconds apart
+    chunked_forever: bool = False  # a chunked body that never ends (``body`` repeated)
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -138,7 +140,8 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 BAD_PAYLOAD_KINDS = frozenset({"fewer", "wrong_dims", "nan", "inf", "empty", "zero", "reorder", "dup_index",
                                "gap_index"})
-FAULT_KINDS = frozenset({"status", "malformed", "close", "reset", "slow", "hang"}) | BAD_PAYLOAD_KINDS
+FAULT_KINDS = frozenset({"status", "malformed", "close", "reset", "slow", "hang", "raw", "drip", "endless"}) \
+    | BAD_PAYLOAD_KINDS
 
 
 @dataclass
@@ -152,6 +155,10 @@ class Fault:
       reset      TCP RST without any response
       slow       sleep ``seconds`` then answer normally
       hang       sleep ``seconds`` then close without a response (use > client timeout)
+      raw        HTTP 200 with ``body`` and ``headers`` as given (an HTML page, a JSON body of a
+                 wrong shape, a gzip bomb with ``Content-Encoding: gzip``)
+      drip       the normal answer, its body sent one byte every ``seconds``
+      endless    HTTP 200, a chunked body repeating ``body`` for ever
       fewer | wrong_dims | nan | inf | empty | zero | reorder
                  bad payload in an otherwise valid 200 embedding response: one vector fewer than
                  inputs; every vector one component short (or +1 if dims==1); first value NaN;
@@ -169,6 +176,7 @@ class Fault:
     retry_after_ms: int | None = None
     seconds: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -286,10 +294,25 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(resp.status)
             for k, v in resp.headers.items():
                 self.send_header(k, v)
+            if resp.chunked_forever:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                piece = f"{len(resp.body):x}\r\n".encode() + resp.body + b"\r\n"
+                while not self.server.fake._stop_event.is_set():
+                    self.wfile.write(piece)
+                return
             self.send_header("Content-Length", str(len(resp.body)))
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(resp.body)
+                if resp.drip_s > 0:
+                    for i in range(len(resp.body)):
+                        if self.server.fake._stop_event.is_set():
+                            break
+                        self.wfile.write(resp.body[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(resp.drip_s)
+                else:
+                    self.wfile.write(resp.body)
             self.wfile.flush()
         except OSError:
             self.close_connection = True
@@ -523,6 +546,15 @@ class FakeServer:
             if fault.kind == "hang":
                 self.sleep(fault.seconds)
                 return Response(action="close")
+            if fault.kind == "raw":
+                return Response(200, fault.body, dict(fault.headers or {"Content-Type": "application/json"}))
+            if fault.kind == "endless":
+                return Response(200, fault.body or b"x" * 65536, {"Content-Type": "application/json"},
+                                chunked_forever=True)
+            if fault.kind == "drip":
+                resp = route.handler(rec, match, None)
+                resp.drip_s = fault.seconds
+                return resp
             if fault.kind == "slow":
                 self.sleep(fault.seconds)
                 fault = None
@@ -756,7 +788,9 @@ class JobFault:
       (``response.status_code`` = http_error_status with an error body), malformed_lines
       (unparseable JSON), bad_vector_lines (``bad_vector`` mode: empty_data | empty | wrong_dims |
       nan | zero | dup_index (two items, both index 0) | gap_index (one item, index 1)), missing_lines (never returned). Then: duplicate_lines (first N successful
-      lines written twice), unknown_lines (N extra lines with custom ids never submitted).
+      lines written twice), conflicting_lines (the next N successful lines written again with
+      another vector), unknown_lines (N extra lines with custom ids never submitted),
+      raw_output_lines (lines appended to the output file as they are, e.g. hostile JSON).
     per_id: explicit ``{custom_id: kind}`` with kind in error | http_error | malformed |
       bad_vector | missing (applied before the counts).
     errors_in_output: write error/http_error lines to the output file instead of the error file
@@ -780,6 +814,8 @@ class JobFault:
     missing_lines: int = 0
     duplicate_lines: int = 0
     unknown_lines: int = 0
+    conflicting_lines: int = 0
+    raw_output_lines: list[str] = field(default_factory=list)
     per_id: dict[str, str] = field(default_factory=dict)
     errors_in_output: bool = False
     shuffle: bool | None = None
@@ -1163,6 +1199,8 @@ class BatchingFakeServer(FakeServer):
         ok = [ItemOutcome("ok", it) for it in rest]
         outs.extend(ok)
         outs.extend(ItemOutcome("duplicate", o.item) for o in ok[: f.duplicate_lines])
+        outs.extend(ItemOutcome("conflict", o.item)
+                    for o in ok[f.duplicate_lines: f.duplicate_lines + f.conflicting_lines])
         for n in range(f.unknown_lines):
             text = f"unknown text {n} of {job.id}"
             sample = job.items[0] if job.items else None
@@ -1651,6 +1689,7 @@ class OpenAICompatibleFake(BatchingFakeServer):
         for o in outcomes:
             line, to_error = self._render_line(job, o)
             (err_lines if to_error and not job.fault.errors_in_output else out_lines).append(line)
+        out_lines.extend(job.fault.raw_output_lines)
         if out_lines:
             f = self.add_file(
                 ("\n".join(out_lines) + "\n").encode(), f"{job.id}_output.jsonl", "batch_output"
@@ -1680,11 +1719,12 @@ class OpenAICompatibleFake(BatchingFakeServer):
 
     def _render_line(self, job: BatchJob, o: ItemOutcome) -> tuple[str, bool]:
         item = o.item
-        if o.kind in ("ok", "duplicate", "unknown", "malformed", "bad_vector"):
+        if o.kind in ("ok", "duplicate", "unknown", "malformed", "bad_vector", "conflict"):
             call = EmbedCall(
                 item.texts, item.model, item.dims, item.encoding, sum(estimate_tokens(t) for t in item.texts)
             )
-            pairs = [(i, self.vector_for(t, item.dims, item.model)) for i, t in enumerate(item.texts)]
+            other = "\x00another answer" if o.kind == "conflict" else ""
+            pairs = [(i, self.vector_for(t + other, item.dims, item.model)) for i, t in enumerate(item.texts)]
             if o.kind == "bad_vector" and job.fault.bad_vector in ("dup_index", "gap_index"):
                 pairs = apply_bad_payload(job.fault.bad_vector, pairs)  # OpenAI/Voyage lines only
                 if job.fault.bad_vector == "dup_index" and len(pairs) == 1:

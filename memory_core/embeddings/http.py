@@ -1,0 +1,112 @@
+"""An httpx transport that caps what a provider's response may make us hold.
+
+The SDKs read a whole response into memory and decode ``Content-Encoding: gzip`` on the way:
+a 1 MB gzip bomb became 4 GB, an endless chunked body 2 GB (issue 22). :class:`CappedTransport`
+asks for an uncompressed answer (``Accept-Encoding: identity``), and whatever comes back is
+counted as it is read: a body over ``max_bytes`` (after decompression, when a server
+compresses anyway: gzip and deflate are decoded here, with the same limit, anything else is
+refused) ends the request with ``ResponseTooLarge``, a ``DecodingError`` that the
+SDKs turn into a connection error: retried, then a clear provider error.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # 2,048 inputs of 3,072-d floats as JSON text: ~130 MB
+MAX_DOWNLOAD_BYTES = 8 * 1024 * 1024 * 1024  # a Batch API output file (``/files/<id>/content``)
+_CHUNK = 1 << 16
+
+
+@functools.cache
+def _classes(module: str) -> tuple[Any, Any]:
+    """(ResponseTooLarge, CappedTransport) for the httpx module an SDK uses: ``httpx2`` (openai,
+    mistralai) or ``httpx`` (google-genai); their requests and streams do not mix."""
+    hx = importlib.import_module(module)
+
+    class ResponseTooLarge(hx.DecodingError):  # type: ignore[misc,name-defined]
+        """The body went past the cap (or used an encoding we did not ask for)."""
+
+    class _Capped(hx.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, inner: Any, encoding: str, max_bytes: int, request: Any) -> None:
+            self.inner = inner
+            self.max_bytes = max_bytes
+            self.request = request
+            self.decoder = (zlib.decompressobj(wbits=47) if encoding in ("gzip", "x-gzip")
+                            else zlib.decompressobj() if encoding == "deflate" else None)
+
+        def _too_large(self) -> Exception:
+            return ResponseTooLarge(f"the response is larger than {self.max_bytes >> 20} MiB; refused",
+                                    request=self.request)
+
+        def __iter__(self) -> Iterator[bytes]:
+            total = 0
+            for chunk in self.inner:
+                if self.decoder is None:
+                    total += len(chunk)
+                    if total > self.max_bytes:
+                        raise self._too_large()
+                    yield chunk
+                    continue
+                data = chunk
+                while data:
+                    try:
+                        out = self.decoder.decompress(data, _CHUNK)
+                    except zlib.error as exc:
+                        raise ResponseTooLarge(f"cannot decode the response: {exc}", request=self.request) from None
+                    total += len(out)
+                    if total > self.max_bytes:
+                        raise self._too_large()
+                    if out:
+                        yield out
+                    data = self.decoder.unconsumed_tail
+            if self.decoder is not None:
+                out = self.decoder.flush(_CHUNK)
+                if len(out) + total > self.max_bytes:
+                    raise self._too_large()
+                if out:
+                    yield out
+
+        def close(self) -> None:
+            close = getattr(self.inner, "close", None)
+            if close is not None:
+                close()
+
+    class CappedTransport(hx.HTTPTransport):  # type: ignore[misc,name-defined]
+        """``HTTPTransport`` whose responses are at most ``max_bytes`` (decoded)."""
+
+        def __init__(self, *, max_bytes: int = MAX_RESPONSE_BYTES, **kw: Any) -> None:
+            super().__init__(**kw)
+            self.max_bytes = max_bytes
+
+        def handle_request(self, request: Any) -> Any:
+            request.headers["Accept-Encoding"] = "identity"
+            response = super().handle_request(request)
+            encoding = response.headers.get("Content-Encoding", "").strip().lower()
+            if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+                response.close()
+                raise ResponseTooLarge(f"the response is encoded as {encoding!r}, which was not asked for",
+                                       request=request)
+            cap = MAX_DOWNLOAD_BYTES if request.url.path.endswith("/content") else self.max_bytes
+            headers = [(k, v) for k, v in response.headers.multi_items()
+                       if k.lower() not in ("content-encoding", "content-length")]
+            return hx.Response(status_code=response.status_code, headers=headers,
+                               stream=_Capped(response.stream, encoding, cap, request),
+                               extensions=response.extensions, request=request)
+
+    return ResponseTooLarge, CappedTransport
+
+
+def capped_transport(module: str = "httpx2", *, max_bytes: int = MAX_RESPONSE_BYTES) -> Any:
+    """A transport for an ``httpx``-family client whose responses are capped."""
+    return _classes(module)[1](max_bytes=max_bytes)
+
+
+def capped_client(module: str = "httpx2", *, timeout: float, **kw: Any) -> Any:
+    """A client of ``module`` through :func:`capped_transport` (for SDKs that take one)."""
+    hx = importlib.import_module(module)
+    return hx.Client(transport=capped_transport(module), timeout=timeout, **kw)
