@@ -7,7 +7,9 @@ new lists). The query module's pipeline is::
                           ├─ fuse() ─ apply_temporal_decay() ─ score >= min_score
     keyword hits (bm25) ──┘   ─ dedupe_overlapping() ─ mmr_rerank() ─ top max_results ─ make_snippet()
 
-Fusion (``fuse``, default ``method="minmax"``): an anchored, normalised convex combination
+The default fusion is the calibrated one (``fuse_calibrated``: absolute scores from each
+hit's own raw scores, docs/search.md "Calibrated scores"). The older rank-relative ``fuse``
+(``method="minmax"``, below, and ``"rrf"``) is kept for ``query.fusion``: an anchored, normalised convex combination
 (Bruch et al. 2023 found convex combination of normalised scores better than RRF; our own
 measurements agree, docs/search.md). Each side places its candidates on [0, 1] and scales them by
 its confidence in its best hit::
@@ -45,7 +47,7 @@ automatically 1.0:
 Weights are clamped to [0, 1], sides without candidates get weight 0 (keyword-only mode gives
 the text side weight 1), then normalised to sum 1. So fused scores are in [0, 1] and read as:
 "how good the hit is on each side relative to that side's best, times how convincing that
-side's best hit is". The default weights are 0.5 / 0.5 (measured: 0.7 / 0.3, the reference's,
+side's best hit is". With minmax, weights 0.5 / 0.5 were measured best ( 0.7 / 0.3, the reference's,
 lost 0.6-0.9 nDCG@10 points on 600 docstring queries and 2.0 on the example set at 10 results;
 0.4 / 0.6 tied; RRF lost 1.1-1.5; docs/search.md). Landmarks with 0.5 / 0.5:
 
@@ -56,7 +58,7 @@ lost 0.6-0.9 nDCG@10 points on 600 docstring queries and 2.0 on the example set 
 * a keyword hit with half the best BM25, not a vector candidate: 0.25*A_t
 * worst vector candidate, no keyword match: 0.1*A_v (0.05 to 0.1)
 
-``DEFAULT_MIN_SCORE`` is 0.2, not the reference's 0.35. It is a noise floor, not a relevance
+With ``minmax`` a min_score of 0.2 (the calibrated default is ``DEFAULT_MIN_SCORE``, 0.15) is a noise floor, not a relevance
 detector: it never empties a list that has a candidate (the best hit of either side scores at
 least ``ANCHOR_FLOOR * w = 0.25``; in general any min_score <= ANCHOR_FLOOR * max(w_v, w_t)
 keeps that guarantee, and 0.25 is that bound for every weight setting, so 0.2 keeps a margin);
