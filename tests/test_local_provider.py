@@ -75,7 +75,20 @@ def onnx_provider(onnx_cache):  # type: ignore[no-untyped-def]
     provider.embed_documents(["build the model"])
     # the model directory (read-only in a system install) is never written
     assert {p: p.stat().st_mtime_ns for p in model_dir.rglob("*")} == before
+    if provider.backend != "onnx" and "drifted" in provider.backend_reason and not _cpu_has_vnni():
+        # an x86 CPU without VNNI multiplies uint8 x int8 with int16-saturating pairs: the int8
+        # model drifts (cosine 0.98 on an AVX2-only EPYC) and the provider rightly keeps torch
+        # (test_torch_backend_is_sentence_transformers); on a VNNI CPU a drift still fails here
+        pytest.skip(f"int8 ONNX rejected on this CPU (no VNNI): {provider.backend_reason}")
     return provider
+
+
+def _cpu_has_vnni() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # unknown CPU: do not excuse a drift
+    return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")) or "flags" not in flags
 
 
 def test_onnx_vectors_match_sentence_transformers(onnx_provider, reference) -> None:  # type: ignore[no-untyped-def]
