@@ -707,6 +707,35 @@ class Searcher:
         rows = idx.conn.execute(sql, (json.dumps(rids), *(sources or ()), k))
         return self._hits(rows, "vector", lambda pos: sims[pos])
 
+    def vector_recall(self, queries: list[str], k: int = 10) -> float | None:
+        """Mean recall@k of the vector side (as :meth:`search` runs it) against an exact search:
+        every stored vector's cosine, in memory (for evaluation sets, not for large indexes).
+        None when the index has no vectors or queries cannot be embedded."""
+        with self._lock:
+            idx = self._current()
+            provider = self._query_provider(idx)
+            if provider is None or not idx.dims or not queries:
+                return None
+            if idx.f32_in_chunks:
+                rids, m = idx.matrix()
+            elif idx.vec_loaded:
+                rows = idx.conn.execute("SELECT rowid, embedding FROM chunks_vec").fetchall()
+                m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+                m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+                rids = np.asarray([r[0] for r in rows], dtype=np.int64)
+            else:
+                return None
+            if not len(rids):
+                return None
+            want, top = self.candidate_count(k), min(k, len(rids))
+            got = []
+            for q in queries:
+                qv = np.asarray(provider.embed_query(q[:8000]), dtype=np.float32)
+                exact = set(rids[np.argsort(-(m @ (qv / (np.linalg.norm(qv) or 1.0))), kind="stable")[:top]].tolist())
+                found = [h.rid for h in self._vector_hits(idx, qv, want, None)][:top]
+                got.append(len(exact & set(found)) / top)
+            return float(np.mean(got))
+
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.

@@ -151,3 +151,25 @@ def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(work
     assert summary.swapped
     assert probe_index(s.index_file)[0]["schema_version"] == 3
     assert answers()[0] == new
+
+
+def test_vector_recall_against_exact_search_is_measured_and_reported(workspace, openai_fake, monkeypatch, tmp_path):
+    from memory_core.evaluation import format_report, run_eval
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    queries = ["replica lag alert", "postgres replication", "who owns the canary release", "garlic recipe"]
+    qfile, qrels = tmp_path / "q.jsonl", tmp_path / "qrels.tsv"
+    qfile.write_text("".join(f'{{"_id": "q{i}", "text": "{q}"}}\n' for i, q in enumerate(queries)))
+    with Searcher(s) as se:
+        path = se.indexed_paths()[0]
+        assert se.vector_recall(queries) == 1.0  # a small index: every row is rescored exactly
+    qrels.write_text("".join(f"q{i}\t{path}\t1\n" for i in range(len(queries))))
+    report = run_eval(s, qfile, qrels)
+    assert report["vector_recall_at_10"] == 1.0
+    assert "vector side recall@10 against an exact search: 1.0000" in format_report(report)
+    # starve the rescoring: the measure sees what the scan misses
+    monkeypatch.setattr(vectors, "rescore_count", lambda want, n: min(n, 10))
+    monkeypatch.setattr(vectors, "scan_count", lambda r, n: min(n, 10))
+    with Searcher(s) as se:
+        assert se.vector_recall(queries) < 1.0
