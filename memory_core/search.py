@@ -195,9 +195,10 @@ class _Index:
 
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
-        committed update opens a new :class:`_Index`)."""
+        committed update opens a new :class:`_Index`) and shared with the other searchers of
+        this process that read the same state."""
         if self._bits is None:
-            self._bits = vectors.BitIndex(self.conn, int(self.dims or 0))
+            self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
         return self._bits
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,9 @@ write of 8 bytes), appended rows go to the last block while it has room, else a 
 
 from __future__ import annotations
 
+import hashlib
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 
 import apsw
@@ -267,6 +270,35 @@ class BitIndex:
         [(rid, cosine)]."""
         cos = cosines(qvec, read_vectors(conn, self.candidates(qvec, want).tolist()))
         return sorted(cos.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
+
+
+_shared: dict[tuple[str, str, int], weakref.ref[BitIndex]] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_bit_index(conn: apsw.Connection, path: str, dims: int) -> BitIndex:
+    """The :class:`BitIndex` of the index at ``path`` as ``conn`` sees it, shared by every reader of
+    this process that sees the same state (the MCP server's and the sync triggers' searchers).
+
+    Keyed by the path and the index's meta record, read in the same read transaction as the
+    codes: every run that changes the index writes a new meta (``built_at``), so one key never
+    names two states."""
+    conn.execute("BEGIN")
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
+        key = (path, hashlib.sha256((row[0] if row else "").encode()).hexdigest(), int(dims))
+        with _shared_lock:
+            ref = _shared.get(key)
+            got = ref() if ref is not None else None
+        if got is None:
+            got = BitIndex(conn, dims)
+            with _shared_lock:
+                for k in [k for k, r in _shared.items() if r() is None]:
+                    del _shared[k]
+                _shared[key] = weakref.ref(got)
+        return got
+    finally:
+        conn.execute("COMMIT")
 
 
 def sizes(conn: apsw.Connection, dims: int | None) -> dict[str, int]:

@@ -173,3 +173,22 @@ def test_vector_recall_against_exact_search_is_measured_and_reported(workspace, 
     monkeypatch.setattr(vectors, "scan_count", lambda r, n: min(n, 10))
     with Searcher(s) as se:
         assert se.vector_recall(queries) < 1.0
+
+
+def test_searchers_of_one_process_share_the_codes_until_the_index_changes(workspace, openai_fake, monkeypatch):
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "inplace")
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    with Searcher(s) as a, Searcher(s) as b:
+        a.search("replica lag", mode="vector")
+        b.search("replica lag", mode="vector")
+        bits = a._current()._bits
+        assert bits is not None and b._current()._bits is bits
+        with open(workspace / "MEMORY.md", "a") as fh:
+            fh.write("\n## 23:59 late\n- a new note about the gateway quorum and five replicas.\n")
+        assert run_index(s).published == "in place"
+        a.search("replica lag", mode="vector")
+        new = a._current()._bits
+        assert new is not bits and set(new.rids.tolist()) != set(bits.rids.tolist())  # the update, loaded again
+        b.search("replica lag", mode="vector")
+        assert b._current()._bits is new
