@@ -496,8 +496,15 @@ IN_PLACE_PRAGMAS = (
 )
 # An incremental run edits the live file in place when it (re)indexes at most this many bytes
 # of sources and removes at most IN_PLACE_MAX_REMOVED files; bigger runs build a new file.
+# Both bounds grow with the live index: x1 per IN_PLACE_INDEX_BYTES of it, up to
+# IN_PLACE_MAX_SCALE times. Copying costs O(index) and the transaction O(change) (a 1% change
+# of 200k x 1536 chunks, ~2 MiB of sources, copied a 2.3 GB file); at 41k chunks (~200 MiB)
+# both ways took about as long at 2 MiB. The cap bounds what the transaction holds in memory
+# until its commit (cache_spill off: ~10x the sources' bytes at 1536-d).
 IN_PLACE_MAX_BYTES = 2 * 1024 * 1024
 IN_PLACE_MAX_REMOVED = 1000
+IN_PLACE_INDEX_BYTES = 200 * 1024 * 1024
+IN_PLACE_MAX_SCALE = 8
 # How long the commit waits for readers to finish their statements. While it waits, new
 # readers wait too (SQLite's PENDING lock), so this stays short: a reader that holds the file
 # longer (an export streaming a big index) makes the run roll back and build a new file instead.
@@ -508,7 +515,7 @@ class InPlaceBusyError(RunError):
     """An in-place commit could not get the file from its readers in time (rolled back)."""
 
 
-def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: int) -> bool:
+def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: int, live_bytes: int = 0) -> bool:
     """Whether an incremental run edits the live file in one transaction (see the module doc).
 
     ``MEMORY_CORE_WRITER``: ``inplace`` forces it for any incremental run; ``inline``,
@@ -521,7 +528,8 @@ def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: 
         return True
     if mode != "auto":
         return False
-    return source_bytes <= IN_PLACE_MAX_BYTES and removed <= IN_PLACE_MAX_REMOVED
+    scale = max(1, min(IN_PLACE_MAX_SCALE, int(live_bytes) // IN_PLACE_INDEX_BYTES))
+    return source_bytes <= IN_PLACE_MAX_BYTES * scale and removed <= IN_PLACE_MAX_REMOVED * scale
 
 
 def _fsync_path(path: str, *, directory: bool = False) -> None:
