@@ -553,14 +553,16 @@ class Searcher:
         if not rids:
             return {}
         if idx.vec_loaded and not idx.f32_in_chunks:
-            if len(rids) * 1_000_000 <= POINT_READS_PER_SCAN * max(1, idx.n_chunks()):
-                get = "SELECT embedding FROM chunks_vec WHERE rowid = ?"
-                rows = [(rid, r[0]) for rid in rids for r in idx.conn.execute(get, (int(rid),))]
-            else:
+            if len(rids) * 1_000_000 > POINT_READS_PER_SCAN * max(1, idx.n_chunks()):
                 lit = ",".join(str(int(r)) for r in rids)
                 sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
-                return {int(r): _cosine_from_distance(d)
-                        for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+                try:
+                    return {int(r): _cosine_from_distance(d)
+                            for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+                except apsw.SQLError:  # an older sqlite-vec without rowid filters: point reads
+                    pass
+            get = "SELECT embedding FROM chunks_vec WHERE rowid = ?"
+            rows = [(rid, r[0]) for rid in rids for r in idx.conn.execute(get, (int(rid),))]
         elif idx.has_vec_table and not idx.f32_in_chunks:
             return {}
         else:
