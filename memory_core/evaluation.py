@@ -286,6 +286,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
                 progress(i, len(todo))
         meta = s.index_meta()
         metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
+        # the vector side's recall@10 against an exact search of every vector (memory_core.vectors)
+        vector_recall = s.vector_recall([queries[qid] for qid in todo]) if embedded_any else None
         if sides and not embedded_any:
             metrics["vector"] = None
         q = settings.query
@@ -312,6 +314,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             "metrics": metrics,
             "per_query": per_query,
             "query_ms_p50": round(statistics.median(latencies) * 1000, 2) if latencies else None,
+            "vector_recall_at_10": None if vector_recall is None else round(vector_recall, 4),
             "note": s.provider_note or None,
         }
     finally:
@@ -361,6 +364,8 @@ def format_report(report: Mapping[str, Any]) -> list[str]:
         lines.append("* keyword-only: the index has no vectors or the query provider is unavailable")
     if report["query_ms_p50"] is not None:
         lines.append(f"query time p50: {report['query_ms_p50']:.1f} ms (embedding + both sides + ranking)")
+    if report.get("vector_recall_at_10") is not None:
+        lines.append(f"vector side recall@10 against an exact search: {report['vector_recall_at_10']:.4f}")
     bands = [b for b in report.get("calibration", []) if b["results"]]
     if bands:
         lines += ["", "calibration check (hybrid results by score: how many, share in a relevant file):"]

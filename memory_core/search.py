@@ -33,7 +33,7 @@ from typing import Any
 import apsw
 import numpy as np
 
-from memory_core import ranking, textsearch
+from memory_core import ranking, textsearch, vectors
 from memory_core.config import Settings
 from memory_core.dates import DateRange, chunk_date, indexed_transcript_dates, query_date_range
 from memory_core.discovery import parse_citation, resolve_indexed_path
@@ -51,6 +51,10 @@ DATE_MATCH_BONUS = 0.5
 0.5); any other chunk is capped at 0.5, so the day's own notes rank first and another day's note
 on the topic keeps its place after them (the cap lowers no relevance below ``min_score``)."""
 MAX_DATED_CANDIDATES = 200
+POINT_READS_PER_SCAN = 1000
+"""An index of schema 2 (vectors in sqlite-vec's vec0): the cosines of up to this many keyword
+candidates per million chunks are read by one point statement each, more by one restricted KNN
+(which scans the table). Measured at 200k x 1536: 0.6-0.8 ms a point read, 280 ms a scan."""
 
 # The chunk columns of the vector side's candidates, joined in the same statement as the vec0
 # KNN (a MATERIALIZED CTE, so the top k is computed before the join).
@@ -140,10 +144,15 @@ class _Index:
         except apsw.Error as exc:
             self.conn.close()
             raise IndexDamagedError(f"the index at {path} is damaged ({exc}); rebuild it with `memory-core index --full`") from None
+        # schema 3: float32 in chunks.embedding + sign bits (memory_core.vectors); schema 2: the
+        # vectors in sqlite-vec's vec0 table (searched by its KNN) or in chunks.embedding
+        self.has_bits = has_table(self.conn, vectors.BITS_TABLE)
         self.has_vec_table = has_table(self.conn, "chunks_vec")
-        self.vec_loaded = self.has_vec_table and load_vec(self.conn)
+        self.f32_in_chunks = self.has_bits or not self.has_vec_table
+        self.vec_loaded = self.has_vec_table and not self.has_bits and load_vec(self.conn)
         self.dims = self.meta.get("dims")
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
+        self._bits: vectors.BitIndex | None = None
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
@@ -187,6 +196,14 @@ class _Index:
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None
+
+    def bit_index(self) -> vectors.BitIndex:
+        """Every sign-bit code of this file, loaded once per opened file (a new file or a
+        committed update opens a new :class:`_Index`) and shared with the other searchers of
+        this process that read the same state."""
+        if self._bits is None:
+            self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
+        return self._bits
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray]:
         """(rids, unit vectors) for the numpy fallback, loaded once per opened file."""
@@ -549,27 +566,30 @@ class Searcher:
 
     @staticmethod
     def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
-        """Cosine of the query with these chunks' stored vectors (one vec0 KNN restricted to the
-        row ids: a vec0 point lookup per row reads a whole vector chunk each, ~5x slower)."""
-        lit = ",".join(str(int(r)) for r in rids)
-        if idx.vec_loaded:
-            sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
-            try:
-                return {int(r): 1.0 - float(d) for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
-            except apsw.SQLError:  # an older sqlite-vec without rowid filters
-                rows = [r for rid in rids for r in idx.conn.execute(
-                    "SELECT rowid, embedding FROM chunks_vec WHERE rowid = ?", (rid,))]
-        elif idx.has_vec_table:
+        """Cosine of the query with these chunks' stored vectors, read directly by row id.
+
+        A vec0 KNN restricted by ``rowid IN (...)`` scans the whole table (129 ms at 200k x 1536,
+        483 ms at 1M), and so does ``SELECT ... FROM chunks_vec WHERE rowid IN (...)``; one point
+        statement per row reads only its vector chunk's pages (~0.6-0.8 ms a row at 200k x 1536),
+        so that is used up to :data:`POINT_READS_PER_SCAN` rows per million chunks scanned."""
+        if not rids:
+            return {}
+        if idx.vec_loaded and not idx.f32_in_chunks:
+            if len(rids) * 1_000_000 > POINT_READS_PER_SCAN * max(1, idx.n_chunks()):
+                lit = ",".join(str(int(r)) for r in rids)
+                sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
+                try:
+                    return {int(r): _cosine_from_distance(d)
+                            for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+                except apsw.SQLError:  # an older sqlite-vec without rowid filters: point reads
+                    pass
+            get = "SELECT embedding FROM chunks_vec WHERE rowid = ?"
+            rows = [(rid, r[0]) for rid in rids for r in idx.conn.execute(get, (int(rid),))]
+        elif idx.has_vec_table and not idx.f32_in_chunks:
             return {}
         else:
-            rows = list(idx.conn.execute(
-                f"SELECT rid, embedding FROM chunks WHERE rid IN ({lit}) AND embedding IS NOT NULL"))
-        qn = qvec / (np.linalg.norm(qvec) or 1.0)
-        out = {}
-        for r, b in rows:
-            v = np.frombuffer(b, dtype="<f4")
-            out[int(r)] = float(v @ qn / (np.linalg.norm(v) or 1.0))
-        return out
+            rows = vectors.read_vectors(idx.conn, rids)
+        return vectors.cosines(qvec, rows)
 
     parallel = True
     """Run the keyword side beside the vector side (set False to run them one after the other)."""
@@ -686,6 +706,9 @@ class Searcher:
             raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
         want = min(4096, k * 4 if sources else k)
         src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
+        if idx.has_bits and idx.dims:  # the bits scanned, the nearest ranked by exact cosines
+            top = idx.bit_index().search(idx.conn, qvec, want)
+            return self._rows_by_rank(idx, [r for r, _ in top], [c for _, c in top], src, sources, k)
         if idx.vec_loaded:
             sql = (
                 "WITH v AS MATERIALIZED (SELECT rowid AS rid, distance AS d FROM chunks_vec"
@@ -703,13 +726,46 @@ class Searcher:
         qn = qvec / (np.linalg.norm(qvec) or 1.0)
         sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
         top = np.argsort(-sims, kind="stable")[:want]
+        return self._rows_by_rank(idx, [int(rids[i]) for i in top], [float(sims[i]) for i in top], src, sources, k)
+
+    def _rows_by_rank(self, idx: _Index, rids: list[int], sims: list[float], src: str,
+                      sources: tuple[str, ...] | None, k: int) -> list[ranking.Hit]:
+        """The chunk rows of ``rids`` (best first, cosines ``sims``), the first ``k`` of ``sources``."""
         sql = (
             "WITH v AS MATERIALIZED (SELECT key AS pos, value AS rid FROM json_each(?)) "
             + _ROW_SELECT.format(alias="v", raw="v.pos") + src + " ORDER BY v.pos LIMIT ?"
         )
-        top_sims = [float(sims[i]) for i in top]
-        rows = idx.conn.execute(sql, (json.dumps([int(rids[i]) for i in top]), *(sources or ()), k))
-        return self._hits(rows, "vector", lambda pos: top_sims[pos])
+        rows = idx.conn.execute(sql, (json.dumps(rids), *(sources or ()), k))
+        return self._hits(rows, "vector", lambda pos: sims[pos])
+
+    def vector_recall(self, queries: list[str], k: int = 10) -> float | None:
+        """Mean recall@k of the vector side (as :meth:`search` runs it) against an exact search:
+        every stored vector's cosine, in memory (for evaluation sets, not for large indexes).
+        None when the index has no vectors or queries cannot be embedded."""
+        with self._lock:
+            idx = self._current()
+            provider = self._query_provider(idx)
+            if provider is None or not idx.dims or not queries:
+                return None
+            if idx.f32_in_chunks:
+                rids, m = idx.matrix()
+            elif idx.vec_loaded:
+                rows = idx.conn.execute("SELECT rowid, embedding FROM chunks_vec").fetchall()
+                m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+                m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+                rids = np.asarray([r[0] for r in rows], dtype=np.int64)
+            else:
+                return None
+            if not len(rids):
+                return None
+            want, top = self.candidate_count(k), min(k, len(rids))
+            got = []
+            for q in queries:
+                qv = np.asarray(provider.embed_query(q[:8000]), dtype=np.float32)
+                exact = set(rids[np.argsort(-(m @ (qv / (np.linalg.norm(qv) or 1.0))), kind="stable")[:top]].tolist())
+                found = [h.rid for h in self._vector_hits(idx, qv, want, None)][:top]
+                got.append(len(exact & set(found)) / top)
+            return float(np.mean(got))
 
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
@@ -791,11 +847,14 @@ class Searcher:
                 chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
                 chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
                 fts=True,
-                vector_search=("vec0 KNN" if idx.vec_loaded else
+                vector_search=("sign bits scanned, the nearest ranked by float32 cosines" if idx.has_bits else
+                               "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
+                               " search)" if idx.vec_loaded else
                                "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
                                "numpy cosine (sqlite-vec not loadable)")
                 if m.get("dims") else "off (keyword-only index)",
                 index_bytes=self.path.stat().st_size,
+                vector_bytes=vectors.sizes(c, m.get("dims")),
                 cache_entries=cache_entry_count(self.settings.cache_file),
                 cache_path=str(self.settings.cache_file),
             )

@@ -405,7 +405,8 @@ def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) ->
 def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] | None, over_window: dict[str, int],
                 counts: dict[str, int], vec: bool, with_vectors: bool, now: int) -> None:
     """The meta row of a finished build: vector store, counts, chunks over the model's window."""
-    meta["vector_store"] = ("vec0" if vec else "blob") if with_vectors else None
+    # "blob+bits": float32 in chunks.embedding and sign bits in chunks_bits (memory_core.vectors)
+    meta["vector_store"] = ("blob+bits" if vec else "blob") if with_vectors else None
     meta["built_at"] = now
     meta["counts"] = counts
     by_path = merge_over_window(plan, live_meta, over_window) if with_vectors else {}

@@ -8,14 +8,20 @@ Schema (names follow the reference so other tools can read the file)::
            hash, model, text, embedding BLOB, updated_at)
     chunks_fts  FTS5(text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
                      start_line UNINDEXED, end_line UNINDEXED)      rowid = chunks.rid
-    chunks_vec  vec0(embedding float[dims] distance_metric=cosine)  rowid = chunks.rid
+    chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.vectors
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
 and vector rows share it, which makes joins cheap and deletes exact. Each vector is stored
-once: in ``chunks_vec`` when sqlite-vec loads (meta ``vector_store = "vec0"``; then
-``chunks.embedding`` is NULL), else in ``chunks.embedding`` as little-endian float32 bytes
-(``"blob"``; search uses a numpy cosine). Schema version 1 kept both copies, which made the
-file ~22% bigger and every incremental run's copy and fsync as much slower. The FTS ``text`` column holds the text as
+once at full precision, in ``chunks.embedding`` (little-endian float32), and once as one sign
+bit per dimension in ``chunks_bits``, which a query scans before it ranks the nearest rows by
+their exact cosines (:mod:`memory_core.vectors`; meta ``vector_store = "blob+bits"``). No
+extension is needed to write or search it.
+
+Older schemas stay readable (the next run rebuilds them, ``schema_version`` changed):
+schema 2 kept the vectors in a sqlite-vec ``chunks_vec vec0(embedding float[dims]
+distance_metric=cosine)`` table (``"vec0"``, searched by vec0's brute-force KNN, ~10x slower
+than the bits) or, where sqlite-vec did not load, in ``chunks.embedding`` (``"blob"``); schema
+1 kept both copies. The FTS ``text`` column holds the text as
 tokenised for search (CJK characters spaced out, see :mod:`memory_core.textsearch`); the
 original text is ``chunks.text``.
 
@@ -56,6 +62,7 @@ from typing import Any
 
 import apsw
 
+from memory_core import vectors
 from memory_core.errors import (
     IndexDamagedError,
     IndexLockedError,
@@ -68,7 +75,7 @@ from memory_core.errors import (
 from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
-SCHEMA_VERSION = 2  # 2: vectors stored once (vec0 or chunks.embedding)
+SCHEMA_VERSION = 3  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 # SQLite's header field ``application_id`` (offset 68) of every index memory-core writes: only a
@@ -350,9 +357,7 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
     )
     mark_index(conn)
     if with_vec and dims:
-        conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] distance_metric=cosine)"
-        )
+        vectors.create(conn)
 
 
 def mark_index(conn: apsw.Connection) -> None:
@@ -493,8 +498,15 @@ IN_PLACE_PRAGMAS = (
 )
 # An incremental run edits the live file in place when it (re)indexes at most this many bytes
 # of sources and removes at most IN_PLACE_MAX_REMOVED files; bigger runs build a new file.
+# Both bounds grow with the live index: x1 per IN_PLACE_INDEX_BYTES of it, up to
+# IN_PLACE_MAX_SCALE times. Copying costs O(index) and the transaction O(change) (a 1% change
+# of 200k x 1536 chunks, ~2 MiB of sources, copied a 2.3 GB file); at 41k chunks (~200 MiB)
+# both ways took about as long at 2 MiB. The cap bounds what the transaction holds in memory
+# until its commit (cache_spill off: ~10x the sources' bytes at 1536-d).
 IN_PLACE_MAX_BYTES = 2 * 1024 * 1024
 IN_PLACE_MAX_REMOVED = 1000
+IN_PLACE_INDEX_BYTES = 200 * 1024 * 1024
+IN_PLACE_MAX_SCALE = 8
 # How long the commit waits for readers to finish their statements. While it waits, new
 # readers wait too (SQLite's PENDING lock), so this stays short: a reader that holds the file
 # longer (an export streaming a big index) makes the run roll back and build a new file instead.
@@ -505,7 +517,7 @@ class InPlaceBusyError(RunError):
     """An in-place commit could not get the file from its readers in time (rolled back)."""
 
 
-def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: int) -> bool:
+def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: int, live_bytes: int = 0) -> bool:
     """Whether an incremental run edits the live file in one transaction (see the module doc).
 
     ``MEMORY_CORE_WRITER``: ``inplace`` forces it for any incremental run; ``inline``,
@@ -518,7 +530,8 @@ def edit_in_place(*, full: bool, live_exists: bool, source_bytes: int, removed: 
         return True
     if mode != "auto":
         return False
-    return source_bytes <= IN_PLACE_MAX_BYTES and removed <= IN_PLACE_MAX_REMOVED
+    scale = max(1, min(IN_PLACE_MAX_SCALE, int(live_bytes) // IN_PLACE_INDEX_BYTES))
+    return source_bytes <= IN_PLACE_MAX_BYTES * scale and removed <= IN_PLACE_MAX_REMOVED * scale
 
 
 def _fsync_path(path: str, *, directory: bool = False) -> None:
@@ -592,10 +605,10 @@ class IndexWriter:
             for p in BUILD_PRAGMAS:
                 conn.execute(p)
             self.conn = conn
-            self.vec = bool(self.dims) and self._want_vec and load_vec(conn)
+            self.vec = bool(self.dims) and self._want_vec
             if self.full:
                 create_schema(conn, self.dims, with_vec=self.vec)
-            elif self.dims and self.vec and not has_table(conn, "chunks_vec"):
+            elif self.dims and self.vec and not has_table(conn, vectors.BITS_TABLE):
                 create_schema(conn, self.dims, with_vec=True)
             mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
@@ -616,9 +629,9 @@ class IndexWriter:
             conn.set_busy_timeout(IN_PLACE_BUSY_MS)
             for p in IN_PLACE_PRAGMAS:
                 conn.execute(p)
-            self.vec = bool(self.dims) and self._want_vec and load_vec(conn)
+            self.vec = bool(self.dims) and self._want_vec
             conn.execute("BEGIN IMMEDIATE")  # readers go on; no other writer (the run holds the lock)
-            if self.dims and self.vec and not has_table(conn, "chunks_vec"):
+            if self.dims and self.vec and not has_table(conn, vectors.BITS_TABLE):
                 create_schema(conn, self.dims, with_vec=True)
             mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
@@ -640,7 +653,7 @@ class IndexWriter:
                 removed += len(rids)
                 conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
                 if self.vec and self.dims:
-                    conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ((r,) for r in rids))
+                    vectors.delete(conn, rids)
                 conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
             conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return removed
@@ -656,12 +669,10 @@ class IndexWriter:
         conn = self.conn
         start = self._next_rid
         self._next_rid += len(rows)
-        in_vec = bool(self.vec and self.dims)  # the vector goes to chunks_vec only
         conn.executemany(
             "INSERT INTO chunks(rid, id, path, source, start_line, end_line, hash, model, text, embedding, updated_at)"
             " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
-            ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)) if not in_vec else
-            ((start + i, *r[:8], None, r[10]) for i, r in enumerate(rows)),
+            ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)),
         )
         from memory_core.textsearch import segment_many
 
@@ -671,11 +682,10 @@ class IndexWriter:
             ((start + i, next(fts) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
              for i, r in enumerate(rows)),
         )
-        if in_vec:
-            conn.executemany(
-                "INSERT INTO chunks_vec(rowid, embedding) VALUES(?, ?)",
-                ((start + i, r[9]) for i, r in enumerate(rows) if r[9] is not None),
-            )
+        if self.vec and self.dims:  # the sign bits of every vector of the right size (verify counts them)
+            size = int(self.dims) * 4
+            got = [(start + i, r[9]) for i, r in enumerate(rows) if r[9] is not None and len(r[9]) == size]
+            vectors.append(conn, [g[0] for g in got], [g[1] for g in got], int(self.dims))
         failpoint("build")
 
     def upsert_files(self, rows: Iterable[FileRow]) -> None:
@@ -700,10 +710,9 @@ class IndexWriter:
         n_chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         in_vec = bool(self.vec and self.dims)
         missing = bad = 0
-        if expect_vectors and not in_vec:
-            # Blob vectors: read every row this run inserted (all of them in a full build); the
-            # rows carried over from the live index were checked by the run that wrote them.
-            # (vec0 refuses a vector of the wrong size itself; its count is compared below.)
+        if expect_vectors:
+            # Read every row this run inserted (all of them in a full build); the rows carried
+            # over from the live index were checked by the run that wrote them.
             missing, bad = conn.execute(
                 "SELECT coalesce(sum(embedding IS NULL), 0),"
                 " coalesce(sum(embedding IS NOT NULL AND length(embedding) != ?), 0) FROM chunks WHERE rid >= ?",
@@ -722,8 +731,7 @@ class IndexWriter:
             if self.dims and bad:
                 problems.append(f"{bad} vectors do not have {self.dims} dimensions")
             if in_vec:
-                n_vec = conn.execute(
-                    f"SELECT count(*) FROM {_counted(conn, 'chunks_vec', 'chunks_vec_rowids')}").fetchone()[0]
+                n_vec = vectors.count(conn)
                 if n_vec != n_chunks:
                     problems.append(f"{n_chunks} chunks but {n_vec} vectors")
             elif self.dims:

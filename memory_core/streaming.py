@@ -308,7 +308,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     writer_cls: Any = IndexWriter
     source_bytes = sum(f.size for f in plan.to_index)
     if in_place is None:
-        in_place = edit_in_place(full=plan.full, live_exists=index_path.exists(), source_bytes=source_bytes,
+        live = index_path.exists()
+        in_place = edit_in_place(full=plan.full, live_exists=live, source_bytes=source_bytes,
+                                 live_bytes=index_path.stat().st_size if live else 0,
                                  removed=len(plan.removed))
     busy = False
     if not in_place and use_process_writer(source_bytes):

@@ -49,3 +49,30 @@ def openai_settings(ws: Path, srv: Any, **overrides: Any) -> Settings:
                             "remote": remote}
     data.update(overrides)
     return load_settings(None, data)
+
+
+def vector_rows(conn: Any) -> dict[int, tuple[bytes, bytes]]:
+    """rid -> (float32 vector, sign-bit code) of every chunk of an index (schema 3), after checking
+    that each chunk has both and that each code is the sign bits of its vector."""
+    import numpy as np
+
+    from memory_core import vectors
+
+    floats = dict(conn.execute("SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL"))
+    codes: dict[int, bytes] = {}
+    for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {vectors.BITS_TABLE}"):
+        ids = np.frombuffer(raw_ids, dtype="<i8")
+        c = np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(ids), -1)
+        for rid, code in zip(ids.tolist(), c, strict=True):
+            if rid:
+                assert rid not in codes, f"row {rid} has two codes"
+                codes[rid] = code.tobytes()
+    assert set(codes) == set(floats), "every vector has one code and every code a vector"
+    for rid, f in floats.items():
+        assert codes[rid] == vectors.quantize(np.frombuffer(f, dtype="<f4")[None, :])[0].tobytes()
+    return {rid: (floats[rid], codes[rid]) for rid in floats}
+
+
+def vector_count(conn: Any) -> int:
+    """Chunks with a vector (and its code; see :func:`vector_rows`)."""
+    return len(vector_rows(conn))

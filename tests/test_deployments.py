@@ -24,8 +24,8 @@ import pytest
 from flows import report
 from memory_core.config import load_settings
 from memory_core.discovery import discover_files
-from memory_core.store import connect, load_vec, probe_index
-from tests.conftest import EXAMPLES
+from memory_core.store import connect, probe_index
+from tests.conftest import EXAMPLES, vector_count
 from tests.prefect_server import (
     ROOT,
     PrefectServer,
@@ -172,8 +172,7 @@ def index_counts(index: Path) -> dict[str, int]:
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         out = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("chunks", "chunks_fts", "files")}
-        load_vec(conn)
-        out["vectors"] = conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
+        out["vectors"] = vector_count(conn)
         out["sessions"] = conn.execute("SELECT count(*) FROM files WHERE source = 'sessions'").fetchone()[0]
         return out
     finally:

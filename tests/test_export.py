@@ -27,7 +27,7 @@ def index_chunks(settings) -> dict[str, tuple]:
     load_vec(conn)
     cols = "c.id, c.path, c.source, c.start_line, c.end_line, c.text, c.model"
     try:
-        if not has_table(conn, "chunks_vec"):  # keyword-only index
+        if not has_table(conn, "chunks_vec"):  # keyword-only index, or schema 3 (float32 in chunks.embedding)
             return {r[0]: r for r in conn.execute(f"SELECT {cols}, c.embedding FROM chunks c")}
         return {r[0]: r for r in conn.execute(
             f"SELECT {cols}, coalesce(c.embedding, v.embedding) FROM chunks c LEFT JOIN chunks_vec v ON v.rowid = c.rid")}

@@ -35,8 +35,8 @@ from memory_core.cache import EmbeddingCache
 from memory_core.chunking import sha256_hex
 from memory_core.discovery import discover_files
 from memory_core.pipeline import run_index
-from memory_core.store import connect, load_vec, probe_index
-from tests.conftest import ROOT, openai_settings
+from memory_core.store import connect, probe_index
+from tests.conftest import ROOT, openai_settings, vector_count
 from tests.fakes.common import Fault, fake_vector
 from tests.fakes.openai_fake import OpenAIFake
 
@@ -55,10 +55,9 @@ def _whole(index: Path) -> frozenset[str]:
     assert problem is None and meta is not None, problem
     conn = connect(index, readonly=True)
     try:
-        assert load_vec(conn)
         n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == n
-        assert conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] == n
+        assert vector_count(conn) == n
         assert conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0] == n
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         return frozenset(r[0] for r in conn.execute("SELECT path FROM files"))

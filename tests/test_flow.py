@@ -16,7 +16,8 @@ from flows.reindex import ReindexParams, reindex
 from memory_core.config import load_settings
 from memory_core.errors import ConfigError
 from memory_core.runtypes import RunSummary
-from memory_core.store import IndexLock, connect, load_vec
+from memory_core.store import IndexLock, connect
+from tests.conftest import vector_count, vector_rows
 from tests.prefect_server import (
     artifact_of,
     drain_workers,
@@ -59,9 +60,9 @@ def run(**kwargs: Any) -> Any:
 def index_rows(index: Path) -> list[tuple[Any, ...]]:
     conn = connect(index, readonly=True)
     try:
-        load_vec(conn)
-        return conn.execute("SELECT c.id, c.path, c.start_line, c.end_line, c.hash, c.text, v.embedding FROM chunks c"
-                            " JOIN chunks_vec v ON v.rowid = c.rid ORDER BY c.id").fetchall()
+        vector_rows(conn)  # every vector has its sign bits
+        return conn.execute("SELECT c.id, c.path, c.start_line, c.end_line, c.hash, c.text, c.embedding FROM chunks c"
+                            " WHERE c.embedding IS NOT NULL ORDER BY c.id").fetchall()
     finally:
         conn.close()
 
@@ -71,8 +72,7 @@ def index_check(index: Path) -> dict[str, int]:
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         n = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("chunks", "chunks_fts", "files")}
-        load_vec(conn)
-        n["missing_vectors"] = n["chunks"] - conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
+        n["missing_vectors"] = n["chunks"] - vector_count(conn)
         return n
     finally:
         conn.close()

@@ -241,7 +241,7 @@ def test_a_zero_vector_from_the_provider_is_refused_and_not_cached(workspace, op
     assert _cache_total(s) == 0
 
 
-@pytest.mark.parametrize("store", ["vec0", "blob"])
+@pytest.mark.parametrize("store", ["bits", "blob"])
 def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(workspace, openai_fake, store,
                                                                            monkeypatch):
     from memory_core.cache import EmbeddingCache
@@ -256,13 +256,16 @@ def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(works
     # what an older version let in: a zero row in the live index and in the cache
     conn = connect(s.index_file)
     rid, h = conn.execute("SELECT rid, hash FROM chunks ORDER BY rid LIMIT 1").fetchone()
-    if store == "vec0":
-        from memory_core.store import load_vec
+    conn.execute("UPDATE chunks SET embedding = ? WHERE rid = ?", (zero, rid))
+    if store == "bits":  # its sign bits too (all zero), so the scan finds it first
+        from memory_core import vectors
 
-        assert load_vec(conn)
-        conn.execute("UPDATE chunks_vec SET embedding = ? WHERE rowid = ?", (zero, rid))
-    else:
-        conn.execute("UPDATE chunks SET embedding = ? WHERE rid = ?", (zero, rid))
+        block, raw = conn.execute(f"SELECT block, codes FROM {vectors.BITS_TABLE} WHERE block <= ?"
+                                  " ORDER BY block DESC LIMIT 1", (rid,)).fetchone()
+        cb = vectors.code_bytes(64)
+        pos = rid - block
+        conn.execute(f"UPDATE {vectors.BITS_TABLE} SET codes = ? WHERE block = ?",
+                     (raw[:pos * cb] + bytes(cb) + raw[(pos + 1) * cb:], block))
     conn.close()
     with EmbeddingCache(s.cache_file, "openai", s.model, meta["provider_key"]) as c:
         c.conn.execute("UPDATE cache_vectors SET embedding = ? WHERE hash = ?", (zero, bytes.fromhex(h)))

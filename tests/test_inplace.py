@@ -273,3 +273,20 @@ def test_a_warm_searcher_notices_a_commit_that_leaves_size_and_mtime_alone(works
         st2 = os.stat(s.index_file)
         assert (st2.st_ino, st2.st_size, st2.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
         assert searcher.index_meta()["built_at"] == before["built_at"] + 1
+
+
+def test_the_in_place_bound_grows_with_the_index(monkeypatch):
+    """A 1% change of a big index is applied in place (copying it would cost O(index)); the
+    bound stops growing at 8x, which caps what one transaction holds until its commit."""
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    mib = 1024 * 1024
+
+    def bound(live_mib: int, source_mib: float, removed: int = 0) -> bool:
+        return store.edit_in_place(full=False, live_exists=True, source_bytes=int(source_mib * mib),
+                                   removed=removed, live_bytes=live_mib * mib)
+
+    assert bound(50, 2) and not bound(50, 2.1)  # a small index: 2 MiB, as before
+    assert not bound(300, 5) and bound(1000, 5)  # 2 MiB per 200 MiB of index
+    assert bound(10_000, 16) and not bound(10_000, 16.1)  # at most 16 MiB
+    assert not bound(50, 1, removed=1001) and bound(1000, 1, removed=4000)
+    assert not store.edit_in_place(full=True, live_exists=True, source_bytes=1, removed=0, live_bytes=10**10)

@@ -27,12 +27,11 @@ def _consistent_state(index: Path) -> frozenset[str]:
     assert problem is None, problem
     conn = connect(index, readonly=True)
     try:
-        from memory_core.store import load_vec
-
-        load_vec(conn)
         n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == n
-        assert conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] == n
+        from tests.conftest import vector_count
+
+        assert vector_count(conn) == n
         assert conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0] == n
         return frozenset(r[0] for r in conn.execute("SELECT path FROM files"))
     finally:

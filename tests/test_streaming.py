@@ -22,8 +22,8 @@ from memory_core.errors import RunError
 from memory_core.pipeline import LocalExecutor, run_index
 from memory_core.runtypes import Progress
 from memory_core.search import Searcher
-from memory_core.store import connect, load_vec, probe_index
-from tests.conftest import openai_settings
+from memory_core.store import connect, probe_index
+from tests.conftest import openai_settings, vector_rows
 
 SHARED = "## Standing rule\nAlways page the on-call engineer before touching the primary database.\n"
 
@@ -36,12 +36,12 @@ def _add_duplicates(ws: Path, n: int = 12) -> None:
 
 def _snapshot(index: Path) -> dict[str, Any]:
     conn = connect(index, readonly=True)
-    load_vec(conn)
     try:
         chunks = sorted(conn.execute(
             "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.embedding, f.text,"
-            " v.embedding FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid JOIN chunks_vec v ON v.rowid = c.rid"
-        ).fetchall())
+            " c.rid FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid").fetchall())
+        codes = vector_rows(conn)  # each vector's sign bits, checked against it
+        chunks = [(*r[:10], codes[r[10]][1]) for r in chunks]
         files = sorted(conn.execute("SELECT path, source, hash, mtime, size, chunks, lines FROM files").fetchall())
     finally:
         conn.close()
@@ -319,9 +319,9 @@ def test_cache_keys_must_be_sha256_digests(tmp_path):
         assert cache.count(all_models=True) == 0
 
 
-def test_vectors_are_stored_once_in_vec0_or_in_chunks(workspace, openai_fake, monkeypatch, tmp_path):
-    """With sqlite-vec the vectors live in chunks_vec only; without it (simulated: the extension
-    does not load) in chunks.embedding, searched by numpy. Both answer the same vector query."""
+def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, openai_fake, monkeypatch, tmp_path):
+    """Each vector is stored once at full precision (chunks.embedding) and once as sign bits
+    (chunks_bits), with or without sqlite-vec (no extension is needed to write or search it)."""
     import memory_core.search as search_mod
     import memory_core.store as store_mod
 
@@ -329,31 +329,23 @@ def test_vectors_are_stored_once_in_vec0_or_in_chunks(workspace, openai_fake, mo
     with_vec = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "vec" / "index.sqlite"))
     run_index(with_vec)
     conn = connect(with_vec.index_file, readonly=True)
-    load_vec(conn)
     n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    assert conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0] == 0
-    assert conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] == n
+    assert len(vector_rows(conn)) == n > 0  # one float32 vector and its code per chunk
+    assert not conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'chunks_vec%'").fetchone()[0]
     conn.close()
-    assert probe_index(with_vec.index_file)[0]["vector_store"] == "vec0"
+    meta = probe_index(with_vec.index_file)[0]
+    assert (meta["vector_store"], meta["schema_version"]) == ("blob+bits", 3)
     with Searcher(with_vec) as s:
-        vec_hits = [(h.path, h.start_line) for h in s.search("replica lag alert", mode="vector", max_results=5)]
-        assert s.status()["vector_search"] == "vec0 KNN"
+        vec_hits = [(h.path, h.start_line, h.vector_score) for h in s.search("replica lag alert", mode="vector",
+                                                                              max_results=5, min_score=0)]
+        assert vec_hits and s.status()["vector_search"].startswith("sign bits")
 
     monkeypatch.setattr(store_mod, "load_vec", lambda conn: False)
     monkeypatch.setattr(search_mod, "load_vec", lambda conn: False)
     blob = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "blob" / "index.sqlite"))
     run_index(blob)
-    assert probe_index(blob.index_file)[0]["vector_store"] == "blob"
-    conn = connect(blob.index_file, readonly=True)
-    assert conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0] == n
-    assert not conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()[0]
-    conn.close()
+    assert probe_index(blob.index_file)[0]["vector_store"] == "blob+bits"
     with Searcher(blob) as s:
-        assert [(h.path, h.start_line) for h in s.search("replica lag alert", mode="vector",
-                                                                max_results=5)] == vec_hits
-        assert s.status()["vector_search"].startswith("numpy cosine")
-    # the vec0 index read where sqlite-vec does not load: keyword results and a note, no error
-    with Searcher(with_vec) as s:
-        hits = s.search("replica lag alert")
-        assert hits and s.status()["vector_search"].startswith("off")
-        assert "keyword-only" in s.provider_note
+        assert [(h.path, h.start_line, h.vector_score) for h in s.search(
+            "replica lag alert", mode="vector", max_results=5, min_score=0)] == vec_hits
+        assert s.status()["vector_search"].startswith("sign bits")

@@ -1,0 +1,343 @@
+"""memory-core at scale: build, incremental runs, queries, recall and size at 40k-1M chunks.
+
+    python -m bench.scale                                # 40k and 200k chunks x 1536-d
+    python -m bench.scale --chunks 40000 --dims 384 1536
+    python -m bench.scale --chunks 1000000 --dims 1536   # opt-in: ~16 GB of files, long
+    python -m bench.scale --code /tmp/old --label before # another memory_core (e.g. `git archive`)
+
+Per size and dimension, each phase in a fresh interpreter (so peak RSS and I/O are its own):
+
+* build: a cold full build (no index, no cache) with the distinct fake provider
+  (bench/fake_provider.DistinctProvider: clustered, deterministic, one vector per text);
+* no change: an incremental run with nothing to do;
+* 1% change: a line appended to 1% of the files, then an incremental run (``published`` says
+  whether it was applied in place or as a new file); bytes written from ``ru_oublock``;
+* queries: ``--queries`` queries of 2-6 corpus words per mode (hybrid, vector, keyword) through
+  one warm :class:`memory_core.search.Searcher`, p50/p95; recall@10 of the vector side against
+  an exact search (numpy over every float32 vector of the index, in RAM); and the same-run
+  baselines: that exact numpy scan and the bare FTS5 ``MATCH`` of the same queries;
+* readers: ``--readers`` processes, each with its own Searcher, querying (hybrid) at once:
+  total queries/s and per-query p50;
+* sizes: index file, embedding cache (+ WAL).
+
+The machine's load average is recorded before each phase. Results: bench/results/scale-<label>.md
+(and .json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+CHUNKS_PER_FILE = 41215 / 10000  # bench/corpus.py at the default chunk size
+
+
+def _settings(ws: str, index: str):  # type: ignore[no-untyped-def]
+    from memory_core.config import load_settings
+
+    return load_settings(None, {"workspace": ws, "index_path": index, "provider": "none"})
+
+
+def _io() -> dict[str, float]:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"written_bytes": (me.ru_oublock + kids.ru_oublock) * 512, "cpu_s": me.ru_utime + me.ru_stime
+            + kids.ru_utime + kids.ru_stime, "maxrss_mb": me.ru_maxrss / 1024}
+
+
+def phase_build(ws: str, index: str, dims: int, full: bool) -> dict[str, Any]:
+    from bench.fake_provider import DistinctProvider
+    from memory_core.pipeline import run_index
+
+    provider = DistinctProvider(dims)
+    t0 = time.perf_counter()
+    summary = run_index(_settings(ws, index), provider=provider, reason="bench", full=full)
+    return {"seconds": time.perf_counter() - t0, "chunks": summary.chunks_total,
+            "embedded": summary.chunks_embedded, "published": summary.published, **_io()}
+
+
+def _queries(n: int, seed: int = 3) -> list[str]:
+    from bench.corpus import WORDS
+
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _all_vectors(index: str):  # type: ignore[no-untyped-def]
+    """(rids, float32 matrix) of every vector in the index, whichever schema wrote it."""
+    import numpy as np
+
+    from memory_core.store import connect, has_table, load_vec
+
+    conn = connect(index, readonly=True)
+    load_vec(conn)
+    sql = "SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL"
+    if has_table(conn, "chunks_vec") and not conn.execute(sql + " LIMIT 1").fetchone():
+        sql = "SELECT rowid, embedding FROM chunks_vec"
+    n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    rids = np.zeros(n, dtype=np.int64)
+    m = None
+    i = 0
+    for r, b in conn.execute(sql):  # filled in place: no second copy of a 6 GB matrix
+        if m is None:
+            m = np.zeros((n, len(b) // 4), dtype=np.float32)
+        rids[i] = r
+        m[i] = np.frombuffer(b, dtype="<f4")
+        i += 1
+    conn.close()
+    assert m is not None and i == n
+    m /= np.linalg.norm(m, axis=1, keepdims=True)
+    return rids, m
+
+
+def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
+    import numpy as np
+
+    from bench.fake_provider import DistinctProvider
+    from memory_core.search import Searcher
+    from memory_core.store import connect
+    from memory_core.textsearch import build_match_query
+
+    provider = DistinctProvider(dims)
+    queries = _queries(n)
+    out: dict[str, Any] = {}
+    with Searcher(_settings(ws, index), provider=provider) as s:
+        t0 = time.perf_counter()
+        s.search(queries[0], min_score=0.0)  # open + warm (loads what a long-lived reader keeps)
+        out["first_query_s"] = time.perf_counter() - t0
+        for mode in ("hybrid", "vector", "keyword"):
+            lat, cpu = [], []
+            for q in queries:
+                t0, c0 = time.perf_counter(), time.process_time()
+                s.search(q, min_score=0.0, mode=mode)
+                lat.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)  # the searcher's threads: robust to others' load
+            out[mode] = {"p50": statistics.median(lat), "p95": _pct(lat, 0.95), "cpu_p50": statistics.median(cpu)}
+        # recall@10 of the vector side against an exact scan of the same floats
+        rids, m = _all_vectors(index)
+        idx = s._current()
+        k = s.candidate_count(10)
+        qvs = [np.asarray(provider.embed_query(q), dtype=np.float32) for q in queries]
+        side_t, got = [], []
+        for qv in qvs:  # timed on its own: the exact scans below evict every cache
+            t0 = time.perf_counter()
+            got.append([h.rid for h in s._vector_hits(idx, qv, k, None)][:10])
+            side_t.append(time.perf_counter() - t0)
+        recall, exact_t = [], []
+        for qv, ours in zip(qvs, got, strict=True):
+            t0 = time.perf_counter()
+            sims = m @ (qv / np.linalg.norm(qv))
+            top = rids[np.argpartition(-sims, 10)[:10]]
+            exact_t.append(time.perf_counter() - t0)
+            recall.append(len(set(ours) & set(top.tolist())) / 10)
+        out["recall_at_10"] = {"mean": float(np.mean(recall)), "min": float(np.min(recall))}
+        out["exact_numpy_p50"] = statistics.median(exact_t)
+        out["vector_side_p50"] = statistics.median(side_t)
+    conn = connect(index, readonly=True)
+    fts = []
+    for q in queries:
+        t0 = time.perf_counter()
+        conn.execute("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                     " ORDER BY bm25(chunks_fts) LIMIT 24", (build_match_query(q),)).fetchall()
+        fts.append(time.perf_counter() - t0)
+    conn.close()
+    out["raw_fts_p50"] = statistics.median(fts)
+    out.update(_io())
+    return out
+
+
+def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: float) -> dict[str, Any]:
+    from bench.fake_provider import DistinctProvider
+    from memory_core.search import Searcher
+
+    provider = DistinctProvider(dims)
+    queries = _queries(n, seed)
+    with Searcher(_settings(ws, index), provider=provider) as s:
+        s.search(queries[0], min_score=0.0)  # warm, then start together
+        time.sleep(max(0.0, start_at - time.time()))
+        t_start = time.time()
+        lat = []
+        for q in queries:
+            t0 = time.perf_counter()
+            s.search(q, min_score=0.0)
+            lat.append(time.perf_counter() - t0)
+    return {"lat": lat, "start": t_start, "end": time.time()}
+
+
+def phase_cold_query(ws: str, index: str, dims: int) -> dict[str, Any]:
+    """One query from a fresh process: what a one-shot CLI search pays (open, load, answer)."""
+    from bench.fake_provider import DistinctProvider
+    from memory_core.search import Searcher
+
+    provider = DistinctProvider(dims)  # its tables are made before the clock starts
+    t0 = time.perf_counter()
+    with Searcher(_settings(ws, index), provider=provider) as s:
+        s.search("postgres replication lag", min_score=0.0)
+    return {"seconds": time.perf_counter() - t0, **_io()}
+
+
+PHASES = {"build": phase_build, "queries": phase_queries, "reader": phase_reader, "cold_query": phase_cold_query}
+
+
+def _env(code: str | None) -> dict[str, str]:
+    path = os.pathsep.join([p for p in (code, str(ROOT)) if p])
+    return dict(os.environ, PYTHONPATH=path, MEMORY_CORE_WRITER=os.environ.get("MEMORY_CORE_WRITER", "auto"))
+
+
+def _spawn(name: str, code: str | None, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "bench.scale", "--phase", name, "--args", json.dumps(kwargs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(code), cwd=ROOT)
+
+
+def _result(p: subprocess.Popen[str], name: str) -> dict[str, Any]:
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(f"phase {name} failed:\n{err[-4000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def child(name: str, code: str | None, **kwargs: Any) -> dict[str, Any]:
+    os.sync()  # write back what the previous phase left dirty before this one starts
+    load = os.getloadavg()[0]
+    r = _result(_spawn(name, code, **kwargs), name)
+    r["load_before"] = load
+    return r
+
+
+def _bytes(*paths: Path) -> int:
+    return sum(p.stat().st_size for p in paths if p.exists())
+
+
+def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[str, Any]:
+    from bench.corpus import generate
+
+    ws, index = tmp / "ws", tmp / "index.sqlite"
+    cache = tmp / "index.cache.sqlite"
+    files = max(1, round(chunks / CHUNKS_PER_FILE))
+    paths = generate(ws, files)
+    code = a.code
+    r: dict[str, Any] = {"chunks_target": chunks, "dims": dims, "files": files}
+    r["build"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=True)
+    r["index_bytes"] = _bytes(index)
+    r["cache_bytes"] = _bytes(cache, Path(str(cache) + "-wal"))
+    r["no_change"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
+    rng = random.Random(5)
+    for p in rng.sample(paths, max(1, len(paths) // 100)):
+        with open(p, "a") as fh:
+            fh.write(f"\n## 23:59 scale bench\n- edited by the scale benchmark {rng.random():.6f}.\n")
+    r["change_1pct"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
+    r["queries"] = child("queries", code, ws=str(ws), index=str(index), dims=dims, n=a.queries)
+    r["cold_query"] = child("cold_query", code, ws=str(ws), index=str(index), dims=dims)
+    if a.readers:
+        os.sync()
+        load = os.getloadavg()[0]
+        start_at = time.time() + 25 + chunks * dims / 1e8  # every reader opened and warm by then
+        procs = [_spawn("reader", code, ws=str(ws), index=str(index), dims=dims, n=a.reader_queries, seed=100 + i,
+                        start_at=start_at) for i in range(a.readers)]
+        rs = [_result(p, "reader") for p in procs]
+        lat = [x for x in rs for x in x["lat"]]
+        wall = max(x["end"] for x in rs) - min(x["start"] for x in rs)
+        r["readers"] = {"n": a.readers, "queries": len(lat), "qps": len(lat) / wall, "p50": statistics.median(lat),
+                        "p95": _pct(lat, 0.95), "load_before": load}
+    r["index_bytes_after"] = _bytes(index)
+    return r
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1000:.1f}"
+
+
+def render(results: list[dict[str, Any]], label: str, code: str | None) -> str:
+    lines = [f"# memory-core at scale: {label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
+             f" {os.cpu_count()} cores)", "",
+             f"Code: {code or 'this tree'}. Distinct clustered fake vectors (bench/fake_provider.DistinctProvider);"
+             " each phase a fresh process; `load` = 1-min load average before the phase. Times in ms unless"
+             " said; baselines measured in the same run.", ""]
+    lines += ["| chunks x dims | build s | no-change s | 1% change s (published, written) | index MiB | cache MiB |",
+              "|---|---|---|---|---|---|"]
+    for r in results:
+        b, c = r["build"], r["change_1pct"]
+        lines.append(f"| {b['chunks']} x {r['dims']} | {b['seconds']:.1f} (load {b['load_before']:.1f}) |"
+                     f" {r['no_change']['seconds']:.2f} | {c['seconds']:.2f} ({c['published']},"
+                     f" {c['written_bytes'] / 2**20:.0f} MiB) | {r['index_bytes'] / 2**20:.0f} |"
+                     f" {r['cache_bytes'] / 2**20:.0f} |")
+    lines += ["", "| chunks x dims | CPU p50 hybrid / vector / keyword |", "|---|---|"]
+    for r in results:
+        q = r["queries"]
+        if "cpu_p50" in q["hybrid"]:
+            lines.append(f"| {r['build']['chunks']} x {r['dims']} | " + " / ".join(
+                _ms(q[m]["cpu_p50"]) for m in ("hybrid", "vector", "keyword")) + " |")
+    lines += ["", "| chunks x dims | hybrid p50 / p95 | vector p50 / p95 | keyword p50 / p95 | vector side p50 |"
+              " exact numpy scan p50 (baseline) | raw FTS5 p50 (baseline) | recall@10 vs exact (mean, min) |"
+              " one-shot query s | load |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        q = r["queries"]
+        lines.append(
+            f"| {r['build']['chunks']} x {r['dims']} | {_ms(q['hybrid']['p50'])} / {_ms(q['hybrid']['p95'])} |"
+            f" {_ms(q['vector']['p50'])} / {_ms(q['vector']['p95'])} | {_ms(q['keyword']['p50'])} /"
+            f" {_ms(q['keyword']['p95'])} | {_ms(q['vector_side_p50'])} ({q['vector_side_p50'] / q['exact_numpy_p50']:.2f}x"
+            f" the exact scan) | {_ms(q['exact_numpy_p50'])} | {_ms(q['raw_fts_p50'])} |"
+            f" {q['recall_at_10']['mean']:.3f}, {q['recall_at_10']['min']:.1f} | {r['cold_query']['seconds']:.2f} |"
+            f" {q['load_before']:.1f} |")
+    if any("readers" in r for r in results):
+        lines += ["", "| chunks x dims | concurrent readers | queries | total q/s | p50 / p95 | load |", "|---|---|---|---|---|---|"]
+        for r in results:
+            if "readers" in r:
+                x = r["readers"]
+                lines.append(f"| {r['build']['chunks']} x {r['dims']} | {x['n']} processes | {x['queries']} |"
+                             f" {x['qps']:.1f} | {_ms(x['p50'])} / {_ms(x['p95'])} | {x['load_before']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[40000, 200000])
+    ap.add_argument("--dims", type=int, nargs="+", default=[1536])
+    ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--readers", type=int, default=8)
+    ap.add_argument("--reader-queries", type=int, default=15)
+    ap.add_argument("--code", help="a folder holding another memory_core package to measure (default: this tree)")
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--tmp", help="where the corpus and index go (default: a temp folder)")
+    ap.add_argument("--phase", help=argparse.SUPPRESS)
+    ap.add_argument("--args", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.phase:
+        print(json.dumps(PHASES[a.phase](**json.loads(a.args))))
+        return 0
+    results = []
+    out = ROOT / "bench" / "results" / f"scale-{a.label}"
+    for chunks in a.chunks:
+        for dims in a.dims:
+            tmp = Path(tempfile.mkdtemp(prefix="memory-core-scale-", dir=a.tmp))
+            try:
+                results.append(run_size(tmp, chunks, dims, a))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            text = render(results, a.label, a.code)
+            out.with_suffix(".md").write_text(text)
+            out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+            print(text, flush=True)
+    print(f"written to {out}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The vector store (memory_core.vectors): sign-bit codes kept in step with the float32 vectors
+through appends and in-place deletes, the scan-then-rescore search against an exact search,
+and an index of the previous schema (vectors in sqlite-vec's vec0) still searched, then rebuilt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memory_core import vectors
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from memory_core.store import connect, load_vec, probe_index
+from tests.conftest import openai_settings, vector_rows
+
+
+def _clustered(n: int, dims: int, seed: int, centres: int = 600) -> np.ndarray:
+    """Unit vectors around a few centres: neighbours have a real order, as embeddings do."""
+    c = np.random.default_rng(0).standard_normal((centres, dims)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    m = c[rng.integers(0, centres, n)] + rng.uniform(1.0, 2.0, (n, 1)).astype(np.float32) * \
+        rng.standard_normal((n, dims)).astype(np.float32)
+    return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+
+def _db(tmp_path, dims):  # a table like the index's: chunks(rid, embedding) and the codes
+    conn = connect(tmp_path / "v.sqlite")
+    conn.execute("CREATE TABLE chunks(rid INTEGER PRIMARY KEY, embedding BLOB)")
+    vectors.create(conn)
+    return conn
+
+
+def _append(conn, start, m):
+    rids = list(range(start, start + len(m)))
+    blobs = [v.astype("<f4").tobytes() for v in m]
+    with conn:  # one transaction, as the index writer's
+        conn.executemany("INSERT INTO chunks VALUES(?,?)", zip(rids, blobs, strict=True))
+        vectors.append(conn, rids, blobs, m.shape[1])
+    return rids
+
+
+def test_codes_follow_appends_and_in_place_deletes(tmp_path, monkeypatch):
+    monkeypatch.setattr(vectors, "BLOCK_ROWS", 64)
+    dims = 100  # not a multiple of 64: codes are padded to whole words
+    conn = _db(tmp_path, dims)
+    live: dict[int, np.ndarray] = {}
+    m = _clustered(400, dims, 1)
+    rid = 1
+    for size in (50, 30, 100, 7):  # the tail block fills up before a new one starts
+        for r, v in zip(_append(conn, rid, m[rid - 1:rid - 1 + size]), m[rid - 1:rid - 1 + size], strict=True):
+            live[r] = v
+        rid += size
+    # blocks: 1-64, 65-128, 129-187; the last one goes whole
+    gone = [3, 4, 50, 51, 52, 120, *range(129, 188)]
+    assert vectors.delete(conn, gone + [9999]) == len(gone)
+    conn.execute(f"DELETE FROM chunks WHERE rid IN ({','.join(map(str, gone))})")
+    for g in gone:
+        live.pop(g)
+    for r, v in zip(_append(conn, rid, m[rid - 1:rid + 59]), m[rid - 1:rid + 59], strict=True):
+        live[r] = v
+    assert vectors.count(conn) == len(live)
+    assert len(vector_rows(conn)) == len(live)  # one code per vector, each its vector's sign bits
+    blocks = conn.execute(f"SELECT block, live, rids FROM {vectors.BITS_TABLE}").fetchall()
+    assert all(len(raw) // 8 <= 64 for _, _, raw in blocks)
+    assert not [b for b, n, _ in blocks if n == 0]  # the emptied block was dropped
+    idx = vectors.BitIndex(conn, dims)
+    assert sorted(idx.rids.tolist()) == sorted(live)
+    if load_vec(conn):  # the same bits as sqlite-vec's vec_quantize_binary
+        v = m[0, :96].astype("<f4")  # sqlite-vec wants a multiple of 8 dimensions
+        ours = vectors.quantize(v[None, :])[0].tobytes()
+        theirs = conn.execute("SELECT vec_quantize_binary(?)", (v.tobytes(),)).fetchone()[0]
+        assert ours[:len(theirs)] == theirs
+
+
+def test_scan_then_rescore_finds_what_an_exact_search_finds(tmp_path):
+    dims, n = 256, 20000
+    conn = _db(tmp_path, dims)
+    m = _clustered(n, dims, 2)
+    _append(conn, 1, m)
+    idx = vectors.BitIndex(conn, dims)
+    queries = _clustered(40, dims, 3)
+    all_codes = vectors.quantize(m)
+    recall = []
+    for q in queries:
+        exact = np.argsort(-(m @ q), kind="stable")[:10] + 1
+        got = [r for r, _ in idx.search(conn, q, 10)]
+        recall.append(len(set(got) & set(exact.tolist())) / 10)
+        # the cosines are the exact ones, best first
+        cos = [c for _, c in idx.search(conn, q, 10)]
+        assert cos == sorted(cos, reverse=True)
+        np.testing.assert_allclose(cos, np.sort(m[np.asarray(got) - 1] @ q)[::-1], rtol=1e-5)
+        # nearest(r) keeps every row as near by its bits as the r-th
+        ham = np.unpackbits(all_codes ^ vectors.quantize(q[None, :])[0], axis=1).sum(axis=1)
+        near = set(idx.nearest(q, 300).tolist())
+        cut = np.sort(ham)[299]
+        assert {i + 1 for i in np.flatnonzero(ham <= cut)} == near
+    assert np.mean(recall) >= 0.98, recall
+    # the asymmetric score is the query's dot product with the rows' signs (+1 / -1)
+    codes = vectors.quantize(m[:50])
+    signs = np.unpackbits(codes, axis=1, bitorder="little")[:, :dims].astype(np.float32) * 2 - 1
+    np.testing.assert_allclose(vectors.asymmetric_scores(queries[0], codes), signs @ queries[0], rtol=1e-4, atol=1e-5)
+    # rescoring every row is the exact search itself
+    q = queries[0]
+    all_rows = vectors.cosines(q, vectors.read_vectors(conn, list(range(1, n + 1))))
+    assert len(all_rows) == n
+    assert max(all_rows, key=all_rows.get) == int(np.argmax(m @ q)) + 1
+
+
+def _to_schema_2(index) -> None:
+    """Rewrite a schema-3 index as the previous version wrote it: vectors in vec0 only."""
+    conn = connect(index)
+    assert load_vec(conn)
+    meta = probe_index(index)[0]
+    dims = meta["dims"]
+    conn.execute("BEGIN")
+    conn.execute(f"CREATE VIRTUAL TABLE chunks_vec USING vec0(embedding float[{dims}] distance_metric=cosine)")
+    conn.execute("INSERT INTO chunks_vec(rowid, embedding) SELECT rid, embedding FROM chunks")
+    conn.execute("UPDATE chunks SET embedding = NULL")
+    conn.execute(f"DROP TABLE {vectors.BITS_TABLE}")
+    meta.update(schema_version=2, vector_store="vec0")
+    from memory_core.store import write_meta
+
+    write_meta(conn, meta)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@pytest.mark.parametrize(("mode", "reads"), [("hybrid", "points"), ("hybrid", "knn"), ("vector", "points")])
+def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(workspace, openai_fake, monkeypatch,
+                                                                           tmp_path, mode, reads):
+    # the keyword candidates' cosines: one vec0 point read each, or one KNN restricted to them
+    monkeypatch.setattr("memory_core.search.POINT_READS_PER_SCAN", 10**9 if reads == "points" else 0)
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    queries = ["replica lag alert", "postgres replication", "who owns the canary release"]
+
+    def answers():
+        with Searcher(s) as se:
+            out = [[(r.citation, r.score, r.vector_score, r.text_score) for r in se.search(q, mode=mode, min_score=0)]
+                   for q in queries]
+            return out, se.status()["vector_search"]
+
+    new, how = answers()
+    assert how.startswith("sign bits")
+    _to_schema_2(s.index_file)
+    old, how = answers()
+    assert "vec0" in how and "--full" in how
+    for a, b in zip(new, old, strict=True):
+        assert [x[0] for x in a] == [x[0] for x in b]
+        np.testing.assert_allclose([x[1:] for x in a], [x[1:] for x in b], atol=2e-6)
+    summary = run_index(s)  # an incremental run rebuilds the old schema in full
+    assert summary.swapped
+    assert probe_index(s.index_file)[0]["schema_version"] == 3
+    assert answers()[0] == new
+
+
+def test_vector_recall_against_exact_search_is_measured_and_reported(workspace, openai_fake, monkeypatch, tmp_path):
+    from memory_core.evaluation import format_report, run_eval
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    queries = ["replica lag alert", "postgres replication", "who owns the canary release", "garlic recipe"]
+    qfile, qrels = tmp_path / "q.jsonl", tmp_path / "qrels.tsv"
+    qfile.write_text("".join(f'{{"_id": "q{i}", "text": "{q}"}}\n' for i, q in enumerate(queries)))
+    with Searcher(s) as se:
+        path = se.indexed_paths()[0]
+        assert se.vector_recall(queries) == 1.0  # a small index: every row is rescored exactly
+    qrels.write_text("".join(f"q{i}\t{path}\t1\n" for i in range(len(queries))))
+    report = run_eval(s, qfile, qrels)
+    assert report["vector_recall_at_10"] == 1.0
+    assert "vector side recall@10 against an exact search: 1.0000" in format_report(report)
+    # starve the rescoring: the measure sees what the scan misses
+    monkeypatch.setattr(vectors, "rescore_count", lambda want, n: min(n, 10))
+    monkeypatch.setattr(vectors, "scan_count", lambda r, n: min(n, 10))
+    with Searcher(s) as se:
+        assert se.vector_recall(queries) < 1.0
+
+
+def test_searchers_of_one_process_share_the_codes_until_the_index_changes(workspace, openai_fake, monkeypatch):
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "inplace")
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    with Searcher(s) as a, Searcher(s) as b:
+        a.search("replica lag", mode="vector")
+        b.search("replica lag", mode="vector")
+        bits = a._current()._bits
+        assert bits is not None and b._current()._bits is bits
+        with open(workspace / "MEMORY.md", "a") as fh:
+            fh.write("\n## 23:59 late\n- a new note about the gateway quorum and five replicas.\n")
+        assert run_index(s).published == "in place"
+        a.search("replica lag", mode="vector")
+        new = a._current()._bits
+        assert new is not bits and set(new.rids.tolist()) != set(bits.rids.tolist())  # the update, loaded again
+        b.search("replica lag", mode="vector")
+        assert b._current()._bits is new
