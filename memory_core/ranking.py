@@ -155,13 +155,11 @@ class Hit:
     snippet: str = ""
     mtime_ms: int | None = None
     bm25: float = 0.0  # FTS5 -bm25() (0: no query term in the chunk)
-    coverage: float = 0.0  # share of the query's IDF mass whose terms the chunk contains
     in_vector: bool = False  # among the vector side's nearest candidates
     in_keyword: bool = False  # among the keyword side's candidates
     relevance: float = 0.0  # calibrated relevance before decay / MMR (what min_score tests)
     date: str | None = None  # ISO date the chunk was written (see memory_core.dates)
     rid: int = -1  # the chunk's row id in the index
-    phrases: int = 0  # bit i: the chunk contains query term i (FTS5 phrase i)
     has_identifier: bool = False  # contains an identifier of the query verbatim (ranking.identifiers)
     date_lifted: bool = False  # passed min_score only because it was written on the day the query names
 

@@ -379,8 +379,9 @@ class Searcher:
 
         Then every candidate gets both raw scores, so its calibrated score is absolute: the
         cosine of keyword candidates (their stored vectors), the BM25 of vector candidates (FTS5
-        restricted to their row ids), each candidate's IDF coverage of the query terms, and the
-        query terms' IDF sum (:func:`memory_core.ranking.keyword_relevance`).
+        restricted to their row ids), whether it contains an identifier the query names, the query
+        terms' IDF sum and the share of it found anywhere in the index
+        (:func:`memory_core.ranking.fuse_calibrated`).
         """
         query = (query or "").replace("\x00", " ")
         if not query.strip():
