@@ -1,0 +1,73 @@
+"""Ranking quality on the synthetic conversational set (eval/convo.py: 40 transcripts, planted
+facts, 69 labelled questions and 11 with no answer), indexed with the real local model.
+
+The figures are eval/README.md's; the bounds below sit a little under them, so a change that costs
+ranking or recall on conversational memory fails here before it reaches a user.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.evaluation import file_ranking, query_metrics
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+
+pytest.importorskip("sentence_transformers")
+
+EVAL = Path(__file__).resolve().parents[1] / "eval"
+
+
+def _convo():  # eval/ is not a package
+    spec = importlib.util.spec_from_file_location("convo_eval", EVAL / "convo.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    convo = _convo()
+    ws = convo.build_workspace(tmp_path_factory.mktemp("convo") / "ws")
+    s: Settings = load_settings(ws / "memory-core.toml", {"workspace": str(ws)})
+    run_index(s)
+    queries, qrels = convo.labels()
+    out: dict[str, dict[str, list[float]]] = {}
+    with Searcher(s) as searcher:
+        n = searcher.candidate_count(10)
+        for qid, text in queries.items():
+            cands = searcher.retrieve(text, n)
+            for mode in ("hybrid", "keyword", "vector"):
+                for ms in (None, 0.0):
+                    key = mode + ("@0" if ms == 0.0 else "")
+                    res = searcher.rank(cands, max_results=10, min_score=ms, mode=mode)
+                    row = out.setdefault(key, {"ndcg@10": [], "recall@10": [], "neg_shown": []})
+                    if qid in qrels:
+                        m = query_metrics(file_ranking(r.path for r in res), qrels[qid])
+                        row["ndcg@10"].append(m["ndcg@10"])
+                        row["recall@10"].append(m["recall@10"])
+                    else:
+                        row["neg_shown"].append(len(res))
+    return {k: {m: statistics.fmean(v) for m, v in row.items()} for k, row in out.items()}
+
+
+def test_the_hybrid_beats_both_of_its_sides(measured: dict[str, dict[str, float]]) -> None:
+    for suffix in ("", "@0"):
+        h, k, v = (measured[m + suffix]["ndcg@10"] for m in ("hybrid", "keyword", "vector"))
+        assert h >= max(k, v), (suffix, h, k, v)
+    assert measured["hybrid"]["ndcg@10"] >= 0.88  # 0.912 measured; 0.714 before exchange vectors
+    assert measured["hybrid"]["recall@10"] >= 0.90  # 0.935
+
+
+def test_the_default_threshold_keeps_most_of_what_min_score_0_finds(measured: dict[str, dict[str, float]]) -> None:
+    loss = measured["hybrid@0"]["recall@10"] - measured["hybrid"]["recall@10"]
+    # 0.051 measured: the issue's 0.01 is not met (docs/search.md, "What min_score costs")
+    assert loss <= 0.06, loss
+    # questions with no answer: about one result on average at the default, ten at 0
+    assert measured["hybrid"]["neg_shown"] <= 1.0 < measured["hybrid@0"]["neg_shown"]
