@@ -51,16 +51,19 @@ class PrefectExecutor:
     def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
         if self.runner is None:
             # one local model in this process: one request at a time, as the in-process executor
-            n = 1 if (provider.name == "local" and self.choice == "threads") else self.concurrency
+            n = self._in_process(provider) if self.choice == "threads" else self.concurrency
             runner, self.where = make_embed_runner(self.choice, concurrency=n, dask_address=self.dask_address,
                                                    dask_workers=self.dask_workers)
             runner.__enter__()
             self.runner = runner
         return self.runner
 
+    def _in_process(self, provider: EmbeddingProvider) -> int:
+        return min(self.concurrency, provider.max_parallel_requests or self.concurrency)
+
     def parallelism(self, provider: EmbeddingProvider) -> int:
         if self.choice == "threads":
-            return 1 if provider.name == "local" else self.concurrency
+            return self._in_process(provider)
         return runner_parallelism(self._runner(provider), self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:

@@ -30,13 +30,15 @@ from flows import report
 from flows.executor import PrefectExecutor
 from flows.runners import RunnerChoice
 from memory_core import pipeline
-from memory_core.config import ProviderName, Settings
+from memory_core.config import Settings
+from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.resolve import resolve_settings
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
-ProviderChoice = ProviderName  # the settings model's list, so the UI form offers every provider
+# the registry's list as a Literal, so the UI form offers every registered provider
+ProviderChoice = Literal[tuple(provider_names())]  # type: ignore[valid-type]
 SourceChoice = Literal["memory", "sessions"]
 
 

@@ -13,9 +13,10 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import Any
 
-from memory_core.config import ProviderName, Settings
+from memory_core.config import Settings
+from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 from memory_core.resolve import ResolvedSettings, resolve_settings
 
@@ -29,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-PROVIDERS = list(get_args(ProviderName))  # one list: the settings model's
+PROVIDERS = provider_names()  # one list: the registry's (the settings model checks against it)
 SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
                   " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
                   " the defaults")

@@ -27,9 +27,10 @@ import os
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -40,11 +41,24 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
 
-ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "none"]
+
+def _registered_provider(name: str) -> str:
+    """``auto``, ``none`` or a provider registered in memory_core.embeddings.registry."""
+    from memory_core.embeddings.catalog import provider_names
+
+    names = provider_names()
+    if name not in names:
+        expected = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return name
+
+
+ProviderName = Annotated[str, AfterValidator(_registered_provider)]
 SourceName = Literal["memory", "sessions"]
 
 

@@ -101,7 +101,7 @@ class LocalExecutor:
         """The settings of the run (or of its fallback provider) about to start."""
 
     def parallelism(self, provider: EmbeddingProvider) -> int:
-        return 1 if provider.name == "local" else self.concurrency
+        return min(self.concurrency, provider.max_parallel_requests or self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:
         n = self.parallelism(provider)
@@ -238,7 +238,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                          timings=timer.times, embedded_on="nowhere (nothing to do)")
     progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
     # (after the no-op return: the Prefect executor starts its task runner, a Dask cluster too, here)
-    embedded_on = ex.describe(provider) if provider.name != "none" else "nowhere (keyword-only)"
+    embedded_on = ex.describe(provider) if provider.has_vectors else "nowhere (keyword-only)"
 
     def report(p: Progress) -> None:
         p.cost_usd = cost_so_far(settings, provider, p.tokens)

@@ -286,8 +286,10 @@ class RunSummary:
         """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""
         cost = self.cost
         if not cost:
+            from memory_core.embeddings.catalog import provider_on_machine
+
             # an em dash: a lone "-" renders as a list bullet in the summary table
-            return 0.0 if self.provider in ("none", "local") or not self.tokens_sent else "\u2014"
+            return 0.0 if provider_on_machine(self.provider) or not self.tokens_sent else "\u2014"
         if not cost.get("priced"):
             return f"no price for {cost.get('provider')}/{cost.get('model')} (set batch.prices)"
         return cost.get("estimated_usd")

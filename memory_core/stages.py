@@ -22,7 +22,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import chunk_markdown, fit_to_window, remap_chunk_lines
+from memory_core.chunking import (
+    chunk_markdown,
+    fit_to_window,
+    max_chunk_chars,
+    overlap_chunk_chars,
+    remap_chunk_lines,
+)
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
@@ -232,7 +238,6 @@ class FileChunks:
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
-    from memory_core.embeddings.local import count_over_window
     from memory_core.redact import redact_lines, should_redact
     from memory_core.sessions import parse_session_file
 
@@ -276,7 +281,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             kept.append(c)
     row = {"path": f.path, "source": f.source, "hash": digest or "", "mtime_ms": mtime_ms, "size": size,
            "chunks": len(kept), "lines": lines}
-    over = count_over_window(provider, [c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
+    over = provider.count_over_window([c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
         else 0
     return FileChunks(kept, row, over)
 
@@ -285,10 +290,10 @@ def _may_exceed_window(provider: EmbeddingProvider, tokens: int, overlap: int) -
     """False when no chunk of these settings can be over the provider's window: a chunk holds
     at most ``(tokens + overlap) * 4`` characters plus a newline, and the token estimate never
     exceeds characters + 1. True for providers that count with their own tokenizer."""
-    if callable(getattr(provider, "count_truncated", None)):
+    if provider.own_tokenizer:
         return True
-    limit = getattr(provider, "max_tokens_per_input", None)
-    return not limit or (max(32, tokens * 4) + overlap * 4 + 2) > limit
+    limit = provider.max_tokens_per_input
+    return not limit or (max_chunk_chars(tokens) + overlap_chunk_chars(overlap) + 2) > limit
 
 
 def merge_over_window(plan: RunPlan, live_meta: dict[str, Any] | None, new: dict[str, int]) -> dict[str, int]:
@@ -355,7 +360,7 @@ def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: Any) -> Non
 
 def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -> EmbeddingCache | None:
     """The embedding cache of this run; with ``cache.enabled = false`` it lives (and dies) in the workdir."""
-    if provider.name == "none":
+    if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
     return EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
@@ -384,7 +389,7 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
         out.batch = b
     elif settings.batch.enabled and not provider.supports_batch:
         out.batch = {"mode": f"sync ({provider.name} has no Batch API)"}
-    if provider.name != "local":  # a hosted provider: what this run cost
+    if not provider.on_machine:  # a hosted provider: what this run cost
         out.cost = estimate_cost(settings, provider.name, provider.model, tokens_sync=out.tokens_sync,
                                  tokens_batch=out.tokens_batch)
     return out
@@ -392,7 +397,7 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
 
 def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) -> float | None:
     """Estimated US dollars for ``tokens`` sent by sync requests (None: local or unpriced)."""
-    if provider.name in ("local", "none"):
+    if provider.on_machine:
         return None
     from memory_core.batch.cost import sync_price
 

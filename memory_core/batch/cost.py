@@ -1,18 +1,13 @@
-"""Price table and the run's cost estimate: tokens sent through sync and batch calls.
+"""The run's cost estimate: tokens sent through sync and batch calls, at the provider's prices.
 
-Prices are USD per 1M input tokens at the provider's standard (sync) price; the batch price is
-that times ``1 - batch discount``. Built-in values, checked 2026-07 against the providers'
-pricing pages (platform.openai.com/docs/pricing, ai.google.dev/gemini-api/docs/pricing,
-docs.voyageai.com/docs/pricing) and the provider notes in shared/reference/provider-apis.md:
-
-- OpenAI: text-embedding-3-small 0.02, text-embedding-3-large 0.13, ada-002 0.10; Batch API 50 % off.
-- Gemini: gemini-embedding-001 0.15; Batch API 50 % off.
-- Voyage: voyage-4-large 0.12, voyage-4 0.06, voyage-4-lite 0.02, voyage-3.5 0.06,
-  voyage-3.5-lite 0.02, voyage-3-large / code-3 / context-3 0.18, finance-2 / law-2 /
-  multilingual-2 0.12; Batch API 33 % off. (Free-tier tokens are not taken into account.)
+Prices are USD per 1M input tokens at the provider's standard (sync) price, stated by each
+provider class (``EmbeddingProvider.sync_prices``, by model, ``"*"`` for every model; checked
+2026-07 against the providers' pricing pages and shared/reference/provider-apis.md); the batch
+price is that times ``1 - batch_discount`` (also a class fact: OpenAI and Gemini 50 %, Voyage
+33 %). Free-tier tokens are not taken into account.
 
 Prices change: ``[batch] prices = {"openai/text-embedding-3-small" = 0.02}`` and
-``batch_discount = {openai = 0.5}`` in the config override or extend the table
+``batch_discount = {openai = 0.5}`` in the config override or extend the classes' figures
 (``"provider/*"`` sets a provider-wide price). Token counts are the same estimates the
 request planner uses (about 4 characters a token), so the figures are estimates.
 """
@@ -23,42 +18,34 @@ from typing import Any
 
 from memory_core.config import Settings
 
-DEFAULT_PRICES: dict[str, float] = {
-    "openai/text-embedding-3-small": 0.02,
-    "openai/text-embedding-3-large": 0.13,
-    "openai/text-embedding-ada-002": 0.10,
-    "gemini/gemini-embedding-001": 0.15,
-    "voyage/voyage-4-large": 0.12,
-    "voyage/voyage-4": 0.06,
-    "voyage/voyage-4-lite": 0.02,
-    "voyage/voyage-3.5": 0.06,
-    "voyage/voyage-3.5-lite": 0.02,
-    "voyage/voyage-3-large": 0.18,
-    "voyage/voyage-code-3": 0.18,
-    "voyage/voyage-context-3": 0.18,
-    "voyage/voyage-finance-2": 0.12,
-    "voyage/voyage-law-2": 0.12,
-    "voyage/voyage-multilingual-2": 0.12,
-    "local/*": 0.0,
-    "none/*": 0.0,
-}
-DEFAULT_BATCH_DISCOUNT: dict[str, float] = {"openai": 0.5, "gemini": 0.5, "voyage": 0.33}
 PRICES_CHECKED = "2026-07"
 
 
-def sync_price(settings: Settings, provider: str, model: str) -> float | None:
-    """USD per 1M tokens through sync calls, or None when the table has no price."""
-    table = {**DEFAULT_PRICES, **settings.batch.prices}
-    for key in (f"{provider}/{model}", f"{provider}/*"):
-        if key in table:
-            return float(table[key])
-    from memory_core.embeddings.registry import provider_sync_price
+def _class_of(provider: str) -> Any:
+    from memory_core.embeddings.catalog import provider_class
 
-    return provider_sync_price(provider, model)  # a provider class that states its own prices
+    return provider_class(provider)
+
+
+def sync_price(settings: Settings, provider: str, model: str) -> float | None:
+    """USD per 1M tokens through sync calls, or None when neither the config nor the provider
+    class states one. The config's table wins over the class (``"provider/model"``, then
+    ``"provider/*"``); then the class's price for the model, then its ``"*"``."""
+    overrides = settings.batch.prices
+    for key in (f"{provider}/{model}", f"{provider}/*"):
+        if key in overrides:
+            return float(overrides[key])
+    stated: dict[str, float] = getattr(_class_of(provider), "sync_prices", None) or {}
+    for key in (model, "*"):
+        if key in stated:
+            return float(stated[key])
+    return None
 
 
 def batch_discount(settings: Settings, provider: str) -> float:
-    return float({**DEFAULT_BATCH_DISCOUNT, **settings.batch.batch_discount}.get(provider, 0.0))
+    if provider in settings.batch.batch_discount:
+        return float(settings.batch.batch_discount[provider])
+    return float(getattr(_class_of(provider), "batch_discount", 0.0))
 
 
 def estimate_cost(settings: Settings, provider: str, model: str, *, tokens_sync: int,

@@ -7,9 +7,12 @@ hashes in a sidecar file and in the ledger.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 # Normalised job statuses (each provider's names are mapped onto these).
 PENDING = "pending"  # validating / queued
@@ -140,3 +143,35 @@ def as_dict(obj: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(obj)
+
+
+# -- a provider's Batch API client (memory_core.batch.clients; EmbeddingProvider.batch_client) --
+
+class ParsedLine:
+    """One output line: the custom id and either a vector or an error (kind, message)."""
+
+    __slots__ = ("custom_id", "vector", "kind", "message")
+
+    def __init__(self, custom_id: str | None, vector: Any = None, kind: str = "ok", message: str = "") -> None:
+        self.custom_id = custom_id
+        self.vector = vector
+        self.kind = kind
+        self.message = message
+
+
+class BatchClient(Protocol):
+    provider: str
+    limits: JobLimits
+    completion_window: str
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...
+    def upload(self, path: str, local_id: str) -> str: ...
+    def create(self, input_file_id: str, local_id: str) -> RemoteJob: ...
+    def get(self, job_id: str) -> RemoteJob: ...
+    def cancel(self, job_id: str) -> None: ...
+    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None: ...
+    def download(self, file_id: str) -> bytes: ...
+    def delete_file(self, file_id: str) -> None: ...
+    def parse_line(self, obj: Any) -> ParsedLine: ...
+    def retry(self, fn: Callable[[], T]) -> T: ...
+    def classify(self, exc: Exception) -> Exception: ...

@@ -583,6 +583,10 @@ class LocalProvider(EmbeddingProvider):
     # model's 256-piece window; the reference's 400 (1,600 characters) lost every chunk's tail.
     default_chunk_tokens = 200
     default_chunk_overlap = 40
+    on_machine = True
+    max_parallel_requests = 1  # torch / onnxruntime use every core and release the GIL
+    own_tokenizer = True
+    sync_prices = {"*": 0.0}  # noqa: RUF012 - read-only class fact
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -795,22 +799,14 @@ class LocalProvider(EmbeddingProvider):
         limit = self.window_pieces
         return sum(1 for n in self.piece_counts(texts) if n > limit)
 
+    def count_over_window(self, texts: Sequence[str]) -> int:
+        """Exactly, with the model's own tokenizer (word pieces incl. [CLS]/[SEP] against
+        ``max_seq_length``)."""
+        return self.count_truncated(texts) if texts else 0
+
 
 def count_over_window(provider: EmbeddingProvider, texts: Sequence[str]) -> int:
-    """How many of ``texts`` are longer than ``provider``'s input window.
-
-    The local model counts exactly (its own tokenizer, word pieces incl. [CLS]/[SEP] against
-    ``max_seq_length``); other providers use their ``count_truncated`` if they have one, else
-    the conservative token estimate against ``max_tokens_per_input``. Keyword-only mode (no
-    provider) has no window: 0. The pipeline records this per indexed file so ``status`` can
-    say how many chunks were embedded from a cut text.
-    """
-    if getattr(provider, "name", "none") == "none" or not texts:
-        return 0
-    fn = getattr(provider, "count_truncated", None)
-    if callable(fn):
-        return int(fn(texts))
-    limit = getattr(provider, "max_tokens_per_input", None)
-    if not limit:
-        return 0
-    return sum(1 for t in texts if provider.estimate_tokens(t) > limit)
+    """How many of ``texts`` are longer than ``provider``'s input window
+    (:meth:`EmbeddingProvider.count_over_window`). The pipeline records this per indexed file so
+    ``status`` can say how many chunks were embedded from a cut text."""
+    return provider.count_over_window(texts)
