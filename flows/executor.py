@@ -23,6 +23,7 @@ from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
 from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.stages import store_vectors
 from tasks.stages import embed_group_task, settings_json, stage_task
 
@@ -32,7 +33,7 @@ T = TypeVar("T")
 class PrefectExecutor:
     """Runs a run's steps as Prefect tasks; must be used inside a flow run."""
 
-    def __init__(self, *, label: str, task_runner: RunnerChoice = "threads", concurrency: int = 4,
+    def __init__(self, *, label: str, task_runner: RunnerChoice = "threads", concurrency: int = EMBED_CONCURRENCY,
                  dask_address: str | None = None, dask_workers: int = 2) -> None:
         self.label = label
         self.choice = task_runner
@@ -51,19 +52,16 @@ class PrefectExecutor:
     def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
         if self.runner is None:
             # one local model in this process: one request at a time, as the in-process executor
-            n = self._in_process(provider) if self.choice == "threads" else self.concurrency
+            n = embed_parallelism(provider, self.concurrency) if self.choice == "threads" else self.concurrency
             runner, self.where = make_embed_runner(self.choice, concurrency=n, dask_address=self.dask_address,
                                                    dask_workers=self.dask_workers)
             runner.__enter__()
             self.runner = runner
         return self.runner
 
-    def _in_process(self, provider: EmbeddingProvider) -> int:
-        return min(self.concurrency, provider.max_parallel_requests or self.concurrency)
-
     def parallelism(self, provider: EmbeddingProvider) -> int:
         if self.choice == "threads":
-            return self._in_process(provider)
+            return embed_parallelism(provider, self.concurrency)
         return runner_parallelism(self._runner(provider), self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:

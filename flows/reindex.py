@@ -34,6 +34,7 @@ from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.resolve import resolve_settings
+from memory_core.runtypes import EMBED_CONCURRENCY
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
@@ -56,7 +57,7 @@ class ReindexParams(BaseModel):
     full: bool = Field(default=False, description="Rebuild everything (vectors still come from the cache)")
     extra_paths: list[str] | None = None
     sources: list[SourceChoice] | None = None
-    embed_concurrency: int = Field(default=4, ge=1, le=64, description="Embedding requests in flight")
+    embed_concurrency: int = Field(default=EMBED_CONCURRENCY, ge=1, le=64, description="Embedding requests in flight")
     batch: bool | None = Field(default=None, description="Use the provider's Batch API (None: the config's batch.enabled)")
     force_sessions: bool = Field(default=False, description="Reindex every changed transcript, ignoring the delta thresholds")
     if_busy: IfBusy | None = Field(default=None, description="When another run holds the index: wait, skip or fail")
@@ -216,7 +217,7 @@ def reindex(
     full: bool = False,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
-    embed_concurrency: int = 4,
+    embed_concurrency: int = EMBED_CONCURRENCY,
     batch: bool | None = None,
     force_sessions: bool = False,
     if_busy: IfBusy | None = None,

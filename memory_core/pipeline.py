@@ -33,6 +33,7 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import IndexLockedError, ProviderError, RunError
 from memory_core.runtypes import (
+    EMBED_CONCURRENCY,
     BuildResult,
     ChunkResult,
     EmbedCounts,
@@ -42,6 +43,7 @@ from memory_core.runtypes import (
     ProgressFn,
     RunPlan,
     RunSummary,
+    embed_parallelism,
 )
 from memory_core.stages import (
     Timer,
@@ -93,7 +95,7 @@ class LocalExecutor:
     releases the GIL, so it overlaps the chunking and writing), Batch API job steps on
     :class:`memory_core.batch.runner.LocalOps`, stages as plain calls."""
 
-    def __init__(self, concurrency: int = 4) -> None:
+    def __init__(self, concurrency: int = EMBED_CONCURRENCY) -> None:
         self.concurrency = max(1, concurrency)
         self.pool: ThreadPoolExecutor | None = None
 
@@ -101,7 +103,7 @@ class LocalExecutor:
         """The settings of the run (or of its fallback provider) about to start."""
 
     def parallelism(self, provider: EmbeddingProvider) -> int:
-        return min(self.concurrency, provider.max_parallel_requests or self.concurrency)
+        return embed_parallelism(provider, self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:
         n = self.parallelism(provider)
@@ -171,7 +173,7 @@ def _sigterm_cancels() -> Iterator[None]:
 
 
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
-              reason: str = "", progress: ProgressFn | None = None, concurrency: int = 4,
+              reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None) -> RunSummary:
     """Run one reindex. Raises MemoryCoreError subclasses on failure (with ``run_summary``).
 

@@ -355,6 +355,18 @@ def _batch_line(b: dict[str, Any]) -> str:
 
 
 
+#: Embedding requests in flight at once, unless a run is told otherwise (``run_index(concurrency=)``,
+#: the flows' ``embed_concurrency``): the one default, read by both executors and the flows.
+EMBED_CONCURRENCY = 4
+
+
+def embed_parallelism(provider: Any, concurrency: int) -> int:
+    """Embedding requests one process runs at once: ``concurrency``, capped by the provider's
+    ``max_parallel_requests`` (1 for the local model, whose own threads use every core)."""
+    concurrency = max(1, concurrency)
+    return min(concurrency, provider.max_parallel_requests or concurrency)
+
+
 class Executor(Protocol):
     """Runs the work the orchestrator (:func:`memory_core.pipeline.run_index`) decides.
 

@@ -178,3 +178,43 @@ def test_the_built_in_providers_are_registered_as_entry_points() -> None:
 
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
     assert eps == {name: f"{mod}:{cls}" for name, (mod, cls) in _REGISTRY.items()}
+
+
+# -- one place decides chunk sizes and embedding concurrency ----------------------------------
+
+def literal_defaults(source: str) -> list[str]:
+    """Parameters and fields about chunk size or embedding concurrency whose default is a
+    number written out (not the one constant: chunking.DEFAULT_CHUNK_*, runtypes.EMBED_CONCURRENCY)."""
+    found: list[str] = []
+    watched = ("concurrency", "tokens", "overlap")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            pos = args.posonlyargs + args.args
+            pairs = list(zip(pos[len(pos) - len(args.defaults):], args.defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+            found += [f"{node.name}({a.arg}={ast.unparse(d)})" for a, d in pairs
+                      if a.arg.endswith(watched) and isinstance(d, ast.Constant) and type(d.value) is int]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.target.id.endswith(("embed_concurrency", "chunk_tokens", "chunk_overlap")):
+            value = node.value
+            if isinstance(value, ast.Call):  # Field(default=4, ...)
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                found.append(f"{node.target.id} = {value.value}")
+    return found
+
+
+def test_chunk_size_and_concurrency_defaults_are_decided_once() -> None:
+    offenders = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            offenders += [(path.relative_to(ROOT).as_posix(), x) for x in literal_defaults(path.read_text())]
+    # the local model's own chunk default (its 256-piece window) is a provider fact
+    assert offenders == [], offenders
+
+
+def test_the_defaults_check_finds_literals() -> None:
+    src = ("def run(s, concurrency: int = 4, *, tokens=400, overlap: int = OVERLAP): pass\n"
+           "class P(BaseModel):\n    embed_concurrency: int = Field(default=4, ge=1)\n")
+    assert literal_defaults(src) == ["run(concurrency=4)", "run(tokens=400)", "embed_concurrency = 4"]

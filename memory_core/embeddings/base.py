@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
+from memory_core.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
@@ -45,9 +45,10 @@ def compute_provider_key(provider: str, model: str, *, base_url: str | None = No
 
 
 def estimate_tokens(text: str) -> int:
-    """A conservative token estimate: ~4 ASCII characters a token, one token per other character."""
+    """A conservative token estimate: ~4 ASCII characters a token (the chunker's
+    ``CHARS_PER_TOKEN``), one token per other character."""
     n_ascii = len(text.encode("ascii", "ignore"))
-    return math.ceil(n_ascii / 4) + (len(text) - n_ascii) + 1
+    return math.ceil(n_ascii / CHARS_PER_TOKEN) + (len(text) - n_ascii) + 1
 
 
 def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str) -> list[int]:
