@@ -20,7 +20,7 @@ from flows.runners import RunnerChoice
 from memory_core.runtypes import EMBED_CONCURRENCY
 
 
-@flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),
+@flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False)
 def backfill(
     workspace: str | None = None,

@@ -91,7 +91,7 @@ class PrefectExecutor:
 
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         task = stage_task.with_options(name=name, task_run_name=f"{name}-{self.label}")
-        return task(quote((fn, args)))  # type: ignore[return-value]
+        return task(quote((fn, args)))  # type: ignore[arg-type, return-value]  # quote() is unwrapped by Prefect
 
     def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
         from flows.batch import PrefectOps

@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.states import Completed, State
@@ -39,7 +39,10 @@ from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
 # the registry's list as a Literal, so the UI form offers every registered provider
-ProviderChoice = Literal[tuple(provider_names())]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    ProviderChoice = str
+else:
+    ProviderChoice = Literal[tuple(provider_names())]
 SourceChoice = Literal["memory", "sessions"]
 
 
@@ -178,15 +181,14 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         return Completed(name="Skipped", message=msg, data=summary.to_dict())
     for line in summary.lines():
         logger.info("%s", line)
-    if summary.fallback:
+    if summary.fallback is not None:
         fb = summary.fallback
-        fallbacks.append(report.emit_fallback(settings, "provider", str(fb.get("reason")), **{
-            "from": fb.get("from"), "to": fb.get("to")}))
-    if summary.batch.get("disabled"):
-        fallbacks.append(report.emit_fallback(settings, "batch-to-sync", str(summary.batch.get("disabled_reason")),
-                                              chunks_via_sync=summary.batch.get("chunks_via_sync", 0)))
+        fallbacks.append(report.emit_fallback(settings, "provider", fb.reason, **{"from": fb.primary, "to": fb.to}))
+    if summary.batch is not None and summary.batch.disabled:
+        fallbacks.append(report.emit_fallback(settings, "batch-to-sync", summary.batch.disabled_reason,
+                                              chunks_via_sync=summary.batch.chunks_via_sync))
     warnings = list(summary.warnings)
-    if not summary.swapped and not summary.batch and not (warnings or fallbacks):
+    if not summary.swapped and summary.batch is None and not (warnings or fallbacks):
         # A run with nothing to do and nothing to say (every scheduled run between edits):
         # no artifacts, so each key's latest version stays the last run that did something.
         # The outcome is in the logs above and in the state's message.
@@ -206,7 +208,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
 
 # -- the flow ----------------------------------------------------------------------------------
 
-@flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),
+@flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False)
 def reindex(
     workspace: str | None = None,

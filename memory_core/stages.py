@@ -14,13 +14,14 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_core.batch.types import BatchFigures
 from memory_core.cache import EmbeddingCache
 from memory_core.chunking import (
     chunk_markdown,
@@ -40,6 +41,7 @@ from memory_core.runtypes import (
     ChunkResult,
     EmbedCounts,
     EmbedStats,
+    Fallback,
     MissResult,
     Progress,
     RunPlan,
@@ -369,7 +371,7 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 # -- embed stats ---------------------------------------------------------------------------------
 
 def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCounts,
-                batch: tuple[EmbedCounts, dict[str, Any]] | None) -> EmbedStats:
+                batch: tuple[EmbedCounts, BatchFigures] | None) -> EmbedStats:
     """One run's embedding figures: the streamed build's sync requests plus, in Batch API mode,
     the batch jobs' (``memory_core.batch.runner.BatchRun``: their counts and job figures)."""
     from memory_core.batch.cost import estimate_cost
@@ -377,18 +379,17 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
     out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
     if batch is not None:
         counts, figures = batch
-        b = dict(figures)
-        b["chunks_via_sync"] = stream.embedded
-        if b["disabled"]:
-            b["mode"] = "batch, then sync (batch mode off)"
+        b = replace(figures, chunks_via_sync=stream.embedded)
+        if b.disabled:
+            b.mode = "batch, then sync (batch mode off)"
         elif stream.embedded:
-            b["mode"] = "batch + sync for failed lines"
+            b.mode = "batch + sync for failed lines"
         out.requests += counts.requests
         out.embedded += counts.embedded
         out.tokens_batch = counts.tokens
         out.batch = b
     elif settings.batch.enabled and not provider.supports_batch:
-        out.batch = {"mode": f"sync ({provider.name} has no Batch API)"}
+        out.batch = BatchFigures.sync_only(f"sync ({provider.name} has no Batch API)")
     if not provider.on_machine:  # a hosted provider: what this run cost
         out.cost = estimate_cost(settings, provider.name, provider.model, tokens_sync=out.tokens_sync,
                                  tokens_batch=out.tokens_batch)
@@ -428,7 +429,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
     """The run's summary; with ``error`` (a cancelled or failed run), a partial one from
     ``progress``: what was chunked and embedded (and cached) before the run ended."""
     c = plan.counts
-    live = None if built else (probe_index(Path(plan.index_path))[0] or {})
+    live: dict[str, Any] = {} if built else (probe_index(Path(plan.index_path))[0] or {})
     total = built.counts["chunks"] if built else int((live.get("counts") or {}).get("chunks", 0))
     over = built.chunks_over_window if built else int(live.get("chunks_over_window") or 0)
     if embed is None:
@@ -449,8 +450,8 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         chunks_embedded=embed.embedded, chunks_from_cache=from_cache,
         chunks_over_window=over,
         embed_requests=embed.requests, tokens_sent=embed.tokens, tokens_sync=embed.tokens_sync,
-        tokens_batch=embed.tokens_batch, batch=dict(embed.batch), cost=dict(embed.cost),
-        fallback=dict(embed.fallback), stage_seconds={k: round(v, 3) for k, v in timings.items()},
+        tokens_batch=embed.tokens_batch, batch=embed.batch, cost=embed.cost,
+        fallback=embed.fallback, stage_seconds={k: round(v, 3) for k, v in timings.items()},
         warnings=warnings, embedded_on=embedded_on, error=error,
     )
 
@@ -501,12 +502,12 @@ def preflight(settings: Settings) -> None:
 
 
 def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
-                     exc: Exception) -> tuple[EmbeddingProvider, str, dict[str, Any]] | None:
+                     exc: Exception) -> tuple[EmbeddingProvider, str, Fallback] | None:
     """The fallback provider for a primary that failed during a run: (provider, reason, info)
-    where ``info`` = {"from", "to", "reason"} goes into the run summary; None if there is none.
+    where ``info`` goes into the run summary; None if there is none.
 
     The caller must rebuild the index in full with it (``discover_stage(..., full=True)`` then
-    set ``plan.full_reason = fallback_full_reason(info)``): vectors are never mixed.
+    set ``plan.full_reason = info.full_reason()``): vectors are never mixed.
     """
     from memory_core.embeddings.registry import create_fallback_provider
 
@@ -515,9 +516,5 @@ def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
     if switched is None:
         return None
     fb, reason = switched
-    info = {"from": f"{primary.name}/{primary.model}", "to": f"{fb.name}/{fb.model}", "reason": why}
+    info = Fallback(primary=f"{primary.name}/{primary.model}", to=f"{fb.name}/{fb.model}", reason=why)
     return fb, reason, info
-
-
-def fallback_full_reason(info: dict[str, Any]) -> str:
-    return f"provider fallback from {info['from']} to {info['to']}"

@@ -61,7 +61,7 @@ def test_an_entry_point_provider_is_a_provider(plugin: None, tmp_path) -> None:
     assert isinstance(provider, PluginProvider) and reason == "configured"
     assert sync_price(settings, "plugin", "plug-1") == 1.5
     assert batch_discount(settings, "plugin") == 0.25
-    assert estimate_cost(settings, "plugin", "plug-1", tokens_sync=1_000_000, tokens_batch=0)["estimated_usd"] == 1.5
+    assert estimate_cost(settings, "plugin", "plug-1", tokens_sync=1_000_000, tokens_batch=0).estimated_usd == 1.5
     assert resolve_redact_mode({"provider": "plugin"})["redact"] == "sessions"
     assert LocalExecutor(concurrency=4).parallelism(provider) == 2
     with pytest.raises(ProviderError, match="has no Batch API"):
@@ -105,3 +105,38 @@ def test_prices_as_before(tmp_path) -> None:
     assert sync_price(over, "voyage", "voyage-4") == 0.01
     assert batch_discount(over, "openai") == 0.1 and batch_discount(over, "gemini") == 0.5
     assert batch_discount(over, "mistral") == 0.0
+
+
+# -- the run summary's typed figures keep their JSON ------------------------------------------
+
+def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
+    """batch, cost and fallback are dataclasses inside the library; ``to_dict`` gives the JSON the
+    CLI, the flows, watch and MCP have always printed (same keys, same order), and ``from_dict``
+    reads it back."""
+    from memory_core.batch.types import BatchFigures
+    from memory_core.runtypes import Fallback, RunSummary
+
+    s = Settings(workspace=tmp_path)
+    priced = estimate_cost(s, "openai", "text-embedding-3-small", tokens_sync=10, tokens_batch=20)
+    assert list(priced.to_dict()) == [
+        "currency", "provider", "model", "tokens_sync", "tokens_batch", "sync_per_mtok", "batch_discount",
+        "prices_checked", "priced", "batch_per_mtok", "estimated_usd", "sync_only_usd", "saving_usd", "saving_pct"]
+    unpriced = estimate_cost(s, "openai", "nope", tokens_sync=10, tokens_batch=0).to_dict()
+    assert "batch_per_mtok" not in unpriced and unpriced["priced"] is False and unpriced["saving_pct"] is None
+    figures = BatchFigures(jobs_submitted=2, errors=["x"])
+    assert list(figures.to_dict()) == [
+        "mode", "jobs_submitted", "jobs_reattached", "jobs_collected", "jobs_failed", "jobs_timed_out",
+        "jobs_cancelled", "jobs_pending", "pending_job_ids", "chunks_via_batch", "chunks_via_sync", "lines_failed",
+        "requeued_chunks", "failure_points", "disabled", "disabled_reason", "errors", "chunks_left_to_sync", "seconds"]
+    assert BatchFigures.sync_only("sync (local has no Batch API)").to_dict() == {"mode": "sync (local has no Batch API)"}
+    base = {"index_path": "i", "provider": "openai", "model": "m", "provider_reason": "r", "full": True,
+            "full_reason": "f", "swapped": True}
+    empty = RunSummary(**base).to_dict()
+    assert empty["batch"] == {} and empty["cost"] == {} and empty["fallback"] == {}
+    full = RunSummary(**base, batch=figures, cost=priced, fallback=Fallback("openai/m", "local/x", "HTTP 500"))
+    d = full.to_dict()
+    assert d["fallback"] == {"from": "openai/m", "to": "local/x", "reason": "HTTP 500"}
+    assert list(d) == list(empty)
+    assert RunSummary.from_dict(d) == full and RunSummary.from_dict(empty) == RunSummary(**base)
+    sync_only = RunSummary(**base, batch=BatchFigures.sync_only("sync"))
+    assert RunSummary.from_dict(sync_only.to_dict()) == sync_only

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memory_core.batch.types import Cost
 from memory_core.config import Settings
 
 PRICES_CHECKED = "2026-07"
@@ -49,58 +50,33 @@ def batch_discount(settings: Settings, provider: str) -> float:
 
 
 def estimate_cost(settings: Settings, provider: str, model: str, *, tokens_sync: int,
-                  tokens_batch: int) -> dict[str, Any]:
+                  tokens_batch: int) -> Cost:
     """Estimated cost of the tokens sent, and the saving against sending them all through sync."""
     price = sync_price(settings, provider, model)
     discount = batch_discount(settings, provider)
-    out: dict[str, Any] = {
-        "currency": "USD", "provider": provider, "model": model, "tokens_sync": int(tokens_sync),
-        "tokens_batch": int(tokens_batch), "sync_per_mtok": price, "batch_discount": discount,
-        "prices_checked": PRICES_CHECKED,
-    }
+    out = Cost(currency="USD", provider=provider, model=model, tokens_sync=int(tokens_sync),
+               tokens_batch=int(tokens_batch), sync_per_mtok=price, batch_discount=discount,
+               prices_checked=PRICES_CHECKED, priced=price is not None)
     if price is None:
-        out.update({"priced": False, "estimated_usd": None, "sync_only_usd": None, "saving_usd": None,
-                    "saving_pct": None})
         return out
     batch_price = price * (1 - discount)
     cost = (tokens_sync * price + tokens_batch * batch_price) / 1e6
     sync_only = (tokens_sync + tokens_batch) * price / 1e6
     saving = sync_only - cost
-    out.update({
-        "priced": True, "batch_per_mtok": round(batch_price, 6), "estimated_usd": round(cost, 6),
-        "sync_only_usd": round(sync_only, 6), "saving_usd": round(saving, 6),
-        "saving_pct": round(100 * saving / sync_only, 1) if sync_only else 0.0,
-    })
+    out.batch_per_mtok = round(batch_price, 6)
+    out.estimated_usd = round(cost, 6)
+    out.sync_only_usd = round(sync_only, 6)
+    out.saving_usd = round(saving, 6)
+    out.saving_pct = round(100 * saving / sync_only, 1) if sync_only else 0.0
     return out
 
 
-def merge_costs(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One cost report over several (provider, model) parts, e.g. a primary and its fallback."""
-    parts = [p for p in parts if p]
-    if not parts:
-        return {}
-    if len(parts) == 1:
-        return parts[0]
-    priced = all(p.get("priced") for p in parts)
-    total: dict[str, Any] = {
-        "currency": "USD", "provider": "+".join(p["provider"] for p in parts),
-        "model": "+".join(p["model"] for p in parts),
-        "tokens_sync": sum(p["tokens_sync"] for p in parts), "tokens_batch": sum(p["tokens_batch"] for p in parts),
-        "priced": priced, "parts": parts, "prices_checked": PRICES_CHECKED,
-    }
-    for k in ("estimated_usd", "sync_only_usd", "saving_usd"):
-        total[k] = round(sum(p[k] for p in parts), 6) if priced else None
-    total["saving_pct"] = (round(100 * total["saving_usd"] / total["sync_only_usd"], 1)
-                           if priced and total["sync_only_usd"] else (0.0 if priced else None))
-    return total
-
-
-def cost_line(cost: dict[str, Any]) -> str:
+def cost_line(cost: Cost | None) -> str:
     """One human line for the run summary."""
-    if not cost:
+    if cost is None:
         return ""
-    toks = f"tokens sync {cost['tokens_sync']:,}, batch {cost['tokens_batch']:,}"
-    if not cost.get("priced"):
-        return f"cost: {toks}; no price for {cost['provider']}/{cost['model']} (set batch.prices)"
-    return (f"cost: {toks}; estimated ${cost['estimated_usd']:.4f} vs ${cost['sync_only_usd']:.4f} all-sync"
-            f" (saved ${cost['saving_usd']:.4f}, {cost['saving_pct']}%; prices of {cost['prices_checked']})")
+    toks = f"tokens sync {cost.tokens_sync:,}, batch {cost.tokens_batch:,}"
+    if not cost.priced:
+        return f"cost: {toks}; no price for {cost.provider}/{cost.model} (set batch.prices)"
+    return (f"cost: {toks}; estimated ${cost.estimated_usd:.4f} vs ${cost.sync_only_usd:.4f} all-sync"
+            f" (saved ${cost.saving_usd:.4f}, {cost.saving_pct}%; prices of {cost.prices_checked})")

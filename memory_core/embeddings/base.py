@@ -68,7 +68,7 @@ def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str)
     return order
 
 
-def check_vectors(vectors: Sequence[Sequence[float]] | np.ndarray, n_expected: int, *, provider: str,
+def check_vectors(vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray, n_expected: int, *, provider: str,
                   dims: int | None = None, normalise: bool = False) -> np.ndarray:
     """Validate a provider's vectors and return them as a float32 (n, d) array.
 

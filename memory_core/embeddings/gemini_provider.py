@@ -130,7 +130,8 @@ class GeminiProvider(EmbeddingProvider):
 
         def once() -> np.ndarray:
             try:
-                resp = self.client.models.embed_content(model=self.model, contents=list(texts), config=config)
+                contents: Any = list(texts)  # the SDK's union type does not list list[str]
+                resp = self.client.models.embed_content(model=self.model, contents=contents, config=config)
             except Exception as exc:  # classified below
                 raise classify_gemini_error(exc) from None
             vectors = [list(e.values or []) for e in (resp.embeddings or [])]
