@@ -17,9 +17,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.reindex import IfBusy, ProviderChoice, ReindexParams, SourceChoice, _run_name, run_pipeline
 from flows.runners import RunnerChoice
+from memory_core.runtypes import EMBED_CONCURRENCY
 
 
-@flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),
+@flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False)
 def backfill(
     workspace: str | None = None,
@@ -30,7 +31,7 @@ def backfill(
     full: bool = False,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
-    embed_concurrency: int = 4,
+    embed_concurrency: int = EMBED_CONCURRENCY,
     batch: bool | None = True,
     force_sessions: bool = False,
     if_busy: IfBusy | None = "wait",

@@ -23,6 +23,7 @@ from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
 from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.stages import store_vectors
 from tasks.stages import embed_group_task, settings_json, stage_task
 
@@ -32,7 +33,7 @@ T = TypeVar("T")
 class PrefectExecutor:
     """Runs a run's steps as Prefect tasks; must be used inside a flow run."""
 
-    def __init__(self, *, label: str, task_runner: RunnerChoice = "threads", concurrency: int = 4,
+    def __init__(self, *, label: str, task_runner: RunnerChoice = "threads", concurrency: int = EMBED_CONCURRENCY,
                  dask_address: str | None = None, dask_workers: int = 2) -> None:
         self.label = label
         self.choice = task_runner
@@ -51,7 +52,7 @@ class PrefectExecutor:
     def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
         if self.runner is None:
             # one local model in this process: one request at a time, as the in-process executor
-            n = 1 if (provider.name == "local" and self.choice == "threads") else self.concurrency
+            n = embed_parallelism(provider, self.concurrency) if self.choice == "threads" else self.concurrency
             runner, self.where = make_embed_runner(self.choice, concurrency=n, dask_address=self.dask_address,
                                                    dask_workers=self.dask_workers)
             runner.__enter__()
@@ -60,7 +61,7 @@ class PrefectExecutor:
 
     def parallelism(self, provider: EmbeddingProvider) -> int:
         if self.choice == "threads":
-            return 1 if provider.name == "local" else self.concurrency
+            return embed_parallelism(provider, self.concurrency)
         return runner_parallelism(self._runner(provider), self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:
@@ -90,7 +91,7 @@ class PrefectExecutor:
 
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         task = stage_task.with_options(name=name, task_run_name=f"{name}-{self.label}")
-        return task(quote((fn, args)))  # type: ignore[return-value]
+        return task(quote((fn, args)))  # type: ignore[arg-type, return-value]  # quote() is unwrapped by Prefect
 
     def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
         from flows.batch import PrefectOps

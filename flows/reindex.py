@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.states import Completed, State
@@ -30,13 +30,19 @@ from flows import report
 from flows.executor import PrefectExecutor
 from flows.runners import RunnerChoice
 from memory_core import pipeline
-from memory_core.config import ProviderName, Settings
+from memory_core.config import Settings
+from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.resolve import resolve_settings
+from memory_core.runtypes import EMBED_CONCURRENCY
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
-ProviderChoice = ProviderName  # the settings model's list, so the UI form offers every provider
+# the registry's list as a Literal, so the UI form offers every registered provider
+if TYPE_CHECKING:
+    ProviderChoice = str
+else:
+    ProviderChoice = Literal[tuple(provider_names())]
 SourceChoice = Literal["memory", "sessions"]
 
 
@@ -54,7 +60,7 @@ class ReindexParams(BaseModel):
     full: bool = Field(default=False, description="Rebuild everything (vectors still come from the cache)")
     extra_paths: list[str] | None = None
     sources: list[SourceChoice] | None = None
-    embed_concurrency: int = Field(default=4, ge=1, le=64, description="Embedding requests in flight")
+    embed_concurrency: int = Field(default=EMBED_CONCURRENCY, ge=1, le=64, description="Embedding requests in flight")
     batch: bool | None = Field(default=None, description="Use the provider's Batch API (None: the config's batch.enabled)")
     force_sessions: bool = Field(default=False, description="Reindex every changed transcript, ignoring the delta thresholds")
     if_busy: IfBusy | None = Field(default=None, description="When another run holds the index: wait, skip or fail")
@@ -175,15 +181,14 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         return Completed(name="Skipped", message=msg, data=summary.to_dict())
     for line in summary.lines():
         logger.info("%s", line)
-    if summary.fallback:
+    if summary.fallback is not None:
         fb = summary.fallback
-        fallbacks.append(report.emit_fallback(settings, "provider", str(fb.get("reason")), **{
-            "from": fb.get("from"), "to": fb.get("to")}))
-    if summary.batch.get("disabled"):
-        fallbacks.append(report.emit_fallback(settings, "batch-to-sync", str(summary.batch.get("disabled_reason")),
-                                              chunks_via_sync=summary.batch.get("chunks_via_sync", 0)))
+        fallbacks.append(report.emit_fallback(settings, "provider", fb.reason, **{"from": fb.primary, "to": fb.to}))
+    if summary.batch is not None and summary.batch.disabled:
+        fallbacks.append(report.emit_fallback(settings, "batch-to-sync", summary.batch.disabled_reason,
+                                              chunks_via_sync=summary.batch.chunks_via_sync))
     warnings = list(summary.warnings)
-    if not summary.swapped and not summary.batch and not (warnings or fallbacks):
+    if not summary.swapped and summary.batch is None and not (warnings or fallbacks):
         # A run with nothing to do and nothing to say (every scheduled run between edits):
         # no artifacts, so each key's latest version stays the last run that did something.
         # The outcome is in the logs above and in the state's message.
@@ -203,7 +208,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
 
 # -- the flow ----------------------------------------------------------------------------------
 
-@flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),
+@flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False)
 def reindex(
     workspace: str | None = None,
@@ -214,7 +219,7 @@ def reindex(
     full: bool = False,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
-    embed_concurrency: int = 4,
+    embed_concurrency: int = EMBED_CONCURRENCY,
     batch: bool | None = None,
     force_sessions: bool = False,
     if_busy: IfBusy | None = None,

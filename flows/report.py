@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from memory_core.batch.types import BatchFigures
 from memory_core.config import Settings
 from memory_core.runtypes import Progress, RunSummary
 
@@ -140,7 +141,8 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         size = os.path.getsize(summary.index_path)
     except OSError:
         size = 0
-    b = summary.batch
+    b = summary.batch if summary.batch is not None and summary.batch.jobs else None  # None: no job ran
+    mode = summary.batch.mode if summary.batch is not None else ""
     cost = summary.cost
     fallback = summary.fallback
     return {
@@ -150,11 +152,11 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "swapped": summary.swapped,
         "provider": f"{summary.provider} / {summary.model}",
         "provider reason": summary.provider_reason,
-        "provider fallback": f"{fallback.get('from')} -> {fallback.get('to')}: {fallback.get('reason')}" if fallback else NONE,
+        "provider fallback": f"{fallback.primary} -> {fallback.to}: {fallback.reason}" if fallback else NONE,
         "embedding ran on": summary.embedded_on or NONE,
         # what this run did: batch.enabled with a provider without a Batch API (the local model),
         # or a run that ended before any job, used no batch mode
-        "batch mode": b.get("mode") or ("off (not used by this run)" if settings.batch.enabled else "off"),
+        "batch mode": mode or ("off (not used by this run)" if settings.batch.enabled else "off"),
         "files scanned": summary.files_scanned,
         "files new": summary.files_new,
         "files changed": summary.files_changed,
@@ -167,15 +169,14 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "chunks embedded": summary.chunks_embedded,
         "chunks from cache": summary.chunks_from_cache,
         "embedding requests (sync)": summary.embed_requests,
-        "batch jobs submitted": int(b.get("jobs_submitted") or 0),
-        "batch jobs re-attached": int(b.get("jobs_reattached") or 0),
+        "batch jobs submitted": b.jobs_submitted if b else 0,
+        "batch jobs re-attached": b.jobs_reattached if b else 0,
         "batch job states": batch_states(b),
-        "chunks via batch / via sync": f"{b.get('chunks_via_batch', 0)} / {b.get('chunks_via_sync', summary.chunks_embedded)}"
-        if "jobs_submitted" in b else NONE,
-        "batch mode switched off": (b.get("disabled_reason") or "yes") if b.get("disabled") else NONE,
+        "chunks via batch / via sync": f"{b.chunks_via_batch} / {b.chunks_via_sync}" if b else NONE,
+        "batch mode switched off": (b.disabled_reason or "yes") if b and b.disabled else NONE,
         "tokens sent (sync)": summary.tokens_sync,
         "tokens sent (batch)": summary.tokens_batch,
-        "saving vs all-sync (USD)": cost.get("saving_usd") if cost.get("priced") else NONE,
+        "saving vs all-sync (USD)": cost.saving_usd if cost is not None and cost.priced else NONE,
         **{f"seconds: {k}": round(v, 2) for k, v in summary.stage_seconds.items()},
         "error": summary.error or NONE,
         "index size (bytes)": size,
@@ -183,12 +184,12 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
     }
 
 
-def batch_states(b: dict[str, Any]) -> str:
-    """``3 collected, 1 failed`` from the summary's batch stats; ``—`` in sync mode."""
-    if "jobs_submitted" not in b:
+def batch_states(b: BatchFigures | None) -> str:
+    """``3 collected, 1 failed`` from the summary's batch figures; ``—`` in sync mode."""
+    if b is None or not b.jobs:
         return NONE
-    parts = [(b.get("jobs_collected", 0), "collected"), (b.get("jobs_failed", 0), "failed"),
-             (b.get("jobs_timed_out", 0), "timed out"), (b.get("jobs_pending", 0), "pending")]
+    parts = [(b.jobs_collected, "collected"), (b.jobs_failed, "failed"),
+             (b.jobs_timed_out, "timed out"), (b.jobs_pending, "pending")]
     return ", ".join(f"{n} {what}" for n, what in parts if n) or "none"
 
 
@@ -266,7 +267,7 @@ def rename_run(flow_name: str, label: str, summary: RunSummary) -> None:
     only when Batch API jobs were used (its name was chosen before either was known)."""
     mode = "full" if summary.full else "incremental"
     b = summary.batch
-    batch = bool(b.get("jobs_submitted") or b.get("jobs_reattached"))
+    batch = b is not None and bool(b.jobs_submitted or b.jobs_reattached)
     name = f"{flow_name}-{slug(label)}-{mode}" + ("-batch" if batch else "")
     try:
         from prefect.client.orchestration import get_client

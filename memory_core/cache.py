@@ -174,7 +174,7 @@ class EmbeddingCache:
         self._wconn: apsw.Connection | None = None
 
     def _open(self) -> None:
-        self.conn = None  # type: ignore[assignment]
+        self.conn = None
         os.close(safe_open(self.path, os.O_CREAT | os.O_WRONLY, what="embedding cache"))
         _check_not_truncated(self.path)
         self.conn = connect(self.path)
@@ -197,7 +197,7 @@ class EmbeddingCache:
         if getattr(self, "conn", None) is not None:
             with contextlib.suppress(apsw.Error):
                 self.conn.close()
-        self.conn = None  # type: ignore[assignment]
+        self.conn = None
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:

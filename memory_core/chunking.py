@@ -24,6 +24,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+# The one place chunk sizes are decided: a chunk is ``tokens`` approximate tokens of
+# ``CHARS_PER_TOKEN`` characters each (the reference's rule), ``overlap`` of them carried into
+# the next chunk. The defaults are the reference's; a provider may state its own
+# (``EmbeddingProvider.default_chunk_tokens``); ``[chunking]`` in the config wins over both
+# (:func:`memory_core.indexmeta.chunk_params`).
+CHARS_PER_TOKEN = 4
+DEFAULT_CHUNK_TOKENS = 400
+DEFAULT_CHUNK_OVERLAP = 80
+
+
+def max_chunk_chars(tokens: int) -> int:
+    """The most characters a chunk of ``tokens`` holds: ``max(32, tokens * 4)``."""
+    return max(32, tokens * CHARS_PER_TOKEN)
+
+
+def overlap_chunk_chars(overlap: int) -> int:
+    """Characters carried into the next chunk: ``max(0, overlap * 4)``."""
+    return max(0, overlap * CHARS_PER_TOKEN)
+
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
@@ -56,7 +75,7 @@ def _segments(line: str, max_chars: int) -> list[str]:
     return out
 
 
-def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+def chunk_markdown(content: str, tokens: int = DEFAULT_CHUNK_TOKENS, overlap: int = DEFAULT_CHUNK_OVERLAP) -> list[Chunk]:
     """Split ``content`` into overlapping chunks exactly as the reference does.
 
     Empty content gives one empty chunk ``(1, 1, "")``; callers drop chunks whose
@@ -69,8 +88,8 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     compares them on generated text).
     """
     overlap = max(0, min(overlap, tokens - 1))
-    max_chars = max(32, tokens * 4)
-    overlap_chars = max(0, overlap * 4)
+    max_chars = max_chunk_chars(tokens)
+    overlap_chars = overlap_chunk_chars(overlap)
     lines = content.split("\n")
     if max(map(len, lines)) > max_chars:
         return chunk_markdown_loop(content, tokens, overlap)
@@ -99,11 +118,12 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     return chunks
 
 
-def chunk_markdown_loop(content: str, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
+def chunk_markdown_loop(content: str, tokens: int = DEFAULT_CHUNK_TOKENS,
+                        overlap: int = DEFAULT_CHUNK_OVERLAP) -> list[Chunk]:
     """:func:`chunk_markdown` as the reference wrote it: one pass over lines and segments."""
     overlap = max(0, min(overlap, tokens - 1))
-    max_chars = max(32, tokens * 4)
-    overlap_chars = max(0, overlap * 4)
+    max_chars = max_chunk_chars(tokens)
+    overlap_chars = overlap_chunk_chars(overlap)
     chunks: list[Chunk] = []
     # The current chunk as parallel lists (segments and their 1-based line numbers): this
     # loop runs once per line of the corpus, so it avoids per-segment tuples and calls.

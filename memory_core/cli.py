@@ -13,23 +13,27 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from memory_core.config import ProviderName, Settings
+from memory_core.config import Settings
+from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 from memory_core.resolve import ResolvedSettings, resolve_settings
+
+if TYPE_CHECKING:
+    from memory_core.runtypes import RunSummary
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIPE (`... | head`)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on usage errors, as we want
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-PROVIDERS = list(get_args(ProviderName))  # one list: the settings model's
+PROVIDERS = provider_names()  # one list: the registry's (the settings model checks against it)
 SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
                   " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
                   " the defaults")
@@ -207,18 +211,16 @@ def cmd_index(args: argparse.Namespace) -> int:
         h.addFilter(quiet)
     summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
     if args.json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
     else:
-        from memory_core.runtypes import RunSummary
-
-        for line in RunSummary(**summary).lines():
+        for line in summary.lines():
             print(line)
-        for w in summary.get("warnings", []):
+        for w in summary.warnings:
             print(f"warning: {w}", file=sys.stderr)
     return EXIT_OK
 
 
-def _progress_bar(enabled: bool):  # type: ignore[no-untyped-def]
+def _progress_bar(enabled: bool):
     """One bar for the whole run, in chunks, with chunks/s and an ETA, moved by every file
     chunked and every embedding request that returns."""
     if not enabled:
@@ -247,17 +249,17 @@ def _progress_bar(enabled: bool):  # type: ignore[no-untyped-def]
     return progress, close
 
 
-def _index_local(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
     from memory_core.pipeline import run_index
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        return run_index(settings, full=args.full, progress=progress).to_dict()
+        return run_index(settings, full=args.full, progress=progress)
     finally:
         close()
 
 
-def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -274,8 +276,11 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
     )
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        return run_reindex(params, progress=progress,
-                           on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))
+        from memory_core.runtypes import RunSummary
+
+        # the flow run's result is the summary's JSON
+        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=lambda url: print(
+            f"flow run: {url}", file=sys.stderr, flush=True)))
     except MemoryCoreError:
         raise
     except RuntimeError as exc:  # Prefect could not start or reach its API
@@ -284,7 +289,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
         close()
 
 
-def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _searcher(args: argparse.Namespace):
     from memory_core.backends import open_searcher
 
     return open_searcher(_settings(args))

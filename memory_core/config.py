@@ -1,7 +1,8 @@
 """One validated settings model for every part of memory-core, and the one order it is resolved in.
 
 Every entry point (the CLI, ``watch``, the reindex/backfill flows and their deployments, the
-MCP server) calls :func:`resolve_settings`, which takes each setting from the first of:
+MCP server) calls :func:`memory_core.resolve.resolve_settings` (resolve.py), which takes each
+setting from the first of:
 
 1. an explicit flag or flow parameter (``--sessions``, ``--provider``, ``sources=...``);
 2. a ``MEMORY_CORE_*`` environment variable (``MEMORY_CORE_WORKSPACE``, ``MEMORY_CORE_INDEX``,
@@ -26,10 +27,12 @@ import json
 import os
 import stat
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -40,12 +43,26 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
 
-ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "none"]
+
+def _registered_provider(name: str) -> str:
+    """``auto``, ``none`` or a provider registered in memory_core.embeddings.registry."""
+    from memory_core.embeddings.catalog import provider_names
+
+    names = provider_names()
+    if name not in names:
+        expected = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
+        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+    return name
+
+
+ProviderName = Annotated[str, AfterValidator(_registered_provider)]
 SourceName = Literal["memory", "sessions"]
+_MEMORY_ONLY: list[SourceName] = ["memory"]
 
 
 class _Model(BaseModel):
@@ -300,7 +317,7 @@ class Settings(_Model):
     workspace: Path = Field(default_factory=lambda: Path.cwd())
     index_path: Path | None = None
     extra_paths: list[str] = Field(default_factory=list)
-    sources: list[SourceName] = Field(default_factory=lambda: ["memory"])
+    sources: list[SourceName] = Field(default_factory=lambda: _MEMORY_ONLY.copy())
     provider: ProviderName = "auto"
     model: str | None = None
     # Used when the primary cannot be created or keeps failing during a run (then the index is
@@ -327,7 +344,8 @@ class Settings(_Model):
     @property
     def origins(self) -> dict[str, str]:
         """Where each recorded setting came from (``--sessions``, ``config file ...``, ``the index``,
-        ``default``), as resolved by :func:`resolve_settings`; empty for settings built otherwise."""
+        ``default``), as resolved by :func:`memory_core.resolve.resolve_settings`; empty for
+        settings built otherwise."""
         return self._origins
 
     @model_validator(mode="before")
@@ -412,7 +430,7 @@ def load_settings(
     config_file: str | os.PathLike[str] | None = None,
     overrides: dict[str, Any] | None = None,
     *,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Settings:
     """Build :class:`Settings` from a TOML file, ``MEMORY_CORE_*`` variables and overrides.
 
@@ -433,7 +451,7 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items() if v is not None}
 
 
-def _env_layer(env: dict[str, str] | os._Environ[str]) -> dict[str, Any]:
+def _env_layer(env: Mapping[str, str]) -> dict[str, Any]:
     return {key: env[var] for var, key in _ENV_KEYS.items() if env.get(var)}
 
 

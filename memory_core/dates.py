@@ -103,6 +103,7 @@ _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 
 
 def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
+    d: date | None
     m = _ISO.search(q)
     if m:
         try:
@@ -123,7 +124,7 @@ def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
             if d is not None:
                 return (d, d), m.group(0)
     one_day = today - timedelta(days=1)
-    for rx, start, end in (
+    for pattern, start, end in (
         (r"\bthe\s+day\s+before\s+yesterday\b|\bday\s+before\s+yesterday\b", today - timedelta(days=2),
          today - timedelta(days=2)),
         (r"\byesterday\b", one_day, one_day),
@@ -133,7 +134,7 @@ def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
         (r"\blast\s+month\b", (today.replace(day=1) - timedelta(days=1)).replace(day=1),
          today.replace(day=1) - timedelta(days=1)),
     ):
-        m = re.search(rx, q)
+        m = re.search(pattern, q)
         if m:
             return (start, end), m.group(0)
     m = _AGO.search(q)

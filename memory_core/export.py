@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_core.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import IndexDamagedError, UsageError
 from memory_core.store import (
     SQLITE_SIDECARS,
@@ -54,7 +55,7 @@ FORMATS: tuple[str, ...] = ("parquet", "jsonl")
 EXPORT_VERSION = 1
 TARGET_GROUP_BYTES = 32 * 1024 * 1024
 MIN_GROUP_ROWS, MAX_GROUP_ROWS = 1024, 65536
-TEXT_BYTES_ESTIMATE = 1600  # a default chunk is ~400 tokens of text
+TEXT_BYTES_ESTIMATE = DEFAULT_CHUNK_TOKENS * CHARS_PER_TOKEN  # a default chunk: 400 tokens of 4 characters
 COLUMNS = ("id", "path", "source", "start_line", "end_line", "text", "model")
 
 

@@ -118,7 +118,7 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
             else:
                 msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
             return msg + (f" by {origin}" if origin and origin != "the index" else "")
-    if new.get("provider") != "none" and new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
+    if new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
         return "dims changed"
     return None
 

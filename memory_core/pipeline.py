@@ -28,20 +28,24 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from memory_core.batch.types import BatchFigures
 from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import IndexLockedError, ProviderError, RunError
 from memory_core.runtypes import (
+    EMBED_CONCURRENCY,
     BuildResult,
     ChunkResult,
     EmbedCounts,
     EmbedStats,
     Executor,
+    Fallback,
     Progress,
     ProgressFn,
     RunPlan,
     RunSummary,
+    embed_parallelism,
 )
 from memory_core.stages import (
     Timer,
@@ -52,7 +56,6 @@ from memory_core.stages import (
     embed_stats,
     ensure_workdir,
     fallback_for_run,
-    fallback_full_reason,
     open_cache,
     preflight,
     remove_stale_workdirs,
@@ -93,7 +96,7 @@ class LocalExecutor:
     releases the GIL, so it overlaps the chunking and writing), Batch API job steps on
     :class:`memory_core.batch.runner.LocalOps`, stages as plain calls."""
 
-    def __init__(self, concurrency: int = 4) -> None:
+    def __init__(self, concurrency: int = EMBED_CONCURRENCY) -> None:
         self.concurrency = max(1, concurrency)
         self.pool: ThreadPoolExecutor | None = None
 
@@ -101,7 +104,7 @@ class LocalExecutor:
         """The settings of the run (or of its fallback provider) about to start."""
 
     def parallelism(self, provider: EmbeddingProvider) -> int:
-        return 1 if provider.name == "local" else self.concurrency
+        return embed_parallelism(provider, self.concurrency)
 
     def describe(self, provider: EmbeddingProvider) -> str:
         n = self.parallelism(provider)
@@ -132,8 +135,8 @@ class LocalExecutor:
 class _SwitchProvider(Exception):
     """The primary kept failing during the run; run again with the fallback."""
 
-    def __init__(self, provider: EmbeddingProvider, reason: str, info: dict[str, Any], settings: Settings) -> None:
-        super().__init__(info["reason"])
+    def __init__(self, provider: EmbeddingProvider, reason: str, info: Fallback, settings: Settings) -> None:
+        super().__init__(info.reason)
         self.provider, self.reason, self.info, self.settings = provider, reason, info, settings
 
 
@@ -171,7 +174,7 @@ def _sigterm_cancels() -> Iterator[None]:
 
 
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
-              reason: str = "", progress: ProgressFn | None = None, concurrency: int = 4,
+              reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None) -> RunSummary:
     """Run one reindex. Raises MemoryCoreError subclasses on failure (with ``run_summary``).
 
@@ -210,8 +213,8 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
                     summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
                                           on_progress=progress)
                 except _SwitchProvider as sw:
-                    log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info["from"],
-                                sw.info["reason"], sw.info["to"])
+                    log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info.primary,
+                                sw.info.reason, sw.info.to)
                     summary = _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
                                           timer=timer, on_progress=progress)
                 if settings.backend == "qmd":
@@ -225,12 +228,12 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
 
 
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,
-                fallback: dict[str, Any] | None, timer: Timer, on_progress: ProgressFn | None) -> RunSummary:
+                fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None) -> RunSummary:
     ex.bind(settings)
     with timer.stage("discover"):
         plan: RunPlan = ex.stage("discover", discover_stage, settings, provider, reason, full or fallback is not None)
     if fallback is not None:
-        plan.full_reason = fallback_full_reason(fallback)
+        plan.full_reason = fallback.full_reason()
     for w in plan.warnings:
         log.warning("%s", w, extra={RUN_WARNING: True})
     if plan.nothing_to_do:
@@ -238,7 +241,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                          timings=timer.times, embedded_on="nowhere (nothing to do)")
     progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
     # (after the no-op return: the Prefect executor starts its task runner, a Dask cluster too, here)
-    embedded_on = ex.describe(provider) if provider.name != "none" else "nowhere (keyword-only)"
+    embedded_on = ex.describe(provider) if provider.has_vectors else "nowhere (keyword-only)"
 
     def report(p: Progress) -> None:
         p.cost_usd = cost_so_far(settings, provider, p.tokens)
@@ -247,7 +250,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
 
     chunks: ChunkResult | None = None
     built: BuildResult | None = None
-    batch: tuple[EmbedCounts, dict[str, Any]] | None = None
+    batch: tuple[EmbedCounts, BatchFigures] | None = None
     embed = EmbedStats()
     from_cache = 0
     cache = None
@@ -260,7 +263,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
                     plan.meta["batch"] = batch_state(settings, batch[1])  # status shows it
-            pending = int(batch[1].get("jobs_pending") or 0) if batch else 0
+            pending = batch[1].jobs_pending if batch else 0
             if pending:
                 log.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
                             " the next run collects them", pending)
@@ -321,17 +324,17 @@ def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSumma
             return
 
 
-def batch_state(settings: Settings, figures: dict[str, Any]) -> dict[str, Any]:
+def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, Any]:
     """What ``status`` says about the last run's Batch API jobs (recorded in the index's meta)."""
-    errors = figures.get("errors") or []
-    return {"failure_points": figures.get("failure_points", 0), "failure_limit": settings.batch.failure_limit,
-            "switched_to_sync": bool(figures.get("disabled")), "reason": figures.get("disabled_reason", ""),
-            "jobs_submitted": figures.get("jobs_submitted", 0), "jobs_failed": figures.get("jobs_failed", 0),
-            "jobs_pending": figures.get("jobs_pending", 0), "last_error": errors[-1] if errors else ""}
+    errors = figures.errors
+    return {"failure_points": figures.failure_points, "failure_limit": settings.batch.failure_limit,
+            "switched_to_sync": bool(figures.disabled), "reason": figures.disabled_reason,
+            "jobs_submitted": figures.jobs_submitted, "jobs_failed": figures.jobs_failed,
+            "jobs_pending": figures.jobs_pending, "last_error": errors[-1] if errors else ""}
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,
-                 progress: Progress, report: ProgressFn) -> tuple[tuple[EmbedCounts, dict[str, Any]] | None, int]:
+                 progress: Progress, report: ProgressFn) -> tuple[tuple[EmbedCounts, BatchFigures] | None, int]:
     """Batch API jobs for the run's misses (and jobs of earlier runs left to collect or
     cancel); what they do not embed is left to the streamed build's sync requests.
     Returns (the batch figures, or None when there was nothing for batch mode; cache hits)."""

@@ -546,7 +546,8 @@ def parse_results(stdout: str, stderr: str = "") -> list[QmdHit]:
         if not uri.startswith("qmd://") or "/" not in uri[6:]:
             raise QmdError("unreadable", f"a qmd result with an unexpected file name: {uri[:120]}")
         collection, path = uri[6:].split("/", 1)
-        snippet = row.get("snippet") if isinstance(row.get("snippet"), str) else ""
+        raw_snippet = row.get("snippet")
+        snippet = raw_snippet if isinstance(raw_snippet, str) else ""
         # a lone surrogate (JSON allows "\ud800") cannot be printed or sent as UTF-8
         snippet = snippet.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
         start, count = 1, 1
@@ -581,7 +582,7 @@ class QmdSearcher(Searcher):
         self._paths: tuple[float, dict[str, dict[str, Any]]] | None = None
 
     @property
-    def provider_note(self) -> str:  # type: ignore[override]
+    def provider_note(self) -> str:
         notes = [n for n in (self.backend_note, self._builtin_note if self.backend_note else "") if n]
         return "; ".join(notes)
 

@@ -77,8 +77,6 @@ ELLIPSIS: Final = "\u2026"
 
 #: Allowed values of the indexer's ``redact`` setting ("auto" is resolved when settings load).
 REDACT_MODES: Final = ("auto", "sessions", "all", "off")
-#: Providers that embed on this machine: with them (and no other fallback) nothing leaves it.
-LOCAL_PROVIDERS: Final = frozenset({"local", "none"})
 
 # JavaScript's \s (ECMA-262 WhiteSpace + LineTerminator); with re.ASCII, \s inside the
 # class is exactly [ \t\n\r\f\v].
@@ -581,7 +579,10 @@ def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:
     if isinstance(fallback, dict):
         fallback = fallback.get("provider")
     names = {str(data.get("provider", "auto")), *([str(fallback)] if fallback else [])}
-    return {**data, "redact": "sessions" if names <= LOCAL_PROVIDERS else "all"}
+    # providers that embed on this machine (the class fact ``on_machine``): with them nothing leaves it
+    from memory_core.embeddings.catalog import provider_on_machine
+
+    return {**data, "redact": "sessions" if all(provider_on_machine(n) for n in names) else "all"}
 
 
 def should_redact(source: str, mode: str) -> bool:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
+from memory_core.batch.types import BatchFigures, Cost
 from memory_core.discovery import FileEntry
 
 T = TypeVar("T")
@@ -173,6 +174,22 @@ class EmbedCounts:
 
 
 @dataclass
+class Fallback:
+    """The primary provider kept failing during the run, which was rebuilt in full with the
+    fallback (``"provider/model"`` each): vectors of two providers are never mixed."""
+
+    primary: str
+    to: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.primary, "to": self.to, "reason": self.reason}
+
+    def full_reason(self) -> str:
+        return f"provider fallback from {self.primary} to {self.to}"
+
+
+@dataclass
 class EmbedStats:
     """A run's embedding figures, as the summary reports them."""
 
@@ -181,32 +198,26 @@ class EmbedStats:
     tokens_sync: int = 0
     tokens_batch: int = 0
     # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
-    # was switched off and why (memory_core.batch.runner); empty when batch mode is off
-    batch: dict[str, Any] = field(default_factory=dict)
-    cost: dict[str, Any] = field(default_factory=dict)  # memory_core.batch.cost.estimate_cost
-    fallback: dict[str, Any] = field(default_factory=dict)  # {"from", "to", "reason"}
+    # was switched off and why (memory_core.batch.runner); None when batch mode is off
+    batch: BatchFigures | None = None
+    cost: Cost | None = None  # memory_core.batch.cost.estimate_cost; None for an on-machine provider
+    fallback: Fallback | None = None
 
     @property
     def tokens(self) -> int:
         return self.tokens_sync + self.tokens_batch
 
-    @property
-    def batch_pending(self) -> int:
-        """Batch jobs still running (``batch.wait = false``): the cache is incomplete and the
-        index must not be built from it."""
-        return int(self.batch.get("jobs_pending") or 0)
-
     def warnings(self) -> list[str]:
         out = []
         fb = self.fallback
-        if fb:
-            out.append(f"provider {fb.get('from')} kept failing ({fb.get('reason')}); the index was rebuilt in full"
-                       f" with the fallback {fb.get('to')}")
+        if fb is not None:
+            out.append(f"provider {fb.primary} kept failing ({fb.reason}); the index was rebuilt in full"
+                       f" with the fallback {fb.to}")
         b = self.batch
-        if b.get("disabled"):
-            out.append(f"batch mode was switched off for this run: {b.get('disabled_reason')}")
-        if b.get("jobs_pending"):
-            out.append(f"{b['jobs_pending']} batch job(s) still running (batch.wait = false); the index was not"
+        if b is not None and b.disabled:
+            out.append(f"batch mode was switched off for this run: {b.disabled_reason}")
+        if b is not None and b.jobs_pending:
+            out.append(f"{b.jobs_pending} batch job(s) still running (batch.wait = false); the index was not"
                        " updated; run again to collect them")
         return out
 
@@ -252,13 +263,12 @@ class RunSummary:
     tokens_sync: int = 0
     tokens_batch: int = 0
     # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
-    # was switched off and why (see memory_core.batch.runner); empty when batch mode is off
-    batch: dict[str, Any] = field(default_factory=dict)
+    # was switched off and why (see memory_core.batch.runner); None when batch mode is off
+    batch: BatchFigures | None = None
     # estimated cost of the tokens sent and the saving against all-sync (memory_core.batch.cost)
-    cost: dict[str, Any] = field(default_factory=dict)
-    # set when the primary provider kept failing and the run was rebuilt with the fallback:
-    # {"from", "to", "reason"}
-    fallback: dict[str, Any] = field(default_factory=dict)
+    cost: Cost | None = None
+    # set when the primary provider kept failing and the run was rebuilt with the fallback
+    fallback: Fallback | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     # where embedding requests ran ("this process, 4 threads", "Prefect tasks on threads (4)", ...)
@@ -269,7 +279,29 @@ class RunSummary:
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The summary as JSON (``index --json``, the flow's result, watch and MCP): ``batch``,
+        ``cost`` and ``fallback`` are ``{}`` when unset."""
+        out = asdict(self)
+        out["batch"] = self.batch.to_dict() if self.batch is not None else {}
+        out["cost"] = self.cost.to_dict() if self.cost is not None else {}
+        out["fallback"] = self.fallback.to_dict() if self.fallback is not None else {}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
+        """A summary read back from its JSON (:meth:`to_dict`): a flow run's result."""
+        d = {k: v for k, v in data.items() if k in {f.name for f in fields(cls)}}
+        b, c, fb = d.get("batch") or {}, d.get("cost") or {}, d.get("fallback") or {}
+        d["batch"] = ((BatchFigures(**b) if "jobs_submitted" in b else BatchFigures.sync_only(b.get("mode", "")))
+                      if b else None)
+        d["cost"] = Cost(**c) if c else None
+        d["fallback"] = Fallback(primary=fb["from"], to=fb["to"], reason=fb["reason"]) if fb else None
+        return cls(**d)
+
+    @property
+    def batch_pending(self) -> int:
+        """Batch jobs still running (``batch.wait = false``)."""
+        return self.batch.jobs_pending if self.batch is not None else 0
 
     def outcome(self) -> str:
         """What the run did to the index, in a few words (CLI summary, flow summary table)."""
@@ -279,18 +311,20 @@ class RunSummary:
             return f"skipped: {self.skipped}"
         if self.swapped:
             return "updated in place" if self.published == "in place" else "swapped in"
-        pending = int(self.batch.get("jobs_pending") or 0)
+        pending = self.batch_pending
         return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
 
     def cost_figure(self) -> Any:
         """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""
         cost = self.cost
-        if not cost:
+        if cost is None:
+            from memory_core.embeddings.catalog import provider_on_machine
+
             # an em dash: a lone "-" renders as a list bullet in the summary table
-            return 0.0 if self.provider in ("none", "local") or not self.tokens_sent else "\u2014"
-        if not cost.get("priced"):
-            return f"no price for {cost.get('provider')}/{cost.get('model')} (set batch.prices)"
-        return cost.get("estimated_usd")
+            return 0.0 if provider_on_machine(self.provider) or not self.tokens_sent else "\u2014"
+        if not cost.priced:
+            return f"no price for {cost.provider}/{cost.model} (set batch.prices)"
+        return cost.estimated_usd
 
     def headline(self) -> dict[str, Any]:
         """The figures a person looks for first: the top of the CLI's summary and of the flow's
@@ -310,13 +344,13 @@ class RunSummary:
     def lines(self) -> list[str]:
         s = self
         mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
-        state = s.outcome() + ("; run again to collect them" if not s.swapped and s.batch.get("jobs_pending") else "")
+        state = s.outcome() + ("; run again to collect them" if not s.swapped and s.batch_pending else "")
         out = [
             f"index: {s.index_path} ({mode}; {state})",
             f"provider: {s.provider} / {s.model} ({s.provider_reason})",
         ]
-        if s.fallback:
-            out.append(f"fallback: {s.fallback.get('from')} -> {s.fallback.get('to')} because {s.fallback.get('reason')};"
+        if s.fallback is not None:
+            out.append(f"fallback: {s.fallback.primary} -> {s.fallback.to} because {s.fallback.reason};"
                        " full rebuild with the fallback (vectors of two providers are never mixed)")
         out += [
             f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
@@ -328,9 +362,9 @@ class RunSummary:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")
         out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
-        if s.batch:
+        if s.batch is not None:
             out.append(_batch_line(s.batch))
-        if s.cost:
+        if s.cost is not None:
             from memory_core.batch.cost import cost_line
 
             out.append(cost_line(s.cost))
@@ -340,17 +374,29 @@ class RunSummary:
         return out
 
 
-def _batch_line(b: dict[str, Any]) -> str:
-    if "jobs_submitted" not in b:
-        return f"batch: {b.get('mode', 'off')}"
-    line = (f"batch: {b.get('mode')}; jobs {b['jobs_submitted']} submitted, {b['jobs_reattached']} re-attached,"
-            f" {b['jobs_collected']} collected, {b['jobs_failed']} failed, {b['jobs_timed_out']} timed out,"
-            f" {b['jobs_pending']} pending; chunks {b['chunks_via_batch']} via batch, {b['chunks_via_sync']} via sync"
-            f" ({b['lines_failed']} failed lines re-sent)")
-    if b.get("disabled"):
-        line += f"; batch mode switched off: {b.get('disabled_reason')}"
+def _batch_line(b: BatchFigures) -> str:
+    if not b.jobs:
+        return f"batch: {b.mode or 'off'}"
+    line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted, {b.jobs_reattached} re-attached,"
+            f" {b.jobs_collected} collected, {b.jobs_failed} failed, {b.jobs_timed_out} timed out,"
+            f" {b.jobs_pending} pending; chunks {b.chunks_via_batch} via batch, {b.chunks_via_sync} via sync"
+            f" ({b.lines_failed} failed lines re-sent)")
+    if b.disabled:
+        line += f"; batch mode switched off: {b.disabled_reason}"
     return line
 
+
+
+#: Embedding requests in flight at once, unless a run is told otherwise (``run_index(concurrency=)``,
+#: the flows' ``embed_concurrency``): the one default, read by both executors and the flows.
+EMBED_CONCURRENCY = 4
+
+
+def embed_parallelism(provider: Any, concurrency: int) -> int:
+    """Embedding requests one process runs at once: ``concurrency``, capped by the provider's
+    ``max_parallel_requests`` (1 for the local model, whose own threads use every core)."""
+    concurrency = max(1, concurrency)
+    return min(concurrency, provider.max_parallel_requests or concurrency)
 
 
 class Executor(Protocol):
@@ -361,6 +407,10 @@ class Executor(Protocol):
     cluster, with artifacts). Speed, memory, crash and cancel behaviour belong to the
     orchestrator, so both have the same ones.
     """
+
+    def bind(self, settings: Any) -> None:
+        """The settings of the run (or of its fallback provider) about to start."""
+        ...
 
     def describe(self, provider: Any) -> str:
         """Where embedding requests run, in a few words (the run summary's ``embedded_on``)."""

@@ -14,15 +14,23 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_core.batch.types import BatchFigures
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import chunk_markdown, fit_to_window, remap_chunk_lines, sha256_hex
+from memory_core.chunking import (
+    chunk_markdown,
+    fit_to_window,
+    max_chunk_chars,
+    overlap_chunk_chars,
+    remap_chunk_lines,
+    sha256_hex,
+)
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
@@ -34,6 +42,7 @@ from memory_core.runtypes import (
     ChunkResult,
     EmbedCounts,
     EmbedStats,
+    Fallback,
     MissResult,
     Progress,
     RunPlan,
@@ -232,7 +241,6 @@ class FileChunks:
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
-    from memory_core.embeddings.local import count_over_window
     from memory_core.redact import redact_lines, should_redact
     from memory_core.sessions import parse_session_file
 
@@ -276,7 +284,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             kept.append(c)
     row = {"path": f.path, "source": f.source, "hash": digest or "", "mtime_ms": mtime_ms, "size": size,
            "chunks": len(kept), "lines": lines}
-    over = count_over_window(provider, [c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
+    over = provider.count_over_window([c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
         else 0
     return FileChunks(kept, row, over)
 
@@ -295,10 +303,10 @@ def _may_exceed_window(provider: EmbeddingProvider, tokens: int, overlap: int) -
     """False when no chunk of these settings can be over the provider's window: a chunk holds
     at most ``(tokens + overlap) * 4`` characters plus a newline, and the token estimate never
     exceeds characters + 1. True for providers that count with their own tokenizer."""
-    if callable(getattr(provider, "count_truncated", None)):
+    if provider.own_tokenizer:
         return True
-    limit = getattr(provider, "max_tokens_per_input", None)
-    return not limit or (max(32, tokens * 4) + overlap * 4 + 2) > limit
+    limit = provider.max_tokens_per_input
+    return not limit or (max_chunk_chars(tokens) + overlap_chunk_chars(overlap) + 2) > limit
 
 
 def merge_over_window(plan: RunPlan, live_meta: dict[str, Any] | None, new: dict[str, int]) -> dict[str, int]:
@@ -366,7 +374,7 @@ def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: Any) -> Non
 
 def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -> EmbeddingCache | None:
     """The embedding cache of this run; with ``cache.enabled = false`` it lives (and dies) in the workdir."""
-    if provider.name == "none":
+    if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
     return EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
@@ -375,7 +383,7 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 # -- embed stats ---------------------------------------------------------------------------------
 
 def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCounts,
-                batch: tuple[EmbedCounts, dict[str, Any]] | None) -> EmbedStats:
+                batch: tuple[EmbedCounts, BatchFigures] | None) -> EmbedStats:
     """One run's embedding figures: the streamed build's sync requests plus, in Batch API mode,
     the batch jobs' (``memory_core.batch.runner.BatchRun``: their counts and job figures)."""
     from memory_core.batch.cost import estimate_cost
@@ -383,19 +391,18 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
     out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
     if batch is not None:
         counts, figures = batch
-        b = dict(figures)
-        b["chunks_via_sync"] = stream.embedded
-        if b["disabled"]:
-            b["mode"] = "batch, then sync (batch mode off)"
+        b = replace(figures, chunks_via_sync=stream.embedded)
+        if b.disabled:
+            b.mode = "batch, then sync (batch mode off)"
         elif stream.embedded:
-            b["mode"] = "batch + sync for failed lines"
+            b.mode = "batch + sync for failed lines"
         out.requests += counts.requests
         out.embedded += counts.embedded
         out.tokens_batch = counts.tokens
         out.batch = b
     elif settings.batch.enabled and not provider.supports_batch:
-        out.batch = {"mode": f"sync ({provider.name} has no Batch API)"}
-    if provider.name != "local":  # a hosted provider: what this run cost
+        out.batch = BatchFigures.sync_only(f"sync ({provider.name} has no Batch API)")
+    if not provider.on_machine:  # a hosted provider: what this run cost
         out.cost = estimate_cost(settings, provider.name, provider.model, tokens_sync=out.tokens_sync,
                                  tokens_batch=out.tokens_batch)
     return out
@@ -403,7 +410,7 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
 
 def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) -> float | None:
     """Estimated US dollars for ``tokens`` sent by sync requests (None: local or unpriced)."""
-    if provider.name in ("local", "none"):
+    if provider.on_machine:
         return None
     from memory_core.batch.cost import sync_price
 
@@ -434,7 +441,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
     """The run's summary; with ``error`` (a cancelled or failed run), a partial one from
     ``progress``: what was chunked and embedded (and cached) before the run ended."""
     c = plan.counts
-    live = None if built else (probe_index(Path(plan.index_path))[0] or {})
+    live: dict[str, Any] = {} if built else (probe_index(Path(plan.index_path))[0] or {})
     total = built.counts["chunks"] if built else int((live.get("counts") or {}).get("chunks", 0))
     over = built.chunks_over_window if built else int(live.get("chunks_over_window") or 0)
     if embed is None:
@@ -455,8 +462,8 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         chunks_embedded=embed.embedded, chunks_from_cache=from_cache,
         chunks_over_window=over,
         embed_requests=embed.requests, tokens_sent=embed.tokens, tokens_sync=embed.tokens_sync,
-        tokens_batch=embed.tokens_batch, batch=dict(embed.batch), cost=dict(embed.cost),
-        fallback=dict(embed.fallback), stage_seconds={k: round(v, 3) for k, v in timings.items()},
+        tokens_batch=embed.tokens_batch, batch=embed.batch, cost=embed.cost,
+        fallback=embed.fallback, stage_seconds={k: round(v, 3) for k, v in timings.items()},
         warnings=warnings, embedded_on=embedded_on, error=error,
     )
 
@@ -507,12 +514,12 @@ def preflight(settings: Settings) -> None:
 
 
 def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
-                     exc: Exception) -> tuple[EmbeddingProvider, str, dict[str, Any]] | None:
+                     exc: Exception) -> tuple[EmbeddingProvider, str, Fallback] | None:
     """The fallback provider for a primary that failed during a run: (provider, reason, info)
-    where ``info`` = {"from", "to", "reason"} goes into the run summary; None if there is none.
+    where ``info`` goes into the run summary; None if there is none.
 
     The caller must rebuild the index in full with it (``discover_stage(..., full=True)`` then
-    set ``plan.full_reason = fallback_full_reason(info)``): vectors are never mixed.
+    set ``plan.full_reason = info.full_reason()``): vectors are never mixed.
     """
     from memory_core.embeddings.registry import create_fallback_provider
 
@@ -521,9 +528,5 @@ def fallback_for_run(settings: Settings, primary: EmbeddingProvider,
     if switched is None:
         return None
     fb, reason = switched
-    info = {"from": f"{primary.name}/{primary.model}", "to": f"{fb.name}/{fb.model}", "reason": why}
+    info = Fallback(primary=f"{primary.name}/{primary.model}", to=f"{fb.name}/{fb.model}", reason=why)
     return fb, reason, info
-
-
-def fallback_full_reason(info: dict[str, Any]) -> str:
-    return f"provider fallback from {info['from']} to {info['to']}"

@@ -55,7 +55,7 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,9 +247,9 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, immutable: 
         conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     else:
         refuse_sqlite_symlinks(p)
-        name, uri = _sqlite_name(p)
+        name, uri_flag = _sqlite_name(p)
         conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-                               | apsw.SQLITE_OPEN_NOFOLLOW | uri)
+                               | apsw.SQLITE_OPEN_NOFOLLOW | uri_flag)
     conn.set_busy_timeout(10_000)
     return conn
 
@@ -672,10 +672,6 @@ class IndexWriter:
             conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return removed
 
-    def insert_chunks(self, rows: Sequence[ChunkRow]) -> None:
-        self.insert_tuples([(r.id, r.path, r.source, r.start_line, r.end_line, r.hash, r.model, r.text, r.fts_text,
-                             r.embedding, r.updated_at, r.parts) for r in rows])
-
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
         computed here, so a writer process does that work)."""
@@ -922,12 +918,6 @@ class IndexLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def iter_live_chunks(conn: apsw.Connection, path: str) -> Iterator[tuple[Any, ...]]:
-    yield from conn.execute(
-        "SELECT id, start_line, end_line, hash, text FROM chunks WHERE path = ? ORDER BY start_line", (path,)
-    )
 
 
 def require_index(path: Path) -> None:

@@ -93,7 +93,7 @@ class _Stream:
         self.cache = cache
         self.executor = executor
         self.progress = progress
-        self.with_vectors = provider.name != "none" and cache is not None
+        self.with_vectors = provider.has_vectors and cache is not None
         self.dims: int | None = provider.dims
         self.workers = executor.parallelism(provider)
         self.groups = 0

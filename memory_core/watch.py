@@ -274,7 +274,7 @@ class RunRecord:
         if "files_scanned" in s:
             from memory_core.runtypes import RunSummary
 
-            summary = RunSummary(**s)
+            summary = RunSummary.from_dict(s)  # a runner's result is JSON (a deployment's too)
             h = summary.headline()  # the figures the CLI and the flow's summary artifact open with
             line = f"{head}: {h['outcome']}; files {h['files']}; {h['chunks']} chunks"
             if summary.swapped:
@@ -471,8 +471,8 @@ class Watcher:
             plan = self.filter.plan()
             gen_stop = threading.Event()
             replan = threading.Event()
-            groups = [(sorted(plan.recursive), True), (sorted(plan.flat), False)]
-            groups = [(paths, rec, threading.Event()) for paths, rec in groups if paths]
+            roots = [(sorted(plan.recursive), True), (sorted(plan.flat), False)]
+            groups = [(paths, rec, threading.Event()) for paths, rec in roots if paths]
             self._watching.clear()
             threads = [
                 threading.Thread(target=self._watch_group, args=(paths, rec, ready, gen_stop, replan, plan),

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from memory_core.batch import jobs as J
@@ -119,7 +119,7 @@ def batch_recover_task(settings_blob: str, cache_path: str, workdir: str, record
         return J.recover_job(ctx, record)
 
 
-STEP_TASKS = {
+STEP_TASKS: dict[str, Task[..., Any]] = {
     "submit": batch_submit_task, "poll": batch_poll_task, "collect": batch_collect_task,
     "cancel": batch_cancel_task, "recover": batch_recover_task,
 }

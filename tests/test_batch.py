@@ -99,9 +99,9 @@ def test_batch_run_end_to_end(workspace: Path, fake: Any) -> None:
     b = summary.batch
     assert summary.swapped and summary.chunks_embedded == summary.chunks_total > 50
     # misses across all files go into as few jobs as the (lowered) job limit allows
-    assert b["jobs_submitted"] == fake.batch_creates == -(-summary.chunks_total // 25)
-    assert b["jobs_collected"] == b["jobs_submitted"] and b["jobs_failed"] == 0 and not b["disabled"]
-    assert b["chunks_via_batch"] == summary.chunks_total and b["chunks_via_sync"] == 0
+    assert b.jobs_submitted == fake.batch_creates == -(-summary.chunks_total // 25)
+    assert b.jobs_collected == b.jobs_submitted and b.jobs_failed == 0 and not b.disabled
+    assert b.chunks_via_batch == summary.chunks_total and b.chunks_via_sync == 0
     assert fake.embed_requests == 0  # no sync call at all
     assert_paid_once(fake, s)
     # the request lines are what each provider expects
@@ -119,13 +119,13 @@ def test_batch_run_end_to_end(workspace: Path, fake: Any) -> None:
     ids = set(fake.batch_submitted_ids)
     assert ids == {sha256_hex(t) for t in chunk_texts(s)}
     # ledger: every job collected, no chunk rows left; provider files cleaned up
-    assert ledger_states(s) == {lg.COLLECTED: b["jobs_submitted"]}
+    assert ledger_states(s) == {lg.COLLECTED: b.jobs_submitted}
     assert open_ledger_chunks(s) == 0
     assert fake.files == {}
     # cost: batch tokens priced at the batch discount
     c = summary.cost
-    assert c["tokens_batch"] == summary.tokens_sent > 0 and c["tokens_sync"] == 0
-    assert c["saving_usd"] > 0 and c["saving_pct"] == (33.0 if fake.name == "voyage" else 50.0)
+    assert c.tokens_batch == summary.tokens_sent > 0 and c.tokens_sync == 0
+    assert c.saving_usd > 0 and c.saving_pct == (33.0 if fake.name == "voyage" else 50.0)
     assert any(line.startswith("cost:") for line in summary.lines())
     with Searcher(s) as searcher:
         assert searcher.search("restore postgres backup", min_score=0)
@@ -143,9 +143,9 @@ def test_failed_job_counts_and_is_submitted_again(workspace: Path, fake: Any) ->
     s = batch_settings(workspace, "openai", fake, concurrency=1)
     summary = run_index(s)
     b = summary.batch
-    assert summary.swapped and b["jobs_failed"] == 1 and not b["disabled"]
-    assert "token_limit_exceeded" in " ".join(b["errors"])
-    assert b["requeued_chunks"] == 25 and b["chunks_via_sync"] == 0
+    assert summary.swapped and b.jobs_failed == 1 and not b.disabled
+    assert "token_limit_exceeded" in " ".join(b.errors)
+    assert b.requeued_chunks == 25 and b.chunks_via_sync == 0
     assert fake.batch_creates == 4 and fake.embed_requests == 0
     assert ledger_states(s) == {lg.FAILED: 1, lg.COLLECTED: 3}
     assert_paid_once(fake, s)
@@ -156,8 +156,8 @@ def test_expired_job_keeps_its_partial_output(workspace: Path, fake: Any) -> Non
     s = batch_settings(workspace, "openai", fake, concurrency=1)
     summary = run_index(s)
     b = summary.batch
-    assert summary.swapped and b["jobs_failed"] == 1
-    assert b["requeued_chunks"] == 15  # only what the expired job did not finish
+    assert summary.swapped and b.jobs_failed == 1
+    assert b.requeued_chunks == 15  # only what the expired job did not finish
     assert fake.batch_jobs[0].status == "expired"
     assert_paid_once(fake, s)
 
@@ -168,11 +168,11 @@ def test_job_that_never_finishes_times_out_twice_then_sync(workspace: Path, fake
     t0 = time.monotonic()
     summary = run_index(s)
     b = summary.batch
-    assert summary.swapped and b["jobs_timed_out"] == 1
+    assert summary.swapped and b.jobs_timed_out == 1
     # retried once (same job, no resubmission), then counted 2 = the limit: batch mode off
-    assert b["failure_points"] == 2 and b["disabled"] and "timed out" in b["disabled_reason"]
+    assert b.failure_points == 2 and b.disabled and "timed out" in b.disabled_reason
     assert fake.batch_jobs[0].cancel_requested and fake.batch_jobs[0].status == "cancelled"
-    assert fake.batch_creates == 1 and b["chunks_via_sync"] == summary.chunks_total
+    assert fake.batch_creates == 1 and b.chunks_via_sync == summary.chunks_total
     assert any("batch mode was switched off" in w for w in summary.warnings)
     assert any("batch mode switched off" in line for line in summary.lines())
     assert ledger_states(s) == {lg.CANCELLED: 1}
@@ -187,9 +187,9 @@ def test_output_with_error_missing_and_malformed_lines(workspace: Path, fake: An
     s = batch_settings(workspace, fake.name, fake, concurrency=1)
     summary = run_index(s)
     b = summary.batch
-    assert summary.swapped and b["jobs_failed"] == 0 and not b["disabled"]
+    assert summary.swapped and b.jobs_failed == 0 and not b.disabled
     # every line without a usable vector went through a sync call, and only those
-    assert b["lines_failed"] == 7 == b["chunks_via_sync"]
+    assert b.lines_failed == 7 == b.chunks_via_sync
     assert summary.tokens_sync > 0 and summary.tokens_batch > 0
     assert len(fake.sync_billed_texts) == 7
     # the provider billed the malformed and the NaN lines: those two are (unavoidably) paid twice
@@ -205,11 +205,11 @@ def test_failure_limit_switches_the_rest_to_sync(workspace: Path, fake: Any) -> 
     s = batch_settings(workspace, "openai", fake, concurrency=1, max_requests_per_job=10)
     summary = run_index(s)
     b = summary.batch
-    assert b["disabled"] and b["jobs_failed"] == 2 and b["failure_points"] == 2
-    assert "limit of 2" in b["disabled_reason"]
-    assert fake.batch_creates == 2 and b["jobs_submitted"] == 2
-    assert b["chunks_via_batch"] == 0 and b["chunks_via_sync"] == summary.chunks_total
-    assert b["mode"].startswith("batch, then sync")
+    assert b.disabled and b.jobs_failed == 2 and b.failure_points == 2
+    assert "limit of 2" in b.disabled_reason
+    assert fake.batch_creates == 2 and b.jobs_submitted == 2
+    assert b.chunks_via_batch == 0 and b.chunks_via_sync == summary.chunks_total
+    assert b.mode.startswith("batch, then sync")
     assert summary.swapped
     assert_paid_once(fake, s)
     # status (and MCP memory_status) report the batch state: failures, limit, last error
@@ -223,8 +223,8 @@ def test_success_resets_the_failure_count(workspace: Path, fake: Any) -> None:
     fake.script_next_job(JobFault(outcome="fail"), JobFault(), JobFault(outcome="fail"))
     s = batch_settings(workspace, "openai", fake, concurrency=1)
     summary = run_index(s)
-    assert summary.batch["jobs_failed"] == 2 and not summary.batch["disabled"]
-    assert summary.batch["chunks_via_sync"] == 0
+    assert summary.batch.jobs_failed == 2 and not summary.batch.disabled
+    assert summary.batch.chunks_via_sync == 0
     assert_paid_once(fake, s)
 
 
@@ -234,7 +234,7 @@ def test_transient_errors_on_upload_create_and_poll_are_retried(workspace: Path,
     fake.fail_next(2, 500, on="batch_get")
     s = batch_settings(workspace, "openai", fake)
     summary = run_index(s)
-    assert summary.swapped and summary.batch["jobs_failed"] == 0
+    assert summary.swapped and summary.batch.jobs_failed == 0
     assert len(fake.batch_jobs) == 3  # the failed create was not duplicated
     assert_paid_once(fake, s)
 
@@ -245,17 +245,17 @@ def test_wait_false_leaves_jobs_and_a_later_run_collects(workspace: Path, fake: 
     fake.batch_delay = None  # jobs run until told to finish
     s = batch_settings(workspace, "openai", fake, wait=False)
     first = run_index(s)
-    assert not first.swapped and first.batch["jobs_pending"] == 3 == fake.batch_creates
+    assert not first.swapped and first.batch.jobs_pending == 3 == fake.batch_creates
     assert any("still running" in line for line in first.lines())
     assert ledger_states(s) == {lg.SUBMITTED: 3}
     # a second wait=false run only looks: nothing new is submitted
     second = run_index(s)
-    assert second.batch["jobs_reattached"] == 3 and second.batch["jobs_submitted"] == 0
+    assert second.batch.jobs_reattached == 3 and second.batch.jobs_submitted == 0
     assert fake.batch_creates == 3 and not second.swapped
     fake.complete_job()
     third = run_index(s.model_copy(update={"batch": s.batch.model_copy(update={"wait": True})}))
-    assert third.swapped and third.batch["jobs_reattached"] == 3 and third.batch["jobs_submitted"] == 0
-    assert third.batch["jobs_collected"] == 3 and fake.batch_creates == 3
+    assert third.swapped and third.batch.jobs_reattached == 3 and third.batch.jobs_submitted == 0
+    assert third.batch.jobs_collected == 3 and fake.batch_creates == 3
     assert third.chunks_embedded == third.chunks_total
     assert ledger_states(s) == {lg.COLLECTED: 3}
     assert_paid_once(fake, s)
@@ -276,8 +276,8 @@ def test_jobs_no_longer_needed_are_cancelled(workspace: Path, fake: Any) -> None
     for j in needed:
         fake.complete_job(j.id)
     summary = run_index(s.model_copy(update={"batch": s.batch.model_copy(update={"wait": True})}))
-    assert summary.swapped and summary.batch["jobs_reattached"] == len(needed)
-    assert summary.batch["jobs_cancelled"] == len(unneeded) and summary.batch["jobs_submitted"] == 0
+    assert summary.swapped and summary.batch.jobs_reattached == len(needed)
+    assert summary.batch.jobs_cancelled == len(unneeded) and summary.batch.jobs_submitted == 0
     assert all(j.cancel_requested and j.status == "cancelled" for j in unneeded)
     assert not any(j.cancel_requested for j in needed)
     assert ledger_states(s) == {lg.COLLECTED: len(needed), lg.CANCELLED: len(unneeded)}
@@ -309,7 +309,7 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
     assert ledger_states(s) == {lg.SUBMITTING: 1}
     fake.complete_job()
     summary = run_index(s)
-    assert summary.swapped and summary.batch["jobs_reattached"] == 1 and summary.batch["jobs_submitted"] == 0
+    assert summary.swapped and summary.batch.jobs_reattached == 1 and summary.batch.jobs_submitted == 0
     assert fake.batch_creates == 1
     assert_paid_once(fake, s)
 
@@ -325,9 +325,9 @@ def test_submit_that_never_reached_the_provider_is_resubmitted(workspace: Path, 
         # killed after recording, before the upload finished: no file, no job at the provider
         BatchLedger.for_cache(cache).record_submission("mc-lost", [(first.hash, 10)], requests=1, tokens=10)
     summary = run_index(s)
-    assert summary.swapped and summary.batch["jobs_reattached"] == 1
+    assert summary.swapped and summary.batch.jobs_reattached == 1
     assert ledger_states(s) == {lg.ABANDONED: 1, lg.COLLECTED: 2}
-    assert summary.batch["requeued_chunks"] == 1 and fake.batch_creates == 2
+    assert summary.batch.requeued_chunks == 1 and fake.batch_creates == 2
     assert_paid_once(fake, s)
 
 
@@ -368,8 +368,8 @@ def test_sigkill_with_jobs_in_flight_then_rerun_reattaches(workspace: Path, tmp_
         srv.complete_job()
         creates, uploads = srv.batch_creates, len(srv.requests_of("file_upload"))
         rerun = run_index(s)
-        assert rerun.swapped and rerun.batch["jobs_reattached"] == 3
-        assert rerun.batch["jobs_submitted"] == 0 and srv.batch_creates == creates
+        assert rerun.swapped and rerun.batch.jobs_reattached == 3
+        assert rerun.batch.jobs_submitted == 0 and srv.batch_creates == creates
         assert len(srv.requests_of("file_upload")) == uploads  # nothing new uploaded either
         assert rerun.chunks_embedded == rerun.chunks_total and srv.embed_requests == 0
         assert_paid_once(srv, s)
@@ -430,16 +430,16 @@ def test_ledger_lives_in_the_cache_file(tmp_path: Path) -> None:
 def test_cost_table_defaults_and_overrides(tmp_path: Path) -> None:
     s = load_settings(None, {"workspace": str(tmp_path)})
     c = estimate_cost(s, "openai", "text-embedding-3-small", tokens_sync=1_000_000, tokens_batch=2_000_000)
-    assert c["estimated_usd"] == pytest.approx(0.02 + 0.02)  # 1M at 0.02 + 2M at 0.01
-    assert c["sync_only_usd"] == pytest.approx(0.06) and c["saving_usd"] == pytest.approx(0.02)
+    assert c.estimated_usd == pytest.approx(0.02 + 0.02)  # 1M at 0.02 + 2M at 0.01
+    assert c.sync_only_usd == pytest.approx(0.06) and c.saving_usd == pytest.approx(0.02)
     v = estimate_cost(s, "voyage", "voyage-4-large", tokens_sync=0, tokens_batch=1_000_000)
-    assert v["estimated_usd"] == pytest.approx(0.12 * 0.67) and v["saving_pct"] == 33.0
+    assert v.estimated_usd == pytest.approx(0.12 * 0.67) and v.saving_pct == 33.0
     unknown = estimate_cost(s, "openai", "my-model", tokens_sync=10, tokens_batch=0)
-    assert unknown["priced"] is False and unknown["estimated_usd"] is None
+    assert unknown.priced is False and unknown.estimated_usd is None
     s2 = load_settings(None, {"workspace": str(tmp_path), "batch": {
         "prices": {"openai/my-model": 1.0}, "batch_discount": {"openai": 0.25}}})
     o = estimate_cost(s2, "openai", "my-model", tokens_sync=0, tokens_batch=1_000_000)
-    assert o["estimated_usd"] == pytest.approx(0.75)
+    assert o.estimated_usd == pytest.approx(0.75)
     from memory_core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="batch_discount"):
@@ -450,7 +450,7 @@ def test_batch_mode_with_a_provider_without_batch_api_uses_sync(workspace: Path,
     shutil.rmtree(workspace / "memory")
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "batch": {"enabled": True}})
     summary = run_index(s)
-    assert summary.swapped and summary.batch == {}
+    assert summary.swapped and summary.batch is None and summary.to_dict()["batch"] == {}
 
 
 def test_hostile_output_lines_never_poison_the_ledger(workspace: Path, fake: Any) -> None:
@@ -464,10 +464,10 @@ def test_hostile_output_lines_never_poison_the_ledger(workspace: Path, fake: Any
     s = batch_settings(workspace, fake.name, fake, concurrency=1)
     summary = run_index(s)
     b = summary.batch
-    assert summary.swapped and b["jobs_failed"] == 0
+    assert summary.swapped and b.jobs_failed == 0
     assert set(ledger_states(s)) == {lg.COLLECTED} and open_ledger_chunks(s) == 0
     # the input answered twice, differently, is embedded again by one sync call, and only it
-    assert b["lines_failed"] == 1 == b["chunks_via_sync"] == len(fake.sync_billed_texts)
+    assert b.lines_failed == 1 == b.chunks_via_sync == len(fake.sync_billed_texts)
     (text,) = fake.sync_billed_texts
     provider, _ = create_provider(s)
     with EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key) as cache:

@@ -68,6 +68,9 @@ def test_surrogate_pair_never_split():
     # a lone high surrogate (as from surrogateescape decoding) right at a cut point
     line = "a" * 31 + "\ud83d\ude00" + "b" * 40
     chunks = chunk_markdown(line, 8, 0)  # max 32 chars
+    assert len(chunks) == 3 and "".join(c.text for c in chunks) == line  # cut, nothing lost or repeated
+    assert chunks[0].text == "a" * 31  # the cut moved back one character to keep the pair whole
+    assert chunks[1].text.startswith("\ud83d\ude00")
     for c in chunks:
         assert not c.text.endswith("\ud83d")
         assert not c.text.startswith("\ude00")

@@ -224,7 +224,7 @@ def test_batch_lines_with_a_bad_index_are_refused_and_reembedded(workspace, mode
         srv.script_next_job(JobFault(bad_vector_lines=2, bad_vector=mode))
         s = batch_settings(workspace, "openai", srv, concurrency=1)
         summary = run_index(s)
-        assert summary.swapped and summary.batch["lines_failed"] == 2 == summary.batch["chunks_via_sync"]
+        assert summary.swapped and summary.batch.lines_failed == 2 == summary.batch.chunks_via_sync
         assert len(srv.sync_billed_texts) == 2
 
 
@@ -327,7 +327,7 @@ def test_a_damaged_cache_with_batch_mode_is_set_aside_too(workspace):
         s.cache_file.parent.mkdir(parents=True, exist_ok=True)
         s.cache_file.write_bytes(b"\x00garbage" * 512)
         summary = run_index(s)
-        assert summary.swapped and summary.batch["chunks_via_batch"] == summary.chunks_total
+        assert summary.swapped and summary.batch.chunks_via_batch == summary.chunks_total
         assert [p for p in s.cache_file.parent.iterdir() if ".damaged-" in p.name]
 
 

@@ -111,3 +111,110 @@ def test_the_engine_layers_point_down() -> None:
     # the query side never imports the indexing code
     for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.writer_proc"]:
         assert indexing not in g["memory_core.search"], indexing
+
+
+# -- provider facts live on the provider classes ----------------------------------------------
+
+PROVIDER_NAMES = frozenset({"local", "openai", "gemini", "voyage", "mistral", "none"})
+HOSTED_NAMES = PROVIDER_NAMES - {"local", "none"}  # never a legitimate literal outside the providers
+# (file, code) pairs allowed for now, each with the reason
+NAME_BRANCH_ALLOWED = {
+    # the lead's file (ranking work in flight): a keyword-only index has no dims anyway
+    ("memory_core/search.py", "meta.get('provider') in (None, 'none')"),
+}
+
+
+def name_branches(source: str) -> list[str]:
+    """Code that decides by a provider's name: a comparison of something provider-ish (or any
+    expression, for a hosted provider's name) with a provider name, and tables keyed by a
+    hosted provider's name ("openai", "openai/model")."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = {m.value for s in sides for m in ast.walk(s) if isinstance(m, ast.Constant)}
+            text = ast.unparse(node)
+            if consts & HOSTED_NAMES or (consts & PROVIDER_NAMES and ("provider" in text or ".name" in text
+                                                                      or "flavour" in text)):
+                found.append(text)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value in HOSTED_NAMES or any(node.value.startswith(f"{n}/") for n in PROVIDER_NAMES)):
+            found.append(repr(node.value))
+    return found
+
+
+def test_nothing_outside_the_providers_decides_by_a_provider_name() -> None:
+    """Parallelism, vectors or not, prices, the Batch API client, unit-length batch vectors,
+    chunk defaults and the input window are facts on the provider classes
+    (memory_core/embeddings): the engine asks the provider, never its name."""
+    offenders = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("memory_core/embeddings/"):
+                continue
+            offenders += [(rel, code) for code in name_branches(path.read_text())
+                          if (rel, code) not in NAME_BRANCH_ALLOWED]
+    assert offenders == []
+
+
+def test_the_name_branch_check_finds_branches() -> None:
+    src = ('if provider.name == "local": pass\n'
+           'x = 1 if self.provider in ("none", "local") else 2\n'
+           'y = flavour == "voyage"\n'
+           'PRICES = {"openai/text-embedding-3-small": 0.02, "gemini": 0.5}\n'
+           'z = engine == "local"\n')
+    assert set(name_branches(src)) == {"provider.name == 'local'", "self.provider in ('none', 'local')",
+                                       "flavour == 'voyage'", "'voyage'", "'openai/text-embedding-3-small'",
+                                       "'gemini'"}
+
+
+def test_the_built_in_providers_are_registered_as_entry_points() -> None:
+    """pyproject.toml registers the built-ins under the same entry-point group as any other
+    provider; the catalog's table (for installs whose metadata predates one) agrees with it."""
+    import tomllib
+
+    from memory_core.embeddings.catalog import _REGISTRY, ENTRY_POINT_GROUP
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    assert eps == {name: f"{mod}:{cls}" for name, (mod, cls) in _REGISTRY.items()}
+
+
+# -- one place decides chunk sizes and embedding concurrency ----------------------------------
+
+def literal_defaults(source: str) -> list[str]:
+    """Parameters and fields about chunk size or embedding concurrency whose default is a
+    number written out (not the one constant: chunking.DEFAULT_CHUNK_*, runtypes.EMBED_CONCURRENCY)."""
+    found: list[str] = []
+    watched = ("concurrency", "tokens", "overlap")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            pos = args.posonlyargs + args.args
+            pairs = list(zip(pos[len(pos) - len(args.defaults):], args.defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+            found += [f"{node.name}({a.arg}={ast.unparse(d)})" for a, d in pairs
+                      if a.arg.endswith(watched) and isinstance(d, ast.Constant) and type(d.value) is int]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                and node.target.id.endswith(("embed_concurrency", "chunk_tokens", "chunk_overlap")):
+            value = node.value
+            if isinstance(value, ast.Call):  # Field(default=4, ...)
+                value = next((k.value for k in value.keywords if k.arg == "default"), None)
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                found.append(f"{node.target.id} = {value.value}")
+    return found
+
+
+def test_chunk_size_and_concurrency_defaults_are_decided_once() -> None:
+    offenders = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            offenders += [(path.relative_to(ROOT).as_posix(), x) for x in literal_defaults(path.read_text())]
+    # the local model's own chunk default (its 256-piece window) is a provider fact
+    assert offenders == [], offenders
+
+
+def test_the_defaults_check_finds_literals() -> None:
+    src = ("def run(s, concurrency: int = 4, *, tokens=400, overlap: int = OVERLAP): pass\n"
+           "class P(BaseModel):\n    embed_concurrency: int = Field(default=4, ge=1)\n")
+    assert literal_defaults(src) == ["run(concurrency=4)", "run(tokens=400)", "embed_concurrency = 4"]

@@ -161,10 +161,10 @@ def test_auto_learns_mistral_and_the_class_states_its_price(workspace: Path, mis
     monkeypatch.setenv("VOYAGE_API_KEY", "pa-key")
     assert create_provider(s)[0].name == "voyage"
     cost = estimate_cost(s, "mistral", "mistral-embed", tokens_sync=2_000_000, tokens_batch=0)
-    assert cost["sync_per_mtok"] == pytest.approx(0.10) and cost["estimated_usd"] == pytest.approx(0.20)
+    assert cost.sync_per_mtok == pytest.approx(0.10) and cost.estimated_usd == pytest.approx(0.20)
     # the config's price table still wins over the class
     s2 = load_settings(None, {"workspace": str(workspace), "batch": {"prices": {"mistral/*": 0.5}}})
-    assert estimate_cost(s2, "mistral", "mistral-embed", tokens_sync=10**6, tokens_batch=0)["sync_per_mtok"] == 0.5
+    assert estimate_cost(s2, "mistral", "mistral-embed", tokens_sync=10**6, tokens_batch=0).sync_per_mtok == 0.5
 
 
 def test_neither_key_nor_texts_reach_the_logs_even_with_mistral_debug(workspace: Path, mis: MistralFake,

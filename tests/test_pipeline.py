@@ -141,7 +141,9 @@ def test_citations_point_at_the_right_lines(workspace):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     run_index(s)
     with Searcher(s) as searcher:
-        for r in searcher.search("Lisbon hotel confirmation", min_score=0):
+        results = searcher.search("Lisbon hotel confirmation", min_score=0)
+        assert results and any("lisbon" in r.snippet.lower() for r in results)
+        for r in results:
             lines = (workspace / r.path).read_text().split("\n")
             chunk = "\n".join(lines[r.start_line - 1:r.end_line])
             assert r.citation == f"{r.path}#L{r.start_line}-L{r.end_line}"

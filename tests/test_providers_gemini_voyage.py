@@ -212,9 +212,9 @@ def test_fallback_when_the_primary_keeps_failing(workspace: Path, gem: GeminiFak
         oai.fail_next(None, 500)  # from now on the primary keeps failing
         summary = run_index(s)
         assert summary.provider == "gemini" and summary.model == "gemini-embedding-001"
-        assert summary.fallback["from"] == "openai/text-embedding-3-small"
-        assert summary.fallback["to"] == "gemini/gemini-embedding-001"
-        assert "HTTP 500" in summary.fallback["reason"]
+        assert summary.fallback.primary == "openai/text-embedding-3-small"
+        assert summary.fallback.to == "gemini/gemini-embedding-001"
+        assert "HTTP 500" in summary.fallback.reason
         assert summary.provider_reason.startswith("fallback: openai")
         # a full rebuild: every chunk embedded by gemini, none mixed in from openai
         assert summary.full and "fallback" in summary.full_reason

@@ -20,12 +20,12 @@ import base64
 import json
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from memory_core.batch import types as st
-from memory_core.batch.types import JobLimits, RemoteJob
+from memory_core.batch.types import BatchClient, JobLimits, ParsedLine, RemoteJob
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
@@ -41,36 +41,6 @@ VOYAGE_LIMITS = JobLimits(max_requests=100_000, max_bytes=950 * MiB)  # 100k inp
 GEMINI_LIMITS = JobLimits(max_requests=50_000, max_bytes=1900 * MiB)
 
 LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
-
-
-class ParsedLine:
-    """One output line: the custom id and either a vector or an error (kind, message)."""
-
-    __slots__ = ("custom_id", "vector", "kind", "message")
-
-    def __init__(self, custom_id: str | None, vector: Any = None, kind: str = "ok", message: str = "") -> None:
-        self.custom_id = custom_id
-        self.vector = vector
-        self.kind = kind
-        self.message = message
-
-
-class BatchClient(Protocol):
-    provider: str
-    limits: JobLimits
-    completion_window: str
-
-    def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...
-    def upload(self, path: str, local_id: str) -> str: ...
-    def create(self, input_file_id: str, local_id: str) -> RemoteJob: ...
-    def get(self, job_id: str) -> RemoteJob: ...
-    def cancel(self, job_id: str) -> None: ...
-    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None: ...
-    def download(self, file_id: str) -> bytes: ...
-    def delete_file(self, file_id: str) -> None: ...
-    def parse_line(self, obj: Any) -> ParsedLine: ...
-    def retry(self, fn: Callable[[], T]) -> T: ...
-    def classify(self, exc: Exception) -> Exception: ...
 
 
 def decode_vector(value: Any) -> Any:
@@ -94,17 +64,20 @@ _OPENAI_STATUS = {
 }
 
 
-class OpenAICompatibleBatchClient:
-    """OpenAI's Files + Batches API (also Voyage's, which copies it) through the ``openai`` SDK."""
+class OpenAIBatchClient:
+    """OpenAI's Files + Batches API through the ``openai`` SDK (:class:`VoyageBatchClient`
+    drives Voyage's copy of it)."""
 
-    def __init__(self, provider: EmbeddingProvider, client: Any, *, flavour: str) -> None:
+    limits = OPENAI_LIMITS
+    completion_window = "24h"
+
+    def __init__(self, provider: EmbeddingProvider, client: Any, *,
+                 classify: Callable[[Exception, str], Exception]) -> None:
         self.provider = provider.name
+        self._classify = classify  # the SDK's exceptions as Retryable or ProviderError
         self.model = provider.model
         self.dims = getattr(provider, "requested_dims", None)
-        self.flavour = flavour  # "openai" | "voyage"
         self.client = client
-        self.limits = VOYAGE_LIMITS if flavour == "voyage" else OPENAI_LIMITS
-        self.completion_window = "12h" if flavour == "voyage" else "24h"
         remote = getattr(provider, "settings", None)
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
@@ -113,9 +86,7 @@ class OpenAICompatibleBatchClient:
         self._long = client.with_options(timeout=max(600.0, float(getattr(remote, "timeout_s", 60.0))))
 
     def classify(self, exc: Exception) -> Exception:
-        from memory_core.embeddings.openai_provider import classify_openai_error
-
-        return classify_openai_error(exc, self.provider)
+        return self._classify(exc, self.provider)
 
     def retry(self, fn: Callable[[], T]) -> T:
         def once() -> T:
@@ -128,8 +99,6 @@ class OpenAICompatibleBatchClient:
                                  initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
-        if self.flavour == "voyage":
-            return {"custom_id": custom_id, "body": {"input": [text]}}
         body: dict[str, Any] = {"model": self.model, "input": [text]}
         if self.dims:
             body["dimensions"] = self.dims
@@ -156,16 +125,15 @@ class OpenAICompatibleBatchClient:
             input_file_id=getattr(b, "input_file_id", None),
         )
 
+    def _create_extra(self) -> dict[str, Any]:
+        return {}
+
     def create(self, input_file_id: str, local_id: str) -> RemoteJob:
         kwargs: dict[str, Any] = {
             "input_file_id": input_file_id, "endpoint": "/v1/embeddings",
             "completion_window": self.completion_window, "metadata": {"memory_core_job": local_id},
+            **self._create_extra(),
         }
-        if self.flavour == "voyage":
-            params: dict[str, Any] = {"model": self.model, "input_type": "document"}
-            if self.dims:
-                params["output_dimension"] = self.dims
-            kwargs["extra_body"] = {"request_params": params}
         return self._remote(self.client.batches.create(**kwargs))
 
     def get(self, job_id: str) -> RemoteJob:
@@ -219,6 +187,23 @@ class OpenAICompatibleBatchClient:
         return ParsedLine(cid, vector=decode_vector(data[0].get("embedding")))
 
 
+class VoyageBatchClient(OpenAIBatchClient):
+    """Voyage's Batch API: OpenAI's shape at Voyage's base URL; the model and ``input_type`` go
+    in ``request_params``, lines carry only ``custom_id`` and ``body.input``."""
+
+    limits = VOYAGE_LIMITS
+    completion_window = "12h"
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+        return {"custom_id": custom_id, "body": {"input": [text]}}
+
+    def _create_extra(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "input_type": "document"}
+        if self.dims:
+            params["output_dimension"] = self.dims
+        return {"extra_body": {"request_params": params}}
+
+
 # -- Gemini -----------------------------------------------------------------------------------
 
 _GEMINI_STATUS = {
@@ -233,16 +218,16 @@ class GeminiBatchClient:
     """Gemini's Batch API for embeddings through ``google-genai`` (file input, file output)."""
 
     completion_window = "48h"
+    limits = GEMINI_LIMITS
 
-    def __init__(self, provider: EmbeddingProvider) -> None:
-        from memory_core.embeddings.gemini_provider import TASK_DOCUMENT
-
+    def __init__(self, provider: EmbeddingProvider, client: Any, *, task_type: str,
+                 classify: Callable[[Exception, str], Exception]) -> None:
         self.provider = provider.name
+        self._classify = classify
         self.model = provider.model
         self.dims = getattr(provider, "requested_dims", None)
-        self.client = provider.client  # type: ignore[attr-defined]
-        self.limits = GEMINI_LIMITS
-        self.task_type = TASK_DOCUMENT
+        self.client = client
+        self.task_type = task_type
         remote = getattr(provider, "settings", None)
         self._attempts = getattr(remote, "max_attempts", 6)
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
@@ -250,9 +235,7 @@ class GeminiBatchClient:
         self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
 
     def classify(self, exc: Exception) -> Exception:
-        from memory_core.embeddings.gemini_provider import classify_gemini_error
-
-        return classify_gemini_error(exc, self.provider)
+        return self._classify(exc, self.provider)
 
     def retry(self, fn: Callable[[], T]) -> T:
         def once() -> T:
@@ -349,19 +332,8 @@ class GeminiBatchClient:
 
 
 def client_for(provider: EmbeddingProvider) -> BatchClient:
-    """The Batch API client for ``provider`` (which must have ``supports_batch``)."""
-    if provider.name == "openai":
-        return OpenAICompatibleBatchClient(provider, provider.client, flavour="openai")  # type: ignore[attr-defined]
-    if provider.name == "voyage":
-        import openai
-
-        remote = provider.settings  # type: ignore[attr-defined]
-        client = openai.OpenAI(api_key=provider.api_key, base_url=provider.base_url,  # type: ignore[attr-defined]
-                               timeout=remote.timeout_s, max_retries=0)
-        return OpenAICompatibleBatchClient(provider, client, flavour="voyage")
-    if provider.name == "gemini":
-        return GeminiBatchClient(provider)
-    raise ProviderError(f"provider {provider.name} has no Batch API")
+    """The Batch API client for ``provider`` (which must have ``supports_batch``): the provider's own."""
+    return provider.batch_client()
 
 
 MAX_OUTPUT_LINE_BYTES = 8 * 1024 * 1024  # one input's line: a vector of 8k dims is ~170 KB of JSON

@@ -76,7 +76,7 @@ class BatchContext:
 
     @property
     def normalise(self) -> bool:
-        return self.provider.name == "gemini"  # only 3072-d Gemini vectors come back unit length
+        return not self.provider.batch_vectors_unit_length
 
 
 def open_context(settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache,

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from memory_core.batch.types import JobRecord
 
@@ -113,7 +114,7 @@ class BatchLedger:
     cache's own writes on that connection (pass the cache's lock when threads share it).
     """
 
-    def __init__(self, conn, provider: str, model: str, provider_key: str, *,  # type: ignore[no-untyped-def]
+    def __init__(self, conn: Any, provider: str, model: str, provider_key: str, *,
                  index_path: str = "", lock: threading.Lock | None = None) -> None:
         self.conn = conn
         self.provider = provider
@@ -125,7 +126,7 @@ class BatchLedger:
             self.conn.execute(_SCHEMA)
 
     @classmethod
-    def for_cache(cls, cache, *, index_path: str = "") -> BatchLedger:  # type: ignore[no-untyped-def]
+    def for_cache(cls, cache: Any, *, index_path: str = "") -> BatchLedger:
         """The ledger in ``cache``'s file, sharing its connection and write lock."""
         lock = getattr(cache, "_lock", None)
         return cls(cache.conn, cache.provider, cache.model, cache.provider_key, index_path=index_path, lock=lock)

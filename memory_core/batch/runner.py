@@ -162,29 +162,24 @@ class BatchRun:
         self.pending: list[JobRecord] = []
         self.failures = 0
         self.batch_on = True
-        self.stats: dict[str, Any] = {
-            "mode": "batch", "jobs_submitted": 0, "jobs_reattached": 0, "jobs_collected": 0, "jobs_failed": 0,
-            "jobs_timed_out": 0, "jobs_cancelled": 0, "jobs_pending": 0, "pending_job_ids": [],
-            "chunks_via_batch": 0, "chunks_via_sync": 0, "lines_failed": 0, "requeued_chunks": 0,
-            "failure_points": 0, "disabled": False, "disabled_reason": "", "errors": [],
-        }
+        self.stats = st.BatchFigures()
         self.tokens_batch = 0
         self.embedded = 0
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _error(self, msg: str) -> None:
         log.warning("%s", msg)
-        if len(self.stats["errors"]) < 10:
-            self.stats["errors"].append(msg[:300])
+        if len(self.stats.errors) < 10:
+            self.stats.errors.append(msg[:300])
 
     def _fail(self, points: int, msg: str) -> None:
         self.failures += points
-        self.stats["failure_points"] += points
+        self.stats.failure_points += points
         self._error(msg)
         if self.batch_on and self.failures >= self.limit:
             self.batch_on = False
-            self.stats["disabled"] = True
-            self.stats["disabled_reason"] = (f"{self.failures} batch failure points reached the limit of"
+            self.stats.disabled = True
+            self.stats.disabled_reason = (f"{self.failures} batch failure points reached the limit of"
                                              f" {self.limit}; last: {msg}")
             log.warning("batch mode is off for the rest of this run; remaining chunks go through sync calls")
             while self.queue:
@@ -200,7 +195,7 @@ class BatchRun:
             self.sync.update(todo)
             return
         specs = J.plan_jobs(self.ctx, self.misses.path, include=todo)
-        self.stats["requeued_chunks"] += sum(s.requests for s in specs)
+        self.stats.requeued_chunks += sum(s.requests for s in specs)
         self.queue.extend(specs)
 
     def _start(self, step: str, obj: Any, unneeded: bool = False, **kw: Any) -> None:
@@ -213,7 +208,7 @@ class BatchRun:
             self._start("poll", rec, unneeded, max_polls=1)
 
     # -- the run ---------------------------------------------------------------------------
-    def run(self) -> tuple[EmbedCounts, dict[str, Any]]:
+    def run(self) -> tuple[EmbedCounts, st.BatchFigures]:
         t0 = time.perf_counter()
         self.needed = miss_hashes(self.misses)
         claimed: set[str] = set()
@@ -224,7 +219,7 @@ class BatchRun:
                 self.attach.append(rec)
                 self.hashes_of[rec.local_id] = hashes
                 claimed.update(hashes)
-                self.stats["jobs_reattached"] += 1
+                self.stats.jobs_reattached += 1
             elif self.settings.batch.cancel_unneeded and job.index_path in ("", self.ctx.ledger.index_path):
                 # (a cache file shared by several indexes: never cancel another index's job)
                 self.unneeded.append(rec)
@@ -278,7 +273,7 @@ class BatchRun:
             else:
                 self._poll(out)
         elif step == "submit":
-            self.stats["jobs_submitted"] += 1
+            self.stats.jobs_submitted += 1
             spec: JobSpec = obj
             spec.remove_files()
             self._poll(out)
@@ -290,7 +285,7 @@ class BatchRun:
             elif not unneeded:  # the provider is slow to cancel: left in the ledger
                 self.sync.update(h for h in self.hashes_of.get(out.local_id, []) if h in self.needed)
             if unneeded:
-                self.stats["jobs_cancelled"] += 1
+                self.stats.jobs_cancelled += 1
         elif step == "collect":
             self._collected(obj, out, unneeded)
 
@@ -299,7 +294,7 @@ class BatchRun:
             self._start("collect", rec, unneeded)
         elif rec.terminal:
             if not unneeded:
-                self.stats["jobs_failed"] += 1
+                self.stats.jobs_failed += 1
                 self._fail(1, f"{rec.label} {rec.status}: {rec.error or rec.provider_status}")
             self._start("collect", rec, unneeded)
         elif rec.status == st.TIMEOUT:
@@ -308,15 +303,15 @@ class BatchRun:
                 rec.status = st.RUNNING
                 self._poll(rec, unneeded)
             else:
-                self.stats["jobs_timed_out"] += 1
+                self.stats.jobs_timed_out += 1
                 self._fail(2, f"{rec.label} timed out twice ({rec.error}); cancelled")
                 self._start("cancel", rec, unneeded)
         else:  # wait = false: still running
             self.pending.append(rec)
 
     def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
-        self.stats["jobs_collected"] += 1
-        self.stats["chunks_via_batch"] += res.stored
+        self.stats.jobs_collected += 1
+        self.stats.chunks_via_batch += res.stored
         self.embedded += res.stored
         self.tokens_batch += res.tokens
         self.hashes_of.pop(rec.local_id, None)
@@ -326,7 +321,7 @@ class BatchRun:
             self.failures = 0  # success resets the count, as the reference
             failed = [h for h in res.failed_hashes if h in self.needed]
             if failed:
-                self.stats["lines_failed"] += len(failed)
+                self.stats.lines_failed += len(failed)
                 self._error(f"{rec.label}: {len(failed)} line(s) without a vector ({res.summary()});"
                             " re-embedding them through sync calls" + (f"; e.g. {res.examples[0]}"
                                                                        if res.examples else ""))
@@ -334,12 +329,12 @@ class BatchRun:
         else:  # failed, expired, cancelled or lost: what it did not finish is queued again
             self._requeue(res.failed_hashes)
         if self.progress:
-            self.progress("batch", self.stats["chunks_via_batch"], self.misses.misses)
+            self.progress("batch", self.stats.chunks_via_batch, self.misses.misses)
 
     def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
         if step == "submit":
             spec: JobSpec = obj
-            self.stats["jobs_failed"] += 1
+            self.stats.jobs_failed += 1
             self.hashes_of.pop(spec.local_id, None)
             self._fail(1, f"{self.ctx.provider.name} batch submit failed: {exc}")
             retry = replace(spec, local_id=J.new_local_id())
@@ -352,16 +347,16 @@ class BatchRun:
             # A job we cannot poll, cancel or read: it stays open in the ledger; its chunks go
             # through sync calls so this run can finish.
             rec: JobRecord = obj
-            self.stats["jobs_failed"] += 1
+            self.stats.jobs_failed += 1
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
 
-    def _result(self, seconds: float) -> tuple[EmbedCounts, dict[str, Any]]:
+    def _result(self, seconds: float) -> tuple[EmbedCounts, st.BatchFigures]:
         """(what the jobs embedded, the job figures); ``memory_core.stages.embed_stats`` adds the
         sync requests' and the cost."""
         s = self.stats
-        s["jobs_pending"] = len(self.pending)
-        s["pending_job_ids"] = [r.job_id for r in self.pending]
-        s["chunks_left_to_sync"] = len({h for h in self.sync if h in self.needed})
-        s["seconds"] = round(seconds, 3)
-        return EmbedCounts(requests=s["jobs_submitted"], embedded=self.embedded, tokens=self.tokens_batch), s
+        s.jobs_pending = len(self.pending)
+        s.pending_job_ids = [r.job_id for r in self.pending]
+        s.chunks_left_to_sync = len({h for h in self.sync if h in self.needed})
+        s.seconds = round(seconds, 3)
+        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch), s

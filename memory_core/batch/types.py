@@ -7,9 +7,12 @@ hashes in a sidecar file and in the ledger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 # Normalised job statuses (each provider's names are mapped onto these).
 PENDING = "pending"  # validating / queued
@@ -136,7 +139,102 @@ class CollectResult:
         return f"{self.stored} vectors stored" + (f"; {bits}" if bits else "")
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    from dataclasses import asdict
+@dataclass
+class BatchFigures:
+    """Batch mode in one run: what :class:`memory_core.batch.runner.BatchRun` did with the jobs
+    (``memory_core.stages.embed_stats`` adds the chunks sent through sync calls and the mode).
 
-    return asdict(obj)
+    ``jobs`` False: the run used no job (batch mode on, a provider without a Batch API): only
+    ``mode`` is said. :meth:`to_dict` is the run summary's ``batch`` in JSON.
+    """
+
+    mode: str = "batch"
+    jobs_submitted: int = 0
+    jobs_reattached: int = 0
+    jobs_collected: int = 0
+    jobs_failed: int = 0
+    jobs_timed_out: int = 0
+    jobs_cancelled: int = 0
+    jobs_pending: int = 0
+    pending_job_ids: list[str | None] = field(default_factory=list)
+    chunks_via_batch: int = 0
+    chunks_via_sync: int = 0
+    lines_failed: int = 0
+    requeued_chunks: int = 0
+    failure_points: int = 0
+    disabled: bool = False  # batch mode was switched off during the run (failure points)
+    disabled_reason: str = ""
+    errors: list[str] = field(default_factory=list)  # the first 10
+    chunks_left_to_sync: int = 0
+    seconds: float = 0.0
+    jobs: bool = True
+
+    @classmethod
+    def sync_only(cls, mode: str) -> BatchFigures:
+        return cls(mode=mode, jobs=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        if not self.jobs:
+            return {"mode": self.mode}
+        out = asdict(self)
+        del out["jobs"]
+        return out
+
+
+@dataclass
+class Cost:
+    """The estimated cost of a run's tokens and the saving against all-sync
+    (:func:`memory_core.batch.cost.estimate_cost`). USD per 1M tokens; None: no price."""
+
+    currency: str
+    provider: str
+    model: str
+    tokens_sync: int
+    tokens_batch: int
+    sync_per_mtok: float | None
+    batch_discount: float
+    prices_checked: str
+    priced: bool
+    batch_per_mtok: float | None = None  # only when priced
+    estimated_usd: float | None = None
+    sync_only_usd: float | None = None
+    saving_usd: float | None = None
+    saving_pct: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if not self.priced:
+            del out["batch_per_mtok"]
+        return out
+
+
+# -- a provider's Batch API client (memory_core.batch.clients; EmbeddingProvider.batch_client) --
+
+class ParsedLine:
+    """One output line: the custom id and either a vector or an error (kind, message)."""
+
+    __slots__ = ("custom_id", "vector", "kind", "message")
+
+    def __init__(self, custom_id: str | None, vector: Any = None, kind: str = "ok", message: str = "") -> None:
+        self.custom_id = custom_id
+        self.vector = vector
+        self.kind = kind
+        self.message = message
+
+
+class BatchClient(Protocol):
+    provider: str
+    limits: JobLimits
+    completion_window: str
+
+    def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...
+    def upload(self, path: str, local_id: str) -> str: ...
+    def create(self, input_file_id: str, local_id: str) -> RemoteJob: ...
+    def get(self, job_id: str) -> RemoteJob: ...
+    def cancel(self, job_id: str) -> None: ...
+    def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None: ...
+    def download(self, file_id: str) -> bytes: ...
+    def delete_file(self, file_id: str) -> None: ...
+    def parse_line(self, obj: Any) -> ParsedLine: ...
+    def retry(self, fn: Callable[[], T]) -> T: ...
+    def classify(self, exc: Exception) -> Exception: ...

@@ -8,11 +8,15 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memory_core.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from memory_core.batch.types import BatchClient
 
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
 
@@ -41,9 +45,10 @@ def compute_provider_key(provider: str, model: str, *, base_url: str | None = No
 
 
 def estimate_tokens(text: str) -> int:
-    """A conservative token estimate: ~4 ASCII characters a token, one token per other character."""
+    """A conservative token estimate: ~4 ASCII characters a token (the chunker's
+    ``CHARS_PER_TOKEN``), one token per other character."""
     n_ascii = len(text.encode("ascii", "ignore"))
-    return math.ceil(n_ascii / 4) + (len(text) - n_ascii) + 1
+    return math.ceil(n_ascii / CHARS_PER_TOKEN) + (len(text) - n_ascii) + 1
 
 
 def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str) -> list[int]:
@@ -63,7 +68,7 @@ def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str)
     return order
 
 
-def check_vectors(vectors: Sequence[Sequence[float]] | np.ndarray, n_expected: int, *, provider: str,
+def check_vectors(vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray, n_expected: int, *, provider: str,
                   dims: int | None = None, normalise: bool = False) -> np.ndarray:
     """Validate a provider's vectors and return them as a float32 (n, d) array.
 
@@ -99,6 +104,17 @@ class EmbeddingProvider(ABC):
     Limits drive request grouping: ``max_inputs_per_request``, ``max_tokens_per_request``
     (summed estimate) and ``max_tokens_per_input``. ``default_chunk_tokens`` follows the
     model's input window so chunks are not silently truncated by the model.
+
+    Every fact the engine needs about a provider is a class attribute or a method here (the
+    engine asks the provider, never its name): whether it makes vectors (``has_vectors``),
+    whether text stays on this machine (``on_machine``: free, and only transcripts are
+    redacted by ``redact = "auto"``), how many requests one process may run at once
+    (``max_parallel_requests``), its prices (``sync_prices``, ``batch_discount``), its Batch
+    API (``supports_batch``, :meth:`batch_client`, ``batch_vectors_unit_length``), its chunk
+    defaults and its input window (``max_tokens_per_input``, or its own tokenizer:
+    ``own_tokenizer`` and :meth:`count_over_window`). A new provider is one module with one
+    such class, registered under the ``memory_core.providers`` entry-point group
+    (:mod:`memory_core.embeddings.registry`).
     """
 
     name: str = "base"
@@ -107,14 +123,24 @@ class EmbeddingProvider(ABC):
     max_inputs_per_request: int = 256
     max_tokens_per_request: int = 1_000_000
     max_tokens_per_input: int = 8192
-    default_chunk_tokens: int = 400
-    default_chunk_overlap: int = 80
+    default_chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    default_chunk_overlap: int = DEFAULT_CHUNK_OVERLAP
+    has_vectors: bool = True  # False: keyword-only (no cache, no embedding requests)
+    on_machine: bool = False  # embeds on this machine: costs nothing, no text leaves it
+    # requests one process runs at once (None: the run's embedding concurrency); 1 for a model
+    # in this process, whose own threads use every core
+    max_parallel_requests: int | None = None
     supports_batch: bool = False
+    batch_discount: float = 0.0  # the Batch API's price is the sync price times (1 - this)
+    batch_vectors_unit_length: bool = True  # False: the Batch API's vectors are normalised on receipt
+    own_tokenizer: bool = False  # counts its input window with its own tokenizer (count_over_window)
     key_env: tuple[str, ...] = ()  # API key variables, in the order ``auto`` reads them
     # the longest one embedding call may take, retries included (None: bounded by the retries);
     # readers set it (``query.embed_timeout_s``), so a stalled provider costs a search seconds
     deadline_s: float | None = None
-    sync_prices: dict[str, float] = {}  # noqa: RUF012 - USD per 1M tokens by model (batch/cost.py's table wins)
+    # USD per 1M tokens through sync calls, by model ("*": every model); ``[batch] prices`` in
+    # the config overrides it (memory_core/batch/cost.py)
+    sync_prices: dict[str, float] = {}  # noqa: RUF012 - read-only class fact
 
     @property
     @abstractmethod
@@ -130,6 +156,21 @@ class EmbeddingProvider(ABC):
 
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
+
+    def count_over_window(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` are longer than the model's input window: the conservative
+        token estimate against ``max_tokens_per_input`` (a provider with ``own_tokenizer``
+        counts exactly). Keyword-only mode has no window: 0."""
+        if not self.has_vectors or not texts:
+            return 0
+        limit = self.max_tokens_per_input
+        if not limit:
+            return 0
+        return sum(1 for t in texts if self.estimate_tokens(t) > limit)
+
+    def batch_client(self) -> BatchClient:
+        """The client of this provider's Batch API (only when ``supports_batch``)."""
+        raise ProviderError(f"provider {self.name} has no Batch API")
 
     # -- what every hosted provider does the same way ---------------------------------------
     @classmethod
@@ -188,6 +229,9 @@ class NoProvider(EmbeddingProvider):
     name = "none"
     model = "none"
     dims = None
+    has_vectors = False
+    on_machine = True
+    sync_prices = {"*": 0.0}  # noqa: RUF012 - read-only class fact
 
     @property
     def provider_key(self) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
 from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
+
+if TYPE_CHECKING:
+    from memory_core.batch.types import BatchClient
 
 DEFAULT_MODEL = "gemini-embedding-001"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -79,9 +82,11 @@ class GeminiProvider(EmbeddingProvider):
     max_inputs_per_request = MAX_TEXTS_PER_REQUEST
     max_tokens_per_request = MAX_TEXTS_PER_REQUEST * MAX_INPUT_TOKENS
     max_tokens_per_input = MAX_INPUT_TOKENS
-    default_chunk_tokens = 400
-    default_chunk_overlap = 80
     supports_batch = True
+    batch_discount = 0.5
+    # the Batch API's vectors come back as the model gives them: only 3072-d ones are unit length
+    batch_vectors_unit_length = False
+    sync_prices = {"gemini-embedding-001": 0.15}  # noqa: RUF012 - USD per 1M tokens (ai.google.dev pricing, 2026-07)
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
         from google import genai
@@ -125,7 +130,8 @@ class GeminiProvider(EmbeddingProvider):
 
         def once() -> np.ndarray:
             try:
-                resp = self.client.models.embed_content(model=self.model, contents=list(texts), config=config)
+                contents: Any = list(texts)  # the SDK's union type does not list list[str]
+                resp = self.client.models.embed_content(model=self.model, contents=contents, config=config)
             except Exception as exc:  # classified below
                 raise classify_gemini_error(exc) from None
             vectors = [list(e.values or []) for e in (resp.embeddings or [])]
@@ -148,6 +154,11 @@ class GeminiProvider(EmbeddingProvider):
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed([text], TASK_QUERY)[0]
+
+    def batch_client(self) -> BatchClient:
+        from memory_core.batch.clients import GeminiBatchClient
+
+        return GeminiBatchClient(self, self.client, task_type=TASK_DOCUMENT, classify=classify_gemini_error)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # best effort

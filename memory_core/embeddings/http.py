@@ -28,10 +28,10 @@ def _classes(module: str) -> tuple[Any, Any]:
     mistralai) or ``httpx`` (google-genai); their requests and streams do not mix."""
     hx = importlib.import_module(module)
 
-    class ResponseTooLarge(hx.DecodingError):  # type: ignore[misc,name-defined]
+    class ResponseTooLarge(hx.DecodingError):  # type: ignore[name-defined]
         """The body went past the cap (or used an encoding we did not ask for)."""
 
-    class _Capped(hx.SyncByteStream):  # type: ignore[misc,name-defined]
+    class _Capped(hx.SyncByteStream):  # type: ignore[name-defined]
         def __init__(self, inner: Any, encoding: str, max_bytes: int, request: Any) -> None:
             self.inner = inner
             self.max_bytes = max_bytes
@@ -76,7 +76,7 @@ def _classes(module: str) -> tuple[Any, Any]:
             if close is not None:
                 close()
 
-    class CappedTransport(hx.HTTPTransport):  # type: ignore[misc,name-defined]
+    class CappedTransport(hx.HTTPTransport):  # type: ignore[name-defined]
         """``HTTPTransport`` whose responses are at most ``max_bytes`` (decoded)."""
 
         def __init__(self, *, max_bytes: int = MAX_RESPONSE_BYTES, **kw: Any) -> None:

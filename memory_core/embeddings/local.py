@@ -39,7 +39,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -301,7 +301,7 @@ def _feeds(tokens: _Tokens, texts: Sequence[str]) -> list[dict[str, np.ndarray]]
     return feeds
 
 
-def _load_float_model(model_path: Path):  # type: ignore[no-untyped-def]
+def _load_float_model(model_path: Path):
     from transformers import AutoModel
 
     with contextlib.suppress(Exception):  # no "Loading weights" progress bars
@@ -335,7 +335,7 @@ def _float_vectors(model: Any, tokens: _Tokens, texts: Sequence[str]) -> np.ndar
     return out
 
 
-def _export_float(model: Any, tokens: _Tokens, workdir: Path):  # type: ignore[no-untyped-def]
+def _export_float(model: Any, tokens: _Tokens, workdir: Path):
     """The float model as ONNX (opset 17, dynamic batch and length). Tracing leaves the torch
     model unusable for inference (transformers' mask helpers keep traced state): use it before."""
     import onnx
@@ -583,6 +583,10 @@ class LocalProvider(EmbeddingProvider):
     # model's 256-piece window; the reference's 400 (1,600 characters) lost every chunk's tail.
     default_chunk_tokens = 200
     default_chunk_overlap = 40
+    on_machine = True
+    max_parallel_requests = 1  # torch / onnxruntime use every core and release the GIL
+    own_tokenizer = True
+    sync_prices = {"*": 0.0}  # noqa: RUF012 - read-only class fact
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -631,7 +635,7 @@ class LocalProvider(EmbeddingProvider):
 
     # -- loading
 
-    def _load(self):  # type: ignore[no-untyped-def]
+    def _load(self):
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
@@ -674,7 +678,7 @@ class LocalProvider(EmbeddingProvider):
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model)
         target = self.cache_dir / "models" / f"{label}-{key[:20]}.onnx"
         failed = target.with_suffix(".failed.json")
-        kw = {"threads": self.threads, "batch_size": self.batch_size}
+        kw: dict[str, Any] = {"threads": self.threads, "batch_size": self.batch_size}
         with contextlib.suppress(OSError, ValueError, TypeError):
             self.dims = int(json.loads((path / "config.json").read_text())["hidden_size"])
         if target.is_file():
@@ -728,8 +732,9 @@ class LocalProvider(EmbeddingProvider):
         if self.threads:
             torch.set_num_threads(self.threads)
         m = SentenceTransformer(self.model_path, device=self.device)
-        self.dims = int(m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
-                        else m.get_sentence_embedding_dimension())
+        # Optional in the API; a loaded model always has one
+        self.dims = int(cast(int, m.get_embedding_dimension() if hasattr(m, "get_embedding_dimension")
+                             else m.get_sentence_embedding_dimension()))
         self.backend = "torch"
         if not self.backend_reason:
             self.backend_reason = "local.backend = torch" if self.backend_setting == "torch" else "sentence-transformers"
@@ -742,7 +747,7 @@ class LocalProvider(EmbeddingProvider):
         texts = list(texts)
         with self._lock:  # one call at a time: the model already uses every core
             if not texts:
-                vecs = np.zeros((0, self.dims), dtype=np.float32)
+                vecs = np.zeros((0, self.dims or 0), dtype=np.float32)
             elif isinstance(engine, _OnnxEngine):
                 vecs = engine.encode(texts)
             else:
@@ -765,7 +770,7 @@ class LocalProvider(EmbeddingProvider):
                 self._window = DEFAULT_WINDOW_PIECES
         return self._window
 
-    def _tokenizer(self):  # type: ignore[no-untyped-def]
+    def _tokenizer(self):
         """The model's fast tokenizer alone (no torch, no weights): ~50 ms to load."""
         if self._tok is None:
             with self._lock:
@@ -795,22 +800,14 @@ class LocalProvider(EmbeddingProvider):
         limit = self.window_pieces
         return sum(1 for n in self.piece_counts(texts) if n > limit)
 
+    def count_over_window(self, texts: Sequence[str]) -> int:
+        """Exactly, with the model's own tokenizer (word pieces incl. [CLS]/[SEP] against
+        ``max_seq_length``)."""
+        return self.count_truncated(texts) if texts else 0
+
 
 def count_over_window(provider: EmbeddingProvider, texts: Sequence[str]) -> int:
-    """How many of ``texts`` are longer than ``provider``'s input window.
-
-    The local model counts exactly (its own tokenizer, word pieces incl. [CLS]/[SEP] against
-    ``max_seq_length``); other providers use their ``count_truncated`` if they have one, else
-    the conservative token estimate against ``max_tokens_per_input``. Keyword-only mode (no
-    provider) has no window: 0. The pipeline records this per indexed file so ``status`` can
-    say how many chunks were embedded from a cut text.
-    """
-    if getattr(provider, "name", "none") == "none" or not texts:
-        return 0
-    fn = getattr(provider, "count_truncated", None)
-    if callable(fn):
-        return int(fn(texts))
-    limit = getattr(provider, "max_tokens_per_input", None)
-    if not limit:
-        return 0
-    return sum(1 for t in texts if provider.estimate_tokens(t) > limit)
+    """How many of ``texts`` are longer than ``provider``'s input window
+    (:meth:`EmbeddingProvider.count_over_window`). The pipeline records this per indexed file so
+    ``status`` can say how many chunks were embedded from a cut text."""
+    return provider.count_over_window(texts)

@@ -99,8 +99,6 @@ class MistralProvider(EmbeddingProvider):
     max_inputs_per_request = MAX_INPUTS_PER_REQUEST
     max_tokens_per_request = PLANNED_TOKENS_PER_REQUEST
     max_tokens_per_input = TOKENS_PER_INPUT
-    default_chunk_tokens = 400
-    default_chunk_overlap = 80
     supports_batch = False
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
 from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
 from memory_core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from memory_core.batch.types import BatchClient
 
 DEFAULT_MODEL = "text-embedding-3-small"
 MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
@@ -61,9 +64,11 @@ class OpenAIProvider(EmbeddingProvider):
     max_inputs_per_request = 2048
     max_tokens_per_request = 300_000
     max_tokens_per_input = 8192
-    default_chunk_tokens = 400
-    default_chunk_overlap = 80
     supports_batch = True
+    batch_discount = 0.5
+    # USD per 1M tokens (platform.openai.com/docs/pricing, checked 2026-07)
+    sync_prices = {"text-embedding-3-small": 0.02, "text-embedding-3-large": 0.13,  # noqa: RUF012
+                   "text-embedding-ada-002": 0.10}
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
         import openai
@@ -128,6 +133,11 @@ class OpenAIProvider(EmbeddingProvider):
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._create([text])[0]
+
+    def batch_client(self) -> BatchClient:
+        from memory_core.batch.clients import OpenAIBatchClient
+
+        return OpenAIBatchClient(self, self.client, classify=classify_openai_error)
 
     def close(self) -> None:
         self.client.close()

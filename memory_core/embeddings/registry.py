@@ -1,9 +1,13 @@
 """The one place that decides which provider a run uses, and why.
 
+Which providers exist (names, classes, their facts by name) is
+:mod:`memory_core.embeddings.catalog`'s: the ``memory_core.providers`` entry points.
+
 ``auto`` (the default) picks the local model when it is installed, else the first hosted
-provider whose API key is set (OpenAI, Gemini, Voyage, Mistral: the order of ``_REGISTRY``;
-each provider class names its key variables in ``key_env``), else keyword-only mode. The choice
-and the reason are logged and recorded in the index meta, so ``status`` can show them.
+provider whose API key is set (OpenAI, Gemini, Voyage, Mistral: the order of ``_REGISTRY``,
+then other registered providers by name; each provider class names its key variables in
+``key_env``), else keyword-only mode. The choice and the reason are logged and recorded in the
+index meta, so ``status`` can show them.
 """
 
 from __future__ import annotations
@@ -14,49 +18,24 @@ import os
 
 from memory_core.config import FallbackSettings, Settings
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider
+from memory_core.embeddings.catalog import (  # noqa: F401 - re-exported: the registry's names
+    _REGISTRY,
+    ENTRY_POINT_GROUP,
+    provider_class,
+    provider_names,
+    provider_on_machine,
+    registered,
+)
 from memory_core.errors import ConfigError
 
 log = logging.getLogger("memory_core.embeddings")
-
-# name -> (module, class), hosted providers in ``auto``'s order. The provider modules import
-# their SDKs lazily, so reading a class's facts (key_env, sync_prices) is cheap.
-_REGISTRY: dict[str, tuple[str, str]] = {
-    "local": ("memory_core.embeddings.local", "LocalProvider"),
-    "openai": ("memory_core.embeddings.openai_provider", "OpenAIProvider"),
-    "gemini": ("memory_core.embeddings.gemini_provider", "GeminiProvider"),
-    "voyage": ("memory_core.embeddings.voyage_provider", "VoyageProvider"),
-    "mistral": ("memory_core.embeddings.mistral_provider", "MistralProvider"),
-}
-
-
-def provider_names() -> list[str]:
-    return ["auto", *_REGISTRY, "none"]
-
-
-def provider_class(name: str) -> type[EmbeddingProvider] | None:
-    """The class registered as ``name``, or None when unknown or not importable here."""
-    entry = _REGISTRY.get(name)
-    if entry is None:
-        return None
-    try:
-        return getattr(importlib.import_module(entry[0]), entry[1])
-    except ModuleNotFoundError:
-        return None
-
-
-def provider_sync_price(name: str, model: str) -> float | None:
-    """USD per 1M tokens that provider ``name``'s class states for ``model``, if it states one."""
-    cls = provider_class(name)
-    prices = getattr(cls, "sync_prices", None) or {}
-    return prices.get(model)
-
 
 def _auto_choice(settings: Settings) -> tuple[str, str]:
     from memory_core.embeddings.local import local_model_available
 
     if local_model_available():
         return "local", "auto: the local model is installed"
-    for name in _REGISTRY:
+    for name in registered():
         cls = provider_class(name)
         for env in (getattr(cls, "key_env", ()) if cls is not None else ()):
             if os.environ.get(env):
@@ -68,7 +47,7 @@ def _build(name: str, settings: Settings) -> EmbeddingProvider:
     if name == "none":
         return NoProvider()
     try:
-        module_name, cls_name = _REGISTRY[name]
+        module_name, cls_name = registered()[name]
     except KeyError:
         raise ConfigError(f"provider: unknown provider {name!r}; choose one of {', '.join(provider_names())}") from None
     try:

@@ -115,7 +115,7 @@ def _within(fn: Callable[[], T], seconds: float) -> T:
         raise Retryable(f"no complete response within {seconds:g} s (a stalled or dripping connection)")
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
 
 
 def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, initial_s: float,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
 from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
 from memory_core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from memory_core.batch.types import BatchClient
 
 log = logging.getLogger("memory_core.embeddings")
 
@@ -85,9 +89,14 @@ class VoyageProvider(EmbeddingProvider):
     max_inputs_per_request = MAX_TEXTS_PER_REQUEST
     max_tokens_per_request = _DEFAULT_REQUEST_TOKENS
     max_tokens_per_input = 32_000
-    default_chunk_tokens = 400
-    default_chunk_overlap = 80
     supports_batch = True
+    batch_discount = 0.33
+    # USD per 1M tokens (docs.voyageai.com/docs/pricing, checked 2026-07; free-tier tokens not counted)
+    sync_prices = {  # noqa: RUF012 - read-only class fact
+        "voyage-4-large": 0.12, "voyage-4": 0.06, "voyage-4-lite": 0.02, "voyage-3.5": 0.06,
+        "voyage-3.5-lite": 0.02, "voyage-3-large": 0.18, "voyage-code-3": 0.18, "voyage-context-3": 0.18,
+        "voyage-finance-2": 0.12, "voyage-law-2": 0.12, "voyage-multilingual-2": 0.12,
+    }
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
         import voyageai
@@ -150,3 +159,14 @@ class VoyageProvider(EmbeddingProvider):
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed([text], "query")[0]
+
+    def batch_client(self) -> BatchClient:
+        """Voyage's Batch API copies OpenAI's; the ``voyageai`` SDK has none, the ``openai`` one drives it."""
+        import openai
+
+        from memory_core.batch.clients import VoyageBatchClient
+        from memory_core.embeddings.openai_provider import classify_openai_error
+
+        client = openai.OpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.settings.timeout_s,
+                               max_retries=0)
+        return VoyageBatchClient(self, client, classify=classify_openai_error)
