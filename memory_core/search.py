@@ -64,6 +64,49 @@ _ROW_SELECT = (
 )
 
 
+_BM25_FUNCTION = "memory_core_bm25"
+_BM25_K1 = 1.2  # FTS5's bm25() constants (fts5_aux.c)
+_BM25_B = 0.75
+
+
+def _bm25_given_df(api: Any, *dfs: int) -> float:
+    """FTS5's ``bm25(chunks_fts)`` of the current row, the same arithmetic in the same order as
+    ``fts5Bm25Function`` (sqlite/ext/fts5/fts5_aux.c), except that each phrase's document count
+    (the rows matching it alone) is given by the caller instead of counted.
+
+    bm25() counts them with ``xQueryPhrase``, a walk of every phrase's whole doclist, each time a
+    statement starts, and SQLite starts it again for every value of ``rowid IN (...)``: scoring 40
+    known rows of a 4-word query walked the doclists 160 times (~1 s at 200k chunks). Here the
+    counts come from :meth:`_Index.df` (counted once per opened index), the row count and average
+    length from FTS5's own totals, a row's term frequencies and length from FTS5's own data for
+    that row (its position lists and docsize): the score is bm25()'s, bit for bit where Python
+    and the SQLite build use the same IEEE arithmetic (tests/test_query_speed.py compares them)."""
+    n_row = api.row_count
+    avgdl = api.column_total_size(-1) / n_row
+    d = float(api.column_size(-1))
+    k1, b = _BM25_K1, _BM25_B
+    score = 0.0
+    for i, df in enumerate(dfs):
+        idf = math.log((n_row - df + 0.5) / (df + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        f = float(sum(len(offsets) for offsets in api.phrase_locations(i)))  # bm25(): 1.0 per instance
+        score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * d / avgdl)))
+    return -1.0 * score
+
+
+def _register_bm25(conn: apsw.Connection) -> bool:
+    """Register :func:`_bm25_given_df` on ``conn`` (apsw 3.46+); False when it cannot be."""
+    register = getattr(conn, "register_fts5_function", None)
+    if register is None:
+        return False
+    try:
+        register(_BM25_FUNCTION, _bm25_given_df)
+    except (apsw.Error, AttributeError):
+        return False
+    return True
+
+
 def _cosine_from_distance(distance: float | None) -> float:
     # a stored vector without a direction (all zeros) has no distance: it scores 0, never crashes
     return 1.0 - float(distance) if distance is not None and math.isfinite(distance) else 0.0
@@ -156,9 +199,21 @@ class _Index:
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
         self._n_chunks: int | None = None
         self._background: float | None = None
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
+
+    def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
+        """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
+        Counted once per opened file (a new file or a committed update opens a new index)."""
+        df = self.df_cache.get(phrase)
+        if df is None:
+            df = int((conn or self.conn).execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)).fetchone()[0])
+            if len(self.df_cache) < 10_000:
+                self.df_cache[phrase] = df
+        return df
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -527,10 +582,8 @@ class Searcher:
                         h.vector_score = cos.get(h.rid, 0.0)
             match = textsearch.build_match_query(query) if keyword else None
             need = [h.rid for h in union if not h.in_keyword]
-            if match and need:  # the BM25 of vector candidates (row ids are ints: a literal list)
-                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-                       f" AND rowid IN ({','.join(str(int(r)) for r in need)})")
-                for rid, rank in conn.execute(sql, (match,)):
+            if match and need:  # the BM25 of vector candidates
+                for rid, rank in self._bm25_of_rows(idx, query, match, need):
                     h = by_rid[rid]
                     h.bm25 = max(0.0, -float(rank))
                     h.text_score = ranking.bm25_rank_to_score(rank)
@@ -544,11 +597,7 @@ class Searcher:
             idfs: list[float] = []
             present = 0.0
             for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
-                df = idx.df_cache.get(t)
-                if df is None:
-                    df = int(conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0])
-                    if len(idx.df_cache) < 10_000:
-                        idx.df_cache[t] = df
+                df = idx.df(t)
                 idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
                 idfs.append(idf)
                 present += idf if df > 0 else 0.0
@@ -564,6 +613,22 @@ class Searcher:
             if u is not h:
                 h.vector_score, h.bm25, h.has_identifier = u.vector_score, u.bm25, u.has_identifier
         return union, idf_total, corpus_coverage
+
+    @staticmethod
+    def _bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int]) -> list[tuple[int, float]]:
+        """``(rid, bm25(chunks_fts))`` of the rows of ``rids`` that ``match`` (the MATCH expression of
+        ``query``) matches, as ``SELECT rowid, bm25(chunks_fts) ... MATCH ? AND rowid IN (...)``
+        returns them, without bm25()'s walk of every phrase's doclist per row id: FTS5 finds each
+        row by its doclist indexes and :func:`_bm25_given_df` scores it with the cached counts."""
+        lit = ",".join(str(int(r)) for r in rids)  # row ids are ints: a literal list
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+        if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
+            dfs = [idx.df(p) for p in phrases]
+            sql = (f"SELECT rowid, {_BM25_FUNCTION}(chunks_fts, {','.join(str(d) for d in dfs)}) FROM chunks_fts"
+                   f" WHERE chunks_fts MATCH ? AND rowid IN ({lit})")
+        else:  # an apsw without FTS5 auxiliary functions, or a MATCH this does not know the phrases of
+            sql = f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({lit})"
+        return [(int(rid), float(rank)) for rid, rank in idx.conn.execute(sql, (match,))]
 
     @staticmethod
     def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
