@@ -102,9 +102,123 @@ def _register_bm25(conn: apsw.Connection) -> bool:
         return False
     try:
         register(_BM25_FUNCTION, _bm25_given_df)
+        register(_TF_FUNCTION, _tf_and_size)
+        register(_TOTALS_FUNCTION, _totals)
     except (apsw.Error, AttributeError):
         return False
     return True
+
+
+def _tf_and_size(api: Any) -> int:
+    """The current row's instances of phrase 0 (what bm25() counts) and its length in tokens, packed."""
+    return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | api.column_size(-1)
+
+
+KEYWORD_POSTINGS_MIN = 20_000
+"""A keyword query whose phrases match at least this many rows in all (each row counted once per
+phrase) is scored from the phrases' postings kept in memory (:class:`_Postings`) once they are
+kept; below it FTS5's own ``ORDER BY bm25() LIMIT k`` is fast (about 2 µs a matched row)."""
+POSTINGS_BUDGET_BYTES = 256 * 2**20
+"""At most this many bytes of postings per opened index (least recently used dropped first)."""
+
+
+class _Postings:
+    """The term frequencies and row lengths of the common phrases of one opened index, so that a
+    query of common words is scored by numpy instead of FTS5's bm25() over every matched row.
+
+    FTS5 scores an OR query by visiting every row that holds any of its words: ~2 µs a row in
+    bm25() (its instance list, its length), so a query of four words each in 80% of 200k chunks
+    costs ~0.4 s whatever k is, and the sort is the cheap part. A phrase's frequencies (one byte
+    per row of the index, read once through FTS5 itself by :func:`_tf_and_size`) make the same
+    scores an array operation; the arithmetic is bm25()'s (:func:`_bm25_given_df`) in the same
+    order, so the scores and the order are FTS5's, ties by row id as SQLite's sorter keeps them
+    (tests/test_query_speed.py compares them).
+
+    A phrase is read on its second use by an opened index (a one-shot query pays nothing), only
+    for queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows, within
+    :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
+
+    def __init__(self, max_rid: int) -> None:
+        self.size = max_rid + 1
+        self.lengths = np.zeros(self.size, dtype=np.float64)  # tokens per row (set by every read)
+        self.tf: dict[str, np.ndarray] = {}  # phrase -> its frequency in every row (uint8/16)
+        self.seen: set[str] = set()
+        self.n_row = 0
+        self.total_tokens = 0
+        self.bytes = self.lengths.nbytes
+        self._norm: np.ndarray | None = None  # bm25()'s length normalisation of every row
+        self.lock = threading.Lock()
+
+    def ready(self, phrases: list[str]) -> bool:
+        """True when every phrase is kept or has been asked for before (then it is read now)."""
+        with self.lock:
+            unseen = [p for p in phrases if p not in self.tf and p not in self.seen]
+            self.seen.update(unseen)
+            return not unseen
+
+    def read(self, conn: apsw.Connection, phrase: str) -> bool:
+        """Keep ``phrase``'s frequencies (and the lengths of the rows holding it); False if it cannot be."""
+        if not self.n_row:
+            row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                               " LIMIT 1", (phrase,)).fetchone()
+            if row is None:
+                return False
+            n_row, total = (int(x) for x in str(row[0]).split())
+        rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                            (phrase,)).fetchall()
+        a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+        rids, packed = a[:, 0], a[:, 1]
+        if len(rids) and (rids.max() >= self.size or rids.min() < 0):
+            return False  # a row added since this index was opened: the next query opens it anew
+        counts = packed >> 32
+        tf = np.zeros(self.size, dtype=np.uint8 if not len(counts) or counts.max() < 256 else np.uint32)
+        tf[rids] = counts
+        with self.lock:
+            if not self.n_row:
+                self.n_row, self.total_tokens = n_row, total
+            self.lengths[rids] = packed & 0xFFFFFFFF
+            self._norm = None
+            self.tf[phrase] = tf
+            self.bytes += tf.nbytes
+            while self.bytes > POSTINGS_BUDGET_BYTES and len(self.tf) > 1:
+                self.bytes -= self.tf.pop(next(iter(self.tf))).nbytes
+        return True
+
+    def has(self, phrases: list[str]) -> bool:
+        with self.lock:
+            return self.n_row > 0 and all(p in self.tf for p in phrases)
+
+    def scores(self, phrases: list[str], dfs: list[int], rids: np.ndarray | None = None) -> np.ndarray | None:
+        """bm25() of every row, or of the rows ``rids`` (0 where no phrase matches), as
+        :func:`_bm25_given_df` computes it."""
+        with self.lock:
+            got = [self.tf.get(p) for p in phrases]
+            if any(g is None for g in got) or self.n_row <= 0:
+                return None
+            for p in phrases:  # most recently used last
+                self.tf[p] = self.tf.pop(p)
+            n_row, avgdl = self.n_row, self.total_tokens / self.n_row
+            k1, b = _BM25_K1, _BM25_B
+            if self._norm is None:
+                self._norm = k1 * (1 - b + b * self.lengths / avgdl)
+            norm = self._norm if rids is None else self._norm[rids]
+            score = np.zeros(len(norm), dtype=np.float64)
+            for tf, df in zip(got, dfs, strict=True):
+                idf = math.log((n_row - df + 0.5) / (df + 0.5))
+                if idf <= 0.0:
+                    idf = 1e-6
+                f = (tf if rids is None else tf[rids]).astype(np.float64)  # type: ignore[index]
+                score += idf * ((f * (k1 + 1.0)) / (f + norm))  # + 0.0 where the phrase is not, as in bm25()
+        return score
+
+
+_TF_FUNCTION = "memory_core_tf"
+_TOTALS_FUNCTION = "memory_core_totals"
+
+
+def _totals(api: Any) -> str:
+    """FTS5's row count and total tokens (its averages record), as bm25() reads them."""
+    return f"{api.row_count} {api.column_total_size(-1)}"
 
 
 def _cosine_from_distance(distance: float | None) -> float:
@@ -200,6 +314,7 @@ class _Index:
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
+        self._postings: _Postings | None = None
         self._n_chunks: int | None = None
         self._background: float | None = None
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
@@ -248,9 +363,20 @@ class _Index:
         if self._kw_conn is None:
             try:
                 self._kw_conn = connect_reader(self._path)
+                if self.own_bm25 and not _register_bm25(self._kw_conn):
+                    self.own_bm25 = False
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None
+
+    def postings(self) -> _Postings | None:
+        """The in-memory postings of common phrases (:class:`_Postings`), made on first use."""
+        if not self.own_bm25:
+            return None
+        if self._postings is None:
+            max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
+            self._postings = _Postings(int(max_rid or 0))
+        return self._postings
 
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
@@ -624,6 +750,12 @@ class Searcher:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
         if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
             dfs = [idx.df(p) for p in phrases]
+            post = idx.postings()
+            if post is not None and post.has(phrases) and min(rids) >= 0 and max(rids) < post.size:
+                wanted = np.asarray(sorted(set(rids)), dtype=np.int64)
+                score = post.scores(phrases, dfs, wanted)
+                if score is not None:  # the keyword side kept these phrases: no statement at all
+                    return [(int(r), -1.0 * float(x)) for r, x in zip(wanted, score, strict=True) if x > 0.0]
             sql = (f"SELECT rowid, {_BM25_FUNCTION}(chunks_fts, {','.join(str(d) for d in dfs)}) FROM chunks_fts"
                    f" WHERE chunks_fts MATCH ? AND rowid IN ({lit})")
         else:  # an apsw without FTS5 auxiliary functions, or a MATCH this does not know the phrases of
@@ -760,11 +892,53 @@ class Searcher:
             " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
         )
         try:
-            rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
+            top = None if sources else self._keyword_top(idx, query, match, k, conn or idx.conn)
+            if top is not None:
+                rows = self._rows_of(conn or idx.conn, top)
+            else:
+                rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
             return self._hits(rows, "text", ranking.bm25_rank_to_score)
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)
             return []
+
+    @staticmethod
+    def _keyword_top(idx: _Index, query: str, match: str, k: int,
+                     conn: apsw.Connection) -> list[tuple[int, float]] | None:
+        """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
+        (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
+        when they are not (yet) kept or the query is cheap for FTS5 itself."""
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+        if not phrases or " OR ".join(phrases) != match:
+            return None
+        post = idx.postings()
+        if post is None:
+            return None
+        dfs = [idx.df(p, conn) for p in phrases]
+        if sum(dfs) < KEYWORD_POSTINGS_MIN or not post.ready(phrases):
+            return None
+        for p in phrases:
+            if p not in post.tf and not post.read(conn, p):
+                return None
+        score = post.scores(phrases, dfs)
+        if score is None:
+            return None
+        hit = np.flatnonzero(score > 0.0)
+        if len(hit) > k:  # the k best, and every row tied with the k-th
+            kth = np.partition(score[hit], len(hit) - k)[len(hit) - k]
+            hit = hit[score[hit] >= kth]
+        order = np.lexsort((hit, -score[hit]))[:k]  # best first, then the lower row id
+        return [(int(r), -1.0 * float(score[r])) for r in hit[order]]
+
+    @staticmethod
+    def _rows_of(conn: apsw.Connection, top: list[tuple[int, float]]) -> list[tuple[Any, ...]]:
+        """The chunk rows of ``top`` (``(rid, bm25)``), in its order, as ``_keyword_hits`` selects them."""
+        if not top:
+            return []
+        sql = ("SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+               f" LEFT JOIN files fl ON fl.path = c.path WHERE c.rid IN ({','.join(str(r) for r, _ in top)})")
+        got = {r[0]: r for r in conn.execute(sql)}
+        return [(rid, rank, *got[rid][1:]) for rid, rank in top if rid in got]
 
     def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
                      sources: tuple[str, ...] | None) -> list[ranking.Hit]:

@@ -17,6 +17,7 @@ import pytest
 
 from bench.corpus import WORDS, generate
 from memory_core import ranking, search, textsearch
+from memory_core.config import load_settings
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
 from memory_core.store import connect_reader
@@ -100,12 +101,16 @@ def test_bm25_given_df_is_fts5_bm25_on_every_matching_row(index) -> None:
     assert compared > 1000
 
 
-@pytest.mark.parametrize("own_bm25", [True, False])
-def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch, own_bm25) -> None:
+@pytest.mark.parametrize("path", ["postings", "own_bm25", "bm25"])
+def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch, path) -> None:
+    own_bm25 = path != "bm25"
     if not own_bm25:  # an apsw without auxiliary functions: bm25() itself
         monkeypatch.setattr(search, "_register_bm25", lambda conn: False)
+    if path == "postings":  # every keyword query from the phrases' postings once they are kept
+        monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
     rng = random.Random(2)
     queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(20)]
+    queries = queries + queries  # a phrase's postings are read on its second use
     with Searcher(index) as s:
         conn = connect_reader(index.index_file)
         n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
@@ -132,5 +137,42 @@ def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch
                                                        abs=1e-6)
             for h in c.keyword:  # the side lists share the union's scores
                 assert h.bm25 == max(0.0, -ref[h.rid][0])
+            # the keyword side is FTS5's top 40 in FTS5's order (ties by row id), the same bm25()
+            match = textsearch.build_match_query(q)
+            top = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                               " ORDER BY r LIMIT 40", (match,)).fetchall() if match else []
+            assert [(h.rid, h.bm25) for h in c.keyword] == [(r, max(0.0, -b)) for r, b in top], q
+        post = s._current()._postings
+        if path == "postings":
+            assert post is not None and len(post.tf) > 50
+        else:
+            assert post is None or not post.tf
         conn.close()
     assert checked_bm25 > 100 and checked_ident > 0
+
+
+def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch) -> None:
+    """Rows with the same words and length tie in bm25(): FTS5's sorter keeps the lower row ids first."""
+    monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    rng = random.Random(4)
+    for i in range(120):  # many files with identical text: ties across the cut at k
+        words = ["alpha beta"] * (i % 3 + 1) + [rng.choice(["gamma", "delta"])] * (i % 2 + 1)
+        (ws / "memory" / f"n{i:03d}.md").write_text(" ".join(words) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    compared = 0
+    with Searcher(s) as se:
+        idx = se._current()
+        for q in ["alpha gamma", "beta delta alpha", "gamma", "alpha beta gamma delta"] * 2:
+            for k in (1, 7, 40, 500):
+                match = textsearch.build_match_query(q)
+                ref = idx.conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                       " ORDER BY r LIMIT ?", (match, k)).fetchall()
+                got = se._keyword_top(idx, q, match, k, idx.conn)
+                if got is not None:
+                    assert got == [tuple(r) for r in ref], (q, k)
+                    compared += 1
+        assert idx._postings is not None and len(idx._postings.tf) == 4 and compared >= 12
+        assert len({b for _, b in ref}) < len(ref) / 4  # ties it had to keep in order
