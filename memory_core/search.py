@@ -38,7 +38,7 @@ from memory_core.config import Settings
 from memory_core.dates import DateRange, chunk_date, indexed_transcript_dates, query_date_range
 from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
-from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
+from memory_core.store import connect, connect_reader, has_table, load_vec, probe_index, read_meta
 
 log = logging.getLogger("memory_core.search")
 
@@ -138,9 +138,12 @@ class _Postings:
     for queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows, within
     :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
 
-    def __init__(self, max_rid: int) -> None:
+    def __init__(self, max_rid: int, vocab: apsw.Connection | None = None) -> None:
         self.size = max_rid + 1
         self.lengths = np.zeros(self.size, dtype=np.float64)  # tokens per row (set by every read)
+        self.vocab = vocab  # a read-only connection with an fts5vocab 'instance' table (temp.mc_vocab)
+        if vocab is not None and not self._read_lengths(vocab):
+            self.vocab = None
         self.tf: dict[str, np.ndarray] = {}  # phrase -> its frequency in every row (uint8/16)
         self.seen: set[str] = set()
         self.n_row = 0
@@ -149,35 +152,78 @@ class _Postings:
         self._norm: np.ndarray | None = None  # bm25()'s length normalisation of every row
         self.lock = threading.Lock()
 
+    def _read_lengths(self, conn: apsw.Connection) -> bool:
+        """Every row's length in tokens from FTS5's docsize table (the first varint of each row's
+        sizes: the text column; the others are UNINDEXED, 0), as xColumnSize(-1) reads it."""
+        try:
+            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(hex(substr(sz, 1, 3)), '')"
+                                      " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
+        except apsw.Error:
+            return False
+        if not ids:
+            return True
+        rids = np.fromstring(ids, dtype=np.int64, sep=",")
+        raw = np.frombuffer(bytes.fromhex(sizes), dtype=np.uint8)
+        if len(raw) != 3 * len(rids) or rids.max() >= self.size or rids.min() < 0:
+            return False  # a row too short for three bytes (not this schema) or added since the index was opened
+        b = raw.reshape(-1, 3).astype(np.int64)
+        if (b[:, 0] >= 128).any() and (b[b[:, 0] >= 128, 1] >= 128).any():
+            return False  # a row of 16,384 tokens or more: read through FTS5 instead
+        self.lengths[rids] = np.where(b[:, 0] < 128, b[:, 0], ((b[:, 0] & 0x7F) << 7) | b[:, 1])
+        return True
+
     def ready(self, phrases: list[str]) -> bool:
-        """True when every phrase is kept or has been asked for before (then it is read now)."""
+        """True when every phrase is kept or can be read now: at once from the fts5vocab table, else
+        on its second use (a one-shot query does not pay for reading through FTS5)."""
+        if self.vocab is not None:
+            return True
         with self.lock:
             unseen = [p for p in phrases if p not in self.tf and p not in self.seen]
             self.seen.update(unseen)
             return not unseen
 
-    def read(self, conn: apsw.Connection, phrase: str) -> bool:
-        """Keep ``phrase``'s frequencies (and the lengths of the rows holding it); False if it cannot be."""
-        if not self.n_row:
-            row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-                               " LIMIT 1", (phrase,)).fetchone()
-            if row is None:
-                return False
-            n_row, total = (int(x) for x in str(row[0]).split())
-        rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?",
-                            (phrase,)).fetchall()
-        a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-        rids, packed = a[:, 0], a[:, 1]
-        if len(rids) and (rids.max() >= self.size or rids.min() < 0):
-            return False  # a row added since this index was opened: the next query opens it anew
-        counts = packed >> 32
-        tf = np.zeros(self.size, dtype=np.uint8 if not len(counts) or counts.max() < 256 else np.uint32)
-        tf[rids] = counts
+    def read(self, conn: apsw.Connection, phrase: str, df: int) -> bool:
+        """Keep ``phrase``'s frequencies (and the lengths of the rows holding it); False if it cannot
+        be. ``df``: the rows it matches (:meth:`_Index.df`), checked against what was read."""
+        row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                           " LIMIT 1", (phrase,)).fetchone()
+        if row is None:
+            return False  # no row holds it: FTS5 cannot say its totals, and it scores nothing
+        n_row, total, tokens = json.loads(row[0])
+        tf: np.ndarray | None = None
+        lengths: tuple[np.ndarray, np.ndarray] | None = None
+        if self.vocab is not None and len(tokens) == 1 and isinstance(tokens[0], str):
+            # one token (as FTS5 tokenized the phrase): its instances, in C, from the fts5vocab table
+            docs = self.vocab.execute("SELECT group_concat(doc) FROM temp.mc_vocab WHERE term = ? AND col = 'text'",
+                                      (tokens[0],)).fetchone()[0]
+            rids = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
+            if len(rids) and rids.min() >= 0 and rids.max() < self.size:
+                counts = np.bincount(rids, minlength=self.size)
+                if int(np.count_nonzero(counts)) == df:
+                    tf = counts
+        if tf is None:  # a phrase of several tokens, or no fts5vocab: every row through FTS5
+            with self.lock:
+                if phrase not in self.seen:  # on its second use: a one-shot query does not pay for it
+                    self.seen.add(phrase)
+                    return False
+            rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                (phrase,)).fetchall()
+            a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            rids, packed = a[:, 0], a[:, 1]
+            if len(rids) != df or (len(rids) and (rids.max() >= self.size or rids.min() < 0)):
+                return False  # a row added since this index was opened: the next query opens it anew
+            tf = np.zeros(self.size, dtype=np.int64)
+            tf[rids] = packed >> 32
+            lengths = (rids, (packed & 0xFFFFFFFF).astype(np.float64))
+        tf = tf.astype(np.uint8 if tf.max(initial=0) < 256 else np.uint32)
         with self.lock:
             if not self.n_row:
                 self.n_row, self.total_tokens = n_row, total
-            self.lengths[rids] = packed & 0xFFFFFFFF
-            self._norm = None
+            elif (self.n_row, self.total_tokens) != (n_row, total):
+                return False
+            if lengths is not None:
+                self.lengths[lengths[0]] = lengths[1]
+                self._norm = None
             self.tf[phrase] = tf
             self.bytes += tf.nbytes
             while self.bytes > POSTINGS_BUDGET_BYTES and len(self.tf) > 1:
@@ -217,8 +263,9 @@ _TOTALS_FUNCTION = "memory_core_totals"
 
 
 def _totals(api: Any) -> str:
-    """FTS5's row count and total tokens (its averages record), as bm25() reads them."""
-    return f"{api.row_count} {api.column_total_size(-1)}"
+    """FTS5's row count and total tokens (its averages record), as bm25() reads them, and the
+    tokens of phrase 0 as FTS5 tokenized it (JSON)."""
+    return json.dumps([api.row_count, api.column_total_size(-1), list(api.phrases[0])])
 
 
 def _cosine_from_distance(distance: float | None) -> float:
@@ -315,6 +362,7 @@ class _Index:
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
         self._postings: _Postings | None = None
+        self._vocab: apsw.Connection | None = None
         self._n_chunks: int | None = None
         self._background: float | None = None
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
@@ -375,8 +423,27 @@ class _Index:
             return None
         if self._postings is None:
             max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
-            self._postings = _Postings(int(max_rid or 0))
+            self._postings = _Postings(int(max_rid or 0), self._vocab_conn())
         return self._postings
+
+    def _vocab_conn(self) -> apsw.Connection | None:
+        """A read-only connection to this same file with an fts5vocab 'instance' table of chunks_fts
+        (a temp table: the reader connections are query_only), or None."""
+        try:
+            conn = connect(self._path, readonly=True)
+        except apsw.Error:
+            return None
+        try:
+            st = os.stat(self._path)
+            if (st.st_ino, st.st_dev) != self.ident[:2]:  # replaced since this index was opened
+                raise apsw.Error("replaced")
+            conn.execute("CREATE VIRTUAL TABLE temp.mc_vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
+        except (apsw.Error, OSError):
+            with contextlib.suppress(apsw.Error):
+                conn.close()
+            return None
+        self._vocab = conn
+        return conn
 
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
@@ -407,6 +474,9 @@ class _Index:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self._vocab is not None:
+            with contextlib.suppress(apsw.Error):
+                self._vocab.close()
         if self._kw_conn:
             with contextlib.suppress(apsw.Error):
                 self._kw_conn.close()
@@ -917,8 +987,8 @@ class Searcher:
         dfs = [idx.df(p, conn) for p in phrases]
         if sum(dfs) < KEYWORD_POSTINGS_MIN or not post.ready(phrases):
             return None
-        for p in phrases:
-            if p not in post.tf and not post.read(conn, p):
+        for p, df in zip(phrases, dfs, strict=True):
+            if p not in post.tf and not post.read(conn, p, df):
                 return None
         score = post.scores(phrases, dfs)
         if score is None:
