@@ -787,8 +787,17 @@ class Searcher:
             if idents:  # which candidates contain an identifier of the query verbatim (a phrase)
                 sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
                        f" AND rowid IN ({','.join(str(int(h.rid)) for h in union)})")
+                post = idx.postings() if idx.own_bm25 else None
                 for ident in idents:
-                    for (rid,) in conn.execute(sql, (textsearch.fts_string(ident.lower()),)):
+                    phrase = textsearch.fts_string(ident.lower())
+                    if post is not None and post.has([phrase]):  # kept by the keyword side: its frequencies
+                        tf = post.tf.get(phrase)
+                        if tf is not None and all(0 <= h.rid < len(tf) for h in union):
+                            for h in union:
+                                if tf[h.rid]:
+                                    h.has_identifier = True
+                            continue
+                    for (rid,) in conn.execute(sql, (phrase,)):
                         by_rid[rid].has_identifier = True
             idfs: list[float] = []
             present = 0.0
