@@ -349,16 +349,25 @@ def fill(text: str, rng: random.Random) -> str:
                        genre=rng.choice(GENRES))
 
 
-def plan() -> dict[str, Any]:
-    """Sessions (day, file name, turns) and questions, all from the seed."""
+# variant -> (topics per session, (fewest, most) exchanges per topic)
+VARIANTS = {"short": (2, (2, 3)), "long": (6, (3, 4))}
+
+
+def plan(variant: str = "short") -> dict[str, Any]:
+    """Sessions (day, file name, turns) and questions, all from the seed.
+
+    ``short``: 2 topics a session (1-3 chunks; the labelled files in eval/convo/). ``long``: 6
+    topics of 3-4 exchanges (about 5-8 chunks a session, like LoCoMo's), so the planted fact is
+    one chunk among many of its session and retrieval must find it inside a long conversation."""
+    n_topics, (lo, hi) = VARIANTS[variant]
     rng = random.Random(SEED)
     days = session_days(rng)
     sessions = []
     for i, day in enumerate(days):
-        topics = rng.sample(sorted(TOPICS), 2)
+        topics = rng.sample(sorted(TOPICS), n_topics)
         turns = [rng.choice(OPENERS)]
         for t in topics:
-            turns += [(fill(u, rng), a) for u, a in rng.sample(TOPICS[t], rng.randint(2, 3))]
+            turns += [(fill(u, rng), a) for u, a in rng.sample(TOPICS[t], rng.randint(lo, hi))]
         for fact in FACTS.get(i, []):
             turns.insert(rng.randint(1, len(turns)), fact)
         name = str(uuid.UUID(int=rng.getrandbits(128), version=4)) + ".jsonl"
@@ -424,9 +433,9 @@ MEMORY_MD = """# Memory
 TOML = 'sources = ["memory", "sessions"]\nprovider = "local"\n'
 
 
-def build_workspace(dest: Path) -> Path:
+def build_workspace(dest: Path, variant: str = "short") -> Path:
     """Write the workspace into *dest* (replaced if it exists)."""
-    p = plan()
+    p = plan(variant)
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "sessions").mkdir(parents=True)
@@ -438,6 +447,12 @@ def build_workspace(dest: Path) -> Path:
     (dest / "MEMORY.md").write_text(MEMORY_MD, encoding="utf-8")
     (dest / "memory-core.toml").write_text(TOML, encoding="utf-8")
     return dest
+
+
+def labels(variant: str = "short") -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """(query id -> text, query id -> {corpus id: relevance}) of a variant, from its plan."""
+    qs = plan(variant)["questions"]
+    return {q["_id"]: q["text"] for q in qs}, {q["_id"]: dict(q["rels"]) for q in qs if q["rels"]}
 
 
 def write_labels(out: Path = HERE) -> dict[str, int]:

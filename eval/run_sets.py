@@ -10,7 +10,8 @@ Sets (a workspace per user where the data has users, pooled per query):
 * ``examples``: examples/workspace with eval/examples-queries.jsonl and eval/examples-qrels.tsv.
 * ``memorybank-en``, ``memorybank-cn``: MemoryBank users as dated transcripts (eval/memorybank.py),
   15 workspaces each; ``memorybank-en-notes``: the English users as daily notes.
-* ``convo``: the synthetic multi-session set of eval/convo.py.
+* ``convo``: the synthetic multi-session set of eval/convo.py; ``convo-long``: the same questions
+  over long sessions (6 topics each, about 5-8 chunks a session).
 
 Each set's workspaces and indexes (default local model) live in the cache (default
 ``~/.cache/memory-core-eval``). An index is reused only when its stamp matches: the set's data
@@ -52,7 +53,7 @@ if str(HERE) not in sys.path:
 import convo  # noqa: E402  (eval/convo.py)
 import memorybank  # noqa: E402  (eval/memorybank.py)
 
-ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo")
+ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
 # Modules that only answer queries: changing them never changes what an index holds.
 QUERY_SIDE = {"search.py", "ranking.py", "evaluation.py", "dates.py", "answers.py", "backends.py", "cli.py",
               "mcp_server.py", "qmd.py", "export.py", "freshness.py", "prefect_api.py", "watch.py"}
@@ -153,6 +154,12 @@ def _convo() -> EvalSet:
     return EvalSet("convo", {"convo": convo.build_workspace}, [HERE / "convo.py"], queries, _read_qrels(convo.HERE / "qrels.tsv"))
 
 
+def _convo_long() -> EvalSet:
+    queries, qrels = convo.labels("long")
+    return EvalSet("convo-long", {"convo-long": lambda dest: convo.build_workspace(dest, "long")},
+                   [HERE / "convo.py"], queries, qrels, note="the same questions, sessions of 5-8 chunks")
+
+
 def make_set(name: str, quick: bool) -> EvalSet:
     if name == "cosqa":
         return _cosqa(quick)
@@ -160,6 +167,8 @@ def make_set(name: str, quick: bool) -> EvalSet:
         return _examples()
     if name == "convo":
         return _convo()
+    if name == "convo-long":
+        return _convo_long()
     if name.startswith("memorybank-"):
         parts = name.split("-")
         return _memorybank(parts[1], "notes" if parts[-1] == "notes" else "sessions")

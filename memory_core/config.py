@@ -118,6 +118,9 @@ class ChunkingSettings(_Model):
 
     tokens: int | None = Field(default=None, ge=8, le=8192)
     overlap: int | None = Field(default=None, ge=0)
+    # transcript chunks also get one vector per exchange (a user message and its replies); a
+    # chunk's vector relevance is its best one (memory_core.vectors, docs/search.md)
+    exchange_vectors: bool = True
 
     @model_validator(mode="after")
     def _overlap_below_tokens(self) -> ChunkingSettings:

@@ -39,11 +39,11 @@ from memory_core.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "sources", "extra_paths", "redact", "fts_tokenizer")
+                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer")
 
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
-               "chunk_overlap": "chunking.overlap", "sources": "sources", "extra_paths": "extra_paths",
+               "chunk_overlap": "chunking.overlap", "exchange_vectors": "chunking.exchange_vectors", "sources": "sources", "extra_paths": "extra_paths",
                "redact": "redact"}
 
 
@@ -81,6 +81,7 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "dims": provider.dims,
         "chunk_tokens": tokens,
         "chunk_overlap": overlap,
+        "exchange_vectors": settings.chunking.exchange_vectors,
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
         "redact": settings.redact,

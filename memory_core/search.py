@@ -351,12 +351,16 @@ class _Index:
         # schema 3: float32 in chunks.embedding + sign bits (memory_core.vectors); schema 2: the
         # vectors in sqlite-vec's vec0 table (searched by its KNN) or in chunks.embedding
         self.has_bits = has_table(self.conn, vectors.BITS_TABLE)
+        # schema 4: transcript chunks' exchange vectors (a chunk's cosine is its best vector's)
+        self.has_parts = self.has_bits and vectors.has_parts(self.conn) and self.conn.execute(
+            f"SELECT 1 FROM {vectors.PARTS_TABLE} LIMIT 1").fetchone() is not None
         self.has_vec_table = has_table(self.conn, "chunks_vec")
         self.f32_in_chunks = self.has_bits or not self.has_vec_table
         self.vec_loaded = self.has_vec_table and not self.has_bits and load_vec(self.conn)
         self.dims = self.meta.get("dims")
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
         self._bits: vectors.BitIndex | None = None
+        self._part_bits: vectors.BitIndex | None = None
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
@@ -452,6 +456,31 @@ class _Index:
         if self._bits is None:
             self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
         return self._bits
+
+    def part_index(self) -> vectors.BitIndex:
+        """The exchange vectors' codes, as :meth:`bit_index`."""
+        if self._part_bits is None:
+            self._part_bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0),
+                                                       vectors.PARTS_BITS_TABLE)
+        return self._part_bits
+
+    def nearest(self, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
+        """The ``want`` chunks nearest the query, best first: [(rid, cosine)], a chunk's cosine
+        being the best of its own vector's and its exchanges' (schema 4)."""
+        top = self.bit_index().search(self.conn, qvec, want)
+        if not self.has_parts:
+            return top
+        cand = dict(top)
+        ptop = self.part_index().search(self.conn, qvec, want)
+        if ptop:
+            lit = ",".join(str(int(r)) for r, _ in ptop)
+            owners = {c for (c,) in self.conn.execute(f"SELECT DISTINCT chunk FROM {vectors.PARTS_TABLE}"
+                                                      f" WHERE rid IN ({lit})")}
+            cand.update(vectors.cosines(qvec, vectors.read_vectors(self.conn, [c for c in owners if c not in cand])))
+        for rid, cos in vectors.part_cosines(self.conn, qvec, list(cand)).items():
+            if cos > cand[rid]:
+                cand[rid] = cos
+        return sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray]:
         """(rids, unit vectors) for the numpy fallback, loaded once per opened file."""
@@ -865,7 +894,12 @@ class Searcher:
         elif idx.has_vec_table and not idx.f32_in_chunks:
             return {}
         else:
-            rows = vectors.read_vectors(idx.conn, rids)
+            cos = vectors.cosines(qvec, vectors.read_vectors(idx.conn, rids))
+            if idx.has_parts:  # a chunk's cosine is its best vector's (_Index.nearest)
+                for rid, c in vectors.part_cosines(idx.conn, qvec, rids).items():
+                    if c > cos.get(rid, -2.0):
+                        cos[rid] = c
+            return cos
         return vectors.cosines(qvec, rows)
 
     parallel = True
@@ -1026,7 +1060,7 @@ class Searcher:
         want = min(4096, k * 4 if sources else k)
         src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
         if idx.has_bits and idx.dims:  # the bits scanned, the nearest ranked by exact cosines
-            top = idx.bit_index().search(idx.conn, qvec, want)
+            top = idx.nearest(qvec, want)
             return self._rows_by_rank(idx, [r for r, _ in top], [c for _, c in top], src, sources, k)
         if idx.vec_loaded:
             sql = (
@@ -1078,10 +1112,22 @@ class Searcher:
             if not len(rids):
                 return None
             want, top = self.candidate_count(k), min(k, len(rids))
+            owner = pm = None
+            if idx.has_parts:  # a chunk's cosine is its best vector's: its own or an exchange's
+                prow = idx.conn.execute(f"SELECT chunk, embedding FROM {vectors.PARTS_TABLE}").fetchall()
+                pos = {int(r): i for i, r in enumerate(rids.tolist())}
+                keep = [(pos[c], e) for c, e in prow if c in pos]
+                owner = np.asarray([i for i, _ in keep], dtype=np.int64)
+                pm = np.frombuffer(b"".join(e for _, e in keep), dtype="<f4").reshape(len(keep), -1)
+                pm = pm / np.maximum(np.linalg.norm(pm, axis=1, keepdims=True), 1e-12)
             got = []
             for q in queries:
                 qv = np.asarray(provider.embed_query(q[:8000]), dtype=np.float32)
-                exact = set(rids[np.argsort(-(m @ (qv / (np.linalg.norm(qv) or 1.0))), kind="stable")[:top]].tolist())
+                qn = qv / (np.linalg.norm(qv) or 1.0)
+                sims = m @ qn
+                if pm is not None and owner is not None and len(owner):
+                    np.maximum.at(sims, owner, pm @ qn)
+                exact = set(rids[np.argsort(-sims, kind="stable")[:top]].tolist())
                 found = [h.rid for h in self._vector_hits(idx, qv, want, None)][:top]
                 got.append(len(exact & set(found)) / top)
             return float(np.mean(got))

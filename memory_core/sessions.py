@@ -69,6 +69,27 @@ _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _ROLE_LABELS: Final = {"user": "User", "assistant": "Assistant"}
 
 _BOM: Final = "\ufeff"
+USER_PREFIX: Final = _ROLE_LABELS["user"] + ": "
+
+
+def exchange_parts(text: str) -> list[str]:
+    """The exchanges of a transcript chunk's text: each ``User:`` line with the lines after it up
+    to the next one (lines before the first form their own). ``[]`` when the chunk holds at most
+    one exchange: its own vector already is that exchange's.
+
+    Embedded beside the chunk (``chunking.exchange_vectors``; :mod:`memory_core.vectors`): one
+    vector for a chunk of six exchanges on six topics matches none of them well."""
+    parts: list[str] = []
+    cur: list[str] = []
+    for line in text.split("\n"):
+        if line.startswith(USER_PREFIX) and cur:
+            parts.append("\n".join(cur))
+            cur = []
+        cur.append(line)
+    if cur:
+        parts.append("\n".join(cur))
+    parts = [p for p in parts if p.strip()]
+    return parts if len(parts) > 1 else []
 
 
 @dataclass(frozen=True)

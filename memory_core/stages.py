@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import chunk_markdown, fit_to_window, remap_chunk_lines
+from memory_core.chunking import chunk_markdown, fit_to_window, remap_chunk_lines, sha256_hex
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
@@ -281,6 +281,16 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
     return FileChunks(kept, row, over)
 
 
+def chunk_parts(source: str, settings: Settings, text: str) -> list[tuple[str, str]]:
+    """(hash, text) of the extra vectors a chunk gets: a transcript chunk's exchanges when
+    ``chunking.exchange_vectors`` is on (:func:`memory_core.sessions.exchange_parts`), else none."""
+    if source != "sessions" or not settings.chunking.exchange_vectors:
+        return []
+    from memory_core.sessions import exchange_parts
+
+    return [(sha256_hex(t), t) for t in exchange_parts(text)]
+
+
 def _may_exceed_window(provider: EmbeddingProvider, tokens: int, overlap: int) -> bool:
     """False when no chunk of these settings can be over the provider's window: a chunk holds
     at most ``(tokens + overlap) * 4`` characters plus a newline, and the token estimate never
@@ -338,10 +348,11 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
         for f in plan.to_index:
             fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
             for c in (fc.chunks if fc else []):
-                if c.hash not in seen:
-                    seen.add(c.hash)
-                    todo_h.append(c.hash)
-                    todo_t.append(c.text)
+                for h, t in [(c.hash, c.text), *chunk_parts(f.source, settings, c.text)]:
+                    if h not in seen:
+                        seen.add(h)
+                        todo_h.append(h)
+                        todo_t.append(t)
             flush(writer)
         flush(writer, force=True)
     return MissResult(path=out, misses=misses, hits=hits)

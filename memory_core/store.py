@@ -75,7 +75,8 @@ from memory_core.errors import (
 from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
-SCHEMA_VERSION = 3  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py)
+SCHEMA_VERSION = 4  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
+# 4: transcript chunks' exchange vectors (vectors.PARTS_TABLE)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 # SQLite's header field ``application_id`` (offset 68) of every index memory-core writes: only a
@@ -461,6 +462,7 @@ class ChunkRow:
     fts_text: str | None  # None: the writer segments ``text`` (textsearch.segment_many)
     embedding: bytes | None
     updated_at: int
+    parts: Sequence[bytes] | None = None  # float32 vectors of the chunk's exchanges (transcripts)
 
 
 @dataclass
@@ -577,6 +579,8 @@ class IndexWriter:
         self._want_vec = use_vec
         self._next_rid = 1
         self._first_new_rid = 1
+        self._parts = False  # the index has a parts table (schema 4)
+        self._next_part_rid = 1
         self.swapped = False
 
     # context manager: abort on error
@@ -614,6 +618,7 @@ class IndexWriter:
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
+            self._open_parts(conn)
             conn.execute("BEGIN")
         except OSError as exc:
             self.abort()
@@ -637,9 +642,16 @@ class IndexWriter:
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
+            self._open_parts(conn)
         except apsw.Error as exc:
             self.abort()
             raise RunError(f"cannot open the index at {self.live_path} for an update: {exc}") from exc
+
+    def _open_parts(self, conn: apsw.Connection) -> None:
+        self._parts = bool(self.vec and self.dims) and vectors.has_parts(conn)
+        if self._parts:
+            row = conn.execute(f"SELECT max(rid) FROM {vectors.PARTS_TABLE}").fetchone()
+            self._next_part_rid = (row[0] or 0) + 1
 
     # -- edits ----------------------------------------------------------------------------
     def delete_paths(self, paths: Iterable[str]) -> int:
@@ -654,13 +666,15 @@ class IndexWriter:
                 conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
                 if self.vec and self.dims:
                     vectors.delete(conn, rids)
+                    if self._parts:
+                        vectors.delete_parts(conn, rids)
                 conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
             conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return removed
 
     def insert_chunks(self, rows: Sequence[ChunkRow]) -> None:
         self.insert_tuples([(r.id, r.path, r.source, r.start_line, r.end_line, r.hash, r.model, r.text, r.fts_text,
-                             r.embedding, r.updated_at) for r in rows])
+                             r.embedding, r.updated_at, r.parts) for r in rows])
 
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
@@ -686,6 +700,16 @@ class IndexWriter:
             size = int(self.dims) * 4
             got = [(start + i, r[9]) for i, r in enumerate(rows) if r[9] is not None and len(r[9]) == size]
             vectors.append(conn, [g[0] for g in got], [g[1] for g in got], int(self.dims))
+            # a transcript chunk's exchange vectors (ChunkRow.parts), in their own table and codes
+            parts = [(start + i, v) for i, r in enumerate(rows) if len(r) > 11 and r[11]
+                     for v in r[11] if v is not None and len(v) == size]
+            if parts and self._parts:
+                first = self._next_part_rid
+                self._next_part_rid += len(parts)
+                conn.executemany(f"INSERT INTO {vectors.PARTS_TABLE}(rid, chunk, embedding) VALUES(?,?,?)",
+                                 ((first + j, c, v) for j, (c, v) in enumerate(parts)))
+                vectors.append(conn, range(first, first + len(parts)), [v for _, v in parts], int(self.dims),
+                               vectors.PARTS_BITS_TABLE)
         failpoint("build")
 
     def upsert_files(self, rows: Iterable[FileRow]) -> None:
@@ -734,6 +758,11 @@ class IndexWriter:
                 n_vec = vectors.count(conn)
                 if n_vec != n_chunks:
                     problems.append(f"{n_chunks} chunks but {n_vec} vectors")
+                if self._parts:
+                    n_parts = conn.execute(f"SELECT count(*) FROM {vectors.PARTS_TABLE}").fetchone()[0]
+                    n_codes = vectors.count(conn, vectors.PARTS_BITS_TABLE)
+                    if n_parts != n_codes:
+                        problems.append(f"{n_parts} exchange vectors but {n_codes} codes for them")
             elif self.dims:
                 n_vec = n_chunks - missing
         n_files_chunks = conn.execute("SELECT coalesce(sum(chunks), 0) FROM files").fetchone()[0]

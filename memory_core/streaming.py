@@ -48,7 +48,7 @@ from memory_core.runtypes import (
     ProgressFn,
     RunPlan,
 )
-from memory_core.stages import chunk_file, chunk_params, finish_meta
+from memory_core.stages import chunk_file, chunk_params, chunk_parts, finish_meta
 from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
@@ -102,6 +102,8 @@ class _Stream:
         # rows (ChunkRow field order, embedding None) waiting for their vector, in file order
         self.waiting: deque[list[Any]] = deque()
         self.need: Counter[str] = Counter()  # waiting rows per hash
+        self.part_need: Counter[str] = Counter()  # waiting rows per exchange hash (not counted as progress)
+        self.part_text: dict[str, str] = {}  # texts of exchanges not embedded yet (a cache eviction re-embeds)
         self.vecs: dict[str, bytes] = {}  # vectors that waiting rows need
         # Every hash of this run, as Python's hash() of the hex string (an int, cached on the str):
         # ~60 bytes a chunk instead of ~140 for the string, the one thing a run keeps per chunk.
@@ -123,18 +125,30 @@ class _Stream:
         self.stats = EmbedCounts()
 
     # -- vectors ------------------------------------------------------------------------
-    def add_row(self, row: list[Any], text: str) -> None:
+    def add_row(self, row: list[Any], text: str, parts: list[tuple[str, str]] | None = None) -> None:
+        """Queue a chunk row; ``parts``: (hash, text) of its exchanges, whose vectors the row also
+        waits for (``row[11]``: their hashes, then their vectors)."""
         h = row[5]
+        row.append([ph for ph, _ in parts] if parts and self.with_vectors else None)
         self.waiting.append(row)
         if not self.with_vectors:
             self.progress.ready += 1
             return
         self.need[h] += 1
+        for ph, ptext in parts or ():
+            self.part_need[ph] += 1
+            if ph not in self.vecs:
+                self.part_text.setdefault(ph, ptext)
+                self._want(ph, ptext)
         if h in self.vecs:
             self.progress.ready += 1
             self.progress.cached += 1
             return
-        if h in self.pending:
+        self._want(h, text)
+
+    def _want(self, h: str, text: str) -> None:
+        """Have the vector of ``h`` looked up (and embedded if missing), once."""
+        if h in self.pending or h in self.vecs:
             return
         self.pending.add(h)
         key = hash(h)
@@ -145,6 +159,10 @@ class _Stream:
             self.lookup.append((h, text))
         if len(self.lookup) + len(self.refetch) >= LOOKUP_ROWS:
             self.resolve()
+
+    def _text_of(self, h: str) -> str:
+        got = self.part_text.get(h)
+        return got if got is not None else next(r[7] for r in self.waiting if r[5] == h)
 
     def resolve(self) -> None:
         """Look up the new hashes; misses go into request groups."""
@@ -158,7 +176,7 @@ class _Stream:
             lost = [h for h in self.refetch if h not in got]
             self.refetch = []
             if lost:  # evicted or deleted behind our back: embed again
-                self.lookup.extend((h, next(r[7] for r in self.waiting if r[5] == h)) for h in lost)
+                self.lookup.extend((h, self._text_of(h)) for h in lost)
         if not self.lookup:
             return
         got = {} if self.cold else self.cache.get_many(h for h, _ in self.lookup)
@@ -242,17 +260,28 @@ class _Stream:
             if self.with_vectors:
                 h = row[5]
                 emb = vecs.get(h)
-                if emb is None:
+                if emb is None or (row[11] and any(ph not in vecs for ph in row[11])):
                     break
                 if size is None:
                     self.dims, size = len(emb) // 4, len(emb)
                 elif len(emb) != size:
                     raise RunError(f"cached vector for {row[1]} has {len(emb) // 4} dims, index has {self.dims}")
                 row[9] = emb
+                phs = row[11]
+                if phs:
+                    row[11] = [vecs[ph] for ph in phs]
+                    for ph in phs:
+                        self.part_need[ph] -= 1
+                        if not self.part_need[ph]:
+                            del self.part_need[ph]
+                            self.part_text.pop(ph, None)
+                            if not need.get(ph):
+                                vecs.pop(ph, None)
                 need[h] -= 1
                 if not need[h]:
                     del need[h]
-                    del vecs[h]
+                    if not self.part_need.get(h):
+                        del vecs[h]
             waiting.popleft()
             out.append(tuple(row))
         return out
@@ -354,7 +383,8 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                 progress.chunks += len(fc.chunks)
                 for c in fc.chunks:
                     st.add_row([chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path, f.source,
-                                c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text)
+                                c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text,
+                               chunk_parts(f.source, settings, c.text))
                 total += len(fc.chunks)
                 files[f.path] = fc.file_row
                 if fc.over_window:

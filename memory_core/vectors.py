@@ -7,6 +7,15 @@ Layout (schema 3)::
                 live INTEGER,               -- row ids in it that are not deleted
                 rids BLOB,                  -- int64 row ids, ascending; 0 = deleted
                 codes BLOB)                 -- one sign bit per dimension per row, padded to 64 bits
+    chunk_parts(rid INTEGER PRIMARY KEY, chunk INTEGER, embedding BLOB)   (schema 4)
+    chunk_parts_bits                        -- the parts' codes, laid out as chunks_bits
+
+Parts are extra vectors of one chunk (a transcript chunk's exchanges: a user message and its
+replies, :func:`memory_core.chunking.exchange_parts`): a chunk's vector relevance is the best
+cosine of its own vector and its parts'. A transcript chunk holds several exchanges on unrelated
+topics, and its one vector is a blur of them; the planted fact of a conversation ("I sold the old
+bike for 180") scored cosine 0.08 against "how much did I get for the bicycle I sold" as a chunk
+and well above as its own exchange (eval/README.md has the figures).
 
 A query scans the bits (Hamming distance of the sign bits, numpy over the blocks, read once per
 opened file by a long-lived reader) for the :func:`rescore_count` nearest rows, and ranks those by
@@ -35,6 +44,9 @@ import apsw
 import numpy as np
 
 BITS_TABLE = "chunks_bits"
+PARTS_TABLE = "chunk_parts"
+PARTS_BITS_TABLE = "chunk_parts_bits"
+VECTOR_TABLES = {BITS_TABLE: "chunks", PARTS_BITS_TABLE: PARTS_TABLE}  # codes -> where the float32 rows are
 BLOCK_ROWS = 4096
 # A query takes the SCAN_MIN (at least SCAN_FACTOR x the rescored) rows nearest by Hamming
 # distance, orders those by the query's float32 dot product with their sign bits (asymmetric:
@@ -48,14 +60,23 @@ SCAN_FACTOR = 10
 RESCORE_MIN = 400
 RESCORE_FACTOR = 4
 
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS {BITS_TABLE} (
+_BITS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS {table} (
   block INTEGER PRIMARY KEY,
   live INTEGER NOT NULL,
   rids BLOB NOT NULL,
   codes BLOB NOT NULL
 );
 """
+SCHEMA = _BITS_SCHEMA.format(table=BITS_TABLE)
+PARTS_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {PARTS_TABLE} (
+  rid INTEGER PRIMARY KEY,
+  chunk INTEGER NOT NULL,
+  embedding BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_{PARTS_TABLE}_chunk ON {PARTS_TABLE}(chunk);
+""" + _BITS_SCHEMA.format(table=PARTS_BITS_TABLE)
 
 
 def code_bytes(dims: int) -> int:
@@ -103,16 +124,18 @@ def asymmetric_scores(qvec: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 def create(conn: apsw.Connection) -> None:
     conn.execute(SCHEMA)
+    conn.execute(PARTS_SCHEMA)
 
 
-def append(conn: apsw.Connection, rids: Sequence[int], vectors: Sequence[bytes], dims: int) -> None:
+def append(conn: apsw.Connection, rids: Sequence[int], vectors: Sequence[bytes], dims: int,
+           table: str = BITS_TABLE) -> None:
     """Add the codes of these rows (ascending row ids above every stored one; float32 blobs)."""
     if not len(rids):
         return
     m = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), int(dims))
     codes = quantize(m)
     ids = np.asarray(rids, dtype="<i8")
-    tail = conn.execute(f"SELECT block, rids, codes FROM {BITS_TABLE} ORDER BY block DESC LIMIT 1").fetchone()
+    tail = conn.execute(f"SELECT block, rids, codes FROM {table} ORDER BY block DESC LIMIT 1").fetchone()
     start = 0
     if tail is not None:
         t_ids = np.frombuffer(tail[1], dtype="<i8")
@@ -123,28 +146,28 @@ def append(conn: apsw.Connection, rids: Sequence[int], vectors: Sequence[bytes],
             take = min(room, len(ids))
             new_ids = np.concatenate([t_ids[keep], ids[:take]])
             new_codes = np.concatenate([t_codes, codes[:take]])
-            conn.execute(f"DELETE FROM {BITS_TABLE} WHERE block = ?", (tail[0],))
-            conn.execute(f"INSERT INTO {BITS_TABLE}(block, live, rids, codes) VALUES(?,?,?,?)",
+            conn.execute(f"DELETE FROM {table} WHERE block = ?", (tail[0],))
+            conn.execute(f"INSERT INTO {table}(block, live, rids, codes) VALUES(?,?,?,?)",
                          (int(new_ids[0]), len(new_ids), new_ids.tobytes(), new_codes.tobytes()))
             start = take
     for s in range(start, len(ids), BLOCK_ROWS):
         part = ids[s:s + BLOCK_ROWS]
-        conn.execute(f"INSERT INTO {BITS_TABLE}(block, live, rids, codes) VALUES(?,?,?,?)",
+        conn.execute(f"INSERT INTO {table}(block, live, rids, codes) VALUES(?,?,?,?)",
                      (int(part[0]), len(part), part.tobytes(), codes[s:s + BLOCK_ROWS].tobytes()))
 
 
-def delete(conn: apsw.Connection, rids: Iterable[int]) -> int:
+def delete(conn: apsw.Connection, rids: Iterable[int], table: str = BITS_TABLE) -> int:
     """Mark these rows deleted (their id zeroed in place); a block left empty is dropped.
     Returns how many were found."""
     found = 0
     by_block: dict[int, list[int]] = {}
     for rid in sorted({int(r) for r in rids}):
-        row = conn.execute(f"SELECT block FROM {BITS_TABLE} WHERE block <= ? ORDER BY block DESC LIMIT 1",
+        row = conn.execute(f"SELECT block FROM {table} WHERE block <= ? ORDER BY block DESC LIMIT 1",
                            (rid,)).fetchone()
         if row is not None:
             by_block.setdefault(row[0], []).append(rid)
     for block, wanted in by_block.items():
-        raw, live = conn.execute(f"SELECT rids, live FROM {BITS_TABLE} WHERE block = ?", (block,)).fetchone()
+        raw, live = conn.execute(f"SELECT rids, live FROM {table} WHERE block = ?", (block,)).fetchone()
         ids = np.frombuffer(raw, dtype="<i8")
         pos = np.searchsorted(ids, wanted)  # ascending, with zeros where rows were deleted
         hits = []
@@ -159,29 +182,61 @@ def delete(conn: apsw.Connection, rids: Iterable[int]) -> int:
             continue
         found += len(hits)
         if live - len(hits) <= 0:
-            conn.execute(f"DELETE FROM {BITS_TABLE} WHERE block = ?", (block,))
+            conn.execute(f"DELETE FROM {table} WHERE block = ?", (block,))
             continue
-        with conn.blob_open("main", BITS_TABLE, "rids", block, True) as blob:
+        with conn.blob_open("main", table, "rids", block, True) as blob:
             for p in hits:
                 blob.seek(p * 8)
                 blob.write(b"\0" * 8)
-        conn.execute(f"UPDATE {BITS_TABLE} SET live = live - ? WHERE block = ?", (len(hits), block))
+        conn.execute(f"UPDATE {table} SET live = live - ? WHERE block = ?", (len(hits), block))
     return found
 
 
-def count(conn: apsw.Connection) -> int:
+def count(conn: apsw.Connection, table: str = BITS_TABLE) -> int:
     """Rows with a code (not deleted)."""
-    return int(conn.execute(f"SELECT coalesce(sum(live), 0) FROM {BITS_TABLE}").fetchone()[0])
+    return int(conn.execute(f"SELECT coalesce(sum(live), 0) FROM {table}").fetchone()[0])
+
+
+def has_parts(conn: apsw.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (PARTS_BITS_TABLE,)).fetchone() is not None
+
+
+def delete_parts(conn: apsw.Connection, chunk_rids: Sequence[int]) -> int:
+    """Remove the parts of these chunks (their rows and codes); returns how many."""
+    if not chunk_rids:
+        return 0
+    lit = ",".join(str(int(r)) for r in chunk_rids)
+    prids = [r for (r,) in conn.execute(f"SELECT rid FROM {PARTS_TABLE} WHERE chunk IN ({lit})")]
+    if prids:
+        delete(conn, prids, PARTS_BITS_TABLE)
+        conn.execute(f"DELETE FROM {PARTS_TABLE} WHERE chunk IN ({lit})")
+    return len(prids)
+
+
+def part_cosines(conn: apsw.Connection, qvec: np.ndarray, chunk_rids: Sequence[int]) -> dict[int, float]:
+    """The best cosine of ``qvec`` with each of these chunks' parts (chunks without parts left out)."""
+    if not chunk_rids:
+        return {}
+    lit = ",".join(str(int(r)) for r in chunk_rids)
+    rows = list(conn.execute(f"SELECT rid, chunk, embedding FROM {PARTS_TABLE} WHERE chunk IN ({lit})"))
+    cos = cosines(qvec, [(r, e) for r, _, e in rows])
+    best: dict[int, float] = {}
+    for r, chunk, _ in rows:
+        c = cos.get(int(r), 0.0)
+        if c > best.get(chunk, -2.0):
+            best[chunk] = c
+    return best
 
 
 # -- reading --------------------------------------------------------------------------------
 
-def read_vectors(conn: apsw.Connection, rids: Sequence[int]) -> list[tuple[int, bytes]]:
-    """(rid, float32 blob) of these chunks, by row id (row ids are ints: a literal list)."""
+def read_vectors(conn: apsw.Connection, rids: Sequence[int], rows: str = "chunks") -> list[tuple[int, bytes]]:
+    """(rid, float32 blob) of these chunks (or parts: ``rows`` = :data:`PARTS_TABLE`), by row id
+    (row ids are ints: a literal list)."""
     if not rids:
         return []
     lit = ",".join(str(int(r)) for r in rids)
-    return list(conn.execute(f"SELECT rid, embedding FROM chunks WHERE rid IN ({lit}) AND embedding IS NOT NULL"))
+    return list(conn.execute(f"SELECT rid, embedding FROM {rows} WHERE rid IN ({lit}) AND embedding IS NOT NULL"))
 
 
 def cosines(qvec: np.ndarray, rows: Sequence[tuple[int, bytes]]) -> dict[int, float]:
@@ -208,11 +263,12 @@ def cosines(qvec: np.ndarray, rows: Sequence[tuple[int, bytes]]) -> dict[int, fl
 class BitIndex:
     """Every code of one opened index in memory, words column-major (scanned a word at a time)."""
 
-    def __init__(self, conn: apsw.Connection, dims: int) -> None:
+    def __init__(self, conn: apsw.Connection, dims: int, table: str = BITS_TABLE) -> None:
         ids: list[np.ndarray] = []
         codes: list[np.ndarray] = []
         cb = code_bytes(dims)
-        for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {BITS_TABLE} ORDER BY block"):
+        self.rows = VECTOR_TABLES[table]
+        for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {table} ORDER BY block"):
             i = np.frombuffer(raw_ids, dtype="<i8")
             c = np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)
             keep = i != 0
@@ -270,15 +326,15 @@ class BitIndex:
     def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
         """The ``want`` rows with the highest exact cosine among :meth:`candidates`, best first:
         [(rid, cosine)]."""
-        cos = cosines(qvec, read_vectors(conn, self.candidates(qvec, want).tolist()))
+        cos = cosines(qvec, read_vectors(conn, self.candidates(qvec, want).tolist(), self.rows))
         return sorted(cos.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
 
 
-_shared: dict[tuple[str, str, int], weakref.ref[BitIndex]] = {}
+_shared: dict[tuple[str, str, int, str], weakref.ref[BitIndex]] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_bit_index(conn: apsw.Connection, path: str, dims: int) -> BitIndex:
+def shared_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE) -> BitIndex:
     """The :class:`BitIndex` of the index at ``path`` as ``conn`` sees it, shared by every reader of
     this process that sees the same state (the MCP server's and the sync triggers' searchers).
 
@@ -288,12 +344,12 @@ def shared_bit_index(conn: apsw.Connection, path: str, dims: int) -> BitIndex:
     conn.execute("BEGIN")
     try:
         row = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
-        key = (path, hashlib.sha256((row[0] if row else "").encode()).hexdigest(), int(dims))
+        key = (path, hashlib.sha256((row[0] if row else "").encode()).hexdigest(), int(dims), table)
         with _shared_lock:
             ref = _shared.get(key)
             got = ref() if ref is not None else None
         if got is None:
-            got = BitIndex(conn, dims)
+            got = BitIndex(conn, dims, table)
             with _shared_lock:
                 for k in [k for k, r in _shared.items() if r() is None]:
                     del _shared[k]
@@ -304,14 +360,18 @@ def shared_bit_index(conn: apsw.Connection, path: str, dims: int) -> BitIndex:
 
 
 def sizes(conn: apsw.Connection, dims: int | None) -> dict[str, int]:
-    """What the vectors take in the index file (``status``): the float32 copy (rows x dims x 4)
-    and the bits (without reading either: ``length()`` of a blob reads its header only)."""
-    out = {"float32_bytes": 0, "bits_bytes": 0}
+    """What the vectors take in the index file (``status``): the float32 copy (rows x dims x 4,
+    chunks and parts), the bits and how many of the vectors are parts (without reading either: ``length()`` of a blob reads its header only)."""
+    out = {"float32_bytes": 0, "bits_bytes": 0, "part_vectors": 0}
     if not dims:
         return out
-    has_bits = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (BITS_TABLE,)).fetchone() is not None
-    if has_bits:
+    for table in (BITS_TABLE, PARTS_BITS_TABLE):
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is None:
+            continue
         n, b = conn.execute(f"SELECT coalesce(sum(live), 0), coalesce(sum(length(rids) + length(codes)), 0)"
-                            f" FROM {BITS_TABLE}").fetchone()
-        out.update(float32_bytes=int(n) * int(dims) * 4, bits_bytes=int(b))
+                            f" FROM {table}").fetchone()
+        out["float32_bytes"] += int(n) * int(dims) * 4
+        out["bits_bytes"] += int(b)
+        if table == PARTS_BITS_TABLE:
+            out["part_vectors"] = int(n)
     return out

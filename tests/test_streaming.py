@@ -22,7 +22,7 @@ from memory_core.errors import RunError
 from memory_core.pipeline import LocalExecutor, run_index
 from memory_core.runtypes import Progress
 from memory_core.search import Searcher
-from memory_core.store import connect, probe_index
+from memory_core.store import SCHEMA_VERSION, connect, probe_index
 from tests.conftest import openai_settings, vector_rows
 
 SHARED = "## Standing rule\nAlways page the on-call engineer before touching the primary database.\n"
@@ -334,7 +334,7 @@ def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, open
     assert not conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'chunks_vec%'").fetchone()[0]
     conn.close()
     meta = probe_index(with_vec.index_file)[0]
-    assert (meta["vector_store"], meta["schema_version"]) == ("blob+bits", 3)
+    assert (meta["vector_store"], meta["schema_version"]) == ("blob+bits", SCHEMA_VERSION)
     with Searcher(with_vec) as s:
         vec_hits = [(h.path, h.start_line, h.vector_score) for h in s.search("replica lag alert", mode="vector",
                                                                               max_results=5, min_score=0)]

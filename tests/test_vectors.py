@@ -10,7 +10,7 @@ import pytest
 from memory_core import vectors
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
-from memory_core.store import connect, load_vec, probe_index
+from memory_core.store import SCHEMA_VERSION, connect, load_vec, probe_index
 from tests.conftest import openai_settings, vector_rows
 
 
@@ -150,7 +150,7 @@ def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(work
         np.testing.assert_allclose([x[1:] for x in a], [x[1:] for x in b], atol=2e-6)
     summary = run_index(s)  # an incremental run rebuilds the old schema in full
     assert summary.swapped
-    assert probe_index(s.index_file)[0]["schema_version"] == 3
+    assert probe_index(s.index_file)[0]["schema_version"] == SCHEMA_VERSION
     assert answers()[0] == new
 
 
