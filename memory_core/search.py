@@ -134,9 +134,12 @@ class _Postings:
     order, so the scores and the order are FTS5's, ties by row id as SQLite's sorter keeps them
     (tests/test_query_speed.py compares them).
 
-    A phrase is read on its second use by an opened index (a one-shot query pays nothing), only
-    for queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows, within
-    :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
+    Only queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows use them. A one-token
+    phrase is read on its first use from an fts5vocab 'instance' table (in C: ~55 ms a word in 80%
+    of 200k chunks, about what one FTS5 query of it costs), the rows' lengths once from FTS5's
+    docsize table; a phrase of several tokens (CJK, ``foo_bar``), or any phrase when fts5vocab is
+    not available, through FTS5 row by row on its second use (a one-shot query does not pay for
+    it). Within :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
 
     def __init__(self, max_rid: int, vocab: apsw.Connection | None = None) -> None:
         self.size = max_rid + 1
@@ -428,6 +431,10 @@ class _Index:
         if self._postings is None:
             max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
             self._postings = _Postings(int(max_rid or 0), self._vocab_conn())
+        return self._postings
+
+    def kept_postings(self) -> _Postings | None:
+        """The postings if a keyword query made them (never makes them)."""
         return self._postings
 
     def _vocab_conn(self) -> apsw.Connection | None:
@@ -816,7 +823,7 @@ class Searcher:
             if idents:  # which candidates contain an identifier of the query verbatim (a phrase)
                 sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
                        f" AND rowid IN ({','.join(str(int(h.rid)) for h in union)})")
-                post = idx.postings() if idx.own_bm25 else None
+                post = idx.kept_postings()
                 for ident in idents:
                     phrase = textsearch.fts_string(ident.lower())
                     if post is not None and post.has([phrase]):  # kept by the keyword side: its frequencies
@@ -858,7 +865,7 @@ class Searcher:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
         if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
             dfs = [idx.df(p) for p in phrases]
-            post = idx.postings()
+            post = idx.kept_postings()
             if post is not None and post.has(phrases) and min(rids) >= 0 and max(rids) < post.size:
                 wanted = np.asarray(sorted(set(rids)), dtype=np.int64)
                 score = post.scores(phrases, dfs, wanted)
@@ -1024,11 +1031,13 @@ class Searcher:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
         if not phrases or " OR ".join(phrases) != match:
             return None
-        post = idx.postings()
-        if post is None:
+        if not idx.own_bm25:
             return None
         dfs = [idx.df(p, conn) for p in phrases]
-        if sum(dfs) < KEYWORD_POSTINGS_MIN or not post.ready(phrases):
+        if sum(dfs) < KEYWORD_POSTINGS_MIN:
+            return None
+        post = idx.postings()
+        if post is None or not post.ready(phrases):
             return None
         for p, df in zip(phrases, dfs, strict=True):
             if p not in post.tf and not post.read(conn, p, df):
