@@ -38,7 +38,7 @@ from memory_core.config import Settings
 from memory_core.dates import DateRange, chunk_date, indexed_transcript_dates, query_date_range
 from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import IndexDamagedError, IndexMissingError, PathError, ProviderError
-from memory_core.store import connect_reader, has_table, load_vec, probe_index, read_meta
+from memory_core.store import connect, connect_reader, has_table, load_vec, probe_index, read_meta
 
 log = logging.getLogger("memory_core.search")
 
@@ -62,6 +62,213 @@ _ROW_SELECT = (
     "SELECT {alias}.rid, {raw}, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime"
     " FROM {alias} JOIN chunks c ON c.rid = {alias}.rid LEFT JOIN files fl ON fl.path = c.path"
 )
+
+
+_BM25_FUNCTION = "memory_core_bm25"
+_BM25_K1 = 1.2  # FTS5's bm25() constants (fts5_aux.c)
+_BM25_B = 0.75
+
+
+def _bm25_given_df(api: Any, *dfs: int) -> float:
+    """FTS5's ``bm25(chunks_fts)`` of the current row, the same arithmetic in the same order as
+    ``fts5Bm25Function`` (sqlite/ext/fts5/fts5_aux.c), except that each phrase's document count
+    (the rows matching it alone) is given by the caller instead of counted.
+
+    bm25() counts them with ``xQueryPhrase``, a walk of every phrase's whole doclist, each time a
+    statement starts, and SQLite starts it again for every value of ``rowid IN (...)``: scoring 40
+    known rows of a 4-word query walked the doclists 160 times (~1 s at 200k chunks). Here the
+    counts come from :meth:`_Index.df` (counted once per opened index), the row count and average
+    length from FTS5's own totals, a row's term frequencies and length from FTS5's own data for
+    that row (its position lists and docsize): the score is bm25()'s, bit for bit where Python
+    and the SQLite build use the same IEEE arithmetic (tests/test_query_speed.py compares them)."""
+    n_row = api.row_count
+    avgdl = api.column_total_size(-1) / n_row
+    d = float(api.column_size(-1))
+    k1, b = _BM25_K1, _BM25_B
+    score = 0.0
+    for i, df in enumerate(dfs):
+        idf = math.log((n_row - df + 0.5) / (df + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        f = float(sum(len(offsets) for offsets in api.phrase_locations(i)))  # bm25(): 1.0 per instance
+        score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * d / avgdl)))
+    return -1.0 * score
+
+
+def _register_bm25(conn: apsw.Connection) -> bool:
+    """Register :func:`_bm25_given_df` on ``conn`` (apsw 3.46+); False when it cannot be."""
+    register = getattr(conn, "register_fts5_function", None)
+    if register is None:
+        return False
+    try:
+        register(_BM25_FUNCTION, _bm25_given_df)
+        register(_TF_FUNCTION, _tf_and_size)
+        register(_TOTALS_FUNCTION, _totals)
+    except (apsw.Error, AttributeError):
+        return False
+    return True
+
+
+def _tf_and_size(api: Any) -> int:
+    """The current row's instances of phrase 0 (what bm25() counts) and its length in tokens, packed."""
+    return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | api.column_size(-1)
+
+
+KEYWORD_POSTINGS_MIN = 20_000
+"""A keyword query whose phrases match at least this many rows in all (each row counted once per
+phrase) is scored from the phrases' postings kept in memory (:class:`_Postings`) once they are
+kept; below it FTS5's own ``ORDER BY bm25() LIMIT k`` is fast (about 2 µs a matched row)."""
+POSTINGS_BUDGET_BYTES = 256 * 2**20
+"""At most this many bytes of postings per opened index (least recently used dropped first)."""
+
+
+class _Postings:
+    """The term frequencies and row lengths of the common phrases of one opened index, so that a
+    query of common words is scored by numpy instead of FTS5's bm25() over every matched row.
+
+    FTS5 scores an OR query by visiting every row that holds any of its words: ~2 µs a row in
+    bm25() (its instance list, its length), so a query of four words each in 80% of 200k chunks
+    costs ~0.4 s whatever k is, and the sort is the cheap part. A phrase's frequencies (one byte
+    per row of the index, read once through FTS5 itself by :func:`_tf_and_size`) make the same
+    scores an array operation; the arithmetic is bm25()'s (:func:`_bm25_given_df`) in the same
+    order, so the scores and the order are FTS5's, ties by row id as SQLite's sorter keeps them
+    (tests/test_query_speed.py compares them).
+
+    Only queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows use them. A one-token
+    phrase is read on its first use from an fts5vocab 'instance' table (in C: ~55 ms a word in 80%
+    of 200k chunks, about what one FTS5 query of it costs), the rows' lengths once from FTS5's
+    docsize table; a phrase of several tokens (CJK, ``foo_bar``), or any phrase when fts5vocab is
+    not available, through FTS5 row by row on its second use (a one-shot query does not pay for
+    it). Within :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
+
+    def __init__(self, max_rid: int, vocab: apsw.Connection | None = None) -> None:
+        self.size = max_rid + 1
+        self.lengths = np.zeros(self.size, dtype=np.float64)  # tokens per row (set by every read)
+        self.vocab = vocab  # a read-only connection with an fts5vocab 'instance' table (temp.mc_vocab)
+        if vocab is not None and not self._read_lengths(vocab):
+            self.vocab = None
+        self.tf: dict[str, np.ndarray] = {}  # phrase -> its frequency in every row (uint8/16)
+        self.seen: set[str] = set()
+        self.n_row = 0
+        self.total_tokens = 0
+        self.bytes = self.lengths.nbytes
+        self._norm: np.ndarray | None = None  # bm25()'s length normalisation of every row
+        self.lock = threading.Lock()
+
+    def _read_lengths(self, conn: apsw.Connection) -> bool:
+        """Every row's length in tokens from FTS5's docsize table (the first varint of each row's
+        sizes: the text column; the others are UNINDEXED, 0), as xColumnSize(-1) reads it."""
+        try:
+            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(hex(substr(sz, 1, 3)), '')"
+                                      " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
+        except apsw.Error:
+            return False
+        if not ids:
+            return True
+        rids = np.fromstring(ids, dtype=np.int64, sep=",")
+        raw = np.frombuffer(bytes.fromhex(sizes), dtype=np.uint8)
+        if len(raw) != 3 * len(rids) or rids.max() >= self.size or rids.min() < 0:
+            return False  # a row too short for three bytes (not this schema) or added since the index was opened
+        b = raw.reshape(-1, 3).astype(np.int64)
+        if (b[:, 0] >= 128).any() and (b[b[:, 0] >= 128, 1] >= 128).any():
+            return False  # a row of 16,384 tokens or more: read through FTS5 instead
+        self.lengths[rids] = np.where(b[:, 0] < 128, b[:, 0], ((b[:, 0] & 0x7F) << 7) | b[:, 1])
+        return True
+
+    def ready(self, phrases: list[str]) -> bool:
+        """True when every phrase is kept or can be read now: at once from the fts5vocab table, else
+        on its second use (a one-shot query does not pay for reading through FTS5)."""
+        if self.vocab is not None:
+            return True
+        with self.lock:
+            unseen = [p for p in phrases if p not in self.tf and p not in self.seen]
+            self.seen.update(unseen)
+            return not unseen
+
+    def read(self, conn: apsw.Connection, phrase: str, df: int) -> bool:
+        """Keep ``phrase``'s frequencies (and the lengths of the rows holding it); False if it cannot
+        be. ``df``: the rows it matches (:meth:`_Index.df`), checked against what was read."""
+        row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                           " LIMIT 1", (phrase,)).fetchone()
+        if row is None:
+            return False  # no row holds it: FTS5 cannot say its totals, and it scores nothing
+        n_row, total, tokens = json.loads(row[0])
+        tf: np.ndarray | None = None
+        lengths: tuple[np.ndarray, np.ndarray] | None = None
+        if self.vocab is not None and len(tokens) == 1 and isinstance(tokens[0], str):
+            # one token (as FTS5 tokenized the phrase): its instances, in C, from the fts5vocab table
+            docs = self.vocab.execute("SELECT group_concat(doc) FROM temp.mc_vocab WHERE term = ? AND col = 'text'",
+                                      (tokens[0],)).fetchone()[0]
+            rids = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
+            if len(rids) and rids.min() >= 0 and rids.max() < self.size:
+                counts = np.bincount(rids, minlength=self.size)
+                if int(np.count_nonzero(counts)) == df:
+                    tf = counts
+        if tf is None:  # a phrase of several tokens, or no fts5vocab: every row through FTS5
+            with self.lock:
+                if phrase not in self.seen:  # on its second use: a one-shot query does not pay for it
+                    self.seen.add(phrase)
+                    return False
+            rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                (phrase,)).fetchall()
+            a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            rids, packed = a[:, 0], a[:, 1]
+            if len(rids) != df or (len(rids) and (rids.max() >= self.size or rids.min() < 0)):
+                return False  # a row added since this index was opened: the next query opens it anew
+            tf = np.zeros(self.size, dtype=np.int64)
+            tf[rids] = packed >> 32
+            lengths = (rids, (packed & 0xFFFFFFFF).astype(np.float64))
+        tf = tf.astype(np.uint8 if tf.max(initial=0) < 256 else np.uint32)
+        with self.lock:
+            if not self.n_row:
+                self.n_row, self.total_tokens = n_row, total
+            elif (self.n_row, self.total_tokens) != (n_row, total):
+                return False
+            if lengths is not None:
+                self.lengths[lengths[0]] = lengths[1]
+                self._norm = None
+            self.tf[phrase] = tf
+            self.bytes += tf.nbytes
+            while self.bytes > POSTINGS_BUDGET_BYTES and len(self.tf) > 1:
+                self.bytes -= self.tf.pop(next(iter(self.tf))).nbytes
+        return True
+
+    def has(self, phrases: list[str]) -> bool:
+        with self.lock:
+            return self.n_row > 0 and all(p in self.tf for p in phrases)
+
+    def scores(self, phrases: list[str], dfs: list[int], rids: np.ndarray | None = None) -> np.ndarray | None:
+        """bm25() of every row, or of the rows ``rids`` (0 where no phrase matches), as
+        :func:`_bm25_given_df` computes it."""
+        with self.lock:
+            got = [self.tf.get(p) for p in phrases]
+            if any(g is None for g in got) or self.n_row <= 0:
+                return None
+            for p in phrases:  # most recently used last
+                self.tf[p] = self.tf.pop(p)
+            n_row, avgdl = self.n_row, self.total_tokens / self.n_row
+            k1, b = _BM25_K1, _BM25_B
+            if self._norm is None:
+                self._norm = k1 * (1 - b + b * self.lengths / avgdl)
+            norm = self._norm if rids is None else self._norm[rids]
+            score = np.zeros(len(norm), dtype=np.float64)
+            for tf, df in zip(got, dfs, strict=True):
+                idf = math.log((n_row - df + 0.5) / (df + 0.5))
+                if idf <= 0.0:
+                    idf = 1e-6
+                f = (tf if rids is None else tf[rids]).astype(np.float64)  # type: ignore[index]
+                score += idf * ((f * (k1 + 1.0)) / (f + norm))  # + 0.0 where the phrase is not, as in bm25()
+        return score
+
+
+_TF_FUNCTION = "memory_core_tf"
+_TOTALS_FUNCTION = "memory_core_totals"
+
+
+def _totals(api: Any) -> str:
+    """FTS5's row count and total tokens (its averages record), as bm25() reads them, and the
+    tokens of phrase 0 as FTS5 tokenized it (JSON)."""
+    return json.dumps([api.row_count, api.column_total_size(-1), list(api.phrases[0])])
 
 
 def _cosine_from_distance(distance: float | None) -> float:
@@ -160,9 +367,23 @@ class _Index:
         self._path = path
         self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
+        self._postings: _Postings | None = None
+        self._vocab: apsw.Connection | None = None
         self._n_chunks: int | None = None
         self._background: float | None = None
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
+
+    def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
+        """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
+        Counted once per opened file (a new file or a committed update opens a new index)."""
+        df = self.df_cache.get(phrase)
+        if df is None:
+            df = int((conn or self.conn).execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)).fetchone()[0])
+            if len(self.df_cache) < 10_000:
+                self.df_cache[phrase] = df
+        return df
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -197,9 +418,43 @@ class _Index:
         if self._kw_conn is None:
             try:
                 self._kw_conn = connect_reader(self._path)
+                if self.own_bm25 and not _register_bm25(self._kw_conn):
+                    self.own_bm25 = False
             except apsw.Error:
                 self._kw_conn = False
         return self._kw_conn or None
+
+    def postings(self) -> _Postings | None:
+        """The in-memory postings of common phrases (:class:`_Postings`), made on first use."""
+        if not self.own_bm25:
+            return None
+        if self._postings is None:
+            max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
+            self._postings = _Postings(int(max_rid or 0), self._vocab_conn())
+        return self._postings
+
+    def kept_postings(self) -> _Postings | None:
+        """The postings if a keyword query made them (never makes them)."""
+        return self._postings
+
+    def _vocab_conn(self) -> apsw.Connection | None:
+        """A read-only connection to this same file with an fts5vocab 'instance' table of chunks_fts
+        (a temp table: the reader connections are query_only), or None."""
+        try:
+            conn = connect(self._path, readonly=True)
+        except apsw.Error:
+            return None
+        try:
+            st = os.stat(self._path)
+            if (st.st_ino, st.st_dev) != self.ident[:2]:  # replaced since this index was opened
+                raise apsw.Error("replaced")
+            conn.execute("CREATE VIRTUAL TABLE temp.mc_vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
+        except (apsw.Error, OSError):
+            with contextlib.suppress(apsw.Error):
+                conn.close()
+            return None
+        self._vocab = conn
+        return conn
 
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
@@ -255,6 +510,9 @@ class _Index:
     def close(self) -> None:
         with contextlib.suppress(apsw.Error):
             self.conn.close()
+        if self._vocab is not None:
+            with contextlib.suppress(apsw.Error):
+                self._vocab.close()
         if self._kw_conn:
             with contextlib.suppress(apsw.Error):
                 self._kw_conn.close()
@@ -556,10 +814,8 @@ class Searcher:
                         h.vector_score = cos.get(h.rid, 0.0)
             match = textsearch.build_match_query(query) if keyword else None
             need = [h.rid for h in union if not h.in_keyword]
-            if match and need:  # the BM25 of vector candidates (row ids are ints: a literal list)
-                sql = ("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
-                       f" AND rowid IN ({','.join(str(int(r)) for r in need)})")
-                for rid, rank in conn.execute(sql, (match,)):
+            if match and need:  # the BM25 of vector candidates
+                for rid, rank in self._bm25_of_rows(idx, query, match, need):
                     h = by_rid[rid]
                     h.bm25 = max(0.0, -float(rank))
                     h.text_score = ranking.bm25_rank_to_score(rank)
@@ -567,17 +823,22 @@ class Searcher:
             if idents:  # which candidates contain an identifier of the query verbatim (a phrase)
                 sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
                        f" AND rowid IN ({','.join(str(int(h.rid)) for h in union)})")
+                post = idx.kept_postings()
                 for ident in idents:
-                    for (rid,) in conn.execute(sql, (textsearch.fts_string(ident.lower()),)):
+                    phrase = textsearch.fts_string(ident.lower())
+                    if post is not None and post.has([phrase]):  # kept by the keyword side: its frequencies
+                        tf = post.tf.get(phrase)
+                        if tf is not None and all(0 <= h.rid < len(tf) for h in union):
+                            for h in union:
+                                if tf[h.rid]:
+                                    h.has_identifier = True
+                            continue
+                    for (rid,) in conn.execute(sql, (phrase,)):
                         by_rid[rid].has_identifier = True
             idfs: list[float] = []
             present = 0.0
             for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
-                df = idx.df_cache.get(t)
-                if df is None:
-                    df = int(conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0])
-                    if len(idx.df_cache) < 10_000:
-                        idx.df_cache[t] = df
+                df = idx.df(t)
                 idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
                 idfs.append(idf)
                 present += idf if df > 0 else 0.0
@@ -593,6 +854,28 @@ class Searcher:
             if u is not h:
                 h.vector_score, h.bm25, h.has_identifier = u.vector_score, u.bm25, u.has_identifier
         return union, idf_total, corpus_coverage
+
+    @staticmethod
+    def _bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int]) -> list[tuple[int, float]]:
+        """``(rid, bm25(chunks_fts))`` of the rows of ``rids`` that ``match`` (the MATCH expression of
+        ``query``) matches, as ``SELECT rowid, bm25(chunks_fts) ... MATCH ? AND rowid IN (...)``
+        returns them, without bm25()'s walk of every phrase's doclist per row id: FTS5 finds each
+        row by its doclist indexes and :func:`_bm25_given_df` scores it with the cached counts."""
+        lit = ",".join(str(int(r)) for r in rids)  # row ids are ints: a literal list
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+        if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
+            dfs = [idx.df(p) for p in phrases]
+            post = idx.kept_postings()
+            if post is not None and post.has(phrases) and min(rids) >= 0 and max(rids) < post.size:
+                wanted = np.asarray(sorted(set(rids)), dtype=np.int64)
+                score = post.scores(phrases, dfs, wanted)
+                if score is not None:  # the keyword side kept these phrases: no statement at all
+                    return [(int(r), -1.0 * float(x)) for r, x in zip(wanted, score, strict=True) if x > 0.0]
+            sql = (f"SELECT rowid, {_BM25_FUNCTION}(chunks_fts, {','.join(str(d) for d in dfs)}) FROM chunks_fts"
+                   f" WHERE chunks_fts MATCH ? AND rowid IN ({lit})")
+        else:  # an apsw without FTS5 auxiliary functions, or a MATCH this does not know the phrases of
+            sql = f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({lit})"
+        return [(int(rid), float(rank)) for rid, rank in idx.conn.execute(sql, (match,))]
 
     @staticmethod
     def _cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
@@ -729,11 +1012,55 @@ class Searcher:
             " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
         )
         try:
-            rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
+            top = None if sources else self._keyword_top(idx, query, match, k, conn or idx.conn)
+            if top is not None:
+                rows = self._rows_of(conn or idx.conn, top)
+            else:
+                rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
             return self._hits(rows, "text", ranking.bm25_rank_to_score)
         except apsw.SQLError as exc:  # never let query text break search
             log.warning("keyword query failed (%s); no keyword results", exc)
             return []
+
+    @staticmethod
+    def _keyword_top(idx: _Index, query: str, match: str, k: int,
+                     conn: apsw.Connection) -> list[tuple[int, float]] | None:
+        """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
+        (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
+        when they are not (yet) kept or the query is cheap for FTS5 itself."""
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+        if not phrases or " OR ".join(phrases) != match:
+            return None
+        if not idx.own_bm25:
+            return None
+        dfs = [idx.df(p, conn) for p in phrases]
+        if sum(dfs) < KEYWORD_POSTINGS_MIN:
+            return None
+        post = idx.postings()
+        if post is None or not post.ready(phrases):
+            return None
+        for p, df in zip(phrases, dfs, strict=True):
+            if p not in post.tf and not post.read(conn, p, df):
+                return None
+        score = post.scores(phrases, dfs)
+        if score is None:
+            return None
+        hit = np.flatnonzero(score > 0.0)
+        if len(hit) > k:  # the k best, and every row tied with the k-th
+            kth = np.partition(score[hit], len(hit) - k)[len(hit) - k]
+            hit = hit[score[hit] >= kth]
+        order = np.lexsort((hit, -score[hit]))[:k]  # best first, then the lower row id
+        return [(int(r), -1.0 * float(score[r])) for r in hit[order]]
+
+    @staticmethod
+    def _rows_of(conn: apsw.Connection, top: list[tuple[int, float]]) -> list[tuple[Any, ...]]:
+        """The chunk rows of ``top`` (``(rid, bm25)``), in its order, as ``_keyword_hits`` selects them."""
+        if not top:
+            return []
+        sql = ("SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+               f" LEFT JOIN files fl ON fl.path = c.path WHERE c.rid IN ({','.join(str(r) for r, _ in top)})")
+        got = {r[0]: r for r in conn.execute(sql)}
+        return [(rid, rank, *got[rid][1:]) for rid, rank in top if rid in got]
 
     def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
                      sources: tuple[str, ...] | None) -> list[ranking.Hit]:

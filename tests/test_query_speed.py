@@ -1,0 +1,185 @@
+"""The fast paths of a query give exactly what the straightforward statements give (issue 25).
+
+``Searcher._complete`` scores the vector side's candidates with :func:`memory_core.search._bm25_given_df`
+(FTS5's bm25() arithmetic with cached document counts) instead of ``bm25(chunks_fts)`` restricted
+by ``rowid IN (...)``, which walked every phrase's doclist once per row id. Here both run on real
+indexes and every candidate's raw scores, the IDF sum and the corpus coverage are compared with
+the statements the code used before, kept below as the reference.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from bench.corpus import WORDS, generate
+from memory_core import ranking, search, textsearch
+from memory_core.config import load_settings
+from memory_core.pipeline import run_index
+from memory_core.search import Searcher
+from memory_core.store import connect_reader
+from tests.conftest import openai_settings
+
+NOTES = {
+    "memory/projects/payments.md": "# Payments\n\nTicket LRK-4471: the refund webhook retries forever when the "
+                                   "acquirer answers 409. Fix: treat 409 as final and alert on-call. p99 latency.\n",
+    "memory/notes/ids.md": "# Ids\n\nLRK-4471 LRK-4471 and pg-replica-1 failover; v4.18.2 shipped. 502 502 502.\n",
+    "memory/notes/cjk.md": "# 服务器\n\n服务器错误 again: 金银价格 went up. サーバー 確認. 서버에서 에러가 발생한 경우.\n",
+    "memory/notes/snake.md": "# Snake\n\nThe FOO_bar flag and foo bar baz, foo_bar_baz, deploying deployments.\n",
+    "memory/notes/long.md": "# Long\n\n" + " ".join(["replication lag postgres"] * 60) + "\n",
+}
+QUERIES = [
+    "postgres replication lag", "deploy rollback canary release kubernetes pod node", "LRK-4471",
+    "refund webhook loops on HTTP 409", "pg-replica-1 failover", "what did I do", "the and of",
+    "服务器错误", "サーバー 確認", "서버에서 에러", "FOO_bar flag", "deploying deployments", "p99 latency 502",
+    "nothingmatchesthisword", "postgres nothingmatchesthisword", "v4.18.2 release notes", "\"quoted\" NEAR(bar*)",
+]
+
+
+def _reference(conn, query: str, union: list[ranking.Hit], n: int) -> tuple[dict[int, tuple[float, bool]], float, float]:
+    """The statements ``_complete`` ran before: bm25() restricted by ``rowid IN``, ``count(*)`` per term."""
+    match = textsearch.build_match_query(query)
+    lit = ",".join(str(h.rid) for h in union)
+    bm25: dict[int, float] = {}
+    if match and union:
+        bm25 = dict(conn.execute("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                 f" AND rowid IN ({lit})", (match,)))
+    idents: set[int] = set()
+    for ident in ranking.identifiers(query) if union else []:
+        idents |= {r for (r,) in conn.execute(f"SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({lit})",
+                                              (textsearch.fts_string(ident.lower()),))}
+    words = textsearch.query_terms(query)
+    terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
+    idfs, present = [], 0.0
+    for t in terms:
+        df = conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (t,)).fetchone()[0]
+        idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
+        idfs.append(idf)
+        present += idf if df > 0 else 0.0
+    total = sum(idfs)
+    coverage = present / total if total > 0 and not ranking.mostly_cjk(query) else 1.0
+    return {h.rid: (bm25.get(h.rid, 0.0), h.rid in idents) for h in union}, total, coverage
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory):
+    from tests.fakes.openai_fake import OpenAIFake
+
+    ws = tmp_path_factory.mktemp("speed") / "ws"
+    generate(ws, 60, seed=3)  # ~250 chunks of the scale bench's corpus: every word is common
+    for rel, text in NOTES.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv)
+        run_index(s)
+        # an in-place update: FTS5 then holds deleted rows' entries until a merge drops them
+        for i, f in enumerate(sorted((ws / "memory").glob("*.md"))[:12]):
+            f.write_text(f.read_text()[: 200 + 50 * i] + "\n\npostgres replication lag, edited.\n")
+        assert run_index(s).published == "in place"
+        yield s
+
+
+def test_bm25_given_df_is_fts5_bm25_on_every_matching_row(index) -> None:
+    conn = connect_reader(index.index_file)
+    assert search._register_bm25(conn)
+    rng = random.Random(1)
+    queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))) for _ in range(30)]
+    compared = 0
+    for q in queries:
+        match = textsearch.build_match_query(q)
+        if not match:
+            continue
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(q)]
+        assert " OR ".join(phrases) == match
+        dfs = [conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (p,)).fetchone()[0]
+               for p in phrases]
+        rows = conn.execute(f"SELECT rowid, bm25(chunks_fts), memory_core_bm25(chunks_fts, {','.join(map(str, dfs))})"
+                            " FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)).fetchall()
+        for rid, theirs, ours in rows:
+            assert ours == theirs, (q, rid, theirs, ours)  # bit for bit
+        compared += len(rows)
+    assert compared > 1000
+
+
+@pytest.mark.parametrize("path", ["postings", "postings read through FTS5", "own_bm25", "bm25"])
+def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch, path) -> None:
+    own_bm25 = path != "bm25"
+    if not own_bm25:  # an apsw without auxiliary functions: bm25() itself
+        monkeypatch.setattr(search, "_register_bm25", lambda conn: False)
+    if path.startswith("postings"):  # every keyword query from the phrases' postings once they are kept
+        monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
+    if path == "postings read through FTS5":  # no fts5vocab table: read by the auxiliary function
+        monkeypatch.setattr(search._Index, "_vocab_conn", lambda self: None)
+    rng = random.Random(2)
+    queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(20)]
+    queries = queries + queries  # a phrase's postings are read on its second use
+    with Searcher(index) as s:
+        conn = connect_reader(index.index_file)
+        n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        rows = dict(conn.execute("SELECT rid, embedding FROM chunks"))
+        checked_bm25 = checked_ident = 0
+        for q in queries:
+            c = s.retrieve(q, 40)
+            assert c.embedded
+            assert s._current().own_bm25 is own_bm25
+            ref, idf_total, coverage = _reference(conn, q, c.union, n)
+            assert c.idf_total == idf_total and c.corpus_coverage == coverage, q
+            qv = np.asarray(s._query_provider(s._current()).embed_query(q), dtype=np.float32)
+            for h in c.union:
+                bm25, has_ident = ref[h.rid]
+                assert h.bm25 == max(0.0, -bm25), (q, h.rid)
+                assert h.text_score == (ranking.bm25_rank_to_score(bm25) if h.rid in ref and bm25 else h.text_score)
+                if not h.in_keyword:
+                    assert h.text_score == (ranking.bm25_rank_to_score(bm25) if bm25 else 0.0), (q, h.rid)
+                    checked_bm25 += bool(bm25)
+                assert h.has_identifier == has_ident, (q, h.rid)
+                checked_ident += has_ident
+                v = np.frombuffer(rows[h.rid], dtype="<f4")
+                assert h.vector_score == pytest.approx(float(v @ qv / (np.linalg.norm(v) * np.linalg.norm(qv))),
+                                                       abs=1e-6)
+            for h in c.keyword:  # the side lists share the union's scores
+                assert h.bm25 == max(0.0, -ref[h.rid][0])
+            # the keyword side is FTS5's top 40 in FTS5's order (ties by row id), the same bm25()
+            match = textsearch.build_match_query(q)
+            top = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                               " ORDER BY r LIMIT 40", (match,)).fetchall() if match else []
+            assert [(h.rid, h.bm25) for h in c.keyword] == [(r, max(0.0, -b)) for r, b in top], q
+        post = s._current()._postings
+        if path.startswith("postings"):
+            assert post is not None and len(post.tf) > 50
+            assert (post.vocab is None) is (path != "postings")
+        else:
+            assert post is None or not post.tf
+        conn.close()
+    assert checked_bm25 > 100 and checked_ident > 0
+
+
+def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch) -> None:
+    """Rows with the same words and length tie in bm25(): FTS5's sorter keeps the lower row ids first."""
+    monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    rng = random.Random(4)
+    for i in range(120):  # many files with identical text: ties across the cut at k
+        words = ["alpha beta"] * (i % 3 + 1) + [rng.choice(["gamma", "delta"])] * (i % 2 + 1)
+        (ws / "memory" / f"n{i:03d}.md").write_text(" ".join(words) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    compared = 0
+    with Searcher(s) as se:
+        idx = se._current()
+        for q in ["alpha gamma", "beta delta alpha", "gamma", "alpha beta gamma delta"] * 2:
+            for k in (1, 7, 40, 500):
+                match = textsearch.build_match_query(q)
+                ref = idx.conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                       " ORDER BY r LIMIT ?", (match, k)).fetchall()
+                got = se._keyword_top(idx, q, match, k, idx.conn)
+                if got is not None:
+                    assert got == [tuple(r) for r in ref], (q, k)
+                    compared += 1
+        assert idx._postings is not None and len(idx._postings.tf) == 4 and compared >= 12
+        assert len({b for _, b in ref}) < len(ref) / 4  # ties it had to keep in order
