@@ -1,0 +1,69 @@
+"""memory-core: indexing and hybrid search for agents' Markdown memory and chat transcripts.
+
+The Python API (:mod:`memory_core.api`)::
+
+    from memory_core import open_memory
+
+    with open_memory("examples/workspace") as memory:
+        memory.index()
+        for r in memory.search("replication lag"):
+            print(r.score, r.citation, memory.read(r.citation).text)
+
+Names are imported on first use, so ``import memory_core`` (and the CLI's start-up) stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memory_core.api import FileText, Memory, open_memory
+    from memory_core.config import Settings, load_settings
+    from memory_core.errors import (
+        ConfigError,
+        IndexMissingError,
+        MemoryCoreError,
+        PathError,
+        ProviderError,
+        RunError,
+        UsageError,
+    )
+    from memory_core.runtypes import RunSummary
+    from memory_core.search import SearchResult
+
+_EXPORTS = {
+    "open_memory": "memory_core.api",
+    "Memory": "memory_core.api",
+    "FileText": "memory_core.api",
+    "Settings": "memory_core.config",
+    "load_settings": "memory_core.config",
+    "RunSummary": "memory_core.runtypes",
+    "SearchResult": "memory_core.search",
+    "MemoryCoreError": "memory_core.errors",
+    "UsageError": "memory_core.errors",
+    "ConfigError": "memory_core.errors",
+    "PathError": "memory_core.errors",
+    "IndexMissingError": "memory_core.errors",
+    "RunError": "memory_core.errors",
+    "ProviderError": "memory_core.errors",
+}
+
+__all__ = [
+    "ConfigError", "FileText", "IndexMissingError", "Memory", "MemoryCoreError", "PathError", "ProviderError",
+    "RunError", "RunSummary", "SearchResult", "Settings", "UsageError", "load_settings", "open_memory",
+]
+assert sorted(__all__) == sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memory_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,0 +1,121 @@
+"""The Python API (memory_core.open_memory): index, search, read a citation, with typed results.
+
+Through the real pipeline and index, the official OpenAI SDK against the loopback fake server
+(the README's example runs with the local model; the test of that is in test_user_walk).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import memory_core
+from memory_core import FileText, Memory, RunSummary, SearchResult, open_memory
+from memory_core.errors import ConfigError, IndexMissingError, PathError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _open(ws: Path, srv: Any, **kw: Any) -> Memory:
+    remote = {"api_key": "sk-test-key-0123456789", "base_url": srv.base_url, "dimensions": 64,
+              "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "timeout_s": 10}
+    return open_memory(ws, provider="openai", model="text-embedding-3-small", remote=remote,
+                       index_path=str(ws.parent / "mem.sqlite"), **kw)
+
+
+def test_index_search_read_round_trip(workspace: Path, openai_fake: Any) -> None:
+    with _open(workspace, openai_fake) as memory:
+        summary = memory.index()
+        assert isinstance(summary, RunSummary)
+        assert summary.files_new > 0 and summary.chunks_embedded > 0 and summary.swapped
+        assert Path(summary.index_path) == workspace.parent / "mem.sqlite"
+
+        hits = memory.search("replication lag on the replica", max_results=5)
+        assert hits and all(isinstance(h, SearchResult) for h in hits)
+        assert len(hits) <= 5 and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        top = hits[0]
+        got = memory.read(top.citation)
+        assert isinstance(got, FileText)
+        assert (got.path, got.start_line, got.end_line) == (top.path, top.start_line, top.end_line)
+        # the cited lines, exactly as the file has them
+        lines = (workspace / top.path).read_text(encoding="utf-8").split("\n")
+        assert got.text == "\n".join(lines[top.start_line - 1:top.end_line])
+
+        # a second run finds nothing to do and embeds nothing
+        again = memory.index()
+        assert again.files_new == again.files_changed == 0 and again.chunks_embedded == 0
+        assert memory.status()["files"] == summary.files_new
+
+
+def test_search_sees_a_reindex_published_by_another_memory(workspace: Path, openai_fake: Any) -> None:
+    with _open(workspace, openai_fake) as reader, _open(workspace, openai_fake) as writer:
+        writer.index()
+        assert reader.search("zebrafish hatchery audit", mode="keyword") == []
+        (workspace / "memory" / "zebrafish.md").write_text("# Zebrafish\n\nThe zebrafish hatchery audit is on Friday.\n")
+        writer.index()
+        hits = reader.search("zebrafish hatchery audit", mode="keyword")
+        assert [h.path for h in hits] == ["memory/zebrafish.md"]
+        assert reader.read("memory/zebrafish.md", from_line=3, lines=1).text == "The zebrafish hatchery audit is on Friday."
+
+
+def test_errors_are_the_librarys_own(workspace: Path, openai_fake: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        open_memory(workspace, query={"min_score": "high"})
+    with _open(workspace, openai_fake) as memory:
+        with pytest.raises(IndexMissingError):
+            memory.search("anything")
+        memory.index()
+        with pytest.raises(PathError):
+            memory.read("../outside.md")
+        with pytest.raises(PathError):
+            memory.read("memory/not-indexed.md")
+
+
+def test_settings_come_from_config_then_keywords(workspace: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text(f'workspace = "{workspace}"\nprovider = "none"\n[query]\nmax_results = 3\nmin_score = 0.4\n')
+    m = open_memory(config=cfg, query={"min_score": 0.1})
+    assert (m.settings.workspace_dir, m.settings.query.max_results, m.settings.query.min_score) == (workspace, 3, 0.1)
+    m.index()
+    assert 0 < len(m.search("postgres replica")) <= 3
+    m.close()
+
+
+def test_import_is_cheap_and_exports_the_api() -> None:
+    code = ("import sys, memory_core; heavy = [m for m in ('memory_core.search', 'memory_core.pipeline', 'numpy',"
+            " 'apsw') if m in sys.modules]; print(heavy); memory_core.open_memory; print(sorted(memory_core.__all__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    first, second = out.splitlines()
+    assert first == "[]"
+    assert {"open_memory", "Memory", "SearchResult", "RunSummary", "FileText"} <= set(eval(second))
+    with pytest.raises(AttributeError):
+        memory_core.no_such_name  # noqa: B018
+
+
+def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
+    """README "Python API": the block, run on a copy of the example workspace with the local model."""
+    pytest.importorskip("sentence_transformers")
+    import re
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Python API"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    ws = tmp_path / "workspace"
+    shutil.copytree(ROOT / "examples" / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    code = block.group(1).replace('"examples/workspace"', repr(str(ws)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    results = [ln for ln in lines if ln.startswith("memory/") and "#L" in ln.split()[0]]
+    assert 1 <= len(results) <= 3, out.stdout
+    assert any(r.startswith("memory/2026-10-02.md#L") for r in results), out.stdout  # the day the hotel was booked
+    # the read: lines 7-12 of that day's note, as the file has them
+    want = (ws / "memory" / "2026-10-02.md").read_text(encoding="utf-8").split("\n")[6:12]
+    assert "\n".join(want) in out.stdout
+    assert (ws / ".memory-core" / "index.sqlite").exists()
