@@ -25,7 +25,7 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.stages import store_vectors
-from tasks.stages import embed_group_task, settings_json, stage_task
+from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
 
 T = TypeVar("T")
 
@@ -91,7 +91,8 @@ class PrefectExecutor:
 
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         task = stage_task.with_options(name=name, task_run_name=f"{name}-{self.label}")
-        return task(quote((fn, args)))  # type: ignore[arg-type, return-value]  # quote() is unwrapped by Prefect
+        # the task gets a key, not the arguments: a Dask runner pickles the build task's context
+        return run_stage(task, fn, args, label=f"{name}-{self.label}")
 
     def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
         from flows.batch import PrefectOps

@@ -45,6 +45,7 @@ from memory_core.store import (
     connect_reader,
     has_table,
     load_vec,
+    lstat_unless_link,
     read_meta,
     require_index,
     safe_open,
@@ -241,14 +242,10 @@ def _check_output(out: Path, index_path: Path, protect: tuple[Path, ...], force:
     Never replaced: a symlink, anything but a regular file (a device, a FIFO), the index, its
     journals, its lock and the embedding cache (by file identity, whatever the name). An existing
     regular file is replaced only when it is an earlier export, or with ``force``."""
-    try:
-        st = os.lstat(out)
-    except FileNotFoundError:
+    # (PathError and UnsafePathError are UsageErrors: exit status 2)
+    st = lstat_unless_link(out, cannot=f"cannot write {out}", link=f"refusing to write {out}: it is a symbolic link")
+    if st is None:
         return
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise UsageError(f"refusing to write {out}: it is a symbolic link")
     if stat.S_ISDIR(st.st_mode):
         raise UsageError(f"{out} is a directory; give a file name")
     if not stat.S_ISREG(st.st_mode):

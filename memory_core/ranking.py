@@ -1,83 +1,46 @@
 """Ranking of memory search results: score fusion, temporal decay, MMR, snippets, dedupe.
 
 All functions are pure and never mutate their inputs (they return new :class:`Hit` objects or
-new lists). The query module's pipeline is::
+new lists). The searcher's pipeline (``memory_core.search``, ``rank``)::
 
-    vector hits (cosine) ─┐
-                          ├─ fuse() ─ apply_temporal_decay() ─ score >= min_score
-    keyword hits (bm25) ──┘   ─ dedupe_overlapping() ─ mmr_rerank() ─ top max_results ─ make_snippet()
+    candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift
+      ─ relevance >= min_score ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
+      ─ top max_results ─ make_snippet()
 
-The default fusion is the calibrated one (``fuse_calibrated``: absolute scores from each
-hit's own raw scores, docs/search.md "Calibrated scores"). The older rank-relative ``fuse``
-(``method="minmax"``, below, and ``"rrf"``) is kept for ``query.fusion``: an anchored, normalised convex combination
-(Bruch et al. 2023 found convex combination of normalised scores better than RRF; our own
-measurements agree, docs/search.md). Each side places its candidates on [0, 1] and scales them by
-its confidence in its best hit::
+``min_score`` (``DEFAULT_MIN_SCORE``, 0.15) tests the relevance before decay; decay (off by
+default) and MMR only reorder what passed it.
+
+Default fusion, ``fuse_calibrated`` (docs/search.md, "Calibrated scores"): each hit is scored
+from its own raw scores, so a score means the same whatever else was found::
+
+    p_v = vector_relevance(cosine): a logistic curve, 0.05 at the model's unrelated cosine, 0.95 at
+          a clear match (``KNOWN_COSINE_CALIBRATION``, else from the index's background cosine),
+          times 0.7-1 by the query's corpus coverage (``UNSEEN_QUERY_VECTOR_SHARE``)
+    p_t = keyword_relevance(bm25) = x / (x + 0.5) * coverage, x = bm25 / (sum of the query's IDF);
+          in hybrid mode at least 0.8 * coverage for a chunk holding an identifier of the query
+    relevance = 0.7 * (w_v * p_v + w_t * p_t) + 0.3 * max(p_v, p_t)     (``FUSION_MAX_SHARE``)
+
+Weights ``DEFAULT_VECTOR_WEIGHT`` / ``DEFAULT_TEXT_WEIGHT`` (0.5 / 0.5, normalised to sum 1); a
+query naming an identifier moves 0.3 of the vector weight to the keyword side; one-side modes
+use that side alone. So 0.15 is an absolute floor: a query nothing in memory matches can get
+no results (the searcher then says so).
+
+Older fusions, ``fuse`` (``query.fusion = "minmax"`` or ``"rrf"``; docs/search.md, "Older
+fusions"). ``"minmax"`` is an anchored, normalised convex combination; each side places its
+candidates on [0, 1] and scales them by its confidence ``c_s`` in its best hit::
 
     vector position  m_v(x) = 1 - (T_v - x) / ((1 + TAIL_PAD) * (T_v - B_v))   (1 if T_v == B_v)
-    text position    m_t(h) = bm25(h) / bm25(best hit)                         (share of the best)
+    text position    m_t(h) = bm25(h) / bm25(best hit)
     anchor           A_s    = ANCHOR_FLOOR + (1 - ANCHOR_FLOOR) * c_s
     fused(h)         = w_v * A_v * m_v(h) + w_t * A_t * m_t(h)                  (absent side: 0)
 
-* vector: cosine similarity, min-max over the vector pool (best ``T_v``, worst ``B_v``), except
-  that the pool's worst candidate gets TAIL_PAD / (1 + TAIL_PAD) = 0.2 instead of 0 (it is a
-  candidate, not a non-match). A model's cosines have no scale common to all models, so only
-  their position in the pool is used.
-* text: FTS5 BM25 (``-bm25()``, recovered from ``text_score = r / (1 + r)``) as a share of the best
-  hit's BM25: the theoretical minimum of BM25 is 0 (no match), so no pool minimum is needed, and a
-  hit's position does not depend on how many candidates were fetched. Measured against min-max of
-  ``text_score`` (the previous formula): +0.3 to +0.4 nDCG@10 points on 600 docstring queries at
-  200 candidates, +1.5 on the example set at 24 (docs/search.md).
-
-``c_s`` in [0, 1] is the side's confidence in its own best hit, so the best hit is *not*
-automatically 1.0:
-
-* text: ``c_t = T_t``, the best hit's ``bm25_rank_to_score`` (0.5 for bm25 = -1, 0.9 for -9).
-  BM25 grows with rare matched terms and does not depend on embedding dimensions.
-* vector: ``c_v = min(1, ((T_v - L_v) / (1 - L_v)) / VECTOR_HEADROOM_REF)`` where ``L_v`` is the
-  median cosine of the vector pool (the query's background similarity in this corpus): the share
-  of the headroom above the background (up to cosine 1) that the best hit climbs. It is invariant
-  to how a model spreads its cosines (384-d MiniLM ~0.2-0.6, 3072-d ~0.1-0.4 give the same
-  value for equivalent pools; exactly invariant to ``cos -> a + (1 - a) * cos``) and saturates at 1
-  for a clear winner (a top 0.2 of the headroom above the median). Pools of fewer than 4
-  candidates have no background estimate: ``c_v = 0.5``. This is a soft signal: on synthetic
-  pools the top vector-only score is ~1.0 with a clear winner and ~0.72-0.85 for background-only
-  pools (tests/test_ranking.py).
-
-Weights are clamped to [0, 1], sides without candidates get weight 0 (keyword-only mode gives
-the text side weight 1), then normalised to sum 1. So fused scores are in [0, 1] and read as:
-"how good the hit is on each side relative to that side's best, times how convincing that
-side's best hit is". With minmax, weights 0.5 / 0.5 were measured best ( 0.7 / 0.3, the reference's,
-lost 0.6-0.9 nDCG@10 points on 600 docstring queries and 2.0 on the example set at 10 results;
-0.4 / 0.6 tied; RRF lost 1.1-1.5; docs/search.md). Landmarks with 0.5 / 0.5:
-
-* best on both sides: 0.5*A_v + 0.5*A_t, between 0.5 and 1.0 (≈ 0.95 for a clear winner)
-* best vector hit, no keyword match: 0.5*A_v, between 0.25 and 0.5 (A_v alone when the keyword
-  side found nothing at all)
-* best keyword hit, not among the vector candidates: 0.5*A_t, between 0.25 and 0.5
-* a keyword hit with half the best BM25, not a vector candidate: 0.25*A_t
-* worst vector candidate, no keyword match: 0.1*A_v (0.05 to 0.1)
-
-With ``minmax`` a min_score of 0.2 (the calibrated default is ``DEFAULT_MIN_SCORE``, 0.15) is a noise floor, not a relevance
-detector: it never empties a list that has a candidate (the best hit of either side scores at
-least ``ANCHOR_FLOOR * w = 0.25``; in general any min_score <= ANCHOR_FLOOR * max(w_v, w_t)
-keeps that guarantee, and 0.25 is that bound for every weight setting, so 0.2 keeps a margin);
-it drops vector-only hits in the lower quarter of the pool's range when the vector side is
-confident (more of the pool when it is not), keyword-only hits whose BM25 is below ~40% of the
-best, and in keyword-only mode hits below ~20-40% of the best BM25. On the labelled sets no
-hybrid nDCG@10 changes at 0.2-0.25; 0.35 cost 0.4 points and 2.7 points of Recall@100 on the
-example set; in keyword-only mode there 0.25 gave 0.895 and 0.2 0.903 (0 gives 0.908: a small
-workspace has real matches at the bottom of a short pool). The reference's 0.35 with its raw
-0.7/0.3 blend dropped every
-keyword-only hit (at most 0.3, openclaw #3169) and good vector hits of models whose relevant
-cosines sit near 0.5; here a threshold means the same for 384-d and 3072-d models
-(tests/test_ranking.py, tests/test_eval.py).
-
-``method="rrf"``: ``sum_s w_s * (k + 1) / (k + rank_s)``, i.e. RRF divided by its maximum
-``1 / (k + 1)``: rank 1 on both sides is 1.0, rank 1 on the vector side only is w_v. This is a
-fixed rescale, so thresholds stay comparable across queries (raw RRF scores of ~0.016 broke
-min-score thresholds for basic-memory users, #577); RRF is rank-only, so min_score mostly
-separates "found by both" from "found by one".
+with ``T_v`` / ``B_v`` the best / worst cosine of the vector pool, ``c_t`` the best hit's
+``bm25_rank_to_score`` and ``c_v = min(1, ((T_v - L_v) / (1 - L_v)) / VECTOR_HEADROOM_REF)``,
+``L_v`` the pool's median cosine (``c_v = 0.5`` for a pool of fewer than 4). These scores are
+relative to the candidates: the best hit of either side scores at least ``ANCHOR_FLOOR * w``
+(0.25 at 0.5 / 0.5), so a min_score up to that never empties a list that has a candidate. ``"rrf"``:
+``sum_s w_s * (k + 1) / (k + rank_s)``, reciprocal rank fusion rescaled so rank 1 on both sides
+is 1.0 (k = ``DEFAULT_RRF_K``).
 """
 
 from __future__ import annotations

@@ -88,16 +88,26 @@ SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
 
 # -- files we create or write: never through a symlink ------------------------------------
 
-def refuse_symlink(path: str | os.PathLike[str], what: str = "file") -> None:
-    """Raise UnsafePathError when ``path`` (the last component) is a symbolic link."""
+def lstat_unless_link(path: str | os.PathLike[str], *, cannot: str, link: str) -> os.stat_result | None:
+    """``os.lstat`` of a file memory-core is about to use, create or write: None when there is none
+    yet. Raises PathError ``"<cannot>: <reason>"`` when it cannot be looked at, and
+    UnsafePathError ``link`` when it (the last component) is a symbolic link."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return None
     except OSError as exc:
-        raise PathError(f"cannot use the {what} {os.fspath(path)}: {exc.strerror or exc}") from None
+        raise PathError(f"{cannot}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"refusing to write the {what} {os.fspath(path)}: it is a symbolic link")
+        raise UnsafePathError(link)
+    return st
+
+
+def refuse_symlink(path: str | os.PathLike[str], what: str = "file") -> None:
+    """Raise UnsafePathError when ``path`` (the last component) is a symbolic link."""
+    p = os.fspath(path)
+    lstat_unless_link(path, cannot=f"cannot use the {what} {p}",
+                      link=f"refusing to write the {what} {p}: it is a symbolic link")
 
 
 def safe_open(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE, *, what: str = "file") -> int:
@@ -160,14 +170,10 @@ def check_index_target(path: Path) -> bool:
     and renamed into place; a 0-byte file there is someone else's, e.g. a lock file). Only files
     that pass may be treated as a damaged index and rebuilt.
     """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    st = lstat_unless_link(path, cannot=f"cannot use {path} as the index",
+                           link=f"refusing the index {path}: it is a symbolic link (give the real path)")
+    if st is None:
         return False
-    except OSError as exc:
-        raise PathError(f"cannot use {path} as the index: {exc.strerror or exc}") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"refusing the index {path}: it is a symbolic link (give the real path)")
     if stat.S_ISDIR(st.st_mode):
         raise PathError(f"the index path {path} is a folder; give a file path, e.g. {path / 'index.sqlite'}")
     if not stat.S_ISREG(st.st_mode):

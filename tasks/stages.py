@@ -2,14 +2,16 @@
 
 Never a task per chunk or per file: one task per stage of a run (``discover``, ``build``, and in
 Batch API mode ``collect-misses``), plus one per embedding request group (a few hundred at most
-for any corpus) and one per batch job step (``tasks/batch.py``). Task inputs are small or
-wrapped in ``quote`` so Prefect does not walk them. ``NO_CACHE`` everywhere: these tasks touch
-files and clients.
+for any corpus) and one per batch job step (``tasks/batch.py``). Task inputs are small plain
+values (a stage task takes the key of its call, see ``stage_task``) or wrapped in ``quote`` so
+Prefect does not walk them. ``NO_CACHE`` everywhere: these tasks touch files and clients.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,10 +43,40 @@ def settings_json(settings: Settings) -> str:
     return settings.private_json()
 
 
+# Stage calls waiting for their task, by key. A stage's arguments are live objects of the flow's
+# process (the executor and its task runner, the cache's connection, locks): the task takes only
+# the key, because Prefect copies the parameters of the running task into the context of every
+# task submitted from it, and a Dask task runner pickles that context for its workers (the embed
+# tasks are submitted from inside the ``build`` stage).
+_calls: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {}
+_call_ids = itertools.count(1)
+_calls_lock = threading.Lock()
+
+
+def run_stage(task_: Any, fn: Callable[..., Any], args: tuple[Any, ...], *, label: str) -> Any:
+    """Run ``fn(*args)`` as ``task_`` (``stage_task`` with options), in this process."""
+    with _calls_lock:
+        key = f"{label}-{next(_call_ids)}"
+        _calls[key] = (fn, args)
+    try:
+        return task_(key)
+    finally:
+        with _calls_lock:
+            _calls.pop(key, None)
+
+
+def _filed_call(key: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    with _calls_lock:
+        return _calls[key]
+
+
 @task(name="stage", cache_policy=NO_CACHE)
-def stage_task(call: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
-    """One stage of the orchestrator (named per use with ``with_options``)."""
-    fn, args = call
+def stage_task(call: str) -> Any:
+    """One stage of the orchestrator (named per use with ``with_options``); ``call`` is the key
+    ``run_stage`` filed its function and arguments under. The task (in a nested task's context)
+    is pickled with its function's globals: it names only a module-level function, which pickles
+    by reference, never the table or its lock."""
+    fn, args = _filed_call(call)
     return fn(*args)
 
 

@@ -3,8 +3,9 @@ measures the seconds), against a real Prefect server (tests/prefect_server.py):
 
 - a run with nothing to do creates one task run (discovery), writes no artifacts, leaves the
   live index file alone, and says so in its state message; one with warnings still reports them;
-- a run with work hands the run plan and the chunk result (they list every file) to the stage
-  tasks wrapped in ``quote``, so Prefect does not walk them (~1.7 s a task at 10k files).
+- a run with work hands the stage tasks the key of their call, not the run plan (it lists every
+  file): Prefect does not walk it (~1.7 s a task at 10k files), and the build task's context,
+  which a Dask task runner pickles for every embed task, holds no live objects.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prefect.utilities.annotations import quote
 
+import tasks.stages as stages
 from flows.reindex import reindex
 from tests.prefect_server import (
     artifact_of,
@@ -78,10 +79,12 @@ def test_noop_run_has_one_task_run_no_artifacts_and_keeps_the_index(prefect_api:
     assert table_figures(artifact_of(fr.id, "table"))["outcome"] == "unchanged, nothing to do"
 
 
-def test_stage_tasks_get_their_inputs_quoted(prefect_api: Any, workspace: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stage tasks take the plan (every file of the run) wrapped in quote(): unquoted,
-    Prefect walks it for upstream futures and cache keys (~1.7 s a task at 10k files)."""
+def test_stage_tasks_get_a_key_not_their_inputs(prefect_api: Any, workspace: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage tasks take a short key, not the plan (every file of the run) and the live
+    executor and cache: Prefect would walk those for upstream futures and cache keys (~1.7 s a
+    task at 10k files), and a Dask runner pickles the build task's parameters with every embed
+    task submitted from it (tasks/stages.py)."""
     import flows.executor as mod
 
     real = mod.stage_task
@@ -101,8 +104,24 @@ def test_stage_tasks_get_their_inputs_quoted(prefect_api: Any, workspace: Path,
     state, fr = run(workspace=str(workspace), provider="none")
     assert state.is_completed() and state.result()["swapped"], state.message
     assert [n for n, _ in seen] == ["discover", "build"]
-    assert all(isinstance(a, quote) for _, a in seen)
-    # the tasks got the values, not the wrappers: they ran, and the index is complete
+    assert all(isinstance(a, str) and len(a) < 40 for _, a in seen), seen
+    assert not stages._calls  # each call's entry is dropped once its task is done
+    # the tasks found their calls by key: they ran, and the index is complete
     names = task_run_names(fr.id, until=lambda ns: "build-ws" in ns)
     assert {"discover-ws", "build-ws"} <= set(names)
     assert state.result()["chunks_total"] > 20
+
+
+def test_stage_task_pickles_without_the_filed_calls() -> None:
+    """A Dask runner pickles the running stage task with every embed task submitted from it
+    (Prefect's task run context), its function by value with the globals it names: those must
+    never reach the table of filed calls (live executors, connections) or its lock."""
+    import threading
+
+    import cloudpickle
+
+    stages._calls["probe"] = (print, (threading.Lock(),))
+    try:
+        cloudpickle.dumps(stages.stage_task.with_options(name="build", task_run_name="build-ws"))
+    finally:
+        del stages._calls["probe"]
