@@ -99,13 +99,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="hybrid search with file and line citations")
     _common(p)
     p.add_argument("query", help="what to look for (words, a phrase, a question)")
-    p.add_argument("--max-results", "-n", type=_positive, help="results to show, 1 or more (default: query.max_results, 6)")
+    p.add_argument("--max-results", "-n", type=_positive,
+                   help="results to show, 1 or more; above 50 is clamped to 50 (default: query.max_results, 6)")
     p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
     p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
                    help="search only this source (repeatable; default: all the index holds)")
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
                    help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
-    p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, note?}")
+    p.add_argument("--chat", choices=["direct", "group", "channel"], dest="chat_type",
+                   help="where the answer goes; with query.citations = auto (the default) a group or channel chat"
+                        " gets no citations")
+    p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, provider,"
+                                                       " model, backend, mode, fallback, citations, note?}")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -295,7 +300,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
     with _searcher(args) as s:
         res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode)
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK

@@ -261,7 +261,9 @@ class QmdSettings(_Model):
 
     ``command``: the qmd executable (PATH lookup, or a path; scripts/install-qmd.sh prints it).
     ``search_mode``: ``search`` (BM25, offline), ``vsearch`` (vectors) or ``query`` (expansion
-    + reranking), as the seeds' ``searchMode``. ``state_dir``: qmd's config and index for this
+    + reranking), as the seeds' ``searchMode``. ``fallback_on_empty``: when qmd finds nothing
+    and the builtin index has a match scoring at least ``fallback_min_score``, answer from the
+    builtin index (a documented fallback reason). ``state_dir``: qmd's config and index for this
     memory-core index (default ``<index dir>/qmd``); ``index_name`` is qmd's ``--index``.
     """
 
@@ -270,6 +272,10 @@ class QmdSettings(_Model):
     index_name: str = Field(default="memory-core", pattern=r"^[A-Za-z0-9_-]+$")
     state_dir: Path | None = None
     timeout_s: float = Field(default=30.0, gt=0)
+    # qmd found nothing but the builtin index has a match scoring at least fallback_min_score:
+    # answer from the builtin index (and say so); qmd's `search` ANDs every query word
+    fallback_on_empty: bool = True
+    fallback_min_score: float = Field(default=0.5, ge=0, le=1)
     update_timeout_s: float = Field(default=600.0, gt=0)
     embed_timeout_s: float = Field(default=3600.0, gt=0)
 

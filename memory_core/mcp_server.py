@@ -35,6 +35,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.backends import open_searcher
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
@@ -44,7 +45,7 @@ from memory_core.sync import SyncManager
 log = logging.getLogger("memory_core.mcp")
 
 SERVER_NAME = "memory-core"
-MAX_SEARCH_RESULTS = 50
+MAX_SEARCH_RESULTS = MAX_RESULTS  # more asked for is clamped to this, not refused
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_CONCURRENT_CALLS = 4  # searchers open at once: the calls answered side by side
@@ -63,7 +64,9 @@ SEARCH_DESCRIPTION = (
     " keyword + semantic search. Use this FIRST whenever a question may depend on earlier work,"
     " decisions, dates, people, preferences or todos. Returns the best-matching snippets, each with"
     " path, startLine/endLine, score (0-1: how well it matches, whatever else was found), match"
-    " (keyword, vector or both), date, source and a citation 'path#Lstart-Lend'. If a snippet"
+    f" (keyword, vector or both), date, source and a citation 'path#Lstart-Lend' (snippets of at most"
+    f" {SNIPPET_MAX_CHARS} characters), with the provider and model that embedded the query and any fallback."
+    " In a group or channel chat pass chatType so citations stay out of the reply. If a snippet"
     " is not enough, call memory_get with that path and line range instead of reading whole files."
     " No results means nothing in memory matches well (nothing reached minScore)."
 )
@@ -91,11 +94,13 @@ class SearchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    max_results: int | None = Field(default=None, ge=1, le=MAX_SEARCH_RESULTS,
+    max_results: int | None = Field(default=None, ge=1,  # above MAX_SEARCH_RESULTS: clamped by the searcher
                                     validation_alias=AliasChoices("maxResults", "max_results"))
     min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
     sources: list[Literal["memory", "sessions"]] | None = Field(default=None, min_length=1)
     mode: Literal["hybrid", "vector", "keyword"] | None = None
+    chat_type: Literal["direct", "group", "channel"] | None = Field(
+        default=None, validation_alias=AliasChoices("chatType", "chat_type"))
 
 
 class GetArgs(BaseModel):
@@ -112,8 +117,12 @@ class StatusArgs(BaseModel):
 
 def _search_input_schema(settings: Settings) -> dict[str, Any]:
     q = settings.query
-    max_results = {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS,
-                   "description": f"Most results to return (default {q.max_results})."}
+    max_results = {"type": "integer", "minimum": 1,
+                   "description": f"Most results to return (default {q.max_results}; more than"
+                                  f" {MAX_SEARCH_RESULTS} is clamped to {MAX_SEARCH_RESULTS})."}
+    chat_type = {"type": "string", "enum": list(CHAT_TYPES),
+                 "description": "Where the answer goes: a direct chat, or a group or channel chat (with citations"
+                                " 'auto', the default, citations are left out in group and channel chats)."}
     min_score = {"type": "number", "minimum": 0, "maximum": 1,
                  "description": f"Drop results whose relevance is below this (default {q.min_score})."}
     return {
@@ -128,6 +137,8 @@ def _search_input_schema(settings: Settings) -> dict[str, Any]:
             "mode": {"type": "string", "enum": list(MODES),
                      "description": f"hybrid (keywords + meaning), vector (meaning only) or keyword (words only);"
                                     f" default {q.search_mode()}."},
+            "chatType": chat_type,
+            "chat_type": {**chat_type, "description": "Alias of chatType."},
             "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
                         "items": {"type": "string", "enum": ["memory", "sessions"]},
                         "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts)."
@@ -179,9 +190,17 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                 "required": list(AGENT_RESULT_KEYS),
             },
         },
+        "provider": {"type": "string", "description": "the provider that embedded the query ('none': keyword-only"
+                                                      " index, 'qmd': qmd answered)"},
+        "model": {"type": ["string", "null"]},
+        "backend": {"type": "string", "enum": ["builtin", "qmd"]},
+        "mode": {"type": "string", "enum": list(MODES)},
+        "fallback": {"type": ["object", "null"], "description": "null, or {from, to, reason}: the answer fell back"
+                                                               " to keyword-only ('keyword') or from qmd to 'builtin'"},
+        "citations": {"type": "string", "enum": ["on", "off", "auto"]},
         "note": {"type": "string"},
     },
-    "required": ["results"],
+    "required": ["results", "provider", "backend", "mode", "fallback"],
 }
 
 GET_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -279,7 +298,7 @@ class MemoryTools:
             # the same answer as `search --json`: shaped (citations mode, injection budget) there
             return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
                                             sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                            mode=a.mode)
+                                            mode=a.mode, chat_type=a.chat_type)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
