@@ -154,6 +154,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
                         " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
+    p = sub.add_parser("write", help="append a note to today's daily note (or MEMORY.md) and index it at once")
+    _common(p)
+    p.add_argument("text", help="the note (Markdown); '-' reads it from stdin")
+    p.add_argument("--path", help="MEMORY.md or memory/<name>.md in the workspace (default: today's"
+                                  " memory/YYYY-MM-DD.md); any other path is refused")
+    p.add_argument("--no-index", action="store_true", help="only write; the next reindex indexes it")
+    p.add_argument("--json", action="store_true", help="print where it was written (path, lines, citation) as JSON")
+
+    p = sub.add_parser("flush", help="is a memory flush due before this session is compacted? (and the prompts)")
+    _common(p)
+    p.add_argument("session", help="the session's id (the key of the flush ledger)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--transcript", help="the session's JSONL transcript: tokens since the last compaction (chars/4)"
+                                          " and the compaction cycle (its compaction records)")
+    how.add_argument("--tokens", type=int, help="the session's token count, as the runtime estimates it")
+    p.add_argument("--cycle", type=int, help="the compaction cycle (default: the transcript's compaction records,"
+                                             " else 0)")
+    p.add_argument("--record", action="store_true", help="when due, record the flush for this cycle in the ledger"
+                                                         " (the next check of the cycle says it is done)")
+    p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
     from memory_core.evaluation import add_eval_parser
 
     add_eval_parser(sub)
@@ -460,6 +480,39 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_write(args: argparse.Namespace) -> int:
+    from memory_core.write import write_memory
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    settings = _settings(args)
+    if not settings.workspace_dir.is_dir():
+        raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    res = write_memory(settings, text, args.path, index=not args.no_index)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(f"wrote {res.citation}" + (" (secrets masked)" if res.redacted else "")
+              + ("; indexed" if res.indexed else ""))
+        if res.note:
+            print(f"note: {res.note}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_flush(args: argparse.Namespace) -> int:
+    from memory_core.flush import check_flush
+
+    res = check_flush(_settings(args), args.session, tokens=args.tokens, transcript=args.transcript,
+                      cycle=args.cycle, record=args.record)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(f"{'due' if res.due else 'not due'}: {res.reason}" + (" (recorded)" if res.recorded else ""))
+        if res.due:
+            print(f"system prompt: {res.system_prompt}")
+            print(f"prompt: {res.prompt}")
+    return EXIT_OK
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from memory_core.evaluation import cmd_eval
 
@@ -468,7 +521,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
-    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval,
+    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval, "write": cmd_write,
+    "flush": cmd_flush,
 }
 
 

@@ -297,6 +297,37 @@ class SyncSettings(_Model):
     interval_minutes: float = Field(default=0.0, ge=0)
 
 
+DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
+DEFAULT_FLUSH_PROMPT = ("Write any lasting notes to memory/YYYY-MM-DD.md; reply with NO_REPLY if nothing to"
+                        " store.")
+
+
+class MemoryFlushSettings(_Model):
+    """The seeds' ``agents.defaults.compaction.memoryFlush``: one silent turn before compaction.
+
+    ``prompt`` and ``system_prompt`` are what the runtime sends (``YYYY-MM-DD`` becomes today's
+    date); ``soft_threshold_tokens``: the flush is due this many tokens before the reserve."""
+
+    enabled: bool = True
+    soft_threshold_tokens: int = Field(default=4000, ge=0)
+    system_prompt: str = Field(default=DEFAULT_FLUSH_SYSTEM_PROMPT, min_length=1)
+    prompt: str = Field(default=DEFAULT_FLUSH_PROMPT, min_length=1)
+
+
+class CompactionSettings(_Model):
+    """When a session is compacted, and the memory flush before it (memory_core/flush.py).
+
+    A flush is due when a session's token estimate passes ``context_window -
+    reserve_tokens_floor - memory_flush.soft_threshold_tokens``, once per compaction cycle.
+    ``workspace_access``: ``rw``, or ``ro`` / ``none`` (a sandboxed session): then no flush is
+    due and ``memory_write`` refuses to write."""
+
+    context_window: int = Field(default=200_000, ge=1)
+    reserve_tokens_floor: int = Field(default=20_000, ge=0)
+    workspace_access: Literal["rw", "ro", "none"] = "rw"
+    memory_flush: MemoryFlushSettings = Field(default_factory=MemoryFlushSettings)
+
+
 class Settings(_Model):
     """Everything a run or a query needs. Paths are resolved by :meth:`resolved`."""
 
@@ -324,6 +355,7 @@ class Settings(_Model):
     backend: Literal["builtin", "qmd"] = "builtin"
     qmd: QmdSettings = Field(default_factory=QmdSettings)
     sync: SyncSettings = Field(default_factory=SyncSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
     # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -373,6 +405,12 @@ class Settings(_Model):
             return Path(os.path.abspath(os.path.expanduser(self.cache.path)))
         idx = self.index_file
         return idx.with_name(idx.stem + ".cache.sqlite")
+
+    @property
+    def flush_ledger_file(self) -> Path:
+        """The ledger of memory flushes per session and compaction cycle (memory_core/flush.py)."""
+        idx = self.index_file
+        return idx.with_name(idx.stem + ".flush-ledger.json")
 
     @property
     def sessions_dir(self) -> Path:

@@ -1,12 +1,17 @@
 """``memory-core mcp``: the index as Model Context Protocol tools, with the official MCP SDK.
 
-Three read-only tools over one :class:`memory_core.search.Searcher`:
+Three read-only tools over one :class:`memory_core.search.Searcher`, and one that writes:
 
 - ``memory_search`` (query, maxResults, minScore, sources, mode; snake_case aliases): ranked
   snippets with citations, in OpenClaw's result shape (``Searcher.search_response``);
 - ``memory_get`` (path or citation, from, lines) -> ``{path, text}``: lines of an indexed file,
   with the CLI's path guard;
-- ``memory_status``: what the index holds and how search runs.
+- ``memory_status``: what the index holds and how search runs;
+- ``memory_write`` (text, path): append a note to today's daily note (or MEMORY.md) and index it
+  at once (memory_core/write.py);
+
+and the ``memory_flush`` prompt: the two prompts of the memory flush before compaction
+(memory_core/flush.py).
 
 The server uses the SDK's low-level :class:`mcp.server.lowlevel.Server` so the tool schemas
 are exactly what an agent sees (``memory_get`` takes ``from``, a Python keyword) and every
@@ -38,9 +43,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from memory_core.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.backends import open_searcher
 from memory_core.config import Settings
-from memory_core.errors import MemoryCoreError, PathError, UsageError
+from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
+from memory_core.write import MAX_WRITE_CHARS, write_memory
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -56,7 +62,9 @@ INSTRUCTIONS = (
     " indexed, past chat transcripts. Before answering anything about prior work, decisions, dates,"
     " people, preferences or todos, call memory_search first. If a snippet is not enough, call"
     " memory_get for just the cited lines (plus a little context), not whole files. Cite what you use"
-    " as path#Lstart-Lend. Call memory_status when search fails or finds nothing unexpectedly."
+    " as path#Lstart-Lend. Call memory_status when search fails or finds nothing unexpectedly. When"
+    " the user asks you to remember something, or a decision, preference or fact is worth keeping, write"
+    " it down with memory_write."
 )
 
 SEARCH_DESCRIPTION = (
@@ -115,6 +123,13 @@ class StatusArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class WriteArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_WRITE_CHARS)
+    path: str | None = Field(default=None, min_length=1)
+
+
 def _search_input_schema(settings: Settings) -> dict[str, Any]:
     q = settings.query
     max_results = {"type": "integer", "minimum": 1,
@@ -164,6 +179,36 @@ GET_INPUT_SCHEMA: dict[str, Any] = {
 }
 
 STATUS_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+WRITE_DESCRIPTION = (
+    "Write a lasting note to memory: decisions, preferences, facts and todos worth keeping past this"
+    " conversation. Appends the text to today's daily note memory/YYYY-MM-DD.md (default) or to MEMORY.md"
+    " (curated long-term memory) or another memory/*.md, and indexes it at once, so memory_search finds it"
+    " right after. Secrets in the text are masked before writing. Returns the path and the lines written"
+    " (a citation). Refused for paths outside the memory files and for a read-only workspace."
+)
+
+WRITE_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "minLength": 1, "maxLength": MAX_WRITE_CHARS,
+                 "description": "The note, in Markdown; a few self-contained lines."},
+        "path": {"type": "string", "minLength": 1,
+                 "description": "MEMORY.md or memory/<name>.md (default: today's memory/YYYY-MM-DD.md)."},
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+WRITE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "start_line": {"type": "integer"}, "end_line": {"type": "integer"},
+                   "citation": {"type": "string"}, "chars": {"type": "integer"}, "redacted": {"type": "boolean"},
+                   "indexed": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["path", "citation", "indexed"],
+}
+
+FLUSH_PROMPT_NAME = "memory_flush"
 
 SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -236,7 +281,27 @@ def tool_definitions(settings: Settings) -> list[types.Tool]:
         types.Tool(name="memory_status", title="Memory index status", description=STATUS_DESCRIPTION,
                    input_schema=STATUS_INPUT_SCHEMA, output_schema=STATUS_OUTPUT_SCHEMA,
                    annotations=_READ_ONLY),
+        types.Tool(name="memory_write", title="Write a memory note", description=WRITE_DESCRIPTION,
+                   input_schema=WRITE_INPUT_SCHEMA, output_schema=WRITE_OUTPUT_SCHEMA,
+                   annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                     idempotent_hint=False, open_world_hint=False)),
     ]
+
+
+def flush_prompt(settings: Settings) -> types.GetPromptResult:
+    """The memory flush's two prompts (compaction.memory_flush), today's date filled in: the
+    first message is the system prompt to add, the second the silent user turn."""
+    import datetime as _dt
+
+    f = settings.compaction.memory_flush
+    today = _dt.date.today().isoformat()
+    return types.GetPromptResult(
+        description="Memory flush before compaction: add the first message to the system prompt and send the"
+                    " second as a silent turn; a reply of NO_REPLY means nothing to store.",
+        messages=[types.PromptMessage(role="user", content=types.TextContent(
+                      type="text", text=f.system_prompt.replace("YYYY-MM-DD", today))),
+                  types.PromptMessage(role="user", content=types.TextContent(
+                      type="text", text=f.prompt.replace("YYYY-MM-DD", today)))])
 
 
 # -- the tools, transport-free -------------------------------------------------------------------
@@ -264,6 +329,7 @@ class MemoryTools:
         self._max = max(1, max_searchers)
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
+            "memory_write": self.write,
         }
 
     @contextlib.contextmanager
@@ -311,6 +377,16 @@ class MemoryTools:
             st = searcher.status()
         st["sync"] = self.sync.status()
         return json.loads(json.dumps(st, default=str))  # JSON-safe values only
+
+    def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = WriteArgs.model_validate(arguments)
+
+        def reindex() -> None:  # in this call: the text is searchable when the tool answers
+            run = self.sync.reindex_now("memory_write")
+            if not run.ok:
+                raise RunError(run.error or "the reindex failed")
+
+        return write_memory(self.settings, a.text, a.path, runner=reindex).to_dict()
 
     def close(self) -> None:
         self.sync.close()
@@ -373,9 +449,22 @@ def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await call_tool(tools, params.name, params.arguments)
 
+    prompt = types.Prompt(name=FLUSH_PROMPT_NAME, title="Memory flush before compaction",
+                          description="The two prompts of the silent turn that asks the model to write lasting"
+                                      " notes (memory_write) before the session is compacted.")
+
+    async def on_list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[prompt])
+
+    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        if params.name != FLUSH_PROMPT_NAME:
+            raise ValueError(f"unknown prompt {params.name!r}; this server has {FLUSH_PROMPT_NAME}")
+        return flush_prompt(tools.settings)
+
     server: Server[Any] = Server(
         SERVER_NAME, version=_version(), title="memory-core", instructions=INSTRUCTIONS,
         get_tool_input_schema=schemas.get, on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+        on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt,
     )
 
     async def session_start(ctx: Any, call_next: Any) -> Any:  # [sync] on_session_start
