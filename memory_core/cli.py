@@ -60,6 +60,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", "-w", help="workspace folder (default: $MEMORY_CORE_WORKSPACE, the config file's,"
                                              " the one the index was built from, else the current directory)")
     p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
+    p.add_argument("--agent", default=os.environ.get("MEMORY_CORE_AGENT") or None,
+                   help="the agent whose workspace, index, qmd state and LanceDB folder the config file's [agents]"
+                        " table gives (default: $MEMORY_CORE_AGENT, else agents.default; -w/--index given win)")
 
 
 def _writer_flags(p: argparse.ArgumentParser) -> None:
@@ -124,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
 
-    p = sub.add_parser("mcp", help="serve search to agents over the Model Context Protocol (stdio or HTTP)")
+    p = sub.add_parser("mcp", help="serve memory to agents over the Model Context Protocol (stdio or HTTP); with a"
+                                   " config that lists agents and no --agent/-w/--index, one server serves them all")
     _common(p)
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default; the client starts this command) or streamable HTTP on a loopback address")
@@ -187,7 +191,7 @@ FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--ex
 def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
     """The one settings order (memory_core.resolve.resolve_settings), told the flags given."""
     return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
-                            config_file=args.config, told_by=FLAG_NAMES)
+                            config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
 
 
 def _settings(args: argparse.Namespace, **told: Any) -> Settings:
@@ -294,6 +298,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> dict[str, An
     told = _writer_told(args)
     params = ReindexParams(
         workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
+        agent=settings.agent,
         provider=told["provider"], model=told["model"], full=args.full, extra_paths=told["extra_paths"],
         sources=told["sources"],
     )
@@ -392,21 +397,44 @@ def _local_time(seconds: float) -> str:
         return str(seconds)
 
 
+def _fleet(args: argparse.Namespace) -> dict[str, Settings] | None:
+    """Every agent of the config file, when `mcp` is told no agent, workspace or index and the
+    config lists agents: one server then serves them all."""
+    if args.agent or args.workspace or args.index_path:
+        return None
+    path = args.config or os.environ.get("MEMORY_CORE_CONFIG")
+    if not path:
+        return None
+    from memory_core.agents import agents_of
+    from memory_core.config import read_config_file
+    from memory_core.resolve import resolve_agents
+
+    if not agents_of(read_config_file(path)).ids:
+        return None
+    return resolve_agents(path)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    fleet = _fleet(args)
+    settings = next(iter(fleet.values())) if fleet else _settings(args)
     try:
         from memory_core import mcp_server
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
     if args.transport == "http":
         mcp_server.check_host(args.host)
-    if not settings.index_file.exists():
-        print(f"memory-core: warning: no index at {settings.index_file} yet; tools answer with an error until"
-              " `memory-core index` (or `watch`) builds it", file=sys.stderr)
+    for s in (fleet or {None: settings}).values():
+        if not s.index_file.exists():
+            print(f"memory-core: warning: no index at {s.index_file} yet"
+                  + (f" (agent {s.agent})" if s.agent else "") + "; tools answer with an error until"
+                  " `memory-core index` (or `watch`) builds it", file=sys.stderr)
+    if fleet:
+        print(f"memory-core: serving agents {', '.join(fleet)} (each call names its agent)", file=sys.stderr)
     if args.transport == "http":
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"memory-core: MCP server on http://{host}:{args.port}{args.path}", file=sys.stderr)
-    mcp_server.serve(settings, transport=args.transport, host=args.host, port=args.port, path=args.path)
+    mcp_server.serve(settings, transport=args.transport, host=args.host, port=args.port, path=args.path,
+                     agents=fleet)
     return EXIT_OK
 
 

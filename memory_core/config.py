@@ -328,6 +328,54 @@ class CompactionSettings(_Model):
     memory_flush: MemoryFlushSettings = Field(default_factory=MemoryFlushSettings)
 
 
+AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+AGENT_PATHS = ("workspace", "index_path", "qmd_state_dir", "lancedb_path")
+
+
+class AgentEntry(_Model):
+    """One agent of ``[[agents.list]]``: its id, and paths that override the templates."""
+
+    id: str = Field(pattern=AGENT_ID_PATTERN)
+    workspace: str | None = None
+    index_path: str | None = None
+    qmd_state_dir: str | None = None
+    lancedb_path: str | None = None
+
+
+class AgentsSettings(_Model):
+    """Many agents from one config (memory_core/agents.py; docs/agents.md).
+
+    ``list``: the agents (an id not in it is unknown). ``workspace``, ``index_path``,
+    ``qmd_state_dir``, ``lancedb_path``: path templates where ``{agent}`` is the agent's id,
+    used for each path an agent's entry does not set (``index_path`` unset: the workspace's
+    default index; ``qmd_state_dir`` / ``lancedb_path`` unset: ``<index dir>/qmd`` /
+    ``<index dir>/lancedb``). ``default``: the agent used when none is named.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    default: str | None = None
+    workspace: str | None = None
+    index_path: str | None = None
+    qmd_state_dir: str | None = None
+    lancedb_path: str | None = None
+    agents: list[AgentEntry] = Field(default_factory=list, alias="list")
+
+    @model_validator(mode="after")
+    def _ids(self) -> AgentsSettings:
+        ids = [a.id for a in self.agents]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"agents.list: agent {', '.join(dup)} is listed twice")
+        if self.default is not None and self.default not in ids:
+            raise ValueError(f"agents.default: {self.default!r} is not in agents.list")
+        return self
+
+    @property
+    def ids(self) -> list[str]:
+        return [a.id for a in self.agents]
+
+
 class Settings(_Model):
     """Everything a run or a query needs. Paths are resolved by :meth:`resolved`."""
 
@@ -356,6 +404,10 @@ class Settings(_Model):
     qmd: QmdSettings = Field(default_factory=QmdSettings)
     sync: SyncSettings = Field(default_factory=SyncSettings)
     compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    agents: AgentsSettings = Field(default_factory=AgentsSettings)
+    agent: str | None = Field(default=None, pattern=AGENT_ID_PATTERN)  # the agent these settings are for
+    # the LanceDB memory store's folder (issue 23 part 1); default <index dir>/lancedb
+    lancedb_path: Path | None = None
     # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -405,6 +457,14 @@ class Settings(_Model):
             return Path(os.path.abspath(os.path.expanduser(self.cache.path)))
         idx = self.index_file
         return idx.with_name(idx.stem + ".cache.sqlite")
+
+    @property
+    def lancedb_dir(self) -> Path:
+        """The folder of the agent's LanceDB memory store (``lancedb_path``, else ``<index dir>/lancedb``)."""
+        if self.lancedb_path is not None:
+            p = Path(os.path.expanduser(self.lancedb_path))
+            return p if p.is_absolute() else self.workspace_dir / p
+        return self.index_file.parent / "lancedb"
 
     @property
     def flush_ledger_file(self) -> Path:
@@ -519,7 +579,18 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                           f" {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-    for key in ("workspace", "index_path"):
-        if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
-            data[key] = str(p.parent.resolve() / data[key])
+    base = p.parent.resolve()
+
+    def absolute(table: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(table, dict):
+            for key in keys:
+                if isinstance(table.get(key), str) and not Path(table[key]).expanduser().is_absolute():
+                    table[key] = str(base / table[key])
+
+    absolute(data, ("workspace", "index_path", "lancedb_path"))
+    agents = data.get("agents")
+    if isinstance(agents, dict):  # the agents' paths and templates are relative to the file too
+        absolute(agents, AGENT_PATHS)
+        for entry in agents.get("list") or []:
+            absolute(entry, AGENT_PATHS)
     return data

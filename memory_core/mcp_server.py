@@ -270,8 +270,24 @@ _READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, 
                                    open_world_hint=False)
 
 
-def tool_definitions(settings: Settings) -> list[types.Tool]:
-    """The three tools as listed to clients."""
+def _with_agent(tool: types.Tool, agents: list[str], default: str | None) -> types.Tool:
+    schema = dict(tool.input_schema)
+    schema["properties"] = {**schema["properties"], "agent": {
+        "type": "string", "enum": agents,
+        "description": "Whose memory: one of this server's agents" + (f" (default {default})." if default else ".")}}
+    if default is None:
+        schema["required"] = [*schema.get("required", []), "agent"]
+    return tool.model_copy(update={"input_schema": schema})
+
+
+def tool_definitions(settings: Settings, agents: list[str] | None = None,
+                     default_agent: str | None = None) -> list[types.Tool]:
+    """The tools as listed to clients; serving several agents, each takes an ``agent`` argument."""
+    tools = _tools(settings)
+    return [_with_agent(t, agents, default_agent) for t in tools] if agents else tools
+
+
+def _tools(settings: Settings) -> list[types.Tool]:
     return [
         types.Tool(name="memory_search", title="Search memory", description=SEARCH_DESCRIPTION,
                    input_schema=_search_input_schema(settings), output_schema=SEARCH_OUTPUT_SCHEMA,
@@ -397,6 +413,72 @@ class MemoryTools:
                 s.close()
 
 
+class _FleetSync:
+    """The sync triggers of every agent a server serves."""
+
+    def __init__(self, fleet: AgentTools) -> None:
+        self._fleet = fleet
+
+    def start(self) -> None:
+        for t in self._fleet.all_tools():
+            t.sync.start()
+
+    def on_session_start(self) -> None:
+        for t in self._fleet.all_tools():
+            t.sync.on_session_start()
+
+
+class AgentTools:
+    """The tools of several agents behind one server: each call names its agent (``agent``;
+    default ``agents.default``) and is answered by that agent's :class:`MemoryTools` only, over
+    its own index, so no agent ever sees another's memories."""
+
+    def __init__(self, by_agent: dict[str, Settings]) -> None:
+        if not by_agent:
+            raise UsageError("no agents to serve")
+        self.by_agent = dict(by_agent)
+        first = next(iter(self.by_agent.values()))
+        self.default = first.agents.default
+        self.settings = self.by_agent.get(self.default or "", first)  # the prompt's settings
+        self._tools: dict[str, MemoryTools] = {}
+        self._lock = threading.Lock()
+        self.sync = _FleetSync(self)
+        self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            name: self._route(name) for name in ("memory_search", "memory_get", "memory_status", "memory_write")}
+
+    def tools_for(self, agent: Any) -> MemoryTools:
+        from memory_core.agents import UnknownAgentError
+
+        if agent is None:
+            if self.default is None:
+                raise UsageError(f"name the agent: this server serves {', '.join(self.by_agent)}")
+            agent = self.default
+        if not isinstance(agent, str) or agent not in self.by_agent:
+            raise UnknownAgentError(f"unknown agent {agent!r}; this server serves {', '.join(self.by_agent)}")
+        with self._lock:
+            if agent not in self._tools:
+                self._tools[agent] = MemoryTools(self.by_agent[agent])
+            return self._tools[agent]
+
+    def all_tools(self) -> list[MemoryTools]:
+        return [self.tools_for(a) for a in self.by_agent]
+
+    def _route(self, name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+            args = dict(arguments)
+            tools = self.tools_for(args.pop("agent", None))
+            out = tools.handlers[name](args)
+            return {**out, "agent": tools.settings.agent} if isinstance(out, dict) else out
+
+        return handler
+
+    def close(self) -> None:
+        with self._lock:
+            tools = list(self._tools.values())
+        for t in tools:
+            t.close()
+
+
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors():
@@ -437,10 +519,16 @@ def _version() -> str:
         return "0"
 
 
-def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[Server[Any], MemoryTools]:
-    """A low-level MCP server exposing :class:`MemoryTools` (created from ``settings`` if not given)."""
-    tools = tools if tools is not None else MemoryTools(settings)
-    defs = tool_definitions(settings)
+def build_server(settings: Settings, tools: MemoryTools | AgentTools | None = None, *,
+                 agents: dict[str, Settings] | None = None) -> tuple[Server[Any], Any]:
+    """A low-level MCP server exposing :class:`MemoryTools` (created from ``settings`` if not
+    given), or with ``agents`` the :class:`AgentTools` of several agents."""
+    if tools is None:
+        tools = AgentTools(agents) if agents else MemoryTools(settings)
+    if isinstance(tools, AgentTools):
+        defs = tool_definitions(tools.settings, list(tools.by_agent), tools.default)
+    else:
+        defs = tool_definitions(settings)
     schemas = {t.name: t.input_schema for t in defs}
 
     async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -484,11 +572,12 @@ def check_host(host: str) -> None:
 
 
 def serve(settings: Settings, *, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.1",
-          port: int = 8765, path: str = "/mcp") -> None:
-    """Serve until stdin closes (stdio) or the process is interrupted (HTTP)."""
+          port: int = 8765, path: str = "/mcp", agents: dict[str, Settings] | None = None) -> None:
+    """Serve until stdin closes (stdio) or the process is interrupted (HTTP); with ``agents``,
+    every agent named (each call names its own)."""
     if transport == "http":
         check_host(host)
-    server, tools = build_server(settings)
+    server, tools = build_server(settings, agents=agents)
     tools.sync.start()  # [sync] watch and interval_minutes
     try:
         if transport == "stdio":
