@@ -206,6 +206,11 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
     props = bf.parameter_openapi_schema["properties"]
     assert "Batch API" in props["batch"]["description"]
     assert "'threads'" in str(props["task_runner"]) and "'dask'" in str(props["task_runner"])
+    # the fleet of agents: the config file from the environment, its schedule off until turned on
+    fleet = deps["fleet-reindex/fleet"]
+    assert fleet.parameters["config_file"] == str(stack.cfg)
+    assert fleet.work_pool_name == "memory-core" and [s.active for s in fleet.schedules] == [False]
+    assert {"agents", "deployment", "task_runner"} <= set(fleet.parameter_openapi_schema["properties"])
 
 
 def test_shipped_automations_alert_on_fallbacks_and_stale_indexes(stack: Stack) -> None:
