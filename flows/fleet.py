@@ -8,7 +8,7 @@ each one's embedding requests run on its own task runner (``task_runner``: threa
 for a Dask cluster).
 
 To spread a fleet over Prefect workers instead, pass ``deployment`` (e.g.
-``reindex/incremental``): each agent becomes a run of that deployment on its work pool
+``reindex/agent``): each agent becomes a run of that deployment on its work pool
 (``run_deployment``), and any worker of the pool picks it up; this flow waits for them and
 reports every agent's outcome.
 """
@@ -81,7 +81,7 @@ def fleet_reindex(
         task_runner: Where each agent's embedding requests run: threads (default) or dask.
         dask_address: Address of a running Dask scheduler (task_runner=dask).
         dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
-        deployment: Run each agent as a run of this deployment of the reindex flow (e.g. reindex/incremental),
+        deployment: Run each agent as a run of this deployment of the reindex flow (e.g. reindex/agent),
             on its work pool, instead of a subflow here.
     """
     import os

@@ -392,6 +392,8 @@ class MemoryTools:
         with self._borrow() as searcher:
             st = searcher.status()
         st["sync"] = self.sync.status()
+        if self.settings.agent:
+            st["agent"] = self.settings.agent
         return json.loads(json.dumps(st, default=str))  # JSON-safe values only
 
     def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
