@@ -536,6 +536,7 @@ class Searcher:
         self._injected = provider is not None
         self.provider_note = ""
         self._pool: ThreadPoolExecutor | None = None
+        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
 
     # -- lifecycle -----------------------------------------------------------------------
     def _current(self) -> _Index:
@@ -630,17 +631,29 @@ class Searcher:
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded}
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
-                        sources: list[str] | None = None, *, mode: str | None = None) -> dict[str, Any]:
-        """``{"results": [...], "note"?: str}``: what ``search --json`` prints and MCP returns."""
-        from memory_core.answers import shape_results
+                        sources: list[str] | None = None, *, mode: str | None = None,
+                        chat_type: str | None = None) -> dict[str, Any]:
+        """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
+        "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
+        ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``."""
+        from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
 
+        max_results, clamp_note = clamp_results(max_results)
+        mode = self.settings.query.search_mode() if mode is None else mode
+        self.last_search = {}
         results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
-        shaped = shape_results([r.to_agent() for r in results], self.settings)  # citations mode, budget
+        shaped = shape_results([r.to_agent() for r in results], self.settings, chat_type)  # citations, budget
         out: dict[str, Any] = {"results": shaped.results}
-        notes = [n for n in (self.provider_note, shaped.note) if n]
+        meta = {}
+        with contextlib.suppress(Exception):  # an empty query never opened the index
+            meta = self.index_meta()
+        out.update(response_meta(meta, self.last_search, self.provider_note, mode))
+        out["citations"] = citations_mode(self.settings, chat_type)
+        notes = [n for n in (clamp_note, self.provider_note, shaped.note) if n]
         if not results:
             floor = self.settings.query.min_score if min_score is None else min_score
             notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
