@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory_core.config import Settings
+from memory_core.embeddings.catalog import keyword_only
 
 QMD_DEFAULT_BUDGET = 4000
 ELLIPSIS = "…"
@@ -127,7 +128,7 @@ def response_meta(index_meta: dict[str, Any], last: dict[str, Any], note: str, m
     """
     provider = index_meta.get("provider")
     model = index_meta.get("model")
-    vectors = bool(index_meta.get("dims")) and provider not in (None, "none")
+    vectors = bool(index_meta.get("dims")) and not keyword_only(provider)
     fallback: dict[str, Any] | None = None
     built = str(index_meta.get("provider_reason") or "")
     m = _FALLBACK_FROM.match(built)
@@ -141,5 +142,5 @@ def response_meta(index_meta: dict[str, Any], last: dict[str, Any], note: str, m
     if vectors and mode != "keyword" and last.get("embedded") is False and not last.get("qmd_fallback"):
         fallback = {"from": provider, "to": "keyword",
                     "reason": note or "the query could not be embedded; keyword-only results"}
-    return {"provider": provider or "none", "model": None if provider in (None, "none") else model, "backend": last.get("backend", "builtin"),
-            "mode": mode, "fallback": fallback}
+    return {"provider": provider or "none", "model": None if keyword_only(provider) else model,
+            "backend": last.get("backend", "builtin"), "mode": mode, "fallback": fallback}
