@@ -16,7 +16,7 @@ reports every agent's outcome.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -39,11 +39,13 @@ def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | No
                               "task_runner": task_runner, "dask_address": dask_address,
                               "dask_workers": dask_workers}
     if deployment:
+        from prefect.client.schemas.objects import FlowRun
         from prefect.deployments import run_deployment
 
-        # the deployment's own workspace/index parameters must not override the agent's
-        run = run_deployment(deployment, parameters={**params, "workspace": None, "index_path": None},
-                             timeout=None, as_subflow=True)
+        # the deployment's own workspace/index parameters must not override the agent's;
+        # sync_compatible: called from a sync task it returns the FlowRun, not a coroutine
+        run = cast(FlowRun, run_deployment(deployment, parameters={**params, "workspace": None, "index_path": None},
+                                           timeout=None, as_subflow=True))
         if run.state is None or not run.state.is_completed():
             raise RuntimeError(f"agent {agent}: flow run {run.name} ended {run.state.name if run.state else 'unknown'}")
         return {"agent": agent, "flow_run": run.name, "outcome": run.state.message or run.state.name}
@@ -60,7 +62,8 @@ def _row(agent: str, result: dict[str, Any] | None, error: str | None, seconds: 
 
 
 @flow(name="fleet-reindex", flow_run_name="fleet-reindex-{full}",
-      task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY), validate_parameters=True, log_prints=False)
+      task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY),  # type: ignore[arg-type]
+      validate_parameters=True, log_prints=False)
 def fleet_reindex(
     config_file: str | None = None,
     agents: list[str] | None = None,

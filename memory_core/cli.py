@@ -428,7 +428,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
     if args.transport == "http":
         mcp_server.check_host(args.host)
-    for s in (fleet or {None: settings}).values():
+    for s in (list(fleet.values()) if fleet else [settings]):
         if not s.index_file.exists():
             print(f"memory-core: warning: no index at {s.index_file} yet"
                   + (f" (agent {s.agent})" if s.agent else "") + "; tools answer with an error until"

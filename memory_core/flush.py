@@ -28,6 +28,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,7 @@ class FlushLedger:
         return sessions if isinstance(sessions, dict) else {}
 
     @contextlib.contextmanager
-    def locked(self):  # type: ignore[no-untyped-def]
+    def locked(self) -> Iterator[None]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:

@@ -494,7 +494,7 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-async def call_tool(tools: MemoryTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+async def call_tool(tools: MemoryTools | AgentTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
     """Run one tool call in a worker thread and turn every failure into an error result."""
     handler = tools.handlers.get(name)
     if handler is None:
