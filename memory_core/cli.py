@@ -101,8 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", help="what to look for (words, a phrase, a question)")
     p.add_argument("--max-results", "-n", type=_positive, help="results to show, 1 or more (default: query.max_results, 6)")
     p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
-    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
-                   help="search only this source (repeatable; default: all the index holds)")
+    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions", "store"],
+                   help="search only this source (repeatable; default: all the index holds; 'store': the LanceDB"
+                        " memory store of `memory-core memory`, merged by score)")
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
                    help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
     p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, note?}")
@@ -149,10 +150,50 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
                         " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
+    _memory_parser(sub)
     from memory_core.evaluation import add_eval_parser
 
     add_eval_parser(sub)
     return parser
+
+
+def _memory_parser(sub: Any) -> None:
+    """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.lancedb_store)."""
+    from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE
+
+    mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
+    msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--store", dest="store_path", help="LanceDB folder (default: lancedb/ beside the index)")
+        p.add_argument("--json", action="store_true", help="print the MCP tool's answer as JSON")
+
+    p = msub.add_parser("store", help="save a memory (a near-identical one is updated instead)")
+    common(p)
+    p.add_argument("text", help="what to remember")
+    p.add_argument("--importance", type=float,
+                   help=f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory keeps its own)")
+    p.add_argument("--category", help=f"one of {', '.join(CATEGORIES)} (default other; an updated memory keeps"
+                                      " its own)")
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("recall", help="memories matching a query (vector + full text), best first")
+    common(p)
+    p.add_argument("query")
+    p.add_argument("--category", action="append", dest="categories", help="only this category (repeatable)")
+    p.add_argument("--max-results", "-n", type=_positive, help="default: query.max_results")
+    p.add_argument("--min-score", type=float, help="0-1 (default: query.min_score)")
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"])
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("list", help="memories, newest first")
+    common(p)
+    p.add_argument("--category", help="only this category")
+    p.add_argument("--limit", type=_positive, help="at most this many")
+    p = msub.add_parser("forget", help="delete one memory by id")
+    common(p)
+    p.add_argument("id", help="the memory's id (as list, store and recall print it)")
 
 
 FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
@@ -293,9 +334,19 @@ def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
-    with _searcher(args) as s:
-        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode)
+    if args.sources and "store" in args.sources:  # the LanceDB memory store, alone or merged by score
+        from memory_core.lancedb_store import MemoryStore, merged_search
+
+        settings = _settings(args)
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(_searcher(args)) if set(args.sources) - {"store"} else None
+            res = merged_search(settings, s, stack.enter_context(MemoryStore(settings)), args.query,
+                                max_results=args.max_results, min_score=args.min_score, sources=args.sources,
+                                mode=args.mode)
+    else:
+        with _searcher(args) as s:
+            res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                    sources=args.sources, mode=args.mode)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -455,6 +506,38 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from memory_core.lancedb_store import MemoryStore
+
+    told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None)}
+    settings = _settings(args, **told)
+    if getattr(args, "min_score", None) is not None and not 0 <= args.min_score <= 1:
+        raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
+    with MemoryStore(settings, path=args.store_path) as store:
+        act = args.memory_command
+        if act == "store":
+            data = store.store(args.text, args.importance, args.category).to_dict()
+            line = f"{data['action']} {data['id']}" + (" (secrets redacted)" if data["redacted"] else "")
+            lines = [line + (f"; it replaced: {data['previousText']}" if data["action"] == "updated" else "")]
+        elif act == "recall":
+            rec = store.recall(args.query, max_results=args.max_results, min_score=args.min_score,
+                               categories=args.categories, mode=args.mode)
+            data = {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
+            lines = [f"{h.memory.id}  score {h.score:.3f}  {h.match}  [{h.memory.category}"
+                     f" {h.memory.importance:.2f}]  {h.memory.text}" for h in rec.hits] or ["no results"]
+            if rec.note:
+                print(f"note: {rec.note}", file=sys.stderr)
+        elif act == "list":
+            mems = store.list(args.category, args.limit)
+            data = {"memories": [m.to_dict() for m in mems], "count": len(mems)}
+            lines = [f"{m.id}  [{m.category} {m.importance:.2f}]  {m.text}" for m in mems] or ["no memories"]
+        else:
+            data = {"action": "deleted", "id": args.id, "memory": store.forget(args.id).to_dict()}
+            lines = [f"deleted {args.id}"]
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
+    return EXIT_OK
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from memory_core.evaluation import cmd_eval
 
@@ -464,6 +547,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 COMMANDS = {
     "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
     "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval,
+    "memory": cmd_memory,
 }
 
 
