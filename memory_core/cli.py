@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
                    help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
     p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, note?}")
+    p.add_argument("--lancedb", metavar="URI", help="search this LanceDB export (`export --format lancedb`) instead of"
+                                                   " the index, with the same ranking")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -142,9 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines")
     _common(p)
-    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only)")
-    p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
-                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
+    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only); lancedb: a folder or"
+                                                  " an object-storage URI (s3://...)")
+    p.add_argument("--format", "-f", choices=["parquet", "jsonl", "lancedb"],
+                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl; lancedb:"
+                        " a LanceDB table that `search --lancedb PATH` queries (docs/lancedb-index.md)")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
     p.add_argument("--force", action="store_true",
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
@@ -334,7 +338,13 @@ def _searcher(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
-    if args.sources and "store" in args.sources:  # the LanceDB memory store, alone or merged by score
+    if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
+        from memory_core.lancedb_index import LanceSearcher
+
+        with LanceSearcher(_settings(args), args.lancedb) as ls:
+            res = ls.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                     sources=args.sources, mode=args.mode)
+    elif args.sources and "store" in args.sources:  # the LanceDB memory store, alone or merged by score
         from memory_core.lancedb_store import MemoryStore, merged_search
 
         settings = _settings(args)
@@ -496,8 +506,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
                              " or .ndjson, or --format")
     settings = _settings(args)
-    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors, force=args.force,
-                           protect=(settings.cache_file,))
+    if fmt == "lancedb":
+        from memory_core.lancedb_index import export_lancedb
+
+        summary = export_lancedb(settings.index_file, args.output, force=args.force)
+    else:
+        summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
+                               force=args.force, protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
