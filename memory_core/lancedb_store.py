@@ -45,6 +45,7 @@ import numpy as np
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
 from memory_core.errors import ProviderError, UsageError
+from memory_core.lancedb_index import doc_tokens
 
 log = logging.getLogger("memory_core.lancedb_store")
 
@@ -423,7 +424,9 @@ class MemoryStore:
                     h.vector_score, h.in_vector = 1.0 - float(r["_distance"]), True
                     by_id[h.id] = (h, r)
             words = textsearch.query_terms(query) if mode != "vector" else []
-            terms = [] if all(textsearch.is_stop_word(w) for w in words) else list(dict.fromkeys(words))
+            # the query's words as LanceDB's tokenizer splits them (replication_lag: two words)
+            terms = [] if all(textsearch.is_stop_word(w) for w in words) else list(
+                dict.fromkeys(tok for w in words for tok in doc_tokens(w)))
             idf_total, coverage = 0.0, 1.0
             if terms:
                 text = " ".join(terms)

@@ -159,7 +159,7 @@ class StoreTools:
     def forget(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = ForgetArgs.model_validate(arguments)
         if a.memory_id is None:
-            rec = self.store.recall(a.query or "", max_results=5, min_score=0)
+            rec = self.store.recall(a.query or "", max_results=5)
             return {"action": "candidates", "deleted": None,
                     "candidates": [{"id": h.memory.id, "text": h.memory.text, "score": round(h.score, 6)}
                                    for h in rec.hits]}
