@@ -166,7 +166,8 @@ def _memory_parser(sub: Any) -> None:
     from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE
 
     mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
-    msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True)
+    msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
+                             help="`memory-core memory ACTION -h` describes its flags")
 
     def common(p: argparse.ArgumentParser) -> None:
         _common(p)
@@ -184,11 +185,11 @@ def _memory_parser(sub: Any) -> None:
     p.add_argument("--model", help="embedding model (default: as for search)")
     p = msub.add_parser("recall", help="memories matching a query (vector + full text), best first")
     common(p)
-    p.add_argument("query")
+    p.add_argument("query", help="what to recall (words, a question)")
     p.add_argument("--category", action="append", dest="categories", help="only this category (repeatable)")
     p.add_argument("--max-results", "-n", type=_positive, help="default: query.max_results")
     p.add_argument("--min-score", type=float, help="0-1 (default: query.min_score)")
-    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"])
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="default: query.mode (hybrid)")
     p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
     p.add_argument("--model", help="embedding model (default: as for search)")
     p = msub.add_parser("list", help="memories, newest first")
