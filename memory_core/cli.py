@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-results", "-n", type=_positive,
                    help="results to show, 1 or more; above 50 is clamped to 50 (default: query.max_results, 6)")
     p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
-    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
-                   help="search only this source (repeatable; default: all the index holds)")
+    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions", "store"],
+                   help="search only this source (repeatable; default: all the index holds; 'store': the LanceDB"
+                        " memory store of `memory-core memory`, merged by score)")
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
                    help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
     p.add_argument("--chat", choices=["direct", "group", "channel"], dest="chat_type",
@@ -118,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                         " gets no citations")
     p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, provider,"
                                                        " model, backend, mode, fallback, citations, note?}")
+    p.add_argument("--lancedb", metavar="URI", help="search this LanceDB export (`export --format lancedb`) instead of"
+                                                   " the index, with the same ranking")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -154,9 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines")
     _common(p)
-    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only)")
-    p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
-                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
+    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only); lancedb: a folder or"
+                                                  " an object-storage URI (s3://...)")
+    p.add_argument("--format", "-f", choices=["parquet", "jsonl", "lancedb"],
+                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl; lancedb:"
+                        " a LanceDB table that `search --lancedb PATH` queries (docs/lancedb-index.md)")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
     p.add_argument("--force", action="store_true",
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
@@ -182,10 +187,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", action="store_true", help="when due, record the flush for this cycle in the ledger"
                                                          " (the next check of the cycle says it is done)")
     p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
+
+    _memory_parser(sub)
     from memory_core.evaluation import add_eval_parser
 
     add_eval_parser(sub)
     return parser
+
+
+def _memory_parser(sub: Any) -> None:
+    """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.lancedb_store)."""
+    from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE
+
+    mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
+    msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
+                             help="`memory-core memory ACTION -h` describes its flags")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--store", dest="store_path", help="LanceDB folder (default: lancedb/ beside the index)")
+        p.add_argument("--json", action="store_true", help="print the MCP tool's answer as JSON")
+
+    p = msub.add_parser("store", help="save a memory (a near-identical one is updated instead)")
+    common(p)
+    p.add_argument("text", help="what to remember")
+    p.add_argument("--importance", type=float,
+                   help=f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory keeps its own)")
+    p.add_argument("--category", help=f"one of {', '.join(CATEGORIES)} (default other; an updated memory keeps"
+                                      " its own)")
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("recall", help="memories matching a query (vector + full text), best first")
+    common(p)
+    p.add_argument("query", help="what to recall (words, a question)")
+    p.add_argument("--category", action="append", dest="categories", help="only this category (repeatable)")
+    p.add_argument("--max-results", "-n", type=_positive, help="default: query.max_results")
+    p.add_argument("--min-score", type=float, help="0-1 (default: query.min_score)")
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="default: query.mode (hybrid)")
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("list", help="memories, newest first")
+    common(p)
+    p.add_argument("--category", help="only this category")
+    p.add_argument("--limit", type=_positive, help="at most this many")
+    p = msub.add_parser("forget", help="delete one memory by id")
+    common(p)
+    p.add_argument("id", help="the memory's id (as list, store and recall print it)")
 
 
 FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
@@ -328,9 +375,25 @@ def _searcher(args: argparse.Namespace):
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
-    with _searcher(args) as s:
-        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode, chat_type=args.chat_type)
+    if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
+        from memory_core.lancedb_index import LanceSearcher
+
+        with LanceSearcher(_settings(args), args.lancedb) as ls:
+            res = ls.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                     sources=args.sources, mode=args.mode)
+    elif args.sources and "store" in args.sources:  # the LanceDB memory store, alone or merged by score
+        from memory_core.lancedb_store import MemoryStore, merged_search
+
+        settings = _settings(args)
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(_searcher(args)) if set(args.sources) - {"store"} else None
+            res = merged_search(settings, s, stack.enter_context(MemoryStore(settings)), args.query,
+                                max_results=args.max_results, min_score=args.min_score, sources=args.sources,
+                                mode=args.mode)
+    else:
+        with _searcher(args) as s:
+            res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -503,8 +566,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
                              " or .ndjson, or --format")
     settings = _settings(args)
-    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors, force=args.force,
-                           protect=(settings.cache_file,))
+    if fmt == "lancedb":
+        from memory_core.lancedb_index import export_lancedb
+
+        summary = export_lancedb(settings.index_file, args.output, force=args.force)
+    else:
+        summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
+                               force=args.force, protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
@@ -546,6 +614,38 @@ def cmd_flush(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from memory_core.lancedb_store import MemoryStore
+
+    told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None)}
+    settings = _settings(args, **told)
+    if getattr(args, "min_score", None) is not None and not 0 <= args.min_score <= 1:
+        raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
+    with MemoryStore(settings, path=args.store_path) as store:
+        act = args.memory_command
+        if act == "store":
+            data = store.store(args.text, args.importance, args.category).to_dict()
+            line = f"{data['action']} {data['id']}" + (" (secrets redacted)" if data["redacted"] else "")
+            lines = [line + (f"; it replaced: {data['previousText']}" if data["action"] == "updated" else "")]
+        elif act == "recall":
+            rec = store.recall(args.query, max_results=args.max_results, min_score=args.min_score,
+                               categories=args.categories, mode=args.mode)
+            data = {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
+            lines = [f"{h.memory.id}  score {h.score:.3f}  {h.match}  [{h.memory.category}"
+                     f" {h.memory.importance:.2f}]  {h.memory.text}" for h in rec.hits] or ["no results"]
+            if rec.note:
+                print(f"note: {rec.note}", file=sys.stderr)
+        elif act == "list":
+            mems = store.list(args.category, args.limit)
+            data = {"memories": [m.to_dict() for m in mems], "count": len(mems)}
+            lines = [f"{m.id}  [{m.category} {m.importance:.2f}]  {m.text}" for m in mems] or ["no memories"]
+        else:
+            data = {"action": "deleted", "id": args.id, "memory": store.forget(args.id).to_dict()}
+            lines = [f"deleted {args.id}"]
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
+    return EXIT_OK
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from memory_core.evaluation import cmd_eval
 
@@ -555,7 +655,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 COMMANDS = {
     "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
     "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval, "write": cmd_write,
-    "flush": cmd_flush,
+    "flush": cmd_flush, "memory": cmd_memory,
 }
 
 

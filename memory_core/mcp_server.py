@@ -44,6 +44,7 @@ from memory_core.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.backends import open_searcher
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
+from memory_core.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
 from memory_core.write import MAX_WRITE_CHARS, write_memory
@@ -105,7 +106,7 @@ class SearchArgs(BaseModel):
     max_results: int | None = Field(default=None, ge=1,  # above MAX_SEARCH_RESULTS: clamped by the searcher
                                     validation_alias=AliasChoices("maxResults", "max_results"))
     min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
-    sources: list[Literal["memory", "sessions"]] | None = Field(default=None, min_length=1)
+    sources: list[Literal["memory", "sessions", "store"]] | None = Field(default=None, min_length=1)
     mode: Literal["hybrid", "vector", "keyword"] | None = None
     chat_type: Literal["direct", "group", "channel"] | None = Field(
         default=None, validation_alias=AliasChoices("chatType", "chat_type"))
@@ -155,9 +156,10 @@ def _search_input_schema(settings: Settings) -> dict[str, Any]:
             "chatType": chat_type,
             "chat_type": {**chat_type, "description": "Alias of chatType."},
             "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
-                        "items": {"type": "string", "enum": ["memory", "sessions"]},
-                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts)."
-                                       " Default: all indexed sources."},
+                        "items": {"type": "string", "enum": ["memory", "sessions", "store"]},
+                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts),"
+                                       " 'store' (memories saved with memory_store; merged by score)."
+                                       " Default: all indexed sources (not the store)."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -301,6 +303,7 @@ def _tools(settings: Settings) -> list[types.Tool]:
                    input_schema=WRITE_INPUT_SCHEMA, output_schema=WRITE_OUTPUT_SCHEMA,
                    annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                                      idempotent_hint=False, open_world_hint=False)),
+        *store_tool_definitions(),  # memory_store, memory_recall, memory_list, memory_forget
     ]
 
 
@@ -347,6 +350,8 @@ class MemoryTools:
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
             "memory_write": self.write,
         }
+        self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
+        self.handlers.update(self.store_tools.handlers())
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[Searcher]:
@@ -376,6 +381,13 @@ class MemoryTools:
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
         self.sync.on_search()
+        if a.sources and "store" in a.sources:  # the memory store, alone or merged with the index by score
+            from memory_core.lancedb_store import merged_search
+
+            with contextlib.ExitStack() as stack:
+                s = stack.enter_context(self._borrow()) if set(a.sources) - {"store"} else None
+                return merged_search(self.settings, s, self.store_tools.store, a.query, max_results=a.max_results,
+                                     min_score=a.min_score, sources=a.sources, mode=a.mode)
         with self._borrow() as searcher:
             # the same answer as `search --json`: shaped (citations mode, injection budget) there
             return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
@@ -384,6 +396,8 @@ class MemoryTools:
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
+        if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
+            return self.store_tools.get(a.path)
         with self._borrow() as searcher:
             return searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
 
@@ -408,6 +422,7 @@ class MemoryTools:
 
     def close(self) -> None:
         self.sync.close()
+        self.store_tools.close()
         with self._lock:
             searchers = [s for s in self._all if s is not _PENDING]
         for s in searchers:
