@@ -35,6 +35,7 @@ import numpy as np
 
 from memory_core import ranking, textsearch
 from memory_core.config import Settings
+from memory_core.embeddings.catalog import keyword_only
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 
 TABLE = "chunks"
@@ -189,7 +190,7 @@ class LanceSearcher:
         self.close()
 
     def _query_provider(self) -> Any:
-        if self.meta.get("provider") in (None, "none") or not self.meta.get("dims"):
+        if keyword_only(self.meta.get("provider")) or not self.meta.get("dims"):
             return None
         if not self._provider_checked:
             self._provider_checked = True
@@ -282,12 +283,12 @@ class LanceSearcher:
         if tokens:
             fts = " ".join(tokens)
             for r in self._fts(fts, n_candidates, where, _COLS):
-                h = by_id.get(str(r["id"]))
-                if h is None:
-                    h = by_id[str(r["id"])] = self._hit(r, len(by_id))
-                h.bm25, h.in_keyword = float(r["_score"]), True
-                h.text_score = h.bm25 / (1 + h.bm25)
-                kw_hits.append(h)
+                kh = by_id.get(str(r["id"]))
+                if kh is None:
+                    kh = by_id[str(r["id"])] = self._hit(r, len(by_id))
+                kh.bm25, kh.in_keyword = float(r["_score"]), True
+                kh.text_score = kh.bm25 / (1 + kh.bm25)
+                kw_hits.append(kh)
             need = [h.id for h in vec_hits if not h.in_keyword]
             if need:  # the BM25 of vector candidates
                 for r in self._fts(fts, len(need), _id_in(need), ["id"]):

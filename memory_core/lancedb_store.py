@@ -27,6 +27,7 @@ This module has no console output; the CLI (``memory-core memory ...``) and the 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import math
@@ -230,7 +231,7 @@ class MemoryStore:
             except UsageError as exc:
                 self._provider_error = str(exc)
         p = self._provider
-        if p is not None and p.name == "none":
+        if p is not None and not p.has_vectors:
             self._provider_error = "no embedding provider is configured (provider = none)"
             return None
         return p
@@ -382,6 +383,7 @@ class MemoryStore:
                 raise UsageError(f"no memory with id {memory_id!r}; nothing was deleted (`memory list` shows the"
                                  " ids)")
             table = self._open()
+            assert table is not None  # get() found the memory in it
             table.delete(f"id = '{memory_id}'")
             self._after_write(table)
             return mem
@@ -492,7 +494,8 @@ class MemoryStore:
                            end_line=text.count("\n") + 1, text=text, mtime_ms=int(r["updatedAt"]))
 
     @staticmethod
-    def _fts(t: Any, text: str, k: int, where: str | None, cols: list[str]) -> list[dict[str, Any]]:
+    def _fts(t: Any, text: str, k: int, where: str | None,
+             cols: builtins.list[str]) -> builtins.list[dict[str, Any]]:  # list: the method above
         try:
             fq = t.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
             if where:
