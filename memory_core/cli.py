@@ -205,7 +205,8 @@ def _memory_parser(sub: Any) -> None:
 
     def common(p: argparse.ArgumentParser) -> None:
         _common(p)
-        p.add_argument("--store", dest="store_path", help="LanceDB folder (default: lancedb/ beside the index)")
+        p.add_argument("--store", dest="store_path", help="LanceDB folder (default: the agent's lancedb_path, else lancedb/ beside"
+                                                         " the index)")
         p.add_argument("--json", action="store_true", help="print the MCP tool's answer as JSON")
 
     p = msub.add_parser("store", help="save a memory (a near-identical one is updated instead)")

@@ -67,8 +67,9 @@ _META_KEYS = ("provider", "model", "provider_key", "dims")
 
 
 def store_dir(settings: Settings) -> Path:
-    """The LanceDB folder of ``settings``: ``lancedb/`` beside the index file."""
-    return settings.index_file.parent / "lancedb"
+    """The LanceDB folder of ``settings``: :attr:`Settings.lancedb_dir` (``lancedb_path``, per agent
+    from the ``[agents]`` table; else ``lancedb/`` beside the index file)."""
+    return settings.lancedb_dir
 
 
 def _now_ms() -> int:

@@ -460,8 +460,9 @@ class AgentTools:
         self._tools: dict[str, MemoryTools] = {}
         self._lock = threading.Lock()
         self.sync = _FleetSync(self)
+        # every tool a MemoryTools has, the memory store's included: each to the named agent's own
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            name: self._route(name) for name in ("memory_search", "memory_get", "memory_status", "memory_write")}
+            t.name: self._route(t.name) for t in _tools(self.settings)}
 
     def tools_for(self, agent: Any) -> MemoryTools:
         from memory_core.agents import UnknownAgentError
