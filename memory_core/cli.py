@@ -382,19 +382,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         with LanceSearcher(_settings(args), args.lancedb) as ls:
             res = ls.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
                                      sources=args.sources, mode=args.mode)
-    elif args.sources and "store" in args.sources:  # the LanceDB memory store, alone or merged by score
-        from memory_core.lancedb_store import MemoryStore, merged_search
-
-        settings = _settings(args)
-        with contextlib.ExitStack() as stack:
-            s = stack.enter_context(_searcher(args)) if set(args.sources) - {"store"} else None
-            res = merged_search(settings, s, stack.enter_context(MemoryStore(settings)), args.query,
-                                max_results=args.max_results, min_score=args.min_score, sources=args.sources,
-                                mode=args.mode)
     else:
-        with _searcher(args) as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(_searcher(args))
+            store = None
+            if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
+                from memory_core.lancedb_store import MemoryStore
+
+                store = stack.enter_context(MemoryStore(s.settings))
             res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type)
+                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,9 @@ from memory_core import ranking, textsearch
 from memory_core.config import Settings
 from memory_core.errors import ProviderError, UsageError
 from memory_core.lancedb_index import doc_tokens
+
+if TYPE_CHECKING:
+    from memory_core.search import SourceHits
 
 log = logging.getLogger("memory_core.lancedb_store")
 
@@ -144,6 +147,7 @@ class RecallHit:
 class Recall:
     hits: list[RecallHit]
     note: str = ""
+    embedded: bool | None = None  # the query was embedded (None: nothing to search)
 
 
 def check_category(category: str | None) -> str | None:
@@ -166,6 +170,8 @@ class MemoryStore:
     provider key and dimensions in the table's schema metadata; a store embedded by another
     provider configuration refuses new memories and recalls keyword-only (it says so).
     """
+
+    source = SOURCE  # memory_search's name for it (a memory_core.search.ResultSource)
 
     def __init__(self, settings: Settings, *, path: Path | str | None = None, provider: Any = None) -> None:
         self.settings = settings
@@ -486,7 +492,16 @@ class MemoryStore:
             match = ranking.match_kind(h) if mode == "hybrid" else mode
             out.append(RecallHit(Memory.from_row(rows[h.id]), float(h.relevance), float(h.vector_score),
                                  float(h.text_score), match))
-        return Recall(out, note)
+        return Recall(out, note, qvec is not None)
+
+    def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits:
+        """:meth:`recall` for ``memory_search`` with ``sources`` naming ``store``: merged there with the
+        index's results by score (:meth:`memory_core.search.Searcher.search_response`)."""
+        from memory_core.search import SourceHits
+
+        rec = self.recall(query, max_results=max_results, min_score=min_score, mode=mode)
+        note = f"memory store: {rec.note}" if rec.note and self.count() else ""  # an empty store is no news
+        return SourceHits([h.to_agent() for h in rec.hits], note, rec.embedded)
 
     @staticmethod
     def _hit(r: dict[str, Any]) -> ranking.Hit:
@@ -541,40 +556,3 @@ class MemoryStore:
 
 def _clamp01(x: float) -> float:
     return 0.0 if not math.isfinite(x) else min(1.0, max(0.0, x))
-
-
-def merged_search(settings: Settings, searcher: Any, store: MemoryStore, query: str, *,
-                  max_results: int | None = None, min_score: float | None = None,
-                  sources: Sequence[str] | None = None, mode: str | None = None) -> dict[str, Any]:
-    """``memory_search`` over the file index's ``sources`` and the memory store together, merged by
-    the calibrated score (both sides use the same scale), shaped as
-    :meth:`memory_core.search.Searcher.search_response` shapes its answer. ``sources`` must
-    include :data:`SOURCE`; with nothing else the file index is not read at all."""
-    from memory_core.answers import shape_results
-
-    q = settings.query
-    n = q.max_results if max_results is None else max(1, int(max_results))
-    floor = q.min_score if min_score is None else float(min_score)
-    file_sources = [s for s in dict.fromkeys(sources or ()) if s != SOURCE]
-    results: list[dict[str, Any]] = []
-    notes: list[str] = []
-    if file_sources:
-        results += [r.to_agent() for r in searcher.search(query, max_results=n, min_score=floor,
-                                                          sources=file_sources, mode=mode)]
-        if searcher.provider_note:
-            notes.append(searcher.provider_note)
-    recalled = store.recall(query, max_results=n, min_score=floor, mode=mode)
-    if recalled.note and store.count():
-        notes.append(f"memory store: {recalled.note}")
-    results += [h.to_agent() for h in recalled.hits]
-    results.sort(key=lambda r: r["score"], reverse=True)  # stable: file hits first on ties
-    shaped = shape_results(results[:n], settings)
-    out: dict[str, Any] = {"results": shaped.results}
-    if shaped.note:
-        notes.append(shaped.note)
-    if not results:
-        notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
-                     " this well; try other words, or a lower min_score to see weaker matches")
-    if notes:
-        out["note"] = "; ".join(notes)
-    return out

@@ -381,18 +381,14 @@ class MemoryTools:
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
         self.sync.on_search()
-        if a.sources and "store" in a.sources:  # the memory store, alone or merged with the index by score
-            from memory_core.lancedb_store import merged_search
-
-            with contextlib.ExitStack() as stack:
-                s = stack.enter_context(self._borrow()) if set(a.sources) - {"store"} else None
-                return merged_search(self.settings, s, self.store_tools.store, a.query, max_results=a.max_results,
-                                     min_score=a.min_score, sources=a.sources, mode=a.mode)
+        # the memory store is searched only when named (its results merged by score)
+        store = self.store_tools.store if a.sources and "store" in a.sources else None
         with self._borrow() as searcher:
-            # the same answer as `search --json`: shaped (citations mode, injection budget) there
+            # the same answer as `search --json`: shaped (citations mode, injection budget) there;
+            # with the store, its memories merged by score, with the same metadata
             return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
                                             sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                            mode=a.mode, chat_type=a.chat_type)
+                                            mode=a.mode, chat_type=a.chat_type, extra=store)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)

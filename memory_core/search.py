@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 import numpy as np
@@ -274,6 +274,29 @@ def _totals(api: Any) -> str:
 def _cosine_from_distance(distance: float | None) -> float:
     # a stored vector without a direction (all zeros) has no distance: it scores 0, never crashes
     return 1.0 - float(distance) if distance is not None and math.isfinite(distance) else 0.0
+
+
+@dataclass(frozen=True)
+class SourceHits:
+    """What a :class:`ResultSource` found for one query: results in the ``to_agent`` shape on the
+    index's 0-1 score scale, a note, and whether the query was embedded (None: not tried)."""
+
+    results: list[dict[str, Any]]
+    note: str = ""
+    embedded: bool | None = None
+
+
+class ResultSource(Protocol):
+    """A source searched beside the index when ``sources`` names it, its results merged with the
+    index's by score (the LanceDB memory store, memory_core/lancedb_store.py)."""
+
+    source: str
+
+    def meta(self) -> dict[str, Any]:
+        """What its vectors were made with (``provider``, ``model``, ``dims``), as the index's meta."""
+        ...
+
+    def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits: ...
 
 
 @dataclass(frozen=True)
@@ -636,26 +659,48 @@ class Searcher:
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
-                        chat_type: str | None = None) -> dict[str, Any]:
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
         """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
         "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
-        ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``."""
+        ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
+
+        ``extra``: a source searched too when ``sources`` names it (the memory store), its results
+        merged with the index's by score; when ``sources`` names nothing else the index is not
+        read and the metadata describe ``extra``'s vectors."""
         from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
 
         max_results, clamp_note = clamp_results(max_results)
         mode = self.settings.query.search_mode() if mode is None else mode
+        floor = self.settings.query.min_score if min_score is None else min_score
         self.last_search = {}
-        results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
-        shaped = shape_results([r.to_agent() for r in results], self.settings, chat_type)  # citations, budget
+        srcs = list(dict.fromkeys(sources)) if sources else None
+        if extra is not None and (srcs is None or extra.source not in srcs):
+            extra = None  # a source beside the index is searched only when asked for by name
+        file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
+        read_index = file_srcs is None or bool(file_srcs)
+        results: list[dict[str, Any]] = []
+        meta: dict[str, Any] = {}
+        if read_index:
+            results = [r.to_agent() for r in self.search(query, max_results=max_results, min_score=min_score,
+                                                         sources=file_srcs, mode=mode)]
+            with contextlib.suppress(Exception):  # an empty query never opened the index
+                meta = self.index_meta()
+        last, note = self.last_search, self.provider_note if read_index else ""
+        notes = [clamp_note, note]
+        if extra is not None:
+            n = self.settings.query.max_results if max_results is None else max_results
+            got = extra.source_hits(query, max_results=n, min_score=floor, mode=mode)
+            # one score scale on both sides; stable: the index's hits first on ties
+            results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
+            notes.append(got.note)
+            if not read_index:  # the answer's provider is the one of the source's vectors
+                meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
+        shaped = shape_results(results, self.settings, chat_type)  # citations, budget
         out: dict[str, Any] = {"results": shaped.results}
-        meta = {}
-        with contextlib.suppress(Exception):  # an empty query never opened the index
-            meta = self.index_meta()
-        out.update(response_meta(meta, self.last_search, self.provider_note, mode))
+        out.update(response_meta(meta, last, note, mode))
         out["citations"] = citations_mode(self.settings, chat_type)
-        notes = [n for n in (clamp_note, self.provider_note, shaped.note) if n]
+        notes = [n for n in (*notes, shaped.note) if n]
         if not results:
-            floor = self.settings.query.min_score if min_score is None else min_score
             notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
                          " this well; try other words, or a lower min_score to see weaker matches")
         if notes:

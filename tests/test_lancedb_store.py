@@ -20,7 +20,7 @@ from memory_core import lancedb_store, ranking
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
-from memory_core.lancedb_store import MemoryStore, merged_search, store_dir
+from memory_core.lancedb_store import MemoryStore, store_dir
 from tests.conftest import ROOT, openai_settings
 
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
@@ -172,8 +172,8 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
     run_index(settings)
     with MemoryStore(settings) as st, open_searcher(settings) as searcher:
         m = st.store("pgbackrest restore needs the stanza name prod-main", 0.9, "fact")
-        res = merged_search(settings, searcher, st, "pgbackrest restore", max_results=6, min_score=0,
-                            sources=["memory", "store"])
+        res = searcher.search_response("pgbackrest restore", max_results=6, min_score=0,
+                                       sources=["memory", "store"], extra=st)
         sources = [r["source"] for r in res["results"]]
         assert "store" in sources and "memory" in sources
         scores = [r["score"] for r in res["results"]]
@@ -185,8 +185,19 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
         # the file side alone gives the file index's own scores
         files = searcher.search("pgbackrest restore", max_results=6, min_score=0, sources=["memory"])
         assert [r for r in res["results"] if r["source"] == "memory"][0]["score"] == pytest.approx(files[0].score)
-        alone = merged_search(settings, None, st, "pgbackrest restore", min_score=0, sources=["store"])
+        alone = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st)
         assert [r["source"] for r in alone["results"]] == ["store"]
+        # the store's results carry the metadata the file index's do (memory_core/answers.py)
+        for answer in (res, alone):
+            assert answer["provider"] == "openai" and answer["model"] == "text-embedding-3-small"
+            assert answer["backend"] == "builtin" and answer["fallback"] is None
+            assert answer["mode"] == "hybrid" and answer["citations"] == settings.query.citations
+        # keyword-only through the store: said in the metadata as for the file index
+        kw = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st, mode="keyword")
+        assert kw["mode"] == "keyword" and kw["results"] and kw["results"][0]["match"] == "keyword"
+        # without the store named, it is not searched
+        plain = searcher.search_response("pgbackrest restore", min_score=0, extra=st)
+        assert plain["results"] and all(r["source"] != "store" for r in plain["results"])
 
 
 def test_near_identical_paraphrase_updates_with_the_local_model(tmp_path: Path):
@@ -353,6 +364,7 @@ def test_mcp_store_recall_search_get_list_forget(workspace: Path, openai_fake: A
             r = await client.call_tool("memory_search", {"query": "pgbackrest restore", "min_score": 0,
                                                          "sources": ["memory", "store"]})
             assert not r.is_error, _text(r)
+            assert r.structured_content["provider"] == "openai" and r.structured_content["fallback"] is None
             res = r.structured_content["results"]
             assert {"memory", "store"} <= {h["source"] for h in res}
             assert [h["score"] for h in res] == sorted((h["score"] for h in res), reverse=True)
@@ -393,3 +405,78 @@ def test_mcp_store_without_a_provider_is_a_tool_error(workspace: Path, tmp_path:
     finally:
         errlog.close()
     assert not store_dir(load_settings(None, {"workspace": str(workspace)})).exists()
+
+
+def test_each_agent_has_its_own_store_through_one_mcp_server(tmp_path: Path, openai_fake: Any,
+                                                            capsys: pytest.CaptureFixture[str]):
+    """Issue 23 parts 1 and 3 together: the store is the agent's (``lancedb_path`` from the
+    ``[agents]`` table), one MCP server routes the store tools to the named agent, and neither
+    agent ever recalls, lists, searches, reads or forgets the other's memories."""
+    ws = {a: tmp_path / a for a in ("alpha", "beta")}
+    for a, w in ws.items():
+        w.mkdir()
+        (w / "MEMORY.md").write_text(f"# {a}\n\nThe {a} team meets on Mondays.\n")
+    cfg = tmp_path / "fleet.toml"
+    cfg.write_text(_toml(openai_fake.base_url) + f'''[agents]
+default = "alpha"
+workspace = "{tmp_path}/{{agent}}"
+[[agents.list]]
+id = "alpha"
+[[agents.list]]
+id = "beta"
+lancedb_path = "{tmp_path}/lance/beta"
+''')
+    for a in ws:
+        assert main(["index", "-c", str(cfg), "--agent", a, "--engine", "local", "--no-progress"]) == 0
+    capsys.readouterr()
+    notes = {"alpha": "The walrus vault code is 4417", "beta": "The narwhal vault code is 9930"}
+    errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+
+    async def session() -> None:
+        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg)])
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["memory_store"].input_schema["properties"]["agent"]["enum"] == ["alpha", "beta"]
+            ids = {}
+            for a, text in notes.items():
+                r = await client.call_tool("memory_store", {"agent": a, "text": text, "category": "fact"})
+                assert not r.is_error, _text(r)
+                assert r.structured_content["action"] == "created" and r.structured_content["agent"] == a
+                ids[a] = r.structured_content["id"]
+            for a, other in (("alpha", "beta"), ("beta", "alpha")):
+                mine, theirs = notes[a].split()[1], notes[other].split()[1]  # walrus / narwhal
+                r = await client.call_tool("memory_list", {"agent": a})
+                assert [m["text"] for m in r.structured_content["memories"]] == [notes[a]]
+                r = await client.call_tool("memory_recall", {"agent": a, "query": f"{theirs} vault code",
+                                                             "minScore": 0})
+                assert [h["id"] for h in r.structured_content["results"]] == [ids[a]]
+                r = await client.call_tool("memory_search", {"agent": a, "query": f"{theirs} {mine} vault code",
+                                                             "minScore": 0, "sources": ["memory", "store"]})
+                assert not r.is_error, _text(r)
+                res = r.structured_content
+                assert res["agent"] == a and res["provider"] == "openai" and res["backend"] == "builtin"
+                assert [h["citation"] for h in res["results"] if h["source"] == "store"] == [f"store:{ids[a]}"]
+                assert all(theirs not in h["snippet"] for h in res["results"])
+                r = await client.call_tool("memory_get", {"agent": a, "path": f"store:{ids[other]}"})
+                assert r.is_error and "no memory with id" in _text(r)
+                r = await client.call_tool("memory_forget", {"agent": a, "memoryId": ids[other]})
+                assert r.is_error and "no memory with id" in _text(r)
+            # the default agent's store, when the call names none
+            r = await client.call_tool("memory_recall", {"query": "vault code", "minScore": 0})
+            assert [h["id"] for h in r.structured_content["results"]] == [ids["alpha"]]
+
+    try:
+        _run(session)
+    finally:
+        errlog.close()
+    assert "Traceback" not in (tmp_path / "server.err").read_text()
+    # each store in its agent's LanceDB folder: beta's from lancedb_path, alpha's beside its index
+    assert (tmp_path / "lance" / "beta" / "memories.lance").is_dir()
+    assert (ws["alpha"] / ".memory-core" / "lancedb" / "memories.lance").is_dir()
+    # and the CLI finds the same stores by --agent
+    for a in ws:
+        assert main(["search", "-c", str(cfg), "--agent", a, "vault code", "--source", "store", "--min-score", "0",
+                     "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert [h["text"] for h in out["results"]] == [notes[a]] and out["provider"] == "openai"
