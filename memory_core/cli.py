@@ -376,22 +376,21 @@ def _searcher(args: argparse.Namespace):
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
-    if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
-        from memory_core.lancedb_index import LanceSearcher
+    with contextlib.ExitStack() as stack:
+        s: Any
+        if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
+            from memory_core.lancedb_index import LanceSearcher
 
-        with LanceSearcher(_settings(args), args.lancedb) as ls:
-            res = ls.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                     sources=args.sources, mode=args.mode)
-    else:
-        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(LanceSearcher(_settings(args), args.lancedb))
+        else:
             s = stack.enter_context(_searcher(args))
-            store = None
-            if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
-                from memory_core.lancedb_store import MemoryStore
+        store = None
+        if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
+            from memory_core.lancedb_store import MemoryStore
 
-                store = stack.enter_context(MemoryStore(s.settings))
-            res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+            store = stack.enter_context(MemoryStore(s.settings))
+        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK

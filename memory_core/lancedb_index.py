@@ -29,7 +29,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from memory_core import ranking, textsearch
 from memory_core.config import Settings
 from memory_core.embeddings.catalog import keyword_only
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
+
+if TYPE_CHECKING:
+    from memory_core.search import ResultSource
 
 TABLE = "chunks"
 TERMS = "terms"
@@ -178,6 +181,7 @@ class LanceSearcher:
         self._provider = provider
         self._provider_checked = provider is not None
         self.provider_note = ""
+        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
         self._ranker = Searcher(settings)  # rank() only: it opens no index
 
     def close(self) -> None:
@@ -220,22 +224,22 @@ class LanceSearcher:
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self._ranker.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
-    def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
-                        sources: list[str] | None = None, *, mode: str | None = None) -> dict[str, Any]:
-        from memory_core.answers import shape_results
+    def index_meta(self) -> dict[str, Any]:
+        """The exported index's meta record (provider, model, dims)."""
+        return dict(self.meta)
 
-        results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
-        shaped = shape_results([r.to_agent() for r in results], self.settings)
-        out: dict[str, Any] = {"results": shaped.results}
-        notes = [n for n in (self.provider_note, shaped.note) if n]
-        if not results:
-            floor = self.settings.query.min_score if min_score is None else min_score
-            notes.append(f"nothing scored at least {floor:g} (min_score)")
-        if notes:
-            out["note"] = "; ".join(notes)
-        return out
+    def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
+                        sources: list[str] | None = None, *, mode: str | None = None,
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+        """The answer ``search --json`` prints for the index itself, metadata and all
+        (:func:`memory_core.search.search_answer`)."""
+        from memory_core.search import search_answer
+
+        return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
+                             extra=extra)
 
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
                  vector: bool = True, keyword: bool = True) -> Any:

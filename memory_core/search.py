@@ -541,6 +541,71 @@ class _Index:
                 self._kw_conn.close()
 
 
+class Answering(Protocol):
+    """What :func:`search_answer` needs of a searcher: :class:`Searcher`, and the LanceDB export's
+    :class:`memory_core.lancedb_index.LanceSearcher`."""
+
+    settings: Settings
+    provider_note: str
+    last_search: dict[str, Any]  # backend, embedded (qmd: qmd_mode, qmd_fallback)
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]: ...
+
+    def index_meta(self) -> dict[str, Any]: ...
+
+
+def search_answer(searcher: Answering, query: str, max_results: int | None = None, min_score: float | None = None,
+                  sources: list[str] | None = None, *, mode: str | None = None, chat_type: str | None = None,
+                  extra: ResultSource | None = None) -> dict[str, Any]:
+    """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
+    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
+    ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
+
+    ``extra``: a source searched too when ``sources`` names it (the memory store), its results
+    merged with the index's by score; when ``sources`` names nothing else the index is not
+    read and the metadata describe ``extra``'s vectors."""
+    from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
+
+    max_results, clamp_note = clamp_results(max_results)
+    mode = searcher.settings.query.search_mode() if mode is None else mode
+    floor = searcher.settings.query.min_score if min_score is None else min_score
+    searcher.last_search = {}
+    srcs = list(dict.fromkeys(sources)) if sources else None
+    if extra is not None and (srcs is None or extra.source not in srcs):
+        extra = None  # a source beside the index is searched only when asked for by name
+    file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
+    read_index = file_srcs is None or bool(file_srcs)
+    results: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    if read_index:
+        results = [r.to_agent() for r in searcher.search(query, max_results=max_results, min_score=min_score,
+                                                         sources=file_srcs, mode=mode)]
+        with contextlib.suppress(Exception):  # an empty query never opened the index
+            meta = searcher.index_meta()
+    last, note = searcher.last_search, searcher.provider_note if read_index else ""
+    notes = [clamp_note, note]
+    if extra is not None:
+        n = searcher.settings.query.max_results if max_results is None else max_results
+        got = extra.source_hits(query, max_results=n, min_score=floor, mode=mode)
+        # one score scale on both sides; stable: the index's hits first on ties
+        results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
+        notes.append(got.note)
+        if not read_index:  # the answer's provider is the one of the source's vectors
+            meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
+    shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
+    out: dict[str, Any] = {"results": shaped.results}
+    out.update(response_meta(meta, last, note, mode))
+    out["citations"] = citations_mode(searcher.settings, chat_type)
+    notes = [n for n in (*notes, shaped.note) if n]
+    if not results:
+        notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
+                     " this well; try other words, or a lower min_score to see weaker matches")
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out
+
+
 class Searcher:
     """Hybrid search over the index at ``settings.index_file``.
 
@@ -660,52 +725,9 @@ class Searcher:
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
                         chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
-        """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
-        "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
-        ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
-
-        ``extra``: a source searched too when ``sources`` names it (the memory store), its results
-        merged with the index's by score; when ``sources`` names nothing else the index is not
-        read and the metadata describe ``extra``'s vectors."""
-        from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
-
-        max_results, clamp_note = clamp_results(max_results)
-        mode = self.settings.query.search_mode() if mode is None else mode
-        floor = self.settings.query.min_score if min_score is None else min_score
-        self.last_search = {}
-        srcs = list(dict.fromkeys(sources)) if sources else None
-        if extra is not None and (srcs is None or extra.source not in srcs):
-            extra = None  # a source beside the index is searched only when asked for by name
-        file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
-        read_index = file_srcs is None or bool(file_srcs)
-        results: list[dict[str, Any]] = []
-        meta: dict[str, Any] = {}
-        if read_index:
-            results = [r.to_agent() for r in self.search(query, max_results=max_results, min_score=min_score,
-                                                         sources=file_srcs, mode=mode)]
-            with contextlib.suppress(Exception):  # an empty query never opened the index
-                meta = self.index_meta()
-        last, note = self.last_search, self.provider_note if read_index else ""
-        notes = [clamp_note, note]
-        if extra is not None:
-            n = self.settings.query.max_results if max_results is None else max_results
-            got = extra.source_hits(query, max_results=n, min_score=floor, mode=mode)
-            # one score scale on both sides; stable: the index's hits first on ties
-            results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
-            notes.append(got.note)
-            if not read_index:  # the answer's provider is the one of the source's vectors
-                meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
-        shaped = shape_results(results, self.settings, chat_type)  # citations, budget
-        out: dict[str, Any] = {"results": shaped.results}
-        out.update(response_meta(meta, last, note, mode))
-        out["citations"] = citations_mode(self.settings, chat_type)
-        notes = [n for n in (*notes, shaped.note) if n]
-        if not results:
-            notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
-                         " this well; try other words, or a lower min_score to see weaker matches")
-        if notes:
-            out["note"] = "; ".join(notes)
-        return out
+        """What ``search --json`` prints and MCP returns: :func:`search_answer`."""
+        return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
+                             extra=extra)
 
     def candidate_count(self, max_results: int) -> int:
         """Candidates per side: ``max_results x candidate_multiplier``, at least 1, capped at 200."""

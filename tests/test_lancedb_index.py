@@ -52,6 +52,13 @@ def test_export_and_search_rank_as_the_index(exported):
         assert ls.search("xylophone zeppelin quokka") == []
         res = ls.search_response("pgbackrest restore", max_results=2)
         assert len(res["results"]) == 2 and {"path", "startLine", "citation", "score"} <= set(res["results"][0])
+        # the metadata of the embedded index's answer (memory_core/answers.py), the same provider
+        assert {k: res[k] for k in ("provider", "model", "backend", "mode", "fallback")} == {
+            "provider": "openai", "model": "text-embedding-3-small", "backend": "builtin", "mode": "hybrid",
+            "fallback": None}
+        kw = ls.search_response("pgbackrest restore", max_results=80, mode="keyword", chat_type="group")
+        assert kw["mode"] == "keyword" and "clamped to 50" in kw["note"]
+        assert all("Source:" not in r["snippet"] for r in kw["results"])  # auto citations: none in a group
 
 
 def test_reexport_replaces_in_one_commit_and_refuses_foreign_tables(exported, workspace: Path, tmp_path: Path):
@@ -86,8 +93,9 @@ def test_cli_export_and_search(exported, capsys, tmp_path: Path):
     assert main(["search", "-w", ws, "pgbackrest restore", "--json", "-n", "3"]) == 0
     embedded = json.loads(capsys.readouterr().out)["results"]
     assert main(["search", "-w", ws, "pgbackrest restore", "--json", "-n", "3", "--lancedb", out]) == 0
-    lance = json.loads(capsys.readouterr().out)["results"]
-    assert lance[0]["citation"] == embedded[0]["citation"]
+    lance = json.loads(capsys.readouterr().out)
+    assert lance["results"][0]["citation"] == embedded[0]["citation"]
+    assert lance["provider"] == "openai" and lance["citations"] == settings.query.citations
     assert main(["search", "-w", ws, "x", "--lancedb", str(tmp_path / "none")]) == 2
     assert "no memory-core export" in capsys.readouterr().err
 
