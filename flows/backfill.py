@@ -38,6 +38,7 @@ def backfill(
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
     dask_workers: int = 2,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     """Backfill a memory-core index: embed everything new through the provider's Batch API.
 
@@ -57,10 +58,11 @@ def backfill(
         task_runner: Where sync embedding requests run: threads (default) or dask.
         dask_address: Address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (task_runner=dask).
         dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
+        agent: An agent of the config file's [agents] table: its workspace, index, qmd state and LanceDB folder.
     """
     params = ReindexParams(
         workspace=workspace, index_path=index_path, config_file=config_file, provider=provider, model=model,
         full=full, extra_paths=extra_paths, sources=sources, embed_concurrency=embed_concurrency, batch=batch,
         force_sessions=force_sessions, if_busy=if_busy, task_runner=task_runner, dask_address=dask_address,
-        dask_workers=dask_workers)
+        dask_workers=dask_workers, agent=agent)
     return run_pipeline(params, "backfill")  # type: ignore[return-value]

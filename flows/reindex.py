@@ -55,6 +55,8 @@ class ReindexParams(BaseModel):
     workspace: str | None = Field(default=None, description="Workspace folder with MEMORY.md and memory/")
     index_path: str | None = Field(default=None, description="Index file (default <workspace>/.memory-core/index.sqlite)")
     config_file: str | None = Field(default=None, description="A memory-core TOML config file")
+    agent: str | None = Field(default=None, description="The agent of the config file's [agents] table whose"
+                                                        " workspace and index to reindex")
     provider: ProviderChoice | None = None
     model: str | None = None
     full: bool = Field(default=False, description="Rebuild everything (vectors still come from the cache)")
@@ -86,7 +88,8 @@ class ReindexParams(BaseModel):
             told["batch"] = {"enabled": self.batch}
         if self.force_sessions:
             told["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
-        return resolve_settings(told, config_file=self.config_file or None, told_by="flow parameter {}").settings
+        return resolve_settings(told, config_file=self.config_file or None, told_by="flow parameter {}",
+                                agent=self.agent or None).settings
 
     def flow_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for calling the ``reindex``/``backfill`` flow with these parameters."""
@@ -217,6 +220,7 @@ def reindex(
     provider: ProviderChoice | None = None,
     model: str | None = None,
     full: bool = False,
+    agent: str | None = None,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
     embed_concurrency: int = EMBED_CONCURRENCY,
@@ -233,6 +237,7 @@ def reindex(
         workspace: Workspace folder with MEMORY.md and memory/ (default: MEMORY_CORE_WORKSPACE, else the config file's).
         index_path: Index file (default: <workspace>/.memory-core/index.sqlite).
         config_file: memory-core TOML config file (default: MEMORY_CORE_CONFIG). API keys live there or in the environment.
+        agent: An agent of the config file's [agents] table: its workspace, index, qmd state and LanceDB folder.
         provider: Embedding provider; unset means the config file's choice.
         model: Embedding model; unset means the provider's default.
         full: Rebuild the whole index (vectors still come from the embedding cache).
@@ -248,7 +253,7 @@ def reindex(
     """
     params = ReindexParams(
         workspace=workspace, index_path=index_path, config_file=config_file, provider=provider, model=model,
-        full=full, extra_paths=extra_paths, sources=sources, embed_concurrency=embed_concurrency, batch=batch,
+        full=full, agent=agent, extra_paths=extra_paths, sources=sources, embed_concurrency=embed_concurrency, batch=batch,
         force_sessions=force_sessions, if_busy=if_busy, task_runner=task_runner, dask_address=dask_address,
         dask_workers=dask_workers)
     return run_pipeline(params, "reindex")  # type: ignore[return-value]

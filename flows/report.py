@@ -39,7 +39,9 @@ EVENT_FALLBACK_PROVIDER = "memory-core.fallback.provider"
 
 def index_label(settings: Settings) -> str:
     """A short name for the index: the file's stem, or the workspace's folder name for the
-    default ``<workspace>/.memory-core/index.sqlite``."""
+    default ``<workspace>/.memory-core/index.sqlite``; an agent's index is named by the agent."""
+    if settings.agent:
+        return settings.agent
     f = settings.index_file
     if f.stem == "index" and f.parent.name == ".memory-core":
         return settings.workspace_dir.name or "workspace"

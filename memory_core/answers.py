@@ -1,10 +1,17 @@
-"""What one ``memory_search`` answer hands an agent: citations mode and the injection budget.
+"""What one ``memory_search`` answer hands an agent: citations, snippet size, result count,
+the injection budget and the answer's metadata (OpenClaw's ``memory_search`` response).
 
 - ``query.citations`` (the seeds' citations mode): ``on`` ends every snippet with
   ``Source: <path>#L<start>-L<end>``; ``auto`` (default) leaves the snippet as it is and the
-  ``citation`` field carries the reference (an MCP call says nothing of a direct or a group
-  chat, which is what the seeds' ``auto`` looks at); ``off`` empties ``citation`` and adds no
-  source line (``path`` and the lines stay: ``memory_get`` needs them).
+  ``citation`` field carries the reference, except in a group or channel chat (the caller
+  says which: ``chat_type``), where citations are suppressed as with ``off``: the seeds put
+  citations in direct chats only; ``off`` empties ``citation`` and adds no source line
+  (``path`` and the lines stay: ``memory_get`` needs them).
+- Snippets keep to OpenClaw's 700 characters (``SNIPPET_MAX_CHARS``), the ``Source:`` line
+  included; a longer one (qmd's, for one) is cut with ``…``.
+- ``maxResults`` above :data:`MAX_RESULTS` is clamped to it (and the note says so), not refused.
+- :func:`response_meta`: the provider and model that embedded the query, and whether the
+  answer fell back (to keyword-only, or from qmd to the builtin index), with every answer.
 - ``query.max_injected_chars``: at most that many snippet characters in one answer (the seeds
   use 4,000 for qmd, the default when ``backend = "qmd"``; unlimited for the builtin backend
   unless set). Results are kept best-first while they fit; the one that crosses the budget is
@@ -13,13 +20,20 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from memory_core.config import Settings
+from memory_core.embeddings.catalog import keyword_only
 
 QMD_DEFAULT_BUDGET = 4000
 ELLIPSIS = "…"
+MAX_RESULTS = 50
+"""The most results one answer carries; more asked for is clamped to this (OpenClaw clamps too)."""
+SNIPPET_MAX_CHARS = 700
+"""OpenClaw's ``SNIPPET_MAX_CHARS``: the longest snippet an answer carries, a ``Source:`` line included."""
+CHAT_TYPES = ("direct", "group", "channel")
 
 
 @dataclass(frozen=True)
@@ -34,16 +48,39 @@ def injection_budget(settings: Settings) -> int | None:
     return QMD_DEFAULT_BUDGET if settings.backend == "qmd" else None
 
 
-def shape_results(results: list[dict[str, Any]], settings: Settings) -> Shaped:
-    """Apply the citations mode, then the budget (which counts the snippets as sent)."""
+def citations_mode(settings: Settings, chat_type: str | None = None) -> str:
+    """The citations mode of one answer: ``auto`` in a group or channel chat is ``off``."""
     mode = settings.query.citations
+    if mode == "auto" and chat_type in ("group", "channel"):
+        return "off"
+    return mode
+
+
+def clamp_results(max_results: int | None) -> tuple[int | None, str]:
+    """(the result count to ask for, a note when ``max_results`` was above :data:`MAX_RESULTS`)."""
+    if max_results is not None and max_results > MAX_RESULTS:
+        return MAX_RESULTS, f"maxResults {max_results} clamped to {MAX_RESULTS}"
+    return max_results, ""
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(0, n - len(ELLIPSIS))] + ELLIPSIS
+
+
+def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: str | None = None) -> Shaped:
+    """Apply the citations mode and the snippet limit, then the budget (which counts the
+    snippets as sent)."""
+    mode = citations_mode(settings, chat_type)
     out: list[dict[str, Any]] = []
     for r in results:
         r = dict(r)
         if mode == "on":
-            r["snippet"] = f"{r['snippet'].rstrip()}\nSource: {r['citation']}"
-        elif mode == "off":
-            r["citation"] = ""
+            source = f"\nSource: {r['citation']}"
+            r["snippet"] = _cut(r["snippet"].rstrip(), SNIPPET_MAX_CHARS - len(source)) + source
+        else:
+            r["snippet"] = _cut(r["snippet"], SNIPPET_MAX_CHARS)
+            if mode == "off":
+                r["citation"] = ""
         out.append(r)
     budget = injection_budget(settings)
     if budget is None:
@@ -74,3 +111,36 @@ def shape_results(results: list[dict[str, Any]], settings: Settings) -> Shaped:
         parts.append(f"{dropped} more result{'s' if dropped != 1 else ''} dropped")
     return Shaped(kept, f"answer cut to the injection budget of {budget} snippet characters: {' and '.join(parts)}"
                         " (memory_get reads more)")
+
+
+_FALLBACK_FROM = re.compile(r"^fallback: (\S+)")
+
+
+def response_meta(index_meta: dict[str, Any], last: dict[str, Any], note: str, mode: str) -> dict[str, Any]:
+    """``provider``, ``model``, ``backend``, ``mode`` and ``fallback`` of one answer.
+
+    ``index_meta``: the searched index's meta record; ``last``: what the search did
+    (``backend``, ``embedded``, ``qmd_fallback``); ``note``: the searcher's provider note.
+    ``fallback`` is ``None`` or ``{"from", "to", "reason"}``: ``to`` is ``"keyword"`` when an
+    index with vectors answered keyword-only (the query could not be embedded), ``"builtin"``
+    when qmd could not answer, or the provider the index was built with when that was its
+    configured fallback.
+    """
+    provider = index_meta.get("provider")
+    model = index_meta.get("model")
+    vectors = bool(index_meta.get("dims")) and not keyword_only(provider)
+    fallback: dict[str, Any] | None = None
+    built = str(index_meta.get("provider_reason") or "")
+    m = _FALLBACK_FROM.match(built)
+    if m:
+        fallback = {"from": m.group(1), "to": provider, "reason": built}
+    if last.get("qmd_fallback"):
+        fallback = {"from": "qmd", "to": "builtin", "reason": last["qmd_fallback"]}
+    elif last.get("backend") == "qmd":
+        provider, model = "qmd", f"qmd {last.get('qmd_mode', 'search')}"
+        vectors = False
+    if vectors and mode != "keyword" and last.get("embedded") is False and not last.get("qmd_fallback"):
+        fallback = {"from": provider, "to": "keyword",
+                    "reason": note or "the query could not be embedded; keyword-only results"}
+    return {"provider": provider or "none", "model": None if keyword_only(provider) else model,
+            "backend": last.get("backend", "builtin"), "mode": mode, "fallback": fallback}

@@ -64,6 +64,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", "-w", help="workspace folder (default: $MEMORY_CORE_WORKSPACE, the config file's,"
                                              " the one the index was built from, else the current directory)")
     p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
+    p.add_argument("--agent", default=os.environ.get("MEMORY_CORE_AGENT") or None,
+                   help="the agent whose workspace, index, qmd state and LanceDB folder the config file's [agents]"
+                        " table gives (default: $MEMORY_CORE_AGENT, else agents.default; -w/--index given win)")
 
 
 def _writer_flags(p: argparse.ArgumentParser) -> None:
@@ -103,13 +106,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="hybrid search with file and line citations")
     _common(p)
     p.add_argument("query", help="what to look for (words, a phrase, a question)")
-    p.add_argument("--max-results", "-n", type=_positive, help="results to show, 1 or more (default: query.max_results, 6)")
+    p.add_argument("--max-results", "-n", type=_positive,
+                   help="results to show, 1 or more; above 50 is clamped to 50 (default: query.max_results, 6)")
     p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
-    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions"],
-                   help="search only this source (repeatable; default: all the index holds)")
+    p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions", "store"],
+                   help="search only this source (repeatable; default: all the index holds; 'store': the LanceDB"
+                        " memory store of `memory-core memory`, merged by score)")
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"],
                    help="hybrid (keyword + vector), vector or keyword only (default: query.mode, hybrid)")
-    p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, note?}")
+    p.add_argument("--chat", choices=["direct", "group", "channel"], dest="chat_type",
+                   help="where the answer goes; with query.citations = auto (the default) a group or channel chat"
+                        " gets no citations")
+    p.add_argument("--json", action="store_true", help="print the memory_search MCP tool's answer: {results, provider,"
+                                                       " model, backend, mode, fallback, citations, note?}")
+    p.add_argument("--lancedb", metavar="URI", help="search this LanceDB export (`export --format lancedb`) instead of"
+                                                   " the index, with the same ranking")
 
     p = sub.add_parser("get", help="print lines of an indexed file")
     _common(p)
@@ -123,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--json", action="store_true", help="print the status as JSON")
 
-    p = sub.add_parser("mcp", help="serve search to agents over the Model Context Protocol (stdio or HTTP)")
+    p = sub.add_parser("mcp", help="serve memory to agents over the Model Context Protocol (stdio or HTTP); with a"
+                                   " config that lists agents and no --agent/-w/--index, one server serves them all")
     _common(p)
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default; the client starts this command) or streamable HTTP on a loopback address")
@@ -145,18 +157,83 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines")
     _common(p)
-    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only)")
-    p.add_argument("--format", "-f", choices=["parquet", "jsonl"],
-                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl")
+    p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only); lancedb: a folder or"
+                                                  " an object-storage URI (s3://...)")
+    p.add_argument("--format", "-f", choices=["parquet", "jsonl", "lancedb"],
+                   help="default: from the name: .parquet/.pq -> parquet, .jsonl/.ndjson and '-' -> jsonl; lancedb:"
+                        " a LanceDB table that `search --lancedb PATH` queries (docs/lancedb-index.md)")
     p.add_argument("--no-vectors", action="store_true", help="leave out the vector column")
     p.add_argument("--force", action="store_true",
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
                         " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
+    p = sub.add_parser("write", help="append a note to today's daily note (or MEMORY.md) and index it at once")
+    _common(p)
+    p.add_argument("text", help="the note (Markdown); '-' reads it from stdin")
+    p.add_argument("--path", help="MEMORY.md or memory/<name>.md in the workspace (default: today's"
+                                  " memory/YYYY-MM-DD.md); any other path is refused")
+    p.add_argument("--no-index", action="store_true", help="only write; the next reindex indexes it")
+    p.add_argument("--json", action="store_true", help="print where it was written (path, lines, citation) as JSON")
+
+    p = sub.add_parser("flush", help="is a memory flush due before this session is compacted? (and the prompts)")
+    _common(p)
+    p.add_argument("session", help="the session's id (the key of the flush ledger)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--transcript", help="the session's JSONL transcript: tokens since the last compaction (chars/4)"
+                                          " and the compaction cycle (its compaction records)")
+    how.add_argument("--tokens", type=int, help="the session's token count, as the runtime estimates it")
+    p.add_argument("--cycle", type=int, help="the compaction cycle (default: the transcript's compaction records,"
+                                             " else 0)")
+    p.add_argument("--record", action="store_true", help="when due, record the flush for this cycle in the ledger"
+                                                         " (the next check of the cycle says it is done)")
+    p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
+
+    _memory_parser(sub)
     from memory_core.evaluation import add_eval_parser
 
     add_eval_parser(sub)
     return parser
+
+
+def _memory_parser(sub: Any) -> None:
+    """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.lancedb_store)."""
+    from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE
+
+    mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
+    msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
+                             help="`memory-core memory ACTION -h` describes its flags")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        _common(p)
+        p.add_argument("--store", dest="store_path", help="LanceDB folder (default: the agent's lancedb_path, else lancedb/ beside"
+                                                         " the index)")
+        p.add_argument("--json", action="store_true", help="print the MCP tool's answer as JSON")
+
+    p = msub.add_parser("store", help="save a memory (a near-identical one is updated instead)")
+    common(p)
+    p.add_argument("text", help="what to remember")
+    p.add_argument("--importance", type=float,
+                   help=f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory keeps its own)")
+    p.add_argument("--category", help=f"one of {', '.join(CATEGORIES)} (default other; an updated memory keeps"
+                                      " its own)")
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("recall", help="memories matching a query (vector + full text), best first")
+    common(p)
+    p.add_argument("query", help="what to recall (words, a question)")
+    p.add_argument("--category", action="append", dest="categories", help="only this category (repeatable)")
+    p.add_argument("--max-results", "-n", type=_positive, help="default: query.max_results")
+    p.add_argument("--min-score", type=float, help="0-1 (default: query.min_score)")
+    p.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="default: query.mode (hybrid)")
+    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    p.add_argument("--model", help="embedding model (default: as for search)")
+    p = msub.add_parser("list", help="memories, newest first")
+    common(p)
+    p.add_argument("--category", help="only this category")
+    p.add_argument("--limit", type=_positive, help="at most this many")
+    p = msub.add_parser("forget", help="delete one memory by id")
+    common(p)
+    p.add_argument("id", help="the memory's id (as list, store and recall print it)")
 
 
 FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
@@ -166,7 +243,7 @@ FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--ex
 def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
     """The one settings order (memory_core.resolve.resolve_settings), told the flags given."""
     return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
-                            config_file=args.config, told_by=FLAG_NAMES)
+                            config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
 
 
 def _settings(args: argparse.Namespace, **told: Any) -> Settings:
@@ -271,6 +348,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
     told = _writer_told(args)
     params = ReindexParams(
         workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
+        agent=settings.agent,
         provider=told["provider"], model=told["model"], full=args.full, extra_paths=told["extra_paths"],
         sources=told["sources"],
     )
@@ -298,9 +376,21 @@ def _searcher(args: argparse.Namespace):
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
-    with _searcher(args) as s:
+    with contextlib.ExitStack() as stack:
+        s: Any
+        if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
+            from memory_core.lancedb_index import LanceSearcher
+
+            s = stack.enter_context(LanceSearcher(_settings(args), args.lancedb))
+        else:
+            s = stack.enter_context(_searcher(args))
+        store = None
+        if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
+            from memory_core.lancedb_store import MemoryStore
+
+            store = stack.enter_context(MemoryStore(s.settings))
         res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode)
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -372,21 +462,44 @@ def _local_time(seconds: float) -> str:
         return str(seconds)
 
 
+def _fleet(args: argparse.Namespace) -> dict[str, Settings] | None:
+    """Every agent of the config file, when `mcp` is told no agent, workspace or index and the
+    config lists agents: one server then serves them all."""
+    if args.agent or args.workspace or args.index_path:
+        return None
+    path = args.config or os.environ.get("MEMORY_CORE_CONFIG")
+    if not path:
+        return None
+    from memory_core.agents import agents_of
+    from memory_core.config import read_config_file
+    from memory_core.resolve import resolve_agents
+
+    if not agents_of(read_config_file(path)).ids:
+        return None
+    return resolve_agents(path)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    fleet = _fleet(args)
+    settings = next(iter(fleet.values())) if fleet else _settings(args)
     try:
         from memory_core import mcp_server
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
     if args.transport == "http":
         mcp_server.check_host(args.host)
-    if not settings.index_file.exists():
-        print(f"memory-core: warning: no index at {settings.index_file} yet; tools answer with an error until"
-              " `memory-core index` (or `watch`) builds it", file=sys.stderr)
+    for s in (list(fleet.values()) if fleet else [settings]):
+        if not s.index_file.exists():
+            print(f"memory-core: warning: no index at {s.index_file} yet"
+                  + (f" (agent {s.agent})" if s.agent else "") + "; tools answer with an error until"
+                  " `memory-core index` (or `watch`) builds it", file=sys.stderr)
+    if fleet:
+        print(f"memory-core: serving agents {', '.join(fleet)} (each call names its agent)", file=sys.stderr)
     if args.transport == "http":
         host = f"[{args.host}]" if ":" in args.host else args.host
         print(f"memory-core: MCP server on http://{host}:{args.port}{args.path}", file=sys.stderr)
-    mcp_server.serve(settings, transport=args.transport, host=args.host, port=args.port, path=args.path)
+    mcp_server.serve(settings, transport=args.transport, host=args.host, port=args.port, path=args.path,
+                     agents=fleet)
     return EXIT_OK
 
 
@@ -450,13 +563,83 @@ def cmd_export(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot tell the format of {args.output!r} from its name: use .parquet, .pq, .jsonl"
                              " or .ndjson, or --format")
     settings = _settings(args)
-    summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors, force=args.force,
-                           protect=(settings.cache_file,))
+    if fmt == "lancedb":
+        from memory_core.lancedb_index import export_lancedb
+
+        summary = export_lancedb(settings.index_file, args.output, force=args.force)
+    else:
+        summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
+                               force=args.force, protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
     else:
         print(summary.line(), file=out)
+    return EXIT_OK
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    from memory_core.write import write_memory
+
+    text = sys.stdin.read() if args.text == "-" else args.text
+    settings = _settings(args)
+    if not settings.workspace_dir.is_dir():
+        raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    res = write_memory(settings, text, args.path, index=not args.no_index)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(f"wrote {res.citation}" + (" (secrets masked)" if res.redacted else "")
+              + ("; indexed" if res.indexed else ""))
+        if res.note:
+            print(f"note: {res.note}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_flush(args: argparse.Namespace) -> int:
+    from memory_core.flush import check_flush
+
+    res = check_flush(_settings(args), args.session, tokens=args.tokens, transcript=args.transcript,
+                      cycle=args.cycle, record=args.record)
+    if args.json:
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(f"{'due' if res.due else 'not due'}: {res.reason}" + (" (recorded)" if res.recorded else ""))
+        if res.due:
+            print(f"system prompt: {res.system_prompt}")
+            print(f"prompt: {res.prompt}")
+    return EXIT_OK
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from memory_core.lancedb_store import MemoryStore
+
+    told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None)}
+    settings = _settings(args, **told)
+    if getattr(args, "min_score", None) is not None and not 0 <= args.min_score <= 1:
+        raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
+    with MemoryStore(settings, path=args.store_path) as store:
+        act = args.memory_command
+        if act == "store":
+            data = store.store(args.text, args.importance, args.category).to_dict()
+            line = f"{data['action']} {data['id']}" + (" (secrets redacted)" if data["redacted"] else "")
+            lines = [line + (f"; it replaced: {data['previousText']}" if data["action"] == "updated" else "")]
+        elif act == "recall":
+            rec = store.recall(args.query, max_results=args.max_results, min_score=args.min_score,
+                               categories=args.categories, mode=args.mode)
+            data = {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
+            lines = [f"{h.memory.id}  score {h.score:.3f}  {h.match}  [{h.memory.category}"
+                     f" {h.memory.importance:.2f}]  {h.memory.text}" for h in rec.hits] or ["no results"]
+            if rec.note:
+                print(f"note: {rec.note}", file=sys.stderr)
+        elif act == "list":
+            mems = store.list(args.category, args.limit)
+            data = {"memories": [m.to_dict() for m in mems], "count": len(mems)}
+            lines = [f"{m.id}  [{m.category} {m.importance:.2f}]  {m.text}" for m in mems] or ["no memories"]
+        else:
+            data = {"action": "deleted", "id": args.id, "memory": store.forget(args.id).to_dict()}
+            lines = [f"deleted {args.id}"]
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
     return EXIT_OK
 
 
@@ -468,7 +651,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "index": cmd_index, "search": cmd_search, "get": cmd_get, "status": cmd_status,
-    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval,
+    "mcp": cmd_mcp, "watch": cmd_watch, "export": cmd_export, "eval": _cmd_eval, "write": cmd_write,
+    "flush": cmd_flush, "memory": cmd_memory,
 }
 
 

@@ -281,7 +281,9 @@ class QmdSettings(_Model):
 
     ``command``: the qmd executable (PATH lookup, or a path; scripts/install-qmd.sh prints it).
     ``search_mode``: ``search`` (BM25, offline), ``vsearch`` (vectors) or ``query`` (expansion
-    + reranking), as the seeds' ``searchMode``. ``state_dir``: qmd's config and index for this
+    + reranking), as the seeds' ``searchMode``. ``fallback_on_empty``: when qmd finds nothing
+    and the builtin index has a match scoring at least ``fallback_min_score``, answer from the
+    builtin index (a documented fallback reason). ``state_dir``: qmd's config and index for this
     memory-core index (default ``<index dir>/qmd``); ``index_name`` is qmd's ``--index``.
     """
 
@@ -290,6 +292,10 @@ class QmdSettings(_Model):
     index_name: str = Field(default="memory-core", pattern=r"^[A-Za-z0-9_-]+$")
     state_dir: Path | None = None
     timeout_s: float = Field(default=30.0, gt=0)
+    # qmd found nothing but the builtin index has a match scoring at least fallback_min_score:
+    # answer from the builtin index (and say so); qmd's `search` ANDs every query word
+    fallback_on_empty: bool = True
+    fallback_min_score: float = Field(default=0.5, ge=0, le=1)
     update_timeout_s: float = Field(default=600.0, gt=0)
     embed_timeout_s: float = Field(default=3600.0, gt=0)
 
@@ -309,6 +315,85 @@ class SyncSettings(_Model):
     watch: bool = False
     watch_debounce_ms: int = Field(default=1500, ge=0)
     interval_minutes: float = Field(default=0.0, ge=0)
+
+
+DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
+DEFAULT_FLUSH_PROMPT = ("Write any lasting notes to memory/YYYY-MM-DD.md; reply with NO_REPLY if nothing to"
+                        " store.")
+
+
+class MemoryFlushSettings(_Model):
+    """The seeds' ``agents.defaults.compaction.memoryFlush``: one silent turn before compaction.
+
+    ``prompt`` and ``system_prompt`` are what the runtime sends (``YYYY-MM-DD`` becomes today's
+    date); ``soft_threshold_tokens``: the flush is due this many tokens before the reserve."""
+
+    enabled: bool = True
+    soft_threshold_tokens: int = Field(default=4000, ge=0)
+    system_prompt: str = Field(default=DEFAULT_FLUSH_SYSTEM_PROMPT, min_length=1)
+    prompt: str = Field(default=DEFAULT_FLUSH_PROMPT, min_length=1)
+
+
+class CompactionSettings(_Model):
+    """When a session is compacted, and the memory flush before it (memory_core/flush.py).
+
+    A flush is due when a session's token estimate passes ``context_window -
+    reserve_tokens_floor - memory_flush.soft_threshold_tokens``, once per compaction cycle.
+    ``workspace_access``: ``rw``, or ``ro`` / ``none`` (a sandboxed session): then no flush is
+    due and ``memory_write`` refuses to write."""
+
+    context_window: int = Field(default=200_000, ge=1)
+    reserve_tokens_floor: int = Field(default=20_000, ge=0)
+    workspace_access: Literal["rw", "ro", "none"] = "rw"
+    memory_flush: MemoryFlushSettings = Field(default_factory=MemoryFlushSettings)
+
+
+AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+AGENT_PATHS = ("workspace", "index_path", "qmd_state_dir", "lancedb_path")
+
+
+class AgentEntry(_Model):
+    """One agent of ``[[agents.list]]``: its id, and paths that override the templates."""
+
+    id: str = Field(pattern=AGENT_ID_PATTERN)
+    workspace: str | None = None
+    index_path: str | None = None
+    qmd_state_dir: str | None = None
+    lancedb_path: str | None = None
+
+
+class AgentsSettings(_Model):
+    """Many agents from one config (memory_core/agents.py; docs/agents.md).
+
+    ``list``: the agents (an id not in it is unknown). ``workspace``, ``index_path``,
+    ``qmd_state_dir``, ``lancedb_path``: path templates where ``{agent}`` is the agent's id,
+    used for each path an agent's entry does not set (``index_path`` unset: the workspace's
+    default index; ``qmd_state_dir`` / ``lancedb_path`` unset: ``<index dir>/qmd`` /
+    ``<index dir>/lancedb``). ``default``: the agent used when none is named.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    default: str | None = None
+    workspace: str | None = None
+    index_path: str | None = None
+    qmd_state_dir: str | None = None
+    lancedb_path: str | None = None
+    agents: list[AgentEntry] = Field(default_factory=list, alias="list")
+
+    @model_validator(mode="after")
+    def _ids(self) -> AgentsSettings:
+        ids = [a.id for a in self.agents]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"agents.list: agent {', '.join(dup)} is listed twice")
+        if self.default is not None and self.default not in ids:
+            raise ValueError(f"agents.default: {self.default!r} is not in agents.list")
+        return self
+
+    @property
+    def ids(self) -> list[str]:
+        return [a.id for a in self.agents]
 
 
 class Settings(_Model):
@@ -338,6 +423,11 @@ class Settings(_Model):
     backend: Literal["builtin", "qmd"] = "builtin"
     qmd: QmdSettings = Field(default_factory=QmdSettings)
     sync: SyncSettings = Field(default_factory=SyncSettings)
+    compaction: CompactionSettings = Field(default_factory=CompactionSettings)
+    agents: AgentsSettings = Field(default_factory=AgentsSettings)
+    agent: str | None = Field(default=None, pattern=AGENT_ID_PATTERN)  # the agent these settings are for
+    # the LanceDB memory store's folder (issue 23 part 1); default <index dir>/lancedb
+    lancedb_path: Path | None = None
     # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -388,6 +478,20 @@ class Settings(_Model):
             return Path(os.path.abspath(os.path.expanduser(self.cache.path)))
         idx = self.index_file
         return idx.with_name(idx.stem + ".cache.sqlite")
+
+    @property
+    def lancedb_dir(self) -> Path:
+        """The folder of the agent's LanceDB memory store (``lancedb_path``, else ``<index dir>/lancedb``)."""
+        if self.lancedb_path is not None:
+            p = Path(os.path.expanduser(self.lancedb_path))
+            return p if p.is_absolute() else self.workspace_dir / p
+        return self.index_file.parent / "lancedb"
+
+    @property
+    def flush_ledger_file(self) -> Path:
+        """The ledger of memory flushes per session and compaction cycle (memory_core/flush.py)."""
+        idx = self.index_file
+        return idx.with_name(idx.stem + ".flush-ledger.json")
 
     @property
     def sessions_dir(self) -> Path:
@@ -496,7 +600,18 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                           f" {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
-    for key in ("workspace", "index_path"):
-        if isinstance(data.get(key), str) and not Path(data[key]).expanduser().is_absolute():
-            data[key] = str(p.parent.resolve() / data[key])
+    base = p.parent.resolve()
+
+    def absolute(table: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(table, dict):
+            for key in keys:
+                if isinstance(table.get(key), str) and not Path(table[key]).expanduser().is_absolute():
+                    table[key] = str(base / table[key])
+
+    absolute(data, ("workspace", "index_path", "lancedb_path"))
+    agents = data.get("agents")
+    if isinstance(agents, dict):  # the agents' paths and templates are relative to the file too
+        absolute(agents, AGENT_PATHS)
+        for entry in agents.get("list") or []:
+            absolute(entry, AGENT_PATHS)
     return data

@@ -1,12 +1,17 @@
 """``memory-core mcp``: the index as Model Context Protocol tools, with the official MCP SDK.
 
-Three read-only tools over one :class:`memory_core.search.Searcher`:
+Three read-only tools over one :class:`memory_core.search.Searcher`, and one that writes:
 
 - ``memory_search`` (query, maxResults, minScore, sources, mode; snake_case aliases): ranked
   snippets with citations, in OpenClaw's result shape (``Searcher.search_response``);
 - ``memory_get`` (path or citation, from, lines) -> ``{path, text}``: lines of an indexed file,
   with the CLI's path guard;
-- ``memory_status``: what the index holds and how search runs.
+- ``memory_status``: what the index holds and how search runs;
+- ``memory_write`` (text, path): append a note to today's daily note (or MEMORY.md) and index it
+  at once (memory_core/write.py);
+
+and the ``memory_flush`` prompt: the two prompts of the memory flush before compaction
+(memory_core/flush.py).
 
 The server uses the SDK's low-level :class:`mcp.server.lowlevel.Server` so the tool schemas
 are exactly what an agent sees (``memory_get`` takes ``from``, a Python keyword) and every
@@ -35,16 +40,19 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.backends import open_searcher
 from memory_core.config import Settings
-from memory_core.errors import MemoryCoreError, PathError, UsageError
+from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
+from memory_core.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
+from memory_core.write import MAX_WRITE_CHARS, write_memory
 
 log = logging.getLogger("memory_core.mcp")
 
 SERVER_NAME = "memory-core"
-MAX_SEARCH_RESULTS = 50
+MAX_SEARCH_RESULTS = MAX_RESULTS  # more asked for is clamped to this, not refused
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_CONCURRENT_CALLS = 4  # searchers open at once: the calls answered side by side
@@ -55,7 +63,9 @@ INSTRUCTIONS = (
     " indexed, past chat transcripts. Before answering anything about prior work, decisions, dates,"
     " people, preferences or todos, call memory_search first. If a snippet is not enough, call"
     " memory_get for just the cited lines (plus a little context), not whole files. Cite what you use"
-    " as path#Lstart-Lend. Call memory_status when search fails or finds nothing unexpectedly."
+    " as path#Lstart-Lend. Call memory_status when search fails or finds nothing unexpectedly. When"
+    " the user asks you to remember something, or a decision, preference or fact is worth keeping, write"
+    " it down with memory_write."
 )
 
 SEARCH_DESCRIPTION = (
@@ -63,7 +73,9 @@ SEARCH_DESCRIPTION = (
     " keyword + semantic search. Use this FIRST whenever a question may depend on earlier work,"
     " decisions, dates, people, preferences or todos. Returns the best-matching snippets, each with"
     " path, startLine/endLine, score (0-1: how well it matches, whatever else was found), match"
-    " (keyword, vector or both), date, source and a citation 'path#Lstart-Lend'. If a snippet"
+    f" (keyword, vector or both), date, source and a citation 'path#Lstart-Lend' (snippets of at most"
+    f" {SNIPPET_MAX_CHARS} characters), with the provider and model that embedded the query and any fallback."
+    " In a group or channel chat pass chatType so citations stay out of the reply. If a snippet"
     " is not enough, call memory_get with that path and line range instead of reading whole files."
     " No results means nothing in memory matches well (nothing reached minScore)."
 )
@@ -91,11 +103,13 @@ class SearchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    max_results: int | None = Field(default=None, ge=1, le=MAX_SEARCH_RESULTS,
+    max_results: int | None = Field(default=None, ge=1,  # above MAX_SEARCH_RESULTS: clamped by the searcher
                                     validation_alias=AliasChoices("maxResults", "max_results"))
     min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
-    sources: list[Literal["memory", "sessions"]] | None = Field(default=None, min_length=1)
+    sources: list[Literal["memory", "sessions", "store"]] | None = Field(default=None, min_length=1)
     mode: Literal["hybrid", "vector", "keyword"] | None = None
+    chat_type: Literal["direct", "group", "channel"] | None = Field(
+        default=None, validation_alias=AliasChoices("chatType", "chat_type"))
 
 
 class GetArgs(BaseModel):
@@ -110,10 +124,21 @@ class StatusArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class WriteArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_WRITE_CHARS)
+    path: str | None = Field(default=None, min_length=1)
+
+
 def _search_input_schema(settings: Settings) -> dict[str, Any]:
     q = settings.query
-    max_results = {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS,
-                   "description": f"Most results to return (default {q.max_results})."}
+    max_results = {"type": "integer", "minimum": 1,
+                   "description": f"Most results to return (default {q.max_results}; more than"
+                                  f" {MAX_SEARCH_RESULTS} is clamped to {MAX_SEARCH_RESULTS})."}
+    chat_type = {"type": "string", "enum": list(CHAT_TYPES),
+                 "description": "Where the answer goes: a direct chat, or a group or channel chat (with citations"
+                                " 'auto', the default, citations are left out in group and channel chats)."}
     min_score = {"type": "number", "minimum": 0, "maximum": 1,
                  "description": f"Drop results whose relevance is below this (default {q.min_score})."}
     return {
@@ -128,10 +153,13 @@ def _search_input_schema(settings: Settings) -> dict[str, Any]:
             "mode": {"type": "string", "enum": list(MODES),
                      "description": f"hybrid (keywords + meaning), vector (meaning only) or keyword (words only);"
                                     f" default {q.search_mode()}."},
+            "chatType": chat_type,
+            "chat_type": {**chat_type, "description": "Alias of chatType."},
             "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
-                        "items": {"type": "string", "enum": ["memory", "sessions"]},
-                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts)."
-                                       " Default: all indexed sources."},
+                        "items": {"type": "string", "enum": ["memory", "sessions", "store"]},
+                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts),"
+                                       " 'store' (memories saved with memory_store; merged by score)."
+                                       " Default: all indexed sources (not the store)."},
         },
         "required": ["query"],
         "additionalProperties": False,
@@ -153,6 +181,36 @@ GET_INPUT_SCHEMA: dict[str, Any] = {
 }
 
 STATUS_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+WRITE_DESCRIPTION = (
+    "Write a lasting note to memory: decisions, preferences, facts and todos worth keeping past this"
+    " conversation. Appends the text to today's daily note memory/YYYY-MM-DD.md (default) or to MEMORY.md"
+    " (curated long-term memory) or another memory/*.md, and indexes it at once, so memory_search finds it"
+    " right after. Secrets in the text are masked before writing. Returns the path and the lines written"
+    " (a citation). Refused for paths outside the memory files and for a read-only workspace."
+)
+
+WRITE_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "minLength": 1, "maxLength": MAX_WRITE_CHARS,
+                 "description": "The note, in Markdown; a few self-contained lines."},
+        "path": {"type": "string", "minLength": 1,
+                 "description": "MEMORY.md or memory/<name>.md (default: today's memory/YYYY-MM-DD.md)."},
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+
+WRITE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "start_line": {"type": "integer"}, "end_line": {"type": "integer"},
+                   "citation": {"type": "string"}, "chars": {"type": "integer"}, "redacted": {"type": "boolean"},
+                   "indexed": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["path", "citation", "indexed"],
+}
+
+FLUSH_PROMPT_NAME = "memory_flush"
 
 SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -179,9 +237,17 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                 "required": list(AGENT_RESULT_KEYS),
             },
         },
+        "provider": {"type": "string", "description": "the provider that embedded the query ('none': keyword-only"
+                                                      " index, 'qmd': qmd answered)"},
+        "model": {"type": ["string", "null"]},
+        "backend": {"type": "string", "enum": ["builtin", "qmd"]},
+        "mode": {"type": "string", "enum": list(MODES)},
+        "fallback": {"type": ["object", "null"], "description": "null, or {from, to, reason}: the answer fell back"
+                                                               " to keyword-only ('keyword') or from qmd to 'builtin'"},
+        "citations": {"type": "string", "enum": ["on", "off", "auto"]},
         "note": {"type": "string"},
     },
-    "required": ["results"],
+    "required": ["results", "provider", "backend", "mode", "fallback"],
 }
 
 GET_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -206,8 +272,24 @@ _READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, 
                                    open_world_hint=False)
 
 
-def tool_definitions(settings: Settings) -> list[types.Tool]:
-    """The three tools as listed to clients."""
+def _with_agent(tool: types.Tool, agents: list[str], default: str | None) -> types.Tool:
+    schema = dict(tool.input_schema)
+    schema["properties"] = {**schema["properties"], "agent": {
+        "type": "string", "enum": agents,
+        "description": "Whose memory: one of this server's agents" + (f" (default {default})." if default else ".")}}
+    if default is None:
+        schema["required"] = [*schema.get("required", []), "agent"]
+    return tool.model_copy(update={"input_schema": schema})
+
+
+def tool_definitions(settings: Settings, agents: list[str] | None = None,
+                     default_agent: str | None = None) -> list[types.Tool]:
+    """The tools as listed to clients; serving several agents, each takes an ``agent`` argument."""
+    tools = _tools(settings)
+    return [_with_agent(t, agents, default_agent) for t in tools] if agents else tools
+
+
+def _tools(settings: Settings) -> list[types.Tool]:
     return [
         types.Tool(name="memory_search", title="Search memory", description=SEARCH_DESCRIPTION,
                    input_schema=_search_input_schema(settings), output_schema=SEARCH_OUTPUT_SCHEMA,
@@ -217,7 +299,28 @@ def tool_definitions(settings: Settings) -> list[types.Tool]:
         types.Tool(name="memory_status", title="Memory index status", description=STATUS_DESCRIPTION,
                    input_schema=STATUS_INPUT_SCHEMA, output_schema=STATUS_OUTPUT_SCHEMA,
                    annotations=_READ_ONLY),
+        types.Tool(name="memory_write", title="Write a memory note", description=WRITE_DESCRIPTION,
+                   input_schema=WRITE_INPUT_SCHEMA, output_schema=WRITE_OUTPUT_SCHEMA,
+                   annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                                     idempotent_hint=False, open_world_hint=False)),
+        *store_tool_definitions(),  # memory_store, memory_recall, memory_list, memory_forget
     ]
+
+
+def flush_prompt(settings: Settings) -> types.GetPromptResult:
+    """The memory flush's two prompts (compaction.memory_flush), today's date filled in: the
+    first message is the system prompt to add, the second the silent user turn."""
+    import datetime as _dt
+
+    f = settings.compaction.memory_flush
+    today = _dt.date.today().isoformat()
+    return types.GetPromptResult(
+        description="Memory flush before compaction: add the first message to the system prompt and send the"
+                    " second as a silent turn; a reply of NO_REPLY means nothing to store.",
+        messages=[types.PromptMessage(role="user", content=types.TextContent(
+                      type="text", text=f.system_prompt.replace("YYYY-MM-DD", today))),
+                  types.PromptMessage(role="user", content=types.TextContent(
+                      type="text", text=f.prompt.replace("YYYY-MM-DD", today)))])
 
 
 # -- the tools, transport-free -------------------------------------------------------------------
@@ -245,7 +348,10 @@ class MemoryTools:
         self._max = max(1, max_searchers)
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
+            "memory_write": self.write,
         }
+        self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
+        self.handlers.update(self.store_tools.handlers())
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[Searcher]:
@@ -275,14 +381,19 @@ class MemoryTools:
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
         self.sync.on_search()
+        # the memory store is searched only when named (its results merged by score)
+        store = self.store_tools.store if a.sources and "store" in a.sources else None
         with self._borrow() as searcher:
-            # the same answer as `search --json`: shaped (citations mode, injection budget) there
+            # the same answer as `search --json`: shaped (citations mode, injection budget) there;
+            # with the store, its memories merged by score, with the same metadata
             return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
                                             sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                            mode=a.mode)
+                                            mode=a.mode, chat_type=a.chat_type, extra=store)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
+        if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
+            return self.store_tools.get(a.path)
         with self._borrow() as searcher:
             return searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
 
@@ -291,15 +402,95 @@ class MemoryTools:
         with self._borrow() as searcher:
             st = searcher.status()
         st["sync"] = self.sync.status()
+        if self.settings.agent:
+            st["agent"] = self.settings.agent
         return json.loads(json.dumps(st, default=str))  # JSON-safe values only
+
+    def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = WriteArgs.model_validate(arguments)
+
+        def reindex() -> None:  # in this call: the text is searchable when the tool answers
+            run = self.sync.reindex_now("memory_write")
+            if not run.ok:
+                raise RunError(run.error or "the reindex failed")
+
+        return write_memory(self.settings, a.text, a.path, runner=reindex).to_dict()
 
     def close(self) -> None:
         self.sync.close()
+        self.store_tools.close()
         with self._lock:
             searchers = [s for s in self._all if s is not _PENDING]
         for s in searchers:
             with contextlib.suppress(Exception):
                 s.close()
+
+
+class _FleetSync:
+    """The sync triggers of every agent a server serves."""
+
+    def __init__(self, fleet: AgentTools) -> None:
+        self._fleet = fleet
+
+    def start(self) -> None:
+        for t in self._fleet.all_tools():
+            t.sync.start()
+
+    def on_session_start(self) -> None:
+        for t in self._fleet.all_tools():
+            t.sync.on_session_start()
+
+
+class AgentTools:
+    """The tools of several agents behind one server: each call names its agent (``agent``;
+    default ``agents.default``) and is answered by that agent's :class:`MemoryTools` only, over
+    its own index, so no agent ever sees another's memories."""
+
+    def __init__(self, by_agent: dict[str, Settings]) -> None:
+        if not by_agent:
+            raise UsageError("no agents to serve")
+        self.by_agent = dict(by_agent)
+        first = next(iter(self.by_agent.values()))
+        self.default = first.agents.default
+        self.settings = self.by_agent.get(self.default or "", first)  # the prompt's settings
+        self._tools: dict[str, MemoryTools] = {}
+        self._lock = threading.Lock()
+        self.sync = _FleetSync(self)
+        # every tool a MemoryTools has, the memory store's included: each to the named agent's own
+        self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            t.name: self._route(t.name) for t in _tools(self.settings)}
+
+    def tools_for(self, agent: Any) -> MemoryTools:
+        from memory_core.agents import UnknownAgentError
+
+        if agent is None:
+            if self.default is None:
+                raise UsageError(f"name the agent: this server serves {', '.join(self.by_agent)}")
+            agent = self.default
+        if not isinstance(agent, str) or agent not in self.by_agent:
+            raise UnknownAgentError(f"unknown agent {agent!r}; this server serves {', '.join(self.by_agent)}")
+        with self._lock:
+            if agent not in self._tools:
+                self._tools[agent] = MemoryTools(self.by_agent[agent])
+            return self._tools[agent]
+
+    def all_tools(self) -> list[MemoryTools]:
+        return [self.tools_for(a) for a in self.by_agent]
+
+    def _route(self, name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+            args = dict(arguments)
+            tools = self.tools_for(args.pop("agent", None))
+            out = tools.handlers[name](args)
+            return {**out, "agent": tools.settings.agent} if isinstance(out, dict) else out
+
+        return handler
+
+    def close(self) -> None:
+        with self._lock:
+            tools = list(self._tools.values())
+        for t in tools:
+            t.close()
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -315,7 +506,7 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-async def call_tool(tools: MemoryTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
+async def call_tool(tools: MemoryTools | AgentTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
     """Run one tool call in a worker thread and turn every failure into an error result."""
     handler = tools.handlers.get(name)
     if handler is None:
@@ -342,10 +533,16 @@ def _version() -> str:
         return "0"
 
 
-def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[Server[Any], MemoryTools]:
-    """A low-level MCP server exposing :class:`MemoryTools` (created from ``settings`` if not given)."""
-    tools = tools if tools is not None else MemoryTools(settings)
-    defs = tool_definitions(settings)
+def build_server(settings: Settings, tools: MemoryTools | AgentTools | None = None, *,
+                 agents: dict[str, Settings] | None = None) -> tuple[Server[Any], Any]:
+    """A low-level MCP server exposing :class:`MemoryTools` (created from ``settings`` if not
+    given), or with ``agents`` the :class:`AgentTools` of several agents."""
+    if tools is None:
+        tools = AgentTools(agents) if agents else MemoryTools(settings)
+    if isinstance(tools, AgentTools):
+        defs = tool_definitions(tools.settings, list(tools.by_agent), tools.default)
+    else:
+        defs = tool_definitions(settings)
     schemas = {t.name: t.input_schema for t in defs}
 
     async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -354,9 +551,22 @@ def build_server(settings: Settings, tools: MemoryTools | None = None) -> tuple[
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await call_tool(tools, params.name, params.arguments)
 
+    prompt = types.Prompt(name=FLUSH_PROMPT_NAME, title="Memory flush before compaction",
+                          description="The two prompts of the silent turn that asks the model to write lasting"
+                                      " notes (memory_write) before the session is compacted.")
+
+    async def on_list_prompts(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=[prompt])
+
+    async def on_get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        if params.name != FLUSH_PROMPT_NAME:
+            raise ValueError(f"unknown prompt {params.name!r}; this server has {FLUSH_PROMPT_NAME}")
+        return flush_prompt(tools.settings)
+
     server: Server[Any] = Server(
         SERVER_NAME, version=_version(), title="memory-core", instructions=INSTRUCTIONS,
         get_tool_input_schema=schemas.get, on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+        on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt,
     )
 
     async def session_start(ctx: Any, call_next: Any) -> Any:  # [sync] on_session_start
@@ -376,11 +586,12 @@ def check_host(host: str) -> None:
 
 
 def serve(settings: Settings, *, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.1",
-          port: int = 8765, path: str = "/mcp") -> None:
-    """Serve until stdin closes (stdio) or the process is interrupted (HTTP)."""
+          port: int = 8765, path: str = "/mcp", agents: dict[str, Settings] | None = None) -> None:
+    """Serve until stdin closes (stdio) or the process is interrupted (HTTP); with ``agents``,
+    every agent named (each call names its own)."""
     if transport == "http":
         check_host(host)
-    server, tools = build_server(settings)
+    server, tools = build_server(settings, agents=agents)
     tools.sync.start()  # [sync] watch and interval_minutes
     try:
         if transport == "stdio":

@@ -23,7 +23,11 @@
 - **Fallback.** The builtin index is kept beside it. When qmd is missing, exits non-zero,
   times out, or prints something that is not its JSON (or names files memory-core does not
   index, or ``vsearch`` finds no vectors at all), the search answers from the builtin index
-  and says so: ``provider_note`` (the note of a CLI/MCP answer) and ``status`` name the
+  and says so. So it does when qmd answers with nothing while the builtin index has strong
+  matches (``qmd.fallback_on_empty``, a best score of at least ``qmd.fallback_min_score``):
+  qmd's ``search`` ANDs every query word, so a question in plain words mostly finds nothing
+  there (282 of 300 public queries); ``search_mode = "query"`` is qmd's hybrid mode. Each
+  answer names the fallback (``fallback: {from: "qmd", to: "builtin", reason}``): ``provider_note`` (the note of a CLI/MCP answer) and ``status`` name the
   reason; the last outcome is kept in ``<state>/status.json`` so another process's
   ``status`` sees it too. The next search tries qmd again.
 """
@@ -675,10 +679,28 @@ class QmdSearcher(Searcher):
                     QmdRun(name, False, t0, time.time() - t0, error=str(exc), kind=exc.kind),
                     fallback_in_use=True, fallback_reason=str(exc))
             _emit_fallback_event(self.settings, exc)
-            return super().search(query, max_results, min_score, sources, mode=mode)
+            out = super().search(query, max_results, min_score, sources, mode=mode)
+            self.last_search = {**self.last_search, "qmd_fallback": f"qmd {name} failed ({exc})"}
+            return out
+        if not results and self.settings.qmd.fallback_on_empty:
+            # qmd's `search` ANDs every query word: a question in plain words mostly finds
+            # nothing there while the builtin index (OR semantics, vectors) has clear matches
+            builtin = super().search(query, max_results, min_score, sources, mode=mode)
+            floor = self.settings.qmd.fallback_min_score
+            strong = sum(1 for r in builtin if r.score >= floor)
+            if strong:
+                reason = (f"qmd {name} found nothing; the builtin index has {strong} strong match"
+                          f"{'es' if strong != 1 else ''} (score >= {floor:g})")
+                self.backend_note = f"{reason}; answered from the builtin index"
+                _record(self.settings, "last_search", QmdRun(name, True, t0, time.time() - t0),
+                        fallback_in_use=True, fallback_reason=reason)
+                _emit_fallback_event(self.settings, QmdError("empty", reason))
+                self.last_search = {**self.last_search, "qmd_fallback": reason}
+                return builtin
         self.backend_note = ""
         _record(self.settings, "last_search", QmdRun(name, True, t0, time.time() - t0),
                 fallback_in_use=False, fallback_reason="")
+        self.last_search = {"backend": "qmd", "qmd_mode": name, "embedded": name != "search"}
         return results
 
     def status(self) -> dict[str, Any]:

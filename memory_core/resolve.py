@@ -103,6 +103,7 @@ def resolve_settings(
     config_file: str | os.PathLike[str] | None = None,
     told_by: dict[str, str] | str = "{}",
     env: dict[str, str] | None = None,
+    agent: str | None = None,
 ) -> ResolvedSettings:
     """The settings of a run or a reader, in the documented order (module docstring).
 
@@ -111,14 +112,31 @@ def resolve_settings(
     mapping from top-level key to label (``{"sources": "--sessions"}``) and/or a format string
     for the rest (``"flow parameter {}"``). ``config_file``: the config file given, if any.
 
-    Raises :class:`ConfigError` for a bad config file or setting.
+    ``agent`` (else ``$MEMORY_CORE_AGENT``, else the config's ``agents.default`` when no
+    workspace or index is told): the agent whose workspace, index, qmd state and LanceDB folder
+    the config file's ``[agents]`` table gives (:mod:`memory_core.agents`); they rank as told
+    settings, below the flags actually given.
+
+    Raises :class:`ConfigError` for a bad config file or setting, :class:`UnknownAgentError`
+    for an agent the config does not list.
     """
+    from memory_core.agents import UnknownAgentError, agent_told, agents_of
 
     env = dict(os.environ) if env is None else env
     flags = _drop_none(dict(told or {}))
     env_layer = _env_layer(env)
     cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
     cfg: dict[str, Any] = read_config_file(cfg_path) if cfg_path else {}
+    agent = agent or env.get("MEMORY_CORE_AGENT") or None
+    if agent is not None or cfg.get("agents"):
+        agents = agents_of(cfg)
+        if agent is None and agents.default and not ({"workspace", "index_path"} & set(flags)):
+            agent = agents.default
+        if agent is not None:
+            if not cfg_path:
+                raise UnknownAgentError(f"unknown agent {agent!r}: no config file names agents (--config FILE or"
+                                        " $MEMORY_CORE_CONFIG, with an [agents] table)")
+            flags = _deep_merge(_drop_none(agent_told(agents, agent)), flags)
     found = False
     layers: list[tuple[str, dict[str, Any]]] = []
 
@@ -201,3 +219,23 @@ def resolve_settings(
                 changes.append(SettingChange(key, old, new, origins[key]))
     return ResolvedSettings(settings=settings, config_file=Path(cfg_path) if cfg_path else None, config_found=found,
                             has_index=live is not None, changes=changes)
+
+
+def resolve_agents(config_file: str | os.PathLike[str] | None, agents: list[str] | None = None, *,
+                   env: dict[str, str] | None = None) -> dict[str, Settings]:
+    """The settings of each agent of the config file (``agents``: only these, in this order),
+    checked to share no workspace, index, qmd state or LanceDB folder."""
+    from memory_core.agents import UnknownAgentError, agents_of, check_isolated
+
+    env = dict(os.environ) if env is None else env
+    path = config_file or env.get("MEMORY_CORE_CONFIG") or None
+    if not path:
+        raise UnknownAgentError("no config file names agents (--config FILE or $MEMORY_CORE_CONFIG, with an"
+                                " [agents] table)")
+    table = agents_of(read_config_file(path))
+    ids = list(dict.fromkeys(agents)) if agents else table.ids
+    if not ids:
+        raise UnknownAgentError(f"config file {path} lists no agents ([[agents.list]])")
+    by_agent = {a: resolve_settings({}, config_file=path, env=env, agent=a).settings for a in ids}
+    check_isolated(by_agent)
+    return by_agent

@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 import numpy as np
@@ -277,6 +277,29 @@ def _cosine_from_distance(distance: float | None) -> float:
 
 
 @dataclass(frozen=True)
+class SourceHits:
+    """What a :class:`ResultSource` found for one query: results in the ``to_agent`` shape on the
+    index's 0-1 score scale, a note, and whether the query was embedded (None: not tried)."""
+
+    results: list[dict[str, Any]]
+    note: str = ""
+    embedded: bool | None = None
+
+
+class ResultSource(Protocol):
+    """A source searched beside the index when ``sources`` names it, its results merged with the
+    index's by score (the LanceDB memory store, memory_core/lancedb_store.py)."""
+
+    source: str
+
+    def meta(self) -> dict[str, Any]:
+        """What its vectors were made with (``provider``, ``model``, ``dims``), as the index's meta."""
+        ...
+
+    def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits: ...
+
+
+@dataclass(frozen=True)
 class Candidates:
     """What the two retrieval sides found for one query (see :meth:`Searcher.retrieve`)."""
 
@@ -518,6 +541,71 @@ class _Index:
                 self._kw_conn.close()
 
 
+class Answering(Protocol):
+    """What :func:`search_answer` needs of a searcher: :class:`Searcher`, and the LanceDB export's
+    :class:`memory_core.lancedb_index.LanceSearcher`."""
+
+    settings: Settings
+    provider_note: str
+    last_search: dict[str, Any]  # backend, embedded (qmd: qmd_mode, qmd_fallback)
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]: ...
+
+    def index_meta(self) -> dict[str, Any]: ...
+
+
+def search_answer(searcher: Answering, query: str, max_results: int | None = None, min_score: float | None = None,
+                  sources: list[str] | None = None, *, mode: str | None = None, chat_type: str | None = None,
+                  extra: ResultSource | None = None) -> dict[str, Any]:
+    """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
+    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
+    ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
+
+    ``extra``: a source searched too when ``sources`` names it (the memory store), its results
+    merged with the index's by score; when ``sources`` names nothing else the index is not
+    read and the metadata describe ``extra``'s vectors."""
+    from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
+
+    max_results, clamp_note = clamp_results(max_results)
+    mode = searcher.settings.query.search_mode() if mode is None else mode
+    floor = searcher.settings.query.min_score if min_score is None else min_score
+    searcher.last_search = {}
+    srcs = list(dict.fromkeys(sources)) if sources else None
+    if extra is not None and (srcs is None or extra.source not in srcs):
+        extra = None  # a source beside the index is searched only when asked for by name
+    file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
+    read_index = file_srcs is None or bool(file_srcs)
+    results: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {}
+    if read_index:
+        results = [r.to_agent() for r in searcher.search(query, max_results=max_results, min_score=min_score,
+                                                         sources=file_srcs, mode=mode)]
+        with contextlib.suppress(Exception):  # an empty query never opened the index
+            meta = searcher.index_meta()
+    last, note = searcher.last_search, searcher.provider_note if read_index else ""
+    notes = [clamp_note, note]
+    if extra is not None:
+        n = searcher.settings.query.max_results if max_results is None else max_results
+        got = extra.source_hits(query, max_results=n, min_score=floor, mode=mode)
+        # one score scale on both sides; stable: the index's hits first on ties
+        results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
+        notes.append(got.note)
+        if not read_index:  # the answer's provider is the one of the source's vectors
+            meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
+    shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
+    out: dict[str, Any] = {"results": shaped.results}
+    out.update(response_meta(meta, last, note, mode))
+    out["citations"] = citations_mode(searcher.settings, chat_type)
+    notes = [n for n in (*notes, shaped.note) if n]
+    if not results:
+        notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
+                     " this well; try other words, or a lower min_score to see weaker matches")
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out
+
+
 class Searcher:
     """Hybrid search over the index at ``settings.index_file``.
 
@@ -536,6 +624,7 @@ class Searcher:
         self._injected = provider is not None
         self.provider_note = ""
         self._pool: ThreadPoolExecutor | None = None
+        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
 
     # -- lifecycle -----------------------------------------------------------------------
     def _current(self) -> _Index:
@@ -630,24 +719,15 @@ class Searcher:
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded}
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
-                        sources: list[str] | None = None, *, mode: str | None = None) -> dict[str, Any]:
-        """``{"results": [...], "note"?: str}``: what ``search --json`` prints and MCP returns."""
-        from memory_core.answers import shape_results
-
-        results = self.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
-        shaped = shape_results([r.to_agent() for r in results], self.settings)  # citations mode, budget
-        out: dict[str, Any] = {"results": shaped.results}
-        notes = [n for n in (self.provider_note, shaped.note) if n]
-        if not results:
-            floor = self.settings.query.min_score if min_score is None else min_score
-            notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
-                         " this well; try other words, or a lower min_score to see weaker matches")
-        if notes:
-            out["note"] = "; ".join(notes)
-        return out
+                        sources: list[str] | None = None, *, mode: str | None = None,
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+        """What ``search --json`` prints and MCP returns: :func:`search_answer`."""
+        return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
+                             extra=extra)
 
     def candidate_count(self, max_results: int) -> int:
         """Candidates per side: ``max_results x candidate_multiplier``, at least 1, capped at 200."""

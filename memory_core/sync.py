@@ -192,6 +192,15 @@ class SyncManager:
             log.warning("sync: reindex (%s) %s: %s", reason, "skipped" if rec.skipped else "failed", rec.error)
         return rec.summary or {}
 
+    def reindex_now(self, reason: str) -> SyncRun:
+        """Reindex now, in this thread (after any run in progress here): ``memory_write`` uses it
+        so the text it wrote is searchable when it answers."""
+        with self._cond:
+            before = len(self.runs)
+        self._run_serialised(reason)
+        with self._cond:
+            return next(r for r in reversed(self.runs[before:]) if r.reason == reason)
+
     # -- state --------------------------------------------------------------------------------------
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """True once no requested run is running or queued (watch runs aside)."""

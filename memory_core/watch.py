@@ -108,7 +108,7 @@ class DeploymentRunner:
         self.timeout_s = timeout_s
         params: dict[str, Any] = {
             "workspace": str(settings.workspace_dir), "index_path": str(settings.index_file),
-            "config_file": config_file, "full": False, **(told or {}),
+            "config_file": config_file, "full": False, "agent": settings.agent, **(told or {}),
         }
         # the reindex flow takes flat parameters; unset ones come from the deployment
         self.parameters = {k: v for k, v in params.items() if v is not None}

@@ -19,7 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY", "VOYAGE_API_KEY",
              "MISTRAL_API_KEY", "MISTRAL_BASE_URL",
-             "MEMORY_CORE_CONFIG", "MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_PROVIDER"):
+             "MEMORY_CORE_CONFIG", "MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_PROVIDER",
+             "MEMORY_CORE_AGENT"):
     os.environ.pop(_var, None)
 
 

@@ -206,6 +206,39 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
     props = bf.parameter_openapi_schema["properties"]
     assert "Batch API" in props["batch"]["description"]
     assert "'threads'" in str(props["task_runner"]) and "'dask'" in str(props["task_runner"])
+    # the fleet of agents: the config file from the environment, its schedule off until turned on
+    fleet = deps["fleet-reindex/fleet"]
+    assert fleet.parameters["config_file"] == str(stack.cfg)
+    assert fleet.work_pool_name == "memory-core" and [s.active for s in fleet.schedules] == [False]
+    assert {"agents", "deployment", "task_runner"} <= set(fleet.parameter_openapi_schema["properties"])
+    assert fleet.parameters["deployment"] == "reindex/agent"
+    agent = deps["reindex/agent"]
+    assert agent.global_concurrency_limit is None and agent.schedules == [] and "workspace" not in agent.parameters
+
+
+def test_the_fleet_deployment_spreads_agents_over_the_work_pool(stack: Stack, tmp_path: Path) -> None:
+    """`fleet-reindex/fleet` on the work pool: each agent is a run of `reindex/agent` that the
+    pool's worker picks up, a child of the fleet run; each agent's index holds its own notes."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    from memory_core.resolve import resolve_agents
+    from tests.test_agents import make_fleet
+    from tests.test_fleet import _texts
+
+    cfg, _ = make_fleet(tmp_path)
+    run = run_and_wait("fleet-reindex/fleet", config_file=str(cfg))
+    assert run.state.is_completed(), run.state.message
+    with get_client(sync_client=True) as client:
+        agent_dep = client.read_deployment_by_name("reindex/agent")
+        children = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run.id])))
+    assert sorted(c.name for c in children) == ["reindex-alpha-full", "reindex-beta-full"]
+    assert all(c.deployment_id == agent_dep.id and c.state_type.value == "COMPLETED" for c in children)
+    assert {c.parameters["agent"] for c in children} == {"alpha", "beta"}
+    fleet = resolve_agents(cfg)
+    assert "walrus" in _texts(fleet["alpha"]) and "walrus" not in _texts(fleet["beta"])
+    assert "narwhal" in _texts(fleet["beta"]) and "narwhal" not in _texts(fleet["alpha"])
 
 
 def test_shipped_automations_alert_on_fallbacks_and_stale_indexes(stack: Stack) -> None:

@@ -60,13 +60,15 @@ def test_stdio_tools_errors_and_live_swaps(indexed, tmp_path):
         async with Client(_stdio(ws, errlog)) as client:
             # tools and what they tell an agent
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"memory_search", "memory_get", "memory_status"}
+            assert set(tools) == {"memory_search", "memory_get", "memory_status", "memory_write",
+                                  "memory_store", "memory_recall", "memory_list", "memory_forget"}
             assert "FIRST" in tools["memory_search"].description
             assert "memory_get" in tools["memory_search"].description
             assert "memory_search" in tools["memory_get"].description
             assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
             assert tools["memory_search"].input_schema["required"] == ["query"]
-            assert all(t.annotations.read_only_hint for t in tools.values())
+            assert all(tools[t].annotations.read_only_hint for t in ("memory_search", "memory_get", "memory_status"))
+            assert tools["memory_write"].annotations.read_only_hint is False
 
             # memory_search: path, lines, score, snippet, source, citation
             res = await client.call_tool("memory_search", {"query": "pgbackrest restore", "max_results": 3,
@@ -181,7 +183,7 @@ def test_streamable_http_on_loopback(indexed, tmp_path):
             try:
                 async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                     names = {t.name for t in (await client.list_tools()).tools}
-                    assert names == {"memory_search", "memory_get", "memory_status"}
+                    assert {"memory_search", "memory_get", "memory_status", "memory_write", "memory_store"} <= names
                     r = await client.call_tool("memory_search", {"query": "pgbackrest", "min_score": 0})
                     assert not r.is_error and r.structured_content["results"]
                     return

@@ -53,6 +53,11 @@ def provider_names() -> list[str]:
     return ["auto", *registered(), "none"]
 
 
+def keyword_only(name: object) -> bool:
+    """Whether an index meta's ``provider`` (None when unrecorded) means keyword-only: no vectors."""
+    return name is None or name == NoProvider.name
+
+
 def provider_class(name: str) -> type[EmbeddingProvider] | None:
     """The class registered as ``name`` (:class:`NoProvider` for ``"none"``), or None when
     unknown or not importable here."""

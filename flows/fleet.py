@@ -1,0 +1,123 @@
+"""The ``fleet-reindex`` flow: bring every agent's memory index up to date, one task per agent.
+
+A config file with an ``[agents]`` table (memory_core/agents.py) names the agents; each agent's
+reindex is one task (``reindex-<agent>``) that runs the ``reindex`` flow for that agent as a
+subflow, so each has its own run, artifacts and events in the UI, and one agent's failure does
+not stop the others. Up to ``FLEET_CONCURRENCY`` agents are reindexed at once in this process;
+each one's embedding requests run on its own task runner (``task_runner``: threads, or ``dask``
+for a Dask cluster).
+
+To spread a fleet over Prefect workers instead, pass ``deployment`` (e.g.
+``reindex/agent``): each agent becomes a run of that deployment on its work pool
+(``run_deployment``), and any worker of the pool picks it up; this flow waits for them and
+reports every agent's outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import wait
+from prefect.states import Completed, Failed
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.reindex import IfBusy, reindex
+from flows.runners import RunnerChoice
+from memory_core.resolve import resolve_agents
+
+FLEET_CONCURRENCY = 4  # agents reindexed at once in this process
+
+
+@task(name="reindex-agent", task_run_name="reindex-{agent}", cache_policy=NO_CACHE)
+def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | None, task_runner: RunnerChoice,
+                  dask_address: str | None, dask_workers: int, deployment: str | None) -> dict[str, Any]:
+    """One agent's reindex: the ``reindex`` flow as a subflow, or a run of ``deployment``."""
+    params: dict[str, Any] = {"agent": agent, "config_file": config_file, "full": full, "if_busy": if_busy,
+                              "task_runner": task_runner, "dask_address": dask_address,
+                              "dask_workers": dask_workers}
+    if deployment:
+        from prefect.client.schemas.objects import FlowRun
+        from prefect.deployments import run_deployment
+
+        # the deployment's own workspace/index parameters must not override the agent's;
+        # sync_compatible: called from a sync task it returns the FlowRun, not a coroutine
+        run = cast(FlowRun, run_deployment(deployment, parameters={**params, "workspace": None, "index_path": None},
+                                           timeout=None, as_subflow=True))
+        if run.state is None or not run.state.is_completed():
+            raise RuntimeError(f"agent {agent}: flow run {run.name} ended {run.state.name if run.state else 'unknown'}")
+        return {"agent": agent, "flow_run": run.name, "outcome": run.state.message or run.state.name}
+    summary = reindex(**params)
+    return {"agent": agent, **(summary if isinstance(summary, dict) else {})}
+
+
+def _row(agent: str, result: dict[str, Any] | None, error: str | None, seconds: float) -> dict[str, Any]:
+    r = result or {}
+    outcome = error or r.get("outcome") or ("skipped: " + str(r["skipped"]) if r.get("skipped") else
+                                            "swapped" if r.get("swapped") else "nothing to do")
+    return {"agent": agent, "outcome": outcome, "files": r.get("files_total", ""),
+            "chunks": r.get("chunks_total", ""), "seconds": round(seconds, 2)}
+
+
+@flow(name="fleet-reindex", flow_run_name="fleet-reindex-{full}",
+      task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY),  # type: ignore[arg-type]
+      validate_parameters=True, log_prints=False)
+def fleet_reindex(
+    config_file: str | None = None,
+    agents: list[str] | None = None,
+    full: bool = False,
+    if_busy: IfBusy | None = "skip",
+    task_runner: RunnerChoice = "threads",
+    dask_address: str | None = None,
+    dask_workers: int = 2,
+    deployment: str | None = None,
+) -> dict[str, Any]:
+    """Reindex every agent of the config file (or ``agents``), one task per agent.
+
+    Args:
+        config_file: memory-core TOML config file with an [agents] table (default: MEMORY_CORE_CONFIG).
+        agents: Only these agents (default: every agent in agents.list).
+        full: Rebuild each index in full (vectors still come from the embedding cache).
+        if_busy: When another run is writing an agent's index: wait, skip (default) or fail.
+        task_runner: Where each agent's embedding requests run: threads (default) or dask.
+        dask_address: Address of a running Dask scheduler (task_runner=dask).
+        dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
+        deployment: Run each agent as a run of this deployment of the reindex flow (e.g. reindex/agent),
+            on its work pool, instead of a subflow here.
+    """
+    import os
+
+    logger = get_run_logger()
+    path = config_file or os.environ.get("MEMORY_CORE_CONFIG") or None
+    fleet = resolve_agents(path, agents)  # unknown agents, shared stores: ConfigError before any run
+    assert path is not None
+    logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))
+    started = {a: time.perf_counter() for a in fleet}
+    futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
+                                       deployment) for a in fleet}
+    wait(list(futures.values()))
+    rows, results, failed = [], {}, []
+    for agent, fut in futures.items():
+        state = fut.state
+        seconds = time.perf_counter() - started[agent]
+        if state.is_completed():
+            results[agent] = fut.result()
+            rows.append(_row(agent, results[agent], None, seconds))
+        else:
+            err = str(state.message or state.name)
+            failed.append(agent)
+            rows.append(_row(agent, None, f"failed: {err}", seconds))
+    try:
+        from prefect.artifacts import create_table_artifact
+
+        create_table_artifact(rows, key="fleet-reindex-summary",
+                              description=f"{len(fleet) - len(failed)} of {len(fleet)} agents reindexed")
+    except Exception as exc:  # the UI is a nicety; the outcome is in the state
+        logger.warning("cannot create the fleet summary artifact: %s", exc)
+    out = {"agents": results, "failed": failed}
+    if failed:
+        return Failed(message=f"{len(failed)} of {len(fleet)} agents failed: {', '.join(failed)}", data=out)  # type: ignore[return-value]
+    return Completed(message=f"{len(fleet)} agents reindexed", data=out)  # type: ignore[return-value]
+

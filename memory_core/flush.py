@@ -1,0 +1,220 @@
+"""The memory flush before compaction (the seeds' ``agents.defaults.compaction.memoryFlush``).
+
+When a session nears compaction, the runtime runs one silent turn asking the model to write
+lasting notes to ``memory/YYYY-MM-DD.md`` (or to reply ``NO_REPLY``), so nothing worth keeping is
+lost when the context is summarised. memory-core's part:
+
+- :func:`estimate_transcript`: a session's token estimate from its JSONL transcript (characters
+  of the messages since the last compaction / 4, the runtime's own rough rule) and its
+  compaction cycle (the number of ``{"type": "compaction"}`` records in it);
+- :func:`check_flush`: whether a flush is due: the estimate passes ``context_window -
+  reserve_tokens_floor - soft_threshold_tokens`` (defaults 200,000 - 20,000 - 4,000), the flush
+  is on, the workspace is writable, and this session has not flushed in this cycle yet; with
+  the two prompts to send;
+- :class:`FlushLedger`: the flushes per session and cycle (``<index>.flush-ledger.json``, the
+  seeds' sessions ledger), written atomically under a lock, so a flush runs once per cycle even
+  when two processes ask at once (``record=True`` claims the cycle in the same locked step).
+
+Nothing here calls a model: the runtime sends the prompts; ``memory_write`` (memory_core/write.py)
+is how the model's notes land in the memory files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.errors import PathError, UsageError
+
+CHARS_PER_TOKEN = 4
+MAX_SESSION_ID = 200
+MAX_TRANSCRIPT_LINE = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TranscriptEstimate:
+    tokens: int  # estimated tokens of the context since the last compaction
+    cycle: int  # compaction records seen: the session's compaction cycle
+    messages: int  # message records since the last compaction
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_chars(v.get("text", v) if isinstance(v, dict) and v.get("type") == "text" else v) for v in value)
+    if isinstance(value, dict):
+        return len(json.dumps(value, ensure_ascii=False))
+    return 0
+
+
+def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
+    """Tokens and compaction cycle of a JSONL transcript (OpenClaw's / pi's session format).
+
+    Messages (``{"type": "message", "message": {"role", "content"}}``) count ``chars / 4`` of
+    their content (text blocks, tool calls and results alike); a ``{"type": "compaction"}``
+    record starts a new cycle and the context after it is its ``summary`` plus what follows.
+    Blank and malformed lines are skipped. PathError when the file cannot be read."""
+    p = Path(path).expanduser()
+    chars = messages = cycle = 0
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise PathError(f"cannot read transcript {p}: {exc.strerror or exc}") from None
+    with fh:
+        while line := fh.readline(MAX_TRANSCRIPT_LINE):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("type") == "compaction":
+                cycle += 1
+                chars, messages = _chars(rec.get("summary", "")), 0
+            elif rec.get("type") == "message" and isinstance(rec.get("message"), dict):
+                messages += 1
+                chars += _chars(rec["message"].get("content"))
+    return TranscriptEstimate(math.ceil(chars / CHARS_PER_TOKEN), cycle, messages)
+
+
+@dataclass(frozen=True)
+class FlushCheck:
+    """The answer of :func:`check_flush` (``memory-core flush --json``, MCP ``memory_flush_check``)."""
+
+    session: str
+    due: bool
+    reason: str
+    tokens: int
+    threshold: int
+    cycle: int
+    recorded: bool  # this check claimed the cycle in the ledger
+    system_prompt: str
+    prompt: str
+    ledger: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class FlushLedger:
+    """Flushes per session and compaction cycle, in one JSON file replaced atomically.
+
+    ``{"version": 1, "sessions": {"<session>": {"cycle": 2, "flushed_at": "...", "tokens": 181000}}}``
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, dict[str, Any]]:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"the flush ledger {self.path} cannot be read ({exc}); move it away to start afresh")\
+                from None
+        sessions = data.get("sessions") if isinstance(data, dict) else None
+        return sessions if isinstance(sessions, dict) else {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def write(self, sessions: dict[str, dict[str, Any]]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"version": 1, "sessions": sessions}, fh, ensure_ascii=False, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def workspace_read_only(settings: Settings) -> str:
+    """Why the workspace may not be written (``""`` when it may)."""
+    access = settings.compaction.workspace_access
+    if access != "rw":
+        return f"the workspace is {'read-only' if access == 'ro' else 'not accessible'} (compaction.workspace_access" \
+               f" = {access!r})"
+    ws = settings.workspace_dir
+    if not ws.is_dir():
+        return f"the workspace {ws} does not exist"
+    if not os.access(ws, os.W_OK | os.X_OK):
+        return f"the workspace {ws} is read-only"
+    return ""
+
+
+def _prompt(text: str, today: _dt.date) -> str:
+    return text.replace("YYYY-MM-DD", today.isoformat())
+
+
+def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
+                transcript: str | os.PathLike[str] | None = None, cycle: int | None = None,
+                record: bool = False, today: _dt.date | None = None) -> FlushCheck:
+    """Whether ``session`` should run its memory flush now (module docstring).
+
+    ``tokens`` (told) or ``transcript`` (read: :func:`estimate_transcript`) gives the estimate;
+    ``cycle`` (told) overrides the transcript's compaction count (0 without either). With
+    ``record``, a due flush is recorded in the ledger in the same locked step, so the next check
+    of this cycle says it is done.
+    """
+    if not session or len(session) > MAX_SESSION_ID or any(ord(c) < 32 for c in session):
+        raise UsageError(f"a session id is 1 to {MAX_SESSION_ID} printable characters")
+    if tokens is None and transcript is None:
+        raise UsageError("give the session's token count or its transcript")
+    if tokens is not None and tokens < 0:
+        raise UsageError(f"tokens must be 0 or more, not {tokens}")
+    est = estimate_transcript(transcript) if transcript is not None else None
+    tokens = tokens if tokens is not None else est.tokens  # type: ignore[union-attr]
+    cycle = cycle if cycle is not None else (est.cycle if est is not None else 0)
+    c = settings.compaction
+    threshold = max(0, c.context_window - c.reserve_tokens_floor - c.memory_flush.soft_threshold_tokens)
+    today = today or _dt.date.today()
+    ledger = FlushLedger(settings.flush_ledger_file)
+
+    def answer(due: bool, reason: str, recorded: bool = False) -> FlushCheck:
+        return FlushCheck(session, due, reason, tokens, threshold, cycle, recorded,
+                          _prompt(c.memory_flush.system_prompt, today), _prompt(c.memory_flush.prompt, today),
+                          str(ledger.path))
+
+    if not c.memory_flush.enabled:
+        return answer(False, "the memory flush is off (compaction.memory_flush.enabled = false)")
+    ro = workspace_read_only(settings)
+    if ro:
+        return answer(False, f"skipped: {ro}")
+    if tokens < threshold:
+        return answer(False, f"{tokens} tokens, below the flush threshold of {threshold}")
+    with ledger.locked():
+        sessions = ledger.read()
+        done = sessions.get(session)
+        if isinstance(done, dict) and done.get("cycle") == cycle:
+            return answer(False, f"already flushed in compaction cycle {cycle} (at {done.get('flushed_at')})")
+        reason = f"{tokens} tokens passed the flush threshold of {threshold} in compaction cycle {cycle}"
+        if not record:
+            return answer(True, reason)
+        sessions[session] = {"cycle": cycle, "tokens": tokens,
+                             "flushed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+        ledger.write(sessions)
+        return answer(True, reason, recorded=True)

@@ -1,0 +1,348 @@
+"""Past one machine: the index exported to a LanceDB table and searched with the same ranking.
+
+``memory-core export --format lancedb URI`` writes the index's chunks (the columns of
+:mod:`memory_core.export`, plus each file's ``mtime`` and the chunk's ``date``) to the table
+``chunks`` of the LanceDB database at ``URI``: a local folder, or object storage
+(``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as LanceDB reads them), which
+many machines can query at once. With it: a full-text index on ``text`` (LanceDB's BM25, plain
+lower-cased words as FTS5 sees them), a B-tree on ``id``, and a ``terms`` table of each word's
+document frequency (the query terms' IDF, which the calibration needs). The table is replaced in one
+commit (Lance versions): a reader sees the old or the new export, never a mix.
+
+``memory-core search --lancedb URI`` (:class:`LanceSearcher`) retrieves candidates from that table
+(exact cosine KNN over every vector, BM25 over the text) and ranks them with
+:meth:`memory_core.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
+``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
+from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
+candidates for a query naming a day (the day still lifts the chunks found); transcript chunks dated by
+their file's mtime; CJK text is not segmented.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memory_core import ranking, textsearch
+from memory_core.config import Settings
+from memory_core.embeddings.catalog import keyword_only
+from memory_core.errors import IndexMissingError, ProviderError, UsageError
+
+if TYPE_CHECKING:
+    from memory_core.search import ResultSource
+
+TABLE = "chunks"
+TERMS = "terms"
+MARK = b"memory_core.lancedb_export"
+_COLS = ["id", "path", "source", "start_line", "end_line", "text", "mtime", "date"]
+_WORD_RE = re.compile(r"[^\W_]+")
+MAX_TOKEN_CHARS = 40  # LanceDB's tokenizer drops longer tokens
+
+
+def doc_tokens(text: str) -> list[str]:
+    """Words as LanceDB's ``simple`` tokenizer makes them: letter/digit runs, lower-cased, ASCII-folded."""
+    folded = unicodedata.normalize("NFKD", text.lower())
+    folded = "".join(c for c in folded if not unicodedata.combining(c))
+    return [w for w in _WORD_RE.findall(folded) if len(w) <= MAX_TOKEN_CHARS]
+
+
+def _lancedb() -> Any:
+    try:
+        import lancedb
+    except ModuleNotFoundError:
+        raise UsageError("LanceDB export and search need the lancedb package: pip install 'memory-core[lancedb]'"
+                         ) from None
+    return lancedb
+
+
+def _fts_config() -> Any:
+    from lancedb.index import FTS
+
+    return FTS(stem=False, remove_stop_words=False)
+
+
+def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> Any:
+    """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
+    :class:`memory_core.export.ExportSummary`. An existing ``chunks`` table is replaced only when it
+    is an earlier export (or with ``force``)."""
+    import pyarrow as pa
+
+    from memory_core.dates import chunk_date
+    from memory_core.export import ExportSummary, _batches, _Snapshot, export_schema
+
+    lancedb = _lancedb()
+    local = "://" not in uri
+    if local:
+        uri = os.path.abspath(os.path.expanduser(uri))
+        if Path(uri).resolve() == Path(index_path).resolve().parent or Path(uri).is_file():
+            raise UsageError(f"{uri} is not a folder for a LanceDB database")
+    t0 = time.perf_counter()
+    snap = _Snapshot(Path(index_path))
+    try:
+        db = lancedb.connect(uri)
+        if TABLE in _tables(db) and not force:
+            md = db.open_table(TABLE).schema.metadata or {}
+            if MARK not in md:
+                raise UsageError(f"{uri} already has a table {TABLE!r} that is not a memory-core export;"
+                                 " use --force to replace it")
+        mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
+        dims = snap.dims
+        meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
+        base = _batches(snap, vectors=bool(dims), batch_rows=batch_rows)
+        schema = export_schema(dims, vectors=bool(dims))
+        schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
+        df: Counter[str] = Counter()
+        sample: list[np.ndarray] = []
+        n = 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            nonlocal n
+            for b in base:
+                cols = b.to_pydict()
+                mt = [mtimes.get(p) for p in cols["path"]]
+                dt = [chunk_date(p, s, a, e, m) for p, s, a, e, m in
+                      zip(cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
+                for text in cols["text"]:
+                    df.update(set(doc_tokens(text)))
+                if dims and len(sample) < 512:
+                    vec = b.column("vector").flatten().to_numpy(zero_copy_only=False).reshape(-1, dims)
+                    sample.extend(vec[: 512 - len(sample)])
+                n += b.num_rows
+                yield pa.RecordBatch.from_arrays(
+                    [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
+                    schema=schema)
+
+        reader = pa.RecordBatchReader.from_batches(schema, batches())
+        table = db.create_table(TABLE, data=reader, mode="overwrite")
+        if sample:
+            m = np.asarray(sample, dtype=np.float32)
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            g = m @ m.T
+            bg = float((g.sum() - np.trace(g)) / (len(m) * (len(m) - 1))) if len(m) > 1 else None
+        else:
+            bg = None
+        terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
+                         schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
+                                          metadata={"memory_core.n_chunks": str(n),
+                                                    "memory_core.background_cosine": json.dumps(bg)}))
+        tt = db.create_table(TERMS, data=terms, mode="overwrite")
+        if n:
+            table.create_index("text", config=_fts_config(), replace=True)
+            table.create_scalar_index("id", replace=True)
+        if len(df):
+            tt.create_scalar_index("term", replace=True)
+        size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
+        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
+                             bytes=size, seconds=round(time.perf_counter() - t0, 3),
+                             provider=snap.meta.get("provider"), model=snap.meta.get("model"))
+    finally:
+        snap.close()
+
+
+def _tables(db: Any) -> list[str]:
+    res = db.list_tables()
+    return list(getattr(res, "tables", res))
+
+
+class LanceSearcher:
+    """Search an exported LanceDB table (:func:`export_lancedb`) with the embedded index's ranking.
+
+    ``provider`` embeds queries (default: created from the export's recorded provider, as
+    :class:`memory_core.search.Searcher` does for an index).
+    """
+
+    def __init__(self, settings: Settings, uri: str, *, provider: Any = None) -> None:
+        from memory_core.search import Searcher
+
+        self.settings = settings
+        self.uri = uri if "://" in uri else os.path.abspath(os.path.expanduser(uri))
+        lancedb = _lancedb()
+        db = lancedb.connect(self.uri)
+        if TABLE not in _tables(db) or TERMS not in _tables(db):
+            raise IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
+                                    f" {uri}` first")
+        self.table = db.open_table(TABLE)
+        self.terms = db.open_table(TERMS)
+        md = self.table.schema.metadata or {}
+        self.meta: dict[str, Any] = json.loads(md.get(b"memory_core.meta", b"{}"))
+        tmd = self.terms.schema.metadata or {}
+        self.n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
+        self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
+        self._provider = provider
+        self._provider_checked = provider is not None
+        self.provider_note = ""
+        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
+        self._ranker = Searcher(settings)  # rank() only: it opens no index
+
+    def close(self) -> None:
+        self._ranker.close()
+
+    def __enter__(self) -> LanceSearcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _query_provider(self) -> Any:
+        if keyword_only(self.meta.get("provider")) or not self.meta.get("dims"):
+            return None
+        if not self._provider_checked:
+            self._provider_checked = True
+            try:
+                from memory_core.embeddings.registry import create_provider
+                from memory_core.indexmeta import IndexRecord
+
+                s = IndexRecord.from_meta(self.meta).query_settings(self.settings)  # type: ignore[union-attr]
+                self._provider, _ = create_provider(s)
+                self._provider.deadline_s = self.settings.query.embed_timeout_s
+            except Exception as exc:
+                self.provider_note = f"query embeddings unavailable ({exc}); keyword-only results"
+        p = self._provider
+        if p is not None and p.provider_key != self.meta.get("provider_key"):
+            self.provider_note = "the export was built with a different provider configuration; keyword-only results"
+            return None
+        return p
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
+               sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]:
+        from memory_core.search import MODES
+
+        q = self.settings.query
+        mode = q.search_mode() if mode is None else mode
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        max_results = q.max_results if max_results is None else max(1, int(max_results))
+        cands = self.retrieve(query, self._ranker.candidate_count(max_results), sources,
+                              vector=mode != "keyword", keyword=mode != "vector")
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
+        return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
+
+    def index_meta(self) -> dict[str, Any]:
+        """The exported index's meta record (provider, model, dims)."""
+        return dict(self.meta)
+
+    def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
+                        sources: list[str] | None = None, *, mode: str | None = None,
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+        """The answer ``search --json`` prints for the index itself, metadata and all
+        (:func:`memory_core.search.search_answer`)."""
+        from memory_core.search import search_answer
+
+        return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
+                             extra=extra)
+
+    def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
+                 vector: bool = True, keyword: bool = True) -> Any:
+        """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
+        from memory_core.dates import query_date_range
+        from memory_core.search import Candidates
+
+        query = (query or "").replace("\x00", " ")
+        if not query.strip():
+            return Candidates(query, [], [], False)
+        dates = query_date_range(query)
+        text = dates.strip(query) if dates else query
+        if not text.strip():
+            vector = keyword = False
+        srcs = list(dict.fromkeys(sources)) if sources else None
+        where = " OR ".join(f"source = '{s}'" for s in srcs if s in ("memory", "sessions")) if srcs else None
+        if srcs and not where:
+            return Candidates(query, [], [], False)
+        provider = self._query_provider() if vector else None
+        qvec = None
+        by_id: dict[str, ranking.Hit] = {}
+        vec_hits: list[ranking.Hit] = []
+        if provider is not None:
+            try:
+                qvec = np.asarray(provider.embed_query(text[:8000]), dtype=np.float32)
+                qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+            except ProviderError as exc:
+                self.provider_note = f"query embedding failed ({exc}); keyword-only results"
+                qvec = None
+        if qvec is not None:
+            vq = self.table.search(qvec.tolist()).distance_type("cosine").select([*_COLS, "_distance"]).limit(
+                n_candidates)
+            if where:
+                vq = vq.where(where, prefilter=True)
+            for r in vq.to_list():
+                h = self._hit(r, len(by_id))
+                h.vector_score, h.in_vector = 1.0 - float(r["_distance"]), True
+                by_id[h.id] = h
+                vec_hits.append(h)
+        words = textsearch.query_terms(text) if keyword else []
+        terms = [] if all(textsearch.is_stop_word(w) for w in words) else words
+        tokens = list(dict.fromkeys(t for w in terms for t in doc_tokens(w)))
+        kw_hits: list[ranking.Hit] = []
+        idf_total, coverage = 0.0, 1.0
+        if tokens:
+            fts = " ".join(tokens)
+            for r in self._fts(fts, n_candidates, where, _COLS):
+                kh = by_id.get(str(r["id"]))
+                if kh is None:
+                    kh = by_id[str(r["id"])] = self._hit(r, len(by_id))
+                kh.bm25, kh.in_keyword = float(r["_score"]), True
+                kh.text_score = kh.bm25 / (1 + kh.bm25)
+                kw_hits.append(kh)
+            need = [h.id for h in vec_hits if not h.in_keyword]
+            if need:  # the BM25 of vector candidates
+                for r in self._fts(fts, len(need), _id_in(need), ["id"]):
+                    h = by_id[str(r["id"])]
+                    h.bm25 = float(r["_score"])
+                    h.text_score = h.bm25 / (1 + h.bm25)
+            quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
+            df = {r["term"]: int(r["df"]) for r in self.terms.search().where(f"term IN ({quoted})")
+                  .select(["term", "df"]).limit(len(tokens)).to_list()}
+            n = self.n_chunks
+            present = 0.0
+            for t in tokens:  # LanceDB's BM25 IDF
+                d = df.get(t, 0)
+                idf = math.log(1 + (n - d + 0.5) / (d + 0.5))
+                idf_total += idf
+                present += idf if d else 0.0
+            if idf_total > 0 and not ranking.mostly_cjk(query):
+                coverage = present / idf_total
+        if qvec is not None:  # the cosine of keyword-only candidates, from their stored vectors
+            missing = [h for h in by_id.values() if not h.in_vector]
+            if missing:
+                rows = self.table.search().where(_id_in([h.id for h in missing])).select(["id", "vector"]).limit(
+                    len(missing)).to_list()
+                for r in rows:
+                    v = np.asarray(r["vector"], dtype=np.float32)
+                    by_id[str(r["id"])].vector_score = float(v @ qvec / max(float(np.linalg.norm(v)), 1e-12))
+        idents = [i.lower() for i in ranking.identifiers(text)] if keyword else []
+        for h in by_id.values():
+            h.has_identifier = bool(idents) and any(i in h.text.lower() for i in idents)
+        cal = ranking.Calibration.for_model(self.meta.get("model"), self.background if qvec is not None else None,
+                                            self.settings.query.vector_calibration)
+        return Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
+                          coverage)
+
+    @staticmethod
+    def _hit(r: dict[str, Any], rid: int) -> ranking.Hit:
+        return ranking.Hit(id=str(r["id"]), path=str(r["path"]), source=str(r["source"]),
+                           start_line=int(r["start_line"]), end_line=int(r["end_line"]), text=str(r["text"]),
+                           mtime_ms=r.get("mtime"), date=r.get("date"), rid=rid)
+
+    def _fts(self, text: str, k: int, where: str | None, cols: list[str]) -> list[dict[str, Any]]:
+        fq = self.table.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
+        if where:
+            fq = fq.where(where, prefilter=True)
+        return fq.to_list()
+
+    def status(self) -> dict[str, Any]:
+        return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.meta.get("provider"),
+                "model": self.meta.get("model"), "dims": self.meta.get("dims"), "version": int(self.table.version)}
+
+
+def _id_in(ids: list[str]) -> str:
+    return "id IN (" + ",".join("'" + i.replace("'", "''") + "'" for i in ids) + ")"

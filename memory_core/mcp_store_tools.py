@@ -1,0 +1,181 @@
+"""The LanceDB memory store's MCP tools (OpenClaw's ``memory-lancedb`` names and arguments).
+
+- ``memory_store`` {text, importance?, category?} -> ``{action: "created" | "updated", id, memory, ...}``
+- ``memory_recall`` {query, limit?, minScore?, category?, mode?} -> ``{results: [...], note?}`` in the
+  ``memory_search`` result shape (citation ``store:<id>``) plus each memory's fields
+- ``memory_list`` {category?, limit?} -> ``{memories: [...], count}``
+- ``memory_forget`` {memoryId} -> ``{action: "deleted", id, memory}``; or {query} -> the candidates
+  (``action: "candidates"``), deleting nothing: a memory is forgotten by id only
+
+:class:`StoreTools` opens the store (and imports ``lancedb``) on the first call, so a server whose
+agent never uses these tools pays nothing for them. Kept out of ``mcp_server.py`` so that module
+only lists and dispatches them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Literal
+
+import mcp_types as types
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+
+from memory_core.config import Settings
+from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE, MAX_MEMORY_CHARS, MemoryStore
+
+MAX_RECALL = 50
+_CATEGORY = {"type": "string", "enum": list(CATEGORIES)}
+Category = Literal["preference", "fact", "decision", "entity", "other"]
+
+STORE_DESCRIPTION = (
+    "Save one lasting memory (a preference, fact, decision or entity worth keeping across sessions) in"
+    " the structured memory store. A near-identical stored memory is updated instead of duplicated; the"
+    " answer says which (action 'created' or 'updated'). Secrets are redacted before storing."
+)
+RECALL_DESCRIPTION = (
+    "Search the structured memory store (memories saved with memory_store) by meaning and words,"
+    " optionally only some categories. Results carry the same 0-1 score as memory_search, ordered with"
+    " importance and recency among comparable matches; each has the memory's id for memory_forget."
+)
+LIST_DESCRIPTION = "List stored memories (id, text, category, importance, createdAt), newest first."
+FORGET_DESCRIPTION = (
+    "Delete one stored memory by memoryId. Given a query instead, returns the candidate memories and"
+    " deletes nothing: call again with the chosen memoryId."
+)
+
+
+class StoreArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS)
+    importance: float | None = Field(default=None, ge=0, le=1)
+    category: Category | None = None
+
+
+class RecallArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(min_length=1, max_length=4000)
+    limit: int | None = Field(default=None, ge=1, le=MAX_RECALL,
+                              validation_alias=AliasChoices("limit", "maxResults", "max_results"))
+    min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
+    category: Category | list[Category] | None = None
+    mode: Literal["hybrid", "vector", "keyword"] | None = None
+
+
+class ListArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    category: Category | None = None
+    limit: int | None = Field(default=None, ge=1, le=10_000)
+
+
+class ForgetArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    memory_id: str | None = Field(default=None, min_length=1, max_length=64,
+                                  validation_alias=AliasChoices("memoryId", "memory_id", "id"))
+    query: str | None = Field(default=None, min_length=1, max_length=4000)
+
+    @model_validator(mode="after")
+    def _one(self) -> ForgetArgs:
+        if (self.memory_id is None) == (self.query is None):
+            raise ValueError("give memoryId (to delete) or query (to find candidates), not both or neither")
+        return self
+
+
+def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def store_tool_definitions() -> list[types.Tool]:
+    write = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                  open_world_hint=False)
+    read = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                 open_world_hint=False)
+    delete = types.ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+                                   open_world_hint=False)
+    return [
+        types.Tool(name="memory_store", title="Store a memory", description=STORE_DESCRIPTION, annotations=write,
+                   input_schema=_schema({
+                       "text": {"type": "string", "minLength": 1, "maxLength": MAX_MEMORY_CHARS,
+                                "description": "The memory, one self-contained statement."},
+                       "importance": {"type": "number", "minimum": 0, "maximum": 1,
+                                      "description": f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory"
+                                                     " keeps its own)."},
+                       "category": {**_CATEGORY, "description": "Kind of memory (default other; an updated"
+                                                                " memory keeps its own)."},
+                   }, ["text"])),
+        types.Tool(name="memory_recall", title="Recall memories", description=RECALL_DESCRIPTION, annotations=read,
+                   input_schema=_schema({
+                       "query": {"type": "string", "minLength": 1, "maxLength": 4000},
+                       "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL,
+                                 "description": "Most results (default query.max_results)."},
+                       "minScore": {"type": "number", "minimum": 0, "maximum": 1},
+                       "category": {"anyOf": [_CATEGORY, {"type": "array", "items": _CATEGORY, "minItems": 1}],
+                                    "description": "Only this category, or these."},
+                       "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
+                   }, ["query"])),
+        types.Tool(name="memory_list", title="List memories", description=LIST_DESCRIPTION, annotations=read,
+                   input_schema=_schema({"category": _CATEGORY,
+                                         "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}}, [])),
+        types.Tool(name="memory_forget", title="Forget a memory", description=FORGET_DESCRIPTION,
+                   annotations=delete,
+                   input_schema=_schema({"memoryId": {"type": "string", "minLength": 1, "maxLength": 64},
+                                         "query": {"type": "string", "minLength": 1, "maxLength": 4000}}, [])),
+    ]
+
+
+class StoreTools:
+    """The four tools over one lazily opened :class:`MemoryStore` (thread-safe)."""
+
+    def __init__(self, settings: Settings, store: MemoryStore | None = None) -> None:
+        self.settings = settings
+        self._store = store
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> MemoryStore:
+        with self._lock:
+            if self._store is None:
+                self._store = MemoryStore(self.settings)
+            return self._store
+
+    def handlers(self) -> dict[str, Any]:
+        return {"memory_store": self.store_memory, "memory_recall": self.recall, "memory_list": self.list,
+                "memory_forget": self.forget}
+
+    def store_memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = StoreArgs.model_validate(arguments)
+        return self.store.store(a.text, a.importance, a.category).to_dict()
+
+    def recall(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = RecallArgs.model_validate(arguments)
+        cats = [a.category] if isinstance(a.category, str) else a.category
+        rec = self.store.recall(a.query, max_results=a.limit, min_score=a.min_score, categories=cats, mode=a.mode)
+        return {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
+
+    def list(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = ListArgs.model_validate(arguments)
+        mems = self.store.list(a.category, a.limit)
+        return {"memories": [m.to_dict() for m in mems], "count": len(mems)}
+
+    def forget(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        a = ForgetArgs.model_validate(arguments)
+        if a.memory_id is None:
+            rec = self.store.recall(a.query or "", max_results=5)
+            return {"action": "candidates", "deleted": None,
+                    "candidates": [{"id": h.memory.id, "text": h.memory.text, "score": round(h.score, 6)}
+                                   for h in rec.hits]}
+        return {"action": "deleted", "id": a.memory_id, "memory": self.store.forget(a.memory_id).to_dict()}
+
+    def get(self, citation: str) -> dict[str, Any]:
+        """``memory_get`` of a ``store:<id>`` citation: the memory's text."""
+        from memory_core.errors import PathError
+
+        mid = citation.split(":", 1)[1].split("#", 1)[0]
+        mem = self.store.get(mid)
+        if mem is None:
+            raise PathError(f"no memory with id {mid!r} in the memory store")
+        return {"path": citation, "text": mem.text, "source": "store", "from": 1, "lines": mem.text.count("\n") + 1}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()

@@ -1,0 +1,169 @@
+"""Many agents from one config (issue 23 part 3): the agent id selects the workspace, index, qmd
+state and LanceDB folder; ``--agent`` in the CLI; one MCP server serving two agents that never
+see each other's memories (through the official MCP client over stdio); unknown agents and
+shared paths are one clear error."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters, stdio_client
+
+from memory_core.agents import UnknownAgentError
+from memory_core.cli import main
+from memory_core.errors import ConfigError
+from memory_core.qmd import state_dir
+from memory_core.resolve import resolve_agents, resolve_settings
+from tests.conftest import ROOT
+from tests.test_mcp import _run, _text
+
+
+def make_fleet(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """Two agents: alpha from the templates, beta with its own workspace; each with its own notes."""
+    root = tmp_path / "agents"
+    ws = {"alpha": root / "alpha" / "workspace", "beta": tmp_path / "beta-notes"}
+    notes = {"alpha": "The walrus project budget is 9,100 EUR, approved by Priya.",
+             "beta": "The narwhal migration moves the billing cluster on Friday."}
+    for agent, w in ws.items():
+        (w / "memory").mkdir(parents=True)
+        (w / "MEMORY.md").write_text(f"# {agent}\n\n{notes[agent]}\n")
+    cfg = tmp_path / "fleet.toml"
+    cfg.write_text(f'''provider = "none"
+[agents]
+default = "alpha"
+workspace = "{root}/{{agent}}/workspace"
+index_path = "agents/{{agent}}/memory.sqlite"
+[[agents.list]]
+id = "alpha"
+[[agents.list]]
+id = "beta"
+workspace = "{ws['beta']}"
+lancedb_path = "{tmp_path}/lance/beta"
+''')
+    return cfg, ws
+
+
+def test_an_agent_selects_its_paths_and_the_cli_takes_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg, ws = make_fleet(tmp_path)
+    fleet = resolve_agents(cfg)
+    assert list(fleet) == ["alpha", "beta"]
+    alpha, beta = fleet["alpha"], fleet["beta"]
+    assert (alpha.agent, alpha.workspace_dir, alpha.index_file) == (
+        "alpha", ws["alpha"], tmp_path / "agents" / "alpha" / "memory.sqlite")  # relative to the config file
+    assert (beta.workspace_dir, beta.index_file) == (ws["beta"], tmp_path / "agents" / "beta" / "memory.sqlite")
+    assert state_dir(alpha) == tmp_path / "agents" / "alpha" / "qmd"
+    assert alpha.lancedb_dir == tmp_path / "agents" / "alpha" / "lancedb"
+    assert beta.lancedb_dir == tmp_path / "lance" / "beta"
+    assert alpha.flush_ledger_file != beta.flush_ledger_file
+    # no agent named: agents.default; an explicit -w wins over the agent's
+    assert resolve_settings({}, config_file=cfg).settings.agent == "alpha"
+    assert resolve_settings({"workspace": str(ws["beta"])}, config_file=cfg).settings.workspace_dir == ws["beta"]
+
+    for agent in ("alpha", "beta"):
+        assert main(["index", "-c", str(cfg), "--agent", agent, "--engine", "local", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert fleet["alpha"].index_file.exists() and fleet["beta"].index_file.exists()
+    assert not (ws["alpha"] / ".memory-core").exists()  # the template's index, not the workspace default
+    assert main(["search", "-c", str(cfg), "--agent", "beta", "walrus project budget", "--min-score", "0",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert all("walrus" not in r["snippet"] for r in res["results"])
+    assert main(["search", "-c", str(cfg), "--agent", "alpha", "walrus project budget", "--json"]) == 0
+    assert "walrus project budget" in json.loads(capsys.readouterr().out)["results"][0]["snippet"]
+    assert main(["status", "-c", str(cfg), "--agent", "beta", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["index_path"] == str(beta.index_file)
+
+    # an unknown agent, or an agent without a config: one line, exit 2, nothing written
+    for argv in (["search", "-c", str(cfg), "--agent", "gamma", "walrus"],
+                 ["write", "-c", str(cfg), "--agent", "gamma", "x"],
+                 ["search", "-w", str(ws["beta"]), "--agent", "alpha", "walrus"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "unknown agent" in err and err.count("\n") == 1, err
+    assert "the config's agents: alpha, beta" in (main(["status", "-c", str(cfg), "--agent", "Gamma/.."]) == 2
+                                                  and capsys.readouterr().err)
+
+
+def test_agents_sharing_a_store_or_badly_listed_are_config_errors(tmp_path: Path) -> None:
+    cfg, ws = make_fleet(tmp_path)
+    shared = tmp_path / "shared.toml"
+    shared.write_text(cfg.read_text().replace('index_path = "agents/{agent}/memory.sqlite"',
+                                              'index_path = "agents/one.sqlite"'))
+    with pytest.raises(ConfigError, match="agents 'alpha' and 'beta' share the index"):
+        resolve_agents(shared)
+    with pytest.raises(UnknownAgentError, match="unknown agent 'gamma'"):
+        resolve_agents(cfg, ["alpha", "gamma"])
+    dup = tmp_path / "dup.toml"
+    dup.write_text(cfg.read_text() + '[[agents.list]]\nid = "beta"\n')
+    with pytest.raises(ConfigError, match="agent beta is listed twice"):
+        resolve_agents(dup)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(cfg.read_text().replace('id = "beta"', 'id = "../beta"'))
+    with pytest.raises(ConfigError, match="agents.list"):
+        resolve_agents(bad)
+
+
+def test_two_agents_through_one_mcp_server_never_see_each_other(tmp_path: Path) -> None:
+    cfg, ws = make_fleet(tmp_path)
+    for agent in ("alpha", "beta"):
+        assert main(["index", "-c", str(cfg), "--agent", agent, "--engine", "local", "--no-progress"]) == 0
+    errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+    seen: dict[str, Any] = {}
+
+    async def search(client: Any, agent: str | None, query: str) -> list[dict[str, Any]]:
+        args: dict[str, Any] = {"query": query, "minScore": 0, "maxResults": 20}
+        if agent:
+            args["agent"] = agent
+        r = await client.call_tool("memory_search", args)
+        assert not r.is_error, _text(r)
+        assert r.structured_content["agent"] == (agent or "alpha")
+        return r.structured_content["results"]
+
+    async def fleet_session() -> None:
+        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg)])
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            for t in tools.values():
+                assert t.input_schema["properties"]["agent"]["enum"] == ["alpha", "beta"]
+            alpha = await search(client, "alpha", "walrus project budget")
+            assert "walrus project budget" in alpha[0]["snippet"]
+            assert all("narwhal" not in h["snippet"] for h in alpha)
+            beta = await search(client, "beta", "walrus project budget")
+            assert all("walrus" not in h["snippet"] for h in beta)
+            assert "narwhal migration" in (await search(client, "beta", "narwhal migration"))[0]["snippet"]
+            assert all("narwhal" not in h["snippet"] for h in await search(client, None, "narwhal migration"))
+
+            # a note written for beta is found for beta, and never for alpha
+            w = await client.call_tool("memory_write", {"agent": "beta", "text": "The okapi audit is due in May."})
+            assert not w.is_error and w.structured_content["indexed"], _text(w)
+            assert "okapi audit" in (await search(client, "beta", "okapi audit"))[0]["snippet"]
+            assert all("okapi" not in h["snippet"] for h in await search(client, "alpha", "okapi audit"))
+            assert not list((ws["alpha"] / "memory").iterdir())
+            # alpha's files cannot be read through beta
+            g = await client.call_tool("memory_get", {"agent": "beta", "path": str(ws["alpha"] / "MEMORY.md")})
+            assert g.is_error and "walrus" not in _text(g)
+            st = await client.call_tool("memory_status", {"agent": "beta"})
+            seen["status"] = st.structured_content
+            bad = await client.call_tool("memory_search", {"agent": "gamma", "query": "walrus"})
+            assert bad.is_error and "unknown agent 'gamma'" in _text(bad) and "alpha, beta" in _text(bad)
+
+        # one agent per connection: --agent pins it, and the tools take no agent
+        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg), "--agent", "beta"])
+        async with Client(stdio_client(params, errlog=errlog)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "agent" not in tools["memory_search"].input_schema["properties"]
+            r = await client.call_tool("memory_search", {"query": "okapi audit", "minScore": 0})
+            assert "okapi audit" in r.structured_content["results"][0]["snippet"]
+
+    try:
+        _run(fleet_session)
+    finally:
+        errlog.close()
+    assert seen["status"]["index_path"] == str(tmp_path / "agents" / "beta" / "memory.sqlite")
+    assert "Traceback" not in (tmp_path / "server.err").read_text()

@@ -1,0 +1,104 @@
+"""Issue 25, past one machine: the index exported to a LanceDB table and searched from it with the
+embedded index's ranking and citations (real lancedb, vectors from the OpenAI fake server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.backends import open_searcher
+from memory_core.cli import main
+from memory_core.errors import IndexMissingError, UsageError
+from memory_core.lancedb_index import LanceSearcher, doc_tokens, export_lancedb
+from memory_core.pipeline import run_index
+from tests.conftest import openai_settings
+
+QUERIES = ["postgres replication lag", "pgbackrest restore", "who is on call", "LRK-812", "Minji"]
+
+
+@pytest.fixture
+def exported(workspace: Path, openai_fake: Any, tmp_path: Path):
+    settings = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    run_index(settings)
+    uri = str(tmp_path / "lance")
+    summary = export_lancedb(settings.index_file, uri)
+    return settings, uri, summary
+
+
+def test_export_and_search_rank_as_the_index(exported):
+    settings, uri, summary = exported
+    with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
+        assert summary.rows == ls.n_chunks == idx.status()["chunks"] and summary.dims == 64
+        # notes: one vector per chunk in both (transcript chunks also have per-exchange vectors in the
+        # index, not exported: docs/lancedb-index.md)
+        for q in QUERIES:
+            for mode in ("hybrid", "vector", "keyword"):
+                a = idx.search(q, max_results=5, min_score=0, mode=mode, sources=["memory"])
+                b = ls.search(q, max_results=5, min_score=0, mode=mode, sources=["memory"])
+                assert b, (q, mode)
+                if mode == "vector":  # exact KNN over the same vectors, the same calibration: the same list
+                    assert [r.citation for r in b] == [r.citation for r in a], q
+                    assert [r.score for r in b] == pytest.approx([r.score for r in a], abs=0.02)
+                else:  # BM25 from another engine: the same best hit, close scores
+                    assert b[0].citation == a[0].citation, (q, mode)
+                    assert b[0].score == pytest.approx(a[0].score, abs=0.08), (q, mode)
+                for r in b:
+                    assert r.citation == f"{r.path}#L{r.start_line}-L{r.end_line}" and r.snippet
+        only = ls.search("postgres", min_score=0, sources=["sessions"])
+        assert only and {r.source for r in only} == {"sessions"}
+        assert ls.search("xylophone zeppelin quokka") == []
+        res = ls.search_response("pgbackrest restore", max_results=2)
+        assert len(res["results"]) == 2 and {"path", "startLine", "citation", "score"} <= set(res["results"][0])
+        # the metadata of the embedded index's answer (memory_core/answers.py), the same provider
+        assert {k: res[k] for k in ("provider", "model", "backend", "mode", "fallback")} == {
+            "provider": "openai", "model": "text-embedding-3-small", "backend": "builtin", "mode": "hybrid",
+            "fallback": None}
+        kw = ls.search_response("pgbackrest restore", max_results=80, mode="keyword", chat_type="group")
+        assert kw["mode"] == "keyword" and "clamped to 50" in kw["note"]
+        assert all("Source:" not in r["snippet"] for r in kw["results"])  # auto citations: none in a group
+
+
+def test_reexport_replaces_in_one_commit_and_refuses_foreign_tables(exported, workspace: Path, tmp_path: Path):
+    settings, uri, _ = exported
+    with LanceSearcher(settings, uri) as ls:
+        v1 = ls.status()["version"]
+    (workspace / "memory" / "zebra.md").write_text("# Zebra\n\nThe zebrafish tank pump is serviced quarterly.\n")
+    run_index(settings)
+    export_lancedb(settings.index_file, uri)
+    with LanceSearcher(settings, uri) as ls:
+        assert ls.status()["version"] > v1
+        assert ls.search("zebrafish pump", min_score=0)[0].path == "memory/zebra.md"
+    import lancedb
+
+    other = tmp_path / "other"
+    lancedb.connect(str(other)).create_table("chunks", data=[{"id": "x", "vector": [1.0, 0.0]}])
+    with pytest.raises(UsageError, match="not a memory-core export"):
+        export_lancedb(settings.index_file, str(other))
+    with pytest.raises(IndexMissingError, match="no memory-core export"):
+        LanceSearcher(settings, str(tmp_path / "nothing"))
+
+
+def test_cli_export_and_search(exported, capsys, tmp_path: Path):
+    settings, _, _ = exported
+    ws = str(settings.workspace_dir)
+    (Path(ws) / "memory-core.toml").write_text(
+        f'provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\nbase_url = "{settings.remote.base_url}"\n'
+        'api_key = "sk-test-key-0123456789"\ndimensions = 64\n')
+    out = str(tmp_path / "cli-lance")
+    assert main(["export", "-w", ws, "--format", "lancedb", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["format"] == "lancedb"
+    assert main(["search", "-w", ws, "pgbackrest restore", "--json", "-n", "3"]) == 0
+    embedded = json.loads(capsys.readouterr().out)["results"]
+    assert main(["search", "-w", ws, "pgbackrest restore", "--json", "-n", "3", "--lancedb", out]) == 0
+    lance = json.loads(capsys.readouterr().out)
+    assert lance["results"][0]["citation"] == embedded[0]["citation"]
+    assert lance["provider"] == "openai" and lance["citations"] == settings.query.citations
+    assert main(["search", "-w", ws, "x", "--lancedb", str(tmp_path / "none")]) == 2
+    assert "no memory-core export" in capsys.readouterr().err
+
+
+def test_doc_tokens_match_lancedb_words():
+    assert doc_tokens("Café_au-lait stg-db-4417 MEMORY.md") == ["cafe", "au", "lait", "stg", "db", "4417", "memory", "md"]
