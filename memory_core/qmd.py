@@ -681,8 +681,8 @@ class QmdSearcher(Searcher):
                 fallback_in_use=False, fallback_reason="")
         return results
 
-    def status(self) -> dict[str, Any]:
-        st = super().status()
+    def status(self, *, measure: bool = False) -> dict[str, Any]:
+        st = super().status(measure=measure)
         qs = load_status(self.settings)
         try:
             command: str | None = resolve_command(self.settings)

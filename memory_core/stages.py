@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.batch.types import BatchFigures
-from memory_core.cache import EmbeddingCache
+from memory_core.cache import EmbeddingCache, LiveVectors
 from memory_core.chunking import (
     chunk_markdown,
     fit_to_window,
@@ -377,7 +377,36 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
-    return EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    try:
+        if settings.cache.enabled:
+            cache.register_index(Path(plan.index_path))
+        # the live index's vectors first (memory_core.cache: it is their record), then those of the
+        # other indexes that use this cache
+        own = os.path.abspath(plan.index_path)
+        for other in [own, *(p for p in cache.indexes() if p != own)]:
+            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims)
+            if live is not None:
+                cache.live.append(live)
+    except BaseException:
+        cache.close()
+        raise
+    return cache
+
+
+def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> int:
+    """After a publish: delete the cache entries the new live index holds (memory_core.cache).
+    Only a cache this index alone uses, and only when the live index can be read by hash."""
+    if not settings.cache.enabled or not cache.sole_index(index_path):
+        return 0
+    live = LiveVectors.open(index_path, cache.provider, cache.model, cache.provider_key)
+    if live is None:
+        return 0
+    try:
+        failpoint("before-trim")
+        return cache.trim(live)
+    finally:
+        live.close()
 
 
 # -- embed stats ---------------------------------------------------------------------------------
