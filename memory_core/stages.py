@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -34,6 +35,7 @@ from memory_core.chunking import (
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
 from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.runtypes import (
@@ -49,6 +51,8 @@ from memory_core.runtypes import (
     RunSummary,
 )
 from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP = 4096
 # Work files live for one run on local disk: uncompressed Parquet writes ~7x and reads ~10x
@@ -405,6 +409,10 @@ def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> i
     try:
         failpoint("before-trim")
         return cache.trim(live)
+    except RunError as exc:  # the index is published; a failed trim only leaves duplicates
+        log.warning("the embedding cache was not trimmed of the vectors the index holds (%s); the next run"
+                    " trims them", exc)
+        return 0
     finally:
         live.close()
 
