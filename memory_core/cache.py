@@ -299,20 +299,31 @@ class EmbeddingCache:
         index's, then the cache's."""
         rest = list(dict.fromkeys(hashes))
         got: dict[str, bytes] = {}
-        for live in self.live:
+        for live in list(self.live):
             if rest:
-                got.update(live.get_many(rest))
+                got.update(self._ask(live, live.get_many, rest))
                 rest = [h for h in rest if h not in got]
         got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest) if _valid_vector(emb))
         return got
+
+    def _ask(self, live: LiveVectors, fn: Any, hashes: list[str]) -> Any:
+        """``fn(hashes)`` of one index; an index that cannot be read (another index's writer
+        committing, a damaged file) is no longer asked: its vectors are looked for in the cache."""
+        try:
+            return fn(hashes)
+        except apsw.Error as exc:
+            log.warning("cannot read vectors from the index %s (%s); looking in the cache only", live.path, exc)
+            self.live.remove(live)
+            live.close()
+            return {} if fn.__name__ == "get_many" else set()
 
     def has_many(self, hashes: Iterable[str]) -> set[str]:
         """The hashes with a vector in the live index or the cache."""
         rest = list(dict.fromkeys(hashes))
         held: set[str] = set()
-        for live in self.live:
+        for live in list(self.live):
             if rest:
-                held |= live.has_many(rest)
+                held |= self._ask(live, live.has_many, rest)
                 rest = [h for h in rest if h not in held]
         return held | {r[0].hex() for r in self._select("hash", rest)}
 
@@ -515,8 +526,9 @@ class LiveVectors:
     the file it reads is the live one until the run itself publishes.
     """
 
-    def __init__(self, conn: apsw.Connection, meta: dict[str, Any]) -> None:
+    def __init__(self, conn: apsw.Connection, meta: dict[str, Any], path: Path) -> None:
         self.conn = conn
+        self.path = Path(path)
         self.meta = meta
         self.size = int(meta["dims"]) * 4
 
@@ -535,7 +547,7 @@ class LiveVectors:
             meta = read_meta(conn)
             if meta is not None and _same_model(meta, provider, model, provider_key, dims) \
                     and has_table(conn, HASH_INDEX):
-                return cls(conn, meta)
+                return cls(conn, meta, Path(index_path))
         except apsw.Error:
             pass
         conn.close()

@@ -179,3 +179,22 @@ def test_batch_mode_finds_the_index_vectors_when_it_collects_misses(workspace):
         note.write_bytes(note.read_bytes() + b"\n\n## 23:59\n- batch line about a purple umbrella.\n")
         edit = run_index(s)
         assert edit.chunks_embedded == 1  # only the new chunk: the file's other chunks came from the index
+
+
+def test_an_index_that_cannot_be_read_is_no_longer_asked(workspace, openai_fake, caplog):
+    """Another index's writer committing (busy) or a damaged file: the lookup goes on in the
+    cache (a miss is embedded) instead of failing the run."""
+    from memory_core.cache import LiveVectors
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    meta, _ = probe_index(s.index_file)
+    h = sorted(_index_hashes(s.index_file))[0]
+    with EmbeddingCache(s.cache_file, "openai", MODEL, meta["provider_key"]) as cache:
+        live = LiveVectors.open(s.index_file, "openai", MODEL, meta["provider_key"])
+        assert live is not None
+        cache.live.append(live)
+        assert h in cache.get_many([h]) and cache.has_many([h]) == {h}
+        live.conn.close()  # every read of it now raises an apsw error
+        assert cache.get_many([h]) == {} and cache.live == []
+        assert any("cannot read vectors from the index" in r.getMessage() for r in caplog.records)
