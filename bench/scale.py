@@ -210,7 +210,10 @@ def _env(code: str | None) -> dict[str, str]:
 
 def _spawn(name: str, code: str | None, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "bench.scale", "--phase", name, "--args", json.dumps(kwargs)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(code), cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(code),
+                            # `-m` puts the working folder first on sys.path: with --code, that folder's
+                            # memory_core must win over this tree's (bench comes from PYTHONPATH)
+                            cwd=code or ROOT)
 
 
 def _result(p: subprocess.Popen[str], name: str) -> dict[str, Any]:
@@ -245,11 +248,16 @@ def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[s
     r["index_bytes"] = _bytes(index)
     r["cache_bytes"] = _bytes(cache, Path(str(cache) + "-wal"))
     r["no_change"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
+    r["bytes_after_no_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
     rng = random.Random(5)
     for p in rng.sample(paths, max(1, len(paths) // 100)):
         with open(p, "a") as fh:
             fh.write(f"\n## 23:59 scale bench\n- edited by the scale benchmark {rng.random():.6f}.\n")
     r["change_1pct"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
+    r["bytes_after_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
+    if a.rebuild:  # a `--full` rebuild over the live index and its cache (vectors from the cache or the index)
+        r["rebuild"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=True)
+        r["bytes_after_rebuild"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
     r["queries"] = child("queries", code, ws=str(ws), index=str(index), dims=dims, n=a.queries)
     r["cold_query"] = child("cold_query", code, ws=str(ws), index=str(index), dims=dims)
     if a.readers:
@@ -285,6 +293,16 @@ def render(results: list[dict[str, Any]], label: str, code: str | None) -> str:
                      f" {r['no_change']['seconds']:.2f} | {c['seconds']:.2f} ({c['published']},"
                      f" {c['written_bytes'] / 2**20:.0f} MiB) | {r['index_bytes'] / 2**20:.0f} |"
                      f" {r['cache_bytes'] / 2**20:.0f} |")
+    if any("bytes_after_change" in r for r in results):
+        lines += ["", "| chunks x dims | index + cache MiB after: build | no change | 1% change | --full rebuild"
+                  " (s, embedded) |", "|---|---|---|---|---|"]
+        mib = lambda d: f"{d['index'] / 2**20:.0f} + {d['cache'] / 2**20:.0f}"  # noqa: E731
+        for r in results:
+            if "bytes_after_change" in r:
+                rb = (f"{mib(r['bytes_after_rebuild'])} ({r['rebuild']['seconds']:.1f} s, {r['rebuild']['embedded']})"
+                      if "rebuild" in r else "-")
+                lines.append(f"| {r['build']['chunks']} x {r['dims']} | {mib({'index': r['index_bytes'], 'cache': r['cache_bytes']})}"
+                             f" | {mib(r['bytes_after_no_change'])} | {mib(r['bytes_after_change'])} | {rb} |")
     lines += ["", "| chunks x dims | CPU p50 hybrid / vector / keyword |", "|---|---|"]
     for r in results:
         q = r["queries"]
@@ -332,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--code", help="a folder holding another memory_core package to measure (default: this tree)")
     ap.add_argument("--label", default="run")
     ap.add_argument("--tmp", help="where the corpus and index go (default: a temp folder)")
+    ap.add_argument("--rebuild", action="store_true", help="also time a `--full` rebuild after the 1%% change")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)

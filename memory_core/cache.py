@@ -7,6 +7,33 @@ changes vectors (provider, base URL, model, dimensions, non-secret headers), nev
 
 ``max_entries`` caps the size; eviction removes the oldest ``updated_at`` first. Reads
 refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
+
+One float32 copy of a vector where one suffices (issue 25): the live index is the record of the
+vectors it holds (``chunks.embedding``, found by chunk hash through ``idx_chunks_hash``), and
+the cache keeps what the live index does not hold:
+
+* vectors received during a run, committed per response, until the run's index is published
+  (a killed run loses nothing, as before);
+* vectors of chunks that leave the index: before a run publishes, the vectors of the chunks the
+  old live index has and the new one will not (edited or deleted files; every vector when the
+  model changes) are committed to the cache (:func:`preserve_leaving`), so reverting an edit,
+  restoring a file or switching back to a model embeds nothing again.
+
+After a publish, :func:`trim` deletes the cache entries whose hash the new live index holds
+(same provider, model and provider_key) and gives the pages back. A lookup
+(:meth:`EmbeddingCache.get_many`) reads the live index first (:class:`LiveVectors`, when its
+meta names the same provider, model, provider_key and dimensions), then the cache. Every crash
+point leaves at worst a vector in both places (the next published run trims it), never in
+neither. An index written before ``idx_chunks_hash`` existed is no record (its vectors are all
+in the cache, as that code never trimmed): it is neither read nor trimmed for until a run that
+builds a new file adds the index.
+
+A cache file shared by several indexes (``cache.path`` set for more than one) is trimmed only
+while one index uses it: each run records its index in ``cache_indexes``; with two or more there,
+nothing is trimmed (the cache keeps every vector, as before), because a vector trimmed for index
+A would be in neither place for index B. Lookups also read the other recorded indexes (same
+model), so index B's first run finds what index A held while it was the only one and had
+trimmed; what only a recorded index held is embedded again if that index file is deleted.
 """
 
 from __future__ import annotations
@@ -69,7 +96,14 @@ CREATE TABLE IF NOT EXISTS cache_vectors (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS idx_cache_vectors_key ON cache_vectors(model_id, hash);
 CREATE INDEX IF NOT EXISTS idx_cache_vectors_updated_at ON cache_vectors(updated_at);
+CREATE TABLE IF NOT EXISTS cache_indexes (
+  path TEXT PRIMARY KEY,
+  seen_at INTEGER NOT NULL
+);
 """
+# After a trim, free pages beyond this share of the file (and this many bytes) are given back.
+RECLAIM_SHARE = 0.25
+RECLAIM_MIN_BYTES = 4 * 1024 * 1024
 
 
 def _upgrade_schema(conn: apsw.Connection) -> None:
@@ -172,6 +206,9 @@ class EmbeddingCache:
         # Writes go through a second connection: apsw refuses two threads on one connection at
         # once, and a run reads the cache in one thread while pool threads store responses.
         self._wconn: apsw.Connection | None = None
+        # indexes whose vectors of this model are read before the cache's (see the module doc):
+        # the run's own live index, then the other indexes recorded as using this cache
+        self.live: list[LiveVectors] = []
 
     def _open(self) -> None:
         self.conn = None
@@ -229,10 +266,16 @@ class EmbeddingCache:
             self._writer().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
+        self.close_live()
         if self._wconn is not None:
             self._wconn.close()
             self._wconn = None
         self.conn.close()
+
+    def close_live(self) -> None:
+        for live in self.live:
+            live.close()
+        self.live = []
 
     def __enter__(self) -> EmbeddingCache:
         return self
@@ -252,11 +295,37 @@ class EmbeddingCache:
                 (self.model_id, *group))
 
     def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
-        """Cached vectors (float32 bytes) for the hashes that have one (valid ones only)."""
-        return {h.hex(): emb for h, emb in self._select("hash, embedding", hashes) if _valid_vector(emb)}
+        """Vectors (float32 bytes) for the hashes that have one (valid ones only): the live
+        index's, then the cache's."""
+        rest = list(dict.fromkeys(hashes))
+        got: dict[str, bytes] = {}
+        for live in list(self.live):
+            if rest:
+                got.update(self._ask(live, live.get_many, rest))
+                rest = [h for h in rest if h not in got]
+        got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest) if _valid_vector(emb))
+        return got
+
+    def _ask(self, live: LiveVectors, fn: Any, hashes: list[str]) -> Any:
+        """``fn(hashes)`` of one index; an index that cannot be read (another index's writer
+        committing, a damaged file) is no longer asked: its vectors are looked for in the cache."""
+        try:
+            return fn(hashes)
+        except apsw.Error as exc:
+            log.warning("cannot read vectors from the index %s (%s); looking in the cache only", live.path, exc)
+            self.live.remove(live)
+            live.close()
+            return {} if fn.__name__ == "get_many" else set()
 
     def has_many(self, hashes: Iterable[str]) -> set[str]:
-        return {r[0].hex() for r in self._select("hash", hashes)}
+        """The hashes with a vector in the live index or the cache."""
+        rest = list(dict.fromkeys(hashes))
+        held: set[str] = set()
+        for live in list(self.live):
+            if rest:
+                held |= self._ask(live, live.has_many, rest)
+                rest = [h for h in rest if h not in held]
+        return held | {r[0].hex() for r in self._select("hash", rest)}
 
     def hashes(self) -> set[str]:
         """Every chunk hash cached for this (provider, model, provider_key)."""
@@ -325,9 +394,78 @@ class EmbeddingCache:
                 )
 
     def is_empty(self) -> bool:
-        """True when there is no entry for this (provider, model, provider_key)."""
+        """True when there is no vector for this (provider, model, provider_key): no cache
+        entry, and no live index holding vectors of it."""
+        if any(not live.is_empty() for live in self.live):
+            return False
         return self.conn.execute("SELECT 1 FROM cache_vectors WHERE model_id = ? LIMIT 1",
                                  (self.model_id,)).fetchone() is None
+
+    # -- one vector copy: the cache keeps what the live index does not hold ---------------
+    def register_index(self, index_path: Path) -> None:
+        """Record that the index at ``index_path`` uses this cache (see :meth:`sole_index`)."""
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                w.execute("INSERT INTO cache_indexes(path, seen_at) VALUES(?, ?) ON CONFLICT(path) DO UPDATE"
+                          " SET seen_at = excluded.seen_at", (os.path.abspath(index_path), int(time.time() * 1000)))
+
+    def indexes(self) -> list[str]:
+        """The index paths recorded as using this cache."""
+        return [r[0] for r in self.conn.execute("SELECT path FROM cache_indexes ORDER BY seen_at DESC")]
+
+    def sole_index(self, index_path: Path) -> bool:
+        """True when the index at ``index_path`` is the only one recorded as using this cache."""
+        return self.indexes() == [os.path.abspath(index_path)]
+
+    def trim(self, live: LiveVectors) -> int:
+        """Delete the entries of this model whose hash ``live`` (the just-published index) holds,
+        then give the freed pages back; the number deleted."""
+        held: list[bytes] = []
+        group: list[bytes] = []
+
+        def check() -> None:
+            have = live.has_many([d.hex() for d in group])
+            held.extend(d for d in group if d.hex() in have)
+            group.clear()
+
+        for (digest,) in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?", (self.model_id,)):
+            group.append(digest)
+            if len(group) >= LOOKUP_GROUP:
+                check()
+        if group:
+            check()
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                if held and w.execute("SELECT count(*) FROM cache_vectors").fetchone()[0] == len(held):
+                    # every entry (a cold build): one DELETE without a WHERE clause, which SQLite
+                    # runs as a truncation, freeing the pages without visiting the rows (40k x
+                    # 1536-d: 3.7 s of row-by-row deletes at load 4, bench/results/cachesize-40k.md)
+                    w.execute("DELETE FROM cache_vectors")
+                else:
+                    w.executemany("DELETE FROM cache_vectors WHERE model_id = ? AND hash = ?",
+                                  ((self.model_id, d) for d in held))
+        if held:
+            self.reclaim()
+        return len(held)
+
+    def reclaim(self) -> None:
+        """Give free pages back to the file system when they are a large part of the file: one
+        VACUUM, which costs what is left (after a cold build's trim, nothing: 40k x 1536-d took
+        0.46 s as an incremental vacuum, which walks every freed page, and ~0.05 s this way)."""
+        with self._lock, self._writing():
+            w = self._writer()
+            page_size, pages, free = (w.execute(f"PRAGMA {p}").fetchone()[0]
+                                      for p in ("page_size", "page_count", "freelist_count"))
+            if free * page_size < RECLAIM_MIN_BYTES or free < pages * RECLAIM_SHARE:
+                return
+            try:
+                w.execute("VACUUM")
+            except apsw.BusyError as exc:  # another connection reading: the pages are reused later
+                log.info("embedding cache not vacuumed (%s)", exc)
+                return
+            w.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count(self, *, all_models: bool = False) -> int:
         if all_models:
@@ -365,3 +503,141 @@ def cache_entry_count(path: Path) -> int | None:
             conn.close()
     except apsw.Error:
         return None
+
+
+# -- the live index as the record of the vectors it holds ----------------------------------------
+
+HASH_INDEX = "idx_chunks_hash"
+
+
+def _same_model(meta: dict[str, Any] | None, provider: str, model: str, provider_key: str,
+                dims: int | None) -> bool:
+    if not meta or meta.get("vector_store") not in ("blob", "blob+bits") or not meta.get("dims"):
+        return False
+    return (meta.get("provider"), meta.get("model"), meta.get("provider_key")) == (provider, model, provider_key) \
+        and (not dims or int(meta["dims"]) == int(dims))
+
+
+class LiveVectors:
+    """The float32 vectors a published index holds (``chunks.embedding``), by chunk hash.
+
+    Read-only and only for an index that has :data:`HASH_INDEX` and whose meta names the model
+    asked for (:meth:`open` returns None otherwise). A run holds the index's writer lock, so
+    the file it reads is the live one until the run itself publishes.
+    """
+
+    def __init__(self, conn: apsw.Connection, meta: dict[str, Any], path: Path) -> None:
+        self.conn = conn
+        self.path = Path(path)
+        self.meta = meta
+        self.size = int(meta["dims"]) * 4
+
+    @classmethod
+    def open(cls, index_path: Path, provider: str, model: str, provider_key: str,
+             dims: int | None = None) -> LiveVectors | None:
+        from memory_core.store import has_table, read_meta
+
+        if not Path(index_path).is_file():
+            return None
+        try:
+            conn = connect(index_path, readonly=True)
+        except apsw.Error:
+            return None
+        try:
+            meta = read_meta(conn)
+            if meta is not None and _same_model(meta, provider, model, provider_key, dims) \
+                    and has_table(conn, HASH_INDEX):
+                return cls(conn, meta, Path(index_path))
+        except apsw.Error:
+            pass
+        conn.close()
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(apsw.Error):
+            self.conn.close()
+
+    def _groups(self, hashes: Sequence[str]) -> Iterator[list[str]]:
+        for i in range(0, len(hashes), LOOKUP_GROUP):
+            yield list(hashes[i:i + LOOKUP_GROUP])
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for group in self._groups(list(dict.fromkeys(hashes))):
+            for h, emb in self.conn.execute(
+                    f"SELECT hash, embedding FROM chunks WHERE hash IN ({','.join('?' * len(group))})", group):
+                if h not in out and isinstance(emb, bytes) and len(emb) == self.size and _valid_vector(emb):
+                    out[h] = emb
+        return out
+
+    def has_many(self, hashes: Iterable[str]) -> set[str]:
+        """The hashes some chunk of the index has (its ``idx_chunks_hash`` alone is read: every
+        chunk of a "blob" or "blob+bits" index has its vector, the run that wrote it verified it)."""
+        out: set[str] = set()
+        for group in self._groups(list(dict.fromkeys(hashes))):
+            out.update(r[0] for r in self.conn.execute(
+                f"SELECT hash FROM chunks WHERE hash IN ({','.join('?' * len(group))})", group))
+        return out
+
+    def is_empty(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is None
+
+
+def preserve_leaving(cache_path: Path, index_path: Path, *, model_key: tuple[str, str, str] | None,
+                     paths: Sequence[str] | None, staying: Any) -> int:
+    """Before a run publishes: commit to the cache at ``cache_path`` the vectors of the live
+    index that the new index will not hold, so that no vector is ever in neither place.
+
+    ``model_key``: (provider, model, provider_key) of the new index (None: keyword-only). When
+    it is the live index's, the rows of ``paths`` (None: every row) whose hash ``staying(hash)``
+    does not claim leave; otherwise every row leaves (they stay in the cache under the live
+    index's own model, for a switch back). An index without :data:`HASH_INDEX` is skipped: the
+    code that wrote it kept every vector in the cache. Returns the vectors written."""
+
+    if not Path(index_path).is_file():
+        return 0
+    try:
+        return _preserve(connect(index_path, readonly=True), cache_path, model_key, paths, staying)
+    except apsw.Error as exc:  # a damaged live index (being rebuilt): what cannot be read cannot be kept
+        log.warning("could not read the vectors of the index being replaced (%s); those not in the cache will be"
+                    " embedded again when needed", exc)
+        return 0
+
+
+def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str, str] | None,
+              paths: Sequence[str] | None, staying: Any) -> int:
+    from memory_core.store import read_meta
+
+    try:
+        meta = read_meta(conn) or {}
+        old_key = (meta.get("provider"), meta.get("model"), meta.get("provider_key"))
+        if not _same_model(meta, *old_key, None) or not conn.execute(  # type: ignore[arg-type]
+                "SELECT 1 FROM sqlite_master WHERE name = ?", (HASH_INDEX,)).fetchone():
+            return 0
+        size = int(meta["dims"]) * 4
+        same = model_key is not None and tuple(model_key) == old_key
+        if not same:
+            paths, staying = None, (lambda h: False)
+        if paths is None:
+            rows: Iterable[tuple[str, Any]] = conn.execute("SELECT hash, NULL FROM chunks")
+        else:
+            marks = [list(paths[i:i + LOOKUP_GROUP]) for i in range(0, len(paths), LOOKUP_GROUP)]
+            rows = (r for g in marks for r in conn.execute(
+                f"SELECT hash, NULL FROM chunks WHERE path IN ({','.join('?' * len(g))})", g))
+        leaving = list(dict.fromkeys(h for h, _ in rows if not staying(h)))
+        if not leaving:
+            return 0
+        written = 0
+        with EmbeddingCache(cache_path, *old_key) as cache:  # type: ignore[arg-type]
+            for i in range(0, len(leaving), LOOKUP_GROUP):
+                group = leaving[i:i + LOOKUP_GROUP]
+                got: dict[str, bytes] = {}
+                for h, emb in conn.execute(
+                        f"SELECT hash, embedding FROM chunks WHERE hash IN ({','.join('?' * len(group))})", group):
+                    if isinstance(emb, bytes) and len(emb) == size and _valid_vector(emb):
+                        got.setdefault(h, emb)
+                cache.put_many(list(got.items()), size // 4)  # committed: in both places until the publish
+                written += len(got)
+        return written
+    finally:
+        conn.close()

@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="what the index holds, what it was built from, and how search and runs go")
     _common(p)
+    p.add_argument("--sizes", action="store_true", help="split the index's bytes into text, FTS5 and B-tree"
+                   " indexes too (reads the whole file)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
 
     p = sub.add_parser("mcp", help="serve memory to agents over the Model Context Protocol (stdio or HTTP); with a"
@@ -424,7 +426,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from memory_core.prefect_api import choose_engine
 
     with _searcher(args) as s:
-        st = s.status()
+        st = s.status(measure=args.sizes)
         record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
     if record is not None:
         # what the index was built from: what readers use, and what writers keep unless told otherwise
@@ -447,6 +449,12 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"{k}:")
                 for k2, v2 in v.items():
                     print(f"  {k2}: {v2}")
+            elif isinstance(v, dict) and k == "sizes":  # one line per purpose: bytes, then what they are for
+                from memory_core.search import SIZE_LINES
+
+                print(f"{k}:")
+                for k2, v2 in v.items():
+                    print(f"  {k2}: {v2 / 2**20:,.1f} MiB - {SIZE_LINES.get(k2, '')}")
             else:
                 print(f"{k}: {v}")
     return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL

@@ -7,7 +7,8 @@
 Names: ``discover`` (after discovery), ``chunk`` (after the first file is chunked), ``embed``
 (after the first provider response is cached), ``batch-poll`` (while polling a batch job),
 ``build`` (after the first rows reach the temp DB), ``before-swap`` (temp DB synced, not yet
-renamed), ``after-swap`` (renamed, run not yet finished).
+renamed), ``after-swap`` (renamed, run not yet finished), ``before-trim`` (published, the
+cache not yet trimmed of the vectors the new index holds).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -61,6 +62,7 @@ from memory_core.stages import (
     remove_stale_workdirs,
     store_vectors,
     summarize,
+    trim_cache,
 )
 from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
 from memory_core.streaming import stream_index
@@ -286,6 +288,9 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         if fallback is not None:
             embed.fallback = fallback
         if built is not None and cache is not None and settings.cache.enabled:
+            cache.close_live()  # they read the file the run just replaced (or edited): done with them
+            with timer.stage("trim-cache"):
+                trim_cache(settings, cache, Path(plan.index_path))
             cache.evict(settings.cache.max_entries)
     except _SwitchProvider:
         raise

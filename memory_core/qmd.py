@@ -703,8 +703,8 @@ class QmdSearcher(Searcher):
         self.last_search = {"backend": "qmd", "qmd_mode": name, "embedded": name != "search"}
         return results
 
-    def status(self) -> dict[str, Any]:
-        st = super().status()
+    def status(self, *, measure: bool = False) -> dict[str, Any]:
+        st = super().status(measure=measure)
         qs = load_status(self.settings)
         try:
             command: str | None = resolve_command(self.settings)

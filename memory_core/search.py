@@ -1277,7 +1277,9 @@ class Searcher:
         return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
 
     # -- status ---------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self, *, measure: bool = False) -> dict[str, Any]:
+        """What the index holds; ``measure``: also split the rest of its bytes (text, FTS5, other
+        B-trees) by reading every page (SQLite's ``dbstat``: the whole file)."""
         from memory_core.cache import cache_entry_count
 
         st: dict[str, Any] = {"index_path": str(self.path), "exists": self.path.exists()}
@@ -1312,6 +1314,7 @@ class Searcher:
                 cache_entries=cache_entry_count(self.settings.cache_file),
                 cache_path=str(self.settings.cache_file),
             )
+            st["sizes"] = index_sizes(c, m.get("dims"), st["index_bytes"], self.settings.cache_file, measure=measure)
         if m.get("chunks_over_window") is not None:
             # chunks longer than the embedding model's input window (embedded from their head only)
             st["chunks_over_window"] = m["chunks_over_window"]
@@ -1325,3 +1328,43 @@ class Searcher:
         if m.get("batch"):  # the Batch API jobs of the run that built this index: failures, limit, last error
             st["batch"] = m["batch"]
         return st
+
+
+# What each byte of the index and its cache is for (``status``; ``status --sizes`` splits "rest").
+SIZE_LINES = {
+    "vectors_float32": "chunks.embedding: each chunk's vector once, for exact cosines; the record of the vectors"
+                       " the index holds (the cache does not keep a second copy)",
+    "exchange_parts_float32": "chunk_parts: transcript chunks' exchange vectors (chunking.exchange_vectors)",
+    "sign_bits": "chunks_bits, chunk_parts_bits: one bit a dimension, scanned by every vector query",
+    "text": "chunks' text and row fields (id, path, lines) and their pages' free space",
+    "fts": "chunks_fts: the FTS5 keyword index and its copy of the (search-tokenised) text",
+    "keys": "B-tree indexes (chunk id, path, source, hash) and the files table",
+    "rest": "text, FTS5 and B-tree indexes (`status --sizes` splits it; reads the whole file)",
+    "free": "free pages (reused by later runs)",
+    "cache": "the embedding cache: vectors the live index does not hold (received by an unfinished run, or of"
+             " chunks that left the index), so re-adding them embeds nothing",
+}
+
+
+def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache_file: Path, *,
+                measure: bool = False) -> dict[str, int]:
+    """Bytes per purpose (:data:`SIZE_LINES`). Without ``measure`` only what costs no scan: the
+    vectors' bytes (rows x dims x 4), the bits' blobs, free pages, the cache file."""
+    vb = vectors.sizes(conn, dims)
+    parts = vb["part_vectors"] * int(dims or 0) * 4
+    out = {"vectors_float32": vb["float32_bytes"] - parts, "exchange_parts_float32": parts,
+           "sign_bits": vb["bits_bytes"]}
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0] * page_size
+    if measure:
+        by_name = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+        fts = sum(v for k, v in by_name.items() if k.startswith("chunks_fts"))
+        out["text"] = max(0, by_name.get("chunks", 0) - out["vectors_float32"])
+        out["fts"] = fts
+        out["keys"] = max(0, index_bytes - sum(out.values()) - free)
+    else:
+        out["rest"] = max(0, index_bytes - sum(out.values()) - free)
+    out["free"] = free
+    out["cache"] = sum(os.path.getsize(str(cache_file) + x) for x in ("", "-wal")
+                       if os.path.exists(str(cache_file) + x))
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.batch.types import BatchFigures
-from memory_core.cache import EmbeddingCache
+from memory_core.cache import EmbeddingCache, LiveVectors
 from memory_core.chunking import (
     chunk_markdown,
     fit_to_window,
@@ -34,6 +35,7 @@ from memory_core.chunking import (
 from memory_core.config import Settings
 from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
 from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.runtypes import (
@@ -49,6 +51,8 @@ from memory_core.runtypes import (
     RunSummary,
 )
 from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
+
+log = logging.getLogger(__name__)
 
 ROW_GROUP = 4096
 # Work files live for one run on local disk: uncompressed Parquet writes ~7x and reads ~10x
@@ -377,7 +381,40 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
-    return EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    try:
+        if settings.cache.enabled:
+            cache.register_index(Path(plan.index_path))
+        # the live index's vectors first (memory_core.cache: it is their record), then those of the
+        # other indexes that use this cache
+        own = os.path.abspath(plan.index_path)
+        for other in [own, *(p for p in cache.indexes() if p != own)]:
+            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims)
+            if live is not None:
+                cache.live.append(live)
+    except BaseException:
+        cache.close()
+        raise
+    return cache
+
+
+def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> int:
+    """After a publish: delete the cache entries the new live index holds (memory_core.cache).
+    Only a cache this index alone uses, and only when the live index can be read by hash."""
+    if not settings.cache.enabled or not cache.sole_index(index_path):
+        return 0
+    live = LiveVectors.open(index_path, cache.provider, cache.model, cache.provider_key)
+    if live is None:
+        return 0
+    try:
+        failpoint("before-trim")
+        return cache.trim(live)
+    except RunError as exc:  # the index is published; a failed trim only leaves duplicates
+        log.warning("the embedding cache was not trimmed of the vectors the index holds (%s); the next run"
+                    " trims them", exc)
+        return 0
+    finally:
+        live.close()
 
 
 # -- embed stats ---------------------------------------------------------------------------------

@@ -356,6 +356,7 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
         );
         CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
         CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
+        CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash);
         CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
           text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
           start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
@@ -620,6 +621,8 @@ class IndexWriter:
                 create_schema(conn, self.dims, with_vec=self.vec)
             elif self.dims and self.vec and not has_table(conn, vectors.BITS_TABLE):
                 create_schema(conn, self.dims, with_vec=True)
+            if not self.full:  # an index written before it: its vectors become findable by hash (cache.py)
+                conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash)")
             mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.cache import EmbeddingCache
+from memory_core.cache import EmbeddingCache, preserve_leaving
 from memory_core.chunking import chunk_id
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
@@ -110,6 +110,7 @@ class _Stream:
         # Two hashes sharing a hash() (~1e-9 at 100k chunks) only cost a cache read: the second
         # is refetched, not found, and looked up like a new one.
         self.seen: set[int] = set()
+        self.chunk_seen: set[int] = set()  # the same for the chunks' own hashes (what the new index holds by hash)
         self.pending: set[str] = set()  # in the open group or in flight
         self.lookup: list[tuple[str, str]] = []  # new hashes (and texts) not yet looked up
         self.refetch: list[str] = []  # hashes seen before whose vector was dropped: read from the cache
@@ -129,6 +130,7 @@ class _Stream:
         """Queue a chunk row; ``parts``: (hash, text) of its exchanges, whose vectors the row also
         waits for (``row[11]``: their hashes, then their vectors)."""
         h = row[5]
+        self.chunk_seen.add(hash(h))
         row.append([ph for ph, _ in parts] if parts and self.with_vectors else None)
         self.waiting.append(row)
         if not self.with_vectors:
@@ -409,6 +411,13 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         meta["dims"] = st.dims if st.with_vectors else None
         finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now)
         writer.set_meta(meta)
+        if settings.cache.enabled:
+            # the vectors of the chunks leaving the live index go to the cache first (memory_core.cache)
+            preserve_leaving(settings.cache_file, index_path,
+                             model_key=(provider.name, provider.model, provider.provider_key) if st.with_vectors
+                             else None,
+                             paths=None if plan.full else [*plan.removed, *(f.path for f in plan.to_index)],
+                             staying=lambda h: hash(h) in st.chunk_seen)
         try:
             writer.swap()
         except InPlaceBusyError as exc:

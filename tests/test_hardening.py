@@ -313,9 +313,9 @@ def test_a_damaged_cache_is_set_aside_and_the_run_goes_on(workspace, openai_fake
     assert len(warned) == 1 and "set aside" in warned[0]
     aside = [p for p in s.cache_file.parent.iterdir() if ".damaged-" in p.name]
     assert len(aside) == 1 and aside[0].read_bytes() == damaged  # kept, for whoever wants to look
-    assert openai_fake.embedded_inputs == before + summary.chunks_total  # embedded again, once
-    # the new cache holds everything: a rerun embeds nothing
-    assert run_index(s, full=True).swapped and openai_fake.embedded_inputs == before + summary.chunks_total
+    # the live index holds every vector (issue 25: it is their record), so nothing is embedded again
+    assert summary.chunks_embedded == 0 and openai_fake.embedded_inputs == before
+    assert run_index(s, full=True).swapped and openai_fake.embedded_inputs == before
 
 
 def test_a_damaged_cache_with_batch_mode_is_set_aside_too(workspace):

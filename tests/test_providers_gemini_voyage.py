@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.cache import EmbeddingCache
+from memory_core.cache import EmbeddingCache, LiveVectors
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider, create_provider_for_meta
 from memory_core.errors import ConfigError, ProviderError
@@ -80,6 +80,8 @@ def test_gemini_index_and_search_end_to_end(workspace: Path, gem: GeminiFake) ->
     text, h = conn.execute("SELECT text, hash FROM chunks LIMIT 1").fetchone()
     conn.close()
     with EmbeddingCache(s.cache_file, "gemini", "gemini-embedding-001", meta["provider_key"]) as cache:
+        # the published index is the record of its vectors (the cache was trimmed of them)
+        cache.live.append(LiveVectors.open(s.index_file, "gemini", "gemini-embedding-001", meta["provider_key"]))
         v = np.frombuffer(cache.get_many([h])[h], dtype="<f4")
     assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-5
     assert np.allclose(v, fake_vector(text, 768), atol=1e-5)
