@@ -324,7 +324,18 @@ def fts_tokenizer() -> str:
     return FTS_TOKENIZER
 
 
+# FTS5's contentless_delete=1 (chunks_fts, schema 5) needs SQLite 3.43 or later
+FTS_MIN_SQLITE = (3, 43, 0)
+
+
+def _sqlite_version() -> tuple[int, ...]:
+    return tuple(int(x) for x in apsw.sqlite_lib_version().split(".")[:3])
+
+
 def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) -> None:
+    if _sqlite_version() < FTS_MIN_SQLITE:
+        raise RunError(f"SQLite {apsw.sqlite_lib_version()} is too old to write an index: its FTS5 table needs"
+                       " contentless_delete (SQLite 3.43 or later; `pip install -U apsw` bundles one)")
     tok = fts_tokenizer().replace("'", "''")
     conn.execute(
         f"""

@@ -122,3 +122,12 @@ def test_in_place_edits_and_deletes_keep_the_contentless_index_whole(workspace, 
         conn.close()
     with Searcher(s) as se:
         assert se.search("zanzibar teapot", mode="keyword", min_score=0)[0].path == "memory/" + notes[0].name
+
+
+def test_an_sqlite_without_contentless_delete_is_refused_with_a_reason(monkeypatch):
+    from memory_core import store
+    from memory_core.errors import RunError
+
+    monkeypatch.setattr(store.apsw, "sqlite_lib_version", lambda: "3.42.0")
+    with pytest.raises(RunError, match="3.43 or later"):
+        store.create_schema(apsw.Connection(":memory:"), 8, with_vec=True)
