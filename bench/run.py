@@ -70,7 +70,11 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     # the rows as the index stores them: the vector in chunks.embedding, its sign bits in chunks_bits
     rows = src.execute(
         "SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.embedding,"
-        " c.updated_at, f.text FROM chunks c JOIN chunks_fts f ON f.rowid = c.rid ORDER BY c.rid").fetchall()
+        " c.updated_at FROM chunks c ORDER BY c.rid").fetchall()
+    # chunks_fts keeps no copy of the text (contentless, schema 5): segment it again, outside the timing
+    from memory_core.textsearch import segment_many
+
+    rows = [(*r, t) for r, t in zip(rows, segment_many([r[8] for r in rows]), strict=True)]
     src.close()
     if os.path.exists(out):
         os.unlink(out)
@@ -83,8 +87,7 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     c0 = time.process_time()
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO chunks VALUES(?,?,?,?,?,?,?,?,?,?,?)", (r[:11] for r in rows))
-    conn.executemany("INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line)"
-                     " VALUES(?,?,?,?,?,?,?,?)", ((r[0], r[11], r[1], r[2], r[3], r[7], r[4], r[5]) for r in rows))
+    conn.executemany("INSERT INTO chunks_fts(rowid, text) VALUES(?,?)", ((r[0], r[11]) for r in rows))
     for i in range(0, len(rows), vectors.BLOCK_ROWS):
         part = rows[i:i + vectors.BLOCK_ROWS]
         vectors.append(conn, [r[0] for r in part], [r[9] for r in part], dims)

@@ -157,9 +157,11 @@ class _Postings:
 
     def _read_lengths(self, conn: apsw.Connection) -> bool:
         """Every row's length in tokens from FTS5's docsize table (the first varint of each row's
-        sizes: the text column; the others are UNINDEXED, 0), as xColumnSize(-1) reads it."""
+        sizes: the text column; in schema 4 and older the others are UNINDEXED, 0), as
+        xColumnSize(-1) reads it. A contentless table of one column (schema 5) stores that one
+        varint alone (1-3 bytes): zeros pad it to three, never read as part of it."""
         try:
-            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(hex(substr(sz, 1, 3)), '')"
+            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(substr(hex(sz) || '0000', 1, 6), '')"
                                       " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
         except apsw.Error:
             return False
@@ -1082,7 +1084,9 @@ class Searcher:
         match = textsearch.build_match_query(query)
         if not match:
             return []
-        src = "" if not sources else f" AND source IN ({','.join('?' * len(sources))})"
+        # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
+        src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
+                                      f" IN ({','.join('?' * len(sources))})")
         # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
         # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
         sql = (
@@ -1337,7 +1341,7 @@ SIZE_LINES = {
     "exchange_parts_float32": "chunk_parts: transcript chunks' exchange vectors (chunking.exchange_vectors)",
     "sign_bits": "chunks_bits, chunk_parts_bits: one bit a dimension, scanned by every vector query",
     "text": "chunks' text and row fields (id, path, lines) and their pages' free space",
-    "fts": "chunks_fts: the FTS5 keyword index and its copy of the (search-tokenised) text",
+    "fts": "chunks_fts: the FTS5 keyword index and each row's length (contentless: no copy of the text)",
     "keys": "B-tree indexes (chunk id, path, source, hash) and the files table",
     "rest": "text, FTS5 and B-tree indexes (`status --sizes` splits it; reads the whole file)",
     "free": "free pages (reused by later runs)",

@@ -6,8 +6,7 @@ Schema (names follow the reference so other tools can read the file)::
     files(path TEXT PRIMARY KEY, source, hash, mtime, size, chunks, lines, indexed_at)
     chunks(rid INTEGER PRIMARY KEY, id TEXT UNIQUE, path, source, start_line, end_line,
            hash, model, text, embedding BLOB, updated_at)
-    chunks_fts  FTS5(text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
-                     start_line UNINDEXED, end_line UNINDEXED)      rowid = chunks.rid
+    chunks_fts  FTS5(text, content='', contentless_delete=1)      rowid = chunks.rid
     chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.vectors
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
@@ -21,9 +20,14 @@ Older schemas stay readable (the next run rebuilds them, ``schema_version`` chan
 schema 2 kept the vectors in a sqlite-vec ``chunks_vec vec0(embedding float[dims]
 distance_metric=cosine)`` table (``"vec0"``, searched by vec0's brute-force KNN, ~10x slower
 than the bits) or, where sqlite-vec did not load, in ``chunks.embedding`` (``"blob"``); schema
-1 kept both copies. The FTS ``text`` column holds the text as
-tokenised for search (CJK characters spaced out, see :mod:`memory_core.textsearch`); the
-original text is ``chunks.text``.
+1 kept both copies. Schema 4 and older kept a copy of every chunk's text in ``chunks_fts``
+(``text`` plus six UNINDEXED columns repeating ``chunks``' id, path, source, model and lines);
+schema 5's ``chunks_fts`` is contentless (``content=''``, ``contentless_delete=1``, SQLite
+>= 3.43): it holds only the inverted index of the text as tokenised for search (CJK
+characters spaced out, see :mod:`memory_core.textsearch`) and each row's length
+(``chunks_fts_docsize``), so ``bm25()`` and the phrase functions work alike, and a row's
+fields and original text are read from ``chunks`` by ``rowid = chunks.rid``. Selecting
+``chunks_fts.text`` gives NULL.
 
 How a run publishes its index (the live file is never half-written):
 
@@ -75,8 +79,8 @@ from memory_core.errors import (
 from memory_core.failpoints import failpoint
 
 META_KEY = "memory_index_meta_v1"
-SCHEMA_VERSION = 4  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
-# 4: transcript chunks' exchange vectors (vectors.PARTS_TABLE)
+SCHEMA_VERSION = 5  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
+# 4: transcript chunks' exchange vectors (vectors.PARTS_TABLE); 5: contentless chunks_fts (text index only)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 # SQLite's header field ``application_id`` (offset 68) of every index memory-core writes: only a
@@ -326,7 +330,18 @@ def fts_tokenizer() -> str:
     return FTS_TOKENIZER
 
 
+# FTS5's contentless_delete=1 (chunks_fts, schema 5) needs SQLite 3.43 or later
+FTS_MIN_SQLITE = (3, 43, 0)
+
+
+def _sqlite_version() -> tuple[int, ...]:
+    return tuple(int(x) for x in apsw.sqlite_lib_version().split(".")[:3])
+
+
 def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) -> None:
+    if _sqlite_version() < FTS_MIN_SQLITE:
+        raise RunError(f"SQLite {apsw.sqlite_lib_version()} is too old to write an index: its FTS5 table needs"
+                       " contentless_delete (SQLite 3.43 or later; `pip install -U apsw` bundles one)")
     tok = fts_tokenizer().replace("'", "''")
     conn.execute(
         f"""
@@ -358,8 +373,7 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
         CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
         CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash);
         CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-          text, id UNINDEXED, path UNINDEXED, source UNINDEXED, model UNINDEXED,
-          start_line UNINDEXED, end_line UNINDEXED, tokenize='{tok}'
+          text, content='', contentless_delete=1, tokenize='{tok}'
         );
         """
     )
@@ -697,9 +711,8 @@ class IndexWriter:
 
         fts = iter(segment_many([r[7] for r in rows if r[8] is None]))
         conn.executemany(
-            "INSERT INTO chunks_fts(rowid, text, id, path, source, model, start_line, end_line) VALUES(?,?,?,?,?,?,?,?)",
-            ((start + i, next(fts) if r[8] is None else r[8], r[0], r[1], r[2], r[6], r[3], r[4])
-             for i, r in enumerate(rows)),
+            "INSERT INTO chunks_fts(rowid, text) VALUES(?,?)",  # contentless: only the text is indexed
+            ((start + i, next(fts) if r[8] is None else r[8]) for i, r in enumerate(rows)),
         )
         if self.vec and self.dims:  # the sign bits of every vector of the right size (verify counts them)
             size = int(self.dims) * 4
@@ -753,6 +766,15 @@ class IndexWriter:
         problems = []
         if n_fts != n_chunks:
             problems.append(f"{n_chunks} chunks but {n_fts} FTS rows")
+        elif has_table(conn, "chunks_fts_docsize"):
+            # the FTS table keeps no copy of the rows (contentless): each chunk this run inserted
+            # has its FTS row under its own rid (equal counts alone would miss a shifted rowid)
+            unmatched = conn.execute(
+                "SELECT count(*) FROM chunks c WHERE c.rid >= ?"
+                " AND NOT EXISTS (SELECT 1 FROM chunks_fts_docsize d WHERE d.id = c.rid)",
+                (self._first_new_rid,)).fetchone()[0]
+            if unmatched:
+                problems.append(f"{unmatched} chunks have no FTS row of their rid")
         n_vec = 0
         if expect_vectors:
             if missing:

@@ -5,11 +5,12 @@ form of ``segment_for_index``; ``FTS_TOKENIZER``) and the query module (``build_
 ``keyword_tokens``).
 
 Index side
-    The FTS5 table ``chunks_fts(text, id UNINDEXED, ...)`` is created with
-    ``tokenize='<FTS_TOKENIZER>'`` and its ``text`` column holds ``segment_for_index(chunk.text)``.
+    The FTS5 table ``chunks_fts(text, content='', contentless_delete=1)`` is created with
+    ``tokenize='<FTS_TOKENIZER>'`` and indexes ``segment_for_index(chunk.text)`` as its ``text``
+    (contentless: the index keeps the tokens and each row's length, not the segmented text).
     FTS5's unicode61 tokenizer does not segment CJK (a whole Chinese sentence is one token), so
     every CJK character (Han, kana, Hangul) is surrounded by spaces and becomes its own token.
-    Snippets must be cut from the original chunk text (``chunks.text``), never from this column.
+    Snippets are cut from the original chunk text (``chunks.text``); the column reads as NULL.
 
 Query side
     ``build_match_query`` turns free user text into a MATCH expression in which every term is a

@@ -66,13 +66,17 @@ def test_deleted_file_rows_are_gone(workspace, openai_fake):
     s = openai_settings(workspace, openai_fake)
     run_index(s)
     victim = "memory/howto/deploy-checklist.md"
-    assert index_rows(s, "SELECT count(*) FROM chunks WHERE path = ?", (victim,))[0][0] > 0
+    rids = [r for (r,) in index_rows(s, "SELECT rid FROM chunks WHERE path = ?", (victim,))]
+    assert rids
     (workspace / victim).unlink()
     summary = run_index(s)
     assert summary.files_removed == 1
     assert index_rows(s, "SELECT count(*) FROM chunks WHERE path = ?", (victim,))[0][0] == 0
     assert index_rows(s, "SELECT count(*) FROM files WHERE path = ?", (victim,))[0][0] == 0
-    assert index_rows(s, "SELECT count(*) FROM chunks_fts WHERE path = ?", (victim,))[0][0] == 0
+    # chunks_fts is contentless (no path column): its rows are the chunks' rids
+    lit = ",".join(map(str, rids))
+    assert index_rows(s, f"SELECT count(*) FROM chunks_fts_docsize WHERE id IN ({lit})")[0][0] == 0
+    assert index_rows(s, f"SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'deploy' AND rowid IN ({lit})")[0][0] == 0
     n = index_rows(s, "SELECT count(*) FROM chunks")[0][0]
     assert index_rows(s, "SELECT count(*) FROM chunks_fts")[0][0] == n
 
