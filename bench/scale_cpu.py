@@ -32,6 +32,7 @@ def measure(ws: str, index: str, dims: int, n: int) -> dict[str, list[float]]:
     import memory_core.search as ms
     from bench.fake_provider import DistinctProvider
     from bench.scale import _queries, _settings
+    from memory_core import retrieval
 
     provider = DistinctProvider(dims)
     texts = _queries(n)
@@ -52,7 +53,7 @@ def measure(ws: str, index: str, dims: int, n: int) -> dict[str, list[float]]:
             out[name] = [statistics.median(cpu) * 1000, statistics.median(wall) * 1000]
 
         t("vector side", lambda q: s._vector_hits(idx, q, 40, None), qs)
-        t("cosines of 40 keyword candidates", lambda q: s._cosines(idx, q, some), qs)
+        t("cosines of 40 keyword candidates", lambda q: retrieval.cosines(idx, q, some), qs)
         s.parallel = False
         t("search, vector mode", lambda q: s.search(q, mode="vector", min_score=0), texts)
         t("search, hybrid (serial)", lambda q: s.search(q, mode="hybrid", min_score=0), texts)

@@ -7,7 +7,8 @@ Chunk dates (``chunk_date``), in order:
   ``timestamp``, else its ``message.timestamp``), else the session header's timestamp;
 * any other file: its modification time (local date).
 
-Transcript timestamps are read from the transcript itself when a search needs them and kept per
+Transcript timestamps are read from the transcript itself when a search needs them (opened as
+``get`` opens it: :func:`memory_core.reading.indexed_transcript_dates`) and kept per
 file (path, size, mtime), so a chunk's date always matches the lines it cites; the index stores
 only line numbers.
 
@@ -17,7 +18,15 @@ with an optional year (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``5
 latest such day not after today), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
 month`` and weekday names (``on Monday``, ``last Friday``: the latest such day before today). The
-range is inclusive, in local dates. Search prefers chunks dated in it (see ``memory_core.search``).
+range is inclusive, in local dates.
+
+What search does with them (all decided here, called by the query modules): the chunks written on a
+named day that neither retrieval side found (``dated_chunk_rows``, from
+``memory_core.retrieval``), each candidate's date (``hit_date``), the named day's lift after fusion
+(``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.rank``) and a transcript snippet's
+``[YYYY-MM-DD HH:MM UTC]`` stamp (``said_at``). Which paths are dated and which are evergreen
+(``date_from_path``, ``is_evergreen``) is decided here too; temporal decay, in
+``memory_core.ranking``, reads them.
 """
 
 from __future__ import annotations
@@ -27,17 +36,17 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Any
 
-from memory_core.ranking import date_from_path
+from memory_core.errors import PathError
 from memory_core.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
-if TYPE_CHECKING:
-    from memory_core.config import Settings
-
-__all__ = ["DateRange", "chunk_date", "indexed_transcript_dates", "query_date_range", "transcript_dates"]
+__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "date_from_path", "dated_chunk_rows", "hit_date",
+           "is_evergreen", "lift_named_days", "query_date_range", "said_at",
+           "transcript_dates"]
 
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -53,6 +62,34 @@ _MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.I
 _CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = re.compile(r"\b(?:on|last|this|past)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+
+
+# -- paths ---------------------------------------------------------------------------------------
+_DATED_PATH_RE = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def _normalize_path(path: str) -> str:
+    p = path.replace("\\", "/")
+    return p[2:] if p.startswith("./") else p
+
+
+def date_from_path(path: str) -> date | None:
+    """Date of a dated memory file (``.../memory/YYYY-MM-DD.md``), ``None`` if undated or invalid."""
+    m = _DATED_PATH_RE.search(_normalize_path(path))
+    if m is None:
+        return None
+    try:
+        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str) -> bool:
+    """``MEMORY.md`` / ``memory.md`` at the root, or an undated file under ``memory/``: no decay."""
+    p = _normalize_path(path)
+    if p in ("MEMORY.md", "memory.md"):
+        return True
+    return p.startswith("memory/") and date_from_path(p) is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,19 +208,6 @@ def _stamp(value: object) -> str | None:
     return None
 
 
-def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None, list[tuple[int, str]]]:
-    """:func:`transcript_dates` of the indexed transcript ``path`` (``sessions/<name>.jsonl``),
-    opened as ``get`` opens it (:func:`memory_core.safeio.open_indexed`: no symlink in any
-    component, the sessions folder included); PathError when it may not be read."""
-    from memory_core.safeio import open_indexed
-
-    fd = open_indexed(settings, path)
-    try:
-        return transcript_dates(fd, name=f"{settings.sessions_dir}\0{path}")
-    finally:
-        os.close(fd)
-
-
 def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str | None, list[tuple[int, str]]]:
     """(the session header's timestamp, [(JSONL line, message timestamp), ...]) of a transcript,
     read once per file version. Timestamps are ``YYYY-MM-DDTHH:MM`` in UTC. ``path`` may be an
@@ -249,3 +273,90 @@ def chunk_date(path: str, source: str, start_line: int, end_line: int, mtime_ms:
     if mtime_ms:
         return datetime.fromtimestamp(mtime_ms / 1000).date().isoformat()
     return None
+
+
+Stamps = tuple[str | None, list[tuple[int, str]]]
+"""A transcript's :func:`transcript_dates`: (its header's timestamp, [(JSONL line, timestamp), ...])."""
+
+
+def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
+             stamps_of: Callable[[str], Stamps]) -> str | None:
+    """A search candidate's :func:`chunk_date`; ``stamps_of(path)``: an indexed transcript's
+    timestamps, read as ``get`` opens it (:func:`memory_core.reading.indexed_transcript_dates`;
+    PathError when it may not be read)."""
+    stamps = None
+    if source == "sessions":
+        try:
+            stamps = stamps_of(path)  # opened as `get` opens it
+        except PathError:
+            stamps = None
+    return chunk_date(path, source, start_line, end_line, mtime_ms, dates=stamps)
+
+
+# -- search: a query naming a day ------------------------------------------------------------------
+DATE_MATCH_BONUS = 0.5
+"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5`` (at least
+0.5); any other chunk is capped at 0.5, so the day's own notes rank first and another day's note
+on the topic keeps its place after them (the cap lowers no relevance below ``min_score``)."""
+MAX_DATED_CANDIDATES = 200
+
+
+def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
+                     stamps_of: Callable[[str], Stamps]) -> list[tuple[Any, ...]]:
+    """Chunks written in ``dates`` that neither side found: the day's daily notes, transcript
+    chunks with a message of that day, other files modified that day (at most 200). Rows as the
+    retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
+    ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s."""
+    days = min(62, (dates.end - dates.start).days + 1)
+    daily = [f"memory/{(dates.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]
+    start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
+    end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
+    sql = ("SELECT c.rid, 0, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+           " JOIN files fl ON fl.path = c.path WHERE")
+    rows = list(conn.execute(sql + f" c.path IN ({','.join('?' * len(daily))})", daily))
+    rows += conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
+                         " AND c.path NOT LIKE 'memory/____-__-__.md' LIMIT ?",
+                         (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
+    # a transcript written on that day was last modified on or after it
+    sessions = [p for (p,) in conn.execute(
+        "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC LIMIT 64", (start_ms,))]
+    for p in sessions:
+        try:
+            header, stamps = stamps_of(p)
+        except PathError:
+            continue
+        lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
+        if not lines:
+            continue
+        for r in conn.execute(sql + " c.path = ?", (p,)):
+            if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
+                rows.append(r)
+    out = []
+    for r in rows:
+        if r[0] in seen or (sources and r[4] not in sources):
+            continue
+        seen.add(r[0])
+        out.append(r)
+        if len(out) >= MAX_DATED_CANDIDATES:
+            break
+    return out
+
+
+def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None:
+    """The query names a day: what was written that day comes first. Fused hits (their ``score`` the
+    relevance), changed in place and re-sorted (relevance, then BM25, best first)."""
+    for h in hits:
+        if h.date is not None and h.date in dates:
+            h.date_lifted = h.score < min_score  # found for its day, not its words
+            h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
+        else:  # another day's note on the topic stays, below the named day's own
+            h.score = h.relevance = min(h.score, DATE_MATCH_BONUS)
+    hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
+
+
+def said_at(source: str, when: str | None) -> str:
+    """A transcript snippet's prefix saying when it was said (``[2026-11-02 15:20 UTC] ``); ""
+    for any other chunk or an undated one."""
+    if source != "sessions" or not when:
+        return ""
+    return f"[{when.replace('T', ' ')}{' UTC' if 'T' in when else ''}] "

@@ -621,8 +621,9 @@ class QmdSearcher(Searcher):
         table = self._path_table()
         results: list[SearchResult] = []
         seen: set[tuple[str, int, int]] = set()
-        from memory_core.dates import chunk_date, indexed_transcript_dates
+        from memory_core.dates import chunk_date
         from memory_core.errors import PathError
+        from memory_core.reading import indexed_transcript_dates
         from memory_core.redact import redact_lines
 
         redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 
+from memory_core.dates import date_from_path, is_evergreen  # re-exported: dates decides what a path dates
 from memory_core.textsearch import keyword_tokens
 
 __all__ = [
@@ -501,14 +502,6 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
 # ---------------------------------------------------------------------------------------------
 # Temporal decay
 # ---------------------------------------------------------------------------------------------
-_DATED_PATH_RE = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
-
-
-def _normalize_path(path: str) -> str:
-    p = path.replace("\\", "/")
-    return p[2:] if p.startswith("./") else p
-
-
 def temporal_decay_multiplier(age_days: float, half_life_days: float) -> float:
     """``exp(-ln2 / half_life * max(0, age))``; 1.0 when the half-life is not a positive number.
 
@@ -520,25 +513,6 @@ def temporal_decay_multiplier(age_days: float, half_life_days: float) -> float:
     if not math.isfinite(age):
         return 1.0
     return math.exp(-(math.log(2) / half_life_days) * age)
-
-
-def date_from_path(path: str) -> date | None:
-    """Date of a dated memory file (``.../memory/YYYY-MM-DD.md``), ``None`` if undated or invalid."""
-    m = _DATED_PATH_RE.search(_normalize_path(path))
-    if m is None:
-        return None
-    try:
-        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    except ValueError:
-        return None
-
-
-def is_evergreen(path: str) -> bool:
-    """``MEMORY.md`` / ``memory.md`` at the root, or an undated file under ``memory/``: no decay."""
-    p = _normalize_path(path)
-    if p in ("MEMORY.md", "memory.md"):
-        return True
-    return p.startswith("memory/") and date_from_path(p) is None
 
 
 def _now_ms(now: datetime | float | None) -> float:

@@ -1,8 +1,9 @@
 """The fast paths of a query give exactly what the straightforward statements give (issue 25).
 
-``Searcher._complete`` scores the vector side's candidates with :func:`memory_core.search._bm25_given_df`
-(FTS5's bm25() arithmetic with cached document counts) instead of ``bm25(chunks_fts)`` restricted
-by ``rowid IN (...)``, which walked every phrase's doclist once per row id. Here both run on real
+``memory_core.retrieval.complete`` scores the vector side's candidates with
+:func:`memory_core.retrieval._bm25_given_df` (FTS5's bm25() arithmetic with cached document counts)
+instead of ``bm25(chunks_fts)`` restricted by ``rowid IN (...)``, which walked every phrase's
+doclist once per row id. Here both run on real
 indexes and every candidate's raw scores, the IDF sum and the corpus coverage are compared with
 the statements the code used before, kept below as the reference.
 """
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from bench.corpus import WORDS, generate
-from memory_core import ranking, search, textsearch
+from memory_core import ranking, retrieval, textsearch
 from memory_core.config import load_settings
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
@@ -40,7 +41,7 @@ QUERIES = [
 
 
 def _reference(conn, query: str, union: list[ranking.Hit], n: int) -> tuple[dict[int, tuple[float, bool]], float, float]:
-    """The statements ``_complete`` ran before: bm25() restricted by ``rowid IN``, ``count(*)`` per term."""
+    """The statements ``retrieval.complete`` ran before: bm25() restricted by ``rowid IN``, ``count(*)`` per term."""
     match = textsearch.build_match_query(query)
     lit = ",".join(str(h.rid) for h in union)
     bm25: dict[int, float] = {}
@@ -85,7 +86,7 @@ def index(tmp_path_factory: pytest.TempPathFactory):
 
 def test_bm25_given_df_is_fts5_bm25_on_every_matching_row(index) -> None:
     conn = connect_reader(index.index_file)
-    assert search._register_bm25(conn)
+    assert retrieval._register_bm25(conn)
     rng = random.Random(1)
     queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8))) for _ in range(30)]
     compared = 0
@@ -109,11 +110,11 @@ def test_bm25_given_df_is_fts5_bm25_on_every_matching_row(index) -> None:
 def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch, path) -> None:
     own_bm25 = path != "bm25"
     if not own_bm25:  # an apsw without auxiliary functions: bm25() itself
-        monkeypatch.setattr(search, "_register_bm25", lambda conn: False)
+        monkeypatch.setattr(retrieval, "_register_bm25", lambda conn: False)
     if path.startswith("postings"):  # every keyword query from the phrases' postings once they are kept
-        monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
+        monkeypatch.setattr(retrieval, "KEYWORD_POSTINGS_MIN", 0)
     if path == "postings read through FTS5":  # no fts5vocab table: read by the auxiliary function
-        monkeypatch.setattr(search._Index, "_vocab_conn", lambda self: None)
+        monkeypatch.setattr(retrieval._Index, "_vocab_conn", lambda self: None)
     rng = random.Random(2)
     queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) for _ in range(20)]
     queries = queries + queries  # a phrase's postings are read on its second use
@@ -160,7 +161,7 @@ def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch
 
 def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch) -> None:
     """Rows with the same words and length tie in bm25(): FTS5's sorter keeps the lower row ids first."""
-    monkeypatch.setattr(search, "KEYWORD_POSTINGS_MIN", 0)
+    monkeypatch.setattr(retrieval, "KEYWORD_POSTINGS_MIN", 0)
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     rng = random.Random(4)
@@ -177,7 +178,7 @@ def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch
                 match = textsearch.build_match_query(q)
                 ref = idx.conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
                                        " ORDER BY r LIMIT ?", (match, k)).fetchall()
-                got = se._keyword_top(idx, q, match, k, idx.conn)
+                got = retrieval.keyword_top(idx, q, match, k, idx.conn)
                 if got is not None:
                     assert got == [tuple(r) for r in ref], (q, k)
                     compared += 1

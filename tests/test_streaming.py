@@ -323,7 +323,7 @@ def test_cache_keys_must_be_sha256_digests(tmp_path):
 def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, openai_fake, monkeypatch, tmp_path):
     """Each vector is stored once at full precision (chunks.embedding) and once as sign bits
     (chunks_bits), with or without sqlite-vec (no extension is needed to write or search it)."""
-    import memory_core.search as search_mod
+    import memory_core.retrieval as retrieval_mod
     import memory_core.store as store_mod
 
     monkeypatch.setenv("MEMORY_CORE_WRITER", "inline")
@@ -342,7 +342,7 @@ def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, open
         assert vec_hits and s.status()["vector_search"].startswith("sign bits")
 
     monkeypatch.setattr(store_mod, "load_vec", lambda conn: False)
-    monkeypatch.setattr(search_mod, "load_vec", lambda conn: False)
+    monkeypatch.setattr(retrieval_mod, "load_vec", lambda conn: False)
     blob = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "blob" / "index.sqlite"))
     run_index(blob)
     assert probe_index(blob.index_file)[0]["vector_store"] == "blob+bits"

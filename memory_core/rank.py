@@ -1,0 +1,125 @@
+"""Ranking one query's candidates into results: what :meth:`memory_core.search.Searcher.rank` does.
+
+:func:`rank_candidates` is the pipeline, in order (the pure steps are in :mod:`memory_core.ranking`,
+the named day's lift in :mod:`memory_core.dates`)::
+
+    fuse (ranking.fuse_calibrated, or ranking.fuse) ─ a named day's lift (dates.lift_named_days)
+      ─ relevance >= min_score ─ temporal decay ─ dedupe ─ MMR ─ top max_results
+      ─ snippets and citations (SearchResult)
+
+Pure given the candidates and the query settings: evaluation replays it per setting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from memory_core import ranking, textsearch
+from memory_core.config import QuerySettings
+from memory_core.dates import lift_named_days, said_at
+from memory_core.retrieval import Candidates
+
+SNIPPET_MAX_CHARS = 700
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: str
+    citation: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    match: str = "vector"  # how it matched: "keyword", "vector" or "both"
+    date: str | None = None  # ISO date the chunk was written, when known
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_agent(self) -> dict[str, Any]:
+        """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
+        source, citation``), then snake_case aliases of the line numbers and what memory-core adds
+        (``match``, ``date``, the raw side scores)."""
+        return {
+            "path": self.path, "startLine": self.start_line, "endLine": self.end_line, "score": self.score,
+            "snippet": self.snippet, "source": self.source, "citation": self.citation,
+            "start_line": self.start_line, "end_line": self.end_line, "match": self.match, "date": self.date,
+            "vector_score": self.vector_score, "text_score": self.text_score,
+        }
+
+
+AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
+                     "end_line", "match", "date", "vector_score", "text_score")
+
+
+def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
+    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``)."""
+    stamp = said_at(h.source, h.date)
+    if not stamp:
+        return ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
+    return stamp + ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS - len(stamp))
+
+
+def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
+                    min_score: float | None = None, mode: str = "hybrid") -> list[SearchResult]:
+    """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
+
+    ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
+    MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
+    Pure given the candidates and ``q`` (the query settings): evaluation replays it per setting.
+    """
+    max_results = q.max_results if max_results is None else max(1, int(max_results))
+    min_score = q.min_score if min_score is None else float(min_score)
+    vec = cands.vector if mode != "keyword" else []
+    kw = cands.keyword if mode != "vector" else []
+    if q.fusion == "calibrated":
+        # the union holds both sides and the chunks of a day the query names (neither side's)
+        union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
+        if mode == "hybrid":
+            pool = union
+            vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
+            if cands.calibration.english_only and ranking.mostly_cjk(cands.query):
+                vw, tw = 0.0, 1.0  # the model cannot read the query: its cosines are noise
+            elif vw > 0 and tw > 0 and ranking.names_identifier(cands.query):
+                vw, tw = vw * (1 - ranking.IDENTIFIER_SHIFT), tw + vw * ranking.IDENTIFIER_SHIFT
+        elif mode == "vector":
+            pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
+        else:
+            pool, vw, tw = [h for h in union if h.in_keyword or not h.in_vector], 0.0, 1.0
+        hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
+                                       vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage)
+        if cands.dates is not None:  # the query names a day: what was written that day comes first
+            lift_named_days(hits, cands.dates, min_score)
+    elif not vec or not kw:
+        hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
+                            text_weight=1.0 if kw else 0.0)
+    else:
+        vw, tw = q.normalised_weights()
+        hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
+    hits = [h for h in hits if h.score >= min_score]  # relevance, before decay
+    for h in hits:
+        h.relevance = h.score
+    if q.temporal_decay.enabled:
+        hits = ranking.apply_temporal_decay(hits, q.temporal_decay.half_life_days, now=time.time(),
+                                            floor=q.temporal_decay.floor)
+    hits = ranking.dedupe_overlapping(hits)
+    if q.mmr.enabled:
+        hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
+    hits = hits[:max_results]
+    terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
+    return [
+        SearchResult(
+            path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.relevance), 6),
+            snippet=_dated_snippet(h, terms), source=h.source,
+            citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
+            vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
+            match=ranking.match_kind(h) if mode == "hybrid" or h.date_lifted else mode,
+            date=h.date,
+        )
+        for h in hits
+    ]

@@ -1,0 +1,89 @@
+"""Reading an indexed file's lines (``memory_get``, ``memory-core get``): :func:`read_file`; an
+indexed transcript's timestamps, opened the same way (:func:`indexed_transcript_dates`).
+
+Which paths may be read is decided here and in :mod:`memory_core.discovery` /
+:mod:`memory_core.safeio` (the files the index holds, opened with no symlink in any component).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from memory_core.config import Settings
+from memory_core.dates import transcript_dates
+from memory_core.discovery import parse_citation, resolve_indexed_path
+from memory_core.errors import PathError
+
+MAX_GET_LINES = 2000
+_DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
+
+
+def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None, list[tuple[int, str]]]:
+    """:func:`transcript_dates` of the indexed transcript ``path`` (``sessions/<name>.jsonl``),
+    opened as ``get`` opens it (:func:`memory_core.safeio.open_indexed`: no symlink in any
+    component, the sessions folder included); PathError when it may not be read."""
+    from memory_core.safeio import open_indexed
+
+    fd = open_indexed(settings, path)
+    try:
+        return transcript_dates(fd, name=f"{settings.sessions_dir}\0{path}")
+    finally:
+        os.close(fd)
+
+
+def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, Any] | None]], path: str,
+              from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+    """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.
+
+    ``path`` may be a citation (``path#L10-L20``: those lines unless ``from_line`` / ``lines``
+    are given) or start with ``./``. Transcripts come back as readable, redacted
+    ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
+    (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
+    Any other path outside the index is refused. ``lookup(path)``: the path's ``(path, source)`` row of
+    the index's ``files`` table (None when not indexed) and the index's meta.
+    """
+    if not isinstance(path, str) or not path.strip():
+        raise PathError("path is empty")
+    cite = parse_citation(path)
+    path = cite.path
+    from_line = cite.start_line if from_line is None else from_line
+    lines = cite.lines if lines is None and from_line == cite.start_line else lines
+    row, meta = lookup(path)  # the files row and the meta of the index read now
+    start = max(1, int(from_line or 1))
+    from memory_core.indexmeta import IndexRecord
+
+    record = IndexRecord.from_meta(meta) if meta else None
+    where = record.reader_settings(settings) if record else settings  # the index's own workspace
+    if row is None:
+        if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
+            return {"path": path, "text": "", "source": "memory", "from": start, "lines": 0}
+        raise PathError(f"not an indexed file: {path}")
+    source = row[1]
+    resolve_indexed_path(where, path)
+    count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
+    end = start + count - 1
+    from memory_core.safeio import open_indexed
+
+    real = open_indexed(where, path)  # an fd: no symlink in any component, regular files only
+    out: list[str] = []
+    try:
+        if source == "sessions":
+            from memory_core.sessions import session_text_for_range
+
+            out = session_text_for_range(real, start, end)
+        else:
+            from memory_core.safeio import read_lines
+
+            out = read_lines(real, start, end)  # split on "\n" only, as the chunker numbers lines
+    except FileNotFoundError:
+        raise PathError(f"{path} is indexed but no longer exists") from None
+    except OSError as exc:
+        raise PathError(f"cannot read {path}: {exc.strerror}") from None
+    if source != "sessions" and (meta or {}).get("redact", settings.redact) == "all":  # transcripts come back redacted
+        from memory_core.redact import redact_lines
+
+        out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
+    return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}

@@ -1,0 +1,735 @@
+"""Retrieval: the candidates of one query from one opened index file, before any ranking.
+
+Where each is decided:
+
+* :class:`_Index`: one opened index file (its connections, meta, vectors' layout, cached counts);
+* :func:`keyword_hits`: the keyword side, FTS5's BM25 top k (from the phrases' postings in memory,
+  :class:`_Postings` / :func:`keyword_top`, for queries of common words);
+* :func:`vector_hits`: the vector side (sign bits then exact cosines, sqlite-vec's KNN on a schema-2
+  index, or a numpy scan);
+* :func:`complete`: every candidate gets both raw scores (:func:`cosines`, :func:`bm25_of_rows` with
+  :func:`_bm25_given_df`), whether it holds an identifier of the query, the query terms' IDF;
+* :func:`dated_hits`: a named day's chunks neither side found (:func:`memory_core.dates.dated_chunk_rows`).
+
+:class:`memory_core.search.Searcher` runs them (``Searcher.retrieve``) and ranks the result
+(:mod:`memory_core.rank`). Never imports the indexing code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+import numpy as np
+
+from memory_core import ranking, textsearch, vectors
+from memory_core.config import Settings
+from memory_core.dates import DateRange, Stamps, dated_chunk_rows
+from memory_core.errors import IndexDamagedError, ProviderError
+from memory_core.store import connect, connect_reader, has_table, load_vec, read_meta
+
+log = logging.getLogger("memory_core.search")
+
+POINT_READS_PER_SCAN = 1000
+"""An index of schema 2 (vectors in sqlite-vec's vec0): the cosines of up to this many keyword
+candidates per million chunks are read by one point statement each, more by one restricted KNN
+(which scans the table). Measured at 200k x 1536: 0.6-0.8 ms a point read, 280 ms a scan."""
+
+# The chunk columns of the vector side's candidates, joined in the same statement as the vec0
+# KNN (a MATERIALIZED CTE, so the top k is computed before the join).
+_ROW_SELECT = (
+    "SELECT {alias}.rid, {raw}, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime"
+    " FROM {alias} JOIN chunks c ON c.rid = {alias}.rid LEFT JOIN files fl ON fl.path = c.path"
+)
+
+
+_BM25_FUNCTION = "memory_core_bm25"
+_BM25_K1 = 1.2  # FTS5's bm25() constants (fts5_aux.c)
+_BM25_B = 0.75
+
+
+def _bm25_given_df(api: Any, *dfs: int) -> float:
+    """FTS5's ``bm25(chunks_fts)`` of the current row, the same arithmetic in the same order as
+    ``fts5Bm25Function`` (sqlite/ext/fts5/fts5_aux.c), except that each phrase's document count
+    (the rows matching it alone) is given by the caller instead of counted.
+
+    bm25() counts them with ``xQueryPhrase``, a walk of every phrase's whole doclist, each time a
+    statement starts, and SQLite starts it again for every value of ``rowid IN (...)``: scoring 40
+    known rows of a 4-word query walked the doclists 160 times (~1 s at 200k chunks). Here the
+    counts come from :meth:`_Index.df` (counted once per opened index), the row count and average
+    length from FTS5's own totals, a row's term frequencies and length from FTS5's own data for
+    that row (its position lists and docsize): the score is bm25()'s, bit for bit where Python
+    and the SQLite build use the same IEEE arithmetic (tests/test_query_speed.py compares them)."""
+    n_row = api.row_count
+    avgdl = api.column_total_size(-1) / n_row
+    d = float(api.column_size(-1))
+    k1, b = _BM25_K1, _BM25_B
+    score = 0.0
+    for i, df in enumerate(dfs):
+        idf = math.log((n_row - df + 0.5) / (df + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        f = float(sum(len(offsets) for offsets in api.phrase_locations(i)))  # bm25(): 1.0 per instance
+        score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * d / avgdl)))
+    return -1.0 * score
+
+
+def _register_bm25(conn: apsw.Connection) -> bool:
+    """Register :func:`_bm25_given_df` on ``conn`` (apsw 3.46+); False when it cannot be."""
+    register = getattr(conn, "register_fts5_function", None)
+    if register is None:
+        return False
+    try:
+        register(_BM25_FUNCTION, _bm25_given_df)
+        register(_TF_FUNCTION, _tf_and_size)
+        register(_TOTALS_FUNCTION, _totals)
+    except (apsw.Error, AttributeError):
+        return False
+    return True
+
+
+def _tf_and_size(api: Any) -> int:
+    """The current row's instances of phrase 0 (what bm25() counts) and its length in tokens, packed."""
+    return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | api.column_size(-1)
+
+
+KEYWORD_POSTINGS_MIN = 20_000
+"""A keyword query whose phrases match at least this many rows in all (each row counted once per
+phrase) is scored from the phrases' postings kept in memory (:class:`_Postings`) once they are
+kept; below it FTS5's own ``ORDER BY bm25() LIMIT k`` is fast (about 2 µs a matched row)."""
+POSTINGS_BUDGET_BYTES = 256 * 2**20
+"""At most this many bytes of postings per opened index (least recently used dropped first)."""
+
+
+class _Postings:
+    """The term frequencies and row lengths of the common phrases of one opened index, so that a
+    query of common words is scored by numpy instead of FTS5's bm25() over every matched row.
+
+    FTS5 scores an OR query by visiting every row that holds any of its words: ~2 µs a row in
+    bm25() (its instance list, its length), so a query of four words each in 80% of 200k chunks
+    costs ~0.4 s whatever k is, and the sort is the cheap part. A phrase's frequencies (one byte
+    per row of the index, read once through FTS5 itself by :func:`_tf_and_size`) make the same
+    scores an array operation; the arithmetic is bm25()'s (:func:`_bm25_given_df`) in the same
+    order, so the scores and the order are FTS5's, ties by row id as SQLite's sorter keeps them
+    (tests/test_query_speed.py compares them).
+
+    Only queries of at least :data:`KEYWORD_POSTINGS_MIN` matched rows use them. A one-token
+    phrase is read on its first use from an fts5vocab 'instance' table (in C: ~55 ms a word in 80%
+    of 200k chunks, about what one FTS5 query of it costs), the rows' lengths once from FTS5's
+    docsize table; a phrase of several tokens (CJK, ``foo_bar``), or any phrase when fts5vocab is
+    not available, through FTS5 row by row on its second use (a one-shot query does not pay for
+    it). Within :data:`POSTINGS_BUDGET_BYTES` (least recently used dropped first)."""
+
+    def __init__(self, max_rid: int, vocab: apsw.Connection | None = None) -> None:
+        self.size = max_rid + 1
+        self.lengths = np.zeros(self.size, dtype=np.float64)  # tokens per row (set by every read)
+        self.vocab = vocab  # a read-only connection with an fts5vocab 'instance' table (temp.mc_vocab)
+        if vocab is not None and not self._read_lengths(vocab):
+            self.vocab = None
+        self.tf: dict[str, np.ndarray] = {}  # phrase -> its frequency in every row (uint8/16)
+        self.seen: set[str] = set()
+        self.n_row = 0
+        self.total_tokens = 0
+        self.bytes = self.lengths.nbytes
+        self._norm: np.ndarray | None = None  # bm25()'s length normalisation of every row
+        self.lock = threading.Lock()
+
+    def _read_lengths(self, conn: apsw.Connection) -> bool:
+        """Every row's length in tokens from FTS5's docsize table (the first varint of each row's
+        sizes: the text column; in schema 4 and older the others are UNINDEXED, 0), as
+        xColumnSize(-1) reads it. A contentless table of one column (schema 5) stores that one
+        varint alone (1-3 bytes): zeros pad it to three, never read as part of it."""
+        try:
+            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(substr(hex(sz) || '0000', 1, 6), '')"
+                                      " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
+        except apsw.Error:
+            return False
+        if not ids:
+            return True
+        rids = np.fromstring(ids, dtype=np.int64, sep=",")
+        raw = np.frombuffer(bytes.fromhex(sizes), dtype=np.uint8)
+        if len(raw) != 3 * len(rids) or rids.max() >= self.size or rids.min() < 0:
+            return False  # a row too short for three bytes (not this schema) or added since the index was opened
+        b = raw.reshape(-1, 3).astype(np.int64)
+        if (b[:, 0] >= 128).any() and (b[b[:, 0] >= 128, 1] >= 128).any():
+            return False  # a row of 16,384 tokens or more: read through FTS5 instead
+        self.lengths[rids] = np.where(b[:, 0] < 128, b[:, 0], ((b[:, 0] & 0x7F) << 7) | b[:, 1])
+        return True
+
+    def ready(self, phrases: list[str]) -> bool:
+        """True when every phrase is kept or can be read now: at once from the fts5vocab table, else
+        on its second use (a one-shot query does not pay for reading through FTS5)."""
+        if self.vocab is not None:
+            return True
+        with self.lock:
+            unseen = [p for p in phrases if p not in self.tf and p not in self.seen]
+            self.seen.update(unseen)
+            return not unseen
+
+    def read(self, conn: apsw.Connection, phrase: str, df: int) -> bool:
+        """Keep ``phrase``'s frequencies (and the lengths of the rows holding it); False if it cannot
+        be. ``df``: the rows it matches (:meth:`_Index.df`), checked against what was read."""
+        row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                           " LIMIT 1", (phrase,)).fetchone()
+        if row is None:
+            return False  # no row holds it: FTS5 cannot say its totals, and it scores nothing
+        n_row, total, tokens = json.loads(row[0])
+        tf: np.ndarray | None = None
+        lengths: tuple[np.ndarray, np.ndarray] | None = None
+        if self.vocab is not None and len(tokens) == 1 and isinstance(tokens[0], str):
+            # one token (as FTS5 tokenized the phrase): its instances, in C, from the fts5vocab table
+            docs = self.vocab.execute("SELECT group_concat(doc) FROM temp.mc_vocab WHERE term = ? AND col = 'text'",
+                                      (tokens[0],)).fetchone()[0]
+            rids = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
+            if len(rids) and rids.min() >= 0 and rids.max() < self.size:
+                counts = np.bincount(rids, minlength=self.size)
+                if int(np.count_nonzero(counts)) == df:
+                    tf = counts
+        if tf is None:  # a phrase of several tokens, or no fts5vocab: every row through FTS5
+            with self.lock:
+                if phrase not in self.seen:  # on its second use: a one-shot query does not pay for it
+                    self.seen.add(phrase)
+                    return False
+            rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                (phrase,)).fetchall()
+            a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            rids, packed = a[:, 0], a[:, 1]
+            if len(rids) != df or (len(rids) and (rids.max() >= self.size or rids.min() < 0)):
+                return False  # a row added since this index was opened: the next query opens it anew
+            tf = np.zeros(self.size, dtype=np.int64)
+            tf[rids] = packed >> 32
+            lengths = (rids, (packed & 0xFFFFFFFF).astype(np.float64))
+        tf = tf.astype(np.uint8 if tf.max(initial=0) < 256 else np.uint32)
+        with self.lock:
+            if not self.n_row:
+                self.n_row, self.total_tokens = n_row, total
+            elif (self.n_row, self.total_tokens) != (n_row, total):
+                return False
+            if lengths is not None:
+                self.lengths[lengths[0]] = lengths[1]
+                self._norm = None
+            self.tf[phrase] = tf
+            self.bytes += tf.nbytes
+            while self.bytes > POSTINGS_BUDGET_BYTES and len(self.tf) > 1:
+                self.bytes -= self.tf.pop(next(iter(self.tf))).nbytes
+        return True
+
+    def has(self, phrases: list[str]) -> bool:
+        with self.lock:
+            return self.n_row > 0 and all(p in self.tf for p in phrases)
+
+    def scores(self, phrases: list[str], dfs: list[int], rids: np.ndarray | None = None) -> np.ndarray | None:
+        """bm25() of every row, or of the rows ``rids`` (0 where no phrase matches), as
+        :func:`_bm25_given_df` computes it."""
+        with self.lock:
+            got = [self.tf.get(p) for p in phrases]
+            if any(g is None for g in got) or self.n_row <= 0:
+                return None
+            for p in phrases:  # most recently used last
+                self.tf[p] = self.tf.pop(p)
+            n_row, avgdl = self.n_row, self.total_tokens / self.n_row
+            k1, b = _BM25_K1, _BM25_B
+            if self._norm is None:
+                self._norm = k1 * (1 - b + b * self.lengths / avgdl)
+            norm = self._norm if rids is None else self._norm[rids]
+            score = np.zeros(len(norm), dtype=np.float64)
+            for tf, df in zip(got, dfs, strict=True):
+                idf = math.log((n_row - df + 0.5) / (df + 0.5))
+                if idf <= 0.0:
+                    idf = 1e-6
+                f = (tf if rids is None else tf[rids]).astype(np.float64)  # type: ignore[index]
+                score += idf * ((f * (k1 + 1.0)) / (f + norm))  # + 0.0 where the phrase is not, as in bm25()
+        return score
+
+
+_TF_FUNCTION = "memory_core_tf"
+_TOTALS_FUNCTION = "memory_core_totals"
+
+
+def _totals(api: Any) -> str:
+    """FTS5's row count and total tokens (its averages record), as bm25() reads them, and the
+    tokens of phrase 0 as FTS5 tokenized it (JSON)."""
+    return json.dumps([api.row_count, api.column_total_size(-1), list(api.phrases[0])])
+
+
+def _cosine_from_distance(distance: float | None) -> float:
+    # a stored vector without a direction (all zeros) has no distance: it scores 0, never crashes
+    return 1.0 - float(distance) if distance is not None and math.isfinite(distance) else 0.0
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What the two retrieval sides found for one query (see :meth:`Searcher.retrieve`)."""
+
+    query: str
+    keyword: list[ranking.Hit]
+    vector: list[ranking.Hit]
+    embedded: bool  # the query was embedded (the vector side ran)
+    union: list[ranking.Hit] = field(default_factory=list)  # both sides, every hit with both raw scores
+    calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
+    idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
+    dates: DateRange | None = None  # the day(s) the query names (memory_core.dates)
+    corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
+
+
+class _Index:
+    """One opened index file (one inode)."""
+
+    def __init__(self, path: Path) -> None:
+        st = os.stat(path)
+        self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
+        self.conn = connect_reader(path)
+        try:
+            # changes when another connection commits to the file (an in-place update), even one
+            # that leaves its size and mtime as they were (mtime ticks are coarse on some
+            # filesystems); read before the meta, so a commit in between is seen next time
+            self.data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            self.meta = read_meta(self.conn)
+            if self.meta is None or not has_table(self.conn, "chunks_fts"):
+                raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
+        except apsw.Error as exc:
+            self.conn.close()
+            raise IndexDamagedError(f"the index at {path} is damaged ({exc}); rebuild it with `memory-core index --full`") from None
+        # schema 3: float32 in chunks.embedding + sign bits (memory_core.vectors); schema 2: the
+        # vectors in sqlite-vec's vec0 table (searched by its KNN) or in chunks.embedding
+        self.has_bits = has_table(self.conn, vectors.BITS_TABLE)
+        # schema 4: transcript chunks' exchange vectors (a chunk's cosine is its best vector's)
+        self.has_parts = self.has_bits and vectors.has_parts(self.conn) and self.conn.execute(
+            f"SELECT 1 FROM {vectors.PARTS_TABLE} LIMIT 1").fetchone() is not None
+        self.has_vec_table = has_table(self.conn, "chunks_vec")
+        self.f32_in_chunks = self.has_bits or not self.has_vec_table
+        self.vec_loaded = self.has_vec_table and not self.has_bits and load_vec(self.conn)
+        self.dims = self.meta.get("dims")
+        self._matrix: tuple[np.ndarray, np.ndarray] | None = None
+        self._bits: vectors.BitIndex | None = None
+        self._part_bits: vectors.BitIndex | None = None
+        self._path = path
+        self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
+        self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
+        self._postings: _Postings | None = None
+        self._vocab: apsw.Connection | None = None
+        self._n_chunks: int | None = None
+        self._background: float | None = None
+        self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
+
+    def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
+        """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
+        Counted once per opened file (a new file or a committed update opens a new index)."""
+        df = self.df_cache.get(phrase)
+        if df is None:
+            df = int((conn or self.conn).execute(
+                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)).fetchone()[0])
+            if len(self.df_cache) < 10_000:
+                self.df_cache[phrase] = df
+        return df
+
+    def n_chunks(self) -> int:
+        if self._n_chunks is None:
+            self._n_chunks = int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+        return self._n_chunks
+
+    def background_cosine(self) -> float | None:
+        """Mean cosine of up to 256 spread-out pairs of chunk vectors (the calibration of models
+        without a measured table entry), computed once per opened file."""
+        if self._background is None:
+            try:
+                if self.vec_loaded:
+                    rows = self.conn.execute("SELECT embedding FROM chunks_vec WHERE rowid % 7 = 0 LIMIT 512").fetchall()
+                    if len(rows) < 16:
+                        rows = self.conn.execute("SELECT embedding FROM chunks_vec LIMIT 512").fetchall()
+                else:
+                    rows = self.conn.execute(
+                        "SELECT embedding FROM chunks WHERE embedding IS NOT NULL LIMIT 512").fetchall()
+            except apsw.Error:
+                rows = []
+            if len(rows) < 2:
+                return None
+            m = np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), -1).copy()
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            g = m @ m.T
+            n = len(m)
+            self._background = float((g.sum() - np.trace(g)) / (n * (n - 1)))
+        return self._background
+
+    def keyword_conn(self) -> apsw.Connection | None:
+        """A second connection for the keyword side, so it can run beside the vector side."""
+        if self._kw_conn is None:
+            try:
+                self._kw_conn = connect_reader(self._path)
+                if self.own_bm25 and not _register_bm25(self._kw_conn):
+                    self.own_bm25 = False
+            except apsw.Error:
+                self._kw_conn = False
+        return self._kw_conn or None
+
+    def postings(self) -> _Postings | None:
+        """The in-memory postings of common phrases (:class:`_Postings`), made on first use."""
+        if not self.own_bm25:
+            return None
+        if self._postings is None:
+            max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
+            self._postings = _Postings(int(max_rid or 0), self._vocab_conn())
+        return self._postings
+
+    def kept_postings(self) -> _Postings | None:
+        """The postings if a keyword query made them (never makes them)."""
+        return self._postings
+
+    def _vocab_conn(self) -> apsw.Connection | None:
+        """A read-only connection to this same file with an fts5vocab 'instance' table of chunks_fts
+        (a temp table: the reader connections are query_only), or None."""
+        try:
+            conn = connect(self._path, readonly=True)
+        except apsw.Error:
+            return None
+        try:
+            st = os.stat(self._path)
+            if (st.st_ino, st.st_dev) != self.ident[:2]:  # replaced since this index was opened
+                raise apsw.Error("replaced")
+            conn.execute("CREATE VIRTUAL TABLE temp.mc_vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
+        except (apsw.Error, OSError):
+            with contextlib.suppress(apsw.Error):
+                conn.close()
+            return None
+        self._vocab = conn
+        return conn
+
+    def bit_index(self) -> vectors.BitIndex:
+        """Every sign-bit code of this file, loaded once per opened file (a new file or a
+        committed update opens a new :class:`_Index`) and shared with the other searchers of
+        this process that read the same state."""
+        if self._bits is None:
+            self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
+        return self._bits
+
+    def part_index(self) -> vectors.BitIndex:
+        """The exchange vectors' codes, as :meth:`bit_index`."""
+        if self._part_bits is None:
+            self._part_bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0),
+                                                       vectors.PARTS_BITS_TABLE)
+        return self._part_bits
+
+    def nearest(self, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
+        """The ``want`` chunks nearest the query, best first: [(rid, cosine)], a chunk's cosine
+        being the best of its own vector's and its exchanges' (schema 4)."""
+        top = self.bit_index().search(self.conn, qvec, want)
+        if not self.has_parts:
+            return top
+        cand = dict(top)
+        ptop = self.part_index().search(self.conn, qvec, want)
+        if ptop:
+            lit = ",".join(str(int(r)) for r, _ in ptop)
+            owners = {c for (c,) in self.conn.execute(f"SELECT DISTINCT chunk FROM {vectors.PARTS_TABLE}"
+                                                      f" WHERE rid IN ({lit})")}
+            cand.update(vectors.cosines(qvec, vectors.read_vectors(self.conn, [c for c in owners if c not in cand])))
+        for rid, cos in vectors.part_cosines(self.conn, qvec, list(cand)).items():
+            if cos > cand[rid]:
+                cand[rid] = cos
+        return sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rids, unit vectors) for the numpy fallback, loaded once per opened file."""
+        if self._matrix is None:
+            rids: list[int] = []
+            blobs: list[bytes] = []
+            for rid, emb in self.conn.execute("SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL"):
+                rids.append(rid)
+                blobs.append(emb)
+            if blobs:
+                m = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+                norms = np.linalg.norm(m, axis=1, keepdims=True)
+                norms[norms == 0] = 1
+                m = m / norms
+            else:
+                m = np.zeros((0, self.dims or 1), dtype=np.float32)
+            self._matrix = (np.asarray(rids, dtype=np.int64), m.astype(np.float32))
+        return self._matrix
+
+    def close(self) -> None:
+        with contextlib.suppress(apsw.Error):
+            self.conn.close()
+        if self._vocab is not None:
+            with contextlib.suppress(apsw.Error):
+                self._vocab.close()
+        if self._kw_conn:
+            with contextlib.suppress(apsw.Error):
+                self._kw_conn.close()
+
+
+def hits_from_rows(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
+    """Hits of chunk rows (``rid, raw, id, path, source, start_line, end_line, text, mtime``), ``raw``
+    a side's score (``side``: "text", FTS5's bm25 rank; else a cosine) turned by ``to_score``."""
+    out = []
+    for rid, raw, cid, path, source, start, end, text, mtime in rows:
+        h = ranking.Hit(id=cid, path=path, source=source, start_line=start, end_line=end, text=text,
+                        mtime_ms=mtime, rid=rid)
+        if side == "text":
+            h.text_score = to_score(raw)
+            h.bm25 = max(0.0, -float(raw)) if math.isfinite(raw) else 0.0
+        else:
+            h.vector_score = to_score(raw)
+        out.append(h)
+    return out
+
+
+def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | None,
+                 conn: apsw.Connection | None = None) -> list[ranking.Hit]:
+    """The keyword side: FTS5's BM25 top ``k`` of ``query`` (of ``sources``), best first."""
+    match = textsearch.build_match_query(query)
+    if not match:
+        return []
+    # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
+    src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
+                                  f" IN ({','.join('?' * len(sources))})")
+    # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
+    # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
+    sql = (
+        "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
+        " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+        f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
+        " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
+    )
+    try:
+        top = None if sources else keyword_top(idx, query, match, k, conn or idx.conn)
+        if top is not None:
+            rows = rows_of(conn or idx.conn, top)
+        else:
+            rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
+        return hits_from_rows(rows, "text", ranking.bm25_rank_to_score)
+    except apsw.SQLError as exc:  # never let query text break search
+        log.warning("keyword query failed (%s); no keyword results", exc)
+        return []
+
+
+def keyword_top(idx: _Index, query: str, match: str, k: int,
+                conn: apsw.Connection) -> list[tuple[int, float]] | None:
+    """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
+    (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
+    when they are not (yet) kept or the query is cheap for FTS5 itself."""
+    phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+    if not phrases or " OR ".join(phrases) != match:
+        return None
+    if not idx.own_bm25:
+        return None
+    dfs = [idx.df(p, conn) for p in phrases]
+    if sum(dfs) < KEYWORD_POSTINGS_MIN:
+        return None
+    post = idx.postings()
+    if post is None or not post.ready(phrases):
+        return None
+    for p, df in zip(phrases, dfs, strict=True):
+        if p not in post.tf and not post.read(conn, p, df):
+            return None
+    score = post.scores(phrases, dfs)
+    if score is None:
+        return None
+    hit = np.flatnonzero(score > 0.0)
+    if len(hit) > k:  # the k best, and every row tied with the k-th
+        kth = np.partition(score[hit], len(hit) - k)[len(hit) - k]
+        hit = hit[score[hit] >= kth]
+    order = np.lexsort((hit, -score[hit]))[:k]  # best first, then the lower row id
+    return [(int(r), -1.0 * float(score[r])) for r in hit[order]]
+
+
+def rows_of(conn: apsw.Connection, top: list[tuple[int, float]]) -> list[tuple[Any, ...]]:
+    """The chunk rows of ``top`` (``(rid, bm25)``), in its order, as :func:`keyword_hits` selects them."""
+    if not top:
+        return []
+    sql = ("SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
+           f" LEFT JOIN files fl ON fl.path = c.path WHERE c.rid IN ({','.join(str(r) for r, _ in top)})")
+    got = {r[0]: r for r in conn.execute(sql)}
+    return [(rid, rank, *got[rid][1:]) for rid, rank in top if rid in got]
+
+
+def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
+                sources: tuple[str, ...] | None) -> tuple[list[ranking.Hit], str]:
+    """The vector side: the ``k`` chunks nearest ``qvec`` (of ``sources``), best first, and a note
+    when the index's vectors cannot be read here (else "")."""
+    if idx.dims and qvec.shape[0] != idx.dims:
+        raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
+    want = min(4096, k * 4 if sources else k)
+    src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
+    if idx.has_bits and idx.dims:  # the bits scanned, the nearest ranked by exact cosines
+        top = idx.nearest(qvec, want)
+        return rows_by_rank(idx, [r for r, _ in top], [c for _, c in top], src, sources, k), ""
+    if idx.vec_loaded:
+        sql = (
+            "WITH v AS MATERIALIZED (SELECT rowid AS rid, distance AS d FROM chunks_vec"
+            " WHERE embedding MATCH ? AND k = ?) " + _ROW_SELECT.format(alias="v", raw="v.d") + src
+            + " ORDER BY v.d LIMIT ?"
+        )
+        rows = idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), want, *(sources or ()), k))
+        return hits_from_rows(rows, "vector", _cosine_from_distance), ""
+    rids, m = idx.matrix()
+    if len(rids) == 0:
+        if idx.has_vec_table:
+            return [], ("sqlite-vec cannot be loaded here and this index keeps its vectors in its vec0"
+                        " table; keyword-only results")
+        return [], ""
+    qn = qvec / (np.linalg.norm(qvec) or 1.0)
+    sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
+    top = np.argsort(-sims, kind="stable")[:want]
+    return rows_by_rank(idx, [int(rids[i]) for i in top], [float(sims[i]) for i in top], src, sources, k), ""
+
+
+def rows_by_rank(idx: _Index, rids: list[int], sims: list[float], src: str,
+                 sources: tuple[str, ...] | None, k: int) -> list[ranking.Hit]:
+    """The chunk rows of ``rids`` (best first, cosines ``sims``), the first ``k`` of ``sources``."""
+    sql = (
+        "WITH v AS MATERIALIZED (SELECT key AS pos, value AS rid FROM json_each(?)) "
+        + _ROW_SELECT.format(alias="v", raw="v.pos") + src + " ORDER BY v.pos LIMIT ?"
+    )
+    rows = idx.conn.execute(sql, (json.dumps(rids), *(sources or ()), k))
+    return hits_from_rows(rows, "vector", lambda pos: sims[pos])
+
+
+def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
+               stamps_of: Callable[[str], Stamps]) -> list[ranking.Hit]:
+    """Chunks written in ``dates`` that neither side found (:func:`memory_core.dates.dated_chunk_rows`),
+    as vector candidates of cosine 0 until :func:`complete` scores them."""
+    return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, stamps_of), "vector", lambda _: 0.0)
+
+
+def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
+              vec_hits: list[ranking.Hit], *, keyword: bool = True,
+              extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float, float]:
+    """Give every candidate both raw scores; returns (the union, the query terms' IDF sum, the
+    IDF share of the query terms found anywhere in the index).
+    ``extra``: candidates found by neither side (chunks of a day the query names)."""
+    for h in kw_hits:
+        h.in_keyword = True
+    for h in vec_hits:
+        h.in_vector = True
+    by_rid: dict[int, ranking.Hit] = {}
+    for h in vec_hits:
+        by_rid.setdefault(h.rid, h)
+    for h in kw_hits:
+        other = by_rid.get(h.rid)
+        if other is None:
+            by_rid[h.rid] = h
+        else:  # found by both sides: one hit with both scores
+            other.bm25, other.text_score, other.in_keyword = h.bm25, h.text_score, True
+            h.vector_score, h.in_vector = other.vector_score, True
+    for h in extra or ():
+        by_rid.setdefault(h.rid, h)
+    union = list(by_rid.values())
+    conn = idx.conn
+    words = textsearch.query_terms(query) if keyword else []
+    # a query of stop words only ("what did I do") is not matched by its words: relevance 0
+    terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
+    idf_total = 0.0
+    corpus_coverage = 1.0
+    n = idx.n_chunks()
+    try:
+        if qvec is not None:  # the cosine of keyword-only candidates
+            missing = [h for h in union if not h.in_vector]
+            if missing:
+                cos = cosines(idx, qvec, [h.rid for h in missing])
+                for h in missing:
+                    h.vector_score = cos.get(h.rid, 0.0)
+        match = textsearch.build_match_query(query) if keyword else None
+        need = [h.rid for h in union if not h.in_keyword]
+        if match and need:  # the BM25 of vector candidates
+            for rid, rank in bm25_of_rows(idx, query, match, need):
+                h = by_rid[rid]
+                h.bm25 = max(0.0, -float(rank))
+                h.text_score = ranking.bm25_rank_to_score(rank)
+        idents = ranking.identifiers(query) if keyword and union else []
+        if idents:  # which candidates contain an identifier of the query verbatim (a phrase)
+            sql = ("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
+                   f" AND rowid IN ({','.join(str(int(h.rid)) for h in union)})")
+            post = idx.kept_postings()
+            for ident in idents:
+                phrase = textsearch.fts_string(ident.lower())
+                if post is not None and post.has([phrase]):  # kept by the keyword side: its frequencies
+                    tf = post.tf.get(phrase)
+                    if tf is not None and all(0 <= h.rid < len(tf) for h in union):
+                        for h in union:
+                            if tf[h.rid]:
+                                h.has_identifier = True
+                        continue
+                for (rid,) in conn.execute(sql, (phrase,)):
+                    by_rid[rid].has_identifier = True
+        idfs: list[float] = []
+        present = 0.0
+        for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
+            df = idx.df(t)
+            idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
+            idfs.append(idf)
+            present += idf if df > 0 else 0.0
+        idf_total = sum(idfs)
+        # CJK terms are single characters and bigrams: a bigram no note contains says nothing
+        # about whether the memory holds the answer
+        if idf_total > 0 and not ranking.mostly_cjk(query):
+            corpus_coverage = present / idf_total
+    except apsw.SQLError as exc:  # never let query text break search
+        log.warning("scoring the candidates failed (%s); partial scores", exc)
+    for h in (*kw_hits, *vec_hits):  # the side lists share the union's scores
+        u = by_rid[h.rid]
+        if u is not h:
+            h.vector_score, h.bm25, h.has_identifier = u.vector_score, u.bm25, u.has_identifier
+    return union, idf_total, corpus_coverage
+
+
+def bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int]) -> list[tuple[int, float]]:
+    """``(rid, bm25(chunks_fts))`` of the rows of ``rids`` that ``match`` (the MATCH expression of
+    ``query``) matches, as ``SELECT rowid, bm25(chunks_fts) ... MATCH ? AND rowid IN (...)``
+    returns them, without bm25()'s walk of every phrase's doclist per row id: FTS5 finds each
+    row by its doclist indexes and :func:`_bm25_given_df` scores it with the cached counts."""
+    lit = ",".join(str(int(r)) for r in rids)  # row ids are ints: a literal list
+    phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+    if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
+        dfs = [idx.df(p) for p in phrases]
+        post = idx.kept_postings()
+        if post is not None and post.has(phrases) and min(rids) >= 0 and max(rids) < post.size:
+            wanted = np.asarray(sorted(set(rids)), dtype=np.int64)
+            score = post.scores(phrases, dfs, wanted)
+            if score is not None:  # the keyword side kept these phrases: no statement at all
+                return [(int(r), -1.0 * float(x)) for r, x in zip(wanted, score, strict=True) if x > 0.0]
+        sql = (f"SELECT rowid, {_BM25_FUNCTION}(chunks_fts, {','.join(str(d) for d in dfs)}) FROM chunks_fts"
+               f" WHERE chunks_fts MATCH ? AND rowid IN ({lit})")
+    else:  # an apsw without FTS5 auxiliary functions, or a MATCH this does not know the phrases of
+        sql = f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({lit})"
+    return [(int(rid), float(rank)) for rid, rank in idx.conn.execute(sql, (match,))]
+
+
+def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
+    """Cosine of the query with these chunks' stored vectors, read directly by row id.
+
+    A vec0 KNN restricted by ``rowid IN (...)`` scans the whole table (129 ms at 200k x 1536,
+    483 ms at 1M), and so does ``SELECT ... FROM chunks_vec WHERE rowid IN (...)``; one point
+    statement per row reads only its vector chunk's pages (~0.6-0.8 ms a row at 200k x 1536),
+    so that is used up to :data:`POINT_READS_PER_SCAN` rows per million chunks scanned."""
+    if not rids:
+        return {}
+    if idx.vec_loaded and not idx.f32_in_chunks:
+        if len(rids) * 1_000_000 > POINT_READS_PER_SCAN * max(1, idx.n_chunks()):
+            lit = ",".join(str(int(r)) for r in rids)
+            sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ? AND rowid IN ({lit})"
+            try:
+                return {int(r): _cosine_from_distance(d)
+                        for r, d in idx.conn.execute(sql, (qvec.astype("<f4").tobytes(), len(rids)))}
+            except apsw.SQLError:  # an older sqlite-vec without rowid filters: point reads
+                pass
+        get = "SELECT embedding FROM chunks_vec WHERE rowid = ?"
+        rows = [(rid, r[0]) for rid in rids for r in idx.conn.execute(get, (int(rid),))]
+    elif idx.has_vec_table and not idx.f32_in_chunks:
+        return {}
+    else:
+        cos = vectors.cosines(qvec, vectors.read_vectors(idx.conn, rids))
+        if idx.has_parts:  # a chunk's cosine is its best vector's (_Index.nearest)
+            for rid, c in vectors.part_cosines(idx.conn, qvec, rids).items():
+                if c > cos.get(rid, -2.0):
+                    cos[rid] = c
+        return cos
+    return vectors.cosines(qvec, rows)

@@ -1,0 +1,113 @@
+"""What an index holds (``memory-core status``, MCP ``memory_status``): :func:`index_status`,
+and what each of its bytes is for (:data:`SIZE_LINES`, :func:`index_sizes`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from memory_core import vectors
+from memory_core.config import Settings
+from memory_core.retrieval import _Index
+from memory_core.store import probe_index
+
+
+def index_status(path: Path, settings: Settings, lock: AbstractContextManager[Any], current: Callable[[], _Index],
+                 provider_note: Callable[[], str], *, measure: bool = False) -> dict[str, Any]:
+    """What the index holds; ``measure``: also split the rest of its bytes (text, FTS5, other
+    B-trees) by reading every page (SQLite's ``dbstat``: the whole file). ``current()``, called holding
+    ``lock``: the opened index (:meth:`memory_core.search.Searcher._current`)."""
+    from memory_core.cache import cache_entry_count
+
+    st: dict[str, Any] = {"index_path": str(path), "exists": path.exists()}
+    if not st["exists"]:
+        st["state"] = "missing"
+        return st
+    meta, problem = probe_index(path)
+    if problem:
+        st.update(state="damaged", problem=problem)
+        return st
+    with lock:
+        idx = current()
+        c = idx.conn
+        m = idx.meta or {}
+        st.update(
+            state="ok",
+            provider=m.get("provider"), model=m.get("model"), provider_reason=m.get("provider_reason"),
+            dims=m.get("dims"), chunk_tokens=m.get("chunk_tokens"), chunk_overlap=m.get("chunk_overlap"),
+            sources=m.get("sources"), built_at=m.get("built_at"),
+            files=c.execute("SELECT count(*) FROM files").fetchone()[0],
+            chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
+            chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
+            fts=True,
+            vector_search=("sign bits scanned, the nearest ranked by float32 cosines" if idx.has_bits else
+                           "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
+                           " search)" if idx.vec_loaded else
+                           "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
+                           "numpy cosine (sqlite-vec not loadable)")
+            if m.get("dims") else "off (keyword-only index)",
+            index_bytes=path.stat().st_size,
+            vector_bytes=vectors.sizes(c, m.get("dims")),
+            cache_entries=cache_entry_count(settings.cache_file),
+            cache_path=str(settings.cache_file),
+        )
+        st["sizes"] = index_sizes(c, m.get("dims"), st["index_bytes"], settings.cache_file, measure=measure)
+    if m.get("chunks_over_window") is not None:
+        # chunks longer than the embedding model's input window (embedded from their head only)
+        st["chunks_over_window"] = m["chunks_over_window"]
+    note = provider_note()
+    if note:
+        st["note"] = note
+    from memory_core.freshness import dirty_state
+
+    dirty = dirty_state(settings)  # the sources changed since the index was built
+    st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
+              cache_max_entries=settings.cache.max_entries)
+    if m.get("batch"):  # the Batch API jobs of the run that built this index: failures, limit, last error
+        st["batch"] = m["batch"]
+    return st
+
+
+# What each byte of the index and its cache is for (``status``; ``status --sizes`` splits "rest").
+SIZE_LINES = {
+    "vectors_float32": "chunks.embedding: each chunk's vector once, for exact cosines; the record of the vectors"
+                       " the index holds (the cache does not keep a second copy)",
+    "exchange_parts_float32": "chunk_parts: transcript chunks' exchange vectors (chunking.exchange_vectors)",
+    "sign_bits": "chunks_bits, chunk_parts_bits: one bit a dimension, scanned by every vector query",
+    "text": "chunks' text and row fields (id, path, lines) and their pages' free space",
+    "fts": "chunks_fts: the FTS5 keyword index and each row's length (contentless: no copy of the text)",
+    "keys": "B-tree indexes (chunk id, path, source, hash) and the files table",
+    "rest": "text, FTS5 and B-tree indexes (`status --sizes` splits it; reads the whole file)",
+    "free": "free pages (reused by later runs)",
+    "cache": "the embedding cache: vectors the live index does not hold (received by an unfinished run, or of"
+             " chunks that left the index), so re-adding them embeds nothing",
+}
+
+
+def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache_file: Path, *,
+                measure: bool = False) -> dict[str, int]:
+    """Bytes per purpose (:data:`SIZE_LINES`). Without ``measure`` only what costs no scan: the
+    vectors' bytes (rows x dims x 4), the bits' blobs, free pages, the cache file."""
+    vb = vectors.sizes(conn, dims)
+    parts = vb["part_vectors"] * int(dims or 0) * 4
+    out = {"vectors_float32": vb["float32_bytes"] - parts, "exchange_parts_float32": parts,
+           "sign_bits": vb["bits_bytes"]}
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0] * page_size
+    if measure:
+        by_name = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+        fts = sum(v for k, v in by_name.items() if k.startswith("chunks_fts"))
+        out["text"] = max(0, by_name.get("chunks", 0) - out["vectors_float32"])
+        out["fts"] = fts
+        out["keys"] = max(0, index_bytes - sum(out.values()) - free)
+    else:
+        out["rest"] = max(0, index_bytes - sum(out.values()) - free)
+    out["free"] = free
+    out["cache"] = sum(os.path.getsize(str(cache_file) + x) for x in ("", "-wal")
+                       if os.path.exists(str(cache_file) + x))
+    return out
