@@ -1,9 +1,9 @@
 """Ranking of memory search results: score fusion, temporal decay, MMR, snippets, dedupe.
 
 All functions are pure and never mutate their inputs (they return new :class:`Hit` objects or
-new lists). The searcher's pipeline (``memory_core.search``, ``rank``)::
+new lists). The searcher's pipeline (``memory_core.rank.rank_candidates``)::
 
-    candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift
+    candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift (dates)
       ─ relevance >= min_score ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
       ─ top max_results ─ make_snippet()
 

@@ -333,6 +333,7 @@ class Searcher:
                 (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
                 q.vector_calibration)
         return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
+
     def _where(self, idx: _Index) -> Settings:
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
         given only the index, or settings without ``sessions``, still finds the transcripts)."""
@@ -342,6 +343,7 @@ class Searcher:
             record = IndexRecord.from_meta(idx.meta) if idx.meta else None
             idx.where = record.reader_settings(self.settings) if record else self.settings
         return idx.where
+
     parallel = True
     """Run the keyword side beside the vector side (set False to run them one after the other)."""
 
@@ -349,6 +351,8 @@ class Searcher:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-core-fts")
         return self._pool
+
+    # -- ranking -------------------------------------------------------------------------------
     def rank(self, cands: Candidates, *, max_results: int | None = None, min_score: float | None = None,
              mode: str = "hybrid") -> list[SearchResult]:
         """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations
@@ -408,6 +412,7 @@ class Searcher:
                 found = [h.rid for h in self._vector_hits(idx, qv, want, None)][:top]
                 got.append(len(exact & set(found)) / top)
             return float(np.mean(got))
+
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """Lines of an indexed source file: :func:`memory_core.reading.read_file`."""
