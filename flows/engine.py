@@ -57,8 +57,8 @@ class PrefectEngine:
     def run_reindex(self, settings: Settings, *, config_file: str | None, told: dict[str, Any], full: bool,
                     progress: Callable[[Progress], None] | None = None,
                     on_start: Callable[[str], None] | None = None) -> RunSummary:
-        """The ``reindex`` flow in this process, told the resolved workspace, index and agent and
-        only the flags given (``told``): the flow resolves the rest in the same order."""
+        """The ``reindex`` flow in this process, on ``settings`` as the caller resolved them (once
+        per run); its parameters record the workspace, index, agent and the flags given (``told``)."""
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
         # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -73,7 +73,7 @@ class PrefectEngine:
             extra_paths=told.get("extra_paths"), sources=told.get("sources"),
         )
         # the flow run's result is the summary's JSON
-        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start))
+        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start, settings=settings))
 
     def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,
                        tags: list[str]) -> DeploymentRun:

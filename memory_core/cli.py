@@ -344,7 +344,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
     engine = require_engine(needed_by="--engine prefect")
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        # the flow resolves the settings again, in the same order: it is told only the flags given
+        # the flow runs on these settings (resolved once); its parameters record the flags given
         return engine.run_reindex(settings, config_file=args.config, told=_writer_told(args), full=args.full,
                                   progress=progress,
                                   on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))

@@ -80,3 +80,23 @@ def test_events_go_to_the_engine_only_when_an_api_is_configured(monkeypatch: pyt
     monkeypatch.setenv("PREFECT_API_URL", SERVER["PREFECT_API_URL"])
     engines.emit_event_if_configured("e", "/x/i.sqlite", {})
     assert sent == [("e", "memory-core.index./x/i.sqlite")]
+
+
+@pytest.mark.prefect_server
+def test_the_flow_runs_on_the_settings_the_cli_resolved(request: pytest.FixtureRequest, workspace: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are resolved once per run: the engine hands the flow the caller's Settings, and the
+    flow does not resolve them again from its parameters (which still record what it was told)."""
+    from flows.reindex import ReindexParams
+    from tests.prefect_server import drain_workers, shared_server
+
+    def again(self: ReindexParams) -> Any:
+        raise AssertionError("the flow resolved the settings again")
+
+    monkeypatch.setattr(ReindexParams, "to_settings", again)
+    settings = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    with shared_server(request.config).settings():
+        summary = engines.require_engine(needed_by="test").run_reindex(
+            settings, config_file=None, told={"provider": "none"}, full=False)
+        drain_workers()
+    assert summary.swapped and summary.full
