@@ -56,7 +56,7 @@ import memorybank  # noqa: E402  (eval/memorybank.py)
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
 # Modules that only answer queries: changing them never changes what an index holds.
 QUERY_SIDE = {"search.py", "ranking.py", "evaluation.py", "dates.py", "answers.py", "backends.py", "cli.py",
-              "mcp_server.py", "qmd.py", "export.py", "freshness.py", "prefect_api.py", "watch.py"}
+              "mcp_server.py", "qmd.py", "export.py", "freshness.py", "prefect_api.py", "engines.py", "watch.py"}
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150

@@ -106,7 +106,7 @@ def _run_name() -> str:
     raw = dict(flow_run.parameters or {})
     try:
         params = ReindexParams.model_validate(raw)
-        settings = params.to_settings()
+        settings = _RESOLVED.get() or params.to_settings()
         name, batch = report.index_label(settings), settings.batch.enabled
     except Exception:  # a bad parameter fails the run later, with a readable message
         name, batch = str(raw.get("workspace") or "index").rstrip("/").rsplit("/", 1)[-1], bool(raw.get("batch"))
@@ -130,7 +130,8 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     label = "index"
     progress: report.ProgressReporter | None = None
     try:
-        settings = params.to_settings()
+        # resolved once per run: the caller's settings (the CLI resolved them), else from the parameters
+        settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
         pipeline.preflight(settings)
         provider, reason = provider_for(settings)
@@ -262,16 +263,23 @@ def reindex(
 # What the caller of an in-process flow run wants to see: the run's progress and its URL (the CLI).
 _CALLER: ContextVar[tuple[pipeline.ProgressFn | None, Callable[[str], None] | None]] = ContextVar(
     "memory_core_flow_caller", default=(None, None))
+# The settings the caller of an in-process run already resolved (the CLI): not a parameter, so
+# API keys never reach the server and a deployment's runs resolve theirs from their parameters.
+_RESOLVED: ContextVar[Settings | None] = ContextVar("memory_core_flow_settings", default=None)
 
 
 def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None = None,
-                on_start: Callable[[str], None] | None = None) -> dict[str, Any]:
+                on_start: Callable[[str], None] | None = None, settings: Settings | None = None) -> dict[str, Any]:
     """Run the reindex flow in this process (the CLI's ``--engine prefect``); returns the summary.
-    ``on_start`` gets the flow run's URL in the UI, ``progress`` the run's progress."""
+    ``on_start`` gets the flow run's URL in the UI, ``progress`` the run's progress. ``settings``:
+    the caller's already resolved settings, used as they are (the run's parameters still record
+    what it was told, for the UI); None: the flow resolves them from ``params``."""
     token = _CALLER.set((progress, on_start))
+    resolved = _RESOLVED.set(settings)
     try:
         return reindex(**params.flow_kwargs())
     finally:
+        _RESOLVED.reset(resolved)
         _CALLER.reset(token)
 
 

@@ -277,7 +277,7 @@ class _NotRunWarnings(logging.Filter):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from memory_core.prefect_api import choose_engine
+    from memory_core.engines import choose_engine
 
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
@@ -339,28 +339,15 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
 
 
 def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry calls from a closed network
-    os.environ.setdefault("DO_NOT_TRACK", "1")  # nor from the client's SDK analytics service
-    from flows.reindex import ReindexParams, run_reindex
+    from memory_core.engines import require_engine
 
-    # the flow resolves the settings again, in the same order: it is told only the flags given
-    told = _writer_told(args)
-    params = ReindexParams(
-        workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=args.config,
-        agent=settings.agent,
-        provider=told["provider"], model=told["model"], full=args.full, extra_paths=told["extra_paths"],
-        sources=told["sources"],
-    )
+    engine = require_engine(needed_by="--engine prefect")
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        from memory_core.runtypes import RunSummary
-
-        # the flow run's result is the summary's JSON
-        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=lambda url: print(
-            f"flow run: {url}", file=sys.stderr, flush=True)))
+        # the flow runs on these settings (resolved once); its parameters record the flags given
+        return engine.run_reindex(settings, config_file=args.config, told=_writer_told(args), full=args.full,
+                                  progress=progress,
+                                  on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))
     except MemoryCoreError:
         raise
     except RuntimeError as exc:  # Prefect could not start or reach its API
@@ -422,8 +409,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from memory_core.engines import choose_engine
     from memory_core.indexmeta import IndexRecord
-    from memory_core.prefect_api import choose_engine
 
     with _searcher(args) as s:
         st = s.status(measure=args.sizes)

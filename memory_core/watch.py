@@ -18,7 +18,7 @@ Three parts:
 - **runners** do one incremental run: :class:`LocalRunner` calls
   :func:`memory_core.pipeline.run_index` in-process (reusing one embedding provider), and
   :class:`DeploymentRunner` starts a run of a Prefect deployment of the ``reindex`` flow with
-  ``prefect.deployments.run_deployment`` and waits for it. Prefect is imported only there.
+  the Prefect engine plugged in (:mod:`memory_core.engines`) and waits for it.
 
 Session transcripts follow the delta thresholds of discovery: an append below
 ``sessions.delta_bytes`` and ``sessions.delta_messages`` makes a run that keeps the
@@ -115,24 +115,20 @@ class DeploymentRunner:
         self.description = f"runs of deployment {self.name} on {api_url or os.environ.get('PREFECT_API_URL')}"
 
     def __call__(self) -> dict[str, Any]:
-        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-        from prefect.deployments import run_deployment
+        from memory_core.engines import require_engine
 
-        flow_run = run_deployment(name=self.name, parameters=self.parameters, timeout=self.timeout_s,
-                                  poll_interval=2, as_subflow=False, tags=["memory-core-watch"])
-        state = getattr(flow_run, "state", None)
-        run_name = getattr(flow_run, "name", None) or str(getattr(flow_run, "id", "?"))
-        if state is None or not state.is_final():
-            raise RunError(f"deployment run {run_name} of {self.name} did not finish within {self.timeout_s:.0f}s;"
+        run = require_engine(needed_by="watch --deployment").run_deployment(
+            self.name, self.parameters, timeout_s=self.timeout_s, tags=["memory-core-watch"])
+        if not run.final:
+            raise RunError(f"deployment run {run.name} of {self.name} did not finish within {self.timeout_s:.0f}s;"
                            " is a worker polling its work pool?")
-        if state.is_cancelled() or state.name == "Skipped":
+        if run.cancelled or run.state == "Skipped":
             # the deployment's concurrency limit or the index lock: another run is on it
-            return {"deployment": self.name, "flow_run": run_name, "state": state.name, "note": "another run is on it"}
-        if not state.is_completed():
-            msg = f": {state.message}" if getattr(state, "message", None) else ""
-            raise RunError(f"deployment run {run_name} of {self.name} ended {state.name}{msg}")
-        return {"deployment": self.name, "flow_run": run_name, "flow_run_id": str(getattr(flow_run, "id", "")),
-                "state": state.name}
+            return {"deployment": self.name, "flow_run": run.name, "state": run.state, "note": "another run is on it"}
+        if not run.completed:
+            msg = f": {run.message}" if run.message else ""
+            raise RunError(f"deployment run {run.name} of {self.name} ended {run.state}{msg}")
+        return {"deployment": self.name, "flow_run": run.name, "flow_run_id": run.id, "state": run.state}
 
     def close(self) -> None:
         pass
@@ -143,9 +139,10 @@ def make_runner(settings: Settings, *, deployment: str | None = None, config_fil
     """A deployment runner when a deployment is named (a Prefect server must be configured, in the
     environment or the active Prefect profile), else in-process. ``told``: the settings given as
     flags, the only ones passed on to the deployment."""
-    from memory_core.prefect_api import prefect_api
+    from memory_core.engines import prefect_api, require_engine
 
     if deployment:
+        require_engine(needed_by="watch --deployment")
         api = prefect_api(env)
         if not api.url:
             raise UsageError(f"--deployment needs a Prefect server: {api.source}; set it with"

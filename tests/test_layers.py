@@ -85,20 +85,29 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 def test_the_library_never_imports_prefect_flows_or_tasks() -> None:
+    """Every memory_core module, with no exemption: the orchestrator plugs in (memory_core.engines)."""
     for mod, deps in import_graph().items():
-        # the CLI is an entry point beside the flows: `index --engine prefect` runs one
-        if mod.startswith("memory_core") and mod not in ("memory_core.cli", "memory_core.watch"):
+        if mod.startswith("memory_core"):
             assert not {d for d in deps if d.split(".")[0] in ("flows", "tasks")}, mod
     for path in (ROOT / "memory_core").rglob("*.py"):
-        if path.name in ("cli.py", "watch.py", "prefect_api.py"):
-            # entry points: `index --engine prefect`, `watch --deployment`, and the lookup of the
-            # active Prefect profile's API URL they share (all import Prefect only when used)
-            continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                assert not any(n == "prefect" or n.startswith("prefect.") for n in names), path
+                assert not any(n.split(".")[0] in ("prefect", "flows", "tasks") for n in names), (path, names)
+
+
+def test_the_prefect_engine_is_registered_as_an_entry_point() -> None:
+    """pyproject.toml registers it; the installed metadata finds it (`pip install -e .` after editing)."""
+    import tomllib
+
+    from memory_core import engines
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][engines.ENTRY_POINT_GROUP]
+    assert eps == {"prefect": "flows.engine:PrefectEngine"}
+    assert engines.registered()["prefect"] == "flows.engine:PrefectEngine"
+    found = engines.engine("prefect")
+    assert found is not None and type(found).__module__ == "flows.engine"
+    assert isinstance(found, engines.Engine)
 
 
 def test_the_engine_layers_point_down() -> None:

@@ -1,0 +1,118 @@
+"""The Prefect engine memory_core plugs in (entry point ``memory_core.engines: prefect``).
+
+It is what the library asks of an orchestrator (:class:`memory_core.engines.Engine`): where the
+Prefect API is, a reindex as a flow run (``index --engine prefect``), a deployment run
+(``watch --deployment``) and events (Automations). Prefect is imported only inside the methods
+that use it: building the engine, and asking where the API is when none is configured, stay cheap.
+
+A server is configured by ``PREFECT_API_URL`` in the environment or in the active Prefect
+profile (``prefect config set PREFECT_API_URL=...``, the setup step Prefect's docs give): both
+count. The profile is read through ``prefect.settings``, only when the environment variable is
+unset and a file Prefect reads its settings from mentions the URL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memory_core.engines import DeploymentRun, PrefectApi
+
+if TYPE_CHECKING:
+    from memory_core.config import Settings
+    from memory_core.runtypes import Progress, RunSummary
+
+
+class PrefectEngine:
+    """:class:`memory_core.engines.Engine` on Prefect."""
+
+    name = "prefect"
+
+    def api(self, env: dict[str, str] | None = None) -> PrefectApi:
+        """The Prefect API URL from ``$PREFECT_API_URL``, else from the active Prefect profile."""
+        env = dict(os.environ) if env is None else env
+        if env.get("PREFECT_API_URL"):
+            return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
+        if importlib.util.find_spec("prefect") is None:
+            return PrefectApi(None, "Prefect is not installed")
+        if not _may_name_api_url(env):
+            # importing Prefect costs 1-3 s: skip it when no file it reads settings from names a URL
+            return PrefectApi(None, "PREFECT_API_URL is set neither in the environment nor in a Prefect profile")
+        try:
+            from prefect.context import get_settings_context
+            from prefect.settings import get_current_settings
+
+            url = get_current_settings().api.url
+            profile = get_settings_context().profile.name
+        except Exception as exc:  # a broken profiles file must not break memory-core
+            return PrefectApi(None, f"the Prefect profile cannot be read ({exc})")
+        if url:
+            return PrefectApi(str(url), f"Prefect profile '{profile}'")
+        return PrefectApi(None, "PREFECT_API_URL is set neither in the environment nor in the Prefect profile"
+                                f" '{profile}'")
+
+    def run_reindex(self, settings: Settings, *, config_file: str | None, told: dict[str, Any], full: bool,
+                    progress: Callable[[Progress], None] | None = None,
+                    on_start: Callable[[str], None] | None = None) -> RunSummary:
+        """The ``reindex`` flow in this process, on ``settings`` as the caller resolved them (once
+        per run); its parameters record the workspace, index, agent and the flags given (``told``)."""
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        # with no PREFECT_API_URL Prefect starts a temporary server; give a busy machine time
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a closed network
+        os.environ.setdefault("DO_NOT_TRACK", "1")  # nor from the client's SDK analytics service
+        from flows.reindex import ReindexParams, run_reindex
+        from memory_core.runtypes import RunSummary
+
+        params = ReindexParams(
+            workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=config_file,
+            agent=settings.agent, provider=told.get("provider"), model=told.get("model"), full=full,
+            extra_paths=told.get("extra_paths"), sources=told.get("sources"),
+        )
+        # the flow run's result is the summary's JSON
+        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start, settings=settings))
+
+    def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,
+                       tags: list[str]) -> DeploymentRun:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        from prefect.deployments import run_deployment
+
+        flow_run = run_deployment(name=name, parameters=parameters, timeout=timeout_s, poll_interval=2,
+                                  as_subflow=False, tags=tags)
+        state = getattr(flow_run, "state", None)
+        run_id = str(getattr(flow_run, "id", ""))
+        run_name = getattr(flow_run, "name", None) or (run_id or "?")
+        if state is None:
+            return DeploymentRun(run_name, run_id, "Unknown", final=False)
+        return DeploymentRun(run_name, run_id, state.name, final=bool(state.is_final()),
+                             completed=bool(state.is_completed()), cancelled=bool(state.is_cancelled()),
+                             message=getattr(state, "message", None))
+
+    def emit_event(self, event: str, resource_id: str, payload: dict[str, object]) -> None:
+        from prefect.events import emit_event
+
+        emit_event(event=event, resource={"prefect.resource.id": resource_id}, payload=payload)
+
+
+def _may_name_api_url(env: dict[str, str]) -> bool:
+    """Whether a file Prefect reads its settings from mentions PREFECT_API_URL: the profiles file
+    (``$PREFECT_PROFILES_PATH``, else ``$PREFECT_HOME/profiles.toml``, else
+    ``~/.prefect/profiles.toml``) or ``.env`` / ``prefect.toml`` / ``pyproject.toml`` in the
+    current folder. A cheap test before the authoritative answer from ``prefect.settings``."""
+    home = Path(env.get("PREFECT_HOME") or "~/.prefect").expanduser()
+    profiles = Path(env["PREFECT_PROFILES_PATH"]).expanduser() if env.get("PREFECT_PROFILES_PATH") \
+        else home / "profiles.toml"
+    # (file, any of these words means it may set the API URL)
+    for path, words in ((profiles, ("PREFECT_API_URL",)), (Path(".env"), ("PREFECT_API_URL",)),
+                        (Path("prefect.toml"), ("PREFECT_API_URL", "url")),
+                        (Path("pyproject.toml"), ("PREFECT_API_URL", "tool.prefect"))):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if any(w in text for w in words):
+            return True
+    return False

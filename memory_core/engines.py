@@ -1,0 +1,181 @@
+"""Orchestrators the library can hand work to, plugged in through the ``memory_core.engines`` entry points.
+
+memory_core never imports Prefect, ``flows`` or ``tasks``. What it needs from an orchestrator
+is the :class:`Engine` protocol: which API it would talk to (``auto`` picks the engine from
+that), run a reindex as a flow run, start a deployment run and wait for it, and emit an event.
+An implementation is registered under the ``memory_core.engines`` entry-point group (name ->
+``module:Class``); this package's own pyproject registers ``prefect = "flows.engine:PrefectEngine"``.
+
+When no engine is installed: ``index --engine prefect`` and ``watch --deployment`` fail with one
+:class:`~memory_core.errors.UsageError`, ``--engine auto`` runs in-process, events are skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from memory_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from memory_core.config import Settings
+    from memory_core.runtypes import Progress, RunSummary
+
+ENTRY_POINT_GROUP = "memory_core.engines"
+PREFECT = "prefect"  # the engine ``--engine prefect``, ``auto`` and ``watch --deployment`` ask for
+EngineName = Literal["prefect", "local"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrefectApi:
+    """The configured orchestrator API URL (None: none) and where it was found."""
+
+    url: str | None
+    source: str  # "$PREFECT_API_URL", "Prefect profile 'x'", or why there is none
+
+
+@dataclass(frozen=True)
+class DeploymentRun:
+    """How a deployment run ended: its name and id, its state's name and message (``final``
+    False: still not final when the wait ran out; ``cancelled``: e.g. by a concurrency limit)."""
+
+    name: str
+    id: str
+    state: str
+    final: bool
+    completed: bool = False
+    cancelled: bool = False
+    message: str | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What the library asks of an orchestrator (an ``memory_core.engines`` entry point's class,
+    built with no arguments). Each method imports the orchestrator only when called."""
+
+    def api(self, env: dict[str, str] | None = None) -> PrefectApi:
+        """The configured API URL, or why there is none (cheap when there is none)."""
+        ...
+
+    def run_reindex(self, settings: Settings, *, config_file: str | None, told: dict[str, Any], full: bool,
+                    progress: Callable[[Progress], None] | None = None,
+                    on_start: Callable[[str], None] | None = None) -> RunSummary:
+        """Run the reindex as a flow run in this process; ``told``: the settings given as flags."""
+        ...
+
+    def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,
+                       tags: list[str]) -> DeploymentRun:
+        """Start a run of deployment ``name`` and wait up to ``timeout_s`` for it to end."""
+        ...
+
+    def emit_event(self, event: str, resource_id: str, payload: dict[str, object]) -> None:
+        """Emit an event (best effort: never raises)."""
+        ...
+
+
+@functools.cache
+def _entry_points() -> tuple[tuple[str, str], ...]:
+    """Engines registered under :data:`ENTRY_POINT_GROUP`: (name, ``module:Class``), read once."""
+    found: dict[str, str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ":" in ep.value:
+            found.setdefault(ep.name, ep.value.strip())
+    return tuple(sorted(found.items()))
+
+
+def registered() -> dict[str, str]:
+    """Every registered engine: name -> ``module:Class``."""
+    return dict(_entry_points())
+
+
+@functools.cache
+def engine(name: str = PREFECT) -> Engine | None:
+    """The engine registered as ``name``, or None when none is registered or it cannot be
+    imported here (its orchestrator is not installed)."""
+    target = registered().get(name)
+    if target is None:
+        return None
+    module, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module.strip()), attr.strip())
+    except (ImportError, AttributeError) as exc:
+        log.debug("engine %s (%s) cannot be loaded: %s", name, target, exc)
+        return None
+    made: Engine = cls()
+    return made
+
+
+def require_engine(name: str = PREFECT, *, needed_by: str) -> Engine:
+    """The engine ``name``, else one clear :class:`UsageError` naming what needed it."""
+    found = engine(name)
+    if found is None:
+        why = (f"the entry point {registered()[name]!r} cannot be loaded" if name in registered()
+               else f"no {ENTRY_POINT_GROUP!r} entry point is named {name!r}")
+        raise UsageError(f"{needed_by} needs the {name} engine, which is not installed ({why}); install"
+                         f" memory-core with its flows package and {name}, or run without it (`--engine local`)")
+    return found
+
+
+def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
+    """The Prefect API URL from ``$PREFECT_API_URL``, else from the active Prefect profile,
+    as the installed engine sees it."""
+    env = dict(os.environ) if env is None else env
+    found = engine(PREFECT)
+    if found is None:
+        if env.get("PREFECT_API_URL"):
+            return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
+        return PrefectApi(None, "no Prefect engine is installed (memory_core.engines entry point 'prefect')")
+    return found.api(env)
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine an ``index`` run uses and why (``status`` prints it)."""
+
+    engine: EngineName
+    reason: str
+    api_url: str | None = None
+
+    def line(self) -> str:
+        return f"{self.engine} ({self.reason})"
+
+
+def choose_engine(requested: str = "auto", env: dict[str, str] | None = None, *,
+                  requested_by: str = "--engine") -> EngineChoice:
+    """``prefect`` runs the reindex flow (on the configured server, else a temporary one);
+    ``local`` runs the same stages in-process; ``auto``: the flow when a server is configured
+    and the Prefect engine is installed. ``requested_by`` names where ``requested`` came from."""
+    if requested == "local":
+        return EngineChoice("local", f"{requested_by} local")
+    api = prefect_api(env)
+    if requested == PREFECT:
+        if engine(PREFECT) is None:  # `index` stops on it (require_engine); `status` says so
+            return EngineChoice("prefect", f"{requested_by} prefect; but no Prefect engine is installed")
+        where = f"server {api.url} from {api.source}" if api.url else "a temporary Prefect server"
+        return EngineChoice("prefect", f"{requested_by} prefect; {where}", api.url)
+    if api.url and engine(PREFECT) is not None:
+        return EngineChoice("prefect", f"auto: Prefect server {api.url} from {api.source}", api.url)
+    return EngineChoice("local", f"auto: {api.source}; runs in-process")
+
+
+def emit_event_if_configured(event: str, index_path: str | os.PathLike[str], payload: dict[str, object]) -> None:
+    """Emit an event about an index (resource ``memory-core.index.<path>``) when a Prefect API is
+    configured in the environment and an engine is installed, for Automations; best effort,
+    never raises."""
+    if not os.environ.get("PREFECT_API_URL"):
+        return
+    found = engine(PREFECT)
+    if found is None:
+        return
+    try:
+        found.emit_event(event, f"memory-core.index.{os.fspath(index_path)}", payload)
+    except Exception as err:  # an event is best-effort
+        log.debug("%s not sent: %s", event, err)
