@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from memory_core.config import Settings, load_settings
 
 if TYPE_CHECKING:
+    from memory_core.indexer import Indexer
     from memory_core.runtypes import Progress, RunSummary
     from memory_core.search import Searcher, SearchResult
 
@@ -64,11 +65,13 @@ class FileText:
 
 class Memory:
     """One memory: a workspace, its index and its settings. Use it as a context manager, or call
-    :meth:`close` (it closes the search connection and the query's embedding model)."""
+    :meth:`close` (it closes the search connection, the query's embedding model and the
+    indexing one)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._searcher: Searcher | None = None
+        self._indexer: Indexer | None = None
         self._lock = threading.Lock()
 
     # -- indexing ---------------------------------------------------------------------------
@@ -80,9 +83,18 @@ class Memory:
         reusing cached vectors). ``progress`` is called as files are chunked and vectors return.
         Raises :class:`memory_core.errors.RunError` when the run fails (the live index stays).
         """
-        from memory_core.pipeline import run_index
+        return self.indexer.run(full=full, progress=progress)
 
-        return run_index(self.settings, full=full, progress=progress)
+    @property
+    def indexer(self) -> Indexer:
+        """The :class:`memory_core.indexer.Indexer` behind :meth:`index`: its embedding provider is
+        created at the first run and reused by the next ones (each with a fresh retry budget)."""
+        with self._lock:
+            if self._indexer is None:
+                from memory_core.indexer import Indexer
+
+                self._indexer = Indexer(self.settings)
+            return self._indexer
 
     # -- searching --------------------------------------------------------------------------
     @property
@@ -128,6 +140,9 @@ class Memory:
             if self._searcher is not None:
                 self._searcher.close()
                 self._searcher = None
+            indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            indexer.close()
 
     def __enter__(self) -> Memory:
         return self

@@ -329,11 +329,12 @@ def _progress_bar(enabled: bool):
 
 
 def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    from memory_core.pipeline import run_index
+    from memory_core.indexer import Indexer
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        return run_index(settings, full=args.full, progress=progress)
+        with Indexer(settings) as indexer:
+            return indexer.run(full=args.full, progress=progress)
     finally:
         close()
 
@@ -478,7 +479,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     fleet = _fleet(args)
     settings = next(iter(fleet.values())) if fleet else _settings(args)
     try:
-        from memory_core import mcp_server
+        from memory_core import mcp_server  # the MCP entry point: the CLI hands over
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
     if args.transport == "http":
@@ -499,48 +500,16 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    import signal
-
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
     _report_changes(resolved)
-    try:
-        import watchfiles  # noqa: F401
-    except ImportError:
-        raise UsageError("watch needs the watchfiles package: pip install watchfiles") from None
-    from memory_core.watch import RunRecord, Watcher, describe, make_runner, watch_roots
+    from memory_core.watch import run_watch  # the watch entry point: the CLI hands over
 
-    if args.debounce < 0:
-        raise UsageError("--debounce must be >= 0 seconds")
     told = {k: v for k, v in _writer_told(args).items() if v is not None}
-    runner = make_runner(settings, deployment=args.deployment, config_file=args.config, told=told)
-
-    def report(rec: RunRecord) -> None:
-        print(json.dumps(rec.to_dict(), sort_keys=True) if args.json else rec.line(), flush=True)
-        if not args.json and rec.summary:
-            for w in rec.summary.get("warnings", []):
-                print(f"warning: {w}", file=sys.stderr)
-
-    watcher = Watcher(settings, runner, debounce=args.debounce, initial_run=not args.no_initial_run, on_run=report)
-    print(f"memory-core: watching {describe(watch_roots(settings))}; {runner.description};"
-          f" debounce {args.debounce:g}s; Ctrl-C stops", file=sys.stderr, flush=True)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    from memory_core.sync import start_interval
-
-    stop_interval = start_interval(settings.sync.interval_minutes, lambda: watcher.notify([], reason="interval"))
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        watcher.run_forever()
-    except KeyboardInterrupt:
-        print("memory-core: watch stopped", file=sys.stderr)
-    finally:
-        stop_interval()
-        signal.signal(signal.SIGTERM, previous)
+    run_watch(settings, debounce=args.debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
+              config_file=args.config, told=told, as_json=args.json)
     return EXIT_OK
 
 

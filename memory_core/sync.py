@@ -9,9 +9,14 @@
 - ``on_session_start``: :meth:`SyncManager.on_session_start`, called on an MCP client's
   ``initialize``, does the same.
 - ``watch`` with ``watch_debounce_ms``: file changes start a reindex once quiet (the
-  :class:`memory_core.watch.Watcher` engine, shared with ``memory-core watch``).
-- ``interval_minutes``: a reindex every N minutes (:func:`start_interval`, also used by
-  ``memory-core watch``).
+  :class:`memory_core.watching.Watcher` scheduler, shared with ``memory-core watch``).
+- ``interval_minutes``: a reindex every N minutes (:func:`memory_core.watching.start_interval`,
+  also used by ``memory-core watch``).
+
+This is library code, not an entry point: the MCP server (:mod:`memory_core.mcp_server`) runs
+the triggers, and any long-lived program over the library could. The runs are
+:class:`memory_core.indexer.Indexer` runs (one provider, created at the first run, a fresh retry
+budget per run) and each is kept as a :class:`memory_core.indexer.RunRecord`.
 
 Never two reindexes of one index at once: in this process, runs are serialised and requests
 made while one runs coalesce into one follow-up run; across processes, the runs take the
@@ -23,91 +28,37 @@ needs vectors).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError
 from memory_core.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
+from memory_core.indexer import Indexer, Runner, RunRecord
+from memory_core.watching import Watcher, start_interval
 
 log = logging.getLogger("memory_core.sync")
 
 DIRTY_CHECK_MIN_S = 1.0  # a burst of searches re-scans the sources at most once a second
-@dataclass
-class SyncRun:
-    number: int
-    reason: str
-    started_at: float
-    seconds: float
-    ok: bool
-    skipped: bool = False
-    error: str = ""
-    summary: dict[str, Any] | None = None
-
-
-class InProcessReindex:
-    """One reindex in this process: :func:`run_index` without waiting for the writer lock.
-
-    The provider is created on the first run and reused. With ``backend = "qmd"`` the run
-    updates the qmd index after the builtin one (the orchestrator does, for every entry point).
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings.model_copy(update={"lock": settings.lock.model_copy(update={"wait": False})})
-        self._provider: Any = None
-        self._reason = ""
-
-    def __call__(self) -> dict[str, Any]:
-        from memory_core.pipeline import run_index
-
-        if self._provider is None:
-            from memory_core.embeddings.registry import create_provider
-
-            self._provider, self._reason = create_provider(self.settings)
-        # with backend = "qmd" the run updates qmd's collections too (pipeline.run_index)
-        return run_index(self.settings, provider=self._provider, reason=self._reason).to_dict()
-
-    def close(self) -> None:
-        if self._provider is not None:
-            with contextlib.suppress(Exception):
-                self._provider.close()
-
-
-def start_interval(minutes: float, callback: Callable[[], Any]) -> Callable[[], None]:
-    """Call ``callback`` every ``minutes`` in a daemon thread; returns the function that stops it."""
-    stop = threading.Event()
-    if minutes <= 0:
-        return stop.set
-
-    def loop() -> None:
-        while not stop.wait(minutes * 60):
-            try:
-                callback()
-            except Exception:  # a timer must survive one bad call
-                log.exception("interval sync failed")
-
-    threading.Thread(target=loop, name="memory-core-sync-interval", daemon=True).start()
-    return stop.set
 
 
 class SyncManager:
     """The sync triggers of one long-lived process (the MCP server) over one index."""
 
-    def __init__(self, settings: Settings, *, runner: Callable[[], dict[str, Any]] | None = None) -> None:
+    def __init__(self, settings: Settings, *, runner: Runner | None = None) -> None:
         self.settings = settings
-        self.runner = runner if runner is not None else InProcessReindex(settings)
-        self.runs: list[SyncRun] = []
+        # in this process, never waiting for another process's run: the index stays dirty for the next trigger
+        self.runner: Runner = runner if runner is not None else Indexer(settings, wait_for_lock=False)
+        self.runs: list[RunRecord] = []
         self._run_lock = threading.Lock()  # one run at a time in this process
         self._cond = threading.Condition()
         self._active = False  # a request thread is running or about to
         self._again: str | None = None  # reason of the follow-up run asked for meanwhile
         self._dirty: tuple[float, DirtyState] | None = None
-        self._watcher: Any = None
+        self._watcher: Watcher | None = None
         self._stop_interval: Callable[[], None] | None = None
 
     # -- triggers ----------------------------------------------------------------------------------
@@ -115,9 +66,7 @@ class SyncManager:
         """Start the file watch and the interval timer, as the settings ask."""
         sync = self.settings.sync
         if sync.watch and self._watcher is None:
-            from memory_core.watch import Watcher
-
-            self._watcher = Watcher(self.settings, lambda: self._run_serialised("watch"),
+            self._watcher = Watcher(self.settings, lambda: self._run_serialised("watch").summary,
                                     debounce=sync.watch_debounce_ms / 1000, initial_run=False)
             self._watcher.start()
         if sync.interval_minutes > 0 and self._stop_interval is None:
@@ -168,10 +117,10 @@ class SyncManager:
                     self._active = False
                     self._cond.notify_all()
 
-    def _run_serialised(self, reason: str) -> dict[str, Any]:
+    def _run_serialised(self, reason: str) -> RunRecord:
         with self._run_lock:
             started, t0 = time.time(), time.perf_counter()
-            rec = SyncRun(len(self.runs) + 1, reason, started, 0.0, ok=True)
+            rec = RunRecord(len(self.runs) + 1, reason, started, 0.0, ok=True)
             try:
                 rec.summary = self.runner()
             except IndexLockedError as exc:
@@ -190,9 +139,9 @@ class SyncManager:
             log.info("sync: reindexed (%s) in %.1fs", reason, rec.seconds)
         else:
             log.warning("sync: reindex (%s) %s: %s", reason, "skipped" if rec.skipped else "failed", rec.error)
-        return rec.summary or {}
+        return rec
 
-    def reindex_now(self, reason: str) -> SyncRun:
+    def reindex_now(self, reason: str) -> RunRecord:
         """Reindex now, in this thread (after any run in progress here): ``memory_write`` uses it
         so the text it wrote is searchable when it answers."""
         with self._cond:
@@ -224,7 +173,7 @@ class SyncManager:
         return {
             "on_search": s.on_search, "on_session_start": s.on_session_start, "watch": s.watch,
             "watch_debounce_ms": s.watch_debounce_ms, "interval_minutes": s.interval_minutes,
-            "running": self.running, "runs": len(self.runs), "last_run": asdict(last) if last else None,
+            "running": self.running, "runs": len(self.runs), "last_run": last.to_dict() if last else None,
         }
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ and make it searchable at once.
   (unless ``redact = "off"``) before it touches the disk.
 - **Searchable at once**: :func:`write_memory` runs an incremental reindex of the file right
   after (a small change: one SQLite transaction on the live index), through the caller's
-  runner (the MCP server's sync manager) or :func:`memory_core.pipeline.run_index`.
+  runner (the MCP server's sync manager) or a :class:`memory_core.indexer.Indexer` run.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     """:func:`append_note`, then an incremental reindex so the text is searchable at once.
 
     ``runner`` does the reindex (the MCP server passes its sync manager's, which keeps the
-    provider loaded); default :func:`memory_core.pipeline.run_index`. A reindex that fails or
+    provider loaded); default one :class:`memory_core.indexer.Indexer` run. A reindex that fails or
     finds the index busy leaves the note written and says so in ``note``."""
     res = append_note(settings, text, path, today=today)
     if not index:
@@ -172,9 +172,10 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
         if runner is not None:
             runner()
         else:
-            from memory_core.pipeline import run_index
+            from memory_core.indexer import Indexer
 
-            run_index(settings)
+            with Indexer(settings) as indexer:
+                indexer.run()
     except MemoryCoreError as exc:
         return WriteResult(**{**res.to_dict(), "note": f"written, but not indexed yet ({exc}); the next reindex"
                                                         " picks it up"})

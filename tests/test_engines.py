@@ -50,12 +50,13 @@ def test_a_missing_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, ta
     assert rc == EXIT_USAGE and "needs the prefect engine, which is not installed" in err, err
     assert not (workspace / ".memory-core" / "index.sqlite").exists()
     # `watch --deployment`
-    from memory_core.watch import LocalRunner, make_runner
+    from memory_core.indexer import Indexer
+    from memory_core.watch import make_runner
 
     settings = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     with pytest.raises(UsageError, match="watch --deployment needs the prefect engine"):
         make_runner(settings, deployment="nightly", env=SERVER)
-    assert isinstance(make_runner(settings, env=SERVER), LocalRunner)
+    assert isinstance(make_runner(settings, env=SERVER), Indexer)
     # auto runs in-process even with a server configured; `status` says why
     choice = engines.choose_engine("auto", SERVER)
     assert choice.engine == "local" and "runs in-process" in choice.reason

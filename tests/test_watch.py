@@ -19,8 +19,11 @@ import pytest
 
 from memory_core.config import Settings, load_settings
 from memory_core.errors import RunError, UsageError
+from memory_core.indexer import DeploymentOutcome, Indexer, RunRecord
+from memory_core.runtypes import RunSummary
 from memory_core.store import connect
-from memory_core.watch import DeploymentRunner, LocalRunner, SourceFilter, Watcher, make_runner
+from memory_core.watch import DeploymentRunner, make_runner
+from memory_core.watching import SourceFilter, Watcher
 from tests.conftest import ROOT
 
 DEBOUNCE = 0.25
@@ -59,7 +62,7 @@ class CountingRunner:
     """The in-process runner, counting runs and concurrency; ``gate`` can hold a run."""
 
     def __init__(self, settings: Settings) -> None:
-        self.inner = LocalRunner(settings)
+        self.inner = make_runner(settings, env={})
         self.description = self.inner.description
         self.calls = 0
         self.active = 0
@@ -69,7 +72,7 @@ class CountingRunner:
         self.entered = threading.Event()
         self.fail_next = 0
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> Any:
         with self.lock:
             self.calls += 1
             self.active += 1
@@ -207,7 +210,8 @@ def test_transcripts_follow_the_delta_thresholds(workspace):
             fh.write(line % "the capybara budget")
         wait_for(lambda: len(w.runs) >= 2, what="a run for the small append")
         small = w.runs[-1]
-        assert small.ok and small.summary["sessions_carried"] == 1 and not small.summary["swapped"]
+        assert small.ok and isinstance(small.summary, RunSummary)
+        assert small.summary.sessions_carried == 1 and not small.summary.swapped
         assert "capybara" not in indexed_text(s, rel)
         with transcript.open("a") as fh:  # past delta_bytes: reindexed
             fh.write(line % ("the capybara budget was approved " + "x" * 4200))
@@ -240,8 +244,8 @@ def test_source_filter_matches_discovery_rules(settings, tmp_path):
 
 
 def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
-    assert isinstance(make_runner(settings, env={}), LocalRunner)
-    assert isinstance(make_runner(settings, env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"}), LocalRunner)
+    assert isinstance(make_runner(settings, env={}), Indexer)
+    assert isinstance(make_runner(settings, env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"}), Indexer)
     with pytest.raises(UsageError, match="PREFECT_API_URL"):
         make_runner(settings, deployment="nightly", env={})
     r = make_runner(settings, deployment="nightly", config_file="/etc/mc.toml", told={"provider": "none"},
@@ -273,7 +277,13 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
     fake.run_deployment = run_deployment  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "prefect", types.ModuleType("prefect"))
     monkeypatch.setitem(sys.modules, "prefect.deployments", fake)
-    assert r()["flow_run"] == "calm-otter"
+    done = r()
+    assert done == DeploymentOutcome("reindex/nightly", "calm-otter", "Completed", flow_run_id="42")
+    # the JSON `watch --json` prints, as before the result was typed
+    assert done.to_dict() == {"deployment": "reindex/nightly", "flow_run": "calm-otter", "flow_run_id": "42",
+                              "state": "Completed"}
+    assert RunRecord(2, "1 change", 0.0, 1.5, ok=True, summary=done).line() == \
+        "run 2 (1 change, 1.50s): deployment run calm-otter completed"
     params = calls[0]["parameters"]  # the reindex flow's flat parameters, None values left out
     assert None not in params.values()
     assert calls[0]["name"] == "reindex/nightly" and params["full"] is False
@@ -282,7 +292,8 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
     # only what the watcher was told: the deployment keeps its own (or its index's) sources
     assert "sources" not in params and "extra_paths" not in params and "model" not in params
     outcome["state"] = "Cancelled"  # the deployment's concurrency limit: another run is on it
-    assert r()["state"] == "Cancelled"
+    assert r().to_dict() == {"deployment": "reindex/nightly", "flow_run": "calm-otter", "state": "Cancelled",
+                             "note": "another run is on it"}
     outcome["state"] = "Failed"
     with pytest.raises(RunError, match="ended Failed: boom"):
         r()

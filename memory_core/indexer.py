@@ -1,0 +1,191 @@
+"""Running a reindex in this process, and the record of one finished run.
+
+:class:`Indexer` is the one in-process indexer: ``memory-core index --engine local``, the
+in-process runs of ``memory-core watch``, the sync triggers of the MCP server
+(:class:`memory_core.sync.SyncManager`) and :meth:`memory_core.api.Memory.index` all run their
+reindexes through it. It keeps one embedding provider for its lifetime (a local model is loaded
+once), gives the provider a fresh retry budget before every run, and calls the orchestrator
+(:func:`memory_core.pipeline.run_index`), which also updates qmd's collections when
+``backend = "qmd"``. Runs of one :class:`Indexer` never overlap; runs of different ones (or
+processes) are kept apart by the index's writer lock.
+
+:class:`RunRecord` is one finished run as the schedulers keep it (the watcher, the sync
+triggers): when, why, how long, and what it returned or why it failed.
+
+Usage::
+
+    with Indexer(settings) as indexer:
+        summary = indexer.run()            # a RunSummary
+        again = indexer.run(full=True)     # the same provider, a fresh retry budget
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memory_core.config import Settings
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.pipeline import IfBusy
+    from memory_core.runtypes import ProgressFn, RunSummary
+
+__all__ = ["DeploymentOutcome", "Indexer", "RunRecord", "Runner"]
+
+
+class Indexer:
+    """Runs reindexes of ``settings``' index in this process, with one embedding provider.
+
+    ``wait_for_lock``: what a run does when another run (another process) holds the index's
+    writer lock: ``True`` waits up to ``lock.timeout_s``, ``False`` fails at once with
+    :class:`memory_core.errors.IndexLockedError`; ``None`` (default) as ``lock.wait`` says.
+    ``provider`` (with its ``reason``): use this provider instead of creating one; the caller
+    keeps it and closes it. Otherwise the provider is created on first use (:attr:`provider`,
+    or the first :meth:`run`) and closed by :meth:`close`.
+    """
+
+    def __init__(self, settings: Settings, *, wait_for_lock: bool | None = None,
+                 provider: EmbeddingProvider | None = None, reason: str = "") -> None:
+        self.settings = settings
+        self.wait_for_lock = wait_for_lock
+        self._provider = provider
+        self._reason = reason
+        self._owns_provider = provider is None
+        self._lock = threading.Lock()  # one run at a time per indexer: they share the provider
+
+    @property
+    def provider(self) -> EmbeddingProvider:
+        """The embedding provider every run uses, created on first use (a bad provider
+        configuration raises :class:`memory_core.errors.ConfigError` here)."""
+        if self._provider is None:
+            from memory_core.embeddings.registry import create_provider
+
+            self._provider, self._reason = create_provider(self.settings)
+        return self._provider
+
+    @property
+    def reason(self) -> str:
+        """Why this provider (``auto``'s choice, a fallback at start-up); "" when it was configured."""
+        return self._reason
+
+    @property
+    def description(self) -> str:
+        """One line for a start-up message: ``in-process runs, provider openai``."""
+        return f"in-process runs, provider {self.provider.name}"
+
+    def run(self, *, full: bool = False, progress: ProgressFn | None = None) -> RunSummary:
+        """One reindex: incremental, or ``full`` (cached vectors are still reused). ``progress``
+        is called as files are chunked and vectors return. Raises
+        :class:`memory_core.errors.MemoryCoreError` subclasses when the run fails (the live
+        index stays as it was; ``exc.run_summary`` says what was done and cached)."""
+        from memory_core.pipeline import run_index
+        from memory_core.stages import preflight
+
+        if_busy: IfBusy | None = None if self.wait_for_lock is None else ("wait" if self.wait_for_lock else "fail")
+        with self._lock:
+            if self._provider is None:
+                preflight(self.settings)  # a missing workspace is reported before any provider error
+            provider = self.provider
+            provider.start_run()  # a fresh retry budget per run (issue 17)
+            return run_index(self.settings, full=full, provider=provider, reason=self._reason, progress=progress,
+                             if_busy=if_busy)
+
+    def __call__(self) -> RunSummary:
+        """One incremental run: the :class:`Runner` the watcher and the sync triggers call."""
+        return self.run()
+
+    def close(self) -> None:
+        """Close the provider this indexer created (its clients, threads, worker processes)."""
+        with self._lock:
+            provider, self._provider = self._provider, None
+        if provider is not None and self._owns_provider:
+            with contextlib.suppress(Exception):
+                provider.close()
+
+    def __enter__(self) -> Indexer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- one finished run ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeploymentOutcome:
+    """What a run of a Prefect deployment returned (``memory-core watch --deployment``):
+    ``note`` is set when it did not run because another run was on it."""
+
+    deployment: str
+    flow_run: str
+    state: str
+    flow_run_id: str | None = None  # set when it ran to completion
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"deployment": self.deployment, "flow_run": self.flow_run}
+        if self.flow_run_id is not None:
+            out["flow_run_id"] = self.flow_run_id
+        out["state"] = self.state
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+class Runner(Protocol):
+    """One incremental reindex run, for a scheduler (:class:`memory_core.watching.Watcher`,
+    :class:`memory_core.sync.SyncManager`): :class:`Indexer` in this process, or a deployment
+    run. Returns what the run did (None: nothing to report), raises on failure."""
+
+    def __call__(self) -> RunSummary | DeploymentOutcome | None: ...
+
+
+@dataclass
+class RunRecord:
+    """One finished run, as a scheduler keeps it: its number, why it ran (``reason``; the
+    watcher also lists the ``changed`` paths), when and for how long, and either what it
+    returned (``summary``) or why it failed (``error``; ``skipped`` when another run held the
+    index's writer lock)."""
+
+    number: int
+    reason: str
+    started_at: float
+    seconds: float
+    ok: bool
+    changed: list[str] = field(default_factory=list)
+    skipped: bool = False
+    error: str | None = None
+    summary: RunSummary | DeploymentOutcome | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON (``watch --json``, ``memory_status``'s ``sync.last_run``)."""
+        return {"number": self.number, "reason": self.reason, "changed": list(self.changed),
+                "started_at": self.started_at, "seconds": self.seconds, "ok": self.ok, "skipped": self.skipped,
+                "summary": self.summary.to_dict() if self.summary is not None else None, "error": self.error}
+
+    def line(self) -> str:
+        """One line for a log or a terminal: ``run 2 (1 change, 0.31s): swapped in; files ...``."""
+        head = f"run {self.number} ({self.reason}, {self.seconds:.2f}s)"
+        if not self.ok:
+            return f"{head}: failed: {self.error}"
+        s = self.summary
+        if s is None:
+            return head
+        if isinstance(s, DeploymentOutcome):
+            return f"{head}: deployment run {s.flow_run} {s.state.lower()}"
+        h = s.headline()  # the figures the CLI and the flow's summary artifact open with
+        line = f"{head}: {h['outcome']}; files {h['files']}; {h['chunks']} chunks"
+        if s.swapped:
+            line += f", {h['embedded']} embedded, {h['from cache']} from cache"
+        if s.sessions_carried:
+            line += f"; {s.sessions_carried} transcripts below the delta"
+        return line
+
+    @property
+    def warnings(self) -> list[str]:
+        """The run's warnings (a run summary's; none for a deployment run or a failure)."""
+        s = self.summary
+        return [] if s is None or isinstance(s, DeploymentOutcome) else list(s.warnings)

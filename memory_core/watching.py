@@ -1,0 +1,441 @@
+"""Watching the sources of an index, and the scheduler that turns their changes into runs.
+
+The library part of keeping an index fresh, shared by ``memory-core watch``
+(:mod:`memory_core.watch`) and the sync triggers of the MCP server (:mod:`memory_core.sync`):
+
+- **watchers** (``watchfiles``, one thread per recursive/non-recursive group) report file
+  events that can change the index: ``MEMORY.md``/``memory.md``, ``*.md`` under ``memory/``
+  and the extra paths, ``*.jsonl`` directly in the sessions directory (when sessions are a
+  source), and the creation or removal of those directories. Everything else (the index's
+  own files, editor droppings that are not ``.md``) is filtered out before it wakes anyone.
+  Directories that appear or disappear later are picked up: the set of watched roots is
+  recomputed every few seconds and on events that touch a root.
+- **the scheduler** (:class:`Watcher`) debounces: a run starts once the sources have been
+  quiet for ``debounce`` seconds (default 1.5), or at the latest ``max_wait`` seconds after
+  the first unprocessed change, so a file that is written continuously still gets indexed.
+  At most one run is in flight; changes that arrive during a run are coalesced into exactly
+  one follow-up run. A failed run is retried with backoff (10 s doubling to 5 min) even if
+  nothing changes, because its changes are not in the index yet.
+- **the interval timer** (:func:`start_interval`): a call every N minutes (``sync.interval_minutes``).
+
+What a run does is the runner's (:class:`memory_core.indexer.Runner`): an
+:class:`memory_core.indexer.Indexer` in this process, or a deployment run
+(:class:`memory_core.watch.DeploymentRunner`). Each finished run is a
+:class:`memory_core.indexer.RunRecord`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memory_core.config import Settings
+from memory_core.errors import IndexLockedError, MemoryCoreError, UsageError
+from memory_core.indexer import DeploymentOutcome, Runner, RunRecord
+
+if TYPE_CHECKING:
+    from memory_core.runtypes import RunSummary
+
+log = logging.getLogger("memory_core.watch")
+
+DEFAULT_DEBOUNCE_S = 1.5
+ROOT_CHECK_S = 2.0
+RETRY_INITIAL_S = 10.0
+WATCHFILES_GROUP_MS = 200  # watchfiles yields a group of events after 200 ms at most...
+WATCHFILES_STEP_MS = 30  # ...or 30 ms without new events; the scheduler does the real debouncing
+WATCHFILES_TIMEOUT_MS = 500  # idle wake-up: bounds how soon a new watch reports it is in place
+RETRY_MAX_S = 300.0
+MAX_REPORTED_PATHS = 100
+
+# -- what to watch -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WatchPlan:
+    """Existing directories to watch, and the rules that say which events matter."""
+
+    recursive: frozenset[str]
+    flat: frozenset[str]
+
+
+class SourceFilter:
+    """Which paths are (or contain) index sources, from the same rules as discovery."""
+
+    def __init__(self, settings: Settings) -> None:
+        ws = str(settings.workspace_dir)
+        self.ws = ws
+        self.root_files = {os.path.join(ws, "MEMORY.md"), os.path.join(ws, "memory.md")}
+        self.md_dirs = [os.path.join(ws, "memory")] if "memory" in settings.sources else []
+        self.md_files: set[str] = set()
+        if "memory" in settings.sources:
+            for raw in settings.extra_paths:
+                p = os.path.expanduser(raw)
+                p = os.path.abspath(p if os.path.isabs(p) else os.path.join(ws, p))
+                if p.lower().endswith(".md") and not os.path.isdir(p):
+                    self.md_files.add(p)
+                else:
+                    self.md_dirs.append(p)
+        else:
+            self.root_files = set()
+        self.sessions_dir = str(settings.sessions_dir) if "sessions" in settings.sources else None
+        # the index's own files, wherever the index lives: its runs must never trigger runs
+        index = str(settings.index_file)
+        self.own_prefixes = (index, str(settings.cache_file),
+                             os.path.join(os.path.dirname(index), f".{os.path.basename(index)}.tmp-"),
+                             os.path.join(os.path.dirname(index), ".memory-core-work"))
+
+    @staticmethod
+    def _under(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+    def relevant(self, path: str) -> bool:
+        p = os.path.abspath(path)
+        if p.startswith(self.own_prefixes):
+            return False
+        if p in self.root_files or p in self.md_files:
+            return True
+        for d in self.md_dirs:
+            if self._under(p, d):
+                if p == d or p.lower().endswith(".md") or os.path.isdir(p):
+                    return True
+                # a removed or renamed directory no longer exists: no suffix is our best hint
+                return not os.path.exists(p) and not os.path.splitext(os.path.basename(p))[1]
+        sd = self.sessions_dir
+        if sd is not None:
+            if p == sd:
+                return True
+            if os.path.dirname(p) == sd and p.endswith(".jsonl"):
+                return True
+        return False
+
+    def plan(self) -> WatchPlan:
+        """The directories to watch now: source dirs recursively, their parents and the
+        workspace flat (to see top-level files and source dirs appear or disappear)."""
+        recursive: set[str] = set()
+        flat: set[str] = {self.ws}
+
+        def existing_dir(p: str) -> bool:
+            return os.path.isdir(p) and not os.path.islink(p)
+
+        for d in self.md_dirs:
+            if existing_dir(d):
+                recursive.add(d)
+            parent = os.path.dirname(d)
+            if existing_dir(parent):
+                flat.add(parent)
+        for f in self.md_files:
+            parent = os.path.dirname(f)
+            if existing_dir(parent):
+                flat.add(parent)
+        if self.sessions_dir is not None:
+            if existing_dir(self.sessions_dir):
+                flat.add(self.sessions_dir)
+            parent = os.path.dirname(self.sessions_dir)
+            if existing_dir(parent):
+                flat.add(parent)
+        # one watch per place: drop roots nested in a recursive root
+        recursive = {r for r in recursive if not any(o != r and self._under(r, o) for o in recursive)}
+        flat = {f for f in flat if not any(self._under(f, r) for r in recursive)}
+        return WatchPlan(frozenset(recursive), frozenset(flat))
+
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+
+@dataclass
+class _State:
+    pending: bool = False
+    first_change: float = 0.0
+    last_change: float = 0.0
+    not_before: float = 0.0
+    reason: str = ""
+    changed: set[str] = field(default_factory=set)
+    running: bool = False
+    failures: int = 0
+
+
+class Watcher:
+    """Watches the sources of ``settings`` and calls ``runner`` (debounced, one at a time).
+
+    :meth:`run_forever` blocks (Ctrl-C or :meth:`stop` ends it); :meth:`start` runs it in
+    a daemon thread. ``on_run`` is called with a :class:`RunRecord` after each run.
+    """
+
+    def __init__(self, settings: Settings, runner: Runner, *,
+                 debounce: float = DEFAULT_DEBOUNCE_S, max_wait: float | None = None, initial_run: bool = True,
+                 on_run: Callable[[RunRecord], None] | None = None, force_polling: bool | None = None,
+                 root_check_s: float = ROOT_CHECK_S, retry_initial_s: float = RETRY_INITIAL_S,
+                 retry_max_s: float = RETRY_MAX_S) -> None:
+        if debounce < 0:
+            raise UsageError("--debounce must be >= 0 seconds")
+        self.settings = settings
+        self.runner = runner
+        self.debounce = float(debounce)
+        self.max_wait = float(max_wait) if max_wait is not None else max(20 * self.debounce, 10.0)
+        self.initial_run = initial_run
+        self.on_run = on_run
+        self.force_polling = force_polling
+        self.root_check_s = root_check_s
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.filter = SourceFilter(settings)
+        self.runs: list[RunRecord] = []
+        self._st = _State()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._watching = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- events -------------------------------------------------------------------------------
+    def notify(self, paths: Iterable[str], *, reason: str | None = None) -> None:
+        """Record changes; the next run starts once they have been quiet for ``debounce``."""
+        now = time.monotonic()
+        with self._cond:
+            st = self._st
+            if not st.pending:
+                st.pending, st.first_change = True, now
+                st.reason = reason or ""
+            st.last_change = now
+            st.changed.update(paths)
+            self._cond.notify_all()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run_forever, name="memory-core-watch", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float = 10.0) -> bool:
+        """True once the file watches are in place and the initial run (if any) is done."""
+        deadline = time.monotonic() + timeout
+        return self._ready.wait(timeout) and self._watching.wait(max(0.0, deadline - time.monotonic()))
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """True once no run is running or pending; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._st.pending or self._st.running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def run_forever(self) -> None:
+        watcher = threading.Thread(target=self._watch_loop, name="memory-core-watchfiles", daemon=True)
+        watcher.start()
+        try:
+            # watches first, then the initial run: a change made during that run is not lost
+            self._watching.wait(5.0)
+            if self.initial_run:
+                self._run_once("startup", [])
+            self._ready.set()
+            while not self._stop.is_set():
+                job = self._next_job()
+                if job is None:
+                    break
+                self._run_once(*job)
+        finally:
+            self._stop.set()
+            with self._cond:
+                self._cond.notify_all()
+            watcher.join(5)
+            close = getattr(self.runner, "close", None)
+            if close is not None:
+                close()
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def _due(self) -> float:
+        st = self._st
+        due = min(st.last_change + self.debounce, st.first_change + self.max_wait)
+        return max(due, st.not_before)
+
+    def _next_job(self) -> tuple[str, list[str]] | None:
+        with self._cond:
+            st = self._st
+            while not self._stop.is_set():
+                if st.pending:
+                    now = time.monotonic()
+                    due = self._due()
+                    if now >= due:
+                        changed = sorted(st.changed)
+                        reason = st.reason or f"{len(changed)} change{'s' if len(changed) != 1 else ''}"
+                        changed = changed[:MAX_REPORTED_PATHS]
+                        st.pending, st.changed, st.reason = False, set(), ""
+                        st.running = True
+                        return reason, changed
+                    self._cond.wait(due - now)
+                else:
+                    self._cond.wait()
+            return None
+
+    def _run_once(self, reason: str, changed: list[str]) -> None:
+        with self._cond:
+            self._st.running = True
+        started, t0 = time.time(), time.perf_counter()
+        summary: RunSummary | DeploymentOutcome | None = None
+        error: str | None = None
+        skipped = False
+        try:
+            summary = self.runner()
+        except MemoryCoreError as exc:
+            error, skipped = str(exc), isinstance(exc, IndexLockedError)
+        except Exception as exc:  # a watcher must survive one bad run
+            log.exception("reindex run failed")
+            error = f"{exc.__class__.__name__}: {exc}"
+        rec = RunRecord(number=len(self.runs) + 1, reason=reason, changed=changed, started_at=started,
+                        seconds=time.perf_counter() - t0, ok=error is None, skipped=skipped, summary=summary, error=error)
+        with self._cond:
+            st = self._st
+            st.running = False
+            if rec.ok:
+                st.failures = 0
+                st.not_before = 0.0
+            else:
+                st.failures += 1
+                delay = min(self.retry_max_s, self.retry_initial_s * 2 ** (st.failures - 1))
+                st.not_before = time.monotonic() + delay
+                if not st.pending:  # its changes are not indexed: retry even if nothing else changes
+                    now = time.monotonic()
+                    st.pending, st.first_change, st.last_change = True, now, now
+                    st.reason = "retry"
+                st.changed.update(changed)
+            self.runs.append(rec)
+            self._cond.notify_all()
+        if rec.ok:
+            log.info("%s", rec.line())
+        else:
+            log.warning("%s", rec.line())
+        if self.on_run is not None:
+            try:
+                self.on_run(rec)
+            except Exception:  # a reporting bug must not stop the watcher
+                log.exception("on_run callback failed")
+
+    # -- file watching ------------------------------------------------------------------------
+    def _watch_loop(self) -> None:
+        """Watch the current roots; re-plan when a root appears or disappears."""
+        while not self._stop.is_set():
+            plan = self.filter.plan()
+            gen_stop = threading.Event()
+            replan = threading.Event()
+            roots = [(sorted(plan.recursive), True), (sorted(plan.flat), False)]
+            groups = [(paths, rec, threading.Event()) for paths, rec in roots if paths]
+            self._watching.clear()
+            threads = [
+                threading.Thread(target=self._watch_group, args=(paths, rec, ready, gen_stop, replan, plan),
+                                 name="memory-core-watchfiles-group", daemon=True)
+                for paths, rec, ready in groups
+            ]
+            for t in threads:
+                t.start()
+            changed_roots = False
+            while not self._stop.is_set():
+                if not self._watching.is_set() and all(ready.is_set() for _, _, ready in groups):
+                    self._watching.set()
+                replan.wait(0.05 if not self._watching.is_set() else self.root_check_s)
+                if not replan.is_set() and not self._watching.is_set():
+                    continue
+                replan.clear()
+                if self.filter.plan() != plan or any(not t.is_alive() for t in threads):
+                    changed_roots = True
+                    break
+            gen_stop.set()
+            for t in threads:
+                t.join(5)
+            if changed_roots and not self._stop.is_set():
+                log.info("watched directories changed; re-planning")
+                # files may have appeared before the new watches were in place
+                self.notify([], reason="source directories changed")
+
+    def _watch_group(self, paths: list[str], recursive: bool, ready: threading.Event, gen_stop: threading.Event,
+                     replan: threading.Event, plan: WatchPlan) -> None:
+        import watchfiles
+
+        roots = plan.recursive | plan.flat
+        relevant = self.filter.relevant
+
+        def keep(change: Any, path: str) -> bool:
+            return relevant(path)
+
+        stop_any = _AnyEvent(gen_stop, self._stop)
+        try:
+            # yield_on_timeout: the first (empty) yield tells that the watches are in place
+            for changes in watchfiles.watch(*paths, watch_filter=keep, stop_event=stop_any, recursive=recursive,
+                                            debounce=WATCHFILES_GROUP_MS, step=WATCHFILES_STEP_MS,
+                                            rust_timeout=WATCHFILES_TIMEOUT_MS, yield_on_timeout=True,
+                                            force_polling=self.force_polling, raise_interrupt=False,
+                                            ignore_permission_denied=True):
+                ready.set()
+                if not changes:
+                    continue
+                touched = [p for _, p in changes]
+                if any(os.path.abspath(p) in roots or os.path.isdir(p) or not os.path.exists(p) for p in touched):
+                    replan.set()  # a directory came or went: maybe a new root
+                self.notify(touched)
+        except FileNotFoundError:
+            replan.set()  # a root vanished between planning and watching
+        except Exception as exc:
+            if not (gen_stop.is_set() or self._stop.is_set()):
+                # typically the inotify watch limit: polling works everywhere
+                if not self.force_polling:
+                    log.warning("file watching failed (%s); polling the sources instead", exc)
+                    self.force_polling = True
+                else:
+                    log.exception("file watcher failed; re-planning")
+                    time.sleep(1)
+                replan.set()
+        finally:
+            ready.set()
+
+
+class _AnyEvent:
+    """``is_set`` of either event: what ``watchfiles`` polls to stop."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def watch_roots(settings: Settings) -> WatchPlan:
+    """The directories :class:`Watcher` would watch now (for messages and tests)."""
+    return SourceFilter(settings).plan()
+
+
+def describe(plan: WatchPlan) -> str:
+    parts = [f"{p} (recursive)" for p in sorted(plan.recursive)] + sorted(plan.flat)
+    return ", ".join(str(Path(p)) for p in parts)
+
+
+# -- the interval timer ---------------------------------------------------------------------------
+
+def start_interval(minutes: float, callback: Callable[[], Any]) -> Callable[[], None]:
+    """Call ``callback`` every ``minutes`` in a daemon thread; returns the function that stops it."""
+    stop = threading.Event()
+    if minutes <= 0:
+        return stop.set
+
+    def loop() -> None:
+        while not stop.wait(minutes * 60):
+            try:
+                callback()
+            except Exception:  # a timer must survive one bad call
+                logging.getLogger("memory_core.sync").exception("interval sync failed")
+
+    threading.Thread(target=loop, name="memory-core-sync-interval", daemon=True).start()
+    return stop.set
