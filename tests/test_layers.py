@@ -125,6 +125,78 @@ def test_the_engine_layers_point_down() -> None:
             assert indexing not in g[query], (query, indexing)
 
 
+# -- the entry points stand side by side on the library ----------------------------------------
+
+# The programs a user starts: the command line, the MCP server, the watcher (and the Prefect
+# flows, in flows/). `memory_core.sync` (the MCP server's sync triggers), `watching` (the watcher
+# and scheduler both use), `indexer` (the one in-process indexer), `api`, `export` are library.
+ENTRY_POINTS = ("memory_core.cli", "memory_core.mcp_server", "memory_core.watch")
+# `memory-core mcp` and `memory-core watch` are commands of the one console script: the CLI hands
+# over to those entry points with one call each, and uses nothing else of theirs
+HANDOVER = {("memory_core.cli", "memory_core.mcp_server"): {"serve", "check_host"},
+            ("memory_core.cli", "memory_core.watch"): {"run_watch"}}
+
+
+def used_names(source: str, module: str) -> set[str]:
+    """What ``source`` takes from ``module``: ``from module import x`` and ``alias.x`` after
+    ``from package import module`` / ``import module as alias``."""
+    package, _, leaf = module.rpartition(".")
+    aliases: set[str] = set()
+    names: set[str] = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            if node.module == module:
+                names |= {a.name for a in node.names}
+            elif node.module == package:
+                aliases |= {a.asname or a.name for a in node.names if a.name == leaf}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname for a in node.names if a.name == module and a.asname}
+            if any(a.name == module and not a.asname for a in node.names):
+                names.add("*")  # `import a.b.c` used as a.b.c.x: not a hand-over
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            names.add(node.attr)
+    return names
+
+
+def test_the_entry_points_do_not_import_each_other() -> None:
+    """CLI, MCP server, watch and the flows sit side by side on the library: no library module
+    imports an entry point, no entry point another (the CLI only hands its `mcp` and `watch`
+    commands over), and the flows and tasks import none."""
+    g = import_graph()
+    for mod, deps in g.items():
+        for ep in ENTRY_POINTS:
+            if ep not in deps:
+                continue
+            assert (mod, ep) in HANDOVER, f"{mod} imports the entry point {ep}"
+            path = ROOT / (mod.replace(".", "/") + ".py")
+            assert used_names(path.read_text(), ep) <= HANDOVER[(mod, ep)], (mod, ep)
+    # the shared machinery is library: sync needs the watcher, the MCP server the sync triggers
+    assert "memory_core.watching" in g["memory_core.sync"] and "memory_core.sync" in g["memory_core.mcp_server"]
+
+
+def test_the_entry_point_check_finds_imports() -> None:
+    src = ("from memory_core import mcp_server\nfrom memory_core.watch import run_watch, make_runner\n"
+           "mcp_server.serve(1)\nmcp_server.MemoryTools(2)\n")
+    assert used_names(src, "memory_core.mcp_server") == {"serve", "MemoryTools"}
+    assert used_names(src, "memory_core.watch") == {"run_watch", "make_runner"}
+    assert used_names("import memory_core.watch\n", "memory_core.watch") == {"*"}
+
+
+def test_one_in_process_indexer() -> None:
+    """Every in-process reindex of an entry point or the API goes through memory_core.indexer:
+    only the orchestrator's own callers (the indexer, the flows) call run_index."""
+    callers = set()
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "run_index"
+                                                   or getattr(node.func, "attr", None) == "run_index"):
+                    callers.add(path.relative_to(ROOT).as_posix())
+    assert callers == {"memory_core/indexer.py", "flows/reindex.py"}, callers
+
+
 # -- provider facts live on the provider classes ----------------------------------------------
 
 PROVIDER_NAMES = frozenset({"local", "openai", "gemini", "voyage", "mistral", "none"})
