@@ -54,17 +54,19 @@ class Indexer:
         self._provider = provider
         self._reason = reason
         self._owns_provider = provider is None
-        self._lock = threading.Lock()  # one run at a time per indexer: they share the provider
+        self._run_lock = threading.Lock()  # one run at a time per indexer: they share the provider
+        self._provider_lock = threading.Lock()
 
     @property
     def provider(self) -> EmbeddingProvider:
         """The embedding provider every run uses, created on first use (a bad provider
         configuration raises :class:`memory_core.errors.ConfigError` here)."""
-        if self._provider is None:
-            from memory_core.embeddings.registry import create_provider
+        with self._provider_lock:
+            if self._provider is None:
+                from memory_core.embeddings.registry import create_provider
 
-            self._provider, self._reason = create_provider(self.settings)
-        return self._provider
+                self._provider, self._reason = create_provider(self.settings)
+            return self._provider
 
     @property
     def reason(self) -> str:
@@ -85,7 +87,7 @@ class Indexer:
         from memory_core.stages import preflight
 
         if_busy: IfBusy | None = None if self.wait_for_lock is None else ("wait" if self.wait_for_lock else "fail")
-        with self._lock:
+        with self._run_lock:
             if self._provider is None:
                 preflight(self.settings)  # a missing workspace is reported before any provider error
             provider = self.provider
@@ -98,10 +100,13 @@ class Indexer:
         return self.run()
 
     def close(self) -> None:
-        """Close the provider this indexer created (its clients, threads, worker processes)."""
-        with self._lock:
+        """Close the provider this indexer created (its clients, threads, worker processes); a run
+        still going is not waited for (a server shutting down), the next run creates a new one."""
+        with self._provider_lock:
+            if not self._owns_provider:
+                return  # a provider handed in stays the caller's
             provider, self._provider = self._provider, None
-        if provider is not None and self._owns_provider:
+        if provider is not None:
             with contextlib.suppress(Exception):
                 provider.close()
 
