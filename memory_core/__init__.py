@@ -9,6 +9,10 @@ The Python API (:mod:`memory_core.api`)::
         for r in memory.search("replication lag"):
             print(r.score, r.citation, memory.read(r.citation).text)
 
+``Indexer`` (:mod:`memory_core.indexer`) is the in-process indexer behind ``Memory.index``, the
+CLI's ``index --engine local``, ``watch`` and the MCP server's sync triggers, for a program that
+reindexes on its own schedule.
+
 Names are imported on first use, so ``import memory_core`` (and the CLI's start-up) stays cheap.
 """
 
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
         RunError,
         UsageError,
     )
+    from memory_core.indexer import Indexer, RunRecord
     from memory_core.runtypes import RunSummary
     from memory_core.search import SearchResult
 
@@ -39,6 +44,8 @@ _EXPORTS = {
     "Settings": "memory_core.config",
     "load_settings": "memory_core.config",
     "RunSummary": "memory_core.runtypes",
+    "Indexer": "memory_core.indexer",
+    "RunRecord": "memory_core.indexer",
     "SearchResult": "memory_core.search",
     "MemoryCoreError": "memory_core.errors",
     "UsageError": "memory_core.errors",
@@ -50,8 +57,8 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "ConfigError", "FileText", "IndexMissingError", "Memory", "MemoryCoreError", "PathError", "ProviderError",
-    "RunError", "RunSummary", "SearchResult", "Settings", "UsageError", "load_settings", "open_memory",
+    "ConfigError", "FileText", "IndexMissingError", "Indexer", "Memory", "MemoryCoreError", "PathError",
+    "ProviderError", "RunError", "RunRecord", "RunSummary", "SearchResult", "Settings", "UsageError", "load_settings", "open_memory",
 ]
 assert sorted(__all__) == sorted(_EXPORTS)
 
