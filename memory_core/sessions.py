@@ -387,7 +387,7 @@ def session_lines_for_range(
 
 
 def session_text_for_range(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | int,
     start_line: int,
     end_line: int,
     *,
@@ -395,12 +395,14 @@ def session_text_for_range(
 ) -> list[str]:
     """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
     ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
-    message; other records are left out. What ``memory_get`` returns for a transcript citation."""
+    message; other records are left out. What ``memory_get`` returns for a transcript citation.
+    ``path`` may be an open file descriptor (``get`` opens it with no symlink followed): it is
+    closed here, also for an empty range, as :func:`memory_core.safeio.read_lines` closes its own."""
     start = max(1, start_line)
-    if end_line < start:
-        return []
     builder = _Builder(redact_secrets)
     with open(path, "rb") as f:
+        if end_line < start:
+            return []
         # lines as indexing reads them: one over DEFAULT_MAX_LINE_BYTES is skipped there, and here
         # is drained without being held (a 1 GB line cost 3 GB per `get` or search)
         for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):

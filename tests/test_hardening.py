@@ -632,6 +632,27 @@ def test_get_still_reads_ordinary_files_and_extra_paths(workspace, tmp_path):
         assert searcher.read_file("MEMORY.md")["lines"] > 0
 
 
+@pytest.mark.parametrize("source", ["memory", "sessions"])
+def test_get_of_no_lines_closes_the_file_it_opened(workspace, tmp_path, source):
+    """`get` of zero lines (``lines=0`` or less) opened the transcript and
+    never closed it: session_text_for_range was handed a file descriptor typed as a path (mypy) and
+    returned early for an empty range before opening it, so each such call leaked one descriptor
+    until the process ran out of them (an MCP client calling ``memory_get`` in a loop)."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    s = load_settings(cfg, {"workspace": str(workspace)})
+    run_index(s)
+    rel = "MEMORY.md" if source == "memory" else "sessions/2026-10-21-ingest-502-debug.jsonl"
+    with Searcher(s) as searcher:
+        assert searcher.read_file(rel, 1, 5)["lines"] > 0  # the index opened, the file readable
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            got = searcher.read_file(rel, 3, 0)
+            assert (got["text"], got["lines"]) == ("", 0)
+            assert searcher.read_file(rel, 1, -3)["lines"] == 0
+        assert len(os.listdir("/proc/self/fd")) == before
+
+
 # -- 11. MCP stdio: every request gets a reply --------------------------------------------------------
 
 @pytest.mark.timeout(120)
