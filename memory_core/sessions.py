@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol
 
 from memory_core.redact import mask_token, redact
 
@@ -244,7 +244,15 @@ class _Builder:
         )
 
 
-def _iter_raw_lines(f: BinaryIO, max_line_bytes: int | None) -> Iterator[bytes | None]:
+class _LineReader(Protocol):
+    """What :func:`_iter_raw_lines` reads: a binary file, or :class:`_HashingReader` over one."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+
+def _iter_raw_lines(f: _LineReader, max_line_bytes: int | None) -> Iterator[bytes | None]:
     """Yield each line of binary file *f* (newline kept), or ``None`` for a line longer
     than *max_line_bytes*, which is drained in chunks without being buffered."""
     if max_line_bytes is None:
@@ -284,7 +292,7 @@ def parse_session_file(
     with open(path, "rb") as raw_f:
         st = os.fstat(raw_f.fileno())
         f = _HashingReader(raw_f)
-        for raw in _iter_raw_lines(f, max_line_bytes):  # type: ignore[arg-type]
+        for raw in _iter_raw_lines(f, max_line_bytes):
             line_no += 1
             if raw is None:
                 oversized += 1
