@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
@@ -77,6 +77,9 @@ from memory_core.errors import (
     UnsafePathError,
 )
 from memory_core.failpoints import failpoint
+
+if TYPE_CHECKING:  # apsw's stubs only
+    from apsw import Bindings, SQLiteValue
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 5  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
@@ -411,6 +414,34 @@ def write_meta(conn: apsw.Connection, meta: dict[str, Any]) -> None:
 
 def has_table(conn: apsw.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+# apsw types a fetched row as "Any | None" and a row's values as "None | int | float | Buffer | str":
+# what a statement is known to return, checked once here instead of assumed at every call
+
+def value_of(conn: apsw.Connection, sql: str, bindings: Bindings = ()) -> SQLiteValue:
+    """The first column of the row of a statement that always returns one (an aggregate, a PRAGMA)."""
+    row = conn.execute(sql, bindings).fetchone()
+    if row is None:
+        raise apsw.SQLError(f"no row from {sql!r}")
+    return row[0]
+
+
+def int_of(conn: apsw.Connection, sql: str, bindings: Bindings = ()) -> int:
+    """:func:`value_of` a statement answering an integer (``count(*)``, ``PRAGMA data_version``)."""
+    value = value_of(conn, sql, bindings)
+    if not isinstance(value, int):
+        raise apsw.SQLError(f"{sql!r} returned {type(value).__name__}, not an integer")
+    return value
+
+
+def blob_of(value: SQLiteValue) -> bytes:
+    """A stored vector's bytes (``chunks.embedding``, vec0's ``embedding``): IndexDamagedError for
+    anything but a BLOB."""
+    if not isinstance(value, bytes):
+        raise IndexDamagedError(f"a stored vector is {type(value).__name__}, not a BLOB; rebuild the index"
+                                " with `memory-core index --full`")
+    return value
 
 
 # -- reading the live index ---------------------------------------------------------------
