@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import apsw
 
@@ -216,20 +216,23 @@ def check_index_target(path: Path) -> bool:
         raise NotAnIndexError(f"{refuse} (an SQLite database without memory-core's tables)")
     return True
 
-_vec_path: str | None | bool = False  # False: not looked up yet
+_vec_path: str | None | Literal[False] = False  # False: not looked up yet
 
 
 def sqlite_vec_path() -> str | None:
     """Path of the sqlite-vec loadable extension, or None when it is not installed."""
     global _vec_path
-    if _vec_path is False:
-        try:
-            import sqlite_vec
+    if _vec_path is not False:
+        return _vec_path
+    path: str | None
+    try:
+        import sqlite_vec
 
-            _vec_path = sqlite_vec.loadable_path()
-        except Exception:  # pragma: no cover - depends on the installation
-            _vec_path = None
-    return _vec_path  # type: ignore[return-value]
+        path = sqlite_vec.loadable_path()
+    except Exception:  # pragma: no cover - depends on the installation
+        path = None
+    _vec_path = path
+    return path
 
 
 def load_vec(conn: apsw.Connection) -> bool:
