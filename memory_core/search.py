@@ -28,7 +28,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from memory_core.reading import MAX_GET_LINES, indexed_transcript_dates, read_fi
 from memory_core.retrieval import Candidates, _Index
 from memory_core.status import SIZE_LINES, index_sizes, index_status
 from memory_core.store import blob_of, int_of
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
 
 __all__ = [  # what other modules import from here (some defined in the query modules it composes)
     "AGENT_RESULT_KEYS", "DATE_MATCH_BONUS", "MAX_CANDIDATES", "MAX_DATED_CANDIDATES", "MAX_GET_LINES", "MODES",
@@ -150,12 +153,12 @@ class Searcher:
     searcher answers keyword-only and says so in :meth:`status`.
     """
 
-    def __init__(self, settings: Settings, *, provider: Any = None) -> None:
+    def __init__(self, settings: Settings, *, provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         self.path = settings.index_file
         self._idx: _Index | None = None
         self._lock = threading.RLock()
-        self._provider = provider
+        self._provider: EmbeddingProvider | None = provider
         self._provider_checked = provider is not None
         self._injected = provider is not None
         self.provider_note = ""
@@ -213,7 +216,7 @@ class Searcher:
             return dict(self._current().meta or {})
 
     # -- query embedding ------------------------------------------------------------------
-    def _query_provider(self, idx: _Index) -> Any:
+    def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
         from memory_core.indexmeta import IndexRecord
 
         meta = idx.meta or {}
