@@ -477,6 +477,27 @@ def test_infinite_or_nan_settings_are_refused(workspace, tmp_path, value):
     assert "timeout_s" in err
 
 
+def test_what_a_statement_returns_is_checked_once_and_named():
+    """store.value_of / int_of / blob_of (typed reads of apsw's untyped rows): an aggregate's value,
+    an integer, a vector's bytes; anything else is a named error, never a TypeError further on."""
+    from memory_core.errors import IndexDamagedError
+    from memory_core.store import blob_of, int_of, value_of
+
+    conn = apsw.Connection(":memory:")
+    try:
+        assert int_of(conn, "SELECT count(*) FROM (SELECT 1 UNION SELECT 2)") == 2
+        assert value_of(conn, "SELECT max(x) FROM (SELECT 1 AS x WHERE ?)", (0,)) is None
+        with pytest.raises(apsw.SQLError, match="not an integer"):
+            int_of(conn, "SELECT 'x'")
+        with pytest.raises(apsw.SQLError, match="no row"):
+            value_of(conn, "SELECT 1 WHERE 0")
+    finally:
+        conn.close()
+    assert blob_of(b"\0\0\0\0") == b"\0\0\0\0"
+    with pytest.raises(IndexDamagedError, match="not a BLOB"):
+        blob_of("0.5,0.5")
+
+
 # -- 12. a total retry budget per run --------------------------------------------------------------
 
 def test_a_retry_after_longer_than_the_budget_fails_at_once_and_says_so(workspace, openai_fake):
