@@ -194,15 +194,17 @@ class LanceSearcher:
         self.close()
 
     def _query_provider(self) -> Any:
-        if keyword_only(self.meta.get("provider")) or not self.meta.get("dims"):
+        from memory_core.indexmeta import IndexRecord
+
+        record = IndexRecord.from_meta(self.meta)  # None: no meta, so no provider either
+        if record is None or keyword_only(self.meta.get("provider")) or not self.meta.get("dims"):
             return None
         if not self._provider_checked:
             self._provider_checked = True
             try:
                 from memory_core.embeddings.registry import create_provider
-                from memory_core.indexmeta import IndexRecord
 
-                s = IndexRecord.from_meta(self.meta).query_settings(self.settings)  # type: ignore[union-attr]
+                s = record.query_settings(self.settings)
                 self._provider, _ = create_provider(s)
                 self._provider.deadline_s = self.settings.query.embed_timeout_s
             except Exception as exc:

@@ -65,18 +65,16 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     resolve_indexed_path(where, path)
     count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
     end = start + count - 1
-    from memory_core.safeio import open_indexed
+    from memory_core.safeio import open_indexed, read_lines
+    from memory_core.sessions import session_text_for_range
 
-    real = open_indexed(where, path)  # an fd: no symlink in any component, regular files only
+    # an fd: no symlink in any component, regular files only; each reader closes it, whatever it reads
+    real = open_indexed(where, path)
     out: list[str] = []
     try:
         if source == "sessions":
-            from memory_core.sessions import session_text_for_range
-
             out = session_text_for_range(real, start, end)
         else:
-            from memory_core.safeio import read_lines
-
             out = read_lines(real, start, end)  # split on "\n" only, as the chunker numbers lines
     except FileNotFoundError:
         raise PathError(f"{path} is indexed but no longer exists") from None

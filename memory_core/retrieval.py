@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import apsw
 import numpy as np
@@ -35,7 +35,16 @@ from memory_core import ranking, textsearch, vectors
 from memory_core.config import Settings
 from memory_core.dates import DateRange, Stamps, dated_chunk_rows
 from memory_core.errors import IndexDamagedError, ProviderError
-from memory_core.store import connect, connect_reader, has_table, load_vec, read_meta
+from memory_core.store import (
+    blob_of,
+    connect,
+    connect_reader,
+    has_table,
+    int_of,
+    load_vec,
+    read_meta,
+    value_of,
+)
 
 log = logging.getLogger("memory_core.search")
 
@@ -149,11 +158,12 @@ class _Postings:
         xColumnSize(-1) reads it. A contentless table of one column (schema 5) stores that one
         varint alone (1-3 bytes): zeros pad it to three, never read as part of it."""
         try:
-            ids, sizes = conn.execute("SELECT group_concat(id), group_concat(substr(hex(sz) || '0000', 1, 6), '')"
-                                      " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
+            row = conn.execute("SELECT group_concat(id), group_concat(substr(hex(sz) || '0000', 1, 6), '')"
+                               " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
         except apsw.Error:
             return False
-        if not ids:
+        ids, sizes = row if row is not None else (None, None)  # an aggregate: always one row
+        if not ids or not isinstance(ids, str) or not isinstance(sizes, str):  # NULL: no rows
             return True
         rids = np.fromstring(ids, dtype=np.int64, sep=",")
         raw = np.frombuffer(bytes.fromhex(sizes), dtype=np.uint8)
@@ -187,9 +197,10 @@ class _Postings:
         lengths: tuple[np.ndarray, np.ndarray] | None = None
         if self.vocab is not None and len(tokens) == 1 and isinstance(tokens[0], str):
             # one token (as FTS5 tokenized the phrase): its instances, in C, from the fts5vocab table
-            docs = self.vocab.execute("SELECT group_concat(doc) FROM temp.mc_vocab WHERE term = ? AND col = 'text'",
-                                      (tokens[0],)).fetchone()[0]
-            rids = np.fromstring(docs, dtype=np.int64, sep=",") if docs else np.zeros(0, dtype=np.int64)
+            docs = value_of(self.vocab, "SELECT group_concat(doc) FROM temp.mc_vocab WHERE term = ? AND col = 'text'",
+                            (tokens[0],))
+            rids = (np.fromstring(docs, dtype=np.int64, sep=",") if isinstance(docs, str) and docs
+                    else np.zeros(0, dtype=np.int64))
             if len(rids) and rids.min() >= 0 and rids.max() < self.size:
                 counts = np.bincount(rids, minlength=self.size)
                 if int(np.count_nonzero(counts)) == df:
@@ -231,8 +242,8 @@ class _Postings:
         """bm25() of every row, or of the rows ``rids`` (0 where no phrase matches), as
         :func:`_bm25_given_df` computes it."""
         with self.lock:
-            got = [self.tf.get(p) for p in phrases]
-            if any(g is None for g in got) or self.n_row <= 0:
+            got = [self.tf[p] for p in phrases if p in self.tf]
+            if len(got) != len(phrases) or self.n_row <= 0:
                 return None
             for p in phrases:  # most recently used last
                 self.tf[p] = self.tf.pop(p)
@@ -246,7 +257,7 @@ class _Postings:
                 idf = math.log((n_row - df + 0.5) / (df + 0.5))
                 if idf <= 0.0:
                     idf = 1e-6
-                f = (tf if rids is None else tf[rids]).astype(np.float64)  # type: ignore[index]
+                f = (tf if rids is None else tf[rids]).astype(np.float64)
                 score += idf * ((f * (k1 + 1.0)) / (f + norm))  # + 0.0 where the phrase is not, as in bm25()
         return score
 
@@ -292,7 +303,7 @@ class _Index:
             # changes when another connection commits to the file (an in-place update), even one
             # that leaves its size and mtime as they were (mtime ticks are coarse on some
             # filesystems); read before the meta, so a commit in between is seen next time
-            self.data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            self.data_version = int_of(self.conn, "PRAGMA data_version")
             self.meta = read_meta(self.conn)
             if self.meta is None or not has_table(self.conn, "chunks_fts"):
                 raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
@@ -313,7 +324,7 @@ class _Index:
         self._bits: vectors.BitIndex | None = None
         self._part_bits: vectors.BitIndex | None = None
         self._path = path
-        self._kw_conn: apsw.Connection | None | bool = None  # False: could not be opened
+        self._kw_conn: apsw.Connection | Literal[False] | None = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
         self._postings: _Postings | None = None
@@ -327,15 +338,14 @@ class _Index:
         Counted once per opened file (a new file or a committed update opens a new index)."""
         df = self.df_cache.get(phrase)
         if df is None:
-            df = int((conn or self.conn).execute(
-                "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,)).fetchone()[0])
+            df = int_of(conn or self.conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,))
             if len(self.df_cache) < 10_000:
                 self.df_cache[phrase] = df
         return df
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
-            self._n_chunks = int(self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0])
+            self._n_chunks = int_of(self.conn, "SELECT count(*) FROM chunks")
         return self._n_chunks
 
     def background_cosine(self) -> float | None:
@@ -354,7 +364,7 @@ class _Index:
                 rows = []
             if len(rows) < 2:
                 return None
-            m = np.frombuffer(b"".join(r[0] for r in rows), dtype="<f4").reshape(len(rows), -1).copy()
+            m = np.frombuffer(b"".join(blob_of(r[0]) for r in rows), dtype="<f4").reshape(len(rows), -1).copy()
             m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
             g = m @ m.T
             n = len(m)
@@ -377,8 +387,8 @@ class _Index:
         if not self.own_bm25:
             return None
         if self._postings is None:
-            max_rid = self.conn.execute("SELECT max(rid) FROM chunks").fetchone()[0]
-            self._postings = _Postings(int(max_rid or 0), self._vocab_conn())
+            max_rid = value_of(self.conn, "SELECT max(rid) FROM chunks")  # NULL: no chunks
+            self._postings = _Postings(max_rid if isinstance(max_rid, int) else 0, self._vocab_conn())
         return self._postings
 
     def kept_postings(self) -> _Postings | None:
@@ -578,8 +588,8 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
         return [], ""
     qn = qvec / (np.linalg.norm(qvec) or 1.0)
     sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
-    top = np.argsort(-sims, kind="stable")[:want]
-    return rows_by_rank(idx, [int(rids[i]) for i in top], [float(sims[i]) for i in top], src, sources, k), ""
+    order = np.argsort(-sims, kind="stable")[:want]
+    return rows_by_rank(idx, [int(rids[i]) for i in order], [float(sims[i]) for i in order], src, sources, k), ""
 
 
 def rows_by_rank(idx: _Index, rids: list[int], sims: list[float], src: str,

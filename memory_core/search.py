@@ -28,7 +28,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -40,6 +40,10 @@ from memory_core.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult,
 from memory_core.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
 from memory_core.retrieval import Candidates, _Index
 from memory_core.status import SIZE_LINES, index_sizes, index_status
+from memory_core.store import blob_of, int_of
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
 
 __all__ = [  # what other modules import from here (some defined in the query modules it composes)
     "AGENT_RESULT_KEYS", "DATE_MATCH_BONUS", "MAX_CANDIDATES", "MAX_DATED_CANDIDATES", "MAX_GET_LINES", "MODES",
@@ -149,12 +153,12 @@ class Searcher:
     searcher answers keyword-only and says so in :meth:`status`.
     """
 
-    def __init__(self, settings: Settings, *, provider: Any = None) -> None:
+    def __init__(self, settings: Settings, *, provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         self.path = settings.index_file
         self._idx: _Index | None = None
         self._lock = threading.RLock()
-        self._provider = provider
+        self._provider: EmbeddingProvider | None = provider
         self._provider_checked = provider is not None
         self._injected = provider is not None
         self.provider_note = ""
@@ -172,7 +176,7 @@ class Searcher:
                 raise IndexMissingError(f"no index at {self.path}; run `memory-core index` first") from None
             ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
             if (self._idx is None or self._idx.ident != ident
-                    or self._idx.conn.execute("PRAGMA data_version").fetchone()[0] != self._idx.data_version):
+                    or int_of(self._idx.conn, "PRAGMA data_version") != self._idx.data_version):
                 new = _Index(self.path)
                 old, self._idx = self._idx, new
                 if old is not None:
@@ -212,17 +216,19 @@ class Searcher:
             return dict(self._current().meta or {})
 
     # -- query embedding ------------------------------------------------------------------
-    def _query_provider(self, idx: _Index) -> Any:
+    def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
+        from memory_core.indexmeta import IndexRecord
+
         meta = idx.meta or {}
-        if meta.get("provider") in (None, "none") or not meta.get("dims"):
+        record = IndexRecord.from_meta(meta)  # None: no meta, so no provider either
+        if record is None or meta.get("provider") in (None, "none") or not meta.get("dims"):
             return None
         if not self._provider_checked:
             self._provider_checked = True
             try:
                 from memory_core.embeddings.registry import create_provider
-                from memory_core.indexmeta import IndexRecord
 
-                s = IndexRecord.from_meta(meta).query_settings(self.settings)  # type: ignore[union-attr]
+                s = record.query_settings(self.settings)
                 self._provider, _ = create_provider(s)
                 # a reader never waits out a run's retries (60 s x 6 attempts): a short total deadline
                 self._provider.deadline_s = self.settings.query.embed_timeout_s
@@ -385,7 +391,7 @@ class Searcher:
                 rids, m = idx.matrix()
             elif idx.vec_loaded:
                 rows = idx.conn.execute("SELECT rowid, embedding FROM chunks_vec").fetchall()
-                m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+                m = np.frombuffer(b"".join(blob_of(r[1]) for r in rows), dtype="<f4").reshape(len(rows), -1)
                 m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
                 rids = np.asarray([r[0] for r in rows], dtype=np.int64)
             else:
@@ -397,9 +403,9 @@ class Searcher:
             if idx.has_parts:  # a chunk's cosine is its best vector's: its own or an exchange's
                 prow = idx.conn.execute(f"SELECT chunk, embedding FROM {vectors.PARTS_TABLE}").fetchall()
                 pos = {int(r): i for i, r in enumerate(rids.tolist())}
-                keep = [(pos[c], e) for c, e in prow if c in pos]
+                keep = [(pos[c], e) for c, e in prow if isinstance(c, int) and c in pos]  # chunk: an integer rid
                 owner = np.asarray([i for i, _ in keep], dtype=np.int64)
-                pm = np.frombuffer(b"".join(e for _, e in keep), dtype="<f4").reshape(len(keep), -1)
+                pm = np.frombuffer(b"".join(blob_of(e) for _, e in keep), dtype="<f4").reshape(len(keep), -1)
                 pm = pm / np.maximum(np.linalg.norm(pm, axis=1, keepdims=True), 1e-12)
             got = []
             for q in queries:

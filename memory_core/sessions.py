@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, Protocol
 
 from memory_core.redact import mask_token, redact
 
@@ -244,7 +244,15 @@ class _Builder:
         )
 
 
-def _iter_raw_lines(f: BinaryIO, max_line_bytes: int | None) -> Iterator[bytes | None]:
+class _LineReader(Protocol):
+    """What :func:`_iter_raw_lines` reads: a binary file, or :class:`_HashingReader` over one."""
+
+    def readline(self, size: int = -1, /) -> bytes: ...
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+
+def _iter_raw_lines(f: _LineReader, max_line_bytes: int | None) -> Iterator[bytes | None]:
     """Yield each line of binary file *f* (newline kept), or ``None`` for a line longer
     than *max_line_bytes*, which is drained in chunks without being buffered."""
     if max_line_bytes is None:
@@ -284,7 +292,7 @@ def parse_session_file(
     with open(path, "rb") as raw_f:
         st = os.fstat(raw_f.fileno())
         f = _HashingReader(raw_f)
-        for raw in _iter_raw_lines(f, max_line_bytes):  # type: ignore[arg-type]
+        for raw in _iter_raw_lines(f, max_line_bytes):
             line_no += 1
             if raw is None:
                 oversized += 1
@@ -387,7 +395,7 @@ def session_lines_for_range(
 
 
 def session_text_for_range(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | int,
     start_line: int,
     end_line: int,
     *,
@@ -395,12 +403,14 @@ def session_text_for_range(
 ) -> list[str]:
     """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
     ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
-    message; other records are left out. What ``memory_get`` returns for a transcript citation."""
+    message; other records are left out. What ``memory_get`` returns for a transcript citation.
+    ``path`` may be an open file descriptor (``get`` opens it with no symlink followed): it is
+    closed here, also for an empty range, as :func:`memory_core.safeio.read_lines` closes its own."""
     start = max(1, start_line)
-    if end_line < start:
-        return []
     builder = _Builder(redact_secrets)
     with open(path, "rb") as f:
+        if end_line < start:
+            return []
         # lines as indexing reads them: one over DEFAULT_MAX_LINE_BYTES is skipped there, and here
         # is drained without being held (a 1 GB line cost 3 GB per `get` or search)
         for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):

@@ -14,7 +14,7 @@ import apsw
 from memory_core import vectors
 from memory_core.config import Settings
 from memory_core.retrieval import _Index
-from memory_core.store import probe_index
+from memory_core.store import int_of, probe_index
 
 
 def index_status(path: Path, settings: Settings, lock: AbstractContextManager[Any], current: Callable[[], _Index],
@@ -41,9 +41,9 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
             provider=m.get("provider"), model=m.get("model"), provider_reason=m.get("provider_reason"),
             dims=m.get("dims"), chunk_tokens=m.get("chunk_tokens"), chunk_overlap=m.get("chunk_overlap"),
             sources=m.get("sources"), built_at=m.get("built_at"),
-            files=c.execute("SELECT count(*) FROM files").fetchone()[0],
-            chunks=c.execute("SELECT count(*) FROM chunks").fetchone()[0],
-            chunks_by_source=dict(c.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()),
+            files=int_of(c, "SELECT count(*) FROM files"),
+            chunks=int_of(c, "SELECT count(*) FROM chunks"),
+            chunks_by_source=_counts(c, "SELECT source, count(*) FROM chunks GROUP BY source"),
             fts=True,
             vector_search=("sign bits scanned, the nearest ranked by float32 cosines" if idx.has_bits else
                            "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
@@ -97,10 +97,10 @@ def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache
     parts = vb["part_vectors"] * int(dims or 0) * 4
     out = {"vectors_float32": vb["float32_bytes"] - parts, "exchange_parts_float32": parts,
            "sign_bits": vb["bits_bytes"]}
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    free = conn.execute("PRAGMA freelist_count").fetchone()[0] * page_size
+    page_size = int_of(conn, "PRAGMA page_size")
+    free = int_of(conn, "PRAGMA freelist_count") * page_size
     if measure:
-        by_name = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
+        by_name = _counts(conn, "SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
         fts = sum(v for k, v in by_name.items() if k.startswith("chunks_fts"))
         out["text"] = max(0, by_name.get("chunks", 0) - out["vectors_float32"])
         out["fts"] = fts
@@ -110,4 +110,15 @@ def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache
     out["free"] = free
     out["cache"] = sum(os.path.getsize(str(cache_file) + x) for x in ("", "-wal")
                        if os.path.exists(str(cache_file) + x))
+    return out
+
+
+def _counts(conn: apsw.Connection, sql: str) -> dict[str, int]:
+    """``{name: count}`` of a ``SELECT name, count(*) / sum(...) ... GROUP BY name`` (both never NULL
+    here: a chunk's source, a table's name; a group's count or its pages' bytes), in SQLite's order."""
+    out: dict[str, int] = {}
+    for name, n in conn.execute(sql).fetchall():
+        if not isinstance(name, str) or not isinstance(n, int):
+            raise apsw.SQLError(f"{sql!r} returned ({type(name).__name__}, {type(n).__name__})")
+        out[name] = n
     return out

@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import apsw
 
@@ -77,6 +77,9 @@ from memory_core.errors import (
     UnsafePathError,
 )
 from memory_core.failpoints import failpoint
+
+if TYPE_CHECKING:  # apsw's stubs only
+    from apsw import Bindings, SQLiteValue
 
 META_KEY = "memory_index_meta_v1"
 SCHEMA_VERSION = 5  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
@@ -213,20 +216,23 @@ def check_index_target(path: Path) -> bool:
         raise NotAnIndexError(f"{refuse} (an SQLite database without memory-core's tables)")
     return True
 
-_vec_path: str | None | bool = False  # False: not looked up yet
+_vec_path: str | None | Literal[False] = False  # False: not looked up yet
 
 
 def sqlite_vec_path() -> str | None:
     """Path of the sqlite-vec loadable extension, or None when it is not installed."""
     global _vec_path
-    if _vec_path is False:
-        try:
-            import sqlite_vec
+    if _vec_path is not False:
+        return _vec_path
+    path: str | None
+    try:
+        import sqlite_vec
 
-            _vec_path = sqlite_vec.loadable_path()
-        except Exception:  # pragma: no cover - depends on the installation
-            _vec_path = None
-    return _vec_path  # type: ignore[return-value]
+        path = sqlite_vec.loadable_path()
+    except Exception:  # pragma: no cover - depends on the installation
+        path = None
+    _vec_path = path
+    return path
 
 
 def load_vec(conn: apsw.Connection) -> bool:
@@ -411,6 +417,34 @@ def write_meta(conn: apsw.Connection, meta: dict[str, Any]) -> None:
 
 def has_table(conn: apsw.Connection, name: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+# apsw types a fetched row as "Any | None" and a row's values as "None | int | float | Buffer | str":
+# what a statement is known to return, checked once here instead of assumed at every call
+
+def value_of(conn: apsw.Connection, sql: str, bindings: Bindings = ()) -> SQLiteValue:
+    """The first column of the row of a statement that always returns one (an aggregate, a PRAGMA)."""
+    row = conn.execute(sql, bindings).fetchone()
+    if row is None:
+        raise apsw.SQLError(f"no row from {sql!r}")
+    return row[0]
+
+
+def int_of(conn: apsw.Connection, sql: str, bindings: Bindings = ()) -> int:
+    """:func:`value_of` a statement answering an integer (``count(*)``, ``PRAGMA data_version``)."""
+    value = value_of(conn, sql, bindings)
+    if not isinstance(value, int):
+        raise apsw.SQLError(f"{sql!r} returned {type(value).__name__}, not an integer")
+    return value
+
+
+def blob_of(value: SQLiteValue) -> bytes:
+    """A stored vector's bytes (``chunks.embedding``, vec0's ``embedding``): IndexDamagedError for
+    anything but a BLOB."""
+    if not isinstance(value, bytes):
+        raise IndexDamagedError(f"a stored vector is {type(value).__name__}, not a BLOB; rebuild the index"
+                                " with `memory-core index --full`")
+    return value
 
 
 # -- reading the live index ---------------------------------------------------------------

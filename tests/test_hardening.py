@@ -477,6 +477,27 @@ def test_infinite_or_nan_settings_are_refused(workspace, tmp_path, value):
     assert "timeout_s" in err
 
 
+def test_what_a_statement_returns_is_checked_once_and_named():
+    """store.value_of / int_of / blob_of (typed reads of apsw's untyped rows): an aggregate's value,
+    an integer, a vector's bytes; anything else is a named error, never a TypeError further on."""
+    from memory_core.errors import IndexDamagedError
+    from memory_core.store import blob_of, int_of, value_of
+
+    conn = apsw.Connection(":memory:")
+    try:
+        assert int_of(conn, "SELECT count(*) FROM (SELECT 1 UNION SELECT 2)") == 2
+        assert value_of(conn, "SELECT max(x) FROM (SELECT 1 AS x WHERE ?)", (0,)) is None
+        with pytest.raises(apsw.SQLError, match="not an integer"):
+            int_of(conn, "SELECT 'x'")
+        with pytest.raises(apsw.SQLError, match="no row"):
+            value_of(conn, "SELECT 1 WHERE 0")
+    finally:
+        conn.close()
+    assert blob_of(b"\0\0\0\0") == b"\0\0\0\0"
+    with pytest.raises(IndexDamagedError, match="not a BLOB"):
+        blob_of("0.5,0.5")
+
+
 # -- 12. a total retry budget per run --------------------------------------------------------------
 
 def test_a_retry_after_longer_than_the_budget_fails_at_once_and_says_so(workspace, openai_fake):
@@ -630,6 +651,27 @@ def test_get_still_reads_ordinary_files_and_extra_paths(workspace, tmp_path):
     with Searcher(s) as searcher:
         assert "from an extra path" in searcher.read_file(str(extra / "deep" / "x.md"))["text"]
         assert searcher.read_file("MEMORY.md")["lines"] > 0
+
+
+@pytest.mark.parametrize("source", ["memory", "sessions"])
+def test_get_of_no_lines_closes_the_file_it_opened(workspace, tmp_path, source):
+    """`get` of zero lines (``lines=0`` or less) opened the transcript and
+    never closed it: session_text_for_range was handed a file descriptor typed as a path (mypy) and
+    returned early for an empty range before opening it, so each such call leaked one descriptor
+    until the process ran out of them (an MCP client calling ``memory_get`` in a loop)."""
+    cfg = tmp_path / "memory-core.toml"
+    cfg.write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    s = load_settings(cfg, {"workspace": str(workspace)})
+    run_index(s)
+    rel = "MEMORY.md" if source == "memory" else "sessions/2026-10-21-ingest-502-debug.jsonl"
+    with Searcher(s) as searcher:
+        assert searcher.read_file(rel, 1, 5)["lines"] > 0  # the index opened, the file readable
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            got = searcher.read_file(rel, 3, 0)
+            assert (got["text"], got["lines"]) == ("", 0)
+            assert searcher.read_file(rel, 1, -3)["lines"] == 0
+        assert len(os.listdir("/proc/self/fd")) == before
 
 
 # -- 11. MCP stdio: every request gets a reply --------------------------------------------------------
