@@ -54,9 +54,10 @@ import convo  # noqa: E402  (eval/convo.py)
 import memorybank  # noqa: E402  (eval/memorybank.py)
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
-# Modules that only answer queries: changing them never changes what an index holds.
+# Modules (and packages: qmd/, whose reindex side builds qmd's index, never the builtin one) that only
+# answer queries: changing them never changes what an index holds.
 QUERY_SIDE = {"search.py", "ranking.py", "evaluation.py", "dates.py", "answers.py", "backends.py", "cli.py",
-              "mcp_server.py", "qmd.py", "export.py", "freshness.py", "prefect_api.py", "engines.py", "watch.py"}
+              "mcp_server.py", "qmd", "export.py", "freshness.py", "prefect_api.py", "engines.py", "watch.py"}
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150
@@ -193,7 +194,7 @@ def indexer_version() -> str:
     pkg = Path(next(iter(spec.submodule_search_locations)))
     h = hashlib.sha256()
     for p in sorted(pkg.rglob("*.py")):
-        if p.parent == pkg and p.name in QUERY_SIDE:
+        if p.relative_to(pkg).parts[0] in QUERY_SIDE:  # a top-level module, or a package (qmd/)
             continue
         h.update(p.relative_to(pkg).as_posix().encode())
         h.update(p.read_bytes())

@@ -16,7 +16,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 from memory_core.agents import UnknownAgentError
 from memory_core.cli import main
 from memory_core.errors import ConfigError
-from memory_core.qmd import state_dir
+from memory_core.qmd.common import state_dir
 from memory_core.resolve import resolve_agents, resolve_settings
 from tests.conftest import ROOT
 from tests.test_mcp import _run, _text

@@ -120,8 +120,8 @@ def test_the_engine_layers_point_down() -> None:
     # the query side never imports the indexing code
     query_side = ["memory_core.search", "memory_core.retrieval", "memory_core.rank", "memory_core.reading",
                   "memory_core.status", "memory_core.dates", "memory_core.ranking"]
-    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.writer_proc"]:
-        for query in query_side:
+    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.writer_proc", "memory_core.qmd.indexing"]:
+        for query in query_side + ["memory_core.qmd.search"]:
             assert indexing not in g[query], (query, indexing)
 
 
@@ -195,6 +195,30 @@ def test_one_in_process_indexer() -> None:
                                                    or getattr(node.func, "attr", None) == "run_index"):
                     callers.add(path.relative_to(ROOT).as_posix())
     assert callers == {"memory_core/indexer.py", "flows/reindex.py"}, callers
+
+
+def test_qmds_halves_stand_apart() -> None:
+    """qmd's indexing half sits beside the orchestrator, its search half beside the builtin search:
+    the two halves share only memory_core.qmd.common, and importing one never loads the other."""
+    import importlib
+    import subprocess
+    import sys
+
+    g = import_graph()
+    assert "memory_core.qmd.search" not in g["memory_core.qmd.indexing"]
+    assert "memory_core.qmd.indexing" not in g["memory_core.qmd.search"]
+    for half in ("indexing", "search"):
+        assert g[f"memory_core.qmd.{half}"] & {m for m in g if m.startswith("memory_core.qmd")} == {
+            "memory_core.qmd.common"}
+    assert "memory_core.qmd.indexing" in g["memory_core.pipeline"] and "memory_core.qmd.search" in g["memory_core.backends"]
+    import memory_core.qmd as qmd
+
+    assert sorted(qmd.__all__) == sorted(qmd._HOME)  # each re-exported name is the one its module defines
+    assert all(getattr(qmd, n) is getattr(importlib.import_module(f"memory_core.qmd.{m}"), n) for n, m in qmd._HOME.items())
+    code = ("import sys, memory_core.qmd.indexing, memory_core.qmd as q; q.state_dir; "
+            "print(sorted(m for m in sys.modules if m in ('memory_core.qmd.search', 'memory_core.search')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
 
 
 # -- provider facts live on the provider classes ----------------------------------------------
