@@ -87,7 +87,7 @@ def phase_prepare(ws: str, index: str, model_cache: str) -> dict:
 
 def _unique_texts(settings: Any, provider: Any) -> list[str]:
     """Every unique chunk text (by hash) in the order the streamed run first meets it."""
-    from memory_core.discovery import discover_files
+    from memory_core.sources.discovery import discover_files
     from memory_core.stages import chunk_file, chunk_params
 
     tokens, overlap = chunk_params(settings, provider)

@@ -8,7 +8,7 @@ per language, 15 users with ten dated days (2023-04-27 .. 2023-05-06) of ``{quer
 turns, and 5-7 probing questions per user. Each user becomes one workspace:
 
 * ``sessions`` variant: ``sessions/2026-MM-DD.jsonl`` per day, in the transcript format
-  :mod:`memory_core.sessions` indexes: a ``session`` header record, then one ``message`` record
+  :mod:`memory_core.sources.sessions` indexes: a ``session`` header record, then one ``message`` record
   per turn side (user = the query, assistant = the response), timestamped on that day from
   19:00 UTC, three minutes apart; ``memory-core.toml`` has ``sources = ["memory", "sessions"]``.
 * ``notes`` variant: ``memory/2026-MM-DD.md`` per day, the turns as ``**User:** ...`` /

@@ -410,7 +410,7 @@ class Settings(_Model):
     # name (its default model, the same ``remote`` settings) or a [fallback] table.
     fallback: ProviderName | FallbackSettings | None = None
     # "auto" (the default) becomes "all" when text can leave the machine (a hosted or "auto"
-    # provider or fallback), else "sessions": see memory_core.redact.resolve_redact_mode
+    # provider or fallback), else "sessions": see memory_core.sources.redact.resolve_redact_mode
     redact: Literal["auto", "sessions", "all", "off"] = "auto"
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
@@ -441,7 +441,7 @@ class Settings(_Model):
     @model_validator(mode="before")
     @classmethod
     def _resolve_redact(cls, data: Any) -> Any:
-        from memory_core.redact import resolve_redact_mode
+        from memory_core.sources.redact import resolve_redact_mode
 
         return resolve_redact_mode(data) if isinstance(data, dict) else data
 

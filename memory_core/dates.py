@@ -42,7 +42,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from memory_core.errors import PathError
-from memory_core.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
+from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "date_from_path", "dated_chunk_rows", "hit_date",
            "is_evergreen", "lift_named_days", "query_date_range", "said_at",

@@ -275,7 +275,7 @@ class MemoryStore:
         if len(text) > MAX_MEMORY_CHARS:
             raise UsageError(f"a memory holds at most {MAX_MEMORY_CHARS} characters, not {len(text)}; store"
                              " the gist, or keep long text in a note (memory/*.md)")
-        from memory_core.redact import redact_lines, should_redact
+        from memory_core.sources.redact import redact_lines, should_redact
 
         clean = text.strip().replace("\x00", " ")
         # stored memories come from conversations: redacted as transcripts are (unless redact = "off")

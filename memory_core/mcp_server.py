@@ -608,7 +608,7 @@ async def _serve_stdio(server: Server[Any]) -> None:
 
     from mcp.server.stdio import stdio_server
 
-    from memory_core.safeio import LoneSurrogateFreeLines
+    from memory_core.sources.safeio import LoneSurrogateFreeLines
 
     # a request whose JSON escapes a lone surrogate must still get a reply (issue 17)
     stdin = LoneSurrogateFreeLines(anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8",

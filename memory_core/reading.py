@@ -1,8 +1,8 @@
 """Reading an indexed file's lines (``memory_get``, ``memory-core get``): :func:`read_file`; an
 indexed transcript's timestamps, opened the same way (:func:`indexed_transcript_dates`).
 
-Which paths may be read is decided here and in :mod:`memory_core.discovery` /
-:mod:`memory_core.safeio` (the files the index holds, opened with no symlink in any component).
+Which paths may be read is decided here and in :mod:`memory_core.sources.discovery` /
+:mod:`memory_core.sources.safeio` (the files the index holds, opened with no symlink in any component).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.dates import transcript_dates
-from memory_core.discovery import parse_citation, resolve_indexed_path
 from memory_core.errors import PathError
+from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 
 MAX_GET_LINES = 2000
 _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
@@ -23,9 +23,9 @@ _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
 
 def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None, list[tuple[int, str]]]:
     """:func:`transcript_dates` of the indexed transcript ``path`` (``sessions/<name>.jsonl``),
-    opened as ``get`` opens it (:func:`memory_core.safeio.open_indexed`: no symlink in any
+    opened as ``get`` opens it (:func:`memory_core.sources.safeio.open_indexed`: no symlink in any
     component, the sessions folder included); PathError when it may not be read."""
-    from memory_core.safeio import open_indexed
+    from memory_core.sources.safeio import open_indexed
 
     fd = open_indexed(settings, path)
     try:
@@ -65,8 +65,8 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     resolve_indexed_path(where, path)
     count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
     end = start + count - 1
-    from memory_core.safeio import open_indexed, read_lines
-    from memory_core.sessions import session_text_for_range
+    from memory_core.sources.safeio import open_indexed, read_lines
+    from memory_core.sources.sessions import session_text_for_range
 
     # an fd: no symlink in any component, regular files only; each reader closes it, whatever it reads
     real = open_indexed(where, path)
@@ -81,7 +81,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     except OSError as exc:
         raise PathError(f"cannot read {path}: {exc.strerror}") from None
     if source != "sessions" and (meta or {}).get("redact", settings.redact) == "all":  # transcripts come back redacted
-        from memory_core.redact import redact_lines
+        from memory_core.sources.redact import redact_lines
 
         out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
     return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}

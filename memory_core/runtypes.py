@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa
 
 from memory_core.batch.types import BatchFigures, Cost
-from memory_core.discovery import FileEntry
+from memory_core.sources.discovery import FileEntry
 
 T = TypeVar("T")
 

@@ -33,7 +33,6 @@ from memory_core.chunking import (
     sha256_hex,
 )
 from memory_core.config import Settings
-from memory_core.discovery import FileEntry, discover_files, hash_file
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
@@ -50,6 +49,7 @@ from memory_core.runtypes import (
     RunPlan,
     RunSummary,
 )
+from memory_core.sources.discovery import FileEntry, discover_files, hash_file
 from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
         return False
     if old.lines is None:
         return False
-    from memory_core.sessions import count_lines
+    from memory_core.sources.sessions import count_lines
 
     try:
         new_lines = count_lines(f.abs_path) - old.lines
@@ -245,8 +245,8 @@ class FileChunks:
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
-    from memory_core.redact import redact_lines, should_redact
-    from memory_core.sessions import parse_session_file
+    from memory_core.sources.redact import redact_lines, should_redact
+    from memory_core.sources.sessions import parse_session_file
 
     lines: int | None = None
     digest = f.hash
@@ -295,10 +295,10 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
 
 def chunk_parts(source: str, settings: Settings, text: str) -> list[tuple[str, str]]:
     """(hash, text) of the extra vectors a chunk gets: a transcript chunk's exchanges when
-    ``chunking.exchange_vectors`` is on (:func:`memory_core.sessions.exchange_parts`), else none."""
+    ``chunking.exchange_vectors`` is on (:func:`memory_core.sources.sessions.exchange_parts`), else none."""
     if source != "sessions" or not settings.chunking.exchange_vectors:
         return []
-    from memory_core.sessions import exchange_parts
+    from memory_core.sources.sessions import exchange_parts
 
     return [(sha256_hex(t), t) for t in exchange_parts(text)]
 

@@ -63,7 +63,7 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     note = provider_note()
     if note:
         st["note"] = note
-    from memory_core.freshness import dirty_state
+    from memory_core.sources.freshness import dirty_state
 
     dirty = dirty_state(settings)  # the sources changed since the index was built
     st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),

@@ -36,8 +36,8 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError
-from memory_core.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 from memory_core.indexer import Indexer, Runner, RunRecord
+from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 from memory_core.watching import Watcher, start_interval
 
 log = logging.getLogger("memory_core.sync")

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from memory_core.config import load_settings
-from memory_core.discovery import discover_files, resolve_indexed_path
 from memory_core.errors import PathError
+from memory_core.sources.discovery import discover_files, resolve_indexed_path
 
 
 def make_ws(tmp_path: Path) -> Path:

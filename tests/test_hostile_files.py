@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from memory_core import discovery
 from memory_core.config import load_settings
 from memory_core.pipeline import run_index
 from memory_core.search import Searcher
+from memory_core.sources import discovery
 from memory_core.store import connect
 from tests.conftest import ROOT
 

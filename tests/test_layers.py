@@ -221,6 +221,23 @@ def test_qmds_halves_stand_apart() -> None:
     assert out.strip() == "[]"
 
 
+
+def test_sources_sit_below_both_sides() -> None:
+    """memory_core.sources (discovery, sessions, redact, safeio, freshness) is read by the indexer
+    and by the reader; it imports neither side, nor any entry point: only settings, errors, the
+    index file's reader (freshness compares the sources with the live index), the index's recorded
+    settings (a reader resolves transcript paths by what the index recorded) and the provider
+    catalog (where the redaction default asks whether a provider runs on this machine)."""
+    g = import_graph()
+    sources = [m for m in g if m.startswith("memory_core.sources.")]
+    assert {"memory_core.sources.discovery", "memory_core.sources.sessions", "memory_core.sources.redact",
+            "memory_core.sources.safeio", "memory_core.sources.freshness"} <= set(sources)
+    allowed = {"memory_core.config", "memory_core.errors", "memory_core.store", "memory_core.indexmeta",
+               "memory_core.embeddings.catalog", *sources}
+    for mod in sources:
+        assert g[mod] <= allowed, (mod, g[mod] - allowed)
+
+
 # -- provider facts live on the provider classes ----------------------------------------------
 
 PROVIDER_NAMES = frozenset({"local", "openai", "gemini", "voyage", "mistral", "none"})

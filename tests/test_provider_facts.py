@@ -17,7 +17,7 @@ from memory_core.embeddings.base import EmbeddingProvider, NoProvider, compute_p
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ProviderError
 from memory_core.pipeline import LocalExecutor
-from memory_core.redact import resolve_redact_mode
+from memory_core.sources.redact import resolve_redact_mode
 
 
 class PluginProvider(EmbeddingProvider):

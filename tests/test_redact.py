@@ -1,4 +1,4 @@
-"""Tests for memory_core.redact (OpenClaw logging/redact.ts compatible masking)."""
+"""Tests for memory_core.sources.redact (OpenClaw logging/redact.ts compatible masking)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from memory_core import redact as redact_mod
-from memory_core.redact import REDACT_MODES, mask_token, redact, should_redact
+from memory_core.sources import redact as redact_mod
+from memory_core.sources.redact import REDACT_MODES, mask_token, redact, should_redact
 
 # --------------------------------------------------------------------------- reference
 
@@ -308,7 +308,7 @@ def test_docs_table_covers_every_rule() -> None:
 
 
 def test_redact_lines_masks_a_multi_line_pem_and_keeps_the_line_count() -> None:
-    from memory_core.redact import redact_lines
+    from memory_core.sources.redact import redact_lines
 
     key = "\n".join(["-----BEGIN OPENSSH PRIVATE KEY-----", *["b3BlbnNzaC1rZXktdjEAAAAABG5vbmU" + str(i) for i in range(5)],
                      "-----END OPENSSH PRIVATE KEY-----"])
@@ -360,7 +360,7 @@ def test_issue_22_formats_are_masked(text: str, secret: str) -> None:
 
 def test_a_value_on_the_line_after_its_key_is_masked_in_notes() -> None:
     """issue 22 #4: in notes sent to a hosted provider, multi-line JSON/YAML kept the value."""
-    from memory_core.redact import redact_lines
+    from memory_core.sources.redact import redact_lines
 
     note = ('{\n  "password":\n    "hunter2hunter2",\n  "user": "dana"\n}\n'
             "db:\n  password:\n    s3cr3tvalue\n  host: db1\napi_key: |\n  abcdefghijklmnopqrstuvwxyz\n"

@@ -1,4 +1,4 @@
-"""Tests for memory_core.sessions (OpenClaw session-files.ts compatible parsing)."""
+"""Tests for memory_core.sources.sessions (OpenClaw session-files.ts compatible parsing)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.sessions import (
+from memory_core.sources.sessions import (
     SessionDoc,
     count_lines,
     extract_session_text,

@@ -49,8 +49,8 @@ def export_sessions(settings: Settings) -> dict[str, dict[str, Any]]:
     Returns {exported file name: {"path": "sessions/<name>.jsonl", "line_map": [...]}}; stale
     exports are removed. Redacted unless ``redact = "off"`` (as the builtin index).
     """
-    from memory_core.discovery import discover_files
-    from memory_core.sessions import parse_session_file
+    from memory_core.sources.discovery import discover_files
+    from memory_core.sources.sessions import parse_session_file
 
     out_dir = state_dir(settings) / "sessions"
     private_state(settings)
@@ -115,7 +115,7 @@ def _write_private(target: Path, text: str) -> None:
 def _path_table(settings: Settings, collections: list[QmdCollection],
                 sessions: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{collection: {handelized path: {"path": indexed path, "source", "line_map"?}}}."""
-    from memory_core.discovery import discover_files
+    from memory_core.sources.discovery import discover_files
 
     files = [f for f in discover_files(settings).files if f.source == "memory"]
     table: dict[str, dict[str, Any]] = {c.name: {} for c in collections}

@@ -99,7 +99,7 @@ def parse_results(stdout: str, stderr: str = "") -> list[QmdHit]:
 
 def _which_file(settings: Settings, candidates: list[dict[str, Any]], hit: QmdHit) -> dict[str, Any] | None:
     """The one candidate file whose lines ``hit`` cites hold its snippet; None when not exactly one."""
-    from memory_core.safeio import open_indexed
+    from memory_core.sources.safeio import open_indexed
 
     want = [ln.strip() for ln in hit.snippet.split("\n") if ln.strip()]
     found = []
@@ -167,7 +167,7 @@ class QmdSearcher(Searcher):
         from memory_core.dates import chunk_date
         from memory_core.errors import PathError
         from memory_core.reading import indexed_transcript_dates
-        from memory_core.redact import redact_lines
+        from memory_core.sources.redact import redact_lines
 
         redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
         match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")

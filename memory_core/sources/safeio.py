@@ -1,6 +1,6 @@
 """Opening an indexed file for reading (``get``) without following any symlink, regular files only.
 
-:func:`memory_core.discovery.resolve_indexed_path` decides whether a path may be read: it must
+:func:`memory_core.sources.discovery.resolve_indexed_path` decides whether a path may be read: it must
 be indexed and lie under a source root. It resolves symlinks to check that, so a folder
 replaced by a symlink *after* indexing (``memory/`` -> ``/etc``) still resolves "inside" a
 root that moved with it. :func:`open_indexed` therefore opens the file again, one path

@@ -31,8 +31,8 @@ def dirty_state(settings: Settings) -> DirtyState:
     """Whether the sources differ from what the index at ``settings.index_file`` holds."""
     import apsw
 
-    from memory_core.discovery import discover_files
     from memory_core.errors import PathError
+    from memory_core.sources.discovery import discover_files
     from memory_core.store import connect_reader, probe_index
 
     meta, problem = probe_index(settings.index_file)

@@ -14,7 +14,7 @@ Differences from the reference (deliberate):
   memory is bounded by the kept content plus the longest line.  Lines longer than
   ``max_line_bytes`` (default 16 MiB) are skipped without being buffered whole; such
   records are in practice tool output, which is never indexed.
-* Redaction (``memory_core.redact.redact``) is applied to each message text *before*
+* Redaction (``memory_core.sources.redact.redact``) is applied to each message text *before*
   it enters ``content`` (defect #12182: the reference indexed secrets and redacted
   only on read back).  ``session_lines_for_range`` redacts on read back as well.
 * Invalid UTF-8 is decoded with ``errors="replace"`` for that line only; lone
@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Protocol
 
-from memory_core.redact import mask_token, redact
+from memory_core.sources.redact import mask_token, redact
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -283,7 +283,7 @@ def parse_session_file(
 
     Blank lines, invalid JSON, non-message records, other roles and empty messages are
     skipped (never an error).  With *redact_secrets* every message text is passed
-    through :func:`memory_core.redact.redact` before it enters ``content``.  I/O
+    through :func:`memory_core.sources.redact.redact` before it enters ``content``.  I/O
     errors (missing file, permissions) propagate.
     """
     builder = _Builder(redact_secrets)
@@ -405,7 +405,7 @@ def session_text_for_range(
     ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
     message; other records are left out. What ``memory_get`` returns for a transcript citation.
     ``path`` may be an open file descriptor (``get`` opens it with no symlink followed): it is
-    closed here, also for an empty range, as :func:`memory_core.safeio.read_lines` closes its own."""
+    closed here, also for an empty range, as :func:`memory_core.sources.safeio.read_lines` closes its own."""
     start = max(1, start_line)
     builder = _Builder(redact_secrets)
     with open(path, "rb") as f:
