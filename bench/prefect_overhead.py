@@ -92,7 +92,7 @@ def _bench(args: argparse.Namespace, srv: Any, tmp: Path, server_start: float) -
     t0 = time.perf_counter()
     import flows.reindex as reindex_mod
     from flows.reindex import ReindexParams, reindex
-    from memory_core import pipeline
+    from memory_core.index import pipeline
     from tests.prefect_server import drain_workers, read_flow_run, run_artifacts, task_run_names
 
     import_s = time.perf_counter() - t0

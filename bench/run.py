@@ -43,7 +43,7 @@ def phase_build(ws: str, index: str, dims: int, full: bool, writer: str = "") ->
     if writer:
         os.environ["MEMORY_CORE_WRITER"] = writer
     from bench.fake_provider import InstantProvider
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
 
     provider = InstantProvider(dims)
     settings = _settings(Path(ws), Path(index), dims)
@@ -116,7 +116,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict:
     import numpy as np
 
     from bench.fake_provider import InstantProvider
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
     from memory_core.store import connect, load_vec
 
     rng = random.Random(3)
@@ -172,9 +172,9 @@ def phase_requests(ws: str, chunks: int) -> dict:
     against the minimum those limits allow by the fake server's own count, ceil(len / 4)."""
     import math
 
-    from memory_core.chunking import chunk_markdown
     from memory_core.embeddings.base import estimate_tokens
     from memory_core.embeddings.grouping import plan_groups
+    from memory_core.index.chunking import chunk_markdown
 
     ours: list[int] = []
     theirs: list[int] = []

@@ -13,7 +13,7 @@ Per size and dimension, each phase in a fresh interpreter (so peak RSS and I/O a
 * 1% change: a line appended to 1% of the files, then an incremental run (``published`` says
   whether it was applied in place or as a new file); bytes written from ``ru_oublock``;
 * queries: ``--queries`` queries of 2-6 corpus words per mode (hybrid, vector, keyword) through
-  one warm :class:`memory_core.search.Searcher`, p50/p95, then the hybrid queries once more (what
+  one warm :class:`memory_core.query.search.Searcher`, p50/p95, then the hybrid queries once more (what
   a long-lived reader answers once it keeps the common words' frequencies); recall@10 of the vector side against
   an exact search (numpy over every float32 vector of the index, in RAM); and the same-run
   baselines: that exact numpy scan and the bare FTS5 ``MATCH`` of the same queries;
@@ -59,7 +59,7 @@ def _io() -> dict[str, float]:
 
 def phase_build(ws: str, index: str, dims: int, full: bool) -> dict[str, Any]:
     from bench.fake_provider import DistinctProvider
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
 
     provider = DistinctProvider(dims)
     t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
     import numpy as np
 
     from bench.fake_provider import DistinctProvider
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
     from memory_core.store import connect
     from memory_core.textsearch import build_match_query
 
@@ -172,7 +172,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
 
 def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: float) -> dict[str, Any]:
     from bench.fake_provider import DistinctProvider
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
 
     provider = DistinctProvider(dims)
     queries = _queries(n, seed)
@@ -191,7 +191,7 @@ def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: fl
 def phase_cold_query(ws: str, index: str, dims: int) -> dict[str, Any]:
     """One query from a fresh process: what a one-shot CLI search pays (open, load, answer)."""
     from bench.fake_provider import DistinctProvider
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
 
     provider = DistinctProvider(dims)  # its tables are made before the clock starts
     t0 = time.perf_counter()

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 def measure(ws: str, index: str, dims: int, n: int) -> dict[str, list[float]]:
     import numpy as np
 
-    import memory_core.search as ms
+    import memory_core.query.search as ms
     from bench.fake_provider import DistinctProvider
     from bench.scale import _queries, _settings
-    from memory_core import retrieval
+    from memory_core.query import retrieval
 
     provider = DistinctProvider(dims)
     texts = _queries(n)

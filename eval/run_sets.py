@@ -54,10 +54,11 @@ import convo  # noqa: E402  (eval/convo.py)
 import memorybank  # noqa: E402  (eval/memorybank.py)
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
-# Modules (and packages: qmd/, whose reindex side builds qmd's index, never the builtin one) that only
-# answer queries: changing them never changes what an index holds.
-QUERY_SIDE = {"search.py", "ranking.py", "evaluation.py", "dates.py", "answers.py", "backends.py", "cli.py",
-              "mcp_server.py", "qmd", "export.py", "freshness.py", "prefect_api.py", "engines.py", "watch.py"}
+# Modules and packages that only answer queries or start programs: changing them never changes what
+# an index holds (query/: the indexing side never imports it, test_layers keeps it so; qmd/, whose
+# reindex side builds qmd's index, never the builtin one)
+QUERY_SIDE = {"query", "qmd", "evaluation.py", "cli.py", "mcp_server.py", "export.py", "prefect_api.py",
+              "engines.py", "watch.py", "watching.py", "api.py"}
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150
@@ -218,7 +219,7 @@ def _settings(ws: Path) -> Any:
 
 def ensure_index(s: EvalSet, group: str, cache: Path, code: str, provider: Any, rebuild: bool,
                  log: Callable[[str], None]) -> Any:
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
 
     ws = cache / s.name / group
     stamp_file = cache / s.name / f"{group}.stamp.json"
@@ -255,7 +256,7 @@ def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
 def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             log: Callable[[str], None]) -> dict[str, Any]:
     from memory_core.evaluation import file_ranking, resolve_corpus_ids
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
 
     labelled = {q for q, r in s.qrels.items() if any(v > 0 for v in r.values()) and q in s.queries}
     negatives = [q for q in s.queries if q not in s.qrels]  # in the queries file, labelled with nothing

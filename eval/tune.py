@@ -31,7 +31,7 @@ from memory_core.evaluation import (  # noqa: E402
     query_metrics,
     resolve_corpus_ids,
 )
-from memory_core.search import MAX_CANDIDATES, Candidates, Searcher  # noqa: E402
+from memory_core.query.search import MAX_CANDIDATES, Candidates, Searcher  # noqa: E402
 
 D = {"fusion": "minmax", "vector_weight": ranking.DEFAULT_VECTOR_WEIGHT, "text_weight": ranking.DEFAULT_TEXT_WEIGHT,
      "min_score": ranking.DEFAULT_MIN_SCORE, "candidate_multiplier": 4}

@@ -17,7 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.reindex import IfBusy, ProviderChoice, ReindexParams, SourceChoice, _run_name, run_pipeline
 from flows.runners import RunnerChoice
-from memory_core.runtypes import EMBED_CONCURRENCY
+from memory_core.index.runtypes import EMBED_CONCURRENCY
 
 
 @flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from memory_core.engines import DeploymentRun, PrefectApi
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
-    from memory_core.runtypes import Progress, RunSummary
+    from memory_core.index.runtypes import Progress, RunSummary
 
 
 class PrefectEngine:
@@ -65,7 +65,7 @@ class PrefectEngine:
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from a closed network
         os.environ.setdefault("DO_NOT_TRACK", "1")  # nor from the client's SDK analytics service
         from flows.reindex import ReindexParams, run_reindex
-        from memory_core.runtypes import RunSummary
+        from memory_core.index.runtypes import RunSummary
 
         params = ReindexParams(
             workspace=str(settings.workspace_dir), index_path=str(settings.index_file), config_file=config_file,

@@ -1,4 +1,4 @@
-"""The Prefect executor of the orchestrator (``memory_core.pipeline.run_index``).
+"""The Prefect executor of the orchestrator (``memory_core.index.pipeline.run_index``).
 
 The run is decided by the same code as the CLI's; this executor runs its steps as Prefect
 tasks, so the UI shows them: a task per stage (``discover``, ``build``, ``collect-misses``),
@@ -23,8 +23,8 @@ from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
 from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
-from memory_core.runtypes import EMBED_CONCURRENCY, embed_parallelism
-from memory_core.stages import store_vectors
+from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
+from memory_core.index.stages import store_vectors
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
 
 T = TypeVar("T")

@@ -29,12 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from flows import report
 from flows.executor import PrefectExecutor
 from flows.runners import RunnerChoice
-from memory_core import pipeline
 from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
+from memory_core.index import pipeline
+from memory_core.index.runtypes import EMBED_CONCURRENCY
 from memory_core.resolve import resolve_settings
-from memory_core.runtypes import EMBED_CONCURRENCY
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
@@ -118,7 +118,7 @@ def _run_name() -> str:
 
 def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | State[Any]:
     """The body shared by the ``reindex`` and ``backfill`` flows: the orchestrator
-    (``memory_core.pipeline.run_index``, the CLI's) with the Prefect executor, plus what the UI
+    (``memory_core.index.pipeline.run_index``, the CLI's) with the Prefect executor, plus what the UI
     shows: progress, summary and notes artifacts, events, a run name that says what it did.
     A run that fails or is cancelled still writes its notes (and a summary of what it had done
     and cached) before the error ends it."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from memory_core.batch.types import BatchFigures
 from memory_core.config import Settings
-from memory_core.runtypes import Progress, RunSummary
+from memory_core.index.runtypes import Progress, RunSummary
 
 log = logging.getLogger("flows.report")
 
@@ -72,7 +72,7 @@ def index_resource(settings: Settings) -> dict[str, str]:
 
 class ProgressReporter:
     """A ``ProgressFn`` that keeps one progress artifact up to date with the run's
-    :class:`~memory_core.runtypes.Progress`: percent done, chunks/s, ETA, cost so far.
+    :class:`~memory_core.index.runtypes.Progress`: percent done, chunks/s, ETA, cost so far.
 
     Created lazily on the first call; updates at most every ``min_interval`` seconds (and
     always at 100 %), so a run with hundreds of request groups does not flood the API.

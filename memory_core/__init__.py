@@ -9,7 +9,7 @@ The Python API (:mod:`memory_core.api`)::
         for r in memory.search("replication lag"):
             print(r.score, r.citation, memory.read(r.citation).text)
 
-``Indexer`` (:mod:`memory_core.indexer`) is the in-process indexer behind ``Memory.index``, the
+``Indexer`` (:mod:`memory_core.index.indexer`) is the in-process indexer behind ``Memory.index``, the
 CLI's ``index --engine local``, ``watch`` and the MCP server's sync triggers, for a program that
 reindexes on its own schedule.
 
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
         RunError,
         UsageError,
     )
-    from memory_core.indexer import Indexer, RunRecord
-    from memory_core.runtypes import RunSummary
-    from memory_core.search import SearchResult
+    from memory_core.index.indexer import Indexer, RunRecord
+    from memory_core.index.runtypes import RunSummary
+    from memory_core.query.search import SearchResult
 
 _EXPORTS = {
     "open_memory": "memory_core.api",
@@ -43,10 +43,10 @@ _EXPORTS = {
     "FileText": "memory_core.api",
     "Settings": "memory_core.config",
     "load_settings": "memory_core.config",
-    "RunSummary": "memory_core.runtypes",
-    "Indexer": "memory_core.indexer",
-    "RunRecord": "memory_core.indexer",
-    "SearchResult": "memory_core.search",
+    "RunSummary": "memory_core.index.runtypes",
+    "Indexer": "memory_core.index.indexer",
+    "RunRecord": "memory_core.index.indexer",
+    "SearchResult": "memory_core.query.search",
     "MemoryCoreError": "memory_core.errors",
     "UsageError": "memory_core.errors",
     "ConfigError": "memory_core.errors",

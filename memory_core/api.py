@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 from memory_core.config import Settings, load_settings
 
 if TYPE_CHECKING:
-    from memory_core.indexer import Indexer
-    from memory_core.runtypes import Progress, RunSummary
-    from memory_core.search import Searcher, SearchResult
+    from memory_core.index.indexer import Indexer
+    from memory_core.index.runtypes import Progress, RunSummary
+    from memory_core.query.search import Searcher, SearchResult
 
 __all__ = ["FileText", "Memory", "open_memory"]
 
@@ -87,11 +87,11 @@ class Memory:
 
     @property
     def indexer(self) -> Indexer:
-        """The :class:`memory_core.indexer.Indexer` behind :meth:`index`: its embedding provider is
+        """The :class:`memory_core.index.indexer.Indexer` behind :meth:`index`: its embedding provider is
         created at the first run and reused by the next ones (each with a fresh retry budget)."""
         with self._lock:
             if self._indexer is None:
-                from memory_core.indexer import Indexer
+                from memory_core.index.indexer import Indexer
 
                 self._indexer = Indexer(self.settings)
             return self._indexer
@@ -99,11 +99,11 @@ class Memory:
     # -- searching --------------------------------------------------------------------------
     @property
     def searcher(self) -> Searcher:
-        """The long-lived :class:`memory_core.search.Searcher` behind :meth:`search` (for its
+        """The long-lived :class:`memory_core.query.search.Searcher` behind :meth:`search` (for its
         other calls: ``status()``, ``search_response()``, ``retrieve()`` and ``rank()``)."""
         with self._lock:
             if self._searcher is None:
-                from memory_core.search import Searcher
+                from memory_core.query.search import Searcher
 
                 self._searcher = Searcher(self.settings)
             return self._searcher

@@ -21,7 +21,7 @@ from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_e
 from memory_core.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:
-    from memory_core.runtypes import RunSummary
+    from memory_core.index.runtypes import RunSummary
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIPE (`... | head`)
@@ -271,7 +271,7 @@ class _NotRunWarnings(logging.Filter):
     """Drops the log records that repeat a run's warnings: `index` prints them after its summary."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from memory_core.pipeline import RUN_WARNING
+        from memory_core.index.pipeline import RUN_WARNING
 
         return not getattr(record, RUN_WARNING, False)
 
@@ -306,7 +306,7 @@ def _progress_bar(enabled: bool):
         return None, lambda: None
     from tqdm import tqdm
 
-    from memory_core.runtypes import Progress
+    from memory_core.index.runtypes import Progress
 
     bar: Any = None
 
@@ -329,7 +329,7 @@ def _progress_bar(enabled: bool):
 
 
 def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    from memory_core.indexer import Indexer
+    from memory_core.index.indexer import Indexer
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
@@ -358,7 +358,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
 
 
 def _searcher(args: argparse.Namespace):
-    from memory_core.backends import open_searcher
+    from memory_core.query.backends import open_searcher
 
     return open_searcher(_settings(args))
 
@@ -438,7 +438,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for k2, v2 in v.items():
                     print(f"  {k2}: {v2}")
             elif isinstance(v, dict) and k == "sizes":  # one line per purpose: bytes, then what they are for
-                from memory_core.search import SIZE_LINES
+                from memory_core.query.search import SIZE_LINES
 
                 print(f"{k}:")
                 for k2, v2 in v.items():

@@ -45,8 +45,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from memory_core import ranking as ranking_defaults
 from memory_core.errors import ConfigError
+from memory_core.query import ranking as ranking_defaults
 
 
 def _registered_provider(name: str) -> str:
@@ -160,7 +160,7 @@ class DecaySettings(_Model):
 
 
 class QuerySettings(_Model):
-    """Search defaults. The ranking defaults live in :mod:`memory_core.ranking`, where they are
+    """Search defaults. The ranking defaults live in :mod:`memory_core.query.ranking`, where they are
     measured and documented (fusion formula, what a min_score means)."""
 
     max_results: int = Field(default=6, ge=1, le=200)
@@ -174,7 +174,7 @@ class QuerySettings(_Model):
     # the longest a search waits for its query's embedding, retries included; then keyword-only
     embed_timeout_s: float = Field(default=8.0, gt=0, le=600)
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
-    # what a memory_search answer hands an agent (memory_core/answers.py)
+    # what a memory_search answer hands an agent (memory_core/query/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)

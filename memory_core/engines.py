@@ -25,7 +25,7 @@ from memory_core.errors import UsageError
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
-    from memory_core.runtypes import Progress, RunSummary
+    from memory_core.index.runtypes import Progress, RunSummary
 
 ENTRY_POINT_GROUP = "memory_core.engines"
 PREFECT = "prefect"  # the engine ``--engine prefect``, ``auto`` and ``watch --deployment`` ask for

@@ -239,9 +239,9 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
     Returns ``{"metrics": {side: {metric: value}}, "queries": n, ...}`` with the side
     ``"hybrid"`` (the configured search) and, with ``sides=True``, ``"vector"`` and
     ``"keyword"`` (``None`` when the index has no vectors). ``provider`` overrides the query
-    embedding provider (tests); ``searcher`` reuses an open :class:`~memory_core.search.Searcher`.
+    embedding provider (tests); ``searcher`` reuses an open :class:`~memory_core.query.search.Searcher`.
     """
-    from memory_core.search import Searcher
+    from memory_core.query.search import Searcher
 
     queries = load_queries(queries_path)
     qrels = load_qrels(qrels_path)

@@ -11,7 +11,7 @@ commit (Lance versions): a reader sees the old or the new export, never a mix.
 
 ``memory-core search --lancedb URI`` (:class:`LanceSearcher`) retrieves candidates from that table
 (exact cosine KNN over every vector, BM25 over the text) and ranks them with
-:meth:`memory_core.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
+:meth:`memory_core.query.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
 ``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
 from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
 candidates for a query naming a day (the day still lifts the chunks found); transcript chunks dated by
@@ -33,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core import ranking, textsearch
+from memory_core import textsearch
 from memory_core.config import Settings
 from memory_core.embeddings.catalog import keyword_only
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
+from memory_core.query import ranking
 
 if TYPE_CHECKING:
-    from memory_core.search import ResultSource
+    from memory_core.query.search import ResultSource
 
 TABLE = "chunks"
 TERMS = "terms"
@@ -77,8 +78,8 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
     is an earlier export (or with ``force``)."""
     import pyarrow as pa
 
-    from memory_core.dates import chunk_date
     from memory_core.export import ExportSummary, _batches, _Snapshot, export_schema
+    from memory_core.query.dates import chunk_date
 
     lancedb = _lancedb()
     local = "://" not in uri
@@ -158,11 +159,11 @@ class LanceSearcher:
     """Search an exported LanceDB table (:func:`export_lancedb`) with the embedded index's ranking.
 
     ``provider`` embeds queries (default: created from the export's recorded provider, as
-    :class:`memory_core.search.Searcher` does for an index).
+    :class:`memory_core.query.search.Searcher` does for an index).
     """
 
     def __init__(self, settings: Settings, uri: str, *, provider: Any = None) -> None:
-        from memory_core.search import Searcher
+        from memory_core.query.search import Searcher
 
         self.settings = settings
         self.uri = uri if "://" in uri else os.path.abspath(os.path.expanduser(uri))
@@ -217,7 +218,7 @@ class LanceSearcher:
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]:
-        from memory_core.search import MODES
+        from memory_core.query.search import MODES
 
         q = self.settings.query
         mode = q.search_mode() if mode is None else mode
@@ -237,8 +238,8 @@ class LanceSearcher:
                         sources: list[str] | None = None, *, mode: str | None = None,
                         chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
         """The answer ``search --json`` prints for the index itself, metadata and all
-        (:func:`memory_core.search.search_answer`)."""
-        from memory_core.search import search_answer
+        (:func:`memory_core.query.search.search_answer`)."""
+        from memory_core.query.search import search_answer
 
         return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
                              extra=extra)
@@ -246,8 +247,8 @@ class LanceSearcher:
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
                  vector: bool = True, keyword: bool = True) -> Any:
         """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
-        from memory_core.dates import query_date_range
-        from memory_core.search import Candidates
+        from memory_core.query.dates import query_date_range
+        from memory_core.query.search import Candidates
 
         query = (query or "").replace("\x00", " ")
         if not query.strip():

@@ -13,10 +13,10 @@ the MCP server start as fast as without it.
   says which happened. Storing needs an embedding provider: without one it is a clear error.
 - :meth:`MemoryStore.recall` searches vector (cosine KNN) and full text (LanceDB's BM25 index),
   optionally filtered by category, and scores every candidate with the file index's calibration
-  (:func:`memory_core.ranking.fuse_calibrated`: the same absolute 0-1 ``score`` and the same
+  (:func:`memory_core.query.ranking.fuse_calibrated`: the same absolute 0-1 ``score`` and the same
   ``min_score``). Importance and recency then order results of comparable relevance: rank key
   ``score x (IMPORTANCE_FLOOR + (1 - IMPORTANCE_FLOOR) x importance)`` followed by
-  :func:`memory_core.ranking.apply_temporal_decay` on the time the memory was last stored.
+  :func:`memory_core.query.ranking.apply_temporal_decay` on the time the memory was last stored.
   ``score`` itself stays the calibrated relevance, so results merge with the file index's by it.
 - :meth:`MemoryStore.list` and :meth:`MemoryStore.forget` (an unknown id is an error and
   deletes nothing).
@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core import ranking, textsearch
+from memory_core import textsearch
 from memory_core.config import Settings
 from memory_core.errors import ProviderError, UsageError
 from memory_core.lancedb_index import doc_tokens
+from memory_core.query import ranking
 
 if TYPE_CHECKING:
-    from memory_core.search import SourceHits
+    from memory_core.query.search import SourceHits
 
 log = logging.getLogger("memory_core.lancedb_store")
 
@@ -171,7 +172,7 @@ class MemoryStore:
     provider configuration refuses new memories and recalls keyword-only (it says so).
     """
 
-    source = SOURCE  # memory_search's name for it (a memory_core.search.ResultSource)
+    source = SOURCE  # memory_search's name for it (a memory_core.query.search.ResultSource)
 
     def __init__(self, settings: Settings, *, path: Path | str | None = None, provider: Any = None) -> None:
         self.settings = settings
@@ -496,8 +497,8 @@ class MemoryStore:
 
     def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits:
         """:meth:`recall` for ``memory_search`` with ``sources`` naming ``store``: merged there with the
-        index's results by score (:meth:`memory_core.search.Searcher.search_response`)."""
-        from memory_core.search import SourceHits
+        index's results by score (:meth:`memory_core.query.search.Searcher.search_response`)."""
+        from memory_core.query.search import SourceHits
 
         rec = self.recall(query, max_results=max_results, min_score=min_score, mode=mode)
         note = f"memory store: {rec.note}" if rec.note and self.count() else ""  # an empty store is no news
@@ -538,7 +539,7 @@ class MemoryStore:
 
     def _background_cosine(self, t: Any) -> float | None:
         """Mean cosine of pairs of stored memories (up to 256 of them): the model's unrelated level
-        for :meth:`memory_core.ranking.Calibration.for_model` when the model is not in its table."""
+        for :meth:`memory_core.query.ranking.Calibration.for_model` when the model is not in its table."""
         version = int(t.version)
         if self._background is not None and self._background[0] == version:
             return self._background[1]

@@ -1,6 +1,6 @@
 """``memory-core mcp``: the index as Model Context Protocol tools, with the official MCP SDK.
 
-Three read-only tools over one :class:`memory_core.search.Searcher`, and one that writes:
+Three read-only tools over one :class:`memory_core.query.search.Searcher`, and one that writes:
 
 - ``memory_search`` (query, maxResults, minScore, sources, mode; snake_case aliases): ranked
   snippets with citations, in OpenClaw's result shape (``Searcher.search_response``);
@@ -40,12 +40,12 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
-from memory_core.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
-from memory_core.backends import open_searcher
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.mcp_store_tools import StoreTools, store_tool_definitions
-from memory_core.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
+from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
+from memory_core.query.backends import open_searcher
+from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
 from memory_core.write import MAX_WRITE_CHARS, write_memory
 

@@ -15,8 +15,8 @@
 
 This is library code, not an entry point: the MCP server (:mod:`memory_core.mcp_server`) runs
 the triggers, and any long-lived program over the library could. The runs are
-:class:`memory_core.indexer.Indexer` runs (one provider, created at the first run, a fresh retry
-budget per run) and each is kept as a :class:`memory_core.indexer.RunRecord`.
+:class:`memory_core.index.indexer.Indexer` runs (one provider, created at the first run, a fresh retry
+budget per run) and each is kept as a :class:`memory_core.index.indexer.RunRecord`.
 
 Never two reindexes of one index at once: in this process, runs are serialised and requests
 made while one runs coalesce into one follow-up run; across processes, the runs take the
@@ -36,7 +36,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError
-from memory_core.indexer import Indexer, Runner, RunRecord
+from memory_core.index.indexer import Indexer, Runner, RunRecord
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 from memory_core.watching import Watcher, start_interval
 

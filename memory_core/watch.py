@@ -2,11 +2,11 @@
 
 An entry point over the library, beside the CLI and the MCP server (it imports neither): the
 watching and the scheduling are :class:`memory_core.watching.Watcher` (shared with the MCP
-server's sync triggers), a run in this process is :class:`memory_core.indexer.Indexer` (shared
+server's sync triggers), a run in this process is :class:`memory_core.index.indexer.Indexer` (shared
 with ``memory-core index --engine local``, the sync triggers and the Python API). What this
 module adds:
 
-- **the runners** (:func:`make_runner`): an :class:`~memory_core.indexer.Indexer` (one
+- **the runners** (:func:`make_runner`): an :class:`~memory_core.index.indexer.Indexer` (one
   embedding provider for the watcher's lifetime, created at start-up so a bad provider
   configuration fails there), or :class:`DeploymentRunner`, which starts a run of a Prefect
   deployment of the ``reindex`` flow with the Prefect engine plugged in
@@ -30,7 +30,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import RunError, UsageError
-from memory_core.indexer import DeploymentOutcome, Indexer, RunRecord
+from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
 from memory_core.watching import Watcher, describe, start_interval, watch_roots
 
 log = logging.getLogger("memory_core.watch")
@@ -87,7 +87,7 @@ class DeploymentRunner:
 def make_runner(settings: Settings, *, deployment: str | None = None, config_file: str | None = None,
                 told: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Indexer | DeploymentRunner:
     """A deployment runner when a deployment is named (a Prefect server must be configured, in the
-    environment or the active Prefect profile), else an :class:`~memory_core.indexer.Indexer`
+    environment or the active Prefect profile), else an :class:`~memory_core.index.indexer.Indexer`
     whose provider is created now (a bad provider configuration fails at start-up, not on every
     run). ``told``: the settings given as flags, the only ones passed on to the deployment."""
     from memory_core.engines import prefect_api, require_engine

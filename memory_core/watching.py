@@ -18,10 +18,10 @@ The library part of keeping an index fresh, shared by ``memory-core watch``
   nothing changes, because its changes are not in the index yet.
 - **the interval timer** (:func:`start_interval`): a call every N minutes (``sync.interval_minutes``).
 
-What a run does is the runner's (:class:`memory_core.indexer.Runner`): an
-:class:`memory_core.indexer.Indexer` in this process, or a deployment run
+What a run does is the runner's (:class:`memory_core.index.indexer.Runner`): an
+:class:`memory_core.index.indexer.Indexer` in this process, or a deployment run
 (:class:`memory_core.watch.DeploymentRunner`). Each finished run is a
-:class:`memory_core.indexer.RunRecord`.
+:class:`memory_core.index.indexer.RunRecord`.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, UsageError
-from memory_core.indexer import DeploymentOutcome, Runner, RunRecord
+from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord
 
 if TYPE_CHECKING:
-    from memory_core.runtypes import RunSummary
+    from memory_core.index.runtypes import RunSummary
 
 log = logging.getLogger("memory_core.watch")
 

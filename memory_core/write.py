@@ -14,7 +14,7 @@ and make it searchable at once.
   (unless ``redact = "off"``) before it touches the disk.
 - **Searchable at once**: :func:`write_memory` runs an incremental reindex of the file right
   after (a small change: one SQLite transaction on the live index), through the caller's
-  runner (the MCP server's sync manager) or a :class:`memory_core.indexer.Indexer` run.
+  runner (the MCP server's sync manager) or a :class:`memory_core.index.indexer.Indexer` run.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     """:func:`append_note`, then an incremental reindex so the text is searchable at once.
 
     ``runner`` does the reindex (the MCP server passes its sync manager's, which keeps the
-    provider loaded); default one :class:`memory_core.indexer.Indexer` run. A reindex that fails or
+    provider loaded); default one :class:`memory_core.index.indexer.Indexer` run. A reindex that fails or
     finds the index busy leaves the note written and says so in ``note``."""
     res = append_note(settings, text, path, today=today)
     if not index:
@@ -172,7 +172,7 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
         if runner is not None:
             runner()
         else:
-            from memory_core.indexer import Indexer
+            from memory_core.index.indexer import Indexer
 
             with Indexer(settings) as indexer:
                 indexer.run()

@@ -1,4 +1,4 @@
-"""Prefect tasks: thin wrappers over the orchestrator's steps (``memory_core.pipeline``).
+"""Prefect tasks: thin wrappers over the orchestrator's steps (``memory_core.index.pipeline``).
 
 Never a task per chunk or per file: one task per stage of a run (``discover``, ``build``, and in
 Batch API mode ``collect-misses``), plus one per embedding request group (a few hundred at most

@@ -9,10 +9,10 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core.answers import injection_budget
 from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools
-from memory_core.pipeline import run_index
+from memory_core.query.answers import injection_budget
 from tests.conftest import ROOT
 
 QUERY = {"query": "Lisbon hotel confirmation trip", "max_results": 6, "min_score": 0}

@@ -86,7 +86,7 @@ def test_settings_come_from_config_then_keywords(workspace: Path, tmp_path: Path
 
 
 def test_import_is_cheap_and_exports_the_api() -> None:
-    code = ("import sys, memory_core; heavy = [m for m in ('memory_core.search', 'memory_core.pipeline', 'numpy',"
+    code = ("import sys, memory_core; heavy = [m for m in ('memory_core.query.search', 'memory_core.index.pipeline', 'numpy',"
             " 'apsw') if m in sys.modules]; print(heavy); memory_core.open_memory; print(sorted(memory_core.__all__))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     first, second = out.splitlines()

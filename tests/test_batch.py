@@ -23,11 +23,11 @@ from memory_core.batch.cost import estimate_cost
 from memory_core.batch.jobs import open_context, plan_jobs
 from memory_core.batch.ledger import BatchLedger
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import sha256_hex
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.chunking import sha256_hex
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import connect, probe_index
 from tests.conftest import ROOT
 from tests.fakes.common import JobFault
@@ -293,7 +293,7 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
     s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
     provider, _ = create_provider(s)
     s.index_file.parent.mkdir(parents=True, exist_ok=True)
-    from memory_core import stages
+    from memory_core.index import stages
 
     plan = stages.discover_stage(s, provider, "test", full=True)
     cache = EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key)
@@ -315,7 +315,7 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
 
 
 def test_submit_that_never_reached_the_provider_is_resubmitted(workspace: Path, fake: Any) -> None:
-    from memory_core.chunking import chunk_markdown
+    from memory_core.index.chunking import chunk_markdown
 
     s = batch_settings(workspace, "openai", fake, max_requests_per_job=1000)
     provider, _ = create_provider(s)
@@ -380,7 +380,7 @@ def test_sigkill_with_jobs_in_flight_then_rerun_reattaches(workspace: Path, tmp_
 # -- units: planning, ledger, cost ------------------------------------------------------------------
 
 def test_jobs_split_at_request_byte_and_token_limits(workspace: Path, fake: Any) -> None:
-    from memory_core import stages
+    from memory_core.index import stages
 
     s = batch_settings(workspace, "openai", fake, max_requests_per_job=1000, max_bytes_per_job=20_000,
                        max_tokens_per_job=3000)

@@ -42,7 +42,7 @@ def _flow() -> Any:
     from prefect.task_runners import ThreadPoolTaskRunner
 
     from flows.executor import PrefectExecutor
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
     from tasks.stages import provider_for
 
     @flow(name="batch-embed-test", task_runner=ThreadPoolTaskRunner(max_workers=4))

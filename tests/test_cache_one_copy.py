@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import sha256_hex
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.chunking import sha256_hex
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
 

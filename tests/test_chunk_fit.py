@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory_core.chunking import Chunk, chunk_markdown, fit_to_window
 from memory_core.config import load_settings
 from memory_core.embeddings.local import local_model_available
 from memory_core.embeddings.registry import create_provider
+from memory_core.index.chunking import Chunk, chunk_markdown, fit_to_window
 from tests.conftest import EXAMPLES
 
 pytestmark = pytest.mark.skipif(not local_model_available(), reason="the local model is not installed")

@@ -3,7 +3,7 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.chunking import (
+from memory_core.index.chunking import (
     Chunk,
     chunk_id,
     chunk_markdown,

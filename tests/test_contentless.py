@@ -8,8 +8,8 @@ from __future__ import annotations
 import apsw
 import pytest
 
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import SCHEMA_VERSION, connect, fts_tokenizer, probe_index, write_meta
 from memory_core.textsearch import segment_many
 from tests.conftest import openai_settings

@@ -15,8 +15,8 @@ import pytest
 
 from memory_core.config import Settings, load_settings
 from memory_core.evaluation import file_ranking, query_metrics
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 
 pytest.importorskip("sentence_transformers")
 

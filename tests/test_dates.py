@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from memory_core.config import load_settings
-from memory_core.dates import DateRange, chunk_date, query_date_range, transcript_dates
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.dates import DateRange, chunk_date, query_date_range, transcript_dates
+from memory_core.query.search import Searcher
 from tests.conftest import EXAMPLES
 
 TODAY = date(2026, 11, 26)  # a Thursday

@@ -338,8 +338,8 @@ def test_a_run_cancelled_through_the_api_keeps_what_it_received_and_says_so(stac
     from prefect.states import Cancelling
 
     from memory_core.cache import EmbeddingCache
-    from memory_core.chunking import sha256_hex
-    from memory_core.pipeline import run_index
+    from memory_core.index.chunking import sha256_hex
+    from memory_core.index.pipeline import run_index
     from memory_core.resolve import resolve_settings
 
     index = stack.tmp / "cancel" / "index.sqlite"

@@ -50,7 +50,7 @@ def test_a_missing_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, ta
     assert rc == EXIT_USAGE and "needs the prefect engine, which is not installed" in err, err
     assert not (workspace / ".memory-core" / "index.sqlite").exists()
     # `watch --deployment`
-    from memory_core.indexer import Indexer
+    from memory_core.index.indexer import Indexer
     from memory_core.watch import make_runner
 
     settings = load_settings(None, {"workspace": str(workspace), "provider": "none"})

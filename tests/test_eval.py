@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_core import ranking
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.base import EmbeddingProvider, compute_provider_key
 from memory_core.errors import UsageError
@@ -38,8 +37,9 @@ from memory_core.evaluation import (
     resolve_corpus_ids,
     run_eval,
 )
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query import ranking
+from memory_core.query.search import Searcher
 from tests.conftest import EXAMPLES, ROOT
 from tests.test_textsearch import HOSTILE
 

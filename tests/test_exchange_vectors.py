@@ -11,8 +11,8 @@ import pytest
 
 from memory_core import vectors
 from memory_core.config import Settings, load_settings
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.sources.sessions import exchange_parts
 
 pytest.importorskip("sentence_transformers")

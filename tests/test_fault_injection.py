@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 
 from memory_core.cache import EmbeddingCache
-from memory_core.chunking import sha256_hex
-from memory_core.pipeline import run_index
+from memory_core.index.chunking import sha256_hex
+from memory_core.index.pipeline import run_index
 from memory_core.sources.discovery import discover_files
 from memory_core.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings, vector_count

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from flows.fleet import fleet_reindex
+from memory_core.query.search import Searcher
 from memory_core.resolve import resolve_agents
-from memory_core.search import Searcher
 from tests.prefect_server import artifact_of, drain_workers, read_flow_run, shared_server, task_run_names
 from tests.test_agents import make_fleet
 

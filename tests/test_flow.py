@@ -16,7 +16,7 @@ from flows.reindex import ReindexParams, reindex
 from memory_core.batch.types import BatchFigures
 from memory_core.config import load_settings
 from memory_core.errors import ConfigError
-from memory_core.runtypes import RunSummary
+from memory_core.index.runtypes import RunSummary
 from memory_core.store import IndexLock, connect
 from tests.conftest import vector_count, vector_rows
 from tests.prefect_server import (

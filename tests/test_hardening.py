@@ -16,8 +16,8 @@ import pytest
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import NotAnIndexError, PathError, UnsafePathError
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import APPLICATION_ID, IndexLock, connect, probe_index
 from tests.conftest import ROOT
 
@@ -775,7 +775,7 @@ def test_a_transcript_line_of_hundreds_of_megabytes_is_never_held_by_get_or_sear
         fh.write(msg.replace("narwhal", "narwhal second"))
     run_index(load_settings(cfg, {"workspace": str(workspace)}))
     code = ("from memory_core.config import load_settings\n"
-            "from memory_core.search import Searcher\n"
+            "from memory_core.query.search import Searcher\n"
             f"s = load_settings({str(cfg)!r}, {{'workspace': {str(workspace)!r}}})\n"
             "with Searcher(s) as se:\n"
             "    hits = se.search('narwhal rollout checklist', min_score=0, sources=['sessions'])\n"

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from memory_core.config import load_settings
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.sources import discovery
 from memory_core.store import connect
 from tests.conftest import ROOT
@@ -68,7 +68,7 @@ def test_file_deleted_or_rewritten_during_the_run(workspace, monkeypatch):
             fh.write("\n" + "filler line about nothing much\n" * 3000 + "## late\nthe narwhal migration\n")
         return d
 
-    monkeypatch.setattr("memory_core.stages.discover_files", racing)
+    monkeypatch.setattr("memory_core.index.stages.discover_files", racing)
     summary = run_index(s)
     monkeypatch.undo()
     assert summary.swapped
@@ -134,9 +134,9 @@ def test_a_note_rewritten_between_discovery_and_reading_is_recorded_as_read(work
     holds the hash, size and mtime of the very bytes that were chunked."""
     import hashlib
 
-    from memory_core import stages
     from memory_core.embeddings.registry import create_provider
-    from memory_core.stages import chunk_file, chunk_params
+    from memory_core.index import stages
+    from memory_core.index.stages import chunk_file, chunk_params
 
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     note = workspace / "memory" / "projects" / "mid-write.md"
@@ -166,9 +166,9 @@ def test_a_transcript_is_recorded_as_the_bytes_parsed(workspace):
     parse read (a line appended after discovery included), not discovery's."""
     import hashlib
 
-    from memory_core import stages
     from memory_core.embeddings.registry import create_provider
-    from memory_core.stages import chunk_file, chunk_params
+    from memory_core.index import stages
+    from memory_core.index.stages import chunk_file, chunk_params
 
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
     run_index(s)

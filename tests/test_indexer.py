@@ -1,4 +1,4 @@
-"""The one in-process indexer (memory_core.indexer): every way of reindexing in this process
+"""The one in-process indexer (memory_core.index.indexer): every way of reindexing in this process
 (`index --engine local`, watch, the sync triggers, the Python API) runs through it, so each
 reused provider starts every run with a full retry budget, and each caller keeps its own lock
 semantics. Real runs against the loopback OpenAI fake and real keyword-only indexes."""
@@ -18,8 +18,8 @@ from memory_core.api import Memory
 from memory_core.cli import main
 from memory_core.config import Settings, load_settings
 from memory_core.errors import IndexLockedError
-from memory_core.indexer import Indexer, RunRecord
-from memory_core.runtypes import RunSummary
+from memory_core.index.indexer import Indexer, RunRecord
+from memory_core.index.runtypes import RunSummary
 from memory_core.store import IndexLock
 from memory_core.sync import SyncManager
 from memory_core.watch import make_runner

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from memory_core import store
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import connect, connect_reader, load_vec, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.test_streaming import _snapshot

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from memory_core.backends import open_searcher
 from memory_core.cli import main
 from memory_core.errors import IndexMissingError, UsageError
+from memory_core.index.pipeline import run_index
 from memory_core.lancedb_index import LanceSearcher, doc_tokens, export_lancedb
-from memory_core.pipeline import run_index
+from memory_core.query.backends import open_searcher
 from tests.conftest import openai_settings
 
 QUERIES = ["postgres replication lag", "pgbackrest restore", "who is on call", "LRK-812", "Minji"]
@@ -52,7 +52,7 @@ def test_export_and_search_rank_as_the_index(exported):
         assert ls.search("xylophone zeppelin quokka") == []
         res = ls.search_response("pgbackrest restore", max_results=2)
         assert len(res["results"]) == 2 and {"path", "startLine", "citation", "score"} <= set(res["results"][0])
-        # the metadata of the embedded index's answer (memory_core/answers.py), the same provider
+        # the metadata of the embedded index's answer (memory_core/query/answers.py), the same provider
         assert {k: res[k] for k in ("provider", "model", "backend", "mode", "fallback")} == {
             "provider": "openai", "model": "text-embedding-3-small", "backend": "builtin", "mode": "hybrid",
             "fallback": None}

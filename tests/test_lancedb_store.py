@@ -16,11 +16,12 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core import lancedb_store, ranking
+from memory_core import lancedb_store
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
 from memory_core.lancedb_store import MemoryStore, store_dir
+from memory_core.query import ranking
 from tests.conftest import ROOT, openai_settings
 
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
@@ -165,8 +166,8 @@ def test_no_provider_and_another_provider(workspace: Path, openai_fake: Any):
 
 
 def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: Path, openai_fake: Any):
-    from memory_core.backends import open_searcher
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
+    from memory_core.query.backends import open_searcher
 
     settings = openai_settings(workspace, openai_fake)
     run_index(settings)
@@ -187,7 +188,7 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
         assert [r for r in res["results"] if r["source"] == "memory"][0]["score"] == pytest.approx(files[0].score)
         alone = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st)
         assert [r["source"] for r in alone["results"]] == ["store"]
-        # the store's results carry the metadata the file index's do (memory_core/answers.py)
+        # the store's results carry the metadata the file index's do (memory_core/query/answers.py)
         for answer in (res, alone):
             assert answer["provider"] == "openai" and answer["model"] == "text-embedding-3-small"
             assert answer["backend"] == "builtin" and answer["fallback"] is None
@@ -317,7 +318,7 @@ def _client(ws: Path, errlog: Any, *extra: str) -> Any:
 
 
 def test_mcp_store_recall_search_get_list_forget(workspace: Path, openai_fake: Any, tmp_path: Path):
-    from memory_core.pipeline import run_index
+    from memory_core.index.pipeline import run_index
 
     (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
     run_index(load_settings(workspace / "memory-core.toml", {"workspace": str(workspace)}))

@@ -113,14 +113,14 @@ def test_the_prefect_engine_is_registered_as_an_entry_point() -> None:
 def test_the_engine_layers_point_down() -> None:
     """runtypes -> stages -> streaming -> pipeline (the orchestrator) -> CLI and flows."""
     g = import_graph()
-    order = ["memory_core.runtypes", "memory_core.stages", "memory_core.streaming", "memory_core.pipeline"]
+    order = ["memory_core.index.runtypes", "memory_core.index.stages", "memory_core.index.streaming", "memory_core.index.pipeline"]
     for i, lower in enumerate(order):
         for upper in order[i + 1:] + ["memory_core.cli", "flows.reindex", "flows.executor"]:
             assert upper not in g[lower], f"{lower} imports {upper}"
     # the query side never imports the indexing code
-    query_side = ["memory_core.search", "memory_core.retrieval", "memory_core.rank", "memory_core.reading",
-                  "memory_core.status", "memory_core.dates", "memory_core.ranking"]
-    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.writer_proc", "memory_core.qmd.indexing"]:
+    query_side = ["memory_core.query.search", "memory_core.query.retrieval", "memory_core.query.rank", "memory_core.query.reading",
+                  "memory_core.query.status", "memory_core.query.dates", "memory_core.query.ranking"]
+    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.index.writer_proc", "memory_core.qmd.indexing"]:
         for query in query_side + ["memory_core.qmd.search"]:
             assert indexing not in g[query], (query, indexing)
 
@@ -185,7 +185,7 @@ def test_the_entry_point_check_finds_imports() -> None:
 
 
 def test_one_in_process_indexer() -> None:
-    """Every in-process reindex of an entry point or the API goes through memory_core.indexer:
+    """Every in-process reindex of an entry point or the API goes through memory_core.index.indexer:
     only the orchestrator's own callers (the indexer, the flows) call run_index."""
     callers = set()
     for pkg in PACKAGES:
@@ -194,7 +194,7 @@ def test_one_in_process_indexer() -> None:
                 if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "run_index"
                                                    or getattr(node.func, "attr", None) == "run_index"):
                     callers.add(path.relative_to(ROOT).as_posix())
-    assert callers == {"memory_core/indexer.py", "flows/reindex.py"}, callers
+    assert callers == {"memory_core/index/indexer.py", "flows/reindex.py"}, callers
 
 
 def test_qmds_halves_stand_apart() -> None:
@@ -210,16 +210,29 @@ def test_qmds_halves_stand_apart() -> None:
     for half in ("indexing", "search"):
         assert g[f"memory_core.qmd.{half}"] & {m for m in g if m.startswith("memory_core.qmd")} == {
             "memory_core.qmd.common"}
-    assert "memory_core.qmd.indexing" in g["memory_core.pipeline"] and "memory_core.qmd.search" in g["memory_core.backends"]
+    assert "memory_core.qmd.indexing" in g["memory_core.index.pipeline"] and "memory_core.qmd.search" in g["memory_core.query.backends"]
     import memory_core.qmd as qmd
 
     assert sorted(qmd.__all__) == sorted(qmd._HOME)  # each re-exported name is the one its module defines
     assert all(getattr(qmd, n) is getattr(importlib.import_module(f"memory_core.qmd.{m}"), n) for n, m in qmd._HOME.items())
     code = ("import sys, memory_core.qmd.indexing, memory_core.qmd as q; q.state_dir; "
-            "print(sorted(m for m in sys.modules if m in ('memory_core.qmd.search', 'memory_core.search')))")
+            "print(sorted(m for m in sys.modules if m in ('memory_core.qmd.search', 'memory_core.query.search')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
 
+
+
+def test_the_two_sides_are_packages_that_never_import_each_other() -> None:
+    """memory_core.index (the indexing side) and memory_core.query (the query side): a reader
+    needs only the index file, and the indexer never asks the query code anything."""
+    g = import_graph()
+    index = [m for m in g if m.startswith("memory_core.index.")]
+    query = [m for m in g if m.startswith("memory_core.query.")]
+    assert "memory_core.index.pipeline" in index and "memory_core.query.search" in query
+    for mod in index:
+        assert not {d for d in g[mod] if d.startswith("memory_core.query.")}, mod
+    for mod in query:
+        assert not {d for d in g[mod] if d.startswith("memory_core.index.")}, mod
 
 
 def test_sources_sit_below_both_sides() -> None:
@@ -245,7 +258,7 @@ HOSTED_NAMES = PROVIDER_NAMES - {"local", "none"}  # never a legitimate literal 
 # (file, code) pairs allowed for now, each with the reason
 NAME_BRANCH_ALLOWED = {
     # the lead's file (ranking work in flight): a keyword-only index has no dims anyway
-    ("memory_core/search.py", "meta.get('provider') in (None, 'none')"),
+    ("memory_core/query/search.py", "meta.get('provider') in (None, 'none')"),
 }
 
 

@@ -18,8 +18,8 @@ from mcp import Client, StdioServerParameters, stdio_client
 
 from memory_core.cli import main
 from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools, call_tool
-from memory_core.pipeline import run_index
 from memory_core.store import IndexLock
 from tests.conftest import ROOT
 

@@ -19,7 +19,7 @@ from mcp import Client
 
 from memory_core.cli import main
 from memory_core.config import load_settings
-from memory_core.pipeline import run_index
+from memory_core.index.pipeline import run_index
 from tests.conftest import EXAMPLES
 from tests.test_mcp import _run, _stdio, _text
 

@@ -17,8 +17,8 @@ from memory_core.batch.cost import estimate_cost
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ConfigError, ProviderError
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import probe_index
 from tests.fakes.common import fake_vector
 from tests.fakes.mistral_fake import MistralFake

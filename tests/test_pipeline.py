@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.chunking import chunk_markdown
 from memory_core.config import load_settings
 from memory_core.errors import PathError
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.chunking import chunk_markdown
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import connect
 from tests.conftest import openai_settings
 

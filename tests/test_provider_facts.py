@@ -16,7 +16,7 @@ from memory_core.embeddings import catalog
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider, compute_provider_key
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ProviderError
-from memory_core.pipeline import LocalExecutor
+from memory_core.index.pipeline import LocalExecutor
 from memory_core.sources.redact import resolve_redact_mode
 
 
@@ -114,7 +114,7 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
     CLI, the flows, watch and MCP have always printed (same keys, same order), and ``from_dict``
     reads it back."""
     from memory_core.batch.types import BatchFigures
-    from memory_core.runtypes import Fallback, RunSummary
+    from memory_core.index.runtypes import Fallback, RunSummary
 
     s = Settings(workspace=tmp_path)
     priced = estimate_cost(s, "openai", "text-embedding-3-small", tokens_sync=10, tokens_batch=20)

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from memory_core.backends import open_searcher
 from memory_core.config import Settings, load_settings
-from memory_core.pipeline import run_index
+from memory_core.index.pipeline import run_index
 from memory_core.qmd.common import QmdError, handelize, state_dir
 from memory_core.qmd.indexing import qmd_embed, qmd_update
 from memory_core.qmd.search import QmdSearcher, parse_results
-from memory_core.search import Searcher
+from memory_core.query.backends import open_searcher
+from memory_core.query.search import Searcher
 
 ROOT = Path(__file__).resolve().parent.parent
 ODD_NAME = "Team Notes_v2 (draft).md"

@@ -1,7 +1,7 @@
 """The fast paths of a query give exactly what the straightforward statements give (issue 25).
 
-``memory_core.retrieval.complete`` scores the vector side's candidates with
-:func:`memory_core.retrieval._bm25_given_df` (FTS5's bm25() arithmetic with cached document counts)
+``memory_core.query.retrieval.complete`` scores the vector side's candidates with
+:func:`memory_core.query.retrieval._bm25_given_df` (FTS5's bm25() arithmetic with cached document counts)
 instead of ``bm25(chunks_fts)`` restricted by ``rowid IN (...)``, which walked every phrase's
 doclist once per row id. Here both run on real
 indexes and every candidate's raw scores, the IDF sum and the corpus coverage are compared with
@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from bench.corpus import WORDS, generate
-from memory_core import ranking, retrieval, textsearch
+from memory_core import textsearch
 from memory_core.config import load_settings
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query import ranking, retrieval
+from memory_core.query.search import Searcher
 from memory_core.store import connect_reader
 from tests.conftest import openai_settings
 

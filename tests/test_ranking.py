@@ -1,4 +1,4 @@
-"""Tests for memory_core.ranking: reference examples, fusion and min_score behaviour, decay, MMR,
+"""Tests for memory_core.query.ranking: reference examples, fusion and min_score behaviour, decay, MMR,
 snippets and dedupe."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from memory_core.ranking import (
+from memory_core.query.ranking import (
     SNIPPET_MAX_CHARS,
     Hit,
     apply_temporal_decay,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memory_core.config import Settings, load_settings
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import connect_reader
 from memory_core.textsearch import build_match_query
 

@@ -22,8 +22,8 @@ from memory_core.errors import (
     NotAnIndexError,
     ProviderError,
 )
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import IndexLock, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.fakes.common import Fault

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from memory_core import ranking
 from memory_core.config import Settings, load_settings
 from memory_core.errors import ConfigError
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query import ranking
+from memory_core.query.search import Searcher
 from tests.test_eval import BagOfWordsProvider
 from tests.test_eval import _copy_examples as _copy
 

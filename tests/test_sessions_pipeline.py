@@ -7,8 +7,8 @@ import json
 import logging
 
 from memory_core.config import load_settings
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from tests.conftest import openai_settings
 
 SECRETS = [

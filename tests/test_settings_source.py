@@ -24,8 +24,8 @@ import pytest
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.indexmeta import IndexRecord
+from memory_core.query.search import Searcher
 from memory_core.resolve import resolve_settings
-from memory_core.search import Searcher
 from memory_core.store import connect, probe_index
 from tests.conftest import EXAMPLES
 

@@ -1,5 +1,5 @@
-"""The streamed build (memory_core/streaming.py) that both executors run, and its writer process
-(memory_core/writer_proc.py), on real SQLite + sqlite-vec, with the openai SDK talking to the
+"""The streamed build (memory_core/index/streaming.py) that both executors run, and its writer process
+(memory_core/index/writer_proc.py), on real SQLite + sqlite-vec, with the openai SDK talking to the
 fake OpenAI server. A build with the default batch sizes is the reference: tiny request
 groups, lookups and insert batches must produce the same index from the same sources."""
 
@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core import streaming
 from memory_core.cache import EmbeddingCache
 from memory_core.embeddings.registry import create_provider
 from memory_core.errors import RunError
-from memory_core.pipeline import LocalExecutor, run_index
-from memory_core.runtypes import Progress
-from memory_core.search import Searcher
+from memory_core.index import streaming
+from memory_core.index.pipeline import LocalExecutor, run_index
+from memory_core.index.runtypes import Progress
+from memory_core.query.search import Searcher
 from memory_core.store import SCHEMA_VERSION, connect, probe_index
 from tests.conftest import openai_settings, vector_rows
 
@@ -167,7 +167,7 @@ def _writer_children() -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"memory_core.writer_proc" in cmd:
+        if b"memory_core.index.writer_proc" in cmd:
             out.append(pid)
     return out
 
@@ -323,7 +323,7 @@ def test_cache_keys_must_be_sha256_digests(tmp_path):
 def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, openai_fake, monkeypatch, tmp_path):
     """Each vector is stored once at full precision (chunks.embedding) and once as sign bits
     (chunks_bits), with or without sqlite-vec (no extension is needed to write or search it)."""
-    import memory_core.retrieval as retrieval_mod
+    import memory_core.query.retrieval as retrieval_mod
     import memory_core.store as store_mod
 
     monkeypatch.setenv("MEMORY_CORE_WRITER", "inline")

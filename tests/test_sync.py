@@ -13,9 +13,9 @@ import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
 from memory_core.config import Settings, load_settings
+from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.query.search import Searcher
 from memory_core.sources.freshness import dirty_state
 from memory_core.store import IndexLock
 from memory_core.sync import SyncManager

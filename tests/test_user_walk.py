@@ -12,7 +12,7 @@ import pytest
 
 from memory_core.cli import main
 from memory_core.config import load_settings
-from memory_core.pipeline import run_index
+from memory_core.index.pipeline import run_index
 from tests.conftest import ROOT
 
 CLI = [sys.executable, "-m", "memory_core.cli"]
@@ -127,7 +127,7 @@ def test_the_eta_of_a_resumed_run_ignores_cache_hits(workspace: Path, openai_fak
     3 minutes left. The ETA goes at the rate of chunks that cost work."""
     import time as _time
 
-    from memory_core.runtypes import Progress
+    from memory_core.index.runtypes import Progress
     from tests.conftest import openai_settings
 
     p = Progress(files_total=10, bytes_total=100, files_done=10, bytes_done=100, chunks=2000, ready=1010,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from memory_core import vectors
-from memory_core.pipeline import run_index
-from memory_core.search import Searcher
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 from memory_core.store import SCHEMA_VERSION, connect, load_vec, probe_index
 from tests.conftest import openai_settings, vector_rows
 
@@ -129,7 +129,7 @@ def _to_schema_2(index) -> None:
 def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(workspace, openai_fake, monkeypatch,
                                                                            tmp_path, mode, reads):
     # the keyword candidates' cosines: one vec0 point read each, or one KNN restricted to them
-    monkeypatch.setattr("memory_core.retrieval.POINT_READS_PER_SCAN", 10**9 if reads == "points" else 0)
+    monkeypatch.setattr("memory_core.query.retrieval.POINT_READS_PER_SCAN", 10**9 if reads == "points" else 0)
     s = openai_settings(workspace, openai_fake)
     run_index(s)
     queries = ["replica lag alert", "postgres replication", "who owns the canary release"]

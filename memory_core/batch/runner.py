@@ -3,7 +3,7 @@
 :class:`BatchRun` is the coordinator; it decides, the job steps in :mod:`memory_core.batch.jobs`
 do. It runs the steps through a :class:`JobOps` executor: :class:`LocalOps` (a thread pool, the
 in-process executor's) or the Prefect one in ``flows/batch.py`` (one task per step per job);
-the orchestrator (``memory_core.pipeline.run_index``) picks it through its executor. The order
+the orchestrator (``memory_core.index.pipeline.run_index``) picks it through its executor. The order
 of business:
 
 1. Re-attach: every open job in the ledger for this provider configuration that covers a chunk
@@ -25,7 +25,7 @@ of business:
    the caller must not build the index from an incomplete cache.
 
 Sync calls are not made here: whatever batch jobs did not put into the cache is a cache miss
-of the streamed build that follows (``memory_core.streaming``), which embeds it through the same
+of the streamed build that follows (``memory_core.index.streaming``), which embeds it through the same
 executor as any other run, so there is one sync embedding loop in memory-core.
 """
 
@@ -47,7 +47,7 @@ from memory_core.batch import types as st
 from memory_core.batch.types import CollectResult, JobRecord, JobSpec
 from memory_core.cache import EmbeddingCache
 from memory_core.errors import ProviderError
-from memory_core.runtypes import EmbedCounts, MissResult
+from memory_core.index.runtypes import EmbedCounts, MissResult
 
 log = logging.getLogger("memory_core.batch")
 
@@ -352,7 +352,7 @@ class BatchRun:
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
 
     def _result(self, seconds: float) -> tuple[EmbedCounts, st.BatchFigures]:
-        """(what the jobs embedded, the job figures); ``memory_core.stages.embed_stats`` adds the
+        """(what the jobs embedded, the job figures); ``memory_core.index.stages.embed_stats`` adds the
         sync requests' and the cost."""
         s = self.stats
         s.jobs_pending = len(self.pending)

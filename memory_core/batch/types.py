@@ -142,7 +142,7 @@ class CollectResult:
 @dataclass
 class BatchFigures:
     """Batch mode in one run: what :class:`memory_core.batch.runner.BatchRun` did with the jobs
-    (``memory_core.stages.embed_stats`` adds the chunks sent through sync calls and the mode).
+    (``memory_core.index.stages.embed_stats`` adds the chunks sent through sync calls and the mode).
 
     ``jobs`` False: the run used no job (batch mode on, a provider without a Batch API): only
     ``mode`` is said. :meth:`to_dict` is the run summary's ``batch`` in JSON.

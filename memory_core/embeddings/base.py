@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import ProviderError
+from memory_core.index.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 
 if TYPE_CHECKING:
     from memory_core.batch.types import BatchClient

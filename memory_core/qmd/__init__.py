@@ -15,7 +15,7 @@
   the Hugging Face hub on first use). Both are plain functions the orchestrator runs as stages.
 - **Search** (:mod:`memory_core.qmd.search`). :class:`QmdSearcher` runs
   ``qmd search|vsearch|query --json`` (``search_mode``) and maps each hit to memory-core's
-  :class:`~memory_core.search.SearchResult`: qmd names files
+  :class:`~memory_core.query.search.SearchResult`: qmd names files
   ``qmd://<collection>/<handelized path>`` (lower-cased, punctuation to dashes), so the paths
   are mapped back through a table written by :func:`qmd_update` from memory-core's own
   discovery, and lines come from the ``@@ -start,count @@`` header of qmd's snippet; a
@@ -35,8 +35,8 @@
 
 The package is split by responsibility: :mod:`memory_core.qmd.common` runs the CLI and keeps
 its state (the state folder, the collections plan, qmd's file names, ``status.json``);
-:mod:`memory_core.qmd.indexing` is the reindex side (imported by :mod:`memory_core.pipeline`)
-and :mod:`memory_core.qmd.search` the search side (imported by :mod:`memory_core.backends`).
+:mod:`memory_core.qmd.indexing` is the reindex side (imported by :mod:`memory_core.index.pipeline`)
+and :mod:`memory_core.qmd.search` the search side (imported by :mod:`memory_core.query.backends`).
 Neither half imports the other. The names below are re-exported lazily: importing one half
 (``memory_core.qmd.indexing``) never loads the other (``memory_core.qmd.search`` loads the
 builtin searcher).

@@ -5,7 +5,7 @@ text as Markdown, since qmd reads Markdown only), makes qmd's collections those 
 sources plan (:func:`sync_collections`), runs ``qmd update`` and writes the table that maps
 qmd's file names back to memory-core's paths (``<state>/paths.json``, read by
 :class:`~memory_core.qmd.search.QmdSearcher`). :func:`qmd_embed` runs ``qmd embed``. Both are
-plain functions the orchestrator runs as stages (:func:`memory_core.pipeline.run_index`); both
+plain functions the orchestrator runs as stages (:func:`memory_core.index.pipeline.run_index`); both
 record their outcome for ``status`` and never raise QmdError.
 """
 

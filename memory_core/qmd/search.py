@@ -3,7 +3,7 @@
 Runs ``qmd search|vsearch|query --json``, reads its answer (:func:`parse_results`) and maps
 each hit back to memory-core's paths and lines through the table the reindex side wrote
 (``<state>/paths.json``); when qmd cannot answer, or answers with nothing while the builtin
-index has strong matches, the builtin :class:`~memory_core.search.Searcher` answers and the
+index has strong matches, the builtin :class:`~memory_core.query.search.Searcher` answers and the
 answer says so (and a ``memory-core.search.qmd-fallback`` event is emitted when an engine
 takes events).
 """
@@ -34,7 +34,7 @@ from memory_core.qmd.common import (
     run_qmd,
     state_dir,
 )
-from memory_core.search import Searcher, SearchResult
+from memory_core.query.search import Searcher, SearchResult
 
 log = logging.getLogger("memory_core.qmd")
 
@@ -164,9 +164,9 @@ class QmdSearcher(Searcher):
         table = self._path_table()
         results: list[SearchResult] = []
         seen: set[tuple[str, int, int]] = set()
-        from memory_core.dates import chunk_date
         from memory_core.errors import PathError
-        from memory_core.reading import indexed_transcript_dates
+        from memory_core.query.dates import chunk_date
+        from memory_core.query.reading import indexed_transcript_dates
         from memory_core.sources.redact import redact_lines
 
         redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"

@@ -1,6 +1,6 @@
 """Which searcher answers: the builtin index, or qmd with the builtin index as its fallback.
 
-Above both :mod:`memory_core.search` and :mod:`memory_core.qmd.search` (which builds on it), so
+Above both :mod:`memory_core.query.search` and :mod:`memory_core.qmd.search` (which builds on it), so
 neither imports the other's user. The CLI and the MCP server open searchers here.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.search import Searcher
+from memory_core.query.search import Searcher
 
 
 def open_searcher(settings: Settings, **kw: Any) -> Searcher:

@@ -1,8 +1,8 @@
 """The stage functions of one reindex run: discover, chunk, look up, summarise.
 
 Pure steps with no orchestration: they take settings, a provider and a plan and return
-:mod:`memory_core.runtypes` values. The orchestrator (:mod:`memory_core.pipeline`) decides
-which run in which order; the streamed build (:mod:`memory_core.streaming`) calls
+:mod:`memory_core.index.runtypes` values. The orchestrator (:mod:`memory_core.index.pipeline`) decides
+which run in which order; the streamed build (:mod:`memory_core.index.streaming`) calls
 :func:`chunk_file` per file; the Prefect flow runs the same orchestrator, so it runs these too.
 """
 
@@ -24,7 +24,11 @@ import pyarrow.parquet as pq
 
 from memory_core.batch.types import BatchFigures
 from memory_core.cache import EmbeddingCache, LiveVectors
-from memory_core.chunking import (
+from memory_core.config import Settings
+from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.errors import RunError
+from memory_core.failpoints import failpoint
+from memory_core.index.chunking import (
     chunk_markdown,
     fit_to_window,
     max_chunk_chars,
@@ -32,12 +36,7 @@ from memory_core.chunking import (
     remap_chunk_lines,
     sha256_hex,
 )
-from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider
-from memory_core.errors import RunError
-from memory_core.failpoints import failpoint
-from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
-from memory_core.runtypes import (
+from memory_core.index.runtypes import (
     MISS_SCHEMA,
     BuildResult,
     ChunkResult,
@@ -49,6 +48,7 @@ from memory_core.runtypes import (
     RunPlan,
     RunSummary,
 )
+from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.sources.discovery import FileEntry, discover_files, hash_file
 from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
 

@@ -1,9 +1,9 @@
 """The types one reindex run passes between its layers: the plan, the progress, the summary.
 
 This is the bottom layer of the indexing code: it imports nothing of memory-core's engine, so
-the stage functions (:mod:`memory_core.stages`), the streamed build (:mod:`memory_core.streaming`),
+the stage functions (:mod:`memory_core.index.stages`), the streamed build (:mod:`memory_core.index.streaming`),
 the Batch API coordinator (:mod:`memory_core.batch.runner`), the orchestrator
-(:mod:`memory_core.pipeline`) and the Prefect flows all share one definition of each.
+(:mod:`memory_core.index.pipeline`) and the Prefect flows all share one definition of each.
 """
 
 from __future__ import annotations
@@ -400,9 +400,9 @@ def embed_parallelism(provider: Any, concurrency: int) -> int:
 
 
 class Executor(Protocol):
-    """Runs the work the orchestrator (:func:`memory_core.pipeline.run_index`) decides.
+    """Runs the work the orchestrator (:func:`memory_core.index.pipeline.run_index`) decides.
 
-    Two implementations: :class:`memory_core.pipeline.LocalExecutor` (this process, a thread
+    Two implementations: :class:`memory_core.index.pipeline.LocalExecutor` (this process, a thread
     pool) and ``flows.executor.PrefectExecutor`` (Prefect tasks on a thread pool or a Dask
     cluster, with artifacts). Speed, memory, crash and cancel behaviour belong to the
     orchestrator, so both have the same ones.

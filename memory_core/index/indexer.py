@@ -5,7 +5,7 @@ in-process runs of ``memory-core watch``, the sync triggers of the MCP server
 (:class:`memory_core.sync.SyncManager`) and :meth:`memory_core.api.Memory.index` all run their
 reindexes through it. It keeps one embedding provider for its lifetime (a local model is loaded
 once), gives the provider a fresh retry budget before every run, and calls the orchestrator
-(:func:`memory_core.pipeline.run_index`), which also updates qmd's collections when
+(:func:`memory_core.index.pipeline.run_index`), which also updates qmd's collections when
 ``backend = "qmd"``. Runs of one :class:`Indexer` never overlap; runs of different ones (or
 processes) are kept apart by the index's writer lock.
 
@@ -30,8 +30,8 @@ from memory_core.config import Settings
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
-    from memory_core.pipeline import IfBusy
-    from memory_core.runtypes import ProgressFn, RunSummary
+    from memory_core.index.pipeline import IfBusy
+    from memory_core.index.runtypes import ProgressFn, RunSummary
 
 __all__ = ["DeploymentOutcome", "Indexer", "RunRecord", "Runner"]
 
@@ -83,8 +83,8 @@ class Indexer:
         is called as files are chunked and vectors return. Raises
         :class:`memory_core.errors.MemoryCoreError` subclasses when the run fails (the live
         index stays as it was; ``exc.run_summary`` says what was done and cached)."""
-        from memory_core.pipeline import run_index
-        from memory_core.stages import preflight
+        from memory_core.index.pipeline import run_index
+        from memory_core.index.stages import preflight
 
         if_busy: IfBusy | None = None if self.wait_for_lock is None else ("wait" if self.wait_for_lock else "fail")
         with self._run_lock:

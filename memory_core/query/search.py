@@ -7,14 +7,14 @@ live index and no query fails during a swap: the old file stays readable until c
 
 The searcher composes the query modules; where each step is decided:
 
-* :mod:`memory_core.retrieval`: the opened index file, the keyword side (FTS5, BM25), the vector
+* :mod:`memory_core.query.retrieval`: the opened index file, the keyword side (FTS5, BM25), the vector
   side (sign bits and exact cosines, sqlite-vec KNN, or numpy), both raw scores of every candidate
   (``complete``); each side returns ``max_results x candidate_multiplier`` candidates (capped at 200);
-* :mod:`memory_core.rank`: ``rank_candidates``, what :meth:`Searcher.rank` does: fusion into an
-  absolute relevance in [0, 1] (:func:`memory_core.ranking.fuse_calibrated`, docs/search.md,
+* :mod:`memory_core.query.rank`: ``rank_candidates``, what :meth:`Searcher.rank` does: fusion into an
+  absolute relevance in [0, 1] (:func:`memory_core.query.ranking.fuse_calibrated`, docs/search.md,
   "Calibrated scores"), ``min_score``, temporal decay, dedupe, MMR, snippets and citations;
-* :mod:`memory_core.dates`: the day a query names, the chunks written that day, their lift;
-* :mod:`memory_core.reading`: ``read_file`` (``get``); :mod:`memory_core.status`: ``status``;
+* :mod:`memory_core.query.dates`: the day a query names, the chunks written that day, their lift;
+* :mod:`memory_core.query.reading`: ``read_file`` (``get``); :mod:`memory_core.query.status`: ``status``;
 * here: the lifecycle (reopening a swapped file), the query embedding, running both sides at once
   (:meth:`Searcher.retrieve`) and the answer's shape (:func:`search_answer`).
 """
@@ -32,14 +32,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memory_core import ranking, retrieval, vectors
+from memory_core import vectors
 from memory_core.config import Settings
-from memory_core.dates import DATE_MATCH_BONUS, MAX_DATED_CANDIDATES, hit_date, query_date_range
 from memory_core.errors import IndexMissingError, ProviderError
-from memory_core.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
-from memory_core.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
-from memory_core.retrieval import Candidates, _Index
-from memory_core.status import SIZE_LINES, index_sizes, index_status
+from memory_core.query import ranking, retrieval
+from memory_core.query.dates import DATE_MATCH_BONUS, MAX_DATED_CANDIDATES, hit_date, query_date_range
+from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
+from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
+from memory_core.query.retrieval import Candidates, _Index
+from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.store import blob_of, int_of
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ __all__ = [  # what other modules import from here (some defined in the query mo
     "SourceHits", "index_sizes", "search_answer",
 ]
 
-log = logging.getLogger("memory_core.search")
+log = logging.getLogger("memory_core.query.search")
 
 MAX_CANDIDATES = 200
 MODES = ("hybrid", "vector", "keyword")
@@ -98,13 +99,13 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
                   sources: list[str] | None = None, *, mode: str | None = None, chat_type: str | None = None,
                   extra: ResultSource | None = None) -> dict[str, Any]:
     """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
-    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/answers.py).
+    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/query/answers.py).
     ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
 
     ``extra``: a source searched too when ``sources`` names it (the memory store), its results
     merged with the index's by score; when ``sources`` names nothing else the index is not
     read and the metadata describe ``extra``'s vectors."""
-    from memory_core.answers import citations_mode, clamp_results, response_meta, shape_results
+    from memory_core.query.answers import citations_mode, clamp_results, response_meta, shape_results
 
     max_results, clamp_note = clamp_results(max_results)
     mode = searcher.settings.query.search_mode() if mode is None else mode
@@ -289,7 +290,7 @@ class Searcher:
         cosine of keyword candidates (their stored vectors), the BM25 of vector candidates (FTS5
         restricted to their row ids), whether it contains an identifier the query names, the query
         terms' IDF sum and the share of it found anywhere in the index
-        (:func:`memory_core.ranking.fuse_calibrated`).
+        (:func:`memory_core.query.ranking.fuse_calibrated`).
         """
         query = (query or "").replace("\x00", " ")
         if not query.strip():
@@ -362,7 +363,7 @@ class Searcher:
     def rank(self, cands: Candidates, *, max_results: int | None = None, min_score: float | None = None,
              mode: str = "hybrid") -> list[SearchResult]:
         """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations
-        (:func:`memory_core.rank.rank_candidates` with this searcher's query settings).
+        (:func:`memory_core.query.rank.rank_candidates` with this searcher's query settings).
 
         ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
         MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
@@ -372,7 +373,7 @@ class Searcher:
 
     def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
                      sources: tuple[str, ...] | None) -> list[ranking.Hit]:
-        """:func:`memory_core.retrieval.vector_hits`; its note (vectors unreadable here) kept as the provider note."""
+        """:func:`memory_core.query.retrieval.vector_hits`; its note (vectors unreadable here) kept as the provider note."""
         hits, note = retrieval.vector_hits(idx, qvec, k, sources)
         if note and not self.provider_note:
             self.provider_note = note
@@ -421,7 +422,7 @@ class Searcher:
 
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-        """Lines of an indexed source file: :func:`memory_core.reading.read_file`."""
+        """Lines of an indexed source file: :func:`memory_core.query.reading.read_file`."""
         def lookup(p: str) -> tuple[Any, dict[str, Any] | None]:
             with self._lock:
                 idx = self._current()
@@ -431,6 +432,6 @@ class Searcher:
 
     # -- status ---------------------------------------------------------------------------------
     def status(self, *, measure: bool = False) -> dict[str, Any]:
-        """What the index holds: :func:`memory_core.status.index_status`."""
+        """What the index holds: :func:`memory_core.query.status.index_status`."""
         return index_status(self.path, self.settings, self._lock, self._current, lambda: self.provider_note,
                             measure=measure)

@@ -13,7 +13,7 @@ import apsw
 
 from memory_core import vectors
 from memory_core.config import Settings
-from memory_core.retrieval import _Index
+from memory_core.query.retrieval import _Index
 from memory_core.store import int_of, probe_index
 
 
@@ -21,7 +21,7 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
                  provider_note: Callable[[], str], *, measure: bool = False) -> dict[str, Any]:
     """What the index holds; ``measure``: also split the rest of its bytes (text, FTS5, other
     B-trees) by reading every page (SQLite's ``dbstat``: the whole file). ``current()``, called holding
-    ``lock``: the opened index (:meth:`memory_core.search.Searcher._current`)."""
+    ``lock``: the opened index (:meth:`memory_core.query.search.Searcher._current`)."""
     from memory_core.cache import cache_entry_count
 
     st: dict[str, Any] = {"index_path": str(path), "exists": path.exists()}

@@ -9,10 +9,10 @@ Where each is decided:
   index, or a numpy scan);
 * :func:`complete`: every candidate gets both raw scores (:func:`cosines`, :func:`bm25_of_rows` with
   :func:`_bm25_given_df`), whether it holds an identifier of the query, the query terms' IDF;
-* :func:`dated_hits`: a named day's chunks neither side found (:func:`memory_core.dates.dated_chunk_rows`).
+* :func:`dated_hits`: a named day's chunks neither side found (:func:`memory_core.query.dates.dated_chunk_rows`).
 
-:class:`memory_core.search.Searcher` runs them (``Searcher.retrieve``) and ranks the result
-(:mod:`memory_core.rank`). Never imports the indexing code.
+:class:`memory_core.query.search.Searcher` runs them (``Searcher.retrieve``) and ranks the result
+(:mod:`memory_core.query.rank`). Never imports the indexing code.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from typing import Any, Literal
 import apsw
 import numpy as np
 
-from memory_core import ranking, textsearch, vectors
+from memory_core import textsearch, vectors
 from memory_core.config import Settings
-from memory_core.dates import DateRange, Stamps, dated_chunk_rows
 from memory_core.errors import IndexDamagedError, ProviderError
+from memory_core.query import ranking
+from memory_core.query.dates import DateRange, Stamps, dated_chunk_rows
 from memory_core.store import (
     blob_of,
     connect,
@@ -46,7 +47,7 @@ from memory_core.store import (
     value_of,
 )
 
-log = logging.getLogger("memory_core.search")
+log = logging.getLogger("memory_core.query.search")
 
 POINT_READS_PER_SCAN = 1000
 """An index of schema 2 (vectors in sqlite-vec's vec0): the cosines of up to this many keyword
@@ -288,7 +289,7 @@ class Candidates:
     union: list[ranking.Hit] = field(default_factory=list)  # both sides, every hit with both raw scores
     calibration: ranking.Calibration = ranking.Calibration(0.2, 0.8, "model table")
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
-    dates: DateRange | None = None  # the day(s) the query names (memory_core.dates)
+    dates: DateRange | None = None  # the day(s) the query names (memory_core.query.dates)
     corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
 
 
@@ -605,7 +606,7 @@ def rows_by_rank(idx: _Index, rids: list[int], sims: list[float], src: str,
 
 def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                stamps_of: Callable[[str], Stamps]) -> list[ranking.Hit]:
-    """Chunks written in ``dates`` that neither side found (:func:`memory_core.dates.dated_chunk_rows`),
+    """Chunks written in ``dates`` that neither side found (:func:`memory_core.query.dates.dated_chunk_rows`),
     as vector candidates of cosine 0 until :func:`complete` scores them."""
     return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, stamps_of), "vector", lambda _: 0.0)
 

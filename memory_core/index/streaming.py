@@ -13,7 +13,7 @@ stages run as one stream instead:
 * each response is committed to the cache as it arrives (a killed run keeps what it paid for);
 * a row goes to the temp index once its vector is there, in file order, :func:`insert_rows` at
   a time; a large run writes the temp index in a child process
-  (:class:`memory_core.writer_proc.ProcessIndexWriter`), so SQLite's work overlaps ours.
+  (:class:`memory_core.index.writer_proc.ProcessIndexWriter`), so SQLite's work overlaps ours.
 
 Memory stays flat: rows wait only for the request groups in flight; a vector is dropped once
 no waiting row needs it (a later duplicate reads it back from the cache).
@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from memory_core.cache import EmbeddingCache, preserve_leaving
-from memory_core.chunking import chunk_id
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.runtypes import (
+from memory_core.index.chunking import chunk_id
+from memory_core.index.runtypes import (
     BuildResult,
     ChunkResult,
     EmbedCounts,
@@ -48,7 +48,7 @@ from memory_core.runtypes import (
     ProgressFn,
     RunPlan,
 )
-from memory_core.stages import chunk_file, chunk_params, chunk_parts, finish_meta
+from memory_core.index.stages import chunk_file, chunk_params, chunk_parts, finish_meta
 from memory_core.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
@@ -345,7 +345,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                                  removed=len(plan.removed))
     busy = False
     if not in_place and use_process_writer(source_bytes):
-        from memory_core.writer_proc import ProcessIndexWriter
+        from memory_core.index.writer_proc import ProcessIndexWriter
 
         writer_cls = ProcessIndexWriter
     writer: Any = None

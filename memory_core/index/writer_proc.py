@@ -123,7 +123,7 @@ class ProcessIndexWriter:
         env = {k: v for k, v in os.environ.items() if k != _ENV_FAILPOINT}  # crash points fire here, not there
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "memory_core.writer_proc", str(child.fileno())],
+                [sys.executable, "-m", "memory_core.index.writer_proc", str(child.fileno())],
                 pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
             )
         except OSError as exc:

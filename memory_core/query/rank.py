@@ -1,7 +1,7 @@
-"""Ranking one query's candidates into results: what :meth:`memory_core.search.Searcher.rank` does.
+"""Ranking one query's candidates into results: what :meth:`memory_core.query.search.Searcher.rank` does.
 
-:func:`rank_candidates` is the pipeline, in order (the pure steps are in :mod:`memory_core.ranking`,
-the named day's lift in :mod:`memory_core.dates`)::
+:func:`rank_candidates` is the pipeline, in order (the pure steps are in :mod:`memory_core.query.ranking`,
+the named day's lift in :mod:`memory_core.query.dates`)::
 
     fuse (ranking.fuse_calibrated, or ranking.fuse) ─ a named day's lift (dates.lift_named_days)
       ─ relevance >= min_score ─ temporal decay ─ dedupe ─ MMR ─ top max_results
@@ -16,10 +16,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memory_core import ranking, textsearch
+from memory_core import textsearch
 from memory_core.config import QuerySettings
-from memory_core.dates import lift_named_days, said_at
-from memory_core.retrieval import Candidates
+from memory_core.query import ranking
+from memory_core.query.dates import lift_named_days, said_at
+from memory_core.query.retrieval import Candidates
 
 SNIPPET_MAX_CHARS = 700
 

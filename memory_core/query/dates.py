@@ -8,7 +8,7 @@ Chunk dates (``chunk_date``), in order:
 * any other file: its modification time (local date).
 
 Transcript timestamps are read from the transcript itself when a search needs them (opened as
-``get`` opens it: :func:`memory_core.reading.indexed_transcript_dates`) and kept per
+``get`` opens it: :func:`memory_core.query.reading.indexed_transcript_dates`) and kept per
 file (path, size, mtime), so a chunk's date always matches the lines it cites; the index stores
 only line numbers.
 
@@ -22,11 +22,11 @@ range is inclusive, in local dates.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
-``memory_core.retrieval``), each candidate's date (``hit_date``), the named day's lift after fusion
-(``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.rank``) and a transcript snippet's
+``memory_core.query.retrieval``), each candidate's date (``hit_date``), the named day's lift after fusion
+(``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.query.rank``) and a transcript snippet's
 ``[YYYY-MM-DD HH:MM UTC]`` stamp (``said_at``). Which paths are dated and which are evergreen
 (``date_from_path``, ``is_evergreen``) is decided here too; temporal decay, in
-``memory_core.ranking``, reads them.
+``memory_core.query.ranking``, reads them.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ Stamps = tuple[str | None, list[tuple[int, str]]]
 def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
              stamps_of: Callable[[str], Stamps]) -> str | None:
     """A search candidate's :func:`chunk_date`; ``stamps_of(path)``: an indexed transcript's
-    timestamps, read as ``get`` opens it (:func:`memory_core.reading.indexed_transcript_dates`;
+    timestamps, read as ``get`` opens it (:func:`memory_core.query.reading.indexed_transcript_dates`;
     PathError when it may not be read)."""
     stamps = None
     if source == "sessions":

@@ -1,7 +1,7 @@
 """Ranking of memory search results: score fusion, temporal decay, MMR, snippets, dedupe.
 
 All functions are pure and never mutate their inputs (they return new :class:`Hit` objects or
-new lists). The searcher's pipeline (``memory_core.rank.rank_candidates``)::
+new lists). The searcher's pipeline (``memory_core.query.rank.rank_candidates``)::
 
     candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift (dates)
       ─ relevance >= min_score ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
@@ -53,7 +53,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 
-from memory_core.dates import date_from_path, is_evergreen  # re-exported: dates decides what a path dates
+from memory_core.query.dates import (  # re-exported: dates decides what a path dates
+    date_from_path,
+    is_evergreen,
+)
 from memory_core.textsearch import keyword_tokens
 
 __all__ = [
@@ -122,7 +125,7 @@ class Hit:
     in_vector: bool = False  # among the vector side's nearest candidates
     in_keyword: bool = False  # among the keyword side's candidates
     relevance: float = 0.0  # calibrated relevance before decay / MMR (what min_score tests)
-    date: str | None = None  # ISO date the chunk was written (see memory_core.dates)
+    date: str | None = None  # ISO date the chunk was written (see memory_core.query.dates)
     rid: int = -1  # the chunk's row id in the index
     has_identifier: bool = False  # contains an identifier of the query verbatim (ranking.identifiers)
     date_lifted: bool = False  # passed min_score only because it was written on the day the query names

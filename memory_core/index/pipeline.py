@@ -4,7 +4,7 @@
 
 :func:`run_index` decides everything about a run: which files, which chunks, sync requests or
 Batch API jobs (with the failure limit that hands the rest to sync requests), which provider
-(and the switch to the fallback), how the result is published. An :class:`~memory_core.runtypes.Executor`
+(and the switch to the fallback), how the result is published. An :class:`~memory_core.index.runtypes.Executor`
 does the work: :class:`LocalExecutor` in this process (the CLI, watch, tests), or
 ``flows.executor.PrefectExecutor``, which runs the same steps as Prefect tasks (a task per stage,
 per embedding request group, per batch job step) on threads or a Dask cluster. Speed, memory,
@@ -34,7 +34,7 @@ from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import IndexLockedError, ProviderError, RunError
-from memory_core.runtypes import (
+from memory_core.index.runtypes import (
     EMBED_CONCURRENCY,
     BuildResult,
     ChunkResult,
@@ -48,7 +48,7 @@ from memory_core.runtypes import (
     RunSummary,
     embed_parallelism,
 )
-from memory_core.stages import (
+from memory_core.index.stages import (
     Timer,
     cleanup_workdir,
     collect_misses,
@@ -64,12 +64,12 @@ from memory_core.stages import (
     summarize,
     trim_cache,
 )
+from memory_core.index.streaming import stream_index
 from memory_core.store import IndexLock, recover_index, remove_stale_temp_files
-from memory_core.streaming import stream_index
 
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 
-log = logging.getLogger("memory_core.pipeline")
+log = logging.getLogger("memory_core.index.pipeline")
 # marks a log record that repeats one of the run's warnings (they are in the summary too):
 # `memory-core index` prints them once, after the summary
 RUN_WARNING = "memory_core_run_warning"

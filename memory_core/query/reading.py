@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.dates import transcript_dates
 from memory_core.errors import PathError
+from memory_core.query.dates import transcript_dates
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 
 MAX_GET_LINES = 2000
