@@ -77,3 +77,16 @@ def vector_rows(conn: Any) -> dict[int, tuple[bytes, bytes]]:
 def vector_count(conn: Any) -> int:
     """Chunks with a vector (and its code; see :func:`vector_rows`)."""
     return len(vector_rows(conn))
+
+
+@pytest.fixture(scope="module")
+def prefect_api(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The session's one real Prefect server (tests/prefect_server.py), its settings active for
+    the module, with no worker left from another module before or after."""
+    from tests.prefect_server import drain_workers, shared_server
+
+    srv = shared_server(request.config)
+    with srv.settings():
+        drain_workers()
+        yield srv
+        drain_workers()

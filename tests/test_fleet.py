@@ -13,19 +13,10 @@ import pytest
 from flows.fleet import fleet_reindex
 from memory_core.query.search import Searcher
 from memory_core.resolve import resolve_agents
-from tests.prefect_server import artifact_of, drain_workers, read_flow_run, shared_server, task_run_names
+from tests.prefect_server import artifact_of, drain_workers, read_flow_run, task_run_names
 from tests.test_agents import make_fleet
 
 pytestmark = pytest.mark.prefect_server
-
-
-@pytest.fixture(scope="module")
-def prefect_api(request: pytest.FixtureRequest) -> Any:
-    srv = shared_server(request.config)
-    with srv.settings():
-        drain_workers()
-        yield srv
-        drain_workers()
 
 
 def _subflow_runs(parent_id: Any) -> dict[str, Any]:

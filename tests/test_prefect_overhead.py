@@ -23,21 +23,11 @@ from tests.prefect_server import (
     drain_workers,
     read_flow_run,
     run_artifacts,
-    shared_server,
     table_figures,
     task_run_names,
 )
 
 pytestmark = pytest.mark.prefect_server
-
-
-@pytest.fixture(scope="module")
-def prefect_api(request: pytest.FixtureRequest) -> Any:
-    srv = shared_server(request.config)
-    with srv.settings():
-        drain_workers()
-        yield srv
-        drain_workers()
 
 
 def run(**kwargs: Any) -> Any:
