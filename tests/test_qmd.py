@@ -242,8 +242,8 @@ def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_e
         assert "note" not in first or "failed" not in first["note"]
         assert tools.sync.wait_idle()
         run = tools.sync.runs[-1]
-        assert run.ok and run.summary is not None and "qmd-update" in run.summary["stage_seconds"]
-        assert not any("qmd" in w for w in run.summary["warnings"])
+        assert run.ok and run.summary is not None and "qmd-update" in run.summary.stage_seconds
+        assert not any("qmd" in w for w in run.summary.warnings)
         again = tools.search({"query": "wombat ledger"})
         assert [r["path"] for r in again["results"]] == ["memory/fresh.md"] and "note" not in again
         assert tools.status({})["qmd"]["last_search"]["ok"] is True
