@@ -222,3 +222,29 @@ class IndexRecord:
             remote = remote.model_copy(update=fill)
         return settings.model_copy(update={"provider": self.provider, "model": self.model, "fallback": None,
                                            "remote": remote})
+
+
+def vector_record(meta: Mapping[str, Any]) -> IndexRecord | None:
+    """The recorded settings of an index that holds vectors (so queries need embedding), else
+    None: no meta, a keyword-only index (provider ``none`` or unrecorded) or no dims."""
+    from memory_core.embeddings.catalog import keyword_only
+
+    record = IndexRecord.from_meta(meta)
+    if record is None or keyword_only(meta.get("provider")) or not meta.get("dims"):
+        return None
+    return record
+
+
+def open_query_provider(record: IndexRecord, settings: Settings) -> tuple[EmbeddingProvider | None, str]:
+    """The provider that embeds queries against the index ``record`` describes (its provider
+    and model, the reader's keys), with the reader's short total deadline: a reader never waits
+    out a run's retries. ``(None, note)`` when it cannot start (no key, no model package), and
+    the reader answers keyword-only, saying why in ``note``."""
+    try:
+        from memory_core.embeddings.registry import create_provider
+
+        provider, _ = create_provider(record.query_settings(settings))
+    except Exception as exc:
+        return None, f"query embeddings unavailable ({exc}); keyword-only results"
+    provider.deadline_s = settings.query.embed_timeout_s
+    return provider, ""

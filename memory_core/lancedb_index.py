@@ -35,7 +35,6 @@ import numpy as np
 
 from memory_core import textsearch
 from memory_core.config import Settings
-from memory_core.embeddings.catalog import keyword_only
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
 
@@ -195,21 +194,16 @@ class LanceSearcher:
         self.close()
 
     def _query_provider(self) -> Any:
-        from memory_core.indexmeta import IndexRecord
+        from memory_core.indexmeta import open_query_provider, vector_record
 
-        record = IndexRecord.from_meta(self.meta)  # None: no meta, so no provider either
-        if record is None or keyword_only(self.meta.get("provider")) or not self.meta.get("dims"):
+        record = vector_record(self.meta)  # None: a keyword-only export, no provider needed
+        if record is None:
             return None
         if not self._provider_checked:
             self._provider_checked = True
-            try:
-                from memory_core.embeddings.registry import create_provider
-
-                s = record.query_settings(self.settings)
-                self._provider, _ = create_provider(s)
-                self._provider.deadline_s = self.settings.query.embed_timeout_s
-            except Exception as exc:
-                self.provider_note = f"query embeddings unavailable ({exc}); keyword-only results"
+            self._provider, note = open_query_provider(record, self.settings)
+            if note:
+                self.provider_note = note
         p = self._provider
         if p is not None and p.provider_key != self.meta.get("provider_key"):
             self.provider_note = "the export was built with a different provider configuration; keyword-only results"

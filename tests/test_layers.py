@@ -256,10 +256,7 @@ def test_sources_sit_below_both_sides() -> None:
 PROVIDER_NAMES = frozenset({"local", "openai", "gemini", "voyage", "mistral", "none"})
 HOSTED_NAMES = PROVIDER_NAMES - {"local", "none"}  # never a legitimate literal outside the providers
 # (file, code) pairs allowed for now, each with the reason
-NAME_BRANCH_ALLOWED = {
-    # the lead's file (ranking work in flight): a keyword-only index has no dims anyway
-    ("memory_core/query/search.py", "meta.get('provider') in (None, 'none')"),
-}
+NAME_BRANCH_ALLOWED: set[tuple[str, str]] = set()
 
 
 def name_branches(source: str) -> list[str]:

@@ -218,25 +218,18 @@ class Searcher:
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
-        from memory_core.indexmeta import IndexRecord
+        from memory_core.indexmeta import open_query_provider, vector_record
 
         meta = idx.meta or {}
-        record = IndexRecord.from_meta(meta)  # None: no meta, so no provider either
-        if record is None or meta.get("provider") in (None, "none") or not meta.get("dims"):
+        record = vector_record(meta)  # None: a keyword-only index, no provider needed
+        if record is None:
             return None
         if not self._provider_checked:
             self._provider_checked = True
-            try:
-                from memory_core.embeddings.registry import create_provider
-
-                s = record.query_settings(self.settings)
-                self._provider, _ = create_provider(s)
-                # a reader never waits out a run's retries (60 s x 6 attempts): a short total deadline
-                self._provider.deadline_s = self.settings.query.embed_timeout_s
-            except Exception as exc:  # no key, no model package: answer keyword-only
-                self._provider = None
-                self.provider_note = f"query embeddings unavailable ({exc}); keyword-only results"
-                log.warning("%s", self.provider_note)
+            self._provider, note = open_query_provider(record, self.settings)
+            if note:
+                self.provider_note = note
+                log.warning("%s", note)
         p = self._provider
         if p is not None and p.provider_key != meta.get("provider_key"):
             self.provider_note = (f"the index was built with a different {meta.get('provider')} configuration;"
