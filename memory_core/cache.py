@@ -64,7 +64,8 @@ LOOKUP_GROUP = 400
 # (0.7-1.2 s of CPU either way for 99k x 384-d, within this VM's noise) and keeps the two
 # connections' caches from holding 128 MiB of a big run's memory.
 NEW_CACHE_PAGE_SIZE = 32768
-CACHE_PRAGMAS = ("PRAGMA synchronous=NORMAL", "PRAGMA cache_size=-16384", "PRAGMA journal_size_limit=67108864")
+CACHE_PRAGMAS = ("PRAGMA synchronous=NORMAL", "PRAGMA cache_size=-16384", "PRAGMA journal_size_limit=67108864",
+                 "PRAGMA temp_store=MEMORY")
 CHECKPOINT_BYTES = 128 * 1024 * 1024
 
 # Schema 3. Vectors are appended to a rowid table; only their keys land at random places, in
