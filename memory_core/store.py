@@ -344,6 +344,10 @@ def _sqlite_version() -> tuple[int, ...]:
     return tuple(int(x) for x in apsw.sqlite_lib_version().split(".")[:3])
 
 
+HASH_INDEX_SQL = "CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash)"
+"""Chunks by content hash: the run's cache asks the live index for vectors by it (cache.py)."""
+
+
 def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) -> None:
     if _sqlite_version() < FTS_MIN_SQLITE:
         raise RunError(f"SQLite {apsw.sqlite_lib_version()} is too old to write an index: its FTS5 table needs"
@@ -377,7 +381,7 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
         );
         CREATE INDEX IF NOT EXISTS idx_chunks_path ON chunks(path);
         CREATE INDEX IF NOT EXISTS idx_chunks_source ON chunks(source);
-        CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash);
+        {HASH_INDEX_SQL};
         CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
           text, content='', contentless_delete=1, tokenize='{tok}'
         );
@@ -667,10 +671,13 @@ class IndexWriter:
             self.vec = bool(self.dims) and self._want_vec
             if self.full:
                 create_schema(conn, self.dims, with_vec=self.vec)
+                # built once before the commit (prepare_swap): kept up row by row, its random keys
+                # dirty a page each all over a B-tree that outgrows the page cache at ~1M chunks
+                conn.execute("DROP INDEX IF EXISTS idx_chunks_hash")
             elif self.dims and self.vec and not has_table(conn, vectors.BITS_TABLE):
                 create_schema(conn, self.dims, with_vec=True)
             if not self.full:  # an index written before it: its vectors become findable by hash (cache.py)
-                conn.execute("CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash)")
+                conn.execute(HASH_INDEX_SQL)
             mark_index(conn)
             row = conn.execute("SELECT max(rid) FROM chunks").fetchone()
             self._next_rid = (row[0] or 0) + 1
@@ -848,6 +855,7 @@ class IndexWriter:
         assert self.conn is not None
         conn = self.conn
         try:
+            conn.execute(HASH_INDEX_SQL)  # a full build's, in one sorted pass (open)
             conn.execute("COMMIT")
             conn.execute("PRAGMA optimize")
             conn.close()
