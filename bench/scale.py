@@ -18,7 +18,10 @@ Per size and dimension, each phase in a fresh interpreter (so peak RSS and I/O a
   an exact search (numpy over every float32 vector of the index, in RAM); and the same-run
   baselines: that exact numpy scan and the bare FTS5 ``MATCH`` of the same queries;
 * readers: ``--readers`` processes, each with its own Searcher, querying (hybrid) at once:
-  total queries/s and per-query p50;
+  total queries/s and per-query p50; with ``--warm-readers`` once more after each reader has
+  answered its queries once (a long-lived reader: MCP server, watch);
+* rebuild (``--rebuild``): a ``--full`` rebuild alone, then the same beside the warm readers
+  querying without pause (its time against the time alone, and the readers' q/s meanwhile);
 * sizes: index file, embedding cache (+ WAL).
 
 The machine's load average is recorded before each phase. Results: bench/results/scale-<label>.md
@@ -172,21 +175,27 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
     return out
 
 
-def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: float) -> dict[str, Any]:
+def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: float,
+                 warm: bool = False, until: str | None = None) -> dict[str, Any]:
     from bench.fake_provider import DistinctProvider
     from memory_core.query.search import Searcher
 
     provider = DistinctProvider(dims)
     queries = _queries(n, seed)
     with Searcher(_settings(ws, index), provider=provider) as s:
-        s.search(queries[0], min_score=0.0)  # warm, then start together
+        # open and load, then start together; ``warm``: a long-lived reader (MCP server, watch) that
+        # has answered these queries' words before, so the measured pass reads nothing new
+        for q in queries if warm else queries[:1]:
+            s.search(q, min_score=0.0)
         time.sleep(max(0.0, start_at - time.time()))
         t_start = time.time()
         lat = []
-        for q in queries:
+        i = 0  # ``until``: the queries over and over until that file exists (a rebuild running beside)
+        while i < len(queries) or (until is not None and not os.path.exists(until)):
             t0 = time.perf_counter()
-            s.search(q, min_score=0.0)
+            s.search(queries[i % len(queries)], min_score=0.0)
             lat.append(time.perf_counter() - t0)
+            i += 1
     return {"lat": lat, "start": t_start, "end": time.time()}
 
 
@@ -263,18 +272,49 @@ def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[s
     r["queries"] = child("queries", code, ws=str(ws), index=str(index), dims=dims, n=a.queries)
     r["cold_query"] = child("cold_query", code, ws=str(ws), index=str(index), dims=dims)
     if a.readers:
-        os.sync()
-        load = os.getloadavg()[0]
-        start_at = time.time() + 25 + chunks * dims / 1e8  # every reader opened and warm by then
-        procs = [_spawn("reader", code, ws=str(ws), index=str(index), dims=dims, n=a.reader_queries, seed=100 + i,
-                        start_at=start_at) for i in range(a.readers)]
-        rs = [_result(p, "reader") for p in procs]
-        lat = [x for x in rs for x in x["lat"]]
-        wall = max(x["end"] for x in rs) - min(x["start"] for x in rs)
-        r["readers"] = {"n": a.readers, "queries": len(lat), "qps": len(lat) / wall, "p50": statistics.median(lat),
-                        "p95": _pct(lat, 0.95), "load_before": load}
+        r["readers"] = _readers(ws, index, chunks, dims, a, warm=False)
+        if a.warm_readers:
+            r["readers_warm"] = _readers(ws, index, chunks, dims, a, warm=True)
+        if a.rebuild:  # the same `--full` rebuild with the warm readers querying beside it all along
+            r["rebuild_beside_readers"] = _rebuild_beside_readers(ws, index, chunks, dims, a)
     r["index_bytes_after"] = _bytes(index)
     return r
+
+
+def _readers(ws: Path, index: Path, chunks: int, dims: int, a: argparse.Namespace,
+             warm: bool) -> dict[str, Any]:
+    """``a.readers`` reader processes querying at once (see :func:`phase_reader`)."""
+    os.sync()
+    load = os.getloadavg()[0]
+    start_at = time.time() + 25 + chunks * dims / 1e8 * (1 + a.reader_queries * warm)
+    procs = [_spawn("reader", a.code, ws=str(ws), index=str(index), dims=dims, n=a.reader_queries, seed=100 + i,
+                    start_at=start_at, warm=warm) for i in range(a.readers)]
+    rs = [_result(p, "reader") for p in procs]
+    lat = [x for x in rs for x in x["lat"]]
+    wall = max(x["end"] for x in rs) - min(x["start"] for x in rs)
+    return {"n": a.readers, "queries": len(lat), "qps": len(lat) / wall, "p50": statistics.median(lat),
+            "p95": _pct(lat, 0.95), "load_before": load, "warm": warm}
+
+
+def _rebuild_beside_readers(ws: Path, index: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[str, Any]:
+    """A `--full` rebuild while ``a.readers`` warm readers query without pause: its seconds against the
+    same rebuild alone (``rebuild``), and what the readers got meanwhile."""
+    stop = index.parent / "bench-readers-stop"
+    stop.unlink(missing_ok=True)
+    load = os.getloadavg()[0]
+    start_at = time.time() + 25 + chunks * dims / 1e8 * (1 + a.reader_queries)
+    procs = [_spawn("reader", a.code, ws=str(ws), index=str(index), dims=dims, n=a.reader_queries, seed=100 + i,
+                    start_at=start_at, warm=True, until=str(stop)) for i in range(a.readers)]
+    time.sleep(max(0.0, start_at - time.time()) + 1)
+    build = child("build", a.code, ws=str(ws), index=str(index), dims=dims, full=True)
+    stop.touch()
+    rs = [_result(p, "reader") for p in procs]
+    stop.unlink(missing_ok=True)
+    lat = [x for x in rs for x in x["lat"]]
+    wall = max(x["end"] for x in rs) - min(x["start"] for x in rs)
+    return {"build": build, "readers": {"n": a.readers, "queries": len(lat), "qps": len(lat) / wall,
+                                         "p50": statistics.median(lat), "p95": _pct(lat, 0.95)},
+            "load_before": load}
 
 
 def _ms(x: float) -> str:
@@ -346,10 +386,21 @@ def render(results: list[dict[str, Any]], label: str, code: str | None) -> str:
     if any("readers" in r for r in results):
         lines += ["", "| chunks x dims | concurrent readers | queries | total q/s | p50 / p95 | load |", "|---|---|---|---|---|---|"]
         for r in results:
-            if "readers" in r:
-                x = r["readers"]
-                lines.append(f"| {r['build']['chunks']} x {r['dims']} | {x['n']} processes | {x['queries']} |"
-                             f" {x['qps']:.1f} | {_ms(x['p50'])} / {_ms(x['p95'])} | {x['load_before']:.1f} |")
+            for key, kind in (("readers", "processes"), ("readers_warm", "processes, warm")):
+                if key in r:
+                    x = r[key]
+                    lines.append(f"| {r['build']['chunks']} x {r['dims']} | {x['n']} {kind} | {x['queries']} |"
+                                 f" {x['qps']:.1f} | {_ms(x['p50'])} / {_ms(x['p95'])} | {x['load_before']:.1f} |")
+    if any("rebuild_beside_readers" in r for r in results):
+        lines += ["", "| chunks x dims | `--full` rebuild alone s | beside warm readers s (ratio) | the readers meanwhile:"
+                  " q/s, p50 / p95 | load |", "|---|---|---|---|---|"]
+        for r in results:
+            if "rebuild_beside_readers" in r and "rebuild" in r:
+                x, alone = r["rebuild_beside_readers"], r["rebuild"]["seconds"]
+                rd = x["readers"]
+                lines.append(f"| {r['build']['chunks']} x {r['dims']} | {alone:.1f} | {x['build']['seconds']:.1f}"
+                             f" ({x['build']['seconds'] / alone:.2f}x) | {rd['qps']:.1f}, {_ms(rd['p50'])} /"
+                             f" {_ms(rd['p95'])} ({rd['n']} processes) | {x['load_before']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -360,10 +411,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--readers", type=int, default=8)
     ap.add_argument("--reader-queries", type=int, default=15)
+    ap.add_argument("--warm-readers", action="store_true",
+                    help="also measure the readers after each has answered its queries once (long-lived readers)")
     ap.add_argument("--code", help="a folder holding another memory_core package to measure (default: this tree)")
     ap.add_argument("--label", default="run")
     ap.add_argument("--tmp", help="where the corpus and index go (default: a temp folder)")
-    ap.add_argument("--rebuild", action="store_true", help="also time a `--full` rebuild after the 1%% change")
+    ap.add_argument("--rebuild", action="store_true", help="also time a `--full` rebuild after the 1%% change, alone and (with --readers)"
+                    " beside the warm readers querying without pause")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
