@@ -159,8 +159,11 @@ def test_stream_incremental_run_matches_a_full_build(workspace, openai_fake, tmp
 def _writer_children() -> list[int]:
     pids = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        with open(task / "children") as fh:
-            pids += [int(p) for p in fh.read().split()]
+        try:  # a thread may end between the listing and the read
+            with open(task / "children") as fh:
+                pids += [int(p) for p in fh.read().split()]
+        except FileNotFoundError:
+            continue
     out = []
     for pid in pids:
         try:
