@@ -22,6 +22,8 @@ Per size and dimension, each phase in a fresh interpreter (so peak RSS and I/O a
   answered its queries once (a long-lived reader: MCP server, watch);
 * rebuild (``--rebuild``): a ``--full`` rebuild alone, then the same beside the warm readers
   querying without pause (its time against the time alone, and the readers' q/s meanwhile);
+  ``--reader-rate Q`` adds the same rebuild beside the readers offering Q queries/s in total
+  (paced and staggered: a steady load, not all the CPU they can take);
 * sizes: index file, embedding cache (+ WAL).
 
 The machine's load average is recorded before each phase. Results: bench/results/scale-<label>.md
@@ -176,7 +178,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
 
 
 def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: float,
-                 warm: bool = False, until: str | None = None) -> dict[str, Any]:
+                 warm: bool = False, until: str | None = None, rate: float = 0.0, phase: float = 0.0) -> dict[str, Any]:
     from bench.fake_provider import DistinctProvider
     from memory_core.query.search import Searcher
 
@@ -192,6 +194,8 @@ def phase_reader(ws: str, index: str, dims: int, n: int, seed: int, start_at: fl
         lat = []
         i = 0  # ``until``: the queries over and over until that file exists (a rebuild running beside)
         while i < len(queries) or (until is not None and not os.path.exists(until)):
+            if rate > 0:  # paced: query i is due at (i + phase) / rate s from the start (readers staggered)
+                time.sleep(max(0.0, t_start + (i + phase) / rate - time.time()))
             t0 = time.perf_counter()
             s.search(queries[i % len(queries)], min_score=0.0)
             lat.append(time.perf_counter() - t0)
@@ -277,6 +281,8 @@ def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[s
             r["readers_warm"] = _readers(ws, index, chunks, dims, a, warm=True)
         if a.rebuild:  # the same `--full` rebuild with the warm readers querying beside it all along
             r["rebuild_beside_readers"] = _rebuild_beside_readers(ws, index, chunks, dims, a)
+            if a.reader_rate:  # the readers offering a steady load instead of all the CPU they can get
+                r["rebuild_beside_paced_readers"] = _rebuild_beside_readers(ws, index, chunks, dims, a, a.reader_rate)
     r["index_bytes_after"] = _bytes(index)
     return r
 
@@ -296,15 +302,18 @@ def _readers(ws: Path, index: Path, chunks: int, dims: int, a: argparse.Namespac
             "p95": _pct(lat, 0.95), "load_before": load, "warm": warm}
 
 
-def _rebuild_beside_readers(ws: Path, index: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[str, Any]:
-    """A `--full` rebuild while ``a.readers`` warm readers query without pause: its seconds against the
-    same rebuild alone (``rebuild``), and what the readers got meanwhile."""
+def _rebuild_beside_readers(ws: Path, index: Path, chunks: int, dims: int, a: argparse.Namespace,
+                            rate: float = 0.0) -> dict[str, Any]:
+    """A `--full` rebuild while ``a.readers`` warm readers query without pause (or, with ``rate``, offer
+    that many queries/s in total, paced): its seconds against the same rebuild alone (``rebuild``), and
+    what the readers got meanwhile."""
     stop = index.parent / "bench-readers-stop"
     stop.unlink(missing_ok=True)
     load = os.getloadavg()[0]
     start_at = time.time() + 25 + chunks * dims / 1e8 * (1 + a.reader_queries)
     procs = [_spawn("reader", a.code, ws=str(ws), index=str(index), dims=dims, n=a.reader_queries, seed=100 + i,
-                    start_at=start_at, warm=True, until=str(stop)) for i in range(a.readers)]
+                    start_at=start_at, warm=True, until=str(stop), rate=rate / a.readers, phase=i / a.readers)
+             for i in range(a.readers)]
     time.sleep(max(0.0, start_at - time.time()) + 1)
     build = child("build", a.code, ws=str(ws), index=str(index), dims=dims, full=True)
     stop.touch()
@@ -314,7 +323,7 @@ def _rebuild_beside_readers(ws: Path, index: Path, chunks: int, dims: int, a: ar
     wall = max(x["end"] for x in rs) - min(x["start"] for x in rs)
     return {"build": build, "readers": {"n": a.readers, "queries": len(lat), "qps": len(lat) / wall,
                                          "p50": statistics.median(lat), "p95": _pct(lat, 0.95)},
-            "load_before": load}
+            "load_before": load, "rate": rate}
 
 
 def _ms(x: float) -> str:
@@ -392,15 +401,18 @@ def render(results: list[dict[str, Any]], label: str, code: str | None) -> str:
                     lines.append(f"| {r['build']['chunks']} x {r['dims']} | {x['n']} {kind} | {x['queries']} |"
                                  f" {x['qps']:.1f} | {_ms(x['p50'])} / {_ms(x['p95'])} | {x['load_before']:.1f} |")
     if any("rebuild_beside_readers" in r for r in results):
-        lines += ["", "| chunks x dims | `--full` rebuild alone s | beside warm readers s (ratio) | the readers meanwhile:"
-                  " q/s, p50 / p95 | load |", "|---|---|---|---|---|"]
+        lines += ["", "| chunks x dims | `--full` rebuild alone s | beside warm readers s (ratio) | the readers"
+                  " | what they got meanwhile: q/s, p50 / p95 | load |", "|---|---|---|---|---|---|"]
         for r in results:
-            if "rebuild_beside_readers" in r and "rebuild" in r:
-                x, alone = r["rebuild_beside_readers"], r["rebuild"]["seconds"]
+            for key in ("rebuild_beside_readers", "rebuild_beside_paced_readers"):
+                if key not in r or "rebuild" not in r:
+                    continue
+                x, alone = r[key], r["rebuild"]["seconds"]
                 rd = x["readers"]
+                how = f"offering {x['rate']:g} q/s in total" if x.get("rate") else "querying without pause"
                 lines.append(f"| {r['build']['chunks']} x {r['dims']} | {alone:.1f} | {x['build']['seconds']:.1f}"
-                             f" ({x['build']['seconds'] / alone:.2f}x) | {rd['qps']:.1f}, {_ms(rd['p50'])} /"
-                             f" {_ms(rd['p95'])} ({rd['n']} processes) | {x['load_before']:.1f} |")
+                             f" ({x['build']['seconds'] / alone:.2f}x) | {rd['n']} processes {how} | {rd['qps']:.1f},"
+                             f" {_ms(rd['p50'])} / {_ms(rd['p95'])} | {x['load_before']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -418,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tmp", help="where the corpus and index go (default: a temp folder)")
     ap.add_argument("--rebuild", action="store_true", help="also time a `--full` rebuild after the 1%% change, alone and (with --readers)"
                     " beside the warm readers querying without pause")
+    ap.add_argument("--reader-rate", type=float, default=0.0,
+                    help="with --rebuild: also time the rebuild beside the readers offering this many queries/s in"
+                    " total (paced), e.g. 20, issue 25's target for 8 readers")
     ap.add_argument("--phase", help=argparse.SUPPRESS)
     ap.add_argument("--args", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
