@@ -641,6 +641,11 @@ class IndexWriter:
         self._parts = False  # the index has a parts table (schema 4)
         self._next_part_rid = 1
         self.swapped = False
+        # replace_paths: the old rows of the files this run indexes again, by chunk id, until
+        # finish_replace (an unchanged chunk keeps its row: see replace_paths)
+        self._old_rows: dict[str, tuple[int, bool]] = {}
+        self._kept: set[int] = set()
+        self._replaced: list[str] = []
 
     # context manager: abort on error
     def __enter__(self) -> IndexWriter:
@@ -736,11 +741,57 @@ class IndexWriter:
             conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return removed
 
-    def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
-        computed here, so a writer process does that work)."""
+    def replace_paths(self, paths: Iterable[str]) -> None:
+        """These files are indexed again by this run: their rows go at :meth:`finish_replace`,
+        except the rows of chunks the run inserts unchanged (same chunk id: same source, path,
+        lines, text hash and model), which stay where they are, with their FTS row, vector,
+        code and exchange vectors. An edit to one chunk of a file then rewrites that chunk's
+        rows, not the file's, in every B-tree (chunks, its id and hash indexes, the FTS
+        segments, the codes): what an in-place transaction journals and writes is the change,
+        not the files it touches (issue 25). A kept row keeps its ``updated_at``."""
+        assert self.conn is not None
+        for path in paths:
+            self._replaced.append(path)
+            for rid, cid, has_vec in self.conn.execute(
+                    "SELECT rid, id, embedding IS NOT NULL FROM chunks WHERE path = ?", (path,)):
+                self._old_rows[cid] = (rid, bool(has_vec))
+
+    def finish_replace(self) -> int:
+        """Delete what :meth:`replace_paths` set aside and the run did not insert again (and the
+        replaced files' rows: the run writes them again). Returns how many chunk rows went."""
         assert self.conn is not None
         conn = self.conn
+        gone = sorted(rid for rid, _ in self._old_rows.values() if rid not in self._kept)
+        if gone:
+            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in gone))
+            if self.vec and self.dims:
+                vectors.delete(conn, gone)
+                if self._parts:
+                    vectors.delete_parts(conn, gone)
+            conn.executemany("DELETE FROM chunks WHERE rid = ?", ((r,) for r in gone))
+        conn.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in self._replaced))
+        self._old_rows, self._kept, self._replaced = {}, set(), []
+        return len(gone)
+
+    def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
+        computed here, so a writer process does that work). A row whose chunk is unchanged in a
+        file set aside by :meth:`replace_paths` is not inserted: the old row stays."""
+        assert self.conn is not None
+        conn = self.conn
+        if self._old_rows:
+            keep = []
+            for r in rows:
+                old = self._old_rows.get(r[0])
+                if old is not None and old[0] not in self._kept and old[1] == (r[9] is not None):
+                    self._kept.add(old[0])
+                else:
+                    keep.append(r)
+            if len(keep) < len(rows):
+                rows = keep
+                if not rows:
+                    failpoint("build")
+                    return
         start = self._next_rid
         self._next_rid += len(rows)
         conn.executemany(

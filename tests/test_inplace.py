@@ -290,3 +290,57 @@ def test_the_in_place_bound_grows_with_the_index(monkeypatch):
     assert bound(10_000, 16) and not bound(10_000, 16.1)  # at most 16 MiB
     assert not bound(50, 1, removed=1001) and bound(1000, 1, removed=4000)
     assert not store.edit_in_place(full=True, live_exists=True, source_bytes=1, removed=0, live_bytes=10**10)
+
+
+def _rids(index: Path, path: str) -> dict[tuple[int, int, str], int]:
+    conn = connect(index, readonly=True)
+    try:
+        return {(a, b, h): rid for rid, a, b, h in conn.execute(
+            "SELECT rid, start_line, end_line, hash FROM chunks WHERE path = ?", (path,))}
+    finally:
+        conn.close()
+
+
+def test_an_edit_rewrites_the_edited_chunks_rows_not_the_files(workspace, openai_fake, tmp_path, monkeypatch):
+    """Issue 25: what an in-place run writes follows the change. The unchanged chunks of an edited
+    file keep their rows (rid, FTS row, vector, code); the edited chunk and the new one get new
+    rows; the result is what a full build of the same sources holds, and both integrity checks pass."""
+    monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+    sections = [f"## topic {i}\n" + "".join(f"- fact {i}.{j} about subsystem {i} and its quirks.\n"
+                                             for j in range(12)) for i in range(8)]
+    big = workspace / "memory" / "big.md"
+    big.write_text("".join(sections))
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    before = _rids(s.index_file, "memory/big.md")
+    assert len(before) >= 4
+    n_sent = len(openai_fake.input_texts)
+    # one word of topic 5 changes (same lines); a section is appended
+    sections[5] = sections[5].replace("fact 5.3 about", "fact 5.3 (pelican) about")
+    big.write_text("".join(sections) + "## topic 8\n- the pelican section, new today.\n")
+    summary = run_index(s)
+    assert summary.published == "in place"
+    after = _rids(s.index_file, "memory/big.md")
+    kept = {k: rid for k, rid in after.items() if before.get(k) == rid}
+    new = {k: rid for k, rid in after.items() if k not in before}
+    assert kept and new and len(kept) + len(new) == len(after)
+    assert len(new) <= 3  # the edited chunk (and the chunk around it that overlaps it) and the new one
+    assert min(new.values()) > max(before.values())  # new rows, at the end
+    assert not set(before.values()) - set(kept.values()) & set(after.values())
+    assert len(openai_fake.input_texts) - n_sent == len(new)  # only the changed chunks were embedded
+    full = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "full" / "index.sqlite"))
+    run_index(full, full=True)
+    assert _content(s.index_file) == _content(full.index_file)
+    _assert_sound(s.index_file)
+    with Searcher(s) as searcher:
+        hits = searcher.search("pelican", min_score=0.0, mode="keyword")
+        assert {h.path for h in hits} == {"memory/big.md"}
+        line = next(i for i, t in enumerate(big.read_text().splitlines(), 1) if "(pelican)" in t)
+        assert any(h.start_line <= line <= h.end_line for h in hits)  # the edited chunk's new row
+        assert any(h.end_line >= len(big.read_text().splitlines()) for h in hits)  # the new section
+    # the file shrinks to one chunk: the others go, FTS and codes with them
+    big.write_text(sections[0])
+    run_index(s)
+    assert len(_rids(s.index_file, "memory/big.md")) == 1
+    assert _content(s.index_file) == _content(run_index(full, full=True) and full.index_file)
+    _assert_sound(s.index_file)
