@@ -51,12 +51,13 @@ the cache keeps what the live index does not hold:
 After a publish, :func:`trim` deletes the cache entries whose hash the new live index holds
 (same provider, model and provider_key) and gives the pages back. A lookup
 (:meth:`EmbeddingCache.get_many`) reads the live index first (:class:`LiveVectors`, when its
-meta names the same provider, model, provider_key and dimensions), then the cache. Every crash
-point leaves at worst a vector in both places (the next published run trims it), never in
-neither: a journal is deleted only after the transaction that folded what it keeps committed
-(a crash between the two folds it again: duplicates, nothing lost). An index written before ``idx_chunks_hash`` existed is no record (its vectors are all
-in the cache, as that code never trimmed): it is neither read nor trimmed for until a run that
-builds a new file adds the index.
+meta names the same provider, model, provider_key and dimensions), then this instance's
+journal, then the cache file. Every crash point leaves at worst a vector in both places (the
+next published run trims it), never in neither: a journal is deleted only after the transaction
+that folded what it keeps committed (a crash between the two folds it again: duplicates,
+nothing lost). An index written before ``idx_chunks_hash`` existed is no record (its vectors
+are all in the cache, as that code never trimmed): it is neither read nor trimmed for until a
+run that builds a new file adds the index.
 
 A cache file shared by several indexes (``cache.path`` set for more than one) is trimmed only
 while one index uses it: each run records its index in ``cache_indexes``; with two or more there,
@@ -553,25 +554,26 @@ class EmbeddingCache:
         digest order), delete the journal, then give the freed pages back; the number of entries
         deleted or dropped."""
 
-        def held_of(digests: Iterable[bytes]) -> Iterator[bool]:
+        def held_of(digests: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
             group: list[bytes] = []
             for d in digests:
                 group.append(d)
                 if len(group) >= LOOKUP_GROUP:
                     have = live.has_many([g.hex() for g in group])
-                    yield from (g.hex() in have for g in group)
+                    yield from ((g, g.hex() in have) for g in group)
                     group.clear()
             if group:
                 have = live.has_many([g.hex() for g in group])
-                yield from (g.hex() in have for g in group)
+                yield from ((g, g.hex() in have) for g in group)
 
-        rows = [r[0] for r in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?",
-                                                (self.model_id,))]
-        held = [d for d, h in zip(rows, held_of(rows), strict=True) if h]
+        rows = (r[0] for r in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?",
+                                                (self.model_id,)))
+        held = [d for d, h in held_of(rows) if h]
         with self._lock:
             jdig, joff = self.journal.entries()
         raw = jdig.tobytes()
-        jheld = np.fromiter(held_of(raw[i:i + 32] for i in range(0, len(raw), 32)), dtype=bool, count=len(jdig))
+        jheld = np.fromiter((h for _, h in held_of(raw[i:i + 32] for i in range(0, len(raw), 32))), dtype=bool,
+                            count=len(jdig))
         with self._lock, self._writing():
             w = self._writer()
             with w:
