@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from memory_core import cache_journal as J
-from memory_core.cache import EmbeddingCache, cache_entry_count
+from memory_core.cache import EmbeddingCache, cache_bytes, cache_entry_count
 from memory_core.errors import RunError
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
@@ -105,6 +105,7 @@ def test_get_many_sees_what_the_same_instance_put_and_close_folds_it(tmp_path):
         assert _in_file(path) == set()  # nothing was written to SQLite per response
         assert len(J.journal_paths(path)) == 1
         assert cache_entry_count(path) == len(want)
+        assert cache_bytes(path) >= path.stat().st_size + J.journal_paths(path)[0].stat().st_size  # status sizes
         # an upsert of a hash already in the journal: the newest vector wins, counted once
         cache.put_array([_h(0)], _vec(7)[None, :])
         assert cache.get_many([_h(0)]) == {_h(0): _vec(7).tobytes()} and cache.count() == len(want)
@@ -137,6 +138,35 @@ def test_delete_many_forgets_journal_entries_in_a_replay_too(tmp_path):
     with EmbeddingCache(path, "openai", "m", "k") as cache:
         assert _h(3) not in cache.hashes() and cache.count() == 2 * PER - 1
     assert _in_file(path) == set(_all(2)) - {_h(3)}
+
+
+class _Held:
+    """What trim() asks of the just-published index: which hashes it holds."""
+
+    def __init__(self, hashes: set[str]) -> None:
+        self.hashes = hashes
+
+    def has_many(self, hashes):  # type: ignore[no-untyped-def]
+        return {h for h in hashes if h in self.hashes}
+
+
+def test_trim_drops_what_the_index_holds_and_folds_the_rest_in_key_order(tmp_path):
+    path = tmp_path / "c.sqlite"
+    with EmbeddingCache(path, "openai", "m", "k") as cache:
+        cache.put_array(*_response(9))  # an older entry in the file, held by the index: deleted
+        cache.fold()
+        for r in range(4):
+            cache.put_array(*_response(r))
+        held = set(_response(0)[0]) | set(_response(9)[0])
+        assert cache.trim(_Held(held)) == 2 * PER  # type: ignore[arg-type]
+        assert J.journal_paths(path) == []
+        assert cache.get_many(list(_all(4))) == {h: v for h, v in _all(4).items() if h not in held}
+    conn = connect(path, readonly=True)
+    try:
+        keys = [h for (h,) in conn.execute("SELECT hash FROM cache_vectors ORDER BY rid")]
+    finally:
+        conn.close()
+    assert keys == sorted(keys) and len(keys) == 3 * PER  # appended in key order: one pass over the key index
 
 
 def test_evict_folds_the_journal_then_counts_the_file(tmp_path):
