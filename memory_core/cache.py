@@ -1,9 +1,38 @@
 """The embedding cache: the durable record of what embeddings were already paid for.
 
 It lives in its own SQLite file (WAL mode), outside the temp index, so it survives failed
-and killed runs. Every provider response is committed as it arrives. Entries are keyed by
-``(provider, model, provider_key, chunk hash)``; ``provider_key`` hashes everything that
-changes vectors (provider, base URL, model, dimensions, non-secret headers), never a key.
+and killed runs. Entries are keyed by ``(provider, model, provider_key, chunk hash)``;
+``provider_key`` hashes everything that changes vectors (provider, base URL, model, dimensions,
+non-secret headers), never a key.
+
+Every provider response is stored as it arrives, in a journal beside the cache file
+(memory_core/cache_journal.py), not in SQLite: ``<cache file>-journal-<uuid>``, one per
+:class:`EmbeddingCache` instance (a run, a batch thread, a Prefect task), created at its first
+write and held under an exclusive ``flock`` while the instance lives. A response is one record
+(digests, float32 vectors, crc32) written with one ``pwritev``. Why (measured): committing each
+response to SQLite inserted its R random 32-byte keys into the key index, and once R exceeded
+that index's page count every commit wrote the whole index to the WAL again: O(N^2/R) bytes. A
+1M x 1536-d cold build wrote 33,358 MiB for ~5,900 MiB of vectors (5.5x), and the publish then
+trimmed them all. The instance keeps a map digest -> offset of its records (sorted numpy arrays,
+~40 bytes an entry) so its lookups (:meth:`EmbeddingCache.get_many`, ``has_many``, ``hashes``,
+``count``, ``is_empty``) see what it stored; a streamed build re-reads its own vectors that way.
+
+Where journal entries go: after a publish, :meth:`EmbeddingCache.trim` drops those the new live
+index holds and inserts the rest into ``cache_vectors`` in one transaction, in key order (each
+key-index page written once), then deletes the journal; when there is no trim (a shared cache,
+``cache.enabled = false``, a failed run), :meth:`EmbeddingCache.close` does the same without
+dropping anything (:meth:`EmbeddingCache.fold`); ``evict`` folds first, then counts the file.
+``delete_many`` forgets journal entries too and appends a drop record, so a replay does not bring
+them back.
+
+Crashes: a journal whose owner died (its lock can be taken) is an orphan; every instance folds
+the orphans it finds when it opens, before any lookup (:meth:`EmbeddingCache.recover`), then
+deletes them. A record cut short by the kill, or with a bad crc32, ends that file's replay: the
+records before it count. Durability is what the cache had with ``synchronous=NORMAL`` in WAL
+mode: a record is in the page cache once ``pwritev`` returns, so a killed process loses no
+answered request; nothing is fsynced, so a power loss can lose the last responses (embedded
+again: a cost). A journal of another live instance is left to it; its vectors are invisible to
+others until it folds them (they may be embedded twice: a cost, never a wrong vector).
 
 ``max_entries`` caps the size; eviction removes the oldest ``updated_at`` first. Reads
 refresh nothing (a hit does not rewrite the row), so a lookup stays a pure read.
@@ -12,7 +41,7 @@ One float32 copy of a vector where one suffices (issue 25): the live index is th
 vectors it holds (``chunks.embedding``, found by chunk hash through ``idx_chunks_hash``), and
 the cache keeps what the live index does not hold:
 
-* vectors received during a run, committed per response, until the run's index is published
+* vectors received during a run, journaled per response, until the run's index is published
   (a killed run loses nothing, as before);
 * vectors of chunks that leave the index: before a run publishes, the vectors of the chunks the
   old live index has and the new one will not (edited or deleted files; every vector when the
@@ -22,11 +51,13 @@ the cache keeps what the live index does not hold:
 After a publish, :func:`trim` deletes the cache entries whose hash the new live index holds
 (same provider, model and provider_key) and gives the pages back. A lookup
 (:meth:`EmbeddingCache.get_many`) reads the live index first (:class:`LiveVectors`, when its
-meta names the same provider, model, provider_key and dimensions), then the cache. Every crash
-point leaves at worst a vector in both places (the next published run trims it), never in
-neither. An index written before ``idx_chunks_hash`` existed is no record (its vectors are all
-in the cache, as that code never trimmed): it is neither read nor trimmed for until a run that
-builds a new file adds the index.
+meta names the same provider, model, provider_key and dimensions), then this instance's
+journal, then the cache file. Every crash point leaves at worst a vector in both places (the
+next published run trims it), never in neither: a journal is deleted only after the transaction
+that folded what it keeps committed (a crash between the two folds it again: duplicates,
+nothing lost). An index written before ``idx_chunks_hash`` existed is no record (its vectors
+are all in the cache, as that code never trimmed): it is neither read nor trimmed for until a
+run that builds a new file adds the index.
 
 A cache file shared by several indexes (``cache.path`` set for more than one) is trimmed only
 while one index uses it: each run records its index in ``cache_indexes``; with two or more there,
@@ -39,6 +70,7 @@ trimmed; what only a recorded index held is embedded again if that index file is
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -50,8 +82,9 @@ from typing import Any
 import apsw
 import numpy as np
 
+from memory_core import cache_journal as J
 from memory_core.errors import RunError
-from memory_core.store import connect, safe_open
+from memory_core.store import UnsafePathError, connect, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +243,9 @@ class EmbeddingCache:
         # indexes whose vectors of this model are read before the cache's (see the module doc):
         # the run's own live index, then the other indexes recorded as using this cache
         self.live: list[LiveVectors] = []
+        # this instance's writes (see the module doc): created at the first one
+        self.journal = J.Journal(self.path, J.identity_bytes(provider, model, provider_key))
+        self.recover()
 
     def _open(self) -> None:
         self.conn = None
@@ -267,11 +303,90 @@ class EmbeddingCache:
             self._writer().execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
+        """Fold this instance's journal into the cache (one sorted transaction) and close. A
+        fold that fails (disk full) leaves the journal for the next instance to fold."""
         self.close_live()
-        if self._wconn is not None:
-            self._wconn.close()
-            self._wconn = None
-        self.conn.close()
+        try:
+            self.fold()
+        except (RunError, OSError) as exc:
+            log.warning("%s; the journal %s is kept and folded by the next run", exc, self.journal.path)
+            self.journal.release()
+        finally:
+            if self._wconn is not None:
+                self._wconn.close()
+                self._wconn = None
+            self.conn.close()
+
+    # -- the journal (module doc) ------------------------------------------------------------
+    _UPSERT = ("INSERT INTO cache_vectors(model_id, hash, embedding, dims, updated_at) VALUES(?,?,?,?,?)"
+               " ON CONFLICT DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims,"
+               " updated_at = excluded.updated_at")
+
+    def _model_id_of(self, w: apsw.Connection, identity: tuple[str, str, str]) -> int:
+        w.execute("INSERT OR IGNORE INTO cache_models(provider, model, provider_key) VALUES(?,?,?)", identity)
+        return int(w.execute("SELECT id FROM cache_models WHERE provider = ? AND model = ? AND provider_key = ?",
+                             identity).fetchone()[0])
+
+    def fold(self) -> int:
+        """Insert this instance's journal entries into ``cache_vectors`` in digest order, in one
+        transaction (each page of the key index written once), then delete the journal; the
+        number folded. After it, later writes start a new journal."""
+        with self._lock:
+            if self.journal.fd is None:
+                return 0
+            digests, offsets = self.journal.entries()
+            if len(digests):
+                with self._writing():
+                    w = self._writer()
+                    with w:
+                        w.executemany(self._UPSERT, ((self.model_id, d, emb, dims, t)
+                                                     for d, emb, dims, t in self.journal.rows(digests, offsets)))
+            self.journal.discard()
+            return len(digests)
+
+    def recover(self) -> int:
+        """Fold every orphan journal beside the cache (its owner died: its lock could be taken)
+        into ``cache_vectors``, each in one transaction in digest order, and delete it. Records
+        after a torn or damaged one are lost (embedded again when needed). A journal whose owner
+        is alive is left to it: its vectors are not seen here until it folds them (a cost: they
+        may be embedded twice; never a wrong vector). The number of vectors folded."""
+        folded = 0
+        for path in J.journal_paths(self.path):
+            if path == self.journal.path:
+                continue
+            try:
+                fd = J.take_orphan(path)
+            except (OSError, UnsafePathError) as exc:
+                log.warning("cannot read the embedding cache journal %s (%s); left as it is", path, exc)
+                continue
+            if fd is None:
+                continue
+            try:
+                sc = J.scan(fd)
+                if sc.identity is None and os.fstat(fd).st_size > 0:
+                    log.warning("%s is no embedding cache journal (or its header is damaged); left as it is", path)
+                    continue
+                if sc.damaged_at is not None:
+                    log.warning("the embedding cache journal %s is damaged or cut short at byte %d: the %d records"
+                                " before it are kept", path, sc.damaged_at, sc.records)
+                if len(sc) and sc.identity is not None:
+                    with self._lock, self._writing():
+                        w = self._writer()
+                        with w:
+                            model_id = self._model_id_of(w, sc.identity)
+                            w.executemany(self._UPSERT, ((model_id, d, emb, dims, t)
+                                                         for d, emb, dims, t in J.scan_rows(fd, sc)))
+                    folded += len(sc)
+                os.unlink(path)
+            except RunError as exc:
+                log.warning("%s; the journal %s is folded by a later run", exc, path)
+            except OSError as exc:
+                log.warning("cannot fold the embedding cache journal %s (%s); left as it is", path, exc)
+            finally:
+                os.close(fd)
+        if folded:
+            log.info("folded %d vectors of an interrupted run's journal into the embedding cache", folded)
+        return folded
 
     def close_live(self) -> None:
         for live in self.live:
@@ -304,6 +419,10 @@ class EmbeddingCache:
             if rest:
                 got.update(self._ask(live, live.get_many, rest))
                 rest = [h for h in rest if h not in got]
+        if rest and self.journal:
+            with self._lock:
+                got.update((d.hex(), emb) for d, emb in self.journal.get(_digests(rest)).items())
+            rest = [h for h in rest if h not in got]
         got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest) if _valid_vector(emb))
         return got
 
@@ -326,12 +445,22 @@ class EmbeddingCache:
             if rest:
                 held |= self._ask(live, live.has_many, rest)
                 rest = [h for h in rest if h not in held]
+        if rest and self.journal:
+            with self._lock:
+                found = self.journal.lookup(_digests(rest))
+            held.update(h for h, off in zip(rest, found, strict=True) if off >= 0)
+            rest = [h for h, off in zip(rest, found, strict=True) if off < 0]
         return held | {r[0].hex() for r in self._select("hash", rest)}
 
     def hashes(self) -> set[str]:
-        """Every chunk hash cached for this (provider, model, provider_key)."""
-        return {r[0].hex() for r in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?",
-                                                      (self.model_id,))}
+        """Every chunk hash cached for this (provider, model, provider_key): in the cache file
+        or this instance's journal."""
+        with self._lock:
+            digests, _ = self.journal.entries()
+        raw = digests.tobytes()
+        out = {raw[i:i + 32].hex() for i in range(0, len(raw), 32)}
+        return out | {r[0].hex() for r in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?",
+                                                            (self.model_id,))}
 
     def put_many(self, items: Sequence[tuple[str, bytes]], dims: int) -> None:
         """Store vectors and commit at once (one provider response = one transaction)."""
@@ -343,28 +472,27 @@ class EmbeddingCache:
         if all(len(emb) == size for _, emb in items):
             self._put_packed([h for h, _ in items], b"".join(emb for _, emb in items), dims)
             return
-        digests = _digests([h for h, _ in items])
+        by_size: dict[int, list[tuple[bytes, bytes]]] = {}
+        for d, (_, emb) in zip(_digests([h for h, _ in items]), items, strict=True):
+            by_size.setdefault(len(emb), []).append((d, emb))
         now = int(time.time() * 1000)
-        with self._lock, self._writing():
-            w = self._writer()
-            with w:
-                w.executemany(
-                    "INSERT INTO cache_vectors(model_id, hash, embedding, dims, updated_at) VALUES(?,?,?,?,?)"
-                    " ON CONFLICT DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims,"
-                    " updated_at = excluded.updated_at",
-                    ((self.model_id, d, emb, dims, now) for d, (_, emb) in zip(digests, items, strict=True)),
-                )
+        with self._lock, self._journaling():
+            for n, group in by_size.items():
+                self.journal.put([d for d, _ in group], b"".join(e for _, e in group), n // 4, now)
 
     def delete_many(self, hashes: Sequence[str]) -> None:
         """Forget the vectors of ``hashes`` (for this model): a provider answered them twice,
         differently, so neither answer is trusted and they are embedded again."""
         if not hashes:
             return
+        digests = _digests(list(hashes))
+        with self._lock, self._journaling():
+            self.journal.drop(digests, int(time.time() * 1000))
         with self._lock, self._writing():
             w = self._writer()
             with w:
                 w.executemany("DELETE FROM cache_vectors WHERE model_id = ? AND hash = ?",
-                              ((self.model_id, d) for d in _digests(list(hashes))))
+                              ((self.model_id, d) for d in digests))
 
     def put_array(self, hashes: Sequence[str], vectors: np.ndarray) -> None:
         """Store the rows of a float32 (n, dims) array under ``hashes`` and commit at once."""
@@ -375,29 +503,30 @@ class EmbeddingCache:
             raise ValueError(f"{len(hashes)} hashes but vectors of shape {arr.shape}")
         if not (np.isfinite(arr).all() and (np.abs(arr).max(axis=1) > 0).all()):
             raise ValueError("refusing to cache a zero, NaN or infinite vector")
-        self._put_packed(list(hashes), arr.tobytes(), int(arr.shape[1]))
+        self._put_packed(list(hashes), arr.reshape(-1).view(np.uint8).data, int(arr.shape[1]))
 
-    def _put_packed(self, hashes: list[str], packed: bytes, dims: int) -> None:
-        # One statement for the whole response: SQLite slices the packed digests and vectors
-        # itself, so the GIL is released for the whole insert (a per-row executemany needs it
-        # back every row, which stalls behind a busy thread) and no per-row objects are made.
-        digests = b"".join(_digests(hashes))
+    def _put_packed(self, hashes: list[str], packed: Any, dims: int) -> None:
+        # One record for the whole response, written with one pwritev (the vectors straight from
+        # the caller's buffer: no copy).
+        digests = _digests(hashes)
         now = int(time.time() * 1000)
-        with self._lock, self._writing():
-            w = self._writer()
-            with w:
-                w.execute(
-                    "INSERT INTO cache_vectors(model_id, hash, embedding, dims, updated_at)"
-                    " SELECT ?1, substr(?2, j.key * 32 + 1, 32), substr(?3, j.key * ?4 + 1, ?4), ?5, ?6"
-                    " FROM json_each(?7) AS j WHERE true ON CONFLICT DO UPDATE SET"
-                    " embedding = excluded.embedding, dims = excluded.dims, updated_at = excluded.updated_at",
-                    (self.model_id, digests, packed, dims * 4, dims, now, f"[{'0,' * (len(hashes) - 1)}0]"),
-                )
+        with self._lock, self._journaling():
+            self.journal.put(digests, packed, dims, now)
+
+    @contextlib.contextmanager
+    def _journaling(self) -> Iterator[None]:
+        """A write to the journal that fails (disk full, I/O) is a run failure with one line."""
+        try:
+            yield
+        except OSError as exc:
+            what = "the disk is full" if exc.errno == errno.ENOSPC else str(exc)
+            raise RunError(f"cannot write the embedding cache journal beside {self.path}: {what}; the live index"
+                           " was left as it was") from exc
 
     def is_empty(self) -> bool:
         """True when there is no vector for this (provider, model, provider_key): no cache
         entry, and no live index holding vectors of it."""
-        if any(not live.is_empty() for live in self.live):
+        if any(not live.is_empty() for live in self.live) or self.journal:
             return False
         return self.conn.execute("SELECT 1 FROM cache_vectors WHERE model_id = ? LIMIT 1",
                                  (self.model_id,)).fetchone() is None
@@ -421,21 +550,30 @@ class EmbeddingCache:
 
     def trim(self, live: LiveVectors) -> int:
         """Delete the entries of this model whose hash ``live`` (the just-published index) holds,
-        then give the freed pages back; the number deleted."""
-        held: list[bytes] = []
-        group: list[bytes] = []
+        drop the journal's entries it holds and fold the rest of the journal in (one transaction,
+        digest order), delete the journal, then give the freed pages back; the number of entries
+        deleted or dropped."""
 
-        def check() -> None:
-            have = live.has_many([d.hex() for d in group])
-            held.extend(d for d in group if d.hex() in have)
-            group.clear()
+        def held_of(digests: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
+            group: list[bytes] = []
+            for d in digests:
+                group.append(d)
+                if len(group) >= LOOKUP_GROUP:
+                    have = live.has_many([g.hex() for g in group])
+                    yield from ((g, g.hex() in have) for g in group)
+                    group.clear()
+            if group:
+                have = live.has_many([g.hex() for g in group])
+                yield from ((g, g.hex() in have) for g in group)
 
-        for (digest,) in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?", (self.model_id,)):
-            group.append(digest)
-            if len(group) >= LOOKUP_GROUP:
-                check()
-        if group:
-            check()
+        rows = (r[0] for r in self.conn.execute("SELECT hash FROM cache_vectors WHERE model_id = ?",
+                                                (self.model_id,)))
+        held = [d for d, h in held_of(rows) if h]
+        with self._lock:
+            jdig, joff = self.journal.entries()
+        raw = jdig.tobytes()
+        jheld = np.fromiter((h for _, h in held_of(raw[i:i + 32] for i in range(0, len(raw), 32))), dtype=bool,
+                            count=len(jdig))
         with self._lock, self._writing():
             w = self._writer()
             with w:
@@ -447,9 +585,14 @@ class EmbeddingCache:
                 else:
                     w.executemany("DELETE FROM cache_vectors WHERE model_id = ? AND hash = ?",
                                   ((self.model_id, d) for d in held))
+                keep = ~jheld
+                if keep.any():  # digest order: the key index's pages are each written once
+                    w.executemany(self._UPSERT, ((self.model_id, d, emb, dims, t) for d, emb, dims, t
+                                                 in self.journal.rows(jdig[keep], joff[keep])))
+            self.journal.discard()
         if held:
             self.reclaim()
-        return len(held)
+        return len(held) + int(jheld.sum())
 
     def reclaim(self) -> None:
         """Give free pages back to the file system when they are a large part of the file: one
@@ -469,15 +612,27 @@ class EmbeddingCache:
             w.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def count(self, *, all_models: bool = False) -> int:
+        """Entries in the cache file, plus those of this instance's journal it does not hold."""
+        with self._lock:
+            digests, _ = self.journal.entries()
+        raw = digests.tobytes()
+        both = 0
+        for i in range(0, len(raw), 32 * LOOKUP_GROUP):
+            group = [raw[j:j + 32] for j in range(i, min(len(raw), i + 32 * LOOKUP_GROUP), 32)]
+            both += self.conn.execute(f"SELECT count(*) FROM cache_vectors WHERE model_id = ? AND hash IN"
+                                      f" ({','.join('?' * len(group))})", (self.model_id, *group)).fetchone()[0]
+        extra = len(digests) - both
         if all_models:
-            return self.conn.execute("SELECT count(*) FROM cache_vectors").fetchone()[0]
+            return self.conn.execute("SELECT count(*) FROM cache_vectors").fetchone()[0] + extra
         return self.conn.execute("SELECT count(*) FROM cache_vectors WHERE model_id = ?",
-                                 (self.model_id,)).fetchone()[0]
+                                 (self.model_id,)).fetchone()[0] + extra
 
     def evict(self, max_entries: int | None) -> int:
-        """Delete the oldest entries beyond ``max_entries`` (all models together)."""
+        """Fold the journal in, then delete the oldest entries beyond ``max_entries`` (all models
+        together)."""
         if not max_entries:
             return 0
+        self.fold()
         total = self.count(all_models=True)
         excess = total - max_entries
         if excess <= 0:
@@ -491,19 +646,31 @@ class EmbeddingCache:
 
 
 def cache_entry_count(path: Path) -> int | None:
-    """Entries in the cache file at ``path`` (read-only); None when there is no cache."""
+    """Entries in the cache file at ``path`` and in its journals (read-only; a journal's are
+    counted without checking them); None when there is no cache."""
     if not Path(path).exists():
         return None
+    journaled = sum(J.entry_count(p) for p in J.journal_paths(Path(path)))
     try:
         conn = connect(path, readonly=True)
         try:
             table = "cache_vectors" if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_vectors'").fetchone() \
                 else "embedding_cache"
-            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] + journaled
         finally:
             conn.close()
     except apsw.Error:
         return None
+
+
+def cache_bytes(path: Path) -> int:
+    """Bytes of the cache file at ``path``, its WAL and its journals."""
+    files = [Path(str(path) + x) for x in ("", "-wal")] + J.journal_paths(Path(path))
+    total = 0
+    for f in files:
+        with contextlib.suppress(OSError):
+            total += f.stat().st_size
+    return total
 
 
 # -- the live index as the record of the vectors it holds ----------------------------------------

@@ -3,7 +3,6 @@ and what each of its bytes is for (:data:`SIZE_LINES`, :func:`index_sizes`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -93,6 +92,8 @@ def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache
                 measure: bool = False) -> dict[str, int]:
     """Bytes per purpose (:data:`SIZE_LINES`). Without ``measure`` only what costs no scan: the
     vectors' bytes (rows x dims x 4), the bits' blobs, free pages, the cache file."""
+    from memory_core.cache import cache_bytes
+
     vb = vectors.sizes(conn, dims)
     parts = vb["part_vectors"] * int(dims or 0) * 4
     out = {"vectors_float32": vb["float32_bytes"] - parts, "exchange_parts_float32": parts,
@@ -108,8 +109,7 @@ def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache
     else:
         out["rest"] = max(0, index_bytes - sum(out.values()) - free)
     out["free"] = free
-    out["cache"] = sum(os.path.getsize(str(cache_file) + x) for x in ("", "-wal")
-                       if os.path.exists(str(cache_file) + x))
+    out["cache"] = cache_bytes(cache_file)  # the file, its WAL and its journals
     return out
 
 
