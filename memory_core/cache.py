@@ -245,6 +245,9 @@ class EmbeddingCache:
         self.live: list[LiveVectors] = []
         # this instance's writes (see the module doc): created at the first one
         self.journal = J.Journal(self.path, J.identity_bytes(provider, model, provider_key))
+        # True for a cache that lives and dies with one run (its work folder): close() then
+        # drops the journal instead of folding it into a file about to be deleted
+        self.throwaway = False
         self.recover()
 
     def _open(self) -> None:
@@ -307,7 +310,11 @@ class EmbeddingCache:
         fold that fails (disk full) leaves the journal for the next instance to fold."""
         self.close_live()
         try:
-            self.fold()
+            if self.throwaway:  # a run's own cache (``cache.enabled = false``): deleted next
+                with self._lock:
+                    self.journal.discard()
+            else:
+                self.fold()
         except (RunError, OSError) as exc:
             log.warning("%s; the journal %s is kept and folded by the next run", exc, self.journal.path)
             self.journal.release()

@@ -273,6 +273,24 @@ def test_a_successful_run_leaves_no_journal_and_no_vector_the_index_holds(worksp
     assert run_index(s, full=True).chunks_embedded == 0
 
 
+def test_with_the_cache_disabled_the_run_cache_and_its_journal_go_with_the_run(workspace, openai_fake, monkeypatch):
+    """``cache.enabled = false``: the run's own cache (in its work folder) is dropped, journal and
+    all, without folding the journal into a file about to be deleted; nothing is left beside the
+    index, and the next run still takes the live index's vectors (it is their record)."""
+    s = openai_settings(workspace, openai_fake, cache={"enabled": False}, remote={"max_inputs_per_request": 4})
+    folded: list[int] = []
+    real_fold = EmbeddingCache.fold
+    monkeypatch.setattr(EmbeddingCache, "fold", lambda self: folded.append(1) or real_fold(self))
+    first = run_index(s)
+    assert first.chunks_embedded > 0 and not folded
+    assert not s.cache_file.exists()
+    assert not [p for p in s.index_file.parent.rglob("*") if "-journal-" in p.name or "run-cache" in p.name]
+    (workspace / "memory" / "new-note.md").write_text("# New\nThe pelican rota changed on Tuesday.\n")
+    n = len(openai_fake.input_texts)
+    second = run_index(s)
+    assert second.chunks_embedded == len(openai_fake.input_texts) - n == 1
+
+
 def test_a_failed_run_keeps_its_vectors_folded_at_close(workspace, openai_fake, monkeypatch):
     import memory_core.index.pipeline as P
 

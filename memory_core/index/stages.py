@@ -382,6 +382,7 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
     cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    cache.throwaway = not settings.cache.enabled
     try:
         if settings.cache.enabled:
             cache.register_index(Path(plan.index_path))
