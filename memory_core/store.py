@@ -547,7 +547,17 @@ BUILD_PRAGMAS = (
     "PRAGMA cache_size=-65536",  # 64 MiB
     "PRAGMA locking_mode=EXCLUSIVE",
 )
-NEW_FILE_PAGE_SIZE = 65536
+# New index files get 4 KiB pages (SQLite's default; 64 KiB before issue 25). An in-place edit
+# journals and writes every page it touches, and each edited chunk touches a page at a random
+# place in each of ~8 B-trees (its row, the id, hash, path and source indexes, the FTS docsize
+# and segments, the codes), so what an edit writes grows with the page size. A 1% change
+# (bench.scale, same session): at 200k x 1536 chunks 341 MiB written with 64 KiB pages, 252 with
+# 8 KiB, 183 with 4 KiB (99 with replace_paths' kept rows); at 1M x 1536, 1,247 MiB -> 415 MiB
+# (4 KiB pages and kept rows), the run's peak RSS 1,026 -> 567 MiB (cache_spill is off: the
+# dirty pages stay in memory until the commit). The file is as big either way (a 1,536-d row's
+# 6 KiB vector fills one overflow page whole). Cost: the full build's CPU +10-20% (more pages to
+# manage; within this VM's noise at 1M: 286 vs 321 s); the queries the same within noise.
+NEW_FILE_PAGE_SIZE = 4096
 # Editing the live file: a real rollback journal and full syncs (the commit is the swap), the
 # change held in memory until the commit (no spill, which would lock readers out earlier).
 IN_PLACE_PRAGMAS = (
