@@ -22,6 +22,7 @@ from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
+from tests.test_cache_one_copy import _index_hashes
 
 MODEL = "text-embedding-3-small"
 DIMS = 8
@@ -255,14 +256,6 @@ def test_two_instances_in_one_process_keep_their_own_journals(tmp_path):
 
 
 # -- runs ------------------------------------------------------------------------------------------
-
-def _index_hashes(index: Path) -> set[str]:
-    conn = connect(index, readonly=True)
-    try:
-        return {h for (h,) in conn.execute("SELECT hash FROM chunks")}
-    finally:
-        conn.close()
-
 
 def test_a_successful_run_leaves_no_journal_and_no_vector_the_index_holds(workspace, openai_fake):
     s = openai_settings(workspace, openai_fake, remote={"max_inputs_per_request": 4})
