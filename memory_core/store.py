@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import apsw
 
@@ -453,8 +453,10 @@ def blob_of(value: SQLiteValue) -> bytes:
 
 # -- reading the live index ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class LiveFile:
+class LiveFile(NamedTuple):
+    """A ``files`` row of the live index. A NamedTuple: a no-change run reads one per indexed file
+    (242k at 1M chunks), and a tuple is built ~3x faster than a frozen dataclass."""
+
     path: str
     source: str
     hash: str
@@ -498,10 +500,10 @@ def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 def read_live_files(path: Path) -> dict[str, LiveFile]:
     conn = connect(path, readonly=True, immutable=True)
     try:
-        return {
-            r[0]: LiveFile(r[0], r[1], r[2], int(r[3]), int(r[4]), int(r[5]), r[6])
-            for r in conn.execute("SELECT path, source, hash, mtime, size, chunks, lines FROM files")
-        }
+        make = LiveFile._make
+        rows = conn.execute("SELECT path, source, hash, CAST(mtime AS INTEGER), CAST(size AS INTEGER),"
+                            " CAST(chunks AS INTEGER), lines FROM files")
+        return {r[0]: make(r) for r in rows}
     finally:
         conn.close()
 

@@ -23,6 +23,7 @@ import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from memory_core.config import Settings
@@ -105,12 +106,14 @@ def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
                 continue
 
 
-def _display_path(abs_path: str, workspace: str) -> str:
+def _display_path(abs_path: str, workspace: str, prefix: str | None = None) -> str:
     """Workspace-relative POSIX path, or the absolute POSIX path for files outside it.
 
     Plain string work: paths here are built by joining onto the (absolute, normalised)
-    workspace, and this runs once per file on every run."""
-    prefix = workspace.rstrip(os.sep) + os.sep
+    workspace, and this runs once per file on every run (``prefix``: the workspace's, made once
+    by the caller)."""
+    if prefix is None:
+        prefix = workspace.rstrip(os.sep) + os.sep
     if abs_path.startswith(prefix):
         rel = abs_path[len(prefix):]
     else:
@@ -119,14 +122,10 @@ def _display_path(abs_path: str, workspace: str) -> str:
     return rel.replace(os.sep, "/") if os.sep != "/" else rel
 
 
-def _entry(abs_path: str, st: os.stat_result, workspace: str, source: str, path: str | None = None) -> FileEntry:
-    return FileEntry(
-        path=path or _display_path(abs_path, workspace),
-        abs_path=abs_path,
-        source=source,
-        mtime_ms=int(st.st_mtime_ns // 1_000_000),
-        size=st.st_size,
-    )
+def _entry(abs_path: str, st: os.stat_result, workspace: str, source: str, path: str | None = None,
+           prefix: str | None = None) -> FileEntry:
+    return FileEntry(path or _display_path(abs_path, workspace, prefix), abs_path, source,
+                     st.st_mtime_ns // 1_000_000, st.st_size)
 
 
 def discover_files(settings: Settings) -> Discovery:
@@ -139,6 +138,7 @@ def discover_files(settings: Settings) -> Discovery:
     # inside memory/, a hard link, MEMORY.md vs memory.md on a case-insensitive disk). Cheaper
     # than realpath, and exact since symlinks are never followed.
     found: dict[tuple[int, int], FileEntry] = {}
+    prefix = ws.rstrip(os.sep) + os.sep
 
     def add(abs_path: str, source: str, path: str | None = None) -> None:
         try:
@@ -150,7 +150,7 @@ def discover_files(settings: Settings) -> Discovery:
         key = (st.st_dev, st.st_ino)
         if key in found:
             return
-        found[key] = _entry(abs_path, st, ws, source, path)
+        found[key] = _entry(abs_path, st, ws, source, path, prefix)
 
     if "memory" in settings.sources:
         for name in ("MEMORY.md", "memory.md"):
@@ -196,7 +196,7 @@ def discover_files(settings: Settings) -> Discovery:
         else:
             warnings.append(f"sessions directory {sdir} does not exist; no transcripts indexed")
 
-    files = sorted(found.values(), key=lambda f: (f.path, f.source))
+    files = sorted(found.values(), key=attrgetter("path", "source"))
     return Discovery(files=files, warnings=warnings)
 
 
