@@ -742,16 +742,22 @@ class IndexWriter:
         removed = 0
         for path in paths:
             rids = [r[0] for r in conn.execute("SELECT rid FROM chunks WHERE path = ?", (path,))]
-            if rids:
-                removed += len(rids)
-                conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
-                if self.vec and self.dims:
-                    vectors.delete(conn, rids)
-                    if self._parts:
-                        vectors.delete_parts(conn, rids)
-                conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
+            removed += self._delete_rows(rids)
             conn.execute("DELETE FROM files WHERE path = ?", (path,))
         return removed
+
+    def _delete_rows(self, rids: Sequence[int]) -> int:
+        """Remove these chunk rows and what hangs off them (FTS row, code, exchange vectors)."""
+        assert self.conn is not None
+        conn = self.conn
+        if rids:
+            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
+            if self.vec and self.dims:
+                vectors.delete(conn, rids)
+                if self._parts:
+                    vectors.delete_parts(conn, rids)
+            conn.executemany("DELETE FROM chunks WHERE rid = ?", ((r,) for r in rids))
+        return len(rids)
 
     def replace_paths(self, paths: Iterable[str]) -> None:
         """These files are indexed again by this run: their rows go at :meth:`finish_replace`,
@@ -772,18 +778,10 @@ class IndexWriter:
         """Delete what :meth:`replace_paths` set aside and the run did not insert again (and the
         replaced files' rows: the run writes them again). Returns how many chunk rows went."""
         assert self.conn is not None
-        conn = self.conn
-        gone = sorted(rid for rid, _ in self._old_rows.values() if rid not in self._kept)
-        if gone:
-            conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in gone))
-            if self.vec and self.dims:
-                vectors.delete(conn, gone)
-                if self._parts:
-                    vectors.delete_parts(conn, gone)
-            conn.executemany("DELETE FROM chunks WHERE rid = ?", ((r,) for r in gone))
-        conn.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in self._replaced))
+        gone = self._delete_rows(sorted(rid for rid, _ in self._old_rows.values() if rid not in self._kept))
+        self.conn.executemany("DELETE FROM files WHERE path = ?", ((p,) for p in self._replaced))
         self._old_rows, self._kept, self._replaced = {}, set(), []
-        return len(gone)
+        return gone
 
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
