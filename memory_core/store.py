@@ -65,8 +65,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import apsw
+import numpy as np
 
-from memory_core import vectors
+from memory_core import index_changes, vectors
 from memory_core.errors import (
     IndexDamagedError,
     IndexLockedError,
@@ -658,6 +659,10 @@ class IndexWriter:
         self._old_rows: dict[str, tuple[int, bool]] = {}
         self._kept: set[int] = set()
         self._replaced: list[str] = []
+        # the change log (memory_core.index_changes) of an incremental run: the state it started
+        # from and the chunk rows it removed
+        self._before: str | None = None
+        self._deleted: list[int] = []
 
     # context manager: abort on error
     def __enter__(self) -> IndexWriter:
@@ -700,6 +705,8 @@ class IndexWriter:
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
             self._open_parts(conn)
+            if not self.full:
+                self._before = index_changes.meta_digest(conn)
             conn.execute("BEGIN")
         except OSError as exc:
             self.abort()
@@ -724,6 +731,7 @@ class IndexWriter:
             self._next_rid = (row[0] or 0) + 1
             self._first_new_rid = self._next_rid
             self._open_parts(conn)
+            self._before = index_changes.meta_digest(conn)
         except apsw.Error as exc:
             self.abort()
             raise RunError(f"cannot open the index at {self.live_path} for an update: {exc}") from exc
@@ -751,6 +759,7 @@ class IndexWriter:
         assert self.conn is not None
         conn = self.conn
         if rids:
+            self._deleted.extend(rids)
             conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", ((r,) for r in rids))
             if self.vec and self.dims:
                 vectors.delete(conn, rids)
@@ -917,6 +926,7 @@ class IndexWriter:
         conn = self.conn
         try:
             conn.execute(HASH_INDEX_SQL)  # a full build's, in one sorted pass (open)
+            self._log_change()
             conn.execute("COMMIT")
             conn.execute("PRAGMA optimize")
             conn.close()
@@ -927,10 +937,18 @@ class IndexWriter:
         except apsw.Error as exc:
             raise RunError(f"cannot finish the new index: {exc}") from exc
 
+    def _log_change(self) -> None:
+        """An incremental run's row of the change log, in its transaction (see
+        :mod:`memory_core.index_changes`): long-lived readers update what they keep by it."""
+        if self._before is not None and self.conn is not None:
+            index_changes.record(self.conn, self._before, np.asarray(self._deleted, dtype=np.int64),
+                                 self._first_new_rid)
+
     def _commit_in_place(self) -> None:
         assert self.conn is not None
         conn = self.conn
         try:
+            self._log_change()
             failpoint("before-swap")
             conn.execute("COMMIT")  # journal synced, pages written and synced, journal deleted
             self.swapped = True

@@ -35,13 +35,14 @@ write of 8 bytes), appended rows go to the last block while it has room, else a 
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
 
 import apsw
 import numpy as np
+
+from memory_core import index_changes
 
 BITS_TABLE = "chunks_bits"
 PARTS_TABLE = "chunk_parts"
@@ -261,13 +262,19 @@ def cosines(qvec: np.ndarray, rows: Sequence[tuple[int, bytes]]) -> dict[int, fl
 
 
 class BitIndex:
-    """Every code of one opened index in memory, words column-major (scanned a word at a time)."""
+    """Every code of one opened index in memory, words column-major (scanned a word at a time).
+
+    Held as a base (the codes as loaded) and a tail (the rows added since, by :meth:`updated`),
+    with the base's rows deleted since masked: a small change to the index costs a reader the
+    change, not a copy of every code. Positions run over the base then the tail; ``rids`` maps
+    a position to its row id (a deleted row's position is never returned)."""
 
     def __init__(self, conn: apsw.Connection, dims: int, table: str = BITS_TABLE) -> None:
         ids: list[np.ndarray] = []
         codes: list[np.ndarray] = []
         cb = code_bytes(dims)
         self.rows = VECTOR_TABLES[table]
+        self.table = table
         for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {table} ORDER BY block"):
             i = np.frombuffer(raw_ids, dtype="<i8")
             c = np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)
@@ -277,34 +284,115 @@ class BitIndex:
             ids.append(i)
             codes.append(c)
         self.dims = int(dims)
-        self.rids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        self.digest = ""  # the index state it holds (index_changes.meta_digest), set by shared_bit_index
+        rids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
         allc = np.concatenate(codes) if codes else np.zeros((0, cb), dtype=np.uint8)
-        self.words = np.ascontiguousarray(allc.view("<u8").T)  # (words, n)
-        self.nbytes = self.rids.nbytes + self.words.nbytes
+        self._set(rids, np.ascontiguousarray(allc.view("<u8").T), None, rids[:0], np.zeros((cb // 8, 0), dtype="<u8"))
+
+    def _set(self, base_rids: np.ndarray, base_words: np.ndarray, dead: np.ndarray | None,
+             tail_rids: np.ndarray, tail_words: np.ndarray) -> None:
+        self._base_rids, self._base_words, self._dead = base_rids, base_words, dead
+        self._tail_rids, self._tail_words = tail_rids, np.ascontiguousarray(tail_words)
+        self.rids = np.concatenate([base_rids, tail_rids]) if len(tail_rids) else base_rids
+        self._dead_pos = np.flatnonzero(dead) if dead is not None else np.zeros(0, dtype=np.int64)
+        self._live = len(self.rids) - len(self._dead_pos)
+        self.nbytes = self.rids.nbytes + base_words.nbytes + self._tail_words.nbytes
 
     def __len__(self) -> int:
-        return len(self.rids)
+        return self._live
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, words) of the live rows, in position order: what a fresh load holds."""
+        keep = np.ones(len(self.rids), dtype=bool)
+        keep[self._dead_pos] = False
+        return self.rids[keep], self._gather(np.flatnonzero(keep))
+
+    def _gather(self, pos: np.ndarray) -> np.ndarray:
+        """The words (words, len(pos)) of these positions."""
+        nb = len(self._base_rids)
+        if not len(self._tail_rids):
+            return self._base_words[:, pos]
+        low = pos < nb
+        out = np.empty((self._base_words.shape[0], len(pos)), dtype=self._base_words.dtype)
+        out[:, low] = self._base_words[:, pos[low]]
+        out[:, ~low] = self._tail_words[:, pos[~low] - nb]
+        return out
+
+    def updated(self, conn: apsw.Connection, delta: index_changes.Delta) -> BitIndex:
+        """This index's codes brought to the state ``delta`` leads to, as ``conn`` sees it (in one
+        transaction): the deleted rows masked, the codes of the rows added since read from their
+        blocks (the last ones) into the tail. The same live rows in the same order as a fresh load
+        (:meth:`arrays`): the rows kept are below ``delta.added_from``, the added ones at or above
+        it (memory_core.index_changes). Once the tail or the masked rows pass 1/16 of the base,
+        they are folded into a new base (one copy, every 16th of the index's size in changes)."""
+        base, nb = self._base_rids, len(self._base_rids)
+        dead = np.zeros(nb, dtype=bool) if self._dead is None else self._dead.copy()
+        dead[int(np.searchsorted(base, delta.added_from)):] = True  # ascending: blocks in order, rows appended
+        gone = delta.deleted[delta.deleted < delta.added_from]
+        if len(gone):
+            pos = np.searchsorted(base, gone)
+            ok = pos < nb
+            pos, gone_ok = pos[ok], gone[ok]
+            dead[pos[base[pos] == gone_ok]] = True
+        t_keep = self._tail_rids < delta.added_from
+        if len(delta.deleted):
+            t_keep &= ~np.isin(self._tail_rids, delta.deleted)
+        row = conn.execute(f"SELECT max(block) FROM {self.table} WHERE block <= ?", (delta.added_from,)).fetchone()
+        ids: list[np.ndarray] = [self._tail_rids[t_keep]]
+        words: list[np.ndarray] = [self._tail_words[:, t_keep]]
+        cb = self._base_words.shape[0] * 8
+        for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {self.table} WHERE block >= ? ORDER BY block",
+                                               (row[0] if row and row[0] is not None else 0,)):
+            i = np.frombuffer(raw_ids, dtype="<i8")
+            new = i >= delta.added_from  # zeroed (deleted) slots are 0
+            if new.any():
+                ids.append(i[new])
+                words.append(np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)[new].view("<u8").T)
+        out = BitIndex.__new__(BitIndex)
+        out.rows, out.table, out.dims, out.digest = self.rows, self.table, self.dims, ""
+        tail_rids, tail_words = np.concatenate(ids), np.concatenate(words, axis=1)
+        if 16 * (len(tail_rids) + int(dead.sum())) > nb:  # fold: one copy of the live rows
+            live = ~dead
+            out._set(np.concatenate([base[live], tail_rids]),
+                     np.ascontiguousarray(np.concatenate([self._base_words[:, live], tail_words], axis=1)),
+                     None, tail_rids[:0], tail_words[:, :0])
+        else:
+            out._set(base, self._base_words, dead if dead.any() else None, tail_rids, tail_words)
+        return out
 
     def nearest(self, qvec: np.ndarray, r: int) -> np.ndarray:
         """Row ids of (at least) the ``r`` rows whose codes are nearest the query's (Hamming
         distance; rows tied with the r-th are all kept)."""
         return self.rids[self._nearest(qvec, r)]
 
+    def _live_positions(self) -> np.ndarray:
+        if not len(self._dead_pos):
+            return np.arange(len(self.rids))
+        keep = np.ones(len(self.rids), dtype=bool)
+        keep[self._dead_pos] = False
+        return np.flatnonzero(keep)
+
     def _nearest(self, qvec: np.ndarray, r: int) -> np.ndarray:
         """Positions (into ``rids``) of the rows :meth:`nearest` returns."""
-        n = len(self.rids)
-        if r >= n:
-            return np.arange(n)
+        if r >= self._live:
+            return self._live_positions()
         q = quantize(np.asarray(qvec, dtype=np.float32)[None, :])[0].view("<u8")
+        n, nb = len(self.rids), len(self._base_rids)
+        n_words = self._base_words.shape[0]
         dist = np.zeros(n, dtype=np.uint16)
-        tmp = np.empty(n, dtype=np.uint64)
-        pc = np.empty(n, dtype=np.uint8)
-        for j in range(self.words.shape[0]):
-            np.bitwise_xor(self.words[j], q[j], out=tmp)
-            np.bitwise_count(tmp, out=pc)
-            dist += pc
+        for words, d in ((self._base_words, dist[:nb]), (self._tail_words, dist[nb:])):
+            if not words.shape[1]:
+                continue
+            tmp = np.empty(words.shape[1], dtype=np.uint64)
+            pc = np.empty(words.shape[1], dtype=np.uint8)
+            for j in range(n_words):
+                np.bitwise_xor(words[j], q[j], out=tmp)
+                np.bitwise_count(tmp, out=pc)
+                d += pc
+        if len(self._dead_pos):
+            dist[self._dead_pos] = n_words * 64 + 1  # past every real distance: never within the cut
         # the r-th smallest distance by counting (distances are small integers): cheaper than a sort
-        hist = np.bincount(dist, minlength=self.words.shape[0] * 64 + 1)
+        hist = np.bincount(dist, minlength=n_words * 64 + 2)
         cut = int(np.searchsorted(np.cumsum(hist), r))
         return np.flatnonzero(dist <= cut)
 
@@ -315,10 +403,10 @@ class BitIndex:
         n = len(self)
         r = rescore_count(want, n)
         if r >= n:
-            return self.rids
+            return self.rids[self._live_positions()]
         pos = self._nearest(qvec, scan_count(r, n))
         if len(pos) > r:
-            codes = np.ascontiguousarray(self.words[:, pos].T).view(np.uint8)
+            codes = np.ascontiguousarray(self._gather(pos).T).view(np.uint8)
             score = asymmetric_scores(np.asarray(qvec, dtype=np.float32), codes)
             pos = pos[np.argpartition(-score, r - 1)[:r]]
         return self.rids[pos]
@@ -334,22 +422,29 @@ _shared: dict[tuple[str, str, int, str], weakref.ref[BitIndex]] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE) -> BitIndex:
+def shared_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE,
+                     prev: BitIndex | None = None) -> BitIndex:
     """The :class:`BitIndex` of the index at ``path`` as ``conn`` sees it, shared by every reader of
     this process that sees the same state (the MCP server's and the sync triggers' searchers).
 
     Keyed by the path and the index's meta record, read in the same read transaction as the
     codes: every run that changes the index writes a new meta (``built_at``), so one key never
-    names two states."""
+    names two states. ``prev``: the codes of an earlier state of the same index (the reader's
+    before the file changed): when the index's change log links the two
+    (:mod:`memory_core.index_changes`), they are brought up to date by the change instead of
+    reading every code again."""
     conn.execute("BEGIN")
     try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'memory_index_meta_v1'").fetchone()
-        key = (path, hashlib.sha256((row[0] if row else "").encode()).hexdigest(), int(dims), table)
+        digest = index_changes.meta_digest(conn)
+        key = (path, digest, int(dims), table)
         with _shared_lock:
             ref = _shared.get(key)
             got = ref() if ref is not None else None
         if got is None:
-            got = BitIndex(conn, dims, table)
+            delta = (index_changes.since(conn, prev.digest, digest)
+                     if prev is not None and prev.digest and prev.table == table and prev.dims == int(dims) else None)
+            got = prev.updated(conn, delta) if prev is not None and delta is not None else BitIndex(conn, dims, table)
+            got.digest = digest
             with _shared_lock:
                 for k in [k for k, r in _shared.items() if r() is None]:
                     del _shared[k]

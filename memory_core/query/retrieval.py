@@ -31,7 +31,7 @@ from typing import Any, Literal
 import apsw
 import numpy as np
 
-from memory_core import textsearch, vectors
+from memory_core import index_changes, textsearch, vectors
 from memory_core.config import Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
@@ -152,15 +152,17 @@ class _Postings:
         self.bytes = self.lengths.nbytes
         self._norm: np.ndarray | None = None  # bm25()'s length normalisation of every row
         self.lock = threading.Lock()
+        self.digest = ""  # the index state they describe (index_changes.meta_digest)
 
-    def _read_lengths(self, conn: apsw.Connection) -> bool:
-        """Every row's length in tokens from FTS5's docsize table (the first varint of each row's
-        sizes: the text column; in schema 4 and older the others are UNINDEXED, 0), as
-        xColumnSize(-1) reads it. A contentless table of one column (schema 5) stores that one
-        varint alone (1-3 bytes): zeros pad it to three, never read as part of it."""
+    def _read_lengths(self, conn: apsw.Connection, since: int = 0) -> bool:
+        """Every row's length in tokens (of the rows from ``since`` up) from FTS5's docsize table
+        (the first varint of each row's sizes: the text column; in schema 4 and older the others
+        are UNINDEXED, 0), as xColumnSize(-1) reads it. A contentless table of one column (schema
+        5) stores that one varint alone (1-3 bytes): zeros pad it to three, never read as part of it."""
         try:
             row = conn.execute("SELECT group_concat(id), group_concat(substr(hex(sz) || '0000', 1, 6), '')"
-                               " FROM (SELECT id, sz FROM chunks_fts_docsize ORDER BY id)").fetchone()
+                               " FROM (SELECT id, sz FROM chunks_fts_docsize WHERE id >= ? ORDER BY id)",
+                               (since,)).fetchone()
         except apsw.Error:
             return False
         ids, sizes = row if row is not None else (None, None)  # an aggregate: always one row
@@ -235,6 +237,55 @@ class _Postings:
                 self.bytes -= self.tf.pop(next(iter(self.tf))).nbytes
         return True
 
+    def updated(self, conn: apsw.Connection, delta: index_changes.Delta,
+                vocab: apsw.Connection | None) -> tuple[_Postings, dict[str, int]] | None:
+        """These postings brought to the state ``delta`` leads to, as ``conn`` sees it (called in
+        one read transaction), and the new document count of each kept phrase; None if they
+        cannot be. The deleted rows and every row from ``delta.added_from`` up are cleared, then
+        the added rows' lengths are read from FTS5's docsize table and each kept phrase's
+        frequencies in them through FTS5 itself (``MATCH ? AND rowid >= ?``: FTS5 seeks to those
+        rows in each doclist). Applying a change twice gives the same arrays."""
+        max_rid = value_of(conn, "SELECT max(rid) FROM chunks")
+        with self.lock:
+            tf_old, seen, lengths_old = dict(self.tf), set(self.seen), self.lengths
+        new = _Postings(max_rid if isinstance(max_rid, int) else 0)
+        new.vocab, new.seen = (vocab if self.vocab is not None else None), seen  # lengths known for every row, or not
+        size, start = new.size, max(0, int(delta.added_from))
+        n = min(size, len(lengths_old))
+        dead = delta.deleted[(delta.deleted >= 0) & (delta.deleted < size)]
+        new.lengths[:n] = lengths_old[:n]
+        new.lengths[dead] = 0.0
+        new.lengths[start:] = 0.0
+        if not new._read_lengths(conn, start):
+            return None
+        dfs: dict[str, int] = {}
+        for phrase, old in tf_old.items():
+            rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                " AND rowid >= ?", (phrase, start)).fetchall()
+            a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+            rids, counts = a[:, 0], a[:, 1] >> 32
+            if len(rids) and (rids.max() >= size or rids.min() < start):
+                return None
+            top = int(counts.max(initial=0))
+            tf = np.zeros(size, dtype=old.dtype if top <= np.iinfo(old.dtype).max else np.uint32)
+            tf[:n] = old[:n]
+            tf[dead] = 0
+            tf[start:] = 0
+            tf[rids] = counts
+            new.tf[phrase] = tf
+            new.bytes += tf.nbytes
+            dfs[phrase] = int(np.count_nonzero(tf))
+        for phrase in new.tf:  # FTS5's row count and total tokens now (any phrase that still matches a row)
+            row = conn.execute(f"SELECT {_TOTALS_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                               " LIMIT 1", (phrase,)).fetchone()
+            if row is not None:
+                new.n_row, new.total_tokens = json.loads(row[0])[:2]
+                break
+        else:
+            new.tf, new.bytes, dfs = {}, new.lengths.nbytes, {}
+        new.digest = index_changes.meta_digest(conn)
+        return new, dfs
+
     def has(self, phrases: list[str]) -> bool:
         with self.lock:
             return self.n_row > 0 and all(p in self.tf for p in phrases)
@@ -294,9 +345,14 @@ class Candidates:
 
 
 class _Index:
-    """One opened index file (one inode)."""
+    """One opened index file (one inode), or one committed state of it.
 
-    def __init__(self, path: Path) -> None:
+    ``prev``: this reader's index before the file changed. What it kept in memory (every code,
+    the common words' postings) is brought up to date by the index's change log when the log
+    links the two states (:mod:`memory_core.index_changes`), on first use, instead of being read
+    again; otherwise it is read again as for a new file."""
+
+    def __init__(self, path: Path, prev: _Index | None = None) -> None:
         st = os.stat(path)
         self.ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
         self.conn = connect_reader(path)
@@ -306,6 +362,7 @@ class _Index:
             # filesystems); read before the meta, so a commit in between is seen next time
             self.data_version = int_of(self.conn, "PRAGMA data_version")
             self.meta = read_meta(self.conn)
+            self.digest = index_changes.meta_digest(self.conn)
             if self.meta is None or not has_table(self.conn, "chunks_fts"):
                 raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
         except apsw.Error as exc:
@@ -333,10 +390,16 @@ class _Index:
         self._n_chunks: int | None = None
         self._background: float | None = None
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
+        same = prev is not None and prev._path == path and prev.dims == self.dims
+        self._prev_bits = prev._bits if same and prev is not None else None
+        self._prev_postings = prev._postings if same and prev is not None else None
+        self._refresh_lock = threading.Lock()
 
     def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
         """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
         Counted once per opened file (a new file or a committed update opens a new index)."""
+        if self._prev_postings is not None:
+            self._carry_postings()
         df = self.df_cache.get(phrase)
         if df is None:
             df = int_of(conn or self.conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (phrase,))
@@ -387,10 +450,43 @@ class _Index:
         """The in-memory postings of common phrases (:class:`_Postings`), made on first use."""
         if not self.own_bm25:
             return None
+        if self._prev_postings is not None:
+            self._carry_postings()
         if self._postings is None:
             max_rid = value_of(self.conn, "SELECT max(rid) FROM chunks")  # NULL: no chunks
             self._postings = _Postings(max_rid if isinstance(max_rid, int) else 0, self._vocab_conn())
+            self._postings.digest = self.digest
         return self._postings
+
+    def _carry_postings(self) -> None:
+        """Bring the previous state's postings (and the counts of their phrases) up to this
+        state by the change log, once; if the log does not link them, they are dropped."""
+        with self._refresh_lock:
+            prev, self._prev_postings = self._prev_postings, None
+            if prev is None or not self.own_bm25 or self._postings is not None:
+                return
+            conn = self.keyword_conn() or self.conn
+            vocab = self._vocab_conn()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    now = index_changes.meta_digest(conn)
+                    delta = index_changes.since(conn, prev.digest, now) if prev.digest else None
+                    got = prev.updated(conn, delta, vocab) if delta is not None else None
+                finally:
+                    conn.execute("COMMIT")
+            except apsw.Error:
+                got = None
+            if got is None:
+                if vocab is not None:
+                    with contextlib.suppress(apsw.Error):
+                        vocab.close()
+                    self._vocab = None
+                return
+            self._postings, dfs = got
+            for phrase, df in dfs.items():
+                if len(self.df_cache) < 10_000:
+                    self.df_cache.setdefault(phrase, df)
 
     def kept_postings(self) -> _Postings | None:
         """The postings if a keyword query made them (never makes them)."""
@@ -420,7 +516,9 @@ class _Index:
         committed update opens a new :class:`_Index`) and shared with the other searchers of
         this process that read the same state."""
         if self._bits is None:
-            self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
+            self._bits = vectors.shared_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0),
+                                                  prev=self._prev_bits)
+            self._prev_bits = None
         return self._bits
 
     def part_index(self) -> vectors.BitIndex:

@@ -178,7 +178,7 @@ class Searcher:
             ident = (st.st_ino, st.st_dev, st.st_mtime_ns, st.st_size)
             if (self._idx is None or self._idx.ident != ident
                     or int_of(self._idx.conn, "PRAGMA data_version") != self._idx.data_version):
-                new = _Index(self.path)
+                new = _Index(self.path, prev=self._idx)  # what it keeps, carried over by the change log
                 old, self._idx = self._idx, new
                 if old is not None:
                     old.close()
