@@ -101,6 +101,7 @@ def _register_bm25(conn: apsw.Connection) -> bool:
     try:
         register(_BM25_FUNCTION, _bm25_given_df)
         register(_TF_FUNCTION, _tf_and_size)
+        register(_INST_FUNCTION, _inst_count)
         register(_TOTALS_FUNCTION, _totals)
     except (apsw.Error, AttributeError):
         return False
@@ -110,6 +111,11 @@ def _register_bm25(conn: apsw.Connection) -> bool:
 def _tf_and_size(api: Any) -> int:
     """The current row's instances of phrase 0 (what bm25() counts) and its length in tokens, packed."""
     return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | api.column_size(-1)
+
+
+def _inst_count(api: Any) -> int:
+    """The current row's instances of the query's one phrase (what bm25() counts for it)."""
+    return int(api.inst_count)
 
 
 KEYWORD_POSTINGS_MIN = 20_000
@@ -260,10 +266,10 @@ class _Postings:
             return None
         dfs: dict[str, int] = {}
         for phrase, old in tf_old.items():
-            rows = conn.execute(f"SELECT rowid, {_TF_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+            rows = conn.execute(f"SELECT rowid, {_INST_FUNCTION}(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
                                 " AND rowid >= ?", (phrase, start)).fetchall()
             a = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
-            rids, counts = a[:, 0], a[:, 1] >> 32
+            rids, counts = a[:, 0], a[:, 1]
             if len(rids) and (rids.max() >= size or rids.min() < start):
                 return None
             top = int(counts.max(initial=0))
@@ -315,6 +321,7 @@ class _Postings:
 
 
 _TF_FUNCTION = "memory_core_tf"
+_INST_FUNCTION = "memory_core_inst"
 _TOTALS_FUNCTION = "memory_core_totals"
 
 
