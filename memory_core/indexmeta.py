@@ -25,6 +25,7 @@ folder and extra paths from here: they need nothing but the index.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -248,3 +249,36 @@ def open_query_provider(record: IndexRecord, settings: Settings) -> tuple[Embedd
         return None, f"query embeddings unavailable ({exc}); keyword-only results"
     provider.deadline_s = settings.query.embed_timeout_s
     return provider, ""
+
+
+class QueryProviderOwner:
+    """The query provider of a reader of an index or an export (:class:`memory_core.query.search.Searcher`,
+    :class:`memory_core.lancedb_index.LanceSearcher`): opened once, on the first query that needs
+    it, from the record the index carries (:func:`open_query_provider`), and refused when it is
+    not the configuration the vectors were made with. Why a reader answers keyword-only is in
+    ``provider_note``."""
+
+    settings: Settings
+    _provider: EmbeddingProvider | None
+    _provider_checked: bool
+    provider_note: str
+
+    def _provider_for(self, meta: Mapping[str, Any], what: str, again: str) -> EmbeddingProvider | None:
+        """The provider for queries against the vectors ``meta`` describes; None for a
+        keyword-only ``what`` ("index", "export"), or when it cannot embed them (``again``: how
+        its vectors are made anew, for the note)."""
+        record = vector_record(meta)  # None: keyword only, no provider needed
+        if record is None:
+            return None
+        if not self._provider_checked:
+            self._provider_checked = True
+            self._provider, note = open_query_provider(record, self.settings)
+            if note:
+                self.provider_note = note
+                logging.getLogger("memory_core.query.search").warning("%s", note)
+        p = self._provider
+        if p is not None and p.provider_key != meta.get("provider_key"):
+            self.provider_note = (f"the {what} was built with a different {meta.get('provider')} configuration;"
+                                  f" keyword-only results until it is {again}")
+            return None
+        return p

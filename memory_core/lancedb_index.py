@@ -36,6 +36,7 @@ import numpy as np
 from memory_core import textsearch
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
+from memory_core.indexmeta import QueryProviderOwner
 from memory_core.query import ranking
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def _tables(db: Any) -> list[str]:
     return list(getattr(res, "tables", res))
 
 
-class LanceSearcher:
+class LanceSearcher(QueryProviderOwner):
     """Search an exported LanceDB table (:func:`export_lancedb`) with the embedded index's ranking.
 
     ``provider`` embeds queries (default: created from the export's recorded provider, as
@@ -194,21 +195,7 @@ class LanceSearcher:
         self.close()
 
     def _query_provider(self) -> Any:
-        from memory_core.indexmeta import open_query_provider, vector_record
-
-        record = vector_record(self.meta)  # None: a keyword-only export, no provider needed
-        if record is None:
-            return None
-        if not self._provider_checked:
-            self._provider_checked = True
-            self._provider, note = open_query_provider(record, self.settings)
-            if note:
-                self.provider_note = note
-        p = self._provider
-        if p is not None and p.provider_key != self.meta.get("provider_key"):
-            self.provider_note = "the export was built with a different provider configuration; keyword-only results"
-            return None
-        return p
+        return self._provider_for(self.meta, "export", "exported again")
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]:

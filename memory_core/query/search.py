@@ -35,6 +35,7 @@ import numpy as np
 from memory_core import vectors
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError
+from memory_core.indexmeta import QueryProviderOwner
 from memory_core.query import ranking, retrieval
 from memory_core.query.dates import DATE_MATCH_BONUS, MAX_DATED_CANDIDATES, hit_date, query_date_range
 from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
@@ -146,7 +147,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     return out
 
 
-class Searcher:
+class Searcher(QueryProviderOwner):
     """Hybrid search over the index at ``settings.index_file``.
 
     ``provider`` embeds queries; by default it is created from settings on first use and
@@ -218,24 +219,7 @@ class Searcher:
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
-        from memory_core.indexmeta import open_query_provider, vector_record
-
-        meta = idx.meta or {}
-        record = vector_record(meta)  # None: a keyword-only index, no provider needed
-        if record is None:
-            return None
-        if not self._provider_checked:
-            self._provider_checked = True
-            self._provider, note = open_query_provider(record, self.settings)
-            if note:
-                self.provider_note = note
-                log.warning("%s", note)
-        p = self._provider
-        if p is not None and p.provider_key != meta.get("provider_key"):
-            self.provider_note = (f"the index was built with a different {meta.get('provider')} configuration;"
-                                  " keyword-only results until it is rebuilt")
-            return None
-        return p
+        return self._provider_for(idx.meta or {}, "index", "rebuilt")
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
