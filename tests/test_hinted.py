@@ -363,3 +363,46 @@ def test_a_failed_sync_watch_run_is_not_taken_as_done(indexed, monkeypatch):
     with pytest.raises(Exception, match="boom"):
         _WatchRuns(sync).run_changed(frozenset())
     sync.close()
+
+
+def test_each_path_is_judged_by_the_scan_s_rules(tmp_path):
+    """discover_changed agrees with discover_files path by path: symlinks, other suffixes, names
+    in a symlinked folder, an extra file, transcripts; and leaves hard links and paths outside
+    every source to the scan."""
+    from memory_core.sources.discovery import HintUnclear, discover_changed, discover_files
+
+    ws = tmp_path / "ws"
+    mem = ws / "memory"
+    (mem / "deep").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.md").write_text("outside\n")
+    write(ws / "MEMORY.md", "# top\n")
+    write(mem / "deep" / "a.md", "a\n")
+    write(mem / "b.MD", "b\n")
+    write(mem / "c.txt", "not md\n")
+    write(ws / "notes" / "extra.md", "extra\n")
+    write(ws / "sessions" / "t.jsonl", "{}\n")
+    write(ws / "sessions" / "t.json", "{}\n")
+    os.symlink(outside / "o.md", mem / "link.md")
+    os.symlink(outside, mem / "linkdir")
+    os.link(mem / "deep" / "a.md", mem / "hard.md")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"],
+                             "extra_paths": ["notes/extra.md"]})
+    scan = {f.path: f for f in discover_files(s).files}
+    judged = [ws / "MEMORY.md", ws / "memory.md", mem / "b.MD", mem / "c.txt", mem / "link.md",
+              mem / "linkdir" / "o.md", mem / "gone.md", ws / "notes" / "extra.md", ws / "sessions" / "t.jsonl",
+              ws / "sessions" / "t.json", ws / "sessions" / "gone.jsonl"]
+    for p in judged:
+        got = discover_changed(s, [str(p)])
+        assert got.checked == 1 and not got.warnings
+        assert [(f.path, f.source, f.size, f.mtime_ms) for f in got.files] == [
+            (f.path, f.source, f.size, f.mtime_ms) for f in scan.values() if f.abs_path == str(p)], p
+        if not got.files:
+            assert not set(got.gone) & set(scan), p
+    assert discover_changed(s, [str(mem / "gone.md")]).gone == {"memory/gone.md"}
+    assert discover_changed(s, [str(ws / "sessions" / "gone.jsonl")]).gone == {"sessions/gone.jsonl"}
+    for unclear in [mem / "hard.md", mem / "deep", ws / "other.md", mem, outside / "o.md"]:
+        with pytest.raises(HintUnclear):
+            discover_changed(s, [str(unclear)])

@@ -372,8 +372,10 @@ def discover_changed(settings: Settings, paths: Iterable[str]) -> HintedDiscover
                 entry = _hinted_entry(p, ws, "sessions", f"sessions/{name}")
         if entry is not None:
             found[entry.path] = entry
-        else:
+        elif names:
             gone.update(path for _, path in names)
+        else:  # a watcher only names paths under the sources: another name for one (a symlink)?
+            raise HintUnclear(f"{p} is under no source")
     files = sorted(found.values(), key=attrgetter("path", "source"))
     return HintedDiscovery(files, gone - set(found), warnings, checked)
 
