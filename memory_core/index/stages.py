@@ -58,7 +58,14 @@ from memory_core.sources.discovery import (
     discover_files,
     hash_file,
 )
-from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
+from memory_core.store import (
+    LiveFile,
+    make_private_dir,
+    probe_index,
+    read_live_files,
+    read_live_paths,
+    refuse_symlink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +137,17 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         why = rebuild_reason(live_meta, meta)
         if why:
             full, full_reason = True, why
-    live: dict[str, LiveFile] = {} if (full or live_meta is None) else read_live_files(index_path)
     hinted: HintedDiscovery | None = None
     hint_fallback = ""
+    live_paths: list[str] = []
+    live: dict[str, LiveFile] = {}
     if hinting:
         assert only_paths is not None
-        hinted, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "", live_meta, live)
-        if hinted is None:
+        hinted, live_paths, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
+                                                                   live_meta, index_path)
+    if hinted is None:
+        live = {} if (full or live_meta is None) else read_live_files(index_path)
+        if disc is None:
             disc = discover_files(settings)
     warnings = list(hinted.warnings if hinted is not None else disc.warnings if disc is not None else [])
     if problem:
@@ -147,9 +158,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
     seen: set[str] = set()
     if hinted is not None:
-        # not named: as recorded, without a look (a watcher saw no event for them)
+        # not named: as recorded, without a look (a watcher saw no event for them); ``live``
+        # holds the rows of the named paths only
         looked = {f.path for f in hinted.files} | hinted.gone
-        carried = [p for p in live if p not in looked]
+        carried = [p for p in live_paths if p not in looked]
         seen.update(carried)
         counts["unchanged"] = len(carried)
         files = hinted.files
@@ -190,7 +202,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             continue
         to_index.append(f.with_hash(digest))
         counts["changed" if old is not None else "new"] += 1
-    removed = sorted(p for p in live if p not in seen)
+    removed = sorted(p for p in live if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
@@ -204,26 +216,29 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
 
 
 def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
-                     live_meta: dict[str, Any] | None, live: dict[str, LiveFile]) -> tuple[HintedDiscovery | None, str]:
-    """The changed paths' discovery, or (None, why the run scans everything instead)."""
+                     live_meta: dict[str, Any] | None, index_path: Path,
+                     ) -> tuple[HintedDiscovery | None, list[str], dict[str, LiveFile], str]:
+    """The changed paths' discovery, every indexed path and the ``files`` rows of the changed
+    ones; or (None, [], {}, why the run scans everything instead)."""
     if full_reason:
-        return None, f"a full rebuild: {full_reason}" if full_reason != "no index yet" else full_reason
+        return None, [], {}, f"a full rebuild: {full_reason}" if full_reason != "no index yet" else full_reason
     if live_meta is None:
-        return None, "no index yet"
+        return None, [], {}, "no index yet"
     for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)):
         if live_meta.get(key) != str(value):
-            return None, f"the live index records another {key.replace('_', ' ')}"
+            return None, [], {}, f"the live index records another {key.replace('_', ' ')}"
     try:
         hinted = discover_changed(settings, only_paths)
     except HintUnclear as exc:
-        return None, str(exc)
+        return None, [], {}, str(exc)
+    paths, rows = read_live_paths(index_path, [*(f.path for f in hinted.files), *sorted(hinted.gone)])
     if hinted.gone:
         # a path that is gone and held indexed files was a folder (moved away, removed)
         under = tuple(g + "/" for g in hinted.gone)
-        held = next((p for p in live if p.startswith(under)), None)
+        held = next((p for p in paths if p.startswith(under)), None)
         if held is not None:
-            return None, f"a folder holding {held} is gone"
-    return hinted, ""
+            return None, [], {}, f"a folder holding {held} is gone"
+    return hinted, paths, rows, ""
 
 
 def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
