@@ -12,6 +12,9 @@ Per size and dimension, each phase in a fresh interpreter (so peak RSS and I/O a
 * no change: an incremental run with nothing to do;
 * 1% change: a line appended to 1% of the files, then an incremental run (``published`` says
   whether it was applied in place or as a new file); bytes written from ``ru_oublock``;
+* 1% change, hinted: the same append to another 1% of the files, then an incremental run given
+  exactly those paths (``only_paths``, as ``memory-core watch`` hands over its events): it looks
+  at those files only instead of walking and stat-ing the workspace;
 * queries: ``--queries`` queries of 2-6 corpus words per mode (hybrid, vector, keyword) through
   one warm :class:`memory_core.query.search.Searcher`, p50/p95, then the hybrid queries once more (what
   a long-lived reader answers once it keeps the common words' frequencies); recall@10 of the vector side against
@@ -64,15 +67,24 @@ def _io() -> dict[str, float]:
             + kids.ru_utime + kids.ru_stime, "maxrss_mb": me.ru_maxrss / 1024}
 
 
-def phase_build(ws: str, index: str, dims: int, full: bool) -> dict[str, Any]:
+def phase_build(ws: str, index: str, dims: int, full: bool, only_paths: list[str] | None = None) -> dict[str, Any]:
+    import inspect
+
     from bench.fake_provider import DistinctProvider
     from memory_core.index.pipeline import run_index
 
     provider = DistinctProvider(dims)
+    hints: dict[str, Any] = {}
+    if only_paths is not None:
+        if "only_paths" not in inspect.signature(run_index).parameters:
+            return {"unsupported": "this memory_core takes no only_paths"}
+        hints["only_paths"] = frozenset(only_paths)
     t0 = time.perf_counter()
-    summary = run_index(_settings(ws, index), provider=provider, reason="bench", full=full)
+    summary = run_index(_settings(ws, index), provider=provider, reason="bench", full=full, **hints)
     return {"seconds": time.perf_counter() - t0, "chunks": summary.chunks_total,
-            "embedded": summary.chunks_embedded, "published": summary.published, **_io()}
+            "embedded": summary.chunks_embedded, "published": summary.published,
+            "discover_s": summary.stage_seconds.get("discover"), "changed": summary.files_changed,
+            "hinted": getattr(summary, "hinted", False), "hinted_paths": getattr(summary, "hinted_paths", 0), **_io()}
 
 
 def _queries(n: int, seed: int = 3) -> list[str]:
@@ -265,11 +277,19 @@ def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[s
     r["no_change"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
     r["bytes_after_no_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
     rng = random.Random(5)
-    for p in rng.sample(paths, max(1, len(paths) // 100)):
+    sample = rng.sample(paths, 2 * max(1, len(paths) // 100))
+    first, second = sample[:len(sample) // 2], sample[len(sample) // 2:]
+    for p in first:
         with open(p, "a") as fh:
             fh.write(f"\n## 23:59 scale bench\n- edited by the scale benchmark {rng.random():.6f}.\n")
     r["change_1pct"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False)
     r["bytes_after_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
+    for p in second:  # another 1%, and the run told exactly which (as the watcher tells it)
+        with open(p, "a") as fh:
+            fh.write(f"\n## 23:59 scale bench\n- edited by the scale benchmark {rng.random():.6f}.\n")
+    r["change_1pct_hinted"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False,
+                                    only_paths=[os.path.abspath(p) for p in second])
+    r["bytes_after_hinted_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
     if a.rebuild:  # a `--full` rebuild over the live index and its cache (vectors from the cache or the index)
         r["rebuild"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=True)
         r["bytes_after_rebuild"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
@@ -336,13 +356,21 @@ def render(results: list[dict[str, Any]], label: str, code: str | None) -> str:
              f"Code: {code or 'this tree'}. Distinct clustered fake vectors (bench/fake_provider.DistinctProvider);"
              " each phase a fresh process; `load` = 1-min load average before the phase. Times in ms unless"
              " said; baselines measured in the same run.", ""]
-    lines += ["| chunks x dims | build s | no-change s | 1% change s (published, written) | index MiB | cache MiB |",
-              "|---|---|---|---|---|---|"]
+    lines += ["| chunks x dims | build s | no-change s | 1% change s (published, written) | 1% change, hinted s"
+              " (published, written) | index MiB | cache MiB |",
+              "|---|---|---|---|---|---|---|"]
+
+    def change(c: dict[str, Any] | None) -> str:
+        if c is None or "unsupported" in c:
+            return "-"
+        discover = f", discover {c['discover_s']:.2f} s" if c.get("discover_s") is not None else ""
+        return f"{c['seconds']:.2f} ({c['published']}, {c['written_bytes'] / 2**20:.0f} MiB{discover})"
+
     for r in results:
-        b, c = r["build"], r["change_1pct"]
+        b = r["build"]
         lines.append(f"| {b['chunks']} x {r['dims']} | {b['seconds']:.1f} (load {b['load_before']:.1f}) |"
-                     f" {r['no_change']['seconds']:.2f} | {c['seconds']:.2f} ({c['published']},"
-                     f" {c['written_bytes'] / 2**20:.0f} MiB) | {r['index_bytes'] / 2**20:.0f} |"
+                     f" {r['no_change']['seconds']:.2f} | {change(r['change_1pct'])} |"
+                     f" {change(r.get('change_1pct_hinted'))} | {r['index_bytes'] / 2**20:.0f} |"
                      f" {r['cache_bytes'] / 2**20:.0f} |")
     if any("written_run_bytes" in r["build"] for r in results):
         lines += ["", "| chunks x dims | cold build: written MiB (run process: cache / index writer: temp index)"

@@ -498,13 +498,32 @@ def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         conn.close()
 
 
+_LIVE_FILE_COLUMNS = ("path, source, hash, CAST(mtime AS INTEGER), CAST(size AS INTEGER), CAST(chunks AS INTEGER),"
+                      " lines")
+
+
 def read_live_files(path: Path) -> dict[str, LiveFile]:
     conn = connect(path, readonly=True, immutable=True)
     try:
         make = LiveFile._make
-        rows = conn.execute("SELECT path, source, hash, CAST(mtime AS INTEGER), CAST(size AS INTEGER),"
-                            " CAST(chunks AS INTEGER), lines FROM files")
+        rows = conn.execute(f"SELECT {_LIVE_FILE_COLUMNS} FROM files")
         return {r[0]: make(r) for r in rows}
+    finally:
+        conn.close()
+
+
+def read_live_paths(path: Path, rows_for: Iterable[str]) -> tuple[list[str], dict[str, LiveFile]]:
+    """Every indexed path, and the ``files`` rows of ``rows_for`` that are indexed: what a run
+    given the changed paths needs (a path costs ~4x less than a row: 242k files at 1M chunks)."""
+    conn = connect(path, readonly=True, immutable=True)
+    try:
+        paths = [r[0] for r in conn.execute("SELECT path FROM files")]
+        make = LiveFile._make
+        rows: dict[str, LiveFile] = {}
+        for p in rows_for:
+            for r in conn.execute(f"SELECT {_LIVE_FILE_COLUMNS} FROM files WHERE path = ?", (p,)):
+                rows[r[0]] = make(r)
+        return paths, rows
     finally:
         conn.close()
 

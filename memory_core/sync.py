@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.errors import IndexLockedError, MemoryCoreError
+from memory_core.errors import IndexLockedError, MemoryCoreError, RunError
 from memory_core.index.indexer import Indexer, Runner, RunRecord
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 from memory_core.watching import Watcher, start_interval
@@ -66,8 +66,8 @@ class SyncManager:
         """Start the file watch and the interval timer, as the settings ask."""
         sync = self.settings.sync
         if sync.watch and self._watcher is None:
-            self._watcher = Watcher(self.settings, lambda: self._run_serialised("watch").summary,
-                                    debounce=sync.watch_debounce_ms / 1000, initial_run=False)
+            self._watcher = Watcher(self.settings, _WatchRuns(self), debounce=sync.watch_debounce_ms / 1000,
+                                    initial_run=False)
             self._watcher.start()
         if sync.interval_minutes > 0 and self._stop_interval is None:
             self._stop_interval = start_interval(sync.interval_minutes, lambda: self.request("interval"))
@@ -117,12 +117,13 @@ class SyncManager:
                     self._active = False
                     self._cond.notify_all()
 
-    def _run_serialised(self, reason: str) -> RunRecord:
+    def _run_serialised(self, reason: str, changed: frozenset[str] | None = None) -> RunRecord:
         with self._run_lock:
             started, t0 = time.time(), time.perf_counter()
             rec = RunRecord(len(self.runs) + 1, reason, started, 0.0, ok=True)
+            run_changed = getattr(self.runner, "run_changed", None)
             try:
-                rec.summary = self.runner()
+                rec.summary = run_changed(changed) if changed is not None and callable(run_changed) else self.runner()
             except IndexLockedError as exc:
                 rec.ok, rec.skipped, rec.error = False, True, str(exc)
             except MemoryCoreError as exc:
@@ -185,3 +186,24 @@ class SyncManager:
         close = getattr(self.runner, "close", None)
         if close is not None:
             close()
+
+
+class _WatchRuns:
+    """The file watch's runner (a :class:`memory_core.index.indexer.HintedRunner`): a run of the
+    manager, serialised with the other triggers' runs, given the paths the watcher saw change. A
+    run that failed or was skipped raises, so the watcher knows its changes are not in the index
+    (it retries, and its next run scans everything)."""
+
+    def __init__(self, manager: SyncManager) -> None:
+        self.manager = manager
+
+    def __call__(self) -> Any:
+        return self.run_changed(None)
+
+    def run_changed(self, changed: frozenset[str] | None) -> Any:
+        rec = self.manager._run_serialised("watch", changed)
+        if not rec.ok:
+            if rec.skipped:
+                raise IndexLockedError(rec.error or "another run holds the index")
+            raise RunError(rec.error or "the run failed")
+        return rec.summary

@@ -132,7 +132,8 @@ def run_watch(settings: Settings, *, debounce: float, initial_run: bool = True, 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    stop_interval = start_interval(settings.sync.interval_minutes, lambda: watcher.notify([], reason="interval"))
+    stop_interval = start_interval(settings.sync.interval_minutes,
+                                   lambda: watcher.notify([], reason="interval", full_scan="the interval"))
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         watcher.run_forever()

@@ -16,6 +16,20 @@ The library part of keeping an index fresh, shared by ``memory-core watch``
   At most one run is in flight; changes that arrive during a run are coalesced into exactly
   one follow-up run. A failed run is retried with backoff (10 s doubling to 5 min) even if
   nothing changes, because its changes are not in the index yet.
+- **hinted runs**: the scheduler keeps every path its events named since the last complete
+  run and hands them to a runner that takes them (``run_changed``, :class:`memory_core.index.indexer.HintedRunner`,
+  e.g. :class:`~memory_core.index.indexer.Indexer`): the run looks at those paths only instead
+  of walking and stat-ing every source. It gives None instead (the run scans everything) for
+  the first run since the watches were in place, the run after a failed, skipped or unfinished
+  one, a run asked for by the interval timer or by re-planned watches, when an event named a
+  folder (made or moved in: one event for many files) or a source root (a folder removed or
+  moved away is gone: the run checks whether indexed files were under it; a gone path that
+  starts no run, e.g. ``memory/old.v2`` moved away, is still handed to the next run), when more than
+  ``MAX_HINTED_PATHS`` paths changed, and when the last full scan is older than
+  ``full_scan_every_s`` (default 30 min). Lost events cannot be seen: ``watchfiles`` drops the
+  kernel's queue-overflow notice (an inotify ``IN_Q_OVERFLOW`` arrives as an event without a
+  path, which it ignores), so a burst past ``fs.inotify.max_queued_events`` can go unnoticed
+  until the next full scan; that periodic full scan bounds how long.
 - **the interval timer** (:func:`start_interval`): a call every N minutes (``sync.interval_minutes``).
 
 What a run does is the runner's (:class:`memory_core.index.indexer.Runner`): an
@@ -52,6 +66,8 @@ WATCHFILES_STEP_MS = 30  # ...or 30 ms without new events; the scheduler does th
 WATCHFILES_TIMEOUT_MS = 500  # idle wake-up: bounds how soon a new watch reports it is in place
 RETRY_MAX_S = 300.0
 MAX_REPORTED_PATHS = 100
+MAX_HINTED_PATHS = 2000  # more changed paths than this: the run scans everything
+FULL_SCAN_EVERY_S = 1800.0  # a full scan at least this often: bounds what lost events can hide
 
 # -- what to watch -----------------------------------------------------------------------------------
 
@@ -113,6 +129,14 @@ class SourceFilter:
                 return True
         return False
 
+    def maybe_folder(self, path: str) -> bool:
+        """A path under a source folder that is gone: a file that was no source, or a folder
+        (with a dot in its name) that held sources. It starts no run, but the next run is given
+        it: a run given the paths checks whether indexed files were under it."""
+        p = os.path.abspath(path)
+        return (not p.startswith(self.own_prefixes) and any(self._under(p, d) for d in self.md_dirs)
+                and not os.path.lexists(p))
+
     def plan(self) -> WatchPlan:
         """The directories to watch now: source dirs recursively, their parents and the
         workspace flat (to see top-level files and source dirs appear or disappear)."""
@@ -157,6 +181,10 @@ class _State:
     changed: set[str] = field(default_factory=set)
     running: bool = False
     failures: int = 0
+    # the next run must scan everything: ``changed`` may not name every change since the last
+    # complete run (none yet, a failed run, a folder event, re-planned watches, the interval)
+    full_scan: bool = True
+    scan_reason: str = "first run"
 
 
 class Watcher:
@@ -170,7 +198,8 @@ class Watcher:
                  debounce: float = DEFAULT_DEBOUNCE_S, max_wait: float | None = None, initial_run: bool = True,
                  on_run: Callable[[RunRecord], None] | None = None, force_polling: bool | None = None,
                  root_check_s: float = ROOT_CHECK_S, retry_initial_s: float = RETRY_INITIAL_S,
-                 retry_max_s: float = RETRY_MAX_S) -> None:
+                 retry_max_s: float = RETRY_MAX_S, max_hinted_paths: int = MAX_HINTED_PATHS,
+                 full_scan_every_s: float = FULL_SCAN_EVERY_S) -> None:
         if debounce < 0:
             raise UsageError("--debounce must be >= 0 seconds")
         self.settings = settings
@@ -183,6 +212,9 @@ class Watcher:
         self.root_check_s = root_check_s
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
+        self.max_hinted_paths = max_hinted_paths
+        self.full_scan_every_s = full_scan_every_s
+        self._last_full_scan: float | None = None  # monotonic start of the last complete full-scan run
         self.filter = SourceFilter(settings)
         self.runs: list[RunRecord] = []
         self._st = _State()
@@ -193,8 +225,10 @@ class Watcher:
         self._thread: threading.Thread | None = None
 
     # -- events -------------------------------------------------------------------------------
-    def notify(self, paths: Iterable[str], *, reason: str | None = None) -> None:
-        """Record changes; the next run starts once they have been quiet for ``debounce``."""
+    def notify(self, paths: Iterable[str], *, reason: str | None = None, full_scan: str = "") -> None:
+        """Record changes; the next run starts once they have been quiet for ``debounce``.
+        ``full_scan``: why the paths do not say everything that changed (the next run scans
+        every source)."""
         now = time.monotonic()
         with self._cond:
             st = self._st
@@ -203,7 +237,36 @@ class Watcher:
                 st.reason = reason or ""
             st.last_change = now
             st.changed.update(paths)
+            if full_scan:
+                self._scan_next(full_scan)
             self._cond.notify_all()
+
+    def remember(self, paths: list[str]) -> None:
+        """Paths the next run is given without starting one (:meth:`SourceFilter.maybe_folder`)."""
+        if paths:
+            with self._cond:
+                self._st.changed.update(paths)
+
+    def _scan_next(self, why: str) -> None:
+        """The next run scans everything (called with the lock held)."""
+        if not self._st.full_scan:
+            self._st.full_scan, self._st.scan_reason = True, why
+
+    def _take_hint(self, changed: set[str]) -> frozenset[str] | None:
+        """The paths the run about to start is given, or None: it scans everything. Resets the
+        state for the next run (called with the lock held)."""
+        st = self._st
+        last = self._last_full_scan
+        why = (st.scan_reason if st.full_scan
+               else f"{len(changed)} paths changed" if len(changed) > self.max_hinted_paths
+               else "no full scan yet" if last is None
+               else "the last full scan is old" if time.monotonic() - last > self.full_scan_every_s
+               else "")
+        st.full_scan, st.scan_reason = False, ""
+        if why:
+            log.debug("this run scans every source: %s", why)
+            return None
+        return frozenset(changed)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> threading.Thread:
@@ -239,9 +302,14 @@ class Watcher:
         watcher.start()
         try:
             # watches first, then the initial run: a change made during that run is not lost
-            self._watching.wait(5.0)
+            watching = self._watching.wait(5.0)
             if self.initial_run:
-                self._run_once("startup", [])
+                with self._cond:
+                    self._take_hint(set())
+                self._run_once("startup", [], None)
+            if not watching:
+                with self._cond:  # changes made before the watches were in place were not seen
+                    self._scan_next("the watches were not in place")
             self._ready.set()
             while not self._stop.is_set():
                 job = self._next_job()
@@ -263,7 +331,7 @@ class Watcher:
         due = min(st.last_change + self.debounce, st.first_change + self.max_wait)
         return max(due, st.not_before)
 
-    def _next_job(self) -> tuple[str, list[str]] | None:
+    def _next_job(self) -> tuple[str, list[str], frozenset[str] | None] | None:
         with self._cond:
             st = self._st
             while not self._stop.is_set():
@@ -271,26 +339,28 @@ class Watcher:
                     now = time.monotonic()
                     due = self._due()
                     if now >= due:
+                        hint = self._take_hint(st.changed)
                         changed = sorted(st.changed)
                         reason = st.reason or f"{len(changed)} change{'s' if len(changed) != 1 else ''}"
                         changed = changed[:MAX_REPORTED_PATHS]
                         st.pending, st.changed, st.reason = False, set(), ""
                         st.running = True
-                        return reason, changed
+                        return reason, changed, hint
                     self._cond.wait(due - now)
                 else:
                     self._cond.wait()
             return None
 
-    def _run_once(self, reason: str, changed: list[str]) -> None:
+    def _run_once(self, reason: str, changed: list[str], hint: frozenset[str] | None) -> None:
         with self._cond:
             self._st.running = True
-        started, t0 = time.time(), time.perf_counter()
+        started, t0, m0 = time.time(), time.perf_counter(), time.monotonic()
         summary: RunSummary | DeploymentOutcome | None = None
         error: str | None = None
         skipped = False
+        run_changed = getattr(self.runner, "run_changed", None)
         try:
-            summary = self.runner()
+            summary = run_changed(hint) if callable(run_changed) else self.runner()
         except MemoryCoreError as exc:
             error, skipped = str(exc), isinstance(exc, IndexLockedError)
         except Exception as exc:  # a watcher must survive one bad run
@@ -301,6 +371,11 @@ class Watcher:
         with self._cond:
             st = self._st
             st.running = False
+            if not _complete(rec):
+                # its changes may not be in the index: the next run cannot trust the paths alone
+                self._scan_next("the last run did not finish")
+            elif not (callable(run_changed) and getattr(summary, "hinted", False)):
+                self._last_full_scan = m0  # it scanned every source
             if rec.ok:
                 st.failures = 0
                 st.not_before = 0.0
@@ -359,17 +434,17 @@ class Watcher:
             if changed_roots and not self._stop.is_set():
                 log.info("watched directories changed; re-planning")
                 # files may have appeared before the new watches were in place
-                self.notify([], reason="source directories changed")
+                self.notify([], reason="source directories changed", full_scan="the watches were re-planned")
 
     def _watch_group(self, paths: list[str], recursive: bool, ready: threading.Event, gen_stop: threading.Event,
                      replan: threading.Event, plan: WatchPlan) -> None:
         import watchfiles
 
         roots = plan.recursive | plan.flat
-        relevant = self.filter.relevant
+        relevant, maybe_folder = self.filter.relevant, self.filter.maybe_folder
 
         def keep(change: Any, path: str) -> bool:
-            return relevant(path)
+            return relevant(path) or maybe_folder(path)
 
         stop_any = _AnyEvent(gen_stop, self._stop)
         try:
@@ -382,10 +457,14 @@ class Watcher:
                 ready.set()
                 if not changes:
                     continue
-                touched = [p for _, p in changes]
+                touched = [p for _, p in changes if relevant(p)]
+                self.remember([p for _, p in changes if not relevant(p)])
+                if not touched:
+                    continue
                 if any(os.path.abspath(p) in roots or os.path.isdir(p) or not os.path.exists(p) for p in touched):
                     replan.set()  # a directory came or went: maybe a new root
-                self.notify(touched)
+                folder = next((p for p in touched if _folder_event(p, roots)), None)
+                self.notify(touched, full_scan=f"an event for the folder {folder}" if folder else "")
         except FileNotFoundError:
             replan.set()  # a root vanished between planning and watching
         except Exception as exc:
@@ -400,6 +479,26 @@ class Watcher:
                 replan.set()
         finally:
             ready.set()
+
+
+def _folder_event(path: str, roots: frozenset[str]) -> bool:
+    """An event a run given the changed paths cannot take alone: a folder was made or moved in
+    (one event for all the files in it), or a watched root changed. A path that is gone may
+    have been a folder too (removed, moved away): the run given it checks whether indexed files
+    were under it, and scans everything if so."""
+    p = os.path.abspath(path)
+    return p in roots or os.path.isdir(p)
+
+
+def _complete(rec: RunRecord) -> bool:
+    """A run that brought the index up to date with what it saw (not failed, skipped, nor
+    waiting for batch jobs that are still running)."""
+    s = rec.summary
+    if not rec.ok or rec.skipped:
+        return False
+    if isinstance(s, DeploymentOutcome):
+        return not s.note
+    return s is None or not (s.skipped or s.error or s.batch_pending)
 
 
 class _AnyEvent:

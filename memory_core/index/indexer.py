@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from memory_core.config import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from memory_core.embeddings.base import EmbeddingProvider
     from memory_core.index.pipeline import IfBusy
     from memory_core.index.runtypes import ProgressFn, RunSummary
 
-__all__ = ["DeploymentOutcome", "Indexer", "RunRecord", "Runner"]
+__all__ = ["DeploymentOutcome", "HintedRunner", "Indexer", "RunRecord", "Runner"]
 
 
 class Indexer:
@@ -78,9 +80,14 @@ class Indexer:
         """One line for a start-up message: ``in-process runs, provider openai``."""
         return f"in-process runs, provider {self.provider.name}"
 
-    def run(self, *, full: bool = False, progress: ProgressFn | None = None) -> RunSummary:
+    def run(self, *, full: bool = False, progress: ProgressFn | None = None,
+            only_paths: Collection[str] | None = None) -> RunSummary:
         """One reindex: incremental, or ``full`` (cached vectors are still reused). ``progress``
-        is called as files are chunked and vectors return. Raises
+        is called as files are chunked and vectors return. ``only_paths`` (incremental runs): the
+        absolute paths that changed since the last complete run, all of them (a watcher's events);
+        the run looks at those only and takes every other indexed file as recorded, or scans
+        everything when a path cannot be judged alone (:func:`memory_core.index.stages.discover_stage`).
+        Raises
         :class:`memory_core.errors.MemoryCoreError` subclasses when the run fails (the live
         index stays as it was; ``exc.run_summary`` says what was done and cached)."""
         from memory_core.index.pipeline import run_index
@@ -93,11 +100,16 @@ class Indexer:
             provider = self.provider
             provider.start_run()  # a fresh retry budget per run (issue 17)
             return run_index(self.settings, full=full, provider=provider, reason=self._reason, progress=progress,
-                             if_busy=if_busy)
+                             if_busy=if_busy, only_paths=only_paths)
 
     def __call__(self) -> RunSummary:
         """One incremental run: the :class:`Runner` the watcher and the sync triggers call."""
         return self.run()
+
+    def run_changed(self, changed: frozenset[str] | None) -> RunSummary:
+        """One incremental run given what changed (:class:`HintedRunner`): ``changed`` is every
+        path that changed since the last complete run, or None (not known: scan everything)."""
+        return self.run(only_paths=changed)
 
     def close(self) -> None:
         """Close the provider this indexer created (its clients, threads, worker processes); a run
@@ -148,6 +160,15 @@ class Runner(Protocol):
     def __call__(self) -> RunSummary | DeploymentOutcome | None: ...
 
 
+class HintedRunner(Runner, Protocol):
+    """A :class:`Runner` that can also be told which paths changed: the watcher calls
+    ``run_changed`` with every path that changed since the last complete run, or None when it
+    does not know them all (the runner then scans everything). :class:`Indexer` is one; a
+    runner without ``run_changed`` (a deployment run) is called as a plain :class:`Runner`."""
+
+    def run_changed(self, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None: ...
+
+
 @dataclass
 class RunRecord:
     """One finished run, as a scheduler keeps it: its number, why it ran (``reason``; the
@@ -187,6 +208,8 @@ class RunRecord:
             line += f", {h['embedded']} embedded, {h['from cache']} from cache"
         if s.sessions_carried:
             line += f"; {s.sessions_carried} transcripts below the delta"
+        if s.hinted or s.hint_fallback:
+            line += f"; {s.discovery()}"
         return line
 
     @property

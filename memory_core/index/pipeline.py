@@ -22,7 +22,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -177,13 +177,17 @@ def _sigterm_cancels() -> Iterator[None]:
 
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
-              executor: Executor | None = None, if_busy: IfBusy | None = None) -> RunSummary:
+              executor: Executor | None = None, if_busy: IfBusy | None = None,
+              only_paths: Collection[str] | None = None) -> RunSummary:
     """Run one reindex. Raises MemoryCoreError subclasses on failure (with ``run_summary``).
 
     ``executor``: who does the work (default: :class:`LocalExecutor` with ``concurrency``
     threads). ``if_busy``: what to do when another run holds the index's writer lock: ``wait``
     (up to ``lock.timeout_s``), ``skip`` (return a summary with ``skipped`` set) or ``fail``;
     default from ``lock.wait``. ``progress`` is called with a :class:`Progress` as the run goes.
+    ``only_paths``: an incremental run given every path that changed since the last complete
+    run (a watcher's events) looks at those only (see :func:`memory_core.index.stages.discover_stage`);
+    a full rebuild, and the fallback provider's rebuild, scan everything.
 
     Embedding goes through the provider's Batch API when ``batch.enabled`` (see
     :mod:`memory_core.batch`). If the provider keeps failing and ``settings.fallback`` is set,
@@ -213,7 +217,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
                 recover_index(index_path)
                 try:
                     summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
-                                          on_progress=progress)
+                                          on_progress=progress, only_paths=only_paths)
                 except _SwitchProvider as sw:
                     log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info.primary,
                                 sw.info.reason, sw.info.to)
@@ -230,10 +234,20 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
 
 
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,
-                fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None) -> RunSummary:
+                fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None,
+                only_paths: Collection[str] | None = None) -> RunSummary:
     ex.bind(settings)
+    full = full or fallback is not None
     with timer.stage("discover"):
-        plan: RunPlan = ex.stage("discover", discover_stage, settings, provider, reason, full or fallback is not None)
+        if only_paths is None or full:
+            plan: RunPlan = ex.stage("discover", discover_stage, settings, provider, reason, full)
+        else:
+            plan = ex.stage("discover", discover_stage, settings, provider, reason, full, frozenset(only_paths))
+    if plan.hinted_paths is not None:
+        log.info("discovery: %d changed path(s) looked at, %d indexed files taken as recorded", plan.hinted_paths,
+                 plan.counts["unchanged"])
+    elif plan.hint_fallback:
+        log.info("discovery: scanned every source (%s)", plan.hint_fallback)
     if fallback is not None:
         plan.full_reason = fallback.full_reason()
     for w in plan.warnings:

@@ -135,6 +135,10 @@ class RunPlan:
     removed: list[str]
     counts: dict[str, int]
     warnings: list[str] = field(default_factory=list)
+    # a run given the changed paths (memory_core.sources.discovery.discover_changed): how many it
+    # looked at (None: it scanned every source), or why it scanned everything instead
+    hinted_paths: int | None = None
+    hint_fallback: str = ""
 
     @property
     def nothing_to_do(self) -> bool:
@@ -277,6 +281,18 @@ class RunSummary:
     skipped: str = ""
     # set on the partial summary of a run that was cancelled or failed (what was cached is kept)
     error: str = ""
+    # an incremental run given the paths that changed (a watcher's events): it looked at those
+    # paths only (``hinted_paths`` of them) and took every other indexed file as recorded;
+    # ``hint_fallback``: why a run given paths scanned every source instead
+    hinted: bool = False
+    hinted_paths: int = 0
+    hint_fallback: str = ""
+
+    def discovery(self) -> str:
+        """How the run found what changed: ``hinted: 3 paths looked at``, ``full scan (...)``."""
+        if self.hinted:
+            return f"hinted: {self.hinted_paths} path{'s' if self.hinted_paths != 1 else ''} looked at"
+        return f"full scan ({self.hint_fallback})" if self.hint_fallback else "full scan"
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as JSON (``index --json``, the flow's result, watch and MCP): ``batch``,
@@ -352,6 +368,8 @@ class RunSummary:
         if s.fallback is not None:
             out.append(f"fallback: {s.fallback.primary} -> {s.fallback.to} because {s.fallback.reason};"
                        " full rebuild with the fallback (vectors of two providers are never mixed)")
+        if s.hinted or s.hint_fallback:
+            out.append(f"discovery: {s.discovery()}")
         out += [
             f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
             f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",

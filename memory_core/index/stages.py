@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,22 @@ from memory_core.index.runtypes import (
     RunSummary,
 )
 from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
-from memory_core.sources.discovery import FileEntry, discover_files, hash_file
-from memory_core.store import LiveFile, make_private_dir, probe_index, read_live_files, refuse_symlink
+from memory_core.sources.discovery import (
+    FileEntry,
+    HintedDiscovery,
+    HintUnclear,
+    discover_changed,
+    discover_files,
+    hash_file,
+)
+from memory_core.store import (
+    LiveFile,
+    make_private_dir,
+    probe_index,
+    read_live_files,
+    read_live_paths,
+    refuse_symlink,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,29 +116,60 @@ def remove_stale_workdirs(index_path: Path) -> int:
 
 # -- plan ----------------------------------------------------------------------------------------
 
-def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str, full: bool = False, *,
-                   workdir_root: Path | None = None) -> RunPlan:
-    """Find the sources, hash what may have changed, and diff against the live index."""
+def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str, full: bool = False,
+                   only_paths: Collection[str] | None = None, *, workdir_root: Path | None = None) -> RunPlan:
+    """Find the sources, hash what may have changed, and diff against the live index.
+
+    ``only_paths`` (an incremental run given the paths that changed since the last complete run,
+    e.g. by a watcher): every file of the live index is taken as recorded, except those paths,
+    which are looked at by the rules of the scan (:func:`memory_core.sources.discovery.discover_changed`).
+    The run scans everything as usual when it is a full rebuild, when there is no live index, or
+    when a path cannot be judged alone (the plan's ``hint_fallback`` says why)."""
     index_path = settings.index_file
-    disc = discover_files(settings)
-    warnings = list(disc.warnings)
+    hinting = only_paths is not None and not full
+    disc = None if hinting else discover_files(settings)
     meta = build_meta(settings, provider, reason)
     live_meta, problem = probe_index(index_path)
     full_reason = "requested" if full else ""
     if problem:
-        warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
         full, full_reason = True, "live index damaged"
     elif not full:
         why = rebuild_reason(live_meta, meta)
         if why:
             full, full_reason = True, why
-    live: dict[str, LiveFile] = {} if (full or live_meta is None) else read_live_files(index_path)
+    hinted: HintedDiscovery | None = None
+    hint_fallback = ""
+    live_paths: list[str] = []
+    live: dict[str, LiveFile] = {}
+    if hinting:
+        assert only_paths is not None
+        hinted, live_paths, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
+                                                                   live_meta, index_path)
+    if hinted is None:
+        live = {} if (full or live_meta is None) else read_live_files(index_path)
+        if disc is None:
+            disc = discover_files(settings)
+    warnings = list(hinted.warnings if hinted is not None else disc.warnings if disc is not None else [])
+    if problem:
+        warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
 
     to_index: list[FileEntry] = []
     carried: list[str] = []
-    counts = {"scanned": len(disc.files), "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
+    counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
     seen: set[str] = set()
-    for f in disc.files:
+    if hinted is not None:
+        # not named: as recorded, without a look (a watcher saw no event for them); ``live``
+        # holds the rows of the named paths only
+        looked = {f.path for f in hinted.files} | hinted.gone
+        carried = [p for p in live_paths if p not in looked]
+        seen.update(carried)
+        counts["unchanged"] = len(carried)
+        files = hinted.files
+    else:
+        assert disc is not None
+        files = disc.files
+    counts["scanned"] = len(seen) + len(files)
+    for f in files:
         seen.add(f.path)
         old = live.get(f.path)
         if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
@@ -156,7 +202,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             continue
         to_index.append(f.with_hash(digest))
         counts["changed" if old is not None else "new"] += 1
-    removed = sorted(p for p in live if p not in seen)
+    removed = sorted(p for p in live if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
@@ -165,7 +211,34 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     return RunPlan(
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
         meta=meta, to_index=to_index, carried=carried, removed=removed, counts=counts, warnings=warnings,
+        hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback,
     )
+
+
+def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
+                     live_meta: dict[str, Any] | None, index_path: Path,
+                     ) -> tuple[HintedDiscovery | None, list[str], dict[str, LiveFile], str]:
+    """The changed paths' discovery, every indexed path and the ``files`` rows of the changed
+    ones; or (None, [], {}, why the run scans everything instead)."""
+    if full_reason:
+        return None, [], {}, f"a full rebuild: {full_reason}" if full_reason != "no index yet" else full_reason
+    if live_meta is None:
+        return None, [], {}, "no index yet"
+    for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)):
+        if live_meta.get(key) != str(value):
+            return None, [], {}, f"the live index records another {key.replace('_', ' ')}"
+    try:
+        hinted = discover_changed(settings, only_paths)
+    except HintUnclear as exc:
+        return None, [], {}, str(exc)
+    paths, rows = read_live_paths(index_path, [*(f.path for f in hinted.files), *sorted(hinted.gone)])
+    if hinted.gone:
+        # a path that is gone and held indexed files was a folder (moved away, removed)
+        under = tuple(g + "/" for g in hinted.gone)
+        held = next((p for p in paths if p.startswith(under)), None)
+        if held is not None:
+            return None, [], {}, f"a folder holding {held} is gone"
+    return hinted, paths, rows, ""
 
 
 def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
@@ -503,6 +576,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         tokens_batch=embed.tokens_batch, batch=embed.batch, cost=embed.cost,
         fallback=embed.fallback, stage_seconds={k: round(v, 3) for k, v in timings.items()},
         warnings=warnings, embedded_on=embedded_on, error=error,
+        hinted=plan.hinted_paths is not None, hinted_paths=plan.hinted_paths or 0, hint_fallback=plan.hint_fallback,
     )
 
 

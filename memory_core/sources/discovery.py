@@ -21,7 +21,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
@@ -77,6 +77,34 @@ def _utf8_name(name: str) -> bool:
     return True
 
 
+def _md_entry(name: str, path: str, is_symlink: bool, is_dir: bool, is_file: bool,
+              warnings: list[str]) -> str | None:
+    """What the walk of a markdown folder does with one entry of a folder: ``"dir"`` (descend),
+    ``"md"`` (a source), or None (skipped; a name that is not UTF-8 with a warning). One rule
+    for the walk and for a run that looks only at the paths a watcher named."""
+    if is_symlink:
+        return None
+    if not _utf8_name(name) and (is_dir or name.lower().endswith(".md")):
+        warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
+        return None
+    if is_dir:
+        return "dir"
+    if is_file and name.lower().endswith(".md"):
+        return "md"
+    return None
+
+
+def _session_entry(name: str, path: str, is_symlink: bool, is_file: bool, warnings: list[str]) -> bool:
+    """Whether one entry of the sessions folder is a transcript source (the same for the scan of
+    the folder and for a run given the changed paths)."""
+    if not (name.endswith(".jsonl") and not is_symlink and is_file):
+        return False
+    if not _utf8_name(name):
+        warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
+        return False
+    return True
+
+
 def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
     """Yield regular ``.md`` files below ``root`` without following symlinks."""
     stack = [root]
@@ -93,17 +121,14 @@ def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
             continue
         for e in entries:
             try:
-                if e.is_symlink():
-                    continue
-                if not _utf8_name(e.name) and (e.is_dir(follow_symlinks=False) or e.name.lower().endswith(".md")):
-                    warnings.append(f"skipped {escaped(e.path)}: its name is not valid UTF-8 (rename it to index it)")
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                elif e.is_file(follow_symlinks=False) and e.name.lower().endswith(".md"):
-                    yield e
+                kind = _md_entry(e.name, e.path, e.is_symlink(), e.is_dir(follow_symlinks=False),
+                                 e.is_file(follow_symlinks=False), warnings)
             except OSError:
                 continue
+            if kind == "dir":
+                stack.append(e.path)
+            elif kind == "md":
+                yield e
 
 
 def _display_path(abs_path: str, workspace: str, prefix: str | None = None) -> str:
@@ -128,6 +153,46 @@ def _entry(abs_path: str, st: os.stat_result, workspace: str, source: str, path:
                      st.st_mtime_ns // 1_000_000, st.st_size)
 
 
+def _root_file(p: str) -> bool:
+    """``MEMORY.md`` / ``memory.md`` at the workspace root is looked at when it exists and is no
+    symlink (case-insensitive filesystems report both names for one file: identity dedupes)."""
+    return os.path.lexists(p) and not os.path.islink(p)
+
+
+def _extra_path(raw: str, ws: str) -> tuple[str, str, str]:
+    """(absolute path, kind, warning) of one ``extra_paths`` entry: kind ``dir`` (walked), ``md``
+    (one file), or ``""`` (skipped, with the warning saying why)."""
+    p = os.path.expanduser(raw)
+    p = p if os.path.isabs(p) else os.path.join(ws, p)
+    p = os.path.abspath(p)
+    if os.path.islink(p):
+        return p, "", f"extra path {raw} is a symlink; symlinks are not followed"
+    if os.path.isdir(p):
+        return p, "dir", ""
+    if os.path.isfile(p):
+        if p.lower().endswith(".md"):
+            return p, "md", ""
+        return p, "", f"extra path {raw} is not a .md file; skipped"
+    return p, "", f"extra path {raw} does not exist; skipped"
+
+
+def _sessions_dir(settings: Settings) -> tuple[str, bool, str]:
+    """(the sessions folder, whether it is scanned, the warning when it is not)."""
+    sdir = str(settings.sessions_dir)
+    if os.path.isdir(sdir) and not os.path.islink(sdir):
+        return sdir, True, ""
+    return sdir, False, f"sessions directory {sdir} does not exist; no transcripts indexed"
+
+
+def _regular(abs_path: str) -> os.stat_result | None:
+    """The ``lstat`` of a regular file, else None (gone, a symlink, a folder, a device...)."""
+    try:
+        st = os.lstat(abs_path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
 def discover_files(settings: Settings) -> Discovery:
     """List the source files for ``settings``. Raises :class:`PathError` if the workspace is missing."""
     ws = str(settings.workspace_dir)
@@ -141,11 +206,8 @@ def discover_files(settings: Settings) -> Discovery:
     prefix = ws.rstrip(os.sep) + os.sep
 
     def add(abs_path: str, source: str, path: str | None = None) -> None:
-        try:
-            st = os.lstat(abs_path)
-        except OSError:
-            return
-        if not stat.S_ISREG(st.st_mode):
+        st = _regular(abs_path)
+        if st is None:
             return
         key = (st.st_dev, st.st_ino)
         if key in found:
@@ -155,49 +217,216 @@ def discover_files(settings: Settings) -> Discovery:
     if "memory" in settings.sources:
         for name in ("MEMORY.md", "memory.md"):
             p = os.path.join(ws, name)
-            # Case-insensitive filesystems report both names for one file: realpath dedupes.
-            if os.path.lexists(p) and not os.path.islink(p):
+            if _root_file(p):
                 add(p, "memory")
         mem_dir = os.path.join(ws, "memory")
         if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
             for e in _walk_md(mem_dir, warnings):
                 add(e.path, "memory")
         for raw in settings.extra_paths:
-            p = os.path.expanduser(raw)
-            p = p if os.path.isabs(p) else os.path.join(ws, p)
-            p = os.path.abspath(p)
-            if os.path.islink(p):
-                warnings.append(f"extra path {raw} is a symlink; symlinks are not followed")
-            elif os.path.isdir(p):
+            p, kind, warning = _extra_path(raw, ws)
+            if kind == "dir":
                 for e in _walk_md(p, warnings):
                     add(e.path, "memory")
-            elif os.path.isfile(p):
-                if p.lower().endswith(".md"):
-                    add(p, "memory")
-                else:
-                    warnings.append(f"extra path {raw} is not a .md file; skipped")
+            elif kind == "md":
+                add(p, "memory")
             else:
-                warnings.append(f"extra path {raw} does not exist; skipped")
+                warnings.append(warning)
 
     if "sessions" in settings.sources:
-        sdir = str(settings.sessions_dir)
-        if os.path.isdir(sdir) and not os.path.islink(sdir):
+        sdir, scanned, warning = _sessions_dir(settings)
+        if scanned:
             try:
                 with os.scandir(sdir) as it:
                     for e in it:
-                        if e.name.endswith(".jsonl") and not e.is_symlink() and e.is_file(follow_symlinks=False):
-                            if not _utf8_name(e.name):
-                                warnings.append(f"skipped {escaped(e.path)}: its name is not valid UTF-8"
-                                                " (rename it to index it)")
-                                continue
+                        if _session_entry(e.name, e.path, e.is_symlink(), e.is_file(follow_symlinks=False),
+                                          warnings):
                             add(e.path, "sessions", f"sessions/{e.name}")
             except OSError as exc:
                 warnings.append(f"cannot read sessions directory {sdir}: {exc.strerror}")
         else:
-            warnings.append(f"sessions directory {sdir} does not exist; no transcripts indexed")
+            warnings.append(warning)
 
     files = sorted(found.values(), key=attrgetter("path", "source"))
     return Discovery(files=files, warnings=warnings)
+
+
+# -- a run given the changed paths (a watcher's) -------------------------------------------------
+
+class HintUnclear(Exception):
+    """A changed path that discovery cannot judge on its own (a folder, a hard link, a source
+    folder that came or went...): the run scans everything instead. The message says why."""
+
+
+@dataclass
+class HintedDiscovery:
+    """What the changed paths are now: ``files``, the ones that are sources (as the walk would
+    list them); ``gone``, the indexed paths they would have that are not sources (any more);
+    ``checked``, how many paths were looked at."""
+
+    files: list[FileEntry]
+    gone: set[str]
+    warnings: list[str]
+    checked: int
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def discover_changed(settings: Settings, paths: Iterable[str]) -> HintedDiscovery:
+    """Discovery limited to ``paths`` (absolute, e.g. a watcher's events): each is looked at
+    (``lstat``) and classified by the rules of :func:`discover_files` (:func:`_root_file`,
+    :func:`_extra_path`, :func:`_md_entry`, :func:`_session_entry`, :func:`_regular`), and nothing
+    else is. The warnings about the roots (extra paths, the sessions folder) are the scan's;
+    the walk's warnings come only for the paths given. Raises :class:`HintUnclear` when a path
+    cannot be judged alone; the caller then scans everything with :func:`discover_files`."""
+    ws = str(settings.workspace_dir)
+    if not os.path.isdir(ws):
+        raise PathError(f"workspace not found: {ws}")
+    prefix = ws.rstrip(os.sep) + os.sep
+    warnings: list[str] = []
+    memory = "memory" in settings.sources
+    root_files: tuple[str, ...] = ()
+    walked: list[str] = []  # folders the scan walks, in its order
+    md_roots: list[str] = []  # the same, and those that do not exist (now): what is under them is gone
+    md_files: list[str] = []
+    roots: list[str] = [ws]  # the folders the scan starts from (or would, once they exist)
+    if memory:
+        root_files = (os.path.join(ws, "MEMORY.md"), os.path.join(ws, "memory.md"))
+        mem_dir = os.path.join(ws, "memory")
+        roots.append(mem_dir)
+        md_roots.append(mem_dir)
+        if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
+            walked.append(mem_dir)
+        for raw in settings.extra_paths:
+            p, kind, warning = _extra_path(raw, ws)
+            if kind == "md":
+                md_files.append(p)
+                continue
+            roots.append(p)  # a folder, or a path that may become one
+            md_roots.append(p)
+            if kind == "dir":
+                walked.append(p)
+            else:
+                warnings.append(warning)
+    sdir: str | None = None  # the sessions folder (transcripts are gone when it is not scanned)
+    scanned = False
+    if "sessions" in settings.sources:
+        sdir, scanned, warning = _sessions_dir(settings)
+        roots.append(sdir)
+        if not scanned:
+            warnings.append(warning)
+    # the scan dedupes one file reached under two names by its identity; here only one name is
+    # looked at, so roots that reach each other under other names (a symlink in a root's path)
+    # are left to the scan
+    named = roots + md_files
+    real = {r: os.path.realpath(r) for r in named}
+    for a in named:
+        for b in named:
+            if a != b and _under(real[a], real[b]) != _under(a, b):
+                raise HintUnclear(f"{a} and {b} overlap under other names")
+
+    found: dict[str, FileEntry] = {}
+    gone: set[str] = set()
+    checked = 0
+    for raw_path in sorted(set(paths)):
+        p = os.path.abspath(raw_path)
+        checked += 1
+        if not _utf8_name(p) or "\ufffd" in p:
+            raise HintUnclear(f"{escaped(p)}: a name that is not valid UTF-8")
+        if any(_under(r, p) for r in roots):
+            raise HintUnclear(f"{p} is (or holds) a source folder")
+        entry: FileEntry | None = None
+        names: list[tuple[str, str]] = []  # (source, indexed path) this path would have
+        if memory:
+            memory_path = _display_path(p, ws, prefix)
+            if p in root_files:
+                names.append(("memory", memory_path))
+                if _root_file(p):
+                    other = root_files[1] if p == root_files[0] else root_files[0]
+                    if _root_file(other) and _same_file(p, other):
+                        raise HintUnclear("MEMORY.md and memory.md are one file (a case-insensitive disk)")
+                    entry = _hinted_entry(p, ws, "memory", memory_path)
+            root = next((r for r in md_roots if _under(p, r)), None)
+            if entry is None and root is not None:
+                names.append(("memory", memory_path))
+                if root in walked and _walks_to(root, p, warnings):
+                    st = _lstat(p)
+                    if st is not None:
+                        what = _md_entry(os.path.basename(p), p, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode),
+                                         stat.S_ISREG(st.st_mode), warnings)
+                        if what == "dir":
+                            raise HintUnclear(f"{p} is a folder")
+                        if what == "md":
+                            entry = _hinted_entry(p, ws, "memory", memory_path)
+            if entry is None and p in md_files:
+                names.append(("memory", memory_path))
+                entry = _hinted_entry(p, ws, "memory", memory_path)
+        if entry is None and sdir is not None and os.path.dirname(p) == sdir:
+            name = os.path.basename(p)
+            names.append(("sessions", f"sessions/{name}"))
+            st = _lstat(p) if scanned else None
+            if st is not None and _session_entry(name, p, stat.S_ISLNK(st.st_mode), stat.S_ISREG(st.st_mode),
+                                                 warnings):
+                entry = _hinted_entry(p, ws, "sessions", f"sessions/{name}")
+        if entry is not None:
+            found[entry.path] = entry
+        elif names:
+            gone.update(path for _, path in names)
+        else:  # a watcher only names paths under the sources: another name for one (a symlink)?
+            raise HintUnclear(f"{p} is under no source")
+    files = sorted(found.values(), key=attrgetter("path", "source"))
+    return HintedDiscovery(files, gone - set(found), warnings, checked)
+
+
+def _lstat(p: str) -> os.stat_result | None:
+    try:
+        return os.lstat(p)
+    except OSError:
+        return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samestat(os.lstat(a), os.lstat(b))
+    except OSError:
+        return False
+
+
+def _hinted_entry(p: str, ws: str, source: str, path: str) -> FileEntry | None:
+    """The entry of a changed path that is a source by name, when it is a regular file; a file
+    with other names (a hard link) is left to the scan, which dedupes it by identity."""
+    st = _regular(p)
+    if st is None:
+        return None
+    if st.st_nlink > 1:
+        raise HintUnclear(f"{p} has {st.st_nlink} names (hard links)")
+    return _entry(p, st, ws, source, path)
+
+
+def _walks_to(root: str, p: str, warnings: list[str]) -> bool:
+    """Whether the walk of ``root`` reaches the folder holding ``p``: every folder on the way is a
+    folder (no symlink) that the walk would descend into and can read."""
+    d = os.path.dirname(p)
+    chain: list[str] = []
+    while _under(d, root):
+        chain.append(d)
+        if d == root:
+            break
+        d = os.path.dirname(d)
+    for i, d in enumerate(reversed(chain)):
+        st = _lstat(d)
+        if st is None:
+            return False
+        if i and _md_entry(os.path.basename(d), d, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode),
+                           stat.S_ISREG(st.st_mode), warnings) != "dir":
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if not os.access(d, os.R_OK | os.X_OK):
+            raise HintUnclear(f"{d} cannot be read")
+    return True
 
 
 _CITATION = re.compile(r"^(?P<path>.+)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
