@@ -1,0 +1,148 @@
+"""A long-lived reader's queries right after an incremental run changed the index (issue 25).
+
+    python -m bench.after_change --chunks 200000 --dims 1536
+    python -m bench.after_change --tmp /work/tmp/kw200k     # reuse a corpus + index made by an earlier run
+
+Per round, in one process: a warm :class:`memory_core.query.search.Searcher` (it has answered
+the queries twice: it keeps every code and the common words' postings), then a line appended to
+``--change`` of the files and an incremental run (in place), then the same queries once more,
+timed. Two readers, each in its own process, side by side, round by round on the same changes:
+
+* ``carried``: this tree (what a reader keeps is brought up to date by the index's change log,
+  memory_core.index_changes);
+* ``reloaded``: the same code with the log ignored (every code and posting read again after a
+  change: what a reader did before).
+
+Reported: the first query after the change, the p50 of the first pass over the queries after
+it, and the warm p50 before it, with the machine's load. Results: bench/results/after-change-<label>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def phase(tmp: str, dims: int, rounds: int, change: float, carry: bool, n: int) -> dict[str, Any]:
+    from bench.fake_provider import DistinctProvider
+    from bench.scale import _queries, _settings
+    from memory_core.index.pipeline import run_index
+    from memory_core.query import retrieval, search
+
+    if not carry:  # the reader as it was: a changed index is read anew
+        search._Index = lambda path, prev=None: retrieval._Index(path)  # type: ignore[assignment,misc]
+    st = _settings(tmp + "/ws", tmp + "/index.sqlite")
+    prov = DistinctProvider(dims)
+    qs = _queries(n, seed=21)
+    paths = sorted(glob.glob(tmp + "/ws/memory/**/*.md", recursive=True))
+    out: dict[str, Any] = {"rounds": []}
+    with search.Searcher(st, provider=prov) as s:
+        for q in qs + qs:
+            s.search(q, min_score=0.0)
+        for r in range(rounds):
+            warm = []
+            for q in qs:
+                t0 = time.perf_counter()
+                s.search(q, min_score=0.0)
+                warm.append(time.perf_counter() - t0)
+            rng = random.Random(1000 + r)  # both readers make the same changes, round by round
+            for p in rng.sample(paths, max(1, int(len(paths) * change))):
+                with open(p, "a") as fh:
+                    fh.write(f"\n- after-change bench {rng.random():.6f}\n")
+            t0 = time.perf_counter()
+            summary = run_index(st, provider=prov, reason="bench")
+            run_s = time.perf_counter() - t0
+            load = os.getloadavg()[0]
+            after = []
+            for q in qs:
+                t0 = time.perf_counter()
+                s.search(q, min_score=0.0)
+                after.append(time.perf_counter() - t0)
+            out["rounds"].append({"warm_p50": statistics.median(warm), "first": after[0],
+                                  "after_p50": statistics.median(after), "after_max": max(after),
+                                  "run_s": run_s, "published": summary.published, "load": load})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chunks", type=int, default=200000)
+    ap.add_argument("--dims", type=int, default=1536)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--change", type=float, default=0.01, help="share of the files changed per round")
+    ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--tmp", help="where the corpus and index are (made if missing)")
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--phase", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.phase:
+        print(json.dumps(phase(**json.loads(a.phase))))
+        return
+    import tempfile
+
+    tmp = a.tmp or tempfile.mkdtemp(prefix="mc-after-")
+    try:
+        _run(a, tmp)
+    finally:
+        if not a.tmp:  # a folder of its own: ~16 GB at 1M x 1536
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, tmp: str) -> None:
+    from bench.corpus import generate
+    from bench.scale import CHUNKS_PER_FILE, phase_build
+
+    if not Path(tmp, "index.sqlite").exists():
+        generate(Path(tmp, "ws"), max(1, round(a.chunks / CHUNKS_PER_FILE)))
+        phase_build(tmp + "/ws", tmp + "/index.sqlite", a.dims, True)
+    res: dict[str, Any] = {}
+    for name, carry in (("carried", True), ("reloaded", False)):  # the same changes again, each reader its own rounds
+        args = json.dumps({"tmp": tmp, "dims": a.dims, "rounds": a.rounds, "change": a.change, "carry": carry,
+                           "n": a.queries})
+        p = subprocess.run([sys.executable, "-m", "bench.after_change", "--phase", args], cwd=ROOT,
+                           capture_output=True, text=True, check=False)
+        if p.returncode:
+            raise SystemExit(p.stderr[-3000:])
+        res[name] = json.loads(p.stdout.strip().splitlines()[-1])
+    from memory_core.store import connect_reader
+
+    conn = connect_reader(Path(tmp, "index.sqlite"))
+    chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    conn.close()
+    ms = lambda x: f"{1000 * x:.1f}"  # noqa: E731
+    lines = [f"# A warm reader after an incremental run: {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
+             f" {os.cpu_count()} cores)", "",
+             f"{chunks} chunks x {a.dims}-d; each round appends a line to {a.change:.1%} of the files and runs an"
+             f" incremental index, then the reader answers {a.queries} queries it had answered before (hybrid)."
+             " Times in ms; each reader in its own process, on its own rounds of the same changes.", "",
+             "| reader | round | warm p50 before | first query after | p50 after | max after | run s (published) | load |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in ("carried", "reloaded"):
+        for i, r in enumerate(res[name]["rounds"]):
+            lines.append(f"| {name} | {i + 1} | {ms(r['warm_p50'])} | {ms(r['first'])} | {ms(r['after_p50'])} |"
+                         f" {ms(r['after_max'])} | {r['run_s']:.1f} ({r['published']}) | {r['load']:.1f} |")
+    c = statistics.median(r["first"] for r in res["carried"]["rounds"])
+    o = statistics.median(r["first"] for r in res["reloaded"]["rounds"])
+    lines += ["", f"First query after a change, median of the rounds: carried {ms(c)} ms, reloaded {ms(o)} ms"
+              f" ({c / o:.2f}x)."]
+    out = ROOT / "bench" / "results" / f"after-change-{a.label}.md"
+    out.write_text("\n".join(lines) + "\n")
+    (out.with_suffix(".json")).write_text(json.dumps(res, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
