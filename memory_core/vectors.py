@@ -414,8 +414,68 @@ class BitIndex:
     def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
         """The ``want`` rows with the highest exact cosine among :meth:`candidates`, best first:
         [(rid, cosine)]."""
-        cos = cosines(qvec, read_vectors(conn, self.candidates(qvec, want).tolist(), self.rows))
-        return sorted(cos.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
+        return best_by_cosine(conn, qvec, self.candidates(qvec, want), want, self.rows)
+
+
+def best_by_cosine(conn: apsw.Connection, qvec: np.ndarray, candidates: np.ndarray, want: int,
+                   rows: str = "chunks") -> list[tuple[int, float]]:
+    """The ``want`` of ``candidates`` (row ids) with the highest exact cosine, best first."""
+    cos = cosines(qvec, read_vectors(conn, candidates.tolist(), rows))
+    return sorted(cos.items(), key=lambda kv: (-kv[1], kv[0]))[:want]
+
+
+def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want: int,
+                        table: str = BITS_TABLE) -> np.ndarray:
+    """:meth:`BitIndex.candidates` of one query, the codes read a block at a time and scanned as
+    they are stored (a row's words side by side) instead of loaded into a :class:`BitIndex`: what
+    a one-shot reader (a CLI search) needs. Loading transposes every code into one array (~1 s at
+    1M x 1536 on this VM); one pass over the blocks costs about the read. The same rows in the
+    same order, so the same candidates."""
+    n_words = code_bytes(dims) // 8
+    q = quantize(np.asarray(qvec, dtype=np.float32)[None, :])[0].view("<u8")
+    ids: list[np.ndarray] = []
+    dists: list[np.ndarray] = []
+    blocks: list[np.ndarray] = []
+    for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {table} ORDER BY block"):
+        i = np.frombuffer(raw_ids, dtype="<i8")
+        c = np.frombuffer(raw_codes, dtype="<u8").reshape(len(i), n_words)
+        keep = i != 0
+        if not keep.all():
+            i, c = i[keep], c[keep]
+        ids.append(i)
+        dists.append(np.bitwise_count(c ^ q).sum(axis=1, dtype=np.uint16))
+        blocks.append(c)
+    rids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    n = len(rids)
+    r = rescore_count(want, n)
+    if r >= n:
+        return rids
+    scan = scan_count(r, n)
+    if scan >= n:
+        pos = np.arange(n)
+    else:  # as BitIndex._nearest: the scan-th smallest distance by counting
+        dist = np.concatenate(dists)
+        cut = int(np.searchsorted(np.cumsum(np.bincount(dist, minlength=n_words * 64 + 2)), scan))
+        pos = np.flatnonzero(dist <= cut)
+    if len(pos) > r:
+        starts = np.cumsum([0, *(len(b) for b in blocks)])
+        which = np.searchsorted(starts, pos, side="right") - 1
+        codes = np.empty((len(pos), n_words), dtype="<u8")
+        bounds = np.searchsorted(which, np.arange(len(blocks) + 1))  # pos is ascending: each block's run
+        for b in np.flatnonzero(np.diff(bounds)):
+            lo, hi = bounds[b], bounds[b + 1]
+            codes[lo:hi] = blocks[b][pos[lo:hi] - starts[b]]
+        score = asymmetric_scores(np.asarray(qvec, dtype=np.float32), codes.view(np.uint8))
+        pos = pos[np.argpartition(-score, r - 1)[:r]]
+    return rids[pos]
+
+
+def loaded_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE) -> BitIndex | None:
+    """The :class:`BitIndex` of this state of the index if a reader of this process has loaded it."""
+    key = (path, index_changes.meta_digest(conn), int(dims), table)
+    with _shared_lock:
+        ref = _shared.get(key)
+        return ref() if ref is not None else None
 
 
 _shared: dict[tuple[str, str, int, str], weakref.ref[BitIndex]] = {}

@@ -181,8 +181,10 @@ def test_searchers_of_one_process_share_the_codes_until_the_index_changes(worksp
     s = openai_settings(workspace, openai_fake)
     run_index(s)
     with Searcher(s) as a, Searcher(s) as b:
-        a.search("replica lag", mode="vector")
-        b.search("replica lag", mode="vector")
+        a.search("replica lag", mode="vector")  # a's first vector query scans the stored codes
+        assert a._current()._bits is None
+        a.search("replica lag", mode="vector")  # its second loads them
+        b.search("replica lag", mode="vector")  # b's first finds them loaded
         bits = a._current()._bits
         assert bits is not None and b._current()._bits is bits
         with open(workspace / "MEMORY.md", "a") as fh:
@@ -190,6 +192,49 @@ def test_searchers_of_one_process_share_the_codes_until_the_index_changes(worksp
         assert run_index(s).published == "in place"
         a.search("replica lag", mode="vector")
         new = a._current()._bits
-        assert new is not bits and set(new.rids.tolist()) != set(bits.rids.tolist())  # the update, loaded again
+        # the update, carried by the change log
+        assert new is not bits and set(new.arrays()[0].tolist()) != set(bits.arrays()[0].tolist())
         b.search("replica lag", mode="vector")
         assert b._current()._bits is new
+
+
+@pytest.mark.parametrize("n, want", [(30, 10), (1500, 10), (9000, 10), (9000, 150)])
+def test_a_streamed_scan_gives_the_loaded_index_candidates(tmp_path, monkeypatch, n, want):
+    """A reader's first vector query scans the stored codes block by block
+    (vectors.streamed_candidates) instead of loading them: the same candidates in the same order
+    as BitIndex.candidates, through every branch (fewer rows than rescored, a scan of every
+    row, a cut by distance), deleted rows included."""
+    monkeypatch.setattr(vectors, "BLOCK_ROWS", 512)
+    dims = 130
+    conn = _db(tmp_path, dims)
+    m = _clustered(n, dims, 3)
+    _append(conn, 1, m)
+    gone = list(range(5, n, 7))
+    with conn:
+        vectors.delete(conn, gone)
+        conn.execute(f"DELETE FROM chunks WHERE rid IN ({','.join(map(str, gone))})")
+    loaded = vectors.BitIndex(conn, dims)
+    for q in _clustered(6, dims, 11):
+        streamed = vectors.streamed_candidates(conn, dims, q, want)
+        assert streamed.tolist() == loaded.candidates(q, want).tolist()
+        assert not set(streamed.tolist()) & set(gone)
+        assert vectors.best_by_cosine(conn, q, streamed, want) == loaded.search(conn, q, want)
+
+
+def test_the_first_query_of_a_reader_streams_and_answers_as_the_loaded_index(workspace, openai_fake, monkeypatch):
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    loads = []
+    init = vectors.BitIndex.__init__
+
+    def counting(bi, conn, dims, table=vectors.BITS_TABLE):  # type: ignore[no-untyped-def]
+        loads.append(table)
+        init(bi, conn, dims, table)
+
+    monkeypatch.setattr(vectors.BitIndex, "__init__", counting)
+    with Searcher(s) as searcher:
+        first = [(r.path, r.start_line, r.score) for r in searcher.search("gateway quorum replicas", mode="vector")]
+        assert vectors.BITS_TABLE not in loads  # streamed
+        second = [(r.path, r.start_line, r.score) for r in searcher.search("gateway quorum replicas", mode="vector")]
+        assert vectors.BITS_TABLE in loads  # loaded for the next queries
+        assert first == second and first

@@ -401,6 +401,7 @@ class _Index:
         self._prev_bits = prev._bits if same and prev is not None else None
         self._prev_postings = prev._postings if same and prev is not None else None
         self._refresh_lock = threading.Lock()
+        self._streamed = False  # the first vector query scanned the stored codes (nearest)
 
     def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
         """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
@@ -538,7 +539,16 @@ class _Index:
     def nearest(self, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
         """The ``want`` chunks nearest the query, best first: [(rid, cosine)], a chunk's cosine
         being the best of its own vector's and its exchanges' (schema 4)."""
-        top = self.bit_index().search(self.conn, qvec, want)
+        streamed: np.ndarray | None = None
+        if self._bits is None and self._prev_bits is None and not self._streamed:
+            # this reader's first vector query: one pass over the stored codes (a one-shot CLI
+            # search asks no more); the next one loads them (vectors.streamed_candidates)
+            self._streamed = True
+            self._bits = vectors.loaded_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
+            if self._bits is None:
+                streamed = vectors.streamed_candidates(self.conn, int(self.dims or 0), qvec, want)
+        top = (self.bit_index().search(self.conn, qvec, want) if streamed is None
+               else vectors.best_by_cosine(self.conn, qvec, streamed, want))
         if not self.has_parts:
             return top
         cand = dict(top)
