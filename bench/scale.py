@@ -67,7 +67,8 @@ def _io() -> dict[str, float]:
             + kids.ru_utime + kids.ru_stime, "maxrss_mb": me.ru_maxrss / 1024}
 
 
-def phase_build(ws: str, index: str, dims: int, full: bool, only_paths: list[str] | None = None) -> dict[str, Any]:
+def phase_build(ws: str, index: str, dims: int, full: bool, only_paths: list[str] | None = None,
+                only_paths_file: str | None = None) -> dict[str, Any]:
     import inspect
 
     from bench.fake_provider import DistinctProvider
@@ -75,6 +76,8 @@ def phase_build(ws: str, index: str, dims: int, full: bool, only_paths: list[str
 
     provider = DistinctProvider(dims)
     hints: dict[str, Any] = {}
+    if only_paths_file is not None:  # thousands of paths: too long for one argument
+        only_paths = json.loads(Path(only_paths_file).read_text())
     if only_paths is not None:
         if "only_paths" not in inspect.signature(run_index).parameters:
             return {"unsupported": "this memory_core takes no only_paths"}
@@ -287,8 +290,10 @@ def run_size(tmp: Path, chunks: int, dims: int, a: argparse.Namespace) -> dict[s
     for p in second:  # another 1%, and the run told exactly which (as the watcher tells it)
         with open(p, "a") as fh:
             fh.write(f"\n## 23:59 scale bench\n- edited by the scale benchmark {rng.random():.6f}.\n")
+    hinted = tmp / "hinted-paths.json"
+    hinted.write_text(json.dumps([os.path.abspath(p) for p in second]))
     r["change_1pct_hinted"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=False,
-                                    only_paths=[os.path.abspath(p) for p in second])
+                                    only_paths_file=str(hinted))
     r["bytes_after_hinted_change"] = {"index": _bytes(index), "cache": _bytes(cache, Path(str(cache) + "-wal"))}
     if a.rebuild:  # a `--full` rebuild over the live index and its cache (vectors from the cache or the index)
         r["rebuild"] = child("build", code, ws=str(ws), index=str(index), dims=dims, full=True)
