@@ -358,11 +358,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     def open_writer() -> Any:
         w = writer_cls(index_path, full=plan.full, dims=st.dims, **({"in_place": True} if in_place else {}))
         w.open()
-        if not plan.full and hasattr(w, "replace_paths"):  # this process's writer: unchanged chunks stay
+        if not plan.full:  # this process's writer keeps the unchanged chunks' rows; the writer process does not
             w.delete_paths(plan.removed)
             w.replace_paths(f.path for f in plan.to_index)
-        elif not plan.full:
-            w.delete_paths(list(plan.removed) + [f.path for f in plan.to_index])
         return w
 
     def insert(limit: int) -> None:
@@ -408,8 +406,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                            " not finish")
         if writer is None:
             writer = open_writer()
-        if hasattr(writer, "finish_replace"):
-            writer.finish_replace()
+        writer.finish_replace()
         writer.upsert_files(FileRow(**v) for v in files.values())
         counts = writer.verify(expect_vectors=st.with_vectors)
         meta = dict(plan.meta)

@@ -186,6 +186,16 @@ class ProcessIndexWriter:
     def delete_paths(self, paths: Iterable[str]) -> None:
         self._send("delete", list(paths))
 
+    def replace_paths(self, paths: Iterable[str]) -> None:
+        """These files are indexed again: here their rows go at once and the run inserts them
+        all (a copy of the live index is rewritten whole anyway; the in-process writer's
+        :meth:`memory_core.store.IndexWriter.replace_paths` keeps the unchanged chunks' rows)."""
+        self.delete_paths(paths)
+
+    def finish_replace(self) -> int:
+        """Nothing left to delete (:meth:`replace_paths` deleted the rows at once)."""
+        return 0
+
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
         self._send("insert", list(rows))
         self._inserted += len(rows)
