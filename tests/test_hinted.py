@@ -19,6 +19,7 @@ from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary
 from memory_core.store import connect
 from memory_core.watching import Watcher
+from tests.test_watch import indexed_text, started_watcher
 
 DEBOUNCE = 0.25
 STAMP_NS = 1_790_000_000_123_000_000  # one mtime for the same change made in two copies
@@ -40,12 +41,7 @@ def rows(s: Settings) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         conn.close()
 
 
-def text_of(s: Settings, path: str) -> str:
-    conn = connect(s.index_file, readonly=True, immutable=True)
-    try:
-        return "\n".join(r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ?", (path,)))
-    finally:
-        conn.close()
+text_of = indexed_text  # the chunk text an index holds for a path (tests/test_watch.py)
 
 
 def write(path: Path, text: str, *, append: bool = False) -> None:
@@ -216,13 +212,8 @@ def wait_for(pred: Callable[[], Any], timeout: float = 15.0, what: str = "condit
 @pytest.fixture
 def watched(indexed: Settings) -> Iterator[tuple[Watcher, SpyRunner]]:
     runner = SpyRunner(indexed)
-    w = Watcher(indexed, runner, debounce=DEBOUNCE, root_check_s=0.3, retry_initial_s=0.2)
-    w.start()
-    try:
-        assert w.wait_ready(15), "watcher did not start"
+    with started_watcher(indexed, runner, DEBOUNCE) as w:
         yield w, runner
-    finally:
-        w.stop()
 
 
 def next_run(w: Watcher, runner: SpyRunner, n: int, what: str) -> RunSummary:

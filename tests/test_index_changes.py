@@ -6,7 +6,10 @@ reads, bit for bit, and its answers a fresh reader's."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,6 +51,17 @@ class _Loads:
 
         monkeypatch.setattr(vectors.BitIndex, "__init__", counting_init)
         monkeypatch.setattr(vectors.BitIndex, "updated", counting_updated)
+
+
+@contextlib.contextmanager
+def _warm_reader(workspace: Path, srv, monkeypatch) -> Iterator[tuple[Any, Searcher, _Loads]]:  # type: ignore[no-untyped-def]
+    """An index of ``workspace``, and a searcher that has answered QUERIES (and counts loads)."""
+    s = openai_settings(workspace, srv)
+    run_index(s)
+    loads = _Loads(monkeypatch)
+    with Searcher(s) as searcher:
+        _warm(searcher)
+        yield s, searcher, loads
 
 
 def _warm(searcher: Searcher) -> None:
@@ -102,11 +116,7 @@ def _append(ws: Path, name: str, text: str) -> None:
 
 
 def test_a_warm_reader_carries_its_codes_and_postings_across_in_place_runs(workspace, openai_fake, monkeypatch):
-    s = openai_settings(workspace, openai_fake)
-    run_index(s)
-    loads = _Loads(monkeypatch)
-    with Searcher(s) as searcher:
-        _warm(searcher)
+    with _warm_reader(workspace, openai_fake, monkeypatch) as (s, searcher, loads):
         assert loads.full == 1 and loads.carried == 0
         # an edit, a removed file and a new one, in place
         _append(workspace, "MEMORY.md", "\n## 23:59 late note\n- the gateway quorum moved to five replicas.\n")
@@ -153,11 +163,7 @@ def test_a_row_id_that_comes_back_is_read_anew(workspace, openai_fake, monkeypat
 
 
 def test_a_copy_run_is_carried_too(workspace, openai_fake, monkeypatch):
-    s = openai_settings(workspace, openai_fake)
-    run_index(s)
-    loads = _Loads(monkeypatch)
-    with Searcher(s) as searcher:
-        _warm(searcher)
+    with _warm_reader(workspace, openai_fake, monkeypatch) as (s, searcher, loads):
         monkeypatch.setattr(store, "IN_PLACE_MAX_BYTES", 10)
         _append(workspace, "MEMORY.md", "\n## 23:59 late note\n- the gateway quorum moved to five replicas.\n")
         summary = run_index(s)
@@ -167,11 +173,7 @@ def test_a_copy_run_is_carried_too(workspace, openai_fake, monkeypatch):
 
 
 def test_without_a_link_in_the_log_the_reader_reads_it_all_again(workspace, openai_fake, monkeypatch, tmp_path):
-    s = openai_settings(workspace, openai_fake)
-    run_index(s)
-    loads = _Loads(monkeypatch)
-    with Searcher(s) as searcher:
-        _warm(searcher)
+    with _warm_reader(workspace, openai_fake, monkeypatch) as (s, searcher, loads):
         _append(workspace, "MEMORY.md", "\n- the gateway quorum moved to five replicas.\n")
         run_index(s, full=True)  # a full build: a new file without a log
         conn = connect_reader(s.index_file)

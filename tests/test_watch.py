@@ -3,6 +3,7 @@ bursts are debounced, one run at a time, one follow-up for changes made during a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -98,17 +99,24 @@ def settings(workspace: Path) -> Settings:
     return load_settings(None, {"workspace": str(workspace), "provider": "none"})
 
 
-@pytest.fixture
-def watching(settings: Settings) -> Iterator[tuple[Watcher, CountingRunner]]:
-    runner = CountingRunner(settings)
-    w = Watcher(settings, runner, debounce=DEBOUNCE, root_check_s=0.3, retry_initial_s=0.2)
+@contextlib.contextmanager
+def started_watcher(settings: Settings, runner: Any, debounce: float) -> Iterator[Watcher]:
+    """A Watcher of ``settings`` calling ``runner``, started and ready; stopped on exit."""
+    w = Watcher(settings, runner, debounce=debounce, root_check_s=0.3, retry_initial_s=0.2)
     w.start()
     try:
         assert w.wait_ready(15), "watcher did not start"
-        yield w, runner
+        yield w
     finally:
         w.stop()
-        assert w._thread is not None and not w._thread.is_alive()
+
+
+@pytest.fixture
+def watching(settings: Settings) -> Iterator[tuple[Watcher, CountingRunner]]:
+    runner = CountingRunner(settings)
+    with started_watcher(settings, runner, DEBOUNCE) as w:
+        yield w, runner
+    assert w._thread is not None and not w._thread.is_alive()
 
 
 def test_edits_creations_deletions_and_renames_reach_the_index(settings, watching):
