@@ -122,7 +122,8 @@ ProgressFn = Callable[[Progress], None]
 
 @dataclass
 class RunPlan:
-    """What discovery decided: which files to (re)index, carry over or drop."""
+    """What discovery decided: which files to (re)index or drop; every other indexed file keeps
+    its rows as they are (``counts["unchanged"]``, ``counts["sessions_carried"]``)."""
 
     run_id: str
     workdir: str
@@ -131,7 +132,6 @@ class RunPlan:
     full_reason: str
     meta: dict[str, Any]
     to_index: list[FileEntry]
-    carried: list[str]  # indexed paths whose live rows are kept as they are
     removed: list[str]
     counts: dict[str, int]
     warnings: list[str] = field(default_factory=list)

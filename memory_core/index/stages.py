@@ -63,7 +63,7 @@ from memory_core.store import (
     make_private_dir,
     probe_index,
     read_live_files,
-    read_live_paths,
+    read_live_rows,
     refuse_symlink,
 )
 
@@ -139,11 +139,11 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             full, full_reason = True, why
     hinted: HintedDiscovery | None = None
     hint_fallback = ""
-    live_paths: list[str] = []
+    n_indexed = 0
     live: dict[str, LiveFile] = {}
     if hinting:
         assert only_paths is not None
-        hinted, live_paths, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
+        hinted, n_indexed, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
                                                                    live_meta, index_path)
     if hinted is None:
         live = {} if (full or live_meta is None) else read_live_files(index_path)
@@ -154,26 +154,21 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
 
     to_index: list[FileEntry] = []
-    carried: list[str] = []
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
     seen: set[str] = set()
     if hinted is not None:
         # not named: as recorded, without a look (a watcher saw no event for them); ``live``
-        # holds the rows of the named paths only
-        looked = {f.path for f in hinted.files} | hinted.gone
-        carried = [p for p in live_paths if p not in looked]
-        seen.update(carried)
-        counts["unchanged"] = len(carried)
+        # holds the rows of the named paths that are indexed
+        counts["unchanged"] = n_indexed - len(live)
         files = hinted.files
     else:
         assert disc is not None
         files = disc.files
-    counts["scanned"] = len(seen) + len(files)
+    counts["scanned"] = counts["unchanged"] + len(files)
     for f in files:
         seen.add(f.path)
         old = live.get(f.path)
         if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
-            carried.append(f.path)
             counts["unchanged"] += 1
             continue
         if old is None and f.source != "sessions":
@@ -186,18 +181,15 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         except OSError as exc:
             if old is not None:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")
-                carried.append(f.path)
                 counts["unchanged"] += 1
             else:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
             continue
         if old is not None and old.hash == digest and old.source == f.source:
             # Same bytes, new mtime (touch, checkout): keep rows, refresh the files row.
-            carried.append(f.path)
             counts["unchanged"] += 1
             continue
         if old is not None and f.source == "sessions" and _below_delta(settings, f, old):
-            carried.append(f.path)
             counts["sessions_carried"] += 1
             continue
         to_index.append(f.with_hash(digest))
@@ -210,35 +202,32 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     failpoint("discover")
     return RunPlan(
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
-        meta=meta, to_index=to_index, carried=carried, removed=removed, counts=counts, warnings=warnings,
+        meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback,
     )
 
 
 def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
                      live_meta: dict[str, Any] | None, index_path: Path,
-                     ) -> tuple[HintedDiscovery | None, list[str], dict[str, LiveFile], str]:
-    """The changed paths' discovery, every indexed path and the ``files`` rows of the changed
-    ones; or (None, [], {}, why the run scans everything instead)."""
+                     ) -> tuple[HintedDiscovery | None, int, dict[str, LiveFile], str]:
+    """The changed paths' discovery, how many files are indexed and the ``files`` rows of the
+    changed ones; or (None, 0, {}, why the run scans everything instead)."""
     if full_reason:
-        return None, [], {}, f"a full rebuild: {full_reason}" if full_reason != "no index yet" else full_reason
+        return None, 0, {}, f"a full rebuild: {full_reason}" if full_reason != "no index yet" else full_reason
     if live_meta is None:
-        return None, [], {}, "no index yet"
+        return None, 0, {}, "no index yet"
     for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)):
         if live_meta.get(key) != str(value):
-            return None, [], {}, f"the live index records another {key.replace('_', ' ')}"
+            return None, 0, {}, f"the live index records another {key.replace('_', ' ')}"
     try:
         hinted = discover_changed(settings, only_paths)
     except HintUnclear as exc:
-        return None, [], {}, str(exc)
-    paths, rows = read_live_paths(index_path, [*(f.path for f in hinted.files), *sorted(hinted.gone)])
-    if hinted.gone:
-        # a path that is gone and held indexed files was a folder (moved away, removed)
-        under = tuple(g + "/" for g in hinted.gone)
-        held = next((p for p in paths if p.startswith(under)), None)
-        if held is not None:
-            return None, [], {}, f"a folder holding {held} is gone"
-    return hinted, paths, rows, ""
+        return None, 0, {}, str(exc)
+    n_indexed, rows, held = read_live_rows(index_path, [*(f.path for f in hinted.files), *sorted(hinted.gone)],
+                                           sorted(hinted.gone))
+    if held is not None:  # a path that is gone and held indexed files was a folder (moved away, removed)
+        return None, 0, {}, f"a folder holding {held} is gone"
+    return hinted, n_indexed, rows, ""
 
 
 def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
