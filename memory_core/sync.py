@@ -36,7 +36,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, RunError
-from memory_core.index.indexer import Indexer, Runner, RunRecord
+from memory_core.index.indexer import Indexer, Runner, RunRecord, run_hinted
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 from memory_core.watching import Watcher, start_interval
 
@@ -121,9 +121,8 @@ class SyncManager:
         with self._run_lock:
             started, t0 = time.time(), time.perf_counter()
             rec = RunRecord(len(self.runs) + 1, reason, started, 0.0, ok=True)
-            run_changed = getattr(self.runner, "run_changed", None)
             try:
-                rec.summary = run_changed(changed) if changed is not None and callable(run_changed) else self.runner()
+                rec.summary = run_hinted(self.runner, changed)
             except IndexLockedError as exc:
                 rec.ok, rec.skipped, rec.error = False, True, str(exc)
             except MemoryCoreError as exc:

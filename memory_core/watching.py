@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, UsageError
-from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord
+from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord, run_hinted
 
 if TYPE_CHECKING:
     from memory_core.index.runtypes import RunSummary
@@ -358,9 +358,8 @@ class Watcher:
         summary: RunSummary | DeploymentOutcome | None = None
         error: str | None = None
         skipped = False
-        run_changed = getattr(self.runner, "run_changed", None)
         try:
-            summary = run_changed(hint) if callable(run_changed) else self.runner()
+            summary = run_hinted(self.runner, hint)
         except MemoryCoreError as exc:
             error, skipped = str(exc), isinstance(exc, IndexLockedError)
         except Exception as exc:  # a watcher must survive one bad run
@@ -374,7 +373,7 @@ class Watcher:
             if not _complete(rec):
                 # its changes may not be in the index: the next run cannot trust the paths alone
                 self._scan_next("the last run did not finish")
-            elif not (callable(run_changed) and getattr(summary, "hinted", False)):
+            elif not getattr(summary, "hinted", False):
                 self._last_full_scan = m0  # it scanned every source
             if rec.ok:
                 st.failures = 0

@@ -288,3 +288,17 @@ def test_codes_carried_by_mask_and_tail_answer_as_a_fresh_load(tmp_path):
             assert set(bits.candidates(q, 10).tolist()) == set(fresh.candidates(q, 10).tolist())
     assert masked and folded  # both ways were taken
     conn.close()
+
+
+def test_a_state_no_vector_query_asked_passes_the_codes_on(workspace, openai_fake, monkeypatch):
+    """Keyword-only queries between two runs open the middle state without loading its codes:
+    the codes of the first state are still carried to the third."""
+    with _warm_reader(workspace, openai_fake, monkeypatch) as (s, searcher, loads):
+        _append(workspace, "MEMORY.md", "\n- the gateway quorum moved to five replicas.\n")
+        assert run_index(s).published == "in place"
+        searcher.search("gateway quorum", mode="keyword")  # opens the middle state
+        _append(workspace, "MEMORY.md", "\n- the postgres failover drill is on friday.\n")
+        assert run_index(s).published == "in place"
+        full = loads.full
+        _assert_same_as_fresh(searcher, s.index_file)
+        assert loads.carried == 1 and loads.full == full + 1  # + the fresh reader's own load in the check

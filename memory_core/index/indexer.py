@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from memory_core.index.pipeline import IfBusy
     from memory_core.index.runtypes import ProgressFn, RunSummary
 
-__all__ = ["DeploymentOutcome", "HintedRunner", "Indexer", "RunRecord", "Runner"]
+__all__ = ["DeploymentOutcome", "HintedRunner", "Indexer", "RunRecord", "Runner", "run_hinted"]
 
 
 class Indexer:
@@ -167,6 +167,14 @@ class HintedRunner(Runner, Protocol):
     runner without ``run_changed`` (a deployment run) is called as a plain :class:`Runner`."""
 
     def run_changed(self, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None: ...
+
+
+def run_hinted(runner: Runner, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None:
+    """One run of ``runner``, given the paths that changed when it takes them (a
+    :class:`HintedRunner`); a plain :class:`Runner` (a deployment run) scans everything."""
+    run_changed = getattr(runner, "run_changed", None)
+    result: RunSummary | DeploymentOutcome | None = run_changed(changed) if callable(run_changed) else runner()
+    return result
 
 
 @dataclass

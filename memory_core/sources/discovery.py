@@ -184,13 +184,17 @@ def _sessions_dir(settings: Settings) -> tuple[str, bool, str]:
     return sdir, False, f"sessions directory {sdir} does not exist; no transcripts indexed"
 
 
-def _regular(abs_path: str) -> os.stat_result | None:
-    """The ``lstat`` of a regular file, else None (gone, a symlink, a folder, a device...)."""
+def _lstat(p: str) -> os.stat_result | None:
     try:
-        st = os.lstat(abs_path)
+        return os.lstat(p)
     except OSError:
         return None
-    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def _regular(abs_path: str) -> os.stat_result | None:
+    """The ``lstat`` of a regular file, else None (gone, a symlink, a folder, a device...)."""
+    st = _lstat(abs_path)
+    return st if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
 def discover_files(settings: Settings) -> Discovery:
@@ -378,13 +382,6 @@ def discover_changed(settings: Settings, paths: Iterable[str]) -> HintedDiscover
             raise HintUnclear(f"{p} is under no source")
     files = sorted(found.values(), key=attrgetter("path", "source"))
     return HintedDiscovery(files, gone - set(found), warnings, checked)
-
-
-def _lstat(p: str) -> os.stat_result | None:
-    try:
-        return os.lstat(p)
-    except OSError:
-        return None
 
 
 def _same_file(a: str, b: str) -> bool:
