@@ -400,8 +400,9 @@ class _Index:
         same = prev is not None and prev._path == path and prev.dims == self.dims
         # what the previous state held, or had been handed and not used yet (a state no query
         # asked a side of passes it on: the log links it from further back)
-        self._prev_bits = (prev._bits or prev._prev_bits) if same and prev is not None else None
-        self._prev_postings = (prev._postings or prev._prev_postings) if same and prev is not None else None
+        self._prev_bits: vectors.BitIndex | None = (prev._bits or prev._prev_bits) if same and prev is not None else None
+        self._prev_postings: _Postings | None = ((prev._postings or prev._prev_postings) if same and prev is not None
+                                                 else None)
         self._refresh_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
 
