@@ -18,7 +18,8 @@ Each set's workspaces and indexes (default local model) live in the cache (defau
 files and generator script, and the indexer's code (every ``memory_core`` module except the
 query-side ones in ``QUERY_SIDE``, read from the package on PYTHONPATH). ``--rebuild`` forces it.
 
-Per set, each query is retrieved once (``Searcher.retrieve``, 200 candidates per side) and ranked
+Per set, each query is retrieved once (``Searcher.retrieve``, 200 candidates per side; the keyword
+rows once more, as a keyword-only search retrieves) and ranked
 (``Searcher.rank``, 100 results) under: hybrid / keyword / vector at the configured ``min_score``
 and at 0, and hybrid with temporal decay (30-day half-life). Metrics per query (files ranked by
 their best chunk, as ``memory-core eval``): nDCG@10, Recall@1/3/10, MRR@10, then the mean over
@@ -285,6 +286,9 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             n_cand = searcher.candidate_count(MAX_RESULTS)
             for qid in todo:
                 cands = searcher.retrieve(s.queries[qid], n_cand)
+                # keyword: what a keyword-only search retrieves (beside the vector side, the keyword
+                # side leaves the phrases in half the rows out of its choice: retrieval.keyword_hits)
+                kw_cands = searcher.retrieve(s.queries[qid], n_cand, vector=False) if cands.embedded else cands
                 rels: dict[str, int] = {}
                 for c, r in s.qrels.get(qid, {}).items():
                     key = mapping.get(c, "\x00unresolved:" + c)
@@ -292,7 +296,8 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
                 for label, mode, ms, dec in CONFIGS:
                     key = label + ("" if ms is None else "@0")
                     searcher.settings = decay if dec else settings
-                    res = searcher.rank(cands, max_results=MAX_RESULTS, min_score=ms, mode=mode)
+                    res = searcher.rank(kw_cands if mode == "keyword" else cands, max_results=MAX_RESULTS,
+                                        min_score=ms, mode=mode)
                     n_shown = min(len(res), q.max_results)
                     if qid in labelled:
                         per[key][qid] = query_metrics(file_ranking(r.path for r in res), rels)

@@ -123,7 +123,7 @@ def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch
         conn = connect_reader(index.index_file)
         n = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
         rows = dict(conn.execute("SELECT rid, embedding FROM chunks"))
-        checked_bm25 = checked_ident = 0
+        checked_bm25 = checked_ident = common_skipped = 0
         for q in queries:
             c = s.retrieve(q, 40)
             assert c.embedded
@@ -145,11 +145,14 @@ def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch
                                                        abs=1e-6)
             for h in c.keyword:  # the side lists share the union's scores
                 assert h.bm25 == max(0.0, -ref[h.rid][0])
-            # the keyword side is FTS5's top 40 in FTS5's order (ties by row id), the same bm25()
-            match = textsearch.build_match_query(q)
-            top = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
-                               " ORDER BY r LIMIT 40", (match,)).fetchall() if match else []
-            assert [(h.rid, h.bm25) for h in c.keyword] == [(r, max(0.0, -b)) for r, b in top], q
+            # beside the vector side, the keyword side is FTS5's top 40 by the phrases in fewer than
+            # half the rows, each scored by the whole query's bm25()
+            # (an apsw without auxiliary functions could not score them without bm25()'s walks: all)
+            assert [(h.rid, h.bm25) for h in c.keyword] == _keyword_side(conn, q, 40, n if own_bm25 else None), q
+            common_skipped += not c.keyword
+            # a keyword-only query: FTS5's top 40 in FTS5's order (ties by row id), the same bm25()
+            k_only = s.retrieve(q, 40, vector=False)
+            assert [(h.rid, h.bm25) for h in k_only.keyword] == _keyword_side(conn, q, 40, None), q
         post = s._current()._postings
         if path.startswith("postings"):
             assert post is not None and len(post.tf) > 50
@@ -158,6 +161,31 @@ def test_candidates_scores_are_the_straightforward_statements(index, monkeypatch
             assert post is None or not post.tf
         conn.close()
     assert checked_bm25 > 100 and checked_ident > 0
+    assert (common_skipped > 5) is own_bm25  # queries of common words alone: no keyword candidates
+
+
+def _keyword_side(conn, query: str, k: int, n: int | None) -> list[tuple[int, float]]:
+    """FTS5's top ``k`` of ``query`` as ``(rid, bm25)``; with ``n`` (the rows) by the phrases in fewer
+    than half of them (none: no rows), each row scored by the whole query, ties by row id."""
+    match = textsearch.build_match_query(query)
+    if not match:
+        return []
+    full = match
+    if n is not None:
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+        kept = [p for p in phrases if 2 * conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?",
+                                                         (p,)).fetchone()[0] < n]
+        if not kept:
+            return []
+        match = " OR ".join(kept)
+    top = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                       " ORDER BY r LIMIT ?", (match, k)).fetchall()
+    if match != full:
+        lit = ",".join(str(r) for r, _ in top)
+        exact = dict(conn.execute(f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                  f" AND rowid IN ({lit})", (full,)).fetchall())
+        top = sorted(((r, exact[r]) for r, _ in top), key=lambda x: (x[1], x[0]))
+    return [(r, max(0.0, -b)) for r, b in top]
 
 
 def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch) -> None:
@@ -185,3 +213,34 @@ def test_keyword_top_from_postings_is_fts5_order_with_ties(tmp_path, monkeypatch
                     compared += 1
         assert idx._postings is not None and len(idx._postings.tf) == 4 and compared >= 12
         assert len({b for _, b in ref}) < len(ref) / 4  # ties it had to keep in order
+
+
+def test_bm25_of_texts_is_fts5_bm25_bit_for_bit(index) -> None:
+    """The vector candidates of a query of common words are scored from their texts through FTS5's
+    own tokenizer (no seek into each doclist per row): the same bm25() as FTS5's for every row of
+    the index, CJK, ``foo_bar`` phrases and repeated words included; a text FTS5 did not index for
+    that row (another token count) is refused, so the caller asks FTS5."""
+    conn = connect_reader(index.index_file)
+    assert retrieval._register_bm25(conn)
+    idx = retrieval._Index(index.index_file)
+    texts = dict(conn.execute("SELECT rid, text FROM chunks"))
+    rng = random.Random(5)
+    queries = QUERIES + [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))) for _ in range(20)]
+    compared = multi = 0
+    for q in queries:
+        match = textsearch.build_match_query(q)
+        if not match:
+            continue
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(q)]
+        dfs = [idx.idf_df(p) for p in phrases]
+        got = retrieval._bm25_of_texts(idx, phrases, dfs, texts, conn)
+        assert got is not None, q
+        theirs = dict(conn.execute("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)))
+        assert dict(got) == theirs, q  # the same rows, bit for bit
+        compared += len(got)
+        multi += any(" " in p for p in phrases) and bool(got)
+    assert compared > 1000 and multi >= 2
+    rid = next(iter(texts))
+    assert retrieval._bm25_of_texts(idx, ['"postgres"'], [1], {rid: texts[rid] + " postgres"}, conn) is None
+    idx.close()
+    conn.close()

@@ -4,7 +4,8 @@ Where each is decided:
 
 * :class:`_Index`: one opened index file (its connections, meta, vectors' layout, cached counts);
 * :func:`keyword_hits`: the keyword side, FTS5's BM25 top k (from the phrases' postings in memory,
-  :class:`_Postings` / :func:`keyword_top`, for queries of common words);
+  :class:`_Postings` / :func:`keyword_top`, for queries of common words; beside the vector side,
+  chosen by the phrases in fewer than half of the rows);
 * :func:`vector_hits`: the vector side (sign bits then exact cosines, sqlite-vec's KNN on a schema-2
   index, or a numpy scan);
 * :func:`complete`: every candidate gets both raw scores (:func:`cosines`, :func:`bm25_of_rows` with
@@ -82,13 +83,20 @@ def _bm25_given_df(api: Any, *dfs: int) -> float:
     n_row = api.row_count
     avgdl = api.column_total_size(-1) / n_row
     d = float(api.column_size(-1))
+    # bm25(): 1.0 per instance
+    tfs = [float(sum(len(offsets) for offsets in api.phrase_locations(i))) for i in range(len(dfs))]
+    return _bm25(n_row, avgdl, d, tfs, dfs)
+
+
+def _bm25(n_row: int, avgdl: float, d: float, tfs: list[float], dfs: tuple[int, ...] | list[int]) -> float:
+    """``fts5Bm25Function``'s arithmetic, in its order: the row's length ``d``, each phrase's
+    instances in it ``tfs`` and its document count ``dfs``."""
     k1, b = _BM25_K1, _BM25_B
     score = 0.0
-    for i, df in enumerate(dfs):
+    for f, df in zip(tfs, dfs, strict=True):
         idf = math.log((n_row - df + 0.5) / (df + 0.5))
         if idf <= 0.0:
             idf = 1e-6
-        f = float(sum(len(offsets) for offsets in api.phrase_locations(i)))  # bm25(): 1.0 per instance
         score += idf * ((f * (k1 + 1.0)) / (f + k1 * (1 - b + b * d / avgdl)))
     return -1.0 * score
 
@@ -116,6 +124,28 @@ def _tf_and_size(api: Any) -> int:
 def _inst_count(api: Any) -> int:
     """The current row's instances of the query's one phrase (what bm25() counts for it)."""
     return int(api.inst_count)
+
+
+def _varints(blob: bytes) -> list[int]:
+    """The SQLite varints of ``blob`` (FTS5's averages record and docsize rows): 7 bits a byte,
+    high bit set while more follow; a ninth byte gives all of its 8 bits."""
+    out: list[int] = []
+    i, n = 0, len(blob)
+    while i < n:
+        v = 0
+        for j in range(9):
+            if i >= n:
+                return out  # cut short: not a varint list
+            byte = blob[i]
+            i += 1
+            if j == 8:
+                v = (v << 8) | byte
+                break
+            v = (v << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(v)
+    return out
 
 
 KEYWORD_POSTINGS_MIN = 20_000
@@ -391,6 +421,9 @@ class _Index:
         self._path = path
         self._kw_conn: apsw.Connection | Literal[False] | None = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
+        self.common: set[str] = set()  # query terms in at least half the rows (FTS5's IDF floor)
+        self._fts_totals: tuple[int, int] | None = None
+        self._tokenizer: Any = None  # FTS5's tokenizer (tokenizer()); False: not available
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
         self._postings: _Postings | None = None
         self._vocab: apsw.Connection | None = None
@@ -417,6 +450,52 @@ class _Index:
             if len(self.df_cache) < 10_000:
                 self.df_cache[phrase] = df
         return df
+
+    def fts_totals(self, conn: apsw.Connection | None = None) -> tuple[int, int]:
+        """FTS5's row count and its total tokens, as bm25() reads them: the varints of the
+        averages record (id 1), the rows then each column's tokens."""
+        if self._fts_totals is None:
+            blob = value_of(conn or self.conn, "SELECT block FROM chunks_fts_data WHERE id = 1")
+            got = _varints(blob) if isinstance(blob, bytes) else []
+            self._fts_totals = (got[0], sum(got[1:])) if got else (0, 0)
+        return self._fts_totals
+
+    def fts_rows(self, conn: apsw.Connection | None = None) -> int:
+        return self.fts_totals(conn)[0]
+
+    def tokenizer(self) -> Any:
+        """FTS5's own tokenizer of chunks_fts (apsw's ``fts5_tokenizer``), or None."""
+        if self._tokenizer is None:
+            self._tokenizer = False
+            name, *args = textsearch.FTS_TOKENIZER.split()
+            with contextlib.suppress(apsw.Error, AttributeError, ValueError):
+                self._tokenizer = self.conn.fts5_tokenizer(name, args)
+        return self._tokenizer or None
+
+    def idf_df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
+        """A document count of ``phrase`` that gives FTS5's IDF of it: its count (:meth:`df`) when
+        that is below half of FTS5's rows; else half of them, rounded up. bm25() gives every
+        phrase in at least half of the rows the same IDF, its floor of 1e-6
+        (``log((N - n + 0.5) / (n + 0.5)) <= 0``), so the count of such a phrase is read only
+        that far (a third of the time of a word in 80% of the rows) and it is kept in
+        :attr:`common`."""
+        if self._prev_postings is not None:
+            self._carry_postings()
+        df = self.df_cache.get(phrase)
+        if df is not None:
+            return df
+        half = (self.fts_rows(conn) + 1) // 2
+        if phrase in self.common:
+            return half
+        got = int_of(conn or self.conn, "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?"
+                     " LIMIT ?)", (phrase, half))
+        if got < half or half == 0:
+            if len(self.df_cache) < 10_000:
+                self.df_cache[phrase] = got
+            return got
+        if len(self.common) < 10_000:
+            self.common.add(phrase)
+        return half
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -612,28 +691,55 @@ def hits_from_rows(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
 
 
 def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | None,
-                 conn: apsw.Connection | None = None) -> list[ranking.Hit]:
-    """The keyword side: FTS5's BM25 top ``k`` of ``query`` (of ``sources``), best first."""
+                 conn: apsw.Connection | None = None, *, beside_vectors: bool = False) -> list[ranking.Hit]:
+    """The keyword side: FTS5's BM25 top ``k`` of ``query`` (of ``sources``), best first.
+
+    ``beside_vectors`` (a hybrid query whose vector side runs): the phrases in at least half of
+    the rows (:meth:`_Index.idf_df`) do not choose the candidates. bm25() gives each of them the
+    IDF floor, 1e-6, so together they add less than 2.2e-6 a phrase to any row's score, yet
+    ranking by them alone means reading their whole doclists (~1 s for a few words in most of a
+    million chunks). The top ``k`` is then taken by the other phrases, and those rows are scored
+    by the whole query, exactly (:func:`bm25_of_rows`): only a row within that 2.2e-6 of the
+    k-th, or one matching common phrases alone, can be missed. A query of common phrases alone
+    has no keyword candidates; its vector candidates still get their exact BM25
+    (:func:`complete`). A keyword-only query always ranks by every phrase."""
     match = textsearch.build_match_query(query)
     if not match:
         return []
-    # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
-    src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
-                                  f" IN ({','.join('?' * len(sources))})")
-    # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
-    # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
-    sql = (
-        "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
-        " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
-        f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
-        " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
-    )
+    conn = conn or idx.conn
+    phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+    simple = bool(phrases) and " OR ".join(phrases) == match
+    full_match = match
+    rescore = False
     try:
-        top = None if sources else keyword_top(idx, query, match, k, conn or idx.conn)
+        if beside_vectors and simple and idx.own_bm25 and idx.fts_rows(conn) > 0:
+            half = (idx.fts_rows(conn) + 1) // 2
+            kept = [p for p in phrases if idx.idf_df(p, conn) < half]
+            if not kept:
+                return []
+            if len(kept) < len(phrases):
+                phrases, match, rescore = kept, " OR ".join(kept), True
+        # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
+        src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
+                                      f" IN ({','.join('?' * len(sources))})")
+        # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
+        # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
+        sql = (
+            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
+            " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+            f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
+            " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
+        )
+        top = None if sources else keyword_top(idx, query, match, k, conn, phrases=phrases)
         if top is not None:
-            rows = rows_of(conn or idx.conn, top)
+            rows = rows_of(conn, top)
         else:
-            rows = sorted((conn or idx.conn).execute(sql, (match, *(sources or ()), k)), key=lambda r: r[1])
+            rows = list(conn.execute(sql, (match, *(sources or ()), k)))
+        if rescore and rows:  # the whole query's bm25() of the rows the rarer phrases chose
+            exact = dict(bm25_of_rows(idx, query, full_match, [r[0] for r in rows], conn,
+                                      texts={r[0]: r[7] for r in rows}))
+            rows = [(r[0], exact.get(r[0], r[1]), *r[2:]) for r in rows]
+        rows.sort(key=lambda r: (r[1], r[0]) if rescore else r[1])
         return hits_from_rows(rows, "text", ranking.bm25_rank_to_score)
     except apsw.SQLError as exc:  # never let query text break search
         log.warning("keyword query failed (%s); no keyword results", exc)
@@ -641,11 +747,13 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
 
 
 def keyword_top(idx: _Index, query: str, match: str, k: int,
-                conn: apsw.Connection) -> list[tuple[int, float]] | None:
+                conn: apsw.Connection, *, phrases: list[str] | None = None) -> list[tuple[int, float]] | None:
     """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
     (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
-    when they are not (yet) kept or the query is cheap for FTS5 itself."""
-    phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
+    when they are not (yet) kept or the query is cheap for FTS5 itself. ``phrases``: those of
+    ``match`` (default: every phrase of ``query``)."""
+    if phrases is None:
+        phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
     if not phrases or " OR ".join(phrases) != match:
         return None
     if not idx.own_bm25:
@@ -769,7 +877,7 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
         match = textsearch.build_match_query(query) if keyword else None
         need = [h.rid for h in union if not h.in_keyword]
         if match and need:  # the BM25 of vector candidates
-            for rid, rank in bm25_of_rows(idx, query, match, need):
+            for rid, rank in bm25_of_rows(idx, query, match, need, texts={h.rid: h.text for h in union}):
                 h = by_rid[rid]
                 h.bm25 = max(0.0, -float(rank))
                 h.text_score = ranking.bm25_rank_to_score(rank)
@@ -792,7 +900,7 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
         idfs: list[float] = []
         present = 0.0
         for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
-            df = idx.df(t)
+            df = idx.idf_df(t)
             idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
             idfs.append(idf)
             present += idf if df > 0 else 0.0
@@ -810,26 +918,81 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
     return union, idf_total, corpus_coverage
 
 
-def bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int]) -> list[tuple[int, float]]:
+def bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int], conn: apsw.Connection | None = None,
+                 texts: dict[int, str] | None = None) -> list[tuple[int, float]]:
     """``(rid, bm25(chunks_fts))`` of the rows of ``rids`` that ``match`` (the MATCH expression of
     ``query``) matches, as ``SELECT rowid, bm25(chunks_fts) ... MATCH ? AND rowid IN (...)``
-    returns them, without bm25()'s walk of every phrase's doclist per row id: FTS5 finds each
-    row by its doclist indexes and :func:`_bm25_given_df` scores it with the cached counts."""
+    returns them, without bm25()'s walk of every phrase's doclist per row id.
+
+    From the phrases' postings when the keyword side keeps them all; else, for phrases that
+    match many rows (:data:`KEYWORD_POSTINGS_MIN`, where FTS5's seek into each doclist for each
+    row id costs ~0.7 ms a row at 200k chunks) and ``texts`` (the rows' chunk texts), from the
+    texts through FTS5's own tokenizer (:func:`_bm25_of_texts`); else FTS5 finds each row by its
+    doclist indexes and :func:`_bm25_given_df` scores it. Every way gives bm25()'s score, with
+    the counts of :meth:`_Index.idf_df` (the same IDF as bm25()'s)."""
+    conn = conn or idx.conn
     lit = ",".join(str(int(r)) for r in rids)  # row ids are ints: a literal list
     phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
     if idx.own_bm25 and phrases and " OR ".join(phrases) == match:
-        dfs = [idx.df(p) for p in phrases]
+        dfs = [idx.idf_df(p, conn) for p in phrases]
         post = idx.kept_postings()
         if post is not None and post.has(phrases) and min(rids) >= 0 and max(rids) < post.size:
             wanted = np.asarray(sorted(set(rids)), dtype=np.int64)
             score = post.scores(phrases, dfs, wanted)
             if score is not None:  # the keyword side kept these phrases: no statement at all
                 return [(int(r), -1.0 * float(x)) for r, x in zip(wanted, score, strict=True) if x > 0.0]
+        if texts is not None and sum(dfs) >= KEYWORD_POSTINGS_MIN and all(r in texts for r in rids):
+            got = _bm25_of_texts(idx, phrases, dfs, {int(r): texts[r] for r in rids}, conn)
+            if got is not None:
+                return got
         sql = (f"SELECT rowid, {_BM25_FUNCTION}(chunks_fts, {','.join(str(d) for d in dfs)}) FROM chunks_fts"
                f" WHERE chunks_fts MATCH ? AND rowid IN ({lit})")
     else:  # an apsw without FTS5 auxiliary functions, or a MATCH this does not know the phrases of
         sql = f"SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({lit})"
-    return [(int(rid), float(rank)) for rid, rank in idx.conn.execute(sql, (match,))]
+    return [(int(rid), float(rank)) for rid, rank in conn.execute(sql, (match,))]
+
+
+def _bm25_of_texts(idx: _Index, phrases: list[str], dfs: list[int], texts: dict[int, str],
+                   conn: apsw.Connection) -> list[tuple[int, float]] | None:
+    """bm25() of the rows of ``texts`` (rid -> chunk text) for ``phrases`` (FTS5 strings), from
+    the texts as the index holds them (:func:`memory_core.textsearch.segment_for_index`) tokenized
+    by FTS5's own tokenizer: a phrase's instances are the places its tokens follow each other.
+    Each row's token count must be what FTS5 stored for it (its docsize row), else None (the
+    caller asks FTS5). Rows no phrase is in are left out, as MATCH leaves them out."""
+    tok = idx.tokenizer()
+    n_row, total = idx.fts_totals(conn)
+    if tok is None or n_row <= 0 or not texts:
+        return None
+    flags = dict(include_offsets=False, include_colocated=False)
+    try:
+        want = [tuple(tok(p[1:-1].replace('""', '"').encode(), apsw.FTS5_TOKENIZE_QUERY, None, **flags))
+                for p in phrases]
+        sizes = {int(r): _varints(sz) for r, sz in conn.execute(
+            f"SELECT id, sz FROM chunks_fts_docsize WHERE id IN ({','.join(str(r) for r in texts)})")
+            if isinstance(sz, bytes)}
+    except (apsw.Error, TypeError, ValueError):
+        return None
+    if not all(want) or len(sizes) != len(texts):
+        return None
+    avgdl = total / n_row
+    out = []
+    for rid, text in texts.items():
+        try:
+            toks = tok(textsearch.segment_for_index(text).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None, **flags)
+        except (apsw.Error, TypeError, ValueError):
+            return None
+        if len(toks) != sum(sizes[rid]):
+            return None  # not the text FTS5 indexed for this row
+        tfs: list[float] = []
+        for w in want:
+            if len(w) == 1:
+                tfs.append(float(toks.count(w[0])))
+            else:
+                n = len(w)
+                tfs.append(float(sum(1 for i in range(len(toks) - n + 1) if tuple(toks[i:i + n]) == w)))
+        if any(tfs):
+            out.append((rid, _bm25(n_row, avgdl, float(sum(sizes[rid])), tfs, dfs)))
+    return out
 
 
 def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:

@@ -282,12 +282,14 @@ class Searcher(QueryProviderOwner):
             provider = self._query_provider(idx) if vector else None
             pending: Future[list[ranking.Hit]] | None = None
             kw_hits: list[ranking.Hit] = []
+            beside = provider is not None  # the vector side chooses candidates too (keyword_hits)
             if keyword:
                 kw_conn = idx.keyword_conn() if (provider is not None and self.parallel) else None
                 if kw_conn is not None:
-                    pending = self._worker().submit(retrieval.keyword_hits, idx, text, n_candidates, srcs, kw_conn)
+                    pending = self._worker().submit(retrieval.keyword_hits, idx, text, n_candidates, srcs, kw_conn,
+                                                    beside_vectors=beside)
                 else:
-                    kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
+                    kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs, beside_vectors=beside)
             vec_hits: list[ranking.Hit] = []
             embedded = False
             qvec: np.ndarray | None = None
@@ -304,6 +306,8 @@ class Searcher(QueryProviderOwner):
             finally:
                 if pending is not None:
                     kw_hits = pending.result()
+            if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
+                kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
             extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)},
                                           lambda p: indexed_transcript_dates(self._where(idx), p)) if dates else [])
             union, idf_total, corpus_cov = retrieval.complete(idx, text, qvec if embedded else None, kw_hits,
