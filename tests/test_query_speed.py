@@ -244,3 +244,28 @@ def test_bm25_of_texts_is_fts5_bm25_bit_for_bit(index) -> None:
     assert retrieval._bm25_of_texts(idx, ['"postgres"'], [1], {rid: texts[rid] + " postgres"}, conn) is None
     idx.close()
     conn.close()
+
+
+def test_common_words_rank_again_when_the_vector_side_fails(tmp_path) -> None:
+    """A query of words in most chunks leaves the keyword candidates to the vector side; when the
+    query cannot be embedded (the provider answers 400), the keyword side ranks by every phrase
+    again, so the search still answers (FTS5's own top k), instead of an empty list."""
+    from tests.fakes.openai_fake import OpenAIFake
+
+    ws = tmp_path / "ws"
+    generate(ws, 30, seed=4)  # every word of bench.corpus.WORDS is in most chunks
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv)
+        run_index(s)
+        q = "postgres replication lag"
+        with Searcher(s) as searcher:
+            both = searcher.retrieve(q, 20)
+            assert both.embedded and both.vector and not both.keyword  # common words alone: no keyword side
+            srv.fail_next(None, status=400, message="bad request")
+            alone = searcher.retrieve(q, 20)
+        assert not alone.embedded
+        conn = connect_reader(s.index_file)
+        top = conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts)"
+                           " LIMIT 20", (textsearch.build_match_query(q),)).fetchall()
+        conn.close()
+        assert [h.rid for h in alone.keyword] == [r for (r,) in top] and len(top) == 20
