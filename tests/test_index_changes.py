@@ -302,3 +302,50 @@ def test_a_state_no_vector_query_asked_passes_the_codes_on(workspace, openai_fak
         full = loads.full
         _assert_same_as_fresh(searcher, s.index_file)
         assert loads.carried == 1 and loads.full == full + 1  # + the fresh reader's own load in the check
+
+
+def test_common_words_stay_common_across_runs_without_counting_them_again(tmp_path, openai_fake, monkeypatch):
+    """A word in half the chunks or more is counted once, a little past half (its IDF is bm25()'s
+    floor from there up); after an incremental run the reader keeps it common by the change log
+    while what the run deleted cannot have taken it below half, and counts it again when it can."""
+    from bench.corpus import generate
+
+    ws = tmp_path / "ws"
+    files = generate(ws, 30, seed=4)  # every word of bench.corpus.WORDS is in most chunks
+    s = openai_settings(ws, openai_fake)
+    run_index(s)
+    q = "postgres replication lag"
+    phrases = {'"postgres"', '"replication"', '"lag"'}
+    counted: list[str] = []
+    int_of = retrieval.int_of
+
+    def counting(conn, sql, bindings=()):  # type: ignore[no-untyped-def]
+        if "LIMIT ?)" in sql:
+            counted.append(bindings[0])
+        return int_of(conn, sql, bindings)
+
+    monkeypatch.setattr(retrieval, "int_of", counting)
+
+    def answers(searcher: Searcher) -> list[tuple[str, int, float]]:
+        return [(r.path, r.start_line, r.score) for r in searcher.search(q, min_score=0.0)]
+
+    with Searcher(s) as searcher:
+        answers(searcher)
+        first = searcher._current()
+        assert set(first.common) == phrases and set(counted) == phrases
+        counted.clear()
+        _append(ws, files[0].relative_to(ws).as_posix(), "\n## 23:59 late\n- postgres replication lag again.\n")
+        assert run_index(s).published == "in place"
+        got = answers(searcher)
+        assert searcher._current() is not first
+        assert counted == [] and set(searcher._current().common) == phrases  # kept, not counted
+        with Searcher(s) as fresh:
+            assert answers(fresh) == got
+        counted.clear()
+        for f in files[1:16]:  # half the files: the words may have fallen below half
+            f.unlink()
+        run_index(s)
+        got = answers(searcher)
+        assert set(counted) == phrases  # counted again
+        with Searcher(s) as fresh:
+            assert answers(fresh) == got

@@ -148,6 +148,12 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
+COMMON_MARGIN = 64
+COMMON_MARGIN_MIN = 16
+"""A phrase's count is read to half of the rows plus 1/64 of them (at least 16) before it is taken
+as common (:meth:`_Index.idf_df`): the margin lets a long-lived reader keep it common across
+incremental runs that delete fewer rows than that (:meth:`_Index._carry_common`)."""
+
 KEYWORD_POSTINGS_MIN = 20_000
 """A keyword query whose phrases match at least this many rows in all (each row counted once per
 phrase) is scored from the phrases' postings kept in memory (:class:`_Postings`) once they are
@@ -421,7 +427,7 @@ class _Index:
         self._path = path
         self._kw_conn: apsw.Connection | Literal[False] | None = None  # False: could not be opened
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
-        self.common: set[str] = set()  # query terms in at least half the rows (FTS5's IDF floor)
+        self.common: dict[str, int] = {}  # query term in half the rows or more -> a count it reaches
         self._fts_totals: tuple[int, int] | None = None
         self._tokenizer: Any = None  # FTS5's tokenizer (tokenizer()); False: not available
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
@@ -436,6 +442,10 @@ class _Index:
         self._prev_bits: vectors.BitIndex | None = (prev._bits or prev._prev_bits) if same and prev is not None else None
         self._prev_postings: _Postings | None = ((prev._postings or prev._prev_postings) if same and prev is not None
                                                  else None)
+        # the phrases the previous state knew in half its rows or more, its half and its digest
+        self._prev_common: tuple[dict[str, int], str] | None = None
+        if same and prev is not None:
+            self._prev_common = (dict(prev.common), prev.digest) if prev.common else prev._prev_common
         self._refresh_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
 
@@ -473,29 +483,59 @@ class _Index:
         return self._tokenizer or None
 
     def idf_df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
-        """A document count of ``phrase`` that gives FTS5's IDF of it: its count (:meth:`df`) when
-        that is below half of FTS5's rows; else half of them, rounded up. bm25() gives every
-        phrase in at least half of the rows the same IDF, its floor of 1e-6
-        (``log((N - n + 0.5) / (n + 0.5)) <= 0``), so the count of such a phrase is read only
-        that far (a third of the time of a word in 80% of the rows) and it is kept in
-        :attr:`common`."""
+        """A document count of ``phrase`` that gives FTS5's IDF of it: its count (:meth:`df`), or,
+        for a phrase in at least half of FTS5's rows, a count it is known to reach. bm25() gives
+        every such phrase the same IDF, its floor of 1e-6 (``log((N - n + 0.5) / (n + 0.5)) <= 0``),
+        so its count is read only a little past half of the rows (:data:`COMMON_MARGIN`; a third
+        of the time of a word in 80% of the rows) and it is kept in :attr:`common`, whose counts
+        a later state of the index takes over by the change log (:meth:`_carry_common`)."""
         if self._prev_postings is not None:
             self._carry_postings()
+        if self._prev_common is not None:
+            self._carry_common(conn or self.conn)
         df = self.df_cache.get(phrase)
         if df is not None:
             return df
-        half = (self.fts_rows(conn) + 1) // 2
-        if phrase in self.common:
-            return half
+        known = self.common.get(phrase)
+        if known is not None:
+            return known
+        rows = self.fts_rows(conn)
+        limit = (rows + 1) // 2 + max(COMMON_MARGIN_MIN, rows // COMMON_MARGIN)
         got = int_of(conn or self.conn, "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?"
-                     " LIMIT ?)", (phrase, half))
-        if got < half or half == 0:
+                     " LIMIT ?)", (phrase, limit))
+        if got < limit:  # its count
             if len(self.df_cache) < 10_000:
                 self.df_cache[phrase] = got
             return got
         if len(self.common) < 10_000:
-            self.common.add(phrase)
-        return half
+            self.common[phrase] = got
+        return got
+
+    def _carry_common(self, conn: apsw.Connection) -> None:
+        """Take over the previous state's :attr:`common` phrases by the change log, once, without
+        counting them again: a phrase in ``c`` rows or more before is in ``c - deleted`` or more
+        now, whatever was added; it stays common while that is at least half of the rows now."""
+        with self._refresh_lock:
+            prev, self._prev_common = self._prev_common, None
+            if prev is None:
+                return
+            known, old_digest = prev
+            try:
+                conn.execute("BEGIN")
+                try:
+                    now = index_changes.meta_digest(conn)
+                    delta = index_changes.since(conn, old_digest, now) if now == self.digest else None
+                    half = (self.fts_rows(conn) + 1) // 2
+                finally:
+                    conn.execute("COMMIT")
+            except apsw.Error:
+                delta = None
+            if delta is None or half <= 0:
+                return
+            gone = len(delta.deleted)
+            for phrase, count in known.items():
+                if count - gone >= half and phrase not in self.df_cache:
+                    self.common.setdefault(phrase, count - gone)
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -713,7 +753,7 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     rescore = False
     try:
         if beside_vectors and simple and idx.own_bm25 and idx.fts_rows(conn) > 0:
-            half = (idx.fts_rows(conn) + 1) // 2
+            half = (idx.fts_rows(conn) + 1) // 2  # bm25()'s IDF floor from here up
             kept = [p for p in phrases if idx.idf_df(p, conn) < half]
             if not kept:
                 return []
