@@ -1,0 +1,126 @@
+"""Common phrases beside the vector side: the same hybrid queries, two ways (issue 25).
+
+    python -m bench.common_phrases --chunks 200000 --dims 1536
+    python -m bench.common_phrases --tmp /work/tmp/kw200k     # reuse a corpus + index made by an earlier run
+
+On the scale bench's corpus (bench/corpus.py: ~120 words, each in most chunks), each reader in a
+fresh process of its own answers the same hybrid queries twice (a first pass of words it has
+not seen, then warm):
+
+* ``skipped``: this tree, where the phrases in half of the rows or more do not choose the
+  keyword candidates when the vector side runs (memory_core.query.retrieval.keyword_hits);
+* ``all phrases``: the same code with every phrase choosing them (what the keyword side did
+  before).
+
+Reported: the p50 / p95 of each pass, and how many queries got the same top 10 both ways (paths,
+lines, order, scores). Results: bench/results/common-phrases-<label>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def phase(tmp: str, dims: int, n: int, skip: bool) -> dict[str, Any]:
+    from bench.fake_provider import DistinctProvider
+    from bench.scale import _queries, _settings
+    from memory_core.query import retrieval, search
+
+    if not skip:  # every phrase chooses the keyword candidates
+        keyword_hits = retrieval.keyword_hits
+
+        def every_phrase(*args: Any, beside_vectors: bool = False, **kw: Any) -> Any:
+            return keyword_hits(*args, **kw)
+
+        retrieval.keyword_hits = every_phrase
+    qs = _queries(n, seed=33)
+    out: dict[str, Any] = {"first": [], "warm": [], "top": []}
+    with search.Searcher(_settings(tmp + "/ws", tmp + "/index.sqlite"), provider=DistinctProvider(dims)) as s:
+        for key in ("first", "warm"):
+            for q in qs:
+                t0 = time.perf_counter()
+                res = s.search(q, min_score=0.0, max_results=10)
+                out[key].append(time.perf_counter() - t0)
+                if key == "first":
+                    out["top"].append([(r.path, r.start_line, r.end_line, r.score) for r in res])
+    out["load"] = os.getloadavg()[0]
+    return out
+
+
+def _pct(xs: list[float], p: float) -> float:
+    return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chunks", type=int, default=200000)
+    ap.add_argument("--dims", type=int, default=1536)
+    ap.add_argument("--queries", type=int, default=30)
+    ap.add_argument("--tmp", help="where the corpus and index are (made if missing)")
+    ap.add_argument("--label", default="run")
+    ap.add_argument("--phase", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.phase:
+        print(json.dumps(phase(**json.loads(a.phase))))
+        return
+    import tempfile
+
+    tmp = a.tmp or tempfile.mkdtemp(prefix="mc-common-")
+    try:
+        _run(a, tmp)
+    finally:
+        if not a.tmp:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, tmp: str) -> None:
+    from bench.corpus import generate
+    from bench.scale import CHUNKS_PER_FILE, phase_build
+
+    if not Path(tmp, "index.sqlite").exists():
+        generate(Path(tmp, "ws"), max(1, round(a.chunks / CHUNKS_PER_FILE)))
+        phase_build(tmp + "/ws", tmp + "/index.sqlite", a.dims, True)
+    res: dict[str, Any] = {}
+    for name, skip in (("skipped", True), ("all phrases", False), ("skipped ", True), ("all phrases ", False)):
+        args = json.dumps({"tmp": tmp, "dims": a.dims, "n": a.queries, "skip": skip})
+        p = subprocess.run([sys.executable, "-m", "bench.common_phrases", "--phase", args], cwd=ROOT,
+                           capture_output=True, text=True, check=False)
+        if p.returncode:
+            raise SystemExit(p.stderr[-3000:])
+        res[name] = json.loads(p.stdout.strip().splitlines()[-1])
+    from memory_core.store import connect_reader, int_of
+
+    conn = connect_reader(Path(tmp, "index.sqlite"))
+    chunks = int_of(conn, "SELECT count(*) FROM chunks")
+    conn.close()
+    ms = lambda x: f"{1000 * x:.1f}"  # noqa: E731
+    same = sum(x == y for x, y in zip(res["skipped"]["top"], res["all phrases"]["top"], strict=True))
+    lines = [f"# Common phrases beside the vector side: {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
+             f" {os.cpu_count()} cores)", "",
+             f"{chunks} chunks x {a.dims}-d, {a.queries} hybrid queries of 2-6 of the corpus's words (each in most"
+             " chunks), 10 results, min_score 0. Each reader in a fresh process; the two ways alternate, twice.", "",
+             "| reader | first pass p50 / p95 ms | warm p50 / p95 ms | load |", "|---|---|---|---|"]
+    for name, r in res.items():
+        lines.append(f"| {name.strip()} | {ms(statistics.median(r['first']))} / {ms(_pct(r['first'], 0.95))} |"
+                     f" {ms(statistics.median(r['warm']))} / {ms(_pct(r['warm'], 0.95))} | {r['load']:.1f} |")
+    lines += ["", f"The same top 10 (paths, lines, order, scores) both ways: {same} of {a.queries} queries."]
+    text = "\n".join(lines) + "\n"
+    out = ROOT / "bench" / "results" / f"common-phrases-{a.label}.md"
+    out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
