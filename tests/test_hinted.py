@@ -397,3 +397,40 @@ def test_each_path_is_judged_by_the_scan_s_rules(tmp_path):
     for unclear in [mem / "hard.md", mem / "deep", ws / "other.md", mem, outside / "o.md"]:
         with pytest.raises(HintUnclear):
             discover_changed(s, [str(unclear)])
+
+
+def test_a_scan_plans_what_listing_every_file_plans(indexed, workspace, tmp_path, monkeypatch):
+    """An incremental run's scan compares each file's stat with its recorded one as it walks, and
+    lists only those that differ (scan_against): its plan must be the plan of listing every file
+    and comparing them all with their whole files rows (the scan before it), for edits, additions,
+    a deletion, a rename, a transcript append, a touch (same bytes, new mtime), a hard link and a
+    symlink."""
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.index import stages
+    from memory_core.sources import discovery
+
+    changes(workspace)
+    mem = workspace / "memory"
+    os.utime(mem / "2026-09-10.md", ns=(STAMP_NS, STAMP_NS))  # touched: same bytes
+    os.link(mem / "fresh.md", mem / "fresh-link.md")  # one file reached twice: listed once
+    (mem / "alias.md").symlink_to(mem / "2026-09-04.md")  # never followed
+    provider = create_provider(indexed)[0]
+
+    def plan() -> tuple[Any, ...]:
+        p = stages.discover_stage(indexed, provider, "test")
+        return ([(f.path, f.source, f.mtime_ms, f.size, f.hash) for f in p.to_index], p.removed, p.counts,
+                p.warnings, p.full)
+
+    fast = plan()
+    listed: list[int] = []
+
+    def every_file(settings: Settings, recorded: Any) -> discovery.Scan:  # the scan before: list them all
+        d = discovery.discover_files(settings)
+        listed.append(len(d.files))
+        return discovery.Scan(changed=d.files, unchanged=0, seen={f.path for f in d.files}, warnings=d.warnings)
+
+    monkeypatch.setattr(stages, "scan_against", every_file)
+    assert plan() == fast and listed
+    to_index, removed, n, _, full = fast
+    assert not full and n["unchanged"] > 0 and n["new"] == 3 and n["changed"] == 2 and removed
+    assert "memory/2026-09-10.md" not in [p for p, *_ in to_index]  # the touch: same bytes, kept

@@ -54,9 +54,11 @@ from memory_core.sources.discovery import (
     FileEntry,
     HintedDiscovery,
     HintUnclear,
+    checked_workspace,
     discover_changed,
     discover_files,
     hash_file,
+    scan_against,
 )
 from memory_core.store import (
     LiveFile,
@@ -64,6 +66,7 @@ from memory_core.store import (
     probe_index,
     read_live_files,
     read_live_rows,
+    read_live_stats,
     refuse_symlink,
 )
 
@@ -127,7 +130,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     when a path cannot be judged alone (the plan's ``hint_fallback`` says why)."""
     index_path = settings.index_file
     hinting = only_paths is not None and not full
-    disc = None if hinting else discover_files(settings)
+    if not hinting:
+        checked_workspace(settings)
     meta = build_meta(settings, provider, reason)
     live_meta, problem = probe_index(index_path)
     full_reason = "requested" if full else ""
@@ -145,25 +149,33 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         assert only_paths is not None
         hinted, n_indexed, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
                                                                    live_meta, index_path)
-    if hinted is None:
-        live = {} if (full or live_meta is None) else read_live_files(index_path)
-        if disc is None:
-            disc = discover_files(settings)
-    warnings = list(hinted.warnings if hinted is not None else disc.warnings if disc is not None else [])
-    if problem:
-        warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
-
     to_index: list[FileEntry] = []
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
     seen: set[str] = set()
+    indexed: Collection[str]  # the indexed paths a file not seen now was removed from
     if hinted is not None:
         # not named: as recorded, without a look (a watcher saw no event for them); ``live``
         # holds the rows of the named paths that are indexed
         counts["unchanged"] = n_indexed - len(live)
-        files = hinted.files
+        files, warnings, indexed = hinted.files, list(hinted.warnings), live
+    elif full or live_meta is None:
+        disc = discover_files(settings)
+        files, warnings, indexed = disc.files, list(disc.warnings), live
     else:
-        assert disc is not None
-        files = disc.files
+        # every file, compared with its recorded stat as it is found: only those that differ
+        # (or are new) are listed, and only their files rows are read whole
+        recorded = read_live_stats(index_path)
+        scan = scan_against(settings, recorded)
+        seen, indexed = scan.seen, recorded
+        counts["unchanged"] = scan.unchanged
+        files, warnings = scan.changed, scan.warnings
+        known = [f.path for f in files if f.path in recorded]
+        if len(known) * 8 > len(recorded):
+            live = read_live_files(index_path)
+        elif known:
+            live = read_live_rows(index_path, known)[1]
+    if problem:
+        warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
     counts["scanned"] = counts["unchanged"] + len(files)
     for f in files:
         seen.add(f.path)
@@ -194,7 +206,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             continue
         to_index.append(f.with_hash(digest))
         counts["changed" if old is not None else "new"] += 1
-    removed = sorted(p for p in live if p not in seen)  # (hinted: the named paths that are gone)
+    removed = sorted(p for p in indexed if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
