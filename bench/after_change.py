@@ -25,11 +25,11 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench import reader_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,52 +76,23 @@ def phase(tmp: str, dims: int, rounds: int, change: float, carry: bool, n: int) 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--chunks", type=int, default=200000)
-    ap.add_argument("--dims", type=int, default=1536)
+    ap = reader_runs.arguments(__doc__, queries=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--change", type=float, default=0.01, help="share of the files changed per round")
-    ap.add_argument("--queries", type=int, default=20)
-    ap.add_argument("--tmp", help="where the corpus and index are (made if missing)")
-    ap.add_argument("--label", default="run")
-    ap.add_argument("--phase", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.phase:
         print(json.dumps(phase(**json.loads(a.phase))))
         return
-    import tempfile
-
-    tmp = a.tmp or tempfile.mkdtemp(prefix="mc-after-")
-    try:
-        _run(a, tmp)
-    finally:
-        if not a.tmp:  # a folder of its own: ~16 GB at 1M x 1536
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+    reader_runs.in_folder(a, "mc-after-", _run)
 
 
 def _run(a: argparse.Namespace, tmp: str) -> None:
-    from bench.corpus import generate
-    from bench.scale import CHUNKS_PER_FILE, phase_build
-
-    if not Path(tmp, "index.sqlite").exists():
-        generate(Path(tmp, "ws"), max(1, round(a.chunks / CHUNKS_PER_FILE)))
-        phase_build(tmp + "/ws", tmp + "/index.sqlite", a.dims, True)
+    reader_runs.ensure_index(tmp, a.chunks, a.dims)
     res: dict[str, Any] = {}
     for name, carry in (("carried", True), ("reloaded", False)):  # the same changes again, each reader its own rounds
-        args = json.dumps({"tmp": tmp, "dims": a.dims, "rounds": a.rounds, "change": a.change, "carry": carry,
-                           "n": a.queries})
-        p = subprocess.run([sys.executable, "-m", "bench.after_change", "--phase", args], cwd=ROOT,
-                           capture_output=True, text=True, check=False)
-        if p.returncode:
-            raise SystemExit(p.stderr[-3000:])
-        res[name] = json.loads(p.stdout.strip().splitlines()[-1])
-    from memory_core.store import connect_reader
-
-    conn = connect_reader(Path(tmp, "index.sqlite"))
-    chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    conn.close()
+        res[name] = reader_runs.phase("bench.after_change", {"tmp": tmp, "dims": a.dims, "rounds": a.rounds,
+                                                             "change": a.change, "carry": carry, "n": a.queries})
+    chunks = reader_runs.chunk_count(tmp)
     ms = lambda x: f"{1000 * x:.1f}"  # noqa: E731
     lines = [f"# A warm reader after an incremental run: {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
              f" {os.cpu_count()} cores)", "",

@@ -22,11 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench import reader_runs
+from bench.scale import _pct
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,54 +58,21 @@ def phase(tmp: str, dims: int, n: int, skip: bool) -> dict[str, Any]:
     return out
 
 
-def _pct(xs: list[float], p: float) -> float:
-    return sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--chunks", type=int, default=200000)
-    ap.add_argument("--dims", type=int, default=1536)
-    ap.add_argument("--queries", type=int, default=30)
-    ap.add_argument("--tmp", help="where the corpus and index are (made if missing)")
-    ap.add_argument("--label", default="run")
-    ap.add_argument("--phase", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = reader_runs.arguments(__doc__, queries=30).parse_args()
     if a.phase:
         print(json.dumps(phase(**json.loads(a.phase))))
         return
-    import tempfile
-
-    tmp = a.tmp or tempfile.mkdtemp(prefix="mc-common-")
-    try:
-        _run(a, tmp)
-    finally:
-        if not a.tmp:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+    reader_runs.in_folder(a, "mc-common-", _run)
 
 
 def _run(a: argparse.Namespace, tmp: str) -> None:
-    from bench.corpus import generate
-    from bench.scale import CHUNKS_PER_FILE, phase_build
-
-    if not Path(tmp, "index.sqlite").exists():
-        generate(Path(tmp, "ws"), max(1, round(a.chunks / CHUNKS_PER_FILE)))
-        phase_build(tmp + "/ws", tmp + "/index.sqlite", a.dims, True)
+    reader_runs.ensure_index(tmp, a.chunks, a.dims)
     res: dict[str, Any] = {}
     for name, skip in (("skipped", True), ("all phrases", False), ("skipped ", True), ("all phrases ", False)):
-        args = json.dumps({"tmp": tmp, "dims": a.dims, "n": a.queries, "skip": skip})
-        p = subprocess.run([sys.executable, "-m", "bench.common_phrases", "--phase", args], cwd=ROOT,
-                           capture_output=True, text=True, check=False)
-        if p.returncode:
-            raise SystemExit(p.stderr[-3000:])
-        res[name] = json.loads(p.stdout.strip().splitlines()[-1])
-    from memory_core.store import connect_reader, int_of
-
-    conn = connect_reader(Path(tmp, "index.sqlite"))
-    chunks = int_of(conn, "SELECT count(*) FROM chunks")
-    conn.close()
+        res[name] = reader_runs.phase("bench.common_phrases", {"tmp": tmp, "dims": a.dims, "n": a.queries,
+                                                               "skip": skip})
+    chunks = reader_runs.chunk_count(tmp)
     ms = lambda x: f"{1000 * x:.1f}"  # noqa: E731
     same = sum(x == y for x, y in zip(res["skipped"]["top"], res["all phrases"]["top"], strict=True))
     lines = [f"# Common phrases beside the vector side: {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
