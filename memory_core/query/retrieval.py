@@ -786,6 +786,19 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
         return []
 
 
+def count_phrases_beside(idx: _Index, query: str, done: Callable[[], bool]) -> None:
+    """Count ``query``'s phrases (:meth:`_Index.idf_df`, on the index's own connection) from the
+    last one back, while the keyword side, in its thread, counts them from the first until
+    ``done()``: the first use of several common words costs about half on two cores. Not while
+    a carry is due (it would run on the keyword side's connection)."""
+    if idx._prev_postings is not None or idx._prev_common is not None or not idx.own_bm25:
+        return
+    for t in reversed(textsearch.query_terms(query)):
+        if done():
+            return
+        idx.idf_df(textsearch.fts_string(t))
+
+
 def keyword_top(idx: _Index, query: str, match: str, k: int,
                 conn: apsw.Connection, *, phrases: list[str] | None = None) -> list[tuple[int, float]] | None:
     """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first

@@ -305,6 +305,8 @@ class Searcher(QueryProviderOwner):
                         qvec = None
             finally:
                 if pending is not None:
+                    if embedded:  # while the keyword side counts its words, count them from the other end
+                        retrieval.count_phrases_beside(idx, text, pending.done)
                     kw_hits = pending.result()
             if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
                 kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
