@@ -793,10 +793,13 @@ def count_phrases_beside(idx: _Index, query: str, done: Callable[[], bool]) -> N
     a carry is due (it would run on the keyword side's connection)."""
     if idx._prev_postings is not None or idx._prev_common is not None or not idx.own_bm25:
         return
-    for t in reversed(textsearch.query_terms(query)):
-        if done():
-            return
-        idx.idf_df(textsearch.fts_string(t))
+    try:
+        for t in reversed(textsearch.query_terms(query)):
+            if done():
+                return
+            idx.idf_df(textsearch.fts_string(t))
+    except apsw.SQLError:  # only a head start: the keyword side and complete() count what is left
+        return
 
 
 def keyword_top(idx: _Index, query: str, match: str, k: int,
