@@ -256,7 +256,7 @@ def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
 
 def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             log: Callable[[str], None]) -> dict[str, Any]:
-    from memory_core.evaluation import file_ranking, resolve_corpus_ids
+    from memory_core.evaluation import file_ranking, keyword_only_candidates, resolve_corpus_ids
     from memory_core.query.search import Searcher
 
     labelled = {q for q, r in s.qrels.items() if any(v > 0 for v in r.values()) and q in s.queries}
@@ -286,9 +286,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             n_cand = searcher.candidate_count(MAX_RESULTS)
             for qid in todo:
                 cands = searcher.retrieve(s.queries[qid], n_cand)
-                # keyword: what a keyword-only search retrieves (beside the vector side, the keyword
-                # side leaves the phrases in half the rows out of its choice: retrieval.keyword_hits)
-                kw_cands = searcher.retrieve(s.queries[qid], n_cand, vector=False) if cands.embedded else cands
+                kw_cands = keyword_only_candidates(searcher, s.queries[qid], n_cand, cands)
                 rels: dict[str, int] = {}
                 for c, r in s.qrels.get(qid, {}).items():
                     key = mapping.get(c, "\x00unresolved:" + c)

@@ -45,10 +45,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.errors import UsageError
+
+if TYPE_CHECKING:
+    from memory_core.query.retrieval import Candidates
+    from memory_core.query.search import Searcher
 
 __all__ = [
     "METRICS",
@@ -231,6 +235,13 @@ def resolve_corpus_ids(ids: Iterable[str], indexed_paths: Iterable[str],
 # ---------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------
+def keyword_only_candidates(searcher: Searcher, query: str, n_candidates: int, hybrid: Candidates) -> Candidates:
+    """The candidates a keyword-only search ranks, for the keyword column beside the hybrid's
+    ``hybrid`` candidates: retrieved again without the vector side when it ran (beside it, the
+    keyword side leaves the phrases in half the rows out of its choice: retrieval.keyword_hits)."""
+    return searcher.retrieve(query, n_candidates, vector=False) if hybrid.embedded else hybrid
+
+
 def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Path, *, sides: bool = False,
              max_results: int = 100, corpus_map: str | Path | None = None, min_score: float | None = None,
              provider: Any = None, searcher: Any = None,
@@ -278,9 +289,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             results = {m: s.rank(cands, max_results=max_results, min_score=min_score, mode=m)
                        for m in modes if m != "keyword"}
             latencies.append(time.perf_counter() - t0)
-            if "keyword" in modes:  # what a keyword-only search retrieves: beside the vector side the
-                # keyword side leaves the phrases in half the rows out of its choice (retrieval.keyword_hits)
-                kw = s.retrieve(queries[qid], n_cand, vector=False) if cands.embedded else cands
+            if "keyword" in modes:
+                kw = keyword_only_candidates(s, queries[qid], n_cand, cands)
                 results["keyword"] = s.rank(kw, max_results=max_results, min_score=min_score, mode="keyword")
             embedded_any = embedded_any or cands.embedded
             scored.extend((r.score, path_qrels[qid].get(r.path, 0) > 0) for r in results["hybrid"])

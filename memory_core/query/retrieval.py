@@ -429,7 +429,7 @@ class _Index:
         self.df_cache: dict[str, int] = {}  # query term -> chunks containing it
         self.common: dict[str, int] = {}  # query term in half the rows or more -> a count it reaches
         self._fts_totals: tuple[int, int] | None = None
-        self._tokenizer: Any = None  # FTS5's tokenizer (tokenizer()); False: not available
+        self._tokenizers: dict[int, Any] = {}  # id(connection) -> FTS5's tokenizer on it (False: none)
         self.own_bm25 = _register_bm25(self.conn)  # bm25() of known rows without its doclist walks
         self._postings: _Postings | None = None
         self._vocab: apsw.Connection | None = None
@@ -473,14 +473,21 @@ class _Index:
     def fts_rows(self, conn: apsw.Connection | None = None) -> int:
         return self.fts_totals(conn)[0]
 
-    def tokenizer(self) -> Any:
-        """FTS5's own tokenizer of chunks_fts (apsw's ``fts5_tokenizer``), or None."""
-        if self._tokenizer is None:
-            self._tokenizer = False
+    def half_rows(self, conn: apsw.Connection | None = None) -> int:
+        """Half of FTS5's rows, rounded up: from this count up, bm25() gives a phrase its IDF floor."""
+        return (self.fts_rows(conn) + 1) // 2
+
+    def tokenizer(self, conn: apsw.Connection) -> Any:
+        """FTS5's own tokenizer of chunks_fts (apsw's ``fts5_tokenizer``) on ``conn``, or None. One
+        per connection: the keyword side tokenizes in its thread while the other uses the index's."""
+        tok = self._tokenizers.get(id(conn))
+        if tok is None:
+            tok = False
             name, *args = textsearch.FTS_TOKENIZER.split()
             with contextlib.suppress(apsw.Error, AttributeError, ValueError):
-                self._tokenizer = self.conn.fts5_tokenizer(name, args)
-        return self._tokenizer or None
+                tok = conn.fts5_tokenizer(name, args)
+            self._tokenizers[id(conn)] = tok
+        return tok or None
 
     def idf_df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
         """A document count of ``phrase`` that gives FTS5's IDF of it: its count (:meth:`df`), or,
@@ -499,8 +506,7 @@ class _Index:
         known = self.common.get(phrase)
         if known is not None:
             return known
-        rows = self.fts_rows(conn)
-        limit = (rows + 1) // 2 + max(COMMON_MARGIN_MIN, rows // COMMON_MARGIN)
+        limit = self.half_rows(conn) + max(COMMON_MARGIN_MIN, self.fts_rows(conn) // COMMON_MARGIN)
         got = int_of(conn or self.conn, "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ?"
                      " LIMIT ?)", (phrase, limit))
         if got < limit:  # its count
@@ -525,7 +531,7 @@ class _Index:
                 try:
                     now = index_changes.meta_digest(conn)
                     delta = index_changes.since(conn, old_digest, now) if now == self.digest else None
-                    half = (self.fts_rows(conn) + 1) // 2
+                    half = self.half_rows(conn)
                 finally:
                     conn.execute("COMMIT")
             except apsw.Error:
@@ -752,8 +758,8 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     full_match = match
     rescore = False
     try:
-        if beside_vectors and simple and idx.own_bm25 and idx.fts_rows(conn) > 0:
-            half = (idx.fts_rows(conn) + 1) // 2  # bm25()'s IDF floor from here up
+        half = idx.half_rows(conn) if beside_vectors and simple and idx.own_bm25 else 0
+        if half > 0:
             kept = [p for p in phrases if idx.idf_df(p, conn) < half]
             if not kept:
                 return []
@@ -1015,7 +1021,7 @@ def _bm25_of_texts(idx: _Index, phrases: list[str], dfs: list[int], texts: dict[
     by FTS5's own tokenizer: a phrase's instances are the places its tokens follow each other.
     Each row's token count must be what FTS5 stored for it (its docsize row), else None (the
     caller asks FTS5). Rows no phrase is in are left out, as MATCH leaves them out."""
-    tok = idx.tokenizer()
+    tok = idx.tokenizer(conn)
     n_row, total = idx.fts_totals(conn)
     if tok is None or n_row <= 0 or not texts:
         return None
