@@ -32,7 +32,7 @@ def settings_for(ws: Path) -> Settings:
 
 def rows(s: Settings) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """The chunks (id, path, source, lines, hash, text) and the files table of an index."""
-    conn = connect(s.index_file, readonly=True, immutable=True)
+    conn = connect(s.index_file, readonly=True)
     try:
         chunks = sorted(conn.execute("SELECT id, path, source, start_line, end_line, hash, text FROM chunks"))
         files = sorted(conn.execute("SELECT path, source, hash, mtime, size, chunks, lines FROM files"))

@@ -44,7 +44,7 @@ def wait_for(pred: Callable[[], Any], timeout: float = 10.0, what: str = "condit
 def indexed_paths(settings: Settings) -> set[str]:
     if not settings.index_file.exists():
         return set()
-    conn = connect(settings.index_file, readonly=True, immutable=True)
+    conn = connect(settings.index_file, readonly=True)
     try:
         return {r[0] for r in conn.execute("SELECT path FROM files")}
     finally:
@@ -52,7 +52,7 @@ def indexed_paths(settings: Settings) -> set[str]:
 
 
 def indexed_text(settings: Settings, path: str) -> str:
-    conn = connect(settings.index_file, readonly=True, immutable=True)
+    conn = connect(settings.index_file, readonly=True)
     try:
         return "\n".join(r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ?", (path,)))
     finally:
