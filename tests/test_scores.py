@@ -174,3 +174,30 @@ def test_cjk_queries_with_an_english_only_model_use_the_keyword_side(local_index
             keyword = [(h.citation, h.score) for h in s.search(q, mode="keyword")]
             assert hybrid and hybrid == keyword, q
     assert ranking.mostly_cjk("林薇 里斯本") and not ranking.mostly_cjk("Lisbon trip with 林薇")
+
+
+def test_the_readme_quick_start_prints_what_the_readme_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """README's quick start: its two commands on a copy of examples/workspace print the results it
+    shows (citation, score and how it matched, in its order). A ranking or calibration change
+    that moves them must update the README a new user reads first."""
+    import re
+
+    from memory_core.cli import main
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    quick = readme[readme.index("## Quick start"):readme.index("## Tests")]
+    command = re.search(r'memory-core index -w examples/workspace && memory-core search -w examples/workspace "([^"]+)"',
+                        quick)
+    assert command, "README's quick start no longer has the index && search command"
+    shown = re.findall(r"^(\S+#L\d+-L\d+)  score (\d\.\d{3})  (\w+)  ", quick, re.M)
+    assert len(shown) >= 2, "README's quick start shows no sample results"
+    ws = _copy(tmp_path / "ws")
+    for var in ("MEMORY_CORE_CONFIG", "MEMORY_CORE_PROVIDER", "MEMORY_CORE_AGENT"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["index", "-w", str(ws)]) == 0
+    capsys.readouterr()
+    assert main(["search", "-w", str(ws), command.group(1)]) == 0
+    printed = re.findall(r"^(\S+#L\d+-L\d+)  score (\d\.\d{3})  (\w+)  ", capsys.readouterr().out, re.M)
+    assert printed[:len(shown)] == shown
