@@ -179,8 +179,8 @@ def test_cjk_queries_with_an_english_only_model_use_the_keyword_side(local_index
 def test_the_readme_quick_start_prints_what_the_readme_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """README's quick start: its two commands on a copy of examples/workspace print the results it
-    shows (citation, score and how it matched, in its order). A ranking or calibration change
-    that moves them must update the README a new user reads first."""
+    shows (citation and how it matched, in its order; the score within 0.01). A ranking or
+    calibration change that moves them must update the README a new user reads first."""
     import re
 
     from memory_core.cli import main
@@ -200,4 +200,8 @@ def test_the_readme_quick_start_prints_what_the_readme_shows(tmp_path: Path, cap
     capsys.readouterr()
     assert main(["search", "-w", str(ws), command.group(1)]) == 0
     printed = re.findall(r"^(\S+#L\d+-L\d+)  score (\d\.\d{3})  (\w+)  ", capsys.readouterr().out, re.M)
-    assert printed[:len(shown)] == shown
+    # the citations and how they matched exactly; the scores to 0.01: the local model's int8 backend
+    # (a CPU with VNNI) and its float one give cosines 0.99+ alike, e.g. 0.844 / 0.847
+    assert [(c, m) for c, _, m in printed[:len(shown)]] == [(c, m) for c, _, m in shown]
+    for (c, ours, _), (_, theirs, _) in zip(printed, shown, strict=False):
+        assert abs(float(ours) - float(theirs)) <= 0.01, (c, ours, theirs)
