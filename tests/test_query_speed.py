@@ -269,3 +269,51 @@ def test_common_words_rank_again_when_the_vector_side_fails(tmp_path) -> None:
                            " LIMIT 20", (textsearch.build_match_query(q),)).fetchall()
         conn.close()
         assert [h.rid for h in alone.keyword] == [r for (r,) in top] and len(top) == 20
+
+
+def test_a_keyword_only_query_is_exact_from_its_rarer_words(tmp_path, monkeypatch) -> None:
+    """A keyword-only query of rare and common words takes its top k from the rarer words' best
+    rows, rescored by the whole query, when the bound proves that is FTS5's top k; when rows tie
+    by the rare words and only the common ones (each adding < 2.2e-6) order them, it cannot, and
+    every phrase ranks every row. Both give FTS5's ``ORDER BY bm25() LIMIT k``, scores included."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    rng = random.Random(6)
+    filler = ["alpha", "beta", "gamma"]
+    for i in range(300):  # alpha, beta and gamma in every chunk: common
+        words = [rng.choice(filler) for _ in range(rng.randint(4, 30))] + filler
+        if i % 10 == 0:  # zeta in 30 chunks, as often as it falls
+            words += ["zeta"] * rng.randint(1, 4)
+        if 100 <= i < 140:  # omega once in 40 chunks of the same length: tied by omega alone
+            words = ["omega"] + ["alpha"] * (i % 7) + ["beta"] * (9 - i % 7)
+        (ws / "memory" / f"n{i:03d}.md").write_text(" ".join(words) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    took: list[tuple[str, bool]] = []
+    real = retrieval._exact_top_by_rarer
+
+    def spy(idx, query, *args, **kwargs):
+        got = real(idx, query, *args, **kwargs)
+        took.append((query, got is not None))
+        return got
+
+    monkeypatch.setattr(retrieval, "_exact_top_by_rarer", spy)
+    conn = connect_reader(s.index_file)
+    with Searcher(s) as se:
+        # omega's 40 rows tie by omega alone: proven only once the 2k rows taken hold all 40
+        for q, fast in [("zeta alpha", lambda k: True), ("zeta alpha beta gamma", lambda k: True),
+                        ("omega alpha", lambda k: 2 * k >= 40), ("omega beta", lambda k: 2 * k >= 40),
+                        ("zeta omega alpha", lambda k: None)]:
+            for k in (1, 5, 10, 25):
+                took.clear()
+                got = [(h.rid, h.bm25) for h in se.retrieve(q, k, vector=False).keyword]
+                ref = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                   " ORDER BY r, rowid LIMIT ?", (textsearch.build_match_query(q), k)).fetchall()
+                assert got == [(r, -b) for r, b in ref], (q, k)
+                assert took and took[0][0] == q
+                if fast(k) is not None:
+                    assert took[0][1] is fast(k), (q, k)
+        # the tie the common words break is real: omega's rows, ordered by alpha's count
+        tied = conn.execute("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH '\"omega\"'").fetchall()
+        assert len({round(b, 9) for _, b in tied}) == 1 and len(tied) == 40
+    conn.close()

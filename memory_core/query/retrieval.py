@@ -748,7 +748,9 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     by the whole query, exactly (:func:`bm25_of_rows`): only a row within that 2.2e-6 of the
     k-th, or one matching common phrases alone, can be missed. A query of common phrases alone
     has no keyword candidates; its vector candidates still get their exact BM25
-    (:func:`complete`). A keyword-only query always ranks by every phrase."""
+    (:func:`complete`). A keyword-only query gets FTS5's exact top ``k`` by every phrase: from
+    the rarer phrases' top rows when that provably is it (:func:`_exact_top_by_rarer`), else by
+    ranking every row that holds any phrase."""
     match = textsearch.build_match_query(query)
     if not match:
         return []
@@ -758,29 +760,22 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     full_match = match
     rescore = False
     try:
-        half = idx.half_rows(conn) if beside_vectors and simple and idx.own_bm25 else 0
+        half = idx.half_rows(conn) if simple and idx.own_bm25 else 0
         if half > 0:
-            kept = [p for p in phrases if idx.idf_df(p, conn) < half]
-            if not kept:
+            # beside the vector side a common phrase is counted only to half the rows and a bit; a
+            # keyword-only query counts each phrase (what ranking by every phrase needs anyway)
+            count = idx.idf_df if beside_vectors else idx.df
+            kept = [p for p in phrases if count(p, conn) < half]
+            if beside_vectors and not kept:
                 return []
-            if len(kept) < len(phrases):
+            if beside_vectors and len(kept) < len(phrases):
                 phrases, match, rescore = kept, " OR ".join(kept), True
-        # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
-        src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
-                                      f" IN ({','.join('?' * len(sources))})")
-        # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
-        # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
-        sql = (
-            "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
-            " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
-            f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
-            " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
-        )
-        top = None if sources else keyword_top(idx, query, match, k, conn, phrases=phrases)
-        if top is not None:
-            rows = rows_of(conn, top)
-        else:
-            rows = list(conn.execute(sql, (match, *(sources or ()), k)))
+            elif kept and len(kept) < len(phrases) and not _all_kept(idx, phrases):
+                # keyword-only: exact from the rarer phrases' best rows, when they prove it
+                rows = _exact_top_by_rarer(idx, query, match, kept, len(phrases) - len(kept), k, sources, conn)
+                if rows is not None:
+                    return hits_from_rows(rows, "text", ranking.bm25_rank_to_score)
+        rows = _top_rows(idx, query, match, phrases, k, sources, conn)
         if rescore and rows:  # the whole query's bm25() of the rows the rarer phrases chose
             exact = dict(bm25_of_rows(idx, query, full_match, [r[0] for r in rows], conn,
                                       texts={r[0]: r[7] for r in rows}))
@@ -790,6 +785,79 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     except apsw.SQLError as exc:  # never let query text break search
         log.warning("keyword query failed (%s); no keyword results", exc)
         return []
+
+
+def _top_rows(idx: _Index, query: str, match: str, phrases: list[str], k: int,
+              sources: tuple[str, ...] | None, conn: apsw.Connection,
+              min_rows: int | None = None) -> list[tuple[Any, ...]]:
+    """FTS5's ``ORDER BY bm25() LIMIT k`` for ``match`` (of ``sources``) as :func:`keyword_hits`'
+    rows ``(rid, bm25, id, path, source, start, end, text, mtime)``, best first (from the
+    phrases' postings when they match ``min_rows`` rows or more, :func:`keyword_top`)."""
+    # chunks_fts holds no columns but the text (contentless, schema 5): a row's source is its chunk's
+    src = "" if not sources else (" AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid)"
+                                  f" IN ({','.join('?' * len(sources))})")
+    # A subquery with LIMIT is never flattened into the join: FTS5 finds and sorts the top k
+    # first, then only those k chunk rows are read (measured cheaper than a MATERIALIZED CTE).
+    sql = (
+        "SELECT f.rid, f.r, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM"
+        " (SELECT rowid AS rid, bm25(chunks_fts) AS r FROM chunks_fts"
+        f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
+        " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
+    )
+    top = None if sources else keyword_top(idx, query, match, k, conn, phrases=phrases, min_rows=min_rows)
+    if top is not None:
+        return rows_of(conn, top)
+    return list(conn.execute(sql, (match, *(sources or ()), k)))
+
+
+def _exact_top_by_rarer(idx: _Index, query: str, match: str, kept: list[str], n_common: int, k: int,
+                        sources: tuple[str, ...] | None, conn: apsw.Connection) -> list[tuple[Any, ...]] | None:
+    """FTS5's exact top ``k`` of ``match`` (every phrase), found from the rows that rank best by
+    the ``kept`` phrases alone, or None when they cannot be shown to hold it.
+
+    bm25() is a sum over the phrases, and each of the ``n_common`` others, in half the rows or
+    more, adds less than ``1e-6 * (k1 + 1)`` to any row. The ``2k`` best rows by the kept phrases
+    are scored by the whole query (:func:`bm25_of_rows`, exactly). A row not among them scores by
+    the kept phrases no better than the last of them (or 0, when fewer matched), so by the whole
+    query less than that plus ``n_common * 2.2e-6``: if the ``k``-th scored row is better than
+    that bound, no other row can enter the top ``k`` or tie with it. Otherwise (fewer than ``k``
+    rows hold a kept phrase, or the bound is too close) every phrase ranks every row, as before.
+    A keyword-only query of a few rare and a few common words at 1M chunks no longer reads the
+    common words' doclists."""
+    if sum(idx.df(p, conn) for p in kept) < k:  # fewer than k rows hold a kept phrase (counted already)
+        return None
+    want = 2 * k
+    rows = _top_rows(idx, query, " OR ".join(kept), kept, want, sources, conn, min_rows=RARER_POSTINGS_MIN)
+    if len(rows) < k:
+        return None
+    exact = dict(bm25_of_rows(idx, query, match, [r[0] for r in rows], conn, texts={r[0]: r[7] for r in rows}))
+    if len(exact) != len(rows):
+        return None
+    outside = rows[-1][1] if len(rows) == want else 0.0  # bm25() ranks: lower is better
+    scored = sorted(((exact[r[0]], *r[2:], r[0]) for r in rows), key=lambda x: (x[0], x[-1]))[:k]
+    bound = outside - n_common * _COMMON_MAX - 1e-9 * (abs(outside) + 1e-3)
+    if not scored[-1][0] < bound:
+        return None
+    return [(x[-1], x[0], *x[1:-1]) for x in scored]
+
+
+def _all_kept(idx: _Index, phrases: list[str]) -> bool:
+    """Whether this reader keeps every phrase's postings (an earlier query read them): then ranking
+    by every phrase is an array operation, cheaper than rescoring the rarer phrases' best rows."""
+    post = idx.kept_postings()
+    return post is not None and post.has(phrases)
+
+
+RARER_POSTINGS_MIN = 2_000
+"""The rarer phrases of a keyword-only query with common ones are ranked from their postings
+(:func:`keyword_top`) from this many matched rows up, not :data:`KEYWORD_POSTINGS_MIN`, so that a
+long-lived reader's repeated queries stay cheap: at 200k chunks a CJK phrase in 15k rows went
+through FTS5 at every query (warm p50 12.5 ms), and from its postings once kept 5.8 ms (ranking
+by every phrase from kept postings: 3.0 ms)."""
+
+_COMMON_MAX = 1e-6 * (_BM25_K1 + 1.0)
+"""The most a phrase in half of FTS5's rows or more adds to any row's bm25(): its IDF floor times
+``k1 + 1`` (the limit of bm25()'s term frequency part)."""
 
 
 def count_phrases_beside(idx: _Index, query: str, done: Callable[[], bool]) -> None:
@@ -809,10 +877,12 @@ def count_phrases_beside(idx: _Index, query: str, done: Callable[[], bool]) -> N
 
 
 def keyword_top(idx: _Index, query: str, match: str, k: int,
-                conn: apsw.Connection, *, phrases: list[str] | None = None) -> list[tuple[int, float]] | None:
+                conn: apsw.Connection, *, phrases: list[str] | None = None,
+                min_rows: int | None = None) -> list[tuple[int, float]] | None:
     """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
     (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
-    when they are not (yet) kept or the query is cheap for FTS5 itself. ``phrases``: those of
+    when they are not (yet) kept or the query is cheap for FTS5 itself (its phrases match fewer
+    than ``min_rows`` rows in all, default :data:`KEYWORD_POSTINGS_MIN`). ``phrases``: those of
     ``match`` (default: every phrase of ``query``)."""
     if phrases is None:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
@@ -821,7 +891,7 @@ def keyword_top(idx: _Index, query: str, match: str, k: int,
     if not idx.own_bm25:
         return None
     dfs = [idx.df(p, conn) for p in phrases]
-    if sum(dfs) < KEYWORD_POSTINGS_MIN:
+    if sum(dfs) < (KEYWORD_POSTINGS_MIN if min_rows is None else min(min_rows, KEYWORD_POSTINGS_MIN)):
         return None
     post = idx.postings()
     if post is None or not post.ready(phrases):
@@ -1045,16 +1115,24 @@ def _bm25_of_texts(idx: _Index, phrases: list[str], dfs: list[int], texts: dict[
             return None
         if len(toks) != sum(sizes[rid]):
             return None  # not the text FTS5 indexed for this row
-        tfs: list[float] = []
-        for w in want:
-            if len(w) == 1:
-                tfs.append(float(toks.count(w[0])))
-            else:
-                n = len(w)
-                tfs.append(float(sum(1 for i in range(len(toks) - n + 1) if tuple(toks[i:i + n]) == w)))
+        tfs = [float(toks.count(w[0]) if len(w) == 1 else _instances(toks, w)) for w in want]
         if any(tfs):
             out.append((rid, _bm25(n_row, avgdl, float(sum(sizes[rid])), tfs, dfs)))
     return out
+
+
+def _instances(toks: list[Any], phrase: tuple[Any, ...]) -> int:
+    """How many times the tokens of ``phrase`` follow each other in ``toks`` (overlaps counted, as
+    FTS5 counts a phrase's instances): each place of its first token (found in C) is checked."""
+    first, rest, n = phrase[0], list(phrase[1:]), len(phrase)
+    count, i = 0, -1
+    while True:
+        try:
+            i = toks.index(first, i + 1)
+        except ValueError:
+            return count
+        if toks[i + 1:i + n] == rest:
+            count += 1
 
 
 def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
