@@ -10,6 +10,7 @@ the statements the code used before, kept below as the reference.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -287,7 +288,12 @@ def test_a_keyword_only_query_is_exact_from_its_rarer_words(tmp_path, monkeypatc
         if 100 <= i < 140:  # omega once in 40 chunks of the same length: tied by omega alone
             words = ["omega"] + ["alpha"] * (i % 7) + ["beta"] * (9 - i % 7)
         (ws / "memory" / f"n{i:03d}.md").write_text(" ".join(words) + "\n")
-    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    (ws / "sessions").mkdir()
+    for i in range(20):  # transcripts too: a query limited to one source is ranked within it
+        text = " ".join([rng.choice(filler) for _ in range(rng.randint(4, 30))] + filler + ["zeta"] * (i % 3))
+        record = {"type": "message", "message": {"role": "user", "content": text}}
+        (ws / "sessions" / f"s{i:02d}.jsonl").write_text(json.dumps(record) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
     run_index(s)
     took: list[tuple[str, bool]] = []
     real = retrieval._exact_top_by_rarer
@@ -313,6 +319,13 @@ def test_a_keyword_only_query_is_exact_from_its_rarer_words(tmp_path, monkeypatc
                 assert took and took[0][0] == q
                 if fast(k) is not None:
                     assert took[0][1] is fast(k), (q, k)
+        for src in (("sessions",), ("memory",)):
+            for k in (1, 5, 10):
+                got = [(h.rid, h.bm25) for h in se.retrieve("zeta alpha", k, vector=False, sources=src).keyword]
+                ref = conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                   " AND (SELECT source FROM chunks WHERE rid = chunks_fts.rowid) = ?"
+                                   " ORDER BY r, rowid LIMIT ?", ('"zeta" OR "alpha"', src[0], k)).fetchall()
+                assert got == [(r, -b) for r, b in ref] and ref, (src, k)
         # the tie the common words break is real: omega's rows, ordered by alpha's count
         tied = conn.execute("SELECT rowid, bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH '\"omega\"'").fetchall()
         assert len({round(b, 9) for _, b in tied}) == 1 and len(tied) == 40
