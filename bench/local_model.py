@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10, help="turns the texts are split into (default 10)")
     ap.add_argument("--chunk-tokens", type=int, default=200,
                     help="chunk size of the generated notes (default 200, the local model's default)")
-    ap.add_argument("--backend", choices=["auto", "onnx", "torch"], default=None,
+    ap.add_argument("--backend", choices=["auto", "onnx", "onnx-float32", "torch"], default=None,
                     help="local.backend for our provider (default: the setting's default, auto)")
     ap.add_argument("--cache-dir", default=None, help="local.cache_dir (default: the user's cache dir)")
     ap.add_argument("--batch-size", type=int, default=None, help="local.batch_size (default: the setting's)")

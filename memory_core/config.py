@@ -116,7 +116,8 @@ class LocalSettings(_Model):
     ``backend``: ``auto`` runs the model through onnxruntime (an int8 ONNX export built once
     from the packaged weights and cached under ``cache_dir``) when onnxruntime is installed and
     the device is the CPU, else through sentence-transformers (torch); ``onnx`` requires the
-    ONNX path; ``torch`` always uses sentence-transformers. ``cache_dir`` defaults to
+    ONNX path; ``onnx-float32`` requires it too, unquantised (sentence-transformers' vectors,
+    slower than int8); ``torch`` always uses sentence-transformers. ``cache_dir`` defaults to
     ``$MEMORY_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/memory-core``, else
     ``~/.cache/memory-core``. ``batch_size`` is the most texts per model call (16: smaller
     batches of length-sorted texts are faster on a CPU than 32 or 64).
@@ -126,7 +127,7 @@ class LocalSettings(_Model):
     batch_size: int = Field(default=16, ge=1, le=4096)
     device: str = "cpu"
     threads: int | None = Field(default=None, ge=1)
-    backend: Literal["auto", "onnx", "torch"] = "auto"
+    backend: Literal["auto", "onnx", "onnx-float32", "torch"] = "auto"
     cache_dir: str | None = None
 
 

@@ -213,3 +213,14 @@ def test_an_int8_model_that_drifts_gives_way_to_the_float32_export(monkeypatch, 
     assert (again.backend, again.onnx_source, again.onnx_file) == ("onnx", "cache", provider.onnx_file)
     assert "int8 model is not used here" in again.backend_reason
     assert provider.onnx_file.stat().st_mtime_ns == stamp
+
+
+def test_onnx_float32_backend_gives_sentence_transformers_vectors(tmp_path, reference) -> None:  # type: ignore[no-untyped-def]
+    """``local.backend = "onnx-float32"``: the export unquantised, whatever the CPU; the float model's vectors."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    provider = LocalProvider(_settings(backend="onnx-float32", cache_dir=str(tmp_path)))
+    vecs = np.vstack([provider.embed_documents(TEXTS), np.vstack([provider.embed_query(q) for q in QUERIES])])
+    assert provider.backend == "onnx" and provider.backend_reason.startswith("float32 ONNX model built")
+    assert _cos(vecs, reference).min() > 0.99999
+    assert [p.suffix for p in (tmp_path / "models").iterdir()] == [".onnx"]  # int8 never built
