@@ -204,6 +204,16 @@ def _onnx_unsupported(model_path: Path) -> str | None:
     return None
 
 
+class OnnxDriftError(RuntimeError):
+    """The built ONNX model's vectors are not close enough to the float model's (or an earlier
+    build of the same recipe was rejected for that): the next recipe, or torch, is used."""
+
+
+def _recipe(quantise: bool) -> tuple[str, str, float]:
+    """(what it is called, its recipe, the least probe cosine it must keep) of the int8 or float32 export."""
+    return ("int8", ONNX_RECIPE, MIN_COSINE) if quantise else ("float32", ONNX_FLOAT_RECIPE, MIN_COSINE_FLOAT)
+
+
 def onnx_cache_key(model_path: Path, recipe: str = ONNX_RECIPE) -> str:
     """sha256 over the recipe, the resolved model path, every model file's size and mtime, and
     the versions of the libraries that export, quantise and run the model."""
@@ -542,8 +552,8 @@ def build_onnx_model(model_path: Path, window: int, *, threads: int | None = Non
     """Export, quantise (``quantise``; else float32) and check the model; returns the ONNX bytes
     and their metadata.
 
-    Raises RuntimeError when the built model's vectors are not within ``MIN_COSINE`` (float32:
-    ``MIN_COSINE_FLOAT``) of the float model's on the probe texts."""
+    Raises :class:`OnnxDriftError` when the built model's vectors are not within ``MIN_COSINE``
+    (float32: ``MIN_COSINE_FLOAT``) of the float model's on the probe texts."""
     t0 = time.perf_counter()
     tokens = _Tokens(model_path, window)
     torch_model = _load_float_model(model_path)
@@ -553,8 +563,8 @@ def build_onnx_model(model_path: Path, window: int, *, threads: int | None = Non
     del torch_model
     if quantise:
         _quantise_per_token(model, _feeds(tokens, _CALIBRATION))
-    kind, floor = ("int8", MIN_COSINE) if quantise else ("float32", MIN_COSINE_FLOAT)
-    meta = {"recipe": ONNX_RECIPE if quantise else ONNX_FLOAT_RECIPE, "source": str(model_path.resolve()),
+    kind, recipe, floor = _recipe(quantise)
+    meta = {"recipe": recipe, "source": str(model_path.resolve()),
             "versions": json.dumps({d: _version(d) for d in ("torch", "transformers", "onnx", "onnxruntime")})}
     for k, v in meta.items():
         entry = model.metadata_props.add()
@@ -566,8 +576,8 @@ def build_onnx_model(model_path: Path, window: int, *, threads: int | None = Non
     got = engine.encode(_PROBES)
     cos = (got * want).sum(axis=1)
     if not np.isfinite(cos).all() or float(cos.min()) < floor:
-        raise RuntimeError(f"the {kind} model drifted from the float model (min cosine {float(cos.min()):.4f}"
-                           f" < {floor})")
+        raise OnnxDriftError(f"the {kind} model drifted from the float model (min cosine {float(cos.min()):.4f}"
+                             f" < {floor})")
     check = {"probe_min_cosine": f"{float(cos.min()):.5f}", "probe_mean_cosine": f"{float(cos.mean()):.5f}"}
     for k, v in check.items():
         entry = model.metadata_props.add()
@@ -691,9 +701,7 @@ class LocalProvider(EmbeddingProvider):
             return self._open_built(quantise=False)
         try:
             return self._open_built(quantise=True)
-        except RuntimeError as exc:
-            if "drifted" not in str(exc) and "was rejected" not in str(exc):
-                raise
+        except OnnxDriftError as exc:
             why = str(exc)
         engine = self._open_built(quantise=False)
         self.backend_reason += f"; the int8 model is not used here: {why}"
@@ -702,8 +710,8 @@ class LocalProvider(EmbeddingProvider):
     def _open_built(self, *, quantise: bool) -> _OnnxEngine:
         path = Path(self.model_path)
         tokens = _Tokens(path, self.window_pieces)
-        kind = "int8" if quantise else "float32"
-        key = onnx_cache_key(path, ONNX_RECIPE if quantise else ONNX_FLOAT_RECIPE)
+        kind, recipe, _floor = _recipe(quantise)
+        key = onnx_cache_key(path, recipe)
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model)
         target = self.cache_dir / "models" / f"{label}-{key[:20]}.onnx"
         failed = target.with_suffix(".failed.json")
@@ -719,18 +727,17 @@ class LocalProvider(EmbeddingProvider):
             except Exception as exc:  # unreadable or truncated by something else: build it again
                 log.warning("local model: cached ONNX model %s is unusable (%s); rebuilding", target, exc)
         if failed.is_file():
-            raise RuntimeError(f"an earlier build was rejected ({failed.read_text().strip()}); "
-                               f"delete {failed} to try again")
+            raise OnnxDriftError(f"an earlier build was rejected ({failed.read_text().strip()}); "
+                                 f"delete {failed} to try again")
         missing = _missing("onnx", "torch", "transformers")
         if missing:
             raise RuntimeError(f"{missing} is not installed (needed once, to build the ONNX model)")
         log.info("local model: building the %s ONNX model once (5-30 s) into %s", kind, target)
         try:
             data, _meta = build_onnx_model(path, self.window_pieces, threads=self.threads, quantise=quantise)
-        except RuntimeError as exc:
-            if "drifted" in str(exc):
-                with contextlib.suppress(OSError):
-                    _write_atomic(failed, json.dumps({"error": str(exc)}).encode())
+        except OnnxDriftError as exc:
+            with contextlib.suppress(OSError):
+                _write_atomic(failed, json.dumps({"error": str(exc)}).encode())
             raise
         try:
             _write_atomic(target, data)
