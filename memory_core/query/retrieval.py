@@ -882,8 +882,8 @@ def keyword_top(idx: _Index, query: str, match: str, k: int,
     """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
     (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
     when they are not (yet) kept or the query is cheap for FTS5 itself (its phrases match fewer
-    than ``min_rows`` rows in all, default :data:`KEYWORD_POSTINGS_MIN`). ``phrases``: those of
-    ``match`` (default: every phrase of ``query``)."""
+    than ``min_rows`` rows in all, at most and by default :data:`KEYWORD_POSTINGS_MIN`).
+    ``phrases``: those of ``match`` (default: every phrase of ``query``)."""
     if phrases is None:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
     if not phrases or " OR ".join(phrases) != match:
