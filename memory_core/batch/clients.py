@@ -55,21 +55,9 @@ def decode_vector(value: Any) -> Any:
     return value
 
 
-# -- OpenAI and Voyage ------------------------------------------------------------------------
-
-_OPENAI_STATUS = {
-    "validating": st.PENDING, "in_progress": st.RUNNING, "finalizing": st.RUNNING, "cancelling": st.RUNNING,
-    "completed": st.COMPLETED, "failed": st.FAILED, "expired": st.EXPIRED, "cancelled": st.CANCELLED,
-    "canceled": st.CANCELLED,
-}
-
-
-class OpenAIBatchClient:
-    """OpenAI's Files + Batches API through the ``openai`` SDK (:class:`VoyageBatchClient`
-    drives Voyage's copy of it)."""
-
-    limits = OPENAI_LIMITS
-    completion_window = "24h"
+class _RetryingClient:
+    """What both batch clients share: the provider's facts, and its SDK calls retried by the
+    provider's ``[remote]`` settings within the run's retry budget (shared with sync calls)."""
 
     def __init__(self, provider: EmbeddingProvider, client: Any, *,
                  classify: Callable[[Exception, str], Exception]) -> None:
@@ -83,7 +71,6 @@ class OpenAIBatchClient:
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
         self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
-        self._long = client.with_options(timeout=max(600.0, float(getattr(remote, "timeout_s", 60.0))))
 
     def classify(self, exc: Exception) -> Exception:
         return self._classify(exc, self.provider)
@@ -97,6 +84,29 @@ class OpenAIBatchClient:
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
                                  initial_s=self._initial, max_s=self._max, budget=self._budget)
+
+
+# -- OpenAI and Voyage ------------------------------------------------------------------------
+
+_OPENAI_STATUS = {
+    "validating": st.PENDING, "in_progress": st.RUNNING, "finalizing": st.RUNNING, "cancelling": st.RUNNING,
+    "completed": st.COMPLETED, "failed": st.FAILED, "expired": st.EXPIRED, "cancelled": st.CANCELLED,
+    "canceled": st.CANCELLED,
+}
+
+
+class OpenAIBatchClient(_RetryingClient):
+    """OpenAI's Files + Batches API through the ``openai`` SDK (:class:`VoyageBatchClient`
+    drives Voyage's copy of it)."""
+
+    limits = OPENAI_LIMITS
+    completion_window = "24h"
+
+    def __init__(self, provider: EmbeddingProvider, client: Any, *,
+                 classify: Callable[[Exception, str], Exception]) -> None:
+        super().__init__(provider, client, classify=classify)
+        remote_timeout = float(getattr(getattr(provider, "settings", None), "timeout_s", 60.0))
+        self._long = client.with_options(timeout=max(600.0, remote_timeout))
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": [text]}
@@ -214,7 +224,7 @@ _GEMINI_STATUS = {
 }
 
 
-class GeminiBatchClient:
+class GeminiBatchClient(_RetryingClient):
     """Gemini's Batch API for embeddings through ``google-genai`` (file input, file output)."""
 
     completion_window = "48h"
@@ -222,30 +232,8 @@ class GeminiBatchClient:
 
     def __init__(self, provider: EmbeddingProvider, client: Any, *, task_type: str,
                  classify: Callable[[Exception, str], Exception]) -> None:
-        self.provider = provider.name
-        self._classify = classify
-        self.model = provider.model
-        self.dims = getattr(provider, "requested_dims", None)
-        self.client = client
+        super().__init__(provider, client, classify=classify)
         self.task_type = task_type
-        remote = getattr(provider, "settings", None)
-        self._attempts = getattr(remote, "max_attempts", 6)
-        self._initial = getattr(remote, "backoff_initial_s", 0.5)
-        self._max = getattr(remote, "backoff_max_s", 30.0)
-        self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
-
-    def classify(self, exc: Exception) -> Exception:
-        return self._classify(exc, self.provider)
-
-    def retry(self, fn: Callable[[], T]) -> T:
-        def once() -> T:
-            try:
-                return fn()
-            except Exception as exc:
-                raise self.classify(exc) from None
-
-        return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
         req: dict[str, Any] = {"content": {"parts": [{"text": text}]}, "taskType": self.task_type}

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -209,6 +209,19 @@ class EmbeddingProvider(ABC):
         provider: ``remote.timeout_s`` for one whole attempt (last byte included), ``deadline_s``."""
         return {"attempt_timeout_s": getattr(getattr(self, "settings", None), "timeout_s", None),
                 "deadline_s": self.deadline_s}
+
+    def _request_vectors(self, once: Callable[[], np.ndarray]) -> np.ndarray:
+        """``once()`` (one SDK request, its errors classified as Retryable or ProviderError) under
+        the ``[remote]`` retry settings and the run's retry budget; the first answer sets ``dims``."""
+        from memory_core.embeddings.retry import call_with_retries
+
+        remote = self.settings
+        arr = call_with_retries(once, provider=self.name, max_attempts=remote.max_attempts,
+                                initial_s=remote.backoff_initial_s, max_s=remote.backoff_max_s,
+                                budget=self.retry_budget, **self.retry_options())
+        if self.dims is None:
+            self.dims = int(arr.shape[1])
+        return arr
 
     def start_run(self) -> None:
         """A new run begins with this (reused) provider: its retry budget starts full again."""

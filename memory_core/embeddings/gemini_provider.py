@@ -24,7 +24,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
@@ -137,14 +137,7 @@ class GeminiProvider(EmbeddingProvider):
             vectors = [list(e.values or []) for e in (resp.embeddings or [])]
             return check_vectors(vectors, len(texts), provider="gemini", dims=self.dims, normalise=True)
 
-        arr = call_with_retries(
-            once, provider="gemini", max_attempts=self.settings.max_attempts,
-            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget, **self.retry_options(),
-        )
-        if self.dims is None:
-            self.dims = int(arr.shape[1])
-        return arr
+        return self._request_vectors(once)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) > self.max_inputs_per_request:  # never more than 100 texts in one call

@@ -11,7 +11,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
@@ -112,14 +112,7 @@ class OpenAIProvider(EmbeddingProvider):
             vectors = [decode_embedding(data[j].embedding) for j in order]
             return check_vectors(vectors, len(texts), provider="openai", dims=self.dims)
 
-        arr = call_with_retries(
-            once, provider="openai", max_attempts=self.settings.max_attempts,
-            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget, **self.retry_options(),
-        )
-        if self.dims is None:
-            self.dims = int(arr.shape[1])
-        return arr
+        return self._request_vectors(once)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         try:

@@ -26,7 +26,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
-from memory_core.embeddings.retry import Retryable, call_with_retries, parse_retry_after
+from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
@@ -138,14 +138,7 @@ class VoyageProvider(EmbeddingProvider):
             order = order_by_index([getattr(d, "index", None) for d in data], len(texts), provider="voyage")
             return check_vectors([data[j].embedding for j in order], len(texts), provider="voyage", dims=self.dims)
 
-        arr = call_with_retries(
-            once, provider="voyage", max_attempts=self.settings.max_attempts,
-            initial_s=self.settings.backoff_initial_s, max_s=self.settings.backoff_max_s,
-            budget=self.retry_budget, **self.retry_options(),
-        )
-        if self.dims is None:
-            self.dims = int(arr.shape[1])
-        return arr
+        return self._request_vectors(once)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         try:
