@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -84,6 +84,21 @@ class _RetryingClient:
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
                                  initial_s=self._initial, max_s=self._max, budget=self._budget)
+
+    def _remote(self, job: Any) -> RemoteJob:
+        raise NotImplementedError
+
+    def _find_in(self, jobs: Iterable[Any], local_id: str, input_file_id: str | None) -> RemoteJob | None:
+        """The first of the provider's recent ``jobs`` (at most :data:`LOOKUP_JOBS`, newest first)
+        submitted for ``local_id`` or reading ``input_file_id``: a job whose id a killed run never
+        recorded."""
+        for seen, job in enumerate(jobs, 1):
+            r = self._remote(job)
+            if r.local_id == local_id or (input_file_id and r.input_file_id == input_file_id):
+                return r
+            if seen >= LOOKUP_JOBS:
+                break
+        return None
 
 
 # -- OpenAI and Voyage ------------------------------------------------------------------------
@@ -153,13 +168,7 @@ class OpenAIBatchClient(_RetryingClient):
         self.client.batches.cancel(job_id)
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
-        for seen, b in enumerate(self.client.batches.list(limit=100), 1):
-            r = self._remote(b)
-            if r.local_id == local_id or (input_file_id and r.input_file_id == input_file_id):
-                return r
-            if seen >= LOOKUP_JOBS:
-                break
-        return None
+        return self._find_in(self.client.batches.list(limit=100), local_id, input_file_id)
 
     def download(self, file_id: str) -> bytes:
         return self.retry(lambda: self._long.files.content(file_id).content)
@@ -288,13 +297,7 @@ class GeminiBatchClient(_RetryingClient):
         self.client.batches.cancel(name=job_id)
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
-        for seen, job in enumerate(self.client.batches.list(config={"page_size": 50}), 1):
-            r = self._remote(job)
-            if r.local_id == local_id or (input_file_id and r.input_file_id == input_file_id):
-                return r
-            if seen >= LOOKUP_JOBS:
-                break
-        return None
+        return self._find_in(self.client.batches.list(config={"page_size": 50}), local_id, input_file_id)
 
     def download(self, file_id: str) -> bytes:
         return self.retry(lambda: bytes(self.client.files.download(file=file_id)))
