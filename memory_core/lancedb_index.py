@@ -38,6 +38,7 @@ from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.indexmeta import QueryProviderOwner
 from memory_core.query import ranking
+from memory_core.query.retrieval import background_of
 
 if TYPE_CHECKING:
     from memory_core.query.search import ResultSource
@@ -103,7 +104,6 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
         schema = export_schema(dims, vectors=bool(dims))
         schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
         df: Counter[str] = Counter()
-        sample: list[np.ndarray] = []
         n = 0
 
         def batches() -> Iterator[pa.RecordBatch]:
@@ -115,9 +115,6 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
                       zip(cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
                 for text in cols["text"]:
                     df.update(set(doc_tokens(text)))
-                if dims and len(sample) < 512:
-                    vec = b.column("vector").flatten().to_numpy(zero_copy_only=False).reshape(-1, dims)
-                    sample.extend(vec[: 512 - len(sample)])
                 n += b.num_rows
                 yield pa.RecordBatch.from_arrays(
                     [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
@@ -125,13 +122,8 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
 
         reader = pa.RecordBatchReader.from_batches(schema, batches())
         table = db.create_table(TABLE, data=reader, mode="overwrite")
-        if sample:
-            m = np.asarray(sample, dtype=np.float32)
-            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
-            g = m @ m.T
-            bg = float((g.sum() - np.trace(g)) / (len(m) * (len(m) - 1))) if len(m) > 1 else None
-        else:
-            bg = None
+        # the embedded index's own background, so the export calibrates as it does
+        bg = background_of(snap.conn) if dims else None
         terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
                          schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
                                           metadata={"memory_core.n_chunks": str(n),
