@@ -372,9 +372,10 @@ class BitIndex:
         keep[self._dead_pos] = False
         return np.flatnonzero(keep)
 
-    def _nearest(self, qvec: np.ndarray, r: int) -> np.ndarray:
-        """Positions (into ``rids``) of the rows :meth:`nearest` returns."""
-        if r >= self._live:
+    def _nearest(self, qvec: np.ndarray, r: int, exclude: np.ndarray | None = None) -> np.ndarray:
+        """Positions (into ``rids``) of the rows :meth:`nearest` returns; ``exclude``: a mask of
+        positions never returned (rows of other sources), its rows not counted in ``r``."""
+        if exclude is None and r >= self._live:
             return self._live_positions()
         q = quantize(np.asarray(qvec, dtype=np.float32)[None, :])[0].view("<u8")
         n, nb = len(self.rids), len(self._base_rids)
@@ -391,30 +392,46 @@ class BitIndex:
                 d += pc
         if len(self._dead_pos):
             dist[self._dead_pos] = n_words * 64 + 1  # past every real distance: never within the cut
+        if exclude is not None:
+            dist[exclude] = n_words * 64 + 1
         # the r-th smallest distance by counting (distances are small integers): cheaper than a sort
         hist = np.bincount(dist, minlength=n_words * 64 + 2)
         cut = int(np.searchsorted(np.cumsum(hist), r))
         return np.flatnonzero(dist <= cut)
 
-    def candidates(self, qvec: np.ndarray, want: int) -> np.ndarray:
+    def keep_mask(self, rids: np.ndarray) -> np.ndarray:
+        """The positions whose row ids are in ``rids`` (the rows of some sources), as a mask."""
+        return np.isin(self.rids, rids)
+
+    def candidates(self, qvec: np.ndarray, want: int, keep: np.ndarray | None = None) -> np.ndarray:
         """Row ids whose exact cosines are read for ``want`` results: the :func:`scan_count`
         nearest by Hamming distance, of those the :func:`rescore_count` best by
-        :func:`asymmetric_scores`."""
-        n = len(self)
+        :func:`asymmetric_scores`. ``keep`` (:meth:`keep_mask`): only these positions' rows, as if
+        the index held no others (a source filter gets its own ``want`` nearest, not the nearest of
+        every source that happen to be its)."""
+        exclude = None
+        if keep is None:
+            n = len(self)
+        else:
+            eligible = keep.copy()
+            eligible[self._dead_pos] = False
+            n = int(np.count_nonzero(eligible))
+            exclude = ~eligible
         r = rescore_count(want, n)
         if r >= n:
-            return self.rids[self._live_positions()]
-        pos = self._nearest(qvec, scan_count(r, n))
+            return self.rids[self._live_positions() if exclude is None else np.flatnonzero(~exclude)]
+        pos = self._nearest(qvec, scan_count(r, n), exclude)
         if len(pos) > r:
             codes = np.ascontiguousarray(self._gather(pos).T).view(np.uint8)
             score = asymmetric_scores(np.asarray(qvec, dtype=np.float32), codes)
             pos = pos[np.argpartition(-score, r - 1)[:r]]
         return self.rids[pos]
 
-    def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
+    def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int,
+               keep: np.ndarray | None = None) -> list[tuple[int, float]]:
         """The ``want`` rows with the highest exact cosine among :meth:`candidates`, best first:
         [(rid, cosine)]."""
-        return best_by_cosine(conn, qvec, self.candidates(qvec, want), want, self.rows)
+        return best_by_cosine(conn, qvec, self.candidates(qvec, want, keep), want, self.rows)
 
 
 def best_by_cosine(conn: apsw.Connection, qvec: np.ndarray, candidates: np.ndarray, want: int,
@@ -425,7 +442,7 @@ def best_by_cosine(conn: apsw.Connection, qvec: np.ndarray, candidates: np.ndarr
 
 
 def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want: int,
-                        table: str = BITS_TABLE) -> np.ndarray:
+                        table: str = BITS_TABLE, only: np.ndarray | None = None) -> np.ndarray:
     """:meth:`BitIndex.candidates` of one query, the codes read a block at a time and scanned as
     they are stored (a row's words side by side) instead of loaded into a :class:`BitIndex`: what
     a one-shot reader (a CLI search) needs. Loading transposes every code into one array (~1 s at
@@ -440,6 +457,8 @@ def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want
         i = np.frombuffer(raw_ids, dtype="<i8")
         c = np.frombuffer(raw_codes, dtype="<u8").reshape(len(i), n_words)
         keep = i != 0
+        if only is not None:  # the rows of some sources (BitIndex.candidates' keep)
+            keep &= np.isin(i, only)
         if not keep.all():
             i, c = i[keep], c[keep]
         ids.append(i)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from memory_core import vectors
+from memory_core.embeddings.registry import create_provider
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.store import SCHEMA_VERSION, connect, load_vec, probe_index
@@ -238,3 +239,72 @@ def test_the_first_query_of_a_reader_streams_and_answers_as_the_loaded_index(wor
         second = [(r.path, r.start_line, r.score) for r in searcher.search("gateway quorum replicas", mode="vector")]
         assert vectors.BITS_TABLE in loads  # loaded for the next queries
         assert first == second and first
+
+
+@pytest.mark.parametrize("n, want, share", [(1500, 10, 0.05), (9000, 10, 0.3), (9000, 150, 0.3), (9000, 10, 0.02)])
+def test_a_source_filter_scans_as_if_the_index_held_its_rows_alone(tmp_path, monkeypatch, n, want, share):
+    """The rows of some sources (``keep`` / ``only``) get the candidates an index of those rows
+    alone gives, loaded or streamed, deleted rows and all: not the nearest of every source that
+    happen to be theirs (4x as many fetched and filtered missed a small source's best rows)."""
+    monkeypatch.setattr(vectors, "BLOCK_ROWS", 512)
+    dims = 130
+    conn = _db(tmp_path, dims)
+    m = _clustered(n, dims, 3)
+    _append(conn, 1, m)
+    gone = list(range(5, n, 7))
+    with conn:
+        vectors.delete(conn, gone)
+        conn.execute(f"DELETE FROM chunks WHERE rid IN ({','.join(map(str, gone))})")
+    rng = np.random.default_rng(2)
+    only = np.sort(rng.choice(np.arange(1, n + 1), int(n * share), replace=False))
+    alone = connect(tmp_path / "alone.sqlite")  # the same rows of the sources, nothing else
+    alone.execute("CREATE TABLE chunks(rid INTEGER PRIMARY KEY, embedding BLOB)")
+    vectors.create(alone)
+    kept = [int(r) for r in only if r not in set(gone)]
+    with alone:
+        blobs = [m[r - 1].astype("<f4").tobytes() for r in kept]
+        alone.executemany("INSERT INTO chunks VALUES(?,?)", zip(kept, blobs, strict=True))
+        vectors.append(alone, kept, blobs, dims)
+    full, by_itself = vectors.BitIndex(conn, dims), vectors.BitIndex(alone, dims)
+    keep = full.keep_mask(only)
+    for q in _clustered(6, dims, 11):
+        want_rows = by_itself.candidates(q, want).tolist()
+        assert full.candidates(q, want, keep).tolist() == want_rows
+        assert vectors.streamed_candidates(conn, dims, q, want, only=only).tolist() == want_rows
+        top = full.search(conn, q, want, keep)
+        assert top == by_itself.search(alone, q, want) and {r for r, _ in top} <= set(kept)
+        # what the filter used to do: the 4x nearest of every row, then those of the sources
+        old = [r for r, _ in full.search(conn, q, 4 * want) if r in set(kept)][:want]
+        if share <= 0.05:
+            assert len(old) < len(top) or [r for r, _ in top] != old
+
+
+def test_a_small_source_gets_its_own_nearest_chunks(workspace, openai_fake, monkeypatch):
+    """``--source sessions`` where transcripts are a few chunks among hundreds of notes: the vector
+    side returns the transcripts' nearest chunks by exact cosine (a chunk's own vector or its best
+    exchange), on a reader's first query (streamed) and once its codes are loaded."""
+    for i in range(150):  # many notes, few transcript chunks
+        (workspace / "memory" / f"filler-{i:03d}.md").write_text(
+            f"# Filler {i}\n\n" + " ".join(f"word{(i * 7 + j) % 97}" for j in range(60)) + "\n")
+    s = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    run_index(s)
+    conn = connect(s.index_file)
+    n_all, n_sessions = conn.execute("SELECT count(*), sum(source = 'sessions') FROM chunks").fetchone()
+    assert n_sessions and n_all > 20 * n_sessions
+    provider, _ = create_provider(s)
+    with Searcher(s) as searcher:
+        for q in ["gateway quorum replicas", "hotel in lisbon", "the 502 errors in ingest", "rate limit review"]:
+            qv = np.asarray(provider.embed_query(q), dtype=np.float32)
+            qv = qv / np.linalg.norm(qv)
+            best: dict[int, float] = {}
+            for rid, emb in conn.execute("SELECT rid, embedding FROM chunks WHERE source = 'sessions'"):
+                best[rid] = float(np.frombuffer(emb, dtype="<f4") @ qv / np.linalg.norm(np.frombuffer(emb, "<f4")))
+            for rid, emb in conn.execute(f"SELECT chunk, embedding FROM {vectors.PARTS_TABLE}"):
+                if rid in best:
+                    v = np.frombuffer(emb, dtype="<f4")
+                    best[rid] = max(best[rid], float(v @ qv / np.linalg.norm(v)))
+            exact = sorted(best, key=lambda r: (-best[r], r))[:5]
+            for _ in range(2):  # streamed, then loaded
+                got = searcher.retrieve(q, 5, sources=("sessions",)).vector
+                assert [h.rid for h in got] == exact, q
+                assert [h.vector_score for h in got] == pytest.approx([best[r] for r in exact], abs=1e-5)

@@ -462,6 +462,9 @@ class _Index:
         self._vocab: apsw.Connection | None = None
         self._n_chunks: int | None = None
         self._background: float | None = None
+        self._source_rids: dict[tuple[str, ...], Any] = {}  # sources -> (chunk rids, part rids) | None
+        self._sources_present: set[str] | None = None
+        self._keep_masks: list[tuple[vectors.BitIndex, np.ndarray, np.ndarray]] = []
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
         same = prev is not None and prev._path == path and prev.dims == self.dims
         # what the previous state held, or had been handed and not used yet (a state no query
@@ -684,9 +687,55 @@ class _Index:
                                                        vectors.PARTS_BITS_TABLE)
         return self._part_bits
 
-    def nearest(self, qvec: np.ndarray, want: int) -> list[tuple[int, float]]:
-        """The ``want`` chunks nearest the query, best first: [(rid, cosine)], a chunk's cosine
-        being the best of its own vector's and its exchanges' (schema 4)."""
+    def source_rids(self, sources: tuple[str, ...] | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """(chunk row ids, exchange vector row ids) of the chunks of ``sources``, sorted; None
+        when every chunk is of them (no filter needed). Read once per opened file and sources."""
+        if not sources:
+            return None
+        key = tuple(sorted(set(sources)))
+        got = self._source_rids.get(key, False)
+        if got is False:
+            marks = ",".join("?" * len(key))
+            if self.sources_present() <= set(key):
+                got = None
+            else:
+                rids = np.fromiter((r for (r,) in self.conn.execute(
+                    f"SELECT rid FROM chunks WHERE source IN ({marks}) ORDER BY rid", key)), dtype=np.int64)
+                parts = np.fromiter((r for (r,) in self.conn.execute(
+                    f"SELECT p.rid FROM {vectors.PARTS_TABLE} p JOIN chunks c ON c.rid = p.chunk"
+                    f" WHERE c.source IN ({marks}) ORDER BY p.rid", key)), dtype=np.int64) if self.has_parts \
+                    else np.zeros(0, dtype=np.int64)
+                got = (rids, parts)
+            self._source_rids[key] = got
+        return got
+
+    def sources_present(self) -> set[str]:
+        """The sources of this file's chunks: one seek each in idx_chunks_source."""
+        if self._sources_present is None:
+            found: set[str] = set()
+            row = self.conn.execute("SELECT min(source) FROM chunks").fetchone()
+            while row and row[0] is not None:
+                found.add(row[0])
+                row = self.conn.execute("SELECT min(source) FROM chunks WHERE source > ?", (row[0],)).fetchone()
+            self._sources_present = found
+        return self._sources_present
+
+    def _keep(self, bits: vectors.BitIndex, rids: np.ndarray) -> np.ndarray:
+        """``bits.keep_mask(rids)``, kept for the next query of the same sources."""
+        for b, r, mask in self._keep_masks:
+            if b is bits and r is rids:
+                return mask
+        mask = bits.keep_mask(rids)
+        self._keep_masks = [*self._keep_masks[-3:], (bits, rids, mask)]
+        return mask
+
+    def nearest(self, qvec: np.ndarray, want: int,
+                sources: tuple[str, ...] | None = None) -> list[tuple[int, float]]:
+        """The ``want`` chunks nearest the query (of ``sources``), best first: [(rid, cosine)], a
+        chunk's cosine being the best of its own vector's and its exchanges' (schema 4). A source
+        filter scans only its rows' codes: its own ``want`` nearest, however few of the index's
+        rows are of it."""
+        only = self.source_rids(sources)
         streamed: np.ndarray | None = None
         if self._bits is None and self._prev_bits is None and not self._streamed:
             # this reader's first vector query: one pass over the stored codes (a one-shot CLI
@@ -694,13 +743,18 @@ class _Index:
             self._streamed = True
             self._bits = vectors.loaded_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
             if self._bits is None:
-                streamed = vectors.streamed_candidates(self.conn, int(self.dims or 0), qvec, want)
-        top = (self.bit_index().search(self.conn, qvec, want) if streamed is None
-               else vectors.best_by_cosine(self.conn, qvec, streamed, want))
+                streamed = vectors.streamed_candidates(self.conn, int(self.dims or 0), qvec, want,
+                                                       only=None if only is None else only[0])
+        if streamed is None:
+            bits = self.bit_index()
+            top = bits.search(self.conn, qvec, want, None if only is None else self._keep(bits, only[0]))
+        else:
+            top = vectors.best_by_cosine(self.conn, qvec, streamed, want)
         if not self.has_parts:
             return top
         cand = dict(top)
-        ptop = self.part_index().search(self.conn, qvec, want)
+        pbits = self.part_index()
+        ptop = pbits.search(self.conn, qvec, want, None if only is None else self._keep(pbits, only[1]))
         if ptop:
             lit = ",".join(str(int(r)) for r, _ in ptop)
             owners = {c for (c,) in self.conn.execute(f"SELECT DISTINCT chunk FROM {vectors.PARTS_TABLE}"
@@ -948,8 +1002,8 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
         raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
     want = min(4096, k * 4 if sources else k)
     src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
-    if idx.has_bits and idx.dims:  # the bits scanned, the nearest ranked by exact cosines
-        top = idx.nearest(qvec, want)
+    if idx.has_bits and idx.dims:  # the bits scanned (of the sources' rows), the nearest ranked by exact cosines
+        top = idx.nearest(qvec, k, sources)
         return rows_by_rank(idx, [r for r, _ in top], [c for _, c in top], src, sources, k), ""
     if idx.vec_loaded:
         sql = (
@@ -967,7 +1021,12 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
         return [], ""
     qn = qvec / (np.linalg.norm(qvec) or 1.0)
     sims = np.nan_to_num(m @ qn, nan=0.0)  # a damaged stored row scores 0
+    only = idx.source_rids(sources)
+    if only is not None:  # exact: every row of the sources
+        sims = np.where(np.isin(rids, only[0]), sims, -np.inf)
+        want = k
     order = np.argsort(-sims, kind="stable")[:want]
+    order = order[np.isfinite(sims[order])]
     return rows_by_rank(idx, [int(rids[i]) for i in order], [float(sims[i]) for i in order], src, sources, k), ""
 
 
