@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memory_core.config import Settings, load_settings
+from memory_core.store import connect_reader
+from memory_core.textsearch import build_match_query
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -90,3 +92,32 @@ def prefect_api(request: pytest.FixtureRequest) -> Iterator[Any]:
         drain_workers()
         yield srv
         drain_workers()
+
+
+def index_content(index: Path, probes: Sequence[str]) -> dict[str, Any]:
+    """What an index says, independent of its row ids: its files rows; each chunk's lines, hash,
+    text, source, vector and sign-bit code (checked by :func:`vector_rows`); its exchange vectors;
+    and FTS5's bm25() of each chunk for each of ``probes``. Two indexes of the same files compare equal."""
+    conn = connect_reader(index)
+    try:
+        vecs = vector_rows(conn)  # also: every vector has one code, and it is its sign bits
+        chunks = {}
+        for rid, cid, path, source, start, end, h, text in conn.execute(
+                "SELECT rid, id, path, source, start_line, end_line, hash, text FROM chunks"):
+            chunks[cid] = (path, source, start, end, h, text, vecs.get(rid))
+        files = sorted(conn.execute("SELECT path, source, hash, size, chunks, lines FROM files"))
+        parts = sorted(conn.execute("SELECT c.id, p.embedding FROM chunk_parts p JOIN chunks c ON c.rid = p.chunk")
+                       ) if _has_table(conn, "chunk_parts") else []
+        fts = {}
+        for q in probes:
+            match = build_match_query(q)
+            fts[q] = sorted(conn.execute(
+                "SELECT c.id, bm25(chunks_fts) FROM chunks_fts JOIN chunks c ON c.rid = chunks_fts.rowid"
+                " WHERE chunks_fts MATCH ?", (match,)))
+        return {"chunks": chunks, "files": files, "parts": parts, "fts": fts}
+    finally:
+        conn.close()
+
+
+def _has_table(conn: Any, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None

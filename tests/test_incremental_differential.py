@@ -25,8 +25,7 @@ import pytest
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
-from memory_core.store import connect_reader
-from tests.conftest import openai_settings, vector_rows
+from tests.conftest import index_content, openai_settings
 
 PROBES = ["postgres replication lag", "rate limit", "lisbon", "deploy", "the gateway quorum", "ingest 502",
           "note", "memory", "sourdough starter", "LRK-812", "pg-replica-1", "hotel"]
@@ -81,33 +80,6 @@ def _step(ws: Path, rng: random.Random, n: int) -> str:
     return op
 
 
-def _content(index: Path) -> dict[str, Any]:
-    """What an index says, independent of its row ids."""
-    conn = connect_reader(index)
-    try:
-        vecs = vector_rows(conn)  # also: every vector has one code, and it is its sign bits
-        chunks = {}
-        for rid, cid, path, source, start, end, h, text in conn.execute(
-                "SELECT rid, id, path, source, start_line, end_line, hash, text FROM chunks"):
-            chunks[cid] = (path, source, start, end, h, text, vecs.get(rid))
-        files = sorted(conn.execute("SELECT path, source, hash, size, chunks, lines FROM files"))
-        parts = sorted(conn.execute("SELECT c.id, p.embedding FROM chunk_parts p JOIN chunks c ON c.rid = p.chunk")
-                       ) if _has(conn, "chunk_parts") else []
-        fts = {}
-        for q in PROBES:
-            match = retrieval.textsearch.build_match_query(q)
-            fts[q] = sorted(conn.execute(
-                "SELECT c.id, bm25(chunks_fts) FROM chunks_fts JOIN chunks c ON c.rid = chunks_fts.rowid"
-                " WHERE chunks_fts MATCH ?", (match,)))
-        return {"chunks": chunks, "files": files, "parts": parts, "fts": fts}
-    finally:
-        conn.close()
-
-
-def _has(conn: Any, table: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
-
-
 def _answers(searcher: Searcher, mode: str) -> list[list[tuple[str, int, float]]]:
     return [[(r.path, r.start_line, round(r.score, 12)) for r in searcher.search(q, min_score=0.0, mode=mode)]
             for q in PROBES]
@@ -139,7 +111,7 @@ def test_random_incremental_runs_give_the_index_of_a_full_build(workspace: Path,
             fresh = openai_settings(workspace, openai_fake, sources=["memory", "sessions"],
                                     sessions={"delta_bytes": 0}, index_path=str(fresh_ws / "index.sqlite"))
             assert run_index(fresh, full=True).published, op
-            got, want = _content(s.index_file), _content(fresh.index_file)
+            got, want = index_content(s.index_file, PROBES), index_content(fresh.index_file, PROBES)
             for key in ("files", "chunks", "parts", "fts"):
                 assert got[key] == want[key], (n, op, key)
             with Searcher(fresh) as other:

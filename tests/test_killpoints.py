@@ -16,8 +16,9 @@ from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.store import connect, probe_index
-from tests.conftest import ROOT, openai_settings
+from tests.conftest import ROOT, index_content, openai_settings
 
+PROBES = ["postgres replication lag", "rate limit", "lisbon hotel", "deploy window", "note"]
 STAGES = ["discover", "chunk", "embed", "batch-poll", "build", "before-swap", "after-swap"]
 
 
@@ -86,3 +87,8 @@ def _sigkill_run(tmp_path, stage, openai_fake, writer):
     if stage == "after-swap":
         assert not rerun.swapped  # the killed run had finished its work
     assert not [p for p in s.index_file.parent.iterdir() if ".tmp-" in p.name]
+    # and the index is the one a run that was never killed builds
+    clean = openai_settings(ws, openai_fake, remote={"max_inputs_per_request": 4},
+                            index_path=str(tmp_path / "clean" / "index.sqlite"))
+    run_index(clean, full=True)
+    assert index_content(s.index_file, PROBES) == index_content(clean.index_file, PROBES)
