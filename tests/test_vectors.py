@@ -199,14 +199,10 @@ def test_searchers_of_one_process_share_the_codes_until_the_index_changes(worksp
         assert b._current()._bits is new
 
 
-@pytest.mark.parametrize("n, want", [(30, 10), (1500, 10), (9000, 10), (9000, 150)])
-def test_a_streamed_scan_gives_the_loaded_index_candidates(tmp_path, monkeypatch, n, want):
-    """A reader's first vector query scans the stored codes block by block
-    (vectors.streamed_candidates) instead of loading them: the same candidates in the same order
-    as BitIndex.candidates, through every branch (fewer rows than rescored, a scan of every
-    row, a cut by distance), deleted rows included."""
+def _with_deletions(tmp_path, monkeypatch, n, dims):
+    """Codes of ``n`` clustered vectors in blocks of 512 rows, every 7th row from the 5th deleted:
+    (connection, vectors, deleted row ids)."""
     monkeypatch.setattr(vectors, "BLOCK_ROWS", 512)
-    dims = 130
     conn = _db(tmp_path, dims)
     m = _clustered(n, dims, 3)
     _append(conn, 1, m)
@@ -214,6 +210,17 @@ def test_a_streamed_scan_gives_the_loaded_index_candidates(tmp_path, monkeypatch
     with conn:
         vectors.delete(conn, gone)
         conn.execute(f"DELETE FROM chunks WHERE rid IN ({','.join(map(str, gone))})")
+    return conn, m, gone
+
+
+@pytest.mark.parametrize("n, want", [(30, 10), (1500, 10), (9000, 10), (9000, 150)])
+def test_a_streamed_scan_gives_the_loaded_index_candidates(tmp_path, monkeypatch, n, want):
+    """A reader's first vector query scans the stored codes block by block
+    (vectors.streamed_candidates) instead of loading them: the same candidates in the same order
+    as BitIndex.candidates, through every branch (fewer rows than rescored, a scan of every
+    row, a cut by distance), deleted rows included."""
+    dims = 130
+    conn, m, gone = _with_deletions(tmp_path, monkeypatch, n, dims)
     loaded = vectors.BitIndex(conn, dims)
     for q in _clustered(6, dims, 11):
         streamed = vectors.streamed_candidates(conn, dims, q, want)
@@ -246,15 +253,8 @@ def test_a_source_filter_scans_as_if_the_index_held_its_rows_alone(tmp_path, mon
     """The rows of some sources (``keep`` / ``only``) get the candidates an index of those rows
     alone gives, loaded or streamed, deleted rows and all: not the nearest of every source that
     happen to be theirs (4x as many fetched and filtered missed a small source's best rows)."""
-    monkeypatch.setattr(vectors, "BLOCK_ROWS", 512)
     dims = 130
-    conn = _db(tmp_path, dims)
-    m = _clustered(n, dims, 3)
-    _append(conn, 1, m)
-    gone = list(range(5, n, 7))
-    with conn:
-        vectors.delete(conn, gone)
-        conn.execute(f"DELETE FROM chunks WHERE rid IN ({','.join(map(str, gone))})")
+    conn, m, gone = _with_deletions(tmp_path, monkeypatch, n, dims)
     rng = np.random.default_rng(2)
     only = np.sort(rng.choice(np.arange(1, n + 1), int(n * share), replace=False))
     alone = connect(tmp_path / "alone.sqlite")  # the same rows of the sources, nothing else
