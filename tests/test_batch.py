@@ -29,7 +29,7 @@ from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.store import connect, probe_index
-from tests.conftest import ROOT
+from tests.conftest import ROOT, index_content
 from tests.fakes.common import JobFault
 from tests.fakes.gemini_fake import GeminiFake
 from tests.fakes.openai_fake import OpenAIFake
@@ -134,6 +134,12 @@ def test_batch_run_end_to_end(workspace: Path, fake: Any) -> None:
     creates = fake.batch_creates
     again = run_index(s)
     assert not again.swapped and fake.batch_creates == creates
+    # the index is the one sync calls build: the same chunks, vectors, codes and bm25()
+    sync = batch_settings(workspace, fake.name, fake, enabled=False)
+    sync = sync.model_copy(update={"index_path": s.index_file.parent / "sync" / "index.sqlite"})
+    assert run_index(sync, full=True).chunks_embedded == summary.chunks_total
+    probes = ["restore postgres backup", "rate limit", "lisbon"]
+    assert index_content(s.index_file, probes) == index_content(sync.index_file, probes)
 
 
 # -- job-level failures --------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from memory_core.batch.ledger import BatchLedger
 from memory_core.batch.types import CollectResult, JobLimits, JobRecord, JobSpec
 from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.base import EmbeddingProvider, unit_rows
 from memory_core.embeddings.retry import Retryable
 from memory_core.errors import ProviderError
 from memory_core.failpoints import failpoint
@@ -295,7 +295,7 @@ def _vector(ctx: BatchContext, value: Any, dims: int | None) -> np.ndarray | Non
     if norm == 0.0:
         return None
     if ctx.normalise:
-        arr = arr / norm
+        arr = unit_rows(arr[None, :])[0]
     return np.ascontiguousarray(arr, dtype="<f4")
 
 

@@ -94,8 +94,15 @@ def check_vectors(vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray, 
     if not (norms > 0).all() or not np.isfinite(norms).all():
         raise ProviderError(f"{provider} returned an all-zero vector")
     if normalise:
-        arr = arr / norms
+        arr = unit_rows(arr)
     return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def unit_rows(arr: np.ndarray) -> np.ndarray:
+    """Each row of a float32 (n, d) array scaled to unit length, the same arithmetic whichever
+    way a vector arrived (a sync response of many, a Batch API output line of one), so that the
+    same text gets the same stored bytes both ways. Rows must be non-zero (check_vectors)."""
+    return arr / np.linalg.norm(arr, axis=1, keepdims=True)
 
 
 class EmbeddingProvider(ABC):
