@@ -16,9 +16,10 @@ from flows.reindex import ReindexParams, reindex
 from memory_core.batch.types import BatchFigures
 from memory_core.config import load_settings
 from memory_core.errors import ConfigError
+from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary
 from memory_core.store import IndexLock, connect
-from tests.conftest import vector_count, vector_rows
+from tests.conftest import index_content, vector_count, vector_rows
 from tests.prefect_server import (
     artifact_of,
     drain_workers,
@@ -347,6 +348,11 @@ def test_dask_local_cluster_gives_the_same_index_as_threads(prefect_api: Any, tm
     vb = np.frombuffer(b"".join(r[6] for r in rb), dtype="<f4")
     assert np.array_equal(va, vb)
     assert index_check(a) == index_check(b)
+    # and the CLI's engine (this process, no Prefect) builds the same index
+    local = load_settings(str(cfg), {"workspace": str(workspace), "index_path": str(tmp_path / "local.sqlite")})
+    run_index(local)  # the LocalExecutor
+    probes = ["postgres replication lag", "rate limit", "lisbon hotel", "deploy window"]
+    assert index_content(a, probes) == index_content(b, probes) == index_content(local.index_file, probes)
     # the embed task runs ran on the cluster and were reported to the server, named by group
     n_groups = state.result()["embed_requests"]
     names = task_run_names(fr.id, until=lambda ns: sum(n.startswith("embed-openai-group-") for n in ns) >= n_groups)
