@@ -159,3 +159,30 @@ def test_a_deeply_nested_transcript_record_never_crashes_a_search(tmp_path: Path
         hits = searcher.search("walrus migration plan", min_score=0)
         assert hits and hits[0].date == "2026-05-02T11:00"
         assert searcher.search("walrus migration on 2026-05-02", min_score=0)
+
+
+def test_a_day_of_more_than_200_changed_chunks_lifts_the_same_ones_however_the_index_was_built(tmp_path: Path) -> None:
+    """A query naming a day adds the chunks of files modified that day (at most
+    MAX_DATED_CANDIDATES). Which ones, when more were: the first by path and line, not the first
+    the table happens to return, which after incremental runs is another set than after a full
+    build of the same files."""
+    day = datetime(2026, 10, 5, 12, 0).timestamp()
+
+    def write(ws: Path, numbers: range) -> None:
+        (ws / "memory" / "projects").mkdir(parents=True, exist_ok=True)
+        for i in numbers:
+            p = ws / "memory" / "projects" / f"p{i:03d}.md"
+            p.write_text(f"# Item {i}\n\nStep {i} of the migration checklist.\n")
+            os.utime(p, (day, day))
+
+    answers = []
+    for order in ([range(0, 300)], [range(150, 300), range(0, 150)]):  # a full build; two runs
+        ws = tmp_path / f"ws{len(answers)}"
+        s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+        for numbers in order:
+            write(ws, numbers)
+            run_index(s)
+        with Searcher(s) as searcher:
+            answers.append([(h.path, h.score) for h in searcher.search("what changed on 2026-10-05", max_results=300,
+                                                                       min_score=0)])
+    assert answers[0] == answers[1] and len(answers[0]) >= 200
