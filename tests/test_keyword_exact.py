@@ -3,7 +3,7 @@ computed, on text that exercises the tokenizer: a differential test over random 
 
 Keyword-only mode (``--mode keyword``, provider ``none``, a query that cannot be embedded) has three
 ways to rank: FTS5's own statement; the phrases' postings kept in memory (numpy, bm25()'s
-arithmetic); and, for a query of rarer and common words, the rarer words' best rows rescored by
+arithmetic; a source filter as a mask of row ids); and, for a query of rarer and common words, the rarer words' best rows rescored by
 the whole query (``retrieval._exact_top_by_rarer``, from the rows' texts through FTS5's tokenizer
 or the postings). Each must give FTS5's rows and scores bit for bit, ties by row id included. The
 thresholds that choose them are lowered so that a few hundred chunks take every way; the test
@@ -83,7 +83,7 @@ def _fts5_top(conn: Any, match: str, k: int, source: str | None) -> list[tuple[i
 
 def test_keyword_only_search_is_fts5_bm25_exactly_on_every_path(workspace: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(3)
-    taken = {"rarer": 0, "rarer_fell_back": 0, "postings": 0, "texts": 0}
+    taken = {"rarer": 0, "rarer_fell_back": 0, "postings": 0, "postings_of_a_source": 0, "texts": 0}
 
     def spy(fn: Any, hit: str, miss: str | None = None) -> Any:
         def wrapped(*a: Any, **kw: Any) -> Any:
@@ -96,7 +96,16 @@ def test_keyword_only_search_is_fts5_bm25_exactly_on_every_path(workspace: Any, 
         return wrapped
 
     monkeypatch.setattr(retrieval, "_exact_top_by_rarer", spy(retrieval._exact_top_by_rarer, "rarer", "rarer_fell_back"))
-    monkeypatch.setattr(retrieval, "keyword_top", spy(retrieval.keyword_top, "postings"))
+    real_top = retrieval.keyword_top
+
+    def top_spy(*a: Any, **kw: Any) -> Any:
+        got = real_top(*a, **kw)
+        if got is not None:
+            taken["postings"] += 1
+            taken["postings_of_a_source"] += bool(kw.get("sources"))
+        return got
+
+    monkeypatch.setattr(retrieval, "keyword_top", top_spy)
     monkeypatch.setattr(retrieval, "_bm25_of_texts", spy(retrieval._bm25_of_texts, "texts"))
     vocab = COMMON + MID + RARE + ["nothing", "the", "and", "数", "库"]
     conn = connect_reader(workspace.index_file)
@@ -127,7 +136,7 @@ def test_keyword_only_search_is_fts5_bm25_exactly_on_every_path(workspace: Any, 
     assert compared >= 550
     # every way was taken, and the rarer words' bound also refused (then every phrase ranked)
     assert taken["rarer"] >= 100 and taken["rarer_fell_back"] >= 5, taken
-    assert taken["postings"] >= 50 and taken["texts"] >= 50, taken
+    assert taken["postings"] >= 50 and taken["postings_of_a_source"] >= 10 and taken["texts"] >= 50, taken
 
 
 def test_bm25_of_any_rows_is_fts5s(workspace: Any, monkeypatch: pytest.MonkeyPatch) -> None:

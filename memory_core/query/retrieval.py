@@ -464,6 +464,7 @@ class _Index:
         self._background: float | None = None
         self._source_rids: dict[tuple[str, ...], Any] = {}  # sources -> (chunk rids, part rids) | None
         self._sources_present: set[str] | None = None
+        self._row_masks: dict[tuple[tuple[str, ...], int], np.ndarray] = {}
         self._keep_masks: list[tuple[vectors.BitIndex, np.ndarray, np.ndarray]] = []
         self.where: Settings | None = None  # the index's own workspace and sources (Searcher._where)
         same = prev is not None and prev._path == path and prev.dims == self.dims
@@ -687,7 +688,12 @@ class _Index:
                                                        vectors.PARTS_BITS_TABLE)
         return self._part_bits
 
-    def source_rids(self, sources: tuple[str, ...] | None) -> tuple[np.ndarray, np.ndarray] | None:
+    def needs_filter(self, sources: tuple[str, ...] | None, conn: apsw.Connection | None = None) -> bool:
+        """Whether some chunk of this file is of none of ``sources`` (else a filter is a no-op)."""
+        return bool(sources) and not self.sources_present(conn) <= set(sources or ())
+
+    def source_rids(self, sources: tuple[str, ...] | None,
+                    conn: apsw.Connection | None = None) -> tuple[np.ndarray, np.ndarray] | None:
         """(chunk row ids, exchange vector row ids) of the chunks of ``sources``, sorted; None
         when every chunk is of them (no filter needed). Read once per opened file and sources."""
         if not sources:
@@ -695,13 +701,14 @@ class _Index:
         key = tuple(sorted(set(sources)))
         got = self._source_rids.get(key, False)
         if got is False:
+            conn = conn or self.conn
             marks = ",".join("?" * len(key))
-            if self.sources_present() <= set(key):
+            if not self.needs_filter(key, conn):
                 got = None
             else:
-                rids = np.fromiter((r for (r,) in self.conn.execute(
+                rids = np.fromiter((r for (r,) in conn.execute(
                     f"SELECT rid FROM chunks WHERE source IN ({marks}) ORDER BY rid", key)), dtype=np.int64)
-                parts = np.fromiter((r for (r,) in self.conn.execute(
+                parts = np.fromiter((r for (r,) in conn.execute(
                     f"SELECT p.rid FROM {vectors.PARTS_TABLE} p JOIN chunks c ON c.rid = p.chunk"
                     f" WHERE c.source IN ({marks}) ORDER BY p.rid", key)), dtype=np.int64) if self.has_parts \
                     else np.zeros(0, dtype=np.int64)
@@ -709,16 +716,32 @@ class _Index:
             self._source_rids[key] = got
         return got
 
-    def sources_present(self) -> set[str]:
+    def sources_present(self, conn: apsw.Connection | None = None) -> set[str]:
         """The sources of this file's chunks: one seek each in idx_chunks_source."""
         if self._sources_present is None:
+            conn = conn or self.conn
             found: set[str] = set()
-            row = self.conn.execute("SELECT min(source) FROM chunks").fetchone()
+            row = conn.execute("SELECT min(source) FROM chunks").fetchone()
             while row and row[0] is not None:
                 found.add(row[0])
-                row = self.conn.execute("SELECT min(source) FROM chunks WHERE source > ?", (row[0],)).fetchone()
+                row = conn.execute("SELECT min(source) FROM chunks WHERE source > ?", (row[0],)).fetchone()
             self._sources_present = found
         return self._sources_present
+
+    def source_row_mask(self, sources: tuple[str, ...], size: int,
+                        conn: apsw.Connection | None = None) -> np.ndarray | None:
+        """A boolean array over row ids ``0..size-1``, true for the chunks of ``sources`` (the
+        keyword postings' filter); None when no filter is needed."""
+        only = self.source_rids(sources, conn)
+        if only is None:
+            return None
+        key = (tuple(sorted(set(sources))), size)
+        mask = self._row_masks.get(key)
+        if mask is None:
+            mask = np.zeros(size, dtype=bool)
+            mask[only[0][only[0] < size]] = True
+            self._row_masks = {key: mask}  # one at a time: a source filter is rare and repeats
+        return mask
 
     def _keep(self, bits: vectors.BitIndex, rids: np.ndarray) -> np.ndarray:
         """``bits.keep_mask(rids)``, kept for the next query of the same sources."""
@@ -829,6 +852,8 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     if not match:
         return []
     conn = conn or idx.conn
+    if sources and not idx.needs_filter(sources, conn):
+        sources = None  # every chunk is of them: FTS5 without a per-row source lookup
     phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
     simple = bool(phrases) and " OR ".join(phrases) == match
     full_match = match
@@ -878,7 +903,7 @@ def _top_rows(idx: _Index, query: str, match: str, phrases: list[str], k: int,
         f" WHERE chunks_fts MATCH ?{src} ORDER BY r LIMIT ?) AS f"
         " JOIN chunks c ON c.rid = f.rid LEFT JOIN files fl ON fl.path = c.path"
     )
-    top = None if sources else keyword_top(idx, query, match, k, conn, phrases=phrases, min_rows=min_rows)
+    top = keyword_top(idx, query, match, k, conn, phrases=phrases, min_rows=min_rows, sources=sources)
     if top is not None:
         return rows_of(conn, top)
     return list(conn.execute(sql, (match, *(sources or ()), k)))
@@ -952,12 +977,13 @@ def count_phrases_beside(idx: _Index, query: str, done: Callable[[], bool]) -> N
 
 def keyword_top(idx: _Index, query: str, match: str, k: int,
                 conn: apsw.Connection, *, phrases: list[str] | None = None,
-                min_rows: int | None = None) -> list[tuple[int, float]] | None:
+                min_rows: int | None = None, sources: tuple[str, ...] | None = None) -> list[tuple[int, float]] | None:
     """FTS5's ``ORDER BY bm25(chunks_fts) LIMIT k`` for ``match`` as ``(rid, bm25)``, best first
     (ties by row id, as SQLite's sorter keeps them), from the phrases' postings in memory; None
     when they are not (yet) kept or the query is cheap for FTS5 itself (its phrases match fewer
     than ``min_rows`` rows in all, at most and by default :data:`KEYWORD_POSTINGS_MIN`).
-    ``phrases``: those of ``match`` (default: every phrase of ``query``)."""
+    ``phrases``: those of ``match`` (default: every phrase of ``query``). ``sources``: only the
+    chunks of these (:meth:`_Index.source_row_mask`), as FTS5 with the source filter."""
     if phrases is None:
         phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
     if not phrases or " OR ".join(phrases) != match:
@@ -976,7 +1002,8 @@ def keyword_top(idx: _Index, query: str, match: str, k: int,
     score = post.scores(phrases, dfs)
     if score is None:
         return None
-    hit = np.flatnonzero(score > 0.0)
+    mask = idx.source_row_mask(sources, len(score), conn) if sources else None
+    hit = np.flatnonzero((score > 0.0) & mask if mask is not None else score > 0.0)
     if len(hit) > k:  # the k best, and every row tied with the k-th
         kth = np.partition(score[hit], len(hit) - k)[len(hit) - k]
         hit = hit[score[hit] >= kth]
