@@ -99,12 +99,10 @@ def test_random_incremental_runs_give_the_index_of_a_full_build(workspace: Path,
         _answers(warm, "hybrid")
         for n in range(12):
             op = _step(workspace, rng, n)
-            if n % 4 == 3:  # now and then a copy run, whatever the size
-                monkeypatch.setattr("memory_core.store.IN_PLACE_MAX_BYTES", 0)
-            summary = run_index(s)
-            monkeypatch.undo()
-            monkeypatch.setattr(retrieval, "KEYWORD_POSTINGS_MIN", 0)
-            monkeypatch.delenv("MEMORY_CORE_WRITER", raising=False)
+            with pytest.MonkeyPatch.context() as mp:
+                if n % 4 == 3:  # now and then a copy run, whatever the size
+                    mp.setattr("memory_core.store.IN_PLACE_MAX_BYTES", 0)
+                summary = run_index(s)
             published.append(summary.published)
             fresh_ws = tmp_path / f"fresh-{n}"
             shutil.copytree(workspace, fresh_ws, ignore=shutil.ignore_patterns(".memory-core"))

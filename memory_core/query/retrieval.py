@@ -1027,12 +1027,12 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
     when the index's vectors cannot be read here (else "")."""
     if idx.dims and qvec.shape[0] != idx.dims:
         raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
-    want = min(4096, k * 4 if sources else k)
     src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
     if idx.has_bits and idx.dims:  # the bits scanned (of the sources' rows), the nearest ranked by exact cosines
         top = idx.nearest(qvec, k, sources)
         return rows_by_rank(idx, [r for r, _ in top], [c for _, c in top], src, sources, k), ""
-    if idx.vec_loaded:
+    if idx.vec_loaded:  # an index of schema 2 (vec0): 4x the nearest of every source, then the wanted ones
+        want = min(4096, k * 4 if sources else k)
         sql = (
             "WITH v AS MATERIALIZED (SELECT rowid AS rid, distance AS d FROM chunks_vec"
             " WHERE embedding MATCH ? AND k = ?) " + _ROW_SELECT.format(alias="v", raw="v.d") + src
@@ -1051,8 +1051,7 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
     only = idx.source_rids(sources)
     if only is not None:  # exact: every row of the sources
         sims = np.where(np.isin(rids, only[0]), sims, -np.inf)
-        want = k
-    order = np.argsort(-sims, kind="stable")[:want]
+    order = np.argsort(-sims, kind="stable")[:k]
     order = order[np.isfinite(sims[order])]
     return rows_by_rank(idx, [int(rids[i]) for i in order], [float(sims[i]) for i in order], src, sources, k), ""
 
