@@ -9,7 +9,7 @@ the queries twice: it keeps every code and the common words' postings), then a l
 timed. Two readers, each in its own process, side by side, round by round on the same changes:
 
 * ``carried``: this tree (what a reader keeps is brought up to date by the index's change log,
-  memory_core.index_changes);
+  memory_core.storage.index_changes);
 * ``reloaded``: the same code with the log ignored (every code and posting read again after a
   change: what a reader did before).
 

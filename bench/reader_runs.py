@@ -47,7 +47,7 @@ def phase(module: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def chunk_count(tmp: str) -> int:
-    from memory_core.store import connect_reader, int_of
+    from memory_core.storage.store import connect_reader, int_of
 
     conn = connect_reader(Path(tmp, "index.sqlite"))
     try:

@@ -63,8 +63,8 @@ def phase_build(ws: str, index: str, dims: int, full: bool, writer: str = "") ->
 
 def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     """Insert the built index's rows into a fresh file with the best pragmas: the ceiling."""
-    from memory_core import vectors
-    from memory_core.store import BUILD_PRAGMAS, NEW_FILE_PAGE_SIZE, connect, create_schema
+    from memory_core.storage import vectors
+    from memory_core.storage.store import BUILD_PRAGMAS, NEW_FILE_PAGE_SIZE, connect, create_schema
 
     src = connect(index, readonly=True)
     # the rows as the index stores them: the vector in chunks.embedding, its sign bits in chunks_bits
@@ -72,7 +72,7 @@ def phase_raw_insert(index: str, out: str, dims: int) -> dict:
         "SELECT c.rid, c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.model, c.text, c.embedding,"
         " c.updated_at FROM chunks c ORDER BY c.rid").fetchall()
     # chunks_fts keeps no copy of the text (contentless, schema 5): segment it again, outside the timing
-    from memory_core.textsearch import segment_many
+    from memory_core.storage.textsearch import segment_many
 
     rows = [(*r, t) for r, t in zip(rows, segment_many([r[8] for r in rows]), strict=True)]
     src.close()
@@ -117,7 +117,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict:
 
     from bench.fake_provider import InstantProvider
     from memory_core.query.search import Searcher
-    from memory_core.store import connect, load_vec
+    from memory_core.storage.store import connect, load_vec
 
     rng = random.Random(3)
     from bench.corpus import WORDS
@@ -134,7 +134,7 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict:
             lat.append(time.perf_counter() - t0)
     conn = connect(index, readonly=True)
     load_vec(conn)
-    from memory_core.textsearch import build_match_query
+    from memory_core.storage.textsearch import build_match_query
 
     knn, fts, scan = [], [], []
     qvecs = [provider.embed_query(q) for q in queries]

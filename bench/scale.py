@@ -106,7 +106,7 @@ def _all_vectors(index: str):  # type: ignore[no-untyped-def]
     """(rids, float32 matrix) of every vector in the index, whichever schema wrote it."""
     import numpy as np
 
-    from memory_core.store import connect, has_table, load_vec
+    from memory_core.storage.store import connect, has_table, load_vec
 
     conn = connect(index, readonly=True)
     load_vec(conn)
@@ -134,8 +134,8 @@ def phase_queries(ws: str, index: str, dims: int, n: int) -> dict[str, Any]:
 
     from bench.fake_provider import DistinctProvider
     from memory_core.query.search import Searcher
-    from memory_core.store import connect
-    from memory_core.textsearch import build_match_query
+    from memory_core.storage.store import connect
+    from memory_core.storage.textsearch import build_match_query
 
     provider = DistinctProvider(dims)
     queries = _queries(n)

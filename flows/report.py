@@ -283,7 +283,7 @@ def rename_run(flow_name: str, label: str, summary: RunSummary) -> None:
 
 
 def emit_swapped(settings: Settings, summary: RunSummary) -> None:
-    from memory_core.store import probe_index
+    from memory_core.storage.store import probe_index
 
     counts = ((probe_index(Path(summary.index_path))[0] or {}).get("counts") or {})
     try:

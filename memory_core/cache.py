@@ -84,7 +84,7 @@ import numpy as np
 
 from memory_core import cache_journal as J
 from memory_core.errors import RunError
-from memory_core.store import UnsafePathError, connect, safe_open
+from memory_core.storage.store import UnsafePathError, connect, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -710,7 +710,7 @@ class LiveVectors:
     @classmethod
     def open(cls, index_path: Path, provider: str, model: str, provider_key: str,
              dims: int | None = None) -> LiveVectors | None:
-        from memory_core.store import has_table, read_meta
+        from memory_core.storage.store import has_table, read_meta
 
         if not Path(index_path).is_file():
             return None
@@ -781,7 +781,7 @@ def preserve_leaving(cache_path: Path, index_path: Path, *, model_key: tuple[str
 
 def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str, str] | None,
               paths: Sequence[str] | None, staying: Any) -> int:
-    from memory_core.store import read_meta
+    from memory_core.storage.store import read_meta
 
     try:
         meta = read_meta(conn) or {}

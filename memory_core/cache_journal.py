@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.store import safe_open
+from memory_core.storage.store import safe_open
 
 log = logging.getLogger(__name__)
 

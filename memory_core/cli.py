@@ -411,7 +411,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from memory_core.engines import choose_engine
-    from memory_core.indexmeta import IndexRecord
+    from memory_core.storage.indexmeta import IndexRecord
 
     with _searcher(args) as s:
         st = s.status(measure=args.sizes)

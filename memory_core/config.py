@@ -11,7 +11,7 @@ setting from the first of:
    ``$MEMORY_CORE_CONFIG``, else ``<workspace>/memory-core.toml`` when it exists;
 4. what the live index recorded when it was built (workspace, sources, extra paths, sessions
    folder, redaction, chunking, provider, model and the non-secret remote settings; see
-   :mod:`memory_core.indexmeta`), so a run that is not told otherwise keeps what the index has;
+   :mod:`memory_core.storage.indexmeta`), so a run that is not told otherwise keeps what the index has;
 5. the defaults below (the reference system's defaults unless a note says otherwise).
 
 Unknown keys are errors: a typo in a config file must not be silently ignored.
@@ -137,7 +137,7 @@ class ChunkingSettings(_Model):
     tokens: int | None = Field(default=None, ge=8, le=8192)
     overlap: int | None = Field(default=None, ge=0)
     # transcript chunks also get one vector per exchange (a user message and its replies); a
-    # chunk's vector relevance is its best one (memory_core.vectors, docs/search.md)
+    # chunk's vector relevance is its best one (memory_core.storage.vectors, docs/search.md)
     exchange_vectors: bool = True
 
     @model_validator(mode="after")

@@ -302,7 +302,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
                 progress(i, len(todo))
         meta = s.index_meta()
         metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
-        # the vector side's recall@10 against an exact search of every vector (memory_core.vectors)
+        # the vector side's recall@10 against an exact search of every vector (memory_core.storage.vectors)
         vector_recall = s.vector_recall([queries[qid] for qid in todo]) if embedded_any else None
         if sides and not embedded_any:
             metrics["vector"] = None

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from memory_core.errors import IndexDamagedError, UsageError
 from memory_core.index.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
-from memory_core.store import (
+from memory_core.storage.store import (
     SQLITE_SIDECARS,
     connect_reader,
     has_table,

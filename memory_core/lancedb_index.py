@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core import textsearch
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
-from memory_core.indexmeta import QueryProviderOwner
 from memory_core.query import ranking
 from memory_core.query.retrieval import background_of
+from memory_core.storage import textsearch
+from memory_core.storage.indexmeta import QueryProviderOwner
 
 if TYPE_CHECKING:
     from memory_core.query.search import ResultSource

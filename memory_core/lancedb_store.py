@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory_core import textsearch
 from memory_core.config import Settings
 from memory_core.errors import ProviderError, UsageError
 from memory_core.lancedb_index import doc_tokens
 from memory_core.query import ranking
+from memory_core.storage import textsearch
 
 if TYPE_CHECKING:
     from memory_core.query.search import SourceHits

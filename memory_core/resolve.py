@@ -1,6 +1,6 @@
 """Which settings a run uses: flags > environment > config file > the live index > defaults.
 
-Above :mod:`memory_core.config` (the settings model) and :mod:`memory_core.indexmeta` (what an
+Above :mod:`memory_core.config` (the settings model) and :mod:`memory_core.storage.indexmeta` (what an
 index records), so neither imports the other's user: every entry point calls
 :func:`resolve_settings`.
 """
@@ -21,15 +21,15 @@ from memory_core.config import (
     _validate,
     read_config_file,
 )
-from memory_core.indexmeta import IndexRecord
-from memory_core.store import probe_index
+from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.store import probe_index
 
 # -- resolution: flags > environment > config file > the live index > defaults -------------------
 
 WORKSPACE_CONFIG_NAME = "memory-core.toml"
 """A config file at ``<workspace>/memory-core.toml`` is used when none is given."""
 
-# The settings an index records (memory_core.indexmeta) and whose origin a run reports.
+# The settings an index records (memory_core.storage.indexmeta) and whose origin a run reports.
 RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens",
             "chunking.overlap", "provider", "model", "remote")
 ORIGIN_INDEX = "the index"

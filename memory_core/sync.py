@@ -20,7 +20,7 @@ budget per run) and each is kept as a :class:`memory_core.index.indexer.RunRecor
 
 Never two reindexes of one index at once: in this process, runs are serialised and requests
 made while one runs coalesce into one follow-up run; across processes, the runs take the
-index's writer lock (:class:`memory_core.store.IndexLock`) without waiting, so a run that finds
+index's writer lock (:class:`memory_core.storage.store.IndexLock`) without waiting, so a run that finds
 another process writing is recorded as skipped and the index stays dirty for the next trigger.
 With ``backend = "qmd"`` a run also runs ``qmd update`` (and ``qmd embed`` when the search mode
 needs vectors).

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from memory_core.config import Settings, load_settings
-from memory_core.store import connect_reader
-from memory_core.textsearch import build_match_query
+from memory_core.storage.store import connect_reader
+from memory_core.storage.textsearch import build_match_query
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -59,7 +59,7 @@ def vector_rows(conn: Any) -> dict[int, tuple[bytes, bytes]]:
     that each chunk has both and that each code is the sign bits of its vector."""
     import numpy as np
 
-    from memory_core import vectors
+    from memory_core.storage import vectors
 
     floats = dict(conn.execute("SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL"))
     codes: dict[int, bytes] = {}

@@ -28,7 +28,7 @@ from memory_core.embeddings.registry import create_provider
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, index_content
 from tests.fakes.common import JobFault
 from tests.fakes.gemini_fake import GeminiFake

@@ -20,7 +20,7 @@ from memory_core.cache import EmbeddingCache, cache_bytes, cache_entry_count
 from memory_core.errors import RunError
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.test_cache_one_copy import _index_hashes
 

@@ -15,7 +15,7 @@ from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
 
 MODEL = "text-embedding-3-small"

@@ -10,8 +10,8 @@ import pytest
 
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import SCHEMA_VERSION, connect, fts_tokenizer, probe_index, write_meta
-from memory_core.textsearch import segment_many
+from memory_core.storage.store import SCHEMA_VERSION, connect, fts_tokenizer, probe_index, write_meta
+from memory_core.storage.textsearch import segment_many
 from tests.conftest import openai_settings
 
 QUERIES = ["replica lag alert", "postgres replication", "who owns the canary release", "deploy checklist"]
@@ -125,8 +125,8 @@ def test_in_place_edits_and_deletes_keep_the_contentless_index_whole(workspace, 
 
 
 def test_an_sqlite_without_contentless_delete_is_refused_with_a_reason(monkeypatch):
-    from memory_core import store
     from memory_core.errors import RunError
+    from memory_core.storage import store
 
     monkeypatch.setattr(store.apsw, "sqlite_lib_version", lambda: "3.42.0")
     with pytest.raises(RunError, match="3.43 or later"):

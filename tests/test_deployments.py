@@ -24,7 +24,7 @@ import pytest
 from flows import report
 from memory_core.config import load_settings
 from memory_core.sources.discovery import discover_files
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import EXAMPLES, vector_count
 from tests.prefect_server import (
     ROOT,

@@ -9,11 +9,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-from memory_core import vectors
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.sources.sessions import exchange_parts
+from memory_core.storage import vectors
 
 pytest.importorskip("sentence_transformers")
 

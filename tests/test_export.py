@@ -16,7 +16,7 @@ from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.export import export_index, iter_export_batches, read_parquet_metadata
 from memory_core.index.pipeline import run_index
-from memory_core.store import connect, has_table, load_vec
+from memory_core.storage.store import connect, has_table, load_vec
 from tests.conftest import openai_settings
 
 COLUMNS = ["id", "path", "source", "start_line", "end_line", "text", "model", "vector"]

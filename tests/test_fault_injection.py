@@ -35,7 +35,7 @@ from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.sources.discovery import discover_files
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings, vector_count
 from tests.fakes.common import Fault, fake_vector
 from tests.fakes.openai_fake import OpenAIFake

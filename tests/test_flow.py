@@ -18,7 +18,7 @@ from memory_core.config import load_settings
 from memory_core.errors import ConfigError
 from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary
-from memory_core.store import IndexLock, connect
+from memory_core.storage.store import IndexLock, connect
 from tests.conftest import index_content, vector_count, vector_rows
 from tests.prefect_server import (
     artifact_of,

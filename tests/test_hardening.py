@@ -18,7 +18,7 @@ from memory_core.config import load_settings
 from memory_core.errors import NotAnIndexError, PathError, UnsafePathError
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import APPLICATION_ID, IndexLock, connect, probe_index
+from memory_core.storage.store import APPLICATION_ID, IndexLock, connect, probe_index
 from tests.conftest import ROOT
 
 
@@ -258,7 +258,7 @@ def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(works
     rid, h = conn.execute("SELECT rid, hash FROM chunks ORDER BY rid LIMIT 1").fetchone()
     conn.execute("UPDATE chunks SET embedding = ? WHERE rid = ?", (zero, rid))
     if store == "bits":  # its sign bits too (all zero), so the scan finds it first
-        from memory_core import vectors
+        from memory_core.storage import vectors
 
         block, raw = conn.execute(f"SELECT block, codes FROM {vectors.BITS_TABLE} WHERE block <= ?"
                                   " ORDER BY block DESC LIMIT 1", (rid,)).fetchone()
@@ -481,7 +481,7 @@ def test_what_a_statement_returns_is_checked_once_and_named():
     """store.value_of / int_of / blob_of (typed reads of apsw's untyped rows): an aggregate's value,
     an integer, a vector's bytes; anything else is a named error, never a TypeError further on."""
     from memory_core.errors import IndexDamagedError
-    from memory_core.store import blob_of, int_of, value_of
+    from memory_core.storage.store import blob_of, int_of, value_of
 
     conn = apsw.Connection(":memory:")
     try:

@@ -17,7 +17,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.indexer import Indexer
 from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary
-from memory_core.store import connect
+from memory_core.storage.store import connect
 from memory_core.watching import Watcher
 from tests.test_watch import indexed_text, started_watcher
 

@@ -15,7 +15,7 @@ from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.sources import discovery
-from memory_core.store import connect
+from memory_core.storage.store import connect
 from tests.conftest import ROOT
 
 IS_ROOT = os.geteuid() == 0

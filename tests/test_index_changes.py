@@ -1,6 +1,6 @@
 """A long-lived reader carries what it keeps in memory (every sign-bit code, the common words'
 postings) across the index's incremental runs by the index's change log
-(memory_core.index_changes), instead of reading it all again: real SQLite, FTS5, the openai SDK
+(memory_core.storage.index_changes), instead of reading it all again: real SQLite, FTS5, the openai SDK
 against the fake server, in-place and copy runs. What it carries must equal what a fresh reader
 reads, bit for bit, and its answers a fresh reader's."""
 
@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core import index_changes, store, vectors
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
-from memory_core.store import connect_reader
+from memory_core.storage import index_changes, store, vectors
+from memory_core.storage.store import connect_reader
 from tests.conftest import openai_settings
 
 QUERIES = ["gateway quorum replicas", "postgres failover", "staging cluster retired", "deploy window friday",

@@ -1,4 +1,4 @@
-"""Small incremental runs edit the live index in one SQLite transaction (memory_core.store
+"""Small incremental runs edit the live index in one SQLite transaction (memory_core.storage.store
 ``edit_in_place``): real SQLite + sqlite-vec, the openai SDK against the fake server, and a
 SIGKILL in the middle of SQLite's own commit (a VFS that kills the process after the first
 page of the database file is overwritten)."""
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from memory_core import store
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect, connect_reader, load_vec, probe_index
+from memory_core.storage import store
+from memory_core.storage.store import connect, connect_reader, load_vec, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.test_streaming import _snapshot
 

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from memory_core import textsearch
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
-from memory_core.store import connect_reader
+from memory_core.storage import textsearch
+from memory_core.storage.store import connect_reader
 
 COMMON = ["note", "memory", "server", "Server", "notes"]
 MID = ["deploy", "deploys", "deployed", "deploying", "deployment", "run", "running", "runs", "ran",

@@ -15,7 +15,7 @@ import pytest
 from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, index_content, openai_settings
 
 PROBES = ["postgres replication lag", "rate limit", "lisbon hotel", "deploy window", "note"]

@@ -227,7 +227,7 @@ def test_near_identical_paraphrase_updates_with_the_local_model(tmp_path: Path):
 
 
 def _idf_parts(s: MemoryStore, query: str) -> tuple[float, float]:
-    from memory_core import textsearch
+    from memory_core.storage import textsearch
 
     t = s._open()
     n = t.count_rows()

@@ -245,7 +245,7 @@ def test_sources_sit_below_both_sides() -> None:
     sources = [m for m in g if m.startswith("memory_core.sources.")]
     assert {"memory_core.sources.discovery", "memory_core.sources.sessions", "memory_core.sources.redact",
             "memory_core.sources.safeio", "memory_core.sources.freshness"} <= set(sources)
-    allowed = {"memory_core.config", "memory_core.errors", "memory_core.store", "memory_core.indexmeta",
+    allowed = {"memory_core.config", "memory_core.errors", "memory_core.storage.store", "memory_core.storage.indexmeta",
                "memory_core.embeddings.catalog", *sources}
     for mod in sources:
         assert g[mod] <= allowed, (mod, g[mod] - allowed)

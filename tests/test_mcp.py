@@ -20,7 +20,7 @@ from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools, call_tool
-from memory_core.store import IndexLock
+from memory_core.storage.store import IndexLock
 from tests.conftest import ROOT
 
 TIMEOUT = 30

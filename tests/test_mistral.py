@@ -19,7 +19,7 @@ from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ConfigError, ProviderError
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import probe_index
+from memory_core.storage.store import probe_index
 from tests.fakes.common import fake_vector
 from tests.fakes.mistral_fake import MistralFake
 

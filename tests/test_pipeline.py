@@ -13,7 +13,7 @@ from memory_core.errors import PathError
 from memory_core.index.chunking import chunk_markdown
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect
+from memory_core.storage.store import connect
 from tests.conftest import openai_settings
 
 

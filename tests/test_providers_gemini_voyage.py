@@ -17,7 +17,7 @@ from memory_core.embeddings.registry import create_provider, create_provider_for
 from memory_core.errors import ConfigError, ProviderError
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect, probe_index
+from memory_core.storage.store import connect, probe_index
 from tests.fakes.common import fake_vector
 from tests.fakes.gemini_fake import GeminiFake
 from tests.fakes.openai_fake import OpenAIFake

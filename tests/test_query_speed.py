@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from bench.corpus import WORDS, generate
-from memory_core import textsearch
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query import ranking, retrieval
 from memory_core.query.search import Searcher
-from memory_core.store import connect_reader
+from memory_core.storage import textsearch
+from memory_core.storage.store import connect_reader
 from tests.conftest import openai_settings
 
 NOTES = {

@@ -26,7 +26,7 @@ from memory_core.query.ranking import (
     normalize_weights,
     temporal_decay_multiplier,
 )
-from memory_core.textsearch import keyword_tokens, query_terms
+from memory_core.storage.textsearch import keyword_tokens, query_terms
 
 MINMAX_FLOOR = 0.2  # the noise floor the min-max fusion was designed for (its former default min_score)
 

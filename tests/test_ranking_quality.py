@@ -12,8 +12,8 @@ import pytest
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import connect_reader
-from memory_core.textsearch import build_match_query
+from memory_core.storage.store import connect_reader
+from memory_core.storage.textsearch import build_match_query
 
 NOTES = {
     # found by its rare id only: the vector side has no idea what LRK-4471 is

@@ -24,7 +24,7 @@ from memory_core.errors import (
 )
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import IndexLock, probe_index
+from memory_core.storage.store import IndexLock, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.fakes.common import Fault
 
@@ -187,7 +187,7 @@ def test_second_writer_waits_or_leaves(workspace):
 def test_lock_of_a_killed_process_is_taken_over(workspace):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "lock": {"wait": False}})
     s.index_file.parent.mkdir(parents=True, exist_ok=True)
-    code = (f"from memory_core.store import IndexLock; import time, pathlib; "
+    code = (f"from memory_core.storage.store import IndexLock; import time, pathlib; "
             f"IndexLock(pathlib.Path({str(s.index_file)!r})).acquire(); print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))

@@ -23,10 +23,10 @@ import pytest
 
 from memory_core.cli import main
 from memory_core.config import load_settings
-from memory_core.indexmeta import IndexRecord
 from memory_core.query.search import Searcher
 from memory_core.resolve import resolve_settings
-from memory_core.store import connect, probe_index
+from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import EXAMPLES
 
 API_KEY = "sk-test-key-0123456789"

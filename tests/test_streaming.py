@@ -22,7 +22,7 @@ from memory_core.index import streaming
 from memory_core.index.pipeline import LocalExecutor, run_index
 from memory_core.index.runtypes import Progress
 from memory_core.query.search import Searcher
-from memory_core.store import SCHEMA_VERSION, connect, probe_index
+from memory_core.storage.store import SCHEMA_VERSION, connect, probe_index
 from tests.conftest import openai_settings, vector_rows
 
 SHARED = "## Standing rule\nAlways page the on-call engineer before touching the primary database.\n"
@@ -278,7 +278,7 @@ def test_a_cache_of_an_older_schema_is_converted_and_keeps_its_vectors(tmp_path,
     import numpy as np
 
     from memory_core.cache import cache_entry_count
-    from memory_core.store import connect as sqlite_connect
+    from memory_core.storage.store import connect as sqlite_connect
 
     path = tmp_path / "old.cache.sqlite"
     conn = sqlite_connect(path)
@@ -327,7 +327,7 @@ def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, open
     """Each vector is stored once at full precision (chunks.embedding) and once as sign bits
     (chunks_bits), with or without sqlite-vec (no extension is needed to write or search it)."""
     import memory_core.query.retrieval as retrieval_mod
-    import memory_core.store as store_mod
+    import memory_core.storage.store as store_mod
 
     monkeypatch.setenv("MEMORY_CORE_WRITER", "inline")
     with_vec = openai_settings(workspace, openai_fake, index_path=str(tmp_path / "vec" / "index.sqlite"))

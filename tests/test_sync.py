@@ -17,7 +17,7 @@ from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools
 from memory_core.query.search import Searcher
 from memory_core.sources.freshness import dirty_state
-from memory_core.store import IndexLock
+from memory_core.storage.store import IndexLock
 from memory_core.sync import SyncManager
 from tests.conftest import ROOT
 

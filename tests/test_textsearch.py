@@ -1,4 +1,4 @@
-"""Tests for memory_core.textsearch: reference behaviour, CJK segmentation, safe MATCH queries,
+"""Tests for memory_core.storage.textsearch: reference behaviour, CJK segmentation, safe MATCH queries,
 and a small labelled retrieval set run through a real FTS5 table (nDCG@10)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_core.textsearch import (
+from memory_core.storage.textsearch import (
     FTS_TOKENIZER,
     MAX_QUERY_TERMS,
     build_fts_query_reference,

@@ -1,4 +1,4 @@
-"""The vector store (memory_core.vectors): sign-bit codes kept in step with the float32 vectors
+"""The vector store (memory_core.storage.vectors): sign-bit codes kept in step with the float32 vectors
 through appends and in-place deletes, the scan-then-rescore search against an exact search,
 and an index of the previous schema (vectors in sqlite-vec's vec0) still searched, then rebuilt."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_core import vectors
 from memory_core.embeddings.registry import create_provider
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.store import SCHEMA_VERSION, connect, load_vec, probe_index
+from memory_core.storage import vectors
+from memory_core.storage.store import SCHEMA_VERSION, connect, load_vec, probe_index
 from tests.conftest import openai_settings, vector_rows
 
 
@@ -119,7 +119,7 @@ def _to_schema_2(index) -> None:
     conn.execute("UPDATE chunks SET embedding = NULL")
     conn.execute(f"DROP TABLE {vectors.BITS_TABLE}")
     meta.update(schema_version=2, vector_store="vec0")
-    from memory_core.store import write_meta
+    from memory_core.storage.store import write_meta
 
     write_meta(conn, meta)
     conn.execute("COMMIT")

@@ -28,7 +28,7 @@ from itertools import accumulate
 # ``CHARS_PER_TOKEN`` characters each (the reference's rule), ``overlap`` of them carried into
 # the next chunk. The defaults are the reference's; a provider may state its own
 # (``EmbeddingProvider.default_chunk_tokens``); ``[chunking]`` in the config wins over both
-# (:func:`memory_core.indexmeta.chunk_params`).
+# (:func:`memory_core.storage.indexmeta.chunk_params`).
 CHARS_PER_TOKEN = 4
 DEFAULT_CHUNK_TOKENS = 400
 DEFAULT_CHUNK_OVERLAP = 80

@@ -49,7 +49,6 @@ from memory_core.index.runtypes import (
     RunPlan,
     RunSummary,
 )
-from memory_core.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.sources.discovery import (
     FileEntry,
     HintedDiscovery,
@@ -60,7 +59,8 @@ from memory_core.sources.discovery import (
     hash_file,
     scan_against,
 )
-from memory_core.store import (
+from memory_core.storage.indexmeta import build_meta, chunk_params, rebuild_reason
+from memory_core.storage.store import (
     LiveFile,
     make_private_dir,
     probe_index,
@@ -535,7 +535,7 @@ def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) ->
 def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] | None, over_window: dict[str, int],
                 counts: dict[str, int], vec: bool, with_vectors: bool, now: int) -> None:
     """The meta row of a finished build: vector store, counts, chunks over the model's window."""
-    # "blob+bits": float32 in chunks.embedding and sign bits in chunks_bits (memory_core.vectors)
+    # "blob+bits": float32 in chunks.embedding and sign bits in chunks_bits (memory_core.storage.vectors)
     meta["vector_store"] = ("blob+bits" if vec else "blob") if with_vectors else None
     meta["built_at"] = now
     meta["counts"] = counts

@@ -31,7 +31,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
-from memory_core.store import make_private_dir
+from memory_core.storage.store import make_private_dir
 
 log = logging.getLogger("memory_core.qmd")
 

@@ -38,7 +38,7 @@ from memory_core.qmd.common import (
     run_qmd,
     state_dir,
 )
-from memory_core.store import make_private_dir, safe_open
+from memory_core.storage.store import make_private_dir, safe_open
 
 log = logging.getLogger("memory_core.qmd")
 

@@ -57,7 +57,7 @@ from memory_core.query.dates import (  # re-exported: dates decides what a path 
     date_from_path,
     is_evergreen,
 )
-from memory_core.textsearch import keyword_tokens
+from memory_core.storage.textsearch import keyword_tokens
 
 __all__ = [
     "ANCHOR_FLOOR",
@@ -604,7 +604,7 @@ def mmr_rerank(
     """Maximal Marginal Relevance re-ranking (Carbonell & Goldstein 1998), as the reference.
 
     Relevance is ``score`` min-max normalised over ``hits`` (all equal -> 1); similarity is the
-    Jaccard index of :func:`~memory_core.textsearch.keyword_tokens` of ``key(hit)`` (snippet,
+    Jaccard index of :func:`~memory_core.storage.textsearch.keyword_tokens` of ``key(hit)`` (snippet,
     else text), which handles CJK. Greedily pick argmax ``lambda*rel - (1-lambda)*max_sim(selected)``;
     ties go to the higher raw score, then the earlier hit. ``lambda_`` is clamped to [0, 1];
     1 means a plain stable sort by score. Returns the same hit objects, reordered.

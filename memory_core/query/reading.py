@@ -53,7 +53,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     lines = cite.lines if lines is None and from_line == cite.start_line else lines
     row, meta = lookup(path)  # the files row and the meta of the index read now
     start = max(1, int(from_line or 1))
-    from memory_core.indexmeta import IndexRecord
+    from memory_core.storage.indexmeta import IndexRecord
 
     record = IndexRecord.from_meta(meta) if meta else None
     where = record.reader_settings(settings) if record else settings  # the index's own workspace

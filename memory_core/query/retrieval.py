@@ -32,12 +32,12 @@ from typing import Any, Literal
 import apsw
 import numpy as np
 
-from memory_core import index_changes, textsearch, vectors
 from memory_core.config import Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
 from memory_core.query.dates import DateRange, Stamps, dated_chunk_rows
-from memory_core.store import (
+from memory_core.storage import index_changes, textsearch, vectors
+from memory_core.storage.store import (
     blob_of,
     connect,
     connect_reader,
@@ -419,7 +419,7 @@ class _Index:
 
     ``prev``: this reader's index before the file changed. What it kept in memory (every code,
     the common words' postings) is brought up to date by the index's change log when the log
-    links the two states (:mod:`memory_core.index_changes`), on first use, instead of being read
+    links the two states (:mod:`memory_core.storage.index_changes`), on first use, instead of being read
     again; otherwise it is read again as for a new file."""
 
     def __init__(self, path: Path, prev: _Index | None = None) -> None:
@@ -438,7 +438,7 @@ class _Index:
         except apsw.Error as exc:
             self.conn.close()
             raise IndexDamagedError(f"the index at {path} is damaged ({exc}); rebuild it with `memory-core index --full`") from None
-        # schema 3: float32 in chunks.embedding + sign bits (memory_core.vectors); schema 2: the
+        # schema 3: float32 in chunks.embedding + sign bits (memory_core.storage.vectors); schema 2: the
         # vectors in sqlite-vec's vec0 table (searched by its KNN) or in chunks.embedding
         self.has_bits = has_table(self.conn, vectors.BITS_TABLE)
         # schema 4: transcript chunks' exchange vectors (a chunk's cosine is its best vector's)
@@ -1192,7 +1192,7 @@ def bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int], conn: aps
 def _bm25_of_texts(idx: _Index, phrases: list[str], dfs: list[int], texts: dict[int, str],
                    conn: apsw.Connection) -> list[tuple[int, float]] | None:
     """bm25() of the rows of ``texts`` (rid -> chunk text) for ``phrases`` (FTS5 strings), from
-    the texts as the index holds them (:func:`memory_core.textsearch.segment_for_index`) tokenized
+    the texts as the index holds them (:func:`memory_core.storage.textsearch.segment_for_index`) tokenized
     by FTS5's own tokenizer: a phrase's instances are the places its tokens follow each other.
     Each row's token count must be what FTS5 stored for it (its docsize row), else None (the
     caller asks FTS5). Rows no phrase is in are left out, as MATCH leaves them out."""

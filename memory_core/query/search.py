@@ -32,17 +32,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memory_core import vectors
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError
-from memory_core.indexmeta import QueryProviderOwner
 from memory_core.query import ranking, retrieval
 from memory_core.query.dates import DATE_MATCH_BONUS, MAX_DATED_CANDIDATES, hit_date, query_date_range
 from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
-from memory_core.store import blob_of, int_of
+from memory_core.storage import vectors
+from memory_core.storage.indexmeta import QueryProviderOwner
+from memory_core.storage.store import blob_of, int_of
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
@@ -328,7 +328,7 @@ class Searcher(QueryProviderOwner):
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
         given only the index, or settings without ``sessions``, still finds the transcripts)."""
         if idx.where is None:
-            from memory_core.indexmeta import IndexRecord
+            from memory_core.storage.indexmeta import IndexRecord
 
             record = IndexRecord.from_meta(idx.meta) if idx.meta else None
             idx.where = record.reader_settings(self.settings) if record else self.settings

@@ -10,10 +10,10 @@ from typing import Any
 
 import apsw
 
-from memory_core import vectors
 from memory_core.config import Settings
 from memory_core.query.retrieval import _Index
-from memory_core.store import int_of, probe_index
+from memory_core.storage import vectors
+from memory_core.storage.store import int_of, probe_index
 
 
 def index_status(path: Path, settings: Settings, lock: AbstractContextManager[Any], current: Callable[[], _Index],

@@ -524,7 +524,7 @@ def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] 
 
     ``path`` must be a path as stored in the index (the caller checks that it is indexed).
     ``meta``: the index's meta; the workspace, sources, sessions folder and extra paths it
-    recorded (:mod:`memory_core.indexmeta`) are what ``path`` is resolved against, so a reader
+    recorded (:mod:`memory_core.storage.indexmeta`) are what ``path`` is resolved against, so a reader
     needs nothing but the index (an index older than those records uses ``settings``'). The
     resolved real path must lie under the workspace's memory sources, an extra path, or the
     sessions directory; symlinks that point elsewhere are refused.
@@ -532,7 +532,7 @@ def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] 
     if not path or "\x00" in path:
         raise PathError("path is empty or contains a NUL byte")
     if meta:
-        from memory_core.indexmeta import IndexRecord
+        from memory_core.storage.indexmeta import IndexRecord
 
         record = IndexRecord.from_meta(meta)
         if record is not None:

@@ -33,7 +33,7 @@ def dirty_state(settings: Settings) -> DirtyState:
 
     from memory_core.errors import PathError
     from memory_core.sources.discovery import discover_files
-    from memory_core.store import connect_reader, probe_index
+    from memory_core.storage.store import connect_reader, probe_index
 
     meta, problem = probe_index(settings.index_file)
     if meta is None or problem:

@@ -77,7 +77,7 @@ def exchange_parts(text: str) -> list[str]:
     to the next one (lines before the first form their own). ``[]`` when the chunk holds at most
     one exchange: its own vector already is that exchange's.
 
-    Embedded beside the chunk (``chunking.exchange_vectors``; :mod:`memory_core.vectors`): one
+    Embedded beside the chunk (``chunking.exchange_vectors``; :mod:`memory_core.storage.vectors`): one
     vector for a chunk of six exchanges on six topics matches none of them well."""
     parts: list[str] = []
     cur: list[str] = []

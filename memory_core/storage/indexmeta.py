@@ -36,7 +36,7 @@ from memory_core.config import Settings
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
-from memory_core.store import SCHEMA_VERSION, fts_tokenizer
+from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",

@@ -2,7 +2,7 @@
 long-lived reader (the MCP server, ``watch``, the sync triggers) brings what it keeps in memory up
 to date by the change instead of reading it all again.
 
-A reader keeps, per opened index, every chunk's sign-bit code (:class:`memory_core.vectors.BitIndex`,
+A reader keeps, per opened index, every chunk's sign-bit code (:class:`memory_core.storage.vectors.BitIndex`,
 192 MB at 1M x 1536) and the term frequencies of the common words its queries used
 (:class:`memory_core.query.retrieval._Postings`). Before this log, every run that changed the
 index made the next query read them all again: after a 0.1% change at 200k chunks the next

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Sequence
 import apsw
 import numpy as np
 
-from memory_core import index_changes
+from memory_core.storage import index_changes
 
 BITS_TABLE = "chunks_bits"
 PARTS_TABLE = "chunk_parts"
@@ -323,7 +323,7 @@ class BitIndex:
         transaction): the deleted rows masked, the codes of the rows added since read from their
         blocks (the last ones) into the tail. The same live rows in the same order as a fresh load
         (:meth:`arrays`): the rows kept are below ``delta.added_from``, the added ones at or above
-        it (memory_core.index_changes). Once the tail or the masked rows pass 1/16 of the base,
+        it (memory_core.storage.index_changes). Once the tail or the masked rows pass 1/16 of the base,
         they are folded into a new base (one copy, every 16th of the index's size in changes)."""
         base, nb = self._base_rids, len(self._base_rids)
         dead = np.zeros(nb, dtype=bool) if self._dead is None else self._dead.copy()
@@ -510,7 +510,7 @@ def shared_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = B
     codes: every run that changes the index writes a new meta (``built_at``), so one key never
     names two states. ``prev``: the codes of an earlier state of the same index (the reader's
     before the file changed): when the index's change log links the two
-    (:mod:`memory_core.index_changes`), they are brought up to date by the change instead of
+    (:mod:`memory_core.storage.index_changes`), they are brought up to date by the change instead of
     reading every code again."""
     conn.execute("BEGIN")
     try:

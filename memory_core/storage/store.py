@@ -7,13 +7,13 @@ Schema (names follow the reference so other tools can read the file)::
     chunks(rid INTEGER PRIMARY KEY, id TEXT UNIQUE, path, source, start_line, end_line,
            hash, model, text, embedding BLOB, updated_at)
     chunks_fts  FTS5(text, content='', contentless_delete=1)      rowid = chunks.rid
-    chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.vectors
+    chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.storage.vectors
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
 and vector rows share it, which makes joins cheap and deletes exact. Each vector is stored
 once at full precision, in ``chunks.embedding`` (little-endian float32), and once as one sign
 bit per dimension in ``chunks_bits``, which a query scans before it ranks the nearest rows by
-their exact cosines (:mod:`memory_core.vectors`; meta ``vector_store = "blob+bits"``). No
+their exact cosines (:mod:`memory_core.storage.vectors`; meta ``vector_store = "blob+bits"``). No
 extension is needed to write or search it.
 
 Older schemas stay readable (the next run rebuilds them, ``schema_version`` changed):
@@ -24,7 +24,7 @@ than the bits) or, where sqlite-vec did not load, in ``chunks.embedding`` (``"bl
 (``text`` plus six UNINDEXED columns repeating ``chunks``' id, path, source, model and lines);
 schema 5's ``chunks_fts`` is contentless (``content=''``, ``contentless_delete=1``, SQLite
 >= 3.43): it holds only the inverted index of the text as tokenised for search (CJK
-characters spaced out, see :mod:`memory_core.textsearch`) and each row's length
+characters spaced out, see :mod:`memory_core.storage.textsearch`) and each row's length
 (``chunks_fts_docsize``), so ``bm25()`` and the phrase functions work alike, and a row's
 fields and original text are read from ``chunks`` by ``rowid = chunks.rid``. Selecting
 ``chunks_fts.text`` gives NULL.
@@ -67,7 +67,6 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import apsw
 import numpy as np
 
-from memory_core import index_changes, vectors
 from memory_core.errors import (
     IndexDamagedError,
     IndexLockedError,
@@ -78,6 +77,7 @@ from memory_core.errors import (
     UnsafePathError,
 )
 from memory_core.failpoints import failpoint
+from memory_core.storage import index_changes, vectors
 
 if TYPE_CHECKING:  # apsw's stubs only
     from apsw import Bindings, SQLiteValue
@@ -332,7 +332,7 @@ def _sqlite_name(p: str) -> tuple[str, int]:
 # -- schema ------------------------------------------------------------------------------
 
 def fts_tokenizer() -> str:
-    from memory_core.textsearch import FTS_TOKENIZER
+    from memory_core.storage.textsearch import FTS_TOKENIZER
 
     return FTS_TOKENIZER
 
@@ -700,7 +700,7 @@ class IndexWriter:
         self._old_rows: dict[str, tuple[int, bool]] = {}
         self._kept: set[int] = set()
         self._replaced: list[str] = []
-        # the change log (memory_core.index_changes) of an incremental run: the state it started
+        # the change log (memory_core.storage.index_changes) of an incremental run: the state it started
         # from and the chunk rows it removed
         self._before: str | None = None
         self._deleted: list[int] = []
@@ -859,7 +859,7 @@ class IndexWriter:
             " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
             ((start + i, *r[:8], r[9], r[10]) for i, r in enumerate(rows)),
         )
-        from memory_core.textsearch import segment_many
+        from memory_core.storage.textsearch import segment_many
 
         fts = iter(segment_many([r[7] for r in rows if r[8] is None]))
         conn.executemany(
@@ -980,7 +980,7 @@ class IndexWriter:
 
     def _log_change(self) -> None:
         """An incremental run's row of the change log, in its transaction (see
-        :mod:`memory_core.index_changes`): long-lived readers update what they keep by it."""
+        :mod:`memory_core.storage.index_changes`): long-lived readers update what they keep by it."""
         if self._before is not None and self.conn is not None:
             index_changes.record(self.conn, self._before, np.asarray(self._deleted, dtype=np.int64),
                                  self._first_new_rid)
