@@ -20,11 +20,11 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from flows.runners import RunnerChoice, make_embed_runner, runner_parallelism
-from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.index.stages import store_vectors
+from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
 
 T = TypeVar("T")

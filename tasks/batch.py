@@ -24,8 +24,8 @@ from prefect.cache_policies import NO_CACHE
 
 from memory_core.batch import jobs as J
 from memory_core.batch.types import CollectResult, JobRecord, JobSpec
-from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
+from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import _provider_for
 
 

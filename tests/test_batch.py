@@ -22,12 +22,12 @@ from memory_core.batch import ledger as lg
 from memory_core.batch.cost import estimate_cost
 from memory_core.batch.jobs import open_context, plan_jobs
 from memory_core.batch.ledger import BatchLedger
-from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, index_content
 from tests.fakes.common import JobFault

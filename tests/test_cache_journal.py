@@ -1,4 +1,4 @@
-"""The embedding cache's per-run journal (memory_core/cache.py, memory_core/cache_journal.py):
+"""The embedding cache's per-run journal (memory_core/storage/cache.py, memory_core/storage/cache_journal.py):
 responses are appended to a journal file, folded into the SQLite cache once, in key order.
 Real SQLite files, real journal files, real SIGKILLed child processes."""
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_core import cache_journal as J
-from memory_core.cache import EmbeddingCache, cache_bytes, cache_entry_count
 from memory_core.errors import RunError
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
+from memory_core.storage import cache_journal as J
+from memory_core.storage.cache import EmbeddingCache, cache_bytes, cache_entry_count
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.test_cache_one_copy import _index_hashes
@@ -58,7 +58,7 @@ def _child(path: Path, responses: int, then: str, delete: int | None = None) -> 
     code = textwrap.dedent(f"""
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from memory_core.cache import EmbeddingCache
+        from memory_core.storage.cache import EmbeddingCache
         from tests.test_cache_journal import _h, _response
         c = EmbeddingCache({str(path)!r}, "openai", "m", "k")
         for r in range({responses}):

@@ -1,5 +1,5 @@
 """Issue 25, sizes: one float32 copy of a vector where one suffices. The live index is the record
-of the vectors it holds; the cache keeps what it does not hold (memory_core/cache.py). Real
+of the vectors it holds; the cache keeps what it does not hold (memory_core/storage/cache.py). Real
 SQLite files, the fake OpenAI server over HTTP."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings
 
@@ -184,7 +184,7 @@ def test_batch_mode_finds_the_index_vectors_when_it_collects_misses(workspace):
 def test_an_index_that_cannot_be_read_is_no_longer_asked(workspace, openai_fake, caplog):
     """Another index's writer committing (busy) or a damaged file: the lookup goes on in the
     cache (a miss is embedded) instead of failing the run."""
-    from memory_core.cache import LiveVectors
+    from memory_core.storage.cache import LiveVectors
 
     s = openai_settings(workspace, openai_fake)
     run_index(s)

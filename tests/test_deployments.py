@@ -337,10 +337,10 @@ def test_a_run_cancelled_through_the_api_keeps_what_it_received_and_says_so(stac
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
-    from memory_core.cache import EmbeddingCache
     from memory_core.index.chunking import sha256_hex
     from memory_core.index.pipeline import run_index
     from memory_core.resolve import resolve_settings
+    from memory_core.storage.cache import EmbeddingCache
 
     index = stack.tmp / "cancel" / "index.sqlite"
     fake = stack.fake

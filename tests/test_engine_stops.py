@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.fakes.openai_fake import OpenAIFake

@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.sources.discovery import discover_files
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, openai_settings, vector_count
 from tests.fakes.common import Fault, fake_vector

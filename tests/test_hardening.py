@@ -188,7 +188,7 @@ def test_searching_or_status_of_a_foreign_file_is_refused(tmp_path, capsys):
 # -- 3. response indexes exactly 0..n-1 ------------------------------------------------------------
 
 def _cache_total(s) -> int:
-    from memory_core.cache import cache_entry_count
+    from memory_core.storage.cache import cache_entry_count
 
     return cache_entry_count(s.cache_file) or 0
 
@@ -244,7 +244,7 @@ def test_a_zero_vector_from_the_provider_is_refused_and_not_cached(workspace, op
 @pytest.mark.parametrize("store", ["bits", "blob"])
 def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(workspace, openai_fake, store,
                                                                            monkeypatch):
-    from memory_core.cache import EmbeddingCache
+    from memory_core.storage.cache import EmbeddingCache
     from tests.conftest import openai_settings
 
     if store == "blob":
@@ -284,7 +284,7 @@ def test_a_stored_zero_vector_never_crashes_a_query_and_the_cache_drops_it(works
 def test_the_cache_refuses_to_store_a_zero_or_nan_vector(tmp_path):
     import numpy as np
 
-    from memory_core.cache import EmbeddingCache
+    from memory_core.storage.cache import EmbeddingCache
 
     with EmbeddingCache(tmp_path / "c.sqlite", "p", "m", "k") as c:
         for bad in (np.zeros((1, 4)), np.array([[np.nan, 1, 1, 1]])):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cache import EmbeddingCache
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import ROOT, index_content, openai_settings
 

@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.cache import EmbeddingCache, LiveVectors
 from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider, create_provider_for_meta
 from memory_core.errors import ConfigError, ProviderError
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.storage.cache import EmbeddingCache, LiveVectors
 from memory_core.storage.store import connect, probe_index
 from tests.fakes.common import fake_vector
 from tests.fakes.gemini_fake import GeminiFake

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cache import EmbeddingCache
 from memory_core.config import load_settings
 from memory_core.errors import (
     ConfigError,
@@ -24,6 +23,7 @@ from memory_core.errors import (
 )
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import IndexLock, probe_index
 from tests.conftest import ROOT, openai_settings
 from tests.fakes.common import Fault

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.cache import EmbeddingCache
 from memory_core.embeddings.registry import create_provider
 from memory_core.errors import RunError
 from memory_core.index import streaming
 from memory_core.index.pipeline import LocalExecutor, run_index
 from memory_core.index.runtypes import Progress
 from memory_core.query.search import Searcher
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import SCHEMA_VERSION, connect, probe_index
 from tests.conftest import openai_settings, vector_rows
 
@@ -277,7 +277,7 @@ def test_a_cache_of_an_older_schema_is_converted_and_keeps_its_vectors(tmp_path,
     the other models' entries."""
     import numpy as np
 
-    from memory_core.cache import cache_entry_count
+    from memory_core.storage.cache import cache_entry_count
     from memory_core.storage.store import connect as sqlite_connect
 
     path = tmp_path / "old.cache.sqlite"

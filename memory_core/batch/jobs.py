@@ -39,12 +39,12 @@ from memory_core.batch import types as st
 from memory_core.batch.clients import BatchClient, client_for, parse_jsonl
 from memory_core.batch.ledger import BatchLedger
 from memory_core.batch.types import CollectResult, JobLimits, JobRecord, JobSpec
-from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, unit_rows
 from memory_core.embeddings.retry import Retryable
 from memory_core.errors import ProviderError
 from memory_core.failpoints import failpoint
+from memory_core.storage.cache import EmbeddingCache
 
 log = logging.getLogger("memory_core.batch")
 

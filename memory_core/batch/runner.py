@@ -45,9 +45,9 @@ import pyarrow.parquet as pq
 from memory_core.batch import jobs as J
 from memory_core.batch import types as st
 from memory_core.batch.types import CollectResult, JobRecord, JobSpec
-from memory_core.cache import EmbeddingCache
 from memory_core.errors import ProviderError
 from memory_core.index.runtypes import EmbedCounts, MissResult
+from memory_core.storage.cache import EmbeddingCache
 
 log = logging.getLogger("memory_core.batch")
 

@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from memory_core.batch.types import BatchFigures
-from memory_core.cache import EmbeddingCache
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import IndexLockedError, ProviderError, RunError
@@ -65,6 +64,7 @@ from memory_core.index.stages import (
     trim_cache,
 )
 from memory_core.index.streaming import stream_index
+from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import IndexLock, recover_index, remove_stale_temp_files
 
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.batch.types import BatchFigures
-from memory_core.cache import EmbeddingCache, LiveVectors
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.errors import RunError
@@ -59,6 +58,7 @@ from memory_core.sources.discovery import (
     hash_file,
     scan_against,
 )
+from memory_core.storage.cache import EmbeddingCache, LiveVectors
 from memory_core.storage.indexmeta import build_meta, chunk_params, rebuild_reason
 from memory_core.storage.store import (
     LiveFile,
@@ -460,7 +460,7 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     try:
         if settings.cache.enabled:
             cache.register_index(Path(plan.index_path))
-        # the live index's vectors first (memory_core.cache: it is their record), then those of the
+        # the live index's vectors first (memory_core.storage.cache: it is their record), then those of the
         # other indexes that use this cache
         own = os.path.abspath(plan.index_path)
         for other in [own, *(p for p in cache.indexes() if p != own)]:
@@ -474,7 +474,7 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 
 
 def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> int:
-    """After a publish: delete the cache entries the new live index holds (memory_core.cache).
+    """After a publish: delete the cache entries the new live index holds (memory_core.storage.cache).
     Only a cache this index alone uses, and only when the live index can be read by hash."""
     if not settings.cache.enabled or not cache.sole_index(index_path):
         return 0

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.cache import EmbeddingCache, preserve_leaving
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
@@ -49,6 +48,7 @@ from memory_core.index.runtypes import (
     RunPlan,
 )
 from memory_core.index.stages import chunk_file, chunk_params, chunk_parts, finish_meta
+from memory_core.storage.cache import EmbeddingCache, preserve_leaving
 from memory_core.storage.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
 LOOKUP_ROWS = 512
@@ -414,7 +414,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now)
         writer.set_meta(meta)
         if settings.cache.enabled:
-            # the vectors of the chunks leaving the live index go to the cache first (memory_core.cache)
+            # the vectors of the chunks leaving the live index go to the cache first (memory_core.storage.cache)
             preserve_leaving(settings.cache_file, index_path,
                              model_key=(provider.name, provider.model, provider.provider_key) if st.with_vectors
                              else None,

@@ -21,7 +21,7 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     """What the index holds; ``measure``: also split the rest of its bytes (text, FTS5, other
     B-trees) by reading every page (SQLite's ``dbstat``: the whole file). ``current()``, called holding
     ``lock``: the opened index (:meth:`memory_core.query.search.Searcher._current`)."""
-    from memory_core.cache import cache_entry_count
+    from memory_core.storage.cache import cache_entry_count
 
     st: dict[str, Any] = {"index_path": str(path), "exists": path.exists()}
     if not st["exists"]:
@@ -93,7 +93,7 @@ def index_sizes(conn: apsw.Connection, dims: int | None, index_bytes: int, cache
                 measure: bool = False) -> dict[str, int]:
     """Bytes per purpose (:data:`SIZE_LINES`). Without ``measure`` only what costs no scan: the
     vectors' bytes (rows x dims x 4), the bits' blobs, free pages, the cache file."""
-    from memory_core.cache import cache_bytes
+    from memory_core.storage.cache import cache_bytes
 
     vb = vectors.sizes(conn, dims)
     parts = vb["part_vectors"] * int(dims or 0) * 4

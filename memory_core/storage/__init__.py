@@ -5,7 +5,10 @@
 - :mod:`~memory_core.storage.vectors`: the vector codec (float32 and sign bits) and the bit scan;
 - :mod:`~memory_core.storage.textsearch`: the FTS5 text rules both sides agree on;
 - :mod:`~memory_core.storage.index_changes`: the log of what each incremental run changed;
-- :mod:`~memory_core.storage.indexmeta`: the settings an index records (its record).
+- :mod:`~memory_core.storage.indexmeta`: the settings an index records (its record);
+- :mod:`~memory_core.storage.cache` and :mod:`~memory_core.storage.cache_journal`: the embedding
+  cache file (the durable memory of money spent) and each run's journal of received vectors:
+  written by the indexing side, read by ``status`` on the query side.
 
 It imports neither :mod:`memory_core.index` nor :mod:`memory_core.query` (tests/test_layers.py).
 """

@@ -1,4 +1,4 @@
-"""The per-run journal of an :class:`memory_core.cache.EmbeddingCache` (see that module's docstring).
+"""The per-run journal of an :class:`memory_core.storage.cache.EmbeddingCache` (see that module's docstring).
 
 One file per cache instance, ``<cache file>-journal-<uuid>``, created (0600, never through a
 symlink) at the instance's first write and held under an exclusive ``flock`` until it is folded

@@ -6,7 +6,7 @@ and killed runs. Entries are keyed by ``(provider, model, provider_key, chunk ha
 non-secret headers), never a key.
 
 Every provider response is stored as it arrives, in a journal beside the cache file
-(memory_core/cache_journal.py), not in SQLite: ``<cache file>-journal-<uuid>``, one per
+(memory_core/storage/cache_journal.py), not in SQLite: ``<cache file>-journal-<uuid>``, one per
 :class:`EmbeddingCache` instance (a run, a batch thread, a Prefect task), created at its first
 write and held under an exclusive ``flock`` while the instance lives. A response is one record
 (digests, float32 vectors, crc32) written with one ``pwritev``. Why (measured): committing each
@@ -82,8 +82,8 @@ from typing import Any
 import apsw
 import numpy as np
 
-from memory_core import cache_journal as J
 from memory_core.errors import RunError
+from memory_core.storage import cache_journal as J
 from memory_core.storage.store import UnsafePathError, connect, safe_open
 
 log = logging.getLogger(__name__)
