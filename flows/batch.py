@@ -1,5 +1,5 @@
 """Batch-API job steps as Prefect tasks: the ``JobOps`` that ``flows.executor.PrefectExecutor``
-hands the library's coordinator (``memory_core.batch.runner.BatchRun``), one task per step of
+hands the library's coordinator (``memory_core.index.batch_runner.BatchRun``), one task per step of
 each job (``tasks/batch.py``), at most ``batch.concurrency`` jobs in flight. Runs inside a flow.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from prefect.futures import PrefectFuture, as_completed
 
-from memory_core.batch import jobs as J
+from memory_core.index import batch_jobs as J
 from tasks.batch import STEP_TASKS
 from tasks.stages import settings_json
 

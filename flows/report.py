@@ -25,8 +25,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from memory_core.batch.types import BatchFigures
 from memory_core.config import Settings
+from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.index.runtypes import Progress, RunSummary
 
 log = logging.getLogger("flows.report")

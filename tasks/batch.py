@@ -22,9 +22,9 @@ from typing import Any
 from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from memory_core.batch import jobs as J
-from memory_core.batch.types import CollectResult, JobRecord, JobSpec
 from memory_core.config import Settings
+from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
+from memory_core.index import batch_jobs as J
 from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import _provider_for
 

@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.batch import ledger as lg
-from memory_core.batch.cost import estimate_cost
-from memory_core.batch.jobs import open_context, plan_jobs
-from memory_core.batch.ledger import BatchLedger
 from memory_core.config import Settings, load_settings
+from memory_core.embeddings.cost import estimate_cost
 from memory_core.embeddings.registry import create_provider
+from memory_core.index import batch_ledger as lg
+from memory_core.index.batch_jobs import open_context, plan_jobs
+from memory_core.index.batch_ledger import BatchLedger
 from memory_core.index.chunking import sha256_hex
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher

@@ -13,8 +13,8 @@ import pytest
 
 from flows import report
 from flows.reindex import ReindexParams, reindex
-from memory_core.batch.types import BatchFigures
 from memory_core.config import load_settings
+from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.errors import ConfigError
 from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary

@@ -120,7 +120,7 @@ def test_the_engine_layers_point_down() -> None:
     # the query side never imports the indexing code
     query_side = ["memory_core.query.search", "memory_core.query.retrieval", "memory_core.query.rank", "memory_core.query.reading",
                   "memory_core.query.status", "memory_core.query.dates", "memory_core.query.ranking"]
-    for indexing in order[1:] + ["memory_core.batch.runner", "memory_core.index.writer_proc", "memory_core.qmd.indexing"]:
+    for indexing in order[1:] + ["memory_core.index.batch_runner", "memory_core.index.writer_proc", "memory_core.qmd.indexing"]:
         for query in query_side + ["memory_core.qmd.search"]:
             assert indexing not in g[query], (query, indexing)
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory_core.batch.cost import estimate_cost
 from memory_core.config import Settings, load_settings
+from memory_core.embeddings.cost import estimate_cost
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ConfigError, ProviderError
 from memory_core.index.pipeline import run_index

@@ -10,10 +10,10 @@ from importlib.metadata import EntryPoint
 import numpy as np
 import pytest
 
-from memory_core.batch.cost import batch_discount, estimate_cost, sync_price
 from memory_core.config import Settings
 from memory_core.embeddings import catalog
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider, compute_provider_key
+from memory_core.embeddings.cost import batch_discount, estimate_cost, sync_price
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ProviderError
 from memory_core.index.pipeline import LocalExecutor
@@ -113,7 +113,7 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
     """batch, cost and fallback are dataclasses inside the library; ``to_dict`` gives the JSON the
     CLI, the flows, watch and MCP have always printed (same keys, same order), and ``from_dict``
     reads it back."""
-    from memory_core.batch.types import BatchFigures
+    from memory_core.embeddings.batch_types import BatchFigures
     from memory_core.index.runtypes import Fallback, RunSummary
 
     s = Settings(workspace=tmp_path)

@@ -16,7 +16,7 @@ from memory_core.errors import ProviderError
 from memory_core.index.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 
 if TYPE_CHECKING:
-    from memory_core.batch.types import BatchClient
+    from memory_core.embeddings.batch_types import BatchClient
 
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
 
@@ -146,7 +146,7 @@ class EmbeddingProvider(ABC):
     # readers set it (``query.embed_timeout_s``), so a stalled provider costs a search seconds
     deadline_s: float | None = None
     # USD per 1M tokens through sync calls, by model ("*": every model); ``[batch] prices`` in
-    # the config overrides it (memory_core/batch/cost.py)
+    # the config overrides it (memory_core/embeddings/cost.py)
     sync_prices: dict[str, float] = {}  # noqa: RUF012 - read-only class fact
 
     @property

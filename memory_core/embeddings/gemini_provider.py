@@ -28,7 +28,7 @@ from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
-    from memory_core.batch.types import BatchClient
+    from memory_core.embeddings.batch_types import BatchClient
 
 DEFAULT_MODEL = "gemini-embedding-001"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -149,7 +149,7 @@ class GeminiProvider(EmbeddingProvider):
         return self._embed([text], TASK_QUERY)[0]
 
     def batch_client(self) -> BatchClient:
-        from memory_core.batch.clients import GeminiBatchClient
+        from memory_core.embeddings.batch_clients import GeminiBatchClient
 
         return GeminiBatchClient(self, self.client, task_type=TASK_DOCUMENT, classify=classify_gemini_error)
 

@@ -15,7 +15,7 @@ from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
-    from memory_core.batch.types import BatchClient
+    from memory_core.embeddings.batch_types import BatchClient
 
 DEFAULT_MODEL = "text-embedding-3-small"
 MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
@@ -128,7 +128,7 @@ class OpenAIProvider(EmbeddingProvider):
         return self._create([text])[0]
 
     def batch_client(self) -> BatchClient:
-        from memory_core.batch.clients import OpenAIBatchClient
+        from memory_core.embeddings.batch_clients import OpenAIBatchClient
 
         return OpenAIBatchClient(self, self.client, classify=classify_openai_error)
 

@@ -30,7 +30,7 @@ from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
-    from memory_core.batch.types import BatchClient
+    from memory_core.embeddings.batch_types import BatchClient
 
 log = logging.getLogger("memory_core.embeddings")
 
@@ -157,7 +157,7 @@ class VoyageProvider(EmbeddingProvider):
         """Voyage's Batch API copies OpenAI's; the ``voyageai`` SDK has none, the ``openai`` one drives it."""
         import openai
 
-        from memory_core.batch.clients import VoyageBatchClient
+        from memory_core.embeddings.batch_clients import VoyageBatchClient
         from memory_core.embeddings.openai_provider import classify_openai_error
 
         client = openai.OpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.settings.timeout_s,

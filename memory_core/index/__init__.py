@@ -10,7 +10,13 @@
 - :mod:`~memory_core.index.runtypes`: a run's typed values (``RunSummary``, ``Progress``) and the
   one concurrency default;
 - :mod:`~memory_core.index.indexer`: the one in-process indexer the CLI, watch, the sync
-  triggers and the Python API share.
+  triggers and the Python API share;
+- Batch API jobs: :mod:`~memory_core.index.batch_runner` (:class:`BatchRun`, the coordinator, and
+  the :class:`JobOps` protocol its executors implement: ``LocalOps`` here, ``flows.batch.PrefectOps``
+  for Prefect), :mod:`~memory_core.index.batch_jobs` (the job steps: plan, submit, poll, collect,
+  cancel, recover) and :mod:`~memory_core.index.batch_ledger` (the durable record of submitted jobs,
+  in the embedding cache file). The providers' Batch API clients, their request and response
+  shapes and the price table are the providers' (:mod:`memory_core.embeddings`).
 
 It never imports :mod:`memory_core.query` (test_layers); the index file, the embedding cache
 and the FTS text rules both sides agree on sit below it (``store``, ``cache``, ``textsearch``).

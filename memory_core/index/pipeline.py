@@ -29,9 +29,9 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from memory_core.batch.types import BatchFigures
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.errors import IndexLockedError, ProviderError, RunError
 from memory_core.index.runtypes import (
     EMBED_CONCURRENCY,
@@ -96,7 +96,7 @@ class LocalExecutor:
     """Runs a run's work in this process: embedding requests on a bounded thread pool
     (``concurrency`` threads; one for the local model, whose torch code uses every core and
     releases the GIL, so it overlaps the chunking and writing), Batch API job steps on
-    :class:`memory_core.batch.runner.LocalOps`, stages as plain calls."""
+    :class:`memory_core.index.batch_runner.LocalOps`, stages as plain calls."""
 
     def __init__(self, concurrency: int = EMBED_CONCURRENCY) -> None:
         self.concurrency = max(1, concurrency)
@@ -122,7 +122,7 @@ class LocalExecutor:
         return fn(*args)
 
     def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
-        from memory_core.batch.runner import LocalOps
+        from memory_core.index.batch_runner import LocalOps
 
         return LocalOps(ctx, workers=ctx.settings.batch.concurrency)
 
@@ -357,9 +357,9 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     """Batch API jobs for the run's misses (and jobs of earlier runs left to collect or
     cancel); what they do not embed is left to the streamed build's sync requests.
     Returns (the batch figures, or None when there was nothing for batch mode; cache hits)."""
-    from memory_core.batch import jobs as J
-    from memory_core.batch.ledger import BatchLedger
-    from memory_core.batch.runner import BatchRun
+    from memory_core.index import batch_jobs as J
+    from memory_core.index.batch_ledger import BatchLedger
+    from memory_core.index.batch_runner import BatchRun
 
     misses = ex.stage("collect-misses", collect_misses, plan, settings, provider, cache)
     if not misses.misses and not BatchLedger.for_cache(cache).open_jobs():

@@ -2,7 +2,7 @@
 
 This is the bottom layer of the indexing code: it imports nothing of memory-core's engine, so
 the stage functions (:mod:`memory_core.index.stages`), the streamed build (:mod:`memory_core.index.streaming`),
-the Batch API coordinator (:mod:`memory_core.batch.runner`), the orchestrator
+the Batch API coordinator (:mod:`memory_core.index.batch_runner`), the orchestrator
 (:mod:`memory_core.index.pipeline`) and the Prefect flows all share one definition of each.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
-from memory_core.batch.types import BatchFigures, Cost
+from memory_core.embeddings.batch_types import BatchFigures, Cost
 from memory_core.sources.discovery import FileEntry
 
 T = TypeVar("T")
@@ -202,9 +202,9 @@ class EmbedStats:
     tokens_sync: int = 0
     tokens_batch: int = 0
     # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
-    # was switched off and why (memory_core.batch.runner); None when batch mode is off
+    # was switched off and why (memory_core.index.batch_runner); None when batch mode is off
     batch: BatchFigures | None = None
-    cost: Cost | None = None  # memory_core.batch.cost.estimate_cost; None for an on-machine provider
+    cost: Cost | None = None  # memory_core.embeddings.cost.estimate_cost; None for an on-machine provider
     fallback: Fallback | None = None
 
     @property
@@ -267,9 +267,9 @@ class RunSummary:
     tokens_sync: int = 0
     tokens_batch: int = 0
     # batch mode: jobs submitted / re-attached / collected / failed / pending, whether batch mode
-    # was switched off and why (see memory_core.batch.runner); None when batch mode is off
+    # was switched off and why (see memory_core.index.batch_runner); None when batch mode is off
     batch: BatchFigures | None = None
-    # estimated cost of the tokens sent and the saving against all-sync (memory_core.batch.cost)
+    # estimated cost of the tokens sent and the saving against all-sync (memory_core.embeddings.cost)
     cost: Cost | None = None
     # set when the primary provider kept failing and the run was rebuilt with the fallback
     fallback: Fallback | None = None
@@ -383,7 +383,7 @@ class RunSummary:
         if s.batch is not None:
             out.append(_batch_line(s.batch))
         if s.cost is not None:
-            from memory_core.batch.cost import cost_line
+            from memory_core.embeddings.cost import cost_line
 
             out.append(cost_line(s.cost))
         out.append("seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in s.stage_seconds.items()))
@@ -449,7 +449,7 @@ class Executor(Protocol):
         ...
 
     def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
-        """The ``memory_core.batch.runner.JobOps`` that runs Batch API job steps."""
+        """The ``memory_core.index.batch_runner.JobOps`` that runs Batch API job steps."""
         ...
 
     def close(self) -> None: ...

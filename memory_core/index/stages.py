@@ -23,9 +23,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from memory_core.batch.types import BatchFigures
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
 from memory_core.index.chunking import (
@@ -497,8 +497,8 @@ def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> i
 def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCounts,
                 batch: tuple[EmbedCounts, BatchFigures] | None) -> EmbedStats:
     """One run's embedding figures: the streamed build's sync requests plus, in Batch API mode,
-    the batch jobs' (``memory_core.batch.runner.BatchRun``: their counts and job figures)."""
-    from memory_core.batch.cost import estimate_cost
+    the batch jobs' (``memory_core.index.batch_runner.BatchRun``: their counts and job figures)."""
+    from memory_core.embeddings.cost import estimate_cost
 
     out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
     if batch is not None:
@@ -524,7 +524,7 @@ def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) ->
     """Estimated US dollars for ``tokens`` sent by sync requests (None: local or unpriced)."""
     if provider.on_machine:
         return None
-    from memory_core.batch.cost import sync_price
+    from memory_core.embeddings.cost import sync_price
 
     price = sync_price(settings, provider.name, provider.model)
     return None if price is None else tokens * price / 1_000_000

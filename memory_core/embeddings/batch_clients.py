@@ -9,7 +9,7 @@
   ``batches.get/cancel/list``, ``files.download``.
 
 Every call goes through the project's retry policy (429, 5xx, timeouts, resets), except
-``create``, which :func:`memory_core.batch.jobs.submit_job` retries itself after checking that
+``create``, which :func:`memory_core.index.batch_jobs.submit_job` retries itself after checking that
 the job was not created after all (a retried create must never start a second paid job).
 Request lines carry exactly one text each; the custom id (Gemini: ``key``) is the chunk hash.
 """
@@ -24,9 +24,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memory_core.batch import types as st
-from memory_core.batch.types import BatchClient, JobLimits, ParsedLine, RemoteJob
+from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.base import EmbeddingProvider
+from memory_core.embeddings.batch_types import BatchClient, JobLimits, ParsedLine, RemoteJob
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
 

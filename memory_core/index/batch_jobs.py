@@ -1,8 +1,8 @@
 """The steps of one batch job, as functions of small arguments: plan, submit, poll, collect, cancel.
 
 Each step takes a :class:`BatchContext` (settings, provider, Batch API client, cache, ledger,
-work directory) and a :class:`~memory_core.batch.types.JobSpec` or
-:class:`~memory_core.batch.types.JobRecord`, so a Prefect task can wrap exactly one step of one
+work directory) and a :class:`~memory_core.embeddings.batch_types.JobSpec` or
+:class:`~memory_core.embeddings.batch_types.JobRecord`, so a Prefect task can wrap exactly one step of one
 job, and the in-process runner can call them from a thread pool.
 
 - :func:`plan_jobs` streams the run's misses (Parquet) into JSONL job files split at the
@@ -34,16 +34,16 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from memory_core.batch import ledger as lg
-from memory_core.batch import types as st
-from memory_core.batch.clients import BatchClient, client_for, parse_jsonl
-from memory_core.batch.ledger import BatchLedger
-from memory_core.batch.types import CollectResult, JobLimits, JobRecord, JobSpec
 from memory_core.config import Settings
+from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.base import EmbeddingProvider, unit_rows
+from memory_core.embeddings.batch_clients import BatchClient, client_for, parse_jsonl
+from memory_core.embeddings.batch_types import CollectResult, JobLimits, JobRecord, JobSpec
 from memory_core.embeddings.retry import Retryable
 from memory_core.errors import ProviderError
 from memory_core.failpoints import failpoint
+from memory_core.index import batch_ledger as lg
+from memory_core.index.batch_ledger import BatchLedger
 from memory_core.storage.cache import EmbeddingCache
 
 log = logging.getLogger("memory_core.batch")

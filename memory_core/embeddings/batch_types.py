@@ -141,7 +141,7 @@ class CollectResult:
 
 @dataclass
 class BatchFigures:
-    """Batch mode in one run: what :class:`memory_core.batch.runner.BatchRun` did with the jobs
+    """Batch mode in one run: what :class:`memory_core.index.batch_runner.BatchRun` did with the jobs
     (``memory_core.index.stages.embed_stats`` adds the chunks sent through sync calls and the mode).
 
     ``jobs`` False: the run used no job (batch mode on, a provider without a Batch API): only
@@ -184,7 +184,7 @@ class BatchFigures:
 @dataclass
 class Cost:
     """The estimated cost of a run's tokens and the saving against all-sync
-    (:func:`memory_core.batch.cost.estimate_cost`). USD per 1M tokens; None: no price."""
+    (:func:`memory_core.embeddings.cost.estimate_cost`). USD per 1M tokens; None: no price."""
 
     currency: str
     provider: str
@@ -208,7 +208,7 @@ class Cost:
         return out
 
 
-# -- a provider's Batch API client (memory_core.batch.clients; EmbeddingProvider.batch_client) --
+# -- a provider's Batch API client (memory_core.embeddings.batch_clients; EmbeddingProvider.batch_client) --
 
 class ParsedLine:
     """One output line: the custom id and either a vector or an error (kind, message)."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_core.batch.types import Cost
 from memory_core.config import Settings
+from memory_core.embeddings.batch_types import Cost
 
 PRICES_CHECKED = "2026-07"
 

@@ -1,6 +1,6 @@
 """Run the embedding of a run's cache misses through a provider's Batch API.
 
-:class:`BatchRun` is the coordinator; it decides, the job steps in :mod:`memory_core.batch.jobs`
+:class:`BatchRun` is the coordinator; it decides, the job steps in :mod:`memory_core.index.batch_jobs`
 do. It runs the steps through a :class:`JobOps` executor: :class:`LocalOps` (a thread pool, the
 in-process executor's) or the Prefect one in ``flows/batch.py`` (one task per step per job);
 the orchestrator (``memory_core.index.pipeline.run_index``) picks it through its executor. The order
@@ -42,10 +42,10 @@ from typing import Any, Protocol
 
 import pyarrow.parquet as pq
 
-from memory_core.batch import jobs as J
-from memory_core.batch import types as st
-from memory_core.batch.types import CollectResult, JobRecord, JobSpec
+from memory_core.embeddings import batch_types as st
+from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.errors import ProviderError
+from memory_core.index import batch_jobs as J
 from memory_core.index.runtypes import EmbedCounts, MissResult
 from memory_core.storage.cache import EmbeddingCache
 

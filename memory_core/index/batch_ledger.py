@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from memory_core.batch.types import JobRecord
+from memory_core.embeddings.batch_types import JobRecord
 
 SUBMITTING = "submitting"
 SUBMITTED = "submitted"
@@ -93,7 +93,7 @@ class LedgerJob:
         return self.state in OPEN_STATES
 
     def record(self) -> JobRecord:
-        from memory_core.batch.types import PENDING
+        from memory_core.embeddings.batch_types import PENDING
 
         return JobRecord(
             local_id=self.local_id, provider=self.provider, job_id=self.job_id, status=PENDING,
