@@ -77,7 +77,7 @@ def agent_told(agents: AgentsSettings, agent: str) -> dict[str, Any]:
 
 def check_isolated(by_agent: dict[str, Settings]) -> None:
     """ConfigError when two agents would share a workspace, index, qmd state or LanceDB folder."""
-    from memory_core.qmd.common import state_dir
+    from memory_core.storage.qmd import state_dir
 
     seen: dict[tuple[str, str], str] = {}
     for agent, s in by_agent.items():

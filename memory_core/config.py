@@ -278,7 +278,7 @@ class LockSettings(_Model):
 
 
 class QmdSettings(_Model):
-    """``backend = "qmd"``: the external ``qmd`` CLI (the memory_core/qmd/ package, docs in the README).
+    """``backend = "qmd"``: the external ``qmd`` CLI (memory_core/storage/qmd.py, index/qmd.py, query/qmd.py; docs in the README).
 
     ``command``: the qmd executable (PATH lookup, or a path; scripts/install-qmd.sh prints it).
     ``search_mode``: ``search`` (BM25, offline), ``vsearch`` (vectors) or ``query`` (expansion

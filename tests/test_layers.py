@@ -120,8 +120,8 @@ def test_the_engine_layers_point_down() -> None:
     # the query side never imports the indexing code
     query_side = ["memory_core.query.search", "memory_core.query.retrieval", "memory_core.query.rank", "memory_core.query.reading",
                   "memory_core.query.status", "memory_core.query.dates", "memory_core.query.ranking"]
-    for indexing in order[1:] + ["memory_core.index.batch_runner", "memory_core.index.writer_proc", "memory_core.qmd.indexing"]:
-        for query in query_side + ["memory_core.qmd.search"]:
+    for indexing in order[1:] + ["memory_core.index.batch_runner", "memory_core.index.writer_proc", "memory_core.index.qmd"]:
+        for query in query_side + ["memory_core.query.qmd"]:
             assert indexing not in g[query], (query, indexing)
 
 
@@ -199,27 +199,20 @@ def test_one_in_process_indexer() -> None:
 
 def test_qmds_halves_stand_apart() -> None:
     """qmd's indexing half sits beside the orchestrator, its search half beside the builtin search:
-    the two halves share only memory_core.qmd.common, and importing one never loads the other."""
-    import importlib
+    the two halves share only memory_core.storage.qmd, and importing one never loads the other."""
     import subprocess
     import sys
 
     g = import_graph()
-    assert "memory_core.qmd.search" not in g["memory_core.qmd.indexing"]
-    assert "memory_core.qmd.indexing" not in g["memory_core.qmd.search"]
-    for half in ("indexing", "search"):
-        assert g[f"memory_core.qmd.{half}"] & {m for m in g if m.startswith("memory_core.qmd")} == {
-            "memory_core.qmd.common"}
-    assert "memory_core.qmd.indexing" in g["memory_core.index.pipeline"] and "memory_core.qmd.search" in g["memory_core.query.backends"]
-    import memory_core.qmd as qmd
-
-    assert sorted(qmd.__all__) == sorted(qmd._HOME)  # each re-exported name is the one its module defines
-    assert all(getattr(qmd, n) is getattr(importlib.import_module(f"memory_core.qmd.{m}"), n) for n, m in qmd._HOME.items())
-    code = ("import sys, memory_core.qmd.indexing, memory_core.qmd as q; q.state_dir; "
-            "print(sorted(m for m in sys.modules if m in ('memory_core.qmd.search', 'memory_core.query.search')))")
+    halves = {"memory_core.index.qmd", "memory_core.query.qmd"}
+    for half in halves:
+        assert not g[half] & (halves - {half})
+        assert "memory_core.storage.qmd" in g[half]
+    assert "memory_core.index.qmd" in g["memory_core.index.pipeline"] and "memory_core.query.qmd" in g["memory_core.query.backends"]
+    code = ("import sys, memory_core.index.qmd, memory_core.storage.qmd as q; q.state_dir; "
+            "print(sorted(m for m in sys.modules if m in ('memory_core.query.qmd', 'memory_core.query.search')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
-
 
 
 def test_the_two_sides_are_packages_that_never_import_each_other() -> None:

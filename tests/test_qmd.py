@@ -20,11 +20,11 @@ import pytest
 
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.qmd.common import QmdError, handelize, state_dir
-from memory_core.qmd.indexing import qmd_embed, qmd_update
-from memory_core.qmd.search import QmdSearcher, parse_results
+from memory_core.index.qmd import qmd_embed, qmd_update
 from memory_core.query.backends import open_searcher
+from memory_core.query.qmd import QmdSearcher, parse_results
 from memory_core.query.search import Searcher
+from memory_core.storage.qmd import QmdError, handelize, state_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 ODD_NAME = "Team Notes_v2 (draft).md"
@@ -196,7 +196,7 @@ def test_unreadable_output_falls_back(workspace: Path, qmd_env: None) -> None:
 def test_parse_results_on_real_shapes(workspace: Path, qmd_command: str, qmd_env: None) -> None:
     s = qmd_settings(workspace, qmd_command)
     assert qmd_update(s).ok
-    from memory_core.qmd.common import run_qmd
+    from memory_core.storage.qmd import run_qmd
 
     out, err = run_qmd(s, ["search", "--json", "-n", "3", "--", "Lisbon hotel"], timeout=60)
     hits = parse_results(out, err)
@@ -254,7 +254,7 @@ def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_e
 def test_the_transcript_export_never_writes_through_a_symlink_and_is_private(workspace: Path, tmp_path: Path) -> None:
     """issue 22 #5 and #4: `<state>/sessions/<stem>.tmp` was written through a planted symlink
     (its target overwritten); qmd's state was 0755 and the exported transcripts 0644."""
-    from memory_core.qmd.indexing import export_sessions
+    from memory_core.index.qmd import export_sessions
 
     s = qmd_settings(workspace, "qmd", sources=["memory", "sessions"])
     out = state_dir(s) / "sessions"

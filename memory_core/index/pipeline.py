@@ -326,8 +326,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
 def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSummary) -> None:
     """``backend = "qmd"``: bring qmd's collections up to date beside the builtin index
     (``qmd update``; ``qmd embed`` too when searches use qmd's vectors). A qmd failure never
-    fails the run: searches answer from the builtin index until qmd works (memory_core.qmd.search)."""
-    from memory_core.qmd.indexing import qmd_embed, qmd_update
+    fails the run: searches answer from the builtin index until qmd works (memory_core.query.qmd)."""
+    from memory_core.index.qmd import qmd_embed, qmd_update
 
     steps = [("qmd-update", qmd_update)]
     if settings.qmd.search_mode != "search":  # BM25 needs no vectors

@@ -22,7 +22,8 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
-from memory_core.qmd.common import (
+from memory_core.query.search import Searcher, SearchResult
+from memory_core.storage.qmd import (
     QmdError,
     QmdRun,
     _read_json,
@@ -34,7 +35,6 @@ from memory_core.qmd.common import (
     run_qmd,
     state_dir,
 )
-from memory_core.query.search import Searcher, SearchResult
 
 log = logging.getLogger("memory_core.qmd")
 

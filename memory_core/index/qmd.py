@@ -4,7 +4,7 @@
 text as Markdown, since qmd reads Markdown only), makes qmd's collections those memory-core's
 sources plan (:func:`sync_collections`), runs ``qmd update`` and writes the table that maps
 qmd's file names back to memory-core's paths (``<state>/paths.json``, read by
-:class:`~memory_core.qmd.search.QmdSearcher`). :func:`qmd_embed` runs ``qmd embed``. Both are
+:class:`~memory_core.query.qmd.QmdSearcher`). :func:`qmd_embed` runs ``qmd embed``. Both are
 plain functions the orchestrator runs as stages (:func:`memory_core.index.pipeline.run_index`); both
 record their outcome for ``status`` and never raise QmdError.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.qmd.common import (
+from memory_core.storage.qmd import (
     MD_MASK,
     ROOT_MASK,
     QmdCollection,

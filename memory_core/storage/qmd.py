@@ -1,4 +1,39 @@
-"""What both halves of the QMD backend share: running the ``qmd`` CLI, and its state.
+"""The QMD backend: search through the external ``qmd`` CLI, falling back to the builtin index.
+
+``backend = "qmd"`` hands search to qmd (npm ``@tobilu/qmd``, run by Bun; installed by
+``scripts/install-qmd.sh``). memory-core drives the real CLI:
+
+- **Collections.** The workspace's memory sources become qmd collections: ``mc-root``
+  (``MEMORY.md`` / ``memory.md``), ``mc-memory`` (``memory/**/*.md``), ``mc-extra-N`` (each
+  extra path) and, when transcripts are a source, ``mc-sessions``: each transcript's message
+  text (redacted as the builtin index redacts it) exported to ``<state>/sessions/*.md``,
+  since qmd reads Markdown only. qmd's config and index live in ``state_dir`` (default
+  ``<index dir>/qmd``: ``QMD_CONFIG_DIR`` and ``XDG_CACHE_HOME`` point there), so a user's
+  own qmd collections are never touched; qmd's models stay in ``~/.cache/qmd/models``.
+- **Reindex** (:mod:`memory_core.index.qmd`). :func:`qmd_update` syncs the collections
+  and runs ``qmd update``; :func:`qmd_embed` runs ``qmd embed`` (GGUF models downloaded from
+  the Hugging Face hub on first use). Both are plain functions the orchestrator runs as stages.
+- **Search** (:mod:`memory_core.query.qmd`). :class:`QmdSearcher` runs
+  ``qmd search|vsearch|query --json`` (``search_mode``) and maps each hit to memory-core's
+  :class:`~memory_core.query.search.SearchResult`: qmd names files
+  ``qmd://<collection>/<handelized path>`` (lower-cased, punctuation to dashes), so the paths
+  are mapped back through a table written by :func:`qmd_update` from memory-core's own
+  discovery, and lines come from the ``@@ -start,count @@`` header of qmd's snippet; a
+  transcript's lines are mapped back to its JSONL lines. Citations are ``path#Lstart-Lend``
+  as the builtin ones; ``get`` reads through the builtin path rules.
+- **Fallback.** The builtin index is kept beside it. When qmd is missing, exits non-zero,
+  times out, or prints something that is not its JSON (or names files memory-core does not
+  index, or ``vsearch`` finds no vectors at all), the search answers from the builtin index
+  and says so. So it does when qmd answers with nothing while the builtin index has strong
+  matches (``qmd.fallback_on_empty``, a best score of at least ``qmd.fallback_min_score``):
+  qmd's ``search`` ANDs every query word, so a question in plain words mostly finds nothing
+  there (282 of 300 public queries); ``search_mode = "query"`` is qmd's hybrid mode. Each
+  answer names the fallback (``fallback: {from: "qmd", to: "builtin", reason}``):
+  ``provider_note`` (the note of a CLI/MCP answer) and ``status`` name the reason; the last
+  outcome is kept in ``<state>/status.json`` so another process's ``status`` sees it too. The
+  next search tries qmd again.
+
+What both halves of the QMD backend share: running the ``qmd`` CLI, and its state.
 
 - the state folder (:func:`state_dir`, :func:`private_state`) that holds qmd's config and
   index for this workspace, and the collections planned from memory-core's sources
@@ -8,7 +43,7 @@
 - the outcome of each run for ``status`` (``<state>/status.json``: :func:`load_status`,
   ``_record``, ``_timed``).
 
-:mod:`memory_core.qmd.indexing` (the reindex side) and :mod:`memory_core.qmd.search` (the
+:mod:`memory_core.index.qmd` (the reindex side) and :mod:`memory_core.query.qmd` (the
 search side) build on it; neither imports the other.
 """
 
