@@ -7,7 +7,7 @@ Per size: the bench corpus (bench/corpus.py) indexed with the distinct fake prov
 (bench/fake_provider.DistinctProvider), then ``export_lancedb`` to a local folder (seconds, bytes),
 then the same queries (2-6 corpus words, as bench/scale.py) through one warm
 :class:`memory_core.query.search.Searcher` (the embedded default) and one warm
-:class:`memory_core.lancedb_index.LanceSearcher`, per mode: p50 / p95, and the agreement of the
+:class:`memory_core.query.lancedb.LanceSearcher`, per mode: p50 / p95, and the agreement of the
 two top-10 lists (the share of the embedded index's top 10 citations the LanceDB path also
 returns); recall@10 of each vector side against an exact numpy scan of the same floats.
 ``--chunks 1000000`` runs the 1M size (opt-in: ~7 GB of files at 384-d, ~15 min here).
@@ -44,8 +44,9 @@ def run_size(tmp: Path, chunks: int, dims: int, n_queries: int) -> dict[str, Any
 
     from bench.corpus import generate
     from bench.fake_provider import DistinctProvider
+    from memory_core.export.lancedb import export_lancedb
     from memory_core.index.pipeline import run_index
-    from memory_core.lancedb_index import LanceSearcher, export_lancedb
+    from memory_core.query.lancedb import LanceSearcher
     from memory_core.query.search import Searcher
 
     ws, index, uri = tmp / "ws", tmp / "index.sqlite", tmp / "lancedb"

@@ -369,7 +369,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         s: Any
         if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
-            from memory_core.lancedb_index import LanceSearcher
+            from memory_core.query.lancedb import LanceSearcher
 
             s = stack.enter_context(LanceSearcher(_settings(args), args.lancedb))
         else:
@@ -514,7 +514,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from memory_core.export import export_index
+    from memory_core.export.files import export_index
 
     fmt = args.format
     if fmt is None:
@@ -528,7 +528,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                              " or .ndjson, or --format")
     settings = _settings(args)
     if fmt == "lancedb":
-        from memory_core.lancedb_index import export_lancedb
+        from memory_core.export.lancedb import export_lancedb
 
         summary = export_lancedb(settings.index_file, args.output, force=args.force)
     else:

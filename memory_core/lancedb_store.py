@@ -45,9 +45,9 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.errors import ProviderError, UsageError
-from memory_core.lancedb_index import doc_tokens
 from memory_core.query import ranking
 from memory_core.storage import textsearch
+from memory_core.storage.lancedb import doc_tokens
 
 if TYPE_CHECKING:
     from memory_core.query.search import SourceHits

@@ -14,7 +14,7 @@ import pytest
 
 from memory_core.cli import main
 from memory_core.config import load_settings
-from memory_core.export import export_index, iter_export_batches, read_parquet_metadata
+from memory_core.export.files import export_index, iter_export_batches, read_parquet_metadata
 from memory_core.index.pipeline import run_index
 from memory_core.storage.store import connect, has_table, load_vec
 from tests.conftest import openai_settings

@@ -155,7 +155,7 @@ def test_symlinks_at_the_index_its_journal_or_work_folder_are_refused(workspace,
 
 
 def test_a_symlinked_export_temp_is_never_written_through(workspace, tmp_path, monkeypatch):
-    from memory_core import export as ex
+    from memory_core.export import files as ex
 
     s = _none(workspace)
     run_index(s)
@@ -367,7 +367,7 @@ def _assert_no_secret(text: str, where: str) -> None:
 
 
 def test_with_a_hosted_provider_and_the_defaults_no_secret_leaves_the_machine(workspace, openai_fake, tmp_path):
-    from memory_core.export import export_index
+    from memory_core.export.files import export_index
     from tests.conftest import openai_settings
 
     _plant_secrets(workspace)

@@ -11,9 +11,11 @@ import pytest
 
 from memory_core.cli import main
 from memory_core.errors import IndexMissingError, UsageError
+from memory_core.export.lancedb import export_lancedb
 from memory_core.index.pipeline import run_index
-from memory_core.lancedb_index import LanceSearcher, doc_tokens, export_lancedb
 from memory_core.query.backends import open_searcher
+from memory_core.query.lancedb import LanceSearcher
+from memory_core.storage.lancedb import doc_tokens
 from tests.conftest import openai_settings
 
 QUERIES = ["postgres replication lag", "pgbackrest restore", "who is on call", "LRK-812", "Minji"]

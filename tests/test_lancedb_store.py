@@ -232,7 +232,7 @@ def _idf_parts(s: MemoryStore, query: str) -> tuple[float, float]:
     t = s._open()
     n = t.count_rows()
     total = present = 0.0
-    from memory_core.lancedb_index import doc_tokens
+    from memory_core.storage.lancedb import doc_tokens
 
     for term in dict.fromkeys(t for w in textsearch.query_terms(query) for t in doc_tokens(w)):
         df = len(s._fts(t, term, n, None, ["id"]))

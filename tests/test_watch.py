@@ -346,7 +346,7 @@ def test_cli_watch_end_to_end(workspace):
 
 
 def test_library_modules_do_not_import_prefect():
-    code = ("import sys, memory_core.cli, memory_core.watch, memory_core.export, memory_core.mcp_server;"
+    code = ("import sys, memory_core.cli, memory_core.watch, memory_core.export.files, memory_core.mcp_server;"
             "bad = sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.'));"
             "sys.exit(1 if bad else 0)")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}

@@ -84,7 +84,7 @@ class ResultSource(Protocol):
 
 class Answering(Protocol):
     """What :func:`search_answer` needs of a searcher: :class:`Searcher`, and the LanceDB export's
-    :class:`memory_core.lancedb_index.LanceSearcher`."""
+    :class:`memory_core.query.lancedb.LanceSearcher`."""
 
     settings: Settings
     provider_note: str

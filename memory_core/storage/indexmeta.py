@@ -253,7 +253,7 @@ def open_query_provider(record: IndexRecord, settings: Settings) -> tuple[Embedd
 
 class QueryProviderOwner:
     """The query provider of a reader of an index or an export (:class:`memory_core.query.search.Searcher`,
-    :class:`memory_core.lancedb_index.LanceSearcher`): opened once, on the first query that needs
+    :class:`memory_core.query.lancedb.LanceSearcher`): opened once, on the first query that needs
     it, from the record the index carries (:func:`open_query_provider`), and refused when it is
     not the configuration the vectors were made with. Why a reader answers keyword-only is in
     ``provider_note``."""

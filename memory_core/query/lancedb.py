@@ -1,7 +1,7 @@
 """Past one machine: the index exported to a LanceDB table and searched with the same ranking.
 
 ``memory-core export --format lancedb URI`` writes the index's chunks (the columns of
-:mod:`memory_core.export`, plus each file's ``mtime`` and the chunk's ``date``) to the table
+:mod:`memory_core.export.files`, plus each file's ``mtime`` and the chunk's ``date``) to the table
 ``chunks`` of the LanceDB database at ``URI``: a local folder, or object storage
 (``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as LanceDB reads them), which
 many machines can query at once. With it: a full-text index on ``text`` (LanceDB's BM25, plain
@@ -23,128 +23,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import time
-import unicodedata
-from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.errors import IndexMissingError, ProviderError, UsageError
+from memory_core.errors import IndexMissingError, ProviderError
 from memory_core.query import ranking
-from memory_core.query.retrieval import background_of
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import QueryProviderOwner
 
 if TYPE_CHECKING:
     from memory_core.query.search import ResultSource
 
-TABLE = "chunks"
-TERMS = "terms"
-MARK = b"memory_core.lancedb_export"
-_COLS = ["id", "path", "source", "start_line", "end_line", "text", "mtime", "date"]
-_WORD_RE = re.compile(r"[^\W_]+")
-MAX_TOKEN_CHARS = 40  # LanceDB's tokenizer drops longer tokens
-
-
-def doc_tokens(text: str) -> list[str]:
-    """Words as LanceDB's ``simple`` tokenizer makes them: letter/digit runs, lower-cased, ASCII-folded."""
-    folded = unicodedata.normalize("NFKD", text.lower())
-    folded = "".join(c for c in folded if not unicodedata.combining(c))
-    return [w for w in _WORD_RE.findall(folded) if len(w) <= MAX_TOKEN_CHARS]
-
-
-def _lancedb() -> Any:
-    try:
-        import lancedb
-    except ModuleNotFoundError:
-        raise UsageError("LanceDB export and search need the lancedb package: pip install 'memory-core[lancedb]'"
-                         ) from None
-    return lancedb
-
-
-def _fts_config() -> Any:
-    from lancedb.index import FTS
-
-    return FTS(stem=False, remove_stop_words=False)
-
-
-def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> Any:
-    """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
-    :class:`memory_core.export.ExportSummary`. An existing ``chunks`` table is replaced only when it
-    is an earlier export (or with ``force``)."""
-    import pyarrow as pa
-
-    from memory_core.export import ExportSummary, _batches, _Snapshot, export_schema
-    from memory_core.query.dates import chunk_date
-
-    lancedb = _lancedb()
-    local = "://" not in uri
-    if local:
-        uri = os.path.abspath(os.path.expanduser(uri))
-        if Path(uri).resolve() == Path(index_path).resolve().parent or Path(uri).is_file():
-            raise UsageError(f"{uri} is not a folder for a LanceDB database")
-    t0 = time.perf_counter()
-    snap = _Snapshot(Path(index_path))
-    try:
-        db = lancedb.connect(uri)
-        if TABLE in _tables(db) and not force:
-            md = db.open_table(TABLE).schema.metadata or {}
-            if MARK not in md:
-                raise UsageError(f"{uri} already has a table {TABLE!r} that is not a memory-core export;"
-                                 " use --force to replace it")
-        mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
-        dims = snap.dims
-        meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
-        base = _batches(snap, vectors=bool(dims), batch_rows=batch_rows)
-        schema = export_schema(dims, vectors=bool(dims))
-        schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
-        df: Counter[str] = Counter()
-        n = 0
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            nonlocal n
-            for b in base:
-                cols = b.to_pydict()
-                mt = [mtimes.get(p) for p in cols["path"]]
-                dt = [chunk_date(p, s, a, e, m) for p, s, a, e, m in
-                      zip(cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
-                for text in cols["text"]:
-                    df.update(set(doc_tokens(text)))
-                n += b.num_rows
-                yield pa.RecordBatch.from_arrays(
-                    [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
-                    schema=schema)
-
-        reader = pa.RecordBatchReader.from_batches(schema, batches())
-        table = db.create_table(TABLE, data=reader, mode="overwrite")
-        # the embedded index's own background, so the export calibrates as it does
-        bg = background_of(snap.conn) if dims else None
-        terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
-                         schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
-                                          metadata={"memory_core.n_chunks": str(n),
-                                                    "memory_core.background_cosine": json.dumps(bg)}))
-        tt = db.create_table(TERMS, data=terms, mode="overwrite")
-        if n:
-            table.create_index("text", config=_fts_config(), replace=True)
-            table.create_scalar_index("id", replace=True)
-        if len(df):
-            tt.create_scalar_index("term", replace=True)
-        size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
-        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
-                             bytes=size, seconds=round(time.perf_counter() - t0, 3),
-                             provider=snap.meta.get("provider"), model=snap.meta.get("model"))
-    finally:
-        snap.close()
-
-
-def _tables(db: Any) -> list[str]:
-    res = db.list_tables()
-    return list(getattr(res, "tables", res))
+from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens
 
 
 class LanceSearcher(QueryProviderOwner):

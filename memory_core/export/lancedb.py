@@ -1,0 +1,106 @@
+"""Past one machine: the index exported to a LanceDB table and searched with the same ranking.
+
+``memory-core export --format lancedb URI`` writes the index's chunks (the columns of
+:mod:`memory_core.export.files`, plus each file's ``mtime`` and the chunk's ``date``) to the table
+``chunks`` of the LanceDB database at ``URI``: a local folder, or object storage
+(``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as LanceDB reads them), which
+many machines can query at once. With it: a full-text index on ``text`` (LanceDB's BM25, plain
+lower-cased words as FTS5 sees them), a B-tree on ``id``, and a ``terms`` table of each word's
+document frequency (the query terms' IDF, which the calibration needs). The table is replaced in one
+commit (Lance versions): a reader sees the old or the new export, never a mix.
+
+``memory-core search --lancedb URI`` (:class:`LanceSearcher`) retrieves candidates from that table
+(exact cosine KNN over every vector, BM25 over the text) and ranks them with
+:meth:`memory_core.query.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
+``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
+from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
+candidates for a query naming a day (the day still lifts the chunks found); transcript chunks dated by
+their file's mtime; CJK text is not segmented.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memory_core.errors import UsageError
+from memory_core.query.retrieval import background_of
+
+if TYPE_CHECKING:
+    pass
+
+from memory_core.storage.lancedb import MARK, TABLE, TERMS, _fts_config, _lancedb, _tables, doc_tokens
+
+
+def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> Any:
+    """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
+    :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` table is replaced only when it
+    is an earlier export (or with ``force``)."""
+    import pyarrow as pa
+
+    from memory_core.export.files import ExportSummary, _batches, _Snapshot, export_schema
+    from memory_core.query.dates import chunk_date
+
+    lancedb = _lancedb()
+    local = "://" not in uri
+    if local:
+        uri = os.path.abspath(os.path.expanduser(uri))
+        if Path(uri).resolve() == Path(index_path).resolve().parent or Path(uri).is_file():
+            raise UsageError(f"{uri} is not a folder for a LanceDB database")
+    t0 = time.perf_counter()
+    snap = _Snapshot(Path(index_path))
+    try:
+        db = lancedb.connect(uri)
+        if TABLE in _tables(db) and not force:
+            md = db.open_table(TABLE).schema.metadata or {}
+            if MARK not in md:
+                raise UsageError(f"{uri} already has a table {TABLE!r} that is not a memory-core export;"
+                                 " use --force to replace it")
+        mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
+        dims = snap.dims
+        meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
+        base = _batches(snap, vectors=bool(dims), batch_rows=batch_rows)
+        schema = export_schema(dims, vectors=bool(dims))
+        schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
+        df: Counter[str] = Counter()
+        n = 0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            nonlocal n
+            for b in base:
+                cols = b.to_pydict()
+                mt = [mtimes.get(p) for p in cols["path"]]
+                dt = [chunk_date(p, s, a, e, m) for p, s, a, e, m in
+                      zip(cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
+                for text in cols["text"]:
+                    df.update(set(doc_tokens(text)))
+                n += b.num_rows
+                yield pa.RecordBatch.from_arrays(
+                    [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
+                    schema=schema)
+
+        reader = pa.RecordBatchReader.from_batches(schema, batches())
+        table = db.create_table(TABLE, data=reader, mode="overwrite")
+        # the embedded index's own background, so the export calibrates as it does
+        bg = background_of(snap.conn) if dims else None
+        terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
+                         schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
+                                          metadata={"memory_core.n_chunks": str(n),
+                                                    "memory_core.background_cosine": json.dumps(bg)}))
+        tt = db.create_table(TERMS, data=terms, mode="overwrite")
+        if n:
+            table.create_index("text", config=_fts_config(), replace=True)
+            table.create_scalar_index("id", replace=True)
+        if len(df):
+            tt.create_scalar_index("term", replace=True)
+        size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
+        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
+                             bytes=size, seconds=round(time.perf_counter() - t0, 3),
+                             provider=snap.meta.get("provider"), model=snap.meta.get("model"))
+    finally:
+        snap.close()
