@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _memory_parser(sub: Any) -> None:
-    """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.lancedb_store)."""
-    from memory_core.lancedb_store import CATEGORIES, DEFAULT_IMPORTANCE
+    """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.notes.memory_store)."""
+    from memory_core.notes.memory_store import CATEGORIES, DEFAULT_IMPORTANCE
 
     mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
     msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
@@ -376,7 +376,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             s = stack.enter_context(_searcher(args))
         store = None
         if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
-            from memory_core.lancedb_store import MemoryStore
+            from memory_core.notes.memory_store import MemoryStore
 
             store = stack.enter_context(MemoryStore(s.settings))
         res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
@@ -543,7 +543,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_write(args: argparse.Namespace) -> int:
-    from memory_core.write import write_memory
+    from memory_core.notes.write import write_memory
 
     text = sys.stdin.read() if args.text == "-" else args.text
     settings = _settings(args)
@@ -561,7 +561,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 
 
 def cmd_flush(args: argparse.Namespace) -> int:
-    from memory_core.flush import check_flush
+    from memory_core.notes.flush import check_flush
 
     res = check_flush(_settings(args), args.session, tokens=args.tokens, transcript=args.transcript,
                       cycle=args.cycle, record=args.record)
@@ -576,7 +576,7 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from memory_core.lancedb_store import MemoryStore
+    from memory_core.notes.memory_store import MemoryStore
 
     told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None)}
     settings = _settings(args, **told)

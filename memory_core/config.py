@@ -336,7 +336,7 @@ class MemoryFlushSettings(_Model):
 
 
 class CompactionSettings(_Model):
-    """When a session is compacted, and the memory flush before it (memory_core/flush.py).
+    """When a session is compacted, and the memory flush before it (memory_core/notes/flush.py).
 
     A flush is due when a session's token estimate passes ``context_window -
     reserve_tokens_floor - memory_flush.soft_threshold_tokens``, once per compaction cycle.
@@ -490,7 +490,7 @@ class Settings(_Model):
 
     @property
     def flush_ledger_file(self) -> Path:
-        """The ledger of memory flushes per session and compaction cycle (memory_core/flush.py)."""
+        """The ledger of memory flushes per session and compaction cycle (memory_core/notes/flush.py)."""
         idx = self.index_file
         return idx.with_name(idx.stem + ".flush-ledger.json")
 

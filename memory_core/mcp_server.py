@@ -8,10 +8,10 @@ Three read-only tools over one :class:`memory_core.query.search.Searcher`, and o
   with the CLI's path guard;
 - ``memory_status``: what the index holds and how search runs;
 - ``memory_write`` (text, path): append a note to today's daily note (or MEMORY.md) and index it
-  at once (memory_core/write.py);
+  at once (memory_core/notes/write.py);
 
 and the ``memory_flush`` prompt: the two prompts of the memory flush before compaction
-(memory_core/flush.py).
+(memory_core/notes/flush.py).
 
 The server uses the SDK's low-level :class:`mcp.server.lowlevel.Server` so the tool schemas
 are exactly what an agent sees (``memory_get`` takes ``from``, a Python keyword) and every
@@ -43,11 +43,11 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.mcp_store_tools import StoreTools, store_tool_definitions
+from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
 from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.query.backends import open_searcher
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.sync import SyncManager
-from memory_core.write import MAX_WRITE_CHARS, write_memory
 
 log = logging.getLogger("memory_core.mcp")
 

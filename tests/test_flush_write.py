@@ -19,9 +19,9 @@ from mcp import Client
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import PathError, UsageError
-from memory_core.flush import check_flush, estimate_transcript
 from memory_core.index.pipeline import run_index
-from memory_core.write import append_note
+from memory_core.notes.flush import check_flush, estimate_transcript
+from memory_core.notes.write import append_note
 from tests.test_mcp import _run, _stdio, _text
 
 TODAY = _dt.date.today().isoformat()

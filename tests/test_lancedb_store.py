@@ -16,11 +16,11 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core import lancedb_store
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
-from memory_core.lancedb_store import MemoryStore, store_dir
+from memory_core.notes import memory_store as lancedb_store
+from memory_core.notes.memory_store import MemoryStore, store_dir
 from memory_core.query import ranking
 from tests.conftest import ROOT, openai_settings
 

@@ -71,7 +71,7 @@ class SourceHits:
 
 class ResultSource(Protocol):
     """A source searched beside the index when ``sources`` names it, its results merged with the
-    index's by score (the LanceDB memory store, memory_core/lancedb_store.py)."""
+    index's by score (the LanceDB memory store, memory_core/notes/memory_store.py)."""
 
     source: str
 

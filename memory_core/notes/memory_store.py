@@ -52,7 +52,7 @@ from memory_core.storage.lancedb import doc_tokens
 if TYPE_CHECKING:
     from memory_core.query.search import SourceHits
 
-log = logging.getLogger("memory_core.lancedb_store")
+log = logging.getLogger("memory_core.notes.memory_store")
 
 CATEGORIES = ("preference", "fact", "decision", "entity", "other")
 SOURCE = "store"

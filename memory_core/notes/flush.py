@@ -15,7 +15,7 @@ lost when the context is summarised. memory-core's part:
   seeds' sessions ledger), written atomically under a lock, so a flush runs once per cycle even
   when two processes ask at once (``record=True`` claims the cycle in the same locked step).
 
-Nothing here calls a model: the runtime sends the prompts; ``memory_write`` (memory_core/write.py)
+Nothing here calls a model: the runtime sends the prompts; ``memory_write`` (memory_core/notes/write.py)
 is how the model's notes land in the memory files.
 """
 

@@ -73,7 +73,7 @@ def _read_only_error(settings: Settings, why: str) -> UsageError:
 
 def append_note(settings: Settings, text: str, path: str | None = None, *, today: _dt.date | None = None) -> WriteResult:
     """Append ``text`` to the memory note ``path`` (default: today's daily note); see module docstring."""
-    from memory_core.flush import workspace_read_only
+    from memory_core.notes.flush import workspace_read_only
     from memory_core.sources.redact import redact_lines, should_redact
 
     rel = target_path(path, today)
