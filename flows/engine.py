@@ -1,6 +1,6 @@
-"""The Prefect engine memory_core plugs in (entry point ``memory_core.engines: prefect``).
+"""The Prefect engine memory_core plugs in (entry point ``memory_core.runtime.engines: prefect``).
 
-It is what the library asks of an orchestrator (:class:`memory_core.engines.Engine`): where the
+It is what the library asks of an orchestrator (:class:`memory_core.runtime.engines.Engine`): where the
 Prefect API is, a reindex as a flow run (``index --engine prefect``), a deployment run
 (``watch --deployment``) and events (Automations). Prefect is imported only inside the methods
 that use it: building the engine, and asking where the API is when none is configured, stay cheap.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_core.engines import DeploymentRun, PrefectApi
+from memory_core.runtime.engines import DeploymentRun, PrefectApi
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class PrefectEngine:
-    """:class:`memory_core.engines.Engine` on Prefect."""
+    """:class:`memory_core.runtime.engines.Engine` on Prefect."""
 
     name = "prefect"
 

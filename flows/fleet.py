@@ -1,6 +1,6 @@
 """The ``fleet-reindex`` flow: bring every agent's memory index up to date, one task per agent.
 
-A config file with an ``[agents]`` table (memory_core/agents.py) names the agents; each agent's
+A config file with an ``[agents]`` table (memory_core/runtime/agents.py) names the agents; each agent's
 reindex is one task (``reindex-<agent>``) that runs the ``reindex`` flow for that agent as a
 subflow, so each has its own run, artifacts and events in the UI, and one agent's failure does
 not stop the others. Up to ``FLEET_CONCURRENCY`` agents are reindexed at once in this process;
@@ -26,7 +26,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.reindex import IfBusy, reindex
 from flows.runners import RunnerChoice
-from memory_core.resolve import resolve_agents
+from memory_core.runtime.resolve import resolve_agents
 
 FLEET_CONCURRENCY = 4  # agents reindexed at once in this process
 

@@ -34,7 +34,7 @@ from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.index import pipeline
 from memory_core.index.runtypes import EMBED_CONCURRENCY
-from memory_core.resolve import resolve_settings
+from memory_core.runtime.resolve import resolve_settings
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
@@ -48,7 +48,7 @@ SourceChoice = Literal["memory", "sessions"]
 
 class ReindexParams(BaseModel):
     """What a reindex run may be told. Unset fields come from the config file, then what the
-    live index recorded, then the defaults (``memory_core.resolve.resolve_settings``)."""
+    live index recorded, then the defaults (``memory_core.runtime.resolve.resolve_settings``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -78,7 +78,7 @@ class ReindexParams(BaseModel):
                     f"parameter {name} is the unfilled template {value!r}: export the environment variable"
                     " before `prefect deploy`, or set the parameter on the deployment or the run"
                 )
-        # the one settings order (memory_core.resolve.resolve_settings): these parameters, the
+        # the one settings order (memory_core.runtime.resolve.resolve_settings): these parameters, the
         # environment, the config file, what the live index recorded, the defaults
         told: dict[str, Any] = {
             "workspace": self.workspace or None, "index_path": self.index_path or None, "provider": self.provider,

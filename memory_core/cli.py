@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
-from memory_core.resolve import ResolvedSettings, resolve_settings
+from memory_core.runtime.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:
     from memory_core.index.runtypes import RunSummary
@@ -243,7 +243,7 @@ FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--ex
 
 
 def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
-    """The one settings order (memory_core.resolve.resolve_settings), told the flags given."""
+    """The one settings order (memory_core.runtime.resolve.resolve_settings), told the flags given."""
     return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
                             config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
 
@@ -277,7 +277,7 @@ class _NotRunWarnings(logging.Filter):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from memory_core.engines import choose_engine
+    from memory_core.runtime.engines import choose_engine
 
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
@@ -340,7 +340,7 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
 
 
 def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    from memory_core.engines import require_engine
+    from memory_core.runtime.engines import require_engine
 
     engine = require_engine(needed_by="--engine prefect")
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
@@ -410,7 +410,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from memory_core.engines import choose_engine
+    from memory_core.runtime.engines import choose_engine
     from memory_core.storage.indexmeta import IndexRecord
 
     with _searcher(args) as s:
@@ -466,9 +466,9 @@ def _fleet(args: argparse.Namespace) -> dict[str, Settings] | None:
     path = args.config or os.environ.get("MEMORY_CORE_CONFIG")
     if not path:
         return None
-    from memory_core.agents import agents_of
     from memory_core.config import read_config_file
-    from memory_core.resolve import resolve_agents
+    from memory_core.runtime.agents import agents_of
+    from memory_core.runtime.resolve import resolve_agents
 
     if not agents_of(read_config_file(path)).ids:
         return None

@@ -1,7 +1,7 @@
 """One validated settings model for every part of memory-core, and the one order it is resolved in.
 
 Every entry point (the CLI, ``watch``, the reindex/backfill flows and their deployments, the
-MCP server) calls :func:`memory_core.resolve.resolve_settings` (resolve.py), which takes each
+MCP server) calls :func:`memory_core.runtime.resolve.resolve_settings` (resolve.py), which takes each
 setting from the first of:
 
 1. an explicit flag or flow parameter (``--sessions``, ``--provider``, ``sources=...``);
@@ -302,7 +302,7 @@ class QmdSettings(_Model):
 
 
 class SyncSettings(_Model):
-    """When the index refreshes itself (memory_core/sync.py), as the seeds' ``sync`` settings.
+    """When the index refreshes itself (memory_core/runtime/sync.py), as the seeds' ``sync`` settings.
 
     ``on_search``: a search on a dirty index starts a background reindex (and answers from
     the current one); ``on_session_start``: an MCP client's ``initialize`` does; ``watch``
@@ -364,7 +364,7 @@ class AgentEntry(_Model):
 
 
 class AgentsSettings(_Model):
-    """Many agents from one config (memory_core/agents.py; docs/agents.md).
+    """Many agents from one config (memory_core/runtime/agents.py; docs/agents.md).
 
     ``list``: the agents (an id not in it is unknown). ``workspace``, ``index_path``,
     ``qmd_state_dir``, ``lancedb_path``: path templates where ``{agent}`` is the agent's id,
@@ -435,7 +435,7 @@ class Settings(_Model):
     @property
     def origins(self) -> dict[str, str]:
         """Where each recorded setting came from (``--sessions``, ``config file ...``, ``the index``,
-        ``default``), as resolved by :func:`memory_core.resolve.resolve_settings`; empty for
+        ``default``), as resolved by :func:`memory_core.runtime.resolve.resolve_settings`; empty for
         settings built otherwise."""
         return self._origins
 

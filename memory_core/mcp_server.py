@@ -47,7 +47,7 @@ from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
 from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.query.backends import open_searcher
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
-from memory_core.sync import SyncManager
+from memory_core.runtime.sync import SyncManager
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -461,7 +461,7 @@ class AgentTools:
             t.name: self._route(t.name) for t in _tools(self.settings)}
 
     def tools_for(self, agent: Any) -> MemoryTools:
-        from memory_core.agents import UnknownAgentError
+        from memory_core.runtime.agents import UnknownAgentError
 
         if agent is None:
             if self.default is None:

@@ -1,7 +1,7 @@
 """``memory-core watch``: keep the index fresh by reindexing when the sources change.
 
 An entry point over the library, beside the CLI and the MCP server (it imports neither): the
-watching and the scheduling are :class:`memory_core.watching.Watcher` (shared with the MCP
+watching and the scheduling are :class:`memory_core.runtime.watching.Watcher` (shared with the MCP
 server's sync triggers), a run in this process is :class:`memory_core.index.indexer.Indexer` (shared
 with ``memory-core index --engine local``, the sync triggers and the Python API). What this
 module adds:
@@ -10,7 +10,7 @@ module adds:
   embedding provider for the watcher's lifetime, created at start-up so a bad provider
   configuration fails there), or :class:`DeploymentRunner`, which starts a run of a Prefect
   deployment of the ``reindex`` flow with the Prefect engine plugged in
-  (:mod:`memory_core.engines`) and waits for it;
+  (:mod:`memory_core.runtime.engines`) and waits for it;
 - **the command** (:func:`run_watch`): the start-up line, one line (or JSON line) per run,
   ``sync.interval_minutes``, SIGTERM and Ctrl-C.
 
@@ -31,7 +31,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
-from memory_core.watching import Watcher, describe, start_interval, watch_roots
+from memory_core.runtime.watching import Watcher, describe, start_interval, watch_roots
 
 log = logging.getLogger("memory_core.watch")
 
@@ -65,7 +65,7 @@ class DeploymentRunner:
         self.description = f"runs of deployment {self.name} on {api_url or os.environ.get('PREFECT_API_URL')}"
 
     def __call__(self) -> DeploymentOutcome:
-        from memory_core.engines import require_engine
+        from memory_core.runtime.engines import require_engine
 
         run = require_engine(needed_by="watch --deployment").run_deployment(
             self.name, self.parameters, timeout_s=self.timeout_s, tags=["memory-core-watch"])
@@ -90,7 +90,7 @@ def make_runner(settings: Settings, *, deployment: str | None = None, config_fil
     environment or the active Prefect profile), else an :class:`~memory_core.index.indexer.Indexer`
     whose provider is created now (a bad provider configuration fails at start-up, not on every
     run). ``told``: the settings given as flags, the only ones passed on to the deployment."""
-    from memory_core.engines import prefect_api, require_engine
+    from memory_core.runtime.engines import prefect_api, require_engine
 
     if deployment:
         require_engine(needed_by="watch --deployment")

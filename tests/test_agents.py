@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core.agents import UnknownAgentError
 from memory_core.cli import main
 from memory_core.errors import ConfigError
-from memory_core.resolve import resolve_agents, resolve_settings
+from memory_core.runtime.agents import UnknownAgentError
+from memory_core.runtime.resolve import resolve_agents, resolve_settings
 from memory_core.storage.qmd import state_dir
 from tests.conftest import ROOT
 from tests.test_mcp import _run, _text

@@ -222,7 +222,7 @@ def test_the_fleet_deployment_spreads_agents_over_the_work_pool(stack: Stack, tm
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
-    from memory_core.resolve import resolve_agents
+    from memory_core.runtime.resolve import resolve_agents
     from tests.test_agents import make_fleet
     from tests.test_fleet import _texts
 
@@ -339,7 +339,7 @@ def test_a_run_cancelled_through_the_api_keeps_what_it_received_and_says_so(stac
 
     from memory_core.index.chunking import sha256_hex
     from memory_core.index.pipeline import run_index
-    from memory_core.resolve import resolve_settings
+    from memory_core.runtime.resolve import resolve_settings
     from memory_core.storage.cache import EmbeddingCache
 
     index = stack.tmp / "cancel" / "index.sqlite"

@@ -1,4 +1,4 @@
-"""The orchestrator plugs in through the ``memory_core.engines`` entry points (memory_core/engines.py)."""
+"""The orchestrator plugs in through the ``memory_core.runtime.engines`` entry points (memory_core/runtime/engines.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from memory_core import engines
 from memory_core.cli import EXIT_USAGE, main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
+from memory_core.runtime import engines
 
 SERVER = {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
 

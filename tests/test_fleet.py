@@ -12,7 +12,7 @@ import pytest
 
 from flows.fleet import fleet_reindex
 from memory_core.query.search import Searcher
-from memory_core.resolve import resolve_agents
+from memory_core.runtime.resolve import resolve_agents
 from tests.prefect_server import artifact_of, drain_workers, read_flow_run, task_run_names
 from tests.test_agents import make_fleet
 

@@ -17,8 +17,8 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.indexer import Indexer
 from memory_core.index.pipeline import run_index
 from memory_core.index.runtypes import RunSummary
+from memory_core.runtime.watching import Watcher
 from memory_core.storage.store import connect
-from memory_core.watching import Watcher
 from tests.test_watch import indexed_text, started_watcher
 
 DEBOUNCE = 0.25
@@ -318,7 +318,7 @@ def test_too_many_paths_or_an_old_full_scan_mean_a_scan(indexed):
 
 
 def test_the_sync_watch_runs_are_hinted(indexed):
-    from memory_core.sync import SyncManager
+    from memory_core.runtime.sync import SyncManager
 
     pytest.importorskip("watchfiles")
     s = indexed.model_copy(update={"sync": indexed.sync.model_copy(update={"watch": True, "watch_debounce_ms": 200})})
@@ -343,7 +343,7 @@ def test_the_sync_watch_runs_are_hinted(indexed):
 def test_a_failed_sync_watch_run_is_not_taken_as_done(indexed, monkeypatch):
     """The sync manager's watch runner raises when its run failed, so the watcher retries it and
     scans everything next (before, the watcher took a failed run for a finished one)."""
-    from memory_core.sync import SyncManager, _WatchRuns
+    from memory_core.runtime.sync import SyncManager, _WatchRuns
 
     sync = SyncManager(indexed)
 

@@ -20,8 +20,8 @@ from memory_core.config import Settings, load_settings
 from memory_core.errors import IndexLockedError
 from memory_core.index.indexer import Indexer, RunRecord
 from memory_core.index.runtypes import RunSummary
+from memory_core.runtime.sync import SyncManager
 from memory_core.storage.store import IndexLock
-from memory_core.sync import SyncManager
 from memory_core.watch import make_runner
 from tests.conftest import openai_settings
 

@@ -85,7 +85,7 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 def test_the_library_never_imports_prefect_flows_or_tasks() -> None:
-    """Every memory_core module, with no exemption: the orchestrator plugs in (memory_core.engines)."""
+    """Every memory_core module, with no exemption: the orchestrator plugs in (memory_core.runtime.engines)."""
     for mod, deps in import_graph().items():
         if mod.startswith("memory_core"):
             assert not {d for d in deps if d.split(".")[0] in ("flows", "tasks")}, mod
@@ -100,7 +100,7 @@ def test_the_prefect_engine_is_registered_as_an_entry_point() -> None:
     """pyproject.toml registers it; the installed metadata finds it (`pip install -e .` after editing)."""
     import tomllib
 
-    from memory_core import engines
+    from memory_core.runtime import engines
 
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][engines.ENTRY_POINT_GROUP]
     assert eps == {"prefect": "flows.engine:PrefectEngine"}
@@ -128,7 +128,7 @@ def test_the_engine_layers_point_down() -> None:
 # -- the entry points stand side by side on the library ----------------------------------------
 
 # The programs a user starts: the command line, the MCP server, the watcher (and the Prefect
-# flows, in flows/). `memory_core.sync` (the MCP server's sync triggers), `watching` (the watcher
+# flows, in flows/). `memory_core.runtime.sync` (the MCP server's sync triggers), `watching` (the watcher
 # and scheduler both use), `indexer` (the one in-process indexer), `api`, `export` are library.
 ENTRY_POINTS = ("memory_core.cli", "memory_core.mcp_server", "memory_core.watch")
 # `memory-core mcp` and `memory-core watch` are commands of the one console script: the CLI hands
@@ -173,7 +173,7 @@ def test_the_entry_points_do_not_import_each_other() -> None:
             path = ROOT / (mod.replace(".", "/") + ".py")
             assert used_names(path.read_text(), ep) <= HANDOVER[(mod, ep)], (mod, ep)
     # the shared machinery is library: sync needs the watcher, the MCP server the sync triggers
-    assert "memory_core.watching" in g["memory_core.sync"] and "memory_core.sync" in g["memory_core.mcp_server"]
+    assert "memory_core.runtime.watching" in g["memory_core.runtime.sync"] and "memory_core.runtime.sync" in g["memory_core.mcp_server"]
 
 
 def test_the_entry_point_check_finds_imports() -> None:

@@ -24,7 +24,7 @@ import pytest
 from memory_core.cli import main
 from memory_core.config import load_settings
 from memory_core.query.search import Searcher
-from memory_core.resolve import resolve_settings
+from memory_core.runtime.resolve import resolve_settings
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import connect, probe_index
 from tests.conftest import EXAMPLES

@@ -16,9 +16,9 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.mcp_server import MemoryTools
 from memory_core.query.search import Searcher
+from memory_core.runtime.sync import SyncManager
 from memory_core.sources.freshness import dirty_state
 from memory_core.storage.store import IndexLock
-from memory_core.sync import SyncManager
 from tests.conftest import ROOT
 
 NEW = "# New\n\nthe capybara rota starts on Monday\n"

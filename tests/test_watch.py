@@ -22,9 +22,9 @@ from memory_core.config import Settings, load_settings
 from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
 from memory_core.index.runtypes import RunSummary
+from memory_core.runtime.watching import SourceFilter, Watcher
 from memory_core.storage.store import connect
 from memory_core.watch import DeploymentRunner, make_runner
-from memory_core.watching import SourceFilter, Watcher
 from tests.conftest import ROOT
 
 DEBOUNCE = 0.25

@@ -2,7 +2,7 @@
 
 :class:`Indexer` is the one in-process indexer: ``memory-core index --engine local``, the
 in-process runs of ``memory-core watch``, the sync triggers of the MCP server
-(:class:`memory_core.sync.SyncManager`) and :meth:`memory_core.api.Memory.index` all run their
+(:class:`memory_core.runtime.sync.SyncManager`) and :meth:`memory_core.api.Memory.index` all run their
 reindexes through it. It keeps one embedding provider for its lifetime (a local model is loaded
 once), gives the provider a fresh retry budget before every run, and calls the orchestrator
 (:func:`memory_core.index.pipeline.run_index`), which also updates qmd's collections when
@@ -153,8 +153,8 @@ class DeploymentOutcome:
 
 
 class Runner(Protocol):
-    """One incremental reindex run, for a scheduler (:class:`memory_core.watching.Watcher`,
-    :class:`memory_core.sync.SyncManager`): :class:`Indexer` in this process, or a deployment
+    """One incremental reindex run, for a scheduler (:class:`memory_core.runtime.watching.Watcher`,
+    :class:`memory_core.runtime.sync.SyncManager`): :class:`Indexer` in this process, or a deployment
     run. Returns what the run did (None: nothing to report), raises on failure."""
 
     def __call__(self) -> RunSummary | DeploymentOutcome | None: ...

@@ -1,7 +1,7 @@
 """Whether an index is dirty: its sources changed since it was built.
 
 Read-only and cheap (discovery's size + mtime, no hashing), so ``status``, the MCP server's
-``memory_status`` and the sync triggers (:mod:`memory_core.sync`) can ask it any time. Below
+``memory_status`` and the sync triggers (:mod:`memory_core.runtime.sync`) can ask it any time. Below
 both the query module and the indexing code: it imports neither.
 """
 

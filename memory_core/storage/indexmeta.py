@@ -15,7 +15,7 @@ What is recorded (nothing secret; API keys and secret headers never are):
 - ``built_from``: the settings the run was told (``provider`` as configured, e.g. ``auto``;
   ``model``; ``chunking`` as configured, ``None`` meaning the provider's default; the
   non-secret ``remote`` fields ``base_url``, ``dimensions``, ``api_version``), which a later
-  run that is not told otherwise keeps (:func:`memory_core.resolve.resolve_settings`);
+  run that is not told otherwise keeps (:func:`memory_core.runtime.resolve.resolve_settings`);
 - ``origins``: for each of those settings, where the run got it (``--sessions``, ``config
   file ...``, ``the index``, ``default``), so a full rebuild can say which change caused it.
 
@@ -167,7 +167,7 @@ class IndexRecord:
                    origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, dict) else {})
 
     def settings_layer(self) -> dict[str, Any]:
-        """The recorded settings as a layer for :func:`memory_core.resolve.resolve_settings`
+        """The recorded settings as a layer for :func:`memory_core.runtime.resolve.resolve_settings`
         (only what this index knows; nested like a config file)."""
         out: dict[str, Any] = {}
         if self.workspace:

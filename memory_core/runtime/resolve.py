@@ -114,13 +114,13 @@ def resolve_settings(
 
     ``agent`` (else ``$MEMORY_CORE_AGENT``, else the config's ``agents.default`` when no
     workspace or index is told): the agent whose workspace, index, qmd state and LanceDB folder
-    the config file's ``[agents]`` table gives (:mod:`memory_core.agents`); they rank as told
+    the config file's ``[agents]`` table gives (:mod:`memory_core.runtime.agents`); they rank as told
     settings, below the flags actually given.
 
     Raises :class:`ConfigError` for a bad config file or setting, :class:`UnknownAgentError`
     for an agent the config does not list.
     """
-    from memory_core.agents import UnknownAgentError, agent_told, agents_of
+    from memory_core.runtime.agents import UnknownAgentError, agent_told, agents_of
 
     env = dict(os.environ) if env is None else env
     flags = _drop_none(dict(told or {}))
@@ -225,7 +225,7 @@ def resolve_agents(config_file: str | os.PathLike[str] | None, agents: list[str]
                    env: dict[str, str] | None = None) -> dict[str, Settings]:
     """The settings of each agent of the config file (``agents``: only these, in this order),
     checked to share no workspace, index, qmd state or LanceDB folder."""
-    from memory_core.agents import UnknownAgentError, agents_of, check_isolated
+    from memory_core.runtime.agents import UnknownAgentError, agents_of, check_isolated
 
     env = dict(os.environ) if env is None else env
     path = config_file or env.get("MEMORY_CORE_CONFIG") or None

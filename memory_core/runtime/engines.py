@@ -1,9 +1,9 @@
-"""Orchestrators the library can hand work to, plugged in through the ``memory_core.engines`` entry points.
+"""Orchestrators the library can hand work to, plugged in through the ``memory_core.runtime.engines`` entry points.
 
 memory_core never imports Prefect, ``flows`` or ``tasks``. What it needs from an orchestrator
 is the :class:`Engine` protocol: which API it would talk to (``auto`` picks the engine from
 that), run a reindex as a flow run, start a deployment run and wait for it, and emit an event.
-An implementation is registered under the ``memory_core.engines`` entry-point group (name ->
+An implementation is registered under the ``memory_core.runtime.engines`` entry-point group (name ->
 ``module:Class``); this package's own pyproject registers ``prefect = "flows.engine:PrefectEngine"``.
 
 When no engine is installed: ``index --engine prefect`` and ``watch --deployment`` fail with one
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from memory_core.config import Settings
     from memory_core.index.runtypes import Progress, RunSummary
 
-ENTRY_POINT_GROUP = "memory_core.engines"
+ENTRY_POINT_GROUP = "memory_core.engines"  # the entry-point group: a public name, kept
 PREFECT = "prefect"  # the engine ``--engine prefect``, ``auto`` and ``watch --deployment`` ask for
 EngineName = Literal["prefect", "local"]
 
@@ -58,7 +58,7 @@ class DeploymentRun:
 
 @runtime_checkable
 class Engine(Protocol):
-    """What the library asks of an orchestrator (an ``memory_core.engines`` entry point's class,
+    """What the library asks of an orchestrator (an ``memory_core.runtime.engines`` entry point's class,
     built with no arguments). Each method imports the orchestrator only when called."""
 
     def api(self, env: dict[str, str] | None = None) -> PrefectApi:
@@ -132,7 +132,7 @@ def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
     if found is None:
         if env.get("PREFECT_API_URL"):
             return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
-        return PrefectApi(None, "no Prefect engine is installed (memory_core.engines entry point 'prefect')")
+        return PrefectApi(None, "no Prefect engine is installed (memory_core.runtime.engines entry point 'prefect')")
     return found.api(env)
 
 

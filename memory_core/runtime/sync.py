@@ -9,8 +9,8 @@
 - ``on_session_start``: :meth:`SyncManager.on_session_start`, called on an MCP client's
   ``initialize``, does the same.
 - ``watch`` with ``watch_debounce_ms``: file changes start a reindex once quiet (the
-  :class:`memory_core.watching.Watcher` scheduler, shared with ``memory-core watch``).
-- ``interval_minutes``: a reindex every N minutes (:func:`memory_core.watching.start_interval`,
+  :class:`memory_core.runtime.watching.Watcher` scheduler, shared with ``memory-core watch``).
+- ``interval_minutes``: a reindex every N minutes (:func:`memory_core.runtime.watching.start_interval`,
   also used by ``memory-core watch``).
 
 This is library code, not an entry point: the MCP server (:mod:`memory_core.mcp_server`) runs
@@ -37,10 +37,10 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, RunError
 from memory_core.index.indexer import Indexer, Runner, RunRecord, run_hinted
+from memory_core.runtime.watching import Watcher, start_interval
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
-from memory_core.watching import Watcher, start_interval
 
-log = logging.getLogger("memory_core.sync")
+log = logging.getLogger("memory_core.runtime.sync")
 
 DIRTY_CHECK_MIN_S = 1.0  # a burst of searches re-scans the sources at most once a second
 

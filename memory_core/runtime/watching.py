@@ -1,7 +1,7 @@
 """Watching the sources of an index, and the scheduler that turns their changes into runs.
 
 The library part of keeping an index fresh, shared by ``memory-core watch``
-(:mod:`memory_core.watch`) and the sync triggers of the MCP server (:mod:`memory_core.sync`):
+(:mod:`memory_core.watch`) and the sync triggers of the MCP server (:mod:`memory_core.runtime.sync`):
 
 - **watchers** (``watchfiles``, one thread per recursive/non-recursive group) report file
   events that can change the index: ``MEMORY.md``/``memory.md``, ``*.md`` under ``memory/``
@@ -533,7 +533,7 @@ def start_interval(minutes: float, callback: Callable[[], Any]) -> Callable[[], 
             try:
                 callback()
             except Exception:  # a timer must survive one bad call
-                logging.getLogger("memory_core.sync").exception("interval sync failed")
+                logging.getLogger("memory_core.runtime.sync").exception("interval sync failed")
 
     threading.Thread(target=loop, name="memory-core-sync-interval", daemon=True).start()
     return stop.set
