@@ -11,7 +11,7 @@ for the whole run, builds the index once with each engine (untimed warm-up: page
 flow registration), then alternates, ``--pairs`` times, a full rebuild with the Prefect engine and
 one with the in-process engine, each as its own child process of the real CLI::
 
-    python -m memory_core.cli index -w WS --full --provider none --engine prefect|local --no-progress --json
+    python -m memory_core.apps.cli index -w WS --full --provider none --engine prefect|local --no-progress --json
 
 (``PREFECT_API_URL`` points at the server for ``prefect``; no ``PREFECT_*`` for ``local``).
 
@@ -30,7 +30,7 @@ The Prefect server's own memory and CPU are not counted (shared infrastructure, 
 
 ``--provider fake``: the instant fake (bench/fake_provider.py) in place of a model. The CLI cannot
 select it, so the child is this module (``python -m bench.engines --cli-fake index ...``), which maps
-the CLI's ``local`` provider to the fake and then runs ``memory_core.cli.main``; the embedding
+the CLI's ``local`` provider to the fake and then runs ``memory_core.apps.cli.main``; the embedding
 cache beside the index is deleted before every run, so every run embeds every chunk.
 """
 
@@ -80,7 +80,7 @@ def cli_fake(argv: list[str]) -> int:
     from memory_core.embeddings import registry
 
     registry._REGISTRY["local"] = ("bench.engines", "CliFakeProvider")
-    from memory_core.cli import main
+    from memory_core.apps.cli import main
 
     return main(argv)
 
@@ -343,7 +343,7 @@ def _bench(args: argparse.Namespace, srv: Any, tmp: Path, ws: Path, files: int, 
         head = [py, "-m", "bench.engines", "--cli-fake"]
         prov = "local"  # mapped to the fake by --cli-fake
     else:
-        head = [py, "-m", "memory_core.cli"]
+        head = [py, "-m", "memory_core.apps.cli"]
         prov = "none"
     cmds = {e: [*head, "index", "-w", str(ws), "--full", "--provider", prov, "--engine", e, "--no-progress", "--json"]
             for e in ENGINES}

@@ -101,7 +101,7 @@ def _read_queries(path: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]
 
 
 def _read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    from memory_core.evaluation import load_qrels
+    from memory_core.apps.evaluation import load_qrels
 
     return load_qrels(path)
 
@@ -247,7 +247,7 @@ def ensure_index(s: EvalSet, group: str, cache: Path, code: str, provider: Any, 
 # Ranking and metrics
 # ---------------------------------------------------------------------------------------------
 def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
-    from memory_core.evaluation import mrr_at_k, ndcg_at_k, recall_at_k
+    from memory_core.apps.evaluation import mrr_at_k, ndcg_at_k, recall_at_k
 
     return {"ndcg@10": ndcg_at_k(ranked, rels, 10), "recall@1": recall_at_k(ranked, rels, 1),
             "recall@3": recall_at_k(ranked, rels, 3), "recall@10": recall_at_k(ranked, rels, 10),
@@ -256,7 +256,7 @@ def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
 
 def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             log: Callable[[str], None]) -> dict[str, Any]:
-    from memory_core.evaluation import file_ranking, keyword_only_candidates, resolve_corpus_ids
+    from memory_core.apps.evaluation import file_ranking, keyword_only_candidates, resolve_corpus_ids
     from memory_core.query.search import Searcher
 
     labelled = {q for q, r in s.qrels.items() if any(v > 0 for v in r.values()) and q in s.queries}

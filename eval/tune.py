@@ -5,7 +5,7 @@
 Each query is embedded and retrieved once (``Searcher.retrieve``, 200 candidates per side), then
 ranked by ``Searcher.rank`` under every configuration below (fusion, weights, min_score, and
 the candidate pool a given ``candidate_multiplier`` would fetch), so the rows differ only in
-ranking. Metrics are those of ``memory-core eval`` (see memory_core/evaluation.py). This is the
+ranking. Metrics are those of ``memory-core eval`` (see memory_core/apps/evaluation.py). This is the
 script behind the table in docs/search.md.
 """
 
@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from memory_core import ranking  # noqa: E402
-from memory_core.config import load_settings  # noqa: E402
-from memory_core.evaluation import (  # noqa: E402
+from memory_core.apps.evaluation import (  # noqa: E402
     METRICS,
     file_ranking,
     load_qrels,
@@ -31,6 +30,7 @@ from memory_core.evaluation import (  # noqa: E402
     query_metrics,
     resolve_corpus_ids,
 )
+from memory_core.config import load_settings  # noqa: E402
 from memory_core.query.search import MAX_CANDIDATES, Candidates, Searcher  # noqa: E402
 
 D = {"fusion": "minmax", "vector_weight": ranking.DEFAULT_VECTOR_WEIGHT, "text_weight": ranking.DEFAULT_TEXT_WEIGHT,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.errors import ConfigError
 from memory_core.runtime.agents import UnknownAgentError
 from memory_core.runtime.resolve import resolve_agents, resolve_settings
@@ -125,7 +125,7 @@ def test_two_agents_through_one_mcp_server_never_see_each_other(tmp_path: Path) 
 
     async def fleet_session() -> None:
         params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg)])
+                                       args=["-m", "memory_core.apps.cli", "mcp", "-c", str(cfg)])
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             for t in tools.values():
@@ -154,7 +154,7 @@ def test_two_agents_through_one_mcp_server_never_see_each_other(tmp_path: Path) 
 
         # one agent per connection: --agent pins it, and the tools take no agent
         params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg), "--agent", "beta"])
+                                       args=["-m", "memory_core.apps.cli", "mcp", "-c", str(cfg), "--agent", "beta"])
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert "agent" not in tools["memory_search"].input_schema["properties"]

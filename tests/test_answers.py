@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters, stdio_client
 
+from memory_core.apps.mcp_server import MemoryTools
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.mcp_server import MemoryTools
 from memory_core.query.answers import injection_budget
 from tests.conftest import ROOT
 
@@ -22,7 +22,7 @@ def ask(ws: Path, tmp_path: Path, config: str, name: str) -> dict[str, Any]:
     cfg = tmp_path / f"{name}.toml"
     cfg.write_text('provider = "none"\n' + config)
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                   args=["-m", "memory_core.cli", "mcp", "-w", str(ws), "--config", str(cfg)])
+                                   args=["-m", "memory_core.apps.cli", "mcp", "-w", str(ws), "--config", str(cfg)])
     out: dict[str, Any] = {}
 
     async def session() -> None:

@@ -354,7 +354,7 @@ def test_sigkill_with_jobs_in_flight_then_rerun_reattaches(workspace: Path, tmp_
         s = batch_settings(workspace, "openai", srv, concurrency=8)
         env = dict(os.environ, OPENAI_API_KEY=KEY, PYTHONPATH=str(ROOT))
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine", "local",
+            [sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "local",
              "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 60

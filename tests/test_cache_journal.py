@@ -312,7 +312,7 @@ def test_a_run_killed_after_some_responses_embeds_none_of_them_again(workspace, 
                    f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\nmax_inputs_per_request = 4\n')
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
                MEMORY_CORE_FAILPOINT="embed")  # SIGKILL once the first response is stored
-    proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     (journal,) = J.journal_paths(s.cache_file)  # the killed run's responses: in its journal only

@@ -122,7 +122,7 @@ def test_a_crash_between_publish_and_trim_leaves_a_state_that_embeds_nothing(wor
                    f'[remote]\nbase_url = "{openai_fake.base_url}"\ndimensions = 64\n')
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
                MEMORY_CORE_FAILPOINT="before-trim")
-    proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     held = _index_hashes(s.index_file)
@@ -135,7 +135,7 @@ def test_a_crash_between_publish_and_trim_leaves_a_state_that_embeds_nothing(wor
 
 
 def test_status_says_what_the_bytes_are_for(workspace, openai_fake, capsys):
-    from memory_core.cli import main
+    from memory_core.apps.cli import main
 
     s = openai_settings(workspace, openai_fake)
     run_index(s)

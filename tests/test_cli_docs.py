@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cli import build_parser
+from memory_core.apps.cli import build_parser
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 COMMON = {"--config", "--workspace", "--index", "--help"}  # "Every command takes ..." in the README

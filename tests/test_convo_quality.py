@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from memory_core.apps.evaluation import file_ranking, query_metrics
 from memory_core.config import Settings, load_settings
-from memory_core.evaluation import file_ranking, query_metrics
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 

@@ -61,7 +61,7 @@ def test_a_stopped_run_keeps_what_it_received(tmp_path: Path, engine: tuple[str,
         shutil.copytree(src / "memory", ws / "memory")
         srv.delay = 0.4  # a slow provider
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine", name, "--no-progress"],
+            [sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", name, "--no-progress"],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while len(srv.sync_billed_texts) < 8 * 12 and time.monotonic() < deadline and proc.poll() is None:

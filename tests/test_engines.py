@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.cli import EXIT_USAGE, main
+from memory_core.apps.cli import EXIT_USAGE, main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
 from memory_core.runtime import engines
@@ -50,8 +50,8 @@ def test_a_missing_engine_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, ta
     assert rc == EXIT_USAGE and "needs the prefect engine, which is not installed" in err, err
     assert not (workspace / ".memory-core" / "index.sqlite").exists()
     # `watch --deployment`
+    from memory_core.apps.watch import make_runner
     from memory_core.index.indexer import Indexer
-    from memory_core.watch import make_runner
 
     settings = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     with pytest.raises(UsageError, match="watch --deployment needs the prefect engine"):

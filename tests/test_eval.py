@@ -20,10 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_core.config import Settings, load_settings
-from memory_core.embeddings.base import EmbeddingProvider, compute_provider_key
-from memory_core.errors import UsageError
-from memory_core.evaluation import (
+from memory_core.apps.evaluation import (
     add_eval_parser,
     cmd_eval,
     evaluate_run,
@@ -37,6 +34,9 @@ from memory_core.evaluation import (
     resolve_corpus_ids,
     run_eval,
 )
+from memory_core.config import Settings, load_settings
+from memory_core.embeddings.base import EmbeddingProvider, compute_provider_key
+from memory_core.errors import UsageError
 from memory_core.index.pipeline import run_index
 from memory_core.query import ranking
 from memory_core.query.search import Searcher

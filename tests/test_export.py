@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.export.files import export_index, iter_export_batches, read_parquet_metadata
 from memory_core.index.pipeline import run_index

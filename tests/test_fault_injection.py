@@ -160,7 +160,7 @@ def _rounds(tmp_path: Path, seed: int, rounds: int, *, every_fault: bool = False
             env.pop("MEMORY_CORE_FAILPOINT", None)
             if kill:
                 env["MEMORY_CORE_FAILPOINT"] = kill
-            proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg),
+            proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg),
                                    "--engine", "local", "--no-progress"], env=env, capture_output=True, text=True,
                                   timeout=180)
             where = f"round {r}: fault {fault} x{n or 'all'}, kill at {kill}, writer {writer}"

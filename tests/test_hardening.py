@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import NotAnIndexError, PathError, UnsafePathError
 from memory_core.index.pipeline import run_index
@@ -27,7 +27,7 @@ def _none(ws: Path, **kw) -> object:
 
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memory_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "memory_core.apps.cli", *args], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})), timeout=timeout)
 
 
@@ -426,7 +426,7 @@ def test_disk_full_while_storing_vectors_is_one_line(workspace, tmp_path):
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-        "from memory_core.cli import main\n"
+        "from memory_core.apps.cli import main\n"
         f"sys.exit(main(['index', '-w', {str(workspace)!r}, '--provider', 'openai', '--engine', 'local']))\n"
     )
     with OpenAIFake(dims=None) as srv:
@@ -690,7 +690,7 @@ def test_mcp_stdio_answers_a_query_holding_a_lone_surrogate(workspace):
         {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
          "params": {"name": "memory_get", "arguments": {"path": "memory/\udc80.md"}}},
     ]
-    proc = subprocess.Popen([sys.executable, "-m", "memory_core.cli", "mcp", "-w", str(workspace)],
+    proc = subprocess.Popen([sys.executable, "-m", "memory_core.apps.cli", "mcp", "-w", str(workspace)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     replies: dict[int, dict] = {}

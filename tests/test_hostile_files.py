@@ -28,7 +28,7 @@ needs_unprivileged = pytest.mark.skipif(IS_ROOT and shutil.which("unshare") is N
 
 def _run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([*UNSHARE, sys.executable, "-m", "memory_core.cli", *args], capture_output=True,
+    return subprocess.run([*UNSHARE, sys.executable, "-m", "memory_core.apps.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from memory_core.api import Memory
-from memory_core.cli import main
+from memory_core.apps.cli import main
+from memory_core.apps.watch import make_runner
 from memory_core.config import Settings, load_settings
 from memory_core.errors import IndexLockedError
 from memory_core.index.indexer import Indexer, RunRecord
 from memory_core.index.runtypes import RunSummary
 from memory_core.runtime.sync import SyncManager
 from memory_core.storage.store import IndexLock
-from memory_core.watch import make_runner
 from tests.conftest import openai_settings
 
 RETRY_AFTER = 0.7  # one required wait per run; two do not fit in one budget

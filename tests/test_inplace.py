@@ -186,7 +186,7 @@ class KillVFS(apsw.VFS):
 
 
 vfs = KillVFS()
-from memory_core.cli import main  # noqa: E402
+from memory_core.apps.cli import main  # noqa: E402
 
 sys.exit(main(sys.argv[2:]))
 """
@@ -237,7 +237,7 @@ def test_sigkill_in_an_in_place_run(workspace, openai_fake, tmp_path, stage):
     before = _content(s.index_file)
     _edit(workspace)
     cfg, env = _cli_run(tmp_path, workspace, openai_fake, MEMORY_CORE_FAILPOINT=stage)
-    proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
     with Searcher(s) as searcher:

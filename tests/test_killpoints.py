@@ -68,7 +68,7 @@ def _sigkill_run(tmp_path, stage, openai_fake, writer):
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENAI_API_KEY="sk-test-key-0123456789",
                MEMORY_CORE_FAILPOINT=stage, MEMORY_CORE_WRITER=writer)
-    proc = subprocess.run([sys.executable, "-m", "memory_core.cli", "index", "--config", str(cfg), "--engine",
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine",
                            "local", "--no-progress"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.errors import IndexMissingError, UsageError
 from memory_core.export.lancedb import export_lancedb
 from memory_core.index.pipeline import run_index

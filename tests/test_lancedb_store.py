@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
 from memory_core.notes import memory_store as lancedb_store
@@ -291,7 +291,7 @@ def test_cli_store_recall_list_forget_and_errors(workspace: Path, openai_fake: A
 
 
 def test_lancedb_is_imported_lazily():
-    code = ("import sys, memory_core.cli as c, memory_core.mcp_server; c.build_parser();"
+    code = ("import sys, memory_core.apps.cli as c, memory_core.apps.mcp_server; c.build_parser();"
             " print('lancedb' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
@@ -313,7 +313,7 @@ def _run(fn: Any) -> None:
 
 def _client(ws: Path, errlog: Any, *extra: str) -> Any:
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                   args=["-m", "memory_core.cli", "mcp", "-w", str(ws), *extra])
+                                   args=["-m", "memory_core.apps.cli", "mcp", "-w", str(ws), *extra])
     return stdio_client(params, errlog=errlog)
 
 
@@ -435,7 +435,7 @@ lancedb_path = "{tmp_path}/lance/beta"
 
     async def session() -> None:
         params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                       args=["-m", "memory_core.cli", "mcp", "-c", str(cfg)])
+                                       args=["-m", "memory_core.apps.cli", "mcp", "-c", str(cfg)])
         async with Client(stdio_client(params, errlog=errlog)) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["memory_store"].input_schema["properties"]["agent"]["enum"] == ["alpha", "beta"]

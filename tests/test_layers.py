@@ -115,7 +115,7 @@ def test_the_engine_layers_point_down() -> None:
     g = import_graph()
     order = ["memory_core.index.runtypes", "memory_core.index.stages", "memory_core.index.streaming", "memory_core.index.pipeline"]
     for i, lower in enumerate(order):
-        for upper in order[i + 1:] + ["memory_core.cli", "flows.reindex", "flows.executor"]:
+        for upper in order[i + 1:] + ["memory_core.apps.cli", "flows.reindex", "flows.executor"]:
             assert upper not in g[lower], f"{lower} imports {upper}"
     # the query side never imports the indexing code
     query_side = ["memory_core.query.search", "memory_core.query.retrieval", "memory_core.query.rank", "memory_core.query.reading",
@@ -130,11 +130,11 @@ def test_the_engine_layers_point_down() -> None:
 # The programs a user starts: the command line, the MCP server, the watcher (and the Prefect
 # flows, in flows/). `memory_core.runtime.sync` (the MCP server's sync triggers), `watching` (the watcher
 # and scheduler both use), `indexer` (the one in-process indexer), `api`, `export` are library.
-ENTRY_POINTS = ("memory_core.cli", "memory_core.mcp_server", "memory_core.watch")
+ENTRY_POINTS = ("memory_core.apps.cli", "memory_core.apps.mcp_server", "memory_core.apps.watch")
 # `memory-core mcp` and `memory-core watch` are commands of the one console script: the CLI hands
 # over to those entry points with one call each, and uses nothing else of theirs
-HANDOVER = {("memory_core.cli", "memory_core.mcp_server"): {"serve", "check_host"},
-            ("memory_core.cli", "memory_core.watch"): {"run_watch"}}
+HANDOVER = {("memory_core.apps.cli", "memory_core.apps.mcp_server"): {"serve", "check_host"},
+            ("memory_core.apps.cli", "memory_core.apps.watch"): {"run_watch"}}
 
 
 def used_names(source: str, module: str) -> set[str]:
@@ -173,15 +173,15 @@ def test_the_entry_points_do_not_import_each_other() -> None:
             path = ROOT / (mod.replace(".", "/") + ".py")
             assert used_names(path.read_text(), ep) <= HANDOVER[(mod, ep)], (mod, ep)
     # the shared machinery is library: sync needs the watcher, the MCP server the sync triggers
-    assert "memory_core.runtime.watching" in g["memory_core.runtime.sync"] and "memory_core.runtime.sync" in g["memory_core.mcp_server"]
+    assert "memory_core.runtime.watching" in g["memory_core.runtime.sync"] and "memory_core.runtime.sync" in g["memory_core.apps.mcp_server"]
 
 
 def test_the_entry_point_check_finds_imports() -> None:
-    src = ("from memory_core import mcp_server\nfrom memory_core.watch import run_watch, make_runner\n"
+    src = ("from memory_core.apps import mcp_server\nfrom memory_core.apps.watch import run_watch, make_runner\n"
            "mcp_server.serve(1)\nmcp_server.MemoryTools(2)\n")
-    assert used_names(src, "memory_core.mcp_server") == {"serve", "MemoryTools"}
-    assert used_names(src, "memory_core.watch") == {"run_watch", "make_runner"}
-    assert used_names("import memory_core.watch\n", "memory_core.watch") == {"*"}
+    assert used_names(src, "memory_core.apps.mcp_server") == {"serve", "MemoryTools"}
+    assert used_names(src, "memory_core.apps.watch") == {"run_watch", "make_runner"}
+    assert used_names("import memory_core.apps.watch\n", "memory_core.apps.watch") == {"*"}
 
 
 def test_one_in_process_indexer() -> None:

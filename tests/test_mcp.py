@@ -1,5 +1,5 @@
 """The MCP server, driven by the official SDK's own client: over stdio (the server is spawned
-as ``python -m memory_core.cli mcp``, as an agent host would) and over streamable HTTP."""
+as ``python -m memory_core.apps.cli mcp``, as an agent host would) and over streamable HTTP."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
+from memory_core.apps.mcp_server import MemoryTools, call_tool
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.mcp_server import MemoryTools, call_tool
 from memory_core.storage.store import IndexLock
 from tests.conftest import ROOT
 
@@ -35,9 +35,9 @@ def _run(fn: Callable[[], Awaitable[Any]]) -> Any:
 
 
 def _stdio(ws: Path, errlog: Any, *extra: str) -> Any:
-    """The SDK's stdio transport to ``python -m memory_core.cli mcp`` (its stderr into ``errlog``)."""
+    """The SDK's stdio transport to ``python -m memory_core.apps.cli mcp`` (its stderr into ``errlog``)."""
     params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "memory_core.cli", "mcp", "-w", str(ws), *extra], cwd=str(ROOT))
+                                   args=["-m", "memory_core.apps.cli", "mcp", "-w", str(ws), *extra], cwd=str(ROOT))
     return stdio_client(params, errlog=errlog)
 
 
@@ -174,7 +174,7 @@ def test_streamable_http_on_loopback(indexed, tmp_path):
     port = _free_port()
     err = open(tmp_path / "http.err", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memory_core.cli", "mcp", "-w", str(indexed.workspace_dir), "--transport", "http",
+        [sys.executable, "-m", "memory_core.apps.cli", "mcp", "-w", str(indexed.workspace_dir), "--transport", "http",
          "--port", str(port)], cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=err)
 
     async def session() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from tests.conftest import EXAMPLES

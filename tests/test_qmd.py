@@ -215,7 +215,7 @@ def test_cli_status_and_search_with_the_qmd_backend(workspace: Path, qmd_env: No
     cfg.write_text(f'workspace = "{workspace}"\nprovider = "none"\nbackend = "qmd"\n'
                    f'[qmd]\ncommand = "{tmp_path / "absent-qmd"}"\n')
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    base = [sys.executable, "-m", "memory_core.cli"]
+    base = [sys.executable, "-m", "memory_core.apps.cli"]
     assert subprocess.run([*base, "index", "--config", str(cfg), "--engine", "local"], env=env,
                           capture_output=True, timeout=300).returncode == 0
     res = subprocess.run([*base, "search", "--config", str(cfg), "Lisbon hotel"], env=env, capture_output=True,
@@ -228,7 +228,7 @@ def test_cli_status_and_search_with_the_qmd_backend(workspace: Path, qmd_env: No
 
 
 def test_on_search_sync_updates_qmd_too(workspace: Path, qmd_command: str, qmd_env: None) -> None:
-    from memory_core.mcp_server import MemoryTools
+    from memory_core.apps.mcp_server import MemoryTools
 
     s = qmd_settings(workspace, qmd_command, sync={"on_search": True})
     run_index(s)
@@ -351,7 +351,7 @@ def test_a_qmd_that_leaves_a_detached_child_does_not_hang_search(workspace: Path
     assert qmd_update(s).ok
     monkeypatch.setenv("FAKE_QMD_MODE", "detach")
     monkeypatch.setenv("FAKE_QMD_PID", str(pidfile))
-    cmd = [sys.executable, "-m", "memory_core.cli", "search", "-w", str(workspace), "--config",
+    cmd = [sys.executable, "-m", "memory_core.apps.cli", "search", "-w", str(workspace), "--config",
            str(tmp_path / "mc.toml"), "Lisbon hotel"]
     (tmp_path / "mc.toml").write_text(f'provider = "none"\nbackend = "qmd"\n[qmd]\ncommand = "{exe}"\n'
                                       "timeout_s = 5\n")

@@ -119,7 +119,7 @@ def test_write_error_while_building_leaves_live_index(workspace, tmp_path):
         "import resource, signal, sys\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))\n"
-        "from memory_core.cli import main\n"
+        "from memory_core.apps.cli import main\n"
         f"sys.exit(main(['index', '-w', {str(workspace)!r}, '--provider', 'none', '--engine', 'local']))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

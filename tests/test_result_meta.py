@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
+from memory_core.apps.mcp_server import MemoryTools
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.mcp_server import MemoryTools
 from memory_core.query.answers import MAX_RESULTS, SNIPPET_MAX_CHARS
 from tests.conftest import openai_settings
 from tests.test_mcp import _run, _stdio, _text

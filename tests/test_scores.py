@@ -183,7 +183,7 @@ def test_the_readme_quick_start_prints_what_the_readme_shows(tmp_path: Path, cap
     calibration change that moves them must update the README a new user reads first."""
     import re
 
-    from memory_core.cli import main
+    from memory_core.apps.cli import main
     from tests.conftest import ROOT
 
     readme = (ROOT / "README.md").read_text()

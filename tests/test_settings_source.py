@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.query.search import Searcher
 from memory_core.runtime.resolve import resolve_settings
@@ -149,7 +149,7 @@ def every_hit_readable(capsys: pytest.CaptureFixture[str], where: list[str], tol
                        ws: Path, outside: Path) -> None:
     """Search notes, transcripts and both extra paths with the CLI (given only ``where``) and the
     MCP tools (settings resolved from ``told`` only); read every hit back by its path."""
-    from memory_core.mcp_server import MemoryTools
+    from memory_core.apps.mcp_server import MemoryTools
 
     hits: list[dict[str, Any]] = []
     for q in ("deploy checklist rollback", "502 connections", INSIDE_WORD, OUTSIDE_WORD):
@@ -251,7 +251,7 @@ def test_cli_usage_errors_version_and_help(tmp_path, monkeypatch, capsys):
     rc, out, err = cli(capsys, "export", str(tmp_path / "out.pq"), "-w", str(ws))
     assert rc == 0 and (tmp_path / "out.pq").read_bytes()[:4] == b"PAR1"
     # every flag of every command has help text
-    from memory_core.cli import build_parser
+    from memory_core.apps.cli import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
@@ -276,7 +276,7 @@ def _profile_env(srv: Any, home: Path, **extra: str) -> dict[str, str]:
 
 
 def _memory_core(args: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, "-m", "memory_core.cli", *args], env=env, cwd=cwd, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", *args], env=env, cwd=cwd, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     return json.loads(res.stdout) if "--json" in args else {"out": res.stdout, "err": res.stderr}
@@ -337,7 +337,7 @@ def test_cli_deployment_watch_and_cli_keep_one_index(request, tmp_path, openai_f
             # 3. watch --deployment, its server named by the Prefect profile only
             _edit(ws, 2)
             watch = subprocess.Popen(
-                [sys.executable, "-m", "memory_core.cli", "watch", "-w", str(ws), "--deployment", "incremental",
+                [sys.executable, "-m", "memory_core.apps.cli", "watch", "-w", str(ws), "--deployment", "incremental",
                  "--json"], env=profile_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             lines: queue.Queue[str] = queue.Queue()
             threading.Thread(target=lambda: [lines.put(x) for x in watch.stdout], daemon=True).start()  # type: ignore[union-attr]

@@ -12,9 +12,9 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters, stdio_client
 
+from memory_core.apps.mcp_server import MemoryTools
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.mcp_server import MemoryTools
 from memory_core.query.search import Searcher
 from memory_core.runtime.sync import SyncManager
 from memory_core.sources.freshness import dirty_state
@@ -165,7 +165,7 @@ def test_on_session_start_through_a_real_mcp_client(workspace: Path, tmp_path: P
     cfg = tmp_path / "mc.toml"
     cfg.write_text('provider = "none"\n[sync]\non_session_start = true\n')
     params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                   args=["-m", "memory_core.cli", "mcp", "-w", str(workspace), "--config", str(cfg)])
+                                   args=["-m", "memory_core.apps.cli", "mcp", "-w", str(workspace), "--config", str(cfg)])
     errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
 
     async def session() -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.cli import main
+from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from tests.conftest import ROOT
 
-CLI = [sys.executable, "-m", "memory_core.cli"]
+CLI = [sys.executable, "-m", "memory_core.apps.cli"]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 
@@ -95,7 +95,7 @@ def test_a_fifo_as_the_config_file_is_refused_at_once(tmp_path: Path) -> None:
 
 def test_the_readme_command_summary_lists_every_command() -> None:
     """The README's command summary left out export, mcp, watch and eval."""
-    from memory_core.cli import COMMANDS
+    from memory_core.apps.cli import COMMANDS
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     summary = text.split("## Using it", 1)[1].split("```", 2)[1]

@@ -156,7 +156,7 @@ def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(work
 
 
 def test_vector_recall_against_exact_search_is_measured_and_reported(workspace, openai_fake, monkeypatch, tmp_path):
-    from memory_core.evaluation import format_report, run_eval
+    from memory_core.apps.evaluation import format_report, run_eval
 
     s = openai_settings(workspace, openai_fake)
     run_index(s)

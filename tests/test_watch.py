@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
+from memory_core.apps.watch import DeploymentRunner, make_runner
 from memory_core.config import Settings, load_settings
 from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
 from memory_core.index.runtypes import RunSummary
 from memory_core.runtime.watching import SourceFilter, Watcher
 from memory_core.storage.store import connect
-from memory_core.watch import DeploymentRunner, make_runner
 from tests.conftest import ROOT
 
 DEBOUNCE = 0.25
@@ -313,7 +313,7 @@ def test_make_runner_picks_deployment_only_with_a_server(settings, monkeypatch):
 def test_cli_watch_end_to_end(workspace):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memory_core.cli", "watch", "-w", str(workspace), "--provider", "none",
+        [sys.executable, "-m", "memory_core.apps.cli", "watch", "-w", str(workspace), "--provider", "none",
          "--debounce", "0.2"], cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
@@ -346,7 +346,7 @@ def test_cli_watch_end_to_end(workspace):
 
 
 def test_library_modules_do_not_import_prefect():
-    code = ("import sys, memory_core.cli, memory_core.watch, memory_core.export.files, memory_core.mcp_server;"
+    code = ("import sys, memory_core.apps.cli, memory_core.apps.watch, memory_core.export.files, memory_core.apps.mcp_server;"
             "bad = sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.'));"
             "sys.exit(1 if bad else 0)")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}

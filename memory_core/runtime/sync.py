@@ -13,7 +13,7 @@
 - ``interval_minutes``: a reindex every N minutes (:func:`memory_core.runtime.watching.start_interval`,
   also used by ``memory-core watch``).
 
-This is library code, not an entry point: the MCP server (:mod:`memory_core.mcp_server`) runs
+This is library code, not an entry point: the MCP server (:mod:`memory_core.apps.mcp_server`) runs
 the triggers, and any long-lived program over the library could. The runs are
 :class:`memory_core.index.indexer.Indexer` runs (one provider, created at the first run, a fresh retry
 budget per run) and each is kept as a :class:`memory_core.index.indexer.RunRecord`.

@@ -1,7 +1,7 @@
 """Watching the sources of an index, and the scheduler that turns their changes into runs.
 
 The library part of keeping an index fresh, shared by ``memory-core watch``
-(:mod:`memory_core.watch`) and the sync triggers of the MCP server (:mod:`memory_core.runtime.sync`):
+(:mod:`memory_core.apps.watch`) and the sync triggers of the MCP server (:mod:`memory_core.runtime.sync`):
 
 - **watchers** (``watchfiles``, one thread per recursive/non-recursive group) report file
   events that can change the index: ``MEMORY.md``/``memory.md``, ``*.md`` under ``memory/``
@@ -34,7 +34,7 @@ The library part of keeping an index fresh, shared by ``memory-core watch``
 
 What a run does is the runner's (:class:`memory_core.index.indexer.Runner`): an
 :class:`memory_core.index.indexer.Indexer` in this process, or a deployment run
-(:class:`memory_core.watch.DeploymentRunner`). Each finished run is a
+(:class:`memory_core.apps.watch.DeploymentRunner`). Each finished run is a
 :class:`memory_core.index.indexer.RunRecord`.
 """
 
@@ -56,7 +56,7 @@ from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord, run_
 if TYPE_CHECKING:
     from memory_core.index.runtypes import RunSummary
 
-log = logging.getLogger("memory_core.watch")
+log = logging.getLogger("memory_core.apps.watch")
 
 DEFAULT_DEBOUNCE_S = 1.5
 ROOT_CHECK_S = 2.0

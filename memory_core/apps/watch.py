@@ -33,7 +33,7 @@ from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
 from memory_core.runtime.watching import Watcher, describe, start_interval, watch_roots
 
-log = logging.getLogger("memory_core.watch")
+log = logging.getLogger("memory_core.apps.watch")
 
 DEPLOYMENT_TIMEOUT_S = 3600.0
 FLOW_NAME = "reindex"

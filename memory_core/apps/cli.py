@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
 
     _memory_parser(sub)
-    from memory_core.evaluation import add_eval_parser
+    from memory_core.apps.evaluation import add_eval_parser
 
     add_eval_parser(sub)
     return parser
@@ -479,7 +479,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     fleet = _fleet(args)
     settings = next(iter(fleet.values())) if fleet else _settings(args)
     try:
-        from memory_core import mcp_server  # the MCP entry point: the CLI hands over
+        from memory_core.apps import mcp_server  # the MCP entry point: the CLI hands over
     except ImportError as exc:
         raise UsageError(f"the MCP server needs the mcp package ({exc.name} is not installed): pip install 'mcp>=2.3'") from None
     if args.transport == "http":
@@ -505,7 +505,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
     _report_changes(resolved)
-    from memory_core.watch import run_watch  # the watch entry point: the CLI hands over
+    from memory_core.apps.watch import run_watch  # the watch entry point: the CLI hands over
 
     told = {k: v for k, v in _writer_told(args).items() if v is not None}
     run_watch(settings, debounce=args.debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
@@ -608,7 +608,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from memory_core.evaluation import cmd_eval
+    from memory_core.apps.evaluation import cmd_eval
 
     return cmd_eval(args)
 

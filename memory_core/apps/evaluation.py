@@ -481,7 +481,7 @@ def _write_per_query(report: Mapping[str, Any], path: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m memory_core.evaluation --queries Q --qrels R ...``: the eval command on its own."""
+    """``python -m memory_core.apps.evaluation --queries Q --qrels R ...``: the eval command on its own."""
     from memory_core.errors import MemoryCoreError
 
     parser = argparse.ArgumentParser(prog="memory-core")

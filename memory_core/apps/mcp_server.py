@@ -40,9 +40,9 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.apps.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
-from memory_core.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
 from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
 from memory_core.query.backends import open_searcher
