@@ -46,13 +46,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from memory_core.errors import ConfigError
-from memory_core.query import ranking as ranking_defaults
+from memory_core.plugins import provider_names, provider_on_machine
 
 
 def _registered_provider(name: str) -> str:
     """``auto``, ``none`` or a provider registered in memory_core.embeddings.registry."""
-    from memory_core.embeddings.catalog import provider_names
-
     names = provider_names()
     if name not in names:
         expected = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
@@ -147,6 +145,15 @@ class ChunkingSettings(_Model):
         return self
 
 
+# The search defaults: decided here, once; :mod:`memory_core.query.ranking` documents the fusion they
+# feed and docs/search.md how they were measured.
+DEFAULT_VECTOR_WEIGHT = 0.5
+DEFAULT_TEXT_WEIGHT = 0.5
+DEFAULT_MIN_SCORE = 0.15
+DEFAULT_DECAY_FLOOR = 0.7  # weight of a very old memory against a new one of the same relevance
+SNIPPET_MAX_CHARS = 700  # the most characters of a result's snippet (search, MCP, the reference's 700)
+
+
 class MMRSettings(_Model):
     enabled: bool = False
     lambda_: float = Field(default=0.7, ge=0, le=1, alias="lambda")
@@ -157,20 +164,20 @@ class MMRSettings(_Model):
 class DecaySettings(_Model):
     enabled: bool = False
     half_life_days: float = Field(default=30.0, gt=0)
-    floor: float = Field(default=ranking_defaults.DEFAULT_DECAY_FLOOR, ge=0, le=1)  # weight of a very old memory
+    floor: float = Field(default=DEFAULT_DECAY_FLOOR, ge=0, le=1)  # weight of a very old memory
 
 
 class QuerySettings(_Model):
-    """Search defaults. The ranking defaults live in :mod:`memory_core.query.ranking`, where they are
-    measured and documented (fusion formula, what a min_score means)."""
+    """Search defaults (the constants above; what they mean, and how they were measured, is
+    documented in :mod:`memory_core.query.ranking`)."""
 
     max_results: int = Field(default=6, ge=1, le=200)
-    min_score: float = Field(default=ranking_defaults.DEFAULT_MIN_SCORE, ge=0, le=1)
+    min_score: float = Field(default=DEFAULT_MIN_SCORE, ge=0, le=1)
     hybrid: bool = True  # false: vector side only, as in the reference (same as mode = "vector")
     mode: Literal["hybrid", "vector", "keyword"] | None = None  # default: "hybrid", or "vector" if hybrid = false
     vector_calibration: tuple[float, float] | None = None  # (cosine of unrelated text, of a clear match)
-    vector_weight: float = Field(default=ranking_defaults.DEFAULT_VECTOR_WEIGHT, ge=0)
-    text_weight: float = Field(default=ranking_defaults.DEFAULT_TEXT_WEIGHT, ge=0)
+    vector_weight: float = Field(default=DEFAULT_VECTOR_WEIGHT, ge=0)
+    text_weight: float = Field(default=DEFAULT_TEXT_WEIGHT, ge=0)
     candidate_multiplier: float = Field(default=4, ge=1, le=20)
     # the longest a search waits for its query's embedding, retries included; then keyword-only
     embed_timeout_s: float = Field(default=8.0, gt=0, le=600)
@@ -397,6 +404,24 @@ class AgentsSettings(_Model):
         return [a.id for a in self.agents]
 
 
+def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:
+    """Settings data with ``redact = "auto"`` (the default) made concrete.
+
+    The rule: secrets are redacted whenever text leaves the machine. A hosted provider (or
+    ``auto``, which may pick one, or a hosted fallback) receives every chunk: then Markdown
+    notes are redacted too (``"all"``); with ``local``/``none`` only transcripts are
+    (``"sessions"``). The index meta records the concrete mode, so a change rebuilds.
+    """
+    if data.get("redact", "auto") != "auto":
+        return data
+    fallback = data.get("fallback")
+    if isinstance(fallback, dict):
+        fallback = fallback.get("provider")
+    names = {str(data.get("provider", "auto")), *([str(fallback)] if fallback else [])}
+    # providers that embed on this machine (the class fact ``on_machine``): with them nothing leaves it
+    return {**data, "redact": "sessions" if all(provider_on_machine(n) for n in names) else "all"}
+
+
 class Settings(_Model):
     """Everything a run or a query needs. Paths are resolved by :meth:`resolved`."""
 
@@ -411,7 +436,7 @@ class Settings(_Model):
     # name (its default model, the same ``remote`` settings) or a [fallback] table.
     fallback: ProviderName | FallbackSettings | None = None
     # "auto" (the default) becomes "all" when text can leave the machine (a hosted or "auto"
-    # provider or fallback), else "sessions": see memory_core.sources.redact.resolve_redact_mode
+    # provider or fallback), else "sessions": see resolve_redact_mode above
     redact: Literal["auto", "sessions", "all", "off"] = "auto"
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     local: LocalSettings = Field(default_factory=LocalSettings)
@@ -442,8 +467,6 @@ class Settings(_Model):
     @model_validator(mode="before")
     @classmethod
     def _resolve_redact(cls, data: Any) -> Any:
-        from memory_core.sources.redact import resolve_redact_mode
-
         return resolve_redact_mode(data) if isinstance(data, dict) else data
 
     @field_validator("sources")

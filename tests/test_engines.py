@@ -1,4 +1,5 @@
-"""The orchestrator plugs in through the ``memory_core.runtime.engines`` entry points (memory_core/runtime/engines.py)."""
+"""The orchestrator plugs in through the ``memory_core.engines`` entry points (memory_core/plugins.py finds it,
+memory_core/runtime/engines.py asks it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from memory_core import plugins
 from memory_core.apps.cli import EXIT_USAGE, main
 from memory_core.config import load_settings
 from memory_core.errors import UsageError
@@ -17,15 +19,15 @@ SERVER = {"PREFECT_API_URL": "http://127.0.0.1:4200/api"}
 
 def _registry(monkeypatch: pytest.MonkeyPatch, table: dict[str, str]) -> None:
     """Stand in for the installed entry points (the engine cache is cleared before and after)."""
-    engines.engine.cache_clear()
-    monkeypatch.setattr(engines, "registered", lambda: dict(table))
+    plugins.engine.cache_clear()
+    monkeypatch.setattr(plugins, "registered", lambda: dict(table))
 
 
 @pytest.fixture(autouse=True)
 def _fresh_engine_cache() -> Any:
-    engines.engine.cache_clear()
+    plugins.engine.cache_clear()
     yield
-    engines.engine.cache_clear()
+    plugins.engine.cache_clear()
 
 
 def test_the_registry_finds_the_prefect_engine_through_its_entry_point() -> None:
@@ -74,7 +76,7 @@ def test_events_go_to_the_engine_only_when_an_api_is_configured(monkeypatch: pyt
             sent.append((event, resource_id))
             raise RuntimeError("best effort")  # never reaches the caller
 
-    monkeypatch.setattr(engines, "engine", lambda name="prefect": Fake())
+    monkeypatch.setattr(plugins, "engine", lambda name="prefect": Fake())
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     engines.emit_event_if_configured("e", "/x/i.sqlite", {})
     assert sent == []

@@ -279,8 +279,8 @@ def test_nothing_outside_the_providers_decides_by_a_provider_name() -> None:
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith("memory_core/embeddings/"):
-                continue
+            if rel.startswith("memory_core/embeddings/") or rel == "memory_core/plugins.py":
+                continue  # the providers, and the table of built-in entry points (names -> classes)
             offenders += [(rel, code) for code in name_branches(path.read_text())
                           if (rel, code) not in NAME_BRANCH_ALLOWED]
     assert offenders == []
@@ -346,3 +346,70 @@ def test_the_defaults_check_finds_literals() -> None:
     src = ("def run(s, concurrency: int = 4, *, tokens=400, overlap: int = OVERLAP): pass\n"
            "class P(BaseModel):\n    embed_concurrency: int = Field(default=4, ge=1)\n")
     assert literal_defaults(src) == ["run(concurrency=4)", "run(tokens=400)", "embed_concurrency = 4"]
+
+
+# -- one ordered list of floors: nothing imports a floor above its own ----------------------------
+
+# Ground first. Every module of memory_core sits in exactly one room (a module or a folder); a room
+# may import its own floor and the floors below, never one above. `index` and `query` share a floor
+# and never import each other (test_the_two_sides_are_packages_that_never_import_each_other).
+FLOORS: list[tuple[str, ...]] = [
+    ("memory_core.errors", "memory_core.failpoints", "memory_core.plugins"),  # the ground
+    ("memory_core.config",),  # one settings model with every default
+    ("memory_core.embeddings",),  # providers, their Batch API clients, prices, chunk defaults
+    ("memory_core.storage",),  # the files both sides read: the index, the embedding cache, qmd's state
+    ("memory_core.sources",),  # what is indexed: discovery, transcripts, redaction, safe opening
+    ("memory_core.index", "memory_core.query"),  # the indexing side | the query side
+    ("memory_core.export",),  # copies of the index: Parquet/JSONL, LanceDB
+    ("memory_core.notes",),  # what agents write: the write tool, the flush, the memory store
+    ("memory_core.runtime",),  # settings resolution, agents, sync, watching, engines
+    ("memory_core.api",),  # the one front door
+    ("memory_core.apps",),  # cli, mcp_server, watch, evaluation
+    ("memory_core",),  # the package root: lazy re-exports of the API
+]
+
+
+def room_of(module: str) -> tuple[int, str] | None:
+    """(floor, room) of ``module``: its longest matching room, or None when it sits in none."""
+    best: tuple[int, str] | None = None
+    for i, rooms in enumerate(FLOORS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (i, room)
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for mod, deps in sorted(graph.items()):
+        if not mod.startswith("memory_core"):
+            continue
+        here = room_of(mod)
+        assert here is not None, f"{mod} sits in no room of FLOORS"
+        for dep in sorted(d for d in deps if d.startswith("memory_core")):
+            there = room_of(dep)
+            assert there is not None, f"{dep} sits in no room of FLOORS"
+            if there[0] > here[0]:
+                found.append(f"{mod} -> {dep}")
+    return found
+
+
+def test_no_import_runs_back_up() -> None:
+    g = import_graph()
+    assert upward_imports(g) == []
+    # every room exists, and every module of memory_core sits in one (room_of asserts it)
+    rooms = {room for floor in FLOORS for room in floor}
+    assert all(any(m == r or m.startswith(r + ".") for m in g) for r in rooms), rooms
+    assert len([m for m in g if m.startswith("memory_core.")]) > 60  # the graph sees the package
+
+
+def test_the_floor_check_finds_an_upward_import() -> None:
+    graph = {"memory_core.config": {"memory_core.query.ranking"}, "memory_core.query.ranking": {"memory_core.config"},
+             "memory_core.apps.cli": {"memory_core.api"}, "memory_core.api": set()}
+    assert upward_imports(graph) == ["memory_core.config -> memory_core.query.ranking"]
+    try:
+        upward_imports({"memory_core.stray": set()})
+    except AssertionError as err:
+        assert "memory_core.stray sits in no room" in str(err)
+    else:
+        raise AssertionError("a module outside every room passed")

@@ -10,14 +10,14 @@ from importlib.metadata import EntryPoint
 import numpy as np
 import pytest
 
-from memory_core.config import Settings
+from memory_core import plugins
+from memory_core.config import Settings, resolve_redact_mode
 from memory_core.embeddings import catalog
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider, compute_provider_key
 from memory_core.embeddings.cost import batch_discount, estimate_cost, sync_price
 from memory_core.embeddings.registry import create_provider, provider_names
 from memory_core.errors import ProviderError
 from memory_core.index.pipeline import LocalExecutor
-from memory_core.sources.redact import resolve_redact_mode
 
 
 class PluginProvider(EmbeddingProvider):
@@ -48,10 +48,10 @@ class PluginProvider(EmbeddingProvider):
 @pytest.fixture
 def plugin(monkeypatch: pytest.MonkeyPatch):
     ep = EntryPoint("plugin", f"{__name__}:PluginProvider", catalog.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(catalog, "entry_points", lambda group: [ep] if group == catalog.ENTRY_POINT_GROUP else [])
-    catalog._entry_points.cache_clear()
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [ep] if group == catalog.ENTRY_POINT_GROUP else [])
+    plugins._provider_entry_points.cache_clear()
     yield
-    catalog._entry_points.cache_clear()
+    plugins._provider_entry_points.cache_clear()
 
 
 def test_an_entry_point_provider_is_a_provider(plugin: None, tmp_path) -> None:

@@ -13,10 +13,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.errors import ProviderError
-from memory_core.index.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 
 if TYPE_CHECKING:
     from memory_core.embeddings.batch_types import BatchClient
+
+# The one place chunk sizes are decided: a chunk is ``tokens`` approximate tokens of
+# ``CHARS_PER_TOKEN`` characters each (the reference's rule; :mod:`memory_core.index.chunking` applies it), ``overlap`` of them carried into
+# the next chunk. The defaults are the reference's; a provider may state its own
+# (``EmbeddingProvider.default_chunk_tokens``); ``[chunking]`` in the config wins over both
+# (:func:`memory_core.storage.indexmeta.chunk_params`).
+CHARS_PER_TOKEN = 4
+DEFAULT_CHUNK_TOKENS = 400
+DEFAULT_CHUNK_OVERLAP = 80
 
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
 

@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import IndexDamagedError, UsageError
-from memory_core.index.chunking import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
     connect_reader,

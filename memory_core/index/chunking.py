@@ -24,14 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-# The one place chunk sizes are decided: a chunk is ``tokens`` approximate tokens of
-# ``CHARS_PER_TOKEN`` characters each (the reference's rule), ``overlap`` of them carried into
-# the next chunk. The defaults are the reference's; a provider may state its own
-# (``EmbeddingProvider.default_chunk_tokens``); ``[chunking]`` in the config wins over both
-# (:func:`memory_core.storage.indexmeta.chunk_params`).
-CHARS_PER_TOKEN = 4
-DEFAULT_CHUNK_TOKENS = 400
-DEFAULT_CHUNK_OVERLAP = 80
+# the chunk defaults are the providers' facts (embeddings.base); imported here, where they are applied
+from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
 
 
 def max_chunk_chars(tokens: int) -> int:

@@ -24,14 +24,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memory_core.config import Settings
+from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.embeddings.catalog import keyword_only
 
 QMD_DEFAULT_BUDGET = 4000
 ELLIPSIS = "…"
 MAX_RESULTS = 50
 """The most results one answer carries; more asked for is clamped to this (OpenClaw clamps too)."""
-SNIPPET_MAX_CHARS = 700
 """OpenClaw's ``SNIPPET_MAX_CHARS``: the longest snippet an answer carries, a ``Source:`` line included."""
 CHAT_TYPES = ("direct", "group", "channel")
 

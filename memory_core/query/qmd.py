@@ -272,7 +272,7 @@ class QmdSearcher(Searcher):
 
 def _emit_fallback_event(settings: Settings, exc: QmdError) -> None:
     """A Prefect event for Automations, when a Prefect API is configured (never raises)."""
-    from memory_core.runtime.engines import emit_event_if_configured
+    from memory_core.plugins import emit_event_if_configured
 
     emit_event_if_configured("memory-core.search.qmd-fallback", settings.index_file,
                              {"kind": exc.kind, "reason": str(exc)[:500]})

@@ -16,13 +16,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from memory_core.config import QuerySettings
+from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
 from memory_core.query.dates import lift_named_days, said_at
 from memory_core.query.retrieval import Candidates
 from memory_core.storage import textsearch
-
-SNIPPET_MAX_CHARS = 700
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 
+from memory_core.config import (  # the defaults are the settings model's; documented and measured here
+    DEFAULT_DECAY_FLOOR,
+    DEFAULT_MIN_SCORE,
+    DEFAULT_TEXT_WEIGHT,
+    DEFAULT_VECTOR_WEIGHT,
+    SNIPPET_MAX_CHARS,
+)
 from memory_core.query.dates import (  # re-exported: dates decides what a path dates
     date_from_path,
     is_evergreen,
@@ -83,11 +90,7 @@ __all__ = [
     "temporal_decay_multiplier",
 ]
 
-DEFAULT_VECTOR_WEIGHT = 0.5
-DEFAULT_TEXT_WEIGHT = 0.5
-DEFAULT_MIN_SCORE = 0.15
 DEFAULT_RRF_K = 60
-SNIPPET_MAX_CHARS = 700
 
 TAIL_PAD = 0.25
 """Pool-range padding below the worst candidate: the worst candidate's position is 0.2, not 0."""
@@ -528,8 +531,6 @@ def _now_ms(now: datetime | float | None) -> float:
     return float(now) * 1000.0
 
 
-DEFAULT_DECAY_FLOOR = 0.7
-"""Weight of a very old memory against a new one of the same relevance (see apply_temporal_decay)."""
 
 
 def apply_temporal_decay(

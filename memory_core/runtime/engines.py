@@ -1,10 +1,13 @@
-"""Orchestrators the library can hand work to, plugged in through the ``memory_core.runtime.engines`` entry points.
+"""Orchestrators the library can hand work to, plugged in through the ``memory_core.engines`` entry points.
 
 memory_core never imports Prefect, ``flows`` or ``tasks``. What it needs from an orchestrator
 is the :class:`Engine` protocol: which API it would talk to (``auto`` picks the engine from
 that), run a reindex as a flow run, start a deployment run and wait for it, and emit an event.
-An implementation is registered under the ``memory_core.runtime.engines`` entry-point group (name ->
+An implementation is registered under the ``memory_core.engines`` entry-point group (name ->
 ``module:Class``); this package's own pyproject registers ``prefect = "flows.engine:PrefectEngine"``.
+
+Finding the registered engine and sending its events is :mod:`memory_core.plugins` (at the ground
+floor, so the query side can announce a fallback); this module adds what a program asks of it.
 
 When no engine is installed: ``index --engine prefect`` and ``watch --deployment`` fail with one
 :class:`~memory_core.errors.UsageError`, ``--engine auto`` runs in-process, events are skipped.
@@ -12,23 +15,19 @@ When no engine is installed: ``index --engine prefect`` and ``watch --deployment
 
 from __future__ import annotations
 
-import functools
-import importlib
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from memory_core.errors import UsageError
+from memory_core.plugins import ENTRY_POINT_GROUP, PREFECT, emit_event_if_configured, engine, registered
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
     from memory_core.index.runtypes import Progress, RunSummary
 
-ENTRY_POINT_GROUP = "memory_core.engines"  # the entry-point group: a public name, kept
-PREFECT = "prefect"  # the engine ``--engine prefect``, ``auto`` and ``watch --deployment`` ask for
 EngineName = Literal["prefect", "local"]
 
 log = logging.getLogger(__name__)
@@ -58,7 +57,7 @@ class DeploymentRun:
 
 @runtime_checkable
 class Engine(Protocol):
-    """What the library asks of an orchestrator (an ``memory_core.runtime.engines`` entry point's class,
+    """What the library asks of an orchestrator (a ``memory_core.engines`` entry point's class,
     built with no arguments). Each method imports the orchestrator only when called."""
 
     def api(self, env: dict[str, str] | None = None) -> PrefectApi:
@@ -81,38 +80,6 @@ class Engine(Protocol):
         ...
 
 
-@functools.cache
-def _entry_points() -> tuple[tuple[str, str], ...]:
-    """Engines registered under :data:`ENTRY_POINT_GROUP`: (name, ``module:Class``), read once."""
-    found: dict[str, str] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ":" in ep.value:
-            found.setdefault(ep.name, ep.value.strip())
-    return tuple(sorted(found.items()))
-
-
-def registered() -> dict[str, str]:
-    """Every registered engine: name -> ``module:Class``."""
-    return dict(_entry_points())
-
-
-@functools.cache
-def engine(name: str = PREFECT) -> Engine | None:
-    """The engine registered as ``name``, or None when none is registered or it cannot be
-    imported here (its orchestrator is not installed)."""
-    target = registered().get(name)
-    if target is None:
-        return None
-    module, _, attr = target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module.strip()), attr.strip())
-    except (ImportError, AttributeError) as exc:
-        log.debug("engine %s (%s) cannot be loaded: %s", name, target, exc)
-        return None
-    made: Engine = cls()
-    return made
-
-
 def require_engine(name: str = PREFECT, *, needed_by: str) -> Engine:
     """The engine ``name``, else one clear :class:`UsageError` naming what needed it."""
     found = engine(name)
@@ -132,7 +99,7 @@ def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
     if found is None:
         if env.get("PREFECT_API_URL"):
             return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
-        return PrefectApi(None, "no Prefect engine is installed (memory_core.runtime.engines entry point 'prefect')")
+        return PrefectApi(None, "no Prefect engine is installed (memory_core.engines entry point 'prefect')")
     return found.api(env)
 
 
@@ -166,16 +133,5 @@ def choose_engine(requested: str = "auto", env: dict[str, str] | None = None, *,
     return EngineChoice("local", f"auto: {api.source}; runs in-process")
 
 
-def emit_event_if_configured(event: str, index_path: str | os.PathLike[str], payload: dict[str, object]) -> None:
-    """Emit an event about an index (resource ``memory-core.index.<path>``) when a Prefect API is
-    configured in the environment and an engine is installed, for Automations; best effort,
-    never raises."""
-    if not os.environ.get("PREFECT_API_URL"):
-        return
-    found = engine(PREFECT)
-    if found is None:
-        return
-    try:
-        found.emit_event(event, f"memory-core.index.{os.fspath(index_path)}", payload)
-    except Exception as err:  # an event is best-effort
-        log.debug("%s not sent: %s", event, err)
+__all__ = ["ENTRY_POINT_GROUP", "PREFECT", "DeploymentRun", "Engine", "EngineChoice", "EngineName", "PrefectApi",
+           "choose_engine", "emit_event_if_configured", "engine", "prefect_api", "registered", "require_engine"]

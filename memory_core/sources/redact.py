@@ -565,32 +565,12 @@ def redact_lines(text: str) -> str:
     return "\n".join(redact(line) for line in lines)
 
 
-def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:
-    """Settings data with ``redact = "auto"`` (the default) made concrete.
-
-    The rule: secrets are redacted whenever text leaves the machine. A hosted provider (or
-    ``auto``, which may pick one, or a hosted fallback) receives every chunk: then Markdown
-    notes are redacted too (``"all"``); with ``local``/``none`` only transcripts are
-    (``"sessions"``). The index meta records the concrete mode, so a change rebuilds.
-    """
-    if data.get("redact", "auto") != "auto":
-        return data
-    fallback = data.get("fallback")
-    if isinstance(fallback, dict):
-        fallback = fallback.get("provider")
-    names = {str(data.get("provider", "auto")), *([str(fallback)] if fallback else [])}
-    # providers that embed on this machine (the class fact ``on_machine``): with them nothing leaves it
-    from memory_core.embeddings.catalog import provider_on_machine
-
-    return {**data, "redact": "sessions" if all(provider_on_machine(n) for n in names) else "all"}
-
-
 def should_redact(source: str, mode: str) -> bool:
     """Whether text of *source* (``"memory"`` or ``"sessions"``) must be redacted.
 
     ``mode`` is the ``redact`` setting: ``"sessions"`` (transcripts only), ``"all"``
     (every source) or ``"off"``; ``"auto"`` (the default) is resolved by
-    :func:`resolve_redact_mode` when settings load.  Unknown modes raise ``ValueError``
+    :func:`memory_core.config.resolve_redact_mode` when settings load.  Unknown modes raise ``ValueError``
     rather than silently disabling redaction.
     """
     if mode == "off":
