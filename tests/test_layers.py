@@ -374,7 +374,8 @@ def room_of(module: str) -> tuple[int, str] | None:
     best: tuple[int, str] | None = None
     for i, rooms in enumerate(FLOORS):
         for room in rooms:
-            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+            inside = module == room or (module.startswith(room + ".") and room != "memory_core")  # the root: itself only
+            if inside and (best is None or len(room) > len(best[1])):
                 best = (i, room)
     return best
 
