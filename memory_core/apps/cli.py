@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from memory_core.config import Settings
-from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
+from memory_core.plugins import provider_names
 from memory_core.runtime.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:

@@ -1,6 +1,9 @@
-"""Embedding providers: one protocol, one registry, shared request grouping and retries."""
+"""Embedding providers: one protocol (:mod:`~memory_core.embeddings.base`, every fact about a provider
+a class attribute, the chunk defaults), one file each, one registry
+(:mod:`~memory_core.embeddings.registry`, :mod:`~memory_core.embeddings.catalog`), shared request
+grouping and retries, the providers' Batch API clients and shapes
+(:mod:`~memory_core.embeddings.batch_clients`, :mod:`~memory_core.embeddings.batch_types`) and prices
+(:mod:`~memory_core.embeddings.cost`).
 
-from memory_core.embeddings.base import EmbeddingProvider, ProviderInfo
-from memory_core.embeddings.registry import create_provider, provider_names
-
-__all__ = ["EmbeddingProvider", "ProviderInfo", "create_provider", "provider_names"]
+Nothing is imported at package level, so importing one module never loads numpy or a provider.
+"""
