@@ -140,3 +140,27 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
     assert RunSummary.from_dict(d) == full and RunSummary.from_dict(empty) == RunSummary(**base)
     sync_only = RunSummary(**base, batch=BatchFigures.sync_only("sync"))
     assert RunSummary.from_dict(sync_only.to_dict()) == sync_only
+
+
+def test_batch_job_limits_are_the_providers_and_settings_only_lower_them(tmp_path) -> None:
+    """A Batch API job's limits are a fact on the provider class (not on its client); ``[batch]
+    max_*_per_job`` lowers them, never raises them."""
+    from types import SimpleNamespace
+
+    from memory_core.embeddings.batch_types import JobLimits
+    from memory_core.index.batch_jobs import BatchContext
+
+    batch_classes = [c for n in catalog.registered() if (c := catalog.provider_class(n)) and c.supports_batch]
+    assert {c.name for c in batch_classes} == {"openai", "gemini", "voyage"}
+    for cls in batch_classes:
+        assert isinstance(cls.batch_limits, JobLimits) and cls.batch_limits.max_requests > 0, cls
+    assert all(catalog.provider_class(n).batch_limits is None  # type: ignore[union-attr]
+               for n in ("local", "mistral", "none"))
+    openai = catalog.provider_class("openai")
+    assert openai is not None and openai.batch_limits is not None
+    limits = BatchContext.limits.fget  # type: ignore[attr-defined]
+    plain = Settings(workspace=tmp_path, provider="openai")
+    assert limits(SimpleNamespace(provider=openai, settings=plain)) == openai.batch_limits
+    lowered = Settings(workspace=tmp_path, provider="openai", batch={"max_requests_per_job": 10, "max_bytes_per_job": 10**12})
+    got = limits(SimpleNamespace(provider=openai, settings=lowered))
+    assert got.max_requests == 10 and got.max_bytes == openai.batch_limits.max_bytes

@@ -15,7 +15,7 @@ import numpy as np
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
-    from memory_core.embeddings.batch_types import BatchClient
+    from memory_core.embeddings.batch_types import BatchClient, JobLimits
 
 # The one place chunk sizes are decided: a chunk is ``tokens`` approximate tokens of
 # ``CHARS_PER_TOKEN`` characters each (the reference's rule; :mod:`memory_core.index.chunking` applies it), ``overlap`` of them carried into
@@ -147,6 +147,7 @@ class EmbeddingProvider(ABC):
     max_parallel_requests: int | None = None
     supports_batch: bool = False
     batch_discount: float = 0.0  # the Batch API's price is the sync price times (1 - this)
+    batch_limits: JobLimits | None = None  # what one Batch API job may hold (documented, with a margin on bytes)
     batch_vectors_unit_length: bool = True  # False: the Batch API's vectors are normalised on receipt
     own_tokenizer: bool = False  # counts its input window with its own tokenizer (count_over_window)
     key_env: tuple[str, ...] = ()  # API key variables, in the order ``auto`` reads them

@@ -26,19 +26,12 @@ import numpy as np
 
 from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.base import EmbeddingProvider
-from memory_core.embeddings.batch_types import BatchClient, JobLimits, ParsedLine, RemoteJob
+from memory_core.embeddings.batch_types import BatchClient, ParsedLine, RemoteJob
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
 
 T = TypeVar("T")
 MiB = 1024 * 1024
-
-# Documented per-job limits, with a margin on file sizes.
-OPENAI_LIMITS = JobLimits(max_requests=50_000, max_bytes=190 * MiB)  # 50k requests/inputs, 200 MB
-VOYAGE_LIMITS = JobLimits(max_requests=100_000, max_bytes=950 * MiB)  # 100k inputs, 1 GB
-# Gemini documents a 2 GB input file; it has no request cap. 50k keeps a job (the unit that
-# fails, expires or gets retried) the same size as OpenAI's.
-GEMINI_LIMITS = JobLimits(max_requests=50_000, max_bytes=1900 * MiB)
 
 LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
 
@@ -114,7 +107,6 @@ class OpenAIBatchClient(_RetryingClient):
     """OpenAI's Files + Batches API through the ``openai`` SDK (:class:`VoyageBatchClient`
     drives Voyage's copy of it)."""
 
-    limits = OPENAI_LIMITS
     completion_window = "24h"
 
     def __init__(self, provider: EmbeddingProvider, client: Any, *,
@@ -210,7 +202,6 @@ class VoyageBatchClient(OpenAIBatchClient):
     """Voyage's Batch API: OpenAI's shape at Voyage's base URL; the model and ``input_type`` go
     in ``request_params``, lines carry only ``custom_id`` and ``body.input``."""
 
-    limits = VOYAGE_LIMITS
     completion_window = "12h"
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
@@ -237,7 +228,6 @@ class GeminiBatchClient(_RetryingClient):
     """Gemini's Batch API for embeddings through ``google-genai`` (file input, file output)."""
 
     completion_window = "48h"
-    limits = GEMINI_LIMITS
 
     def __init__(self, provider: EmbeddingProvider, client: Any, *, task_type: str,
                  classify: Callable[[Exception, str], Exception]) -> None:

@@ -22,13 +22,16 @@ FAILED = "failed"
 EXPIRED = "expired"
 CANCELLED = "cancelled"
 MISSING = "missing"  # the provider does not know the job (deleted, wrong account)
+MiB = 1024 * 1024
+
 TIMEOUT = "timeout"  # our poll deadline passed while the job was still running
 TERMINAL = frozenset({COMPLETED, FAILED, EXPIRED, CANCELLED, MISSING})
 
 
 @dataclass(frozen=True)
 class JobLimits:
-    """What one provider batch job may hold."""
+    """What one provider batch job may hold (a provider's fact: ``EmbeddingProvider.batch_limits``;
+    ``[batch] max_*_per_job`` may lower it)."""
 
     max_requests: int
     max_bytes: int
@@ -224,7 +227,6 @@ class ParsedLine:
 
 class BatchClient(Protocol):
     provider: str
-    limits: JobLimits
     completion_window: str
 
     def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...

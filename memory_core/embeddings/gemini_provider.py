@@ -24,6 +24,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
@@ -83,6 +84,8 @@ class GeminiProvider(EmbeddingProvider):
     max_tokens_per_request = MAX_TEXTS_PER_REQUEST * MAX_INPUT_TOKENS
     max_tokens_per_input = MAX_INPUT_TOKENS
     supports_batch = True
+    batch_limits = JobLimits(max_requests=50_000, max_bytes=1900 * MiB)  # a 2 GB input file, no request cap:
+    # 50k keeps a job (the unit that fails, expires or gets retried) the size of OpenAI's
     batch_discount = 0.5
     # the Batch API's vectors come back as the model gives them: only 3072-d ones are unit length
     batch_vectors_unit_length = False

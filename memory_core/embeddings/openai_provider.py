@@ -11,6 +11,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
@@ -65,6 +66,7 @@ class OpenAIProvider(EmbeddingProvider):
     max_tokens_per_request = 300_000
     max_tokens_per_input = 8192
     supports_batch = True
+    batch_limits = JobLimits(max_requests=50_000, max_bytes=190 * MiB)  # 50k requests, a 200 MB input file
     batch_discount = 0.5
     # USD per 1M tokens (platform.openai.com/docs/pricing, checked 2026-07)
     sync_prices = {"text-embedding-3-small": 0.02, "text-embedding-3-large": 0.13,  # noqa: RUF012

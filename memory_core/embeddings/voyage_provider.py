@@ -26,6 +26,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
@@ -90,6 +91,7 @@ class VoyageProvider(EmbeddingProvider):
     max_tokens_per_request = _DEFAULT_REQUEST_TOKENS
     max_tokens_per_input = 32_000
     supports_batch = True
+    batch_limits = JobLimits(max_requests=100_000, max_bytes=950 * MiB)  # 100k inputs, a 1 GB input file
     batch_discount = 0.33
     # USD per 1M tokens (docs.voyageai.com/docs/pricing, checked 2026-07; free-tier tokens not counted)
     sync_prices = {  # noqa: RUF012 - read-only class fact

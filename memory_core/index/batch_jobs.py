@@ -66,7 +66,9 @@ class BatchContext:
 
     @property
     def limits(self) -> JobLimits:
-        base = self.client.limits
+        base = self.provider.batch_limits
+        if base is None:  # a provider with supports_batch states its limits; no job may be planned without them
+            raise ProviderError(f"{self.provider.name} states no Batch API job limits")
         b = self.settings.batch
         return JobLimits(
             max_requests=min(base.max_requests, b.max_requests_per_job or base.max_requests),
