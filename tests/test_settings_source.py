@@ -387,7 +387,7 @@ def test_prefect_api_url_from_the_environment_or_the_active_profile(tmp_path):
     env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
 
     def engine(**extra: str) -> str:
-        code = "from memory_core.prefect_api import choose_engine; print(choose_engine('auto').line())"
+        code = "from memory_core.runtime.engines import choose_engine; print(choose_engine('auto').line())"
         res = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
         assert res.returncode == 0, res.stderr
