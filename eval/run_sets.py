@@ -14,14 +14,21 @@ Sets (a workspace per user where the data has users, pooled per query):
   over long sessions (6 topics each, about 5-8 chunks a session).
 
 Each set's workspaces and indexes (default local model) live in the cache (default
-``~/.cache/memory-core-eval``). An index is reused only when its stamp matches: the set's data
-files and generator script, and the indexer's code (every ``memory_core`` module except the
-query-side ones in ``QUERY_SIDE``, read from the package on PYTHONPATH). ``--rebuild`` forces it.
+``~/.cache/memory-core-eval``), one folder per version of the data and of the indexer
+(``<set>/<data hash>-<indexer hash>/<workspace>``, built under a lock, so runners of several
+working trees share the cache safely). An index is reused only when its stamp matches: the set's data
+files and generator script, and the indexer's code (the ``memory_core`` packages and modules in
+``INDEX_SIDE``: storage/, embeddings/, sources/, index/, config.py, errors.py, read from the package
+on PYTHONPATH). ``--rebuild`` forces it.
 
 Per set, each query is retrieved once (``Searcher.retrieve``, 200 candidates per side; the keyword
 rows once more, as a keyword-only search retrieves) and ranked
 (``Searcher.rank``, 100 results) under: hybrid / keyword / vector at the configured ``min_score``
-and at 0, and hybrid with temporal decay (30-day half-life). Metrics per query (files ranked by
+and at 0, and hybrid with temporal decay (30-day half-life). Two plain baselines rank the same
+index's chunks apart from the ranking code (``memory_core.apps.evaluation.PlainBaselines``, no
+threshold, ``min_score`` shown as ``-``): ``bm25`` (FTS5 bm25() of the OR of the query's terms)
+and ``convex`` (0.5/0.5 fusion of that BM25 and the exact cosine, each min-max normalised per
+query over the union of both sides' 200 best chunks). Metrics per query (files ranked by
 their best chunk, as ``memory-core eval``): nDCG@10, Recall@1/3/10, MRR@10, then the mean over
 labelled queries; ``shown`` is the mean number of results a default search returns (at most
 ``query.max_results``); for queries labelled with nothing (negative probes), ``neg shown`` and
@@ -47,19 +54,21 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHARED = ROOT.parent / "shared" / "eval"
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import convo  # noqa: E402  (eval/convo.py)
 import memorybank  # noqa: E402  (eval/memorybank.py)
 
+SHARED = memorybank.shared_eval()
+
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
-# Modules and packages that only answer queries or start programs: changing them never changes what
-# an index holds (query/: the indexing side never imports it, test_layers keeps it so; qmd/, whose
-# reindex side builds qmd's index, never the builtin one)
-QUERY_SIDE = {"query", "qmd", "evaluation.py", "cli.py", "mcp_server.py", "export.py", "prefect_api.py",
-              "engines.py", "watch.py", "watching.py", "api.py"}
+# What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
+# write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
+# or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
+# package's lazy __init__): changing it never changes what an index holds (query/ and index/ never
+# import each other, tests/test_layers.py keeps it so), so ranking changes reuse the cached indexes.
+INDEX_SIDE = ("storage", "embeddings", "sources", "index", "config.py", "errors.py")
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150
@@ -189,21 +198,21 @@ def _sha(h: Any, path: Path) -> None:
 
 
 def indexer_version() -> str:
-    """Hash of the indexing code of the ``memory_core`` on PYTHONPATH (query-side modules left out)."""
+    """Hash of the indexing code (``INDEX_SIDE``) of the ``memory_core`` on PYTHONPATH."""
     spec = importlib.util.find_spec("memory_core")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("memory_core is not importable: set PYTHONPATH to the working tree")
     pkg = Path(next(iter(spec.submodule_search_locations)))
     h = hashlib.sha256()
     for p in sorted(pkg.rglob("*.py")):
-        if p.relative_to(pkg).parts[0] in QUERY_SIDE:  # a top-level module, or a package (qmd/)
+        if p.relative_to(pkg).parts[0] not in INDEX_SIDE:  # a top-level module, or a package
             continue
         h.update(p.relative_to(pkg).as_posix().encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
 
 
-def fingerprint(s: EvalSet, group: str, code: str) -> dict[str, str]:
+def fingerprint(s: EvalSet, group: str, code: str) -> dict[str, Any]:
     h = hashlib.sha256()
     for p in s.inputs:
         _sha(h, p)
@@ -220,20 +229,29 @@ def _settings(ws: Path) -> Any:
 
 def ensure_index(s: EvalSet, group: str, cache: Path, code: str, provider: Any, rebuild: bool,
                  log: Callable[[str], None]) -> Any:
+    """The settings of the set's workspace ``group``, its index built first unless the cache has it.
+
+    Each version of the data and of the indexer has its own folder, ``<cache>/<set>/<data>-<indexer>/``,
+    so runners of several working trees (one changing the ranking, one the chunking) share what
+    they can and never rebuild each other's indexes; a lock file per workspace makes a second
+    runner wait for the build instead of writing into the same folder (old folders can be deleted)."""
+    import fcntl
+
     from memory_core.index.pipeline import run_index
 
-    ws = cache / s.name / group
-    stamp_file = cache / s.name / f"{group}.stamp.json"
     want = fingerprint(s, group, code)
-    settings = None
-    if (not rebuild and stamp_file.exists() and (ws / ".memory-core" / "index.sqlite").exists()
-            and json.loads(stamp_file.read_text()) == want):
-        settings = _settings(ws)
-    if settings is None:
+    base = cache / s.name / f"{want['data']}-{code}"
+    ws = base / group
+    stamp_file = base / f"{group}.stamp.json"
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / f"{group}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (not rebuild and stamp_file.exists() and (ws / ".memory-core" / "index.sqlite").exists()
+                and json.loads(stamp_file.read_text()) == want):
+            return _settings(ws)
         stamp_file.unlink(missing_ok=True)
         if ws.exists():
             shutil.rmtree(ws)
-        ws.parent.mkdir(parents=True, exist_ok=True)
         s.groups[group](ws)
         settings = _settings(ws)
         t0 = time.perf_counter()
@@ -256,7 +274,13 @@ def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
 
 def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             log: Callable[[str], None]) -> dict[str, Any]:
-    from memory_core.apps.evaluation import file_ranking, keyword_only_candidates, resolve_corpus_ids
+    from memory_core.apps.evaluation import (
+        BASELINES,
+        PlainBaselines,
+        file_ranking,
+        keyword_only_candidates,
+        resolve_corpus_ids,
+    )
     from memory_core.query.search import Searcher
 
     labelled = {q for q, r in s.qrels.items() if any(v > 0 for v in r.values()) and q in s.queries}
@@ -264,6 +288,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
     if s.name == "cosqa":
         negatives = []  # cosqa's queries file holds other splits' queries, not negatives
     per: dict[str, dict[str, dict[str, float]]] = {c[0] + ("" if c[2] is None else "@0"): {} for c in CONFIGS}
+    per.update({b: {} for b in BASELINES})
     shown: dict[str, list[int]] = {k: [] for k in per}
     neg_shown: dict[str, list[int]] = {k: [] for k in per}
     unresolved: list[str] = []
@@ -278,7 +303,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
         min_score = q.min_score
         decay = settings.model_copy(update={"query": q.model_copy(update={
             "temporal_decay": q.temporal_decay.model_copy(update={"enabled": True, "half_life_days": 30.0})})})
-        with Searcher(settings, provider=provider) as searcher:
+        with Searcher(settings, provider=provider) as searcher, PlainBaselines(settings, provider) as plain:
             paths = searcher.indexed_paths()
             ids = [c for qid in todo if qid in labelled for c in s.qrels[qid]]
             mapping, missing = resolve_corpus_ids(ids, paths)
@@ -303,12 +328,23 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
                     else:
                         neg_shown[key].append(n_shown)
                 searcher.settings = settings
+                for b, paths_ in plain.rank(s.queries[qid], n_cand, MAX_RESULTS).items():
+                    if paths_ is None:
+                        continue
+                    # a plain ranking has no threshold: a default search would show its first max_results
+                    if qid in labelled:
+                        per[b][qid] = query_metrics(file_ranking(paths_), rels)
+                        shown[b].append(min(len(paths_), q.max_results))
+                    else:
+                        neg_shown[b].append(min(len(paths_), q.max_results))
     rows = []
-    for label, _mode, ms, dec in CONFIGS:
-        key = label + ("" if ms is None else "@0")
+    row_keys: list[tuple[str, str, float | None, bool]] = [
+        (label + ("" if ms is None else "@0"), label, min_score if ms is None else ms, dec)
+        for label, _mode, ms, dec in CONFIGS]
+    row_keys += [(b, b, None, False) for b in BASELINES if per[b]]
+    for key, label, ms_shown, dec in row_keys:
         vals = per[key]
-        row: dict[str, Any] = {"mode": label, "min_score": min_score if ms is None else ms, "decay": dec,
-                               "queries": len(vals)}
+        row: dict[str, Any] = {"mode": label, "min_score": ms_shown, "decay": dec, "queries": len(vals)}
         for m in METRICS:
             row[m] = statistics.fmean(v[m] for v in vals.values()) if vals else math.nan
         row["shown"] = statistics.fmean(shown[key]) if shown[key] else math.nan
@@ -333,7 +369,8 @@ def table(results: list[dict[str, Any]]) -> str:
         name = f"{res['set']} ({res['queries']}q" + (f", {res['negatives']} neg" if res["negatives"] else "") + ")"
         for i, r in enumerate(res["rows"]):
             neg = (f"{r['neg_shown']:.2f} | {r['neg_empty']:.0%}" if "neg_shown" in r else "- | -")
-            out.append(f"| {name if i == 0 else ''} | {r['mode']} | {r['min_score']:g} | {r['ndcg@10']:.3f} |"
+            ms = "-" if r["min_score"] is None else f"{r['min_score']:g}"
+            out.append(f"| {name if i == 0 else ''} | {r['mode']} | {ms} | {r['ndcg@10']:.3f} |"
                        f" {r['recall@1']:.3f} | {r['recall@3']:.3f} | {r['recall@10']:.3f} | {r['mrr@10']:.3f} |"
                        f" {r['shown']:.2f} | {neg} |")
     return "\n".join(out)
@@ -347,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="workspaces and indexes (default: %(default)s)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the indexes even when their stamp matches")
     ap.add_argument("--json", type=Path, help="also write the results (with per-query metrics) to this file")
+    ap.add_argument("--index-only", action="store_true",
+                    help="only build (or check) the sets' indexes in the cache, measure nothing")
     a = ap.parse_args(argv)
 
     from memory_core.config import load_settings
@@ -364,11 +403,17 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for s in sets:
         log(f"{s.name}: {len(s.groups)} workspace(s)")
+        if a.index_only:
+            for group in s.groups:
+                ensure_index(s, group, a.cache, code, provider, a.rebuild, log)
+            continue
         res = run_set(s, a.cache, code, provider, a.rebuild, log)
         if res["unresolved"]:
             log(f"  warning: {len(res['unresolved'])} judged ids are not indexed files: {res['unresolved'][:5]}")
         log(f"  {res['queries']} labelled queries, {res['negatives']} negatives, {res['seconds']} s")
         results.append(res)
+    if a.index_only:
+        return 0
     print(f"memory-core eval sets, {date.today().isoformat()}, indexer {code}, {provider.name}/{provider.model};"
           f" {MAX_RESULTS} results ranked per query, 'shown' counts at most query.max_results")
     print(table(results))
