@@ -57,12 +57,14 @@ ROOT = HERE.parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import chats  # noqa: E402  (eval/chats.py)
 import convo  # noqa: E402  (eval/convo.py)
 import memorybank  # noqa: E402  (eval/memorybank.py)
 
 SHARED = memorybank.shared_eval()
 
-ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long")
+ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long",
+            "chats")
 # What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
 # write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
@@ -97,6 +99,9 @@ class EvalSet:
     qrels: dict[str, dict[str, int]]
     group_of: dict[str, str] = field(default_factory=dict)  # query id -> workspace name
     note: str = ""
+    # query id -> [(corpus id, line)]: the lines (JSONL lines of a transcript) that answer it
+    evidence: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    category: dict[str, str] = field(default_factory=dict)  # query id -> category
 
 
 def _read_queries(path: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
@@ -162,17 +167,34 @@ def _memorybank(lang: str, variant: str) -> EvalSet:
 
 
 def _convo() -> EvalSet:
-    queries, _ = _read_queries(convo.HERE / "queries.jsonl")
-    return EvalSet("convo", {"convo": convo.build_workspace}, [HERE / "convo.py"], queries, _read_qrels(convo.HERE / "qrels.tsv"))
+    queries, recs = _read_queries(convo.HERE / "queries.jsonl")
+    return EvalSet("convo", {"convo": convo.build_workspace}, [HERE / "convo.py"], queries,
+                   _read_qrels(convo.HERE / "qrels.tsv"),
+                   category={q: str(r.get("category", "")) for q, r in recs.items()})
 
 
 def _convo_long() -> EvalSet:
     queries, qrels = convo.labels("long")
+    _, recs = _read_queries(convo.HERE / "queries.jsonl")
     return EvalSet("convo-long", {"convo-long": lambda dest: convo.build_workspace(dest, "long")},
-                   [HERE / "convo.py"], queries, qrels, note="the same questions, sessions of 5-8 chunks")
+                   [HERE / "convo.py"], queries, qrels, note="the same questions, sessions of 5-8 chunks",
+                   category={q: str(r.get("category", "")) for q, r in recs.items()})
+
+
+def _chats() -> EvalSet:
+    queries, recs = _read_queries(chats.HERE / "queries.jsonl")
+    evidence: dict[str, list[tuple[str, int]]] = {}
+    for line in (chats.HERE / "evidence.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, cid, n = line.split("\t")
+        evidence.setdefault(qid, []).append((cid, int(n)))
+    return EvalSet("chats", {"chats": chats.build_workspace}, [HERE / "chats.py"], queries,
+                   _read_qrels(chats.HERE / "qrels.tsv"), evidence=evidence,
+                   category={q: str(r.get("category", "")) for q, r in recs.items()})
 
 
 def make_set(name: str, quick: bool) -> EvalSet:
+    if name == "chats":
+        return _chats()
     if name == "cosqa":
         return _cosqa(quick)
     if name == "examples":
@@ -264,12 +286,22 @@ def ensure_index(s: EvalSet, group: str, cache: Path, code: str, provider: Any, 
 # ---------------------------------------------------------------------------------------------
 # Ranking and metrics
 # ---------------------------------------------------------------------------------------------
-def query_metrics(ranked: list[str], rels: dict[str, int]) -> dict[str, float]:
+def query_metrics(ranked: list[str], rels: dict[str, int], chunks: list[tuple[str, int, int]] | None = None,
+                  evidence: list[tuple[str, int]] | None = None) -> dict[str, float]:
     from memory_core.apps.evaluation import mrr_at_k, ndcg_at_k, recall_at_k
 
-    return {"ndcg@10": ndcg_at_k(ranked, rels, 10), "recall@1": recall_at_k(ranked, rels, 1),
-            "recall@3": recall_at_k(ranked, rels, 3), "recall@10": recall_at_k(ranked, rels, 10),
-            "mrr@10": mrr_at_k(ranked, rels, 10)}
+    out = {"ndcg@10": ndcg_at_k(ranked, rels, 10), "recall@1": recall_at_k(ranked, rels, 1),
+           "recall@3": recall_at_k(ranked, rels, 3), "recall@10": recall_at_k(ranked, rels, 10),
+           "mrr@10": mrr_at_k(ranked, rels, 10)}
+    if evidence and chunks is not None:
+        out["ev@10"] = evidence_recall(chunks[:10], evidence)
+    return out
+
+
+def evidence_recall(chunks: list[tuple[str, int, int]], evidence: list[tuple[str, int]]) -> float:
+    """Share of the evidence lines (path, line) inside one of ``chunks`` (path, start, end)."""
+    hit = sum(1 for path, line in evidence if any(p == path and s <= line <= e for p, s, e in chunks))
+    return hit / len(evidence)
 
 
 def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
@@ -316,6 +348,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
                 for c, r in s.qrels.get(qid, {}).items():
                     key = mapping.get(c, "\x00unresolved:" + c)
                     rels[key] = max(rels.get(key, 0), r)
+                ev = [(mapping.get(c, "\x00unresolved:" + c), n) for c, n in s.evidence.get(qid, [])]
                 for label, mode, ms, dec in CONFIGS:
                     key = label + ("" if ms is None else "@0")
                     searcher.settings = decay if dec else settings
@@ -323,17 +356,20 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
                                         min_score=ms, mode=mode)
                     n_shown = min(len(res), q.max_results)
                     if qid in labelled:
-                        per[key][qid] = query_metrics(file_ranking(r.path for r in res), rels)
+                        per[key][qid] = query_metrics(file_ranking(r.path for r in res), rels,
+                                                      [(r.path, r.start_line, r.end_line) for r in res], ev)
                         shown[key].append(n_shown)
                     else:
                         neg_shown[key].append(n_shown)
                 searcher.settings = settings
-                for b, paths_ in plain.rank(s.queries[qid], n_cand, MAX_RESULTS).items():
-                    if paths_ is None:
+                for b, rids in plain.rank_rows(s.queries[qid], n_cand, MAX_RESULTS).items():
+                    if rids is None:
                         continue
+                    paths_ = [plain.paths[r] for r in rids]
                     # a plain ranking has no threshold: a default search would show its first max_results
                     if qid in labelled:
-                        per[b][qid] = query_metrics(file_ranking(paths_), rels)
+                        per[b][qid] = query_metrics(file_ranking(paths_), rels,
+                                                    [(plain.paths[r], *plain.lines[r]) for r in rids], ev)
                         shown[b].append(min(len(paths_), q.max_results))
                     else:
                         neg_shown[b].append(min(len(paths_), q.max_results))
@@ -347,13 +383,16 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
         row: dict[str, Any] = {"mode": label, "min_score": ms_shown, "decay": dec, "queries": len(vals)}
         for m in METRICS:
             row[m] = statistics.fmean(v[m] for v in vals.values()) if vals else math.nan
+        evs = [v["ev@10"] for v in vals.values() if "ev@10" in v]
+        if evs:
+            row["ev@10"] = statistics.fmean(evs)
         row["shown"] = statistics.fmean(shown[key]) if shown[key] else math.nan
         if neg_shown[key]:
             row["neg_queries"] = len(neg_shown[key])
             row["neg_shown"] = statistics.fmean(neg_shown[key])
             row["neg_empty"] = sum(1 for n in neg_shown[key] if n == 0) / len(neg_shown[key])
         rows.append(row)
-    return {"set": s.name, "note": s.note, "queries": len(labelled), "negatives": len(negatives),
+    return {"set": s.name, "note": s.note, "category": s.category, "queries": len(labelled), "negatives": len(negatives),
             "workspaces": len(s.groups), "unresolved": sorted(set(unresolved)), "rows": rows,
             "per_query": per, "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -362,17 +401,46 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
 # Output
 # ---------------------------------------------------------------------------------------------
 def table(results: list[dict[str, Any]]) -> str:
-    head = ("| set | mode | min_score | nDCG@10 | R@1 | R@3 | R@10 | MRR@10 | shown | neg shown | neg empty |\n"
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    head = ("| set | mode | min_score | nDCG@10 | R@1 | R@3 | R@10 | MRR@10 | ev R@10 | shown | neg shown | neg empty |\n"
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head]
     for res in results:
         name = f"{res['set']} ({res['queries']}q" + (f", {res['negatives']} neg" if res["negatives"] else "") + ")"
         for i, r in enumerate(res["rows"]):
             neg = (f"{r['neg_shown']:.2f} | {r['neg_empty']:.0%}" if "neg_shown" in r else "- | -")
             ms = "-" if r["min_score"] is None else f"{r['min_score']:g}"
+            ev = f"{r['ev@10']:.3f}" if "ev@10" in r else "-"
             out.append(f"| {name if i == 0 else ''} | {r['mode']} | {ms} | {r['ndcg@10']:.3f} |"
                        f" {r['recall@1']:.3f} | {r['recall@3']:.3f} | {r['recall@10']:.3f} | {r['mrr@10']:.3f} |"
-                       f" {r['shown']:.2f} | {neg} |")
+                       f" {ev} | {r['shown']:.2f} | {neg} |")
+    return "\n".join(out)
+
+
+CATEGORY_COLUMNS = ("hybrid", "hybrid@0", "keyword", "keyword@0", "vector", "vector@0", "bm25", "convex")
+
+
+def category_table(results: list[dict[str, Any]], metric: str = "recall@10") -> str:
+    """Per set with categories: ``metric`` per category (rows) and ranking (columns)."""
+    out = []
+    for res in results:
+        cats: dict[str, str] = res.get("category") or {}
+        per = res["per_query"]
+        if not cats or not any(metric in v for v in per.get("hybrid", {}).values()):
+            continue
+        cols = [c for c in CATEGORY_COLUMNS if per.get(c)]
+        out.append(f"\n{res['set']}: {metric} by category ({', '.join(cols)})\n")
+        out.append("| category | n | " + " | ".join(cols) + " |")
+        out.append("|---|---:|" + "---:|" * len(cols))
+        groups: dict[str, list[str]] = {}
+        for qid in per["hybrid"]:
+            groups.setdefault(cats.get(qid, "?"), []).append(qid)
+        for cat in [*sorted(groups), "all"]:
+            qids = list(per["hybrid"]) if cat == "all" else groups[cat]
+            vals = []
+            for c in cols:
+                xs = [per[c][q][metric] for q in qids if q in per[c] and metric in per[c][q]]
+                vals.append(f"{statistics.fmean(xs):.3f}" if xs else "-")
+            out.append(f"| {cat} | {len(qids)} | " + " | ".join(vals) + " |")
     return "\n".join(out)
 
 
@@ -384,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="workspaces and indexes (default: %(default)s)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the indexes even when their stamp matches")
     ap.add_argument("--json", type=Path, help="also write the results (with per-query metrics) to this file")
+    ap.add_argument("--by-category", action="store_true",
+                    help="also print R@10 (and, where labelled, evidence R@10) per category of the sets that have them")
     ap.add_argument("--index-only", action="store_true",
                     help="only build (or check) the sets' indexes in the cache, measure nothing")
     a = ap.parse_args(argv)
@@ -417,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory-core eval sets, {date.today().isoformat()}, indexer {code}, {provider.name}/{provider.model};"
           f" {MAX_RESULTS} results ranked per query, 'shown' counts at most query.max_results")
     print(table(results))
+    if a.by_category:
+        print(category_table(results, "recall@10"))
+        print(category_table(results, "ev@10"))
     if a.json:
         a.json.write_text(json.dumps({"date": date.today().isoformat(), "indexer": code, "provider": provider.name,
                                       "model": provider.model, "sets": results}, indent=1, ensure_ascii=False))

@@ -284,10 +284,13 @@ class PlainBaselines:
         self.conn = connect_reader(settings.index_file)
         meta = read_meta(self.conn) or {}
         self.paths: dict[int, str] = {}
+        self.lines: dict[int, tuple[int, int]] = {}  # row id -> (start line, end line) of its file
         rids: list[int] = []
         blobs: list[bytes] = []
-        for rid, path, emb in self.conn.execute("SELECT rid, path, embedding FROM chunks ORDER BY rid"):
+        for rid, path, start, end, emb in self.conn.execute(
+                "SELECT rid, path, start_line, end_line, embedding FROM chunks ORDER BY rid"):
             self.paths[rid] = path
+            self.lines[rid] = (int(start), int(end))
             if emb:
                 rids.append(rid)
                 blobs.append(bytes(emb))
@@ -346,8 +349,13 @@ class PlainBaselines:
 
     def rank(self, query: str, n_candidates: int = 200, max_results: int = 100) -> dict[str, list[str] | None]:
         """Each baseline's ranked chunk paths (at most ``max_results``; ``convex`` None without vectors)."""
+        return {name: None if rids is None else [self.paths[r] for r in rids]
+                for name, rids in self.rank_rows(query, n_candidates, max_results).items()}
+
+    def rank_rows(self, query: str, n_candidates: int = 200, max_results: int = 100) -> dict[str, list[int] | None]:
+        """Each baseline's ranked chunk row ids (see :attr:`paths`, :attr:`lines`)."""
         kw = self.bm25_scores(query)
-        out: dict[str, list[str] | None] = {"bm25": [self.paths[r] for r, _ in kw[:max_results]]}
+        out: dict[str, list[int] | None] = {"bm25": [r for r, _ in kw[:max_results]]}
         cos = self.cosines(query)
         if cos is None:
             out["convex"] = None
@@ -358,7 +366,7 @@ class PlainBaselines:
         kw_all = dict(kw)
         kw_s = {r: kw_all.get(r, 0.0) for r in union}
         vec_s = {r: cos.get(r, 0.0) for r in union}
-        out["convex"] = [self.paths[r] for r in convex_fusion(kw_s, vec_s)[:max_results]]
+        out["convex"] = convex_fusion(kw_s, vec_s)[:max_results]
         return out
 
 
