@@ -9,7 +9,8 @@ Jorge, Anneliese, and a band group (Ben, Jorge, Siobhan). Each thread's day is o
 (a session header, then timestamped messages in the JSONL format ``memory_core/sources/sessions.py``
 indexes; Ben's messages are ``user``, the others' ``assistant``, every text starting with its
 sender's name: ``Kate: omw``). Messages are short, with slang, emoji and typos; names appear in
-variants (Kate / Kat / Katie / Katherine, Mo / Muhammad / Mohammed); some evenings run past
+variants (Kate / Kat, Mo / Muhammad, Liese / Anneliese) and questions use others the
+transcripts never do (Katherine, Kathryn, Muhhamed, Mohammed, Shivaun, Jorje); some evenings run past
 midnight and go on in a new session stamped the next calendar day; dates are written in the
 text in several forms (``24.01.2026``, ``1/30``, ``28/01/26``, ``2026-02-01``, ``Jan 31st``,
 ``14 February``).
