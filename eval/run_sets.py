@@ -1,7 +1,8 @@
 """Measure search on every labelled set, side by side, through the ranking code on PYTHONPATH.
 
     PYTHONPATH=. python eval/run_sets.py [--sets cosqa,convo,...] [--quick] [--cache DIR]
-                                         [--rebuild] [--json OUT]
+                                         [--rebuild] [--json OUT] [--by-category] [--deltas]
+                                         [--against BEFORE.json] [--index-only]
 
 Sets (a workspace per user where the data has users, pooled per query):
 
@@ -416,6 +417,77 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def paired_ci(diffs: list[float], n_boot: int = 2000, seed: int = 37) -> tuple[float, float, float]:
+    """(mean, 2.5 %, 97.5 %) of a paired difference over queries: the mean and a percentile
+    bootstrap interval (queries resampled with replacement, seeded)."""
+    import random
+
+    if not diffs:
+        return math.nan, math.nan, math.nan
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    return statistics.fmean(diffs), means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]
+
+
+def _diff(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]], metric: str) -> list[float]:
+    return [a[q][metric] - b[q][metric] for q in a if q in b and metric in a[q] and metric in b[q]]
+
+
+def delta_table(results: list[dict[str, Any]], metrics: tuple[str, ...] = ("ndcg@10", "recall@10")) -> str:
+    """The default (``hybrid``) minus each reference, per set: plain BM25, plain convex fusion,
+    the better side (keyword or vector at the same ``min_score``, whichever is better on the
+    set) and the default's own ``min_score`` 0 row; mean paired difference and 95 % bootstrap
+    interval over the set's labelled queries. Issue 37: none of these may be negative."""
+    out = ["| set | metric | hybrid | - bm25 | - convex | - better side | - hybrid@0 |", "|---|---|---:|---:|---:|---:|---:|"]
+    for res in results:
+        per = res["per_query"]
+        for m in metrics:
+            h = per.get("hybrid", {})
+            if not h:
+                continue
+            cells = []
+            for ref in ("bm25", "convex", "side", "hybrid@0"):
+                if ref == "side":
+                    sides = [k for k in ("keyword", "vector") if per.get(k)]
+                    ref = max(sides, key=lambda k: statistics.fmean(v[m] for v in per[k].values())) if sides else ""
+                if not per.get(ref):
+                    cells.append("-")
+                    continue
+                mean, lo, hi = paired_ci(_diff(h, per[ref], m))
+                mark = "**" if hi < 0 else ""
+                cells.append(f"{mark}{mean:+.3f}{mark} ({lo:+.3f}..{hi:+.3f})")
+            hm = statistics.fmean(v[m] for v in h.values())
+            out.append(f"| {res['set']} | {m} | {hm:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def against_table(results: list[dict[str, Any]], before: Path, rows: tuple[str, ...] = ("hybrid", "hybrid@0"),
+                  metrics: tuple[str, ...] = ("ndcg@10", "recall@10", "ev@10")) -> str:
+    """This run minus an earlier one (``--json`` output, or eval/results/*.per-query.json), paired by
+    query id, per set and row: mean and 95 % bootstrap interval."""
+    data = json.loads(before.read_text(encoding="utf-8"))
+    old = ({r["set"]: r["per_query"] for r in data["sets"]} if isinstance(data["sets"], list)
+           else {k: v["per_query"] for k, v in data["sets"].items()})
+    out = [f"this run minus {before.name}, paired by query (mean, 95 % interval)", "",
+           "| set | row | " + " | ".join(metrics) + " |", "|---|---|" + "---:|" * len(metrics)]
+    for res in results:
+        if res["set"] not in old:
+            continue
+        for row in rows:
+            new_q, old_q = res["per_query"].get(row, {}), old[res["set"]].get(row, {})
+            cells = []
+            for m in metrics:
+                d = _diff(new_q, old_q, m)
+                if not d:
+                    cells.append("-")
+                    continue
+                mean, lo, hi = paired_ci(d)
+                cells.append(f"{mean:+.3f} ({lo:+.3f}..{hi:+.3f})")
+            out.append(f"| {res['set']} | {row} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 CATEGORY_COLUMNS = ("hybrid", "hybrid@0", "keyword", "keyword@0", "vector", "vector@0", "bm25", "convex")
 
 
@@ -454,6 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results (with per-query metrics) to this file")
     ap.add_argument("--by-category", action="store_true",
                     help="also print R@10 (and, where labelled, evidence R@10) per category of the sets that have them")
+    ap.add_argument("--deltas", action="store_true",
+                    help="also print the default minus bm25 / convex / its better side / itself at min_score 0,"
+                         " with 95%% bootstrap intervals")
+    ap.add_argument("--against", type=Path, metavar="JSON",
+                    help="also compare with an earlier run (--json output or eval/results/*.per-query.json)")
     ap.add_argument("--index-only", action="store_true",
                     help="only build (or check) the sets' indexes in the cache, measure nothing")
     a = ap.parse_args(argv)
@@ -487,9 +564,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memory-core eval sets, {date.today().isoformat()}, indexer {code}, {provider.name}/{provider.model};"
           f" {MAX_RESULTS} results ranked per query, 'shown' counts at most query.max_results")
     print(table(results))
+    if a.deltas:
+        print("\nthe default minus each reference, paired by query (mean, 95 % interval; bold: the interval is below 0)\n")
+        print(delta_table(results))
     if a.by_category:
         print(category_table(results, "recall@10"))
         print(category_table(results, "ev@10"))
+    if a.against:
+        print()
+        print(against_table(results, a.against))
     if a.json:
         a.json.write_text(json.dumps({"date": date.today().isoformat(), "indexer": code, "provider": provider.name,
                                       "model": provider.model, "sets": results}, indent=1, ensure_ascii=False))
