@@ -1,7 +1,8 @@
 """A real-chat-like labelled set: 21 days of messaging between a few people, labelled by design.
 
-    python eval/chats.py --labels      # eval/chats/{queries.jsonl,qrels.tsv,labels.tsv,negatives.tsv,evidence.tsv}
-    python eval/chats.py --out DIR     # the workspace (sessions/<uuid>.jsonl, memory-core.toml)
+    python eval/chats.py --labels      # eval/chats/{queries.jsonl,qrels.tsv,labels.tsv,negatives.tsv,evidence.tsv,
+                                       #             qrels-notes.tsv,evidence-notes.tsv}
+    python eval/chats.py --out DIR [--notes]   # the workspace (sessions/<uuid>.jsonl; --notes: memory/<day>.md)
 
 Deterministic (``SEED``). The memory's owner, Ben, chats from Monday 2026-01-05 to Sunday
 2026-01-25 with Kate (Katherine), Mo (Muhammad, in Dubai: his threads are stamped ``+04:00``),
@@ -21,7 +22,9 @@ bouldering, flat viewings, the garage, five-a-side, birthday planning) happen on
 with a different outcome each time, so a question naming a day has one right session among
 look-alikes. Labels follow from the plan (which session holds which message), never from
 running a search: 2 = holds the answer, 1 = partial or context. ``evidence.tsv`` names the
-JSONL line of each answering message.
+JSONL line of each answering message. ``chats-notes``: the same conversations as daily Markdown
+notes (:func:`daily_notes`), labelled from the same plan (``qrels-notes.tsv``,
+``evidence-notes.tsv``).
 
 Categories (``queries.jsonl``): ``fact`` (one session, the question's own words or close),
 ``paraphrase`` (other words), ``name`` (a name spelled as the transcript never does),
@@ -44,7 +47,7 @@ import random
 import shutil
 import sys
 import uuid
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -562,10 +565,13 @@ def plan() -> dict[str, Any]:
             t += timedelta(minutes=gap)
             stamps.append(t)
         s["stamps"] = stamps
+    notes = daily_notes(sessions)
     questions = []
     for n, (cat, text, rels) in enumerate(QUESTIONS, 1):
         files: dict[str, int] = {}
         evidence: list[tuple[str, int]] = []
+        notes_rels: dict[str, int] = {}
+        notes_evidence: list[tuple[str, int]] = []
         days: dict[str, str] = {}
         for ref, r in rels.items():
             key, _, tag = ref.partition(":")
@@ -575,9 +581,39 @@ def plan() -> dict[str, Any]:
             days[cid] = s["start"].date().isoformat()
             tags = [tag] if tag else [t for t in s["lines"] if not t.startswith("edge-")]
             evidence += [(cid, s["lines"][t]) for t in tags if r >= 2]
+            note = s["note"]
+            notes_rels[note] = max(notes_rels.get(note, 0), r)
+            notes_evidence += [(note, s["note_lines"][t]) for t in tags if r >= 2]
         questions.append({"_id": f"k{n:03d}", "text": text, "category": cat, "rels": files,
-                          "evidence": evidence, "days": days})
-    return {"sessions": sessions, "questions": questions}
+                          "evidence": evidence, "days": days, "rels_notes": notes_rels,
+                          "evidence_notes": list(dict.fromkeys(notes_evidence))})
+    return {"sessions": sessions, "questions": questions, "notes": notes}
+
+
+def daily_notes(sessions: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The same conversations as daily Markdown notes (the ``chats-notes`` variant): one
+    ``memory/YYYY-MM-DD.md`` per UTC day a thread starts on (so Mo's 01:10 at ``+04:00`` and an
+    evening's after-midnight session go where a note-taker in UTC would put them), a ``#`` day
+    heading, a ``##`` heading per thread (who, start time), one line per message. Sets each
+    session's ``note`` (path) and ``note_lines`` (tag -> 1-based line)."""
+    by_day: dict[date, list[dict[str, Any]]] = {}
+    for s in sessions.values():
+        by_day.setdefault(s["start"].astimezone(UTC).date(), []).append(s)
+    out: dict[str, str] = {}
+    for day, day_sessions in sorted(by_day.items()):
+        path = f"memory/{day.isoformat()}.md"
+        lines = [f"# {day.isoformat()}", ""]
+        for s in sorted(day_sessions, key=lambda x: x["start"]):
+            who = ", ".join(THREADS[s["thread"]][0])
+            lines += [f"## Chat with {who} ({s['start'].astimezone(UTC):%H:%M})", ""]
+            s["note"], s["note_lines"] = path, {}
+            for sender, text, tag in s["msgs"]:
+                lines.append(f"{sender}: {text}")
+                if tag:
+                    s["note_lines"][tag] = len(lines)
+            lines.append("")
+        out[path] = "\n".join(lines)
+    return out
 
 
 def transcript(s: dict[str, Any]) -> str:
@@ -602,11 +638,21 @@ def transcript(s: dict[str, Any]) -> str:
 TOML = 'sources = ["sessions"]\nprovider = "local"\n'
 
 
-def build_workspace(dest: Path) -> Path:
-    """Write the workspace into *dest* (replaced if it exists)."""
+TOML_NOTES = 'sources = ["memory"]\nprovider = "local"\n'
+
+
+def build_workspace(dest: Path, variant: str = "sessions") -> Path:
+    """Write the workspace into *dest* (replaced if it exists): the transcripts, or (``notes``)
+    the same conversations as daily notes."""
     p = plan()
     if dest.exists():
         shutil.rmtree(dest)
+    if variant == "notes":
+        (dest / "memory").mkdir(parents=True)
+        for path, text in p["notes"].items():
+            (dest / path).write_text(text, encoding="utf-8")
+        (dest / "memory-core.toml").write_text(TOML_NOTES, encoding="utf-8")
+        return dest
     (dest / "sessions").mkdir(parents=True)
     for s in p["sessions"].values():
         (dest / "sessions" / s["file"]).write_text(transcript(s), encoding="utf-8")
@@ -641,6 +687,16 @@ def write_labels(out: Path = HERE) -> dict[str, int]:
         for q in qs:
             for cid, line in q["evidence"]:
                 fh.write(f"{q['_id']}\t{cid}\t{line}\n")
+    with open(out / "qrels-notes.tsv", "w", encoding="utf-8") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n")
+        for q in qs:
+            for cid, r in q["rels_notes"].items():
+                fh.write(f"{q['_id']}\t{cid}\t{r}\n")
+    with open(out / "evidence-notes.tsv", "w", encoding="utf-8") as fh:
+        fh.write("query-id\tcorpus-id\tline\n")
+        for q in qs:
+            for cid, line in q["evidence_notes"]:
+                fh.write(f"{q['_id']}\t{cid}\t{line}\n")
     with open(out / "negatives.tsv", "w", encoding="utf-8") as fh:
         fh.write("query-id\ttext\n")
         for q in qs:
@@ -656,13 +712,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--labels", action="store_true", help="write eval/chats/ (queries, qrels, labels, evidence, negatives)")
     ap.add_argument("--out", type=Path, help="write the workspace to OUT")
+    ap.add_argument("--notes", action="store_true", help="with --out: the conversations as daily notes")
     a = ap.parse_args(argv)
     if not a.labels and not a.out:
         ap.error("nothing to do: give --labels and/or --out")
     if a.labels:
         print(write_labels())
     if a.out:
-        build_workspace(a.out)
+        build_workspace(a.out, "notes" if a.notes else "sessions")
         print(f"workspace: {a.out}")
     return 0
 

@@ -13,6 +13,8 @@ Sets (a workspace per user where the data has users, pooled per query):
   15 workspaces each; ``memorybank-en-notes``: the English users as daily notes.
 * ``convo``: the synthetic multi-session set of eval/convo.py; ``convo-long``: the same questions
   over long sessions (6 topics each, about 5-8 chunks a session).
+* ``chats``: 21 days of real-chat-like messaging (eval/chats.py), with message-level evidence;
+  ``chats-notes``: the same conversations as daily Markdown notes.
 
 Each set's workspaces and indexes (default local model) live in the cache (default
 ``~/.cache/memory-core-eval``), one folder per version of the data and of the indexer
@@ -65,7 +67,7 @@ import memorybank  # noqa: E402  (eval/memorybank.py)
 SHARED = memorybank.shared_eval()
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long",
-            "chats")
+            "chats", "chats-notes")
 # What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
 # write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
@@ -182,20 +184,26 @@ def _convo_long() -> EvalSet:
                    category={q: str(r.get("category", "")) for q, r in recs.items()})
 
 
-def _chats() -> EvalSet:
+def _chats(variant: str = "sessions") -> EvalSet:
+    notes = variant == "notes"
     queries, recs = _read_queries(chats.HERE / "queries.jsonl")
     evidence: dict[str, list[tuple[str, int]]] = {}
-    for line in (chats.HERE / "evidence.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+    ev_file = chats.HERE / ("evidence-notes.tsv" if notes else "evidence.tsv")
+    for line in ev_file.read_text(encoding="utf-8").splitlines()[1:]:
         qid, cid, n = line.split("\t")
         evidence.setdefault(qid, []).append((cid, int(n)))
-    return EvalSet("chats", {"chats": chats.build_workspace}, [HERE / "chats.py"], queries,
-                   _read_qrels(chats.HERE / "qrels.tsv"), evidence=evidence,
-                   category={q: str(r.get("category", "")) for q, r in recs.items()})
+    name = "chats-notes" if notes else "chats"
+    return EvalSet(name, {name: lambda dest: chats.build_workspace(dest, variant)}, [HERE / "chats.py"], queries,
+                   _read_qrels(chats.HERE / ("qrels-notes.tsv" if notes else "qrels.tsv")), evidence=evidence,
+                   category={q: str(r.get("category", "")) for q, r in recs.items()},
+                   note="the chats as daily notes" if notes else "")
 
 
 def make_set(name: str, quick: bool) -> EvalSet:
     if name == "chats":
         return _chats()
+    if name == "chats-notes":
+        return _chats("notes")
     if name == "cosqa":
         return _cosqa(quick)
     if name == "examples":

@@ -43,7 +43,8 @@ def _tsv(path: Path) -> list[dict[str, str]]:
 
 def test_chats_labels_are_the_generators(tmp_path: Path) -> None:
     counts = chats.write_labels(tmp_path)
-    for name in ("queries.jsonl", "qrels.tsv", "labels.tsv", "evidence.tsv", "negatives.tsv"):
+    for name in ("queries.jsonl", "qrels.tsv", "labels.tsv", "evidence.tsv", "negatives.tsv", "qrels-notes.tsv",
+                 "evidence-notes.tsv"):
         assert filecmp.cmp(tmp_path / name, chats.HERE / name, shallow=False), f"eval/chats/{name} is stale"
     assert counts["questions"] == 189 and counts["labelled"] == 171 and counts["negative"] == 18
     cats = {k: v for k, v in counts.items() if k not in ("sessions", "questions", "labelled")}
@@ -71,6 +72,21 @@ def test_chats_evidence_lines_hold_the_planted_messages(chats_ws: Path) -> None:
         assert line in doc.line_map, r
         text = doc.content.split("\n")[doc.line_map.index(line)]
         assert text.split(": ", 1)[1] in planted, (r, text)  # "User: Ben: ..." -> "Ben: ..."
+
+
+def test_chats_notes_variant_holds_the_same_evidence(tmp_path: Path) -> None:
+    ws = chats.build_workspace(tmp_path / "notes", "notes")
+    notes = {f"memory/{p.name}": p.read_text(encoding="utf-8").split("\n") for p in (ws / "memory").iterdir()}
+    assert len(notes) == 21 and all(n.startswith("memory/2026-01-") for n in notes)
+    planted = {f"{s}: {t}" for evs in chats.EVENTS.values() for s, t, _ in evs}
+    planted |= {f"{s}: {t}" for _, pair in chats.EDGES for s, t, _ in pair}
+    evidence = _tsv(chats.HERE / "evidence-notes.tsv")
+    assert len(evidence) >= 171
+    for r in evidence:
+        assert notes[r["corpus-id"]][int(r["line"]) - 1] in planted, r
+    # the same questions are labelled in both variants
+    assert {r["query-id"] for r in _tsv(chats.HERE / "qrels-notes.tsv")} == {
+        r["query-id"] for r in _tsv(chats.HERE / "qrels.tsv")}
 
 
 def test_chats_edge_answers_sit_in_a_later_chunk(chats_ws: Path) -> None:
