@@ -145,3 +145,22 @@ def test_indexer_hash_covers_every_module_the_indexer_loads() -> None:
     assert tops(out["before"]) <= {*run_sets.INDEX_SIDE, "query"}
     assert set(out["before"].split()) & {"memory_core.query.search", "memory_core.query.retrieval",
                                          "memory_core.query.rank"} == set()
+
+
+def test_paired_intervals_and_comparison(tmp_path: Path) -> None:
+    import run_sets  # eval/run_sets.py
+
+    assert run_sets.paired_ci([0.5] * 20) == (0.5, 0.5, 0.5)
+    mean, lo, hi = run_sets.paired_ci([1.0] * 10 + [0.0] * 10)
+    assert mean == 0.5 and 0.2 <= lo < 0.5 < hi <= 0.8
+    assert run_sets.evidence_recall([("a", 1, 10), ("b", 5, 9)], [("a", 10), ("b", 4), ("c", 5)]) == 1 / 3
+
+    per = {"hybrid": {"q1": {"recall@10": 1.0, "ndcg@10": 1.0}, "q2": {"recall@10": 0.0, "ndcg@10": 0.0}},
+           "bm25": {"q1": {"recall@10": 1.0, "ndcg@10": 0.5}, "q2": {"recall@10": 1.0, "ndcg@10": 1.0}},
+           "keyword": {"q1": {"recall@10": 0.0, "ndcg@10": 0.0}, "q2": {"recall@10": 0.0, "ndcg@10": 0.0}}}
+    res = [{"set": "s", "per_query": per}]
+    table = run_sets.delta_table(res, ("recall@10",))
+    assert "| s | recall@10 | 0.500 | -0.500 (-1.000..+0.000) | - | +0.500 (+0.000..+1.000) | - |" in table
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps({"sets": [{"set": "s", "per_query": {"hybrid": per["bm25"]}}]}))
+    assert "| s | hybrid | -0.250 (-1.000..+0.500) | -0.500 (-1.000..+0.000) | - |" in run_sets.against_table(res, before)
