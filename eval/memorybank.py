@@ -40,7 +40,23 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = ROOT / "eval" / "memorybank"
-DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "memorybank"
+
+
+def shared_eval() -> Path:
+    """The shared data folder (cosqa, memorybank): ``$MEMORY_CORE_EVAL_DATA``, else the first
+    ``shared/eval`` beside the checkout or beside its parent (a worktree in ``wt/<name>``)."""
+    import os
+
+    env = os.environ.get("MEMORY_CORE_EVAL_DATA")
+    if env:
+        return Path(env)
+    for base in (ROOT.parent, ROOT.parent.parent):
+        if (base / "shared" / "eval").is_dir():
+            return base / "shared" / "eval"
+    return ROOT.parent / "shared" / "eval"
+
+
+DEFAULT_DATA = shared_eval() / "memorybank"
 LANGS = ("en", "cn")
 YEAR = 2026
 TOML = 'sources = ["memory", "sessions"]\nprovider = "local"\n'

@@ -21,10 +21,13 @@ import numpy as np
 import pytest
 
 from memory_core.apps.evaluation import (
+    PlainBaselines,
     add_eval_parser,
     cmd_eval,
+    convex_fusion,
     evaluate_run,
     file_ranking,
+    format_report,
     load_corpus_map,
     load_qrels,
     load_queries,
@@ -262,8 +265,13 @@ def test_eval_command_end_to_end(keyword_index: Settings, tmp_path: Path, capsys
     top = [b for b in bands if b["results"]][-1]
     assert top["relevant"] == 1.0  # the 金银价格 note, the best-scored result
     assert "1 of 3 judged documents are not files of the index" in err
+    # the sides at the configured min_score and at 0, plain BM25; no plain convex fusion without vectors
+    assert set(report["metrics"]) == {"hybrid", "vector", "keyword", "hybrid@0", "vector@0", "keyword@0",
+                                      "bm25", "convex"}
+    assert report["metrics"]["convex"] is None and report["metrics"]["vector@0"] is None
+    assert report["metrics"]["bm25"] is not None
     rows = (tmp_path / "pq.tsv").read_text().splitlines()
-    assert rows[0].split("\t")[:2] == ["side", "query-id"] and len(rows) == 1 + 3 * 2
+    assert rows[0].split("\t")[:2] == ["side", "query-id"] and len(rows) == 1 + 7 * 2
 
     # the text report
     args = _parse(["-w", str(keyword_index.workspace_dir), "--queries", str(q), "--qrels", str(r),
@@ -272,6 +280,60 @@ def test_eval_command_end_to_end(keyword_index: Settings, tmp_path: Path, capsys
     out, _ = capsys.readouterr()
     assert "ndcg@10" in out and "hybrid*" in out and "n/a" in out and "min_score 0" in out
     assert re.search(r"hybrid\*\s+0\.5000\s+0\.5000\s+0\.5000\s+0\.5000", out)
+    assert "plain baselines over the same chunks" in out and re.search(r"^bm25\s+\d", out, re.M)
+    assert "hybrid@0" not in out  # min_score 0 already: no second row at 0
+
+
+def test_convex_fusion_hand_computed() -> None:
+    # keyword 10, 5, 0 -> 1, .5, 0; vector .1, .9, .5 -> 0, 1, .5; fused .5, .75, .25
+    assert convex_fusion({1: 10.0, 2: 5.0, 3: 0.0}, {1: 0.1, 2: 0.9, 3: 0.5}) == [2, 1, 3]
+    assert convex_fusion({1: 10.0, 2: 5.0, 3: 0.0}, {1: 0.1, 2: 0.9, 3: 0.5}, weight=0.0) == [1, 2, 3]
+    assert convex_fusion({1: 1.0, 2: 1.0}, {1: 0.3, 2: 0.3}) == [1, 2]  # ties by row id
+
+
+def test_sides_report_plain_baselines_over_the_same_chunks(tmp_path: Path) -> None:
+    """``eval --sides`` ranks the index's own chunks by plain BM25 and by a plain 0.5/0.5 convex
+    fusion: BM25's order here is known (both rare words > one word in a short note > one word in
+    a long one; no match: not returned), and the convex fusion reaches, through the vector side,
+    a note that shares no word with the query."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    filler = " ".join(f"filler{i} words{i} here{i}" for i in range(40))
+    notes = {
+        "a.md": "The quokka met a zebra.\n",
+        "b.md": "A zebra crossing.\n",
+        "c.md": f"{filler} zebra {filler}\n",
+        "d.md": "Pelicans eat fish near the harbour.\n",
+    }
+    for name, text in notes.items():
+        (ws / "memory" / name).write_text(text)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    provider = BagOfWordsProvider(64)
+    run_index(s, provider=provider)
+    q = tmp_path / "queries.jsonl"
+    q.write_text(json.dumps({"_id": "z", "text": "quokka zebra"}) + "\n"
+                 + json.dumps({"_id": "p", "text": "pelicans harbour quokka"}) + "\n")
+    r = tmp_path / "qrels.tsv"
+    r.write_text("z\tmemory/c.md\t1\np\tmemory/d.md\t1\n")
+
+    with PlainBaselines(s, provider) as plain:
+        assert sorted(set(plain.paths.values())) == [f"memory/{n}" for n in sorted(notes)]  # the index's chunks
+        got = plain.rank("quokka zebra")
+        assert file_ranking(got["bm25"]) == ["memory/a.md", "memory/b.md", "memory/c.md"]  # chunks, then files
+        assert got["convex"] is not None and got["convex"][0] == "memory/a.md"
+        assert set(got["convex"]) == set(plain.paths.values())  # the vector side brings every chunk
+        scores = dict(plain.bm25_scores("quokka zebra"))
+        assert len(scores) == len(got["bm25"]) >= 3 and all(v > 0 for v in scores.values())
+
+    report = run_eval(s, q, r, sides=True, provider=provider, min_score=0.3)
+    pq = report["per_query"]
+    assert pq["bm25"]["z"]["mrr@10"] == pytest.approx(1 / 3)  # c.md third by BM25
+    assert pq["bm25"]["p"]["recall@100"] == 1.0  # "pelicans harbour" are in d.md
+    assert report["metrics"]["convex"] is not None and pq["convex"]["p"]["recall@10"] == 1.0
+    assert {"hybrid@0", "keyword@0", "vector@0"} <= set(report["metrics"])  # min_score 0.3: the sides at 0 too
+    assert report["settings"]["min_score"] == 0.3
+    lines = "\n".join(format_report(report))
+    assert re.search(r"^convex\s+\d", lines, re.M) and re.search(r"^hybrid@0\s+\d", lines, re.M)
 
 
 def test_eval_bad_inputs(keyword_index: Settings, tmp_path: Path) -> None:

@@ -32,7 +32,12 @@ Metrics (the BEIR / trec_eval definitions), averaged over the evaluated queries
 
 ``--sides`` also ranks with each retrieval side alone (``vector``: the embedding KNN only, from
 the hybrid's candidates; ``keyword``: FTS5 BM25 only, as a keyword-only search retrieves and ranks
-them), through the same pipeline and settings.
+them), through the same pipeline and settings; when ``min_score`` is not 0, each side again at 0
+(``hybrid@0``, ``keyword@0``, ``vector@0``); and two plain baselines over the same chunks,
+computed apart from the ranking code, with no threshold (:class:`PlainBaselines`): ``bm25``
+(FTS5 ``bm25()`` of the OR of the query's terms) and ``convex`` (0.5/0.5 fusion of that BM25 and
+the exact cosine, each min-max normalised per query over the union of both sides' candidates).
+What the default must not fall below (issue 37).
 """
 
 from __future__ import annotations
@@ -56,8 +61,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS",
+    "BASELINES",
+    "PlainBaselines",
     "add_eval_parser",
     "cmd_eval",
+    "convex_fusion",
     "evaluate_run",
     "file_ranking",
     "format_report",
@@ -242,6 +250,143 @@ def keyword_only_candidates(searcher: Searcher, query: str, n_candidates: int, h
     return searcher.retrieve(query, n_candidates, vector=False) if hybrid.embedded else hybrid
 
 
+# ---------------------------------------------------------------------------------------------
+# Plain baselines over the same chunks (issue 37)
+# ---------------------------------------------------------------------------------------------
+BASELINES = ("bm25", "convex")
+
+
+class PlainBaselines:
+    """Two reference rankings of an index's own chunks, computed apart from the ranking code
+    (:mod:`memory_core.query`), so they stay put while it changes and say what a plain method
+    makes of the same chunks:
+
+    * ``bm25``: FTS5's ``bm25()`` over ``chunks_fts`` for the OR of the query's terms
+      (:func:`memory_core.storage.textsearch.build_match_query`: the words as the keyword side
+      reads them, stop words dropped unless nothing else is left), every matching chunk, best
+      first (ties by row id);
+    * ``convex``: ``0.5 * kw + 0.5 * vec`` over the union of the ``n_candidates`` best chunks of
+      each side (the BM25 above; the exact cosine of the query's embedding with every chunk's
+      stored vector), each side min-max normalised per query over that union (a chunk matching
+      no term has BM25 0), no threshold. None when the index holds no vectors or no provider
+      can embed the query.
+
+    No date parsing, no coverage scaling, no threshold, no MMR, no decay: a file ranks at its
+    best chunk (:func:`file_ranking`), as the searcher's results do.
+    """
+
+    def __init__(self, settings: Settings, provider: Any = None) -> None:
+        import numpy as np
+
+        from memory_core.storage.indexmeta import open_query_provider, vector_record
+        from memory_core.storage.store import connect_reader, read_meta
+
+        self.conn = connect_reader(settings.index_file)
+        meta = read_meta(self.conn) or {}
+        self.paths: dict[int, str] = {}
+        self.lines: dict[int, tuple[int, int]] = {}  # row id -> (start line, end line) of its file
+        rids: list[int] = []
+        blobs: list[bytes] = []
+        for rid, path, start, end, emb in self.conn.execute(
+                "SELECT rid, path, start_line, end_line, embedding FROM chunks ORDER BY rid"):
+            self.paths[rid] = path
+            self.lines[rid] = (int(start), int(end))
+            if emb:
+                rids.append(rid)
+                blobs.append(bytes(emb))
+        self.rids = np.asarray(rids, dtype=np.int64)
+        self.matrix = None
+        self.provider = None
+        self.note = ""
+        if blobs and vector_record(meta) is not None:
+            m = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+            norms = np.linalg.norm(m, axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            self.matrix = (m / norms).astype(np.float32)
+            if provider is not None:
+                self.provider = provider
+            else:
+                record = vector_record(meta)
+                self.provider, self.note = open_query_provider(record, settings) if record else (None, "")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PlainBaselines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def bm25_scores(self, query: str) -> list[tuple[int, float]]:
+        """(row id, -bm25()) of every chunk matching any of the query's terms, best first."""
+        import apsw
+
+        from memory_core.storage.textsearch import build_match_query
+
+        match = build_match_query(query.replace("\x00", " "))
+        if not match:
+            return []
+        try:
+            rows = self.conn.execute("SELECT rowid, bm25(chunks_fts) AS r FROM chunks_fts WHERE chunks_fts MATCH ?"
+                                     " ORDER BY r, rowid", (match,)).fetchall()
+        except apsw.SQLError:
+            return []
+        return [(int(rid), -float(r)) for rid, r in rows if rid in self.paths and isinstance(r, (int, float))]
+
+    def cosines(self, query: str) -> dict[int, float] | None:
+        """The cosine of the query's embedding with every chunk's vector; None without vectors."""
+        import numpy as np
+
+        if self.matrix is None or self.provider is None or not query.strip():
+            return None
+        q = np.asarray(self.provider.embed_query(query[:8000]), dtype=np.float32)
+        n = float(np.linalg.norm(q))
+        if n == 0.0:
+            return None
+        sims = self.matrix @ (q / n)
+        return dict(zip(self.rids.tolist(), sims.tolist(), strict=True))
+
+    def rank(self, query: str, n_candidates: int = 200, max_results: int = 100) -> dict[str, list[str] | None]:
+        """Each baseline's ranked chunk paths (at most ``max_results``; ``convex`` None without vectors)."""
+        return {name: None if rids is None else [self.paths[r] for r in rids]
+                for name, rids in self.rank_rows(query, n_candidates, max_results).items()}
+
+    def rank_rows(self, query: str, n_candidates: int = 200, max_results: int = 100) -> dict[str, list[int] | None]:
+        """Each baseline's ranked chunk row ids (see :attr:`paths`, :attr:`lines`)."""
+        kw = self.bm25_scores(query)
+        out: dict[str, list[int] | None] = {"bm25": [r for r, _ in kw[:max_results]]}
+        cos = self.cosines(query)
+        if cos is None:
+            out["convex"] = None
+            return out
+        kw_top = dict(kw[:n_candidates])
+        vec_top = sorted(cos, key=lambda r: (-cos[r], r))[:n_candidates]
+        union = list(dict.fromkeys([*kw_top, *vec_top]))
+        kw_all = dict(kw)
+        kw_s = {r: kw_all.get(r, 0.0) for r in union}
+        vec_s = {r: cos.get(r, 0.0) for r in union}
+        out["convex"] = convex_fusion(kw_s, vec_s)[:max_results]
+        return out
+
+
+def _min_max(scores: Mapping[int, float]) -> dict[int, float]:
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    if hi - lo <= 0.0:
+        return dict.fromkeys(scores, 1.0 if hi > 0 else 0.0)
+    return {r: (v - lo) / (hi - lo) for r, v in scores.items()}
+
+
+def convex_fusion(keyword: Mapping[int, float], vector: Mapping[int, float], weight: float = 0.5) -> list[int]:
+    """Row ids of ``keyword`` and ``vector`` (raw scores, higher better, over the same union) by
+    ``weight * vector' + (1 - weight) * keyword'``, each side min-max normalised; ties by row id."""
+    kw, vec = _min_max(keyword), _min_max(vector)
+    fused = {r: weight * vec.get(r, 0.0) + (1.0 - weight) * kw.get(r, 0.0) for r in {*kw, *vec}}
+    return sorted(fused, key=lambda r: (-fused[r], r))
+
+
 def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Path, *, sides: bool = False,
              max_results: int = 100, corpus_map: str | Path | None = None, min_score: float | None = None,
              provider: Any = None, searcher: Any = None,
@@ -276,36 +421,60 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             path_qrels[qid] = pq
         max_results = max(1, int(max_results))
         n_cand = s.candidate_count(max_results)
-        modes = list(SIDES) if sides else ["hybrid"]
+        configured = settings.query.min_score if min_score is None else float(min_score)
+        # (label, mode, min_score): the sides at the min_score in force and, when it is not 0, at 0
+        ranked_rows: list[tuple[str, str, float | None]] = [(m, m, min_score) for m in (SIDES if sides else ["hybrid"])]
+        if sides and configured != 0:
+            ranked_rows += [(f"{m}@0", m, 0.0) for m in SIDES]
+        modes = [label for label, _, _ in ranked_rows] + (list(BASELINES) if sides else [])
         runs: dict[str, dict[str, list[str]]] = {m: {} for m in modes}
         per_query: dict[str, dict[str, dict[str, float]]] = {m: {} for m in modes}
         latencies: list[float] = []
         embedded_any = False
+        convex_any = False
         scored: list[tuple[float, bool]] = []  # (score, its file is relevant) of every hybrid result
         todo = [qid for qid in judged if qid in queries]
-        for i, qid in enumerate(todo, 1):
-            t0 = time.perf_counter()
-            cands = s.retrieve(queries[qid], n_cand)
-            results = {m: s.rank(cands, max_results=max_results, min_score=min_score, mode=m)
-                       for m in modes if m != "keyword"}
-            latencies.append(time.perf_counter() - t0)
-            if "keyword" in modes:
-                kw = keyword_only_candidates(s, queries[qid], n_cand, cands)
-                results["keyword"] = s.rank(kw, max_results=max_results, min_score=min_score, mode="keyword")
-            embedded_any = embedded_any or cands.embedded
-            scored.extend((r.score, path_qrels[qid].get(r.path, 0) > 0) for r in results["hybrid"])
-            for m in modes:
-                ranked = file_ranking(r.path for r in results[m])
-                runs[m][qid] = ranked
-                per_query[m][qid] = query_metrics(ranked, path_qrels[qid])
-            if progress:
-                progress(i, len(todo))
+        plain = PlainBaselines(settings, provider) if sides else None
+        try:
+            for i, qid in enumerate(todo, 1):
+                t0 = time.perf_counter()
+                cands = s.retrieve(queries[qid], n_cand)
+                results = {label: s.rank(cands, max_results=max_results, min_score=ms, mode=m)
+                           for label, m, ms in ranked_rows if m != "keyword"}
+                latencies.append(time.perf_counter() - t0)
+                if sides:
+                    kw = keyword_only_candidates(s, queries[qid], n_cand, cands)
+                    for label, m, ms in ranked_rows:
+                        if m == "keyword":
+                            results[label] = s.rank(kw, max_results=max_results, min_score=ms, mode="keyword")
+                embedded_any = embedded_any or cands.embedded
+                scored.extend((r.score, path_qrels[qid].get(r.path, 0) > 0) for r in results["hybrid"])
+                ranked_paths: dict[str, list[str]] = {label: [r.path for r in res] for label, res in results.items()}
+                if plain is not None:
+                    for name, paths_ in plain.rank(queries[qid], n_cand, max_results).items():
+                        if paths_ is not None:
+                            ranked_paths[name] = paths_
+                            convex_any = convex_any or name == "convex"
+                for m, chunk_paths in ranked_paths.items():
+                    ranked = file_ranking(chunk_paths)
+                    runs[m][qid] = ranked
+                    per_query[m][qid] = query_metrics(ranked, path_qrels[qid])
+                if progress:
+                    progress(i, len(todo))
+        finally:
+            if plain is not None:
+                plain.close()
         meta = s.index_meta()
         metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
         # the vector side's recall@10 against an exact search of every vector (memory_core.storage.vectors)
         vector_recall = s.vector_recall([queries[qid] for qid in todo]) if embedded_any else None
         if sides and not embedded_any:
-            metrics["vector"] = None
+            for label in ("vector", "vector@0"):
+                if label in metrics:
+                    metrics[label] = None
+        if sides and not convex_any:
+            metrics["convex"] = None
+            per_query.pop("convex", None)
         q = settings.query
         vw, tw = q.normalised_weights()
         return {
@@ -320,7 +489,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             "candidates_per_side": n_cand,
             "settings": {
                 "fusion": q.fusion, "vector_weight": round(vw, 4), "text_weight": round(tw, 4),
-                "min_score": q.min_score if min_score is None else float(min_score),
+                "min_score": configured,
                 "candidate_multiplier": q.candidate_multiplier, "mmr": q.mmr.lambda_ if q.mmr.enabled else None,
                 "temporal_decay_days": q.temporal_decay.half_life_days if q.temporal_decay.enabled else None,
                 "hybrid": q.hybrid, "mode": q.search_mode(),
@@ -370,14 +539,20 @@ def format_report(report: Mapping[str, Any]) -> list[str]:
         "",
         f"{'':10}" + "".join(f"{m:>12}" for m in METRICS),
     ]
-    for side, values in report["metrics"].items():
-        label = side if side != "hybrid" or report["hybrid_used_vectors"] else "hybrid*"
+    metrics = report["metrics"]
+    for side, values in metrics.items():
+        if side in BASELINES and side == next(b for b in BASELINES if b in metrics):
+            lines.append("plain baselines over the same chunks (no threshold):")
+        label = side if not side.startswith("hybrid") or report["hybrid_used_vectors"] else side + "*"
         if values is None:
-            lines.append(f"{side:10}" + f"{'n/a (no vectors in this index)':>48}")
+            why = "no vectors in this index" if side != "convex" else "no vectors or no query provider"
+            lines.append(f"{side:10}" + f"{'n/a (' + why + ')':>48}")
         else:
             lines.append(f"{label:10}" + "".join(f"{values[m]:12.4f}" for m in METRICS))
     if not report["hybrid_used_vectors"]:
         lines.append("* keyword-only: the index has no vectors or the query provider is unavailable")
+    if "hybrid@0" in metrics:
+        lines.append(f"@0: the same side at min_score 0 (above: at min_score {st['min_score']:g})")
     if report["query_ms_p50"] is not None:
         lines.append(f"query time p50: {report['query_ms_p50']:.1f} ms (embedding + both sides + ranking)")
     if report.get("vector_recall_at_10") is not None:
@@ -422,7 +597,9 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="BEIR queries.jsonl ({\"_id\", \"text\"} per line)")
     p.add_argument("--qrels", required=True, help="BEIR qrels TSV: query-id, corpus-id, score (header allowed)")
     p.add_argument("--corpus-map", help="TSV: corpus-id, indexed path (when ids are not paths)")
-    p.add_argument("--sides", action="store_true", help="also rank with the vector side and the keyword side alone")
+    p.add_argument("--sides", action="store_true",
+                   help="also rank with the vector side and the keyword side alone, every side at min_score 0 too,"
+                        " and two plain baselines over the same chunks: bm25 and a 0.5/0.5 convex fusion")
     p.add_argument("--max-results", type=int, default=100, help="chunks asked per query (default 100)")
     p.add_argument("--min-score", type=float, help="override query.min_score")
     p.add_argument("--vector-weight", type=float, help="override query.vector_weight")
