@@ -73,7 +73,7 @@ ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-e
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
 # package's lazy __init__): changing it never changes what an index holds (query/ and index/ never
 # import each other, tests/test_layers.py keeps it so), so ranking changes reuse the cached indexes.
-INDEX_SIDE = ("storage", "embeddings", "sources", "index", "config.py", "errors.py")
+INDEX_SIDE = ("storage", "embeddings", "sources", "index", "config.py", "errors.py", "plugins.py")
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150
