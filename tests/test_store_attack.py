@@ -73,18 +73,27 @@ def test_s2_four_processes_storing_the_first_memory_at_once_all_land(workspace: 
     monkeypatch.chdir(workspace)  # the config names no workspace: the current folder, as in the processes
     (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
     gate = tmp_path / "go"
-    code = ("import sys, time, pathlib, lancedb; from memory_core.config import load_settings;"
-            " from memory_core.notes.memory_store import MemoryStore;"
-            " s = MemoryStore(load_settings(pathlib.Path(sys.argv[1]) / 'memory-core.toml'));"
-            " s.provider();"
-            " [time.sleep(0.005) for _ in iter(lambda: pathlib.Path(sys.argv[2]).exists(), True)];"
-            " print(s.store(sys.argv[3]).action)")
+    # each process, about to create the table, says so and waits at the gate: all four would
+    # create it at once when nothing keeps them apart (the old code: 3 tracebacks)
+    code = ("import os, sys, time, pathlib; from memory_core.config import load_settings;"
+            " from memory_core.notes import memory_store as ms; real = ms.MemoryStore._create\n"
+            "def gated(self, *a):\n"
+            "    (pathlib.Path(sys.argv[2]).parent / f'ready-{os.getpid()}').touch()\n"
+            "    while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+            "    return real(self, *a)\n"
+            "ms.MemoryStore._create = gated\n"
+            "s = ms.MemoryStore(load_settings(pathlib.Path(sys.argv[1]) / 'memory-core.toml'))\n"
+            "print(s.store(sys.argv[3]).action)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(workspace), str(gate), f"fact number {n} is true"],
                               env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(workspace),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(4)]
     import time
 
-    time.sleep(3)  # let them import lancedb and wait at the gate
+    # all four at the gate, or (kept apart by the store's lock) one there and the others waiting
+    until = time.monotonic() + 15
+    while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < until \
+            and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
     gate.touch()
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, [o[1][-500:] for o in outs]
