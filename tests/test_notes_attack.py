@@ -306,6 +306,22 @@ def test_f4_a_damaged_ledger_is_set_aside_not_fatal(workspace: Path) -> None:
     assert not check_flush(settings, "s1", tokens=10_000_000, record=True).due  # the ledger works again
 
 
+def test_f4_a_flush_killed_while_it_writes_the_ledger_leaves_nothing_behind(workspace: Path) -> None:
+    settings = _settings(workspace)
+    ledger = settings.flush_ledger_file
+    code = ("import os, signal; from memory_core.config import load_settings;"
+            " from memory_core.notes.flush import check_flush;"
+            " os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL);"
+            f" check_flush(load_settings(None, {{'workspace': {str(workspace)!r}, 'provider': 'none'}}), 's1',"
+            " tokens=10_000_000, record=True)")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert [p.name for p in ledger.parent.glob(ledger.name + "*.tmp")]  # the killed write's temp copy
+    res = check_flush(settings, "s1", tokens=10_000_000, record=True)
+    assert res.due and res.recorded  # the killed flush never recorded its cycle
+    assert not list(ledger.parent.glob(ledger.name + "*.tmp"))
+
+
 # -- M2: HTTP sessions ---------------------------------------------------------------------------------
 
 def test_m2_http_sessions_are_reaped_when_idle_and_bounded(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:

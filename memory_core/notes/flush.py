@@ -25,6 +25,7 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import glob
 import json
 import logging
 import math
@@ -188,6 +189,12 @@ class FlushLedger:
             os.close(fd)
 
     def write(self, sessions: dict[str, dict[str, Any]]) -> None:
+        """Replace the ledger (under :meth:`locked`): a temp copy beside it, synced and renamed over
+        it. Temp copies a killed writer left are removed first (the lock says none is in use)."""
+        with contextlib.suppress(OSError):
+            for stale in self.path.parent.glob(f"{glob.escape(self.path.name)}*.tmp"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
