@@ -221,6 +221,11 @@ def test_w5_invalid_text_and_long_names_get_one_line_not_a_traceback(workspace: 
                 "memory/argv.md")
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
     assert (workspace / "memory" / "argv.md").read_text() == "caf\ufffd\ufffd ok\n"
+    # binary stdin: the same
+    proc = _cli("write", "-w", str(workspace), "--no-index", "-", "--path", "memory/stdin.md",
+                input=b"bin\xff\x00ary")
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert (workspace / "memory" / "stdin.md").read_text() == "bin\ufffdary\n"
 
 
 def test_w7_one_write_cannot_create_a_deep_folder_tree(workspace: Path) -> None:

@@ -339,6 +339,7 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
         notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
         return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
     if not _indexed(settings, res.path):
-        notes.append("written, but the index does not hold it (`memory-core index` says why in its warnings)")
+        notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
+                     " busy; `memory-core index` says which in its warnings)")
         return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
     return WriteResult(**{**res.to_dict(), "indexed": True, "note": "; ".join(notes)})
