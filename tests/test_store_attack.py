@@ -76,7 +76,12 @@ def test_s2_four_processes_storing_the_first_memory_at_once_all_land(workspace: 
     # each process, about to create the table, says so and waits at the gate: all four would
     # create it at once when nothing keeps them apart (the old code: 3 tracebacks)
     code = ("import os, sys, time, pathlib; from memory_core.config import load_settings;"
-            " from memory_core.notes import memory_store as ms; real = ms.MemoryStore._create\n"
+            " import fcntl; from memory_core.notes import memory_store as ms; real = ms.MemoryStore._create\n"
+            "real_flock = fcntl.flock\n"
+            "def flock(fd, op):\n"  # waiting for the store's lock counts as being at the gate
+            "    (pathlib.Path(sys.argv[2]).parent / f'waiting-{os.getpid()}').touch()\n"
+            "    return real_flock(fd, op)\n"
+            "fcntl.flock = flock\n"
             "def gated(self, *a):\n"
             "    (pathlib.Path(sys.argv[2]).parent / f'ready-{os.getpid()}').touch()\n"
             "    while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
@@ -89,10 +94,12 @@ def test_s2_four_processes_storing_the_first_memory_at_once_all_land(workspace: 
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(4)]
     import time
 
-    # all four at the gate, or (kept apart by the store's lock) one there and the others waiting
-    until = time.monotonic() + 15
-    while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < until \
-            and all(p.poll() is None for p in procs):
+    # all four at the gate, or (kept apart by the store's lock) one there and the others waiting for it
+    def arrived() -> int:
+        return len({p.name.split("-", 1)[1] for p in (*tmp_path.glob("ready-*"), *tmp_path.glob("waiting-*"))})
+
+    until = time.monotonic() + 60
+    while arrived() < 4 and time.monotonic() < until and all(p.poll() is None for p in procs):
         time.sleep(0.05)
     gate.touch()
     outs = [p.communicate(timeout=300) for p in procs]
