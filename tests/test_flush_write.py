@@ -175,14 +175,18 @@ def test_memory_write_over_mcp_then_search_finds_it(workspace: Path, tmp_path: P
             prompts = (await client.list_prompts()).prompts
             assert [p.name for p in prompts] == ["memory_flush"]
             p = await client.get_prompt("memory_flush")
-            seen["prompt"] = [m.content.text for m in p.messages]
+            seen["prompt"] = [(m.role, m.content.text) for m in p.messages]
+            seen["meta"] = p.meta
 
     try:
         _run(session)
     finally:
         errlog.close()
-    assert seen["prompt"] == ["Session nearing compaction. Store durable memories now.",
-                              f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing."]
+    # one user turn (an MCP prompt has no system role): the system prompt's text first; _meta holds both apart
+    assert seen["prompt"] == [("user", "Session nearing compaction. Store durable memories now.\n\n"
+                                       f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing.")]
+    assert {k: seen["meta"][k] for k in ("systemPrompt", "prompt")} == {"systemPrompt": "Session nearing compaction. Store durable memories now.",
+                            "prompt": f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing."}
     text = daily.read_text()
     assert "hunter2hunter2" not in text and "password: ***" in text  # masked before it touched the disk
     assert text.count("wombat budget review") == 1 and "quetzal vendor contract" in text

@@ -176,7 +176,7 @@ def _redact_ungated(text: str) -> str:
     """Same pipeline without the substring pre-checks."""
     for rule in redact_mod._RULES_BEFORE_PEM:
         text = rule.pattern.sub(redact_mod._mask_match, text)
-    text = redact_mod._redact_pem(text)
+    text = redact_mod._redact_orphan_pem_end(redact_mod._redact_pem(text))
     present = redact_mod._present_triggers(text.lower())
     for rule in redact_mod._RULES_AFTER_PEM:
         if rule.scan and not rule.triggered(present):  # a context rule: its gate is its meaning

@@ -308,19 +308,21 @@ def _tools(settings: Settings) -> list[types.Tool]:
 
 
 def flush_prompt(settings: Settings) -> types.GetPromptResult:
-    """The memory flush's two prompts (compaction.memory_flush), today's date filled in: the
-    first message is the system prompt to add, the second the silent user turn."""
+    """The memory flush's silent turn (compaction.memory_flush), today's date filled in: one user
+    message, the system prompt's text first, then the prompt (an MCP prompt has no system role, and
+    two user messages read as two turns); ``_meta`` carries the two apart (``systemPrompt``,
+    ``prompt``) for a runtime that adds the first to its system prompt itself."""
     import datetime as _dt
 
     f = settings.compaction.memory_flush
     today = _dt.date.today().isoformat()
+    system, prompt = f.system_prompt.replace("YYYY-MM-DD", today), f.prompt.replace("YYYY-MM-DD", today)
     return types.GetPromptResult(
-        description="Memory flush before compaction: add the first message to the system prompt and send the"
-                    " second as a silent turn; a reply of NO_REPLY means nothing to store.",
+        description="Memory flush before compaction: send this message as one silent turn (a reply of NO_REPLY"
+                    " means nothing to store); _meta.systemPrompt and _meta.prompt hold its two parts.",
         messages=[types.PromptMessage(role="user", content=types.TextContent(
-                      type="text", text=f.system_prompt.replace("YYYY-MM-DD", today))),
-                  types.PromptMessage(role="user", content=types.TextContent(
-                      type="text", text=f.prompt.replace("YYYY-MM-DD", today)))])
+            type="text", text=f"{system}\n\n{prompt}" if system.strip() else prompt))],
+        _meta={"systemPrompt": system, "prompt": prompt})
 
 
 # -- the tools, transport-free -------------------------------------------------------------------
@@ -617,9 +619,22 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+HTTP_SESSION_IDLE_S = 600.0
+"""An HTTP session with no request for this long is ended (its id then answers 404 and the client
+opens a new one): abandoned sessions do not pile up (2,000 held 73 MB under the SDK's 30 minutes)."""
+HTTP_MAX_SESSIONS = 256  # open HTTP sessions at most; one more is answered 503 until one ends
+
+
+def http_app(server: Server[Any], host: str, path: str) -> Any:
+    """The Starlette app of the HTTP transport, its sessions reaped (:data:`HTTP_SESSION_IDLE_S`)
+    and bounded (:data:`HTTP_MAX_SESSIONS`)."""
+    return server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=HTTP_SESSION_IDLE_S,
+                                      max_sessions=HTTP_MAX_SESSIONS)
+
+
 async def _serve_http(server: Server[Any], host: str, port: int, path: str) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app = http_app(server, host, path)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve()

@@ -29,8 +29,10 @@ Category = Literal["preference", "fact", "decision", "entity", "other"]
 
 STORE_DESCRIPTION = (
     "Save one lasting memory (a preference, fact, decision or entity worth keeping across sessions) in"
-    " the structured memory store. A near-identical stored memory is updated instead of duplicated; the"
-    " answer says which (action 'created' or 'updated'). Secrets are redacted before storing."
+    " the structured memory store. A near-identical stored memory that says the same thing is updated"
+    " instead of duplicated; one that says something else (another number, day, date, or a negation) is"
+    " kept and the new one added beside it (keptSimilar). The answer says which (action 'created' or"
+    " 'updated'). Secrets are redacted before storing."
 )
 RECALL_DESCRIPTION = (
     "Search the structured memory store (memories saved with memory_store) by meaning and words,"
@@ -84,6 +86,60 @@ def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+_MEMORY: dict[str, Any] = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "text": {"type": "string"}, "importance": {"type": "number"},
+                   "category": {"type": "string", "enum": list(CATEGORIES)}, "createdAt": {"type": "integer"},
+                   "updatedAt": {"type": "integer"}},
+    "required": ["id", "text", "importance", "category", "createdAt"],
+}
+STORE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["created", "updated"]}, "id": {"type": "string"}, "memory": _MEMORY,
+        "redacted": {"type": "boolean"},
+        "similarity": {"type": "number", "description": "updated: the cosine with the memory it updated"},
+        "previousText": {"type": "string", "description": "updated: the text it replaced"},
+        "keptSimilar": {"type": "object", "description": "created beside a near-identical memory that says"
+                                                         " something else (kept as it was)",
+                        "properties": {"id": {"type": "string"}, "text": {"type": "string"},
+                                       "similarity": {"type": "number"}}},
+    },
+    "required": ["action", "id", "memory"],
+}
+RECALL_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "startLine": {"type": "integer"},
+                           "endLine": {"type": "integer"}, "score": {"type": "number"},
+                           "snippet": {"type": "string"}, "source": {"type": "string"},
+                           "citation": {"type": "string"}, "id": {"type": "string"}, "text": {"type": "string"},
+                           "category": {"type": "string"}, "importance": {"type": "number"},
+                           "createdAt": {"type": "integer"}},
+            "required": ["path", "score", "citation", "id", "text"]}},
+        "note": {"type": "string"},
+    },
+    "required": ["results"],
+}
+LIST_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"memories": {"type": "array", "items": _MEMORY}, "count": {"type": "integer"}},
+    "required": ["memories", "count"],
+}
+FORGET_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["deleted", "candidates"]}, "id": {"type": "string"},
+        "memory": _MEMORY, "deleted": {"type": "null"},
+        "candidates": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "number"}}}},
+    },
+    "required": ["action"],
+}
+
+
 def store_tool_definitions() -> list[types.Tool]:
     write = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                   open_world_hint=False)
@@ -93,6 +149,7 @@ def store_tool_definitions() -> list[types.Tool]:
                                    open_world_hint=False)
     return [
         types.Tool(name="memory_store", title="Store a memory", description=STORE_DESCRIPTION, annotations=write,
+                   output_schema=STORE_OUTPUT_SCHEMA,
                    input_schema=_schema({
                        "text": {"type": "string", "minLength": 1, "maxLength": MAX_MEMORY_CHARS,
                                 "description": "The memory, one self-contained statement."},
@@ -103,6 +160,7 @@ def store_tool_definitions() -> list[types.Tool]:
                                                                 " memory keeps its own)."},
                    }, ["text"])),
         types.Tool(name="memory_recall", title="Recall memories", description=RECALL_DESCRIPTION, annotations=read,
+                   output_schema=RECALL_OUTPUT_SCHEMA,
                    input_schema=_schema({
                        "query": {"type": "string", "minLength": 1, "maxLength": 4000},
                        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL,
@@ -113,10 +171,11 @@ def store_tool_definitions() -> list[types.Tool]:
                        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
                    }, ["query"])),
         types.Tool(name="memory_list", title="List memories", description=LIST_DESCRIPTION, annotations=read,
+                   output_schema=LIST_OUTPUT_SCHEMA,
                    input_schema=_schema({"category": _CATEGORY,
                                          "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}}, [])),
         types.Tool(name="memory_forget", title="Forget a memory", description=FORGET_DESCRIPTION,
-                   annotations=delete,
+                   annotations=delete, output_schema=FORGET_OUTPUT_SCHEMA,
                    input_schema=_schema({"memoryId": {"type": "string", "minLength": 1, "maxLength": 64},
                                          "query": {"type": "string", "minLength": 1, "maxLength": 4000}}, [])),
     ]

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
+import glob
 import json
+import logging
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -34,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.errors import PathError, UsageError
+from memory_core.errors import PathError, UnsafePathError, UsageError
 
+log = logging.getLogger("memory_core.notes.flush")
 CHARS_PER_TOKEN = 4
 MAX_SESSION_ID = 200
 MAX_TRANSCRIPT_LINE = 64 * 1024 * 1024
@@ -64,27 +69,37 @@ def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
     Messages (``{"type": "message", "message": {"role", "content"}}``) count ``chars / 4`` of
     their content (text blocks, tool calls and results alike); a ``{"type": "compaction"}``
     record starts a new cycle and the context after it is its ``summary`` plus what follows.
-    Blank and malformed lines are skipped. PathError when the file cannot be read."""
+    Blank and malformed lines (not JSON, or nested too deep to read) are skipped. PathError when
+    the file cannot be read or is not a regular file (a FIFO or a device such as ``/dev/zero``
+    would never end: it is refused without reading it)."""
     p = Path(path).expanduser()
     chars = messages = cycle = 0
     try:
-        fh = open(p, "rb")  # noqa: SIM115 - closed below
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise PathError(f"cannot read transcript {p}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PathError(f"cannot read transcript {p}: not a regular file")
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
     with fh:
         while line := fh.readline(MAX_TRANSCRIPT_LINE):
             try:
                 rec = json.loads(line)
-            except ValueError:
+                if not isinstance(rec, dict):
+                    continue
+                if rec.get("type") == "compaction":
+                    cycle += 1
+                    chars, messages = _chars(rec.get("summary", "")), 0
+                elif rec.get("type") == "message" and isinstance(rec.get("message"), dict):
+                    messages += 1
+                    chars += _chars(rec["message"].get("content"))
+            except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
                 continue
-            if not isinstance(rec, dict):
-                continue
-            if rec.get("type") == "compaction":
-                cycle += 1
-                chars, messages = _chars(rec.get("summary", "")), 0
-            elif rec.get("type") == "message" and isinstance(rec.get("message"), dict):
-                messages += 1
-                chars += _chars(rec["message"].get("content"))
     return TranscriptEstimate(math.ceil(chars / CHARS_PER_TOKEN), cycle, messages)
 
 
@@ -115,30 +130,71 @@ class FlushLedger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.set_aside: Path | None = None  # where a damaged ledger was moved by the last read
 
     def read(self) -> dict[str, dict[str, Any]]:
+        """The sessions recorded. A damaged ledger (not JSON, not the ledger's shape) is set aside
+        (``<ledger>.damaged-<time>``, :attr:`set_aside`) and the ledger starts afresh: a flush
+        may then run once more in a cycle, which is better than no flush ever again. Call it
+        under :meth:`locked`."""
         try:
-            with open(self.path, encoding="utf-8") as fh:
-                data = json.load(fh)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"the flush ledger {self.path} cannot be read ({exc}); move it away to start afresh")\
-                from None
-        sessions = data.get("sessions") if isinstance(data, dict) else None
-        return sessions if isinstance(sessions, dict) else {}
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(f"refusing to read the flush ledger {self.path}: it is a symbolic link"
+                                      ) from None
+            raise UsageError(f"the flush ledger {self.path} cannot be read ({exc.strerror or exc})") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"the flush ledger {self.path} is not a regular file")
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                raw = fh.read(64 * 1024 * 1024 + 1)
+        finally:
+            os.close(fd)
+        try:
+            data = json.loads(raw.decode("utf-8"))
+            sessions = data.get("sessions") if isinstance(data, dict) else None
+            if not isinstance(sessions, dict):
+                raise ValueError("not a flush ledger")
+            return sessions
+        except (ValueError, RecursionError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.damaged-"
+                                        f"{_dt.datetime.now(_dt.UTC).strftime('%Y%m%dT%H%M%S%f')}")
+            os.rename(self.path, aside)
+            self.set_aside = aside
+            log.warning("the flush ledger %s was damaged (%s); set aside as %s, starting afresh", self.path,
+                        str(exc)[:200], aside)
+            return {}
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
+        """The ledger's lock (``<ledger>.lock``), never through a symbolic link."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock = self.path.with_name(self.path.name + ".lock")
         try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafePathError(f"refusing to use the flush ledger's lock {lock}: it is a symbolic link"
+                                      ) from None
+            raise UsageError(f"cannot lock the flush ledger {self.path}: {exc.strerror or exc}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"refusing to use the flush ledger's lock {lock}: not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
     def write(self, sessions: dict[str, dict[str, Any]]) -> None:
+        """Replace the ledger (under :meth:`locked`): a temp copy beside it, synced and renamed over
+        it. Temp copies a killed writer left are removed first (the lock says none is in use)."""
+        with contextlib.suppress(OSError):
+            for stale in self.path.parent.glob(f"{glob.escape(self.path.name)}*.tmp"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -212,6 +268,8 @@ def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
         if isinstance(done, dict) and done.get("cycle") == cycle:
             return answer(False, f"already flushed in compaction cycle {cycle} (at {done.get('flushed_at')})")
         reason = f"{tokens} tokens passed the flush threshold of {threshold} in compaction cycle {cycle}"
+        if ledger.set_aside is not None:
+            reason += f" (the damaged flush ledger was set aside as {ledger.set_aside})"
         if not record:
             return answer(True, reason)
         sessions[session] = {"cycle": cycle, "tokens": tokens,

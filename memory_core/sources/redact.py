@@ -390,7 +390,8 @@ def _mask_pem_keep_lines(block: str) -> str:
 
 
 # the body of a key whose END line is missing (cut off, pasted in part): base64 runs after BEGIN
-_PEM_OPEN_BODY: Final = re.compile(r"(?:(?:[ \t]*\r?\n[ \t]*|[ \t]+)[A-Za-z0-9+/=]{16,}+)+")
+# (blank lines too: two writes of a note are a blank line apart)
+_PEM_OPEN_BODY: Final = re.compile(r"(?:(?:(?:[ \t]*+\r?\n)++[ \t]*+|[ \t]++)[A-Za-z0-9+/=]{16,}+)+")
 
 
 def _mask_open_pem(block: str) -> str:
@@ -427,6 +428,58 @@ def _redact_pem(text: str, mask: Callable[[str], str] = _mask_pem) -> str:
         out.append(text[pos : begin.start()])
         out.append(mask(text[begin.start() : end.end()]))
         pos = scan = end.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
+
+
+_B64_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+_PEM_BODY_MAX: Final = 16384  # how far before an END line a key's body is looked for
+
+
+def _orphan_body_start(text: str, lo: int, end: int) -> int | None:
+    """The start of the base64 runs (16+ characters each, whitespace between and before ``end``)
+    that end just before ``end`` and begin no earlier than ``lo``; None when there are none."""
+    first = None
+    j = end
+    while True:
+        k = j
+        while k > lo and text[k - 1] in " \t\r\n":
+            k -= 1
+        if k == end:
+            return None  # a body ends with a line break (or a space) before its END line
+        t = k
+        while t > lo and text[t - 1] in _B64_CHARS:
+            t -= 1
+        if k - t < 16 or (t > lo and text[t - 1] not in " \t\r\n"):
+            return first
+        first = j = t
+
+
+_RUN: Final = re.compile(r"[^\s]+(?:[ \t]+[^\s]+)*")
+
+
+def _mask_body(body: str) -> str:
+    """A key's body: its first run of text ``…redacted…``, the others empty, the line breaks kept."""
+    first = _RUN.search(body)
+    if first is None:
+        return body
+    return body[:first.start()] + f"{ELLIPSIS}redacted{ELLIPSIS}" + _RUN.sub("", body[first.end():])
+
+
+def _redact_orphan_pem_end(text: str) -> str:
+    """An END line with a key's body before it and no BEGIN (the BEGIN was in an earlier write or
+    message, or cut off): the body is masked (first run ``…redacted…``, the line count kept)."""
+    out: list[str] = []
+    pos = 0
+    for m in _PEM_END.finditer(text):
+        start = _orphan_body_start(text, max(pos, m.start() - _PEM_BODY_MAX), m.start())
+        if start is None:
+            continue
+        out.append(text[pos:start])
+        out.append(_mask_body(text[start:m.start()]))
+        pos = m.start()
     if not out:
         return text
     out.append(text[pos:])
@@ -487,8 +540,8 @@ def redact(text: str) -> str:
                 text = new
                 pos_lower = _positional_lower(text) if pos_lower is not None else None
     if _PEM_TRIGGER in present:
-        new = _redact_pem(text)
-        if new is not text:
+        new = _redact_orphan_pem_end(_redact_pem(text))
+        if new != text:
             text = new
             pos_lower = _positional_lower(text) if pos_lower is not None else None
     for rule in _RULES_AFTER_PEM:
@@ -519,7 +572,7 @@ def _mask_value_line(line: str) -> str:
         body, comma = body[:-1].rstrip(), ","
     quote = body[0] if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else ""
     value = body[1:-1] if quote else body
-    if (not value or value[-1] in ":=" or value[0] in "[{#" or value.startswith("- ")
+    if (not value or value[-1] in ":=" or value[0] in "[{#" or value.startswith(("- ", "-----BEGIN "))
             or _NEXT_KEY.match(value) is not None):
         return line
     return f"{lead}{quote}{mask_token(value)}{quote}{comma}{tail}"
@@ -558,7 +611,7 @@ def redact_lines(text: str) -> str:
     line after its key (``password:`` then ``  hunter2``), then every line goes through
     :func:`redact`."""
     if _PEM_TRIGGER in text.lower():
-        text = _redact_pem(text, _mask_pem_keep_lines)
+        text = _redact_orphan_pem_end(_redact_pem(text, _mask_pem_keep_lines))
     lines = text.split("\n")
     if len(lines) > 1 and ("=" in text or ":" in text):
         lines = _redact_next_line_values(lines)

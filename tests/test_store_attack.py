@@ -1,0 +1,229 @@
+"""The LanceDB memory store, third outside attack (issue 39): S1-S6, and the store tools' output
+schemas. Each test names its finding and fails on the code before its fix (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from memory_core.apps.cli import main
+from memory_core.apps.mcp_store_tools import StoreTools, store_tool_definitions
+from memory_core.config import load_settings
+from memory_core.errors import ProviderError, UnsafePathError, UsageError
+from memory_core.notes.memory_store import MemoryStore, same_fact
+from tests.conftest import ROOT, openai_settings
+
+# pairs an embedding model puts side by side (the attack: 4 of 10 overwritten with the local model)
+DIFFERENT_FACTS = [
+    ("The user is allergic to peanuts", "The user is not allergic to peanuts"),
+    ("The team standup is on Tuesday", "The team standup is on Thursday"),
+    ("The monthly cloud budget is 2400 EUR", "The monthly cloud budget is 4200 EUR"),
+    ("The product launch is on March 3", "The product launch is on March 30"),
+    ("Dana can attend the review", "Dana cannot attend the review"),
+]
+
+
+def test_s1_same_fact_tells_different_facts_apart() -> None:
+    for a, b in DIFFERENT_FACTS:
+        assert not same_fact(a, b), (a, b)
+    assert same_fact("The user prefers dark mode in every editor", "the user prefers dark mode in every editor.")
+    assert same_fact("We deploy only on Tuesdays", "We deploy only on Tuesdays!")
+
+
+def test_s1_a_near_duplicate_that_says_another_thing_is_kept_beside_it(tmp_path: Path) -> None:
+    from memory_core.embeddings.local import local_model_available
+
+    if not local_model_available():
+        pytest.skip("the local model is not installed")
+    settings = load_settings(None, {"workspace": str(tmp_path), "provider": "local"})
+    with MemoryStore(settings) as s:
+        for a, b in DIFFERENT_FACTS:
+            first = s.store(a, category="fact")
+            second = s.store(b, category="fact")
+            assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
+            if a == DIFFERENT_FACTS[0][0]:  # past the old 0.95 rule: the answer names the memory it kept
+                assert second.kept_similar is not None and second.kept_similar["id"] == first.memory.id
+        texts = {m.text for m in s.list()}
+        assert texts == {t for pair in DIFFERENT_FACTS for t in pair}, "a different fact replaced another"
+        # the same thing said again is still an update
+        res = s.store("the user is allergic to peanuts!", category="fact")
+        assert res.action == "updated" and res.previous_text == "The user is allergic to peanuts"
+        assert s.count() == len(DIFFERENT_FACTS) * 2
+
+
+def _toml(base_url: str) -> str:
+    return ('provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\n'
+            f'base_url = "{base_url}"\napi_key = "sk-test-key-0123456789"\ndimensions = 64\n'
+            'backoff_initial_s = 0.01\nbackoff_max_s = 0.05\nmax_attempts = 2\ntimeout_s = 30\n')
+
+
+def test_s2_four_processes_storing_the_first_memory_at_once_all_land(workspace: Path, openai_fake: Any,
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workspace)  # the config names no workspace: the current folder, as in the processes
+    (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
+    gate = tmp_path / "go"
+    # each process, about to create the table, says so and waits at the gate: all four would
+    # create it at once when nothing keeps them apart (the old code: 3 tracebacks)
+    code = ("import os, sys, time, pathlib; from memory_core.config import load_settings;"
+            " import fcntl; from memory_core.notes import memory_store as ms; real = ms.MemoryStore._create\n"
+            "real_flock = fcntl.flock\n"
+            "def flock(fd, op):\n"  # waiting for the store's lock counts as being at the gate
+            "    (pathlib.Path(sys.argv[2]).parent / f'waiting-{os.getpid()}').touch()\n"
+            "    return real_flock(fd, op)\n"
+            "fcntl.flock = flock\n"
+            "def gated(self, *a):\n"
+            "    (pathlib.Path(sys.argv[2]).parent / f'ready-{os.getpid()}').touch()\n"
+            "    while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+            "    return real(self, *a)\n"
+            "ms.MemoryStore._create = gated\n"
+            "s = ms.MemoryStore(load_settings(pathlib.Path(sys.argv[1]) / 'memory-core.toml'))\n"
+            "print(s.store(sys.argv[3]).action)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(workspace), str(gate), f"fact number {n} is true"],
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=str(workspace),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(4)]
+    import time
+
+    # all four at the gate, or (kept apart by the store's lock) one there and the others waiting for it
+    def arrived() -> int:
+        return len({p.name.split("-", 1)[1] for p in (*tmp_path.glob("ready-*"), *tmp_path.glob("waiting-*"))})
+
+    until = time.monotonic() + 60
+    while arrived() < 4 and time.monotonic() < until and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    gate.touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [o[1][-500:] for o in outs]
+    assert sorted(o[0].strip() for o in outs) == ["created"] * 4
+    with MemoryStore(load_settings(workspace / "memory-core.toml")) as s:
+        assert sorted(m.text for m in s.list()) == [f"fact number {n} is true" for n in range(4)]
+
+
+def test_s3_a_damaged_store_is_set_aside_and_starts_again(workspace: Path, openai_fake: Any,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    settings = openai_settings(workspace, openai_fake)
+    with MemoryStore(settings) as s:
+        s.store("The backup bucket is in eu-west-1")
+        s.store("Releases are cut on Mondays")
+        path = s.path
+    for f in glob.glob(str(path / "memories.lance" / "_versions" / "*.manifest")):
+        Path(f).write_bytes(b"garbage" * 10)
+    with MemoryStore(settings) as s:
+        assert s.list() == [] and s.recall("backup bucket").hits == []
+        assert s.set_aside is not None and s.set_aside.name.startswith("lancedb.damaged-")
+        assert s.store("The backup bucket is in eu-west-2").action == "created"
+        assert [m.text for m in s.list()] == ["The backup bucket is in eu-west-2"]
+    aside = [p for p in path.parent.iterdir() if p.name.startswith("lancedb.damaged-")]
+    assert len(aside) == 1 and (aside[0] / "memories.lance").is_dir()  # kept for a look by hand
+    # a data file damaged: the same, through the CLI, one store at a time
+    for f in glob.glob(str(path / "memories.lance" / "data" / "*")):
+        Path(f).write_bytes(b"garbage" * 10)
+    (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
+    assert main(["memory", "recall", "-w", str(workspace), "backup bucket", "--json"]) == 0
+    assert main(["memory", "store", "-w", str(workspace), "The backup bucket is in eu-west-3"]) == 0
+    assert main(["memory", "list", "-w", str(workspace), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.rindex('{\n  "memories"'):])["count"] == 1
+
+
+def test_s4_a_symlinked_store_folder_or_lock_is_refused(workspace: Path, openai_fake: Any, tmp_path: Path) -> None:
+    settings = openai_settings(workspace, openai_fake)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = settings.lancedb_dir
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.symlink_to(outside)
+    with MemoryStore(settings) as s:
+        with pytest.raises(UnsafePathError, match="symbolic link"):
+            s.store("written outside the workspace?")
+        with pytest.raises(UnsafePathError):
+            s.list()
+    assert list(outside.iterdir()) == []
+    folder.unlink()
+    lock = folder.with_name(f".{folder.name}.lock")
+    lock.symlink_to(outside / "lock-through-a-link")
+    with MemoryStore(settings) as s, pytest.raises(UnsafePathError, match="lock"):
+        s.store("a memory")
+    assert list(outside.iterdir()) == []
+    lock.unlink()
+    folder.mkdir()
+    (folder / "memories.lance").symlink_to(outside)
+    with MemoryStore(settings) as s, pytest.raises(UnsafePathError):
+        s.store("a memory")
+    assert list(outside.iterdir()) == []
+
+
+def test_s5_a_stalled_provider_costs_a_store_the_search_deadline(workspace: Path, openai_fake: Any) -> None:
+    openai_fake.delay = 4.0  # every answer 4 s late; the deadline is 1 s
+    settings = openai_settings(workspace, openai_fake, query={"embed_timeout_s": 1},
+                               remote={"timeout_s": 30, "max_attempts": 2})
+    with MemoryStore(settings) as s:
+        with pytest.raises(ProviderError, match="deadline"):
+            s.store("The on-call rota changes on Fridays")
+        assert s.count() == 0
+
+
+def test_s5_a_waiting_store_does_not_hold_list_or_recall(workspace: Path, openai_fake: Any) -> None:
+    settings = openai_settings(workspace, openai_fake, query={"embed_timeout_s": 60})
+    with MemoryStore(settings) as s:
+        s.store("The on-call rota changes on Fridays")
+        openai_fake.delay = 4.0
+        stored = threading.Event()
+        t = threading.Thread(target=lambda: (s.store("The pager rotation is weekly"), stored.set()))
+        t.start()
+        try:
+            while not openai_fake.requests or len(openai_fake.requests) < 2:  # the store is waiting on it
+                threading.Event().wait(0.01)
+            listed = s.list()  # answered while the store waits for its vector
+            assert not stored.is_set() and [m.text for m in listed] == ["The on-call rota changes on Fridays"]
+            assert s.recall("rota", mode="keyword").hits
+            assert not stored.is_set()
+        finally:
+            t.join()
+        assert stored.is_set() and s.count() == 2
+
+
+def test_s6_inf_nan_and_lone_surrogates_get_one_line(workspace: Path, openai_fake: Any) -> None:
+    with MemoryStore(openai_settings(workspace, openai_fake)) as s:
+        s.store("The wiki lives at wiki.example.org")
+        for bad in (math.inf, math.nan, 0, -3, "10"):
+            with pytest.raises(UsageError, match="max_results must be"):
+                s.recall("wiki", max_results=bad)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="min_score must be"):
+            s.recall("wiki", min_score=math.nan)
+        with pytest.raises(UsageError, match="limit must be"):
+            s.list(limit=math.inf)  # type: ignore[arg-type]
+        res = s.store("bytes \udcff from a pipe")
+        assert res.memory.text == "bytes \ufffd from a pipe"
+        assert s.recall("pipe \udcfe", min_score=0).hits
+
+
+def test_store_tools_declare_output_schemas_their_answers_meet(workspace: Path, openai_fake: Any) -> None:
+    defs = {t.name: t for t in store_tool_definitions()}
+    assert all(defs[n].output_schema for n in ("memory_store", "memory_recall", "memory_list", "memory_forget"))
+    tools = StoreTools(openai_settings(workspace, openai_fake))
+    try:
+        h = tools.handlers()
+        stored = h["memory_store"]({"text": "The VPN gateway is vpn-3", "category": "fact"})
+        again = h["memory_store"]({"text": "The VPN gateway is vpn-3"})
+        answers = {
+            "memory_store": [stored, again],
+            "memory_recall": [h["memory_recall"]({"query": "VPN gateway", "minScore": 0})],
+            "memory_list": [h["memory_list"]({})],
+            "memory_forget": [h["memory_forget"]({"query": "VPN"}), h["memory_forget"]({"memoryId": stored["id"]})],
+        }
+        for name, outs in answers.items():
+            for out in outs:
+                jsonschema.validate(out, defs[name].output_schema)
+    finally:
+        tools.close()
