@@ -47,7 +47,7 @@ def plain(ws: Path) -> dict[str, Any]:
 def test_citations_on_off_and_auto(workspace: Path, tmp_path: Path) -> None:
     run_index(load_settings(None, {"workspace": str(workspace), "provider": "none"}))
     base = plain(workspace)["results"]  # auto, the default: snippet as found, reference in `citation`
-    assert len(base) >= 3 and all(r["citation"] == f"{r['path']}#L{r['start_line']}-L{r['end_line']}" for r in base)
+    assert len(base) >= 3 and all(r["citation"] == f"{r['path']}#L{r['startLine']}-L{r['endLine']}" for r in base)
     assert not any("Source:" in r["snippet"] for r in base)
     on = ask(workspace, tmp_path, "[query]\ncitations = \"on\"\n", "on")["results"]
     assert [r["citation"] for r in on] == [r["citation"] for r in base]

@@ -44,18 +44,18 @@ class SearchResult:
 
     def to_agent(self) -> dict[str, Any]:
         """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
-        source, citation``), then snake_case aliases of the line numbers and what memory-core adds
-        (``match``, ``date``, the raw side scores)."""
+        source, citation``), then what memory-core adds (``match``, ``date``, the raw side scores),
+        each once: no snake_case copies of the line numbers (an agent paid for them twice)."""
         return {
             "path": self.path, "startLine": self.start_line, "endLine": self.end_line, "score": self.score,
             "snippet": self.snippet, "source": self.source, "citation": self.citation,
-            "start_line": self.start_line, "end_line": self.end_line, "match": self.match, "date": self.date,
+            "match": self.match, "date": self.date,
             "vector_score": self.vector_score, "text_score": self.text_score,
         }
 
 
-AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
-                     "end_line", "match", "date", "vector_score", "text_score")
+AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "match", "date",
+                     "vector_score", "text_score")
 
 
 def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
