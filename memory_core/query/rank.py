@@ -12,6 +12,7 @@ Pure given the candidates and the query settings: evaluation replays it per sett
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from memory_core.query.retrieval import Candidates
 from memory_core.storage import textsearch
 
 SNIPPET_MAX_CHARS = 700
+ELLIPSIS = "…"
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,40 @@ AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source
                      "vector_score", "text_score")
 
 
+# a transcript chunk holds one message per line ("User: ..."); a message longer than the chunker's
+# max_chars was cut into pieces at a fixed width, each on its own line (inside a word:
+# "func retryAfterSecon\nds"): a line break not followed by a speaker is such a cut
+_MESSAGE_CUT = re.compile(r"\n(?!(?:User|Assistant): )")
+
+
+_SPEAKER = ("User: ", "Assistant: ")
+
+
+def joined_messages(text: str) -> str:
+    """A transcript chunk's text with each message whole on its line: the chunker's fixed-width
+    cuts of a long message are joined again (they fell inside words), and a chunk that starts
+    or ends inside a message (at such a cut) starts or ends with ``…`` at a word boundary instead
+    of half a word."""
+    text = _MESSAGE_CUT.sub("", text)
+    if text and not text.startswith(_SPEAKER):  # begins inside a message
+        head, sep, rest = text.partition(" ")
+        text = ELLIPSIS + (rest if sep and rest else head)
+    last = text.rsplit("\n", 1)[-1]
+    if last and not last.startswith(_SPEAKER) and last[-1].isalnum():  # ends inside a message, maybe mid-word
+        body, sep, _ = text.rpartition(" ")
+        if sep and body:
+            text = body + " " + ELLIPSIS
+    return text
+
+
 def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
-    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``)."""
+    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``),
+    and its messages are whole (:func:`joined_messages`)."""
+    text = joined_messages(h.text) if h.source == "sessions" else h.text
     stamp = said_at(h.source, h.date)
     if not stamp:
-        return ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
-    return stamp + ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS - len(stamp))
+        return ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS)
+    return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
 
 
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
