@@ -19,7 +19,7 @@ from typing import Any
 
 from memory_core.config import QuerySettings
 from memory_core.query import ranking
-from memory_core.query.dates import lift_named_days, said_at
+from memory_core.query.dates import date_from_path, lift_named_days, said_at
 from memory_core.query.retrieval import Candidates
 from memory_core.storage import textsearch
 
@@ -39,7 +39,10 @@ class SearchResult:
     vector_score: float = 0.0
     text_score: float = 0.0
     match: str = "vector"  # how it matched: "keyword", "vector" or "both"
-    date: str | None = None  # ISO date the chunk was written, when known
+    # ISO date the chunk was written, when known: a daily note's (its name), a transcript message's;
+    # None for a note without a date in its name (an evergreen note: its file's mtime is when it
+    # was last copied, not written: a fresh clone said "written today" of every one)
+    date: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +99,14 @@ def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
     return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
 
 
+def _written_on(h: ranking.Hit) -> str | None:
+    """The day a result was written, as the answer shows it (:attr:`SearchResult.date`)."""
+    if h.source == "sessions":
+        return h.date
+    d = date_from_path(h.path)
+    return d.isoformat() if d is not None else None
+
+
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
                     min_score: float | None = None, mode: str = "hybrid") -> list[SearchResult]:
     """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
@@ -150,7 +161,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
             citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
             vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
             match=ranking.match_kind(h) if mode == "hybrid" or h.date_lifted else mode,
-            date=h.date,
+            date=_written_on(h),
         )
         for h in hits
     ]
