@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -175,6 +176,20 @@ def _sigterm_cancels() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def check_index_folder(settings: Settings) -> None:
+    """One rule for every file memory-core writes where it is told (``--index``, ``export``'s
+    output): its folder must exist. memory-core creates only its own folder beside the notes,
+    ``<workspace>/.memory-core/`` (``index --index /no/such/dir/idx.sqlite`` created the folders
+    without a word, where ``export`` refused a missing one)."""
+    from memory_core.errors import PathError
+
+    idx = settings.index_file
+    default = settings.workspace_dir / ".memory-core" / "index.sqlite"
+    if os.path.abspath(idx) != os.path.abspath(default) and not idx.parent.is_dir():
+        raise PathError(f"directory not found: {idx.parent} (the folder of the index {idx}); create it first:"
+                        " memory-core creates only its own <workspace>/.memory-core/")
+
+
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None,
@@ -197,6 +212,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     from memory_core.embeddings.registry import create_provider
 
     preflight(settings)
+    check_index_folder(settings)
     if provider is None:
         provider, reason = create_provider(settings)
     own = executor is None
