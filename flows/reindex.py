@@ -104,13 +104,16 @@ def _run_name() -> str:
 
     flow_name = flow_run.flow_name or "reindex"
     raw = dict(flow_run.parameters or {})
+    first = False
     try:
         params = ReindexParams.model_validate(raw)
         settings = _RESOLVED.get() or params.to_settings()
         name, batch = report.index_label(settings), settings.batch.enabled
+        # a first build is a full one: named so from its start, not renamed "-full" at its end
+        first = not settings.index_file.exists()
     except Exception:  # a bad parameter fails the run later, with a readable message
         name, batch = str(raw.get("workspace") or "index").rstrip("/").rsplit("/", 1)[-1], bool(raw.get("batch"))
-    mode = "full" if raw.get("full") else "sessions" if raw.get("force_sessions") else "incremental"
+    mode = "full" if raw.get("full") or first else "sessions" if raw.get("force_sessions") else "incremental"
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
 
 
@@ -134,6 +137,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
         pipeline.preflight(settings)
+        pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
         provider, reason = provider_for(settings)
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{

@@ -277,7 +277,10 @@ class _NotRunWarnings(logging.Filter):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from memory_core.index.pipeline import check_index_folder
     from memory_core.runtime.engines import choose_engine
+
+    check_index_folder(args.index_path)  # a typed path's folder must exist, as export's output's
 
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
@@ -500,6 +503,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from memory_core.index.pipeline import check_index_folder
+
+    check_index_folder(args.index_path)
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
     if not settings.workspace_dir.is_dir():

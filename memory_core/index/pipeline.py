@@ -176,18 +176,20 @@ def _sigterm_cancels() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def check_index_folder(settings: Settings) -> None:
-    """One rule for every file memory-core writes where it is told (``--index``, ``export``'s
-    output): its folder must exist. memory-core creates only its own folder beside the notes,
-    ``<workspace>/.memory-core/`` (``index --index /no/such/dir/idx.sqlite`` created the folders
-    without a word, where ``export`` refused a missing one)."""
+def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:
+    """One rule for a path a person typed (``--index``, a flow's ``index_path`` parameter, and
+    ``export``'s output): its folder must exist, so a typo is refused, not created
+    (``index --index /no/such/dir/idx.sqlite`` created the folders without a word, where
+    ``export`` refused a missing one). Folders memory-core derives itself are created:
+    ``<workspace>/.memory-core/``, an agent's index from the ``[agents]`` templates."""
     from memory_core.errors import PathError
 
-    idx = settings.index_file
-    default = settings.workspace_dir / ".memory-core" / "index.sqlite"
-    if os.path.abspath(idx) != os.path.abspath(default) and not idx.parent.is_dir():
-        raise PathError(f"directory not found: {idx.parent} (the folder of the index {idx}); create it first:"
-                        " memory-core creates only its own <workspace>/.memory-core/")
+    if not index_path:
+        return
+    idx = Path(os.path.abspath(os.path.expanduser(os.fspath(index_path))))
+    if not idx.parent.is_dir():
+        raise PathError(f"directory not found: {idx.parent} (the folder of the index {idx}); create it first,"
+                        " or fix the path")
 
 
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
@@ -212,7 +214,6 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     from memory_core.embeddings.registry import create_provider
 
     preflight(settings)
-    check_index_folder(settings)
     if provider is None:
         provider, reason = create_provider(settings)
     own = executor is None
