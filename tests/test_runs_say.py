@@ -31,3 +31,25 @@ def test_index_refuses_a_missing_folder_as_export_does(tmp_path: Path, capsys: p
     capsys.readouterr()
     rc = main(["export", "-w", str(ws), str(tmp_path / "nope" / "out.parquet")])
     assert rc != 0 and "directory not found" in capsys.readouterr().err
+
+
+@pytest.mark.prefect_server
+def test_index_engine_prefect_prints_its_summary_once(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """`index --engine prefect` printed the summary twice (the flow's log lines of it, then the
+    CLI's own) where Prefect's console shows INFO logs (a profile's PREFECT_LOGGING_LEVEL)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.prefect_server import shared_server
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "notes.md").write_text("# Notes\n\nThe walrus budget was approved.\n")
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT), PREFECT_LOGGING_LEVEL="INFO")
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "-w", str(ws), "--engine", "prefect",
+                           "--provider", "none", "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    both = proc.stdout + proc.stderr
+    assert both.count("files: 1 scanned, 1 new") == 1, both
+    assert proc.stdout.count("index: ") == 1 and "Beginning flow run" in both  # INFO logs were on
