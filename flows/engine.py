@@ -95,6 +95,30 @@ class PrefectEngine:
                              completed=bool(state.is_completed()), cancelled=bool(state.is_cancelled()),
                              message=getattr(state, "message", None))
 
+    def missing_deployment(self, name: str) -> str | None:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+        from prefect.exceptions import ObjectNotFound
+
+        flow_name = name.split("/", 1)[0]
+        try:
+            with get_client(sync_client=True) as client:
+                try:
+                    client.read_deployment_by_name(name)
+                    return None
+                except ObjectNotFound:
+                    pass
+                there = sorted(d.name for d in client.read_deployments(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name]))))
+                url = client.api_url
+        except Exception as exc:  # the server is down, or the URL is wrong
+            return f"cannot reach the Prefect API to look up deployment {name}: {type(exc).__name__}: {exc}"
+        known = (f"deployments of {flow_name} there: {', '.join(f'{flow_name}/{n}' for n in there)}" if there
+                 else f"no deployment of {flow_name} is there (`prefect deploy --all --prefect-file"
+                      " deployments/prefect.yaml` creates them)")
+        return f"no deployment {name} on {url}; {known}"
+
     def emit_event(self, event: str, resource_id: str, payload: dict[str, object]) -> None:
         from prefect.events import emit_event
 

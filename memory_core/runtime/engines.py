@@ -80,6 +80,12 @@ class Engine(Protocol):
         """Emit an event (best effort: never raises)."""
         ...
 
+    def missing_deployment(self, name: str) -> str | None:
+        """None when deployment ``name`` (``flow/deployment``) exists on the server, else why not
+        in one line (it does not exist: the ones of the same flow that do; the server cannot be
+        reached)."""
+        ...
+
 
 @functools.cache
 def _entry_points() -> tuple[tuple[str, str], ...]:
