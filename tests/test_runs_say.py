@@ -53,3 +53,68 @@ def test_index_engine_prefect_prints_its_summary_once(tmp_path: Path, request: p
     both = proc.stdout + proc.stderr
     assert both.count("files: 1 scanned, 1 new") == 1, both
     assert proc.stdout.count("index: ") == 1 and "Beginning flow run" in both  # INFO logs were on
+
+
+def test_a_cancelled_backfill_says_what_it_submitted_and_the_rerun_what_it_collects(workspace: Path) -> None:
+    """issue 39: a Batch API backfill cancelled while its job ran said `batch mode off`, `0 jobs`,
+    `0 tokens` though it had submitted a job billed for 295 requests, and never mentioned the open
+    job the next run re-attaches to; the rerun's progress said `0 embedded, $0.0000` while it
+    collected the job."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from flows import report
+    from memory_core.index.pipeline import RunCancelled, run_index
+    from memory_core.index.runtypes import Progress
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    with OpenAIFake(dims=16, batch_delay=None) as srv:  # jobs run until told to complete
+        s = batch_settings(workspace, "openai", srv, max_requests_per_job=10_000)
+
+        def cancel_once_submitted() -> None:
+            deadline = time.monotonic() + 60
+            while srv.batch_creates < 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)  # a few polls
+            os.kill(os.getpid(), signal.SIGTERM)  # as `prefect` or a service manager stops a run
+
+        t = threading.Thread(target=cancel_once_submitted)
+        t.start()
+        with pytest.raises(RunCancelled) as stopped:
+            run_index(s, full=True)
+        t.join()
+        partial = stopped.value.run_summary  # type: ignore[attr-defined]
+        job = srv.batch_jobs[0]
+        requests = len(srv.batch_submitted_texts)
+        assert srv.batch_creates == 1 and requests > 20
+        b = partial.batch
+        assert b is not None and b.jobs and b.mode.startswith("batch"), partial.batch
+        assert b.jobs_submitted == 1 and b.requests_submitted == requests and b.tokens_submitted > 0
+        assert b.jobs_pending == 1 and b.pending_job_ids == [job.id] and b.stopped
+        assert partial.tokens_batch == b.tokens_submitted and partial.cost is not None and partial.cost.priced
+        assert partial.cost.estimated_usd > 0
+        assert any("left open at the provider" in w and job.id in w for w in partial.warnings), partial.warnings
+        fig = report.run_figures(partial, s)
+        assert fig["batch mode"] != "off (not used by this run)" and fig["batch jobs submitted"] == 1
+        assert fig["batch requests submitted"] == requests and fig["tokens sent (batch)"] > 0
+        assert job.id in fig["batch jobs left open"]
+        notes = report.notes_markdown("t", warnings=partial.warnings, error="cancelled", partial=partial)
+        assert "left open at the provider" in notes and f"{requests} requests" in notes
+        assert any(line.startswith(f"batch: batch; jobs 1 submitted ({requests} requests") for line in partial.lines())
+
+        # the rerun re-attaches to the open job; its progress says what it collects, and the cost
+        srv.complete_job()
+        seen: list[str] = []
+
+        def progress(p: Progress) -> None:
+            seen.append(p.line())
+
+        summary = run_index(s, progress=progress)
+        assert summary.swapped and summary.batch is not None and summary.batch.jobs_reattached == 1
+        assert summary.batch.jobs_submitted == 0 and srv.batch_creates == 1
+        batch_lines = [ln for ln in seen if ln.startswith("batch jobs:")]
+        assert batch_lines and f"{requests} embedded" in batch_lines[-1], seen
+        assert "$0.0000" not in batch_lines[-1] and "so far" in batch_lines[-1], batch_lines[-1]

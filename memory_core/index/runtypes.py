@@ -43,6 +43,7 @@ class Progress:
     embedded: int = 0
     requests: int = 0
     tokens: int = 0
+    tokens_batch: int = 0  # tokens of the batch jobs' collected output (priced at the batch rate)
     phase: str = "index"
     cost_usd: float | None = None
     started: float = field(default_factory=time.monotonic)
@@ -220,7 +221,12 @@ class EmbedStats:
         b = self.batch
         if b is not None and b.disabled:
             out.append(f"batch mode was switched off for this run: {b.disabled_reason}")
-        if b is not None and b.jobs_pending:
+        if b is not None and b.jobs_pending and b.stopped:
+            ids = ", ".join(str(i) for i in b.pending_job_ids if i)
+            out.append(f"{b.jobs_pending} batch job(s) left open at the provider ({ids or 'not yet submitted'});"
+                       " their requests are billed when they complete; the next run re-attaches to them and"
+                       " collects their vectors instead of submitting them again")
+        elif b is not None and b.jobs_pending:
             out.append(f"{b.jobs_pending} batch job(s) still running (batch.wait = false); the index was not"
                        " updated; run again to collect them")
         return out
@@ -395,12 +401,15 @@ class RunSummary:
 def _batch_line(b: BatchFigures) -> str:
     if not b.jobs:
         return f"batch: {b.mode or 'off'}"
-    line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted, {b.jobs_reattached} re-attached,"
+    sent = f" ({b.requests_submitted} requests, {b.tokens_submitted} tokens)" if b.requests_submitted else ""
+    line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted{sent}, {b.jobs_reattached} re-attached,"
             f" {b.jobs_collected} collected, {b.jobs_failed} failed, {b.jobs_timed_out} timed out,"
             f" {b.jobs_pending} pending; chunks {b.chunks_via_batch} via batch, {b.chunks_via_sync} via sync"
             f" ({b.lines_failed} failed lines re-sent)")
     if b.disabled:
         line += f"; batch mode switched off: {b.disabled_reason}"
+    if b.stopped and b.jobs_pending:
+        line += f"; {b.jobs_pending} left open for the next run to re-attach to"
     return line
 
 
