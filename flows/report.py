@@ -221,6 +221,10 @@ def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = N
                       f"- chunks embedded and cached: {partial.chunks_embedded} in {partial.embed_requests}"
                       f" request(s); they will not be embedded again",
                       "- chunks not embedded yet: embedded by the next run"]
+            if partial.chunks_in_flight:
+                from memory_core.index.runtypes import in_flight_note
+
+                lines.append(f"- {in_flight_note(partial.chunks_in_flight)}")
             b = partial.batch
             if b is not None and b.jobs and (b.jobs_submitted or b.jobs_reattached):
                 lines.append(f"- batch jobs: {b.jobs_submitted} submitted ({b.requests_submitted} requests,"

@@ -118,3 +118,51 @@ def test_a_cancelled_backfill_says_what_it_submitted_and_the_rerun_what_it_colle
         batch_lines = [ln for ln in seen if ln.startswith("batch jobs:")]
         assert batch_lines and f"{requests} embedded" in batch_lines[-1], seen
         assert "$0.0000" not in batch_lines[-1] and "so far" in batch_lines[-1], batch_lines[-1]
+
+
+def test_a_cancelled_run_counts_the_requests_still_running(tmp_path: Path) -> None:
+    """issue 39: a cancelled local run's summary said 448 embedded; the rerun found all 593
+    cached: the embedding requests running at the cancel kept returning (and caching) after the
+    summary was made (or, with the cache closed, were lost though paid for). The stopped run takes
+    in what its running requests return (bounded wait), so what it says it embedded is what is
+    cached, and is every vector it was billed for."""
+    import os
+    import shutil
+    import signal
+    import threading
+    import time
+
+    from memory_core.index.pipeline import RunCancelled, run_index
+    from memory_core.storage.store import connect
+    from tests.conftest import ROOT, openai_settings
+    from tests.fakes.openai_fake import OpenAIFake
+
+    ws = tmp_path / "ws"
+    shutil.copytree(ROOT / "examples" / "workspace" / "memory", ws / "memory")
+    with OpenAIFake(dims=16) as srv:
+        s = openai_settings(ws, srv, chunking={"tokens": 100, "overlap": 10}, remote={"max_inputs_per_request": 8})
+        srv.delay = 0.5  # a slow provider: four requests are always running
+
+        def cancel_mid_run() -> None:
+            deadline = time.monotonic() + 60
+            while len(srv.sync_billed_texts) < 8 * 6 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.1)  # the next requests are on their way
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        t = threading.Thread(target=cancel_mid_run)
+        t.start()
+        with pytest.raises(RunCancelled) as stopped:
+            run_index(s, concurrency=4)
+        t.join()
+        partial = stopped.value.run_summary  # type: ignore[attr-defined]
+        time.sleep(1.0)  # nothing more arrives after the run returned
+        conn = connect(s.cache_file, readonly=True)
+        try:
+            cached = conn.execute("SELECT count(*) FROM cache_vectors").fetchone()[0]
+        finally:
+            conn.close()
+        billed = len(set(srv.sync_billed_texts))
+    # every vector the provider was paid for is cached, and the summary counts it
+    assert partial.chunks_in_flight == 0 and cached == partial.chunks_embedded == billed, (cached, partial, billed)
+    assert "cancelled" in partial.outcome() or "SIGTERM" in partial.error

@@ -682,9 +682,11 @@ def _partial(exc: BaseException) -> str:
     """What a run that did not finish had embedded (``run_summary`` from the orchestrator), as
     the end of its one error line."""
     partial = getattr(exc, "run_summary", None)
-    if partial is None or not partial.chunks_embedded:
+    if partial is None or not (partial.chunks_embedded or partial.chunks_in_flight):
         return ""
-    return (f"; the {partial.chunks_embedded} chunk(s) it embedded are in the embedding cache and will not be"
+    late = (f" ({partial.chunks_in_flight} more were in requests still running: cached as they return)"
+            if partial.chunks_in_flight else "")
+    return (f"; the {partial.chunks_embedded} chunk(s) it embedded{late} are in the embedding cache and will not be"
             " embedded again")
 
 

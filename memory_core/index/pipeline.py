@@ -440,6 +440,7 @@ def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: Embeddi
             embed = embed_stats(settings, provider, sync, jobs)
             if embed.batch is not None and not in_jobs and embed.batch.jobs_pending == 0:
                 embed.batch.stopped = False  # the jobs were done; the run stopped after them
-        exc.run_summary = summarize(  # type: ignore[attr-defined]
-            plan, provider, reason, chunks=None, from_cache=from_cache, embed=embed, built=None,
-            timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
+        partial = summarize(plan, provider, reason, chunks=None, from_cache=from_cache, embed=embed, built=None,
+                            timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
+        partial.chunks_in_flight = progress.in_flight
+        exc.run_summary = partial  # type: ignore[attr-defined]

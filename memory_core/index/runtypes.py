@@ -44,6 +44,8 @@ class Progress:
     requests: int = 0
     tokens: int = 0
     tokens_batch: int = 0  # tokens of the batch jobs' collected output (priced at the batch rate)
+    # a run that stopped: chunks in embedding requests still running when it did (cached if they return)
+    in_flight: int = 0
     phase: str = "index"
     cost_usd: float | None = None
     started: float = field(default_factory=time.monotonic)
@@ -287,6 +289,10 @@ class RunSummary:
     skipped: str = ""
     # set on the partial summary of a run that was cancelled or failed (what was cached is kept)
     error: str = ""
+    # of a run that stopped: chunks in embedding requests still running when it did; their vectors
+    # reach the cache if they return, after this summary (a cancelled run said 448 embedded, the
+    # rerun found all 593 cached)
+    chunks_in_flight: int = 0
     # an incremental run given the paths that changed (a watcher's events): it looked at those
     # paths only (``hinted_paths`` of them) and took every other indexed file as recorded;
     # ``hint_fallback``: why a run given paths scanned every source instead
@@ -386,6 +392,8 @@ class RunSummary:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")
         out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
+        if s.chunks_in_flight:
+            out.append(in_flight_note(s.chunks_in_flight))
         if s.batch is not None:
             out.append(_batch_line(s.batch))
         if s.cost is not None:
@@ -396,6 +404,12 @@ class RunSummary:
         if s.embedded_on:
             out.append(f"embedding ran on: {s.embedded_on}")
         return out
+
+
+def in_flight_note(n: int) -> str:
+    """What a stopped run says of the embedding requests still running when it stopped."""
+    return (f"{n} more chunk(s) were in embedding requests that had not returned when the run stopped; if they"
+            " return, the next run finds them cached")
 
 
 def _batch_line(b: BatchFigures) -> str:

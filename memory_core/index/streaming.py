@@ -306,11 +306,25 @@ class _Stream:
         sent back); a run that failed does not wait for them."""
         for fut in self.inflight:
             fut.cancel()
+        running = [fut for fut in self.inflight if not fut.cancelled()]
         if wait_running:
-            wait(list(self.inflight))
+            wait(running)
+        elif running:
+            # a run that stopped: the requests already sent are paid for; their vectors are taken
+            # in (cached and counted) if they return within STOP_GRACE_S (a cancelled run said
+            # 448 embedded while its running requests went on caching: the rerun found 593)
+            wait(running, timeout=STOP_GRACE_S)
+            self.count_finished()
+        # what is still running: said in the run's partial summary
+        self.progress.in_flight = sum(len(h) for fut, (h, _) in self.inflight.items()
+                                      if not fut.cancelled() and not fut.done())
         self.inflight.clear()
         if self.checkpointer is not None:
             self.checkpointer.join()
+
+
+STOP_GRACE_S = 10.0
+"""How long a run that stopped waits for its embedding requests already running (their vectors are paid for)."""
 
 
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
