@@ -170,6 +170,9 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "chunks from new/changed files": summary.chunks_indexed,
         "chunks embedded": summary.chunks_embedded,
         "chunks from cache": summary.chunks_from_cache,
+        "transcript exchange vectors embedded / from cache": (
+            f"{summary.exchanges_embedded} / {summary.exchanges_from_cache}"
+            if summary.exchanges_embedded or summary.exchanges_from_cache else NONE),
         "embedding requests (sync)": summary.embed_requests,
         "batch jobs submitted": b.jobs_submitted if b else 0,
         "batch requests submitted": b.requests_submitted if b else 0,

@@ -166,3 +166,25 @@ def test_a_cancelled_run_counts_the_requests_still_running(tmp_path: Path) -> No
     # every vector the provider was paid for is cached, and the summary counts it
     assert partial.chunks_in_flight == 0 and cached == partial.chunks_embedded == billed, (cached, partial, billed)
     assert "cancelled" in partial.outcome() or "SIGTERM" in partial.error
+
+
+def test_transcript_exchange_vectors_are_counted_apart_from_chunks(tmp_path: Path) -> None:
+    """issue 39: `198 total ... 237 embedded`: the transcripts' exchange vectors were counted as
+    chunks embedded (and as chunks from cache)."""
+    from memory_core.index.pipeline import run_index
+    from tests.conftest import openai_settings
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_exchange_vectors import _workspace
+
+    ws = _workspace(tmp_path / "ws")
+    with OpenAIFake(dims=16) as srv:
+        s = openai_settings(ws, srv, sources=["memory", "sessions"])
+        first = run_index(s)
+        billed = len(set(srv.sync_billed_texts))
+        assert first.exchanges_embedded > 0, first.lines()
+        assert first.chunks_embedded <= first.chunks_total, first.lines()  # a first build: no chunk twice
+        assert first.chunks_embedded + first.exchanges_embedded == billed
+        assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
+        again = run_index(s, full=True)  # everything from the cache
+        assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total
+        assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0

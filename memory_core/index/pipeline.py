@@ -342,6 +342,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         cleanup_workdir(plan)
     summary = summarize(plan, provider, reason, chunks=chunks, from_cache=from_cache, embed=embed, built=built,
                         timings=timer.times, embedded_on=embedded_on)
+    if chunks is not None:  # transcript exchange vectors, apart from the chunks
+        summary.exchanges_embedded, summary.exchanges_from_cache = stream.exchanges, stream.exchanges_cached
     for w in summary.warnings:
         if w not in plan.warnings:
             log.warning("%s", w, extra={RUN_WARNING: True})

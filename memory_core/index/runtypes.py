@@ -171,12 +171,17 @@ class EmbedCounts:
     requests, or the batch jobs)."""
 
     requests: int = 0
-    embedded: int = 0
+    embedded: int = 0  # chunks
     tokens: int = 0
+    # transcript exchange vectors (chunking.exchange_vectors): embedded, and read from the cache;
+    # counted apart from the chunks (a summary said "198 total ... 237 embedded")
+    exchanges: int = 0
+    exchanges_cached: int = 0
 
-    def add(self, texts: int, tokens: int) -> None:
+    def add(self, texts: int, tokens: int, exchanges: int = 0) -> None:
         self.requests += 1
-        self.embedded += texts
+        self.embedded += texts - exchanges
+        self.exchanges += exchanges
         self.tokens += tokens
 
 
@@ -268,6 +273,9 @@ class RunSummary:
     chunks_indexed: int = 0
     chunks_embedded: int = 0
     chunks_from_cache: int = 0
+    # transcript exchange vectors (chunking.exchange_vectors), apart from the chunks
+    exchanges_embedded: int = 0
+    exchanges_from_cache: int = 0
     # chunks longer than the model's input window (embedded from their head), whole index
     chunks_over_window: int = 0
     embed_requests: int = 0
@@ -388,6 +396,9 @@ class RunSummary:
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
+        if s.exchanges_embedded or s.exchanges_from_cache:
+            out.append(f"transcript exchange vectors: {s.exchanges_embedded} embedded, {s.exchanges_from_cache}"
+                       " from cache (beside the chunks: chunking.exchange_vectors)")
         if s.chunks_over_window:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")

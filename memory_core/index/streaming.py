@@ -148,6 +148,10 @@ class _Stream:
             return
         self._want(h, text)
 
+    def _exchange_only(self, h: str) -> bool:
+        """A transcript exchange's vector that no chunk of the run has as its own."""
+        return bool(self.part_need.get(h)) and not self.need.get(h)
+
     def _want(self, h: str, text: str) -> None:
         """Have the vector of ``h`` looked up (and embedded if missing), once."""
         if h in self.pending or h in self.vecs:
@@ -184,7 +188,9 @@ class _Stream:
         got = {} if self.cold else self.cache.get_many(h for h, _ in self.lookup)
         self.vecs.update(got)
         self.pending.difference_update(got)
-        self.hits += len(got)
+        exchange_hits = sum(1 for h in got if self._exchange_only(h))
+        self.hits += len(got) - exchange_hits  # chunks; the exchanges' apart
+        self.stats.exchanges_cached += exchange_hits
         self.progress.ready += (n := sum(self.need[h] for h in got))
         self.progress.cached += n
         for h, text in self.lookup:
@@ -226,7 +232,7 @@ class _Stream:
                 for i, h in enumerate(hashes):
                     self.vecs[h] = vectors[i].tobytes()
                     self.pending.discard(h)
-                self.stats.add(len(hashes), tokens)
+                self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
                 self.progress.ready += sum(self.need[h] for h in hashes)
                 self._copy_counts()
                 self.report()
@@ -293,7 +299,7 @@ class _Stream:
         partial summary says what was received and cached)."""
         for fut in [f for f in self.inflight if f.done() and not f.cancelled() and f.exception() is None]:
             hashes, tokens = self.inflight.pop(fut)
-            self.stats.add(len(hashes), tokens)
+            self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
         self._copy_counts()
 
     def _copy_counts(self) -> None:
