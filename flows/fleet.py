@@ -101,6 +101,10 @@ def fleet_reindex(
 
     logger = get_run_logger()
     path = config_file or os.environ.get("MEMORY_CORE_CONFIG") or None
+    if config_file == "":  # a deployment made by `prefect deploy --all` with MEMORY_CORE_CONFIG unset
+        logger.warning("the config_file parameter is empty (MEMORY_CORE_CONFIG was not set when the deployment"
+                       " was made); %s", f"using $MEMORY_CORE_CONFIG here: {path}" if path else
+                       "$MEMORY_CORE_CONFIG is not set here either")
     fleet = resolve_agents(path, agents)  # unknown agents, shared stores: ConfigError before any run
     assert path is not None
     logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))
