@@ -198,6 +198,7 @@ def test_every_hit_readable_given_only_the_index_or_the_workspace(tmp_path, open
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     index = tmp_path / "indexes" / "agent.sqlite"  # not in the workspace
+    index.parent.mkdir()  # a typed --index's folder must exist (issue 39)
     if config_in_workspace:
         (ws / "memory-core.toml").write_text(provider_toml(
             openai_fake.base_url, f'sources = ["memory", "sessions"]\nextra_paths = ["notes", "{outside}"]\n'))
@@ -387,7 +388,7 @@ def test_prefect_api_url_from_the_environment_or_the_active_profile(tmp_path):
     env.update(PREFECT_HOME=str(home), PYTHONPATH=str(ROOT))
 
     def engine(**extra: str) -> str:
-        code = "from memory_core.prefect_api import choose_engine; print(choose_engine('auto').line())"
+        code = "from memory_core.runtime.engines import choose_engine; print(choose_engine('auto').line())"
         res = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, cwd=tmp_path, capture_output=True,
                              text=True, timeout=120)
         assert res.returncode == 0, res.stderr
