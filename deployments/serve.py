@@ -39,6 +39,16 @@ def load_specs(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list
     return specs
 
 
+def unset_placeholders(specs: list[dict[str, Any]], path: Path = PREFECT_FILE) -> list[str]:
+    """The ``{{ $VAR }}`` names the deployments use that the environment does not set (``prefect
+    deploy --all`` fills them with nothing, without a word: the fleet deployment's config_file)."""
+    import re
+
+    text = path.read_text()
+    names = sorted(set(re.findall(r"\{\{\s*\$([A-Z_][A-Z0-9_]*)\s*\}\}", text)))
+    return [n for n in names if not os.environ.get(n)]
+
+
 def to_deployment(spec: dict[str, Any]) -> Any:
     """A RunnerDeployment for one ``prefect.yaml`` deployment (its work pool is not used)."""
     from prefect.client.schemas.objects import ConcurrencyLimitConfig
@@ -73,7 +83,8 @@ def check_conflicts(deployments: list[Any], *, replace: bool) -> list[str]:
 
     The server would keep their work pool and pull steps, and a worker would compete with this
     process for their runs: with ``replace`` they are deleted first (their past flow runs stay),
-    otherwise their names are returned for an error message.
+    otherwise their names are returned for an error message. A replaced deployment's automations
+    are deleted with it (``serve`` creates them again for the new one).
     """
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
@@ -87,6 +98,10 @@ def check_conflicts(deployments: list[Any], *, replace: bool) -> list[str]:
                 continue
             if existing.work_pool_name:
                 if replace:
+                    # its automations (prefect.yaml's triggers) go with it: the server keeps them,
+                    # pointing at the deleted deployment ("Run deployment: No access"), and serve
+                    # creates them again for the new one (they were doubled)
+                    client.delete_resource_owned_automations(f"prefect.deployment.{existing.id}")
                     client.delete_deployment(existing.id)
                 else:
                     conflicts.append(f"{d.flow_name}/{d.name} (work pool {existing.work_pool_name})")
@@ -113,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT))
     from prefect import serve
 
+    for name in unset_placeholders(load_specs(only=args.only)):
+        print(f"serve.py: warning: {name} is not set: the parameters that name it are left empty; runs read"
+              f" ${name} from their own environment, or fail saying it is missing", file=sys.stderr)
     deployments = [to_deployment(s) for s in load_specs(only=args.only)]
     conflicts = check_conflicts(deployments, replace=args.replace)
     if conflicts:

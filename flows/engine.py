@@ -13,9 +13,11 @@ unset and a file Prefect reads its settings from mentions the URL.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +74,10 @@ class PrefectEngine:
             agent=settings.agent, provider=told.get("provider"), model=told.get("model"), full=full,
             extra_paths=told.get("extra_paths"), sources=told.get("sources"),
         )
-        # the flow run's result is the summary's JSON
-        return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start, settings=settings))
+        # the flow run's result is the summary's JSON; the caller prints it, so the flow's log
+        # lines of it stay off this console (they still reach the run's logs in the UI)
+        with _summary_off_console():
+            return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start, settings=settings))
 
     def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,
                        tags: list[str]) -> DeploymentRun:
@@ -91,10 +95,59 @@ class PrefectEngine:
                              completed=bool(state.is_completed()), cancelled=bool(state.is_cancelled()),
                              message=getattr(state, "message", None))
 
+    def missing_deployment(self, name: str) -> str | None:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+        from prefect.exceptions import ObjectNotFound
+
+        flow_name = name.split("/", 1)[0]
+        try:
+            with get_client(sync_client=True) as client:
+                try:
+                    client.read_deployment_by_name(name)
+                    return None
+                except ObjectNotFound:
+                    pass
+                there = sorted(d.name for d in client.read_deployments(
+                    flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name]))))
+                url = client.api_url
+        except Exception as exc:  # the server is down, or the URL is wrong
+            return f"cannot reach the Prefect API to look up deployment {name}: {type(exc).__name__}: {exc}"
+        known = (f"deployments of {flow_name} there: {', '.join(f'{flow_name}/{n}' for n in there)}" if there
+                 else f"no deployment of {flow_name} is there (`prefect deploy --all --prefect-file"
+                      " deployments/prefect.yaml` creates them)")
+        return f"no deployment {name} on {url}; {known}"
+
     def emit_event(self, event: str, resource_id: str, payload: dict[str, object]) -> None:
         from prefect.events import emit_event
 
         emit_event(event=event, resource={"prefect.resource.id": resource_id}, payload=payload)
+
+
+class _NoSummaryLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from flows.reindex import SUMMARY_LINE
+
+        return not getattr(record, SUMMARY_LINE, False)
+
+
+@contextlib.contextmanager
+def _summary_off_console() -> Iterator[None]:
+    """Keep the flow's summary log lines off every console handler (not Prefect's API handler)
+    while the caller's in-process run lasts."""
+    from prefect.logging.handlers import APILogHandler
+
+    quiet = _NoSummaryLines()
+    handlers = {h for name in (None, "prefect", "prefect.flow_runs") for h in logging.getLogger(name).handlers
+                if not isinstance(h, APILogHandler)}
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
 
 
 def _may_name_api_url(env: dict[str, str]) -> bool:

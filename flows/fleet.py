@@ -61,7 +61,17 @@ def _row(agent: str, result: dict[str, Any] | None, error: str | None, seconds: 
             "chunks": r.get("chunks_total", ""), "seconds": round(seconds, 2)}
 
 
-@flow(name="fleet-reindex", flow_run_name="fleet-reindex-{full}",
+def _fleet_run_name() -> str:
+    """``fleet-reindex-<incremental|full>[-<agents>]``: it was ``fleet-reindex-False``."""
+    from prefect.runtime import flow_run
+
+    raw = dict(flow_run.parameters or {})
+    agents = raw.get("agents") or []
+    name = "fleet-reindex-" + ("full" if raw.get("full") else "incremental")
+    return name + (f"-{len(agents)}-agents" if len(agents) > 1 else f"-{agents[0]}" if agents else "")
+
+
+@flow(name="fleet-reindex", flow_run_name=_fleet_run_name,
       task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False)
 def fleet_reindex(
@@ -91,6 +101,10 @@ def fleet_reindex(
 
     logger = get_run_logger()
     path = config_file or os.environ.get("MEMORY_CORE_CONFIG") or None
+    if config_file == "":  # a deployment made by `prefect deploy --all` with MEMORY_CORE_CONFIG unset
+        logger.warning("the config_file parameter is empty (MEMORY_CORE_CONFIG was not set when the deployment"
+                       " was made); %s", f"using $MEMORY_CORE_CONFIG here: {path}" if path else
+                       "$MEMORY_CORE_CONFIG is not set here either")
     fleet = resolve_agents(path, agents)  # unknown agents, shared stores: ConfigError before any run
     assert path is not None
     logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))

@@ -38,6 +38,9 @@ from memory_core.runtime.resolve import resolve_settings
 from tasks.stages import provider_for
 
 IfBusy = pipeline.IfBusy
+# marks the log records of the run's summary lines: `index --engine prefect` prints the summary
+# itself, and keeps them off its console (it printed the summary twice)
+SUMMARY_LINE = "memory_core_summary_line"
 # the registry's list as a Literal, so the UI form offers every registered provider
 if TYPE_CHECKING:
     ProviderChoice = str
@@ -104,13 +107,16 @@ def _run_name() -> str:
 
     flow_name = flow_run.flow_name or "reindex"
     raw = dict(flow_run.parameters or {})
+    first = False
     try:
         params = ReindexParams.model_validate(raw)
         settings = _RESOLVED.get() or params.to_settings()
         name, batch = report.index_label(settings), settings.batch.enabled
+        # a first build is a full one: named so from its start, not renamed "-full" at its end
+        first = not settings.index_file.exists()
     except Exception:  # a bad parameter fails the run later, with a readable message
         name, batch = str(raw.get("workspace") or "index").rstrip("/").rsplit("/", 1)[-1], bool(raw.get("batch"))
-    mode = "full" if raw.get("full") else "sessions" if raw.get("force_sessions") else "incremental"
+    mode = "full" if raw.get("full") or first else "sessions" if raw.get("force_sessions") else "incremental"
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
 
 
@@ -134,6 +140,8 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
         pipeline.preflight(settings)
+        if _RESOLVED.get() is None:  # (the CLI checked its own --index)
+            pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
         provider, reason = provider_for(settings)
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{
@@ -183,8 +191,8 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         report.publish_notes(notes_key, report.notes_markdown(
             f"{flow_name} {label}: skipped", warnings=[], fallbacks=fallbacks, extra=[msg]), "skipped run")
         return Completed(name="Skipped", message=msg, data=summary.to_dict())
-    for line in summary.lines():
-        logger.info("%s", line)
+    for line in summary.lines():  # the run's logs in the UI; not on the console of a caller that prints it
+        logger.info("%s", line, extra={SUMMARY_LINE: True})
     if summary.fallback is not None:
         fb = summary.fallback
         fallbacks.append(report.emit_fallback(settings, "provider", fb.reason, **{"from": fb.primary, "to": fb.to}))

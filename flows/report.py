@@ -170,9 +170,16 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "chunks from new/changed files": summary.chunks_indexed,
         "chunks embedded": summary.chunks_embedded,
         "chunks from cache": summary.chunks_from_cache,
+        "transcript exchange vectors embedded / from cache": (
+            f"{summary.exchanges_embedded} / {summary.exchanges_from_cache}"
+            if summary.exchanges_embedded or summary.exchanges_from_cache else NONE),
         "embedding requests (sync)": summary.embed_requests,
         "batch jobs submitted": b.jobs_submitted if b else 0,
+        "batch requests submitted": b.requests_submitted if b else 0,
         "batch jobs re-attached": b.jobs_reattached if b else 0,
+        # a run stopped with jobs open at the provider: the next run re-attaches to them
+        "batch jobs left open": (f"{b.jobs_pending} ({', '.join(str(i) for i in b.pending_job_ids if i)});"
+                                 " the next run re-attaches to them") if b and b.stopped and b.jobs_pending else NONE,
         "batch job states": batch_states(b),
         "chunks via batch / via sync": f"{b.chunks_via_batch} / {b.chunks_via_sync}" if b else NONE,
         "batch mode switched off": (b.disabled_reason or "yes") if b and b.disabled else NONE,
@@ -216,7 +223,25 @@ def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = N
                       f"- chunks read from the files: {partial.chunks_indexed}",
                       f"- chunks embedded and cached: {partial.chunks_embedded} in {partial.embed_requests}"
                       f" request(s); they will not be embedded again",
-                      "- chunks not embedded yet: embedded by the next run", ""]
+                      "- chunks not embedded yet: embedded by the next run"]
+            if partial.chunks_in_flight:
+                from memory_core.index.runtypes import in_flight_note
+
+                lines.append(f"- {in_flight_note(partial.chunks_in_flight)}")
+            b = partial.batch
+            if b is not None and b.jobs and (b.jobs_submitted or b.jobs_reattached):
+                lines.append(f"- batch jobs: {b.jobs_submitted} submitted ({b.requests_submitted} requests,"
+                             f" {b.tokens_submitted} tokens), {b.jobs_reattached} re-attached,"
+                             f" {b.jobs_collected} collected ({b.chunks_via_batch}"
+                             " chunks)")
+                if b.stopped and b.jobs_pending:
+                    ids = ", ".join(str(i) for i in b.pending_job_ids if i)
+                    lines.append(f"- **{b.jobs_pending} batch job(s) left open at the provider** ({ids}): billed"
+                                 " when they complete; the next run re-attaches to them and collects their vectors"
+                                 " instead of submitting them again")
+            if partial.cost is not None and partial.cost.priced:
+                lines.append(f"- estimated cost of what it sent: ${partial.cost.estimated_usd:.4f}")
+            lines.append("")
     if fallbacks:
         lines += ["## Fallbacks", ""] + [f"- {_md(f)}" for f in fallbacks] + [""]
     if warnings:

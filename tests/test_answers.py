@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ def plain(ws: Path) -> dict[str, Any]:
 def test_citations_on_off_and_auto(workspace: Path, tmp_path: Path) -> None:
     run_index(load_settings(None, {"workspace": str(workspace), "provider": "none"}))
     base = plain(workspace)["results"]  # auto, the default: snippet as found, reference in `citation`
-    assert len(base) >= 3 and all(r["citation"] == f"{r['path']}#L{r['start_line']}-L{r['end_line']}" for r in base)
+    assert len(base) >= 3 and all(r["citation"] == f"{r['path']}#L{r['startLine']}-L{r['endLine']}" for r in base)
     assert not any("Source:" in r["snippet"] for r in base)
     on = ask(workspace, tmp_path, "[query]\ncitations = \"on\"\n", "on")["results"]
     assert [r["citation"] for r in on] == [r["citation"] for r in base]
@@ -90,3 +91,32 @@ def test_qmd_backend_defaults_to_the_seeds_budget(workspace: Path) -> None:
     assert injection_budget(load_settings(None, {"workspace": str(workspace)})) is None
     assert injection_budget(load_settings(None, {"workspace": str(workspace), "backend": "qmd",
                                                  "query": {"max_injected_chars": 50}})) == 50
+
+
+def test_transcript_snippets_keep_messages_whole(tmp_path: Path) -> None:
+    """A transcript message longer than a chunk's max_chars was cut at a fixed width, inside a
+    word, and the snippet showed the cut as a line break (`"func retryAfterSecon\\nds..."`)."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n")
+    words = " ".join(f"word{i:03d}" for i in range(60))
+    long = f"{words} then func retryAfterSeconds returns the wait from the Retry-After header. {words}"
+    lines = [{"type": "message", "message": {"role": "user", "content": "How does the client wait?"}},
+             {"type": "message", "message": {"role": "assistant", "content": long}}]
+    (ws / "sessions" / "s1.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"],
+                                    "chunking": {"tokens": 64, "overlap": 8}})
+    run_index(settings)
+    tools = MemoryTools(settings)
+    try:
+        hits = tools.search({"query": "retryAfterSeconds Retry-After", "sources": ["sessions"], "minScore": 0})["results"]
+    finally:
+        tools.close()
+    assert hits
+    for h in hits:
+        body = h["snippet"].split("] ", 1)[-1]  # after the "[date] " stamp
+        # every line of a transcript snippet is a whole message or the snippet's own first piece
+        assert all(line.startswith(("User: ", "Assistant: ")) for line in body.split("\n")[1:]), h["snippet"]
+        # a chunk that begins inside a message begins at a word, not at half of one
+        assert body.startswith(("User: ", "Assistant: ")) or body[1:].split(" ")[0] in long.split(), body
+    assert any("func retryAfterSeconds returns" in h["snippet"] for h in hits), [h["snippet"] for h in hits]

@@ -382,7 +382,9 @@ def test_serve_script_serves_the_same_deployments(stack: Stack) -> None:
 
     stop_process(stack.worker)  # one executor per deployment: serve replaces the worker here
     log = stack.tmp / "serve.log"
-    cmd = [sys.executable, "deployments/serve.py", "--only", "incremental"]
+    with get_client(sync_client=True) as client:
+        deployed_alerts = client.read_deployment_by_name("alert/alerts").id
+    cmd = [sys.executable, "deployments/serve.py", "--only", "incremental", "--only", "alerts"]
     refused = subprocess.run(cmd, env=stack.env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "already deployed to a work pool: reindex/incremental" in refused.stderr
     proc = start_process([*cmd, "--replace"], env=stack.env, log=log)
@@ -396,9 +398,18 @@ def test_serve_script_serves_the_same_deployments(stack: Stack) -> None:
         assert dep.global_concurrency_limit.limit == 1
         assert [s.schedule.interval.total_seconds() for s in dep.schedules] == [900]
         assert dep.parameters["workspace"] == str(stack.ws) and dep.parameters["if_busy"] == "skip"
+        # issue 39: the replaced deployment's automations pointed at it once deleted, and serve made
+        # them again: each once now, running the served alerts deployment
+        with get_client(sync_client=True) as client:
+            alerts = client.read_deployment_by_name("alert/alerts").id
+            autos = [a for a in client.read_automations() if a.name.startswith("memory-core ")]
+        assert alerts != deployed_alerts
+        assert sorted(a.name for a in autos) == ["memory-core fallback", "memory-core stale index"], autos
+        assert all(getattr(act, "deployment_id", None) == alerts for a in autos for act in a.actions), autos
         fr = run_and_wait("reindex/incremental")
         assert fr.state.is_completed(), fr.state.message
-        assert fr.name == "reindex-agent-incremental"
+        # (alone, this test makes the index's first build: a full one, named so from its start)
+        assert fr.name in ("reindex-agent-incremental", "reindex-agent-full")
         assert table_figures(artifact_of(fr.id, "table"))["swapped"] == "True"
         assert events_for(report.EVENT_SWAPPED, flow_run_id=fr.id)
     finally:

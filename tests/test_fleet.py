@@ -42,7 +42,8 @@ def test_fleet_reindex_two_agents_on_a_real_server(prefect_api: Any, tmp_path: P
     drain_workers()
     assert state.is_completed(), state.message
     run = read_flow_run(state.state_details.flow_run_id)
-    assert run.name == "fleet-reindex-False" and state.message == "2 agents reindexed"
+    # named after what it does (it was "fleet-reindex-False")
+    assert run.name == "fleet-reindex-incremental" and state.message == "2 agents reindexed"
     fleet = resolve_agents(cfg)
     alpha, beta = _texts(fleet["alpha"]), _texts(fleet["beta"])
     assert "walrus project budget" in alpha and "narwhal" not in alpha

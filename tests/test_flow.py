@@ -358,3 +358,36 @@ def test_dask_local_cluster_gives_the_same_index_as_threads(prefect_api: Any, tm
     names = task_run_names(fr.id, until=lambda ns: sum(n.startswith("embed-openai-group-") for n in ns) >= n_groups)
     assert sum(n.startswith("embed-openai-group-") for n in names) == n_groups > 1
     assert len(run_artifacts(fr.id)) == 3
+
+
+def _started_as(flow_run_id: Any) -> str:
+    """The name a flow run began under (its "Beginning flow run '<name>'" log line)."""
+    import re
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+        for log in logs:
+            m = re.search(r"Beginning flow run '([^']+)'", log.message)
+            if m:
+                return m.group(1)
+        assert time.monotonic() < deadline, [log.message for log in logs]
+        time.sleep(0.5)
+
+
+def test_a_first_build_is_named_full_from_its_start(prefect_api: Any, workspace: Path, openai_fake: Any,
+                                                    tmp_path: Path) -> None:
+    """issue 39: a first build ran as `...-incremental` (`-incremental-batch` with batch mode on)
+    and was renamed `-full` only at its end."""
+    cfg = write_config(tmp_path / "mc.toml", openai_fake)
+    state, fr = run(workspace=str(workspace), config_file=str(cfg))
+    assert state.is_completed() and fr.name == "reindex-ws-full"
+    assert _started_as(fr.id) == "reindex-ws-full"
+    (workspace / "memory" / "2026-09-04.md").write_text("## 23:50\nReplica lag threshold now 45s.\n")
+    state, fr = run(workspace=str(workspace), config_file=str(cfg))
+    assert _started_as(fr.id) == "reindex-ws-incremental" == fr.name

@@ -77,17 +77,17 @@ def test_stdio_tools_errors_and_live_swaps(indexed, tmp_path):
             hits = res.structured_content["results"]
             assert 1 <= len(hits) <= 3
             top = hits[0]
-            assert {"path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
-                    "end_line", "match"} <= set(top)
+            assert {"path", "startLine", "endLine", "score", "snippet", "source", "citation", "match"} <= set(top)
+            assert not {"start_line", "end_line"} & set(top)  # one spelling: an agent pays for each token
             assert top["path"] == "memory/howto/restore-postgres-backup.md" and top["source"] == "memory"
-            assert top["citation"] == f"{top['path']}#L{top['start_line']}-L{top['end_line']}"
+            assert top["citation"] == f"{top['path']}#L{top['startLine']}-L{top['endLine']}"
             assert json.loads(_text(res)) == res.structured_content  # same data for text-only clients
 
             # memory_get: exactly the requested lines of the cited file
-            got = await client.call_tool("memory_get", {"path": top["path"], "from": top["start_line"], "lines": 3})
+            got = await client.call_tool("memory_get", {"path": top["path"], "from": top["startLine"], "lines": 3})
             assert not got.is_error, _text(got)
             lines = (ws / top["path"]).read_text().split("\n")
-            start = top["start_line"]
+            start = top["startLine"]
             assert got.structured_content["text"] == "\n".join(lines[start - 1:start + 2])
             assert got.structured_content["from"] == start and got.structured_content["lines"] == 3
 

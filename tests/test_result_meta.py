@@ -115,3 +115,36 @@ def test_provider_model_and_the_keyword_fallback_with_each_answer(workspace: Pat
     finally:
         openai_fake.clear_faults()
         tools.close()
+
+
+def test_an_empty_answer_says_what_is_the_case(tmp_path: Path) -> None:
+    """An empty index, and transcripts asked for when none is indexed, answered "the memory holds
+    nothing that matches this well" (issue 39); a note without a date in its name showed its
+    file's mtime as the day it was written ("written today" in a fresh clone)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-03-04.md").write_text("# March\n\nThe quokka budget was approved.\n")
+    (ws / "memory" / "facts.md").write_text("# Facts\n\nThe quokka lives on Rottnest Island.\n")
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(settings)
+    tools = MemoryTools(settings)
+    try:
+        hits = tools.search({"query": "quokka", "minScore": 0})["results"]
+        dates = {h["path"]: h["date"] for h in hits}
+        assert dates == {"memory/2026-03-04.md": "2026-03-04", "memory/facts.md": None}, dates
+        sess = tools.search({"query": "quokka", "sources": ["sessions"]})
+        assert sess["results"] == [] and "no transcript is indexed" in sess["note"], sess["note"]
+        assert "--sessions" in sess["note"] and "matches this well" not in sess["note"]
+        miss = tools.search({"query": "xylophone zeppelin"})
+        assert "nothing scored at least" in miss["note"]  # an index that holds notes: nothing matched
+    finally:
+        tools.close()
+    for f in (ws / "memory").iterdir():
+        f.unlink()
+    run_index(settings)
+    tools = MemoryTools(settings)
+    try:
+        empty = tools.search({"query": "quokka"})
+        assert empty["results"] == [] and "the index holds nothing yet" in empty["note"], empty["note"]
+    finally:
+        tools.close()

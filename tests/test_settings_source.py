@@ -163,8 +163,8 @@ def every_hit_readable(capsys: pytest.CaptureFixture[str], where: list[str], tol
     assert any(p.startswith("sessions/") for p in paths) and any(p.startswith("memory/") for p in paths)
     assert any(h["vector_score"] > 0 for h in hits)  # queries embedded with the index's own provider settings
     for h in hits:
-        n = h["end_line"] - h["start_line"] + 1
-        rc, out, err = cli(capsys, "get", h["path"], *where, "--from", str(h["start_line"]), "--lines", str(n),
+        n = h["endLine"] - h["startLine"] + 1
+        rc, out, err = cli(capsys, "get", h["path"], *where, "--from", str(h["startLine"]), "--lines", str(n),
                            "--json")
         assert rc == 0, (h["path"], err)
         got = json.loads(out)
@@ -173,13 +173,13 @@ def every_hit_readable(capsys: pytest.CaptureFixture[str], where: list[str], tol
         assert rc == 0 and json.loads(out)["text"] == got["text"], (h["citation"], err)
         if h["source"] == "memory":
             real = Path(h["path"]) if h["path"].startswith("/") else ws / h["path"]
-            want = real.read_text().splitlines()[h["start_line"] - 1:h["end_line"]]
+            want = real.read_text().splitlines()[h["startLine"] - 1:h["endLine"]]
             assert got["text"] == "\n".join(want)
     tools = MemoryTools(resolve_settings(told, env={}).settings)
     try:
         for q in (INSIDE_WORD, OUTSIDE_WORD, "502 connections"):
             for r in tools.search({"query": q})["results"]:
-                got = tools.get({"path": r["path"], "from_line": r["start_line"], "lines": 5})
+                got = tools.get({"path": r["path"], "from_line": r["startLine"], "lines": 5})
                 assert got["lines"] >= 1 and got["path"] == r["path"]
         # nothing else: a file in the workspace that is not indexed
         with pytest.raises(Exception, match="not an indexed file"):
@@ -198,6 +198,7 @@ def test_every_hit_readable_given_only_the_index_or_the_workspace(tmp_path, open
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     index = tmp_path / "indexes" / "agent.sqlite"  # not in the workspace
+    index.parent.mkdir()  # a typed --index's folder must exist (issue 39)
     if config_in_workspace:
         (ws / "memory-core.toml").write_text(provider_toml(
             openai_fake.base_url, f'sources = ["memory", "sessions"]\nextra_paths = ["notes", "{outside}"]\n'))

@@ -351,3 +351,27 @@ def test_library_modules_do_not_import_prefect():
             "sys.exit(1 if bad else 0)")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     assert subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=env, timeout=60).returncode == 0
+
+
+@pytest.mark.prefect_server
+def test_watch_refuses_a_deployment_the_server_does_not_have(workspace, request):
+    """issue 39: `watch --deployment NAME` with a deployment that does not exist printed a
+    traceback ending `ObjectNotFound: None` on every run and retried for ever: checked at
+    start, one line, exit 2."""
+    import subprocess
+
+    from tests.conftest import ROOT
+    from tests.prefect_server import shared_server
+
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "watch", "-w", str(workspace),
+                               "--deployment", "no-such-deployment", "--provider", "none"],
+                              env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"watch kept running: {exc.stderr!r}")
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "no deployment reindex/no-such-deployment on http://127.0.0.1:" in lines[0]
+    assert not (workspace / ".memory-core").exists()  # nothing was run

@@ -277,7 +277,10 @@ class _NotRunWarnings(logging.Filter):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from memory_core.index.pipeline import check_index_folder
     from memory_core.runtime.engines import choose_engine
+
+    check_index_folder(args.index_path)  # a typed path's folder must exist, as export's output's
 
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
@@ -500,6 +503,9 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from memory_core.index.pipeline import check_index_folder
+
+    check_index_folder(args.index_path)
     resolved = _resolve(args, **_writer_told(args))
     settings = resolved.settings
     if not settings.workspace_dir.is_dir():
@@ -676,10 +682,18 @@ def _partial(exc: BaseException) -> str:
     """What a run that did not finish had embedded (``run_summary`` from the orchestrator), as
     the end of its one error line."""
     partial = getattr(exc, "run_summary", None)
-    if partial is None or not partial.chunks_embedded:
+    if partial is None:
         return ""
-    return (f"; the {partial.chunks_embedded} chunk(s) it embedded are in the embedding cache and will not be"
-            " embedded again")
+    b = partial.batch
+    jobs = (f"; {b.jobs_pending} batch job(s) left open at the provider"
+            f" ({', '.join(str(i) for i in b.pending_job_ids if i)}): the next run re-attaches to them"
+            if b is not None and b.stopped and b.jobs_pending else "")
+    if not (partial.chunks_embedded or partial.chunks_in_flight):
+        return jobs
+    late = (f" ({partial.chunks_in_flight} more were in requests that had not returned)"
+            if partial.chunks_in_flight else "")
+    return (f"; the {partial.chunks_embedded} chunk(s) it embedded{late} are in the embedding cache and will not be"
+            " embedded again" + jobs)
 
 
 if __name__ == "__main__":  # pragma: no cover

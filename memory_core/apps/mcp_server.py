@@ -227,8 +227,6 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                     "snippet": {"type": "string"},
                     "source": {"type": "string"},
                     "citation": {"type": "string"},
-                    "start_line": {"type": "integer"},
-                    "end_line": {"type": "integer"},
                     "match": {"type": "string", "enum": ["keyword", "vector", "both", "date"]},
                     "date": {"type": ["string", "null"]},
                     "vector_score": {"type": "number"},

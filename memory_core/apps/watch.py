@@ -80,6 +80,15 @@ class DeploymentRunner:
             raise RunError(f"deployment run {run.name} of {self.name} ended {run.state}{msg}")
         return DeploymentOutcome(self.name, run.name, run.state, flow_run_id=run.id)
 
+    def check(self) -> None:
+        """At start: the deployment exists (a name that does not printed a traceback ending
+        ``ObjectNotFound: None`` on every run and retried for ever)."""
+        from memory_core.runtime.engines import require_engine
+
+        why = require_engine(needed_by="watch --deployment").missing_deployment(self.name)
+        if why:
+            raise UsageError(f"--deployment: {why}")
+
     def close(self) -> None:
         pass
 
@@ -118,6 +127,8 @@ def run_watch(settings: Settings, *, debounce: float, initial_run: bool = True, 
     if debounce < 0:
         raise UsageError("--debounce must be >= 0 seconds")
     runner = make_runner(settings, deployment=deployment, config_file=config_file, told=told)
+    if isinstance(runner, DeploymentRunner):
+        runner.check()
 
     def report(rec: RunRecord) -> None:
         print(json.dumps(rec.to_dict(), sort_keys=True) if as_json else rec.line(), flush=True)

@@ -171,6 +171,12 @@ class BatchFigures:
     chunks_left_to_sync: int = 0
     seconds: float = 0.0
     jobs: bool = True
+    # requests and tokens in the jobs this run submitted (sent, and billed when a job completes,
+    # whoever collects it); ``stopped``: the run was cancelled or failed with jobs open at the
+    # provider (``jobs_pending``, ``pending_job_ids``): the next run re-attaches to them
+    requests_submitted: int = 0
+    tokens_submitted: int = 0
+    stopped: bool = False
 
     @classmethod
     def sync_only(cls, mode: str) -> BatchFigures:

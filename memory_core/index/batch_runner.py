@@ -165,6 +165,9 @@ class BatchRun:
         self.stats = st.BatchFigures()
         self.tokens_batch = 0
         self.embedded = 0
+        self.submitted_ids: set[str] = set()  # local ids of the jobs this run submitted
+        self.reattached_ids: set[str] = set()
+        self.collected_ids: set[str] = set()
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _error(self, msg: str) -> None:
@@ -217,6 +220,7 @@ class BatchRun:
             hashes = self.ctx.ledger.hashes(rec.local_id)
             if any(h in self.needed for h in hashes):
                 self.attach.append(rec)
+                self.reattached_ids.add(rec.local_id)
                 self.hashes_of[rec.local_id] = hashes
                 claimed.update(hashes)
                 self.stats.jobs_reattached += 1
@@ -246,6 +250,7 @@ class BatchRun:
             elif self.batch_on and self.queue:
                 spec = self.queue.popleft()
                 self.hashes_of[spec.local_id] = spec.hashes()
+                self.submitted_ids.add(spec.local_id)
                 self._start("submit", spec)
             else:
                 break
@@ -311,6 +316,7 @@ class BatchRun:
 
     def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
         self.stats.jobs_collected += 1
+        self.collected_ids.add(rec.local_id)
         self.stats.chunks_via_batch += res.stored
         self.embedded += res.stored
         self.tokens_batch += res.tokens
@@ -351,6 +357,29 @@ class BatchRun:
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
 
+    def _submitted(self) -> list[Any]:
+        """The ledger's rows of the jobs this run submitted that reached the provider."""
+        jobs = (self.ctx.ledger.get(lid) for lid in sorted(self.submitted_ids))
+        return [j for j in jobs if j is not None and j.job_id]
+
+    def partial(self) -> tuple[EmbedCounts, st.BatchFigures]:
+        """What a run stopped in the middle of its jobs (cancelled, failed) had done: the jobs
+        it submitted (their requests and tokens were sent), what it collected, and the jobs left
+        open at the provider, which stay in the ledger for the next run to re-attach to. Read
+        after :meth:`run` unwound (its steps ended)."""
+        s = replace(self.stats, errors=list(self.stats.errors))
+        submitted = self._submitted()
+        mine = self.submitted_ids | self.reattached_ids
+        left = [j for j in self.ctx.ledger.open_jobs() if j.local_id in mine]
+        s.jobs_submitted = max(s.jobs_submitted, len(submitted))
+        s.requests_submitted = sum(j.requests for j in submitted)
+        s.tokens_submitted = sum(j.tokens for j in submitted)
+        s.jobs_pending, s.pending_job_ids = len(left), [j.job_id for j in left]
+        s.stopped = True
+        # tokens sent through batch: what was collected, plus the jobs this run sent that nobody collected yet
+        uncollected = sum(j.tokens for j in submitted if j.local_id not in self.collected_ids)
+        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch + uncollected), s
+
     def _result(self, seconds: float) -> tuple[EmbedCounts, st.BatchFigures]:
         """(what the jobs embedded, the job figures); ``memory_core.index.stages.embed_stats`` adds the
         sync requests' and the cost."""
@@ -359,4 +388,7 @@ class BatchRun:
         s.pending_job_ids = [r.job_id for r in self.pending]
         s.chunks_left_to_sync = len({h for h in self.sync if h in self.needed})
         s.seconds = round(seconds, 3)
+        submitted = self._submitted()
+        s.requests_submitted = sum(j.requests for j in submitted)
+        s.tokens_submitted = sum(j.tokens for j in submitted)
         return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch), s

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Collection, Iterator
@@ -175,6 +176,22 @@ def _sigterm_cancels() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:
+    """One rule for a path a person typed (``--index``, a flow's ``index_path`` parameter, and
+    ``export``'s output): its folder must exist, so a typo is refused, not created
+    (``index --index /no/such/dir/idx.sqlite`` created the folders without a word, where
+    ``export`` refused a missing one). Folders memory-core derives itself are created:
+    ``<workspace>/.memory-core/``, an agent's index from the ``[agents]`` templates."""
+    from memory_core.errors import PathError
+
+    if not index_path:
+        return
+    idx = Path(os.path.abspath(os.path.expanduser(os.fspath(index_path))))
+    if not idx.parent.is_dir():
+        raise PathError(f"directory not found: {idx.parent} (the folder of the index {idx}); create it first,"
+                        " or fix the path")
+
+
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None,
@@ -261,6 +278,11 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
 
     def report(p: Progress) -> None:
         p.cost_usd = cost_so_far(settings, provider, p.tokens)
+        if p.tokens_batch and p.cost_usd is not None:  # batch jobs' tokens, at the batch price
+            from memory_core.embeddings.cost import estimate_cost
+
+            p.cost_usd = estimate_cost(settings, provider.name, provider.model, tokens_sync=p.tokens,
+                                       tokens_batch=p.tokens_batch).estimated_usd
         if on_progress is not None:
             on_progress(p)
 
@@ -270,12 +292,14 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     embed = EmbedStats()
     from_cache = 0
     cache = None
+    batch_run: list[Any] = []  # the Batch API coordinator of this run, for a partial summary
     try:
         cache = open_cache(settings, provider, plan)
         try:
             if cache is not None and settings.batch.enabled and provider.supports_batch:
                 with timer.stage("batch"):
-                    batch, from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report)
+                    batch, from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report,
+                                                     batch_run)
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
                     plan.meta["batch"] = batch_state(settings, batch[1])  # status shows it
@@ -309,7 +333,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     except _SwitchProvider:
         raise
     except BaseException as exc:
-        _attach_partial_summary(exc, plan, provider, reason, progress, timer, embedded_on, from_cache)
+        _attach_partial_summary(exc, plan, provider, reason, progress, timer, embedded_on, from_cache,
+                                settings=settings, batch=batch, batch_run=batch_run[0] if batch_run else None)
         raise
     finally:
         if cache is not None:
@@ -317,6 +342,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         cleanup_workdir(plan)
     summary = summarize(plan, provider, reason, chunks=chunks, from_cache=from_cache, embed=embed, built=built,
                         timings=timer.times, embedded_on=embedded_on)
+    if chunks is not None:  # transcript exchange vectors, apart from the chunks
+        summary.exchanges_embedded, summary.exchanges_from_cache = stream.exchanges, stream.exchanges_cached
     for w in summary.warnings:
         if w not in plan.warnings:
             log.warning("%s", w, extra={RUN_WARNING: True})
@@ -353,10 +380,14 @@ def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, Any]:
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,
-                 progress: Progress, report: ProgressFn) -> tuple[tuple[EmbedCounts, BatchFigures] | None, int]:
+                 progress: Progress, report: ProgressFn,
+                 live: list[Any] | None = None) -> tuple[tuple[EmbedCounts, BatchFigures] | None, int]:
     """Batch API jobs for the run's misses (and jobs of earlier runs left to collect or
     cancel); what they do not embed is left to the streamed build's sync requests.
-    Returns (the batch figures, or None when there was nothing for batch mode; cache hits)."""
+    Returns (the batch figures, or None when there was nothing for batch mode; cache hits).
+    ``live`` gets the coordinator, for the partial summary of a run stopped in its jobs.
+    The progress says what the jobs collected: chunks embedded, tokens and cost (a rerun
+    collecting a cancelled run's job said ``0 embedded, $0.0000``)."""
     from memory_core.index import batch_jobs as J
     from memory_core.index.batch_ledger import BatchLedger
     from memory_core.index.batch_runner import BatchRun
@@ -366,24 +397,52 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         return None, misses.hits
     progress.phase = "batch jobs"
 
+    runs: list[BatchRun] = []
+
     def batch_progress(stage: str, done: int, total: int) -> None:
         progress.ready, progress.chunks = done, total
+        if runs:
+            progress.embedded, progress.tokens_batch = runs[0].embedded, runs[0].tokens_batch
         report(progress)
 
     ctx = J.open_context(settings, provider, cache, str(ensure_workdir(plan)))
     log.info("embedding %d chunks through %s batch jobs", misses.misses, provider.name)
-    stats = BatchRun(ctx, misses, ex.batch_ops(ctx, batch_progress), progress=batch_progress).run()
-    progress.phase, progress.ready, progress.chunks = "index", 0, 0
+    run = BatchRun(ctx, misses, ex.batch_ops(ctx, batch_progress), progress=batch_progress)
+    runs.append(run)
+    if live is not None:
+        live.append(run)
+    stats = run.run()
+    # the streamed build counts its own sync requests; the cost so far keeps the jobs' tokens
+    progress.phase, progress.ready, progress.chunks, progress.embedded = "index", 0, 0, 0
     return stats, misses.hits
 
 
 def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: EmbeddingProvider, reason: str,
-                            progress: Progress, timer: Timer, embedded_on: str, from_cache: int) -> None:
-    """What a run that did not finish had done: its vectors are cached, nothing was published."""
+                            progress: Progress, timer: Timer, embedded_on: str, from_cache: int, *,
+                            settings: Settings | None = None, batch: tuple[EmbedCounts, BatchFigures] | None = None,
+                            batch_run: Any = None) -> None:
+    """What a run that did not finish had done: its vectors are cached, nothing was published.
+    In Batch API mode, the jobs it submitted (requests, tokens, cost) and the ones left open at
+    the provider, which the next run re-attaches to (a cancelled backfill said ``batch mode off,
+    0 jobs, 0 tokens`` though it had submitted a job billed for 295 requests)."""
     with contextlib.suppress(Exception):
         what = str(exc) or type(exc).__name__
         if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ in ("TerminationSignal", "CancelledRun"):
             what = "cancelled"
-        exc.run_summary = summarize(  # type: ignore[attr-defined]
-            plan, provider, reason, chunks=None, from_cache=from_cache, embed=None, built=None,
-            timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
+        embed: EmbedStats | None = None
+        jobs = batch
+        in_jobs = batch is None and batch_run is not None  # stopped inside the batch phase
+        if in_jobs:
+            with contextlib.suppress(Exception):
+                jobs = batch_run.partial()
+        if jobs is not None and settings is not None:
+            from memory_core.index.stages import embed_stats
+
+            sync = EmbedCounts() if in_jobs else EmbedCounts(progress.requests, progress.embedded, progress.tokens)
+            embed = embed_stats(settings, provider, sync, jobs)
+            if embed.batch is not None and not in_jobs and embed.batch.jobs_pending == 0:
+                embed.batch.stopped = False  # the jobs were done; the run stopped after them
+        partial = summarize(plan, provider, reason, chunks=None, from_cache=from_cache, embed=embed, built=None,
+                            timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
+        partial.chunks_in_flight = progress.in_flight
+        exc.run_summary = partial  # type: ignore[attr-defined]

@@ -43,6 +43,9 @@ class Progress:
     embedded: int = 0
     requests: int = 0
     tokens: int = 0
+    tokens_batch: int = 0  # tokens of the batch jobs' collected output (priced at the batch rate)
+    # a run that stopped: chunks in embedding requests still running when it did (cached if they return)
+    in_flight: int = 0
     phase: str = "index"
     cost_usd: float | None = None
     started: float = field(default_factory=time.monotonic)
@@ -168,12 +171,17 @@ class EmbedCounts:
     requests, or the batch jobs)."""
 
     requests: int = 0
-    embedded: int = 0
+    embedded: int = 0  # chunks
     tokens: int = 0
+    # transcript exchange vectors (chunking.exchange_vectors): embedded, and read from the cache;
+    # counted apart from the chunks (a summary said "198 total ... 237 embedded")
+    exchanges: int = 0
+    exchanges_cached: int = 0
 
-    def add(self, texts: int, tokens: int) -> None:
+    def add(self, texts: int, tokens: int, exchanges: int = 0) -> None:
         self.requests += 1
-        self.embedded += texts
+        self.embedded += texts - exchanges
+        self.exchanges += exchanges
         self.tokens += tokens
 
 
@@ -220,7 +228,12 @@ class EmbedStats:
         b = self.batch
         if b is not None and b.disabled:
             out.append(f"batch mode was switched off for this run: {b.disabled_reason}")
-        if b is not None and b.jobs_pending:
+        if b is not None and b.jobs_pending and b.stopped:
+            ids = ", ".join(str(i) for i in b.pending_job_ids if i)
+            out.append(f"{b.jobs_pending} batch job(s) left open at the provider ({ids or 'not yet submitted'});"
+                       " their requests are billed when they complete; the next run re-attaches to them and"
+                       " collects their vectors instead of submitting them again")
+        elif b is not None and b.jobs_pending:
             out.append(f"{b.jobs_pending} batch job(s) still running (batch.wait = false); the index was not"
                        " updated; run again to collect them")
         return out
@@ -260,6 +273,9 @@ class RunSummary:
     chunks_indexed: int = 0
     chunks_embedded: int = 0
     chunks_from_cache: int = 0
+    # transcript exchange vectors (chunking.exchange_vectors), apart from the chunks
+    exchanges_embedded: int = 0
+    exchanges_from_cache: int = 0
     # chunks longer than the model's input window (embedded from their head), whole index
     chunks_over_window: int = 0
     embed_requests: int = 0
@@ -281,6 +297,10 @@ class RunSummary:
     skipped: str = ""
     # set on the partial summary of a run that was cancelled or failed (what was cached is kept)
     error: str = ""
+    # of a run that stopped: chunks in embedding requests still running when it did; their vectors
+    # reach the cache if they return, after this summary (a cancelled run said 448 embedded, the
+    # rerun found all 593 cached)
+    chunks_in_flight: int = 0
     # an incremental run given the paths that changed (a watcher's events): it looked at those
     # paths only (``hinted_paths`` of them) and took every other indexed file as recorded;
     # ``hint_fallback``: why a run given paths scanned every source instead
@@ -376,10 +396,15 @@ class RunSummary:
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
+        if s.exchanges_embedded or s.exchanges_from_cache:
+            out.append(f"transcript exchange vectors: {s.exchanges_embedded} embedded, {s.exchanges_from_cache}"
+                       " from cache (beside the chunks: chunking.exchange_vectors)")
         if s.chunks_over_window:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")
         out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
+        if s.chunks_in_flight:
+            out.append(in_flight_note(s.chunks_in_flight))
         if s.batch is not None:
             out.append(_batch_line(s.batch))
         if s.cost is not None:
@@ -392,15 +417,24 @@ class RunSummary:
         return out
 
 
+def in_flight_note(n: int) -> str:
+    """What a stopped run says of the embedding requests still running when it stopped."""
+    return (f"{n} more chunk(s) were in embedding requests that had not returned when the run stopped; if they"
+            " return, the next run finds them cached")
+
+
 def _batch_line(b: BatchFigures) -> str:
     if not b.jobs:
         return f"batch: {b.mode or 'off'}"
-    line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted, {b.jobs_reattached} re-attached,"
+    sent = f" ({b.requests_submitted} requests, {b.tokens_submitted} tokens)" if b.requests_submitted else ""
+    line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted{sent}, {b.jobs_reattached} re-attached,"
             f" {b.jobs_collected} collected, {b.jobs_failed} failed, {b.jobs_timed_out} timed out,"
             f" {b.jobs_pending} pending; chunks {b.chunks_via_batch} via batch, {b.chunks_via_sync} via sync"
             f" ({b.lines_failed} failed lines re-sent)")
     if b.disabled:
         line += f"; batch mode switched off: {b.disabled_reason}"
+    if b.stopped and b.jobs_pending:
+        line += f"; {b.jobs_pending} left open for the next run to re-attach to"
     return line
 
 

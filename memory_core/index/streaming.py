@@ -148,6 +148,10 @@ class _Stream:
             return
         self._want(h, text)
 
+    def _exchange_only(self, h: str) -> bool:
+        """A transcript exchange's vector that no chunk of the run has as its own."""
+        return bool(self.part_need.get(h)) and not self.need.get(h)
+
     def _want(self, h: str, text: str) -> None:
         """Have the vector of ``h`` looked up (and embedded if missing), once."""
         if h in self.pending or h in self.vecs:
@@ -184,7 +188,9 @@ class _Stream:
         got = {} if self.cold else self.cache.get_many(h for h, _ in self.lookup)
         self.vecs.update(got)
         self.pending.difference_update(got)
-        self.hits += len(got)
+        exchange_hits = sum(1 for h in got if self._exchange_only(h))
+        self.hits += len(got) - exchange_hits  # chunks; the exchanges' apart
+        self.stats.exchanges_cached += exchange_hits
         self.progress.ready += (n := sum(self.need[h] for h in got))
         self.progress.cached += n
         for h, text in self.lookup:
@@ -226,7 +232,7 @@ class _Stream:
                 for i, h in enumerate(hashes):
                     self.vecs[h] = vectors[i].tobytes()
                     self.pending.discard(h)
-                self.stats.add(len(hashes), tokens)
+                self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
                 self.progress.ready += sum(self.need[h] for h in hashes)
                 self._copy_counts()
                 self.report()
@@ -293,7 +299,7 @@ class _Stream:
         partial summary says what was received and cached)."""
         for fut in [f for f in self.inflight if f.done() and not f.cancelled() and f.exception() is None]:
             hashes, tokens = self.inflight.pop(fut)
-            self.stats.add(len(hashes), tokens)
+            self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
         self._copy_counts()
 
     def _copy_counts(self) -> None:
@@ -306,11 +312,25 @@ class _Stream:
         sent back); a run that failed does not wait for them."""
         for fut in self.inflight:
             fut.cancel()
+        running = [fut for fut in self.inflight if not fut.cancelled()]
         if wait_running:
-            wait(list(self.inflight))
+            wait(running)
+        elif running:
+            # a run that stopped: the requests already sent are paid for; their vectors are taken
+            # in (cached and counted) if they return within STOP_GRACE_S (a cancelled run said
+            # 448 embedded while its running requests went on caching: the rerun found 593)
+            wait(running, timeout=STOP_GRACE_S)
+            self.count_finished()
+        # what is still running: said in the run's partial summary
+        self.progress.in_flight = sum(len(h) for fut, (h, _) in self.inflight.items()
+                                      if not fut.cancelled() and not fut.done())
         self.inflight.clear()
         if self.checkpointer is not None:
             self.checkpointer.join()
+
+
+STOP_GRACE_S = 10.0
+"""How long a run that stopped waits for its embedding requests already running (their vectors are paid for)."""
 
 
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,

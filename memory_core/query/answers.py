@@ -112,6 +112,36 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
                         " (memory_get reads more)")
 
 
+def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[str, Any],
+                       sources: list[str] | None, *, query: str = "") -> str:
+    """What an answer with no results says: what is actually the case. An empty index, or a
+    source asked for that holds nothing (no transcripts indexed), is not "nothing matches".
+    ``counts``: the index's chunks by source (None: unknown); ``meta``: its meta record;
+    ``sources``: the sources asked for (None: all)."""
+    if not query.strip():
+        return "the query is empty: nothing was searched"
+    if counts is not None:
+        if not any(counts.values()):
+            return ("the index holds nothing yet: no note or transcript is indexed (is the workspace right?"
+                    " `memory-core index` indexes it; `memory-core status` shows what it holds)")
+        built_from = set(meta.get("sources") or [])
+        empty = [s for s in (sources or []) if not counts.get(s)]
+        if sources and len(empty) == len(set(sources)):
+            what = {"sessions": "transcript", "memory": "note"}
+            parts = []
+            for s in dict.fromkeys(empty):
+                name = what.get(s, s)
+                if built_from and s not in built_from:
+                    hint = " (`memory-core index --sessions` adds them)" if s == "sessions" else ""
+                    parts.append(f"no {name} is indexed: the index was built from {', '.join(sorted(built_from))}"
+                                 f" only{hint}")
+                else:
+                    parts.append(f"no {name} is indexed ({s} holds nothing: none was found when indexing)")
+            return "; ".join(parts)
+    return (f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches this"
+            " well; try other words, or a lower min_score to see weaker matches")
+
+
 _FALLBACK_FROM = re.compile(r"^fallback: (\S+)")
 
 

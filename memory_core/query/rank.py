@@ -12,15 +12,18 @@ Pure given the candidates and the query settings: evaluation replays it per sett
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
-from memory_core.query.dates import lift_named_days, said_at
+from memory_core.query.dates import date_from_path, lift_named_days, said_at
 from memory_core.query.retrieval import Candidates
 from memory_core.storage import textsearch
+
+ELLIPSIS = "…"
 
 
 @dataclass(frozen=True)
@@ -35,33 +38,72 @@ class SearchResult:
     vector_score: float = 0.0
     text_score: float = 0.0
     match: str = "vector"  # how it matched: "keyword", "vector" or "both"
-    date: str | None = None  # ISO date the chunk was written, when known
+    # ISO date the chunk was written, when known: a daily note's (its name), a transcript message's;
+    # None for a note without a date in its name (an evergreen note: its file's mtime is when it
+    # was last copied, not written: a fresh clone said "written today" of every one)
+    date: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def to_agent(self) -> dict[str, Any]:
         """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
-        source, citation``), then snake_case aliases of the line numbers and what memory-core adds
-        (``match``, ``date``, the raw side scores)."""
+        source, citation``), then what memory-core adds (``match``, ``date``, the raw side scores),
+        each once: no snake_case copies of the line numbers (an agent paid for them twice)."""
         return {
             "path": self.path, "startLine": self.start_line, "endLine": self.end_line, "score": self.score,
             "snippet": self.snippet, "source": self.source, "citation": self.citation,
-            "start_line": self.start_line, "end_line": self.end_line, "match": self.match, "date": self.date,
+            "match": self.match, "date": self.date,
             "vector_score": self.vector_score, "text_score": self.text_score,
         }
 
 
-AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "start_line",
-                     "end_line", "match", "date", "vector_score", "text_score")
+AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source", "citation", "match", "date",
+                     "vector_score", "text_score")
+
+
+# a transcript chunk holds one message per line ("User: ..."); a message longer than the chunker's
+# max_chars was cut into pieces at a fixed width, each on its own line (inside a word:
+# "func retryAfterSecon\nds"): a line break not followed by a speaker is such a cut
+_MESSAGE_CUT = re.compile(r"\n(?!(?:User|Assistant): )")
+
+
+_SPEAKER = ("User: ", "Assistant: ")
+
+
+def joined_messages(text: str) -> str:
+    """A transcript chunk's text with each message whole on its line: the chunker's fixed-width
+    cuts of a long message are joined again (they fell inside words), and a chunk that starts
+    or ends inside a message (at such a cut) starts or ends with ``…`` at a word boundary instead
+    of half a word."""
+    text = _MESSAGE_CUT.sub("", text)
+    if text and not text.startswith(_SPEAKER):  # begins inside a message
+        head, sep, rest = text.partition(" ")
+        text = ELLIPSIS + (rest if sep and rest else head)
+    last = text.rsplit("\n", 1)[-1]
+    if last and not last.startswith(_SPEAKER) and last[-1].isalnum():  # ends inside a message, maybe mid-word
+        body, sep, _ = text.rpartition(" ")
+        if sep and body:
+            text = body + " " + ELLIPSIS
+    return text
 
 
 def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
-    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``)."""
+    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``),
+    and its messages are whole (:func:`joined_messages`)."""
+    text = joined_messages(h.text) if h.source == "sessions" else h.text
     stamp = said_at(h.source, h.date)
     if not stamp:
-        return ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS)
-    return stamp + ranking.make_snippet(h.text, terms, SNIPPET_MAX_CHARS - len(stamp))
+        return ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS)
+    return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
+
+
+def _written_on(h: ranking.Hit) -> str | None:
+    """The day a result was written, as the answer shows it (:attr:`SearchResult.date`)."""
+    if h.source == "sessions":
+        return h.date
+    d = date_from_path(h.path)
+    return d.isoformat() if d is not None else None
 
 
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
@@ -118,7 +160,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
             citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
             vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
             match=ranking.match_kind(h) if mode == "hybrid" or h.date_lifted else mode,
-            date=h.date,
+            date=_written_on(h),
         )
         for h in hits
     ]

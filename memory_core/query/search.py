@@ -140,8 +140,14 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     out["citations"] = citations_mode(searcher.settings, chat_type)
     notes = [n for n in (*notes, shaped.note) if n]
     if not results:
-        notes.append(f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches"
-                     " this well; try other words, or a lower min_score to see weaker matches")
+        from memory_core.query.answers import nothing_found_note
+
+        indexed = getattr(searcher, "indexed_chunks", None)
+        counts = None
+        if read_index and callable(indexed):
+            with contextlib.suppress(Exception):
+                counts = indexed()
+        notes.append(nothing_found_note(floor, counts, meta, file_srcs, query=query))
     if notes:
         out["note"] = "; ".join(notes)
     return out
@@ -216,6 +222,13 @@ class Searcher(QueryProviderOwner):
         """The meta record of the index being searched."""
         with self._lock:
             return dict(self._current().meta or {})
+
+    def indexed_chunks(self) -> dict[str, int]:
+        """Chunks in the index by source (``{"memory": 120, "sessions": 0}``): what an answer
+        with no results says is the case (an empty index, no transcripts indexed)."""
+        with self._lock:
+            rows = self._current().conn.execute("SELECT source, count(*) FROM chunks GROUP BY source").fetchall()
+        return {str(src): n if isinstance(n, int) else 0 for src, n in rows}
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:

@@ -79,6 +79,12 @@ class Engine(Protocol):
         """Emit an event (best effort: never raises)."""
         ...
 
+    def missing_deployment(self, name: str) -> str | None:
+        """None when deployment ``name`` (``flow/deployment``) exists on the server, else why not
+        in one line (it does not exist: the ones of the same flow that do; the server cannot be
+        reached)."""
+        ...
+
 
 def require_engine(name: str = PREFECT, *, needed_by: str) -> Engine:
     """The engine ``name``, else one clear :class:`UsageError` naming what needed it."""
