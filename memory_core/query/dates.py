@@ -36,7 +36,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -44,9 +44,9 @@ from typing import Any
 from memory_core.errors import PathError
 from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
-__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "date_from_path", "dated_chunk_rows", "hit_date",
-           "is_evergreen", "lift_named_days", "query_date_range", "said_at",
-           "transcript_dates"]
+__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
+           "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "query_date_range", "said_at",
+           "timeline_end", "transcript_dates"]
 
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -56,12 +56,36 @@ _MONTHS["sept"] = 9
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
 _MONTH_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
-_ISO = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+# year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
+_ISO = re.compile(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
+# day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
+_NUM_YEAR = re.compile(r"(?<![\w.,/-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?![\w/-]|[.,]\d)")
+# without a year: 17.01 / 17.1. (day first), 1/17 / 17/01 (either order); never with "-" (3-4 people)
+_NUM_DOT = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]\d)")
+_NUM_SLASH = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
 _DAY_MONTH = re.compile(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
-_MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 _CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
-_WEEKDAY = re.compile(r"\b(?:on|last|this|past)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_WEEKDAY = re.compile(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_RELATIVE = (  # (pattern, days back of the reference day's start, of its end); None: computed below
+    (re.compile(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
+    (re.compile(r"\byesterday\b"), 1, 1),
+    (re.compile(r"\btoday\b"), 0, 0),
+    (re.compile(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
+)
+_THIS_WEEK = re.compile(r"\bthis\s+week\b")
+_LAST_MONTH = re.compile(r"\blast\s+month\b")
+# "between X and Y", "from X to Y": the words between two named days
+_JOIN = re.compile(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
+_OPEN = re.compile(r"\b(between|from)\s+(?:the\s+)?$")
+_BOUND = re.compile(r"\b(before|after|since|until|till)\s+(?:the\s+)?$")  # "notes from Nov 2": that day
+
+DATE_ORDERS = ("dmy", "mdy")
+"""How a numeric day whose parts are both 12 or less reads (``01/02``): ``query.date_order``."""
+DEFAULT_DATE_ORDER = "dmy"
+DEFAULT_DAY_TOLERANCE = 1
+"""Days either side of a named day whose transcript chunks it lifts too (less): ``query.day_tolerance``."""
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -97,6 +121,10 @@ class DateRange:
     start: date
     end: date  # inclusive
     phrase: str = field(default="", compare=False)  # the words of the query that name the day(s)
+    tolerance: int = field(default=0, compare=False)  # days either side a timestamped chunk still counts
+    # per candidate row id: how near its days are to the range (1 inside, less for a neighbour; see
+    # :func:`nearness`), set by the searcher when it dates the candidates (:func:`note_nearness`)
+    near: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
 
     def strip(self, query: str) -> str:
         """The query without the words naming the day (they are matched by date, not as text)."""
@@ -113,6 +141,19 @@ class DateRange:
                 return False
         return isinstance(d, date) and self.start <= d <= self.end
 
+    def widened(self) -> DateRange:
+        """The range with its tolerance on both sides (the days whose chunks are fetched), bounded."""
+        if not self.tolerance:
+            return self
+        t = timedelta(days=self.tolerance)
+        start = self.start - t if self.start - _FIRST_DAY > t else _FIRST_DAY
+        end = self.end + t if _LAST_DAY - self.end > t else _LAST_DAY
+        return DateRange(start, end, self.phrase)
+
+    def is_open(self) -> bool:
+        """"before X", "after X", "since X": one end is the edge of time."""
+        return self.start == _FIRST_DAY or self.end == _LAST_DAY
+
 
 def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
     try:
@@ -124,66 +165,151 @@ def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
         return None
 
 
-def query_date_range(query: str, today: date | None = None) -> DateRange | None:
-    """The day (or days) a query names, or ``None`` (see the module docstring)."""
-    found = _find(query.lower(), today or datetime.now().astimezone().date())
+Anchor = date | Callable[[], date | None] | None
+"""The memory's own "today" for year-less and relative days: a day, or a function giving it (called
+only when the query needs it), or None (today's clock)."""
+
+
+def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = None,
+                     date_order: str = DEFAULT_DATE_ORDER, tolerance: int = 0) -> DateRange | None:
+    """The day (or days) a query names, or ``None`` (see the module docstring).
+
+    Year-less and relative days ("17 January", "yesterday", "on Friday", "last week") resolve
+    against ``anchor`` (the memory's newest indexed day, :func:`timeline_end`) when it gives one,
+    else against ``today`` (default: the local date). ``date_order``: how ``01/02`` reads."""
+    q = query.lower()
+    if not _MAYBE_DAY.search(q):
+        return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
+    found = _find(q, _Ref(today, anchor), date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER)
     if found is None:
         return None
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
-    return DateRange(start, end, phrase)
+    return DateRange(start, end, phrase, max(0, int(tolerance)))
 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
+_MAYBE_DAY = re.compile(r"\d|day|week|month|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + ")")
 
 
-def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
-    d: date | None
-    m = _ISO.search(q)
-    if m:
+class _Ref:
+    """The day year-less and relative days count back from ("today" in the question): the day after
+    the anchor (the memory's newest day: the question is asked after its last conversation), or
+    ``today`` (default: the local date) when that is earlier or there is no anchor. Read once, and
+    only when a day needs it."""
+
+    def __init__(self, today: date | None, anchor: Anchor) -> None:
+        self.today, self.anchor, self.day = today, anchor, None
+
+    def __call__(self) -> date:
+        if self.day is None:
+            now = self.today or datetime.now().astimezone().date()
+            got = self.anchor() if callable(self.anchor) else self.anchor
+            self.day = now if got is None or got >= _LAST_DAY else min(now, got + timedelta(days=1))
+        return self.day
+
+
+Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, last day)
+
+
+def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int, int] | None:
+    """(month, day) of the numeric ``a<sep>b``: the order the numbers prove (one of them > 12), else
+    ``order``; a dotted day without a year is read day first only (``10.30`` is no date)."""
+    if dots and not year:
+        return (b, a) if 1 <= b <= 12 and 1 <= a <= 31 else None
+    if a > 12 and b <= 12:
+        return b, a
+    if b > 12 and a <= 12:
+        return a, b
+    return (b, a) if order == "dmy" else (a, b)
+
+
+def _single_days(q: str, ref: Callable[[], date], order: str) -> list[Span]:
+    """Every expression naming one day (or one span: "last week") in ``q``, left to right, none
+    overlapping (earlier patterns claim their text first)."""
+    got: list[Span] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(i: int, j: int, d0: date | None, d1: date | None = None) -> None:
+        if d0 is None or any(i < b and a < j for a, b in taken):
+            return
+        taken.append((i, j))
+        got.append((i, j, d0, d1 or d0))
+
+    def make(y: int, m: int, d: int) -> date | None:
         try:
-            d = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-            return (d, d), m.group(0)
+            return date(y, m, d)
         except ValueError:
-            pass
-    m = _CJK_DAY.search(q)  # 5月4号, 4月27日, 2026年5月4日
-    if m:
-        d = _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, today)
-        if d is not None:
-            return (d, d), m.group(0)
+            return None
+
+    for m in _ISO.finditer(q):
+        add(m.start(), m.end(), make(int(m.group(1)), int(m.group(3)), int(m.group(4))))
+    for m in _NUM_YEAR.finditer(q):
+        a, b, y = int(m.group(1)), int(m.group(3)), m.group(4)
+        md = _pick_order(a, b, order, m.group(2) == ".", True)
+        if md:
+            add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
+    for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
+        add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, ref()))
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
-        m = rx.search(q)
-        if m:
+        for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
-            d = _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s), int(m.group(3)) if m.group(3) else None, today)
-            if d is not None:
-                return (d, d), m.group(0)
-    one_day = today - timedelta(days=1)
-    for pattern, start, end in (
-        (r"\bthe\s+day\s+before\s+yesterday\b|\bday\s+before\s+yesterday\b", today - timedelta(days=2),
-         today - timedelta(days=2)),
-        (r"\byesterday\b", one_day, one_day),
-        (r"\btoday\b", today, today),
-        (r"\b(?:last|past|previous)\s+week\b", today - timedelta(days=7), one_day),
-        (r"\bthis\s+week\b", today - timedelta(days=today.weekday()), today),
-        (r"\blast\s+month\b", (today.replace(day=1) - timedelta(days=1)).replace(day=1),
-         today.replace(day=1) - timedelta(days=1)),
-    ):
-        m = re.search(pattern, q)
-        if m:
-            return (start, end), m.group(0)
-    m = _AGO.search(q)
-    if m:
-        d = today - timedelta(days=int(m.group(1)))
-        return (d, d), m.group(0)
-    m = _WEEKDAY.search(q)
-    if m:
-        back = (today.weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7
-        d = today - timedelta(days=back)
-        return (d, d), m.group(0)
-    return None
+            add(m.start(), m.end(), _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s),
+                                            int(m.group(3)) if m.group(3) else None, ref()))
+    for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
+        for m in rx.finditer(q):
+            a_s, b_s = m.group(1), m.group(2).rstrip(".")
+            if not dots and len(a_s) == 1 and len(b_s) == 1:
+                continue  # 1/2, 3/4: a fraction, not a day
+            md = _pick_order(int(a_s), int(b_s), order, dots, False)
+            if md:
+                add(m.start(), m.end(), _latest(md[0], md[1], None, ref()))
+    for rx, back0, back1 in _RELATIVE:
+        for m in rx.finditer(q):
+            add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
+    for m in _THIS_WEEK.finditer(q):
+        add(m.start(), m.end(), ref() - timedelta(days=ref().weekday()), ref())
+    for m in _LAST_MONTH.finditer(q):
+        last = ref().replace(day=1) - timedelta(days=1)
+        add(m.start(), m.end(), last.replace(day=1), last)
+    for m in _AGO.finditer(q):
+        add(m.start(), m.end(), ref() - timedelta(days=int(m.group(1))))
+    for m in _WEEKDAY.finditer(q):
+        # "on Friday", "last Friday": the latest Friday before the reference day
+        back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7
+        add(m.start(), m.end(), ref() - timedelta(days=back))
+    got.sort()
+    return got
+
+
+def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER) -> tuple[tuple[date, date], str] | None:
+    """The range the query names and the words naming it: "between X and Y" / "from X to Y";
+    "before X" (up to the day before), "until X" (up to X), "after X" (from the day after),
+    "since X" / "from X" (from X); else the first day named."""
+    days = _single_days(q, today, order)
+    if not days:
+        return None
+    for (i1, j1, a0, _a1), (i2, j2, _b0, b1) in zip(days, days[1:], strict=False):
+        if _JOIN.match(q[j1:i2]):
+            opener = _OPEN.search(q[:i1])
+            if opener is not None or q[j1:i2].strip() not in ("and", "-", "–"):
+                i = opener.start() if opener is not None else i1
+                lo, hi = (a0, b1) if a0 <= b1 else (_b0, _a1)  # "between 20 Jan and 3 Jan": either order
+                return (lo, hi), q[i:j2]
+    i, j, d0, d1 = days[0]
+    bound = _BOUND.search(q[:i])
+    if bound is not None:
+        word, phrase = bound.group(1), q[bound.start():j]
+        if word == "before":
+            return ((_FIRST_DAY, d0 - timedelta(days=1)), phrase) if d0 > _FIRST_DAY else None
+        if word in ("until", "till"):
+            return (_FIRST_DAY, d1), phrase
+        if word == "after":
+            return ((d1 + timedelta(days=1), _LAST_DAY), phrase) if d1 < _LAST_DAY else None
+        return (d0, _LAST_DAY), phrase  # since
+    return (d0, d1), q[i:j]
 
 
 # -- transcripts ---------------------------------------------------------------------------------
@@ -295,20 +421,97 @@ def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: i
 
 # -- search: a query naming a day ------------------------------------------------------------------
 DATE_MATCH_BONUS = 0.5
-"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5`` (at least
-0.5); any other chunk is capped at 0.5, so the day's own notes rank first and another day's note
-on the topic keeps its place after them (the cap lowers no relevance below ``min_score``)."""
+"""A chunk written in the range a query names that matches the query's words (relevance at least
+``WORDS_MATCH``) gets ``relevance + (1 - relevance) * 0.5 * nearness`` (at least 0.5 inside the range);
+another day's chunk is capped at 0.5; a chunk of the range that matches only on its date ranks after
+every chunk that matches the words (``DATE_ONLY_BAND``)."""
+WORDS_MATCH = 0.15
+"""The relevance from which a chunk matches the query's words (``ranking.DEFAULT_MIN_SCORE``: the
+calibrated scores are absolute, so the default threshold is what "relevant" means)."""
+DATE_ONLY_BAND = 0.01
+"""A chunk of the range below ``WORDS_MATCH`` scores ``max(min_score, WORDS_MATCH)`` plus at most this
+(its nearness and own relevance order it): shown, but after whatever matches the words."""
 MAX_DATED_CANDIDATES = 200
+MAX_FETCHED_DAYS = 31
+"""An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
+its bound; a closed one of up to 62 days all of its days."""
+
+
+def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
+               stamps: Stamps | None) -> tuple[set[date], bool]:
+    """(the days a chunk was written on, whether they are clock stamps): a daily note's day (its
+    name, exact); every day of a transcript chunk's messages (UTC, else the session header's day);
+    another file's modification day (local)."""
+    d = date_from_path(path)
+    if d is not None:
+        return {d}, False
+    if source == "sessions" and stamps is not None:
+        header, lines = stamps
+        days = {date.fromisoformat(ts[:10]) for n, ts in lines if start_line <= n <= end_line}
+        if days:
+            return days, True
+        if header:
+            return {date.fromisoformat(header[:10])}, True
+    if mtime_ms:
+        return {datetime.fromtimestamp(mtime_ms / 1000).date()}, True
+    return set(), False
+
+
+def nearness(days: set[date], stamped: bool, dates: DateRange) -> float:
+    """1 when one of ``days`` is in the range; for clock-stamped days (transcripts, mtimes),
+    ``1 - k / (tolerance + 1)`` at ``k <= tolerance`` days outside it (a message sent past midnight,
+    or from another time zone, is stamped the next day); else 0. A daily note's day is its name."""
+    best = 0.0
+    for d in days:
+        if dates.start <= d <= dates.end:
+            return 1.0
+        if stamped and dates.tolerance:
+            k = (dates.start - d).days if d < dates.start else (d - dates.end).days
+            if k <= dates.tolerance:
+                best = max(best, 1 - k / (dates.tolerance + 1))
+    return best
+
+
+def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[str], Stamps]) -> None:
+    """Record each candidate's :func:`nearness` in ``dates.near`` (by row id), for
+    :func:`lift_named_days`. ``stamps_of``: as :func:`hit_date`'s."""
+    for h in hits:
+        if h.rid in dates.near:
+            continue
+        stamps = None
+        if h.source == "sessions":
+            try:
+                stamps = stamps_of(h.path)
+            except PathError:
+                stamps = None
+        dates.near[h.rid] = nearness(*chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps),
+                                     dates)
+
+
+def _fetched(dates: DateRange) -> DateRange:
+    """The days whose chunks :func:`dated_chunk_rows` fetches: the range and its tolerance, an open
+    range's ``MAX_FETCHED_DAYS`` next to its bound."""
+    if dates.start == _FIRST_DAY and dates.end != _LAST_DAY:
+        dates = DateRange(max(_FIRST_DAY, dates.end - timedelta(days=MAX_FETCHED_DAYS - 1)), dates.end,
+                          tolerance=dates.tolerance)
+    elif dates.end == _LAST_DAY and dates.start != _FIRST_DAY:
+        dates = DateRange(dates.start, min(_LAST_DAY, dates.start + timedelta(days=MAX_FETCHED_DAYS - 1)),
+                          tolerance=dates.tolerance)
+    return dates
 
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                      stamps_of: Callable[[str], Stamps]) -> list[tuple[Any, ...]]:
-    """Chunks written in ``dates`` that neither side found: the day's daily notes, transcript
-    chunks with a message of that day, other files modified that day (at most 200). Rows as the
-    retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
+    """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
+    notes, transcript chunks with a message of that day, other files modified that day (at most 200).
+    Rows as the retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
     ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s."""
-    days = min(62, (dates.end - dates.start).days + 1)
-    daily = [f"memory/{(dates.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]
+    if dates.start == _FIRST_DAY and dates.end == _LAST_DAY:
+        return []
+    named = _fetched(dates)
+    days = min(62, (named.end - named.start).days + 1)
+    daily = [f"memory/{(named.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]  # exact days
+    dates = named.widened()  # stamped chunks: the tolerance too
     start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
     end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
     sql = ("SELECT c.rid, 0, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
@@ -348,15 +551,56 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     return out
 
 
+def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
+    """The memory's newest day: the latest daily note's day, or the latest message day of the 64 most
+    recently modified transcripts, whichever is later; ``None`` when neither exists (an undated
+    file's modification day is not a conversation's day). Year-less and relative days in a
+    question resolve against it (:func:`query_date_range`'s ``anchor``)."""
+    best: date | None = None
+    row = conn.execute("SELECT max(path) FROM files WHERE path >= 'memory/' AND path < 'memory0'"
+                       " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'").fetchone()
+    if row and row[0]:
+        best = date_from_path(row[0])
+    for (p,) in conn.execute("SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime DESC, path LIMIT 64"):
+        try:
+            header, stamps = stamps_of(p)
+        except PathError:
+            continue
+        last = max((ts for _, ts in stamps), default=header)
+        if last:
+            try:
+                d = date.fromisoformat(last[:10])
+            except ValueError:
+                continue
+            best = d if best is None or d > best else best
+    return best
+
+
 def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None:
-    """The query names a day: what was written that day comes first. Fused hits (their ``score`` the
-    relevance), changed in place and re-sorted (relevance, then BM25, best first)."""
+    """The query names a day (or a range): a ranking signal, not a filter. Fused hits (their
+    ``score`` the relevance), changed in place and re-sorted (relevance, then BM25, best first):
+
+    * matching the query's words (relevance >= ``WORDS_MATCH``) and written in the range:
+      ``relevance + (1 - relevance) * 0.5 * nearness`` (a neighbour day's: never below its capped self);
+    * another day's: capped at 0.5 (it stays, after the range's own);
+    * written in the range, matching only on its date: just above ``max(min_score, WORDS_MATCH)``,
+      after everything that matches the words.
+
+    Nearness: ``dates.near`` (:func:`note_nearness`), else 1 when ``h.date`` is in the range."""
+    floor = max(min_score, WORDS_MATCH)
     for h in hits:
-        if h.date is not None and h.date in dates:
-            h.date_lifted = h.score < min_score  # found for its day, not its words
-            h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
-        else:  # another day's note on the topic stays, below the named day's own
-            h.score = h.relevance = min(h.score, DATE_MATCH_BONUS)
+        near = dates.near.get(h.rid)
+        if near is None:
+            near = 1.0 if (h.date is not None and h.date in dates) else 0.0
+        s = h.score
+        if near <= 0:  # another day's note on the topic stays, below the named day's own
+            h.score = min(s, DATE_MATCH_BONUS)
+        elif s >= WORDS_MATCH:
+            h.score = max(min(s, DATE_MATCH_BONUS), s + (1 - s) * DATE_MATCH_BONUS * near)
+        else:
+            h.score = floor + DATE_ONLY_BAND * (near + s / WORDS_MATCH) / 2
+        h.relevance = h.score
+        h.date_lifted = s < min_score <= h.score  # found for its day, not its words
     hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
 
 
