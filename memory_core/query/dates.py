@@ -201,13 +201,15 @@ class _Ref:
     only when a day needs it."""
 
     def __init__(self, today: date | None, anchor: Anchor) -> None:
-        self.today, self.anchor, self.day = today, anchor, None
+        self.today, self.anchor = today, anchor
+        self.day: date | None = None
 
     def __call__(self) -> date:
         if self.day is None:
             now = self.today or datetime.now().astimezone().date()
             got = self.anchor() if callable(self.anchor) else self.anchor
-            self.day = now if got is None or got >= _LAST_DAY else min(now, got + timedelta(days=1))
+            self.day = day = now if got is None or got >= _LAST_DAY else min(now, got + timedelta(days=1))
+            return day
         return self.day
 
 
@@ -423,14 +425,14 @@ def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: i
 DATE_MATCH_BONUS = 0.5
 """A chunk written in the range a query names that matches the query's words (relevance at least
 ``WORDS_MATCH``) gets ``relevance + (1 - relevance) * 0.5 * nearness`` (at least 0.5 inside the range);
-another day's chunk is capped at 0.5; a chunk of the range that matches only on its date ranks after
-every chunk that matches the words (``DATE_ONLY_BAND``)."""
+another day's chunk is capped at 0.5; a chunk of the range that matches only on its date scores just
+below 0.5 (``DATE_ONLY_BAND``), after every chunk that matches the words clearly."""
 WORDS_MATCH = 0.15
 """The relevance from which a chunk matches the query's words (``ranking.DEFAULT_MIN_SCORE``: the
 calibrated scores are absolute, so the default threshold is what "relevant" means)."""
 DATE_ONLY_BAND = 0.01
-"""A chunk of the range below ``WORDS_MATCH`` scores ``max(min_score, WORDS_MATCH)`` plus at most this
-(its nearness and own relevance order it): shown, but after whatever matches the words."""
+"""A chunk of the range below ``WORDS_MATCH`` scores ``0.5 - DATE_ONLY_BAND * (1 - relevance / WORDS_MATCH)``
+(at least ``min_score``): shown, after whatever matches the words clearly."""
 MAX_DATED_CANDIDATES = 200
 MAX_FETCHED_DAYS = 31
 """An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
@@ -581,10 +583,14 @@ def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None
     ``score`` the relevance), changed in place and re-sorted (relevance, then BM25, best first):
 
     * matching the query's words (relevance >= ``WORDS_MATCH``) and written in the range:
-      ``relevance + (1 - relevance) * 0.5 * nearness`` (a neighbour day's: never below its capped self);
+      ``relevance + (1 - relevance) * 0.5 * nearness``, at least 0.5 (so a neighbour day's word match,
+      the answer sent past midnight, ranks above the named day's chunks that match only on their date);
     * another day's: capped at 0.5 (it stays, after the range's own);
-    * written in the range, matching only on its date: just above ``max(min_score, WORDS_MATCH)``,
-      after everything that matches the words.
+    * written in the range, matching only on its date: just below 0.5 (``DATE_ONLY_BAND``), so after
+      every chunk that matches the words clearly (relevance 0.5 or more: half the query's
+      information) and after the range's own word matches, before weak matches of other days
+      (a question whose other words are generic, "what did we talk about on 4 May", is answered
+      by its day); a neighbour day's such chunk is not lifted.
 
     Nearness: ``dates.near`` (:func:`note_nearness`), else 1 when ``h.date`` is in the range."""
     floor = max(min_score, WORDS_MATCH)
@@ -595,10 +601,11 @@ def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None
         s = h.score
         if near <= 0:  # another day's note on the topic stays, below the named day's own
             h.score = min(s, DATE_MATCH_BONUS)
-        elif s >= WORDS_MATCH:
-            h.score = max(min(s, DATE_MATCH_BONUS), s + (1 - s) * DATE_MATCH_BONUS * near)
-        else:
-            h.score = floor + DATE_ONLY_BAND * (near + s / WORDS_MATCH) / 2
+        elif s >= WORDS_MATCH:  # a neighbour day's word match: at least level with the capped other days
+            h.score = max(DATE_MATCH_BONUS, s + (1 - s) * DATE_MATCH_BONUS * near)
+        elif near >= 1:  # the range's own chunk, matching only on its date: after clear word matches
+            h.score = max(floor, DATE_MATCH_BONUS - DATE_ONLY_BAND * (1 - s / WORDS_MATCH))
+        # a neighbour day's chunk that does not match the words is no evidence of anything: unchanged
         h.relevance = h.score
         h.date_lifted = s < min_score <= h.score  # found for its day, not its words
     hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
