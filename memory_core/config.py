@@ -177,10 +177,10 @@ class QuerySettings(_Model):
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
     # a day the query names (memory_core/query/dates.py): how a numeric day whose two numbers are both
     # 12 or less reads ("01/02": 1 February with "dmy", January 2 with "mdy"; "17/01" and "1/17" read
-    # either way, a dotted "01.02" is always day first), and how many days either side of it a
-    # transcript's message still counts (past midnight, another time zone), with less weight
+    # either way, a dotted "01.02" is always day first), and how many hours past its end a
+    # transcript's message still counts as that day's, less and less (a conversation past midnight)
     date_order: Literal["dmy", "mdy"] = "dmy"
-    day_tolerance: int = Field(default=1, ge=0, le=7)
+    day_tolerance_hours: float = Field(default=6.0, ge=0, le=48)
     # what a memory_search answer hands an agent (memory_core/query/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
     max_injected_chars: int | None = Field(default=None, ge=1)

@@ -10,7 +10,7 @@ day resolved against today's clock lands on nothing.
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -131,12 +131,15 @@ def test_relative_days_resolve_against_the_memorys_timeline_not_today() -> None:
 
 
 def test_nearness() -> None:
-    day = DateRange(date(2024, 1, 17), date(2024, 1, 17), tolerance=1)
-    assert nearness({date(2024, 1, 17)}, True, day) == 1.0
-    assert nearness({date(2024, 1, 18)}, True, day) == 0.5  # a message past midnight
-    assert nearness({date(2024, 1, 18)}, False, day) == 0.0  # a daily note's day is its name
-    assert nearness({date(2024, 1, 19)}, True, day) == 0.0
-    assert nearness({date(2024, 1, 16), date(2024, 1, 17)}, True, day) == 1.0  # a chunk across midnight
+    day = DateRange(date(2024, 1, 17), date(2024, 1, 17), tolerance=6)
+    assert nearness([datetime(2024, 1, 17, 23, 59)], day) == 1.0
+    assert nearness([datetime(2024, 1, 18, 0, 30)], day) == pytest.approx(1 - 0.5 / 6)  # a message past midnight
+    assert nearness([datetime(2024, 1, 18, 5, 0)], day) == pytest.approx(1 / 6)
+    assert nearness([datetime(2024, 1, 18, 19, 0)], day) == 0.0  # the next evening: another conversation
+    assert nearness([datetime(2024, 1, 16, 23, 0)], day) == 0.0  # before the day: not lifted
+    assert nearness([date(2024, 1, 18)], day) == 0.0  # a daily note's day is its name
+    assert nearness([datetime(2024, 1, 16, 23, 50), datetime(2024, 1, 17, 0, 10)], day) == 1.0  # across midnight
+    assert nearness([datetime(2024, 1, 18, 0, 30)], DateRange(day.start, day.end)) == 0.0  # no tolerance
 
 
 # ------------------------------------------------------------------------------------------------
@@ -226,7 +229,7 @@ def test_the_answer_stamped_the_day_after_wins_over_the_days_date_only_chunks(ja
     assert hits and hits[0].path == "sessions/late-17.jsonl", [(h.citation, h.score) for h in hits]
     assert hits[0].match != "date"
     # without tolerance the named day's chunks come first again (the setting is honoured)
-    strict = january.model_copy(update={"query": january.query.model_copy(update={"day_tolerance": 0})})
+    strict = january.model_copy(update={"query": january.query.model_copy(update={"day_tolerance_hours": 0})})
     with Searcher(strict) as s:
         hits = s.search("what did the plumber say about the boiler on 17 January?")
     assert hits and hits[0].path in ("sessions/day-17.jsonl", "sessions/day-17b.jsonl"), [h.citation for h in hits]
@@ -271,8 +274,35 @@ def test_a_transcript_chunk_across_midnight_carries_both_days(tmp_path: Path) ->
     ])
     s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
     run_index(s)
-    strict = s.model_copy(update={"query": s.query.model_copy(update={"day_tolerance": 0})})
+    strict = s.model_copy(update={"query": s.query.model_copy(update={"day_tolerance_hours": 0})})
     with Searcher(strict) as searcher:
         hits = searcher.search("what did I decide about the piano on 2 March 2024?")
     # its first message is of the 1st; its answer of the 2nd, which it is found for
     assert hits and hits[0].path == "sessions/s.jsonl" and hits[0].score >= 0.5, hits
+
+
+def test_a_chunk_that_names_the_day_in_its_text_counts_as_that_days(tmp_path: Path) -> None:
+    """Real chats write days in their text ("see you on 17.01", "yesterday"): a chunk that names
+    the day is found for it (through the FTS index, verified by the same parser) and lifted, though
+    it was written on another day."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "plan.jsonl", [
+        ("2024-01-10T09:00:00Z", "user", "The landlord comes on 17.01 to read the meters."),
+        ("2024-01-10T09:01:00Z", "assistant", "Noted."),
+    ])
+    _session(ws / "sessions" / "after.jsonl", [
+        ("2024-01-18T09:00:00Z", "user", "Yesterday I finally repainted the hallway."),
+        ("2024-01-18T09:01:00Z", "assistant", "Nice."),
+    ])
+    for d in ("12", "14", "16", "17", "19"):
+        _session(ws / "sessions" / f"day-{d}.jsonl", [
+            (f"2024-01-{d}T12:00:00Z", "user", f"Nothing special on the {d}th, read a book."),
+        ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        paths = [h.path for h in searcher.search("what happened on 17 January?", max_results=4)]
+        assert "sessions/plan.jsonl" in paths and "sessions/after.jsonl" in paths, paths
+        assert paths[0] in ("sessions/day-17.jsonl", "sessions/plan.jsonl", "sessions/after.jsonl"), paths
+        assert all(p not in paths for p in ("sessions/day-12.jsonl", "sessions/day-14.jsonl")), paths

@@ -12,17 +12,22 @@ Transcript timestamps are read from the transcript itself when a search needs th
 file (path, size, mtime), so a chunk's date always matches the lines it cites; the index stores
 only line numbers.
 
-Query dates (``query_date_range``): an ISO date (``2026-09-04``), a day and month in either order
-with an optional year (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``5月4号``,
-``2026年5月4日``; without a year, the
-latest such day not after today), ``today``, ``yesterday``, ``the day before yesterday``,
+Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
+``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; ``query.date_order`` reads an ambiguous ``01/02``),
+written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
+Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
-month`` and weekday names (``on Monday``, ``last Friday``: the latest such day before today). The
-range is inclusive, in local dates.
+month``, weekday names (``on Monday``, ``last Friday``: the latest such day before today), and
+ranges of them (``between X and Y``, ``from X to Y``, ``before X``, ``until X``, ``after X``,
+``since X``). "Today" is the memory's own (the day after its newest indexed day,
+:func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
+day not after it. The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
-``memory_core.query.retrieval``), each candidate's date (``hit_date``), the named day's lift after fusion
+``memory_core.query.retrieval``), each candidate's date (``hit_date``), each candidate's nearness to the range
+(``note_nearness``: every message time of a transcript chunk, ``query.day_tolerance_hours`` past the
+range's end), the named day's lift after fusion, a ranking signal and not a filter
 (``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.query.rank``) and a transcript snippet's
 ``[YYYY-MM-DD HH:MM UTC]`` stamp (``said_at``). Which paths are dated and which are evergreen
 (``date_from_path``, ``is_evergreen``) is decided here too; temporal decay, in
@@ -32,6 +37,7 @@ named day that neither retrieval side found (``dated_chunk_rows``, from
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -41,6 +47,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import apsw
+
 from memory_core.errors import PathError
 from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
@@ -48,9 +56,9 @@ __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_fr
            "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "query_date_range", "said_at",
            "timeline_end", "transcript_dates"]
 
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"])}
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                "november", "december")
+_MONTHS = {m: i + 1 for i, m in enumerate(_MONTH_NAMES)}
 _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
@@ -84,8 +92,9 @@ _BOUND = re.compile(r"\b(before|after|since|until|till)\s+(?:the\s+)?$")  # "not
 DATE_ORDERS = ("dmy", "mdy")
 """How a numeric day whose parts are both 12 or less reads (``01/02``): ``query.date_order``."""
 DEFAULT_DATE_ORDER = "dmy"
-DEFAULT_DAY_TOLERANCE = 1
-"""Days either side of a named day whose transcript chunks it lifts too (less): ``query.day_tolerance``."""
+DEFAULT_DAY_TOLERANCE_HOURS = 6.0
+"""Hours past the end of a named day in which a message still counts as that day's, less and less
+(a conversation that runs past midnight; a time zone behind UTC): ``query.day_tolerance_hours``."""
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -121,10 +130,11 @@ class DateRange:
     start: date
     end: date  # inclusive
     phrase: str = field(default="", compare=False)  # the words of the query that name the day(s)
-    tolerance: int = field(default=0, compare=False)  # days either side a timestamped chunk still counts
+    tolerance: float = field(default=0.0, compare=False)  # hours past its end a message still counts
     # per candidate row id: how near its days are to the range (1 inside, less for a neighbour; see
     # :func:`nearness`), set by the searcher when it dates the candidates (:func:`note_nearness`)
     near: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    order: str = field(default=DEFAULT_DATE_ORDER, compare=False)  # how a day written in a chunk reads
 
     def strip(self, query: str) -> str:
         """The query without the words naming the day (they are matched by date, not as text)."""
@@ -142,13 +152,12 @@ class DateRange:
         return isinstance(d, date) and self.start <= d <= self.end
 
     def widened(self) -> DateRange:
-        """The range with its tolerance on both sides (the days whose chunks are fetched), bounded."""
-        if not self.tolerance:
+        """The range with the days its tolerance reaches into (the days whose chunks are fetched), bounded."""
+        if self.tolerance <= 0:
             return self
-        t = timedelta(days=self.tolerance)
-        start = self.start - t if self.start - _FIRST_DAY > t else _FIRST_DAY
+        t = timedelta(days=math.ceil(self.tolerance / 24))
         end = self.end + t if _LAST_DAY - self.end > t else _LAST_DAY
-        return DateRange(start, end, self.phrase)
+        return DateRange(self.start, end, self.phrase)
 
     def is_open(self) -> bool:
         """"before X", "after X", "since X": one end is the edge of time."""
@@ -171,7 +180,7 @@ only when the query needs it), or None (today's clock)."""
 
 
 def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = None,
-                     date_order: str = DEFAULT_DATE_ORDER, tolerance: int = 0) -> DateRange | None:
+                     date_order: str = DEFAULT_DATE_ORDER, tolerance: float = 0.0) -> DateRange | None:
     """The day (or days) a query names, or ``None`` (see the module docstring).
 
     Year-less and relative days ("17 January", "yesterday", "on Friday", "last week") resolve
@@ -180,13 +189,14 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     q = query.lower()
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
-    found = _find(q, _Ref(today, anchor), date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER)
+    order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
+    found = _find(q, _Ref(today, anchor), order)
     if found is None:
         return None
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
-    return DateRange(start, end, phrase, max(0, int(tolerance)))
+    return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order)
 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
@@ -228,9 +238,14 @@ def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int
     return (b, a) if order == "dmy" else (a, b)
 
 
-def _single_days(q: str, ref: Callable[[], date], order: str) -> list[Span]:
+def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) -> list[Span]:
     """Every expression naming one day (or one span: "last week") in ``q``, left to right, none
-    overlapping (earlier patterns claim their text first)."""
+    overlapping (earlier patterns claim their text first). A year-less day is the latest such day
+    not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come)."""
+
+    def yearless() -> date:
+        return ref() + timedelta(days=ahead) if ahead else ref()
+
     got: list[Span] = []
     taken: list[tuple[int, int]] = []
 
@@ -254,12 +269,12 @@ def _single_days(q: str, ref: Callable[[], date], order: str) -> list[Span]:
         if md:
             add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
     for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
-        add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, ref()))
+        add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
             add(m.start(), m.end(), _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s),
-                                            int(m.group(3)) if m.group(3) else None, ref()))
+                                            int(m.group(3)) if m.group(3) else None, yearless()))
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             a_s, b_s = m.group(1), m.group(2).rstrip(".")
@@ -267,7 +282,7 @@ def _single_days(q: str, ref: Callable[[], date], order: str) -> list[Span]:
                 continue  # 1/2, 3/4: a fraction, not a day
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
-                add(m.start(), m.end(), _latest(md[0], md[1], None, ref()))
+                add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
             add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
@@ -433,6 +448,9 @@ calibrated scores are absolute, so the default threshold is what "relevant" mean
 DATE_ONLY_BAND = 0.01
 """A chunk of the range below ``WORDS_MATCH`` scores ``0.5 - DATE_ONLY_BAND * (1 - relevance / WORDS_MATCH)``
 (at least ``min_score``): shown, after whatever matches the words clearly."""
+MENTIONED = 0.9
+"""The nearness of a chunk whose text names a day of the range (:func:`mentions`) but that was
+written on another day: lifted as the day's own, a little less."""
 MAX_DATED_CANDIDATES = 200
 MAX_FETCHED_DAYS = 31
 """An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
@@ -440,43 +458,57 @@ its bound; a closed one of up to 62 days all of its days."""
 
 
 def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
-               stamps: Stamps | None) -> tuple[set[date], bool]:
-    """(the days a chunk was written on, whether they are clock stamps): a daily note's day (its
-    name, exact); every day of a transcript chunk's messages (UTC, else the session header's day);
-    another file's modification day (local)."""
+               stamps: Stamps | None) -> list[datetime | date]:
+    """When a chunk was written: a daily note's day (its name: a day, no clock); the time of every
+    message of a transcript chunk (UTC, else the session header's); another file's modification
+    time (local)."""
     d = date_from_path(path)
     if d is not None:
-        return {d}, False
+        return [d]
     if source == "sessions" and stamps is not None:
         header, lines = stamps
-        days = {date.fromisoformat(ts[:10]) for n, ts in lines if start_line <= n <= end_line}
-        if days:
-            return days, True
+        times = [datetime.fromisoformat(ts) for n, ts in lines if start_line <= n <= end_line]
+        if times:
+            return list(times)
         if header:
-            return {date.fromisoformat(header[:10])}, True
+            return [datetime.fromisoformat(header)]
     if mtime_ms:
-        return {datetime.fromtimestamp(mtime_ms / 1000).date()}, True
-    return set(), False
+        return [datetime.fromtimestamp(mtime_ms / 1000)]
+    return []
 
 
-def nearness(days: set[date], stamped: bool, dates: DateRange) -> float:
-    """1 when one of ``days`` is in the range; for clock-stamped days (transcripts, mtimes),
-    ``1 - k / (tolerance + 1)`` at ``k <= tolerance`` days outside it (a message sent past midnight,
-    or from another time zone, is stamped the next day); else 0. A daily note's day is its name."""
+def nearness(when: Iterable[datetime | date], dates: DateRange) -> float:
+    """1 when one of ``when`` falls in the range; a clock time ``h`` hours past its end, ``h`` below
+    the tolerance: ``1 - h / tolerance`` (a message sent past midnight, or from a time zone behind
+    UTC, is stamped the next day); else 0. A daily note's day is its name: no tolerance."""
     best = 0.0
-    for d in days:
+    after = datetime.combine(dates.end + timedelta(days=1), datetime.min.time()) if dates.end < _LAST_DAY else None
+    for t in when:
+        d = t.date() if isinstance(t, datetime) else t
         if dates.start <= d <= dates.end:
             return 1.0
-        if stamped and dates.tolerance:
-            k = (dates.start - d).days if d < dates.start else (d - dates.end).days
-            if k <= dates.tolerance:
-                best = max(best, 1 - k / (dates.tolerance + 1))
+        if isinstance(t, datetime) and after is not None and dates.tolerance > 0:
+            h = (t - after).total_seconds() / 3600
+            if 0 <= h < dates.tolerance:
+                best = max(best, 1 - h / dates.tolerance)
     return best
+
+
+def mentions(text: str, written: date | None, dates: DateRange) -> bool:
+    """Whether ``text`` names a day of the range in words (``see you on 17.01``, ``yesterday``): a
+    single day; relative ones read from ``written`` (the day the text was written), a year-less one
+    as the nearest such day (within half a year either side of it: a plan or a memory)."""
+    low = text.lower()
+    if not _MAYBE_DAY.search(low):
+        return False
+    ref = written or datetime.now().astimezone().date()
+    return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in _single_days(low, lambda: ref, dates.order, 182))
 
 
 def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[str], Stamps]) -> None:
     """Record each candidate's :func:`nearness` in ``dates.near`` (by row id), for
-    :func:`lift_named_days`. ``stamps_of``: as :func:`hit_date`'s."""
+    :func:`lift_named_days`; a chunk whose text names a day of the range (:func:`mentions`) is as
+    near as one written on it. ``stamps_of``: as :func:`hit_date`'s."""
     for h in hits:
         if h.rid in dates.near:
             continue
@@ -486,8 +518,13 @@ def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[st
                 stamps = stamps_of(h.path)
             except PathError:
                 stamps = None
-        dates.near[h.rid] = nearness(*chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps),
-                                     dates)
+        when = chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
+        near = nearness(when, dates)
+        if near < 1 and h.text and (dates.end - dates.start).days < 7:
+            first = min((t.date() if isinstance(t, datetime) else t for t in when), default=None)
+            if mentions(h.text, first, dates):
+                near = max(near, MENTIONED)
+        dates.near[h.rid] = near
 
 
 def _fetched(dates: DateRange) -> DateRange:
@@ -542,6 +579,7 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         for r in conn.execute(sql + " c.path = ?" + by_place, (p,)):
             if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
                 rows.append(r)
+    rows += _mentioning_rows(conn, named, sql)
     out = []
     for r in rows:
         if r[0] in seen or (sources and r[4] not in sources):
@@ -551,6 +589,40 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         if len(out) >= MAX_DATED_CANDIDATES:
             break
     return out
+
+
+def _mention_match(dates: DateRange) -> str | None:
+    """An FTS5 query for chunks that may name a day of a short range in words: its day number and
+    its month (as a number or a name), e.g. ``("17" OR "17th") AND ("01" OR "1" OR "jan" OR "january")``."""
+    if (dates.end - dates.start).days >= 7:
+        return None
+    names = dict(enumerate(_MONTH_NAMES, 1))
+    alts = []
+    for i in range((dates.end - dates.start).days + 1):
+        d = dates.start + timedelta(days=i)
+        suffix = "th" if 10 <= d.day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d.day % 10, "th")
+        days = {str(d.day), f"{d.day:02d}", f"{d.day}{suffix}"}
+        months = {str(d.month), f"{d.month:02d}", names[d.month], names[d.month][:3]}
+        alts.append("(" + " OR ".join(f'"{t}"' for t in sorted(days)) + ") AND ("
+                    + " OR ".join(f'"{t}"' for t in sorted(months)) + ")")
+    return " OR ".join(f"({a})" for a in alts)
+
+
+def _mentioning_rows(conn: Any, dates: DateRange, sql: str) -> list[tuple[Any, ...]]:
+    """Chunks whose text names a day of a short range in words (:func:`mentions`, read against the
+    range's end), found through the FTS index (at most ``MAX_DATED_CANDIDATES`` looked at)."""
+    match = _mention_match(dates)
+    if match is None:
+        return []
+    try:
+        rids = [r for (r,) in conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
+                                           (match, MAX_DATED_CANDIDATES))]
+    except apsw.Error:  # an index without the FTS table, or a tokenizer that refuses the query
+        return []
+    if not rids:
+        return []
+    rows = conn.execute(sql + f" c.rid IN ({','.join('?' * len(rids))}) ORDER BY fl.path, c.start_line", rids)
+    return [r for r in rows if mentions(r[7] or "", dates.end, dates)]
 
 
 def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
@@ -603,8 +675,8 @@ def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None
             h.score = min(s, DATE_MATCH_BONUS)
         elif s >= WORDS_MATCH:  # a neighbour day's word match: at least level with the capped other days
             h.score = max(DATE_MATCH_BONUS, s + (1 - s) * DATE_MATCH_BONUS * near)
-        elif near >= 1:  # the range's own chunk, matching only on its date: after clear word matches
-            h.score = max(floor, DATE_MATCH_BONUS - DATE_ONLY_BAND * (1 - s / WORDS_MATCH))
+        elif near >= MENTIONED:  # the range's own chunk (or one naming it) matching only on its date
+            h.score = max(floor, DATE_MATCH_BONUS - DATE_ONLY_BAND * (1 - s / WORDS_MATCH) - DATE_ONLY_BAND * (1 - near))
         # a neighbour day's chunk that does not match the words is no evidence of anything: unchanged
         h.relevance = h.score
         h.date_lifted = s < min_score <= h.score  # found for its day, not its words

@@ -286,7 +286,7 @@ class Searcher(QueryProviderOwner):
             # year-less and relative days resolve against the memory's newest day, not today's clock
             dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
                                      date_order=self.settings.query.date_order,
-                                     tolerance=self.settings.query.day_tolerance)
+                                     tolerance=self.settings.query.day_tolerance_hours)
             text = dates.strip(query) if dates else query  # the words naming the day match by date
             if not text.strip():
                 vector = keyword = False
