@@ -445,7 +445,7 @@ below 0.5 (``DATE_ONLY_BAND``), after every chunk that matches the words clearly
 WORDS_MATCH = 0.15
 """The relevance from which a chunk matches the query's words (``ranking.DEFAULT_MIN_SCORE``: the
 calibrated scores are absolute, so the default threshold is what "relevant" means)."""
-DATE_ONLY_BAND = 0.01
+DATE_ONLY_BAND = 0.001
 """A chunk of the range below ``WORDS_MATCH`` scores ``0.5 - DATE_ONLY_BAND * (1 - relevance / WORDS_MATCH)``
 (at least ``min_score``): shown, after whatever matches the words clearly."""
 MENTIONED = 0.9
