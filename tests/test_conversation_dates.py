@@ -307,3 +307,23 @@ def test_a_chunk_that_names_the_day_in_its_text_counts_as_that_days(tmp_path: Pa
         assert "sessions/plan.jsonl" in paths and "sessions/after.jsonl" in paths, paths
         assert paths[0] in ("sessions/day-17.jsonl", "sessions/plan.jsonl", "sessions/after.jsonl"), paths
         assert all(p not in paths for p in ("sessions/day-12.jsonl", "sessions/day-14.jsonl")), paths
+
+
+@pytest.mark.parametrize("query", ["before 0001-01-10 meeting", "after 9999-12-20 meeting", "the day before yesterday",
+                                   "999 days ago", "last month", "on Friday", "what happened on 1/1",
+                                   "between 1/1/0001 and 31/12/9999", "until 0001-01-02"])
+def test_days_at_the_calendars_edge_never_crash_a_search(tmp_path_factory: pytest.TempPathFactory,
+                                                         query: str) -> None:
+    """A transcript stamped in year 1 (the memory's newest day) and one that names days in its text:
+    open ranges (their fetch window), relative days counted back from it, days read from its text and
+    year 1's stamp (``strftime`` wrote ``1-01-01T00:00``) stay in the calendar: a guard for the new
+    arithmetic, which raised OverflowError / ValueError here while it was written."""
+    ws = tmp_path_factory.mktemp("edge") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "x.jsonl", [("0001-01-01T00:00:00Z", "user", "on 1/1 and 31.12. yesterday we met")])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        for mode in ("hybrid", "keyword"):
+            searcher.search(query, min_score=0, mode=mode)  # no exception
+        assert searcher.search("we met", min_score=0)

@@ -155,9 +155,7 @@ class DateRange:
         """The range with the days its tolerance reaches into (the days whose chunks are fetched), bounded."""
         if self.tolerance <= 0:
             return self
-        t = timedelta(days=math.ceil(self.tolerance / 24))
-        end = self.end + t if _LAST_DAY - self.end > t else _LAST_DAY
-        return DateRange(self.start, end, self.phrase)
+        return DateRange(self.start, _shift(self.end, math.ceil(self.tolerance / 24)), self.phrase)
 
     def is_open(self) -> bool:
         """"before X", "after X", "since X": one end is the edge of time."""
@@ -244,7 +242,7 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come)."""
 
     def yearless() -> date:
-        return ref() + timedelta(days=ahead) if ahead else ref()
+        return _shift(ref(), ahead) if ahead else ref()
 
     got: list[Span] = []
     taken: list[tuple[int, int]] = []
@@ -305,7 +303,10 @@ def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER) ->
     """The range the query names and the words naming it: "between X and Y" / "from X to Y";
     "before X" (up to the day before), "until X" (up to X), "after X" (from the day after),
     "since X" / "from X" (from X); else the first day named."""
-    days = _single_days(q, today, order)
+    try:
+        days = _single_days(q, today, order)
+    except OverflowError:  # a relative day counted back from (or past) the calendar's edge
+        return None
     if not days:
         return None
     for (i1, j1, a0, _a1), (i2, j2, _b0, b1) in zip(days, days[1:], strict=False):
@@ -335,17 +336,29 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 256
 
 
+def _minute(dt: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM`` (the year always 4 digits: ``strftime("%Y")`` writes year 1 as ``1``)."""
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}"
+
+
+def _when(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+
+
 def _stamp(value: object) -> str | None:
     """An ISO timestamp string or epoch number -> ``YYYY-MM-DDTHH:MM`` (UTC), else ``None``."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             secs = value / 1000 if value > 1e11 else value
-            return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M")
+            return _minute(datetime.fromtimestamp(secs, UTC))
         if isinstance(value, str) and len(value) >= 10:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
             if dt.tzinfo is not None:
                 dt = dt.astimezone(UTC)
-            return dt.strftime("%Y-%m-%dT%H:%M")
+            return _minute(dt)
     except (ValueError, OverflowError, OSError):
         return None
     return None
@@ -467,13 +480,17 @@ def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms:
         return [d]
     if source == "sessions" and stamps is not None:
         header, lines = stamps
-        times = [datetime.fromisoformat(ts) for n, ts in lines if start_line <= n <= end_line]
+        times = [t for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
         if times:
             return list(times)
-        if header:
-            return [datetime.fromisoformat(header)]
+        first = _when(header) if header else None
+        if first is not None:
+            return [first]
     if mtime_ms:
-        return [datetime.fromtimestamp(mtime_ms / 1000)]
+        try:
+            return [datetime.fromtimestamp(mtime_ms / 1000)]
+        except (ValueError, OverflowError, OSError):
+            return []
     return []
 
 
@@ -502,7 +519,11 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     if not _MAYBE_DAY.search(low):
         return False
     ref = written or datetime.now().astimezone().date()
-    return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in _single_days(low, lambda: ref, dates.order, 182))
+    try:
+        days = _single_days(low, lambda: ref, dates.order, 182)
+    except OverflowError:  # written at the calendar's edge
+        return False
+    return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
 
 
 def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[str], Stamps]) -> None:
@@ -531,12 +552,17 @@ def _fetched(dates: DateRange) -> DateRange:
     """The days whose chunks :func:`dated_chunk_rows` fetches: the range and its tolerance, an open
     range's ``MAX_FETCHED_DAYS`` next to its bound."""
     if dates.start == _FIRST_DAY and dates.end != _LAST_DAY:
-        dates = DateRange(max(_FIRST_DAY, dates.end - timedelta(days=MAX_FETCHED_DAYS - 1)), dates.end,
-                          tolerance=dates.tolerance)
+        dates = DateRange(_shift(dates.end, 1 - MAX_FETCHED_DAYS), dates.end, tolerance=dates.tolerance)
     elif dates.end == _LAST_DAY and dates.start != _FIRST_DAY:
-        dates = DateRange(dates.start, min(_LAST_DAY, dates.start + timedelta(days=MAX_FETCHED_DAYS - 1)),
-                          tolerance=dates.tolerance)
+        dates = DateRange(dates.start, _shift(dates.start, MAX_FETCHED_DAYS - 1), tolerance=dates.tolerance)
     return dates
+
+
+def _shift(d: date, days: int) -> date:
+    """``d`` moved by ``days``, kept within the days a range may hold."""
+    if days < 0:
+        return d + timedelta(days=days) if (d - _FIRST_DAY).days > -days else _FIRST_DAY
+    return d + timedelta(days=days) if (_LAST_DAY - d).days > days else _LAST_DAY
 
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
