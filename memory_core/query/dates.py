@@ -53,7 +53,8 @@ from memory_core.errors import PathError
 from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
-           "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "query_date_range", "said_at",
+           "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
+           "said_at",
            "timeline_end", "transcript_dates"]
 
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -82,6 +83,7 @@ _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); 
     (re.compile(r"\btoday\b"), 0, 0),
     (re.compile(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
 )
+_RELATIVE_WORD = re.compile(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
 _THIS_WEEK = re.compile(r"\bthis\s+week\b")
 _LAST_MONTH = re.compile(r"\blast\s+month\b")
 # "between X and Y", "from X to Y": the words between two named days
@@ -435,6 +437,26 @@ Stamps = tuple[str | None, list[tuple[int, str]]]
 """A transcript's :func:`transcript_dates`: (its header's timestamp, [(JSONL line, timestamp), ...])."""
 
 
+def once_per_file(stamps_of: Callable[[str], Stamps]) -> Callable[[str], Stamps]:
+    """``stamps_of`` read once per path (its PathError too): one query dates hundreds of candidates,
+    most of them from a few transcripts, and each read opens the file as ``get`` does."""
+    seen: dict[str, Stamps | PathError] = {}
+
+    def read(path: str) -> Stamps:
+        got = seen.get(path)
+        if got is None:
+            try:
+                got = stamps_of(path)
+            except PathError as exc:
+                got = exc
+            seen[path] = got
+        if isinstance(got, PathError):
+            raise got
+        return got
+
+    return read
+
+
 def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
              stamps_of: Callable[[str], Stamps]) -> str | None:
     """A search candidate's :func:`chunk_date`; ``stamps_of(path)``: an indexed transcript's
@@ -519,6 +541,13 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     if not _MAYBE_DAY.search(low):
         return False
     ref = written or datetime.now().astimezone().date()
+    # a cheap look first: one of the range's day numbers, or (written within a week after the range
+    # starts) a relative day; the full read costs ~1 ms a chunk
+    span = (dates.end - dates.start).days
+    numbers = {(dates.start + timedelta(days=i)).day for i in range(min(span, 31) + 1)}
+    near = span < 31 and timedelta(0) <= ref - dates.start <= timedelta(days=span + 8)
+    if not (any(re.search(rf"(?<!\d)0?{n}(?!\d)", low) for n in numbers) or (near and _RELATIVE_WORD.search(low))):
+        return False
     try:
         days = _single_days(low, lambda: ref, dates.order, 182)
     except OverflowError:  # written at the calendar's edge

@@ -40,6 +40,7 @@ from memory_core.query.dates import (
     MAX_DATED_CANDIDATES,
     hit_date,
     note_nearness,
+    once_per_file,
     query_date_range,
     timeline_end,
 )
@@ -282,7 +283,7 @@ class Searcher(QueryProviderOwner):
         srcs = tuple(dict.fromkeys(sources)) if sources else None
         with self._lock:
             idx = self._current()
-            stamps_of = functools.partial(indexed_transcript_dates, self._where(idx))
+            stamps_of = once_per_file(functools.partial(indexed_transcript_dates, self._where(idx)))
             # year-less and relative days resolve against the memory's newest day, not today's clock
             dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
                                      date_order=self.settings.query.date_order,
