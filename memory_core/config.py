@@ -182,6 +182,12 @@ class QuerySettings(_Model):
     # the longest a search waits for its query's embedding, retries included; then keyword-only
     embed_timeout_s: float = Field(default=8.0, gt=0, le=600)
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
+    # a day the query names (memory_core/query/dates.py): how a numeric day whose two numbers are both
+    # 12 or less reads ("01/02": 1 February with "dmy", January 2 with "mdy"; "17/01" and "1/17" read
+    # either way, a dotted "01.02" is always day first), and how many hours past its end a
+    # transcript's message still counts as that day's, less and less (a conversation past midnight)
+    date_order: Literal["dmy", "mdy"] = "dmy"
+    day_tolerance_hours: float = Field(default=6.0, ge=0, le=48)
     # what a memory_search answer hands an agent (memory_core/query/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
     max_injected_chars: int | None = Field(default=None, ge=1)

@@ -12,17 +12,22 @@ Transcript timestamps are read from the transcript itself when a search needs th
 file (path, size, mtime), so a chunk's date always matches the lines it cites; the index stores
 only line numbers.
 
-Query dates (``query_date_range``): an ISO date (``2026-09-04``), a day and month in either order
-with an optional year (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``5月4号``,
-``2026年5月4日``; without a year, the
-latest such day not after today), ``today``, ``yesterday``, ``the day before yesterday``,
+Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
+``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; ``query.date_order`` reads an ambiguous ``01/02``),
+written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
+Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
-month`` and weekday names (``on Monday``, ``last Friday``: the latest such day before today). The
-range is inclusive, in local dates.
+month``, weekday names (``on Monday``, ``last Friday``: the latest such day before today), and
+ranges of them (``between X and Y``, ``from X to Y``, ``before X``, ``until X``, ``after X``,
+``since X``). "Today" is the memory's own (the day after its newest indexed day,
+:func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
+day not after it. The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
-``memory_core.query.retrieval``), each candidate's date (``hit_date``), the named day's lift after fusion
+``memory_core.query.retrieval``), each candidate's date (``hit_date``), each candidate's nearness to the range
+(``note_nearness``: every message time of a transcript chunk, ``query.day_tolerance_hours`` past the
+range's end), the named day's lift after fusion, a ranking signal and not a filter
 (``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.query.rank``) and a transcript snippet's
 ``[YYYY-MM-DD HH:MM UTC]`` stamp (``said_at``). Which paths are dated and which are evergreen
 (``date_from_path``, ``is_evergreen``) is decided here too; temporal decay, in
@@ -32,36 +37,66 @@ named day that neither retrieval side found (``dated_chunk_rows``, from
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import apsw
+
 from memory_core.errors import PathError
 from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
 
-__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "date_from_path", "dated_chunk_rows", "hit_date",
-           "is_evergreen", "lift_named_days", "query_date_range", "said_at",
-           "transcript_dates"]
+__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
+           "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
+           "said_at",
+           "timeline_end", "transcript_dates"]
 
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"])}
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                "november", "december")
+_MONTHS = {m: i + 1 for i, m in enumerate(_MONTH_NAMES)}
 _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
 _MONTH_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
-_ISO = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+# year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
+_ISO = re.compile(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
+# day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
+_NUM_YEAR = re.compile(r"(?<![\w.,/-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?![\w/-]|[.,]\d)")
+# without a year: 17.01 / 17.1. (day first), 1/17 / 17/01 (either order); never with "-" (3-4 people)
+_NUM_DOT = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]\d)")
+_NUM_SLASH = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
 _DAY_MONTH = re.compile(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
-_MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 _CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
-_WEEKDAY = re.compile(r"\b(?:on|last|this|past)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_WEEKDAY = re.compile(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_RELATIVE = (  # (pattern, days back of the reference day's start, of its end); None: computed below
+    (re.compile(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
+    (re.compile(r"\byesterday\b"), 1, 1),
+    (re.compile(r"\btoday\b"), 0, 0),
+    (re.compile(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
+)
+_RELATIVE_WORD = re.compile(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
+_THIS_WEEK = re.compile(r"\bthis\s+week\b")
+_LAST_MONTH = re.compile(r"\blast\s+month\b")
+# "between X and Y", "from X to Y": the words between two named days
+_JOIN = re.compile(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
+_OPEN = re.compile(r"\b(between|from)\s+(?:the\s+)?$")
+_BOUND = re.compile(r"\b(before|after|since|until|till)\s+(?:the\s+)?$")  # "notes from Nov 2": that day
+
+DATE_ORDERS = ("dmy", "mdy")
+"""How a numeric day whose parts are both 12 or less reads (``01/02``): ``query.date_order``."""
+DEFAULT_DATE_ORDER = "dmy"
+DEFAULT_DAY_TOLERANCE_HOURS = 6.0
+"""Hours past the end of a named day in which a message still counts as that day's, less and less
+(a conversation that runs past midnight; a time zone behind UTC): ``query.day_tolerance_hours``."""
 
 
 # -- paths ---------------------------------------------------------------------------------------
@@ -97,6 +132,11 @@ class DateRange:
     start: date
     end: date  # inclusive
     phrase: str = field(default="", compare=False)  # the words of the query that name the day(s)
+    tolerance: float = field(default=0.0, compare=False)  # hours past its end a message still counts
+    # per candidate row id: how near its days are to the range (1 inside, less for a neighbour; see
+    # :func:`nearness`), set by the searcher when it dates the candidates (:func:`note_nearness`)
+    near: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
+    order: str = field(default=DEFAULT_DATE_ORDER, compare=False)  # how a day written in a chunk reads
 
     def strip(self, query: str) -> str:
         """The query without the words naming the day (they are matched by date, not as text)."""
@@ -113,6 +153,16 @@ class DateRange:
                 return False
         return isinstance(d, date) and self.start <= d <= self.end
 
+    def widened(self) -> DateRange:
+        """The range with the days its tolerance reaches into (the days whose chunks are fetched), bounded."""
+        if self.tolerance <= 0:
+            return self
+        return DateRange(self.start, _shift(self.end, math.ceil(self.tolerance / 24)), self.phrase)
+
+    def is_open(self) -> bool:
+        """"before X", "after X", "since X": one end is the edge of time."""
+        return self.start == _FIRST_DAY or self.end == _LAST_DAY
+
 
 def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
     try:
@@ -124,66 +174,162 @@ def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
         return None
 
 
-def query_date_range(query: str, today: date | None = None) -> DateRange | None:
-    """The day (or days) a query names, or ``None`` (see the module docstring)."""
-    found = _find(query.lower(), today or datetime.now().astimezone().date())
+Anchor = date | Callable[[], date | None] | None
+"""The memory's own "today" for year-less and relative days: a day, or a function giving it (called
+only when the query needs it), or None (today's clock)."""
+
+
+def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = None,
+                     date_order: str = DEFAULT_DATE_ORDER, tolerance: float = 0.0) -> DateRange | None:
+    """The day (or days) a query names, or ``None`` (see the module docstring).
+
+    Year-less and relative days ("17 January", "yesterday", "on Friday", "last week") resolve
+    against ``anchor`` (the memory's newest indexed day, :func:`timeline_end`) when it gives one,
+    else against ``today`` (default: the local date). ``date_order``: how ``01/02`` reads."""
+    q = query.lower()
+    if not _MAYBE_DAY.search(q):
+        return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
+    order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
+    found = _find(q, _Ref(today, anchor), order)
     if found is None:
         return None
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
-    return DateRange(start, end, phrase)
+    return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order)
 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
+_MAYBE_DAY = re.compile(r"\d|day|week|month|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + ")")
 
 
-def _find(q: str, today: date) -> tuple[tuple[date, date], str] | None:
-    d: date | None
-    m = _ISO.search(q)
-    if m:
+class _Ref:
+    """The day year-less and relative days count back from ("today" in the question): the day after
+    the anchor (the memory's newest day: the question is asked after its last conversation), or
+    ``today`` (default: the local date) when that is earlier or there is no anchor. Read once, and
+    only when a day needs it."""
+
+    def __init__(self, today: date | None, anchor: Anchor) -> None:
+        self.today, self.anchor = today, anchor
+        self.day: date | None = None
+
+    def __call__(self) -> date:
+        if self.day is None:
+            now = self.today or datetime.now().astimezone().date()
+            got = self.anchor() if callable(self.anchor) else self.anchor
+            self.day = day = now if got is None or got >= _LAST_DAY else min(now, got + timedelta(days=1))
+            return day
+        return self.day
+
+
+Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, last day)
+
+
+def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int, int] | None:
+    """(month, day) of the numeric ``a<sep>b``: the order the numbers prove (one of them > 12), else
+    ``order``; a dotted day without a year is read day first only (``10.30`` is no date)."""
+    if dots and not year:
+        return (b, a) if 1 <= b <= 12 and 1 <= a <= 31 else None
+    if a > 12 and b <= 12:
+        return b, a
+    if b > 12 and a <= 12:
+        return a, b
+    return (b, a) if order == "dmy" else (a, b)
+
+
+def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) -> list[Span]:
+    """Every expression naming one day (or one span: "last week") in ``q``, left to right, none
+    overlapping (earlier patterns claim their text first). A year-less day is the latest such day
+    not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come)."""
+
+    def yearless() -> date:
+        return _shift(ref(), ahead) if ahead else ref()
+
+    got: list[Span] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(i: int, j: int, d0: date | None, d1: date | None = None) -> None:
+        if d0 is None or any(i < b and a < j for a, b in taken):
+            return
+        taken.append((i, j))
+        got.append((i, j, d0, d1 or d0))
+
+    def make(y: int, m: int, d: int) -> date | None:
         try:
-            d = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
-            return (d, d), m.group(0)
+            return date(y, m, d)
         except ValueError:
-            pass
-    m = _CJK_DAY.search(q)  # 5月4号, 4月27日, 2026年5月4日
-    if m:
-        d = _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, today)
-        if d is not None:
-            return (d, d), m.group(0)
+            return None
+
+    for m in _ISO.finditer(q):
+        add(m.start(), m.end(), make(int(m.group(1)), int(m.group(3)), int(m.group(4))))
+    for m in _NUM_YEAR.finditer(q):
+        a, b, y = int(m.group(1)), int(m.group(3)), m.group(4)
+        md = _pick_order(a, b, order, m.group(2) == ".", True)
+        if md:
+            add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
+    for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
+        add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
-        m = rx.search(q)
-        if m:
+        for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
-            d = _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s), int(m.group(3)) if m.group(3) else None, today)
-            if d is not None:
-                return (d, d), m.group(0)
-    one_day = today - timedelta(days=1)
-    for pattern, start, end in (
-        (r"\bthe\s+day\s+before\s+yesterday\b|\bday\s+before\s+yesterday\b", today - timedelta(days=2),
-         today - timedelta(days=2)),
-        (r"\byesterday\b", one_day, one_day),
-        (r"\btoday\b", today, today),
-        (r"\b(?:last|past|previous)\s+week\b", today - timedelta(days=7), one_day),
-        (r"\bthis\s+week\b", today - timedelta(days=today.weekday()), today),
-        (r"\blast\s+month\b", (today.replace(day=1) - timedelta(days=1)).replace(day=1),
-         today.replace(day=1) - timedelta(days=1)),
-    ):
-        m = re.search(pattern, q)
-        if m:
-            return (start, end), m.group(0)
-    m = _AGO.search(q)
-    if m:
-        d = today - timedelta(days=int(m.group(1)))
-        return (d, d), m.group(0)
-    m = _WEEKDAY.search(q)
-    if m:
-        back = (today.weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7
-        d = today - timedelta(days=back)
-        return (d, d), m.group(0)
-    return None
+            add(m.start(), m.end(), _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s),
+                                            int(m.group(3)) if m.group(3) else None, yearless()))
+    for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
+        for m in rx.finditer(q):
+            a_s, b_s = m.group(1), m.group(2).rstrip(".")
+            if not dots and len(a_s) == 1 and len(b_s) == 1:
+                continue  # 1/2, 3/4: a fraction, not a day
+            md = _pick_order(int(a_s), int(b_s), order, dots, False)
+            if md:
+                add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
+    for rx, back0, back1 in _RELATIVE:
+        for m in rx.finditer(q):
+            add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
+    for m in _THIS_WEEK.finditer(q):
+        add(m.start(), m.end(), ref() - timedelta(days=ref().weekday()), ref())
+    for m in _LAST_MONTH.finditer(q):
+        last = ref().replace(day=1) - timedelta(days=1)
+        add(m.start(), m.end(), last.replace(day=1), last)
+    for m in _AGO.finditer(q):
+        add(m.start(), m.end(), ref() - timedelta(days=int(m.group(1))))
+    for m in _WEEKDAY.finditer(q):
+        # "on Friday", "last Friday": the latest Friday before the reference day
+        back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7
+        add(m.start(), m.end(), ref() - timedelta(days=back))
+    got.sort()
+    return got
+
+
+def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER) -> tuple[tuple[date, date], str] | None:
+    """The range the query names and the words naming it: "between X and Y" / "from X to Y";
+    "before X" (up to the day before), "until X" (up to X), "after X" (from the day after),
+    "since X" / "from X" (from X); else the first day named."""
+    try:
+        days = _single_days(q, today, order)
+    except OverflowError:  # a relative day counted back from (or past) the calendar's edge
+        return None
+    if not days:
+        return None
+    for (i1, j1, a0, _a1), (i2, j2, _b0, b1) in zip(days, days[1:], strict=False):
+        if _JOIN.match(q[j1:i2]):
+            opener = _OPEN.search(q[:i1])
+            if opener is not None or q[j1:i2].strip() not in ("and", "-", "–"):
+                i = opener.start() if opener is not None else i1
+                lo, hi = (a0, b1) if a0 <= b1 else (_b0, _a1)  # "between 20 Jan and 3 Jan": either order
+                return (lo, hi), q[i:j2]
+    i, j, d0, d1 = days[0]
+    bound = _BOUND.search(q[:i])
+    if bound is not None:
+        word, phrase = bound.group(1), q[bound.start():j]
+        if word == "before":
+            return ((_FIRST_DAY, d0 - timedelta(days=1)), phrase) if d0 > _FIRST_DAY else None
+        if word in ("until", "till"):
+            return (_FIRST_DAY, d1), phrase
+        if word == "after":
+            return ((d1 + timedelta(days=1), _LAST_DAY), phrase) if d1 < _LAST_DAY else None
+        return (d0, _LAST_DAY), phrase  # since
+    return (d0, d1), q[i:j]
 
 
 # -- transcripts ---------------------------------------------------------------------------------
@@ -192,17 +338,29 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 256
 
 
+def _minute(dt: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM`` (the year always 4 digits: ``strftime("%Y")`` writes year 1 as ``1``)."""
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}"
+
+
+def _when(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+
+
 def _stamp(value: object) -> str | None:
     """An ISO timestamp string or epoch number -> ``YYYY-MM-DDTHH:MM`` (UTC), else ``None``."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             secs = value / 1000 if value > 1e11 else value
-            return datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M")
+            return _minute(datetime.fromtimestamp(secs, UTC))
         if isinstance(value, str) and len(value) >= 10:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
             if dt.tzinfo is not None:
                 dt = dt.astimezone(UTC)
-            return dt.strftime("%Y-%m-%dT%H:%M")
+            return _minute(dt)
     except (ValueError, OverflowError, OSError):
         return None
     return None
@@ -279,6 +437,26 @@ Stamps = tuple[str | None, list[tuple[int, str]]]
 """A transcript's :func:`transcript_dates`: (its header's timestamp, [(JSONL line, timestamp), ...])."""
 
 
+def once_per_file(stamps_of: Callable[[str], Stamps]) -> Callable[[str], Stamps]:
+    """``stamps_of`` read once per path (its PathError too): one query dates hundreds of candidates,
+    most of them from a few transcripts, and each read opens the file as ``get`` does."""
+    seen: dict[str, Stamps | PathError] = {}
+
+    def read(path: str) -> Stamps:
+        got = seen.get(path)
+        if got is None:
+            try:
+                got = stamps_of(path)
+            except PathError as exc:
+                got = exc
+            seen[path] = got
+        if isinstance(got, PathError):
+            raise got
+        return got
+
+    return read
+
+
 def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
              stamps_of: Callable[[str], Stamps]) -> str | None:
     """A search candidate's :func:`chunk_date`; ``stamps_of(path)``: an indexed transcript's
@@ -295,20 +473,139 @@ def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: i
 
 # -- search: a query naming a day ------------------------------------------------------------------
 DATE_MATCH_BONUS = 0.5
-"""A chunk written on the day a query names gets ``relevance + (1 - relevance) * 0.5`` (at least
-0.5); any other chunk is capped at 0.5, so the day's own notes rank first and another day's note
-on the topic keeps its place after them (the cap lowers no relevance below ``min_score``)."""
+"""A chunk written in the range a query names that matches the query's words (relevance at least
+``WORDS_MATCH``) gets ``relevance + (1 - relevance) * 0.5 * nearness`` (at least 0.5 inside the range);
+another day's chunk is capped at 0.5; a chunk of the range that matches only on its date scores just
+below 0.5 (``DATE_ONLY_BAND``), after every chunk that matches the words clearly."""
+WORDS_MATCH = 0.15
+"""The relevance from which a chunk matches the query's words (``ranking.DEFAULT_MIN_SCORE``: the
+calibrated scores are absolute, so the default threshold is what "relevant" means)."""
+DATE_ONLY_BAND = 0.001
+"""A chunk of the range below ``WORDS_MATCH`` scores ``0.5 - DATE_ONLY_BAND * (1 - relevance / WORDS_MATCH)``
+(at least ``min_score``): shown, after whatever matches the words clearly."""
+MENTIONED = 0.9
+"""The nearness of a chunk whose text names a day of the range (:func:`mentions`) but that was
+written on another day: lifted as the day's own, a little less."""
 MAX_DATED_CANDIDATES = 200
+MAX_FETCHED_DAYS = 31
+"""An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
+its bound; a closed one of up to 62 days all of its days."""
+
+
+def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
+               stamps: Stamps | None) -> list[datetime | date]:
+    """When a chunk was written: a daily note's day (its name: a day, no clock); the time of every
+    message of a transcript chunk (UTC, else the session header's); another file's modification
+    time (local)."""
+    d = date_from_path(path)
+    if d is not None:
+        return [d]
+    if source == "sessions" and stamps is not None:
+        header, lines = stamps
+        times = [t for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
+        if times:
+            return list(times)
+        first = _when(header) if header else None
+        if first is not None:
+            return [first]
+    if mtime_ms:
+        try:
+            return [datetime.fromtimestamp(mtime_ms / 1000)]
+        except (ValueError, OverflowError, OSError):
+            return []
+    return []
+
+
+def nearness(when: Iterable[datetime | date], dates: DateRange) -> float:
+    """1 when one of ``when`` falls in the range; a clock time ``h`` hours past its end, ``h`` below
+    the tolerance: ``1 - h / tolerance`` (a message sent past midnight, or from a time zone behind
+    UTC, is stamped the next day); else 0. A daily note's day is its name: no tolerance."""
+    best = 0.0
+    after = datetime.combine(dates.end + timedelta(days=1), datetime.min.time()) if dates.end < _LAST_DAY else None
+    for t in when:
+        d = t.date() if isinstance(t, datetime) else t
+        if dates.start <= d <= dates.end:
+            return 1.0
+        if isinstance(t, datetime) and after is not None and dates.tolerance > 0:
+            h = (t - after).total_seconds() / 3600
+            if 0 <= h < dates.tolerance:
+                best = max(best, 1 - h / dates.tolerance)
+    return best
+
+
+def mentions(text: str, written: date | None, dates: DateRange) -> bool:
+    """Whether ``text`` names a day of the range in words (``see you on 17.01``, ``yesterday``): a
+    single day; relative ones read from ``written`` (the day the text was written), a year-less one
+    as the nearest such day (within half a year either side of it: a plan or a memory)."""
+    low = text.lower()
+    if not _MAYBE_DAY.search(low):
+        return False
+    ref = written or datetime.now().astimezone().date()
+    # a cheap look first: one of the range's day numbers, or (written within a week after the range
+    # starts) a relative day; the full read costs ~1 ms a chunk
+    span = (dates.end - dates.start).days
+    numbers = {(dates.start + timedelta(days=i)).day for i in range(min(span, 31) + 1)}
+    near = span < 31 and timedelta(0) <= ref - dates.start <= timedelta(days=span + 8)
+    if not (any(re.search(rf"(?<!\d)0?{n}(?!\d)", low) for n in numbers) or (near and _RELATIVE_WORD.search(low))):
+        return False
+    try:
+        days = _single_days(low, lambda: ref, dates.order, 182)
+    except OverflowError:  # written at the calendar's edge
+        return False
+    return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
+
+
+def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[str], Stamps]) -> None:
+    """Record each candidate's :func:`nearness` in ``dates.near`` (by row id), for
+    :func:`lift_named_days`; a chunk whose text names a day of the range (:func:`mentions`) is as
+    near as one written on it. ``stamps_of``: as :func:`hit_date`'s."""
+    for h in hits:
+        if h.rid in dates.near:
+            continue
+        stamps = None
+        if h.source == "sessions":
+            try:
+                stamps = stamps_of(h.path)
+            except PathError:
+                stamps = None
+        when = chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
+        near = nearness(when, dates)
+        if near < 1 and h.text and (dates.end - dates.start).days < 7:
+            first = min((t.date() if isinstance(t, datetime) else t for t in when), default=None)
+            if mentions(h.text, first, dates):
+                near = max(near, MENTIONED)
+        dates.near[h.rid] = near
+
+
+def _fetched(dates: DateRange) -> DateRange:
+    """The days whose chunks :func:`dated_chunk_rows` fetches: the range and its tolerance, an open
+    range's ``MAX_FETCHED_DAYS`` next to its bound."""
+    if dates.start == _FIRST_DAY and dates.end != _LAST_DAY:
+        dates = DateRange(_shift(dates.end, 1 - MAX_FETCHED_DAYS), dates.end, tolerance=dates.tolerance)
+    elif dates.end == _LAST_DAY and dates.start != _FIRST_DAY:
+        dates = DateRange(dates.start, _shift(dates.start, MAX_FETCHED_DAYS - 1), tolerance=dates.tolerance)
+    return dates
+
+
+def _shift(d: date, days: int) -> date:
+    """``d`` moved by ``days``, kept within the days a range may hold."""
+    if days < 0:
+        return d + timedelta(days=days) if (d - _FIRST_DAY).days > -days else _FIRST_DAY
+    return d + timedelta(days=days) if (_LAST_DAY - d).days > days else _LAST_DAY
 
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                      stamps_of: Callable[[str], Stamps]) -> list[tuple[Any, ...]]:
-    """Chunks written in ``dates`` that neither side found: the day's daily notes, transcript
-    chunks with a message of that day, other files modified that day (at most 200). Rows as the
-    retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
+    """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
+    notes, transcript chunks with a message of that day, other files modified that day (at most 200).
+    Rows as the retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
     ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s."""
-    days = min(62, (dates.end - dates.start).days + 1)
-    daily = [f"memory/{(dates.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]
+    if dates.start == _FIRST_DAY and dates.end == _LAST_DAY:
+        return []
+    named = _fetched(dates)
+    days = min(62, (named.end - named.start).days + 1)
+    daily = [f"memory/{(named.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]  # exact days
+    dates = named.widened()  # stamped chunks: the tolerance too
     start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
     end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
     sql = ("SELECT c.rid, 0, c.id, c.path, c.source, c.start_line, c.end_line, c.text, fl.mtime FROM chunks c"
@@ -337,6 +634,7 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         for r in conn.execute(sql + " c.path = ?" + by_place, (p,)):
             if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
                 rows.append(r)
+    rows += _mentioning_rows(conn, named, sql)
     out = []
     for r in rows:
         if r[0] in seen or (sources and r[4] not in sources):
@@ -348,15 +646,95 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     return out
 
 
+def _mention_match(dates: DateRange) -> str | None:
+    """An FTS5 query for chunks that may name a day of a short range in words: its day number and
+    its month (as a number or a name), e.g. ``("17" OR "17th") AND ("01" OR "1" OR "jan" OR "january")``."""
+    if (dates.end - dates.start).days >= 7:
+        return None
+    names = dict(enumerate(_MONTH_NAMES, 1))
+    alts = []
+    for i in range((dates.end - dates.start).days + 1):
+        d = dates.start + timedelta(days=i)
+        suffix = "th" if 10 <= d.day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d.day % 10, "th")
+        days = {str(d.day), f"{d.day:02d}", f"{d.day}{suffix}"}
+        months = {str(d.month), f"{d.month:02d}", names[d.month], names[d.month][:3]}
+        alts.append("(" + " OR ".join(f'"{t}"' for t in sorted(days)) + ") AND ("
+                    + " OR ".join(f'"{t}"' for t in sorted(months)) + ")")
+    return " OR ".join(f"({a})" for a in alts)
+
+
+def _mentioning_rows(conn: Any, dates: DateRange, sql: str) -> list[tuple[Any, ...]]:
+    """Chunks whose text names a day of a short range in words (:func:`mentions`, read against the
+    range's end), found through the FTS index (at most ``MAX_DATED_CANDIDATES`` looked at)."""
+    match = _mention_match(dates)
+    if match is None:
+        return []
+    try:
+        rids = [r for (r,) in conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?",
+                                           (match, MAX_DATED_CANDIDATES))]
+    except apsw.Error:  # an index without the FTS table, or a tokenizer that refuses the query
+        return []
+    if not rids:
+        return []
+    rows = conn.execute(sql + f" c.rid IN ({','.join('?' * len(rids))}) ORDER BY fl.path, c.start_line", rids)
+    return [r for r in rows if mentions(r[7] or "", dates.end, dates)]
+
+
+def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
+    """The memory's newest day: the latest daily note's day, or the latest message day of the 64 most
+    recently modified transcripts, whichever is later; ``None`` when neither exists (an undated
+    file's modification day is not a conversation's day). Year-less and relative days in a
+    question resolve against it (:func:`query_date_range`'s ``anchor``)."""
+    best: date | None = None
+    row = conn.execute("SELECT max(path) FROM files WHERE path >= 'memory/' AND path < 'memory0'"
+                       " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'").fetchone()
+    if row and row[0]:
+        best = date_from_path(row[0])
+    for (p,) in conn.execute("SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime DESC, path LIMIT 64"):
+        try:
+            header, stamps = stamps_of(p)
+        except PathError:
+            continue
+        last = max((ts for _, ts in stamps), default=header)
+        if last:
+            try:
+                d = date.fromisoformat(last[:10])
+            except ValueError:
+                continue
+            best = d if best is None or d > best else best
+    return best
+
+
 def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None:
-    """The query names a day: what was written that day comes first. Fused hits (their ``score`` the
-    relevance), changed in place and re-sorted (relevance, then BM25, best first)."""
+    """The query names a day (or a range): a ranking signal, not a filter. Fused hits (their
+    ``score`` the relevance), changed in place and re-sorted (relevance, then BM25, best first):
+
+    * matching the query's words (relevance >= ``WORDS_MATCH``) and written in the range:
+      ``relevance + (1 - relevance) * 0.5 * nearness``, at least 0.5 (so a neighbour day's word match,
+      the answer sent past midnight, ranks above the named day's chunks that match only on their date);
+    * another day's: capped at 0.5 (it stays, after the range's own);
+    * written in the range, matching only on its date: just below 0.5 (``DATE_ONLY_BAND``), so after
+      every chunk that matches the words clearly (relevance 0.5 or more: half the query's
+      information) and after the range's own word matches, before weak matches of other days
+      (a question whose other words are generic, "what did we talk about on 4 May", is answered
+      by its day); a neighbour day's such chunk is not lifted.
+
+    Nearness: ``dates.near`` (:func:`note_nearness`), else 1 when ``h.date`` is in the range."""
+    floor = max(min_score, WORDS_MATCH)
     for h in hits:
-        if h.date is not None and h.date in dates:
-            h.date_lifted = h.score < min_score  # found for its day, not its words
-            h.score = h.relevance = h.score + (1 - h.score) * DATE_MATCH_BONUS
-        else:  # another day's note on the topic stays, below the named day's own
-            h.score = h.relevance = min(h.score, DATE_MATCH_BONUS)
+        near = dates.near.get(h.rid)
+        if near is None:
+            near = 1.0 if (h.date is not None and h.date in dates) else 0.0
+        s = h.score
+        if near <= 0:  # another day's note on the topic stays, below the named day's own
+            h.score = min(s, DATE_MATCH_BONUS)
+        elif s >= WORDS_MATCH:  # a neighbour day's word match: at least level with the capped other days
+            h.score = max(DATE_MATCH_BONUS, s + (1 - s) * DATE_MATCH_BONUS * near)
+        elif near >= MENTIONED:  # the range's own chunk (or one naming it) matching only on its date
+            h.score = max(floor, DATE_MATCH_BONUS - DATE_ONLY_BAND * (1 - s / WORDS_MATCH) - DATE_ONLY_BAND * (1 - near))
+        # a neighbour day's chunk that does not match the words is no evidence of anything: unchanged
+        h.relevance = h.score
+        h.date_lifted = s < min_score <= h.score  # found for its day, not its words
     hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
 
 

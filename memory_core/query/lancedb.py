@@ -118,7 +118,7 @@ class LanceSearcher(QueryProviderOwner):
         query = (query or "").replace("\x00", " ")
         if not query.strip():
             return Candidates(query, [], [], False)
-        dates = query_date_range(query)
+        dates = query_date_range(query, date_order=self.settings.query.date_order)
         text = dates.strip(query) if dates else query
         if not text.strip():
             vector = keyword = False

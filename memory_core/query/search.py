@@ -35,7 +35,15 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError
 from memory_core.query import ranking, retrieval
-from memory_core.query.dates import DATE_MATCH_BONUS, MAX_DATED_CANDIDATES, hit_date, query_date_range
+from memory_core.query.dates import (
+    DATE_MATCH_BONUS,
+    MAX_DATED_CANDIDATES,
+    hit_date,
+    note_nearness,
+    once_per_file,
+    query_date_range,
+    timeline_end,
+)
 from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
 from memory_core.query.retrieval import Candidates, _Index
@@ -286,12 +294,16 @@ class Searcher(QueryProviderOwner):
         if not query.strip():
             return Candidates(query, [], [], False)
         srcs = tuple(dict.fromkeys(sources)) if sources else None
-        dates = query_date_range(query)
-        text = dates.strip(query) if dates else query  # the words naming the day match by date
-        if not text.strip():
-            vector = keyword = False
         with self._lock:
             idx = self._current()
+            stamps_of = once_per_file(functools.partial(indexed_transcript_dates, self._where(idx)))
+            # year-less and relative days resolve against the memory's newest day, not today's clock
+            dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
+                                     date_order=self.settings.query.date_order,
+                                     tolerance=self.settings.query.day_tolerance_hours)
+            text = dates.strip(query) if dates else query  # the words naming the day match by date
+            if not text.strip():
+                vector = keyword = False
             provider = self._query_provider(idx) if vector else None
             pending: Future[list[ranking.Hit]] | None = None
             kw_hits: list[ranking.Hit] = []
@@ -323,14 +335,15 @@ class Searcher(QueryProviderOwner):
                     kw_hits = pending.result()
             if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
                 kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
-            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)},
-                                          lambda p: indexed_transcript_dates(self._where(idx), p)) if dates else [])
+            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, stamps_of)
+                     if dates else [])
             union, idf_total, corpus_cov = retrieval.complete(idx, text, qvec if embedded else None, kw_hits,
                                                               vec_hits, keyword=keyword, extra=extra)
-            stamps_of = functools.partial(indexed_transcript_dates, self._where(idx))
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
                     h.date = hit_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps_of)
+            if dates is not None:  # how near each candidate's days are to the named ones
+                note_nearness(dates, (*union, *kw_hits, *vec_hits), stamps_of)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,

@@ -1,0 +1,329 @@
+"""Issue 37: dates in conversations are first-class.
+
+Day forms in any common order, ranges, year-less and relative days against the memory's own
+timeline (not today's clock), and a named day as a ranking signal over transcripts and notes
+(the answer stamped the day after the named day still wins; chunks that match the words win over
+chunks that match only on their date). A memory of January 2024, far from today's date, so a
+day resolved against today's clock lands on nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.dates import DateRange, nearness, query_date_range
+from memory_core.query.search import Searcher
+
+REF = date(2024, 1, 20)  # a Saturday
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # numeric, day first, with "." "/" "-"; with and without the year
+        ("what did we plan on 17.01.2024?", date(2024, 1, 17)),
+        ("what did we plan on 17.01.24?", date(2024, 1, 17)),
+        ("what did we plan on 17.01.?", date(2024, 1, 17)),
+        ("what did we plan on 17.01?", date(2024, 1, 17)),
+        ("what did we plan on 17/01/24?", date(2024, 1, 17)),
+        ("what did we plan on 17/01?", date(2024, 1, 17)),
+        ("what did we plan on 17-01-2024?", date(2024, 1, 17)),
+        # month first when the day (> 12) proves it
+        ("what did we plan on 1/17?", date(2024, 1, 17)),
+        ("what did we plan on 01/17/2024?", date(2024, 1, 17)),
+        ("what did we plan on 01-17-2024?", date(2024, 1, 17)),
+        # year first
+        ("what did we plan on 2024-01-17?", date(2024, 1, 17)),
+        ("what did we plan on 2024/01/17?", date(2024, 1, 17)),
+        ("what did we plan on 2024.01.17?", date(2024, 1, 17)),
+        # written months
+        ("what did we plan on Jan 17th?", date(2024, 1, 17)),
+        ("what did we plan on Jan. 17?", date(2024, 1, 17)),
+        ("what did we plan on 17 January?", date(2024, 1, 17)),
+        ("what did we plan on the 17th of January?", date(2024, 1, 17)),
+        ("what did we plan on January 17, 2024?", date(2024, 1, 17)),
+        ("what did we plan on January the 17th?", date(2024, 1, 17)),
+        # ambiguous: the setting's order (default day first)
+        ("what did we plan on 05/01?", date(2024, 1, 5)),
+        ("what did we plan on 05.01.2024?", date(2024, 1, 5)),
+        # a year-less day after the reference day is last year's
+        ("what did we plan on 25 December?", date(2023, 12, 25)),
+        ("what did we plan on 12/25?", date(2023, 12, 25)),
+    ],
+)
+def test_day_forms(query: str, expected: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and (got.start, got.end) == (expected, expected), got
+    assert not any(ch.isdigit() for ch in got.strip(query)), got.strip(query)  # the day's words are gone
+
+
+def test_the_date_order_setting_reads_ambiguous_days() -> None:
+    assert query_date_range("on 05/01", REF, date_order="mdy") == DateRange(date(2023, 5, 1), date(2023, 5, 1))
+    assert query_date_range("on 05/01/2024", REF, date_order="mdy") == DateRange(date(2024, 5, 1), date(2024, 5, 1))
+    # proven orders and dotted days do not depend on it
+    assert query_date_range("on 17/01", REF, date_order="mdy") == DateRange(date(2024, 1, 17), date(2024, 1, 17))
+    assert query_date_range("on 1/17", REF, date_order="dmy") == DateRange(date(2024, 1, 17), date(2024, 1, 17))
+    assert query_date_range("on 05.01.", REF, date_order="mdy") == DateRange(date(2024, 1, 5), date(2024, 1, 5))
+
+
+@pytest.mark.parametrize("query", ["add 1/2 cup of flour", "3-4 people came", "ran 12.5 km", "took 1.5 hours",
+                                   "v1.2.3 is out", "meet at 10.30", "before we left", "I told you before",
+                                   "score was 3/4", "31/02/2024", "13/13"])
+def test_numbers_that_are_not_days(query: str) -> None:
+    assert query_date_range(query, REF) is None
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("what happened before 17 January?", None, date(2024, 1, 16)),
+        ("what happened until 17.01.?", None, date(2024, 1, 17)),
+        ("what happened after 17 January?", date(2024, 1, 18), None),
+        ("what happened since Jan 17th?", date(2024, 1, 17), None),
+        ("what happened between 10 January and 17 January?", date(2024, 1, 10), date(2024, 1, 17)),
+        ("what happened between 17/01 and 10/01?", date(2024, 1, 10), date(2024, 1, 17)),
+        ("what happened from 28 December to 3 January?", date(2023, 12, 28), date(2024, 1, 3)),
+        ("what happened from 2024-01-10 to 2024-01-12?", date(2024, 1, 10), date(2024, 1, 12)),
+    ],
+)
+def test_ranges(query: str, start: date | None, end: date | None) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None
+    assert (start is None and got.is_open() and got.start < date(1000, 1, 1)) or got.start == start, got
+    assert (end is None and got.is_open() and got.end > date(9000, 1, 1)) or got.end == end, got
+    assert "before" not in got.strip(query) and "since" not in got.strip(query)
+
+
+def test_relative_days_resolve_against_the_memorys_timeline_not_today() -> None:
+    newest = date(2024, 1, 19)  # the memory's newest day (a Friday); today is years later
+    today = date(2026, 11, 28)
+    calls = []
+
+    def anchor() -> date:
+        calls.append(1)
+        return newest
+
+    # the question is taken as asked the day after the last conversation
+    assert query_date_range("what did we do yesterday?", today, anchor=anchor) == DateRange(newest, newest)
+    assert query_date_range("what did we do on Friday?", today, anchor=anchor) == DateRange(newest, newest)
+    assert query_date_range("what did we do on Wednesday?", today,
+                            anchor=anchor) == DateRange(date(2024, 1, 17), date(2024, 1, 17))
+    assert query_date_range("what did we do last week?", today,
+                            anchor=anchor) == DateRange(date(2024, 1, 13), date(2024, 1, 19))
+    assert query_date_range("what did we do on 17 March?", today,
+                            anchor=anchor) == DateRange(date(2023, 3, 17), date(2023, 3, 17))
+    # a live memory (its newest day is today) keeps today's clock
+    assert query_date_range("yesterday", today, anchor=today) == DateRange(date(2026, 11, 27), date(2026, 11, 27))
+    # no anchor (an empty memory): today's clock
+    assert query_date_range("yesterday", today, anchor=lambda: None) == DateRange(date(2026, 11, 27),
+                                                                                 date(2026, 11, 27))
+    # the anchor is read only when a day needs it (it reads transcripts)
+    calls.clear()
+    assert query_date_range("what did we do on 2024-01-17?", today, anchor=anchor) is not None
+    assert query_date_range("the boiler pressure", today, anchor=anchor) is None
+    assert not calls
+
+
+def test_nearness() -> None:
+    day = DateRange(date(2024, 1, 17), date(2024, 1, 17), tolerance=6)
+    assert nearness([datetime(2024, 1, 17, 23, 59)], day) == 1.0
+    assert nearness([datetime(2024, 1, 18, 0, 30)], day) == pytest.approx(1 - 0.5 / 6)  # a message past midnight
+    assert nearness([datetime(2024, 1, 18, 5, 0)], day) == pytest.approx(1 / 6)
+    assert nearness([datetime(2024, 1, 18, 19, 0)], day) == 0.0  # the next evening: another conversation
+    assert nearness([datetime(2024, 1, 16, 23, 0)], day) == 0.0  # before the day: not lifted
+    assert nearness([date(2024, 1, 18)], day) == 0.0  # a daily note's day is its name
+    assert nearness([datetime(2024, 1, 16, 23, 50), datetime(2024, 1, 17, 0, 10)], day) == 1.0  # across midnight
+    assert nearness([datetime(2024, 1, 18, 0, 30)], DateRange(day.start, day.end)) == 0.0  # no tolerance
+
+
+# ------------------------------------------------------------------------------------------------
+# Search over a memory of January 2024: transcripts and daily notes
+# ------------------------------------------------------------------------------------------------
+def _session(path: Path, messages: list[tuple[str, str, str]]) -> None:
+    """messages: (ISO UTC timestamp, role, text)."""
+    first = messages[0][0]
+    lines = [json.dumps({"type": "session", "version": 3, "id": path.stem, "timestamp": first})]
+    for i, (ts, role, text) in enumerate(messages):
+        lines.append(json.dumps({"type": "message", "id": f"{path.stem}-{i}", "timestamp": ts,
+                                 "message": {"role": role, "content": [{"type": "text", "text": text}]}}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+FILLER = {
+    "15": ("the garden", "We talked about pruning the apple tree and the compost heap."),
+    "16": ("a film", "We watched an old western and argued about the ending."),
+    "17": ("the bakery", "The sourdough starter finally doubled overnight, bread on Sunday."),
+    "18": ("running", "Ran ten kilometres along the river, knee felt fine."),
+    "19": ("the budget", "Moved the savings into the fixed deposit account."),
+}
+
+
+@pytest.fixture(scope="module")
+def january(tmp_path_factory: pytest.TempPathFactory):
+    ws = tmp_path_factory.mktemp("january") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    for d, (topic, text) in FILLER.items():
+        _session(ws / "sessions" / f"day-{d}.jsonl", [
+            (f"2024-01-{d}T18:00:00Z", "user", f"Let me tell you about {topic}. {text}"),
+            (f"2024-01-{d}T18:01:00Z", "assistant", f"Thanks for telling me about {topic}."),
+        ])
+    # the answer to a question about the 17th, sent just past midnight: stamped the 18th
+    _session(ws / "sessions" / "late-17.jsonl", [
+        ("2024-01-18T00:40:00Z", "user", "The plumber finally came about the boiler: the pressure valve is "
+                                         "broken and the boiler needs a new expansion vessel."),
+        ("2024-01-18T00:41:00Z", "assistant", "So the boiler repair means a new expansion vessel."),
+    ])
+    # the 17th's own second session, on something else
+    _session(ws / "sessions" / "day-17b.jsonl", [
+        ("2024-01-17T20:00:00Z", "user", "Called my aunt, nobody answered."),
+        ("2024-01-17T20:01:00Z", "assistant", "Try again tomorrow."),
+    ])
+    # a topic spoken of before the 17th and after it
+    _session(ws / "sessions" / "kayak-a.jsonl", [
+        ("2024-01-12T10:00:00Z", "user", "Booked the kayak course at the lake for the spring."),
+        ("2024-01-12T10:01:00Z", "assistant", "A kayak course sounds fun."),
+    ])
+    _session(ws / "sessions" / "kayak-b.jsonl", [
+        ("2024-01-19T10:00:00Z", "user", "Cancelled the kayak course, the lake is frozen."),
+        ("2024-01-19T10:01:00Z", "assistant", "A pity about the kayak course."),
+    ])
+    (ws / "memory" / "2024-01-16.md").write_text("# 2024-01-16\n\n- Lunch with Ottilie, she moves to Lisbon.\n")
+    (ws / "memory" / "2024-01-10.md").write_text("# 2024-01-10\n\n- Dentist appointment, all fine.\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    return s
+
+
+@pytest.mark.parametrize("form", ["17.01.2024", "17.01.", "17/01/24", "1/17", "2024-01-17", "Jan 17th",
+                                  "17 January", "January 17, 2024", "Wednesday"])
+def test_each_day_form_finds_that_days_transcript(january, form: str) -> None:
+    """A question whose other words are generic is answered by its day, whatever the day's form,
+    a year-less one against the memory's timeline (January 2024), not today's."""
+    with Searcher(january) as s:
+        hits = s.search(f"what did I tell you on {form}?", max_results=3)
+    assert hits and hits[0].path in ("sessions/day-17.jsonl", "sessions/day-17b.jsonl"), [h.citation for h in hits]
+    assert {h.path for h in hits[:2]} == {"sessions/day-17.jsonl", "sessions/day-17b.jsonl"}
+
+
+@pytest.mark.parametrize("form", ["16.01.2024", "16/01", "1/16", "2024-01-16", "Jan 16th", "16 January",
+                                  "Tuesday"])
+def test_each_day_form_finds_that_days_note(january, form: str) -> None:
+    with Searcher(january) as s:
+        hits = s.search(f"what did I write on {form}?", max_results=3, sources=["memory"])
+    assert hits and hits[0].path == "memory/2024-01-16.md", [h.citation for h in hits]
+
+
+def test_the_answer_stamped_the_day_after_wins_over_the_days_date_only_chunks(january) -> None:
+    """The answer was sent past midnight (stamped the 18th): it matches the words and lies within
+    the tolerance, so it ranks above the 17th's own chunks, which match only on their date.
+    Before: the 17th's chunks were lifted to 0.5 and every other chunk capped, the answer at 0.28."""
+    with Searcher(january) as s:
+        hits = s.search("what did the plumber say about the boiler on 17 January?")
+    assert hits and hits[0].path == "sessions/late-17.jsonl", [(h.citation, h.score) for h in hits]
+    assert hits[0].match != "date"
+    # without tolerance the named day's chunks come first again (the setting is honoured)
+    strict = january.model_copy(update={"query": january.query.model_copy(update={"day_tolerance_hours": 0})})
+    with Searcher(strict) as s:
+        hits = s.search("what did the plumber say about the boiler on 17 January?")
+    assert hits and hits[0].path in ("sessions/day-17.jsonl", "sessions/day-17b.jsonl"), [h.citation for h in hits]
+
+
+@pytest.mark.parametrize(("query", "want", "other"), [
+    ("what about the kayak course before 17 January?", "sessions/kayak-a.jsonl", "sessions/kayak-b.jsonl"),
+    ("what about the kayak course after 17 January?", "sessions/kayak-b.jsonl", "sessions/kayak-a.jsonl"),
+    ("what about the kayak course since 17.01.?", "sessions/kayak-b.jsonl", "sessions/kayak-a.jsonl"),
+    ("what about the kayak course between 10/01 and 14/01?", "sessions/kayak-a.jsonl", "sessions/kayak-b.jsonl"),
+])
+def test_ranges_rank_the_range_first_and_keep_the_rest(january, query: str, want: str, other: str) -> None:
+    with Searcher(january) as s:
+        paths = [h.path for h in s.search(query)]
+    assert paths and paths[0] == want, paths
+    assert other in paths  # a ranking signal, not a filter
+
+
+def test_a_weekday_resolves_against_the_memorys_timeline(january) -> None:
+    """"on Friday": the memory's newest day is Friday 19 January 2024 (the kayak session): the
+    question is taken as asked the day after, so Friday is the 19th, not a Friday before today."""
+    with Searcher(january) as s:
+        hits = s.search("what did I say on Friday?", max_results=3)
+        assert hits and hits[0].date is not None and hits[0].date.startswith("2024-01-19"), [h.citation for h in hits]
+        hits = s.search("what did I say yesterday?", max_results=3)
+        assert hits and hits[0].date is not None and hits[0].date.startswith("2024-01-19"), [h.citation for h in hits]
+
+
+def test_a_named_day_with_nothing_matching_returns_nothing(january) -> None:
+    """A day with no conversation, next to days that have one: their chunks that do not match
+    the words are not lifted (the tolerance is for answers, not for filler)."""
+    with Searcher(january) as s:
+        assert s.search("what did the accountant say about taxes on 14 January?") == []
+
+
+def test_a_transcript_chunk_across_midnight_carries_both_days(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "s.jsonl", [
+        ("2024-03-01T23:50:00Z", "user", "Still awake, thinking about the move."),
+        ("2024-03-02T00:10:00Z", "user", "Decided: the piano goes to my cousin Malte."),
+    ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    strict = s.model_copy(update={"query": s.query.model_copy(update={"day_tolerance_hours": 0})})
+    with Searcher(strict) as searcher:
+        hits = searcher.search("what did I decide about the piano on 2 March 2024?")
+    # its first message is of the 1st; its answer of the 2nd, which it is lifted for (before: dated by
+    # its first message only, so capped at 0.5 as another day's chunk)
+    assert hits and hits[0].path == "sessions/s.jsonl" and hits[0].score > 0.5, hits
+
+
+def test_a_chunk_that_names_the_day_in_its_text_counts_as_that_days(tmp_path: Path) -> None:
+    """Real chats write days in their text ("see you on 17.01", "yesterday"): a chunk that names
+    the day is found for it (through the FTS index, verified by the same parser) and lifted, though
+    it was written on another day."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "plan.jsonl", [
+        ("2024-01-10T09:00:00Z", "user", "The landlord comes on 17.01 to read the meters."),
+        ("2024-01-10T09:01:00Z", "assistant", "Noted."),
+    ])
+    _session(ws / "sessions" / "after.jsonl", [
+        ("2024-01-18T09:00:00Z", "user", "Yesterday I finally repainted the hallway."),
+        ("2024-01-18T09:01:00Z", "assistant", "Nice."),
+    ])
+    for d in ("12", "14", "16", "17", "19"):
+        _session(ws / "sessions" / f"day-{d}.jsonl", [
+            (f"2024-01-{d}T12:00:00Z", "user", f"Nothing special on the {d}th, read a book."),
+        ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        paths = [h.path for h in searcher.search("what happened on 17 January?", max_results=4)]
+        assert "sessions/plan.jsonl" in paths and "sessions/after.jsonl" in paths, paths
+        assert paths[0] in ("sessions/day-17.jsonl", "sessions/plan.jsonl", "sessions/after.jsonl"), paths
+        assert all(p not in paths for p in ("sessions/day-12.jsonl", "sessions/day-14.jsonl")), paths
+
+
+@pytest.mark.parametrize("query", ["before 0001-01-10 meeting", "after 9999-12-20 meeting", "the day before yesterday",
+                                   "999 days ago", "last month", "on Friday", "what happened on 1/1",
+                                   "between 1/1/0001 and 31/12/9999", "until 0001-01-02"])
+def test_days_at_the_calendars_edge_never_crash_a_search(tmp_path_factory: pytest.TempPathFactory,
+                                                         query: str) -> None:
+    """A transcript stamped in year 1 (the memory's newest day) and one that names days in its text:
+    open ranges (their fetch window), relative days counted back from it, days read from its text and
+    year 1's stamp (``strftime`` wrote ``1-01-01T00:00``) stay in the calendar: a guard for the new
+    arithmetic, which raised OverflowError / ValueError here while it was written."""
+    ws = tmp_path_factory.mktemp("edge") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "x.jsonl", [("0001-01-01T00:00:00Z", "user", "on 1/1 and 31.12. yesterday we met")])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        for mode in ("hybrid", "keyword"):
+            searcher.search(query, min_score=0, mode=mode)  # no exception
+        assert searcher.search("we met", min_score=0)
