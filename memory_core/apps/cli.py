@@ -21,6 +21,7 @@ from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_e
 from memory_core.runtime.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:
+    from memory_core.api import Memory
     from memory_core.index.runtypes import RunSummary
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -367,20 +368,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
     with contextlib.ExitStack() as stack:
-        s: Any
+        store = None
         if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
             from memory_core.query.lancedb import LanceSearcher
 
             s = stack.enter_context(LanceSearcher(_settings(args), args.lancedb))
-        else:
-            s = stack.enter_context(_searcher(args))
-        store = None
-        if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
-            from memory_core.notes.memory_store import MemoryStore
-
-            store = stack.enter_context(MemoryStore(s.settings))
-        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+            if args.sources and "store" in args.sources:
+                store = stack.enter_context(_memory_store(s.settings))
+            res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+        else:  # the front door: a one-shot Memory (no reindex, no watch; it says when the index is stale)
+            memory = stack.enter_context(_memory(args))
+            if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
+                store = stack.enter_context(_memory_store(memory.settings))
+            res = memory.answer(args.query, max_results=args.max_results, min_score=args.min_score,
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type,
+                                extra=store).to_dict()
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -395,6 +398,20 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"    {line}")
         print()
     return EXIT_OK
+
+
+def _memory(args: argparse.Namespace, *, refresh: bool = False) -> Memory:
+    """The :class:`memory_core.api.Memory` of the command's settings (resolved as every entry
+    point resolves them); a command is a one-shot reader: no sync triggers."""
+    from memory_core.api import Memory
+
+    return Memory(_settings(args), refresh=refresh)
+
+
+def _memory_store(settings: Settings) -> Any:
+    from memory_core.notes.memory_store import MemoryStore
+
+    return MemoryStore(settings)
 
 
 def cmd_get(args: argparse.Namespace) -> int:

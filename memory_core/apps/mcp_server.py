@@ -77,7 +77,8 @@ SEARCH_DESCRIPTION = (
     f" {SNIPPET_MAX_CHARS} characters), with the provider and model that embedded the query and any fallback."
     " In a group or channel chat pass chatType so citations stay out of the reply. If a snippet"
     " is not enough, call memory_get with that path and line range instead of reading whole files."
-    " No results means nothing in memory matches well (nothing reached minScore)."
+    " No results means nothing in memory matches well (nothing reached minScore). The index refreshes"
+    " itself; stale: true means recent file changes may not be in it yet (note says why)."
 )
 
 GET_DESCRIPTION = (
@@ -246,8 +247,13 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                                                                " to keyword-only ('keyword') or from qmd to 'builtin'"},
         "citations": {"type": "string", "enum": ["on", "off", "auto"]},
         "note": {"type": "string"},
+        "stale": {"type": "boolean", "description": "the index answered from is older than its sources (then"
+                                                    " stale_reason says what changed, refreshing whether a reindex"
+                                                    " is running, and note says so)"},
+        "stale_reason": {"type": "string"},
+        "refreshing": {"type": "boolean"},
     },
-    "required": ["results", "provider", "backend", "mode", "fallback"],
+    "required": ["results", "provider", "backend", "mode", "fallback", "stale"],
 }
 
 GET_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -380,15 +386,18 @@ class MemoryTools:
 
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
-        self.sync.on_search()
+        # [sync] on_search: a dirty index is refreshed first, waiting at most search_wait_ms; the
+        # answer says when the index it was read from is stale
+        fresh = self.sync.before_search()
         # the memory store is searched only when named (its results merged by score)
         store = self.store_tools.store if a.sources and "store" in a.sources else None
         with self._borrow() as searcher:
             # the same answer as `search --json`: shaped (citations mode, injection budget) there;
             # with the store, its memories merged by score, with the same metadata
-            return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
-                                            sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                            mode=a.mode, chat_type=a.chat_type, extra=store)
+            out = searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
+                                           sources=list(dict.fromkeys(a.sources)) if a.sources else None,
+                                           mode=a.mode, chat_type=a.chat_type, extra=store)
+        return fresh.apply(out)
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
