@@ -48,7 +48,7 @@ def test_index_search_read_round_trip(workspace: Path, openai_fake: Any) -> None
         # a second run finds nothing to do and embeds nothing
         again = memory.index()
         assert again.files_new == again.files_changed == 0 and again.chunks_embedded == 0
-        assert memory.status()["files"] == summary.files_new
+        assert memory.status().files == summary.files_new and memory.status().state == "ok"
 
 
 def test_search_sees_a_reindex_published_by_another_memory(workspace: Path, openai_fake: Any) -> None:

@@ -330,12 +330,12 @@ def _progress_bar(enabled: bool):
 
 
 def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    from memory_core.index.indexer import Indexer
+    from memory_core.api import Memory
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        with Indexer(settings) as indexer:
-            return indexer.run(full=args.full, progress=progress)
+        with Memory(settings, refresh=False) as memory:  # the front door's in-process run
+            return memory.index(full=args.full, progress=progress)
     finally:
         close()
 
@@ -356,12 +356,6 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
         raise RunError(f"Prefect: {exc} (is PREFECT_API_URL right? `--engine local` runs without Prefect)") from exc
     finally:
         close()
-
-
-def _searcher(args: argparse.Namespace):
-    from memory_core.query.backends import open_searcher
-
-    return open_searcher(_settings(args))
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -415,32 +409,23 @@ def _memory_store(settings: Settings) -> Any:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    with _searcher(args) as s:  # the path may be a citation as search prints it: path#L10-L20
-        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
-    if res["lines"] == 0 and res["from"] > 1:
-        raise UsageError(f"line {res['from']} is past the end of {res['path']}")
+    with _memory(args) as memory:  # the path may be a citation as search prints it: path#L10-L20
+        got = memory.read(args.path, from_line=args.from_line, lines=args.lines)
+    if got.lines == 0 and got.start_line > 1:
+        raise UsageError(f"line {got.start_line} is past the end of {got.path}")
     if args.json:
-        print(json.dumps(res, indent=2, ensure_ascii=False))
+        print(json.dumps(got.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print(res["text"])
+        print(got.text)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from memory_core.runtime.engines import choose_engine
-    from memory_core.storage.indexmeta import IndexRecord
 
-    with _searcher(args) as s:
-        st = s.status(measure=args.sizes)
-        record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
-    if record is not None:
-        # what the index was built from: what readers use, and what writers keep unless told otherwise
-        st["built_from"] = {
-            "workspace": record.workspace, "sources": record.sources, "sessions_dir": record.sessions_dir,
-            "extra_paths": record.extra_paths, "redact": record.redact,
-            "chunking": {"tokens": record.chunk_tokens, "overlap": record.chunk_overlap},
-            "provider": record.provider, "model": record.model, "provider_key": record.provider_key,
-        }
+    with _memory(args) as memory:
+        status = memory.status(measure=args.sizes)
+    st = status.to_dict()  # with what the index was built from: what readers use, and writers keep
     # which engine `memory-core index` would use (--engine not given) and why
     requested = os.environ.get("MEMORY_CORE_ENGINE") or "auto"
     st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
@@ -462,7 +447,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     print(f"  {k2}: {v2 / 2**20:,.1f} MiB - {SIZE_LINES.get(k2, '')}")
             else:
                 print(f"{k}: {v}")
-    return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
+    return EXIT_OK if status.state == "ok" else EXIT_FAIL
 
 
 def _local_time(seconds: float) -> str:
