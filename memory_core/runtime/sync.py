@@ -51,6 +51,7 @@ from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 
 log = logging.getLogger("memory_core.runtime.sync")
 
 DIRTY_CHECK_MIN_S = 1.0  # a burst of searches re-scans the sources at most once a second
+WATCHED_MAX_AGE_S = 60.0  # a clean check made while watching stands this long unless an event forgets it
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +120,9 @@ class SyncManager:
         self._cond = threading.Condition()
         self._active = False  # a request thread is running or about to
         self._again: str | None = None  # reason of the follow-up run asked for meanwhile
-        self._dirty: tuple[float, DirtyState] | None = None
-        self._watcher: Watcher | None = None
+        self._dirty: tuple[float, DirtyState, bool] | None = None  # checked at, state, sources watched then
+        self._dirty_gen = 0  # bumped by every watch event and run: a check that spans one is not kept
+        self._watcher: _SyncWatcher | None = None
         self._stop_interval: Callable[[], None] | None = None
 
     # -- triggers ----------------------------------------------------------------------------------
@@ -168,23 +170,36 @@ class SyncManager:
         """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
         return self.settings.sync.on_session_start and self._request_if_dirty("session start")
 
-    def dirty(self, *, max_age_s: float = DIRTY_CHECK_MIN_S) -> DirtyState:
-        """The index's dirty state, re-checked when older than ``max_age_s`` (a burst of searches
-        stats the sources at most once a second); every watch event and every run forgets it,
-        so with the watch on a change is seen as soon as its event arrives, else within 1 s."""
+    def dirty(self, *, max_age_s: float | None = None) -> DirtyState:
+        """The index's dirty state, re-checked when older than ``max_age_s``. By default: a
+        state checked while the sources were watched stands until a watch event or a run
+        forgets it (``WATCHED_MAX_AGE_S`` at most, a bound on lost events), so a search on a
+        watched, unchanged workspace stats nothing; otherwise ``DIRTY_CHECK_MIN_S`` (a burst of
+        searches stats the sources at most once a second)."""
         now = time.monotonic()
         with self._cond:
-            cached = self._dirty
-        if cached is not None and now - cached[0] < max_age_s:
-            return cached[1]
+            cached, gen = self._dirty, self._dirty_gen
+        if cached is not None:
+            at, st, watched = cached
+            limit = max_age_s if max_age_s is not None else (
+                WATCHED_MAX_AGE_S if watched and self._watching() else DIRTY_CHECK_MIN_S)
+            if now - at < limit:
+                return st
+        watched = self._watching()  # before the scan: an event during it forgets what it finds
         st = dirty_state(self.settings)
         with self._cond:
-            self._dirty = (now, st)
+            if self._dirty_gen == gen:  # nothing forgot it meanwhile
+                self._dirty = (now, st, watched)
         return st
+
+    def _watching(self) -> bool:
+        w = self._watcher
+        return w is not None and w.watching
 
     def forget_dirty(self) -> None:
         with self._cond:
             self._dirty = None
+            self._dirty_gen += 1
 
     def _request_if_dirty(self, reason: str) -> bool:
         st = self.dirty()
@@ -229,6 +244,7 @@ class SyncManager:
             with self._cond:
                 self.runs.append(rec)
                 self._dirty = None
+                self._dirty_gen += 1
                 self._cond.notify_all()
         if rec.ok:
             log.info("sync: reindexed (%s) in %.1fs", reason, rec.seconds)
@@ -296,6 +312,11 @@ class _SyncWatcher(Watcher):
     def __init__(self, manager: SyncManager, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._manager = manager
+
+    @property
+    def watching(self) -> bool:
+        """The watches are in place (not re-planning, not stopped)."""
+        return self._watching.is_set() and not self._stop.is_set()
 
     def notify(self, paths: Iterable[str], *, reason: str | None = None, full_scan: str = "") -> None:
         super().notify(paths, reason=reason, full_scan=full_scan)
