@@ -112,3 +112,47 @@ def test_the_cli_readers_go_through_the_front_door(workspace: Path, capsys: pyte
     st = json.loads(capsys.readouterr().out)
     assert status.state == st["state"] == "ok" and status.files == st["files"] and status.provider == "none"
     assert status.built_from is not None and st["built_from"]["provider"] == status.built_from.provider == "none"
+
+
+def test_the_cli_says_when_the_index_is_stale(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-shot reader (the CLI's search, a Memory with refresh=False) starts no reindex but says
+    when the index it answered from is older than its sources."""
+    (workspace / "memory-core.toml").write_text('provider = "none"\n')
+    cli_index(workspace, capsys)
+    assert main(["search", "-w", str(workspace), "pgbackrest restore", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stale"] is False
+    (workspace / "memory" / "okapi.md").write_text("# Okapi\n\nThe okapi enclosure opens in May.\n")
+    assert main(["search", "-w", str(workspace), "okapi enclosure", "--min-score", "0"]) == 0
+    out = capsys.readouterr()
+    assert "memory/okapi.md" not in out.out and "note: the index is stale (1 new)" in out.err
+    assert "`memory-core index` refreshes it" in out.err
+    assert main(["search", "-w", str(workspace), "okapi enclosure", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["stale"] is True and res["stale_reason"] == "1 new" and res["refreshing"] is False
+    assert main(["status", "-w", str(workspace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dirty"] is True  # nothing was reindexed
+
+
+def test_a_readers_watch_does_not_build_a_missing_index(workspace: Path, tmp_path: Path) -> None:
+    """The triggers refresh an index that exists: a watch in a reader over a workspace never
+    indexed does not start a first build (with whatever provider `auto` would pick)."""
+    import time
+
+    from memory_core.config import load_settings
+    from memory_core.runtime.sync import SyncManager
+
+    s = load_settings(None, {"workspace": str(workspace), "index_path": str(tmp_path / "idx" / "index.sqlite"),
+                             "provider": "none", "sync": {"watch_debounce_ms": 50}})
+    sync = SyncManager(s)
+    sync.start()
+    try:
+        assert sync._watcher is not None and sync._watcher.wait_ready(10)
+        (workspace / "memory" / "okapi.md").write_text("# Okapi\n\nThe okapi enclosure opens in May.\n")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not sync._watcher.runs:
+            time.sleep(0.05)
+        assert sync._watcher.runs and sync._watcher.runs[-1].ok  # the watch saw it and did nothing
+        assert sync.runs == [] and not s.index_file.exists()
+        assert sync.on_session_start() is False and sync.before_search().stale is False
+    finally:
+        sync.close()

@@ -86,7 +86,7 @@ class Freshness:
         if self.stale:
             answer["stale_reason"] = self.reason
             answer["refreshing"] = self.refreshing
-            answer["note"] = "; ".join(n for n in (answer.get("note"), self.note) if n)
+            answer["note"] = "; ".join(n for n in (self.note, answer.get("note")) if n)  # first: it may explain the rest
         return answer
 
 
@@ -336,6 +336,8 @@ class _WatchRuns:
         return self.run_changed(None)
 
     def run_changed(self, changed: frozenset[str] | None) -> Any:
+        if not self.manager.settings.index_file.exists():
+            return None  # the triggers refresh an index that exists; the first build is `memory-core index`'s
         rec = self.manager._run_serialised("watch", changed)
         if not rec.ok:
             if rec.skipped:
