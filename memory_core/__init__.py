@@ -22,7 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memory_core.api import FileText, Memory, open_memory
+    from memory_core.api import FileText, Memory, SearchAnswer, open_memory
     from memory_core.config import Settings, load_settings
     from memory_core.errors import (
         ConfigError,
@@ -41,6 +41,7 @@ _EXPORTS = {
     "open_memory": "memory_core.api",
     "Memory": "memory_core.api",
     "FileText": "memory_core.api",
+    "SearchAnswer": "memory_core.api",
     "Settings": "memory_core.config",
     "load_settings": "memory_core.config",
     "RunSummary": "memory_core.index.runtypes",
@@ -57,7 +58,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "ConfigError", "FileText", "IndexMissingError", "Indexer", "Memory", "MemoryCoreError", "PathError",
+    "ConfigError", "FileText", "IndexMissingError", "Indexer", "Memory", "MemoryCoreError", "PathError", "SearchAnswer",
     "ProviderError", "RunError", "RunRecord", "RunSummary", "SearchResult", "Settings", "UsageError", "load_settings", "open_memory",
 ]
 assert sorted(__all__) == sorted(_EXPORTS)

@@ -11,11 +11,22 @@ module puts the four a program needs behind one object, with typed results::
             print(f"{r.score:.2f} {r.citation}")
         text = memory.read(r.citation)                # FileText: the cited lines
 
-Settings come from the same places as the CLI's, in the same order: the config file (``config``
-or ``$MEMORY_CORE_CONFIG``), ``MEMORY_CORE_*`` variables, then the keyword arguments given here
-(nested settings as dicts, e.g. ``query={"min_score": 0.3}``). A :class:`Memory` keeps one
-search connection open between queries and notices a reindex published by anyone (this object,
-the CLI, a Prefect deployment) at its next query.
+Settings resolve as the CLI's do, by the one function every entry point calls
+(:func:`memory_core.runtime.resolve.resolve_settings`): the keyword arguments given here (nested
+settings as dicts, e.g. ``query={"min_score": 0.3}``), ``MEMORY_CORE_*`` variables, the config
+file (``config``, ``$MEMORY_CORE_CONFIG`` or ``<workspace>/memory-core.toml``), what the live
+index recorded, the defaults. A :class:`Memory` keeps its search connections open between
+queries and notices a reindex published by anyone (this object, the CLI, a Prefect deployment)
+at its next query. It is the one front door: the CLI's ``index``, ``search``, ``get`` and
+``status``, the MCP server and ``watch`` go through it.
+
+A :class:`Memory` is a long-lived reader and keeps its index fresh as the seeds do (the
+``[sync]`` settings, all three on by default): its first call is a session start (a dirty index
+is reindexed in the background), it watches the sources (a change is indexed once they have
+been quiet ``sync.watch_debounce_ms``), and a search on a dirty index waits for the refresh at
+most ``sync.search_wait_ms`` (1 s), then answers from the index as it is. :meth:`Memory.answer`
+says when that index is stale (``stale``, ``stale_reason``, ``refreshing``, ``note``). Turn the
+triggers off with ``sync={"on_search": False, "watch": False, "on_session_start": False}``.
 
 Errors are the library's own: :class:`memory_core.errors.ConfigError` for bad settings,
 :class:`memory_core.errors.IndexMissingError` when searching before the first index,
@@ -26,20 +37,70 @@ live index as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from memory_core.config import Settings, load_settings
+from memory_core.config import Settings
 
 if TYPE_CHECKING:
     from memory_core.index.indexer import Indexer
     from memory_core.index.runtypes import Progress, RunSummary
-    from memory_core.query.search import Searcher, SearchResult
+    from memory_core.query.search import ResultSource, Searcher, SearchResult
+    from memory_core.runtime.sync import Freshness, SyncManager
+    from memory_core.storage.indexmeta import IndexRecord
 
-__all__ = ["FileText", "Memory", "open_memory"]
+__all__ = ["FileText", "Memory", "MemoryStatus", "SearchAnswer", "open_memory"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """One search's answer, as ``memory_search`` and ``search --json`` give it (:meth:`to_dict`).
+
+    ``results``: best first, each in the tool's shape (``path``, ``startLine``, ``endLine``,
+    ``score``, ``snippet``, ``source``, ``citation``, ``match``, ``date``, ...); ``provider`` and
+    ``model``: what embedded the query (``none``: a keyword-only index); ``backend``:
+    ``builtin`` or ``qmd``; ``fallback``: ``None`` or ``{from, to, reason}``; ``citations``: the
+    citations mode applied; ``note``: what the caller should know (empty: nothing); ``stale``:
+    the index answered from is older than its sources (``stale_reason`` says what changed,
+    ``refreshing`` whether a reindex is running)."""
+
+    results: list[dict[str, Any]]
+    provider: str
+    model: str | None
+    backend: str
+    mode: str
+    fallback: dict[str, Any] | None
+    citations: str
+    note: str = ""
+    stale: bool = False
+    stale_reason: str = ""
+    refreshing: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchAnswer:
+        return cls(results=list(data["results"]), provider=data.get("provider", "none"), model=data.get("model"),
+                   backend=data.get("backend", "builtin"), mode=data.get("mode", "hybrid"),
+                   fallback=data.get("fallback"),
+                   citations=data.get("citations", "auto"), note=data.get("note", ""),
+                   stale=bool(data.get("stale", False)), stale_reason=data.get("stale_reason", ""),
+                   refreshing=bool(data.get("refreshing", False)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON answer: ``note`` only when there is one; ``stale_reason`` and ``refreshing``
+        only when stale."""
+        out: dict[str, Any] = {"results": self.results, "provider": self.provider, "model": self.model,
+                               "backend": self.backend, "mode": self.mode, "fallback": self.fallback,
+                               "citations": self.citations}
+        if self.note:
+            out["note"] = self.note
+        out["stale"] = self.stale
+        if self.stale:
+            out["stale_reason"], out["refreshing"] = self.stale_reason, self.refreshing
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +123,91 @@ class FileText:
         """The last line returned (``start_line - 1`` when none was)."""
         return self.start_line + self.lines - 1
 
+    def to_dict(self) -> dict[str, Any]:
+        """``memory_get``'s JSON: ``{path, text, source, from, lines}``."""
+        return {"path": self.path, "text": self.text, "source": self.source, "from": self.start_line,
+                "lines": self.lines}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStatus:
+    """What ``memory-core status`` and ``memory_status`` report.
+
+    ``state``: ``ok``, ``missing`` or ``damaged``; ``files`` and ``chunks``: what the index
+    holds (None unless ok); ``provider`` and ``model``: what embedded it; ``dirty`` and
+    ``dirty_reason``: its sources changed since it was built; ``built_from``: what it recorded
+    (the settings readers use and writers keep unless told otherwise); ``details``: the whole
+    report as the status gives it (sizes, vector search, chunk counts per source, ...), JSON-ready."""
+
+    state: str
+    index_path: str
+    files: int | None = None
+    chunks: int | None = None
+    provider: str | None = None
+    model: str | None = None
+    dirty: bool | None = None
+    dirty_reason: str = ""
+    built_from: IndexRecord | None = None
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], record: IndexRecord | None = None) -> MemoryStatus:
+        return cls(state=str(data.get("state")), index_path=str(data.get("index_path")), files=data.get("files"),
+                   chunks=data.get("chunks"), provider=data.get("provider"), model=data.get("model"),
+                   dirty=data.get("dirty"), dirty_reason=data.get("dirty_reason") or "", built_from=record,
+                   details=dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``status --json`` (and ``memory_status``, which adds its ``sync``)."""
+        out = dict(self.details)
+        r = self.built_from
+        if r is not None:  # what the index was built from
+            out["built_from"] = {
+                "workspace": r.workspace, "sources": r.sources, "sessions_dir": r.sessions_dir,
+                "extra_paths": r.extra_paths, "redact": r.redact,
+                "chunking": {"tokens": r.chunk_tokens, "overlap": r.chunk_overlap},
+                "provider": r.provider, "model": r.model, "provider_key": r.provider_key,
+            }
+        return out
+
+
+MAX_SEARCHERS = 4  # searchers open at once: the calls a Memory answers side by side
+_PENDING: Any = object()  # a searcher being opened
+
 
 class Memory:
     """One memory: a workspace, its index and its settings. Use it as a context manager, or call
-    :meth:`close` (it closes the search connection, the query's embedding model and the
-    indexing one)."""
+    :meth:`close` (it closes the search connections, the query's embedding model, the indexing
+    one and the sync triggers).
 
-    def __init__(self, settings: Settings) -> None:
+    The one front door: the CLI's ``index`` / ``search`` / ``get`` / ``status``, the MCP server
+    and ``watch`` go through it, over settings resolved as :func:`open_memory` resolves them
+    (:func:`memory_core.runtime.resolve.resolve_settings`).
+
+    Thread-safe: concurrent calls each borrow a searcher of their own (opened on demand, at most
+    ``max_searchers``), so a search waiting on a slow embedding provider holds up no other call.
+
+    ``refresh`` (default True): run the ``[sync]`` triggers (module docstring); False: a one-shot
+    reader (the CLI) that starts no reindex and no watch but still says when the index is stale.
+    ``auto_start`` (default True): the triggers start at the first call (the session start);
+    False: the caller starts them (:meth:`start_session`; the MCP server does at a client's
+    ``initialize``). ``searcher``: the first searcher (else opened on first use)."""
+
+    def __init__(self, settings: Settings, *, refresh: bool = True, auto_start: bool = True,
+                 searcher: Searcher | None = None, max_searchers: int = MAX_SEARCHERS) -> None:
         self.settings = settings
-        self._searcher: Searcher | None = None
+        self.refresh = refresh
+        self.auto_start = auto_start
+        self._first: Searcher | None = searcher
+        self._free: list[Searcher] = [searcher] if searcher is not None else []
+        self._all: list[Searcher] = list(self._free)
+        self._max = max(1, max_searchers)
         self._indexer: Indexer | None = None
+        self._sync: SyncManager | None = None
+        self._started = False
         self._lock = threading.Lock()
+        self._returned = threading.Condition(self._lock)
+        self.last_freshness: Freshness | None = None  # of the index the last search read
 
     # -- indexing ---------------------------------------------------------------------------
     def index(self, *, full: bool = False, progress: Callable[[Progress], None] | None = None) -> RunSummary:
@@ -99,14 +234,47 @@ class Memory:
     # -- searching --------------------------------------------------------------------------
     @property
     def searcher(self) -> Searcher:
-        """The long-lived :class:`memory_core.query.search.Searcher` behind :meth:`search` (for its
-        other calls: ``status()``, ``search_response()``, ``retrieve()`` and ``rank()``)."""
+        """The first :class:`memory_core.query.search.Searcher` behind :meth:`search` (builtin, or
+        qmd: ``backend``), for its other calls in one thread (``search_response()``,
+        ``retrieve()`` and ``rank()``: evaluations)."""
         with self._lock:
-            if self._searcher is None:
-                from memory_core.query.search import Searcher
+            if self._first is None:
+                from memory_core.query.backends import open_searcher
 
-                self._searcher = Searcher(self.settings)
-            return self._searcher
+                self._first = open_searcher(self.settings)
+                self._free.append(self._first)
+                self._all.append(self._first)
+            return self._first
+
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[Searcher]:
+        """A searcher for one call: a free one, else a new one (up to ``max_searchers``), else
+        the next one returned."""
+        self.searcher  # noqa: B018 - the first one is opened in the caller's thread, errors and all
+        with self._lock:
+            while not self._free and len(self._all) >= self._max:
+                self._returned.wait()
+            s = self._free.pop() if self._free else None
+            if s is None:
+                self._all.append(s := _PENDING)  # reserve the place while it opens
+        if s is _PENDING:
+            try:
+                from memory_core.query.backends import open_searcher
+
+                s = open_searcher(self.settings)
+            except BaseException:
+                with self._lock:
+                    self._all.remove(_PENDING)
+                    self._returned.notify()
+                raise
+            with self._lock:
+                self._all[self._all.index(_PENDING)] = s
+        try:
+            yield s
+        finally:
+            with self._lock:
+                self._free.append(s)
+                self._returned.notify()
 
     def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, mode: str | None = None) -> list[SearchResult]:
@@ -116,31 +284,107 @@ class Memory:
 
         Defaults come from the settings (``query.max_results``, ``query.min_score``,
         ``query.mode``); ``sources`` limits to ``["memory"]`` or ``["sessions"]``; ``mode`` is
-        ``hybrid``, ``keyword`` or ``vector``.
+        ``hybrid``, ``keyword`` or ``vector``. A dirty index is refreshed first (``sync.on_search``,
+        waiting at most ``sync.search_wait_ms``); :attr:`last_freshness` says whether the index
+        read was stale (:meth:`answer` carries it).
         """
-        return self.searcher.search(query, max_results=max_results, min_score=min_score, sources=sources,
-                                    mode=mode)
+        self.last_freshness = self._before_search()
+        with self._borrow() as s:
+            return s.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
+
+    def answer(self, query: str, *, max_results: int | None = None, min_score: float | None = None,
+               sources: list[str] | None = None, mode: str | None = None, chat_type: str | None = None,
+               extra: ResultSource | None = None) -> SearchAnswer:
+        """What an agent is handed for ``query`` (the ``memory_search`` tool's answer): the
+        results shaped for ``chat_type`` (citations mode, injection budget), what embedded the
+        query, any fallback, notes, and whether the index was stale. ``extra``: a source searched
+        beside the index when ``sources`` names it (the LanceDB memory store)."""
+        fresh = self._before_search()
+        self.last_freshness = fresh
+        with self._borrow() as s:
+            out = s.search_response(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode,
+                                    chat_type=chat_type, extra=extra)
+        return SearchAnswer.from_dict(fresh.apply(out))
 
     def read(self, citation: str, *, from_line: int | None = None, lines: int | None = None) -> FileText:
         """The lines a citation points at (``path#L10-L20``), or ``lines`` lines of ``path`` from
         ``from_line``. Only indexed files can be read; anything else raises
         :class:`memory_core.errors.PathError`."""
-        got = self.searcher.read_file(citation, from_line=from_line, lines=lines)
+        self._session()
+        with self._borrow() as s:
+            got = s.read_file(citation, from_line=from_line, lines=lines)
         return FileText(path=got["path"], source=got["source"], start_line=int(got["from"]),
                         lines=int(got["lines"]), text=got["text"])
 
-    def status(self) -> dict[str, Any]:
-        """What ``memory-core status --json`` prints: the index's files, chunks, provider, model,
-        sizes and whether the query side can embed (JSON-ready)."""
-        return self.searcher.status()
+    def status(self, *, measure: bool = False) -> MemoryStatus:
+        """What the index holds (files, chunks, provider, model, sizes, whether search can embed,
+        whether it is dirty) and what it was built from; ``measure``: also split its bytes by
+        purpose (reads the whole file)."""
+        from memory_core.storage.indexmeta import IndexRecord
+
+        self._session()
+        with self._borrow() as s:
+            st = s.status(measure=measure)
+            record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
+        return MemoryStatus.from_dict(st, record)
+
+    # -- freshness --------------------------------------------------------------------------
+    @property
+    def sync(self) -> SyncManager | None:
+        """The sync triggers (:class:`memory_core.runtime.sync.SyncManager`), created on first use;
+        None for a one-shot reader (``refresh=False``)."""
+        if not self.refresh:
+            return None
+        with self._lock:
+            if self._sync is None:
+                from memory_core.runtime.sync import SyncManager
+
+                self._sync = SyncManager(self.settings)
+            return self._sync
+
+    def start_session(self) -> None:
+        """Start the triggers (``watch``, ``interval_minutes``) and reindex a dirty index in the
+        background (``on_session_start``). Done once; the first call does it unless ``auto_start``
+        is False."""
+        sync = self.sync
+        with self._lock:
+            if sync is None or self._started:
+                return
+            self._started = True
+        sync.start()
+        sync.on_session_start()
+
+    def _session(self) -> SyncManager | None:
+        if self.auto_start:
+            self.start_session()
+        return self.sync
+
+    def _before_search(self) -> Freshness:
+        from memory_core.runtime.sync import current_freshness
+
+        sync = self._session()
+        return sync.before_search() if sync is not None else current_freshness(self.settings)
+
+    def freshness(self) -> Freshness:
+        """Whether the index is stale now (what changed, whether a reindex is running); starts nothing."""
+        from memory_core.runtime.sync import current_freshness
+
+        sync = self.sync
+        return sync.freshness() if sync is not None else current_freshness(self.settings)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
-            if self._searcher is not None:
-                self._searcher.close()
-                self._searcher = None
+            sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.close()  # the watch and the interval stop; a run going is waited for (30 s at most)
+        with self._lock:
+            searchers = [s for s in self._all if s is not _PENDING]
+            self._all, self._free, self._first = [], [], None
             indexer, self._indexer = self._indexer, None
+        for s in searchers:
+            with contextlib.suppress(Exception):
+                s.close()
         if indexer is not None:
             indexer.close()
 
@@ -155,16 +399,25 @@ class Memory:
 
 
 def open_memory(workspace: str | os.PathLike[str] | None = None, *, config: str | os.PathLike[str] | None = None,
-                **settings: Any) -> Memory:
-    """A :class:`Memory` for ``workspace`` (default: the config's or ``$MEMORY_CORE_WORKSPACE``).
+                agent: str | None = None, **settings: Any) -> Memory:
+    """A :class:`Memory` for ``workspace`` (default: the config's, ``$MEMORY_CORE_WORKSPACE``,
+    the one the index was built from, else the current directory).
 
-    ``config`` is a TOML file as for ``memory-core --config``; keyword arguments override any
-    setting (``provider="openai"``, ``index_path="/tmp/mem.sqlite"``,
-    ``query={"min_score": 0.3}``). Nothing is read or built until :meth:`Memory.index` or
-    :meth:`Memory.search` is called; bad settings raise :class:`memory_core.errors.ConfigError`
-    here.
+    Settings resolve exactly as the CLI's (:func:`memory_core.runtime.resolve.resolve_settings`),
+    each from the first of: the keyword arguments here (any setting, ``provider="openai"``,
+    ``index_path="/tmp/mem.sqlite"``, nested ones as dicts: ``query={"min_score": 0.3}``);
+    ``MEMORY_CORE_*`` variables; the config file (``config``, else ``$MEMORY_CORE_CONFIG``, else
+    ``<workspace>/memory-core.toml``); what the live index recorded (provider, model, sources,
+    chunking, ...); the defaults. So a workspace indexed by ``memory-core index`` is opened with
+    the settings it was indexed with, and :meth:`Memory.index` rebuilds nothing that is not told to
+    change. ``agent``: an agent of the config's ``[agents]`` table (else ``$MEMORY_CORE_AGENT``).
+    Only the config file and the index's record are read here; nothing is built until
+    :meth:`Memory.index` or :meth:`Memory.search` is called. Bad settings raise
+    :class:`memory_core.errors.ConfigError`.
     """
-    overrides = dict(settings)
+    from memory_core.runtime.resolve import resolve_settings
+
+    told = dict(settings)
     if workspace is not None:
-        overrides["workspace"] = os.fspath(workspace)
-    return Memory(load_settings(config, overrides))
+        told["workspace"] = os.fspath(workspace)
+    return Memory(resolve_settings(told, config_file=config, told_by="open_memory argument {}", agent=agent).settings)

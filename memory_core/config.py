@@ -317,17 +317,22 @@ class QmdSettings(_Model):
 class SyncSettings(_Model):
     """When the index refreshes itself (memory_core/runtime/sync.py), as the seeds' ``sync`` settings.
 
-    ``on_search``: a search on a dirty index starts a background reindex (and answers from
-    the current one); ``on_session_start``: an MCP client's ``initialize`` does; ``watch``
-    with ``watch_debounce_ms``: file changes do (the MCP server; ``memory-core watch`` always
-    watches); ``interval_minutes`` > 0: a reindex at that interval. All off by default (the
-    seeds turn the first three on): a server that reindexes by itself is opted into.
+    Read by the long-lived readers: the MCP server, :func:`memory_core.open_memory`'s ``Memory``
+    and ``memory-core watch`` (which always watches). ``on_search``: a search on a dirty index
+    starts a reindex and waits for it at most ``search_wait_ms`` (then answers from the current
+    index, saying it is stale); ``on_session_start``: an MCP client's ``initialize`` (a
+    ``Memory``'s first call) starts one in the background; ``watch`` with ``watch_debounce_ms``:
+    file changes do; ``interval_minutes`` > 0: a reindex at that interval. The first three are
+    on by default, as the seeds' (``onSessionStart``, ``onSearch``, ``watch``): a reader answers
+    from a fresh index unless told otherwise. They refresh an index that exists; the first one
+    is built by ``memory-core index`` (or ``watch``).
     """
 
-    on_search: bool = False
-    on_session_start: bool = False
-    watch: bool = False
+    on_search: bool = True
+    on_session_start: bool = True
+    watch: bool = True
     watch_debounce_ms: int = Field(default=1500, ge=0)
+    search_wait_ms: int = Field(default=1000, ge=0)
     interval_minutes: float = Field(default=0.0, ge=0)
 
 

@@ -48,7 +48,7 @@ def test_index_search_read_round_trip(workspace: Path, openai_fake: Any) -> None
         # a second run finds nothing to do and embeds nothing
         again = memory.index()
         assert again.files_new == again.files_changed == 0 and again.chunks_embedded == 0
-        assert memory.status()["files"] == summary.files_new
+        assert memory.status().files == summary.files_new and memory.status().state == "ok"
 
 
 def test_search_sees_a_reindex_published_by_another_memory(workspace: Path, openai_fake: Any) -> None:
@@ -119,3 +119,45 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     want = (ws / "memory" / "2026-10-02.md").read_text(encoding="utf-8").split("\n")[6:12]
     assert "\n".join(want) in out.stdout
     assert (ws / ".memory-core" / "index.sqlite").exists()
+
+
+def test_a_memory_keeps_itself_fresh_and_says_when_it_is_stale(workspace: Path) -> None:
+    """open_memory's Memory is a long-lived reader with the seeds' sync defaults: a note written
+    by hand is found without calling index(); an answer from an index known to be stale (the
+    writer lock held by another process, so no refresh can run) says so."""
+    import time
+
+    from memory_core import SearchAnswer
+    from memory_core.storage.store import IndexLock
+
+    def found(memory: Memory, query: str, path: str, bound_s: float = 12.0) -> bool:
+        deadline = time.monotonic() + bound_s
+        while time.monotonic() < deadline:
+            if path in [h.path for h in memory.search(query, min_score=0)]:
+                return True
+            time.sleep(0.2)
+        return False
+
+    with open_memory(workspace, provider="none") as memory:
+        memory.index()
+        assert memory.answer("capybara rota").stale is False
+        assert memory.sync is not None and memory.sync._watcher is not None  # watching since the first call
+        (workspace / "memory" / "capybara.md").write_text("# Rota\n\nThe capybara feeding rota starts on Monday.\n")
+        assert found(memory, "capybara feeding rota", "memory/capybara.md")
+        with IndexLock(memory.settings.index_file, wait=False):
+            (workspace / "memory" / "okapi.md").write_text("# Okapi\n\nThe okapi enclosure opens in May.\n")
+            memory.sync.forget_dirty()  # what the watch event does; not waiting for it keeps the test short
+            ans = memory.answer("okapi enclosure", min_score=0)
+            assert isinstance(ans, SearchAnswer) and ans.stale and ans.stale_reason == "1 new"
+            assert "the index is stale (1 new)" in ans.note and ans.to_dict()["stale"] is True
+            assert "memory/okapi.md" not in [r["path"] for r in ans.results]
+            assert memory.freshness().stale
+        assert found(memory, "okapi enclosure", "memory/okapi.md")
+
+    # turned off: nothing refreshes, and the answer still says the index is stale
+    off = {"on_search": False, "on_session_start": False, "watch": False}
+    with open_memory(workspace, provider="none", sync=off) as memory:
+        (workspace / "memory" / "ibis.md").write_text("# Ibis\n\nThe ibis count is on Tuesday.\n")
+        ans = memory.answer("ibis count", min_score=0)
+        assert ans.stale and not ans.refreshing and "memory/ibis.md" not in [r["path"] for r in ans.results]
+        assert memory.sync is not None and memory.sync.runs == []

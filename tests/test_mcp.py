@@ -283,3 +283,66 @@ def test_concurrent_calls_are_answered_while_a_search_waits_for_a_stalled_provid
     assert max(done["status"], done["get"], done["search"]) < 3, done
     assert 4 < done["stuck"] < 10, done
     assert "keyword-only" in results["stuck"].structured_content.get("note", "")
+
+
+FRESHNESS_BOUND_S = 12  # issue 37: a server with default settings finds a note written by hand within 12 s
+
+
+def test_default_server_finds_a_note_written_by_hand_and_says_when_its_index_is_stale(indexed, tmp_path):
+    """Freshness by default ([sync] on_session_start, on_search and watch all on, as the seeds'):
+    a server started with no settings at all, driven through the SDK's stdio client, indexes a
+    note written by hand while it runs (its watch, before any search asks) and finds it; an
+    answer read from an index known to be stale (another process holds the writer lock, so the
+    refresh cannot run) says so."""
+    ws = indexed.workspace_dir
+    errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+
+    def paths(res: Any) -> list[str]:
+        return [r["path"] for r in res.structured_content["results"]]
+
+    async def session() -> None:
+        async with Client(_stdio(ws, errlog)) as client:
+            first = await client.call_tool("memory_search", {"query": "capybara rota", "min_score": 0})
+            assert first.structured_content["stale"] is False and "memory/capybara.md" not in paths(first)
+            st = (await client.call_tool("memory_status", {})).structured_content
+            assert st["sync"]["on_search"] and st["sync"]["on_session_start"] and st["sync"]["watch"]
+            await anyio.sleep(0.5)  # the watch is in place shortly after the session starts
+            (ws / "memory" / "capybara.md").write_text("# Rota\n\nThe capybara feeding rota starts on Monday.\n")
+            with anyio.fail_after(FRESHNESS_BOUND_S):
+                while True:  # memory_status starts no run: only the watch can make the index clean
+                    st = (await client.call_tool("memory_status", {})).structured_content
+                    if st["dirty"] is False:
+                        break
+                    await anyio.sleep(0.2)
+                res = await client.call_tool("memory_search", {"query": "capybara feeding rota", "min_score": 0})
+            assert paths(res)[0] == "memory/capybara.md" and res.structured_content["stale"] is False
+            assert any(r["ok"] for r in [st["sync"]["last_run"]] if r) and st["sync"]["last_run"]["reason"] == "watch"
+
+            # a stale index: another process is writing it, so no refresh can run; the answer says so
+            with IndexLock(indexed.index_file, wait=False):
+                (ws / "memory" / "okapi.md").write_text("# Okapi\n\nThe okapi enclosure opens in May.\n")
+                with anyio.fail_after(FRESHNESS_BOUND_S):
+                    while True:  # known stale once the change is seen (its watch event, or the next check)
+                        res = await client.call_tool("memory_search", {"query": "okapi enclosure", "min_score": 0})
+                        out = res.structured_content
+                        assert "memory/okapi.md" not in paths(res)
+                        if out["stale"]:
+                            break
+                        await anyio.sleep(0.2)
+                assert out["stale"] is True and out["stale_reason"] == "1 new"
+                assert "the index is stale (1 new)" in out["note"] and "stale" in _text(res)
+            # the lock released, the next search refreshes (on_search) or says it is still stale
+            with anyio.fail_after(FRESHNESS_BOUND_S):
+                while True:
+                    res = await client.call_tool("memory_search", {"query": "okapi enclosure", "min_score": 0})
+                    out = res.structured_content
+                    assert out["stale"] or "memory/okapi.md" in paths(res)  # never silently stale
+                    if "memory/okapi.md" in paths(res):
+                        break
+                    await anyio.sleep(0.2)
+
+    try:
+        _run(session)
+    finally:
+        errlog.close()
+    assert "Traceback" not in (tmp_path / "server.err").read_text()

@@ -82,6 +82,7 @@ def test_on_search_reindexes_in_the_background_and_respects_the_writer_lock(work
         with IndexLock(s.index_file, wait=False):
             out = tools.search({"query": "capybara rota", "min_score": 0})
             assert "memory/new.md" not in [r["path"] for r in out["results"]]  # answered from the current index
+            assert out["stale"] is True and "the index is stale (1 new)" in out["note"]  # and says so
             assert tools.sync.wait_idle()
         last = tools.status({})["sync"]["last_run"]
         assert last["skipped"] is True and "another run is writing" in last["error"]
@@ -99,15 +100,17 @@ def test_on_search_reindexes_in_the_background_and_respects_the_writer_lock(work
         tools.close()
 
 
-def test_on_search_off_does_nothing(workspace: Path) -> None:
-    s = sync_settings(workspace)
+def test_on_search_off_does_nothing_but_the_answer_says_the_index_is_stale(workspace: Path) -> None:
+    s = sync_settings(workspace, on_search=False, on_session_start=False, watch=False)
     run_index(s)
     tools = MemoryTools(s)
     try:
         (workspace / "memory" / "new.md").write_text(NEW)
         assert tools.sync.on_search() is False
-        tools.search({"query": "capybara rota", "min_score": 0})
+        out = tools.search({"query": "capybara rota", "min_score": 0})
         assert tools.sync.runs == [] and tools.status({})["dirty"] is True
+        assert out["stale"] is True and out["stale_reason"] == "1 new" and out["refreshing"] is False
+        assert "the index is stale (1 new)" in out["note"] and "memory/new.md" not in [r["path"] for r in out["results"]]
     finally:
         tools.close()
 

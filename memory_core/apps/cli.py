@@ -21,6 +21,7 @@ from memory_core.plugins import provider_names
 from memory_core.runtime.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:
+    from memory_core.api import Memory
     from memory_core.index.runtypes import RunSummary
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -332,12 +333,12 @@ def _progress_bar(enabled: bool):
 
 
 def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
-    from memory_core.index.indexer import Indexer
+    from memory_core.api import Memory
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
-        with Indexer(settings) as indexer:
-            return indexer.run(full=args.full, progress=progress)
+        with Memory(settings, refresh=False) as memory:  # the front door's in-process run
+            return memory.index(full=args.full, progress=progress)
     finally:
         close()
 
@@ -360,30 +361,26 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
         close()
 
 
-def _searcher(args: argparse.Namespace):
-    from memory_core.query.backends import open_searcher
-
-    return open_searcher(_settings(args))
-
-
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
     with contextlib.ExitStack() as stack:
-        s: Any
+        store = None
         if args.lancedb:  # an export of the index in LanceDB (past one machine), ranked as the index is
             from memory_core.query.lancedb import LanceSearcher
 
             s = stack.enter_context(LanceSearcher(_settings(args), args.lancedb))
-        else:
-            s = stack.enter_context(_searcher(args))
-        store = None
-        if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
-            from memory_core.notes.memory_store import MemoryStore
-
-            store = stack.enter_context(MemoryStore(s.settings))
-        res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+            if args.sources and "store" in args.sources:
+                store = stack.enter_context(_memory_store(s.settings))
+            res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
+                                    sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+        else:  # the front door: a one-shot Memory (no reindex, no watch; it says when the index is stale)
+            memory = stack.enter_context(_memory(args))
+            if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
+                store = stack.enter_context(_memory_store(memory.settings))
+            res = memory.answer(args.query, max_results=args.max_results, min_score=args.min_score,
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type,
+                                extra=store).to_dict()
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -400,33 +397,38 @@ def cmd_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _memory(args: argparse.Namespace, *, refresh: bool = False) -> Memory:
+    """The :class:`memory_core.api.Memory` of the command's settings (resolved as every entry
+    point resolves them); a command is a one-shot reader: no sync triggers."""
+    from memory_core.api import Memory
+
+    return Memory(_settings(args), refresh=refresh)
+
+
+def _memory_store(settings: Settings) -> Any:
+    from memory_core.notes.memory_store import MemoryStore
+
+    return MemoryStore(settings)
+
+
 def cmd_get(args: argparse.Namespace) -> int:
-    with _searcher(args) as s:  # the path may be a citation as search prints it: path#L10-L20
-        res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
-    if res["lines"] == 0 and res["from"] > 1:
-        raise UsageError(f"line {res['from']} is past the end of {res['path']}")
+    with _memory(args) as memory:  # the path may be a citation as search prints it: path#L10-L20
+        got = memory.read(args.path, from_line=args.from_line, lines=args.lines)
+    if got.lines == 0 and got.start_line > 1:
+        raise UsageError(f"line {got.start_line} is past the end of {got.path}")
     if args.json:
-        print(json.dumps(res, indent=2, ensure_ascii=False))
+        print(json.dumps(got.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print(res["text"])
+        print(got.text)
     return EXIT_OK
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from memory_core.runtime.engines import choose_engine
-    from memory_core.storage.indexmeta import IndexRecord
 
-    with _searcher(args) as s:
-        st = s.status(measure=args.sizes)
-        record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
-    if record is not None:
-        # what the index was built from: what readers use, and what writers keep unless told otherwise
-        st["built_from"] = {
-            "workspace": record.workspace, "sources": record.sources, "sessions_dir": record.sessions_dir,
-            "extra_paths": record.extra_paths, "redact": record.redact,
-            "chunking": {"tokens": record.chunk_tokens, "overlap": record.chunk_overlap},
-            "provider": record.provider, "model": record.model, "provider_key": record.provider_key,
-        }
+    with _memory(args) as memory:
+        status = memory.status(measure=args.sizes)
+    st = status.to_dict()  # with what the index was built from: what readers use, and writers keep
     # which engine `memory-core index` would use (--engine not given) and why
     requested = os.environ.get("MEMORY_CORE_ENGINE") or "auto"
     st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
@@ -448,7 +450,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     print(f"  {k2}: {v2 / 2**20:,.1f} MiB - {SIZE_LINES.get(k2, '')}")
             else:
                 print(f"{k}: {v}")
-    return EXIT_OK if st.get("state") == "ok" else EXIT_FAIL
+    return EXIT_OK if status.state == "ok" else EXIT_FAIL
 
 
 def _local_time(seconds: float) -> str:

@@ -1,9 +1,11 @@
 """``memory-core mcp``: the index as Model Context Protocol tools, with the official MCP SDK.
 
-Three read-only tools over one :class:`memory_core.query.search.Searcher`, and one that writes:
+Three read-only tools over one :class:`memory_core.api.Memory` (the front door the CLI uses too,
+so settings, answers and freshness are the same everywhere), and one that writes:
 
 - ``memory_search`` (query, maxResults, minScore, sources, mode; snake_case aliases): ranked
-  snippets with citations, in OpenClaw's result shape (``Searcher.search_response``);
+  snippets with citations, in OpenClaw's result shape (``Memory.answer``), saying when the index
+  it was read from is stale (``stale``);
 - ``memory_get`` (path or citation, from, lines) -> ``{path, text}``: lines of an indexed file,
   with the CLI's path guard;
 - ``memory_status``: what the index holds and how search runs;
@@ -26,11 +28,10 @@ old connection when it reopens the file, which must not happen under another que
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from typing import Any, Literal
 
@@ -40,6 +41,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
+from memory_core.api import Memory
 from memory_core.apps.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
@@ -56,7 +58,6 @@ MAX_SEARCH_RESULTS = MAX_RESULTS  # more asked for is clamped to this, not refus
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_CONCURRENT_CALLS = 4  # searchers open at once: the calls answered side by side
-_PENDING: Any = object()  # a searcher being opened
 
 INSTRUCTIONS = (
     "Long-term memory of this agent and its user: Markdown notes (MEMORY.md, memory/*.md) and, when"
@@ -77,7 +78,8 @@ SEARCH_DESCRIPTION = (
     f" {SNIPPET_MAX_CHARS} characters), with the provider and model that embedded the query and any fallback."
     " In a group or channel chat pass chatType so citations stay out of the reply. If a snippet"
     " is not enough, call memory_get with that path and line range instead of reading whole files."
-    " No results means nothing in memory matches well (nothing reached minScore)."
+    " No results means nothing in memory matches well (nothing reached minScore). The index refreshes"
+    " itself; stale: true means recent file changes may not be in it yet (note says why)."
 )
 
 GET_DESCRIPTION = (
@@ -244,8 +246,13 @@ SEARCH_OUTPUT_SCHEMA: dict[str, Any] = {
                                                                " to keyword-only ('keyword') or from qmd to 'builtin'"},
         "citations": {"type": "string", "enum": ["on", "off", "auto"]},
         "note": {"type": "string"},
+        "stale": {"type": "boolean", "description": "the index answered from is older than its sources (then"
+                                                    " stale_reason says what changed, refreshing whether a reindex"
+                                                    " is running, and note says so)"},
+        "stale_reason": {"type": "string"},
+        "refreshing": {"type": "boolean"},
     },
-    "required": ["results", "provider", "backend", "mode", "fallback"],
+    "required": ["results", "provider", "backend", "mode", "fallback", "stale"],
 }
 
 GET_OUTPUT_SCHEMA: dict[str, Any] = {
@@ -326,26 +333,27 @@ def flush_prompt(settings: Settings) -> types.GetPromptResult:
 # -- the tools, transport-free -------------------------------------------------------------------
 
 class MemoryTools:
-    """The tool implementations over one searcher; synchronous and thread-safe.
+    """The tool implementations over one :class:`memory_core.api.Memory` (the front door every
+    entry point uses); synchronous and thread-safe.
 
     Each method takes the raw argument dict of a tool call and returns a JSON-ready dict, or
     raises :class:`pydantic.ValidationError` (bad arguments) or a :class:`MemoryCoreError`
-    (missing or damaged index, refused path).
+    (missing or damaged index, refused path). The memory's sync triggers start with the server
+    (:func:`serve`) and at a client's ``initialize``, not at the first call.
     """
 
     def __init__(self, settings: Settings, searcher: Searcher | None = None, *,
                  max_searchers: int = MAX_CONCURRENT_CALLS) -> None:
         self.settings = settings
-        self.searcher = searcher if searcher is not None else open_searcher(settings)
-        self.sync = SyncManager(settings)  # each trigger acts only when its [sync] setting is on
         # A Searcher answers one call at a time (it holds its index and provider under a lock):
-        # concurrent calls each borrow one, so a search waiting on a slow provider never holds
-        # up another client's get or status (issue 22). Opened on demand, up to max_searchers.
-        self._lock = threading.Lock()
-        self._free: list[Searcher] = [self.searcher]
-        self._all: list[Searcher] = [self.searcher]
-        self._returned = threading.Condition(self._lock)
-        self._max = max(1, max_searchers)
+        # the memory lends each concurrent call one of its own, so a search waiting on a slow
+        # provider never holds up another client's get or status (issue 22).
+        self.memory = Memory(settings, auto_start=False, max_searchers=max_searchers,
+                             searcher=searcher if searcher is not None else open_searcher(settings))
+        self.searcher = self.memory.searcher
+        sync = self.memory.sync  # each trigger acts only when its [sync] setting is on
+        assert sync is not None
+        self.sync: SyncManager = sync
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
             "memory_write": self.write,
@@ -353,54 +361,26 @@ class MemoryTools:
         self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
         self.handlers.update(self.store_tools.handlers())
 
-    @contextlib.contextmanager
-    def _borrow(self) -> Iterator[Searcher]:
-        with self._lock:
-            while not self._free and len(self._all) >= self._max:
-                self._returned.wait()
-            s = self._free.pop() if self._free else None
-            if s is None:
-                self._all.append(s := _PENDING)  # reserve the place while it opens
-        if s is _PENDING:
-            try:
-                s = open_searcher(self.settings)
-            except BaseException:
-                with self._lock:
-                    self._all.remove(_PENDING)
-                    self._returned.notify()
-                raise
-            with self._lock:
-                self._all[self._all.index(_PENDING)] = s
-        try:
-            yield s
-        finally:
-            with self._lock:
-                self._free.append(s)
-                self._returned.notify()
-
     def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = SearchArgs.model_validate(arguments)
-        self.sync.on_search()
         # the memory store is searched only when named (its results merged by score)
         store = self.store_tools.store if a.sources and "store" in a.sources else None
-        with self._borrow() as searcher:
-            # the same answer as `search --json`: shaped (citations mode, injection budget) there;
-            # with the store, its memories merged by score, with the same metadata
-            return searcher.search_response(a.query, max_results=a.max_results, min_score=a.min_score,
-                                            sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                            mode=a.mode, chat_type=a.chat_type, extra=store)
+        # the same answer as `search --json`: shaped (citations mode, injection budget) there; with
+        # the store, its memories merged by score; [sync] on_search: a dirty index is refreshed
+        # first (waiting at most search_wait_ms) and an answer from a stale index says so
+        return self.memory.answer(a.query, max_results=a.max_results, min_score=a.min_score,
+                                  sources=list(dict.fromkeys(a.sources)) if a.sources else None,
+                                  mode=a.mode, chat_type=a.chat_type, extra=store).to_dict()
 
     def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = GetArgs.model_validate(arguments)
         if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
             return self.store_tools.get(a.path)
-        with self._borrow() as searcher:
-            return searcher.read_file(a.path, from_line=a.from_line, lines=a.lines)
+        return self.memory.read(a.path, from_line=a.from_line, lines=a.lines).to_dict()
 
     def status(self, arguments: dict[str, Any]) -> dict[str, Any]:
         StatusArgs.model_validate(arguments)
-        with self._borrow() as searcher:
-            st = searcher.status()
+        st = self.memory.status().to_dict()
         st["sync"] = self.sync.status()
         if self.settings.agent:
             st["agent"] = self.settings.agent
@@ -417,13 +397,8 @@ class MemoryTools:
         return write_memory(self.settings, a.text, a.path, runner=reindex).to_dict()
 
     def close(self) -> None:
-        self.sync.close()
+        self.memory.close()  # its sync triggers, searchers and indexer
         self.store_tools.close()
-        with self._lock:
-            searchers = [s for s in self._all if s is not _PENDING]
-        for s in searchers:
-            with contextlib.suppress(Exception):
-                s.close()
 
 
 class _FleetSync:

@@ -6,7 +6,8 @@ server's sync triggers), a run in this process is :class:`memory_core.index.inde
 with ``memory-core index --engine local``, the sync triggers and the Python API). What this
 module adds:
 
-- **the runners** (:func:`make_runner`): an :class:`~memory_core.index.indexer.Indexer` (one
+- **the runners** (:func:`make_runner`): the :class:`~memory_core.index.indexer.Indexer` of a
+  :class:`memory_core.api.Memory` over the settings resolved as everywhere (one
   embedding provider for the watcher's lifetime, created at start-up so a bad provider
   configuration fails there), or :class:`DeploymentRunner`, which starts a run of a Prefect
   deployment of the ``reindex`` flow with the Prefect engine plugged in
@@ -111,7 +112,9 @@ def make_runner(settings: Settings, *, deployment: str | None = None, config_fil
         return DeploymentRunner(settings, deployment, config_file=config_file, told=told, api_url=api.url)
     if (env if env is not None else os.environ).get("PREFECT_API_URL"):
         log.info("PREFECT_API_URL is set but no deployment was named; reindexing in-process")
-    indexer = Indexer(settings)
+    from memory_core.api import Memory
+
+    indexer = Memory(settings, refresh=False).indexer  # the front door's indexer (what Memory.index runs)
     indexer.provider  # noqa: B018 - created now, reused by every run
     return indexer
 

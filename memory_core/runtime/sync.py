@@ -4,17 +4,24 @@
   index's ``files`` table: a new, changed or removed file makes the index dirty. A transcript
   that grew by less than ``sessions.delta_bytes`` does not (a reindex would carry it as it
   is). ``status`` reports it.
-- ``on_search``: :meth:`SyncManager.on_search`, called before a search, starts a reindex in
-  the background when the index is dirty; the search answers from the current index.
+- ``on_search``: :meth:`SyncManager.before_search`, called before a search, starts a reindex
+  when the index is dirty and waits for it at most ``search_wait_ms`` (default 1 s); then the
+  search answers from the index as it is, and the :class:`Freshness` it returns says whether
+  that index is stale (``stale``, ``stale_reason``, ``refreshing``, and a ``note``): an answer
+  from an index known to be stale always says so, with ``on_search`` off too.
 - ``on_session_start``: :meth:`SyncManager.on_session_start`, called on an MCP client's
-  ``initialize``, does the same.
+  ``initialize`` (a :class:`memory_core.api.Memory`'s first call), starts one in the background.
 - ``watch`` with ``watch_debounce_ms``: file changes start a reindex once quiet (the
   :class:`memory_core.runtime.watching.Watcher` scheduler, shared with ``memory-core watch``).
 - ``interval_minutes``: a reindex every N minutes (:func:`memory_core.runtime.watching.start_interval`,
   also used by ``memory-core watch``).
 
-This is library code, not an entry point: the MCP server (:mod:`memory_core.apps.mcp_server`) runs
-the triggers, and any long-lived program over the library could. The runs are
+``on_search``, ``on_session_start`` and ``watch`` are on by default, as the seeds'. They refresh
+an index that exists: a missing or damaged one is left to ``memory-core index`` (a reader never
+starts a first build with whatever provider ``auto`` picks).
+
+This is library code, not an entry point: the MCP server (:mod:`memory_core.apps.mcp_server`) and
+:class:`memory_core.api.Memory` run the triggers, and any long-lived program over the library could. The runs are
 :class:`memory_core.index.indexer.Indexer` runs (one provider, created at the first run, a fresh retry
 budget per run) and each is kept as a :class:`memory_core.index.indexer.RunRecord`.
 
@@ -31,7 +38,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from memory_core.config import Settings
@@ -43,6 +51,61 @@ from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 
 log = logging.getLogger("memory_core.runtime.sync")
 
 DIRTY_CHECK_MIN_S = 1.0  # a burst of searches re-scans the sources at most once a second
+WATCHED_MAX_AGE_S = 60.0  # a clean check made while watching stands this long unless an event forgets it
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """Whether the index an answer was read from is known to be stale (its sources changed since
+    it was built: :func:`memory_core.sources.freshness.dirty_state`).
+
+    ``reason``: what changed (``1 new, 2 changed``); ``refreshing``: a reindex is running or
+    queued in this process; ``waited_ms``: how long the search waited for it (``on_search``,
+    at most ``sync.search_wait_ms``)."""
+
+    stale: bool
+    reason: str = ""
+    refreshing: bool = False
+    waited_ms: int = 0
+
+    @property
+    def note(self) -> str:
+        """One sentence for an answer's ``note`` ("" when fresh)."""
+        if not self.stale:
+            return ""
+        what = f"the index is stale ({self.reason})" if self.reason else "the index is stale"
+        if self.refreshing:
+            return f"{what}: a reindex is running; these results may miss the newest changes"
+        return (f"{what}: these results may miss the newest changes (`memory-core index` refreshes it; a"
+                " long-lived reader with [sync] on_search does so by itself)")
+
+    def apply(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """``answer`` (a search answer as JSON) with ``stale`` and, when stale, ``stale_reason``,
+        ``refreshing`` and the note added."""
+        answer["stale"] = self.stale
+        if self.stale:
+            answer["stale_reason"] = self.reason
+            answer["refreshing"] = self.refreshing
+            answer["note"] = "; ".join(n for n in (self.note, answer.get("note")) if n)  # first: it may explain the rest
+        return answer
+
+
+def current_freshness(settings: Settings) -> Freshness:
+    """The freshness of ``settings``' index as it stands (a one-shot reader: no reindex started)."""
+    st = dirty_state(settings)
+    return Freshness(st.dirty and _refreshable(st), st.reason)
+
+
+def _can_watch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("watchfiles") is not None
+
+
+def _refreshable(st: DirtyState) -> bool:
+    """A dirty state a trigger acts on: an index exists and is readable (a missing or damaged one
+    is ``memory-core index``'s to build; searching it fails with its own message)."""
+    return st.dirty and st.reason != "no index yet" and not st.reason.startswith("index damaged")
 
 
 class SyncManager:
@@ -57,43 +120,90 @@ class SyncManager:
         self._cond = threading.Condition()
         self._active = False  # a request thread is running or about to
         self._again: str | None = None  # reason of the follow-up run asked for meanwhile
-        self._dirty: tuple[float, DirtyState] | None = None
-        self._watcher: Watcher | None = None
+        self._dirty: tuple[float, DirtyState, bool] | None = None  # checked at, state, sources watched then
+        self._dirty_gen = 0  # bumped by every watch event and run: a check that spans one is not kept
+        self._watcher: _SyncWatcher | None = None
         self._stop_interval: Callable[[], None] | None = None
 
     # -- triggers ----------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the file watch and the interval timer, as the settings ask."""
         sync = self.settings.sync
-        if sync.watch and self._watcher is None:
-            self._watcher = Watcher(self.settings, _WatchRuns(self), debounce=sync.watch_debounce_ms / 1000,
-                                    initial_run=False)
+        if sync.watch and self._watcher is None and not _can_watch():
+            log.warning("sync.watch is on but the watchfiles package is not installed: file changes are seen at the"
+                        " next search (on_search) instead")
+        elif sync.watch and self._watcher is None:
+            self._watcher = _SyncWatcher(self, self.settings, _WatchRuns(self), debounce=sync.watch_debounce_ms / 1000,
+                                         initial_run=False)
             self._watcher.start()
         if sync.interval_minutes > 0 and self._stop_interval is None:
             self._stop_interval = start_interval(sync.interval_minutes, lambda: self.request("interval"))
 
     def on_search(self) -> bool:
-        """Before a search: reindex in the background when the index is dirty (``on_search``)."""
+        """Before a search: reindex in the background when the index is dirty (``on_search``);
+        True if a run started. :meth:`before_search` also waits for it."""
         return self.settings.sync.on_search and self._request_if_dirty("search on a dirty index")
+
+    def before_search(self) -> Freshness:
+        """Before a search: with ``on_search``, a dirty index starts a reindex (or queues one
+        after the run going) and this waits for it at most ``sync.search_wait_ms``; then the
+        freshness of the index the search will read. The dirty check (a stat of the sources) is
+        made at most once a second (``DIRTY_CHECK_MIN_S``)."""
+        st = self.dirty()
+        if not _refreshable(st):
+            return Freshness(False)
+        if not self.settings.sync.on_search:
+            return Freshness(True, st.reason, refreshing=self.busy)
+        self.request(f"search on a dirty index ({st.reason})")
+        t0 = time.monotonic()
+        self.wait_idle(timeout=self.settings.sync.search_wait_ms / 1000)
+        waited = int((time.monotonic() - t0) * 1000)
+        st = self.dirty(max_age_s=0.0) if not self.busy else st
+        return Freshness(_refreshable(st), st.reason, refreshing=self.busy, waited_ms=waited)
+
+    def freshness(self) -> Freshness:
+        """The freshness of the index now, starting nothing."""
+        st = self.dirty()
+        return Freshness(_refreshable(st), st.reason, refreshing=self.busy)
 
     def on_session_start(self) -> bool:
         """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
         return self.settings.sync.on_session_start and self._request_if_dirty("session start")
 
-    def dirty(self, *, max_age_s: float = DIRTY_CHECK_MIN_S) -> DirtyState:
+    def dirty(self, *, max_age_s: float | None = None) -> DirtyState:
+        """The index's dirty state, re-checked when older than ``max_age_s``. By default: a
+        state checked while the sources were watched stands until a watch event or a run
+        forgets it (``WATCHED_MAX_AGE_S`` at most, a bound on lost events), so a search on a
+        watched, unchanged workspace stats nothing; otherwise ``DIRTY_CHECK_MIN_S`` (a burst of
+        searches stats the sources at most once a second)."""
         now = time.monotonic()
         with self._cond:
-            cached = self._dirty
-        if cached is not None and now - cached[0] < max_age_s:
-            return cached[1]
+            cached, gen = self._dirty, self._dirty_gen
+        if cached is not None:
+            at, st, watched = cached
+            limit = max_age_s if max_age_s is not None else (
+                WATCHED_MAX_AGE_S if watched and self._watching() else DIRTY_CHECK_MIN_S)
+            if now - at < limit:
+                return st
+        watched = self._watching()  # before the scan: an event during it forgets what it finds
         st = dirty_state(self.settings)
         with self._cond:
-            self._dirty = (now, st)
+            if self._dirty_gen == gen:  # nothing forgot it meanwhile
+                self._dirty = (now, st, watched)
         return st
+
+    def _watching(self) -> bool:
+        w = self._watcher
+        return w is not None and w.watching
+
+    def forget_dirty(self) -> None:
+        with self._cond:
+            self._dirty = None
+            self._dirty_gen += 1
 
     def _request_if_dirty(self, reason: str) -> bool:
         st = self.dirty()
-        if not st.dirty or st.reason.startswith("index damaged"):
+        if not _refreshable(st):
             return False
         return self.request(f"{reason} ({st.reason})")
 
@@ -134,6 +244,7 @@ class SyncManager:
             with self._cond:
                 self.runs.append(rec)
                 self._dirty = None
+                self._dirty_gen += 1
                 self._cond.notify_all()
         if rec.ok:
             log.info("sync: reindexed (%s) in %.1fs", reason, rec.seconds)
@@ -166,13 +277,20 @@ class SyncManager:
     def running(self) -> bool:
         return self._run_lock.locked()
 
+    @property
+    def busy(self) -> bool:
+        """A run is going, or asked for and about to."""
+        with self._cond:
+            return self._active or self._run_lock.locked()
+
     def status(self) -> dict[str, Any]:
         """What ``memory_status`` adds: the triggers, whether a run is going, the last run."""
         s = self.settings.sync
         last = self.runs[-1] if self.runs else None
         return {
             "on_search": s.on_search, "on_session_start": s.on_session_start, "watch": s.watch,
-            "watch_debounce_ms": s.watch_debounce_ms, "interval_minutes": s.interval_minutes,
+            "watch_debounce_ms": s.watch_debounce_ms, "search_wait_ms": s.search_wait_ms,
+            "interval_minutes": s.interval_minutes,
             "running": self.running, "runs": len(self.runs), "last_run": last.to_dict() if last else None,
         }
 
@@ -185,6 +303,24 @@ class SyncManager:
         close = getattr(self.runner, "close", None)
         if close is not None:
             close()
+
+
+class _SyncWatcher(Watcher):
+    """The file watch of a :class:`SyncManager`: every event also forgets the manager's last
+    dirty check, so a search right after a change sees it (and says the index is stale)."""
+
+    def __init__(self, manager: SyncManager, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._manager = manager
+
+    @property
+    def watching(self) -> bool:
+        """The watches are in place (not re-planning, not stopped)."""
+        return self._watching.is_set() and not self._stop.is_set()
+
+    def notify(self, paths: Iterable[str], *, reason: str | None = None, full_scan: str = "") -> None:
+        super().notify(paths, reason=reason, full_scan=full_scan)
+        self._manager.forget_dirty()
 
 
 class _WatchRuns:
@@ -200,6 +336,8 @@ class _WatchRuns:
         return self.run_changed(None)
 
     def run_changed(self, changed: frozenset[str] | None) -> Any:
+        if not self.manager.settings.index_file.exists():
+            return None  # the triggers refresh an index that exists; the first build is `memory-core index`'s
         rec = self.manager._run_serialised("watch", changed)
         if not rec.ok:
             if rec.skipped:
