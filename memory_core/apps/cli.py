@@ -401,7 +401,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     with _searcher(args) as s:  # the path may be a citation as search prints it: path#L10-L20
         res = s.read_file(args.path, from_line=args.from_line, lines=args.lines)
     if res["lines"] == 0 and res["from"] > 1:
-        raise UsageError(f"line {res['from']} is past the end of {res['path']}")
+        raise UsageError(res.get("note") or f"line {res['from']} is past the end of {res['path']}")
     if args.json:
         print(json.dumps(res, indent=2, ensure_ascii=False))
     else:
