@@ -237,8 +237,11 @@ def test_incremental_run_keeps_or_measures_again(tmp_path: Path, hashing_fake: A
     ws = _sparse_workspace(tmp_path, files=60, lines=5)
     settings = openai_settings(ws, hashing_fake, remote={"dimensions": DIMS},
                                chunking={"tokens": 40, "overlap": 0})
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")  # the build's writer in its own process measures too
     run_index(settings, full=True)
+    monkeypatch.delenv("MEMORY_CORE_WRITER")
     first = probe_index(settings.index_file)[0]["vector_scan"]
+    assert first["rows"] >= 200 and first["sample"] == 0  # at most 400 rows: every row is rescored, exact
     calls: list[int] = []
     real = vectors.measure_scan
 

@@ -403,6 +403,23 @@ class BitIndex:
         cut = int(np.searchsorted(np.cumsum(hist), r))
         return np.flatnonzero(dist <= cut)
 
+    def distances(self, qvec: np.ndarray) -> np.ndarray:
+        """The Hamming distance of the query's code to each position's (a deleted row's past every
+        real one), as :meth:`_nearest` counts them."""
+        q = quantize(np.asarray(qvec, dtype=np.float32)[None, :])[0].view("<u8")
+        n_words = self._base_words.shape[0]
+        dist = np.zeros(len(self.rids), dtype=np.uint16)
+        words = self._gather(np.arange(len(self.rids))) if len(self._tail_rids) else self._base_words
+        tmp = np.empty(words.shape[1], dtype=np.uint64)
+        pc = np.empty(words.shape[1], dtype=np.uint8)
+        for j in range(n_words):
+            np.bitwise_xor(words[j], q[j], out=tmp)
+            np.bitwise_count(tmp, out=pc)
+            dist += pc
+        if len(self._dead_pos):
+            dist[self._dead_pos] = n_words * 64 + 1
+        return dist
+
     def keep_mask(self, rids: np.ndarray) -> np.ndarray:
         """The positions whose row ids are in ``rids`` (the rows of some sources), as a mask."""
         return np.isin(self.rids, rids)
@@ -721,24 +738,38 @@ def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIE
     kk = min(k, len(rids) - 1)
     kth = -np.partition(-sims, kk - 1, axis=1)[:, kk - 1]  # the exact k-th cosine of each query
 
-    def recall(widen: int) -> float:
-        found = 0
+    def recalls(widths: list[int]) -> dict[int, float]:
+        """recall@kk of the quick scan at each of these widths: per query, the Hamming distances
+        and the asymmetric scores of the widest width's rows once, each width's candidates taken
+        from them as :meth:`BitIndex.candidates` takes them (the rows within its Hamming cut, of
+        those its rescore count best by the asymmetric score)."""
+        found = dict.fromkeys(widths, 0)
+        cuts = {w: (rescore_count(kk + 1, n, w), scan_count(rescore_count(kk + 1, n, w), n)) for w in widths}
+        n_words = bits._base_words.shape[0]
         for i in range(len(qrids)):
-            cand = bits.candidates(Q[i], kk + 1, widen=widen)
-            cs = sims[i, np.searchsorted(rids, cand)]
-            top = np.sort(cs)[::-1][:kk]  # the quick scan's best kk (its own row scores -inf)
-            found += int(np.count_nonzero(top >= kth[i] - 1e-6))
-        return found / (kk * len(qrids))
+            dist = bits.distances(Q[i])
+            cum = np.cumsum(np.bincount(dist, minlength=n_words * 64 + 2))
+            limit = {w: (n_words * 64 + 1 if s >= n else int(np.searchsorted(cum, s))) for w, (_, s) in cuts.items()}
+            pos_all = np.flatnonzero(dist <= max(limit.values()))
+            score_all = asymmetric_scores(Q[i], np.ascontiguousarray(bits._gather(pos_all).T).view(np.uint8))
+            for w, (r, _) in cuts.items():
+                sel = dist[pos_all] <= limit[w]
+                pos, sc = pos_all[sel], score_all[sel]
+                if len(pos) > r:
+                    pos = pos[np.argpartition(-sc, r - 1)[:r]]
+                top = np.sort(sims[i, pos])[::-1][:kk]  # the quick scan's best kk (its own row scores -inf)
+                found[w] += int(np.count_nonzero(top >= kth[i] - 1e-6))
+        return {w: f / (kk * len(qrids)) for w, f in found.items()}
 
-    default = recall(1)
-    plan = ScanPlan(mode="exact", widen=1, recall=1.0, recall_default=default, rows=n, sample=len(qrids))
-    for w in WIDEN_STEPS:
-        if w > 1 and 8 * rescore_count(kk + 1, n, w) > n:
-            break
-        share = default if w == 1 else recall(w)
-        if share >= RECALL_TARGET:
-            return ScanPlan(mode="bits", widen=w, recall=share, recall_default=default, rows=n, sample=len(qrids))
-    return plan
+    default = recalls([1])[1]
+    if default >= RECALL_TARGET:
+        return ScanPlan(mode="bits", widen=1, recall=default, recall_default=default, rows=n, sample=len(qrids))
+    wider = [w for w in WIDEN_STEPS if w > 1 and 8 * rescore_count(kk + 1, n, w) <= n]
+    by_width = recalls(wider) if wider else {}
+    for w in wider:
+        if by_width[w] >= RECALL_TARGET:
+            return ScanPlan(mode="bits", widen=w, recall=by_width[w], recall_default=default, rows=n, sample=len(qrids))
+    return ScanPlan(mode="exact", widen=1, recall=1.0, recall_default=default, rows=n, sample=len(qrids))
 
 
 def loaded_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE) -> BitIndex | None:
