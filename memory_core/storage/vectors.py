@@ -29,6 +29,13 @@ and one blob per ~4,096 rows reads at memory speed where a million rows cost a m
 objects. Why not vec0: see above; it also kept the float32 copy in 1,024-row blobs, whose point
 reads walk an overflow chain (~0.7 ms a row at 200k x 1536) where a B-tree row costs ~0.02 ms.
 
+The quick scan's quality depends on the vectors: exact on dense neural embeddings, it missed the
+nearest rows of sparse, feature-hashed vectors (94% zeros: a zero and a negative value give the
+same bit; recall@10 0.27 at 200k x 1536, bench/results/sparse-vectors-200000.md). So an index
+measures it on its own vectors when it is built or changed (:func:`measure_scan`) and records
+how its searches read them (:class:`ScanPlan`: the quick scan, its candidates widened, or every
+vector, :func:`exact_nearest` / :class:`FloatRows`).
+
 Edits stay proportional to the change: a deleted row's id is zeroed in place (an incremental blob
 write of 8 bytes), appended rows go to the last block while it has room, else a new one.
 """
