@@ -231,3 +231,16 @@ def test_agents_that_would_see_each_other_are_refused_on_every_entry_point(
     assert resolve_settings({}, config_file=cfg, agent="beta").settings.workspace_dir == ws["beta"]
     with pytest.raises(ConfigError, match="share the workspace"):
         resolve_settings({"workspace": str(ws["alpha"])}, config_file=cfg, agent="beta")
+
+
+def test_agents_may_share_a_documents_folder_but_not_index_anothers_workspace(tmp_path: Path) -> None:
+    cfg, ws = make_fleet(tmp_path)
+    docs = tmp_path / "team-docs"
+    docs.mkdir()
+    shared = tmp_path / "docs.toml"
+    shared.write_text(f'extra_paths = ["{docs}"]\n' + cfg.read_text())
+    assert list(resolve_agents(shared)) == ["alpha", "beta"]
+    into = tmp_path / "into.toml"
+    into.write_text(f'extra_paths = ["{ws["beta"]}/memory"]\n' + cfg.read_text())
+    with pytest.raises(ConfigError, match="extra path .* is inside agent 'beta'"):
+        resolve_agents(into)

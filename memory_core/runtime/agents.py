@@ -110,7 +110,8 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     LanceDB folder, and what one indexes (workspace, sessions folder when it indexes
     transcripts, extra paths) must not be, contain or lie inside what the other indexes: a
     global ``[sessions] dir``, a workspace nested in another's, or an alias of another's
-    workspace would hand one agent the other's notes or transcripts."""
+    workspace would hand one agent the other's notes or transcripts. Two agents may index the
+    same extra path (shared documents: neither writes its memories there)."""
     from memory_core.storage.qmd import state_dir
 
     for what, pa, pb in (("index", sa.index_file, sb.index_file), ("qmd state", state_dir(sa), state_dir(sb)),
@@ -120,8 +121,8 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
             return f"agents {a!r} and {b!r} share the {what} {_real(pa)}{alias}"
     for what_a, pa in _read_paths(sa):
         for what_b, pb in _read_paths(sb):
-            if not _overlap(pa, pb):
-                continue
+            if not _overlap(pa, pb) or what_a == what_b == "extra path":
+                continue  # a folder of shared documents two agents both index is no one's memory
             if pa == pb and what_a == what_b:
                 return f"agents {a!r} and {b!r} share the {what_a} {pa}"
             if pa == pb:
