@@ -772,10 +772,12 @@ def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIE
     if default >= RECALL_TARGET:
         return ScanPlan(mode="bits", widen=1, recall=default, recall_default=default, rows=n, sample=len(qrids))
     wider = [w for w in WIDEN_STEPS if w > 1 and 8 * rescore_count(kk + 1, n, w) <= n]
-    by_width = recalls(wider) if wider else {}
-    for w in wider:
-        if by_width[w] >= RECALL_TARGET:
-            return ScanPlan(mode="bits", widen=w, recall=by_width[w], recall_default=default, rows=n, sample=len(qrids))
+    for lo in range(0, len(wider), 2):  # two widths a pass: the wider one's rows cost the pass
+        by_width = recalls(wider[lo:lo + 2])
+        for w in wider[lo:lo + 2]:
+            if by_width[w] >= RECALL_TARGET:
+                return ScanPlan(mode="bits", widen=w, recall=by_width[w], recall_default=default, rows=n,
+                                sample=len(qrids))
     return ScanPlan(mode="exact", widen=1, recall=1.0, recall_default=default, rows=n, sample=len(qrids))
 
 
