@@ -117,6 +117,7 @@ class FileText:
     start_line: int
     lines: int
     text: str
+    note: str | None = None  # why nothing was returned (past the end, lines that hold no message)
 
     @property
     def end_line(self) -> int:
@@ -124,9 +125,12 @@ class FileText:
         return self.start_line + self.lines - 1
 
     def to_dict(self) -> dict[str, Any]:
-        """``memory_get``'s JSON: ``{path, text, source, from, lines}``."""
-        return {"path": self.path, "text": self.text, "source": self.source, "from": self.start_line,
-                "lines": self.lines}
+        """``memory_get``'s JSON: ``{path, text, source, from, lines}`` (and ``note`` when there is one)."""
+        out: dict[str, Any] = {"path": self.path, "text": self.text, "source": self.source, "from": self.start_line,
+                               "lines": self.lines}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +318,7 @@ class Memory:
         with self._borrow() as s:
             got = s.read_file(citation, from_line=from_line, lines=lines)
         return FileText(path=got["path"], source=got["source"], start_line=int(got["from"]),
-                        lines=int(got["lines"]), text=got["text"])
+                        lines=int(got["lines"]), text=got["text"], note=got.get("note"))
 
     def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds (files, chunks, provider, model, sizes, whether search can embed,

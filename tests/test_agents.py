@@ -167,3 +167,80 @@ def test_two_agents_through_one_mcp_server_never_see_each_other(tmp_path: Path) 
         errlog.close()
     assert seen["status"]["index_path"] == str(tmp_path / "agents" / "beta" / "memory.sqlite")
     assert "Traceback" not in (tmp_path / "server.err").read_text()
+
+
+def _shared_setups(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Configs where two agents would see each other's memories without sharing a path by
+    name (issue 39, A1), with what the error must say."""
+    cfg, ws = make_fleet(tmp_path)
+    base = cfg.read_text()
+    out: dict[str, tuple[Path, str]] = {}
+    # a global [sessions] dir: every agent indexes the same transcripts
+    (tmp_path / "all-sessions").mkdir()
+    p = tmp_path / "sessions.toml"
+    p.write_text('sources = ["memory", "sessions"]\n' + base.replace(
+        "[agents]", f'[sessions]\ndir = "{tmp_path}/all-sessions"\n[agents]', 1))
+    out["sessions"] = (p, "share the sessions folder")
+    # a workspace nested in another's (beta's notes inside alpha's memory/ folder)
+    p = tmp_path / "nested.toml"
+    p.write_text(base.replace(f'workspace = "{ws["beta"]}"', f'workspace = "{ws["alpha"]}/memory/beta"'))
+    out["nested"] = (p, "is inside agent")
+    # a symlinked alias of alpha's workspace as beta's (its index and store beside it)
+    alias = tmp_path / "beta-alias"
+    alias.symlink_to(ws["alpha"], target_is_directory=True)
+    p = tmp_path / "alias.toml"
+    p.write_text(base.replace(f'workspace = "{ws["beta"]}"', f'workspace = "{alias}"'))
+    out["alias"] = (p, "share the workspace")
+    # a symlinked alias of alpha's index folder as beta's: one index, one store
+    (tmp_path / "agents" / "alpha").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "beta-index").symlink_to(tmp_path / "agents" / "alpha", target_is_directory=True)
+    p = tmp_path / "index-alias.toml"
+    p.write_text(base.replace(f'lancedb_path = "{tmp_path}/lance/beta"',
+                              f'lancedb_path = "{tmp_path}/beta-index/lancedb"\nindex_path = "{tmp_path}/beta-index/memory.sqlite"'))
+    out["index alias"] = (p, "share the index")
+    return out
+
+
+def test_agents_that_would_see_each_other_are_refused_on_every_entry_point(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A global sessions folder, a nested workspace and symlinked aliases (of a workspace, of an
+    index's folder) are refused like a shared path: for the fleet (MCP server without --agent),
+    for one agent's settings (--agent, $MEMORY_CORE_AGENT, agents.default), and by the CLI with
+    one line and exit 2, before anything is read or written."""
+    for name, (cfg, says) in _shared_setups(tmp_path).items():
+        with pytest.raises(ConfigError, match=says):
+            resolve_agents(cfg)
+        with pytest.raises(ConfigError, match=says):
+            resolve_agents(cfg, ["alpha"])  # serving one agent still checks it against the others
+        for agent in ("alpha", "beta"):
+            with pytest.raises(ConfigError, match=says):
+                resolve_settings({}, config_file=cfg, agent=agent)
+        with pytest.raises(ConfigError, match=says):
+            resolve_settings({}, config_file=cfg, env={"MEMORY_CORE_AGENT": "beta"})
+        with pytest.raises(ConfigError, match=says):
+            resolve_settings({}, config_file=cfg)  # agents.default
+        for argv in (["search", "-c", str(cfg), "--agent", "beta", "walrus"],
+                     ["index", "-c", str(cfg), "--agent", "alpha", "--engine", "local", "--no-progress"]):
+            assert main(argv) == 2, (name, argv)
+            err = capsys.readouterr().err
+            assert says in err and err.count("\n") == 1 and "Traceback" not in err, (name, err)
+        assert not (tmp_path / "agents" / "alpha" / "memory.sqlite").exists(), name
+    # the well-separated fleet still resolves, and a -w of another agent's workspace is refused
+    cfg, ws = make_fleet(tmp_path / "ok")
+    assert list(resolve_agents(cfg)) == ["alpha", "beta"]
+    assert resolve_settings({}, config_file=cfg, agent="beta").settings.workspace_dir == ws["beta"]
+    with pytest.raises(ConfigError, match="share the workspace"):
+        resolve_settings({"workspace": str(ws["alpha"])}, config_file=cfg, agent="beta")
+
+
+def test_agents_may_share_a_documents_folder_but_not_index_anothers_workspace(tmp_path: Path) -> None:
+    cfg, ws = make_fleet(tmp_path)
+    docs = tmp_path / "team-docs"
+    docs.mkdir()
+    shared = tmp_path / "docs.toml"
+    shared.write_text(f'extra_paths = ["{docs}"]\n' + cfg.read_text())
+    assert list(resolve_agents(shared)) == ["alpha", "beta"]
+    into = tmp_path / "into.toml"
+    into.write_text(f'extra_paths = ["{ws["beta"]}/memory"]\n' + cfg.read_text())
+    with pytest.raises(ConfigError, match="extra path .* is inside agent 'beta'"):
+        resolve_agents(into)

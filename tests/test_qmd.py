@@ -422,3 +422,32 @@ def test_an_empty_qmd_answer_falls_back_when_the_builtin_index_has_strong_matche
     with open_searcher(off) as searcher:
         res = searcher.search_response(question)
     assert res["results"] == [] and res["fallback"] is None and res["backend"] == "qmd"
+
+
+def test_qmd_hits_keep_min_score_and_cite_the_files_real_lines(workspace: Path, fake_qmd: Any,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 39 Q1: qmd's answer below min_score (the settings' when the caller gives none, as the
+    builtin index applies it) is left out, and a line header past the file (a 1-line note cited
+    as #L999999999-L1000000000) is cited within the file's real lines."""
+    exe, answer = fake_qmd
+    (workspace / "memory" / "one.md").write_text("the heron budget is 10\n")  # lines 1-2, as the chunker counts
+    (workspace / "memory" / "five.md").write_text("a\nb\nthe egret budget is 20\nd\ne")
+    s = qmd_settings(workspace, str(exe))
+    run_index(s)
+    assert qmd_update(s).ok
+    monkeypatch.setenv("FAKE_QMD_MODE", "file")
+    floor = s.query.min_score
+    assert floor > 0
+    answer([
+        {"file": "qmd://mc-memory/one.md", "score": 0.9, "snippet": "@@ -999999999,2 @@\nthe heron budget is 10"},
+        {"file": "qmd://mc-memory/five.md", "score": 0.8, "snippet": "@@ -3,9 @@\nthe egret budget is 20\nd\ne"},
+        {"file": "qmd://mc-root/memory.md", "score": floor / 2, "snippet": "@@ -1,1 @@\n# x"},
+    ])
+    with open_searcher(s) as searcher:
+        res = searcher.search("heron budget")
+        low = searcher.search("heron budget", min_score=0)
+        cited = [searcher.read_file(r.citation) for r in res]
+    assert [r.citation for r in res] == ["memory/one.md#L1-L2", "memory/five.md#L3-L5"]
+    assert all(r.score >= floor for r in res)
+    assert "MEMORY.md" in {r.path for r in low}  # given explicitly, a lower floor still shows it
+    assert "heron budget" in cited[0]["text"] and cited[1]["text"] == "the egret budget is 20\nd\ne"

@@ -171,7 +171,7 @@ def test_vector_recall_against_exact_search_is_measured_and_reported(workspace, 
     assert report["vector_recall_at_10"] == 1.0
     assert "vector side recall@10 against an exact search: 1.0000" in format_report(report)
     # starve the rescoring: the measure sees what the scan misses
-    monkeypatch.setattr(vectors, "rescore_count", lambda want, n: min(n, 10))
+    monkeypatch.setattr(vectors, "rescore_count", lambda want, n, widen=1: min(n, 10 * widen))
     monkeypatch.setattr(vectors, "scan_count", lambda r, n: min(n, 10))
     with Searcher(s) as se:
         assert se.vector_recall(queries) < 1.0

@@ -415,7 +415,7 @@ def cmd_get(args: argparse.Namespace) -> int:
     with _memory(args) as memory:  # the path may be a citation as search prints it: path#L10-L20
         got = memory.read(args.path, from_line=args.from_line, lines=args.lines)
     if got.lines == 0 and got.start_line > 1:
-        raise UsageError(f"line {got.start_line} is past the end of {got.path}")
+        raise UsageError(got.note or f"line {got.start_line} is past the end of {got.path}")
     if args.json:
         print(json.dumps(got.to_dict(), indent=2, ensure_ascii=False))
     else:

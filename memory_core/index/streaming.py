@@ -48,6 +48,7 @@ from memory_core.index.runtypes import (
     RunPlan,
 )
 from memory_core.index.stages import chunk_file, chunk_params, chunk_parts, finish_meta
+from memory_core.storage import vectors
 from memory_core.storage.cache import EmbeddingCache, preserve_leaving
 from memory_core.storage.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
 
@@ -228,9 +229,9 @@ class _Stream:
                 done, _ = wait(list(self.inflight), return_when=FIRST_COMPLETED)
             for fut in done:
                 hashes, tokens = self.inflight.pop(fut)
-                vectors = np.ascontiguousarray(fut.result(), dtype="<f4")
+                got = np.ascontiguousarray(fut.result(), dtype="<f4")
                 for i, h in enumerate(hashes):
-                    self.vecs[h] = vectors[i].tobytes()
+                    self.vecs[h] = got[i].tobytes()
                     self.pending.discard(h)
                 self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
                 self.progress.ready += sum(self.need[h] for h in hashes)
@@ -333,6 +334,19 @@ STOP_GRACE_S = 10.0
 """How long a run that stopped waits for its embedding requests already running (their vectors are paid for)."""
 
 
+def scan_plan_of(writer: Any, live_meta: dict[str, Any] | None, counts: dict[str, int]) -> vectors.ScanPlan | None:
+    """How searches of the index this run leaves read its vectors (issue 39): measured on its
+    own vectors by the writer (:func:`memory_core.storage.vectors.measure_scan`) when the index
+    is new, was never measured, or its vector count moved by more than
+    :data:`memory_core.storage.vectors.RECHECK_CHANGE` since it was; else the live index's
+    record, kept (its provider, and so its kind of vectors, change only with a full rebuild)."""
+    prior = vectors.ScanPlan.from_meta(live_meta)
+    if live_meta is not None and not prior.stale(int(counts.get("vectors", 0))):
+        return prior
+    got: vectors.ScanPlan | None = writer.measure_scan()
+    return got
+
+
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
                  executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None, *,
                  in_place: bool | None = None) -> tuple[ChunkResult, int, EmbedCounts, BuildResult]:
@@ -432,6 +446,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         meta = dict(plan.meta)
         meta["dims"] = st.dims if st.with_vectors else None
         finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now)
+        scan = scan_plan_of(writer, live_meta, counts) if st.with_vectors and st.dims else None
+        if scan is not None:
+            meta["vector_scan"] = scan.to_meta()
         writer.set_meta(meta)
         if settings.cache.enabled:
             # the vectors of the chunks leaving the live index go to the cache first (memory_core.storage.cache)

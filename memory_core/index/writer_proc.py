@@ -39,6 +39,7 @@ from typing import Any
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
+from memory_core.storage import vectors
 from memory_core.storage.store import FileRow, IndexWriter, publish_temp
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
@@ -215,6 +216,10 @@ class ProcessIndexWriter:
         self.tmp_path = Path(tmp)
         return counts
 
+    def measure_scan(self) -> vectors.ScanPlan | None:
+        got = self._call("measure_scan")
+        return None if got is None else vectors.ScanPlan.from_meta({"vector_scan": got})
+
     def swap(self) -> None:
         tmp = self._call("prepare")
         self.tmp_path = Path(tmp)
@@ -258,7 +263,7 @@ class ProcessIndexWriter:
 class _Child:
     """The child's side: one temp index, the parent's edits applied in order."""
 
-    WAITED = ("verify", "prepare", "ping", "abort")
+    WAITED = ("verify", "measure_scan", "prepare", "ping", "abort")
 
     def __init__(self, conn: Channel) -> None:
         self.conn = conn
@@ -309,6 +314,11 @@ class _Child:
                 assert w is not None
                 counts = w.verify(expect_vectors=args[0])
                 self.conn.send(("ok", (counts, w.vec, str(w.tmp_path))))
+                return False
+            if op == "measure_scan":
+                assert w is not None
+                plan = w.measure_scan()
+                self.conn.send(("ok", None if plan is None else plan.to_meta()))
                 return False
             if op == "prepare":
                 assert w is not None

@@ -152,7 +152,11 @@ class QmdSearcher(Searcher):
 
     def qmd_search(self, query: str, max_results: int, min_score: float | None,
                    sources: list[str] | None) -> list[SearchResult]:
+        """qmd's hits as results: at least ``min_score`` (else the settings' ``query.min_score``,
+        as the builtin index applies it), cited within their files' real lines."""
         mode = self.settings.qmd.search_mode
+        if min_score is None:
+            min_score = self.settings.query.min_score
         n = max_results * 4 if sources else max_results
         args = [mode, "--json", "-n", str(n)]
         if min_score is not None:
@@ -166,13 +170,13 @@ class QmdSearcher(Searcher):
         seen: set[tuple[str, int, int]] = set()
         from memory_core.errors import PathError
         from memory_core.query.dates import chunk_date
-        from memory_core.query.reading import indexed_transcript_dates
+        from memory_core.query.reading import indexed_transcript_dates, line_total
         from memory_core.sources.redact import redact_lines
 
         redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
         match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")
         for h in hits:
-            if min_score is not None and h.score < min_score:
+            if h.score < min_score:
                 continue  # qmd's own --min-score is not applied by every mode
             info = table.get(h.collection, {}).get(h.path)
             if info is not None and "ambiguous" in info:
@@ -185,6 +189,14 @@ class QmdSearcher(Searcher):
                 lm = info["line_map"]
                 start = lm[min(max(start, 1), len(lm)) - 1]
                 end = lm[min(max(end, 1), len(lm)) - 1]
+            else:  # qmd's line header is its word, not the file's: cite lines the file has
+                last = line_total(self.settings, str(info["path"]), str(info["source"]))
+                if last is None:
+                    continue  # the file is gone or no longer indexed: nothing to cite
+                if start > last:  # past the file: its first lines, as many as the hit has
+                    start, end = 1, min(last, max(1, end - start + 1))
+                else:
+                    start, end = max(start, 1), min(max(end, start), last)
             source = str(info["source"])
             if sources and source not in sources:
                 continue

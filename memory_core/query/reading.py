@@ -80,8 +80,46 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
         raise PathError(f"{path} is indexed but no longer exists") from None
     except OSError as exc:
         raise PathError(f"cannot read {path}: {exc.strerror}") from None
+    note = ""
+    if len(out) < end - start + 1:  # fewer lines than asked: the file's end, or lines without messages
+        total = line_total(where, path, source)
+        if source != "sessions" and not out and total is not None and start <= total:
+            # the chunker numbers a note's lines as text.split("\n"): the empty piece after a final
+            # newline is a line a citation may end on (read_lines never returns it): asked for
+            # alone, it reads as the empty line it is
+            out = [""]
+        elif not out and total is not None and start <= total:
+            note = (f"lines {start}-{min(end, total)} of {path} hold no messages (malformed lines or records that are"
+                    f" not messages); the file has {total} lines")
+        elif not out and start > 1:
+            note = f"line {start} is past the end of {path}" + (f" ({total} lines)" if total is not None else "")
     if source != "sessions" and (meta or {}).get("redact", settings.redact) == "all":  # transcripts come back redacted
         from memory_core.sources.redact import redact_lines
 
         out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
-    return {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
+    got: dict[str, Any] = {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
+    if note:
+        got["note"] = note
+    return got
+
+
+def line_total(settings: Settings, path: str, source: str) -> int | None:
+    """How many lines the indexed file ``path`` has, numbered as its citations number them: a
+    note's as the chunker splits it (``text.split("\n")``: the empty piece after a final newline
+    counts), a transcript's JSONL lines (a last line without a newline counts). None when it
+    cannot be opened as an indexed file."""
+    from memory_core.errors import MemoryCoreError
+    from memory_core.sources.safeio import open_indexed
+
+    try:
+        fd = open_indexed(settings, path)
+    except MemoryCoreError:
+        return None
+    newlines, last = 0, b""
+    with os.fdopen(fd, "rb") as fh:
+        while block := fh.read(1 << 20):
+            newlines += block.count(b"\n")
+            last = block[-1:]
+    if source == "sessions":
+        return newlines + (1 if last not in (b"", b"\n") else 0)
+    return newlines + 1

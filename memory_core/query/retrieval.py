@@ -479,6 +479,10 @@ class _Index:
             self._prev_common = (dict(prev.common), prev.digest) if prev.common else prev._prev_common
         self._refresh_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
+        # how searches read the vectors, as the build measured it (vectors.ScanPlan)
+        self.scan_plan = vectors.ScanPlan.from_meta(self.meta)
+        self._floats: dict[str, vectors.FloatRows] = {}  # rows table -> its vectors in memory (exact plan)
+        self._floats_streamed: set[str] = set()  # rows tables this reader has scanned from the file once
 
     def df(self, phrase: str, conn: apsw.Connection | None = None) -> int:
         """How many chunks match ``phrase`` (an FTS5 string) alone: FTS5's ``nHit`` for its IDF.
@@ -757,8 +761,16 @@ class _Index:
         """The ``want`` chunks nearest the query (of ``sources``), best first: [(rid, cosine)], a
         chunk's cosine being the best of its own vector's and its exchanges' (schema 4). A source
         filter scans only its rows' codes: its own ``want`` nearest, however few of the index's
-        rows are of it."""
+        rows are of it. How the rows are read is the index's :class:`vectors.ScanPlan` (measured
+        when it was built or changed): the quick scan, its candidates widened, or every vector."""
         only = self.source_rids(sources)
+        plan = self.scan_plan
+        if plan.mode == "exact":  # the quick scan misses this index's nearest rows: read every vector
+            top = self._exact(qvec, want, "chunks", None if only is None else only[0])
+            if not self.has_parts:
+                return top
+            ptop = self._exact(qvec, want, vectors.PARTS_TABLE, None if only is None else only[1])
+            return self._with_parts(qvec, want, top, ptop)
         streamed: np.ndarray | None = None
         if self._bits is None and self._prev_bits is None and not self._streamed:
             # this reader's first vector query: one pass over the stored codes (a one-shot CLI
@@ -767,17 +779,40 @@ class _Index:
             self._bits = vectors.loaded_bit_index(self.conn, os.fspath(self._path), int(self.dims or 0))
             if self._bits is None:
                 streamed = vectors.streamed_candidates(self.conn, int(self.dims or 0), qvec, want,
-                                                       only=None if only is None else only[0])
+                                                       only=None if only is None else only[0], widen=plan.widen)
         if streamed is None:
             bits = self.bit_index()
-            top = bits.search(self.conn, qvec, want, None if only is None else self._keep(bits, only[0]))
+            top = bits.search(self.conn, qvec, want, None if only is None else self._keep(bits, only[0]),
+                              plan.widen)
         else:
             top = vectors.best_by_cosine(self.conn, qvec, streamed, want)
         if not self.has_parts:
             return top
-        cand = dict(top)
         pbits = self.part_index()
-        ptop = pbits.search(self.conn, qvec, want, None if only is None else self._keep(pbits, only[1]))
+        ptop = pbits.search(self.conn, qvec, want, None if only is None else self._keep(pbits, only[1]),
+                            plan.widen)
+        return self._with_parts(qvec, want, top, ptop)
+
+    def _exact(self, qvec: np.ndarray, want: int, rows: str, only: np.ndarray | None) -> list[tuple[int, float]]:
+        """The exact ``want`` nearest of ``rows``: this reader's first such query reads every
+        vector once from the file (what a one-shot CLI search needs); later ones scan the
+        vectors held in memory (:class:`vectors.FloatRows`, shared by this process's readers)."""
+        path, dims = os.fspath(self._path), int(self.dims or 0)
+        got = self._floats.get(rows) or vectors.shared_float_rows(self.conn, path, dims, rows, loaded_only=True)
+        if got is None and rows not in self._floats_streamed:
+            self._floats_streamed.add(rows)
+            return vectors.exact_nearest(self.conn, qvec, want, rows, only)
+        if got is None:
+            got = vectors.shared_float_rows(self.conn, path, dims, rows)
+            assert got is not None
+        self._floats[rows] = got
+        return got.search(qvec, want, only)
+
+    def _with_parts(self, qvec: np.ndarray, want: int, top: list[tuple[int, float]],
+                    ptop: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The nearest chunks ``top`` joined by the owners of the nearest exchange vectors
+        ``ptop``, each chunk at the best cosine of its own vector and its exchanges'."""
+        cand = dict(top)
         if ptop:
             lit = ",".join(str(int(r)) for r, _ in ptop)
             owners = {c for (c,) in self.conn.execute(f"SELECT DISTINCT chunk FROM {vectors.PARTS_TABLE}"

@@ -44,7 +44,7 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
             chunks=int_of(c, "SELECT count(*) FROM chunks"),
             chunks_by_source=_counts(c, "SELECT source, count(*) FROM chunks GROUP BY source"),
             fts=True,
-            vector_search=("sign bits scanned, the nearest ranked by float32 cosines" if idx.has_bits else
+            vector_search=(_bits_search(idx.scan_plan) if idx.has_bits else
                            "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
                            " search)" if idx.vec_loaded else
                            "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
@@ -56,6 +56,9 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
             cache_path=str(settings.cache_file),
         )
         st["sizes"] = index_sizes(c, m.get("dims"), st["index_bytes"], settings.cache_file, measure=measure)
+        scan = vector_scan_status(m) if idx.has_bits else None
+        if scan is not None:
+            st["vector_scan"] = scan
     if m.get("chunks_over_window") is not None:
         # chunks longer than the embedding model's input window (embedded from their head only)
         st["chunks_over_window"] = m["chunks_over_window"]
@@ -70,6 +73,29 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     if m.get("batch"):  # the Batch API jobs of the run that built this index: failures, limit, last error
         st["batch"] = m["batch"]
     return st
+
+
+def _bits_search(plan: vectors.ScanPlan) -> str:
+    if plan.mode == "exact":
+        return ("every float32 vector scanned (exact): the sign bits miss this index's nearest rows"
+                f" (quick scan recall@10 {plan.recall_default:.3f} < {plan.target:g})")
+    if plan.widen > 1:
+        return f"sign bits scanned, {plan.widen}x the candidates ranked by float32 cosines"
+    return "sign bits scanned, the nearest ranked by float32 cosines"
+
+
+def vector_scan_status(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How well the quick vector scan finds an index's nearest rows and how its searches read
+    the vectors (the ``vector_scan`` field of ``status``; for ``memory-core eval`` too): the
+    index's recorded :class:`memory_core.storage.vectors.ScanPlan`, with ``measured`` (False: an
+    index built before the check) and a one-line ``summary``. None for an index without vectors."""
+    if not meta or not meta.get("dims"):
+        return None
+    plan = vectors.ScanPlan.from_meta(meta)
+    out: dict[str, Any] = {"measured": plan.measured, "summary": plan.describe()}
+    if plan.measured:
+        out.update(plan.to_meta())
+    return out
 
 
 # What each byte of the index and its cache is for (``status``; ``status --sizes`` splits "rest").

@@ -18,12 +18,17 @@ templates (``{agent}`` is the id)::
 Every entry point takes the agent: ``--agent`` (CLI), ``agent`` (MCP tools, flow parameters),
 ``$MEMORY_CORE_AGENT``. The rest of the config file applies to every agent. An id that is not
 listed is one clear error (:class:`UnknownAgentError`); two agents that would share a
-workspace, an index, a qmd state folder or a LanceDB folder are a configuration error, so no
-agent ever sees another's memories.
+workspace, an index, a qmd state folder or a LanceDB folder, by any name (symlinks resolved), or
+whose workspaces, indexed sessions folders or extra paths overlap (one inside another, a global
+``[sessions] dir``), are a configuration error, checked wherever an agent's settings are
+resolved (:func:`check_agent_isolated`), so no agent ever sees another's memories.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from memory_core.config import AGENT_PATHS, AgentsSettings, Settings
@@ -75,15 +80,82 @@ def agent_told(agents: AgentsSettings, agent: str) -> dict[str, Any]:
     return told
 
 
-def check_isolated(by_agent: dict[str, Settings]) -> None:
-    """ConfigError when two agents would share a workspace, index, qmd state or LanceDB folder."""
+def _real(path: str | os.PathLike[str]) -> Path:
+    """The path with every symlink of its existing part resolved: two names of one folder (an
+    alias made with ``ln -s``) compare equal."""
+    return Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    """Whether one of the two folders is the other or inside it."""
+    return a == b or a in b.parents or b in a.parents
+
+
+def _read_paths(s: Settings) -> list[tuple[str, Path]]:
+    """What an agent's index reads: its workspace, its sessions folder (when it indexes
+    transcripts) and its extra paths, real paths."""
+    out = [("workspace", _real(s.workspace_dir))]
+    if "sessions" in s.sources:
+        out.append(("sessions folder", _real(s.sessions_dir)))
+    for raw in s.extra_paths:
+        p = os.path.expanduser(raw)
+        out.append(("extra path", _real(p if os.path.isabs(p) else os.path.join(s.workspace_dir, p))))
+    return out
+
+
+def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
+    """Why agents ``a`` and ``b`` would see each other's memories, or None.
+
+    They must not share (by any name: symlinks are resolved) an index, a qmd state folder or a
+    LanceDB folder, and what one indexes (workspace, sessions folder when it indexes
+    transcripts, extra paths) must not be, contain or lie inside what the other indexes: a
+    global ``[sessions] dir``, a workspace nested in another's, or an alias of another's
+    workspace would hand one agent the other's notes or transcripts. Two agents may index the
+    same extra path (shared documents: neither writes its memories there)."""
     from memory_core.storage.qmd import state_dir
 
-    seen: dict[tuple[str, str], str] = {}
-    for agent, s in by_agent.items():
-        for what, path in (("workspace", s.workspace_dir), ("index", s.index_file), ("qmd state", state_dir(s)),
-                           ("LanceDB folder", s.lancedb_dir)):
-            other = seen.setdefault((what, str(path)), agent)
-            if other != agent:
-                raise ConfigError(f"agents {other!r} and {agent!r} share the {what} {path}: each agent needs its own"
-                                  " (set it in their [[agents.list]] entries, or use {agent} in the agents template)")
+    for what, pa, pb in (("index", sa.index_file, sb.index_file), ("qmd state", state_dir(sa), state_dir(sb)),
+                         ("LanceDB folder", sa.lancedb_dir, sb.lancedb_dir)):
+        if _real(pa) == _real(pb):
+            alias = "" if str(pa) == str(pb) else f" (as {pa} and {pb})"
+            return f"agents {a!r} and {b!r} share the {what} {_real(pa)}{alias}"
+    for what_a, pa in _read_paths(sa):
+        for what_b, pb in _read_paths(sb):
+            if not _overlap(pa, pb) or what_a == what_b == "extra path":
+                continue  # a folder of shared documents two agents both index is no one's memory
+            if pa == pb and what_a == what_b:
+                return f"agents {a!r} and {b!r} share the {what_a} {pa}"
+            if pa == pb:
+                return f"agent {a!r}'s {what_a} is agent {b!r}'s {what_b} ({pa})"
+            inner, outer = ((a, what_a, pa), (b, what_b, pb)) if pb in pa.parents else ((b, what_b, pb), (a, what_a, pa))
+            return f"agent {inner[0]!r}'s {inner[1]} {inner[2]} is inside agent {outer[0]!r}'s {outer[1]} {outer[2]}"
+    return None
+
+
+_FIX = ": each agent needs its own (set it in their [[agents.list]] entries, or use {agent} in the agents template)"
+
+
+def check_isolated(by_agent: dict[str, Settings]) -> None:
+    """ConfigError when two of these agents would see each other's memories
+    (:func:`isolation_problem`)."""
+    names = list(by_agent)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            problem = isolation_problem(a, by_agent[a], b, by_agent[b])
+            if problem:
+                raise ConfigError(problem + _FIX)
+
+
+def check_agent_isolated(agent: str, settings: Settings, agents: AgentsSettings,
+                         settings_of: Callable[[str], Settings]) -> None:
+    """ConfigError when ``agent``, with the ``settings`` just resolved for it (flags included),
+    would see another listed agent's memories. Called wherever the settings of one agent are
+    resolved (:func:`memory_core.runtime.resolve.resolve_settings`: the CLI's ``--agent``, the
+    MCP server's ``--agent``, the API, the flows, ``$MEMORY_CORE_AGENT``, ``agents.default``);
+    ``settings_of(other)``: another agent's settings as the config gives them."""
+    for other in agents.ids:
+        if other == agent:
+            continue
+        problem = isolation_problem(agent, settings, other, settings_of(other))
+        if problem:
+            raise ConfigError(problem + _FIX)

@@ -104,6 +104,7 @@ def resolve_settings(
     told_by: dict[str, str] | str = "{}",
     env: dict[str, str] | None = None,
     agent: str | None = None,
+    check: bool = True,
 ) -> ResolvedSettings:
     """The settings of a run or a reader, in the documented order (module docstring).
 
@@ -117,10 +118,11 @@ def resolve_settings(
     the config file's ``[agents]`` table gives (:mod:`memory_core.runtime.agents`); they rank as told
     settings, below the flags actually given.
 
-    Raises :class:`ConfigError` for a bad config file or setting, :class:`UnknownAgentError`
-    for an agent the config does not list.
+    Raises :class:`ConfigError` for a bad config file or setting, or an agent that would see
+    another agent's memories (``check``; :func:`memory_core.runtime.agents.check_agent_isolated`),
+    :class:`UnknownAgentError` for an agent the config does not list.
     """
-    from memory_core.runtime.agents import UnknownAgentError, agent_told, agents_of
+    from memory_core.runtime.agents import UnknownAgentError, agent_told, agents_of, check_agent_isolated
 
     env = dict(os.environ) if env is None else env
     flags = _drop_none(dict(told or {}))
@@ -128,11 +130,13 @@ def resolve_settings(
     cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
     cfg: dict[str, Any] = read_config_file(cfg_path) if cfg_path else {}
     agent = agent or env.get("MEMORY_CORE_AGENT") or None
+    agents_table = None
     if agent is not None or cfg.get("agents"):
         agents = agents_of(cfg)
         if agent is None and agents.default and not ({"workspace", "index_path"} & set(flags)):
             agent = agents.default
         if agent is not None:
+            agents_table = agents
             if not cfg_path:
                 raise UnknownAgentError(f"unknown agent {agent!r}: no config file names agents (--config FILE or"
                                         " $MEMORY_CORE_CONFIG, with an [agents] table)")
@@ -200,6 +204,10 @@ def resolve_settings(
                 break
         origins[key] = label
     settings._origins = origins
+    if agent is not None and check and agents_table is not None:
+        check_agent_isolated(agent, settings, agents_table, lambda other: resolve_settings(
+            {}, config_file=config_file or env.get("MEMORY_CORE_CONFIG"), env=env, agent=other,
+            check=False).settings)
 
     changes: list[SettingChange] = []
     if live is not None:
@@ -236,6 +244,7 @@ def resolve_agents(config_file: str | os.PathLike[str] | None, agents: list[str]
     ids = list(dict.fromkeys(agents)) if agents else table.ids
     if not ids:
         raise UnknownAgentError(f"config file {path} lists no agents ([[agents.list]])")
-    by_agent = {a: resolve_settings({}, config_file=path, env=env, agent=a).settings for a in ids}
+    everyone = list(dict.fromkeys([*ids, *table.ids]))  # the served agents checked against every listed one
+    by_agent = {a: resolve_settings({}, config_file=path, env=env, agent=a, check=False).settings for a in everyone}
     check_isolated(by_agent)
-    return by_agent
+    return {a: by_agent[a] for a in ids}

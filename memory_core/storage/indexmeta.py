@@ -25,8 +25,12 @@ folder and extra paths from here: they need nothing but the index.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,19 +240,136 @@ def vector_record(meta: Mapping[str, Any]) -> IndexRecord | None:
     return record
 
 
+# A reader tries a query's embedding at most this many times (a run's retries are for runs: a
+# refused connection retried for the whole deadline made every search of a provider that is down
+# wait ~10 s).
+READER_ATTEMPTS = 2
+# After a failed query embedding, readers of this process (and the next CLI searches, through
+# the file beside the index) answer keyword-only at once for this long, doubling per failure
+# in a row up to OUTAGE_MAX_S; then one query tries the provider again.
+OUTAGE_FIRST_S = 30.0
+OUTAGE_MAX_S = 300.0
+# A query embedding in flight for longer than this is a stall: other searches do not wait on it.
+STALL_S = 2.0
+
+
 def open_query_provider(record: IndexRecord, settings: Settings) -> tuple[EmbeddingProvider | None, str]:
     """The provider that embeds queries against the index ``record`` describes (its provider
-    and model, the reader's keys), with the reader's short total deadline: a reader never waits
-    out a run's retries. ``(None, note)`` when it cannot start (no key, no model package), and
-    the reader answers keyword-only, saying why in ``note``."""
+    and model, the reader's keys), with the reader's short total deadline and
+    :data:`READER_ATTEMPTS`: a reader never waits out a run's retries; and its outages
+    remembered (:class:`ProviderOutages`). ``(None, note)`` when it cannot start (no key, no
+    model package), and the reader answers keyword-only, saying why in ``note``."""
     try:
         from memory_core.embeddings.registry import create_provider
 
-        provider, _ = create_provider(record.query_settings(settings))
+        qs = record.query_settings(settings)
+        qs = qs.model_copy(update={"remote": qs.remote.model_copy(
+            update={"max_attempts": min(qs.remote.max_attempts, READER_ATTEMPTS)})})
+        provider, _ = create_provider(qs)
     except Exception as exc:
         return None, f"query embeddings unavailable ({exc}); keyword-only results"
     provider.deadline_s = settings.query.embed_timeout_s
+    ProviderOutages.guard(provider, settings.index_file)
     return provider, ""
+
+
+class ProviderOutages:
+    """What this process (and the last CLI searches) learned about query providers that are
+    down, by provider key: a reader answers keyword-only at once while one is remembered down
+    (saying so, and when it tries again), and does not wait on a query embedding that another
+    search has been waiting on for :data:`STALL_S`.
+
+    Kept in memory for long-lived readers (the MCP server, watch, the API) and in a small file
+    beside the index (``<index>.provider-outage.json``, best effort, never followed through a
+    symlink) for one-shot readers (CLI searches), so only the first search of an outage waits."""
+
+    _lock = threading.Lock()
+    _down: dict[str, tuple[float, int, str]] = {}  # key -> (retry at, failures in a row, why); wall clock
+    _inflight: dict[str, list[float]] = {}  # key -> start times of the embeddings in flight (monotonic)
+
+    @classmethod
+    def guard(cls, provider: EmbeddingProvider, index_file: Path) -> None:
+        """Wrap ``provider.embed_query`` (this instance's) with the outage memory."""
+        key = str(provider.provider_key)
+        real = provider.embed_query
+        marker = index_file.with_name(index_file.name + ".provider-outage.json")
+
+        def embed_query(text: str) -> Any:
+            from memory_core.errors import ProviderError
+
+            now = time.time()
+            with cls._lock:
+                down = cls._down.get(key) or cls._read(marker, key)
+                if down is not None:
+                    cls._down[key] = down  # kept past its time: a failure in a row doubles the wait
+                if down is not None and now < down[0]:
+                    raise ProviderError(f"{provider.name} was down ({down[2]}); not tried again until"
+                                        f" {max(1, round(down[0] - now))} s from now")
+                oldest = min(cls._inflight.get(key, []), default=None)
+                if oldest is not None and time.monotonic() - oldest > STALL_S:
+                    raise ProviderError(f"{provider.name} has not answered another query for"
+                                        f" {time.monotonic() - oldest:.0f} s")
+                started = time.monotonic()
+                cls._inflight.setdefault(key, []).append(started)
+            try:
+                out = real(text)
+            except ProviderError as exc:
+                with cls._lock:
+                    failures = (cls._down.get(key) or (0.0, 0, ""))[1] + 1
+                    wait = min(OUTAGE_MAX_S, OUTAGE_FIRST_S * 2 ** (failures - 1))
+                    why = str(exc)[:200]
+                    cls._down[key] = (time.time() + wait, failures, why)
+                    cls._write(marker, key, cls._down[key])
+                raise
+            else:
+                with cls._lock:
+                    if cls._down.pop(key, None) is not None:
+                        cls._write(marker, key, None)
+                return out
+            finally:
+                with cls._lock:
+                    starts = cls._inflight.get(key, [])
+                    with contextlib.suppress(ValueError):
+                        starts.remove(started)
+
+        setattr(provider, "embed_query", embed_query)  # noqa: B010 - this instance only
+
+    @classmethod
+    def forget(cls) -> None:
+        """Forget every outage this process remembers (tests)."""
+        with cls._lock:
+            cls._down.clear()
+            cls._inflight.clear()
+
+    @staticmethod
+    def _read(marker: Path, key: str) -> tuple[float, int, str] | None:
+        try:
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as fh:
+                data = json.loads(fh.read(1 << 16) or b"null")
+            got = data.get(key) if isinstance(data, dict) else None
+            if isinstance(got, list) and len(got) == 3:
+                return float(got[0]), int(got[1]), str(got[2])
+        except (OSError, ValueError, TypeError):
+            return None
+        return None
+
+    @staticmethod
+    def _write(marker: Path, key: str, value: tuple[float, int, str] | None) -> None:
+        """Record (or clear) ``key``'s outage in ``marker``: a new file renamed over it (a
+        symlink there is replaced, never followed); any failure leaves the memory in process."""
+        tmp = marker.with_name(f".{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({key: list(value)} if value is not None else {}, fh)
+            os.replace(tmp, marker)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 class QueryProviderOwner:
@@ -270,6 +391,8 @@ class QueryProviderOwner:
         record = vector_record(meta)  # None: keyword only, no provider needed
         if record is None:
             return None
+        if self.provider_note.startswith("query embedding failed"):
+            self.provider_note = ""  # the last query's failure: this query tries (or is told) anew
         if not self._provider_checked:
             self._provider_checked = True
             self._provider, note = open_query_provider(record, self.settings)

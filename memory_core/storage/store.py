@@ -896,6 +896,15 @@ class IndexWriter:
         assert self.conn is not None
         write_meta(self.conn, meta)
 
+    def measure_scan(self) -> vectors.ScanPlan | None:
+        """How well the quick vector scan finds this index's nearest rows, and so how searches
+        read its vectors (:func:`memory_core.storage.vectors.measure_scan`), as this run leaves
+        it; None for an index without vectors."""
+        assert self.conn is not None
+        if not (self.vec and self.dims):
+            return None
+        return vectors.measure_scan(self.conn, int(self.dims))
+
     # -- verify and swap --------------------------------------------------------------------
     def verify(self, *, expect_vectors: bool) -> dict[str, int]:
         """Check that chunks, FTS rows and vectors agree; raise RunError otherwise."""

@@ -29,15 +29,25 @@ and one blob per ~4,096 rows reads at memory speed where a million rows cost a m
 objects. Why not vec0: see above; it also kept the float32 copy in 1,024-row blobs, whose point
 reads walk an overflow chain (~0.7 ms a row at 200k x 1536) where a B-tree row costs ~0.02 ms.
 
+The quick scan's quality depends on the vectors: exact on dense neural embeddings, it missed the
+nearest rows of sparse, feature-hashed vectors (94% zeros: a zero and a negative value give the
+same bit; recall@10 0.27 at 200k x 1536, bench/results/sparse-vectors-200000.md). So an index
+measures it on its own vectors when it is built or changed (:func:`measure_scan`) and records
+how its searches read them (:class:`ScanPlan`: the quick scan, its candidates widened, or every
+vector, :func:`exact_nearest` / :class:`FloatRows`).
+
 Edits stay proportional to the change: a deleted row's id is zeroed in place (an incremental blob
 write of 8 bytes), appended rows go to the last block while it has room, else a new one.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import apsw
 import numpy as np
@@ -96,9 +106,10 @@ def quantize(m: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(bits)
 
 
-def rescore_count(want: int, n: int) -> int:
-    """How many rows nearest by their bits are ranked by their exact cosines for ``want`` results."""
-    return min(n, max(RESCORE_MIN, RESCORE_FACTOR * want))
+def rescore_count(want: int, n: int, widen: int = 1) -> int:
+    """How many rows nearest by their bits are ranked by their exact cosines for ``want`` results
+    (``widen``: times more, as the index's :class:`ScanPlan` says)."""
+    return min(n, max(RESCORE_MIN, RESCORE_FACTOR * want) * max(1, int(widen)))
 
 
 def scan_count(rescore: int, n: int) -> int:
@@ -399,16 +410,34 @@ class BitIndex:
         cut = int(np.searchsorted(np.cumsum(hist), r))
         return np.flatnonzero(dist <= cut)
 
+    def distances(self, qvec: np.ndarray) -> np.ndarray:
+        """The Hamming distance of the query's code to each position's (a deleted row's past every
+        real one), as :meth:`_nearest` counts them."""
+        q = quantize(np.asarray(qvec, dtype=np.float32)[None, :])[0].view("<u8")
+        n_words = self._base_words.shape[0]
+        dist = np.zeros(len(self.rids), dtype=np.uint16)
+        words = self._gather(np.arange(len(self.rids))) if len(self._tail_rids) else self._base_words
+        tmp = np.empty(words.shape[1], dtype=np.uint64)
+        pc = np.empty(words.shape[1], dtype=np.uint8)
+        for j in range(n_words):
+            np.bitwise_xor(words[j], q[j], out=tmp)
+            np.bitwise_count(tmp, out=pc)
+            dist += pc
+        if len(self._dead_pos):
+            dist[self._dead_pos] = n_words * 64 + 1
+        return dist
+
     def keep_mask(self, rids: np.ndarray) -> np.ndarray:
         """The positions whose row ids are in ``rids`` (the rows of some sources), as a mask."""
         return np.isin(self.rids, rids)
 
-    def candidates(self, qvec: np.ndarray, want: int, keep: np.ndarray | None = None) -> np.ndarray:
+    def candidates(self, qvec: np.ndarray, want: int, keep: np.ndarray | None = None,
+                   widen: int = 1) -> np.ndarray:
         """Row ids whose exact cosines are read for ``want`` results: the :func:`scan_count`
         nearest by Hamming distance, of those the :func:`rescore_count` best by
         :func:`asymmetric_scores`. ``keep`` (:meth:`keep_mask`): only these positions' rows, as if
         the index held no others (a source filter gets its own ``want`` nearest, not the nearest of
-        every source that happen to be its)."""
+        every source that happen to be its). ``widen``: :attr:`ScanPlan.widen`."""
         exclude = None
         if keep is None:
             n = len(self)
@@ -417,7 +446,7 @@ class BitIndex:
             eligible[self._dead_pos] = False
             n = int(np.count_nonzero(eligible))
             exclude = ~eligible
-        r = rescore_count(want, n)
+        r = rescore_count(want, n, widen)
         if r >= n:
             return self.rids[self._live_positions() if exclude is None else np.flatnonzero(~exclude)]
         pos = self._nearest(qvec, scan_count(r, n), exclude)
@@ -428,10 +457,10 @@ class BitIndex:
         return self.rids[pos]
 
     def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int,
-               keep: np.ndarray | None = None) -> list[tuple[int, float]]:
+               keep: np.ndarray | None = None, widen: int = 1) -> list[tuple[int, float]]:
         """The ``want`` rows with the highest exact cosine among :meth:`candidates`, best first:
         [(rid, cosine)]."""
-        return best_by_cosine(conn, qvec, self.candidates(qvec, want, keep), want, self.rows)
+        return best_by_cosine(conn, qvec, self.candidates(qvec, want, keep, widen), want, self.rows)
 
 
 def best_by_cosine(conn: apsw.Connection, qvec: np.ndarray, candidates: np.ndarray, want: int,
@@ -442,7 +471,7 @@ def best_by_cosine(conn: apsw.Connection, qvec: np.ndarray, candidates: np.ndarr
 
 
 def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want: int,
-                        table: str = BITS_TABLE, only: np.ndarray | None = None) -> np.ndarray:
+                        table: str = BITS_TABLE, only: np.ndarray | None = None, widen: int = 1) -> np.ndarray:
     """:meth:`BitIndex.candidates` of one query, the codes read a block at a time and scanned as
     they are stored (a row's words side by side) instead of loaded into a :class:`BitIndex`: what
     a one-shot reader (a CLI search) needs. Loading transposes every code into one array (~1 s at
@@ -466,7 +495,7 @@ def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want
         blocks.append(c)
     rids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     n = len(rids)
-    r = rescore_count(want, n)
+    r = rescore_count(want, n, widen)
     if r >= n:
         return rids
     scan = scan_count(r, n)
@@ -487,6 +516,269 @@ def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want
         score = asymmetric_scores(np.asarray(qvec, dtype=np.float32), codes.view(np.uint8))
         pos = pos[np.argpartition(-score, r - 1)[:r]]
     return rids[pos]
+
+
+def exact_nearest(conn: apsw.Connection, qvec: np.ndarray, want: int, rows: str = "chunks",
+                  only: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The ``want`` rows of ``rows`` (``chunks`` or :data:`PARTS_TABLE`) with the highest exact
+    cosine, best first: every float32 vector read once, a block of rows at a time (an index whose
+    quick scan misses its nearest rows: :class:`ScanPlan`). ``only``: these row ids only."""
+    q = np.asarray(qvec, dtype=np.float32)
+    q = q / (np.linalg.norm(q) or 1.0)
+    size = len(q) * 4
+    best_r = np.zeros(0, dtype=np.int64)
+    best_s = np.zeros(0, dtype=np.float32)
+    cur = conn.execute(f"SELECT rid, embedding FROM {rows} WHERE embedding IS NOT NULL")
+    while True:
+        got = list(itertools.islice(cur, EXACT_BLOCK))
+        if not got:
+            break
+        pairs = [(r, b) for r, b in got if len(b) == size]
+        if only is not None:
+            pairs = [p for p, ok in zip(pairs, np.isin([r for r, _ in pairs], only).tolist(), strict=True) if ok]
+        if pairs:
+            rid = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
+            m = np.frombuffer(b"".join(b for _, b in pairs), dtype="<f4").reshape(len(pairs), -1)
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+                sims = np.nan_to_num((m @ q) / np.where(norms > 0, norms, np.inf), nan=0.0, posinf=0.0, neginf=0.0)
+            best_r = np.concatenate([best_r, rid])
+            best_s = np.concatenate([best_s, sims.astype(np.float32)])
+            if len(best_r) > want:
+                keep = np.argpartition(-best_s, want - 1)[:want]
+                best_r, best_s = best_r[keep], best_s[keep]
+        if len(got) < EXACT_BLOCK:
+            break
+    order = sorted(zip(best_r.tolist(), best_s.tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))
+    return [(int(r), float(c)) for r, c in order[:want]]
+
+
+class FloatRows:
+    """Every float32 vector of one table of an opened index, as unit rows in memory: the exact
+    scan of a long-lived reader of an index whose quick scan misses its nearest rows
+    (:class:`ScanPlan` ``mode`` "exact"). Holds rows x dims x 4 bytes (the index's float32
+    copy); shared by the readers of this process that see the same state (:func:`shared_float_rows`)."""
+
+    def __init__(self, conn: apsw.Connection, dims: int, rows: str = "chunks") -> None:
+        size = int(dims) * 4
+        ids: list[np.ndarray] = []
+        mats: list[np.ndarray] = []
+        cur = conn.execute(f"SELECT rid, embedding FROM {rows} WHERE embedding IS NOT NULL ORDER BY rid")
+        while True:
+            got = [(r, b) for r, b in itertools.islice(cur, EXACT_BLOCK) if len(b) == size]
+            if got:
+                ids.append(np.fromiter((r for r, _ in got), dtype=np.int64, count=len(got)))
+                m = np.frombuffer(b"".join(b for _, b in got), dtype="<f4").reshape(len(got), int(dims)).copy()
+                with np.errstate(invalid="ignore", over="ignore"):
+                    m /= np.maximum(np.sqrt(np.einsum("ij,ij->i", m, m)), 1e-30)[:, None]
+                mats.append(np.nan_to_num(m, nan=0.0, posinf=0.0, neginf=0.0))
+            else:
+                break
+        self.rids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        self.m = np.concatenate(mats) if mats else np.zeros((0, int(dims)), dtype=np.float32)
+        self.nbytes = self.m.nbytes + self.rids.nbytes
+
+    def search(self, qvec: np.ndarray, want: int, only: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """The ``want`` rows of the highest cosine (of ``only``'s row ids), best first."""
+        q = np.asarray(qvec, dtype=np.float32)
+        sims = self.m @ (q / (np.linalg.norm(q) or 1.0))
+        if only is not None:
+            sims = np.where(np.isin(self.rids, only), sims, -np.inf)
+        pos = np.argpartition(-sims, want - 1)[:want] if want < len(sims) else np.arange(len(sims))
+        pos = pos[np.isfinite(sims[pos])]
+        order = sorted(zip(self.rids[pos].tolist(), sims[pos].tolist(), strict=True), key=lambda kv: (-kv[1], kv[0]))
+        return [(int(r), float(c)) for r, c in order]
+
+
+_floats: dict[tuple[str, str, int, str], weakref.ref[FloatRows]] = {}
+
+
+def shared_float_rows(conn: apsw.Connection, path: str, dims: int, rows: str = "chunks",
+                      loaded_only: bool = False) -> FloatRows | None:
+    """The :class:`FloatRows` of the index at ``path`` as ``conn`` sees it, shared by this
+    process's readers of the same state (keyed as :func:`shared_bit_index`); ``loaded_only``:
+    None unless a reader has loaded it already."""
+    digest = index_changes.meta_digest(conn)
+    key = (path, digest, int(dims), rows)
+    with _shared_lock:
+        ref = _floats.get(key)
+        got = ref() if ref is not None else None
+    if got is None and not loaded_only:
+        conn.execute("BEGIN")
+        try:
+            if index_changes.meta_digest(conn) != digest:  # pragma: no cover - changed in between
+                digest = index_changes.meta_digest(conn)
+                key = (path, digest, int(dims), rows)
+            got = FloatRows(conn, dims, rows)
+        finally:
+            conn.execute("COMMIT")
+        with _shared_lock:
+            for k in [k for k, r in _floats.items() if r() is None]:
+                del _floats[k]
+            _floats[key] = weakref.ref(got)
+    return got
+
+
+# -- how well the quick scan works on an index's own vectors ------------------------------------
+
+# The quick scan (the bits, then exact cosines of the best candidates) must find at least this
+# share of the exact top 10 on the index's own vectors; below it a search widens its candidates
+# (ScanPlan.widen) or reads every vector (ScanPlan.mode "exact"), whichever meets it.
+RECALL_TARGET = 0.98
+CHECK_K = 10  # recall@10
+CHECK_QUERIES = 64  # a sample of the index's own vectors, each a query
+# How many times more candidates a search may take before reading every vector costs less:
+# candidates are read by row id (a B-tree seek each), every vector in one pass (~1/8 of a seek
+# a row on this VM): widening stops while the candidates stay below 1/8 of the rows.
+WIDEN_STEPS = (1, 2, 4, 8, 16, 32, 64, 128)
+EXACT_BLOCK = 4096
+# An incremental run measures again once the rows differ from the measured count by this share
+# (the quick scan's recall depends on the rows it chooses among; a provider's kind of vectors
+# changes only with a full rebuild).
+RECHECK_CHANGE = 0.1
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """How a search reads an index's vectors, chosen when the index was built or changed
+    (:func:`measure_scan`) and recorded in its meta (``vector_scan``): the quick scan, its
+    candidates widened ``widen`` times, or every vector (``mode`` "exact").
+
+    ``recall``: the measured recall@10 of the way chosen against an exact scan of the same
+    vectors; ``recall_default``: the quick scan's at its default width (what a search of this
+    index did before the check); ``rows``: the vectors measured; ``sample``: the queries."""
+
+    mode: str = "bits"  # "bits" | "exact"
+    widen: int = 1
+    recall: float = 1.0
+    recall_default: float = 1.0
+    rows: int = 0
+    sample: int = 0
+    target: float = RECALL_TARGET
+    measured: bool = True  # False: an index built before the check (the default quick scan, unmeasured)
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"mode": self.mode, "widen": self.widen, "recall_at_10": round(self.recall, 4),
+                "recall_at_10_default": round(self.recall_default, 4), "rows": self.rows,
+                "sample": self.sample, "target": self.target}
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any] | None) -> ScanPlan:
+        """The plan an index's meta records; an index without one (built before the check) keeps
+        the default quick scan, ``measured`` False."""
+        got = (meta or {}).get("vector_scan")
+        if not isinstance(got, dict):
+            return cls(measured=False)
+
+        def num(key: str, default: float) -> float:
+            v = got.get(key)
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+        mode = got.get("mode") if got.get("mode") in ("bits", "exact") else "bits"
+        return cls(mode=str(mode), widen=max(1, int(num("widen", 1))), recall=num("recall_at_10", 1.0),
+                   recall_default=num("recall_at_10_default", 1.0), rows=int(num("rows", 0)),
+                   sample=int(num("sample", 0)), target=num("target", RECALL_TARGET))
+
+    def stale(self, rows: int) -> bool:
+        """Whether an index now holding ``rows`` vectors should be measured again."""
+        return not self.measured or abs(rows - self.rows) > RECHECK_CHANGE * max(self.rows, 1)
+
+    def describe(self) -> str:
+        """One line for ``status``."""
+        if not self.measured:
+            return "quick scan not measured (an index built before the check; the next run measures it)"
+        head = (f"quick scan recall@10 {self.recall_default:.3f} against an exact scan"
+                f" ({self.sample} of its {self.rows} vectors as queries)")
+        if self.mode == "exact":
+            return head + f"; below {self.target:g}: every vector is read (exact)"
+        if self.widen > 1:
+            return head + f"; below {self.target:g}: candidates widened {self.widen}x (recall@10 {self.recall:.3f})"
+        return head
+
+
+def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIES, k: int = CHECK_K,
+                 seed: int = 0) -> ScanPlan:
+    """Measure the quick scan on this index's own vectors and choose how searches read them.
+
+    ``sample`` stored vectors (drawn with a fixed seed) are the queries; each gets its exact top
+    ``k`` (every float32 vector, the query's own row left out) and the quick scan's
+    (:meth:`BitIndex.candidates`, then the exact cosines of those), at the default width, then
+    2, 4, ... times wider while the candidates stay below 1/8 of the rows. The first width whose
+    recall@k reaches :data:`RECALL_TARGET` is the plan; none: ``mode`` "exact". A row the quick
+    scan returns counts as found when its cosine reaches the exact k-th's (ties are not misses).
+    Costs one pass over the float32 vectors and ``sample`` quick scans per width tried."""
+    n = count(conn)
+    if n <= rescore_count(k + 1, n):  # the quick scan reads every row's exact cosine
+        return ScanPlan(rows=n, sample=0)
+    bits = BitIndex(conn, dims)
+    rids = bits.rids  # ascending, live
+    rng = np.random.default_rng(seed)
+    qrids = np.sort(rng.choice(rids, size=min(sample, len(rids)), replace=False))
+    qrows = dict(read_vectors(conn, qrids.tolist()))
+    qrids = np.asarray([r for r in qrids.tolist() if r in qrows and len(qrows[r]) == dims * 4], dtype=np.int64)
+    if not len(qrids):
+        return ScanPlan(rows=n, sample=0)
+    Q = np.frombuffer(b"".join(qrows[r] for r in qrids.tolist()), dtype="<f4").reshape(len(qrids), dims)
+    Q = Q / np.maximum(np.linalg.norm(Q, axis=1, keepdims=True), 1e-12)
+    # every query's cosine with every row, in the order of ``rids`` (n x 4 bytes a query)
+    sims = np.zeros((len(qrids), len(rids)), dtype=np.float32)
+    size = dims * 4
+    cur = conn.execute("SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY rid")
+    while True:
+        got = list(itertools.islice(cur, EXACT_BLOCK))
+        if not got:
+            break
+        ok = [(r, b) for r, b in got if len(b) == size]
+        if ok:
+            rid = np.fromiter((r for r, _ in ok), dtype=np.int64, count=len(ok))
+            pos = np.searchsorted(rids, rid)
+            inside = (pos < len(rids)) & (rids[np.minimum(pos, len(rids) - 1)] == rid)
+            m = np.frombuffer(b"".join(b for _, b in ok), dtype="<f4").reshape(len(ok), dims)
+            norms = np.sqrt(np.einsum("ij,ij->i", m, m))
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                s = np.nan_to_num((Q @ m.T) / np.where(norms > 0, norms, np.inf), nan=0.0, posinf=0.0, neginf=0.0)
+            sims[:, pos[inside]] = s[:, inside]
+        if len(got) < EXACT_BLOCK:
+            break
+    own = np.searchsorted(rids, qrids)
+    sims[np.arange(len(qrids)), own] = -np.inf  # a query's own row is not its neighbour
+    kk = min(k, len(rids) - 1)
+    kth = -np.partition(-sims, kk - 1, axis=1)[:, kk - 1]  # the exact k-th cosine of each query
+
+    def recalls(widths: list[int]) -> dict[int, float]:
+        """recall@kk of the quick scan at each of these widths: per query, the Hamming distances
+        and the asymmetric scores of the widest width's rows once, each width's candidates taken
+        from them as :meth:`BitIndex.candidates` takes them (the rows within its Hamming cut, of
+        those its rescore count best by the asymmetric score)."""
+        found = dict.fromkeys(widths, 0)
+        cuts = {w: (rescore_count(kk + 1, n, w), scan_count(rescore_count(kk + 1, n, w), n)) for w in widths}
+        n_words = bits._base_words.shape[0]
+        for i in range(len(qrids)):
+            dist = bits.distances(Q[i])
+            cum = np.cumsum(np.bincount(dist, minlength=n_words * 64 + 2))
+            limit = {w: (n_words * 64 + 1 if s >= n else int(np.searchsorted(cum, s))) for w, (_, s) in cuts.items()}
+            pos_all = np.flatnonzero(dist <= max(limit.values()))
+            score_all = asymmetric_scores(Q[i], np.ascontiguousarray(bits._gather(pos_all).T).view(np.uint8))
+            for w, (r, _) in cuts.items():
+                sel = dist[pos_all] <= limit[w]
+                pos, sc = pos_all[sel], score_all[sel]
+                if len(pos) > r:
+                    pos = pos[np.argpartition(-sc, r - 1)[:r]]
+                top = np.sort(sims[i, pos])[::-1][:kk]  # the quick scan's best kk (its own row scores -inf)
+                found[w] += int(np.count_nonzero(top >= kth[i] - 1e-6))
+        return {w: f / (kk * len(qrids)) for w, f in found.items()}
+
+    default = recalls([1])[1]
+    if default >= RECALL_TARGET:
+        return ScanPlan(mode="bits", widen=1, recall=default, recall_default=default, rows=n, sample=len(qrids))
+    wider = [w for w in WIDEN_STEPS if w > 1 and 8 * rescore_count(kk + 1, n, w) <= n]
+    for lo in range(0, len(wider), 2):  # two widths a pass: the wider one's rows cost the pass
+        by_width = recalls(wider[lo:lo + 2])
+        for w in wider[lo:lo + 2]:
+            if by_width[w] >= RECALL_TARGET:
+                return ScanPlan(mode="bits", widen=w, recall=by_width[w], recall_default=default, rows=n,
+                                sample=len(qrids))
+    return ScanPlan(mode="exact", widen=1, recall=1.0, recall_default=default, rows=n, sample=len(qrids))
 
 
 def loaded_bit_index(conn: apsw.Connection, path: str, dims: int, table: str = BITS_TABLE) -> BitIndex | None:

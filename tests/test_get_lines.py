@@ -1,0 +1,61 @@
+"""``get`` of cited lines says what is there (issue 39, L1).
+
+The chunker numbers a note's lines as ``text.split("\\n")``: the empty piece after a final
+newline is a line its last chunk cites; ``get`` of it exited 2 ("past the end"). A transcript
+whose cited lines are malformed (or records that are not messages) gave no text, and ``get`` said
+"line 2 is past the end" of a 4-line file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memory_core.apps.cli import main
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    (ws / "MEMORY.md").write_text("# Notes\n\nThe heron budget is 10 EUR.\n")  # lines 1-4 as the chunker counts
+    msg = {"type": "message", "timestamp": "2026-10-21T12:30:55Z",
+           "message": {"role": "user", "content": "the kestrel survey starts Monday"}}
+    (ws / "sessions" / "s.jsonl").write_text(
+        json.dumps(msg) + "\n" + "{not json at all\n" + '{"type": "custom", "data": 1}\n' + json.dumps(msg) + "\n")
+    run_index(load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]}))
+    return ws
+
+
+def test_the_cited_last_line_after_a_final_newline_reads(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    with Searcher(s) as searcher:
+        hit = searcher.search("heron budget", min_score=0)[0]
+        assert hit.citation == "MEMORY.md#L1-L4"
+        whole = searcher.read_file(hit.citation)
+        last = searcher.read_file("MEMORY.md#L4")
+    assert whole["text"] == "# Notes\n\nThe heron budget is 10 EUR."
+    assert (last["lines"], last["text"]) == (1, "")
+    assert main(["get", "-w", str(ws), "MEMORY.md#L4"]) == 0
+    assert capsys.readouterr().out == "\n"
+    # past the end is still one clear line, exit 2
+    assert main(["get", "-w", str(ws), "MEMORY.md#L5"]) == 2
+    err = capsys.readouterr().err
+    assert "line 5 is past the end of MEMORY.md (4 lines)" in err and err.count("\n") == 1
+
+
+def test_malformed_transcript_lines_are_not_past_the_end(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["get", "-w", str(ws), "sessions/s.jsonl#L2-L3"]) == 2
+    err = capsys.readouterr().err
+    assert "past the end" not in err and err.count("\n") == 1
+    assert "lines 2-3 of sessions/s.jsonl hold no messages" in err and "4 lines" in err
+    assert main(["get", "-w", str(ws), "sessions/s.jsonl#L4"]) == 0
+    assert "kestrel survey" in capsys.readouterr().out
+    assert main(["get", "-w", str(ws), "sessions/s.jsonl#L5"]) == 2
+    assert "line 5 is past the end of sessions/s.jsonl (4 lines)" in capsys.readouterr().err
