@@ -211,6 +211,10 @@ class Memory:
         self._started = False
         self._lock = threading.Lock()
         self._returned = threading.Condition(self._lock)
+        # read and status never wait for the search pool: a search can wait seconds on a stalled
+        # provider, a read or status embeds nothing (issue 39 M1). One searcher of their own.
+        self._reader: Searcher | None = None
+        self._reader_lock = threading.Lock()
         self.last_freshness: Freshness | None = None  # of the index the last search read
 
     # -- indexing ---------------------------------------------------------------------------
@@ -310,12 +314,23 @@ class Memory:
                                     chat_type=chat_type, extra=extra)
         return SearchAnswer.from_dict(fresh.apply(out))
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Searcher]:
+        """The searcher that answers :meth:`read` and :meth:`status`, apart from the search pool,
+        so a read never waits behind searches waiting on a provider."""
+        with self._reader_lock:
+            if self._reader is None:
+                from memory_core.query.backends import open_searcher
+
+                self._reader = open_searcher(self.settings)
+            yield self._reader
+
     def read(self, citation: str, *, from_line: int | None = None, lines: int | None = None) -> FileText:
         """The lines a citation points at (``path#L10-L20``), or ``lines`` lines of ``path`` from
         ``from_line``. Only indexed files can be read; anything else raises
         :class:`memory_core.errors.PathError`."""
         self._session()
-        with self._borrow() as s:
+        with self._reading() as s:
             got = s.read_file(citation, from_line=from_line, lines=lines)
         return FileText(path=got["path"], source=got["source"], start_line=int(got["from"]),
                         lines=int(got["lines"]), text=got["text"], note=got.get("note"))
@@ -327,7 +342,7 @@ class Memory:
         from memory_core.storage.indexmeta import IndexRecord
 
         self._session()
-        with self._borrow() as s:
+        with self._reading() as s:
             st = s.status(measure=measure)
             record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
         return MemoryStatus.from_dict(st, record)
@@ -385,6 +400,11 @@ class Memory:
         with self._lock:
             searchers = [s for s in self._all if s is not _PENDING]
             self._all, self._free, self._first = [], [], None
+        with self._reader_lock:
+            if self._reader is not None:
+                searchers.append(self._reader)
+            self._reader = None
+        with self._lock:
             indexer, self._indexer = self._indexer, None
         for s in searchers:
             with contextlib.suppress(Exception):

@@ -161,3 +161,41 @@ def test_a_memory_keeps_itself_fresh_and_says_when_it_is_stale(workspace: Path) 
         ans = memory.answer("ibis count", min_score=0)
         assert ans.stale and not ans.refreshing and "memory/ibis.md" not in [r["path"] for r in ans.results]
         assert memory.sync is not None and memory.sync.runs == []
+
+
+def test_read_and_status_never_wait_behind_searches(workspace: Path) -> None:
+    """Issue 39 M1: searches waiting on a stalled provider held every searcher of the pool, so an
+    MCP client's memory_get / memory_status waited behind them. Read and status have a searcher of
+    their own: with the whole search pool held, they still answer."""
+    import threading
+
+    with open_memory(workspace, provider="none", sync={"on_session_start": False, "on_search": False,
+                                                       "watch": False}) as memory:
+        memory.index()
+        memory._max = 1  # a pool of one searcher, held below as a stalled search would hold it
+        held, release = threading.Event(), threading.Event()
+
+        def stalled_search() -> None:
+            with memory._borrow():
+                held.set()
+                release.wait(60)
+
+        searching = threading.Thread(target=stalled_search, daemon=True)
+        searching.start()
+        assert held.wait(30)
+        answers: dict[str, Any] = {}
+
+        def read_and_status() -> None:
+            answers["status"] = memory.status()
+            answers["read"] = memory.read("MEMORY.md", lines=3)
+
+        reader = threading.Thread(target=read_and_status, daemon=True)
+        reader.start()
+        reader.join(20)  # a deadlock bound, not a timing: before the fix it waits for `release`
+        blocked = reader.is_alive()
+        release.set()
+        searching.join(30)
+        reader.join(60)
+        assert not blocked, "read/status waited for the search pool"
+        assert answers["status"].state == "ok" and answers["status"].chunks
+        assert answers["read"].lines == 3 and answers["read"].path == "MEMORY.md"
