@@ -244,3 +244,23 @@ def test_agents_may_share_a_documents_folder_but_not_index_anothers_workspace(tm
     into.write_text(f'extra_paths = ["{ws["beta"]}/memory"]\n' + cfg.read_text())
     with pytest.raises(ConfigError, match="extra path .* is inside agent 'beta'"):
         resolve_agents(into)
+
+
+def test_the_agent_a_call_serves_is_decided_in_one_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--agent``, else ``$MEMORY_CORE_AGENT`` (runtime.agents.requested_agent): the settings and
+    the MCP server's choice between one agent and the whole fleet ask the same function, so
+    ``$MEMORY_CORE_AGENT`` makes ``memory-core mcp`` serve that agent alone, as ``--agent`` does."""
+    from memory_core.apps.cli import _fleet, build_parser
+    from memory_core.runtime.agents import requested_agent
+
+    cfg, ws = make_fleet(tmp_path)
+    monkeypatch.delenv("MEMORY_CORE_AGENT", raising=False)
+    parse = build_parser().parse_args
+    fleet = _fleet(parse(["mcp", "-c", str(cfg)]))
+    assert fleet is not None and list(fleet) == ["alpha", "beta"]
+    assert _fleet(parse(["mcp", "-c", str(cfg), "--agent", "beta"])) is None
+    monkeypatch.setenv("MEMORY_CORE_AGENT", "beta")
+    assert requested_agent(None) == "beta" and requested_agent("alpha") == "alpha"
+    assert _fleet(parse(["mcp", "-c", str(cfg)])) is None  # one agent: beta, as resolve_settings says
+    assert resolve_settings({}, config_file=cfg).settings.workspace_dir == ws["beta"]
+    assert parse(["search", "-c", str(cfg), "x"]).agent is None  # the flag's default is not the variable

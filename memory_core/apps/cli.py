@@ -65,7 +65,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace", "-w", help="workspace folder (default: $MEMORY_CORE_WORKSPACE, the config file's,"
                                              " the one the index was built from, else the current directory)")
     p.add_argument("--index", dest="index_path", help="index file (default: <workspace>/.memory-core/index.sqlite)")
-    p.add_argument("--agent", default=os.environ.get("MEMORY_CORE_AGENT") or None,
+    p.add_argument("--agent", default=None,
                    help="the agent whose workspace, index, qmd state and LanceDB folder the config file's [agents]"
                         " table gives (default: $MEMORY_CORE_AGENT, else agents.default; -w/--index given win)")
 
@@ -466,7 +466,9 @@ def _local_time(seconds: float) -> str:
 def _fleet(args: argparse.Namespace) -> dict[str, Settings] | None:
     """Every agent of the config file, when `mcp` is told no agent, workspace or index and the
     config lists agents: one server then serves them all."""
-    if args.agent or args.workspace or args.index_path:
+    from memory_core.runtime.agents import requested_agent
+
+    if requested_agent(args.agent) or args.workspace or args.index_path:
         return None
     path = args.config or os.environ.get("MEMORY_CORE_CONFIG")
     if not path:

@@ -27,7 +27,7 @@ resolved (:func:`check_agent_isolated`), so no agent ever sees another's memorie
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +130,18 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
             inner, outer = ((a, what_a, pa), (b, what_b, pb)) if pb in pa.parents else ((b, what_b, pb), (a, what_a, pa))
             return f"agent {inner[0]!r}'s {inner[1]} {inner[2]} is inside agent {outer[0]!r}'s {outer[1]} {outer[2]}"
     return None
+
+
+AGENT_ENV = "MEMORY_CORE_AGENT"
+
+
+def requested_agent(given: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The agent a call names, decided here for every entry point: ``given`` (``--agent``, the
+    API's ``agent=``), else ``$MEMORY_CORE_AGENT``; None: none named (then
+    :func:`memory_core.runtime.resolve.resolve_settings` takes the config's ``agents.default``
+    and ``memory-core mcp`` with a config listing agents serves them all)."""
+    env = os.environ if env is None else env
+    return given or env.get(AGENT_ENV) or None
 
 
 _FIX = ": each agent needs its own (set it in their [[agents.list]] entries, or use {agent} in the agents template)"

@@ -122,14 +122,20 @@ def resolve_settings(
     another agent's memories (``check``; :func:`memory_core.runtime.agents.check_agent_isolated`),
     :class:`UnknownAgentError` for an agent the config does not list.
     """
-    from memory_core.runtime.agents import UnknownAgentError, agent_told, agents_of, check_agent_isolated
+    from memory_core.runtime.agents import (
+        UnknownAgentError,
+        agent_told,
+        agents_of,
+        check_agent_isolated,
+        requested_agent,
+    )
 
     env = dict(os.environ) if env is None else env
     flags = _drop_none(dict(told or {}))
     env_layer = _env_layer(env)
     cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
     cfg: dict[str, Any] = read_config_file(cfg_path) if cfg_path else {}
-    agent = agent or env.get("MEMORY_CORE_AGENT") or None
+    agent = requested_agent(agent, env)
     agents_table = None
     if agent is not None or cfg.get("agents"):
         agents = agents_of(cfg)
