@@ -20,7 +20,7 @@ import base64
 import json
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchClient, ParsedLine, RemoteJob
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -109,7 +112,7 @@ class OpenAIBatchClient(_RetryingClient):
 
     completion_window = "24h"
 
-    def __init__(self, provider: EmbeddingProvider, client: Any, *,
+    def __init__(self, provider: EmbeddingProvider, client: OpenAI, *,
                  classify: Callable[[Exception, str], Exception]) -> None:
         super().__init__(provider, client, classify=classify)
         remote_timeout = float(getattr(getattr(provider, "settings", None), "timeout_s", 60.0))

@@ -82,9 +82,9 @@ from typing import Any
 import apsw
 import numpy as np
 
-from memory_core.errors import RunError
+from memory_core.errors import RunError, UnsafePathError
 from memory_core.storage import cache_journal as J
-from memory_core.storage.store import UnsafePathError, connect, safe_open
+from memory_core.storage.store import connect, int_of, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -623,16 +623,17 @@ class EmbeddingCache:
         with self._lock:
             digests, _ = self.journal.entries()
         raw = digests.tobytes()
+        conn = self.conn
+        assert conn is not None  # None only once closed
         both = 0
         for i in range(0, len(raw), 32 * LOOKUP_GROUP):
             group = [raw[j:j + 32] for j in range(i, min(len(raw), i + 32 * LOOKUP_GROUP), 32)]
-            both += self.conn.execute(f"SELECT count(*) FROM cache_vectors WHERE model_id = ? AND hash IN"
-                                      f" ({','.join('?' * len(group))})", (self.model_id, *group)).fetchone()[0]
+            both += int_of(conn, f"SELECT count(*) FROM cache_vectors WHERE model_id = ? AND hash IN"
+                                 f" ({','.join('?' * len(group))})", (self.model_id, *group))
         extra = len(digests) - both
         if all_models:
-            return self.conn.execute("SELECT count(*) FROM cache_vectors").fetchone()[0] + extra
-        return self.conn.execute("SELECT count(*) FROM cache_vectors WHERE model_id = ?",
-                                 (self.model_id,)).fetchone()[0] + extra
+            return int_of(conn, "SELECT count(*) FROM cache_vectors") + extra
+        return int_of(conn, "SELECT count(*) FROM cache_vectors WHERE model_id = ?", (self.model_id,)) + extra
 
     def evict(self, max_entries: int | None) -> int:
         """Fold the journal in, then delete the oldest entries beyond ``max_entries`` (all models
@@ -663,7 +664,7 @@ def cache_entry_count(path: Path) -> int | None:
         try:
             table = "cache_vectors" if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_vectors'").fetchone() \
                 else "embedding_cache"
-            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] + journaled
+            return int_of(conn, f"SELECT count(*) FROM {table}") + journaled
         finally:
             conn.close()
     except apsw.Error:
