@@ -8,7 +8,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 import numpy as np
 
@@ -33,6 +33,13 @@ DEFAULT_CHUNK_TOKENS = 400
 DEFAULT_CHUNK_OVERLAP = 80
 
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
+
+
+class RetryOptions(TypedDict):
+    """A provider's time limits, as keywords of :func:`~memory_core.embeddings.retry.call_with_retries`."""
+
+    attempt_timeout_s: float | None
+    deadline_s: float | None
 
 
 @dataclass(frozen=True)
@@ -233,11 +240,11 @@ class EmbeddingProvider(ABC):
         if remote.max_tokens_per_request:
             self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
 
-    def retry_options(self) -> dict[str, Any]:
+    def retry_options(self) -> RetryOptions:
         """The time limits of :func:`~memory_core.embeddings.retry.call_with_retries` for this
         provider: ``remote.timeout_s`` for one whole attempt (last byte included), ``deadline_s``."""
-        return {"attempt_timeout_s": getattr(getattr(self, "settings", None), "timeout_s", None),
-                "deadline_s": self.deadline_s}
+        timeout_s: float | None = getattr(getattr(self, "settings", None), "timeout_s", None)
+        return {"attempt_timeout_s": timeout_s, "deadline_s": self.deadline_s}
 
     def _request_vectors(self, once: Callable[[], Vectors]) -> Vectors:
         """``once()`` (one SDK request, its errors classified as Retryable or ProviderError) under

@@ -39,9 +39,10 @@ MiB = 1024 * 1024
 LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
 
 
-def decode_vector(value: Any) -> Any:
+def decode_vector(value: object) -> object:
     """A base64 embedding string as float32s; None for a string that is not base64 of whole
-    float32s (the line is then a bad vector, never an exception)."""
+    float32s (the line is then a bad vector, never an exception); any other value as it came
+    (a list of floats; the caller checks it as a vector)."""
     if isinstance(value, str):
         try:
             raw = base64.b64decode(value, validate=True)

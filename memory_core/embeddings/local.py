@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import onnx
     import torch
+    from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
     from memory_core.embeddings.base import Vectors
@@ -433,7 +434,7 @@ def _activation_stats(model: Any, names: list[str], feeds: list[dict[str, Ints]]
     return {n: (absmax[n], low[n]) for n in names}
 
 
-def _quantise_per_token(model: Any, feeds: list[dict[str, Ints]]) -> Any:
+def _quantise_per_token(model: onnx.ModelProto, feeds: list[dict[str, Ints]]) -> onnx.ModelProto:
     """Rewrite every ``MatMul(x, W)`` with a constant 2-D W as int8 x int8 -> float.
 
     Activations get one scale per token (row), computed at run time, so the huge [CLS]
@@ -681,7 +682,7 @@ class LocalProvider(EmbeddingProvider):
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
-                    engine = None
+                    engine: _OnnxEngine | SentenceTransformer | None = None
                     if self.backend_setting in ("auto", "onnx", "onnx-float32"):
                         engine = self._load_onnx()
                     if engine is None:
@@ -775,7 +776,7 @@ class LocalProvider(EmbeddingProvider):
         self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built into the cache {target}"
         return engine
 
-    def _load_torch(self) -> Any:
+    def _load_torch(self) -> SentenceTransformer:
         import torch
         from sentence_transformers import SentenceTransformer
 
