@@ -8,14 +8,20 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 import numpy as np
 
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
+
     from memory_core.embeddings.batch_types import BatchClient, JobLimits
+
+    # What providers answer: float32 rows, (n, d) for documents and (d,) for one query (numpy's
+    # stubs do not type the shape). Types only: numpy.typing is not imported at run time.
+    Vectors: TypeAlias = npt.NDArray[np.float32]
 
 # The one place chunk sizes are decided: a chunk is ``tokens`` approximate tokens of
 # ``CHARS_PER_TOKEN`` characters each (the reference's rule; :mod:`memory_core.index.chunking` applies it), ``overlap`` of them carried into
@@ -27,6 +33,13 @@ DEFAULT_CHUNK_TOKENS = 400
 DEFAULT_CHUNK_OVERLAP = 80
 
 SECRET_HEADERS = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization", "cookie"})
+
+
+class RetryOptions(TypedDict):
+    """A provider's time limits, as keywords of :func:`~memory_core.embeddings.retry.call_with_retries`."""
+
+    attempt_timeout_s: float | None
+    deadline_s: float | None
 
 
 @dataclass(frozen=True)
@@ -76,8 +89,8 @@ def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str)
     return order
 
 
-def check_vectors(vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray, n_expected: int, *, provider: str,
-                  dims: int | None = None, normalise: bool = False) -> np.ndarray:
+def check_vectors(vectors: Sequence[Sequence[float] | npt.NDArray[Any]] | npt.NDArray[Any], n_expected: int, *,
+                  provider: str, dims: int | None = None, normalise: bool = False) -> Vectors:
     """Validate a provider's vectors and return them as a float32 (n, d) array.
 
     Refuses (ProviderError, nothing cached) fewer or more vectors than inputs, empty vectors,
@@ -106,11 +119,18 @@ def check_vectors(vectors: Sequence[Sequence[float] | np.ndarray] | np.ndarray, 
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-def unit_rows(arr: np.ndarray) -> np.ndarray:
+def unit_rows(arr: Vectors) -> Vectors:
     """Each row of a float32 (n, d) array scaled to unit length, the same arithmetic whichever
     way a vector arrived (a sync response of many, a Batch API output line of one), so that the
     same text gets the same stored bytes both ways. Rows must be non-zero (check_vectors)."""
-    return arr / np.linalg.norm(arr, axis=1, keepdims=True)
+    # float32 / float32 is float32; numpy's stubs type the norm Any and the quotient floating[Any]
+    return cast("Vectors", arr / np.linalg.norm(arr, axis=1, keepdims=True))
+
+
+def first_row(arr: Vectors) -> Vectors:
+    """The one vector of a (1, d) answer, as ``arr[0]`` (the same view; numpy types an integer
+    index Any, a row by ``[0, :]`` as the array's dtype)."""
+    return arr[0, :]
 
 
 class EmbeddingProvider(ABC):
@@ -163,11 +183,11 @@ class EmbeddingProvider(ABC):
     def provider_key(self) -> str: ...
 
     @abstractmethod
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         """Vectors for texts to be indexed: float32 (n, d), validated."""
 
     @abstractmethod
-    def embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str) -> Vectors:
         """The vector of a search query: float32 (d,)."""
 
     def estimate_tokens(self, text: str) -> int:
@@ -220,13 +240,13 @@ class EmbeddingProvider(ABC):
         if remote.max_tokens_per_request:
             self.max_tokens_per_request = min(self.max_tokens_per_request, remote.max_tokens_per_request)
 
-    def retry_options(self) -> dict[str, Any]:
+    def retry_options(self) -> RetryOptions:
         """The time limits of :func:`~memory_core.embeddings.retry.call_with_retries` for this
         provider: ``remote.timeout_s`` for one whole attempt (last byte included), ``deadline_s``."""
-        return {"attempt_timeout_s": getattr(getattr(self, "settings", None), "timeout_s", None),
-                "deadline_s": self.deadline_s}
+        timeout_s: float | None = getattr(getattr(self, "settings", None), "timeout_s", None)
+        return {"attempt_timeout_s": timeout_s, "deadline_s": self.deadline_s}
 
-    def _request_vectors(self, once: Callable[[], np.ndarray]) -> np.ndarray:
+    def _request_vectors(self, once: Callable[[], Vectors]) -> Vectors:
         """``once()`` (one SDK request, its errors classified as Retryable or ProviderError) under
         the ``[remote]`` retry settings and the run's retry budget; the first answer sets ``dims``."""
         from memory_core.embeddings.retry import call_with_retries
@@ -266,8 +286,8 @@ class NoProvider(EmbeddingProvider):
     def provider_key(self) -> str:
         return compute_provider_key("none", "none")
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover - never called
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:  # pragma: no cover - never called
         raise ProviderError("keyword-only mode has no embedding provider")
 
-    def embed_query(self, text: str) -> np.ndarray:  # pragma: no cover - never called
+    def embed_query(self, text: str) -> Vectors:  # pragma: no cover - never called
         raise ProviderError("keyword-only mode has no embedding provider")

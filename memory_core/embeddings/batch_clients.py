@@ -20,7 +20,7 @@ import base64
 import json
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -30,15 +30,19 @@ from memory_core.embeddings.batch_types import BatchClient, ParsedLine, RemoteJo
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
 
+if TYPE_CHECKING:
+    from openai import OpenAI
+
 T = TypeVar("T")
 MiB = 1024 * 1024
 
 LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
 
 
-def decode_vector(value: Any) -> Any:
+def decode_vector(value: object) -> object:
     """A base64 embedding string as float32s; None for a string that is not base64 of whole
-    float32s (the line is then a bad vector, never an exception)."""
+    float32s (the line is then a bad vector, never an exception); any other value as it came
+    (a list of floats; the caller checks it as a vector)."""
     if isinstance(value, str):
         try:
             raw = base64.b64decode(value, validate=True)
@@ -109,7 +113,7 @@ class OpenAIBatchClient(_RetryingClient):
 
     completion_window = "24h"
 
-    def __init__(self, provider: EmbeddingProvider, client: Any, *,
+    def __init__(self, provider: EmbeddingProvider, client: OpenAI, *,
                  classify: Callable[[Exception, str], Exception]) -> None:
         super().__init__(provider, client, classify=classify)
         remote_timeout = float(getattr(getattr(provider, "settings", None), "timeout_s", 60.0))

@@ -14,15 +14,18 @@ request planner uses (about 4 characters a token), so the figures are estimates.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memory_core.config import Settings
 from memory_core.embeddings.batch_types import Cost
 
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
+
 PRICES_CHECKED = "2026-07"
 
 
-def _class_of(provider: str) -> Any:
+def _class_of(provider: str) -> type[EmbeddingProvider] | None:
     from memory_core.embeddings.catalog import provider_class
 
     return provider_class(provider)

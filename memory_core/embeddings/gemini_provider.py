@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, first_row
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import Vectors
     from memory_core.embeddings.batch_types import BatchClient
 
 DEFAULT_MODEL = "gemini-embedding-001"
@@ -126,12 +127,12 @@ class GeminiProvider(EmbeddingProvider):
     def provider_key(self) -> str:
         return self._key
 
-    def _embed(self, texts: Sequence[str], task_type: str) -> np.ndarray:
+    def _embed(self, texts: Sequence[str], task_type: str) -> Vectors:
         from google.genai import types
 
         config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.requested_dims)
 
-        def once() -> np.ndarray:
+        def once() -> Vectors:
             try:
                 contents: Any = list(texts)  # the SDK's union type does not list list[str]
                 resp = self.client.models.embed_content(model=self.model, contents=contents, config=config)
@@ -142,14 +143,14 @@ class GeminiProvider(EmbeddingProvider):
 
         return self._request_vectors(once)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         if len(texts) > self.max_inputs_per_request:  # never more than 100 texts in one call
             step = self.max_inputs_per_request
             return np.vstack([self._embed(texts[i:i + step], TASK_DOCUMENT) for i in range(0, len(texts), step)])
         return self._embed(texts, TASK_DOCUMENT)
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._embed([text], TASK_QUERY)[0]
+    def embed_query(self, text: str) -> Vectors:
+        return first_row(self._embed([text], TASK_QUERY))
 
     def batch_client(self) -> BatchClient:
         from memory_core.embeddings.batch_clients import GeminiBatchClient

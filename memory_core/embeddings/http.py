@@ -1,3 +1,5 @@
+# mypy: disallow-subclassing-any=False
+# (the classes below subclass those of the httpx module an SDK uses, chosen at run time)
 """An httpx transport that caps what a provider's response may make us hold.
 
 The SDKs read a whole response into memory and decode ``Content-Encoding: gzip`` on the way:
@@ -26,12 +28,12 @@ _CHUNK = 1 << 16
 def _classes(module: str) -> tuple[Any, Any]:
     """(ResponseTooLarge, CappedTransport) for the httpx module an SDK uses: ``httpx2`` (openai,
     mistralai) or ``httpx`` (google-genai); their requests and streams do not mix."""
-    hx = importlib.import_module(module)
+    hx: Any = importlib.import_module(module)  # which httpx is known at run time only: its classes are Any
 
-    class ResponseTooLarge(hx.DecodingError):  # type: ignore[name-defined]
+    class ResponseTooLarge(hx.DecodingError):
         """The body went past the cap (or used an encoding we did not ask for)."""
 
-    class _Capped(hx.SyncByteStream):  # type: ignore[name-defined]
+    class _Capped(hx.SyncByteStream):
         def __init__(self, inner: Any, encoding: str, max_bytes: int, request: Any) -> None:
             self.inner = inner
             self.max_bytes = max_bytes
@@ -76,7 +78,7 @@ def _classes(module: str) -> tuple[Any, Any]:
             if close is not None:
                 close()
 
-    class CappedTransport(hx.HTTPTransport):  # type: ignore[name-defined]
+    class CappedTransport(hx.HTTPTransport):
         """``HTTPTransport`` whose responses are at most ``max_bytes`` (decoded)."""
 
         def __init__(self, *, max_bytes: int = MAX_RESPONSE_BYTES, **kw: Any) -> None:
@@ -108,5 +110,5 @@ def capped_transport(module: str = "httpx2", *, max_bytes: int = MAX_RESPONSE_BY
 
 def capped_client(module: str = "httpx2", *, timeout: float, **kw: Any) -> Any:
     """A client of ``module`` through :func:`capped_transport` (for SDKs that take one)."""
-    hx = importlib.import_module(module)
+    hx: Any = importlib.import_module(module)  # which httpx is known at run time only: its classes are Any
     return hx.Client(transport=capped_transport(module), timeout=timeout, **kw)

@@ -43,7 +43,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 
@@ -53,8 +53,20 @@ from memory_core.embeddings.base import (
     ProviderInfo,
     check_vectors,
     compute_provider_key,
+    first_row,
 )
 from memory_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import onnx
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
+
+    from memory_core.embeddings.base import Vectors
+
+    Ints: TypeAlias = npt.NDArray[np.int64]  # token ids and attention masks
 
 log = logging.getLogger("memory_core.embeddings")
 
@@ -250,7 +262,7 @@ class _Tokens:
         return [e.ids for e in self.tok.encode_batch([str(t) for t in texts])]
 
 
-def _batches(ids: list[list[int]], max_texts: int, max_tokens: int) -> Iterator[tuple[np.ndarray, ...]]:
+def _batches(ids: list[list[int]], max_texts: int, max_tokens: int) -> Iterator[tuple[Ints, Ints, Ints]]:
     """Longest first; each batch holds at most ``max_texts`` texts and ``max_tokens`` padded pieces.
     Yields (indices, input_ids, attention_mask)."""
     lengths = np.array([len(x) for x in ids])
@@ -270,11 +282,12 @@ def _batches(ids: list[list[int]], max_texts: int, max_tokens: int) -> Iterator[
         yield idx, input_ids, mask
 
 
-def _mean_pool_normalise(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def _mean_pool_normalise(hidden: Vectors, mask: Ints) -> Vectors:
     m = mask.astype(np.float32)
     summed = np.einsum("bld,bl->bd", hidden.astype(np.float32, copy=False), m)
     vecs = summed / np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
-    return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    # float32 throughout; numpy's stubs type einsum's result Any
+    return cast("Vectors", vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12))
 
 
 class _OnnxEngine:
@@ -294,11 +307,13 @@ class _OnnxEngine:
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens
 
-    def hidden(self, input_ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def hidden(self, input_ids: Ints, mask: Ints) -> Vectors:
         feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
-        return self.session.run(["last_hidden_state"], {k: v for k, v in feed.items() if k in self.inputs})[0]
+        # onnxruntime ships no types; the exported graph's last_hidden_state is float32
+        return cast("Vectors", self.session.run(["last_hidden_state"],
+                                                {k: v for k, v in feed.items() if k in self.inputs})[0])
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(self, texts: Sequence[str]) -> Vectors:
         ids = self.tokens.encode(texts)
         out = np.zeros((len(ids), 384), dtype=np.float32)
         for idx, input_ids, mask in _batches(ids, self.batch_size, self.batch_tokens):
@@ -309,35 +324,40 @@ class _OnnxEngine:
         return out
 
 
-def _feeds(tokens: _Tokens, texts: Sequence[str]) -> list[dict[str, np.ndarray]]:
-    feeds = []
+def _feeds(tokens: _Tokens, texts: Sequence[str]) -> list[dict[str, Ints]]:
+    feeds: list[dict[str, Ints]] = []
     for ids in tokens.encode(texts):
         a = np.array([ids], dtype=np.int64)
         feeds.append({"input_ids": a, "attention_mask": np.ones_like(a), "token_type_ids": np.zeros_like(a)})
     return feeds
 
 
-def _load_float_model(model_path: Path):
-    from transformers import AutoModel
-
-    with contextlib.suppress(Exception):  # no "Loading weights" progress bars
-        from transformers.utils import logging as hf_logging
-
+def _quiet_transformers() -> None:
+    """No "Loading weights" progress bars on the user's terminal."""
+    with contextlib.suppress(Exception):  # an older transformers
+        # transformers leaves these two unannotated
+        hf_logging: Any = importlib.import_module("transformers.utils.logging")
         hf_logging.disable_progress_bar()
         hf_logging.set_verbosity_error()
+
+
+def _load_float_model(model_path: Path) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    _quiet_transformers()
     try:  # eager attention traces to plain MatMul/Softmax with the padding mask kept
         model = AutoModel.from_pretrained(str(model_path), attn_implementation="eager")
     except (TypeError, ValueError):
         model = AutoModel.from_pretrained(str(model_path))
-    return model.eval()
+    return cast("torch.nn.Module", model.eval())  # transformers types from_pretrained's model Any
 
 
-def _float_vectors(model: Any, tokens: _Tokens, texts: Sequence[str]) -> np.ndarray:
+def _float_vectors(model: Any, tokens: _Tokens, texts: Sequence[str]) -> Vectors:
     """What sentence-transformers computes: the torch model's mean-pooled, normalised states."""
     import torch
 
     ids = tokens.encode(texts)
-    out: np.ndarray | None = None
+    out: Vectors | None = None
     with torch.no_grad():
         for idx, input_ids, mask in _batches(ids, 16, 10**9):
             t_ids = torch.from_numpy(input_ids)
@@ -351,7 +371,7 @@ def _float_vectors(model: Any, tokens: _Tokens, texts: Sequence[str]) -> np.ndar
     return out
 
 
-def _export_float(model: Any, tokens: _Tokens, workdir: Path):
+def _export_float(model: Any, tokens: _Tokens, workdir: Path) -> onnx.ModelProto:
     """The float model as ONNX (opset 17, dynamic batch and length). Tracing leaves the torch
     model unusable for inference (transformers' mask helpers keep traced state): use it before."""
     import onnx
@@ -389,7 +409,8 @@ def _export_float(model: Any, tokens: _Tokens, workdir: Path):
     return onnx.load(str(path))
 
 
-def _activation_stats(model: Any, names: list[str], feeds: list[dict[str, np.ndarray]]) -> dict[str, tuple]:
+def _activation_stats(model: Any, names: list[str], feeds: list[dict[str, Ints]]
+                      ) -> dict[str, tuple[Vectors, float]]:
     """Per tensor in ``names``: (per-channel max |x|, min x) over the calibration texts."""
     import onnx
     import onnxruntime as ort
@@ -402,7 +423,7 @@ def _activation_stats(model: Any, names: list[str], feeds: list[dict[str, np.nda
     so = ort.SessionOptions()
     so.log_severity_level = 3
     sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    absmax: dict[str, np.ndarray] = {}
+    absmax: dict[str, Vectors] = {}
     low: dict[str, float] = {}
     for feed in feeds:
         for n, v in zip(names, sess.run(names, feed), strict=True):
@@ -413,7 +434,7 @@ def _activation_stats(model: Any, names: list[str], feeds: list[dict[str, np.nda
     return {n: (absmax[n], low[n]) for n in names}
 
 
-def _quantise_per_token(model: Any, feeds: list[dict[str, np.ndarray]]) -> Any:
+def _quantise_per_token(model: onnx.ModelProto, feeds: list[dict[str, Ints]]) -> onnx.ModelProto:
     """Rewrite every ``MatMul(x, W)`` with a constant 2-D W as int8 x int8 -> float.
 
     Activations get one scale per token (row), computed at run time, so the huge [CLS]
@@ -427,11 +448,11 @@ def _quantise_per_token(model: Any, feeds: list[dict[str, np.ndarray]]) -> Any:
     g = model.graph
     inits = {i.name: i for i in g.initializer}
     producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for n in g.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
-    groups: dict[str, list] = {}
+    groups: dict[str, list[onnx.NodeProto]] = {}
     for n in g.node:
         w = inits.get(n.input[1]) if n.op_type == "MatMul" and len(n.input) == 2 else None
         if w is not None and len(w.dims) == 2 and w.data_type == TensorProto.FLOAT:
@@ -440,8 +461,8 @@ def _quantise_per_token(model: Any, feeds: list[dict[str, np.ndarray]]) -> Any:
         raise RuntimeError("no weight matrices found in the exported graph")
     stats = _activation_stats(model, list(groups), feeds)
 
-    new_inits: list = []
-    rewritten: dict[int, list] = {}   # id(first MatMul of a group) -> replacement nodes
+    new_inits: list[onnx.TensorProto] = []
+    rewritten: dict[int, list[onnx.NodeProto]] = {}   # id(first MatMul of a group) -> replacement nodes
     dropped: set[int] = set()
     used_weights: set[str] = set()
 
@@ -454,7 +475,7 @@ def _quantise_per_token(model: Any, feeds: list[dict[str, np.ndarray]]) -> Any:
         absmax, low = stats[x]
         ws = [numpy_helper.to_array(inits[n.input[1]]).astype(np.float32) for n in mms]
         k = ws[0].shape[0]
-        nodes: list = []
+        nodes: list[onnx.NodeProto] = []
         scale = None
         shift = low >= SHIFT_MIN
         if shift:
@@ -634,7 +655,7 @@ class LocalProvider(EmbeddingProvider):
         self.onnx_file: Path | None = None   # the cached model file (None: built in memory)
         self.onnx_source = ""                # "cache", "built" or "memory"
         self._engine: Any = None
-        self._tok = None
+        self._tok: Tokenizer | None = None
         self._window: int | None = None
         self._lock = threading.Lock()
         self._key = compute_provider_key("local", self.model, base_url=f"local:{Path(self.model_path).name}")
@@ -655,11 +676,13 @@ class LocalProvider(EmbeddingProvider):
 
     # -- loading
 
-    def _load(self):
+    def _load(self) -> Any:
+        """The engine: an :class:`_OnnxEngine` or a ``SentenceTransformer`` (Any: the two share
+        ``encode`` only in name, and the caller tells them apart)."""
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
-                    engine = None
+                    engine: _OnnxEngine | SentenceTransformer | None = None
                     if self.backend_setting in ("auto", "onnx", "onnx-float32"):
                         engine = self._load_onnx()
                     if engine is None:
@@ -753,17 +776,11 @@ class LocalProvider(EmbeddingProvider):
         self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built into the cache {target}"
         return engine
 
-    def _load_torch(self) -> Any:
+    def _load_torch(self) -> SentenceTransformer:
         import torch
         from sentence_transformers import SentenceTransformer
 
-        try:  # no "Loading weights" progress bars on the user's terminal
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-            hf_logging.set_verbosity_error()
-        except Exception:  # pragma: no cover - older transformers
-            pass
+        _quiet_transformers()
 
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -778,7 +795,7 @@ class LocalProvider(EmbeddingProvider):
 
     # -- embedding
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         engine = self._load()
         texts = list(texts)
         with self._lock:  # one call at a time: the model already uses every core
@@ -791,8 +808,8 @@ class LocalProvider(EmbeddingProvider):
                                      convert_to_numpy=True, show_progress_bar=False)
         return check_vectors(vecs, len(texts), provider="local", dims=self.dims)
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_documents([text])[0]
+    def embed_query(self, text: str) -> Vectors:
+        return first_row(self.embed_documents([text]))
 
     @property
     def window_pieces(self) -> int:
@@ -806,7 +823,7 @@ class LocalProvider(EmbeddingProvider):
                 self._window = DEFAULT_WINDOW_PIECES
         return self._window
 
-    def _tokenizer(self):
+    def _tokenizer(self) -> Tokenizer:
         """The model's fast tokenizer alone (no torch, no weights): ~50 ms to load."""
         if self._tok is None:
             with self._lock:

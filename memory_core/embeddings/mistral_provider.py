@@ -27,14 +27,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, first_row
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import Vectors
 
 DEFAULT_MODEL = "mistral-embed"
 DEFAULT_SERVER_URL = "https://api.mistral.ai"
@@ -128,14 +131,14 @@ class MistralProvider(EmbeddingProvider):
     def provider_key(self) -> str:
         return self._key
 
-    def _create(self, texts: Sequence[str]) -> np.ndarray:
+    def _create(self, texts: Sequence[str]) -> Vectors:
         kwargs: dict[str, Any] = {"model": self.model, "inputs": list(texts)}
         if self.requested_dims:
             kwargs["output_dimension"] = self.requested_dims
         if self.headers:
             kwargs["http_headers"] = self.headers
 
-        def once() -> np.ndarray:
+        def once() -> Vectors:
             try:
                 resp = self.client.embeddings.create(**kwargs)
             except Exception as exc:  # classified below
@@ -146,7 +149,7 @@ class MistralProvider(EmbeddingProvider):
 
         return self._request_vectors(once)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         try:
             return self._create(texts)
         except ProviderError as exc:
@@ -156,8 +159,8 @@ class MistralProvider(EmbeddingProvider):
                 return np.vstack([self.embed_documents(texts[:mid]), self.embed_documents(texts[mid:])])
             raise
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._create([text])[0]
+    def embed_query(self, text: str) -> Vectors:
+        return first_row(self._create([text]))
 
     def close(self) -> None:
         closer = getattr(self.client, "__exit__", None)

@@ -10,19 +10,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.base import (
+    EmbeddingProvider,
+    check_vectors,
+    compute_provider_key,
+    first_row,
+    order_by_index,
+)
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import Vectors
     from memory_core.embeddings.batch_types import BatchClient
 
 DEFAULT_MODEL = "text-embedding-3-small"
 MODEL_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 
 
-def decode_embedding(value: Any) -> np.ndarray | list[float]:
+def decode_embedding(value: str | list[float]) -> Vectors | list[float]:
     """An embedding as returned by the API: base64 little-endian float32, or a list of floats."""
     if isinstance(value, str):  # binascii.Error / ValueError: a malformed response (retried)
         return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
@@ -99,12 +106,12 @@ class OpenAIProvider(EmbeddingProvider):
     def provider_key(self) -> str:
         return self._key
 
-    def _create(self, texts: Sequence[str]) -> np.ndarray:
+    def _create(self, texts: Sequence[str]) -> Vectors:
         kwargs: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "base64"}
         if self.requested_dims:
             kwargs["dimensions"] = self.requested_dims
 
-        def once() -> np.ndarray:
+        def once() -> Vectors:
             try:
                 resp = self.client.embeddings.create(**kwargs)
             except Exception as exc:  # classified below
@@ -116,7 +123,7 @@ class OpenAIProvider(EmbeddingProvider):
 
         return self._request_vectors(once)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         try:
             return self._create(texts)
         except ProviderError as exc:
@@ -126,8 +133,8 @@ class OpenAIProvider(EmbeddingProvider):
                 return np.vstack([self.embed_documents(texts[:mid]), self.embed_documents(texts[mid:])])
             raise
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._create([text])[0]
+    def embed_query(self, text: str) -> Vectors:
+        return first_row(self._create([text]))
 
     def batch_client(self) -> BatchClient:
         from memory_core.embeddings.batch_clients import OpenAIBatchClient

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Callable
 
 from memory_core.config import FallbackSettings, Settings
 from memory_core.embeddings.base import EmbeddingProvider, NoProvider
@@ -54,7 +55,9 @@ def _build(name: str, settings: Settings) -> EmbeddingProvider:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigError(f"provider {name} is not available in this installation ({exc.name} missing)") from None
-    return getattr(module, cls_name)(settings)
+    # a registered provider is an EmbeddingProvider subclass built from the settings
+    make: Callable[[Settings], EmbeddingProvider] = getattr(module, cls_name)
+    return make(settings)
 
 
 def fallback_settings(settings: Settings, primary: str | None = None) -> Settings | None:

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from memory_core.errors import ProviderError
 
@@ -99,23 +99,24 @@ def _within(fn: Callable[[], T], seconds: float) -> T:
     byte a second never trips it. The call runs in a daemon thread; past the deadline it is
     abandoned (its connection is closed by the server or the socket's own timeout) and the
     caller goes on."""
-    box: dict[str, Any] = {}
+    value: list[T] = []
+    error: list[BaseException] = []
     done = threading.Event()
 
     def target() -> None:
         try:
-            box["value"] = fn()
+            value.append(fn())
         except BaseException as exc:  # handed to the caller
-            box["error"] = exc
+            error.append(exc)
         finally:
             done.set()
 
     threading.Thread(target=target, name="provider-call", daemon=True).start()
     if not done.wait(max(0.0, seconds)):
         raise Retryable(f"no complete response within {seconds:g} s (a stalled or dripping connection)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    if error:
+        raise error[0]
+    return value[0]
 
 
 def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, initial_s: float,

@@ -19,18 +19,25 @@ sent, so they are ignored with a warning and are not part of the provider key.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, order_by_index
+from memory_core.embeddings.base import (
+    EmbeddingProvider,
+    check_vectors,
+    compute_provider_key,
+    first_row,
+    order_by_index,
+)
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import Vectors
     from memory_core.embeddings.batch_types import BatchClient
 
 log = logging.getLogger("memory_core.embeddings")
@@ -101,7 +108,7 @@ class VoyageProvider(EmbeddingProvider):
     }
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
-        import voyageai
+        from voyageai.client import Client
 
         remote = settings.remote
         key = self._require_key(remote)
@@ -115,7 +122,7 @@ class VoyageProvider(EmbeddingProvider):
         self.max_tokens_per_input = _INPUT_TOKENS.get(self.model, 32_000)
         self._apply_remote(remote)
         self.api_key = key
-        self.client = voyageai.Client(api_key=key, max_retries=0, timeout=remote.timeout_s, base_url=self.base_url)
+        self.client = Client(api_key=key, max_retries=0, timeout=remote.timeout_s, base_url=self.base_url)
         self._key = compute_provider_key("voyage", self.model, base_url=self.base_url,
                                          output_dimension=self.requested_dims)
 
@@ -123,14 +130,17 @@ class VoyageProvider(EmbeddingProvider):
     def provider_key(self) -> str:
         return self._key
 
-    def _embed(self, texts: Sequence[str], input_type: str) -> np.ndarray:
-        import voyageai
+    def _embed(self, texts: Sequence[str], input_type: str) -> Vectors:
+        from voyageai.api_resources.embedding import Embedding
 
-        def once() -> np.ndarray:
+        # the SDK leaves Embedding.create unannotated: its answer is read field by field below
+        create: Callable[..., Any] = Embedding.create
+
+        def once() -> Vectors:
             try:
                 # voyageai.Embedding.create, not Client.embed: the client drops each item's
                 # ``index``, which must be checked (same parameters as the client passes)
-                res = voyageai.Embedding.create(
+                res = create(
                     input=list(texts), model=self.model, input_type=input_type, truncation=True,
                     output_dimension=self.requested_dims, api_key=self.api_key,
                     request_timeout=self.settings.timeout_s, base_url=self.base_url)
@@ -142,7 +152,7 @@ class VoyageProvider(EmbeddingProvider):
 
         return self._request_vectors(once)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
         try:
             return self._embed(texts, "document")
         except ProviderError as exc:
@@ -152,8 +162,8 @@ class VoyageProvider(EmbeddingProvider):
                 return np.vstack([self.embed_documents(texts[:mid]), self.embed_documents(texts[mid:])])
             raise
 
-    def embed_query(self, text: str) -> np.ndarray:
-        return self._embed([text], "query")[0]
+    def embed_query(self, text: str) -> Vectors:
+        return first_row(self._embed([text], "query"))
 
     def batch_client(self) -> BatchClient:
         """Voyage's Batch API copies OpenAI's; the ``voyageai`` SDK has none, the ``openai`` one drives it."""

@@ -26,18 +26,18 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memory_core.errors import UsageError
 from memory_core.query.retrieval import background_of
 
 if TYPE_CHECKING:
-    pass
+    from memory_core.export.files import ExportSummary
 
 from memory_core.storage.lancedb import MARK, TABLE, TERMS, _fts_config, _lancedb, _tables, doc_tokens
 
 
-def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> Any:
+def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> ExportSummary:
     """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
     :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` table is replaced only when it
     is an earlier export (or with ``force``)."""

@@ -29,6 +29,7 @@ from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
 from memory_core.index.chunking import (
+    Chunk,
     chunk_markdown,
     fit_to_window,
     max_chunk_chars,
@@ -311,8 +312,8 @@ def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str, os.stat
 class FileChunks:
     """One file's chunks (deduplicated, non-blank) and its ``files`` row fields."""
 
-    chunks: list[Any]
-    file_row: dict[str, Any]
+    chunks: list[Chunk]
+    file_row: dict[str, Any]  # FileRow's fields: runtypes.ChunkResult.files holds them as a dict
     over_window: int = 0
 
 
@@ -354,7 +355,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).
     seen_keys: set[tuple[int, int, str]] = set()
-    kept = []
+    kept: list[Chunk] = []
     for c in chunks:
         key = (c.start_line, c.end_line, c.hash)
         if c.text.strip() and key not in seen_keys:

@@ -47,10 +47,18 @@ from memory_core.index.runtypes import (
     ProgressFn,
     RunPlan,
 )
-from memory_core.index.stages import chunk_file, chunk_params, chunk_parts, finish_meta
+from memory_core.index.stages import chunk_file, chunk_parts, finish_meta
 from memory_core.storage import vectors
 from memory_core.storage.cache import EmbeddingCache, preserve_leaving
-from memory_core.storage.store import FileRow, IndexWriter, InPlaceBusyError, edit_in_place, probe_index
+from memory_core.storage.indexmeta import chunk_params
+from memory_core.storage.store import (
+    BuildWriter,
+    FileRow,
+    IndexWriter,
+    InPlaceBusyError,
+    edit_in_place,
+    probe_index,
+)
 
 LOOKUP_ROWS = 512
 # Rows per insert batch handed to the index writer, at most this many ...
@@ -334,7 +342,7 @@ STOP_GRACE_S = 10.0
 """How long a run that stopped waits for its embedding requests already running (their vectors are paid for)."""
 
 
-def scan_plan_of(writer: Any, live_meta: dict[str, Any] | None, counts: dict[str, int]) -> vectors.ScanPlan | None:
+def scan_plan_of(writer: BuildWriter, live_meta: dict[str, Any] | None, counts: dict[str, int]) -> vectors.ScanPlan | None:
     """How searches of the index this run leaves read its vectors (issue 39): measured on its
     own vectors by the writer (:func:`memory_core.storage.vectors.measure_scan`) when the index
     is new, was never measured, or its vector count moved by more than
@@ -370,7 +378,6 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     st.on_progress = on_progress
     if st.dims is None and live_meta and st.with_vectors:
         st.dims = live_meta.get("dims")
-    writer_cls: Any = IndexWriter
     source_bytes = sum(f.size for f in plan.to_index)
     if in_place is None:
         live = index_path.exists()
@@ -378,19 +385,22 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                                  live_bytes=index_path.stat().st_size if live else 0,
                                  removed=len(plan.removed))
     busy = False
-    if not in_place and use_process_writer(source_bytes):
-        from memory_core.index.writer_proc import ProcessIndexWriter
-
-        writer_cls = ProcessIndexWriter
-    writer: Any = None
+    in_child = not in_place and use_process_writer(source_bytes)
+    writer: BuildWriter | None = None
     warnings: list[str] = []
     files: dict[str, dict[str, Any]] = {}
     over: dict[str, int] = {}
     total = 0
     failed = False
 
-    def open_writer() -> Any:
-        w = writer_cls(index_path, full=plan.full, dims=st.dims, **({"in_place": True} if in_place else {}))
+    def open_writer() -> BuildWriter:
+        w: BuildWriter
+        if in_child:
+            from memory_core.index.writer_proc import ProcessIndexWriter
+
+            w = ProcessIndexWriter(index_path, full=plan.full, dims=st.dims)
+        else:
+            w = IndexWriter(index_path, full=plan.full, dims=st.dims, in_place=bool(in_place))
         w.open()
         if not plan.full:  # this process's writer keeps the unchanged chunks' rows; the writer process does not
             w.delete_paths(plan.removed)

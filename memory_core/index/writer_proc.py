@@ -91,7 +91,8 @@ class Channel:
 
 
 class ProcessIndexWriter:
-    """An :class:`IndexWriter` in a child process (same use: ``with``, edits, verify, swap)."""
+    """An :class:`IndexWriter` in a child process (same use: ``with``, edits, verify, swap): a
+    :class:`memory_core.storage.store.BuildWriter`."""
 
     def __init__(self, live_path: Path, *, full: bool, dims: int | None, use_vec: bool = True) -> None:
         self.live_path = Path(live_path)
@@ -212,7 +213,9 @@ class ProcessIndexWriter:
 
     # -- waited for -----------------------------------------------------------------------
     def verify(self, *, expect_vectors: bool) -> dict[str, int]:
-        counts, self.vec, tmp = self._call("verify", expect_vectors)
+        counts: dict[str, int]
+        tmp: str
+        counts, self.vec, tmp = self._call("verify", expect_vectors)  # unpickled: what _Child.waited sends
         self.tmp_path = Path(tmp)
         return counts
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import AsyncIterable, AsyncIterator
 
 from memory_core.config import Settings
 from memory_core.errors import PathError
@@ -153,12 +154,12 @@ class LoneSurrogateFreeLines:
     """An async line iterator (the MCP stdio transport's stdin) passed through
     :func:`json_line_without_lone_surrogates`."""
 
-    def __init__(self, lines: object) -> None:
+    def __init__(self, lines: AsyncIterable[str]) -> None:
         self._lines = lines
 
-    def __aiter__(self) -> object:
+    def __aiter__(self) -> AsyncIterator[str]:
         return self._gen()
 
-    async def _gen(self):  # untyped: the MCP transport hands any async line source
+    async def _gen(self) -> AsyncIterator[str]:
         async for line in self._lines:
             yield json_line_without_lone_surrogates(line)

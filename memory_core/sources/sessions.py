@@ -35,7 +35,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Final, Protocol
+from typing import Any, BinaryIO, Final, NoReturn, Protocol
 
 from memory_core.sources.redact import mask_token, redact
 
@@ -177,7 +177,7 @@ def _is_json(line: str | bytes) -> bool:
     return True
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     # JSON.parse rejects NaN/Infinity; mirror it so the same lines are skipped.
     raise ValueError(f"invalid JSON constant {name}")
 
@@ -429,7 +429,7 @@ _SECRET_FIELD = re.compile(
 )
 
 
-def _redact_json_value(value: Any) -> Any:
+def _redact_json_value(value: object) -> object:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):

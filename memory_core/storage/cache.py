@@ -75,18 +75,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 import numpy as np
 
-from memory_core.errors import RunError
+from memory_core.errors import RunError, UnsafePathError
 from memory_core.storage import cache_journal as J
-from memory_core.storage.store import UnsafePathError, connect, safe_open
+from memory_core.storage.store import connect, int_of, safe_open
 
 log = logging.getLogger(__name__)
+
+_Found = TypeVar("_Found", dict[str, bytes], set[str])  # what a LiveVectors lookup answers
 
 LOOKUP_GROUP = 400
 # A vector row (~1.6 KB at 384-d, ~6 KB at 1536-d) must fit in a leaf page: with 4 KiB pages
@@ -424,7 +426,7 @@ class EmbeddingCache:
         got: dict[str, bytes] = {}
         for live in list(self.live):
             if rest:
-                got.update(self._ask(live, live.get_many, rest))
+                got.update(self._ask(live, live.get_many, rest, {}))
                 rest = [h for h in rest if h not in got]
         if rest and self.journal:
             with self._lock:
@@ -433,16 +435,17 @@ class EmbeddingCache:
         got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest) if _valid_vector(emb))
         return got
 
-    def _ask(self, live: LiveVectors, fn: Any, hashes: list[str]) -> Any:
+    def _ask(self, live: LiveVectors, fn: Callable[[list[str]], _Found], hashes: list[str], nothing: _Found) -> _Found:
         """``fn(hashes)`` of one index; an index that cannot be read (another index's writer
-        committing, a damaged file) is no longer asked: its vectors are looked for in the cache."""
+        committing, a damaged file) is no longer asked (``nothing`` found there): its vectors
+        are looked for in the cache."""
         try:
             return fn(hashes)
         except apsw.Error as exc:
             log.warning("cannot read vectors from the index %s (%s); looking in the cache only", live.path, exc)
             self.live.remove(live)
             live.close()
-            return {} if fn.__name__ == "get_many" else set()
+            return nothing
 
     def has_many(self, hashes: Iterable[str]) -> set[str]:
         """The hashes with a vector in the live index or the cache."""
@@ -450,7 +453,7 @@ class EmbeddingCache:
         held: set[str] = set()
         for live in list(self.live):
             if rest:
-                held |= self._ask(live, live.has_many, rest)
+                held |= self._ask(live, live.has_many, rest, set())
                 rest = [h for h in rest if h not in held]
         if rest and self.journal:
             with self._lock:
@@ -623,16 +626,17 @@ class EmbeddingCache:
         with self._lock:
             digests, _ = self.journal.entries()
         raw = digests.tobytes()
+        conn = self.conn
+        assert conn is not None  # None only once closed
         both = 0
         for i in range(0, len(raw), 32 * LOOKUP_GROUP):
             group = [raw[j:j + 32] for j in range(i, min(len(raw), i + 32 * LOOKUP_GROUP), 32)]
-            both += self.conn.execute(f"SELECT count(*) FROM cache_vectors WHERE model_id = ? AND hash IN"
-                                      f" ({','.join('?' * len(group))})", (self.model_id, *group)).fetchone()[0]
+            both += int_of(conn, f"SELECT count(*) FROM cache_vectors WHERE model_id = ? AND hash IN"
+                                 f" ({','.join('?' * len(group))})", (self.model_id, *group))
         extra = len(digests) - both
         if all_models:
-            return self.conn.execute("SELECT count(*) FROM cache_vectors").fetchone()[0] + extra
-        return self.conn.execute("SELECT count(*) FROM cache_vectors WHERE model_id = ?",
-                                 (self.model_id,)).fetchone()[0] + extra
+            return int_of(conn, "SELECT count(*) FROM cache_vectors") + extra
+        return int_of(conn, "SELECT count(*) FROM cache_vectors WHERE model_id = ?", (self.model_id,)) + extra
 
     def evict(self, max_entries: int | None) -> int:
         """Fold the journal in, then delete the oldest entries beyond ``max_entries`` (all models
@@ -663,7 +667,7 @@ def cache_entry_count(path: Path) -> int | None:
         try:
             table = "cache_vectors" if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_vectors'").fetchone() \
                 else "embedding_cache"
-            return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] + journaled
+            return int_of(conn, f"SELECT count(*) FROM {table}") + journaled
         finally:
             conn.close()
     except apsw.Error:

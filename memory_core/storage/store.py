@@ -62,7 +62,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 import apsw
 import numpy as np
@@ -665,6 +665,51 @@ def _fsync_path(path: str, *, directory: bool = False) -> None:
 
 def _counted(conn: apsw.Connection, table: str, shadow: str) -> str:
     return shadow if has_table(conn, shadow) else table
+
+
+class BuildWriter(Protocol):
+    """What a build asks of the writer of the next index, in this order: ``open``, edits
+    (``delete_paths``, ``replace_paths``, ``insert_tuples``, then ``finish_replace``,
+    ``upsert_files``), ``verify``, ``set_meta``, then ``swap`` (or ``abort`` on any failure).
+
+    Two writers are one: :class:`IndexWriter`, in this process, and
+    :class:`memory_core.index.writer_proc.ProcessIndexWriter`, which runs an :class:`IndexWriter` in
+    a child process and sends it the edits without waiting (so it cannot say how many rows a
+    delete removed). :func:`memory_core.index.streaming.stream_index` uses nothing else.
+    """
+
+    @property
+    def vec(self) -> bool:
+        """After :meth:`verify`: the vectors' sign bits are stored (meta ``vector_store``)."""
+        ...
+
+    def open(self) -> None: ...
+
+    def delete_paths(self, paths: Iterable[str]) -> int | None:
+        """Remove these files' rows (the count where the writer knows it at once)."""
+        ...
+
+    def replace_paths(self, paths: Iterable[str]) -> None: ...
+
+    def finish_replace(self) -> int: ...
+
+    def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert chunk rows, each in :class:`ChunkRow`'s field order."""
+        ...
+
+    def upsert_files(self, rows: Iterable[FileRow]) -> None: ...
+
+    def set_meta(self, meta: dict[str, Any]) -> None: ...
+
+    def verify(self, *, expect_vectors: bool) -> dict[str, int]: ...
+
+    def swap(self) -> None: ...
+
+    def measure_scan(self) -> vectors.ScanPlan | None:
+        """How well the quick vector scan works on the index's own vectors (issue 39)."""
+        ...
+
+    def abort(self) -> None: ...
 
 
 class IndexWriter:

@@ -52,7 +52,11 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy is imported when a batch holds non-ASCII text
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "FTS_TOKENIZER",
@@ -270,10 +274,10 @@ def segment_for_index(text: str) -> str:
 
 
 _WIDE = 0x1100  # no CJK character below this code point (Hangul Jamo start there)
-_cjk_table: Any = None
+_cjk_table: npt.NDArray[np.bool_] | None = None
 
 
-def _cjk_lookup() -> Any:
+def _cjk_lookup() -> npt.NDArray[np.bool_]:
     """A numpy bool table: True at the code points of ``_CJK``."""
     global _cjk_table
     if _cjk_table is None:
