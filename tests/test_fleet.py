@@ -75,3 +75,30 @@ def test_an_unknown_agent_fails_the_fleet_run_before_any_reindex(prefect_api: An
     drain_workers()
     assert state.is_failed() and "unknown agent 'gamma'" in state.message
     assert not resolve_agents(cfg)["alpha"].index_file.exists()
+
+
+def test_an_empty_config_file_parameter_is_said(prefect_api: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 39: `prefect deploy --all` without MEMORY_CORE_CONFIG gave the fleet deployment an
+    empty config_file without a word: its runs say so, and which file they use instead."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    cfg, _ = make_fleet(tmp_path)
+    monkeypatch.setenv("MEMORY_CORE_CONFIG", str(cfg))
+    state = fleet_reindex(config_file="", agents=["alpha"], return_state=True)
+    drain_workers()
+    assert state.is_completed(), state.message
+    run_id = state.state_details.flow_run_id
+    deadline = time.monotonic() + 30
+    while True:
+        with get_client(sync_client=True) as client:
+            logs = [log.message for log in client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))]
+        said = [m for m in logs if "config_file parameter is empty" in m]
+        if said or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert said and f"using $MEMORY_CORE_CONFIG here: {cfg}" in said[0], logs
