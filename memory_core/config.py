@@ -165,7 +165,9 @@ class QuerySettings(_Model):
     measured and documented (fusion formula, what a min_score means)."""
 
     max_results: int = Field(default=6, ge=1, le=200)
-    min_score: float = Field(default=ranking_defaults.DEFAULT_MIN_SCORE, ge=0, le=1)
+    min_score: float = Field(default=ranking_defaults.DEFAULT_MIN_SCORE, ge=0, le=1)  # the answer's best result
+    # the least the answer's other results score (at most min_score; min_score: a per-result threshold)
+    result_floor: float = Field(default=ranking_defaults.DEFAULT_RESULT_FLOOR, ge=0, le=1)
     hybrid: bool = True  # false: vector side only, as in the reference (same as mode = "vector")
     mode: Literal["hybrid", "vector", "keyword"] | None = None  # default: "hybrid", or "vector" if hybrid = false
     vector_calibration: tuple[float, float] | None = None  # (cosine of unrelated text, of a clear match)

@@ -62,6 +62,7 @@ from memory_core.storage.textsearch import keyword_tokens
 __all__ = [
     "ANCHOR_FLOOR",
     "DEFAULT_MIN_SCORE",
+    "DEFAULT_RESULT_FLOOR",
     "DEFAULT_RRF_K",
     "DEFAULT_TEXT_WEIGHT",
     "DEFAULT_VECTOR_WEIGHT",
@@ -69,6 +70,7 @@ __all__ = [
     "TAIL_PAD",
     "VECTOR_HEADROOM_REF",
     "Hit",
+    "answer_threshold",
     "apply_temporal_decay",
     "bm25_rank_to_score",
     "date_from_path",
@@ -86,6 +88,9 @@ __all__ = [
 DEFAULT_VECTOR_WEIGHT = 0.5
 DEFAULT_TEXT_WEIGHT = 0.5
 DEFAULT_MIN_SCORE = 0.15
+DEFAULT_RESULT_FLOOR = 0.0
+"""Below the answer's best result (which must reach ``min_score``), the least a result listed with
+it must score (``query.result_floor``; see :func:`answer_threshold`)."""
 DEFAULT_RRF_K = 60
 SNIPPET_MAX_CHARS = 700
 
@@ -500,6 +505,20 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
         out.append(replace(h, score=rel, relevance=rel))
     out.sort(key=lambda h: (h.score, h.bm25), reverse=True)  # equal relevance: higher BM25 first
     return out
+
+
+def answer_threshold(hits: Sequence[Hit], min_score: float, result_floor: float = DEFAULT_RESULT_FLOOR) -> list[Hit]:
+    """The hits an answer keeps, in their order: none when the best scores below ``min_score``
+    (memory holds nothing that matches this well); else every hit scoring at least ``result_floor``
+    and above 0 (relevance 0: no side this query weighs matched it at all).
+
+    The threshold is the answer's, not each result's: a question whose evidence spans sessions
+    finds one session clearly and the others weakly (another part of the question, no shared
+    word), and a per-result threshold hid exactly those (docs/search.md, "The threshold").
+    ``result_floor = min_score`` is the per-result threshold of before."""
+    if not hits or max(h.score for h in hits) < min_score:
+        return []
+    return [h for h in hits if h.score >= result_floor and h.score > 0]
 
 
 # ---------------------------------------------------------------------------------------------
