@@ -84,7 +84,9 @@ def test_a_name_spelled_otherwise_finds_its_session(chats: Settings) -> None:
 
 def test_near_spellings_keep_to_the_consonants() -> None:
     assert retrieval.skeleton("muhammad") == retrieval.skeleton("muhhamed") == retrieval.skeleton("mohammed")
+    assert retrieval.skeleton("jorje") == retrieval.skeleton("jorge")
     assert retrieval.skeleton("polish") != retrieval.skeleton("polici")
+    assert retrieval.skeleton("dish") != retrieval.skeleton("disk")
     assert retrieval.edit_distance("mohammed", "muhammad", 3) == 2
     assert retrieval.edit_distance("restuarant", "restaurant", 3) == 1  # a swap is one edit
     assert retrieval.edit_distance("abcdefgh", "zyxwvuts", 2) == 3  # cut short past the limit

@@ -859,12 +859,17 @@ def allowed_edits(n: int) -> int:
     return 1 if n <= 4 else 2 if n <= 6 else 3
 
 
+_SOUND = str.maketrans("cqjzv", "kkgsf")  # letters that spell the same sound in names: Jorje / Jorge
+
+
 def skeleton(word: str) -> str:
-    """The first letter, then the consonants without vowels, ``h``, ``w``, ``y`` and doubled letters:
-    ``muhammad``, ``muhhamed`` and ``mohammed`` are all ``mmd``."""
-    out = word[:1]
-    for ch in word[1:]:
-        if ch in "aeiouhwy" or (out and out[-1] == ch):
+    """The first letter, then the consonants without vowels, ``h``, ``w``, ``y`` and doubled letters,
+    with c / k / q, g / j, s / z and f / v (and ph) read alike: ``muhammad``, ``muhhamed`` and
+    ``mohammed`` are all ``md``; ``jorje`` and ``jorge`` both ``grg``."""
+    w = word.replace("ph", "f").translate(_SOUND)
+    out = w[:1]
+    for ch in w[1:]:
+        if ch in "aeiouhwy" or out[-1] == ch:
             continue
         out += ch
     return out
