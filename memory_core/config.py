@@ -149,7 +149,10 @@ class ChunkingSettings(_Model):
 # feed and docs/search.md how they were measured.
 DEFAULT_VECTOR_WEIGHT = 0.5
 DEFAULT_TEXT_WEIGHT = 0.5
-DEFAULT_MIN_SCORE = 0.15
+DEFAULT_MIN_SCORE = 0.15  # the answer's threshold: its best result must reach it
+# below the answer's best result, the least a result listed with it scores (query.result_floor;
+# see memory_core.query.ranking.answer_threshold)
+DEFAULT_RESULT_FLOOR = 0.0
 DEFAULT_DECAY_FLOOR = 0.7  # weight of a very old memory against a new one of the same relevance
 SNIPPET_MAX_CHARS = 700  # the most characters of a result's snippet (search, MCP, the reference's 700)
 
@@ -172,7 +175,9 @@ class QuerySettings(_Model):
     documented in :mod:`memory_core.query.ranking`)."""
 
     max_results: int = Field(default=6, ge=1, le=200)
-    min_score: float = Field(default=DEFAULT_MIN_SCORE, ge=0, le=1)
+    min_score: float = Field(default=DEFAULT_MIN_SCORE, ge=0, le=1)  # the answer's best result
+    # the least the answer's other results score (at most min_score; min_score: a per-result threshold)
+    result_floor: float = Field(default=DEFAULT_RESULT_FLOOR, ge=0, le=1)
     hybrid: bool = True  # false: vector side only, as in the reference (same as mode = "vector")
     mode: Literal["hybrid", "vector", "keyword"] | None = None  # default: "hybrid", or "vector" if hybrid = false
     vector_calibration: tuple[float, float] | None = None  # (cosine of unrelated text, of a clear match)

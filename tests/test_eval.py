@@ -414,7 +414,7 @@ def test_min_score_keeps_answers_in_both_dimensions(vector_index) -> None:
             results = s.search(query)  # default min_score
             assert results, query
             assert results[0].path in relevant, (query, [r.citation for r in results])
-            assert all(r.score >= ranking.DEFAULT_MIN_SCORE for r in results)
+            assert results[0].score >= ranking.DEFAULT_MIN_SCORE  # the answer's threshold: its best result
         # scores are absolute: a query that shares nothing with any note finds nothing, though
         # the vector side always has nearest neighbours
         assert s.search("zzqx wvbn") == []

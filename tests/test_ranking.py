@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
+from memory_core.query import ranking
 from memory_core.query.ranking import (
     SNIPPET_MAX_CHARS,
     Hit,
@@ -533,3 +534,18 @@ def test_decay_reorders_but_never_buries_the_only_old_match() -> None:
     s1 = hit("s", score=1.0, path="sessions/a.jsonl", source="sessions", date="2026-10-27T09:00",
              mtime_ms=int(now.timestamp() * 1000))
     assert apply_temporal_decay([s1], 30, now)[0].score == pytest.approx(0.85)
+
+
+def _scored(*scores: float) -> list[Hit]:
+    return [Hit(id=str(i), path=f"f{i}.md", source="memory", start_line=1, end_line=2, text="x", score=s)
+            for i, s in enumerate(scores)]
+
+
+def test_min_score_is_the_answers_threshold_not_each_results() -> None:
+    """The answer's best result must reach min_score; the rest are listed down to result_floor
+    (a second session's weaker evidence is not hidden)."""
+    kept = ranking.answer_threshold(_scored(0.5, 0.1, 0.04, 0.0), 0.15)
+    assert [h.score for h in kept] == [0.5, 0.1, 0.04, 0.0]
+    assert ranking.answer_threshold(_scored(0.14, 0.1), 0.15) == []  # nothing matches this well
+    assert [h.score for h in ranking.answer_threshold(_scored(0.5, 0.1, 0.04), 0.15, 0.05)] == [0.5, 0.1]
+    assert [h.score for h in ranking.answer_threshold(_scored(0.5, 0.1), 0.15, 0.15)] == [0.5]

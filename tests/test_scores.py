@@ -36,10 +36,18 @@ def test_negative_checks_return_nothing(local_index: Settings) -> None:
         assert s.search("DS-82") == []
         # the only note that names it; everything else the vector side finds scores low
         hits = s.search("okonomiyaki")
-        assert [h.path for h in hits] == ["notes/restaurants.md"], [(h.path, h.score) for h in hits]
+        assert hits[0].path == "notes/restaurants.md", [(h.path, h.score) for h in hits]
         assert hits[0].match == "both" and hits[0].score >= local_index.query.min_score
+        # min_score is the answer's threshold: what is listed beside its best scores as low as it is
+        assert all(h.score < local_index.query.min_score for h in hits[1:])
         for q in ("zzqx wvbn", "quantum chromodynamics lattice", "how do I tune a guitar"):
             assert s.search(q) == [], q
+        # with result_floor = min_score the threshold is each result's again
+        strict = local_index.model_copy(update={"query": local_index.query.model_copy(
+            update={"result_floor": local_index.query.min_score})})
+        s.settings = strict
+        assert [h.path for h in s.search("okonomiyaki")] == ["notes/restaurants.md"]
+        s.settings = local_index
         # the candidates exist; they just score low
         loose = s.search("DS-82", min_score=0.0)
         assert loose and max(h.score for h in loose) < ranking.DEFAULT_MIN_SCORE
@@ -172,7 +180,10 @@ def test_cjk_queries_with_an_english_only_model_use_the_keyword_side(local_index
         for q in ("林薇 里斯本", "서버 에러 확인", "申し訳ございません"):
             hybrid = [(h.citation, h.score) for h in s.search(q)]
             keyword = [(h.citation, h.score) for h in s.search(q, mode="keyword")]
-            assert hybrid and hybrid == keyword, q
+            matched = [(c, v) for c, v in hybrid if v > 0]
+            assert matched and matched == keyword[:len(matched)], q
+            # what follows in the answer (min_score is the answer's threshold) matched no side it weighs
+            assert all(v == 0 for _, v in hybrid[len(matched):]), q
     assert ranking.mostly_cjk("林薇 里斯本") and not ranking.mostly_cjk("Lisbon trip with 林薇")
 
 

@@ -4,7 +4,7 @@
 the named day's lift in :mod:`memory_core.query.dates`)::
 
     fuse (ranking.fuse_calibrated, or ranking.fuse) ─ a named day's lift (dates.lift_named_days)
-      ─ relevance >= min_score ─ temporal decay ─ dedupe ─ MMR ─ top max_results
+      ─ the answer's best relevance >= min_score, the others >= result_floor ─ temporal decay ─ dedupe ─ MMR ─ top max_results
       ─ snippets and citations (SearchResult)
 
 Pure given the candidates and the query settings: evaluation replays it per setting.
@@ -142,7 +142,9 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     else:
         vw, tw = q.normalised_weights()
         hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
-    hits = [h for h in hits if h.score >= min_score]  # relevance, before decay
+    # relevance, before decay: min_score decides whether memory holds an answer (its best result),
+    # result_floor which of the rest it lists
+    hits = ranking.answer_threshold(hits, min_score, min(q.result_floor, min_score))
     for h in hits:
         h.relevance = h.score
     if q.temporal_decay.enabled:

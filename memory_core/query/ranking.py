@@ -4,11 +4,12 @@ All functions are pure and never mutate their inputs (they return new :class:`Hi
 new lists). The searcher's pipeline (``memory_core.query.rank.rank_candidates``)::
 
     candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift (dates)
-      ─ relevance >= min_score ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
+      ─ answer_threshold() ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
       ─ top max_results ─ make_snippet()
 
-``min_score`` (``DEFAULT_MIN_SCORE``, 0.15) tests the relevance before decay; decay (off by
-default) and MMR only reorder what passed it.
+``min_score`` (``DEFAULT_MIN_SCORE``, 0.15) tests the relevance of the answer's best result before
+decay, ``result_floor`` (``DEFAULT_RESULT_FLOOR``, 0) the others' (:func:`answer_threshold`); decay
+(off by default) and MMR only reorder what passed.
 
 Default fusion, ``fuse_calibrated`` (docs/search.md, "Calibrated scores"): each hit is scored
 from its own raw scores, so a score means the same whatever else was found::
@@ -56,6 +57,7 @@ from datetime import UTC, date, datetime
 from memory_core.config import (  # the defaults are the settings model's; documented and measured here
     DEFAULT_DECAY_FLOOR,
     DEFAULT_MIN_SCORE,
+    DEFAULT_RESULT_FLOOR,
     DEFAULT_TEXT_WEIGHT,
     DEFAULT_VECTOR_WEIGHT,
     SNIPPET_MAX_CHARS,
@@ -69,6 +71,7 @@ from memory_core.storage.textsearch import keyword_tokens
 __all__ = [
     "ANCHOR_FLOOR",
     "DEFAULT_MIN_SCORE",
+    "DEFAULT_RESULT_FLOOR",
     "DEFAULT_RRF_K",
     "DEFAULT_TEXT_WEIGHT",
     "DEFAULT_VECTOR_WEIGHT",
@@ -76,6 +79,7 @@ __all__ = [
     "TAIL_PAD",
     "VECTOR_HEADROOM_REF",
     "Hit",
+    "answer_threshold",
     "apply_temporal_decay",
     "bm25_rank_to_score",
     "date_from_path",
@@ -503,6 +507,21 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
         out.append(replace(h, score=rel, relevance=rel))
     out.sort(key=lambda h: (h.score, h.bm25), reverse=True)  # equal relevance: higher BM25 first
     return out
+
+
+def answer_threshold(hits: Sequence[Hit], min_score: float, result_floor: float = DEFAULT_RESULT_FLOOR) -> list[Hit]:
+    """The hits an answer keeps, in their order: none when the best scores below ``min_score``
+    (memory holds nothing that matches this well); else every hit scoring at least ``result_floor``
+    (with the default 0, every candidate: those of relevance 0, which no side the query weighs
+    matched, come last in the order fusion left them, a mostly-CJK query's by cosine).
+
+    The threshold is the answer's, not each result's: a question whose evidence spans sessions
+    finds one session clearly and the others weakly (another part of the question, no shared
+    word), and a per-result threshold hid exactly those (docs/search.md, "The threshold").
+    ``result_floor = min_score`` is the per-result threshold of before."""
+    if not hits or max(h.score for h in hits) < min_score:
+        return []
+    return [h for h in hits if h.score >= result_floor]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -478,6 +479,9 @@ class _Index:
         if same and prev is not None:
             self._prev_common = (dict(prev.common), prev.digest) if prev.common else prev._prev_common
         self._refresh_lock = threading.Lock()
+        self._vocabulary: dict[tuple[int, str], list[tuple[str, int]]] | None = None  # (length, first letter) -> terms
+        self._respelled: dict[str, str] = {}  # query -> the query with near spellings (respelled)
+        self._spell_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
         # how searches read the vectors, as the build measured it (vectors.ScanPlan)
         self.scan_plan = vectors.ScanPlan.from_meta(self.meta)
@@ -675,6 +679,31 @@ class _Index:
         self._vocab = conn
         return conn
 
+    def vocabulary(self) -> dict[tuple[int, str], list[tuple[str, int]]]:
+        """The index's words (FTS5's tokens, porter stems, letters only) and their document counts,
+        grouped by (length, first letter); read once per opened index from an fts5vocab 'row' table
+        on a connection of its own (the readers are query_only), only when a query holds a word no
+        chunk does (:func:`respelled`)."""
+        with self._spell_lock:
+            if self._vocabulary is not None:
+                return self._vocabulary
+            groups: dict[tuple[int, str], list[tuple[str, int]]] = {}
+            conn = None
+            try:
+                conn = connect(self._path, readonly=True)
+                conn.execute("CREATE VIRTUAL TABLE temp.mc_words USING fts5vocab(main, 'chunks_fts', 'row')")
+                for term, doc in conn.execute("SELECT term, doc FROM temp.mc_words"):
+                    if isinstance(term, str) and term.isalpha() and term.isascii() and len(term) >= 3:
+                        groups.setdefault((len(term), term[0]), []).append((term, int(doc)))
+            except apsw.Error as exc:
+                log.warning("the index's vocabulary cannot be read (%s); no near spellings", exc)
+            finally:
+                if conn is not None:
+                    with contextlib.suppress(apsw.Error):
+                        conn.close()
+            self._vocabulary = groups
+            return groups
+
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
         committed update opens a new :class:`_Index`) and shared with the other searchers of
@@ -852,6 +881,146 @@ class _Index:
                 self._kw_conn.close()
 
 
+NEAR_SPELLING_MIN_CHARS = 4
+"""A query word of at least this many letters that no chunk holds is matched to its nearest
+spelling in the index's vocabulary (:func:`respelled`)."""
+RESPELLED_MAX = 4
+"""At most this many words of one query are respelled."""
+
+
+def allowed_edits(n: int) -> int:
+    """Edits (Damerau-Levenshtein) allowed between a word of ``n`` letters and an indexed spelling
+    of the same consonant skeleton: 1 up to 4 letters, 2 up to 6, 3 from 7."""
+    return 1 if n <= 4 else 2 if n <= 6 else 3
+
+
+_SOUND = str.maketrans("cqjzv", "kkgsf")  # letters that spell the same sound in names: Jorje / Jorge
+
+
+def skeleton(word: str) -> str:
+    """The first letter, then the consonants without vowels, ``h``, ``w``, ``y`` and doubled letters,
+    with c / k / q, g / j, s / z and f / v (and ph) read alike: ``muhammad``, ``muhhamed`` and
+    ``mohammed`` are all ``md``; ``jorje`` and ``jorge`` both ``grg``."""
+    w = word.replace("ph", "f").translate(_SOUND)
+    out = w[:1]
+    for ch in w[1:]:
+        if ch in "aeiouhwy" or out[-1] == ch:
+            continue
+        out += ch
+    return out
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Damerau-Levenshtein (optimal string alignment) distance of ``a`` and ``b``, or ``limit + 1``
+    as soon as it must exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                v = min(v, prev2[j - 2] + 1)
+            cur[j] = v
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def _plain(word: str) -> str:
+    """``word`` lower-cased without diacritics (as unicode61's ``remove_diacritics`` reads it)."""
+    import unicodedata
+
+    return "".join(ch for ch in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(ch))
+
+
+def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str | None:
+    """The indexed spelling nearest ``word`` (a query word no chunk holds), or None.
+
+    Both the word and its porter stem (the form FTS5 indexes) are compared with the index's
+    words of the same consonant skeleton (:func:`skeleton`: the first letter, then the consonants
+    without doubles), within :func:`allowed_edits`: a name spelled by ear or a typo changes vowels,
+    doubles and swaps (``Muhhamed``, ``Mohammed`` for ``Muhammad``; ``restuarant``), while another
+    word that happens to be near differs in a consonant (``polish`` / ``policy``, ``dish`` /
+    ``disk``, ``author`` / ``autom``). Never a stop word; the nearest wins, then the one in more
+    chunks."""
+    plain = _plain(word)
+    if not plain.isalpha() or not plain.isascii() or len(plain) < NEAR_SPELLING_MIN_CHARS:
+        return None
+    forms = {plain}
+    tok = idx.tokenizer(conn or idx.conn)
+    if tok is not None:
+        with contextlib.suppress(apsw.Error, TypeError, ValueError):
+            forms.update(t for t in tok(plain.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
+                                        include_colocated=False) if isinstance(t, str) and len(t) >= 3)
+    vocab = idx.vocabulary()
+    best: tuple[int, int, str] | None = None
+    for form in forms:
+        limit = allowed_edits(len(form))
+        sk = skeleton(form)
+        for n in range(len(form) - limit, len(form) + limit + 1):
+            for term, doc in vocab.get((n, form[0]), ()):
+                if skeleton(term) != sk or textsearch.is_stop_word(term):
+                    continue
+                d = edit_distance(form, term, limit)
+                if d == 0 or d > limit:
+                    continue
+                cand = (d, -doc, term)
+                if best is None or cand < best:
+                    best = cand
+    return best[2] if best is not None else None
+
+
+def written_as_name(query: str, word: str) -> bool:
+    """``word`` (lower-case) is written capitalised in ``query`` somewhere other than at the start
+    of a sentence: a name (``Muhhamed``, ``Kovacevic``), not one of the everyday words a small
+    memory happens not to hold (``power``, ``plane``, ``expire``), whose near spellings are other
+    words (``paper``, ``plan``, ``expiry``)."""
+    for m in re.finditer(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", query, flags=re.IGNORECASE):
+        if not m.group(0)[:1].isupper():
+            continue
+        before = query[:m.start()].rstrip(" \t\"'(«“‘")
+        if before and before[-1] not in ".!?:\n":
+            return True
+    return False
+
+
+def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
+    """``query`` with each name (:func:`written_as_name`) that no chunk holds replaced by its nearest indexed spelling
+    (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
+    spells it (Muhhamed, Mohammed for Muhammad) is matched, and the IDF and the corpus coverage
+    are those of the spelling found: the word no longer scales both sides down to nothing. A
+    word with no near spelling is left alone (the negative probes: "zzqx wvbn", "guitar")."""
+    with idx._spell_lock:
+        got = idx._respelled.get(query)
+    if got is not None:
+        return got
+    out = query
+    try:
+        done = 0
+        terms = textsearch.query_terms(query)
+        if not all(textsearch.is_stop_word(w) for w in terms):
+            for t in terms:
+                if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
+                    continue
+                if not written_as_name(query, t) or idx.idf_df(textsearch.fts_string(t), conn) > 0:
+                    continue
+                near = near_spelling(idx, t, conn)
+                if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
+                    out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
+                    done += 1
+    except apsw.SQLError as exc:  # never let query text break search
+        log.warning("near spellings failed (%s)", exc)
+    with idx._spell_lock:
+        if len(idx._respelled) < 1000:
+            idx._respelled[query] = out
+    return out
+
+
 def hits_from_rows(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
     """Hits of chunk rows (``rid, raw, id, path, source, start_line, end_line, text, mtime``), ``raw``
     a side's score (``side``: "text", FTS5's bm25 rank; else a cosine) turned by ``to_score``."""
@@ -883,10 +1052,11 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     (:func:`complete`). A keyword-only query gets FTS5's exact top ``k`` by every phrase: from
     the rarer phrases' top rows when that provably is it (:func:`_exact_top_by_rarer`), else by
     ranking every row that holds any phrase."""
+    conn = conn or idx.conn
+    query = respelled(idx, query, conn)
     match = textsearch.build_match_query(query)
     if not match:
         return []
-    conn = conn or idx.conn
     if sources and not idx.needs_filter(sources, conn):
         sources = None  # every chunk is of them: FTS5 without a per-row source lookup
     phrases = [textsearch.fts_string(t) for t in textsearch.query_terms(query)]
@@ -1133,6 +1303,8 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
         by_rid.setdefault(h.rid, h)
     union = list(by_rid.values())
     conn = idx.conn
+    if keyword:
+        query = respelled(idx, query)  # as the keyword side searched it
     words = textsearch.query_terms(query) if keyword else []
     # a query of stop words only ("what did I do") is not matched by its words: relevance 0
     terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]

@@ -1,0 +1,106 @@
+"""Conversations as memory (issue 37): a name spelled otherwise than the transcript spells it, a
+question whose evidence spans three sessions, the edge of a chunk. Real indexes (SQLite, FTS5,
+the local model) of JSONL transcripts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query import retrieval
+from memory_core.query.search import Searcher
+
+pytest.importorskip("sentence_transformers")
+
+FILLER = [
+    ("Any idea what to do with half a cabbage and some leftover rice?",
+     "Fried rice with shredded cabbage, soy, ginger and a fried egg on top."),
+    ("The sprint review moved to Thursday afternoon, the demo is not ready.",
+     "Then cut the demo to the two stories that are done."),
+    ("My tomato seedlings look leggy on the windowsill.", "They want more light; a cheap grow lamp helps."),
+    ("Which film should we watch tonight, something light?", "A comedy from the nineties is a safe pick."),
+    ("The quarterly budget spreadsheet has a broken formula in column F.",
+     "Check whether the range still includes the new rows."),
+    ("I ran 9 km this morning and my knee felt fine.", "Nice, keep the long run easy this week."),
+]
+# one question, three sessions: the recommendation, the visit, the verdict (in other words)
+HOBBIES = {
+    2: ("My sister recommended a restaurant called Osteria Lupo near the station.",
+        "Worth a try, booking ahead is wise there."),
+    4: ("We finally went to Osteria Lupo on Friday with Tom.", "How was the evening?"),
+    6: ("That risotto on Friday was superb, I would go back any time.",
+        "Sounds like a new favourite."),
+}
+NAME = ("Muhammad came round with the drill and put up the shelves in the hallway.",
+        "Handy to have a neighbour like that.")
+
+
+def _transcript(day: str, turns: list[tuple[str, str]]) -> str:
+    recs: list[dict[str, object]] = [{"type": "session", "version": 3, "id": day, "timestamp": f"{day}T09:00:00.000Z"}]
+    for n, (u, a) in enumerate(turns):
+        for role, text in (("user", u), ("assistant", a)):
+            recs.append({"type": "message", "timestamp": f"{day}T09:{n:02d}:00.000Z",
+                         "message": {"role": role, "content": [{"type": "text", "text": text}]}})
+    return "\n".join(json.dumps(r) for r in recs) + "\n"
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    ws = tmp_path_factory.mktemp("chats") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    (ws / "MEMORY.md").write_text("# Memory\n\n- Prefers short answers.\n")
+    for i in range(1, 9):
+        turns = FILLER[i % 6:] + FILLER[: i % 6]
+        if i in HOBBIES:
+            turns = [*turns[:3], HOBBIES[i], *turns[3:]]
+        if i == 3:
+            turns = [*turns[:2], NAME, *turns[2:]]
+        (ws / "sessions" / f"s{i}.jsonl").write_text(_transcript(f"2026-10-{i:02d}", turns))
+    s = load_settings(None, {"workspace": str(ws), "provider": "local", "sources": ["memory", "sessions"]})
+    run_index(s)
+    return s
+
+
+def test_a_name_spelled_otherwise_finds_its_session(chats: Settings) -> None:
+    """Muhhamed / Mohammed for the transcript's Muhammad: the keyword side searches the indexed
+    spelling, so the name costs nothing and the session is the answer (it was empty: the name,
+    in no chunk, scaled both sides down through the corpus coverage)."""
+    with Searcher(chats) as s:
+        for q in ("What did Muhhamed do?", "What about Mohammed?"):
+            hits = s.search(q)
+            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+            assert hits[0].match == "both" and hits[0].score >= chats.query.min_score
+        idx = s._current()
+        assert retrieval.respelled(idx, "What did Muhhamed do?") == "What did muhammad do?"
+        # everyday words a memory happens not to hold are not respelled into other words
+        assert retrieval.respelled(idx, "Who has my power tool?") == "Who has my power tool?"
+        for q in ("zzqx wvbn", "how do I tune a guitar"):  # still nothing
+            assert s.search(q) == [], q
+
+
+def test_near_spellings_keep_to_the_consonants() -> None:
+    assert retrieval.skeleton("muhammad") == retrieval.skeleton("muhhamed") == retrieval.skeleton("mohammed")
+    assert retrieval.skeleton("jorje") == retrieval.skeleton("jorge")
+    assert retrieval.skeleton("polish") != retrieval.skeleton("polici")
+    assert retrieval.skeleton("dish") != retrieval.skeleton("disk")
+    assert retrieval.edit_distance("mohammed", "muhammad", 3) == 2
+    assert retrieval.edit_distance("restuarant", "restaurant", 3) == 1  # a swap is one edit
+    assert retrieval.edit_distance("abcdefgh", "zyxwvuts", 2) == 3  # cut short past the limit
+    assert retrieval.written_as_name("What did Muhhamed say?", "muhhamed")
+    assert not retrieval.written_as_name("Muhhamed said what?", "muhhamed")  # a sentence's first word
+    assert not retrieval.written_as_name("who has my power tool", "power")
+
+
+def test_evidence_in_three_sessions_is_all_in_the_answer(chats: Settings) -> None:
+    """Each session that holds a part of the answer is in the default answer (6 results): the
+    recommendation scores well, the visit and the verdict (other words) weakly, and a per-result
+    threshold hid them (min_score is the answer's threshold now)."""
+    with Searcher(chats) as s:
+        hits = s.search("Which restaurant did my sister recommend, and did I like it?")
+    paths = [h.path for h in hits]
+    assert {"sessions/s2.jsonl", "sessions/s4.jsonl", "sessions/s6.jsonl"} <= set(paths), \
+        [(h.path, h.score) for h in hits]
