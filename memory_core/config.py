@@ -207,6 +207,11 @@ class QuerySettings(_Model):
             raise ValueError("query.vector_calibration must be [low, high] cosines with low < high")
         return self
 
+    def threshold(self, min_score: float | None = None) -> float:
+        """The ``min_score`` a search uses: the caller's, else this setting. The one place the
+        default is applied (the builtin ranking, the qmd backend, the memory store, eval)."""
+        return self.min_score if min_score is None else float(min_score)
+
     def search_mode(self) -> str:
         """``mode`` if set, else ``"hybrid"`` (``"vector"`` when ``hybrid = false``, as the reference)."""
         return self.mode or ("hybrid" if self.hybrid else "vector")

@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", help="what to look for (words, a phrase, a question)")
     p.add_argument("--max-results", "-n", type=_positive,
                    help="results to show, 1 or more; above 50 is clamped to 50 (default: query.max_results, 6)")
-    p.add_argument("--min-score", type=float, help="leave out results scoring below this, 0-1 (default: query.min_score)")
+    p.add_argument("--min-score", type=float, help="the answer's threshold, 0-1: nothing is shown unless the best result reaches it;"
+                        " the rest are listed down to query.result_floor (default: query.min_score)")
     p.add_argument("--source", action="append", dest="sources", choices=["memory", "sessions", "store"],
                    help="search only this source (repeatable; default: all the index holds; 'store': the LanceDB"
                         " memory store of `memory-core memory`, merged by score)")

@@ -421,7 +421,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             path_qrels[qid] = pq
         max_results = max(1, int(max_results))
         n_cand = s.candidate_count(max_results)
-        configured = settings.query.min_score if min_score is None else float(min_score)
+        configured = settings.query.threshold(min_score)
         # (label, mode, min_score): the sides at the min_score in force and, when it is not 0, at 0
         ranked_rows: list[tuple[str, str, float | None]] = [(m, m, min_score) for m in (SIDES if sides else ["hybrid"])]
         if sides and configured != 0:

@@ -142,7 +142,8 @@ def _search_input_schema(settings: Settings) -> dict[str, Any]:
                  "description": "Where the answer goes: a direct chat, or a group or channel chat (with citations"
                                 " 'auto', the default, citations are left out in group and channel chats)."}
     min_score = {"type": "number", "minimum": 0, "maximum": 1,
-                 "description": f"Drop results whose relevance is below this (default {q.min_score})."}
+                 "description": f"The answer's threshold: no results unless the best reaches it (default"
+                                f" {q.min_score}); the others are listed down to {q.result_floor:g}."}
     return {
         "type": "object",
         "properties": {

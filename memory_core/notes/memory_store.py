@@ -608,7 +608,7 @@ class MemoryStore:
         if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)
                                       or not 0 <= min_score <= 1):  # nan fails both sides
             raise UsageError(f"min_score must be a number from 0 to 1, not {min_score!r}")
-        min_score = q.min_score if min_score is None else float(min_score)
+        min_score = q.threshold(min_score)
         if query is not None and not isinstance(query, str):
             raise UsageError(f"a query is text, not {type(query).__name__}")
         query = _valid_text(query or "").replace("\x00", " ").strip()

@@ -152,17 +152,20 @@ class QmdSearcher(Searcher):
 
     def qmd_search(self, query: str, max_results: int, min_score: float | None,
                    sources: list[str] | None) -> list[SearchResult]:
-        """qmd's hits as results: at least ``min_score`` (else the settings' ``query.min_score``,
-        as the builtin index applies it), cited within their files' real lines."""
+        """qmd's hits as results, thresholded as the builtin index thresholds its own: none when
+        the best scores below ``min_score`` (else the settings' ``query.min_score``), else those
+        scoring at least ``query.result_floor``; cited within their files' real lines."""
         mode = self.settings.qmd.search_mode
-        if min_score is None:
-            min_score = self.settings.query.min_score
+        min_score = self.settings.query.threshold(min_score)
+        floor = min(self.settings.query.result_floor, min_score)
         n = max_results * 4 if sources else max_results
         args = [mode, "--json", "-n", str(n)]
-        if min_score is not None:
-            args += ["--min-score", str(min_score)]
+        if floor > 0:
+            args += ["--min-score", str(floor)]
         out, err = run_qmd(self.settings, [*args, "--", query], timeout=self.settings.qmd.timeout_s)
         hits = parse_results(out, err)
+        if hits and max(h.score for h in hits) < min_score:
+            hits = []  # the answer's threshold: nothing matches this well
         if not hits and "need embeddings" in err and "(100%)" in err:
             raise QmdError("failed", f"qmd {mode} has no vectors yet (run `qmd embed`)")
         table = self._path_table()
@@ -176,7 +179,7 @@ class QmdSearcher(Searcher):
         redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
         match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")
         for h in hits:
-            if h.score < min_score:
+            if h.score < floor:
                 continue  # qmd's own --min-score is not applied by every mode
             info = table.get(h.collection, {}).get(h.path)
             if info is not None and "ambiguous" in info:

@@ -115,7 +115,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     Pure given the candidates and ``q`` (the query settings): evaluation replays it per setting.
     """
     max_results = q.max_results if max_results is None else max(1, int(max_results))
-    min_score = q.min_score if min_score is None else float(min_score)
+    min_score = q.threshold(min_score)
     vec = cands.vector if mode != "keyword" else []
     kw = cands.keyword if mode != "vector" else []
     if q.fusion == "calibrated":

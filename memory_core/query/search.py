@@ -118,7 +118,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
 
     max_results, clamp_note = clamp_results(max_results)
     mode = searcher.settings.query.search_mode() if mode is None else mode
-    floor = searcher.settings.query.min_score if min_score is None else min_score
+    floor = searcher.settings.query.threshold(min_score)
     searcher.last_search = {}
     srcs = list(dict.fromkeys(sources)) if sources else None
     if extra is not None and (srcs is None or extra.source not in srcs):
