@@ -15,14 +15,17 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
 from memory_core.plugins import provider_names
-from memory_core.runtime.resolve import ResolvedSettings, resolve_settings
 
 if TYPE_CHECKING:
     from memory_core.api import Memory
+    from memory_core.config import Settings
     from memory_core.index.runtypes import RunSummary
+    from memory_core.runtime.resolve import ResolvedSettings
+
+# A command imports what it uses when it runs (the settings model, the index, the providers), so
+# `memory-core --version` and argument errors start no slower than Python with numpy and apsw.
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIPE (`... | head`)
@@ -201,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _memory_parser(sub: Any) -> None:
     """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.notes.memory_store)."""
-    from memory_core.notes.memory_store import CATEGORIES, DEFAULT_IMPORTANCE
+    from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 
     mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
     msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
@@ -246,6 +249,8 @@ FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--ex
 
 def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
     """The one settings order (memory_core.runtime.resolve.resolve_settings), told the flags given."""
+    from memory_core.runtime.resolve import resolve_settings
+
     return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
                             config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
 

@@ -52,10 +52,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_core.config import Settings
 from memory_core.errors import UsageError
 
 if TYPE_CHECKING:
+    from memory_core.config import Settings
     from memory_core.query.retrieval import Candidates
     from memory_core.query.search import Searcher
 

@@ -49,6 +49,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafePathError, UsageError
+from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
@@ -59,11 +60,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("memory_core.notes.memory_store")
 T = TypeVar("T")
 
-CATEGORIES = ("preference", "fact", "decision", "entity", "other")
 SOURCE = "store"
 """The ``source`` of store results, and the name ``memory_search`` / ``search --source`` take."""
 TABLE = "memories"
-DEFAULT_IMPORTANCE = 0.7  # OpenClaw's memory_store default
 DEFAULT_CATEGORY = "other"
 DUPLICATE_COSINE = 0.95
 """A new memory whose cosine with a stored one reaches this, and that says the same thing
