@@ -39,6 +39,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError, UnsafePathError, UsageError
+from memory_core.storage.store import safe_open
 
 log = logging.getLogger("memory_core.notes.flush")
 CHARS_PER_TOKEN = 4
@@ -174,15 +175,12 @@ class FlushLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = self.path.with_name(self.path.name + ".lock")
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            fd = safe_open(lock, os.O_RDWR | os.O_CREAT, 0o600, what="flush ledger's lock")
+        except UnsafePathError:
+            raise
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise UnsafePathError(f"refusing to use the flush ledger's lock {lock}: it is a symbolic link"
-                                      ) from None
             raise UsageError(f"cannot lock the flush ledger {self.path}: {exc.strerror or exc}") from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise UsageError(f"refusing to use the flush ledger's lock {lock}: not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import fcntl
 import logging
 import math
@@ -53,6 +52,7 @@ from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
+from memory_core.storage.store import safe_open
 
 if TYPE_CHECKING:
     from memory_core.query.search import SourceHits
@@ -301,15 +301,12 @@ class MemoryStore:
             lock = self.path.with_name(f".{self.path.name}.lock")
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+                fd = safe_open(lock, os.O_RDWR | os.O_CREAT, 0o600, what="memory store's lock")
+            except UnsafePathError:
+                raise
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise UnsafePathError(f"refusing to use the memory store's lock {lock}: it is a symbolic link"
-                                          ) from None
                 raise UsageError(f"cannot lock the memory store {self.path}: {exc.strerror or exc}") from None
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise UsageError(f"refusing to use the memory store's lock {lock}: not a regular file")
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._flock_depth = 1
                 try:
