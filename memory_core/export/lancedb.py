@@ -1,21 +1,13 @@
-"""Past one machine: the index exported to a LanceDB table and searched with the same ranking.
+"""Past one machine: the index exported to a LanceDB table (``memory-core export --format lancedb URI``).
 
-``memory-core export --format lancedb URI`` writes the index's chunks (the columns of
-:mod:`memory_core.export.files`, plus each file's ``mtime`` and the chunk's ``date``) to the table
-``chunks`` of the LanceDB database at ``URI``: a local folder, or object storage
-(``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as LanceDB reads them), which
-many machines can query at once. With it: a full-text index on ``text`` (LanceDB's BM25, plain
-lower-cased words as FTS5 sees them), a B-tree on ``id``, and a ``terms`` table of each word's
-document frequency (the query terms' IDF, which the calibration needs). The table is replaced in one
-commit (Lance versions): a reader sees the old or the new export, never a mix.
-
-``memory-core search --lancedb URI`` (:class:`LanceSearcher`) retrieves candidates from that table
-(exact cosine KNN over every vector, BM25 over the text) and ranks them with
-:meth:`memory_core.query.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
-``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
-from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
-candidates for a query naming a day (the day still lifts the chunks found); transcript chunks dated by
-their file's mtime; CJK text is not segmented.
+The index's chunks (the columns of :mod:`memory_core.export.files`, plus each file's ``mtime``
+and the chunk's ``date``) go to the table ``chunks`` of the LanceDB database at ``URI``: a local
+folder, or object storage (``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as
+LanceDB reads them), which many machines can query at once. With it: a full-text index on
+``text``, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
+format: :mod:`memory_core.storage.lancedb`). The table is replaced in one commit (Lance
+versions): a reader sees the old or the new export, never a mix. Its searcher:
+:mod:`memory_core.query.lancedb`.
 """
 
 from __future__ import annotations
