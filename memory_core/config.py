@@ -195,6 +195,11 @@ class QuerySettings(_Model):
     day_tolerance_hours: float = Field(default=6.0, ge=0, le=48)
     # what a memory_search answer hands an agent (memory_core/query/answers.py)
     citations: Literal["on", "off", "auto"] = "auto"
+    # a result whose best-matching message (transcript) or line (note) is its chunk's last (first)
+    # also shows the one after (before) it, read from the index: at most one each side, each at most
+    # EDGE_MAX_CHARS (memory_core/query/edges.py), the snippet still within SNIPPET_MAX_CHARS; the
+    # citation's lines grow only when it is shown; scores do not change. 0 turns it off.
+    edge_lines: int = Field(default=1, ge=0, le=1)
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)
     temporal_decay: DecaySettings = Field(default_factory=DecaySettings)

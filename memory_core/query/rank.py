@@ -20,6 +20,7 @@ from typing import Any
 from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
+from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, units
 from memory_core.query.retrieval import Candidates
 from memory_core.storage import textsearch
 
@@ -98,6 +99,62 @@ def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
     return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
 
 
+def _cut_to(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(0, n - len(ELLIPSIS))].rstrip() + ELLIPSIS
+
+
+def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:
+    """The excerpt of ``text`` that keeps the edge a neighbour is added at: its end (``after``)
+    or its start (``before``), whole lines where they fit; "" when that edge's line does not fit."""
+    if len(text) <= room:
+        return text
+    if before and after or room <= 0:
+        return ""
+    if after:
+        tail = text[len(text) - room:]
+        cut = tail.find("\n")
+        if cut < 0:  # the last line alone is longer than the room: its end, from a word
+            return ""
+        return tail[cut + 1:]
+    head = text[:room]
+    cut = head.rfind("\n")
+    return head[:cut] if cut > 0 else ""
+
+
+def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | None) -> tuple[str, int, int]:
+    """The snippet and cited lines of ``h``: :func:`_dated_snippet`, with the neighbouring message
+    or line on the side where the chunk's best match sits (:mod:`memory_core.query.edges`: the budget)."""
+    plain = (_dated_snippet(h, terms), h.start_line, h.end_line)
+    if neighbours is None or h.source not in ("sessions", "memory") or not terms:
+        return plain
+    us = units(h.text, h.source)
+    hits = [len({m[2] for m in ranking._find_matches(u, terms)}) for u in us]
+    best = max(hits, default=0)
+    if best == 0:
+        return plain
+    text = joined_messages(h.text) if h.source == "sessions" else h.text
+    # a transcript chunk cut inside a message has its rest beside it, not another message
+    want_b = hits[0] == best and not text.startswith(ELLIPSIS)
+    want_a = hits[-1] == best and not text.endswith(ELLIPSIS)
+    if not (want_b or want_a):
+        return plain
+    before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a)
+    stamp = said_at(h.source, h.date)
+    add_b = _cut_to(before.text, EDGE_MAX_CHARS) if before is not None else ""
+    add_a = _cut_to(after.text, EDGE_MAX_CHARS) if after is not None else ""
+    for b, a in ((add_b, add_a), ("", add_a), (add_b, "")):
+        if not (a or b):
+            continue
+        room = SNIPPET_MAX_CHARS - len(stamp) - (len(b) + 1 if b else 0) - (len(a) + 1 if a else 0)
+        body = _edge_excerpt(text.strip(), room, before=bool(b), after=bool(a))
+        if not body:
+            continue  # the edge's message or line does not fit beside its neighbour
+        start = before.line if b and before is not None else h.start_line
+        end = after.line if a and after is not None else h.end_line
+        return stamp + (b + "\n" if b else "") + body + ("\n" + a if a else ""), start, end
+    return plain
+
+
 def _written_on(h: ranking.Hit) -> str | None:
     """The day a result was written, as the answer shows it (:attr:`SearchResult.date`)."""
     if h.source == "sessions":
@@ -107,8 +164,13 @@ def _written_on(h: ranking.Hit) -> str | None:
 
 
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
-                    min_score: float | None = None, mode: str = "hybrid") -> list[SearchResult]:
+                    min_score: float | None = None, mode: str = "hybrid",
+                    neighbours: Neighbours | None = None) -> list[SearchResult]:
     """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
+
+    ``neighbours``: where a result whose best match sits at its chunk's edge finds the message or
+    line beside it (``query.edge_lines``; :mod:`memory_core.query.edges`); None: snippets of the
+    chunk alone.
 
     ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
     MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
@@ -155,14 +217,16 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
         hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
-    return [
-        SearchResult(
-            path=h.path, start_line=h.start_line, end_line=h.end_line, score=round(float(h.relevance), 6),
-            snippet=_dated_snippet(h, terms), source=h.source,
-            citation=f"{h.path}#L{h.start_line}-L{h.end_line}",
+    if q.edge_lines <= 0:
+        neighbours = None
+    out = []
+    for h in hits:
+        snippet, start, end = _edge_snippet(h, terms, neighbours)
+        out.append(SearchResult(
+            path=h.path, start_line=start, end_line=end, score=round(float(h.relevance), 6),
+            snippet=snippet, source=h.source, citation=f"{h.path}#L{start}-L{end}",
             vector_score=round(float(h.vector_score), 6), text_score=round(float(h.text_score), 6),
             match=ranking.match_kind(h) if mode == "hybrid" or h.date_lifted else mode,
             date=_written_on(h),
-        )
-        for h in hits
-    ]
+        ))
+    return out

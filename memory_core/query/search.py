@@ -44,6 +44,7 @@ from memory_core.query.dates import (
     query_date_range,
     timeline_end,
 )
+from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
 from memory_core.query.retrieval import Candidates, _Index
@@ -376,9 +377,21 @@ class Searcher(QueryProviderOwner):
 
         ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
         MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
-        Pure given the candidates: evaluation replays it per setting (``self`` needs only ``settings``).
+        Pure given the candidates and the index (``query.edge_lines`` reads a result's neighbouring
+        message or line from it): evaluation replays it per setting (without an open index, e.g.
+        ``self`` with only ``settings``, snippets are the chunk's alone).
         """
-        return rank_candidates(self.settings.query, cands, max_results=max_results, min_score=min_score, mode=mode)
+        lock = getattr(self, "_lock", None)
+        if self.settings.query.edge_lines <= 0 or lock is None:
+            return rank_candidates(self.settings.query, cands, max_results=max_results, min_score=min_score,
+                                   mode=mode)
+        with lock:  # the neighbouring message or line beside a result's edge, read from the index
+            try:
+                neighbours = index_neighbours(self._current().conn)
+            except IndexMissingError:
+                neighbours = None
+            return rank_candidates(self.settings.query, cands, max_results=max_results, min_score=min_score,
+                                   mode=mode, neighbours=neighbours)
 
     def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
                      sources: tuple[str, ...] | None) -> list[ranking.Hit]:

@@ -1,0 +1,137 @@
+"""Chunk edges: a result whose best match sits at its chunk's edge also shows the neighbouring
+message (transcript) or line (note), read from the index (``query.edge_lines``, issue 37).
+
+The budget: at most one neighbour each side (``edge_lines`` is 0 or 1), each cut to
+:data:`EDGE_MAX_CHARS`, the whole snippet still within ``SNIPPET_MAX_CHARS``; a neighbour is
+added only when the chunk's first (last) message or line matches the most distinct query terms
+of any of its messages or lines, and only when the excerpt of the chunk reaches that edge. The
+citation's lines grow to the neighbour's only when it is in the snippet. Scores never change.
+
+A neighbour is found in the chunks table (the next or previous chunk of the same path in line
+order, past the chunker's overlap), never by reading the source file; when its exact line
+number cannot be known from the index (a transcript whose JSONL lines between messages hold
+other records, and the neighbour is neither the chunk's first nor last message), none is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+EDGE_MAX_CHARS = 300
+"""The most characters of one neighbouring message or line added to a snippet."""
+
+SPEAKERS = ("User: ", "Assistant: ")
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    line: int  # its line: a note's line, a transcript message's JSONL line
+    text: str
+
+
+Neighbours = Callable[[str, str, int, int, str, bool, bool], tuple[Neighbour | None, Neighbour | None]]
+"""``(path, source, start_line, end_line, text, before, after)`` -> the neighbours asked for."""
+
+
+def units(text: str, source: str) -> list[str]:
+    """A chunk's messages (transcript: the chunker's fixed-width cuts of a long message joined
+    again; a piece before the first speaker stays its own, partial unit) or lines (note)."""
+    parts = text.split("\n")
+    if source != "sessions":
+        return parts
+    out: list[str] = []
+    for p in parts:
+        if out and not p.startswith(SPEAKERS):
+            out[-1] += p
+        else:
+            out.append(p)
+    return out
+
+
+def _carried(prev: list[str], nxt: list[str]) -> int:
+    """How many leading units of ``nxt`` repeat the end of ``prev`` (the chunker's overlap; the
+    first carried unit may be the tail of a message cut in pieces)."""
+    for k in range(min(len(prev), len(nxt)), 0, -1):
+        if nxt[1:k] == prev[len(prev) - k + 1:] and prev[len(prev) - k].endswith(nxt[0]):
+            return k
+    return 0
+
+
+def _dense(start: int, end: int, us: list[str]) -> bool:
+    """Every JSONL line of the chunk's span holds one of its messages (so message i is line start + i)."""
+    return bool(us) and us[0].startswith(SPEAKERS) and len(us) == end - start + 1
+
+
+def _after(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | None) -> Neighbour | None:
+    if row is None:
+        return None
+    n_start, n_end, n_text = int(row[0]), int(row[1]), str(row[2])
+    nxt = units(n_text, source)
+    if source != "sessions":
+        if len(nxt) != n_end - n_start + 1:  # a long line cut in pieces: lines unknown
+            return None
+        for line in range(end + 1, n_end + 1):
+            got = nxt[line - n_start]
+            if got.strip():
+                return Neighbour(line, got)
+        return None
+    if _dense(n_start, n_end, nxt):
+        i = end + 1 - n_start
+        return Neighbour(end + 1, nxt[i]) if 0 <= i < len(nxt) else None
+    k = _carried(units(text, source), nxt) if n_start <= end else 0
+    if k >= len(nxt) or not nxt[k].startswith(SPEAKERS):
+        return None
+    if k == 0 and n_start > end:
+        return Neighbour(n_start, nxt[0])
+    if k == len(nxt) - 1 and n_end > end:
+        return Neighbour(n_end, nxt[k])
+    return None
+
+
+def _before(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | None) -> Neighbour | None:
+    if row is None:
+        return None
+    p_start, p_end, p_text = int(row[0]), int(row[1]), str(row[2])
+    prev = units(p_text, source)
+    if source != "sessions":
+        if len(prev) != p_end - p_start + 1:
+            return None
+        for line in range(min(start - 1, p_end), p_start - 1, -1):
+            got = prev[line - p_start]
+            if got.strip():
+                return Neighbour(line, got)
+        return None
+    if _dense(p_start, p_end, prev):
+        i = start - 1 - p_start
+        return Neighbour(start - 1, prev[i]) if 0 <= i < len(prev) else None
+    k = _carried(prev, units(text, source)) if p_end >= start else 0
+    i = len(prev) - k - 1
+    if i < 0 or not prev[i].startswith(SPEAKERS):
+        return None
+    if k == 0 and p_end < start:
+        return Neighbour(p_end, prev[i])
+    if i == 0 and p_start < start:
+        return Neighbour(p_start, prev[0])
+    return None
+
+
+NEXT_SQL = ("SELECT start_line, end_line, text FROM chunks WHERE path = ? AND source = ? AND start_line >= ?"
+            " AND end_line > ? ORDER BY start_line, end_line LIMIT 1")
+PREV_SQL = ("SELECT start_line, end_line, text FROM chunks WHERE path = ? AND source = ? AND start_line < ?"
+            " AND end_line <= ? ORDER BY start_line DESC, end_line DESC LIMIT 1")
+
+
+def index_neighbours(conn: Any) -> Neighbours:
+    """:data:`Neighbours` read from the chunks table of the open index ``conn``."""
+    def find(path: str, source: str, start: int, end: int, text: str, before: bool,
+             after: bool) -> tuple[Neighbour | None, Neighbour | None]:
+        b = a = None
+        if before and start > 1:
+            b = _before(source, start, end, text, conn.execute(PREV_SQL, (path, source, start, end)).fetchone())
+        if after:
+            a = _after(source, start, end, text, conn.execute(NEXT_SQL, (path, source, start, end)).fetchone())
+        return b, a
+
+    return find

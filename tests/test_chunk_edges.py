@@ -1,0 +1,123 @@
+"""Chunk edges (issue 37): the answer one message (transcript) or line (note) past the end of the
+chunk that matches the question is shown with it, and cited (``query.edge_lines``). Real indexes
+(the real chunker, SQLite, FTS5, the local model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import SNIPPET_MAX_CHARS, Settings, load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.edges import EDGE_MAX_CHARS
+from memory_core.query.search import Searcher
+
+pytest.importorskip("sentence_transformers")
+
+WIDTH = 185  # every message or line this long: 3 to a chunk of 150 tokens (600 characters), no overlap
+FILLER = [
+    "The sprint review moved to Thursday afternoon and the demo is not ready yet",
+    "My tomato seedlings look leggy on the windowsill, they want more light",
+    "Which film should we watch tonight, something light and funny",
+    "The quarterly spreadsheet has a broken formula in column F again",
+    "I ran nine kilometres this morning and my knee felt fine",
+    "Fried rice with shredded cabbage, ginger and an egg on top for dinner",
+    "The train to the coast leaves at seven, we should pack the night before",
+    "Remember to water the ferns on the balcony while the neighbours are away",
+]
+QUESTION = "Priya recommended a sourdough bakery near the office, I keep forgetting its name"
+ANSWER = "It was Brotzeit on Canal Street, the shop with the blue door and the rye starter"
+NOTE_QUESTION = "Marek suggested a plumber for the boiler that keeps losing pressure"
+NOTE_ANSWER = "Kowalski and Sons, ring them before eight, ask for the older brother"
+
+
+def _pad(text: str, width: int = WIDTH) -> str:
+    words = ["and", "then", "some", "more", "chatter", "about", "the", "weather", "of", "the", "week", "ahead"]
+    out, i = text, 0
+    while len(out) < width:
+        out += " " + words[i % len(words)]
+        i += 1
+    return out[:width].rstrip()
+
+
+def _transcript(messages: list[str]) -> str:
+    recs: list[dict[str, Any]] = [{"type": "session", "version": 3, "id": "s", "timestamp": "2026-10-01T09:00:00.000Z"}]
+    for n, text in enumerate(messages):
+        role = "assistant" if n % 2 == 0 else "user"
+        recs.append({"type": "message", "timestamp": f"2026-10-01T09:{n:02d}:00.000Z",
+                     "message": {"role": role, "content": [{"type": "text", "text": text}]}})
+        if n == 6:  # a record that is not a message: the JSONL lines are not one per message
+            recs.append({"type": "custom", "customType": "model-change", "data": {}})
+    return "\n".join(json.dumps(r) for r in recs) + "\n"
+
+
+def _settings(ws: Path, **query: Any) -> Settings:
+    return load_settings(None, {"workspace": str(ws), "provider": "local", "sources": ["memory", "sessions"],
+                                "chunking": {"tokens": 150, "overlap": 0}, "query": query})
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("edges") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    (ws / "MEMORY.md").write_text("# Memory\n\n- Prefers short answers.\n")
+    # messages 4-6 (JSONL lines 5-7) are the second chunk: the question ends it, the answer (line 8) opens
+    # the third, whose lines are not one per message (line 9 is another record)
+    msgs = [_pad(f) for f in FILLER[:5]] + [_pad(QUESTION), _pad(ANSWER)] + [_pad(f) for f in FILLER[5:]]
+    (ws / "sessions" / "chat.jsonl").write_text(_transcript(msgs))
+    lines = [_pad(f) for f in FILLER[:5]] + [_pad(NOTE_QUESTION), _pad(NOTE_ANSWER)] + [_pad(f) for f in FILLER[5:]]
+    (ws / "memory" / "house.md").write_text("\n".join(lines) + "\n")
+    run_index(_settings(ws))
+    return ws
+
+
+def _chunk_of(s: Searcher, path: str, needle: str) -> tuple[int, int, str]:
+    rows = s._current().conn.execute("SELECT start_line, end_line, text FROM chunks WHERE path = ?", (path,)).fetchall()
+    (row,) = [r for r in rows if needle in r[2]]
+    return int(row[0]), int(row[1]), str(row[2])
+
+
+def test_the_answer_one_message_past_the_chunk_is_shown_and_cited(edges: Path) -> None:
+    q = "Which sourdough bakery did Priya recommend?"
+    with Searcher(_settings(edges)) as s:
+        start, end, text = _chunk_of(s, "sessions/chat.jsonl", "Priya")
+        a_start, _, a_text = _chunk_of(s, "sessions/chat.jsonl", "Brotzeit")
+        # the setup: the question is the last message of its chunk, the answer the first of the next
+        assert text.rsplit("\n", 1)[-1].startswith("User: Priya") and a_text.startswith("Assistant: It was Brotzeit")
+        assert a_start == end + 1
+        top = s.search(q)[0]
+        assert (top.path, top.start_line) == ("sessions/chat.jsonl", start)
+        assert "Brotzeit on Canal Street" in top.snippet and top.snippet.index("Priya") < top.snippet.index("Brotzeit")
+        assert (top.end_line, top.citation) == (a_start, f"sessions/chat.jsonl#L{start}-L{a_start}")
+        assert len(top.snippet) <= SNIPPET_MAX_CHARS
+        assert top.snippet.split("\n")[-1] == "Assistant: " + _pad(ANSWER) and len(_pad(ANSWER)) < EDGE_MAX_CHARS
+    with Searcher(_settings(edges, edge_lines=0)) as s:
+        off = s.search(q)[0]
+        assert (off.start_line, off.end_line) == (start, end) and "Brotzeit" not in off.snippet
+        assert off.score == top.score  # the neighbour is shown, the ranking does not move
+
+
+def test_the_answer_one_line_past_a_note_chunk_is_shown_and_cited(edges: Path) -> None:
+    q = "Which plumber did Marek suggest for the boiler?"
+    with Searcher(_settings(edges)) as s:
+        start, end, text = _chunk_of(s, "memory/house.md", "Marek")
+        assert text.rsplit("\n", 1)[-1].startswith("Marek") and end == 6
+        top = s.search(q)[0]
+        assert (top.path, top.start_line, top.end_line) == ("memory/house.md", start, 7)
+        assert top.citation == f"memory/house.md#L{start}-L7" and "Kowalski and Sons" in top.snippet
+    with Searcher(_settings(edges, edge_lines=0)) as s:
+        off = s.search(q)[0]
+        assert (off.start_line, off.end_line) == (start, end) and "Kowalski" not in off.snippet
+
+
+def test_a_result_whose_match_is_inside_its_chunk_is_left_as_it_was(edges: Path) -> None:
+    """The match in the middle message of its chunk: no neighbour, the same snippet and citation."""
+    q = "leggy tomato seedlings windowsill"
+    with Searcher(_settings(edges)) as s, Searcher(_settings(edges, edge_lines=0)) as off:
+        on_hits = [(h.citation, h.snippet) for h in s.search(q, sources=["sessions"])]
+        assert on_hits and on_hits[0][0] == "sessions/chat.jsonl#L2-L4"
+        assert on_hits == [(h.citation, h.snippet) for h in off.search(q, sources=["sessions"])]
