@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
@@ -309,7 +309,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress_bar(enabled: bool):
+def _progress_bar(enabled: bool) -> tuple[Any, Callable[[], None]]:
     """One bar for the whole run, in chunks, with chunks/s and an ETA, moved by every file
     chunked and every embedding request that returns."""
     if not enabled:

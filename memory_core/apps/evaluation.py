@@ -585,7 +585,7 @@ def _warnings(report: Mapping[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``eval`` command to ``memory-core``'s subparsers; returns its parser."""
-    p = subparsers.add_parser(
+    p: argparse.ArgumentParser = subparsers.add_parser(
         "eval", help="measure search quality on labelled queries (BEIR format)",
         description="Print nDCG@10, Recall@10, Recall@100 and MRR@10 of the current index and settings"
                     " on BEIR-format queries and qrels. Corpus ids are indexed paths, paths without .md,"

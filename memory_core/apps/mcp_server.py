@@ -43,10 +43,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from memory_core.api import Memory
 from memory_core.apps.mcp_store_tools import StoreTools, store_tool_definitions
-from memory_core.config import Settings
+from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
-from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS, SNIPPET_MAX_CHARS
+from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS
 from memory_core.query.backends import open_searcher
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.runtime.sync import SyncManager
@@ -385,7 +385,8 @@ class MemoryTools:
         st["sync"] = self.sync.status()
         if self.settings.agent:
             st["agent"] = self.settings.agent
-        return json.loads(json.dumps(st, default=str))  # JSON-safe values only
+        safe: dict[str, Any] = json.loads(json.dumps(st, default=str))  # JSON-safe values only
+        return safe
 
     def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
         a = WriteArgs.model_validate(arguments)

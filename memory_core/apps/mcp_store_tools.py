@@ -21,7 +21,8 @@ import mcp_types as types
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from memory_core.config import Settings
-from memory_core.notes.memory_store import CATEGORIES, DEFAULT_IMPORTANCE, MAX_MEMORY_CHARS, MemoryStore
+from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
+from memory_core.notes.memory_store import MAX_MEMORY_CHARS, MemoryStore
 
 MAX_RECALL = 50
 _CATEGORY = {"type": "string", "enum": list(CATEGORIES)}

@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 from memory_core.config import Settings
 from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.base import EmbeddingProvider, unit_rows
-from memory_core.embeddings.batch_clients import BatchClient, client_for, parse_jsonl
-from memory_core.embeddings.batch_types import CollectResult, JobLimits, JobRecord, JobSpec
+from memory_core.embeddings.batch_clients import client_for, parse_jsonl
+from memory_core.embeddings.batch_types import BatchClient, CollectResult, JobLimits, JobRecord, JobSpec
 from memory_core.embeddings.retry import Retryable
 from memory_core.errors import ProviderError
 from memory_core.failpoints import failpoint

@@ -46,6 +46,7 @@ from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
+from memory_core.index.batch_ledger import BatchLedger
 from memory_core.index.runtypes import EmbedCounts, MissResult
 from memory_core.storage.cache import EmbeddingCache
 
@@ -102,7 +103,7 @@ class LocalOps:
             with self.lock:
                 self.opened.append(cache)
             ctx = J.BatchContext(base.settings, base.provider, base.client, cache,
-                                 J.BatchLedger.for_cache(cache, index_path=base.ledger.index_path), base.workdir,
+                                 BatchLedger.for_cache(cache, index_path=base.ledger.index_path), base.workdir,
                                  sleep=self._sleep)
             self.local.ctx = ctx
         return ctx

@@ -721,7 +721,8 @@ class MemoryStore:
             fq = t.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
             if where:
                 fq = fq.where(where, prefilter=True)
-            return fq.to_list()
+            rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
+            return rows
         except Exception as exc:  # query text never breaks recall
             log.warning("memory store full-text search failed (%s); vector side only", exc)
             return []

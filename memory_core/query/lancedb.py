@@ -196,7 +196,8 @@ class LanceSearcher(QueryProviderOwner):
         fq = self.table.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
         if where:
             fq = fq.where(where, prefilter=True)
-        return fq.to_list()
+        rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
+        return rows
 
     def status(self) -> dict[str, Any]:
         return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.meta.get("provider"),

@@ -119,7 +119,8 @@ def _register_bm25(conn: apsw.Connection) -> bool:
 
 def _tf_and_size(api: Any) -> int:
     """The current row's instances of phrase 0 (what bm25() counts) and its length in tokens, packed."""
-    return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | api.column_size(-1)
+    size: int = api.column_size(-1)  # FTS5's auxiliary API (apsw): untyped
+    return (sum(len(offsets) for offsets in api.phrase_locations(0)) << 32) | size
 
 
 def _inst_count(api: Any) -> int:
@@ -463,7 +464,7 @@ class _Index:
         self._vocab: apsw.Connection | None = None
         self._n_chunks: int | None = None
         self._background: float | None = None
-        self._source_rids: dict[tuple[str, ...], Any] = {}  # sources -> (chunk rids, part rids) | None
+        self._source_rids: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray] | None] = {}  # sources -> (chunk rids, part rids) | None
         self._sources_present: set[str] | None = None
         self._row_masks: dict[tuple[tuple[str, ...], int], np.ndarray] = {}
         self._keep_masks: list[tuple[vectors.BitIndex, np.ndarray, np.ndarray]] = []
@@ -732,21 +733,22 @@ class _Index:
         if not sources:
             return None
         key = tuple(sorted(set(sources)))
-        got = self._source_rids.get(key, False)
-        if got is False:
-            conn = conn or self.conn
-            marks = ",".join("?" * len(key))
-            if not self.needs_filter(key, conn):
-                got = None
-            else:
-                rids = np.fromiter((r for (r,) in conn.execute(
-                    f"SELECT rid FROM chunks WHERE source IN ({marks}) ORDER BY rid", key)), dtype=np.int64)
-                parts = np.fromiter((r for (r,) in conn.execute(
-                    f"SELECT p.rid FROM {vectors.PARTS_TABLE} p JOIN chunks c ON c.rid = p.chunk"
-                    f" WHERE c.source IN ({marks}) ORDER BY p.rid", key)), dtype=np.int64) if self.has_parts \
-                    else np.zeros(0, dtype=np.int64)
-                got = (rids, parts)
-            self._source_rids[key] = got
+        if key in self._source_rids:
+            return self._source_rids[key]
+        got: tuple[np.ndarray, np.ndarray] | None
+        conn = conn or self.conn
+        marks = ",".join("?" * len(key))
+        if not self.needs_filter(key, conn):
+            got = None
+        else:
+            rids = np.fromiter((r for (r,) in conn.execute(
+                f"SELECT rid FROM chunks WHERE source IN ({marks}) ORDER BY rid", key)), dtype=np.int64)
+            parts = np.fromiter((r for (r,) in conn.execute(
+                f"SELECT p.rid FROM {vectors.PARTS_TABLE} p JOIN chunks c ON c.rid = p.chunk"
+                f" WHERE c.source IN ({marks}) ORDER BY p.rid", key)), dtype=np.int64) if self.has_parts \
+                else np.zeros(0, dtype=np.int64)
+            got = (rids, parts)
+        self._source_rids[key] = got
         return got
 
     def sources_present(self, conn: apsw.Connection | None = None) -> set[str]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memory_core.config import Settings
+from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.errors import IndexMissingError, ProviderError
 from memory_core.query import ranking, retrieval
 from memory_core.query.dates import (
@@ -45,7 +45,7 @@ from memory_core.query.dates import (
     timeline_end,
 )
 from memory_core.query.edges import index_neighbours
-from memory_core.query.rank import AGENT_RESULT_KEYS, SNIPPET_MAX_CHARS, SearchResult, rank_candidates
+from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status

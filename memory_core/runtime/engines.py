@@ -94,7 +94,8 @@ def require_engine(name: str = PREFECT, *, needed_by: str) -> Engine:
                else f"no {ENTRY_POINT_GROUP!r} entry point is named {name!r}")
         raise UsageError(f"{needed_by} needs the {name} engine, which is not installed ({why}); install"
                          f" memory-core with its flows package and {name}, or run without it (`--engine local`)")
-    return found
+    made: Engine = found  # an entry point's class (memory_core.plugins types it Any: the ground floor)
+    return made
 
 
 def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
@@ -106,7 +107,8 @@ def prefect_api(env: dict[str, str] | None = None) -> PrefectApi:
         if env.get("PREFECT_API_URL"):
             return PrefectApi(env["PREFECT_API_URL"], "$PREFECT_API_URL")
         return PrefectApi(None, "no Prefect engine is installed (memory_core.engines entry point 'prefect')")
-    return found.api(env)
+    api: PrefectApi = found.api(env)
+    return api
 
 
 @dataclass(frozen=True)

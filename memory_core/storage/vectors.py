@@ -129,7 +129,8 @@ def asymmetric_scores(qvec: np.ndarray, codes: np.ndarray) -> np.ndarray:
     q[:len(qvec)] = qvec
     table = _BYTE_BITS @ q.reshape(cb, 8).T  # (256, cb): sum of q over the set bits of each byte value
     ones = table[codes, np.arange(cb)].sum(axis=1, dtype=np.float32)
-    return 2 * ones - float(q.sum())
+    out: np.ndarray = 2 * ones - float(q.sum())
+    return out
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -374,7 +375,8 @@ class BitIndex:
     def nearest(self, qvec: np.ndarray, r: int) -> np.ndarray:
         """Row ids of (at least) the ``r`` rows whose codes are nearest the query's (Hamming
         distance; rows tied with the r-th are all kept)."""
-        return self.rids[self._nearest(qvec, r)]
+        out: np.ndarray = self.rids[self._nearest(qvec, r)]
+        return out
 
     def _live_positions(self) -> np.ndarray:
         if not len(self._dead_pos):
@@ -454,7 +456,8 @@ class BitIndex:
             codes = np.ascontiguousarray(self._gather(pos).T).view(np.uint8)
             score = asymmetric_scores(np.asarray(qvec, dtype=np.float32), codes)
             pos = pos[np.argpartition(-score, r - 1)[:r]]
-        return self.rids[pos]
+        out: np.ndarray = self.rids[pos]
+        return out
 
     def search(self, conn: apsw.Connection, qvec: np.ndarray, want: int,
                keep: np.ndarray | None = None, widen: int = 1) -> list[tuple[int, float]]:
