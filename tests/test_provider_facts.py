@@ -111,8 +111,8 @@ def test_prices_as_before(tmp_path) -> None:
 
 def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
     """batch, cost and fallback are dataclasses inside the library; ``to_dict`` gives the JSON the
-    CLI, the flows, watch and MCP have always printed (same keys, same order), and ``from_dict``
-    reads it back."""
+    CLI, the flows, watch and MCP have always printed (same keys, same order; new keys only after
+    them), and ``from_dict`` reads it back."""
     from memory_core.embeddings.batch_types import BatchFigures
     from memory_core.index.runtypes import Fallback, RunSummary
 
@@ -127,7 +127,9 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
     assert list(figures.to_dict()) == [
         "mode", "jobs_submitted", "jobs_reattached", "jobs_collected", "jobs_failed", "jobs_timed_out",
         "jobs_cancelled", "jobs_pending", "pending_job_ids", "chunks_via_batch", "chunks_via_sync", "lines_failed",
-        "requeued_chunks", "failure_points", "disabled", "disabled_reason", "errors", "chunks_left_to_sync", "seconds"]
+        "requeued_chunks", "failure_points", "disabled", "disabled_reason", "errors", "chunks_left_to_sync", "seconds",
+        # issue 39: what a run stopped in its jobs submitted (the earlier keys keep their order)
+        "requests_submitted", "tokens_submitted", "stopped"]
     assert BatchFigures.sync_only("sync (local has no Batch API)").to_dict() == {"mode": "sync (local has no Batch API)"}
     base = {"index_path": "i", "provider": "openai", "model": "m", "provider_reason": "r", "full": True,
             "full_reason": "f", "swapped": True}
