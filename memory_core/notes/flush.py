@@ -39,7 +39,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError, UnsafePathError, UsageError
-from memory_core.storage.store import safe_open
+from memory_core.storage.store import open_lock_file
 
 log = logging.getLogger("memory_core.notes.flush")
 CHARS_PER_TOKEN = 4
@@ -174,12 +174,7 @@ class FlushLedger:
         """The ledger's lock (``<ledger>.lock``), never through a symbolic link."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = self.path.with_name(self.path.name + ".lock")
-        try:
-            fd = safe_open(lock, os.O_RDWR | os.O_CREAT, 0o600, what="flush ledger's lock")
-        except UnsafePathError:
-            raise
-        except OSError as exc:
-            raise UsageError(f"cannot lock the flush ledger {self.path}: {exc.strerror or exc}") from None
+        fd = open_lock_file(lock, "flush ledger")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

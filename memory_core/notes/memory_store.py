@@ -52,7 +52,7 @@ from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
-from memory_core.storage.store import safe_open
+from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
     from memory_core.query.search import SourceHits
@@ -301,11 +301,9 @@ class MemoryStore:
             lock = self.path.with_name(f".{self.path.name}.lock")
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = safe_open(lock, os.O_RDWR | os.O_CREAT, 0o600, what="memory store's lock")
-            except UnsafePathError:
-                raise
             except OSError as exc:
                 raise UsageError(f"cannot lock the memory store {self.path}: {exc.strerror or exc}") from None
+            fd = open_lock_file(lock, "memory store")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 self._flock_depth = 1

@@ -75,6 +75,7 @@ from memory_core.errors import (
     PathError,
     RunError,
     UnsafePathError,
+    UsageError,
 )
 from memory_core.failpoints import failpoint
 from memory_core.storage import index_changes, vectors
@@ -135,6 +136,18 @@ def safe_open(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE, *
         os.close(fd)
         raise
     return fd
+
+
+def open_lock_file(lock: str | os.PathLike[str], what: str) -> int:
+    """A lock file's descriptor (created 0600), through :func:`safe_open`: a symlink or a non-regular
+    file in its place is refused (:class:`UnsafePathError`); any other failure is one
+    :class:`UsageError` naming it (``what``: the flush ledger, the memory store). The caller flocks and closes it."""
+    try:
+        return safe_open(lock, os.O_RDWR | os.O_CREAT, 0o600, what=f"{what}'s lock")
+    except UnsafePathError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot use the {what}'s lock {os.fspath(lock)}: {exc.strerror or exc}") from None
 
 
 def refuse_sqlite_symlinks(path: str | os.PathLike[str], what: str = "database") -> None:

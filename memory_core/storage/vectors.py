@@ -273,6 +273,17 @@ def cosines(qvec: np.ndarray, rows: Sequence[tuple[int, bytes]]) -> dict[int, fl
     return out
 
 
+
+def _add_hamming(words: np.ndarray, q: np.ndarray, dist: np.ndarray) -> None:
+    """Add to ``dist`` the Hamming distance of each column of ``words`` (64-bit words by row, one
+    column a code) to the query's code ``q``: one word row at a time, no (n, words) temporary."""
+    tmp = np.empty(words.shape[1], dtype=np.uint64)
+    pc = np.empty(words.shape[1], dtype=np.uint8)
+    for j in range(words.shape[0]):
+        np.bitwise_xor(words[j], q[j], out=tmp)
+        np.bitwise_count(tmp, out=pc)
+        dist += pc
+
 class BitIndex:
     """Every code of one opened index in memory, words column-major (scanned a word at a time).
 
@@ -395,14 +406,8 @@ class BitIndex:
         n_words = self._base_words.shape[0]
         dist = np.zeros(n, dtype=np.uint16)
         for words, d in ((self._base_words, dist[:nb]), (self._tail_words, dist[nb:])):
-            if not words.shape[1]:
-                continue
-            tmp = np.empty(words.shape[1], dtype=np.uint64)
-            pc = np.empty(words.shape[1], dtype=np.uint8)
-            for j in range(n_words):
-                np.bitwise_xor(words[j], q[j], out=tmp)
-                np.bitwise_count(tmp, out=pc)
-                d += pc
+            if words.shape[1]:
+                _add_hamming(words, q, d)
         if len(self._dead_pos):
             dist[self._dead_pos] = n_words * 64 + 1  # past every real distance: never within the cut
         if exclude is not None:
@@ -419,12 +424,7 @@ class BitIndex:
         n_words = self._base_words.shape[0]
         dist = np.zeros(len(self.rids), dtype=np.uint16)
         words = self._gather(np.arange(len(self.rids))) if len(self._tail_rids) else self._base_words
-        tmp = np.empty(words.shape[1], dtype=np.uint64)
-        pc = np.empty(words.shape[1], dtype=np.uint8)
-        for j in range(n_words):
-            np.bitwise_xor(words[j], q[j], out=tmp)
-            np.bitwise_count(tmp, out=pc)
-            dist += pc
+        _add_hamming(words, q, dist)
         if len(self._dead_pos):
             dist[self._dead_pos] = n_words * 64 + 1
         return dist
