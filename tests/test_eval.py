@@ -334,6 +334,11 @@ def test_sides_report_plain_baselines_over_the_same_chunks(tmp_path: Path) -> No
     assert report["settings"]["min_score"] == 0.3
     lines = "\n".join(format_report(report))
     assert re.search(r"^convex\s+\d", lines, re.M) and re.search(r"^hybrid@0\s+\d", lines, re.M)
+    # the index's recorded vector scan plan (measured when it was built) is in the report (issue 39)
+    scan = report["vector_scan"]
+    assert scan is not None and scan["measured"] is True and scan["mode"] in {"bits", "exact"}
+    assert "exact cosines" in scan["summary"]  # 4 notes: every vector is read, nothing to measure
+    assert f"vector scan (recorded at build): {scan['summary']}" in lines
 
 
 def test_eval_bad_inputs(keyword_index: Settings, tmp_path: Path) -> None:

@@ -465,6 +465,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             if plain is not None:
                 plain.close()
         meta = s.index_meta()
+        from memory_core.query.status import vector_scan_status
+
         metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
         # the vector side's recall@10 against an exact search of every vector (memory_core.storage.vectors)
         vector_recall = s.vector_recall([queries[qid] for qid in todo]) if embedded_any else None
@@ -500,6 +502,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             "per_query": per_query,
             "query_ms_p50": round(statistics.median(latencies) * 1000, 2) if latencies else None,
             "vector_recall_at_10": None if vector_recall is None else round(vector_recall, 4),
+            # how the index's own vectors were found to scan (measured at build; issue 39)
+            "vector_scan": vector_scan_status(meta),
             "note": s.provider_note or None,
         }
     finally:
@@ -557,6 +561,9 @@ def format_report(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"query time p50: {report['query_ms_p50']:.1f} ms (embedding + both sides + ranking)")
     if report.get("vector_recall_at_10") is not None:
         lines.append(f"vector side recall@10 against an exact search: {report['vector_recall_at_10']:.4f}")
+    scan = report.get("vector_scan")
+    if scan:
+        lines.append(f"vector scan (recorded at build): {scan['summary']}")
     bands = [b for b in report.get("calibration", []) if b["results"]]
     if bands:
         lines += ["", "calibration check (hybrid results by score: how many, share in a relevant file):"]

@@ -690,6 +690,8 @@ class ScanPlan:
         """One line for ``status``."""
         if not self.measured:
             return "quick scan not measured (an index built before the check; the next run measures it)"
+        if self.sample == 0:  # so few rows that the quick scan reads every row's exact cosine
+            return f"exact: the quick scan reads all {self.rows} vectors' exact cosines (nothing to measure)"
         head = (f"quick scan recall@10 {self.recall_default:.3f} against an exact scan"
                 f" ({self.sample} of its {self.rows} vectors as queries)")
         if self.mode == "exact":
