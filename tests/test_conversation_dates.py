@@ -17,7 +17,7 @@ import pytest
 
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query.dates import DateRange, nearness, query_date_range
+from memory_core.query.dates import DateRange, looks_ahead, nearness, query_date_range
 from memory_core.query.search import Searcher
 
 REF = date(2024, 1, 20)  # a Saturday
@@ -52,6 +52,8 @@ REF = date(2024, 1, 20)  # a Saturday
         # ambiguous: the setting's order (default day first)
         ("what did we plan on 05/01?", date(2024, 1, 5)),
         ("what did we plan on 05.01.2024?", date(2024, 1, 5)),
+        # a day of the month alone: the latest such day
+        ("what did we plan on the 17th?", date(2024, 1, 17)),
         # a year-less day after the reference day is last year's
         ("what did we plan on 25 December?", date(2023, 12, 25)),
         ("what did we plan on 12/25?", date(2023, 12, 25)),
@@ -61,6 +63,27 @@ def test_day_forms(query: str, expected: date) -> None:
     got = query_date_range(query, REF)
     assert got is not None and (got.start, got.end) == (expected, expected), got
     assert not any(ch.isdigit() for ch in got.strip(query)), got.strip(query)  # the day's words are gone
+
+
+def test_a_day_of_the_month_alone_looks_back_and_skips_short_months() -> None:
+    assert query_date_range("what happened after the 15th?", REF) == DateRange(date(2024, 1, 16), date(9999, 12, 30))
+    assert query_date_range("how did it go on the 25th?", REF) == DateRange(date(2023, 12, 25), date(2023, 12, 25))
+    assert query_date_range("on the 31st", date(2024, 5, 10)) == DateRange(date(2024, 3, 31), date(2024, 3, 31))
+    assert query_date_range("the 4th of December", REF) == DateRange(date(2023, 12, 4), date(2023, 12, 4))
+    for not_a_day in ("for the 3rd time", "on the 2nd floor", "the 19th century", "the 45th"):
+        assert query_date_range(not_a_day, REF) is None, not_a_day
+
+
+def test_a_question_about_plans_reads_a_yearless_day_as_the_coming_one() -> None:
+    """Asked of a memory ending 20 January, "what happens on Feb 1st?" names the coming 1 February
+    (conversations plan the weeks ahead), "what did we decide on 1 February?" the past one; a day
+    more than QUERY_AHEAD_DAYS ahead is last year's either way."""
+    coming = DateRange(date(2024, 2, 1), date(2024, 2, 1))
+    assert query_date_range("What happens on Feb 1st?", REF) == coming
+    assert query_date_range("what is due on 01/02?", REF) == coming
+    assert query_date_range("what did we decide on 1 February?", REF) == DateRange(date(2023, 2, 1), date(2023, 2, 1))
+    assert query_date_range("what happens on 1 March?", REF) == DateRange(date(2023, 3, 1), date(2023, 3, 1))
+    assert looks_ahead("what is planned for Friday") and not looks_ahead("what did Kate say on 14 February")
 
 
 def test_the_date_order_setting_reads_ambiguous_days() -> None:
@@ -246,6 +269,34 @@ def test_ranges_rank_the_range_first_and_keep_the_rest(january, query: str, want
         paths = [h.path for h in s.search(query)]
     assert paths and paths[0] == want, paths
     assert other in paths  # a ranking signal, not a filter
+
+
+def test_a_plan_and_a_day_of_the_month_are_found_over_transcripts(tmp_path: Path) -> None:
+    """A memory ending 19 January 2024. "What happens on Feb 1st?" finds the session that names the
+    coming 2024-02-01 in its text (before: read as 1 February 2023, a day no chunk names or was
+    written on, so nothing was lifted); "the 13th" is the 13th's session (before: not read as a day)."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    for d, (topic, text) in FILLER.items():
+        _session(ws / "sessions" / f"day-{d}.jsonl", [
+            (f"2024-01-{d}T18:00:00Z", "user", f"Let me tell you about {topic}. {text}"),
+            (f"2024-01-{d}T18:01:00Z", "assistant", f"Thanks for telling me about {topic}."),
+        ])
+    _session(ws / "sessions" / "plans.jsonl", [
+        ("2024-01-12T09:00:00Z", "user", "Signed the lease, moving in on 2024-02-01."),
+        ("2024-01-12T09:01:00Z", "assistant", "Congratulations on the new flat."),
+    ])
+    _session(ws / "sessions" / "day-13.jsonl", [
+        ("2024-01-13T19:00:00Z", "user", "Scored twice at five-a-side tonight."),
+        ("2024-01-13T19:01:00Z", "assistant", "Nice one."),
+    ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("What happens on Feb 1st?", max_results=3)
+        assert hits and hits[0].path == "sessions/plans.jsonl", [h.citation for h in hits]
+        hits = searcher.search("what did I tell you on the 13th?", max_results=3)
+        assert hits and hits[0].path == "sessions/day-13.jsonl", [h.citation for h in hits]
 
 
 def test_a_weekday_resolves_against_the_memorys_timeline(january) -> None:

@@ -21,7 +21,8 @@ month``, weekday names (``on Monday``, ``last Friday``: the latest such day befo
 ranges of them (``between X and Y``, ``from X to Y``, ``before X``, ``until X``, ``after X``,
 ``since X``). "Today" is the memory's own (the day after its newest indexed day,
 :func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
-day not after it. The range is inclusive.
+day not after it, or up to ``QUERY_AHEAD_DAYS`` after it (plans), and ``the 13th`` alone the latest 13th
+up to it. The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
@@ -74,6 +75,9 @@ _NUM_DOT = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]
 _NUM_SLASH = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
 _DAY_MONTH = re.compile(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
 _MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+# "the 13th" alone (a month named after it is _DAY_MONTH's: "the 13th of May"); the suffix is required
+_ORDINAL_DAY = re.compile(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
+                          re.IGNORECASE)
 _CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = re.compile(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
@@ -174,6 +178,45 @@ def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
         return None
 
 
+def _latest_of_month(day: int, today: date) -> date | None:
+    """The latest day numbered ``day`` (1-31) of a month, not after ``today`` (a month without it is
+    skipped: "the 31st" asked on 10 May is 31 March)."""
+    if not 1 <= day <= 31:
+        return None
+    y, m = today.year, today.month
+    for _ in range(13):
+        try:
+            d = date(y, m, day)
+        except ValueError:
+            d = None
+        if d is not None and d <= today:
+            return d
+        y, m = (y, m - 1) if m > 1 else (y - 1, 12)
+        if y < 1:
+            return None
+    return None
+
+
+QUERY_AHEAD_DAYS = 31
+"""A year-less day a question not in the past tense names (``what happens on Feb 1st?``, ``what is
+on 14 February?``) is the one up to this many days after the memory's "today" when there is one
+(conversations plan the weeks ahead: asked of a memory ending 25 January, 1 February is the coming
+one), else the latest one before; in a past-tense question (``what did we decide on 4
+December?``) always the latest one before (:func:`looks_ahead`). A day of the month alone (``the
+13th``) and relative days (``yesterday``, ``on Friday``) only look back."""
+_PAST = re.compile(r"\b(?:did|didn't|was|wasn't|were|weren't|had|went|said|told|got|made|came|took|gave|saw|"
+                   r"thought|brought|bought|sent|left|ate|won|lost|\w{2,}ed)\b")
+_AHEAD = re.compile(r"\b(?:will|won't|going|gonna|is|isn't|are|aren't|am|happens|happening|upcoming|coming|"
+                    r"next|plans?|planning|due|scheduled)\b")
+
+
+def looks_ahead(question: str) -> bool:
+    """Whether a question may ask about days to come (:data:`QUERY_AHEAD_DAYS`): it has a present or
+    future word (``is``, ``will``, ``happens``, ``due``), or no past-tense word at all."""
+    q = question.lower()
+    return bool(_AHEAD.search(q)) or not _PAST.search(q)
+
+
 Anchor = date | Callable[[], date | None] | None
 """The memory's own "today" for year-less and relative days: a day, or a function giving it (called
 only when the query needs it), or None (today's clock)."""
@@ -190,7 +233,7 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
     order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
-    found = _find(q, _Ref(today, anchor), order)
+    found = _find(q, _Ref(today, anchor), order, QUERY_AHEAD_DAYS if looks_ahead(q) else 0)
     if found is None:
         return None
     (start, end), phrase = found
@@ -283,6 +326,8 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
+    for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
+        add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
             add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
@@ -301,12 +346,13 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     return got
 
 
-def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER) -> tuple[tuple[date, date], str] | None:
+def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
+          ahead: int = 0) -> tuple[tuple[date, date], str] | None:
     """The range the query names and the words naming it: "between X and Y" / "from X to Y";
     "before X" (up to the day before), "until X" (up to X), "after X" (from the day after),
-    "since X" / "from X" (from X); else the first day named."""
+    "since X" / "from X" (from X); else the first day named. ``ahead``: as :func:`_single_days`'s."""
     try:
-        days = _single_days(q, today, order)
+        days = _single_days(q, today, order, ahead)
     except OverflowError:  # a relative day counted back from (or past) the calendar's edge
         return None
     if not days:
