@@ -154,6 +154,7 @@ DEFAULT_MIN_SCORE = 0.15  # the answer's threshold: its best result must reach i
 # see memory_core.query.ranking.answer_threshold)
 DEFAULT_RESULT_FLOOR = 0.0
 DEFAULT_DECAY_FLOOR = 0.7  # weight of a very old memory against a new one of the same relevance
+DEFAULT_FILE_DIVERSITY = 0.8  # query.file_diversity: each further chunk of a file placed as if x0.8 per one before it
 SNIPPET_MAX_CHARS = 700  # the most characters of a result's snippet (search, MCP, the reference's 700)
 
 
@@ -200,6 +201,11 @@ class QuerySettings(_Model):
     # EDGE_MAX_CHARS (memory_core/query/edges.py), the snippet still within SNIPPET_MAX_CHARS; the
     # citation's lines grow only when it is shown; scores do not change. 0 turns it off.
     edge_lines: int = Field(default=1, ge=0, le=1)
+    # hybrid results: each further chunk of a file (a session, a note) is placed as if it scored
+    # this much less per chunk of that file before it (ranking.diversify_files), so a question
+    # whose evidence spans sessions sees each session's best chunk; shown scores, the threshold and
+    # the order of files do not change. 1 turns it off.
+    file_diversity: float = Field(default=DEFAULT_FILE_DIVERSITY, gt=0, le=1)
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)
     temporal_decay: DecaySettings = Field(default_factory=DecaySettings)

@@ -4,7 +4,8 @@
 the named day's lift in :mod:`memory_core.query.dates`)::
 
     fuse (ranking.fuse_calibrated, or ranking.fuse) ─ a named day's lift (dates.lift_named_days)
-      ─ the answer's best relevance >= min_score, the others >= result_floor ─ temporal decay ─ dedupe ─ MMR ─ top max_results
+      ─ the answer's best relevance >= min_score, the others >= result_floor ─ temporal decay ─ dedupe ─ MMR
+      ─ each file's further chunks after other files' (hybrid, query.file_diversity) ─ top max_results
       ─ snippets and citations (SearchResult)
 
 Pure given the candidates and the query settings: evaluation replays it per setting.
@@ -215,6 +216,8 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     hits = ranking.dedupe_overlapping(hits)
     if q.mmr.enabled:
         hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
+    if mode == "hybrid":  # one side alone keeps exactly that side's order
+        hits = ranking.diversify_files(hits, q.file_diversity)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
     if q.edge_lines <= 0:

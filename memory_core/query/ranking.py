@@ -4,7 +4,7 @@ All functions are pure and never mutate their inputs (they return new :class:`Hi
 new lists). The searcher's pipeline (``memory_core.query.rank.rank_candidates``)::
 
     candidates of both sides ─ fuse_calibrated() (or fuse(), query.fusion) ─ a named day's lift (dates)
-      ─ answer_threshold() ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank()
+      ─ answer_threshold() ─ apply_temporal_decay() ─ dedupe_overlapping() ─ mmr_rerank() ─ diversify_files()
       ─ top max_results ─ make_snippet()
 
 ``min_score`` (``DEFAULT_MIN_SCORE``, 0.15) tests the relevance of the answer's best result before
@@ -84,6 +84,7 @@ __all__ = [
     "bm25_rank_to_score",
     "date_from_path",
     "dedupe_overlapping",
+    "diversify_files",
     "fuse",
     "is_evergreen",
     "jaccard",
@@ -833,6 +834,27 @@ def make_snippet(text: str, query_terms: Iterable[str], max_chars: int = SNIPPET
 # ---------------------------------------------------------------------------------------------
 # Dedupe
 # ---------------------------------------------------------------------------------------------
+def diversify_files(hits: Sequence[Hit], factor: float) -> list[Hit]:
+    """``hits`` (best first) reordered so each file's chunks after its first give way to other
+    files' chunks: the k-th chunk of a file (k = 0 for its best) is placed by ``score * factor**k``
+    (``query.file_diversity``, default ``DEFAULT_FILE_DIVERSITY``); scores are not changed, equal
+    keys keep their order. Each file's best chunk keeps its place relative to the other files'
+    best chunks, so the order of files (and every file-level measure) is unchanged; what changes
+    is which chunks a short answer shows: a question whose evidence spans sessions sees each
+    session's best chunk before a second chunk of the first session (issue 37). ``factor`` 1: no
+    change."""
+    if factor >= 1 or len(hits) < 2:
+        return list(hits)
+    seen: dict[str, int] = {}
+    keyed: list[tuple[float, int, Hit]] = []
+    for i, h in enumerate(hits):
+        k = seen.get(h.path, 0)
+        seen[h.path] = k + 1
+        keyed.append((h.score * factor ** k, -i, h))
+    keyed.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return [h for _, _, h in keyed]
+
+
 def dedupe_overlapping(hits: Sequence[Hit]) -> list[Hit]:
     """Drop hits that are mostly the same passage as a better hit of the same file.
 
