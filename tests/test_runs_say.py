@@ -3,6 +3,7 @@ through the CLI."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,4 +188,35 @@ def test_transcript_exchange_vectors_are_counted_apart_from_chunks(tmp_path: Pat
         assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
         again = run_index(s, full=True)  # everything from the cache
         assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total
+        assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini", "voyage"])
+def test_batch_mode_counts_exchange_vectors_apart_from_chunks(tmp_path: Path, provider: str) -> None:
+    """issue 39: in Batch API mode the jobs' figures (chunks embedded, ``chunks_via_batch``, the
+    progress) counted the transcripts' exchange vectors as chunks, as the sync path once did."""
+    from memory_core.index.pipeline import run_index
+    from memory_core.index.runtypes import Progress
+    from tests.test_batch import FAKES, batch_settings
+    from tests.test_exchange_vectors import _workspace
+
+    ws = _workspace(tmp_path / "ws")
+    seen: list[Progress] = []
+    with FAKES[provider](dims=16, batch_delay=0.05) as srv:
+        s = batch_settings(ws, provider, srv)
+        s = s.model_copy(update={"sources": ["memory", "sessions"]})
+        first = run_index(s, progress=lambda p: seen.append(replace(p)))
+        billed = len(set(srv.batch_billed_texts))
+        assert not srv.sync_billed_texts and billed, first.lines()  # all through batch jobs
+        assert first.exchanges_embedded > 0, first.lines()
+        assert first.chunks_embedded <= first.chunks_total, first.lines()  # a first build: no chunk twice
+        assert first.chunks_embedded + first.exchanges_embedded == billed, first.lines()
+        assert first.batch is not None and first.batch.chunks_via_batch == first.chunks_embedded, first.batch
+        assert first.batch.exchanges_via_batch == first.exchanges_embedded
+        assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
+        jobs = [p for p in seen if p.phase == "batch jobs"]
+        assert jobs and max(p.chunks for p in jobs) == first.chunks_embedded, [(p.ready, p.chunks) for p in jobs]
+        assert max(p.embedded for p in jobs) == first.chunks_embedded
+        again = run_index(s, full=True)  # everything from the cache
+        assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total, again.lines()
         assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0
