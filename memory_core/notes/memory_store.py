@@ -52,6 +52,7 @@ from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafeP
 from memory_core.failpoints import failpoint
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
+from memory_core.query.answers import cut_at_word
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
@@ -151,7 +152,7 @@ class RecallHit:
         cite = f"{SOURCE}:{m.id}"
         return {
             "path": cite, "startLine": 1, "endLine": end, "score": round(self.score, 6),
-            "snippet": m.text[: ranking.SNIPPET_MAX_CHARS], "source": SOURCE, "citation": cite,
+            "snippet": cut_at_word(m.text, ranking.SNIPPET_MAX_CHARS), "source": SOURCE, "citation": cite,
             "start_line": 1, "end_line": end, "match": self.match, "date": _iso(m.created_at)[:10],
             "vector_score": round(self.vector_score, 6), "text_score": round(self.text_score, 6),
             "id": m.id, "text": m.text, "category": m.category, "importance": round(m.importance, 6),
