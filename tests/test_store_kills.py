@@ -105,20 +105,28 @@ def test_sigkill_at_each_store_failpoint(workspace: Path, openai_fake: Any, poin
 
 @pytest.mark.slow
 def test_sigkill_at_random_moments(workspace: Path, openai_fake: Any) -> None:
-    """Kills at random moments of a stream of stores, with a compaction every 4 versions (in
-    production every 64) so kills land in compactions and version clean-ups too."""
+    """Kills at random moments of a stream of stores, beside a second writer that is not killed
+    (it waits for the store's lock the killed one may hold), with a compaction every 4 versions
+    (in production every 64) so kills land in compactions and version clean-ups too."""
     cfg = _config(workspace, openai_fake.base_url)
     rng = random.Random(39)
     acked: dict[str, int] = {}
     for n in range(8):
         proc = _child(cfg, n * 100, 100, COMPACT_EVERY="4")
+        # a second writer beside it, not killed: the kills never hold it up or lose its memories
+        other = _child(cfg, 10_000 + n * 100, 4, COMPACT_EVERY="4")
         assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first.strip() == "ready", proc.communicate(timeout=60)[1][-2000:]
-        time.sleep(rng.uniform(0.05, 2.5))
+        assert proc.stdout.readline().strip() == "ready", proc.communicate(timeout=60)[1][-2000:]
+        first = proc.stdout.readline()  # the first store done: the next kill lands among stores
+        assert first.strip(), proc.communicate(timeout=60)[1][-2000:]
+        time.sleep(rng.uniform(0.0, 1.5))
         os.kill(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == -signal.SIGKILL
+        acked.update(_acks(first + out))
+        out, err = other.communicate(timeout=300)
+        assert other.returncode == 0, err[-2000:]
+        assert len(_acks(out)) == 4
         acked.update(_acks(out))
         _check(cfg, acked)
-    assert len(acked) >= 8  # the kills did land among stores
+    assert len(acked) >= 8
