@@ -182,6 +182,9 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
                                  " the next run re-attaches to them") if b and b.stopped and b.jobs_pending else NONE,
         "batch job states": batch_states(b),
         "chunks via batch / via sync": f"{b.chunks_via_batch} / {b.chunks_via_sync}" if b else NONE,
+        "transcript exchange vectors via batch / via sync": (f"{b.exchanges_via_batch} / {b.exchanges_via_sync}"
+                                                             if b and (b.exchanges_via_batch or b.exchanges_via_sync)
+                                                             else NONE),
         "batch mode switched off": (b.disabled_reason or "yes") if b and b.disabled else NONE,
         "tokens sent (sync)": summary.tokens_sync,
         "tokens sent (batch)": summary.tokens_batch,
@@ -232,8 +235,9 @@ def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = N
             if b is not None and b.jobs and (b.jobs_submitted or b.jobs_reattached):
                 lines.append(f"- batch jobs: {b.jobs_submitted} submitted ({b.requests_submitted} requests,"
                              f" {b.tokens_submitted} tokens), {b.jobs_reattached} re-attached,"
-                             f" {b.jobs_collected} collected ({b.chunks_via_batch}"
-                             " chunks)")
+                             f" {b.jobs_collected} collected ({b.chunks_via_batch} chunks"
+                             + (f", {b.exchanges_via_batch} transcript exchange vectors" if b.exchanges_via_batch
+                                else "") + ")")
                 if b.stopped and b.jobs_pending:
                     ids = ", ".join(str(i) for i in b.pending_job_ids if i)
                     lines.append(f"- **{b.jobs_pending} batch job(s) left open at the provider** ({ids}): billed"

@@ -8,7 +8,10 @@ Names: ``discover`` (after discovery), ``chunk`` (after the first file is chunke
 (after the first provider response is cached), ``batch-poll`` (while polling a batch job),
 ``build`` (after the first rows reach the temp DB), ``before-swap`` (temp DB synced, not yet
 renamed), ``after-swap`` (renamed, run not yet finished), ``before-trim`` (published, the
-cache not yet trimmed of the vectors the new index holds).
+cache not yet trimmed of the vectors the new index holds). The memory store's:
+``store-created`` (the first memory's table written, its full-text index not yet),
+``store-committed`` (a memory committed, the full-text index not yet rebuilt), ``store-indexed``
+(the index rebuilt, before any compaction).
 """
 
 from __future__ import annotations

@@ -58,8 +58,9 @@ def test_citations_on_off_and_auto(workspace: Path, tmp_path: Path) -> None:
             assert r["snippet"] == f"{b['snippet'].rstrip()}{source}"
         else:  # OpenClaw's 700 characters hold the Source line too: the snippet is cut before it
             body = r["snippet"][: -len(source)]
-            assert r["snippet"].endswith(source) and len(r["snippet"]) == 700
+            assert r["snippet"].endswith(source) and len(r["snippet"]) <= 700
             assert body.endswith("…") and b["snippet"].startswith(body[:-1])
+            assert b["snippet"][len(body) - 1] in " \n"  # cut at a word boundary
     off = ask(workspace, tmp_path, "[query]\ncitations = \"off\"\n", "off")["results"]
     assert [r["path"] for r in off] == [r["path"] for r in base]  # memory_get still needs the path
     assert all(r["citation"] == "" and "Source:" not in r["snippet"] for r in off)
@@ -79,6 +80,7 @@ def test_injection_budget_cuts_and_says_so(workspace: Path, tmp_path: Path) -> N
     last, orig = res[-1], full["results"][len(res) - 1]
     assert last["snippet"] != orig["snippet"] and last["snippet"].endswith("…")
     assert orig["snippet"].startswith(last["snippet"][:-1])
+    assert not orig["snippet"][len(last["snippet"]) - 1].isalnum()  # cut at a word boundary
     assert f"injection budget of {budget}" in cut["note"] and "dropped" in cut["note"]
     # a budget the answer fits in: nothing cut, no note
     roomy = ask(workspace, tmp_path, f"[query]\nmax_injected_chars = {total}\n", "roomy")
@@ -120,3 +122,30 @@ def test_transcript_snippets_keep_messages_whole(tmp_path: Path) -> None:
         # a chunk that begins inside a message begins at a word, not at half of one
         assert body.startswith(("User: ", "Assistant: ")) or body[1:].split(" ")[0] in long.split(), body
     assert any("func retryAfterSeconds returns" in h["snippet"] for h in hits), [h["snippet"] for h in hits]
+
+
+def test_cut_snippets_end_at_a_word_boundary_with_an_ellipsis(tmp_path: Path) -> None:
+    """issue 39: a snippet cut to 700 characters (citations on, a qmd snippet, the injection
+    budget, a long stored memory) was cut inside a word ("retryAfterSecon"); the memory store's
+    had no ellipsis at all."""
+    from memory_core.notes.memory_store import Memory, RecallHit
+    from memory_core.query.answers import cut_at_word, shape_results
+
+    words = "the client waits: func retryAfterSeconds returns the wait from the Retry-After header "
+    text = words * 12  # 1,044 characters
+    for n in range(20, 760, 7):  # every cut of the text lands between words, never inside one
+        cut = cut_at_word(text, n)
+        assert len(cut) <= n and cut.endswith("…") and text.startswith(cut[:-1]), (n, cut)
+        assert cut[:-1].split()[-1] in words.split() and text[len(cut) - 1] in " \n", (n, cut)
+    assert cut_at_word("short", 10) == "short"
+    assert cut_at_word("日本語の文章はスペースがありません", 8) == "日本語の文章は…"  # CJK: between characters
+    assert cut_at_word("see https://example.com/" + "a" * 40, 40) == "see https://example.com/…"
+    result = {"path": "sessions/s1.jsonl", "startLine": 1, "endLine": 2, "citation": "sessions/s1.jsonl#L1-L2",
+              "snippet": text, "score": 0.9}
+    for cfg in ({"citations": "off"}, {"citations": "on"}, {"max_injected_chars": 333}):
+        s = load_settings(None, {"workspace": str(tmp_path), "provider": "none", "query": cfg})
+        snippet = shape_results([result], s).results[0]["snippet"].split("\nSource: ")[0]
+        assert snippet.endswith("…") and text[len(snippet) - 1] == " ", (cfg, snippet[-40:])
+    mem = Memory("m1", text, 0.5, "fact", 0, 0)
+    snippet = RecallHit(mem, 0.9, 0.9, 0.5, "both").to_agent()["snippet"]
+    assert len(snippet) <= 700 and snippet.endswith("…") and text[len(snippet) - 1] == " ", snippet[-40:]

@@ -274,6 +274,8 @@ def test_backfill_through_the_batch_api(prefect_api: Any, workspace: Path, tmp_p
 
     with OpenAIFake(dims=64, batch_delay=0.05) as fake:
         cfg = write_config(tmp_path / "mc.toml", fake)
+        # the transcripts too: their exchange vectors are counted apart from the chunks
+        cfg.write_text('sources = ["memory", "sessions"]\n' + cfg.read_text())
         with cfg.open("a") as fh:
             fh.write("[batch]\npoll_interval_s = 0.05\nmax_requests_per_job = 40\n")
         from flows.backfill import backfill
@@ -288,6 +290,10 @@ def test_backfill_through_the_batch_api(prefect_api: Any, workspace: Path, tmp_p
     assert fig["batch jobs submitted"] == fake.batch_creates
     assert fig["batch job states"] == f"{fake.batch_creates} collected"
     assert fig["chunks via batch / via sync"] == f"{summary['chunks_embedded']} / 0"
+    # issue 39: the jobs' transcript exchange vectors apart from their chunks
+    assert summary["exchanges_embedded"] > 0 and summary["batch"]["exchanges_via_batch"] == summary["exchanges_embedded"]
+    assert fig["transcript exchange vectors via batch / via sync"] == f"{summary['exchanges_embedded']} / 0"
+    assert summary["chunks_embedded"] <= summary["chunks_total"]
     assert fig["tokens sent (batch)"] == summary["tokens_sent"] > 0 and fig["tokens sent (sync)"] == 0
     assert fig["saving vs all-sync (USD)"] == pytest.approx(fig["estimated cost (USD)"], abs=1e-6)  # 50% off
     names = task_run_names(fr.id, until=lambda ns: any(n.startswith("batch-submit-openai-") for n in ns))

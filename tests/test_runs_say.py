@@ -3,6 +3,7 @@ through the CLI."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,61 @@ def test_transcript_exchange_vectors_are_counted_apart_from_chunks(tmp_path: Pat
         again = run_index(s, full=True)  # everything from the cache
         assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total
         assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini", "voyage"])
+def test_batch_mode_counts_exchange_vectors_apart_from_chunks(tmp_path: Path, provider: str) -> None:
+    """issue 39: in Batch API mode the jobs' figures (chunks embedded, ``chunks_via_batch``, the
+    progress) counted the transcripts' exchange vectors as chunks, as the sync path once did."""
+    from memory_core.index.pipeline import run_index
+    from memory_core.index.runtypes import Progress
+    from tests.test_batch import FAKES, batch_settings
+    from tests.test_exchange_vectors import _workspace
+
+    ws = _workspace(tmp_path / "ws")
+    seen: list[Progress] = []
+    with FAKES[provider](dims=16, batch_delay=0.05) as srv:
+        s = batch_settings(ws, provider, srv)
+        s = s.model_copy(update={"sources": ["memory", "sessions"]})
+        first = run_index(s, progress=lambda p: seen.append(replace(p)))
+        billed = len(set(srv.batch_billed_texts))
+        assert not srv.sync_billed_texts and billed, first.lines()  # all through batch jobs
+        assert first.exchanges_embedded > 0, first.lines()
+        assert first.chunks_embedded <= first.chunks_total, first.lines()  # a first build: no chunk twice
+        assert first.chunks_embedded + first.exchanges_embedded == billed, first.lines()
+        assert first.batch is not None and first.batch.chunks_via_batch == first.chunks_embedded, first.batch
+        assert first.batch.exchanges_via_batch == first.exchanges_embedded
+        assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
+        jobs = [p for p in seen if p.phase == "batch jobs"]
+        assert jobs and max(p.chunks for p in jobs) == first.chunks_embedded, [(p.ready, p.chunks) for p in jobs]
+        assert max(p.embedded for p in jobs) == first.chunks_embedded
+        again = run_index(s, full=True)  # everything from the cache
+        assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total, again.lines()
+        assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0
+
+
+def test_batch_and_sync_count_chunks_and_exchange_vectors_alike(tmp_path: Path) -> None:
+    """The same workspace through sync requests and through Batch API jobs gives the same counts,
+    including an exchange whose text is also another transcript's chunk (zz.jsonl holds just the
+    first exchange of chat.jsonl, met first as chat's exchange): it counts as that chunk."""
+    from memory_core.index.pipeline import run_index
+    from tests.conftest import openai_settings
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+    from tests.test_exchange_vectors import FILLER, _transcript, _workspace
+
+    counts = {}
+    for mode in ("sync", "batch"):
+        ws = _workspace(tmp_path / mode)
+        (ws / "sessions" / "zz.jsonl").write_text(_transcript(FILLER[:1]))
+        with OpenAIFake(dims=16, batch_delay=0.05) as srv:
+            if mode == "sync":
+                s = openai_settings(ws, srv, sources=["memory", "sessions"])
+            else:
+                s = batch_settings(ws, "openai", srv).model_copy(update={"sources": ["memory", "sessions"]})
+            r = run_index(s)
+            billed = len(set(srv.sync_billed_texts + srv.batch_billed_texts))
+            assert (mode == "batch") == bool(srv.batch_billed_texts) and r.swapped
+        assert r.chunks_embedded + r.exchanges_embedded == billed
+        counts[mode] = (r.chunks_total, r.chunks_embedded, r.exchanges_embedded)
+    assert counts["sync"] == counts["batch"] == (4, 4, 6), counts

@@ -133,6 +133,7 @@ class CollectResult:
     status: str
     stored: int = 0
     tokens: int = 0
+    stored_hashes: list[str] = field(default_factory=list)  # the inputs given a vector (``stored`` of them)
     failed_hashes: list[str] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
@@ -177,6 +178,11 @@ class BatchFigures:
     requests_submitted: int = 0
     tokens_submitted: int = 0
     stopped: bool = False
+    # transcript exchange vectors (chunking.exchange_vectors), counted apart from the chunks above
+    # (after the earlier keys: the JSON keeps their order)
+    exchanges_via_batch: int = 0
+    exchanges_via_sync: int = 0
+    exchanges_left_to_sync: int = 0
 
     @classmethod
     def sync_only(cls, mode: str) -> BatchFigures:

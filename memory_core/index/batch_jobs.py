@@ -374,6 +374,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
         if len(res.examples) < 5:
             res.examples.append(f"{len(conflicts)} inputs returned twice with different vectors")
     res.stored = len(stored)
+    res.stored_hashes = list(stored)
     res.tokens = sum(tokens_of[h] for h in stored)
     left = [h for h, _ in chunks if h not in stored]
     if left:

@@ -129,13 +129,17 @@ class LocalOps:
         self.opened.clear()
 
 
-def miss_hashes(misses: MissResult) -> set[str]:
+def miss_hashes(misses: MissResult) -> tuple[set[str], set[str]]:
+    """(every hash of the misses, those of transcript exchange vectors that are no chunk's own)."""
     if not misses.misses:
-        return set()
+        return set(), set()
     out: set[str] = set()
-    for batch in pq.ParquetFile(misses.path).iter_batches(batch_size=8192, columns=["hash"]):
-        out.update(batch.column("hash").to_pylist())
-    return out
+    exchanges: set[str] = set()
+    for batch in pq.ParquetFile(misses.path).iter_batches(batch_size=8192, columns=["hash", "exchange"]):
+        hs = batch.column("hash").to_pylist()
+        out.update(hs)
+        exchanges.update(h for h, ex in zip(hs, batch.column("exchange").to_pylist(), strict=True) if ex)
+    return out, exchanges - set(misses.part_chunks)
 
 
 class BatchRun:
@@ -154,6 +158,7 @@ class BatchRun:
         self.limit = b.failure_limit
         self.timeout_s = b.timeout_minutes * 60
         self.needed: set[str] = set()
+        self.exchange_only: set[str] = set()  # of ``needed``: transcript exchange vectors, not chunks
         self.queue: deque[JobSpec] = deque()
         self.attach: deque[JobRecord] = deque()
         self.unneeded: deque[JobRecord] = deque()
@@ -165,7 +170,8 @@ class BatchRun:
         self.batch_on = True
         self.stats = st.BatchFigures()
         self.tokens_batch = 0
-        self.embedded = 0
+        self.embedded = 0  # chunks
+        self.exchanges = 0  # transcript exchange vectors (counted apart, as the streamed build does)
         self.submitted_ids: set[str] = set()  # local ids of the jobs this run submitted
         self.reattached_ids: set[str] = set()
         self.collected_ids: set[str] = set()
@@ -214,7 +220,7 @@ class BatchRun:
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> tuple[EmbedCounts, st.BatchFigures]:
         t0 = time.perf_counter()
-        self.needed = miss_hashes(self.misses)
+        self.needed, self.exchange_only = miss_hashes(self.misses)
         claimed: set[str] = set()
         for job in self.ctx.ledger.open_jobs():
             rec = job.record()
@@ -318,8 +324,11 @@ class BatchRun:
     def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
         self.stats.jobs_collected += 1
         self.collected_ids.add(rec.local_id)
-        self.stats.chunks_via_batch += res.stored
-        self.embedded += res.stored
+        n_ex = sum(1 for h in res.stored_hashes if h in self.exchange_only)
+        self.stats.chunks_via_batch += res.stored - n_ex
+        self.stats.exchanges_via_batch += n_ex
+        self.embedded += res.stored - n_ex
+        self.exchanges += n_ex
         self.tokens_batch += res.tokens
         self.hashes_of.pop(rec.local_id, None)
         if unneeded:
@@ -336,7 +345,7 @@ class BatchRun:
         else:  # failed, expired, cancelled or lost: what it did not finish is queued again
             self._requeue(res.failed_hashes)
         if self.progress:
-            self.progress("batch", self.stats.chunks_via_batch, self.misses.misses)
+            self.progress("batch", self.stats.chunks_via_batch, self.misses.chunk_misses)  # chunks, as the build
 
     def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
         if step == "submit":
@@ -379,7 +388,8 @@ class BatchRun:
         s.stopped = True
         # tokens sent through batch: what was collected, plus the jobs this run sent that nobody collected yet
         uncollected = sum(j.tokens for j in submitted if j.local_id not in self.collected_ids)
-        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch + uncollected), s
+        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch + uncollected,
+                           exchanges=self.exchanges), s
 
     def _result(self, seconds: float) -> tuple[EmbedCounts, st.BatchFigures]:
         """(what the jobs embedded, the job figures); ``memory_core.index.stages.embed_stats`` adds the
@@ -387,9 +397,12 @@ class BatchRun:
         s = self.stats
         s.jobs_pending = len(self.pending)
         s.pending_job_ids = [r.job_id for r in self.pending]
-        s.chunks_left_to_sync = len({h for h in self.sync if h in self.needed})
+        left = {h for h in self.sync if h in self.needed}
+        s.exchanges_left_to_sync = len(left & self.exchange_only)
+        s.chunks_left_to_sync = len(left) - s.exchanges_left_to_sync
         s.seconds = round(seconds, 3)
         submitted = self._submitted()
         s.requests_submitted = sum(j.requests for j in submitted)
         s.tokens_submitted = sum(j.tokens for j in submitted)
-        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch), s
+        return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch,
+                           exchanges=self.exchanges), s

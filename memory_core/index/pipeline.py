@@ -290,7 +290,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     built: BuildResult | None = None
     batch: tuple[EmbedCounts, BatchFigures] | None = None
     embed = EmbedStats()
-    from_cache = 0
+    from_cache = ex_from_cache = 0  # chunks, and transcript exchange vectors (batch mode: before the jobs)
     cache = None
     batch_run: list[Any] = []  # the Batch API coordinator of this run, for a partial summary
     try:
@@ -298,7 +298,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         try:
             if cache is not None and settings.batch.enabled and provider.supports_batch:
                 with timer.stage("batch"):
-                    batch, from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report,
+                    batch, from_cache, ex_from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report,
                                                      batch_run)
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
@@ -343,7 +343,9 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     summary = summarize(plan, provider, reason, chunks=chunks, from_cache=from_cache, embed=embed, built=built,
                         timings=timer.times, embedded_on=embedded_on)
     if chunks is not None:  # transcript exchange vectors, apart from the chunks
-        summary.exchanges_embedded, summary.exchanges_from_cache = stream.exchanges, stream.exchanges_cached
+        summary.exchanges_embedded = stream.exchanges + (batch[0].exchanges if batch is not None else 0)
+        # in batch mode the build finds the jobs' vectors in the cache: what was there before them counts
+        summary.exchanges_from_cache = ex_from_cache if batch is not None else stream.exchanges_cached
     for w in summary.warnings:
         if w not in plan.warnings:
             log.warning("%s", w, extra={RUN_WARNING: True})
@@ -381,10 +383,11 @@ def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, Any]:
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,
                  progress: Progress, report: ProgressFn,
-                 live: list[Any] | None = None) -> tuple[tuple[EmbedCounts, BatchFigures] | None, int]:
+                 live: list[Any] | None = None) -> tuple[tuple[EmbedCounts, BatchFigures] | None, int, int]:
     """Batch API jobs for the run's misses (and jobs of earlier runs left to collect or
     cancel); what they do not embed is left to the streamed build's sync requests.
-    Returns (the batch figures, or None when there was nothing for batch mode; cache hits).
+    Returns (the batch figures, or None when there was nothing for batch mode; cache hits of
+    chunks; of transcript exchange vectors).
     ``live`` gets the coordinator, for the partial summary of a run stopped in its jobs.
     The progress says what the jobs collected: chunks embedded, tokens and cost (a rerun
     collecting a cancelled run's job said ``0 embedded, $0.0000``)."""
@@ -394,7 +397,7 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
 
     misses = ex.stage("collect-misses", collect_misses, plan, settings, provider, cache)
     if not misses.misses and not BatchLedger.for_cache(cache).open_jobs():
-        return None, misses.hits
+        return None, misses.hits, misses.exchange_hits
     progress.phase = "batch jobs"
 
     runs: list[BatchRun] = []
@@ -406,7 +409,8 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         report(progress)
 
     ctx = J.open_context(settings, provider, cache, str(ensure_workdir(plan)))
-    log.info("embedding %d chunks through %s batch jobs", misses.misses, provider.name)
+    log.info("embedding %d chunks and %d transcript exchange vectors through %s batch jobs", misses.chunk_misses,
+             misses.exchanges, provider.name)
     run = BatchRun(ctx, misses, ex.batch_ops(ctx, batch_progress), progress=batch_progress)
     runs.append(run)
     if live is not None:
@@ -414,7 +418,7 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     stats = run.run()
     # the streamed build counts its own sync requests; the cost so far keeps the jobs' tokens
     progress.phase, progress.ready, progress.chunks, progress.embedded = "index", 0, 0, 0
-    return stats, misses.hits
+    return stats, misses.hits, misses.exchange_hits
 
 
 def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: EmbeddingProvider, reason: str,
@@ -445,4 +449,6 @@ def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: Embeddi
         partial = summarize(plan, provider, reason, chunks=None, from_cache=from_cache, embed=embed, built=None,
                             timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
         partial.chunks_in_flight = progress.in_flight
+        if jobs is not None:  # the jobs' transcript exchange vectors, apart from their chunks
+            partial.exchanges_embedded = jobs[0].exchanges
         exc.run_summary = partial  # type: ignore[attr-defined]

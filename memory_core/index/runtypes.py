@@ -21,7 +21,10 @@ from memory_core.sources.discovery import FileEntry
 
 T = TypeVar("T")
 
-MISS_SCHEMA = pa.schema([("hash", pa.string()), ("text", pa.large_string()), ("tokens", pa.int32())])
+# ``exchange``: the text is a transcript exchange's (chunking.exchange_vectors) when it was first
+# met, not a chunk's own (MissResult.part_chunks lists those a chunk had as its own after all)
+MISS_SCHEMA = pa.schema([("hash", pa.string()), ("text", pa.large_string()), ("tokens", pa.int32()),
+                         ("exchange", pa.bool_())])
 
 
 @dataclass
@@ -160,9 +163,20 @@ class ChunkResult:
 
 @dataclass
 class MissResult:
-    path: str  # parquet file of unique (hash, text, tokens) not in the cache
-    misses: int
-    hits: int
+    """The unique texts of a run with no cached vector (what Batch API jobs are planned from),
+    chunks and transcript exchange vectors counted apart (a job's figures once mixed them)."""
+
+    path: str  # parquet file of unique (hash, text, tokens, exchange) not in the cache
+    misses: int  # chunks and exchange vectors
+    hits: int  # chunks
+    exchanges: int = 0  # of ``misses``: exchange vectors no chunk of the run has as its own
+    exchange_hits: int = 0  # exchange vectors found in the cache
+    # hashes flagged ``exchange`` in the file that a chunk has as its own too (counted as chunks)
+    part_chunks: list[str] = field(default_factory=list)
+
+    @property
+    def chunk_misses(self) -> int:
+        return self.misses - self.exchanges
 
 
 @dataclass
@@ -430,7 +444,9 @@ def _batch_line(b: BatchFigures) -> str:
     line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted{sent}, {b.jobs_reattached} re-attached,"
             f" {b.jobs_collected} collected, {b.jobs_failed} failed, {b.jobs_timed_out} timed out,"
             f" {b.jobs_pending} pending; chunks {b.chunks_via_batch} via batch, {b.chunks_via_sync} via sync"
-            f" ({b.lines_failed} failed lines re-sent)")
+            + (f"; transcript exchange vectors {b.exchanges_via_batch} via batch, {b.exchanges_via_sync} via sync"
+               if b.exchanges_via_batch or b.exchanges_via_sync else "")
+            + f" ({b.lines_failed} failed lines re-sent)")
     if b.disabled:
         line += f"; batch mode switched off: {b.disabled_reason}"
     if b.stopped and b.jobs_pending:

@@ -404,45 +404,58 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
                    cache: EmbeddingCache) -> MissResult:
     """Chunk every file to (re)index and write the unique chunk texts with no cached vector to
     ``misses.parquet`` (0600) in the run's work folder: what Batch API jobs are planned from.
-    The streamed build that follows chunks the files again (cheap next to a batch job's wait)."""
+    The streamed build that follows chunks the files again (cheap next to a batch job's wait).
+    Transcript exchange vectors are flagged and counted apart from the chunks, as the streamed
+    build counts them (an exchange whose text is also a chunk's counts as that chunk)."""
     tokens, overlap = chunk_params(settings, provider)
     out = str(ensure_workdir(plan) / "misses.parquet")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.close(fd)
-    seen: set[str] = set()
-    hits = misses = 0
+    seen: dict[str, bool] = {}  # hash -> first met as an exchange (not a chunk's own text)
+    late: set[str] = set()  # first met as an exchange, then as a chunk's own: a chunk after all
+    hits = misses = ex_hits = ex_misses = 0
     warnings: list[str] = []
-    todo_h: list[str] = []
-    todo_t: list[str] = []
+    todo: list[tuple[str, str, bool]] = []
 
     def flush(writer: pq.ParquetWriter, force: bool = False) -> None:
-        nonlocal hits, misses
-        if not todo_h or (len(todo_h) < ROW_GROUP and not force):
+        nonlocal hits, misses, ex_hits, ex_misses
+        if not todo or (len(todo) < ROW_GROUP and not force):
             return
-        cached = cache.has_many(todo_h)
-        hits += len(cached)
-        keep = [(h, t) for h, t in zip(todo_h, todo_t, strict=True) if h not in cached]
+        cached = cache.has_many([h for h, _, _ in todo])
+        keep = [(h, t, ex) for h, t, ex in todo if h not in cached]
+        n_ex = sum(1 for _, _, ex in todo if ex)
+        kept_ex = sum(1 for _, _, ex in keep if ex)
+        hits += len(cached) - (n_ex - kept_ex)
+        ex_hits += n_ex - kept_ex
         misses += len(keep)
+        ex_misses += kept_ex
         if keep:
             writer.write_table(pa.table({
-                "hash": [h for h, _ in keep], "text": [t for _, t in keep],
-                "tokens": [provider.estimate_tokens(t) for _, t in keep],
+                "hash": [h for h, _, _ in keep], "text": [t for _, t, _ in keep],
+                "tokens": [provider.estimate_tokens(t) for _, t, _ in keep], "exchange": [ex for _, _, ex in keep],
             }, schema=MISS_SCHEMA))
-        todo_h.clear()
-        todo_t.clear()
+        todo.clear()
 
     with pq.ParquetWriter(out, MISS_SCHEMA, compression=WORK_COMPRESSION) as writer:
         for f in plan.to_index:
             fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
             for c in (fc.chunks if fc else []):
-                for h, t in [(c.hash, c.text), *chunk_parts(f.source, settings, c.text)]:
+                if seen.get(c.hash):
+                    late.add(c.hash)
+                for i, (h, t) in enumerate([(c.hash, c.text), *chunk_parts(f.source, settings, c.text)]):
                     if h not in seen:
-                        seen.add(h)
-                        todo_h.append(h)
-                        todo_t.append(t)
+                        seen[h] = i > 0
+                        todo.append((h, t, i > 0))
             flush(writer)
         flush(writer, force=True)
-    return MissResult(path=out, misses=misses, hits=hits)
+    part_chunks: list[str] = []
+    if late:  # rare: an exchange's text that another chunk has as its own (the cache is unchanged since)
+        late_hits = cache.has_many(sorted(late))
+        part_chunks = sorted(late - set(late_hits))
+        hits, ex_hits = hits + len(late_hits), ex_hits - len(late_hits)
+        ex_misses -= len(part_chunks)
+    return MissResult(path=out, misses=misses, hits=hits, exchanges=ex_misses, exchange_hits=ex_hits,
+                      part_chunks=part_chunks)
 
 
 def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: Any) -> None:
@@ -504,7 +517,7 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
     out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
     if batch is not None:
         counts, figures = batch
-        b = replace(figures, chunks_via_sync=stream.embedded)
+        b = replace(figures, chunks_via_sync=stream.embedded, exchanges_via_sync=stream.exchanges)
         if b.disabled:
             b.mode = "batch, then sync (batch mode off)"
         elif stream.embedded:

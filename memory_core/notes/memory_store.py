@@ -34,6 +34,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import stat
 import threading
 import time
@@ -48,8 +49,10 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafePathError, UsageError
+from memory_core.failpoints import failpoint
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
+from memory_core.query.answers import cut_at_word
 from memory_core.storage import textsearch
 from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
@@ -72,6 +75,8 @@ IMPORTANCE_FLOOR = 0.8
 """Rank weight of an importance-0 memory against an importance-1 one of the same relevance."""
 MAX_MEMORY_CHARS = 8000
 MAX_CANDIDATES = 200
+COMPACT_EVERY = 64
+"""Every this many table versions a write compacts the table and removes day-old versions."""
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _META_KEYS = ("provider", "model", "provider_key", "dims")
 
@@ -147,7 +152,7 @@ class RecallHit:
         cite = f"{SOURCE}:{m.id}"
         return {
             "path": cite, "startLine": 1, "endLine": end, "score": round(self.score, 6),
-            "snippet": m.text[: ranking.SNIPPET_MAX_CHARS], "source": SOURCE, "citation": cite,
+            "snippet": cut_at_word(m.text, ranking.SNIPPET_MAX_CHARS), "source": SOURCE, "citation": cite,
             "start_line": 1, "end_line": end, "match": self.match, "date": _iso(m.created_at)[:10],
             "vector_score": round(self.vector_score, 6), "text_score": round(self.text_score, 6),
             "id": m.id, "text": m.text, "category": m.category, "importance": round(m.importance, 6),
@@ -488,6 +493,7 @@ class MemoryStore:
         else:
             # one commit: the row is replaced (duplicate) or added, never both or neither
             table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
+            failpoint("store-committed")
             self._after_write(table)
         if dup is not None:
             return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
@@ -506,24 +512,39 @@ class MemoryStore:
             ("importance", pa.float64()), ("category", pa.string()), ("createdAt", pa.int64()),
             ("updatedAt", pa.int64()),
         ], metadata=meta)
+        import lancedb
+
         self.path.mkdir(parents=True, exist_ok=True)
-        table = self._connect().create_table(TABLE, data=[row], schema=schema)
-        # plain lower-cased words (no stemming, stop words kept), as the index's FTS5 sees them, so
-        # the query terms' IDF below is that of the words searched
-        table.create_index("text", config=FTS(stem=False, remove_stop_words=False))
-        self._table = table
+        # the table is made whole (its first row and its full-text index: two LanceDB commits) in a
+        # folder of its own, then renamed into place: a process killed between the two commits
+        # left a table without its index, and every keyword recall failed until the next store
+        for stale in self.path.glob(f".{TABLE}.creating-*"):  # a killed creator's (the file lock is ours)
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = self.path / f".{TABLE}.creating-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            table = lancedb.connect(str(staging)).create_table(TABLE, data=[row], schema=schema)
+            failpoint("store-created")
+            # plain lower-cased words (no stemming, stop words kept), as the index's FTS5 sees them,
+            # so the query terms' IDF below is that of the words searched
+            table.create_index("text", config=FTS(stem=False, remove_stop_words=False))
+            os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._table = self._connect().open_table(TABLE)
 
     @staticmethod
     def _after_write(table: Any) -> None:
         """Rebuild the full-text index so BM25 always sees every row with the same statistics
         (rows added after the index was built are scored by a flat scan with other statistics, so
         the same words scored differently); ~10 ms at 2,000 memories. Every 64 versions the table
-        is compacted and versions older than a day are removed (each write is a new version)."""
+        is compacted and versions older than a day are removed (each write is a new version;
+        :data:`COMPACT_EVERY`)."""
         from lancedb.index import FTS
 
         try:
             table.create_index("text", config=FTS(stem=False, remove_stop_words=False), replace=True)
-            if int(table.version) % 64 == 0:
+            failpoint("store-indexed")
+            if int(table.version) % COMPACT_EVERY == 0:
                 table.optimize(cleanup_older_than=timedelta(days=1))
         except Exception as exc:  # the write is committed; search still works, flat over new rows
             log.warning("maintaining the memory store's full-text index failed: %s", exc)

@@ -8,14 +8,15 @@ the injection budget and the answer's metadata (OpenClaw's ``memory_search`` res
   citations in direct chats only; ``off`` empties ``citation`` and adds no source line
   (``path`` and the lines stay: ``memory_get`` needs them).
 - Snippets keep to OpenClaw's 700 characters (``SNIPPET_MAX_CHARS``), the ``Source:`` line
-  included; a longer one (qmd's, for one) is cut with ``…``.
+  included; a longer one (qmd's, for one) is cut at a word boundary with ``…``
+  (:func:`cut_at_word`).
 - ``maxResults`` above :data:`MAX_RESULTS` is clamped to it (and the note says so), not refused.
 - :func:`response_meta`: the provider and model that embedded the query, and whether the
   answer fell back (to keyword-only, or from qmd to the builtin index), with every answer.
 - ``query.max_injected_chars``: at most that many snippet characters in one answer (the seeds
   use 4,000 for qmd, the default when ``backend = "qmd"``; unlimited for the builtin backend
   unless set). Results are kept best-first while they fit; the one that crosses the budget is
-  cut (with ``…``), the rest dropped, and the answer's note says so.
+  cut (at a word boundary, with ``…``), the rest dropped, and the answer's note says so.
 """
 
 from __future__ import annotations
@@ -62,8 +63,34 @@ def clamp_results(max_results: int | None) -> tuple[int | None, str]:
     return max_results, ""
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: max(0, n - len(ELLIPSIS))] + ELLIPSIS
+def _in_word(c: str) -> bool:
+    """A letter or digit that a cut beside another one splits a word at (CJK, which has no
+    spaces between words, may be cut between any two characters)."""
+    return c.isalnum() and c < "\u2e80"
+
+
+def cut_at_word(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters: whole when it fits, else cut at a word boundary
+    and ended with ``…`` (a cut inside a word showed agents half a name, "retryAfterSecon").
+    The cut goes back to the last space or line break in the second half of the room; else,
+    when it falls inside a word, to the nearest place before it between a word and anything
+    else (``/``, ``.``, ``-``, a space); only a text with neither (one long hash) is cut
+    inside its word."""
+    if len(text) <= n:
+        return text
+    room = n - len(ELLIPSIS)
+    if room <= 0:
+        return ELLIPSIS[: max(0, n)]
+    cut = room
+    if not (text[cut - 1].isspace() or text[cut].isspace()):
+        space = max(text.rfind(" ", 0, cut), text.rfind("\n", 0, cut))
+        if space > room // 2:
+            cut = space
+        elif _in_word(text[cut - 1]) and _in_word(text[cut]):
+            edge = next((i for i in range(cut - 1, 0, -1) if not (_in_word(text[i - 1]) and _in_word(text[i]))), 0)
+            cut = max(space, edge) if max(space, edge) > 0 else cut
+    return text[:cut].rstrip() + ELLIPSIS
+
 
 
 def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: str | None = None) -> Shaped:
@@ -75,9 +102,9 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
         r = dict(r)
         if mode == "on":
             source = f"\nSource: {r['citation']}"
-            r["snippet"] = _cut(r["snippet"].rstrip(), SNIPPET_MAX_CHARS - len(source)) + source
+            r["snippet"] = cut_at_word(r["snippet"].rstrip(), SNIPPET_MAX_CHARS - len(source)) + source
         else:
-            r["snippet"] = _cut(r["snippet"], SNIPPET_MAX_CHARS)
+            r["snippet"] = cut_at_word(r["snippet"], SNIPPET_MAX_CHARS)
             if mode == "off":
                 r["citation"] = ""
         out.append(r)
@@ -95,7 +122,7 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
             used += n
             continue
         if left > len(ELLIPSIS):
-            r["snippet"] = r["snippet"][: left - len(ELLIPSIS)] + ELLIPSIS
+            r["snippet"] = cut_at_word(r["snippet"], left)
             kept.append(r)
             used += len(r["snippet"])
             cut = 1
