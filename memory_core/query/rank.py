@@ -20,6 +20,7 @@ from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
+from memory_core.query.answers import cut_at_word
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
 from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, units
 from memory_core.query.retrieval import Candidates
@@ -101,7 +102,8 @@ def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
 
 
 def _cut_to(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: max(0, n - len(ELLIPSIS))].rstrip() + ELLIPSIS
+    """A neighbouring message or line in at most ``n`` characters, cut at a word with ``…``."""
+    return cut_at_word(text, n)
 
 
 def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:

@@ -827,8 +827,44 @@ def make_snippet(text: str, query_terms: Iterable[str], max_chars: int = SNIPPET
         start = max(0, end - max_chars)
     start = _snap_start(text, start, span_start if matches else start + max_chars // 4)
     end = _snap_end(text, end, span_end if matches else max(start, end - max_chars // 4))
+    start, end = _whole_words(text, start, end, span_start if matches else end)
     snippet = text[start:end].strip()
     return snippet[:max_chars]
+
+
+def _in_word(c: str) -> bool:
+    """A letter or digit of a word (CJK has no spaces: any two of its characters may be cut apart)."""
+    return c.isalnum() and c < "\u2e80"
+
+
+def _whole_words(text: str, start: int, end: int, keep_from: int) -> tuple[int, int]:
+    """Never half a word at either end of a snippet (issue 39: "func retryAfterSecon"): an end
+    inside a word moves on to the word's end when the start can move on as far (not past
+    ``keep_from``, the first match) to a word's start, else back to the word's start; a start
+    inside a word moves on to the next word. Where :func:`_snap_end` could not move the end (the
+    match reaches the window's edge, as a stem "deploy" matching "deployment" does)."""
+    if 0 < end < len(text) and _in_word(text[end - 1]) and _in_word(text[end]):
+        w1 = end
+        while w1 < len(text) and _in_word(text[w1]) and w1 - end <= _SNAP_WINDOW:
+            w1 += 1
+        s2 = start + (w1 - end)
+        while 0 < s2 < len(text) and _in_word(text[s2 - 1]) and _in_word(text[s2]):
+            s2 += 1
+        if w1 - end <= _SNAP_WINDOW and s2 <= keep_from:
+            start, end = s2, w1
+        else:
+            w0 = end
+            while w0 > start and _in_word(text[w0 - 1]):
+                w0 -= 1
+            if w0 > start:
+                end = w0
+    if 0 < start < end and _in_word(text[start - 1]) and _in_word(text[start]):
+        s = start
+        while s < end and _in_word(text[s]):
+            s += 1
+        if s < end:
+            start = s
+    return start, end
 
 
 # ---------------------------------------------------------------------------------------------
