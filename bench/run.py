@@ -63,8 +63,9 @@ def phase_build(ws: str, index: str, dims: int, full: bool, writer: str = "") ->
 
 def phase_raw_insert(index: str, out: str, dims: int) -> dict:
     """Insert the built index's rows into a fresh file with the best pragmas: the ceiling."""
+    from memory_core.index.writer import BUILD_PRAGMAS, NEW_FILE_PAGE_SIZE
     from memory_core.storage import vectors
-    from memory_core.storage.store import BUILD_PRAGMAS, NEW_FILE_PAGE_SIZE, connect, create_schema
+    from memory_core.storage.store import connect, create_schema
 
     src = connect(index, readonly=True)
     # the rows as the index stores them: the vector in chunks.embedding, its sign bits in chunks_bits

@@ -9,7 +9,7 @@ quick scan (memory_core.storage.vectors: Hamming distance, then an asymmetric sc
 cosines of 400 candidates) missed the nearest rows: recall@10 0.108 at 200k (issue 39).
 
 Per kind of vectors (sparse: :func:`sparse_vectors`; dense: clustered Gaussian), an index is
-written directly through the real :class:`memory_core.storage.store.IndexWriter` (no provider),
+written directly through the real :class:`memory_core.index.writer.IndexWriter` (no provider),
 its quick scan measured as a build measures it (:func:`memory_core.storage.vectors.measure_scan`),
 then the same queries (other vectors of the same kind, not in the index) are answered by
 ``vector_hits`` twice in the same run: with the plan the build recorded, and with the old path
@@ -68,8 +68,9 @@ def dense_vectors(n: int, dims: int, seed: int = 0, clusters: int = 200) -> np.n
 def write_index(path: Path, vecs: np.ndarray, *, measure: bool = True) -> dict[str, Any]:
     """An index of one chunk per vector, written by the real IndexWriter (full build); the
     quick scan measured as a build does (``measure``). Returns its meta."""
+    from memory_core.index.writer import FileRow, IndexWriter
     from memory_core.storage import vectors
-    from memory_core.storage.store import SCHEMA_VERSION, FileRow, IndexWriter
+    from memory_core.storage.store import SCHEMA_VERSION
 
     n, dims = vecs.shape
     meta: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "provider": "openai", "model": "sparse-bench",

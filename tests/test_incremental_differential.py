@@ -101,7 +101,7 @@ def test_random_incremental_runs_give_the_index_of_a_full_build(workspace: Path,
             op = _step(workspace, rng, n)
             with pytest.MonkeyPatch.context() as mp:
                 if n % 4 == 3:  # now and then a copy run, whatever the size
-                    mp.setattr("memory_core.storage.store.IN_PLACE_MAX_BYTES", 0)
+                    mp.setattr("memory_core.index.writer.IN_PLACE_MAX_BYTES", 0)
                 summary = run_index(s)
             published.append(summary.published)
             fresh_ws = tmp_path / f"fresh-{n}"

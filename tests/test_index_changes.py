@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memory_core.index import writer
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
@@ -164,7 +165,7 @@ def test_a_row_id_that_comes_back_is_read_anew(workspace, openai_fake, monkeypat
 
 def test_a_copy_run_is_carried_too(workspace, openai_fake, monkeypatch):
     with _warm_reader(workspace, openai_fake, monkeypatch) as (s, searcher, loads):
-        monkeypatch.setattr(store, "IN_PLACE_MAX_BYTES", 10)
+        monkeypatch.setattr(writer, "IN_PLACE_MAX_BYTES", 10)
         _append(workspace, "MEMORY.md", "\n## 23:59 late note\n- the gateway quorum moved to five replicas.\n")
         summary = run_index(s)
         assert summary.published != "in place" and summary.swapped  # a new file, renamed over the old
@@ -218,7 +219,7 @@ def test_the_log_is_written_with_the_run_or_not_at_all(workspace, openai_fake):
     assert np.frombuffer(deleted, dtype="<i8").tolist() == old["memory/2026-09-03.md"]
     assert added_from == top + 1 and min(added) >= added_from
     # a run that does not commit: its row goes with the rest of its transaction
-    w = store.IndexWriter(s.index_file, full=False, dims=64, in_place=True)
+    w = writer.IndexWriter(s.index_file, full=False, dims=64, in_place=True)
     w.open()
     w.delete_paths(["MEMORY.md"])
     w.set_meta({"built_at": "never"})

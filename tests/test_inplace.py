@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from memory_core.index import writer
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.storage import store
@@ -76,7 +77,7 @@ def test_big_change_builds_a_new_file(workspace, openai_fake, monkeypatch):
     s = openai_settings(workspace, openai_fake)
     run_index(s)
     ino = _inode(s.index_file)
-    monkeypatch.setattr(store, "IN_PLACE_MAX_BYTES", 10)
+    monkeypatch.setattr(writer, "IN_PLACE_MAX_BYTES", 10)
     _edit(workspace)
     summary = run_index(s)
     assert summary.swapped and summary.published == "replaced"
@@ -126,7 +127,7 @@ def test_a_failed_update_rolls_back(workspace, openai_fake, monkeypatch):
     def broken_verify(self, *, expect_vectors):  # the run's own check finds a problem
         raise store.RunError("index verification failed: injected")
 
-    monkeypatch.setattr(store.IndexWriter, "verify", broken_verify)
+    monkeypatch.setattr(writer.IndexWriter, "verify", broken_verify)
     _edit(workspace)
     with pytest.raises(store.RunError, match="injected"):
         run_index(s)
@@ -282,14 +283,14 @@ def test_the_in_place_bound_grows_with_the_index(monkeypatch):
     mib = 1024 * 1024
 
     def bound(live_mib: int, source_mib: float, removed: int = 0) -> bool:
-        return store.edit_in_place(full=False, live_exists=True, source_bytes=int(source_mib * mib),
+        return writer.edit_in_place(full=False, live_exists=True, source_bytes=int(source_mib * mib),
                                    removed=removed, live_bytes=live_mib * mib)
 
     assert bound(50, 2) and not bound(50, 2.1)  # a small index: 2 MiB, as before
     assert not bound(300, 5) and bound(1000, 5)  # 2 MiB per 200 MiB of index
     assert bound(10_000, 16) and not bound(10_000, 16.1)  # at most 16 MiB
     assert not bound(50, 1, removed=1001) and bound(1000, 1, removed=4000)
-    assert not store.edit_in_place(full=True, live_exists=True, source_bytes=1, removed=0, live_bytes=10**10)
+    assert not writer.edit_in_place(full=True, live_exists=True, source_bytes=1, removed=0, live_bytes=10**10)
 
 
 def _rids(index: Path, path: str) -> dict[tuple[int, int, str], int]:

@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 from memory_core.index.pipeline import run_index
+from memory_core.index.writer import FileRow, IndexWriter
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
 from memory_core.storage import vectors
-from memory_core.storage.store import SCHEMA_VERSION, FileRow, IndexWriter, connect, probe_index
+from memory_core.storage.store import SCHEMA_VERSION, connect, probe_index
 from tests.conftest import openai_settings
 from tests.fakes.openai_fake import OpenAIFake
 

@@ -6,6 +6,8 @@
 - :mod:`~memory_core.index.streaming`: the streaming build (rows written as vectors arrive);
 - :mod:`~memory_core.index.pipeline`: the orchestrator, :func:`run_index` (full or incremental,
   sync or Batch API, the fallback, how a run is published);
+- :mod:`~memory_core.index.writer`: the index writer (a temp file beside the live one, or one
+  transaction on it), its :class:`BuildWriter` protocol and the swap;
 - :mod:`~memory_core.index.writer_proc`: the index writer in a child process;
 - :mod:`~memory_core.index.runtypes`: a run's typed values (``RunSummary``, ``Progress``) and the
   one concurrency default;

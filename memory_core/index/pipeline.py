@@ -65,8 +65,9 @@ from memory_core.index.stages import (
     trim_cache,
 )
 from memory_core.index.streaming import stream_index
+from memory_core.index.writer import remove_stale_temp_files
 from memory_core.storage.cache import EmbeddingCache
-from memory_core.storage.store import IndexLock, recover_index, remove_stale_temp_files
+from memory_core.storage.store import IndexLock, recover_index
 
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 

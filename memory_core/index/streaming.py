@@ -48,17 +48,11 @@ from memory_core.index.runtypes import (
     RunPlan,
 )
 from memory_core.index.stages import chunk_file, chunk_parts, finish_meta
+from memory_core.index.writer import BuildWriter, FileRow, IndexWriter, InPlaceBusyError, edit_in_place
 from memory_core.storage import vectors
 from memory_core.storage.cache import EmbeddingCache, preserve_leaving
 from memory_core.storage.indexmeta import chunk_params
-from memory_core.storage.store import (
-    BuildWriter,
-    FileRow,
-    IndexWriter,
-    InPlaceBusyError,
-    edit_in_place,
-    probe_index,
-)
+from memory_core.storage.store import probe_index
 
 LOOKUP_ROWS = 512
 # Rows per insert batch handed to the index writer, at most this many ...
@@ -70,7 +64,7 @@ INSERT_BYTES = 12 * 1024 * 1024
 
 # Above this many bytes of sources to (re)index, the temp index is written by a child process
 # (starting one costs ~0.2 s; below this the whole build is about that fast anyway).
-# Small incremental runs edit the live file in place instead (memory_core.storage.store.edit_in_place).
+# Small incremental runs edit the live file in place instead (memory_core.index.writer.edit_in_place).
 # MEMORY_CORE_WRITER=process|inline|inplace overrides (tests, benchmarks).
 PROCESS_WRITER_BYTES = 2 * 1024 * 1024
 # The progress callback is called at most this often (and at the end).
@@ -360,7 +354,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                  in_place: bool | None = None) -> tuple[ChunkResult, int, EmbedCounts, BuildResult]:
     """Build, verify and publish the next index from ``plan`` in one stream.
 
-    ``in_place`` None: decided by :func:`memory_core.storage.store.edit_in_place`. An in-place update
+    ``in_place`` None: decided by :func:`memory_core.index.writer.edit_in_place`. An in-place update
     that readers keep from committing is rolled back and done again as a new file (its
     vectors are in the cache by then).
 

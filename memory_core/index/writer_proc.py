@@ -7,7 +7,7 @@ every row, and a busy Python thread holds it for up to the switch interval each 
 (measured: an insert thread ran 2.5-2.9x slower beside one busy Python thread). A child
 process has its own interpreter, so both cores work.
 
-:class:`ProcessIndexWriter` has the methods of :class:`memory_core.storage.store.IndexWriter` that a
+:class:`ProcessIndexWriter` has the methods of :class:`memory_core.index.writer.IndexWriter` that a
 build uses. Edits are sent without waiting: a sender thread takes them from a short queue
 (``SEND_QUEUE`` messages, the back-pressure), so this process goes on reading and chunking
 while a send blocks on a busy child (with the socket's ~200 KiB buffer alone, the run spent
@@ -39,8 +39,8 @@ from typing import Any
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
+from memory_core.index.writer import FileRow, IndexWriter, publish_temp
 from memory_core.storage import vectors
-from memory_core.storage.store import FileRow, IndexWriter, publish_temp
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
 SEND_QUEUE = 4  # messages waiting for the sender thread (an insert batch is up to ~12 MiB: streaming.insert_rows)
@@ -92,7 +92,7 @@ class Channel:
 
 class ProcessIndexWriter:
     """An :class:`IndexWriter` in a child process (same use: ``with``, edits, verify, swap): a
-    :class:`memory_core.storage.store.BuildWriter`."""
+    :class:`memory_core.index.writer.BuildWriter`."""
 
     def __init__(self, live_path: Path, *, full: bool, dims: int | None, use_vec: bool = True) -> None:
         self.live_path = Path(live_path)
@@ -191,7 +191,7 @@ class ProcessIndexWriter:
     def replace_paths(self, paths: Iterable[str]) -> None:
         """These files are indexed again: here their rows go at once and the run inserts them
         all (a copy of the live index is rewritten whole anyway; the in-process writer's
-        :meth:`memory_core.storage.store.IndexWriter.replace_paths` keeps the unchanged chunks' rows)."""
+        :meth:`memory_core.index.writer.IndexWriter.replace_paths` keeps the unchanged chunks' rows)."""
         self.delete_paths(paths)
 
     def finish_replace(self) -> int:
