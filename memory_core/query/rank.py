@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -91,10 +92,28 @@ def joined_messages(text: str) -> str:
     return text
 
 
-def _dated_snippet(h: ranking.Hit, terms: list[str]) -> str:
+Messages = Callable[[str, int, int], "list[str] | None"]
+"""``(path, start_line, end_line)`` -> a transcript's messages on those JSONL lines as a person reads
+them, each with its own line breaks (:func:`memory_core.query.reading.transcript_messages`), or None."""
+
+
+def _chunk_text(h: ranking.Hit, messages: Messages | None) -> str:
+    """What a snippet is cut from: a note's chunk; a transcript chunk's messages with their own line
+    breaks when ``messages`` can read them (the index holds each message on one line, whitespace
+    collapsed, as the reference hashes it), else its indexed messages, whole (:func:`joined_messages`)."""
+    if h.source != "sessions":
+        return h.text
+    if messages is not None:
+        got = messages(h.path, h.start_line, h.end_line)
+        if got:
+            return "\n".join(got)
+    return joined_messages(h.text)
+
+
+def _dated_snippet(h: ranking.Hit, terms: list[str], messages: Messages | None = None) -> str:
     """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``),
-    and its messages are whole (:func:`joined_messages`)."""
-    text = joined_messages(h.text) if h.source == "sessions" else h.text
+    and its messages are whole (:func:`_chunk_text`)."""
+    text = _chunk_text(h, messages)
     stamp = said_at(h.source, h.date)
     if not stamp:
         return ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS)
@@ -124,10 +143,11 @@ def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:
     return head[:cut] if cut > 0 else ""
 
 
-def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | None) -> tuple[str, int, int]:
+def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | None,
+                  messages: Messages | None = None) -> tuple[str, int, int]:
     """The snippet and cited lines of ``h``: :func:`_dated_snippet`, with the neighbouring message
     or line on the side where the chunk's best match sits (:mod:`memory_core.query.edges`: the budget)."""
-    plain = (_dated_snippet(h, terms), h.start_line, h.end_line)
+    plain = (_dated_snippet(h, terms, messages), h.start_line, h.end_line)
     if neighbours is None or h.source not in ("sessions", "memory") or not terms:
         return plain
     us = units(h.text, h.source)
@@ -135,10 +155,11 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
     best = max(hits, default=0)
     if best == 0:
         return plain
-    text = joined_messages(h.text) if h.source == "sessions" else h.text
+    joined = joined_messages(h.text) if h.source == "sessions" else h.text
     # a transcript chunk cut inside a message has its rest beside it, not another message
-    want_b = hits[0] == best and not text.startswith(ELLIPSIS)
-    want_a = hits[-1] == best and not text.endswith(ELLIPSIS)
+    want_b = hits[0] == best and not joined.startswith(ELLIPSIS)
+    want_a = hits[-1] == best and not joined.endswith(ELLIPSIS)
+    text = _chunk_text(h, messages)
     if not (want_b or want_a):
         return plain
     before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a)
@@ -168,12 +189,13 @@ def _written_on(h: ranking.Hit) -> str | None:
 
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
                     min_score: float | None = None, mode: str = "hybrid",
-                    neighbours: Neighbours | None = None) -> list[SearchResult]:
+                    neighbours: Neighbours | None = None, messages: Messages | None = None) -> list[SearchResult]:
     """Score, threshold, decay, dedupe, diversify and cut ``cands``; make snippets and citations.
 
     ``neighbours``: where a result whose best match sits at its chunk's edge finds the message or
     line beside it (``query.edge_lines``; :mod:`memory_core.query.edges`); None: snippets of the
-    chunk alone.
+    chunk alone. ``messages``: where a transcript result's messages are read with their own line
+    breaks (:data:`Messages`); None: the indexed text, one line a message.
 
     ``min_score`` applies to the relevance (the fused score) before temporal decay; decay and
     MMR only reorder what passed it. ``mode="vector"`` / ``"keyword"`` rank one side alone.
@@ -226,7 +248,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
         neighbours = None
     out = []
     for h in hits:
-        snippet, start, end = _edge_snippet(h, terms, neighbours)
+        snippet, start, end = _edge_snippet(h, terms, neighbours, messages)
         out.append(SearchResult(
             path=h.path, start_line=start, end_line=end, score=round(float(h.relevance), 6),
             snippet=snippet, source=h.source, citation=f"{h.path}#L{start}-L{end}",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,60 @@ def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None,
         return transcript_dates(fd, name=f"{settings.sessions_dir}\0{path}")
     finally:
         os.close(fd)
+
+
+_SHOWN: OrderedDict[tuple[str, int, int, int], dict[int, str]] = OrderedDict()
+_SHOWN_LOCK = threading.Lock()
+SHOWN_CACHE_CHARS = 32 * 1024 * 1024
+"""The most characters of transcripts' display messages kept between searches (newest first)."""
+
+
+def transcript_messages(settings: Settings) -> Callable[[str, int, int], list[str] | None]:
+    """:data:`memory_core.query.rank.Messages`: the messages of an indexed transcript's JSONL lines
+    as a person reads them (each with its own line breaks, masked as indexed), the file opened as
+    ``get`` opens it. A file's messages are read once and kept while it is unchanged (its device,
+    inode, size and mtime; at most :data:`SHOWN_CACHE_CHARS` characters in all), so a search that
+    shows six results of a long transcript does not parse it six times. None when it cannot be
+    read: the snippet then shows the chunk's indexed text."""
+    from memory_core.errors import MemoryCoreError
+    from memory_core.sources.safeio import open_indexed
+    from memory_core.sources.sessions import session_messages_by_line
+
+    def messages(path: str, start: int, end: int) -> list[str] | None:
+        try:
+            fd = open_indexed(settings, path)
+        except (MemoryCoreError, OSError, ValueError):
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        key = (str(settings.sessions_dir) + "\0" + path, st.st_ino, st.st_size, st.st_mtime_ns)
+        with _SHOWN_LOCK:
+            got = _SHOWN.get(key)
+            if got is not None:
+                _SHOWN.move_to_end(key)
+        if got is not None:
+            os.close(fd)
+        else:
+            try:
+                got = session_messages_by_line(fd, 1 << 62)  # closes fd
+            except (OSError, ValueError):
+                return None
+            size = sum(len(v) for v in got.values())
+            with _SHOWN_LOCK:
+                _SHOWN[key] = got
+                total = sum(sum(len(v) for v in m.values()) for m in _SHOWN.values())
+                while len(_SHOWN) > 1 and total > SHOWN_CACHE_CHARS:
+                    _, old = _SHOWN.popitem(last=False)
+                    total -= sum(len(v) for v in old.values())
+                if size > SHOWN_CACHE_CHARS:
+                    _SHOWN.pop(key, None)
+        out = [got[n] for n in range(start, end + 1) if n in got]
+        return out or None
+
+    return messages
 
 
 def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, Any] | None]], path: str,

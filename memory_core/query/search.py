@@ -46,7 +46,7 @@ from memory_core.query.dates import (
 )
 from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
-from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
+from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file, transcript_messages
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import vectors
@@ -382,16 +382,19 @@ class Searcher(QueryProviderOwner):
         ``self`` with only ``settings``, snippets are the chunk's alone).
         """
         lock = getattr(self, "_lock", None)
-        if self.settings.query.edge_lines <= 0 or lock is None:
+        if lock is None:
             return rank_candidates(self.settings.query, cands, max_results=max_results, min_score=min_score,
                                    mode=mode)
         with lock:  # the neighbouring message or line beside a result's edge, read from the index
             try:
-                neighbours = index_neighbours(self._current().conn)
+                idx: _Index | None = self._current()
             except IndexMissingError:
-                neighbours = None
+                idx = None
+            neighbours = index_neighbours(idx.conn) if idx is not None and self.settings.query.edge_lines > 0 else None
+            # a transcript's snippet shows its messages with their own line breaks (read as `get` reads them)
+            messages = transcript_messages(self._where(idx)) if idx is not None else None
             return rank_candidates(self.settings.query, cands, max_results=max_results, min_score=min_score,
-                                   mode=mode, neighbours=neighbours)
+                                   mode=mode, neighbours=neighbours, messages=messages)
 
     def _vector_hits(self, idx: _Index, qvec: np.ndarray, k: int,
                      sources: tuple[str, ...] | None) -> list[ranking.Hit]:

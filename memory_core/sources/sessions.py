@@ -43,6 +43,8 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "SessionDoc",
     "count_lines",
+    "display_session_text",
+    "session_messages_by_line",
     "extract_session_text",
     "normalize_session_text",
     "parse_session_file",
@@ -146,14 +148,31 @@ def normalize_session_text(value: str) -> str:
     return _JS_WS_RUN.sub(" ", value).strip(_JS_WS_CHARS)
 
 
-def extract_session_text(content: Any) -> str | None:
+def display_session_text(value: str) -> str:
+    """A message's text as a person reads it: each line's whitespace runs collapsed (as
+    :func:`normalize_session_text` collapses the whole text), its line breaks kept, blank lines
+    between paragraphs kept once, leading and trailing blank lines dropped. For snippets only:
+    what is indexed and hashed stays :func:`normalize_session_text`'s one line (the reference's)."""
+    out: list[str] = []
+    for line in value.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = normalize_session_text(line)
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out)
+
+
+def extract_session_text(content: Any, *, keep_lines: bool = False) -> str | None:
     """Text of a message's ``content``: a string, or the ``text`` blocks of a list.
 
     Returns ``None`` when nothing non-empty remains.  Non-text blocks (``tool_use``,
-    ``tool_result``, ``image``, ``thinking`` ...) are ignored.
+    ``tool_result``, ``image``, ``thinking`` ...) are ignored. ``keep_lines``: the text as a
+    person reads it (:func:`display_session_text`; blocks on lines of their own), not as indexed.
     """
+    norm = display_session_text if keep_lines else normalize_session_text
     if isinstance(content, str):
-        return normalize_session_text(content) or None
+        return norm(content) or None
     if not isinstance(content, list):
         return None
     parts: list[str] = []
@@ -163,10 +182,10 @@ def extract_session_text(content: Any) -> str | None:
         text = block.get("text")
         if not isinstance(text, str):
             continue
-        normalized = normalize_session_text(text)
+        normalized = norm(text)
         if normalized:
             parts.append(normalized)
-    return " ".join(parts) if parts else None
+    return ("\n" if keep_lines else " ").join(parts) if parts else None
 
 
 def _is_json(line: str | bytes) -> bool:
@@ -185,13 +204,14 @@ def _reject_constant(name: str) -> NoReturn:
 class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
-    __slots__ = ("parts", "line_map", "skipped", "redact_secrets")
+    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines")
 
-    def __init__(self, redact_secrets: bool) -> None:
+    def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
         self.line_map: list[int] = []
         self.skipped = 0
         self.redact_secrets = redact_secrets
+        self.keep_lines = keep_lines  # display text (snippets), never indexed or hashed
 
     def feed(self, line_no: int, line: str) -> None:
         """Process JSONL line *line_no* (1-based); *line* may keep its newline."""
@@ -218,13 +238,20 @@ class _Builder:
         label = _ROLE_LABELS.get(role) if isinstance(role, str) else None
         if label is None:
             return  # tool results, system messages: valid records, not indexed
-        text = extract_session_text(message.get("content"))
+        text = extract_session_text(message.get("content"), keep_lines=self.keep_lines)
         if not text:
             return
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
         if self.redact_secrets:
-            text = redact(text)
+            if self.keep_lines:
+                # the display text is masked exactly as the indexed one: a secret whose pattern
+                # spans a line break (masked once the line is collapsed) shows the indexed form
+                flat = redact(normalize_session_text(text))
+                shown = redact(text)
+                text = shown if normalize_session_text(shown) == flat else flat
+            else:
+                text = redact(text)
         self.parts.append(f"{label}: {text}")
         self.line_map.append(line_no)
 
@@ -400,14 +427,17 @@ def session_text_for_range(
     end_line: int,
     *,
     redact_secrets: bool = True,
+    keep_lines: bool = False,
 ) -> list[str]:
     """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
     ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
     message; other records are left out. What ``memory_get`` returns for a transcript citation.
-    ``path`` may be an open file descriptor (``get`` opens it with no symlink followed): it is
-    closed here, also for an empty range, as :func:`memory_core.sources.safeio.read_lines` closes its own."""
+    ``keep_lines``: each message with its own line breaks (:func:`display_session_text`), as a
+    search snippet shows it. ``path`` may be an open file descriptor (``get`` opens it with no
+    symlink followed): it is closed here, also for an empty range, as
+    :func:`memory_core.sources.safeio.read_lines` closes its own."""
     start = max(1, start_line)
-    builder = _Builder(redact_secrets)
+    builder = _Builder(redact_secrets, keep_lines)
     with open(path, "rb") as f:
         if end_line < start:
             return []
@@ -421,6 +451,26 @@ def session_text_for_range(
             if line_no >= end_line:
                 break
     return builder.parts
+
+
+def session_messages_by_line(
+    path: str | os.PathLike[str] | int,
+    end_line: int,
+    *,
+    keep_lines: bool = True,
+) -> dict[int, str]:
+    """The readable, redacted messages of JSONL lines ``1..end_line`` by line number (as
+    :func:`session_text_for_range` reads them; ``keep_lines``: with their own line breaks), for a
+    reader that shows several ranges of one transcript (a search's snippets) after one read.
+    ``path`` may be an open file descriptor: it is closed here."""
+    builder = _Builder(True, keep_lines)
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
+            if raw is not None:
+                builder.feed(line_no, raw.decode("utf-8", errors="replace"))
+            if line_no >= end_line:
+                break
+    return dict(zip(builder.line_map, builder.parts, strict=True))
 
 
 _SECRET_FIELD = re.compile(
