@@ -204,7 +204,8 @@ class QuerySettings(_Model):
     # hybrid results: each further chunk of a file (a session, a note) is placed as if it scored
     # this much less per chunk of that file before it (ranking.diversify_files), so a question
     # whose evidence spans sessions sees each session's best chunk; shown scores, the threshold and
-    # the order of files do not change. 1 turns it off.
+    # the order of files do not change; not when the query names a day (its own chunks come
+    # first). 1 turns it off.
     file_diversity: float = Field(default=DEFAULT_FILE_DIVERSITY, gt=0, le=1)
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)

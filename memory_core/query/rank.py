@@ -240,7 +240,9 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     hits = ranking.dedupe_overlapping(hits)
     if q.mmr.enabled:
         hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
-    if mode == "hybrid":  # one side alone keeps exactly that side's order
+    # one side alone keeps exactly that side's order; a named day's own chunks stay before the
+    # other days' (dates.lift_named_days), which a further chunk's lower placing would undo
+    if mode == "hybrid" and cands.dates is None:
         hits = ranking.diversify_files(hits, q.file_diversity)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
