@@ -187,16 +187,21 @@ FILLER = {
 }
 
 
-@pytest.fixture(scope="module")
-def january(tmp_path_factory: pytest.TempPathFactory):
-    ws = tmp_path_factory.mktemp("january") / "ws"
-    (ws / "sessions").mkdir(parents=True)
-    (ws / "memory").mkdir()
+def _filler_days(ws: Path) -> None:
+    """One session a day, 15-19 January 2024, each about its FILLER topic."""
     for d, (topic, text) in FILLER.items():
         _session(ws / "sessions" / f"day-{d}.jsonl", [
             (f"2024-01-{d}T18:00:00Z", "user", f"Let me tell you about {topic}. {text}"),
             (f"2024-01-{d}T18:01:00Z", "assistant", f"Thanks for telling me about {topic}."),
         ])
+
+
+@pytest.fixture(scope="module")
+def january(tmp_path_factory: pytest.TempPathFactory):
+    ws = tmp_path_factory.mktemp("january") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    _filler_days(ws)
     # the answer to a question about the 17th, sent just past midnight: stamped the 18th
     _session(ws / "sessions" / "late-17.jsonl", [
         ("2024-01-18T00:40:00Z", "user", "The plumber finally came about the boiler: the pressure valve is "
@@ -277,11 +282,7 @@ def test_a_plan_and_a_day_of_the_month_are_found_over_transcripts(tmp_path: Path
     written on, so nothing was lifted); "the 13th" is the 13th's session (before: not read as a day)."""
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
-    for d, (topic, text) in FILLER.items():
-        _session(ws / "sessions" / f"day-{d}.jsonl", [
-            (f"2024-01-{d}T18:00:00Z", "user", f"Let me tell you about {topic}. {text}"),
-            (f"2024-01-{d}T18:01:00Z", "assistant", f"Thanks for telling me about {topic}."),
-        ])
+    _filler_days(ws)
     _session(ws / "sessions" / "plans.jsonl", [
         ("2024-01-12T09:00:00Z", "user", "Signed the lease, moving in on 2024-02-01."),
         ("2024-01-12T09:01:00Z", "assistant", "Congratulations on the new flat."),
