@@ -64,3 +64,19 @@ def test_a_secret_split_by_a_line_break_is_shown_as_the_index_masks_it(tmp_path:
         assert hits
         for h in hits:
             assert key not in h.snippet and key[8:] not in h.snippet, h.snippet
+
+
+def test_a_transcript_rewritten_since_indexing_shows_the_indexed_text(tmp_path: Path) -> None:
+    """The cited lines now hold other messages (a transcript rewritten, not yet indexed again):
+    the snippet shows what was indexed, never the new lines under the old citation."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    path = ws / "sessions" / "code.jsonl"
+    _session(path, [("user", "how do we honour Retry-After?"), ("assistant", CODE)])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    _session(path, [("user", "an unrelated question\nabout lunch"), ("assistant", "soup\nand bread\nat noon")])
+    with Searcher(s) as searcher:
+        hits = searcher.search("retryAfterSeconds Retry-After helper")
+        assert hits and hits[0].path == "sessions/code.jsonl"
+        assert "retryAfterSeconds" in hits[0].snippet and "soup" not in hits[0].snippet, hits[0].snippet

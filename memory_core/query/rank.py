@@ -25,6 +25,7 @@ from memory_core.query.answers import cut_at_word
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
 from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, units
 from memory_core.query.retrieval import Candidates
+from memory_core.sources.sessions import normalize_session_text
 from memory_core.storage import textsearch
 
 ELLIPSIS = "…"
@@ -103,11 +104,24 @@ def _chunk_text(h: ranking.Hit, messages: Messages | None) -> str:
     collapsed, as the reference hashes it), else its indexed messages, whole (:func:`joined_messages`)."""
     if h.source != "sessions":
         return h.text
+    joined = joined_messages(h.text)
     if messages is not None:
         got = messages(h.path, h.start_line, h.end_line)
-        if got:
+        # the transcript as it is now must still say what was indexed (a file rewritten since,
+        # its lines shifted, would show other messages under this citation): every whole message
+        # of the chunk is one of them, once collapsed
+        if got and _still_says(joined, got):
             return "\n".join(got)
-    return joined_messages(h.text)
+    return joined
+
+
+def _still_says(joined: str, shown: list[str]) -> bool:
+    """Every whole message of a transcript chunk's indexed text (``joined``: one a line, the first
+    and last maybe partial, marked by ``…``) is one of ``shown`` with its whitespace collapsed."""
+    flat = {normalize_session_text(m) for m in shown}
+    lines = joined.split("\n")
+    whole = [ln for ln in lines if ln.startswith(_SPEAKER) and not ln.endswith(ELLIPSIS)]
+    return bool(whole) and all(ln in flat for ln in whole)
 
 
 def _dated_snippet(h: ranking.Hit, terms: list[str], messages: Messages | None = None) -> str:
