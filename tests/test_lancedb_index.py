@@ -33,7 +33,7 @@ def exported(workspace: Path, openai_fake: Any, tmp_path: Path):
 def test_export_and_search_rank_as_the_index(exported):
     settings, uri, summary = exported
     with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
-        assert summary.rows == ls.n_chunks == idx.status()["chunks"] and summary.dims == 64
+        assert summary.rows == ls.n_chunks == idx.status().chunks and summary.dims == 64
         # notes: one vector per chunk in both (transcript chunks also have per-exchange vectors in the
         # index, not exported: docs/lancedb-index.md)
         for q in QUERIES:

@@ -44,7 +44,7 @@ def test_a_long_lived_reader_remembers_the_outage_then_tries_again(workspace: Pa
         second = se.search_response("postgres replication")
         assert openai_fake.embed_requests == tried  # answered at once: the provider was not asked
         assert second["results"] and "was down" in second["note"] and "not tried again until" in second["note"]
-        assert se.status().get("note", "").count("keyword-only") == 1
+        assert se.status().note.count("keyword-only") == 1
         # the backoff has passed (made 0 here): one query tries again, and the provider is back
         openai_fake.clear_faults()
         monkeypatch.setattr(indexmeta, "OUTAGE_FIRST_S", 0.0)

@@ -15,6 +15,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import PathError
 from memory_core.query.dates import transcript_dates
+from memory_core.query.results import FileText
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 
 MAX_GET_LINES = 2000
@@ -35,8 +36,8 @@ def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None,
 
 
 def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, Any] | None]], path: str,
-              from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-    """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.
+              from_line: int | None = None, lines: int | None = None) -> FileText:
+    """Lines of an indexed source file (:class:`FileText`).
 
     ``path`` may be a citation (``path#L10-L20``: those lines unless ``from_line`` / ``lines``
     are given) or start with ``./``. Transcripts come back as readable, redacted
@@ -59,7 +60,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     where = record.reader_settings(settings) if record else settings  # the index's own workspace
     if row is None:
         if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
-            return {"path": path, "text": "", "source": "memory", "from": start, "lines": 0}
+            return FileText(path=path, source="memory", start_line=start, lines=0, text="")
         raise PathError(f"not an indexed file: {path}")
     source = row[1]
     resolve_indexed_path(where, path)
@@ -97,10 +98,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
         from memory_core.sources.redact import redact_lines
 
         out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
-    got: dict[str, Any] = {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
-    if note:
-        got["note"] = note
-    return got
+    return FileText(path=path, source=source, start_line=start, lines=len(out), text="\n".join(out), note=note or None)
 
 
 def line_total(settings: Settings, path: str, source: str) -> int | None:

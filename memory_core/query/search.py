@@ -47,6 +47,7 @@ from memory_core.query.dates import (
 from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
+from memory_core.query.results import FileText, MemoryStatus
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import vectors
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = [  # what other modules import from here (some defined in the query modules it composes)
     "AGENT_RESULT_KEYS", "DATE_MATCH_BONUS", "MAX_CANDIDATES", "MAX_DATED_CANDIDATES", "MAX_GET_LINES", "MODES",
-    "SIZE_LINES", "SNIPPET_MAX_CHARS", "Answering", "Candidates", "ResultSource", "SearchResult", "Searcher",
-    "SourceHits", "index_sizes", "search_answer",
+    "SIZE_LINES", "SNIPPET_MAX_CHARS", "Answering", "Candidates", "FileText", "MemoryStatus", "ResultSource",
+    "SearchResult", "Searcher", "SourceHits", "index_sizes", "search_answer",
 ]
 
 log = logging.getLogger("memory_core.query.search")
@@ -443,7 +444,7 @@ class Searcher(QueryProviderOwner):
             return float(np.mean(got))
 
     # -- read_file ----------------------------------------------------------------------------
-    def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+    def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Lines of an indexed source file: :func:`memory_core.query.reading.read_file`."""
         def lookup(p: str) -> tuple[Any, dict[str, Any] | None]:
             with self._lock:
@@ -453,7 +454,7 @@ class Searcher(QueryProviderOwner):
         return read_file(self.settings, lookup, path, from_line, lines)
 
     # -- status ---------------------------------------------------------------------------------
-    def status(self, *, measure: bool = False) -> dict[str, Any]:
+    def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds: :func:`memory_core.query.status.index_status`."""
         return index_status(self.path, self.settings, self._lock, self._current, lambda: self.provider_note,
                             measure=measure)
