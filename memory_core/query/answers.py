@@ -26,6 +26,7 @@ from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.embeddings.catalog import keyword_only
+from memory_core.storage.indexmeta import IndexRecord
 
 QMD_DEFAULT_BUDGET = 4000
 ELLIPSIS = "…"
@@ -112,11 +113,11 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
                         " (memory_get reads more)")
 
 
-def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[str, Any],
+def nothing_found_note(floor: float, counts: dict[str, int] | None, record: IndexRecord | None,
                        sources: list[str] | None, *, query: str = "") -> str:
     """What an answer with no results says: what is actually the case. An empty index, or a
     source asked for that holds nothing (no transcripts indexed), is not "nothing matches".
-    ``counts``: the index's chunks by source (None: unknown); ``meta``: its meta record;
+    ``counts``: the index's chunks by source (None: unknown); ``record``: what it recorded;
     ``sources``: the sources asked for (None: all)."""
     if not query.strip():
         return "the query is empty: nothing was searched"
@@ -124,7 +125,7 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[s
         if not any(counts.values()):
             return ("the index holds nothing yet: no note or transcript is indexed (is the workspace right?"
                     " `memory-core index` indexes it; `memory-core status` shows what it holds)")
-        built_from = set(meta.get("sources") or [])
+        built_from = set(record.sources if record is not None else [])
         empty = [s for s in (sources or []) if not counts.get(s)]
         if sources and len(empty) == len(set(sources)):
             what = {"sessions": "transcript", "memory": "note"}
@@ -145,21 +146,22 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[s
 _FALLBACK_FROM = re.compile(r"^fallback: (\S+)")
 
 
-def response_meta(index_meta: dict[str, Any], last: dict[str, Any], note: str, mode: str) -> dict[str, Any]:
+def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, mode: str) -> dict[str, Any]:
     """``provider``, ``model``, ``backend``, ``mode`` and ``fallback`` of one answer.
 
-    ``index_meta``: the searched index's meta record; ``last``: what the search did
+    ``record``: what the searched index recorded (None: nothing); ``last``: what the search did
     (``backend``, ``embedded``, ``qmd_fallback``); ``note``: the searcher's provider note.
     ``fallback`` is ``None`` or ``{"from", "to", "reason"}``: ``to`` is ``"keyword"`` when an
     index with vectors answered keyword-only (the query could not be embedded), ``"builtin"``
     when qmd could not answer, or the provider the index was built with when that was its
     configured fallback.
     """
-    provider = index_meta.get("provider")
-    model = index_meta.get("model")
-    vectors = bool(index_meta.get("dims")) and not keyword_only(provider)
+    rec = record if record is not None else IndexRecord()
+    provider: str | None = rec.provider
+    model = rec.model
+    vectors = rec.has_vectors
     fallback: dict[str, Any] | None = None
-    built = str(index_meta.get("provider_reason") or "")
+    built = rec.provider_reason or ""
     m = _FALLBACK_FROM.match(built)
     if m:
         fallback = {"from": m.group(1), "to": provider, "reason": built}

@@ -177,7 +177,8 @@ class QmdSearcher(Searcher):
         from memory_core.query.reading import indexed_transcript_dates, line_total
         from memory_core.sources.redact import redact_lines
 
-        redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
+        record = self.index_record()
+        redact_notes = ((record.redact if record else None) or self.settings.redact) == "all"
         match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")
         for h in hits:
             if h.score < floor:

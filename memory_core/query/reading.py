@@ -17,6 +17,7 @@ from memory_core.errors import PathError
 from memory_core.query.dates import transcript_dates
 from memory_core.query.results import FileText
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
+from memory_core.storage.indexmeta import IndexRecord
 
 MAX_GET_LINES = 2000
 _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
@@ -35,7 +36,7 @@ def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None,
         os.close(fd)
 
 
-def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, Any] | None]], path: str,
+def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord | None]], path: str,
               from_line: int | None = None, lines: int | None = None) -> FileText:
     """Lines of an indexed source file (:class:`FileText`).
 
@@ -44,7 +45,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
     (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
     Any other path outside the index is refused. ``lookup(path)``: the path's ``(path, source)`` row of
-    the index's ``files`` table (None when not indexed) and the index's meta.
+    the index's ``files`` table (None when not indexed) and what the index recorded.
     """
     if not isinstance(path, str) or not path.strip():
         raise PathError("path is empty")
@@ -52,11 +53,8 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     path = cite.path
     from_line = cite.start_line if from_line is None else from_line
     lines = cite.lines if lines is None and from_line == cite.start_line else lines
-    row, meta = lookup(path)  # the files row and the meta of the index read now
+    row, record = lookup(path)  # the files row and the record of the index read now
     start = max(1, int(from_line or 1))
-    from memory_core.storage.indexmeta import IndexRecord
-
-    record = IndexRecord.from_meta(meta) if meta else None
     where = record.reader_settings(settings) if record else settings  # the index's own workspace
     if row is None:
         if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
@@ -94,7 +92,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
                     f" not messages); the file has {total} lines")
         elif not out and start > 1:
             note = f"line {start} is past the end of {path}" + (f" ({total} lines)" if total is not None else "")
-    if source != "sessions" and (meta or {}).get("redact", settings.redact) == "all":  # transcripts come back redacted
+    if source != "sessions" and ((record.redact if record else None) or settings.redact) == "all":  # transcripts come back redacted
         from memory_core.sources.redact import redact_lines
 
         out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too

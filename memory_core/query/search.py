@@ -51,7 +51,7 @@ from memory_core.query.results import FileText, MemoryStatus
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import vectors
-from memory_core.storage.indexmeta import QueryProviderOwner
+from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
 
 if TYPE_CHECKING:
@@ -85,8 +85,8 @@ class ResultSource(Protocol):
 
     source: str
 
-    def meta(self) -> dict[str, Any]:
-        """What its vectors were made with (``provider``, ``model``, ``dims``), as the index's meta."""
+    def record(self) -> IndexRecord | None:
+        """What its vectors were made with (``provider``, ``model``, ``dims``), as an index records it."""
         ...
 
     def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits: ...
@@ -103,7 +103,7 @@ class Answering(Protocol):
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]: ...
 
-    def index_meta(self) -> dict[str, Any]: ...
+    def index_record(self) -> IndexRecord | None: ...
 
 
 def search_answer(searcher: Answering, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -128,12 +128,12 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
     read_index = file_srcs is None or bool(file_srcs)
     results: list[dict[str, Any]] = []
-    meta: dict[str, Any] = {}
+    record: IndexRecord | None = None
     if read_index:
         results = [r.to_agent() for r in searcher.search(query, max_results=max_results, min_score=min_score,
                                                          sources=file_srcs, mode=mode)]
         with contextlib.suppress(Exception):  # an empty query never opened the index
-            meta = searcher.index_meta()
+            record = searcher.index_record()
     last, note = searcher.last_search, searcher.provider_note if read_index else ""
     notes = [clamp_note, note]
     if extra is not None:
@@ -143,10 +143,10 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
         notes.append(got.note)
         if not read_index:  # the answer's provider is the one of the source's vectors
-            meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
+            record, last, note = extra.record(), {"backend": "builtin", "embedded": got.embedded}, got.note
     shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
     out: dict[str, Any] = {"results": shaped.results}
-    out.update(response_meta(meta, last, note, mode))
+    out.update(response_meta(record, last, note, mode))
     out["citations"] = citations_mode(searcher.settings, chat_type)
     notes = [n for n in (*notes, shaped.note) if n]
     if not results:
@@ -157,7 +157,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         if read_index and callable(indexed):
             with contextlib.suppress(Exception):
                 counts = indexed()
-        notes.append(nothing_found_note(floor, counts, meta, file_srcs, query=query))
+        notes.append(nothing_found_note(floor, counts, record, file_srcs, query=query))
     if notes:
         out["note"] = "; ".join(notes)
     return out
@@ -199,8 +199,8 @@ class Searcher(QueryProviderOwner):
                 old, self._idx = self._idx, new
                 if old is not None:
                     old.close()
-                    if (not self._injected and old.meta and new.meta
-                            and old.meta.get("provider_key") != new.meta.get("provider_key")):
+                    was, now = IndexRecord.from_meta(old.meta), IndexRecord.from_meta(new.meta)
+                    if not self._injected and was and now and was.provider_key != now.provider_key:
                         self._provider, self._provider_checked = None, False
             return self._idx
 
@@ -228,10 +228,15 @@ class Searcher(QueryProviderOwner):
             idx = self._current()
             return [r[0] for r in idx.conn.execute("SELECT path FROM files")]
 
-    def index_meta(self) -> dict[str, Any]:
-        """The meta record of the index being searched."""
+    def index_meta(self) -> dict[str, Any]:  # JSON: the raw meta row, for the evaluation report
+        """The meta record of the index being searched, as stored (read it typed: :meth:`index_record`)."""
         with self._lock:
             return dict(self._current().meta or {})
+
+    def index_record(self) -> IndexRecord | None:
+        """What the index being searched records (None: no meta)."""
+        with self._lock:
+            return IndexRecord.from_meta(self._current().meta)
 
     def indexed_chunks(self) -> dict[str, int]:
         """Chunks in the index by source (``{"memory": 120, "sessions": 0}``): what an answer
@@ -242,7 +247,7 @@ class Searcher(QueryProviderOwner):
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
-        return self._provider_for(idx.meta or {}, "index", "rebuilt")
+        return self._provider_for(IndexRecord.from_meta(idx.meta), "index", "rebuilt")
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -348,7 +353,8 @@ class Searcher(QueryProviderOwner):
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), stamps_of)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
-                (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
+                (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
+                idx.background_cosine() if embedded else None,
                 q.vector_calibration)
         return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
 
@@ -356,9 +362,7 @@ class Searcher(QueryProviderOwner):
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
         given only the index, or settings without ``sessions``, still finds the transcripts)."""
         if idx.where is None:
-            from memory_core.storage.indexmeta import IndexRecord
-
-            record = IndexRecord.from_meta(idx.meta) if idx.meta else None
+            record = IndexRecord.from_meta(idx.meta)
             idx.where = record.reader_settings(self.settings) if record else self.settings
         return idx.where
 
@@ -446,10 +450,11 @@ class Searcher(QueryProviderOwner):
     # -- read_file ----------------------------------------------------------------------------
     def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Lines of an indexed source file: :func:`memory_core.query.reading.read_file`."""
-        def lookup(p: str) -> tuple[Any, dict[str, Any] | None]:
+        def lookup(p: str) -> tuple[Any, IndexRecord | None]:
             with self._lock:
                 idx = self._current()
-                return idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (p,)).fetchone(), idx.meta
+                row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (p,)).fetchone()
+                return row, IndexRecord.from_meta(idx.meta)
 
         return read_file(self.settings, lookup, path, from_line, lines)
 

@@ -34,8 +34,8 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     with lock:
         idx = current()
         c = idx.conn
-        m = idx.meta or {}
-        dims = m.get("dims")
+        rec = IndexRecord.from_meta(idx.meta) or IndexRecord()
+        dims = rec.dims
         index_bytes = path.stat().st_size
         files, chunks = int_of(c, "SELECT count(*) FROM files"), int_of(c, "SELECT count(*) FROM chunks")
         by_source = _counts(c, "SELECT source, count(*) FROM chunks GROUP BY source")
@@ -46,23 +46,23 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
                   "numpy cosine (sqlite-vec not loadable)") if dims else "off (keyword-only index)"
         vector_bytes = vectors.sizes(c, dims)
         sizes = index_sizes(c, dims, index_bytes, settings.cache_file, measure=measure)
-        scan = vectors.ScanPlan.from_meta(m) if idx.has_bits and dims else None
+        scan = idx.scan_plan if idx.has_bits and dims else None
     from memory_core.sources.freshness import dirty_state
 
     dirty = dirty_state(settings)  # the sources changed since the index was built
     return MemoryStatus(
-        state="ok", index_path=str(path), provider=m.get("provider"), model=m.get("model"),
-        provider_reason=m.get("provider_reason"), dims=dims, chunk_tokens=m.get("chunk_tokens"),
-        chunk_overlap=m.get("chunk_overlap"), sources=m.get("sources"), built_at=m.get("built_at"),
+        state="ok", index_path=str(path), provider=rec.provider, model=rec.model,
+        provider_reason=rec.provider_reason, dims=dims, chunk_tokens=rec.chunk_tokens,
+        chunk_overlap=rec.chunk_overlap, sources=list(rec.sources) or None, built_at=rec.built_at,
         files=files, chunks=chunks, chunks_by_source=by_source, vector_search=search, index_bytes=index_bytes,
         vector_bytes=vector_bytes, cache_entries=cache_entry_count(settings.cache_file),
         cache_path=str(settings.cache_file), sizes=sizes, vector_scan=scan,
         # chunks longer than the embedding model's input window (embedded from their head only)
-        chunks_over_window=m.get("chunks_over_window"), note=provider_note(),
+        chunks_over_window=rec.chunks_over_window, note=provider_note(),
         dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
         cache_max_entries=settings.cache.max_entries,
-        batch=m.get("batch") or None,  # the Batch API jobs of the run that built this index
-        built_from=IndexRecord.from_meta(m))
+        batch=rec.batch,  # the Batch API jobs of the run that built this index
+        built_from=IndexRecord.from_meta(idx.meta))
 
 
 def _bits_search(plan: vectors.ScanPlan) -> str:
@@ -79,7 +79,8 @@ def vector_scan_status(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     the vectors (the ``vector_scan`` field of ``status``; for ``memory-core eval`` too): the
     index's recorded :class:`memory_core.storage.vectors.ScanPlan`, with ``measured`` (False: an
     index built before the check) and a one-line ``summary``. None for an index without vectors."""
-    if not meta or not meta.get("dims"):
+    record = IndexRecord.from_meta(meta)
+    if record is None or not record.dims:
         return None
     return scan_report(vectors.ScanPlan.from_meta(meta))
 
