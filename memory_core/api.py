@@ -41,11 +41,10 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
-from memory_core.query.results import FileText, MemoryStatus
+from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 
 if TYPE_CHECKING:
     from memory_core.index.indexer import Indexer
@@ -54,53 +53,6 @@ if TYPE_CHECKING:
     from memory_core.runtime.sync import Freshness, SyncManager
 
 __all__ = ["FileText", "Memory", "MemoryStatus", "SearchAnswer", "open_memory"]
-
-
-@dataclass(frozen=True, slots=True)
-class SearchAnswer:
-    """One search's answer, as ``memory_search`` and ``search --json`` give it (:meth:`to_dict`).
-
-    ``results``: best first, each in the tool's shape (``path``, ``startLine``, ``endLine``,
-    ``score``, ``snippet``, ``source``, ``citation``, ``match``, ``date``, ...); ``provider`` and
-    ``model``: what embedded the query (``none``: a keyword-only index); ``backend``:
-    ``builtin`` or ``qmd``; ``fallback``: ``None`` or ``{from, to, reason}``; ``citations``: the
-    citations mode applied; ``note``: what the caller should know (empty: nothing); ``stale``:
-    the index answered from is older than its sources (``stale_reason`` says what changed,
-    ``refreshing`` whether a reindex is running)."""
-
-    results: list[dict[str, Any]]
-    provider: str
-    model: str | None
-    backend: str
-    mode: str
-    fallback: dict[str, Any] | None
-    citations: str
-    note: str = ""
-    stale: bool = False
-    stale_reason: str = ""
-    refreshing: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SearchAnswer:
-        return cls(results=list(data["results"]), provider=data.get("provider", "none"), model=data.get("model"),
-                   backend=data.get("backend", "builtin"), mode=data.get("mode", "hybrid"),
-                   fallback=data.get("fallback"),
-                   citations=data.get("citations", "auto"), note=data.get("note", ""),
-                   stale=bool(data.get("stale", False)), stale_reason=data.get("stale_reason", ""),
-                   refreshing=bool(data.get("refreshing", False)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON answer: ``note`` only when there is one; ``stale_reason`` and ``refreshing``
-        only when stale."""
-        out: dict[str, Any] = {"results": self.results, "provider": self.provider, "model": self.model,
-                               "backend": self.backend, "mode": self.mode, "fallback": self.fallback,
-                               "citations": self.citations}
-        if self.note:
-            out["note"] = self.note
-        out["stale"] = self.stale
-        if self.stale:
-            out["stale_reason"], out["refreshing"] = self.stale_reason, self.refreshing
-        return out
 
 
 MAX_SEARCHERS = 4  # searchers open at once: the calls a Memory answers side by side
@@ -240,7 +192,7 @@ class Memory:
         with self._borrow() as s:
             out = s.search_response(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode,
                                     chat_type=chat_type, extra=extra)
-        return SearchAnswer.from_dict(fresh.apply(out))
+        return fresh.apply(out)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Searcher]:

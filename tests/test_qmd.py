@@ -334,14 +334,14 @@ def test_hostile_qmd_output_falls_back_and_never_crashes(workspace: Path, fake_q
             monkeypatch.setenv("FAKE_QMD_MODE", "file")
             answer(text)
         with open_searcher(s) as searcher:
-            res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+            res = searcher.search_response("Lisbon hotel confirmation", min_score=0).to_dict()
         assert res["results"] and "answered from the builtin index" in res["note"], what
         json.dumps(res, allow_nan=False).encode("utf-8")  # valid JSON, valid UTF-8
     # a lone surrogate in a snippet: kept as U+FFFD, the answer is still qmd's
     monkeypatch.setenv("FAKE_QMD_MODE", "file")
     answer('[{"file": "qmd://mc-root/memory.md", "score": 0.8, "snippet": "@@ -1,1 @@\\n\\ud800 Lisbon"}]')
     with open_searcher(s) as searcher:
-        res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+        res = searcher.search_response("Lisbon hotel confirmation", min_score=0).to_dict()
     assert res["results"] and "\ufffd" in res["results"][0]["snippet"] and not res.get("note")
     json.dumps(res).encode("utf-8")
 
@@ -405,12 +405,12 @@ def test_an_empty_qmd_answer_falls_back_when_the_builtin_index_has_strong_matche
     question = "what did we decide about the Lisbon hotel"
     with open_searcher(s) as searcher:
         assert searcher.qmd_search(question, 6, None, None) == []  # qmd itself: nothing
-        res = searcher.search_response(question)
+        res = searcher.search_response(question).to_dict()
         st = searcher.status()
         # qmd answers a query whose every word is in one note: its own answer, no fallback
-        direct = searcher.search_response("Lisbon hotel")
+        direct = searcher.search_response("Lisbon hotel").to_dict()
         # neither has anything: qmd's empty answer stands
-        nothing = searcher.search_response("xylophone zeppelin quokka")
+        nothing = searcher.search_response("xylophone zeppelin quokka").to_dict()
     assert res["results"] and res["results"][0]["score"] >= s.qmd.fallback_min_score
     assert "Lisbon" in res["results"][0]["snippet"]
     fb = res["fallback"]
@@ -424,7 +424,7 @@ def test_an_empty_qmd_answer_falls_back_when_the_builtin_index_has_strong_matche
     # turned off: qmd's empty answer is the answer
     off = qmd_settings(workspace, qmd_command, qmd={"fallback_on_empty": False})
     with open_searcher(off) as searcher:
-        res = searcher.search_response(question)
+        res = searcher.search_response(question).to_dict()
     assert res["results"] == [] and res["fallback"] is None and res["backend"] == "qmd"
 
 

@@ -314,7 +314,7 @@ def test_a_reader_answers_keyword_only_within_its_deadline_when_the_provider_mis
      "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.2), None)}[fault]()
     with Searcher(s) as searcher:
         t0 = time.monotonic()
-        res = searcher.search_response("postgres replication", min_score=0)
+        res = searcher.search_response("postgres replication", min_score=0).to_dict()
         took = time.monotonic() - t0
     assert res["results"] and "keyword-only" in res.get("note", ""), res.get("note")
     assert took < 6, took

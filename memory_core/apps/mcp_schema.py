@@ -48,7 +48,7 @@ def list_alias_choices(schema: dict[str, Any], model: type[BaseModel]) -> None:
     schema["properties"] = props
 
 
-def input_schema(model: type[BaseModel], values: dict[str, object] | None = None) -> dict[str, Any]:
+def input_schema(model: type[BaseModel], values: dict[str, object] | None = None) -> dict[str, object]:
     """The input schema a tool lists: ``model``'s, by alias, its descriptions filled from ``values``."""
     schema = model.model_json_schema(by_alias=True, mode="validation", schema_generator=_WireSchema)
     schema.pop("title", None)

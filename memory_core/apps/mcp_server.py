@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -51,6 +51,10 @@ from memory_core.query.answers import MAX_RESULTS
 from memory_core.query.backends import open_searcher
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.runtime.sync import SyncManager
+
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult
+    from starlette.applications import Starlette
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -327,7 +331,7 @@ class MemoryTools:
         self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
         self.handlers.update(self.store_tools.handlers())
 
-    def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def search(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = SearchArgs.model_validate(arguments)
         # the memory store is searched only when named (its results merged by score)
         store = self.store_tools.store if a.sources and "store" in a.sources else None
@@ -338,13 +342,13 @@ class MemoryTools:
                                   sources=list(dict.fromkeys(a.sources)) if a.sources else None,
                                   mode=a.mode, chat_type=a.chat_type, extra=store).to_dict()
 
-    def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def get(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = GetArgs.model_validate(arguments)
         if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
             return self.store_tools.get(a.path)
         return self.memory.read(a.path, from_line=a.from_line, lines=a.lines).to_dict()
 
-    def status(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def status(self, arguments: dict[str, Any]) -> dict[str, object]:
         StatusArgs.model_validate(arguments)
         st = self.memory.status().to_dict()
         st["sync"] = self.sync.status()
@@ -353,7 +357,7 @@ class MemoryTools:
         safe: dict[str, Any] = json.loads(json.dumps(st, default=str))  # JSON-safe values only
         return safe
 
-    def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def write(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = WriteArgs.model_validate(arguments)
 
         def reindex() -> None:  # in this call: the text is searchable when the tool answers
@@ -420,7 +424,7 @@ class AgentTools:
         return [self.tools_for(a) for a in self.by_agent]
 
     def _route(self, name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+        def handler(arguments: dict[str, Any]) -> dict[str, object]:
             args = dict(arguments)
             tools = self.tools_for(args.pop("agent", None))
             out = tools.handlers[name](args)
@@ -511,7 +515,7 @@ def build_server(settings: Settings, tools: MemoryTools | AgentTools | None = No
         on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt,
     )
 
-    async def session_start(ctx: Any, call_next: Any) -> Any:  # [sync] on_session_start
+    async def session_start(ctx: Any, call_next: CallNext) -> HandlerResult:  # [sync] on_session_start
         if ctx.method in ("initialize", "server/discover"):  # a client's session opens (legacy, modern)
             await anyio.to_thread.run_sync(tools.sync.on_session_start)
         return await call_next(ctx)
@@ -565,7 +569,7 @@ opens a new one): abandoned sessions do not pile up (2,000 held 73 MB under the 
 HTTP_MAX_SESSIONS = 256  # open HTTP sessions at most; one more is answered 503 until one ends
 
 
-def http_app(server: Server[Any], host: str, path: str) -> Any:
+def http_app(server: Server[Any], host: str, path: str) -> Starlette:
     """The Starlette app of the HTTP transport, its sessions reaped (:data:`HTTP_SESSION_IDLE_S`)
     and bounded (:data:`HTTP_MAX_SESSIONS`)."""
     return server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=HTTP_SESSION_IDLE_S,

@@ -15,6 +15,7 @@ only lists and dispatches them.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import mcp_types as types
@@ -182,26 +183,26 @@ class StoreTools:
                 self._store = MemoryStore(self.settings)
             return self._store
 
-    def handlers(self) -> dict[str, Any]:
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, object]]]:
         return {"memory_store": self.store_memory, "memory_recall": self.recall, "memory_list": self.list,
                 "memory_forget": self.forget}
 
-    def store_memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def store_memory(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = StoreArgs.model_validate(arguments)
         return self.store.store(a.text, a.importance, a.category).to_dict()
 
-    def recall(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def recall(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = RecallArgs.model_validate(arguments)
         cats = [a.category] if isinstance(a.category, str) else a.category
         rec = self.store.recall(a.query, max_results=a.limit, min_score=a.min_score, categories=cats, mode=a.mode)
         return {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
 
-    def list(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def list(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = ListArgs.model_validate(arguments)
         mems = self.store.list(a.category, a.limit)
         return {"memories": [m.to_dict() for m in mems], "count": len(mems)}
 
-    def forget(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def forget(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = ForgetArgs.model_validate(arguments)
         if a.memory_id is None:
             rec = self.store.recall(a.query or "", max_results=5)
@@ -210,7 +211,7 @@ class StoreTools:
                                    for h in rec.hits]}
         return {"action": "deleted", "id": a.memory_id, "memory": self.store.forget(a.memory_id).to_dict()}
 
-    def get(self, citation: str) -> dict[str, Any]:
+    def get(self, citation: str) -> dict[str, object]:
         """``memory_get`` of a ``store:<id>`` citation: the memory's text."""
         from memory_core.errors import PathError
 

@@ -94,7 +94,7 @@ class ExportSummary:
     provider: str | None = None
     model: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def line(self) -> str:

@@ -56,6 +56,7 @@ from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
     from memory_core.query.search import SourceHits
 
 log = logging.getLogger("memory_core.notes.memory_store")
@@ -100,7 +101,7 @@ class Memory:
     created_at: int  # epoch ms, as OpenClaw's createdAt
     updated_at: int  # epoch ms: when it was last stored (a duplicate store refreshes it)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "text": self.text, "importance": round(self.importance, 6),
                 "category": self.category, "createdAt": self.created_at, "updatedAt": self.updated_at}
 
@@ -121,7 +122,7 @@ class StoreResult:
     # kept as it was, the new one added beside it ({id, text, similarity})
     kept_similar: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out: dict[str, Any] = {"action": self.action, "id": self.memory.id, "memory": self.memory.to_dict(),
                                "redacted": self.redacted}
         if self.action == "updated":
@@ -140,7 +141,7 @@ class RecallHit:
     text_score: float
     match: str  # "both", "vector" or "keyword"
 
-    def to_agent(self) -> dict[str, Any]:
+    def to_agent(self) -> dict[str, object]:
         """The ``memory_search`` result shape (path, lines, citation ``store:<id>``) plus the memory's
         own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``)."""
         m = self.memory
@@ -234,7 +235,8 @@ class MemoryStore:
 
     source = SOURCE  # memory_search's name for it (a memory_core.query.search.ResultSource)
 
-    def __init__(self, settings: Settings, *, path: Path | str | None = None, provider: Any = None) -> None:
+    def __init__(self, settings: Settings, *, path: Path | str | None = None,
+                 provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         self.path = Path(path) if path is not None else store_dir(settings)
         self._provider = provider
@@ -249,6 +251,7 @@ class MemoryStore:
         self._background: tuple[int, float | None] | None = None  # (table version, mean cosine)
 
     # -- lifecycle ----------------------------------------------------------------------------
+    # Any: a lancedb connection (no stubs)
     def _connect(self) -> Any:
         if self._db is None:
             try:
@@ -392,7 +395,7 @@ class MemoryStore:
                            dims=int(dims) if dims.isdigit() else None)
 
     # -- embedding ----------------------------------------------------------------------------
-    def provider(self) -> Any | None:
+    def provider(self) -> EmbeddingProvider | None:
         """The embedding provider, or None (``provider_error`` says why)."""
         with self._lock:
             if self._provider is None and self._provider_error is None:
@@ -412,7 +415,7 @@ class MemoryStore:
             return None
         return p
 
-    def _embedder_for_store(self) -> Any:
+    def _embedder_for_store(self) -> EmbeddingProvider:
         p = self.provider()
         if p is None:
             raise UsageError(f"storing a memory needs an embedding provider: {self._provider_error}; install the"

@@ -146,7 +146,18 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, record: Inde
 _FALLBACK_FROM = re.compile(r"^fallback: (\S+)")
 
 
-def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, mode: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnswerMeta:
+    """What embedded an answer's query and how it ran (:func:`response_meta`)."""
+
+    provider: str
+    model: str | None
+    backend: str
+    mode: str
+    fallback: dict[str, str] | None  # None, or {from, to, reason}: JSON as the answer carries it
+
+
+def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, mode: str) -> AnswerMeta:
     """``provider``, ``model``, ``backend``, ``mode`` and ``fallback`` of one answer.
 
     ``record``: what the searched index recorded (None: nothing); ``last``: what the search did
@@ -160,18 +171,18 @@ def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, m
     provider: str | None = rec.provider
     model = rec.model
     vectors = rec.has_vectors
-    fallback: dict[str, Any] | None = None
+    fallback: dict[str, str] | None = None
     built = rec.provider_reason or ""
     m = _FALLBACK_FROM.match(built)
     if m:
-        fallback = {"from": m.group(1), "to": provider, "reason": built}
+        fallback = {"from": m.group(1), "to": str(provider), "reason": built}
     if last.get("qmd_fallback"):
-        fallback = {"from": "qmd", "to": "builtin", "reason": last["qmd_fallback"]}
+        fallback = {"from": "qmd", "to": "builtin", "reason": str(last["qmd_fallback"])}
     elif last.get("backend") == "qmd":
         provider, model = "qmd", f"qmd {last.get('qmd_mode', 'search')}"
         vectors = False
     if vectors and mode != "keyword" and last.get("embedded") is False and not last.get("qmd_fallback"):
-        fallback = {"from": provider, "to": "keyword",
+        fallback = {"from": str(provider), "to": "keyword",
                     "reason": note or "the query could not be embedded; keyword-only results"}
-    return {"provider": provider or "none", "model": None if keyword_only(provider) else model,
-            "backend": last.get("backend", "builtin"), "mode": mode, "fallback": fallback}
+    return AnswerMeta(provider=provider or "none", model=None if keyword_only(provider) else model,
+                      backend=str(last.get("backend", "builtin")), mode=mode, fallback=fallback)

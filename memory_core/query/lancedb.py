@@ -25,6 +25,9 @@ from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.query.results import SearchAnswer
+    from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
 
 from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens
@@ -70,7 +73,7 @@ class LanceSearcher(QueryProviderOwner):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _query_provider(self) -> Any:
+    def _query_provider(self) -> EmbeddingProvider | None:
         return self._provider_for(self.record, "export", "exported again")
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -93,7 +96,7 @@ class LanceSearcher(QueryProviderOwner):
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
-                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> SearchAnswer:
         """The answer ``search --json`` prints for the index itself, metadata and all
         (:func:`memory_core.query.search.search_answer`)."""
         from memory_core.query.search import search_answer
@@ -102,7 +105,7 @@ class LanceSearcher(QueryProviderOwner):
                              extra=extra)
 
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
-                 vector: bool = True, keyword: bool = True) -> Any:
+                 vector: bool = True, keyword: bool = True) -> Candidates:
         """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
         from memory_core.query.dates import query_date_range
         from memory_core.query.search import Candidates
@@ -200,7 +203,7 @@ class LanceSearcher(QueryProviderOwner):
         rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
         return rows
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.record.provider,
                 "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version)}
 

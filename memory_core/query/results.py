@@ -1,5 +1,6 @@
 """The typed answers of a reader (:class:`memory_core.query.search.Searcher` and the API's
-:class:`memory_core.api.Memory`): :class:`FileText` (``get``), :class:`MemoryStatus` (``status``).
+:class:`memory_core.api.Memory`): :class:`SearchAnswer` (``memory_search``), :class:`FileText`
+(``get``), :class:`MemoryStatus` (``status``).
 Each turns into JSON only at an edge (CLI ``--json``, the MCP tools) with ``to_dict()``.
 
 Kept apart from the modules that compute them and importing nothing at run time, so the API
@@ -16,7 +17,57 @@ if TYPE_CHECKING:
     from memory_core.storage.qmd import QmdCollection, QmdRun
     from memory_core.storage.vectors import ScanPlan
 
-__all__ = ["FileText", "MemoryStatus", "QmdReport", "scan_report"]
+__all__ = ["FileText", "MemoryStatus", "QmdReport", "SearchAnswer", "scan_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAnswer:
+    """One search's answer, as ``memory_search`` and ``search --json`` give it (:meth:`to_dict`).
+
+    ``results``: best first, each in the tool's shape (``path``, ``startLine``, ``endLine``,
+    ``score``, ``snippet``, ``source``, ``citation``, ``match``, ``date``, ...); ``provider`` and
+    ``model``: what embedded the query (``none``: a keyword-only index); ``backend``:
+    ``builtin`` or ``qmd``; ``fallback``: ``None`` or ``{from, to, reason}``; ``citations``: the
+    citations mode applied; ``note``: what the caller should know (empty: nothing); ``stale``:
+    the index answered from is older than its sources (``stale_reason`` says what changed,
+    ``refreshing`` whether a reindex is running; None: not checked, as for a LanceDB export, and
+    left out of the JSON)."""
+
+    results: list[dict[str, Any]]
+    provider: str
+    model: str | None
+    backend: str
+    mode: str
+    fallback: dict[str, Any] | None
+    citations: str
+    note: str = ""
+    stale: bool | None = None
+    stale_reason: str = ""
+    refreshing: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SearchAnswer:
+        return cls(results=list(data["results"]), provider=data.get("provider", "none"), model=data.get("model"),
+                   backend=data.get("backend", "builtin"), mode=data.get("mode", "hybrid"),
+                   fallback=data.get("fallback"),
+                   citations=data.get("citations", "auto"), note=data.get("note", ""),
+                   stale=None if data.get("stale") is None else bool(data["stale"]),
+                   stale_reason=data.get("stale_reason", ""),
+                   refreshing=bool(data.get("refreshing", False)))
+
+    def to_dict(self) -> dict[str, object]:  # JSON edge: search --json, memory_search
+        """The JSON answer: ``note`` only when there is one; ``stale`` when checked,
+        ``stale_reason`` and ``refreshing`` only when stale."""
+        out: dict[str, Any] = {"results": self.results, "provider": self.provider, "model": self.model,
+                               "backend": self.backend, "mode": self.mode, "fallback": self.fallback,
+                               "citations": self.citations}
+        if self.note:
+            out["note"] = self.note
+        if self.stale is not None:
+            out["stale"] = self.stale
+        if self.stale:
+            out["stale_reason"], out["refreshing"] = self.stale_reason, self.refreshing
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +91,7 @@ class FileText:
         """The last line returned (``start_line - 1`` when none was)."""
         return self.start_line + self.lines - 1
 
-    def to_dict(self) -> dict[str, Any]:  # JSON edge: memory_get, get --json
+    def to_dict(self) -> dict[str, object]:  # JSON edge: memory_get, get --json
         """``memory_get``'s JSON: ``{path, text, source, from, lines}`` (and ``note`` when there is one)."""
         out: dict[str, Any] = {"path": self.path, "text": self.text, "source": self.source, "from": self.start_line,
                                "lines": self.lines}
@@ -97,11 +148,11 @@ class MemoryStatus:
     qmd: QmdReport | None = None
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> dict[str, object]:
         """The whole report as JSON, without ``built_from`` (JSON for API callers: every figure by name)."""
         return self.to_dict(built_from=False)
 
-    def to_dict(self, *, built_from: bool = True) -> dict[str, Any]:  # JSON edge: status --json, memory_status
+    def to_dict(self, *, built_from: bool = True) -> dict[str, object]:  # JSON edge: status --json, memory_status
         """The JSON of ``status --json`` (and ``memory_status``, which adds its ``sync``), in the
         order the human ``status`` prints it."""
         out: dict[str, Any] = {"index_path": self.index_path, "exists": self.exists, "state": self.state}
@@ -139,7 +190,7 @@ class MemoryStatus:
         return out
 
 
-def scan_report(plan: ScanPlan) -> dict[str, Any]:  # JSON edge: status's and eval's vector_scan
+def scan_report(plan: ScanPlan) -> dict[str, object]:  # JSON edge: status's and eval's vector_scan
     """A quick scan's plan as status shows it: ``measured`` (False: an index built before the
     check), a one-line ``summary`` and, measured, the plan's figures."""
     out: dict[str, Any] = {"measured": plan.measured, "summary": plan.describe()}
@@ -164,7 +215,7 @@ class QmdReport:
     last_update: QmdRun | None
     last_embed: QmdRun | None
 
-    def to_dict(self) -> dict[str, Any]:  # JSON edge: status's "qmd"
+    def to_dict(self) -> dict[str, object]:  # JSON edge: status's "qmd"
         return {"command": self.command, "search_mode": self.search_mode, "index_name": self.index_name,
                 "state_dir": self.state_dir, "collections": [asdict(c) for c in self.collections],
                 "fallback_in_use": self.fallback_in_use, "fallback_reason": self.fallback_reason,

@@ -47,7 +47,7 @@ from memory_core.query.dates import (
 from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file
-from memory_core.query.results import FileText, MemoryStatus
+from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import vectors
@@ -108,9 +108,10 @@ class Answering(Protocol):
 
 def search_answer(searcher: Answering, query: str, max_results: int | None = None, min_score: float | None = None,
                   sources: list[str] | None = None, *, mode: str | None = None, chat_type: str | None = None,
-                  extra: ResultSource | None = None) -> dict[str, Any]:
-    """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
-    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/query/answers.py).
+                  extra: ResultSource | None = None) -> SearchAnswer:
+    """The answer ``search --json`` prints and MCP returns (results, provider, model, backend,
+    mode, fallback, citations, note; memory_core/query/answers.py); whether the index was stale
+    is for the caller to say (:meth:`memory_core.runtime.sync.Freshness.apply`).
     ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
 
     ``extra``: a source searched too when ``sources`` names it (the memory store), its results
@@ -145,9 +146,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         if not read_index:  # the answer's provider is the one of the source's vectors
             record, last, note = extra.record(), {"backend": "builtin", "embedded": got.embedded}, got.note
     shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
-    out: dict[str, Any] = {"results": shaped.results}
-    out.update(response_meta(record, last, note, mode))
-    out["citations"] = citations_mode(searcher.settings, chat_type)
+    meta = response_meta(record, last, note, mode)
     notes = [n for n in (*notes, shaped.note) if n]
     if not results:
         from memory_core.query.answers import nothing_found_note
@@ -158,9 +157,9 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
             with contextlib.suppress(Exception):
                 counts = indexed()
         notes.append(nothing_found_note(floor, counts, record, file_srcs, query=query))
-    if notes:
-        out["note"] = "; ".join(notes)
-    return out
+    return SearchAnswer(results=shaped.results, provider=meta.provider, model=meta.model, backend=meta.backend,
+                        mode=meta.mode, fallback=meta.fallback, citations=citations_mode(searcher.settings, chat_type),
+                        note="; ".join(notes))
 
 
 class Searcher(QueryProviderOwner):
@@ -228,7 +227,7 @@ class Searcher(QueryProviderOwner):
             idx = self._current()
             return [r[0] for r in idx.conn.execute("SELECT path FROM files")]
 
-    def index_meta(self) -> dict[str, Any]:  # JSON: the raw meta row, for the evaluation report
+    def index_meta(self) -> dict[str, object]:  # JSON: the raw meta row, for the evaluation report
         """The meta record of the index being searched, as stored (read it typed: :meth:`index_record`)."""
         with self._lock:
             return dict(self._current().meta or {})
@@ -271,7 +270,7 @@ class Searcher(QueryProviderOwner):
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
-                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> SearchAnswer:
         """What ``search --json`` prints and MCP returns: :func:`search_answer`."""
         return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
                              extra=extra)

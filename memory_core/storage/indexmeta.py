@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from memory_core.config import Settings
 
 if TYPE_CHECKING:
-    from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.embeddings.base import EmbeddingProvider, Vectors
 from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
@@ -60,7 +60,7 @@ def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, 
     return tokens, overlap
 
 
-def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, Any]:
+def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, object]:
     """The told settings a later run keeps unless told otherwise (see module docstring)."""
     out: dict[str, Any] = {
         "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
@@ -74,7 +74,7 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, A
     return out
 
 
-def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
+def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, object]:
     """The meta of an index that ``settings`` build with ``provider`` (``reason``: why that provider)."""
     tokens, overlap = chunk_params(settings, provider)
     return {
@@ -194,7 +194,7 @@ class IndexRecord:
                    else {},
                    batch=dict(batch) if isinstance(batch, dict) and batch else None)
 
-    def settings_layer(self) -> dict[str, Any]:
+    def settings_layer(self) -> dict[str, object]:
         """The recorded settings as a layer for :func:`memory_core.runtime.resolve.resolve_settings`
         (only what this index knows; nested like a config file)."""
         out: dict[str, Any] = {}
@@ -315,7 +315,7 @@ class ProviderOutages:
         real = provider.embed_query
         marker = index_file.with_name(index_file.name + ".provider-outage.json")
 
-        def embed_query(text: str) -> Any:
+        def embed_query(text: str) -> Vectors:
             from memory_core.errors import ProviderError
 
             now = time.time()
