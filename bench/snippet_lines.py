@@ -23,7 +23,7 @@ from memory_core.index.pipeline import run_index
 from memory_core.query import search as search_mod
 from memory_core.query.search import Searcher
 
-WORDS = "deploy retry header cache index vector session kayak budget garden river invoice lease".split()
+WORDS = ["deploy", "retry", "header", "cache", "index", "vector", "session", "kayak", "budget", "garden", "river", "invoice", "lease"]
 
 
 def workspace(root: Path, n: int, rng: random.Random) -> Path:

@@ -64,6 +64,7 @@ __all__ = [
 assert sorted(__all__) == sorted(_EXPORTS)
 
 
+# Any: the package's lazy exports (PEP 562), any of its public names
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:

@@ -41,138 +41,18 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
+from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 
 if TYPE_CHECKING:
     from memory_core.index.indexer import Indexer
     from memory_core.index.runtypes import Progress, RunSummary
     from memory_core.query.search import ResultSource, Searcher, SearchResult
     from memory_core.runtime.sync import Freshness, SyncManager
-    from memory_core.storage.indexmeta import IndexRecord
 
 __all__ = ["FileText", "Memory", "MemoryStatus", "SearchAnswer", "open_memory"]
-
-
-@dataclass(frozen=True, slots=True)
-class SearchAnswer:
-    """One search's answer, as ``memory_search`` and ``search --json`` give it (:meth:`to_dict`).
-
-    ``results``: best first, each in the tool's shape (``path``, ``startLine``, ``endLine``,
-    ``score``, ``snippet``, ``source``, ``citation``, ``match``, ``date``, ...); ``provider`` and
-    ``model``: what embedded the query (``none``: a keyword-only index); ``backend``:
-    ``builtin`` or ``qmd``; ``fallback``: ``None`` or ``{from, to, reason}``; ``citations``: the
-    citations mode applied; ``note``: what the caller should know (empty: nothing); ``stale``:
-    the index answered from is older than its sources (``stale_reason`` says what changed,
-    ``refreshing`` whether a reindex is running)."""
-
-    results: list[dict[str, Any]]
-    provider: str
-    model: str | None
-    backend: str
-    mode: str
-    fallback: dict[str, Any] | None
-    citations: str
-    note: str = ""
-    stale: bool = False
-    stale_reason: str = ""
-    refreshing: bool = False
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SearchAnswer:
-        return cls(results=list(data["results"]), provider=data.get("provider", "none"), model=data.get("model"),
-                   backend=data.get("backend", "builtin"), mode=data.get("mode", "hybrid"),
-                   fallback=data.get("fallback"),
-                   citations=data.get("citations", "auto"), note=data.get("note", ""),
-                   stale=bool(data.get("stale", False)), stale_reason=data.get("stale_reason", ""),
-                   refreshing=bool(data.get("refreshing", False)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON answer: ``note`` only when there is one; ``stale_reason`` and ``refreshing``
-        only when stale."""
-        out: dict[str, Any] = {"results": self.results, "provider": self.provider, "model": self.model,
-                               "backend": self.backend, "mode": self.mode, "fallback": self.fallback,
-                               "citations": self.citations}
-        if self.note:
-            out["note"] = self.note
-        out["stale"] = self.stale
-        if self.stale:
-            out["stale_reason"], out["refreshing"] = self.stale_reason, self.refreshing
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class FileText:
-    """Lines of an indexed file, as ``memory_get`` returns them.
-
-    ``start_line`` is the first line returned (1-based), ``lines`` how many were returned (0 past
-    the end, or for a daily note that does not exist yet). Transcript lines come back as readable,
-    redacted ``User: ...`` / ``Assistant: ...`` text for the cited JSONL lines.
-    """
-
-    path: str
-    source: str
-    start_line: int
-    lines: int
-    text: str
-    note: str | None = None  # why nothing was returned (past the end, lines that hold no message)
-
-    @property
-    def end_line(self) -> int:
-        """The last line returned (``start_line - 1`` when none was)."""
-        return self.start_line + self.lines - 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """``memory_get``'s JSON: ``{path, text, source, from, lines}`` (and ``note`` when there is one)."""
-        out: dict[str, Any] = {"path": self.path, "text": self.text, "source": self.source, "from": self.start_line,
-                               "lines": self.lines}
-        if self.note:
-            out["note"] = self.note
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryStatus:
-    """What ``memory-core status`` and ``memory_status`` report.
-
-    ``state``: ``ok``, ``missing`` or ``damaged``; ``files`` and ``chunks``: what the index
-    holds (None unless ok); ``provider`` and ``model``: what embedded it; ``dirty`` and
-    ``dirty_reason``: its sources changed since it was built; ``built_from``: what it recorded
-    (the settings readers use and writers keep unless told otherwise); ``details``: the whole
-    report as the status gives it (sizes, vector search, chunk counts per source, ...), JSON-ready."""
-
-    state: str
-    index_path: str
-    files: int | None = None
-    chunks: int | None = None
-    provider: str | None = None
-    model: str | None = None
-    dirty: bool | None = None
-    dirty_reason: str = ""
-    built_from: IndexRecord | None = None
-    details: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], record: IndexRecord | None = None) -> MemoryStatus:
-        return cls(state=str(data.get("state")), index_path=str(data.get("index_path")), files=data.get("files"),
-                   chunks=data.get("chunks"), provider=data.get("provider"), model=data.get("model"),
-                   dirty=data.get("dirty"), dirty_reason=data.get("dirty_reason") or "", built_from=record,
-                   details=dict(data))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON of ``status --json`` (and ``memory_status``, which adds its ``sync``)."""
-        out = dict(self.details)
-        r = self.built_from
-        if r is not None:  # what the index was built from
-            out["built_from"] = {
-                "workspace": r.workspace, "sources": r.sources, "sessions_dir": r.sessions_dir,
-                "extra_paths": r.extra_paths, "redact": r.redact,
-                "chunking": {"tokens": r.chunk_tokens, "overlap": r.chunk_overlap},
-                "provider": r.provider, "model": r.model, "provider_key": r.provider_key,
-            }
-        return out
 
 
 MAX_SEARCHERS = 4  # searchers open at once: the calls a Memory answers side by side
@@ -312,7 +192,7 @@ class Memory:
         with self._borrow() as s:
             out = s.search_response(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode,
                                     chat_type=chat_type, extra=extra)
-        return SearchAnswer.from_dict(fresh.apply(out))
+        return fresh.apply(out)
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Searcher]:
@@ -331,21 +211,15 @@ class Memory:
         :class:`memory_core.errors.PathError`."""
         self._session()
         with self._reading() as s:
-            got = s.read_file(citation, from_line=from_line, lines=lines)
-        return FileText(path=got["path"], source=got["source"], start_line=int(got["from"]),
-                        lines=int(got["lines"]), text=got["text"], note=got.get("note"))
+            return s.read_file(citation, from_line=from_line, lines=lines)
 
     def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds (files, chunks, provider, model, sizes, whether search can embed,
         whether it is dirty) and what it was built from; ``measure``: also split its bytes by
         purpose (reads the whole file)."""
-        from memory_core.storage.indexmeta import IndexRecord
-
         self._session()
         with self._reading() as s:
-            st = s.status(measure=measure)
-            record = IndexRecord.from_meta(s.index_meta()) if st.get("state") == "ok" else None
-        return MemoryStatus.from_dict(st, record)
+            return s.status(measure=measure)
 
     # -- freshness --------------------------------------------------------------------------
     @property

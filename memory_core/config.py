@@ -27,7 +27,7 @@ import json
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -103,7 +103,7 @@ class RemoteSettings(_Model):
         ctx = getattr(info, "context", None) or {}
         return dict(headers) if ctx.get("reveal_secrets") else _mask_headers(headers)
 
-    def __repr_args__(self) -> Any:
+    def __repr_args__(self) -> Iterator[tuple[str | None, object]]:
         for k, v in super().__repr_args__():
             yield (k, _mask_headers(v) if k == "headers" else v)
 
@@ -497,6 +497,7 @@ class Settings(_Model):
         settings built otherwise."""
         return self._origins
 
+    # Any: a pydantic before-validator sees raw input of any shape
     @model_validator(mode="before")
     @classmethod
     def _resolve_redact(cls, data: Any) -> Any:
@@ -566,7 +567,7 @@ _ENV_KEYS = {
 }
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, object]:
     out = dict(base)
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -608,11 +609,11 @@ def load_settings(
     return _validate(data)
 
 
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+def _drop_none(d: dict[str, Any]) -> dict[str, object]:
     return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items() if v is not None}
 
 
-def _env_layer(env: Mapping[str, str]) -> dict[str, Any]:
+def _env_layer(env: Mapping[str, str]) -> dict[str, object]:
     return {key: env[var] for var, key in _ENV_KEYS.items() if env.get(var)}
 
 
@@ -626,7 +627,7 @@ def _validate(data: dict[str, Any]) -> Settings:
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, object]:
     """The settings of a TOML config file; relative ``workspace``/``index_path`` are relative to it."""
     p = Path(path).expanduser()
     try:

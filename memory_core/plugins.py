@@ -68,6 +68,7 @@ def provider_names() -> list[str]:
     return ["auto", *registered_providers(), "none"]
 
 
+# Any: a plugin class imported by name; plugins sits below the provider classes
 def provider_class(name: str) -> Any:
     """The class registered as ``name`` (``NoProvider`` for ``"none"``; an
     :class:`~memory_core.embeddings.base.EmbeddingProvider` subclass), or None when unknown or not
@@ -105,6 +106,7 @@ def registered() -> dict[str, str]:
     return dict(_entry_points())
 
 
+# Any: an orchestrator plugin imported by name (below runtime.engines' Engine)
 @functools.cache
 def engine(name: str = PREFECT) -> Any:
     """The engine registered as ``name``, or None when none is registered or it cannot be

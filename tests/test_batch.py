@@ -220,8 +220,8 @@ def test_failure_limit_switches_the_rest_to_sync(workspace: Path, fake: Any) -> 
     assert_paid_once(fake, s)
     # status (and MCP memory_status) report the batch state: failures, limit, last error
     with Searcher(s) as searcher:
-        st = searcher.status()["batch"]
-    assert st["switched_to_sync"] and st["failure_points"] == 2 == st["failure_limit"]
+        st = searcher.status().batch
+    assert st is not None and st["switched_to_sync"] and st["failure_points"] == 2 == st["failure_limit"]
     assert st["jobs_failed"] == 2 and "failed" in st["last_error"]
 
 

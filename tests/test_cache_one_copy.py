@@ -140,8 +140,8 @@ def test_status_says_what_the_bytes_are_for(workspace, openai_fake, capsys):
     s = openai_settings(workspace, openai_fake)
     run_index(s)
     with Searcher(s) as searcher:
-        quick = searcher.status()["sizes"]
-        measured = searcher.status(measure=True)["sizes"]
+        quick = searcher.status().sizes
+        measured = searcher.status(measure=True).sizes
     n = len(_index_hashes(s.index_file))
     assert quick["vectors_float32"] == measured["vectors_float32"] == n * 64 * 4
     assert quick["sign_bits"] > 0 and quick["rest"] > 0 and "rest" not in measured

@@ -414,7 +414,7 @@ QUESTIONS = [
 def test_min_score_keeps_answers_in_both_dimensions(vector_index) -> None:
     settings, provider = vector_index
     with Searcher(settings, provider=provider) as s:
-        assert s.status()["dims"] == provider.dims
+        assert s.status().dims == provider.dims
         for query, relevant in QUESTIONS:
             results = s.search(query)  # default min_score
             assert results, query

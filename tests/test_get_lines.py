@@ -40,8 +40,8 @@ def test_the_cited_last_line_after_a_final_newline_reads(ws: Path, capsys: pytes
         assert hit.citation == "MEMORY.md#L1-L4"
         whole = searcher.read_file(hit.citation)
         last = searcher.read_file("MEMORY.md#L4")
-    assert whole["text"] == "# Notes\n\nThe heron budget is 10 EUR."
-    assert (last["lines"], last["text"]) == (1, "")
+    assert whole.text == "# Notes\n\nThe heron budget is 10 EUR."
+    assert (last.lines, last.text) == (1, "")
     assert main(["get", "-w", str(ws), "MEMORY.md#L4"]) == 0
     assert capsys.readouterr().out == "\n"
     # past the end is still one clear line, exit 2

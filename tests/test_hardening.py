@@ -393,10 +393,10 @@ def test_with_a_hosted_provider_and_the_defaults_no_secret_leaves_the_machine(wo
     _assert_no_secret((tmp_path / "out.jsonl").read_text(), "export")
     with Searcher(s) as searcher:
         note = searcher.read_file("memory/ops-secrets.md")
-        _assert_no_secret(note["text"], "get (note)")
-        assert "after the key" in note["text"] and note["lines"] == len(
+        _assert_no_secret(note.text, "get (note)")
+        assert "after the key" in note.text and note.lines == len(
             (workspace / "memory" / "ops-secrets.md").read_text().splitlines())  # line numbers kept
-        _assert_no_secret(searcher.read_file("sessions/2026-11-20-secrets.jsonl")["text"], "get (transcript)")
+        _assert_no_secret(searcher.read_file("sessions/2026-11-20-secrets.jsonl").text, "get (transcript)")
 
 
 def test_local_provider_defaults_keep_notes_exact_and_off_turns_redaction_off(workspace, openai_fake):
@@ -583,7 +583,7 @@ def test_a_workspace_whose_name_is_not_utf8_is_indexed(tmp_path):
     assert run_index(s).swapped and run_index(s, full=True).swapped
     with Searcher(s) as searcher:
         assert searcher.search("capybaras", min_score=0)
-        assert "capybaras" in searcher.read_file("MEMORY.md")["text"]
+        assert "capybaras" in searcher.read_file("MEMORY.md").text
 
 
 # -- 7. get never leaves the sources and never hangs ------------------------------------------------
@@ -649,8 +649,8 @@ def test_get_still_reads_ordinary_files_and_extra_paths(workspace, tmp_path):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "extra_paths": [str(extra)]})
     run_index(s)
     with Searcher(s) as searcher:
-        assert "from an extra path" in searcher.read_file(str(extra / "deep" / "x.md"))["text"]
-        assert searcher.read_file("MEMORY.md")["lines"] > 0
+        assert "from an extra path" in searcher.read_file(str(extra / "deep" / "x.md")).text
+        assert searcher.read_file("MEMORY.md").lines > 0
 
 
 @pytest.mark.parametrize("source", ["memory", "sessions"])
@@ -665,12 +665,12 @@ def test_get_of_no_lines_closes_the_file_it_opened(workspace, tmp_path, source):
     run_index(s)
     rel = "MEMORY.md" if source == "memory" else "sessions/2026-10-21-ingest-502-debug.jsonl"
     with Searcher(s) as searcher:
-        assert searcher.read_file(rel, 1, 5)["lines"] > 0  # the index opened, the file readable
+        assert searcher.read_file(rel, 1, 5).lines > 0  # the index opened, the file readable
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(20):
             got = searcher.read_file(rel, 3, 0)
-            assert (got["text"], got["lines"]) == ("", 0)
-            assert searcher.read_file(rel, 1, -3)["lines"] == 0
+            assert (got.text, got.lines) == ("", 0)
+            assert searcher.read_file(rel, 1, -3).lines == 0
         assert len(os.listdir("/proc/self/fd")) == before
 
 
@@ -781,7 +781,7 @@ def test_a_transcript_line_of_hundreds_of_megabytes_is_never_held_by_get_or_sear
             "    hits = se.search('narwhal rollout checklist', min_score=0, sources=['sessions'])\n"
             "    mine = [h for h in hits if h.path == 'sessions/big.jsonl']\n"
             "    assert mine and all(h.date.startswith('2026-05-02') for h in mine), hits\n"
-            "    text = se.read_file('sessions/big.jsonl#L1-L3')['text']\n"
+            "    text = se.read_file('sessions/big.jsonl#L1-L3').text\n"
             "    assert 'narwhal rollout' in text and 'narwhal second' in text, text[:200]\n"
             # VmHWM: this process's own peak (ru_maxrss carries the parent's across fork and exec)
             "print(next(int(x.split()[1]) for x in open('/proc/self/status') if x.startswith('VmHWM')) // 1024)\n")
@@ -807,6 +807,6 @@ def test_bare_cr_and_u2028_number_lines_as_the_chunker_does(workspace):
         hits = [h for h in searcher.search("ocelot rollout Thursday", min_score=0) if h.path.endswith("crlf.md")]
         assert hits
         got = searcher.read_file(hits[0].citation)
-        assert "ocelot rollout" in got["text"], (hits[0].citation, got)
-        assert searcher.read_file("memory/projects/crlf.md#L4")["text"] == "the ocelot rollout is on Thursday"
-        assert searcher.read_file("memory/projects/crlf.md#L1")["text"].count("\r") == 3
+        assert "ocelot rollout" in got.text, (hits[0].citation, got)
+        assert searcher.read_file("memory/projects/crlf.md#L4").text == "the ocelot rollout is on Thursday"
+        assert searcher.read_file("memory/projects/crlf.md#L1").text.count("\r") == 3

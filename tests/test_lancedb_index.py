@@ -33,7 +33,7 @@ def exported(workspace: Path, openai_fake: Any, tmp_path: Path):
 def test_export_and_search_rank_as_the_index(exported):
     settings, uri, summary = exported
     with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
-        assert summary.rows == ls.n_chunks == idx.status()["chunks"] and summary.dims == 64
+        assert summary.rows == ls.n_chunks == idx.status().chunks and summary.dims == 64
         # notes: one vector per chunk in both (transcript chunks also have per-exchange vectors in the
         # index, not exported: docs/lancedb-index.md)
         for q in QUERIES:
@@ -52,13 +52,13 @@ def test_export_and_search_rank_as_the_index(exported):
         only = ls.search("postgres", min_score=0, sources=["sessions"])
         assert only and {r.source for r in only} == {"sessions"}
         assert ls.search("xylophone zeppelin quokka") == []
-        res = ls.search_response("pgbackrest restore", max_results=2)
+        res = ls.search_response("pgbackrest restore", max_results=2).to_dict()
         assert len(res["results"]) == 2 and {"path", "startLine", "citation", "score"} <= set(res["results"][0])
         # the metadata of the embedded index's answer (memory_core/query/answers.py), the same provider
         assert {k: res[k] for k in ("provider", "model", "backend", "mode", "fallback")} == {
             "provider": "openai", "model": "text-embedding-3-small", "backend": "builtin", "mode": "hybrid",
             "fallback": None}
-        kw = ls.search_response("pgbackrest restore", max_results=80, mode="keyword", chat_type="group")
+        kw = ls.search_response("pgbackrest restore", max_results=80, mode="keyword", chat_type="group").to_dict()
         assert kw["mode"] == "keyword" and "clamped to 50" in kw["note"]
         assert all("Source:" not in r["snippet"] for r in kw["results"])  # auto citations: none in a group
 

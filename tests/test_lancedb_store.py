@@ -174,7 +174,7 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
     with MemoryStore(settings) as st, open_searcher(settings) as searcher:
         m = st.store("pgbackrest restore needs the stanza name prod-main", 0.9, "fact")
         res = searcher.search_response("pgbackrest restore", max_results=6, min_score=0,
-                                       sources=["memory", "store"], extra=st)
+                                       sources=["memory", "store"], extra=st).to_dict()
         sources = [r["source"] for r in res["results"]]
         assert "store" in sources and "memory" in sources
         scores = [r["score"] for r in res["results"]]
@@ -186,7 +186,7 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
         # the file side alone gives the file index's own scores
         files = searcher.search("pgbackrest restore", max_results=6, min_score=0, sources=["memory"])
         assert [r for r in res["results"] if r["source"] == "memory"][0]["score"] == pytest.approx(files[0].score)
-        alone = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st)
+        alone = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st).to_dict()
         assert [r["source"] for r in alone["results"]] == ["store"]
         # the store's results carry the metadata the file index's do (memory_core/query/answers.py)
         for answer in (res, alone):
@@ -194,10 +194,10 @@ def test_memory_search_merges_the_store_with_the_file_index_by_score(workspace: 
             assert answer["backend"] == "builtin" and answer["fallback"] is None
             assert answer["mode"] == "hybrid" and answer["citations"] == settings.query.citations
         # keyword-only through the store: said in the metadata as for the file index
-        kw = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st, mode="keyword")
+        kw = searcher.search_response("pgbackrest restore", min_score=0, sources=["store"], extra=st, mode="keyword").to_dict()
         assert kw["mode"] == "keyword" and kw["results"] and kw["results"][0]["match"] == "keyword"
         # without the store named, it is not searched
-        plain = searcher.search_response("pgbackrest restore", min_score=0, extra=st)
+        plain = searcher.search_response("pgbackrest restore", min_score=0, extra=st).to_dict()
         assert plain["results"] and all(r["source"] != "store" for r in plain["results"])
 
 
@@ -215,13 +215,13 @@ def test_near_identical_paraphrase_updates_with_the_local_model(tmp_path: Path):
         assert c.action == "created" and s.count() == 2
         rec = s.recall("which editor theme does the user like?")
         assert rec.hits and rec.hits[0].memory.id == a.memory.id
-        assert s.meta()["model"] == "all-MiniLM-L6-v2" or "MiniLM" in s.meta()["model"]
+        assert s.record().model == "all-MiniLM-L6-v2" or "MiniLM" in s.record().model
         assert rec.hits[0].score == pytest.approx(ranking.fuse_calibrated(
             [ranking.Hit(id="x", path="store:x", source="store", start_line=1, end_line=1, text="",
                          vector_score=rec.hits[0].vector_score,
                          bm25=rec.hits[0].text_score / (1 - rec.hits[0].text_score) if rec.hits[0].text_score else 0,
                          in_vector=True)],
-            ranking.Calibration.for_model(s.meta()["model"], None), _idf(s, "which editor theme does the user like?"),
+            ranking.Calibration.for_model(s.record().model, None), _idf(s, "which editor theme does the user like?"),
             vector_weight=0.5, text_weight=0.5, corpus_coverage=_coverage(s, "which editor theme does the user like?"),
         )[0].score, abs=1e-5)
 

@@ -217,9 +217,11 @@ def test_tool_calls_run_off_the_event_loop(indexed):
     class SlowSearcher:
         provider_note = ""
 
-        def search_response(self, *a: Any, **k: Any) -> dict[str, Any]:
+        def search_response(self, *a: Any, **k: Any) -> Any:
+            from memory_core.query.results import SearchAnswer
+
             time.sleep(0.5)
-            return {"results": []}
+            return SearchAnswer.from_dict({"results": []})
 
         def close(self) -> None:
             pass

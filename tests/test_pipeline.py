@@ -103,7 +103,7 @@ def test_keyword_only_mode_indexes_and_finds(workspace):
     with Searcher(s) as searcher:
         res = searcher.search("pgbackrest restore", min_score=0)
         assert res and res[0].path == "memory/howto/restore-postgres-backup.md"
-        assert searcher.status()["vector_search"].startswith("off")
+        assert searcher.status().vector_search.startswith("off")
 
 
 def test_bad_files_warn_and_the_run_completes(workspace, openai_fake):
@@ -134,7 +134,7 @@ def test_get_refuses_paths_outside_the_sources(workspace, tmp_path):
     with Searcher(s) as searcher:
         got = searcher.read_file("memory/2026-09-04.md", from_line=2, lines=3)
         lines = (workspace / "memory" / "2026-09-04.md").read_text().split("\n")
-        assert got["text"] == "\n".join(lines[1:4])
+        assert got.text == "\n".join(lines[1:4])
         for bad in ["../secret.md", str(tmp_path / "secret.md"), "/etc/passwd", "memory/../../secret.md",
                     "memory/%2e%2e/%2e%2e/secret.md", "memory/nope.md", "notes/reading-list.md", ""]:
             with pytest.raises(PathError):

@@ -37,20 +37,20 @@ def test_a_long_lived_reader_remembers_the_outage_then_tries_again(workspace: Pa
     openai_fake.reset_log()
     openai_fake.fail_next(None, status=500)  # down until cleared
     with Searcher(s) as se:
-        first = se.search_response("replica lag alert")
+        first = se.search_response("replica lag alert").to_dict()
         tried = openai_fake.embed_requests
         assert tried == indexmeta.READER_ATTEMPTS  # not remote.max_attempts (6)
         assert first["results"] and "keyword-only" in first["note"]
-        second = se.search_response("postgres replication")
+        second = se.search_response("postgres replication").to_dict()
         assert openai_fake.embed_requests == tried  # answered at once: the provider was not asked
         assert second["results"] and "was down" in second["note"] and "not tried again until" in second["note"]
-        assert se.status().get("note", "").count("keyword-only") == 1
+        assert se.status().note.count("keyword-only") == 1
         # the backoff has passed (made 0 here): one query tries again, and the provider is back
         openai_fake.clear_faults()
         monkeypatch.setattr(indexmeta, "OUTAGE_FIRST_S", 0.0)
         for k, (_, n, why) in list(indexmeta.ProviderOutages._down.items()):
             indexmeta.ProviderOutages._down[k] = (0.0, n, why)
-        back = se.search_response("replica lag alert")
+        back = se.search_response("replica lag alert").to_dict()
         assert openai_fake.embed_requests == tried + 1
         assert back["results"] and not back.get("note") and any(r["vector_score"] > 0 for r in back["results"])
 
@@ -97,7 +97,7 @@ def test_a_search_does_not_wait_on_a_stalled_embedding(workspace: Path, openai_f
 
     def slow() -> None:
         with Searcher(s) as se:
-            stalled["res"] = se.search_response("replica lag alert")
+            stalled["res"] = se.search_response("replica lag alert").to_dict()
 
     t = threading.Thread(target=slow)
     t.start()
@@ -106,7 +106,7 @@ def test_a_search_does_not_wait_on_a_stalled_embedding(workspace: Path, openai_f
             threading.Event().wait(0.01)
         monkeypatch.setattr(indexmeta, "STALL_S", 0.0)  # the first has waited "long enough"
         with Searcher(s) as other:
-            res = other.search_response("postgres replication")
+            res = other.search_response("postgres replication").to_dict()
         assert res["results"] and "has not answered another query" in res["note"]
         assert openai_fake.embed_requests == 1  # no request of its own
     finally:

@@ -87,7 +87,7 @@ def test_qmd_end_to_end_bm25(workspace: Path, qmd_command: str, qmd_env: None, t
         assert top.citation == f"memory/{ODD_NAME}#L{top.start_line}-L{top.end_line}"
         assert "quokka budget" in top.snippet
         got = searcher.read_file(top.path, from_line=top.start_line, lines=top.end_line - top.start_line + 1)
-        assert "quokka budget" in got["text"]
+        assert "quokka budget" in got.text
         # an extra path, and a transcript: cited by its JSONL lines
         ext = searcher.search("zephyrine catering")
         assert ext and ext[0].path == str(extra / "Vendor_List.md")
@@ -99,9 +99,9 @@ def test_qmd_end_to_end_bm25(workspace: Path, qmd_command: str, qmd_env: None, t
         assert ses[0].start_line <= want <= ses[0].end_line
         assert searcher.search("quokka budget", sources=["sessions"]) == []
         st = searcher.status()
-    assert st["backend"] == "qmd" and st["qmd"]["command"] == qmd_command
-    assert st["qmd"]["fallback_in_use"] is False and st["qmd"]["last_search"]["ok"] is True
-    assert {c["name"] for c in st["qmd"]["collections"]} == {"mc-root", "mc-memory", "mc-extra-1", "mc-sessions"}
+    assert st.backend == "qmd" and st.qmd is not None and st.qmd.command == qmd_command
+    assert st.qmd.fallback_in_use is False and st.qmd.last_search is not None and st.qmd.last_search.ok is True
+    assert {c.name for c in st.qmd.collections} == {"mc-root", "mc-memory", "mc-extra-1", "mc-sessions"}
     # a change reaches qmd with the next update; a removed file leaves its results
     (workspace / "memory" / ODD_NAME).unlink()
     (workspace / "memory" / "new-note.md").write_text("# New\n\nthe marmoset invoice is overdue\n")
@@ -140,8 +140,9 @@ def test_missing_qmd_falls_back_and_says_so(workspace: Path, qmd_env: None, tmp_
         assert res and "answered from the builtin index" in searcher.provider_note
         assert "not found" in searcher.provider_note
         st = searcher.status()
-    assert st["qmd"]["fallback_in_use"] is True and st["qmd"]["last_search"]["kind"] == "missing"
-    assert st["qmd"]["last_update"]["ok"] is False
+    assert st.qmd is not None and st.qmd.fallback_in_use is True
+    assert st.qmd.last_search is not None and st.qmd.last_search.kind == "missing"
+    assert st.qmd.last_update is not None and st.qmd.last_update.ok is False
 
 
 def test_qmd_failure_falls_back_and_the_next_search_tries_again(workspace: Path, qmd_command: str,
@@ -156,12 +157,14 @@ def test_qmd_failure_falls_back_and_the_next_search_tries_again(workspace: Path,
         res = searcher.search("Lisbon hotel confirmation", min_score=0)
         assert res and "qmd search failed" in searcher.provider_note
         assert "exited with" in searcher.provider_note
-        assert searcher.status()["qmd"]["fallback_in_use"] is True
+        qmd = searcher.status().qmd
+        assert qmd is not None and qmd.fallback_in_use is True
         config.write_text(good)
         res = searcher.search("Lisbon hotel confirmation")
         assert res and searcher.provider_note == ""
         st = searcher.status()
-    assert st["qmd"]["fallback_in_use"] is False and st["qmd"]["last_search"]["ok"] is True
+    assert st.qmd is not None and st.qmd.fallback_in_use is False
+    assert st.qmd.last_search is not None and st.qmd.last_search.ok is True
 
 
 def test_vsearch_query_and_embed_cannot_get_models_here_and_fall_back(workspace: Path, qmd_command: str,
@@ -178,8 +181,8 @@ def test_vsearch_query_and_embed_cannot_get_models_here_and_fall_back(workspace:
             assert res, mode
             assert f"qmd {mode} failed" in searcher.provider_note and "builtin index" in searcher.provider_note
             st = searcher.status()
-            assert st["qmd"]["fallback_in_use"] is True and st["qmd"]["search_mode"] == mode
-            assert st["qmd"]["last_embed"]["ok"] is False
+            assert st.qmd is not None and st.qmd.fallback_in_use is True and st.qmd.search_mode == mode
+            assert st.qmd.last_embed is not None and st.qmd.last_embed.ok is False
 
 
 def test_unreadable_output_falls_back(workspace: Path, qmd_env: None) -> None:
@@ -190,7 +193,8 @@ def test_unreadable_output_falls_back(workspace: Path, qmd_env: None) -> None:
     with open_searcher(s) as searcher:
         assert searcher.search("Lisbon hotel confirmation", min_score=0)
         assert "not JSON" in searcher.provider_note
-        assert searcher.status()["qmd"]["last_search"]["kind"] == "unreadable"
+        qmd = searcher.status().qmd
+        assert qmd is not None and qmd.last_search is not None and qmd.last_search.kind == "unreadable"
 
 
 def test_parse_results_on_real_shapes(workspace: Path, qmd_command: str, qmd_env: None) -> None:
@@ -330,14 +334,14 @@ def test_hostile_qmd_output_falls_back_and_never_crashes(workspace: Path, fake_q
             monkeypatch.setenv("FAKE_QMD_MODE", "file")
             answer(text)
         with open_searcher(s) as searcher:
-            res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+            res = searcher.search_response("Lisbon hotel confirmation", min_score=0).to_dict()
         assert res["results"] and "answered from the builtin index" in res["note"], what
         json.dumps(res, allow_nan=False).encode("utf-8")  # valid JSON, valid UTF-8
     # a lone surrogate in a snippet: kept as U+FFFD, the answer is still qmd's
     monkeypatch.setenv("FAKE_QMD_MODE", "file")
     answer('[{"file": "qmd://mc-root/memory.md", "score": 0.8, "snippet": "@@ -1,1 @@\\n\\ud800 Lisbon"}]')
     with open_searcher(s) as searcher:
-        res = searcher.search_response("Lisbon hotel confirmation", min_score=0)
+        res = searcher.search_response("Lisbon hotel confirmation", min_score=0).to_dict()
     assert res["results"] and "\ufffd" in res["results"][0]["snippet"] and not res.get("note")
     json.dumps(res).encode("utf-8")
 
@@ -401,26 +405,26 @@ def test_an_empty_qmd_answer_falls_back_when_the_builtin_index_has_strong_matche
     question = "what did we decide about the Lisbon hotel"
     with open_searcher(s) as searcher:
         assert searcher.qmd_search(question, 6, None, None) == []  # qmd itself: nothing
-        res = searcher.search_response(question)
+        res = searcher.search_response(question).to_dict()
         st = searcher.status()
         # qmd answers a query whose every word is in one note: its own answer, no fallback
-        direct = searcher.search_response("Lisbon hotel")
+        direct = searcher.search_response("Lisbon hotel").to_dict()
         # neither has anything: qmd's empty answer stands
-        nothing = searcher.search_response("xylophone zeppelin quokka")
+        nothing = searcher.search_response("xylophone zeppelin quokka").to_dict()
     assert res["results"] and res["results"][0]["score"] >= s.qmd.fallback_min_score
     assert "Lisbon" in res["results"][0]["snippet"]
     fb = res["fallback"]
     assert (fb["from"], fb["to"]) == ("qmd", "builtin") and "qmd search found nothing" in fb["reason"]
     assert res["backend"] == "builtin" and "answered from the builtin index" in res["note"]
-    assert st["qmd"]["fallback_in_use"] is True and "found nothing" in st["qmd"]["fallback_reason"]
-    assert st["qmd"]["last_search"]["ok"] is True  # qmd did not fail: it found nothing
+    assert st.qmd is not None and st.qmd.fallback_in_use is True and "found nothing" in st.qmd.fallback_reason
+    assert st.qmd.last_search is not None and st.qmd.last_search.ok is True  # qmd did not fail: it found nothing
     assert direct["results"] and direct["fallback"] is None
     assert (direct["backend"], direct["provider"], direct["model"]) == ("qmd", "qmd", "qmd search")
     assert nothing["results"] == [] and nothing["fallback"] is None and nothing["backend"] == "qmd"
     # turned off: qmd's empty answer is the answer
     off = qmd_settings(workspace, qmd_command, qmd={"fallback_on_empty": False})
     with open_searcher(off) as searcher:
-        res = searcher.search_response(question)
+        res = searcher.search_response(question).to_dict()
     assert res["results"] == [] and res["fallback"] is None and res["backend"] == "qmd"
 
 
@@ -458,4 +462,4 @@ def test_qmd_hits_keep_min_score_and_cite_the_files_real_lines(workspace: Path, 
     with open_searcher(no_fallback) as searcher:
         assert searcher.search("heron budget") == []  # nothing matches this well
         assert "MEMORY.md" in {r.path for r in searcher.search("heron budget", min_score=0)}
-    assert "heron budget" in cited[0]["text"] and cited[1]["text"] == "the egret budget is 20\nd\ne"
+    assert "heron budget" in cited[0].text and cited[1].text == "the egret budget is 20\nd\ne"

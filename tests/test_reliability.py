@@ -141,7 +141,7 @@ def test_corrupted_live_index_is_detected_and_rebuilt(workspace, damage):
         # the header (with memory-core's application_id) survives: still ours, so rebuilt
         s.index_file.write_bytes(data[:100] + b"\x13\x37" * 4046 + data[8192:])
     with Searcher(s) as searcher:
-        assert searcher.status()["state"] == "damaged"
+        assert searcher.status().state == "damaged"
     with pytest.raises(IndexDamagedError), Searcher(s) as searcher:
         searcher.search("postgres")
     again = run_index(s)
@@ -248,7 +248,7 @@ def test_hostile_queries_return_results_or_nothing(workspace):
     with Searcher(s) as searcher:
         for q in HOSTILE:
             assert isinstance(searcher.search(q), list), q
-        assert searcher.status()["chunks"] > 0  # nothing was dropped
+        assert searcher.status().chunks > 0  # nothing was dropped
 
 
 # -- configuration ----------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ def test_a_reader_answers_keyword_only_within_its_deadline_when_the_provider_mis
      "drip": lambda: openai_fake.inject(Fault("drip", seconds=0.2), None)}[fault]()
     with Searcher(s) as searcher:
         t0 = time.monotonic()
-        res = searcher.search_response("postgres replication", min_score=0)
+        res = searcher.search_response("postgres replication", min_score=0).to_dict()
         took = time.monotonic() - t0
     assert res["results"] and "keyword-only" in res.get("note", ""), res.get("note")
     assert took < 6, took

@@ -44,7 +44,7 @@ def test_secrets_never_reach_provider_index_cache_or_logs(workspace, openai_fake
     # get on a transcript returns the redacted JSONL lines
     with Searcher(s) as searcher:
         got = searcher.read_file(f"sessions/{SECRET_FILE}")
-        assert got["lines"] > 10 and not any(sec in got["text"] for sec in SECRETS)
+        assert got.lines > 10 and not any(sec in got.text for sec in SECRETS)
 
 
 def test_citations_resolve_to_jsonl_lines_and_source_filter(workspace):
@@ -61,7 +61,7 @@ def test_citations_resolve_to_jsonl_lines_and_source_filter(workspace):
         assert first["type"] == "message"
         got = searcher.read_file(top.path, from_line=top.start_line, lines=top.end_line - top.start_line + 1)
         # readable messages, not JSONL: the first cited line is the first cited message
-        assert got["text"].split("\n")[0] == "User: " + first["message"]["content"]
+        assert got.text.split("\n")[0] == "User: " + first["message"]["content"]
         only_memory = searcher.search("Sintra tickets", sources=["memory"], min_score=0)
         assert all(r.source == "memory" for r in only_memory)
 

@@ -221,7 +221,7 @@ def test_every_hit_readable_given_only_the_index_or_the_workspace(tmp_path, open
         hits = searcher.search(f"{OUTSIDE_WORD} 502 connections {INSIDE_WORD}", max_results=10, min_score=0)
         assert {h.source for h in hits} == {"memory", "sessions"} and any(h.vector_score > 0 for h in hits)
         for h in hits:
-            assert searcher.read_file(h.path, from_line=h.start_line, lines=3)["lines"] >= 1
+            assert searcher.read_file(h.path, from_line=h.start_line, lines=3).lines >= 1
     rc, out, err = cli(capsys, "status", "--index", str(index), "--json")
     st = json.loads(out)
     assert rc == 0 and st["built_from"]["workspace"] == str(ws) and st["built_from"]["sources"] == ["memory", "sessions"]

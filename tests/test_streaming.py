@@ -237,7 +237,7 @@ def test_over_window_chunks_are_counted_per_file_and_survive_incremental_runs(wo
     assert first.chunks_over_window == meta["chunks_over_window"] == sum(by_path.values()) > 0
     assert any("over the model's input window" in line for line in first.lines())
     with Searcher(s, provider=provider) as searcher:
-        assert searcher.status()["chunks_over_window"] == first.chunks_over_window
+        assert searcher.status().chunks_over_window == first.chunks_over_window
     gone = max(by_path, key=by_path.get)
     (workspace / gone).unlink()
     second = run_index(s, provider=provider, reason=reason)
@@ -342,7 +342,7 @@ def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, open
     with Searcher(with_vec) as s:
         vec_hits = [(h.path, h.start_line, h.vector_score) for h in s.search("replica lag alert", mode="vector",
                                                                               max_results=5, min_score=0)]
-        assert vec_hits and s.status()["vector_search"].startswith("sign bits")
+        assert vec_hits and s.status().vector_search.startswith("sign bits")
 
     monkeypatch.setattr(store_mod, "load_vec", lambda conn: False)
     monkeypatch.setattr(retrieval_mod, "load_vec", lambda conn: False)
@@ -352,4 +352,4 @@ def test_vectors_are_stored_once_as_float32_with_their_sign_bits(workspace, open
     with Searcher(blob) as s:
         assert [(h.path, h.start_line, h.vector_score) for h in s.search(
             "replica lag alert", mode="vector", max_results=5, min_score=0)] == vec_hits
-        assert s.status()["vector_search"].startswith("sign bits")
+        assert s.status().vector_search.startswith("sign bits")

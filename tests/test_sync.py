@@ -48,7 +48,7 @@ def test_dirty_state_follows_the_sources(workspace: Path) -> None:
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
     assert not dirty_state(s).dirty
     with Searcher(s) as searcher:
-        assert searcher.status()["dirty"] is False
+        assert searcher.status().dirty is False
     (workspace / "memory" / "new.md").write_text(NEW)
     (workspace / "MEMORY.md").write_text((workspace / "MEMORY.md").read_text() + "\nmore\n")
     (workspace / "memory" / "2026-09-01.md").unlink()
@@ -57,8 +57,8 @@ def test_dirty_state_follows_the_sources(workspace: Path) -> None:
     assert d.removed == ["memory/2026-09-01.md"] and d.reason == "1 new, 1 changed, 1 removed"
     with Searcher(s) as searcher:
         st = searcher.status()
-    assert st["dirty"] is True and st["dirty_reason"] == d.reason
-    assert st["extra_paths"] == [] and st["cache_max_entries"] is None
+    assert st.dirty is True and st.dirty_reason == d.reason
+    assert st.extra_paths == [] and st.cache_max_entries is None
     run_index(s)
     assert not dirty_state(s).dirty
     # a transcript that grew by less than sessions.delta_bytes is carried by a reindex: not dirty

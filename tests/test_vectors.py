@@ -139,7 +139,7 @@ def test_an_index_of_schema_2_is_searched_alike_and_rebuilt_by_the_next_run(work
         with Searcher(s) as se:
             out = [[(r.citation, r.score, r.vector_score, r.text_score) for r in se.search(q, mode=mode, min_score=0)]
                    for q in queries]
-            return out, se.status()["vector_search"]
+            return out, se.status().vector_search
 
     new, how = answers()
     assert how.startswith("sign bits")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from memory_core.api import Memory
     from memory_core.config import Settings
     from memory_core.index.runtypes import RunSummary
+    from memory_core.notes.memory_store import MemoryStore
     from memory_core.runtime.resolve import ResolvedSettings
 
 # A command imports what it uses when it runs (the settings model, the index, the providers), so
@@ -259,7 +260,7 @@ def _settings(args: argparse.Namespace, **told: Any) -> Settings:
     return _resolve(args, **told).settings
 
 
-def _writer_told(args: argparse.Namespace) -> dict[str, Any]:
+def _writer_told(args: argparse.Namespace) -> dict[str, object]:
     """What the flags of a writer tell (None: not told)."""
     return {"provider": args.provider, "model": args.model, "extra_paths": args.extra_paths,
             "sources": ["memory", "sessions"] if args.sessions else None}
@@ -385,16 +386,15 @@ def cmd_search(args: argparse.Namespace) -> int:
             if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
                 store = stack.enter_context(_memory_store(memory.settings))
             res = memory.answer(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode, chat_type=args.chat_type,
-                                extra=store).to_dict()
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
     if args.json:
-        print(json.dumps(res, indent=2, ensure_ascii=False))
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
         return EXIT_OK
-    if res.get("note"):
-        print(f"note: {res['note']}", file=sys.stderr)
-    if not res["results"]:
+    if res.note:
+        print(f"note: {res.note}", file=sys.stderr)
+    if not res.results:
         print("no results")
-    for r in res["results"]:
+    for r in res.results:
         print(f"{r['citation']}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
               + f"  [{r['source']}]")
         for line in r["snippet"].splitlines()[:12]:
@@ -411,7 +411,7 @@ def _memory(args: argparse.Namespace, *, refresh: bool = False) -> Memory:
     return Memory(_settings(args), refresh=refresh)
 
 
-def _memory_store(settings: Settings) -> Any:
+def _memory_store(settings: Settings) -> MemoryStore:
     from memory_core.notes.memory_store import MemoryStore
 
     return MemoryStore(settings)
@@ -441,8 +441,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True, default=str))
     else:
-        if isinstance(st.get("built_at"), (int, float)):  # milliseconds since the epoch (kept so in --json)
-            st["built_at"] = _local_time(st["built_at"] / 1000)
+        if status.built_at is not None:  # milliseconds since the epoch (kept so in --json)
+            st["built_at"] = _local_time(status.built_at / 1000)
         for k, v in st.items():
             if isinstance(v, dict) and k == "built_from":
                 print(f"{k}:")

@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -42,14 +42,19 @@ from mcp.server.lowlevel import Server
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from memory_core.api import Memory
+from memory_core.apps.mcp_schema import input_schema, list_alias_choices
 from memory_core.apps.mcp_store_tools import StoreTools, store_tool_definitions
 from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
-from memory_core.query.answers import CHAT_TYPES, MAX_RESULTS
+from memory_core.query.answers import MAX_RESULTS
 from memory_core.query.backends import open_searcher
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.runtime.sync import SyncManager
+
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult
+    from starlette.applications import Starlette
 
 log = logging.getLogger("memory_core.mcp")
 
@@ -97,29 +102,55 @@ STATUS_DESCRIPTION = (
 )
 
 
-# -- argument models (validation) and the JSON schemas agents see -------------------------------
+# -- argument models: each validates a tool's arguments and produces its input schema ------------
+# (memory_core/apps/mcp_schema.py; a description's {name} is filled from the server's settings)
 
 class SearchArgs(BaseModel):
     """OpenClaw's names (``maxResults``, ``minScore``) with snake_case aliases."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=list_alias_choices)
 
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-    max_results: int | None = Field(default=None, ge=1,  # above MAX_SEARCH_RESULTS: clamped by the searcher
-                                    validation_alias=AliasChoices("maxResults", "max_results"))
-    min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
-    sources: list[Literal["memory", "sessions", "store"]] | None = Field(default=None, min_length=1)
-    mode: Literal["hybrid", "vector", "keyword"] | None = None
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS,
+                       description="What to recall, in natural language or keywords.")
+    max_results: int | None = Field(  # above MAX_SEARCH_RESULTS: clamped by the searcher
+        default=None, ge=1, validation_alias=AliasChoices("maxResults", "max_results"),
+        description=f"Most results to return (default {{max_results}}; more than {MAX_SEARCH_RESULTS} is"
+                    f" clamped to {MAX_SEARCH_RESULTS}).")
+    min_score: float | None = Field(
+        default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"),
+        description="The answer's threshold: no results unless the best reaches it (default {min_score});"
+                    " the others are listed down to {result_floor}.")
+    mode: Literal["hybrid", "vector", "keyword"] | None = Field(
+        default=None, description="hybrid (keywords + meaning), vector (meaning only) or keyword (words only);"
+                                  " default {mode}.")
     chat_type: Literal["direct", "group", "channel"] | None = Field(
-        default=None, validation_alias=AliasChoices("chatType", "chat_type"))
+        default=None, validation_alias=AliasChoices("chatType", "chat_type"),
+        description="Where the answer goes: a direct chat, or a group or channel chat (with citations 'auto',"
+                    " the default, citations are left out in group and channel chats).")
+    sources: list[Literal["memory", "sessions", "store"]] | None = Field(
+        default=None, min_length=1,
+        json_schema_extra={"uniqueItems": True},  # asked of clients; a repeated source is dropped, not refused
+        description="Only these sources: 'memory' (notes), 'sessions' (chat transcripts), 'store' (memories"
+                    " saved with memory_store; merged by score). Default: all indexed sources (not the store).")
+
+
+def _search_schema_values(settings: Settings) -> dict[str, object]:
+    """The settings ``memory_search``'s input schema states (its defaults)."""
+    q = settings.query
+    return {"max_results": q.max_results, "min_score": q.min_score, "result_floor": f"{q.result_floor:g}",
+            "mode": q.search_mode()}
 
 
 class GetArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    path: str = Field(min_length=1)
-    from_line: int | None = Field(default=None, ge=1, alias="from")
-    lines: int | None = Field(default=None, ge=1, le=MAX_GET_LINES)
+    path: str = Field(min_length=1, description="Indexed path or citation from a search result, e.g."
+                                                " 'memory/2026-11-02.md' or 'memory/2026-11-02.md#L10-L20'"
+                                                " (then those lines).")
+    from_line: int | None = Field(default=None, ge=1, alias="from",
+                                  description="First line to return, 1-based (default 1).")
+    lines: int | None = Field(default=None, ge=1, le=MAX_GET_LINES,
+                              description=f"Number of lines to return (default and maximum {MAX_GET_LINES}).")
 
 
 class StatusArgs(BaseModel):
@@ -129,61 +160,11 @@ class StatusArgs(BaseModel):
 class WriteArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(min_length=1, max_length=MAX_WRITE_CHARS)
-    path: str | None = Field(default=None, min_length=1)
+    text: str = Field(min_length=1, max_length=MAX_WRITE_CHARS,
+                      description="The note, in Markdown; a few self-contained lines.")
+    path: str | None = Field(default=None, min_length=1,
+                             description="MEMORY.md or memory/<name>.md (default: today's memory/YYYY-MM-DD.md).")
 
-
-def _search_input_schema(settings: Settings) -> dict[str, Any]:
-    q = settings.query
-    max_results = {"type": "integer", "minimum": 1,
-                   "description": f"Most results to return (default {q.max_results}; more than"
-                                  f" {MAX_SEARCH_RESULTS} is clamped to {MAX_SEARCH_RESULTS})."}
-    chat_type = {"type": "string", "enum": list(CHAT_TYPES),
-                 "description": "Where the answer goes: a direct chat, or a group or channel chat (with citations"
-                                " 'auto', the default, citations are left out in group and channel chats)."}
-    min_score = {"type": "number", "minimum": 0, "maximum": 1,
-                 "description": f"The answer's threshold: no results unless the best reaches it (default"
-                                f" {q.min_score}); the others are listed down to {q.result_floor:g}."}
-    return {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string", "minLength": 1, "maxLength": MAX_QUERY_CHARS,
-                      "description": "What to recall, in natural language or keywords."},
-            "maxResults": max_results,
-            "minScore": min_score,
-            "max_results": {**max_results, "description": "Alias of maxResults."},
-            "min_score": {**min_score, "description": "Alias of minScore."},
-            "mode": {"type": "string", "enum": list(MODES),
-                     "description": f"hybrid (keywords + meaning), vector (meaning only) or keyword (words only);"
-                                    f" default {q.search_mode()}."},
-            "chatType": chat_type,
-            "chat_type": {**chat_type, "description": "Alias of chatType."},
-            "sources": {"type": "array", "minItems": 1, "uniqueItems": True,
-                        "items": {"type": "string", "enum": ["memory", "sessions", "store"]},
-                        "description": "Only these sources: 'memory' (notes), 'sessions' (chat transcripts),"
-                                       " 'store' (memories saved with memory_store; merged by score)."
-                                       " Default: all indexed sources (not the store)."},
-        },
-        "required": ["query"],
-        "additionalProperties": False,
-    }
-
-
-GET_INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "minLength": 1,
-                 "description": "Indexed path or citation from a search result, e.g. 'memory/2026-11-02.md' or"
-                                " 'memory/2026-11-02.md#L10-L20' (then those lines)."},
-        "from": {"type": "integer", "minimum": 1, "description": "First line to return, 1-based (default 1)."},
-        "lines": {"type": "integer", "minimum": 1, "maximum": MAX_GET_LINES,
-                  "description": f"Number of lines to return (default and maximum {MAX_GET_LINES})."},
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
-
-STATUS_INPUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 WRITE_DESCRIPTION = (
     "Write a lasting note to memory: decisions, preferences, facts and todos worth keeping past this"
@@ -192,18 +173,6 @@ WRITE_DESCRIPTION = (
     " right after. Secrets in the text are masked before writing. Returns the path and the lines written"
     " (a citation). Refused for paths outside the memory files and for a read-only workspace."
 )
-
-WRITE_INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "text": {"type": "string", "minLength": 1, "maxLength": MAX_WRITE_CHARS,
-                 "description": "The note, in Markdown; a few self-contained lines."},
-        "path": {"type": "string", "minLength": 1,
-                 "description": "MEMORY.md or memory/<name>.md (default: today's memory/YYYY-MM-DD.md)."},
-    },
-    "required": ["text"],
-    "additionalProperties": False,
-}
 
 WRITE_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -298,15 +267,15 @@ def tool_definitions(settings: Settings, agents: list[str] | None = None,
 def _tools(settings: Settings) -> list[types.Tool]:
     return [
         types.Tool(name="memory_search", title="Search memory", description=SEARCH_DESCRIPTION,
-                   input_schema=_search_input_schema(settings), output_schema=SEARCH_OUTPUT_SCHEMA,
+                   input_schema=input_schema(SearchArgs, _search_schema_values(settings)), output_schema=SEARCH_OUTPUT_SCHEMA,
                    annotations=_READ_ONLY),
         types.Tool(name="memory_get", title="Read memory lines", description=GET_DESCRIPTION,
-                   input_schema=GET_INPUT_SCHEMA, output_schema=GET_OUTPUT_SCHEMA, annotations=_READ_ONLY),
+                   input_schema=input_schema(GetArgs), output_schema=GET_OUTPUT_SCHEMA, annotations=_READ_ONLY),
         types.Tool(name="memory_status", title="Memory index status", description=STATUS_DESCRIPTION,
-                   input_schema=STATUS_INPUT_SCHEMA, output_schema=STATUS_OUTPUT_SCHEMA,
+                   input_schema=input_schema(StatusArgs), output_schema=STATUS_OUTPUT_SCHEMA,
                    annotations=_READ_ONLY),
         types.Tool(name="memory_write", title="Write a memory note", description=WRITE_DESCRIPTION,
-                   input_schema=WRITE_INPUT_SCHEMA, output_schema=WRITE_OUTPUT_SCHEMA,
+                   input_schema=input_schema(WriteArgs), output_schema=WRITE_OUTPUT_SCHEMA,
                    annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                                      idempotent_hint=False, open_world_hint=False)),
         *store_tool_definitions(),  # memory_store, memory_recall, memory_list, memory_forget
@@ -362,7 +331,7 @@ class MemoryTools:
         self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
         self.handlers.update(self.store_tools.handlers())
 
-    def search(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def search(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = SearchArgs.model_validate(arguments)
         # the memory store is searched only when named (its results merged by score)
         store = self.store_tools.store if a.sources and "store" in a.sources else None
@@ -373,13 +342,13 @@ class MemoryTools:
                                   sources=list(dict.fromkeys(a.sources)) if a.sources else None,
                                   mode=a.mode, chat_type=a.chat_type, extra=store).to_dict()
 
-    def get(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def get(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = GetArgs.model_validate(arguments)
         if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
             return self.store_tools.get(a.path)
         return self.memory.read(a.path, from_line=a.from_line, lines=a.lines).to_dict()
 
-    def status(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def status(self, arguments: dict[str, Any]) -> dict[str, object]:
         StatusArgs.model_validate(arguments)
         st = self.memory.status().to_dict()
         st["sync"] = self.sync.status()
@@ -388,7 +357,7 @@ class MemoryTools:
         safe: dict[str, Any] = json.loads(json.dumps(st, default=str))  # JSON-safe values only
         return safe
 
-    def write(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def write(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = WriteArgs.model_validate(arguments)
 
         def reindex() -> None:  # in this call: the text is searchable when the tool answers
@@ -455,7 +424,7 @@ class AgentTools:
         return [self.tools_for(a) for a in self.by_agent]
 
     def _route(self, name: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
-        def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+        def handler(arguments: dict[str, Any]) -> dict[str, object]:
             args = dict(arguments)
             tools = self.tools_for(args.pop("agent", None))
             out = tools.handlers[name](args)
@@ -546,7 +515,7 @@ def build_server(settings: Settings, tools: MemoryTools | AgentTools | None = No
         on_list_prompts=on_list_prompts, on_get_prompt=on_get_prompt,
     )
 
-    async def session_start(ctx: Any, call_next: Any) -> Any:  # [sync] on_session_start
+    async def session_start(ctx: Any, call_next: CallNext) -> HandlerResult:  # [sync] on_session_start
         if ctx.method in ("initialize", "server/discover"):  # a client's session opens (legacy, modern)
             await anyio.to_thread.run_sync(tools.sync.on_session_start)
         return await call_next(ctx)
@@ -600,7 +569,7 @@ opens a new one): abandoned sessions do not pile up (2,000 held 73 MB under the 
 HTTP_MAX_SESSIONS = 256  # open HTTP sessions at most; one more is answered 503 until one ends
 
 
-def http_app(server: Server[Any], host: str, path: str) -> Any:
+def http_app(server: Server[Any], host: str, path: str) -> Starlette:
     """The Starlette app of the HTTP transport, its sessions reaped (:data:`HTTP_SESSION_IDLE_S`)
     and bounded (:data:`HTTP_MAX_SESSIONS`)."""
     return server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=HTTP_SESSION_IDLE_S,

@@ -15,17 +15,18 @@ only lists and dispatches them.
 from __future__ import annotations
 
 import threading
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 import mcp_types as types
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
+from memory_core.apps.mcp_schema import input_schema
 from memory_core.config import Settings
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.notes.memory_store import MAX_MEMORY_CHARS, MemoryStore
 
 MAX_RECALL = 50
-_CATEGORY = {"type": "string", "enum": list(CATEGORIES)}
 Category = Literal["preference", "fact", "decision", "entity", "other"]
 
 STORE_DESCRIPTION = (
@@ -47,31 +48,38 @@ FORGET_DESCRIPTION = (
 )
 
 
+# -- argument models: each validates a tool's arguments and produces its input schema (mcp_schema.py)
+
 class StoreArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS)
-    importance: float | None = Field(default=None, ge=0, le=1)
-    category: Category | None = None
+    text: str = Field(min_length=1, max_length=MAX_MEMORY_CHARS, description="The memory, one self-contained statement.")
+    importance: float | None = Field(default=None, ge=0, le=1, description=f"0-1 (default {DEFAULT_IMPORTANCE};"
+                                                                          " an updated memory keeps its own).")
+    category: Category | None = Field(default=None, description="Kind of memory (default other; an updated memory"
+                                                                " keeps its own).")
 
 
 class RecallArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: str = Field(min_length=1, max_length=4000)
     limit: int | None = Field(default=None, ge=1, le=MAX_RECALL,
-                              validation_alias=AliasChoices("limit", "maxResults", "max_results"))
+                              validation_alias=AliasChoices("limit", "maxResults", "max_results"),
+                              description="Most results (default query.max_results).")
     min_score: float | None = Field(default=None, ge=0, le=1, validation_alias=AliasChoices("minScore", "min_score"))
-    category: Category | list[Category] | None = None
+    # a list is asked to name one category at least; an empty one is taken as none (every category)
+    category: Category | Annotated[list[Category], Field(json_schema_extra={"minItems": 1})] | None = Field(
+        default=None, description="Only this category, or these.")
     mode: Literal["hybrid", "vector", "keyword"] | None = None
 
 
 class ListArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"required": []})  # no field required, said so
     category: Category | None = None
     limit: int | None = Field(default=None, ge=1, le=10_000)
 
 
 class ForgetArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"required": []})  # one of the two: _one
     memory_id: str | None = Field(default=None, min_length=1, max_length=64,
                                   validation_alias=AliasChoices("memoryId", "memory_id", "id"))
     query: str | None = Field(default=None, min_length=1, max_length=4000)
@@ -81,10 +89,6 @@ class ForgetArgs(BaseModel):
         if (self.memory_id is None) == (self.query is None):
             raise ValueError("give memoryId (to delete) or query (to find candidates), not both or neither")
         return self
-
-
-def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
 _MEMORY: dict[str, Any] = {
@@ -151,34 +155,16 @@ def store_tool_definitions() -> list[types.Tool]:
     return [
         types.Tool(name="memory_store", title="Store a memory", description=STORE_DESCRIPTION, annotations=write,
                    output_schema=STORE_OUTPUT_SCHEMA,
-                   input_schema=_schema({
-                       "text": {"type": "string", "minLength": 1, "maxLength": MAX_MEMORY_CHARS,
-                                "description": "The memory, one self-contained statement."},
-                       "importance": {"type": "number", "minimum": 0, "maximum": 1,
-                                      "description": f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory"
-                                                     " keeps its own)."},
-                       "category": {**_CATEGORY, "description": "Kind of memory (default other; an updated"
-                                                                " memory keeps its own)."},
-                   }, ["text"])),
+                   input_schema=input_schema(StoreArgs)),
         types.Tool(name="memory_recall", title="Recall memories", description=RECALL_DESCRIPTION, annotations=read,
                    output_schema=RECALL_OUTPUT_SCHEMA,
-                   input_schema=_schema({
-                       "query": {"type": "string", "minLength": 1, "maxLength": 4000},
-                       "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RECALL,
-                                 "description": "Most results (default query.max_results)."},
-                       "minScore": {"type": "number", "minimum": 0, "maximum": 1},
-                       "category": {"anyOf": [_CATEGORY, {"type": "array", "items": _CATEGORY, "minItems": 1}],
-                                    "description": "Only this category, or these."},
-                       "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
-                   }, ["query"])),
+                   input_schema=input_schema(RecallArgs)),
         types.Tool(name="memory_list", title="List memories", description=LIST_DESCRIPTION, annotations=read,
                    output_schema=LIST_OUTPUT_SCHEMA,
-                   input_schema=_schema({"category": _CATEGORY,
-                                         "limit": {"type": "integer", "minimum": 1, "maximum": 10_000}}, [])),
+                   input_schema=input_schema(ListArgs)),
         types.Tool(name="memory_forget", title="Forget a memory", description=FORGET_DESCRIPTION,
                    annotations=delete, output_schema=FORGET_OUTPUT_SCHEMA,
-                   input_schema=_schema({"memoryId": {"type": "string", "minLength": 1, "maxLength": 64},
-                                         "query": {"type": "string", "minLength": 1, "maxLength": 4000}}, [])),
+                   input_schema=input_schema(ForgetArgs)),
     ]
 
 
@@ -197,26 +183,26 @@ class StoreTools:
                 self._store = MemoryStore(self.settings)
             return self._store
 
-    def handlers(self) -> dict[str, Any]:
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], dict[str, object]]]:
         return {"memory_store": self.store_memory, "memory_recall": self.recall, "memory_list": self.list,
                 "memory_forget": self.forget}
 
-    def store_memory(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def store_memory(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = StoreArgs.model_validate(arguments)
         return self.store.store(a.text, a.importance, a.category).to_dict()
 
-    def recall(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def recall(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = RecallArgs.model_validate(arguments)
         cats = [a.category] if isinstance(a.category, str) else a.category
         rec = self.store.recall(a.query, max_results=a.limit, min_score=a.min_score, categories=cats, mode=a.mode)
         return {"results": [h.to_agent() for h in rec.hits], **({"note": rec.note} if rec.note else {})}
 
-    def list(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def list(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = ListArgs.model_validate(arguments)
         mems = self.store.list(a.category, a.limit)
         return {"memories": [m.to_dict() for m in mems], "count": len(mems)}
 
-    def forget(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def forget(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = ForgetArgs.model_validate(arguments)
         if a.memory_id is None:
             rec = self.store.recall(a.query or "", max_results=5)
@@ -225,7 +211,7 @@ class StoreTools:
                                    for h in rec.hits]}
         return {"action": "deleted", "id": a.memory_id, "memory": self.store.forget(a.memory_id).to_dict()}
 
-    def get(self, citation: str) -> dict[str, Any]:
+    def get(self, citation: str) -> dict[str, object]:
         """``memory_get`` of a ``store:<id>`` citation: the memory's text."""
         from memory_core.errors import PathError
 

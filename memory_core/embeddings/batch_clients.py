@@ -119,7 +119,7 @@ class OpenAIBatchClient(_RetryingClient):
         remote_timeout = float(getattr(getattr(provider, "settings", None), "timeout_s", 60.0))
         self._long = client.with_options(timeout=max(600.0, remote_timeout))
 
-    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+    def request_line(self, custom_id: str, text: str) -> dict[str, object]:
         body: dict[str, Any] = {"model": self.model, "input": [text]}
         if self.dims:
             body["dimensions"] = self.dims
@@ -146,7 +146,7 @@ class OpenAIBatchClient(_RetryingClient):
             input_file_id=getattr(b, "input_file_id", None),
         )
 
-    def _create_extra(self) -> dict[str, Any]:
+    def _create_extra(self) -> dict[str, object]:
         return {}
 
     def create(self, input_file_id: str, local_id: str) -> RemoteJob:
@@ -208,10 +208,10 @@ class VoyageBatchClient(OpenAIBatchClient):
 
     completion_window = "12h"
 
-    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+    def request_line(self, custom_id: str, text: str) -> dict[str, object]:
         return {"custom_id": custom_id, "body": {"input": [text]}}
 
-    def _create_extra(self) -> dict[str, Any]:
+    def _create_extra(self) -> dict[str, object]:
         params: dict[str, Any] = {"model": self.model, "input_type": "document"}
         if self.dims:
             params["output_dimension"] = self.dims
@@ -238,7 +238,7 @@ class GeminiBatchClient(_RetryingClient):
         super().__init__(provider, client, classify=classify)
         self.task_type = task_type
 
-    def request_line(self, custom_id: str, text: str) -> dict[str, Any]:
+    def request_line(self, custom_id: str, text: str) -> dict[str, object]:
         req: dict[str, Any] = {"content": {"parts": [{"text": text}]}, "taskType": self.task_type}
         if self.dims:
             req["outputDimensionality"] = self.dims

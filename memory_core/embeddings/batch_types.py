@@ -188,7 +188,7 @@ class BatchFigures:
     def sync_only(cls, mode: str) -> BatchFigures:
         return cls(mode=mode, jobs=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         if not self.jobs:
             return {"mode": self.mode}
         out = asdict(self)
@@ -216,7 +216,7 @@ class Cost:
     saving_usd: float | None = None
     saving_pct: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         if not self.priced:
             del out["batch_per_mtok"]
@@ -241,7 +241,7 @@ class BatchClient(Protocol):
     provider: str
     completion_window: str
 
-    def request_line(self, custom_id: str, text: str) -> dict[str, Any]: ...
+    def request_line(self, custom_id: str, text: str) -> dict[str, object]: ...
     def upload(self, path: str, local_id: str) -> str: ...
     def create(self, input_file_id: str, local_id: str) -> RemoteJob: ...
     def get(self, job_id: str) -> RemoteJob: ...

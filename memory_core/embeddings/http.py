@@ -85,6 +85,7 @@ def _classes(module: str) -> tuple[Any, Any]:
             super().__init__(**kw)
             self.max_bytes = max_bytes
 
+        # Any: httpx or httpx2, chosen at run time
         def handle_request(self, request: Any) -> Any:
             request.headers["Accept-Encoding"] = "identity"
             response = super().handle_request(request)
@@ -103,11 +104,13 @@ def _classes(module: str) -> tuple[Any, Any]:
     return ResponseTooLarge, CappedTransport
 
 
+# Any: the httpx family member is chosen at run time
 def capped_transport(module: str = "httpx2", *, max_bytes: int = MAX_RESPONSE_BYTES) -> Any:
     """A transport for an ``httpx``-family client whose responses are capped."""
     return _classes(module)[1](max_bytes=max_bytes)
 
 
+# Any: the httpx family member is chosen at run time
 def capped_client(module: str = "httpx2", *, timeout: float, **kw: Any) -> Any:
     """A client of ``module`` through :func:`capped_transport` (for SDKs that take one)."""
     hx: Any = importlib.import_module(module)  # which httpx is known at run time only: its classes are Any

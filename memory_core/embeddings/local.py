@@ -382,6 +382,7 @@ def _export_float(model: Any, tokens: _Tokens, workdir: Path) -> onnx.ModelProto
             super().__init__()
             self.m = m
 
+        # Any: torch tensors (no stubs)
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
             return self.m(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
@@ -676,6 +677,7 @@ class LocalProvider(EmbeddingProvider):
 
     # -- loading
 
+    # Any: an ONNX engine or a SentenceTransformer (untyped)
     def _load(self) -> Any:
         """The engine: an :class:`_OnnxEngine` or a ``SentenceTransformer`` (Any: the two share
         ``encode`` only in name, and the caller tells them apart)."""

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import IndexDamagedError, UsageError
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
     connect_reader,
@@ -93,7 +94,7 @@ class ExportSummary:
     provider: str | None = None
     model: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def line(self) -> str:
@@ -120,10 +121,11 @@ class _Snapshot:
         # one read transaction for the meta and every row: a small reindex that updates the
         # file in place waits for it (briefly), then builds a new file instead
         self.conn.execute("BEGIN")
-        self.meta = read_meta(self.conn) or {}
+        self.meta = read_meta(self.conn) or {}  # as stored: the LanceDB export carries it along
+        self.record = IndexRecord.from_meta(self.meta) or IndexRecord()
         self.vec_table = has_table(self.conn, "chunks_vec")
         self.vec = self.vec_table and load_vec(self.conn)
-        dims = self.meta.get("dims")
+        dims = self.record.dims
         if not dims:  # keyword-only index; older files may still carry vectors
             row = self.conn.execute(
                 "SELECT length(embedding) FROM chunks WHERE embedding IS NOT NULL LIMIT 1").fetchone()
@@ -131,10 +133,11 @@ class _Snapshot:
         self.dims: int | None = int(dims) if dims else None
 
     def metadata(self) -> dict[str, str]:
-        m = self.meta
-        out = {"memory_core.export_version": str(EXPORT_VERSION), "memory_core.provider": str(m.get("provider")),
-               "memory_core.model": str(m.get("model")), "memory_core.dims": str(self.dims or ""),
-               "memory_core.distance": "cosine", "memory_core.built_at": str(m.get("built_at", "")),
+        r = self.record
+        out = {"memory_core.export_version": str(EXPORT_VERSION), "memory_core.provider": str(r.provider),
+               "memory_core.model": str(r.model), "memory_core.dims": str(self.dims or ""),
+               "memory_core.distance": "cosine",
+               "memory_core.built_at": str(r.built_at) if r.built_at is not None else "",
                "memory_core.exported_at": str(int(time.time() * 1000))}
         return out
 
@@ -145,7 +148,7 @@ class _Snapshot:
         elif self.vec:  # vectors live in chunks_vec (or, in indexes of schema 1, in both)
             yield from self.conn.execute(f"SELECT {cols}, coalesce(c.embedding, v.embedding) FROM chunks c"
                                          " LEFT JOIN chunks_vec v ON v.rowid = c.rid ORDER BY c.rid")
-        elif self.vec_table and self.dims and self.meta.get("vector_store") == "vec0":
+        elif self.vec_table and self.dims and self.record.vector_store == "vec0":
             raise UsageError("this index keeps its vectors in sqlite-vec's vec0 table, which cannot be loaded"
                              " here; export without vectors (--no-vectors) or where sqlite-vec loads")
         else:
@@ -291,7 +294,7 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
             rows, groups = _write_jsonl(snap, stdout or sys.stdout, vectors=vectors, batch_rows=batch_rows)
             return ExportSummary(path="-", format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
                                  bytes=0, seconds=round(time.perf_counter() - t0, 3),
-                                 provider=snap.meta.get("provider"), model=snap.meta.get("model"))
+                                 provider=snap.record.provider, model=snap.record.model)
         out = Path(os.path.abspath(os.path.expanduser(os.fspath(output))))
         if not out.parent.is_dir():
             raise UsageError(f"directory not found: {out.parent}")
@@ -312,7 +315,7 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
                 os.unlink(tmp)
         return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
                              bytes=out.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
-                             provider=snap.meta.get("provider"), model=snap.meta.get("model"))
+                             provider=snap.record.provider, model=snap.record.model)
     finally:
         snap.close()
 

@@ -93,6 +93,6 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
         size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
         return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
                              bytes=size, seconds=round(time.perf_counter() - t0, 3),
-                             provider=snap.meta.get("provider"), model=snap.meta.get("model"))
+                             provider=snap.record.provider, model=snap.record.model)
     finally:
         snap.close()

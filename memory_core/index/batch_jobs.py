@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -95,10 +95,24 @@ def new_local_id() -> str:
 
 # -- plan ------------------------------------------------------------------------------------
 
-def _private(path: Path, mode: str) -> Any:
+def _private(path: Path, mode: str) -> IO[Any]:
     """A new work file only its owner can read (0600; never through a symlink): it holds note text."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     return os.fdopen(fd, mode)
+
+
+@dataclass
+class _OpenJob:
+    """A job file being filled: its request lines (``fh``) and its chunk hashes (``hfh``)."""
+
+    id: str
+    path: Path
+    hpath: Path
+    fh: IO[Any]
+    hfh: IO[Any]
+    n: int = 0
+    tokens: int = 0
+    bytes: int = 0
 
 
 def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None = None,
@@ -109,20 +123,19 @@ def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None =
     """
     limits = ctx.limits
     specs: list[JobSpec] = []
-    cur: dict[str, Any] | None = None
+    cur: _OpenJob | None = None
 
-    def open_job() -> dict[str, Any]:
+    def open_job() -> _OpenJob:
         lid = new_local_id()
         path = ctx.workdir / f"{lid}.jsonl"
         hpath = ctx.workdir / f"{lid}.hashes"
-        return {"id": lid, "path": path, "hpath": hpath, "fh": _private(path, "wb"), "hfh": _private(hpath, "w"),
-                "n": 0, "tokens": 0, "bytes": 0}
+        return _OpenJob(lid, path, hpath, _private(path, "wb"), _private(hpath, "w"))
 
-    def close_job(job: dict[str, Any]) -> None:
-        job["fh"].close()
-        job["hfh"].close()
-        specs.append(JobSpec(job["id"], ctx.provider.name, str(job["path"]), str(job["hpath"]), job["n"],
-                             job["tokens"], job["bytes"]))
+    def close_job(job: _OpenJob) -> None:
+        job.fh.close()
+        job.hfh.close()
+        specs.append(JobSpec(job.id, ctx.provider.name, str(job.path), str(job.hpath), job.n, job.tokens,
+                             job.bytes))
 
     try:
         pf = pq.ParquetFile(misses_path)
@@ -135,26 +148,26 @@ def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None =
                     continue
                 line = (json.dumps(ctx.client.request_line(h, text), ensure_ascii=False,
                                    separators=(",", ":")) + "\n").encode()
-                if cur is not None and cur["n"] and (
-                    cur["n"] + 1 > limits.max_requests or cur["bytes"] + len(line) > limits.max_bytes
-                    or (limits.max_tokens is not None and cur["tokens"] + t > limits.max_tokens)
+                if cur is not None and cur.n and (
+                    cur.n + 1 > limits.max_requests or cur.bytes + len(line) > limits.max_bytes
+                    or (limits.max_tokens is not None and cur.tokens + t > limits.max_tokens)
                 ):
                     close_job(cur)
                     cur = None
                 if cur is None:
                     cur = open_job()
-                cur["fh"].write(line)
-                cur["hfh"].write(f"{h}\t{int(t)}\n")
-                cur["n"] += 1
-                cur["tokens"] += int(t)
-                cur["bytes"] += len(line)
+                cur.fh.write(line)
+                cur.hfh.write(f"{h}\t{int(t)}\n")
+                cur.n += 1
+                cur.tokens += int(t)
+                cur.bytes += len(line)
         if cur is not None:
             close_job(cur)
             cur = None
     finally:
         if cur is not None:
-            cur["fh"].close()
-            cur["hfh"].close()
+            cur.fh.close()
+            cur.hfh.close()
     return specs
 
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -47,7 +47,7 @@ from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
 from memory_core.index.batch_ledger import BatchLedger
-from memory_core.index.runtypes import EmbedCounts, MissResult
+from memory_core.index.runtypes import EmbedCounts, JobOps, MissResult
 from memory_core.storage.cache import EmbeddingCache
 
 log = logging.getLogger("memory_core.batch")
@@ -60,13 +60,6 @@ class Stopped(Exception):
     """Raised inside a step's sleep when the run is shutting down."""
 
 
-class JobOps(Protocol):
-    """How job steps run: ``start`` returns a handle, ``wait_any`` the handles that finished."""
-
-    def start(self, step: str, obj: Any, **kw: Any) -> Any: ...
-    def wait_any(self, handles: list[Any]) -> list[Any]: ...
-    def result(self, handle: Any) -> Any: ...
-    def close(self) -> None: ...
 
 
 STEPS: dict[str, Callable[..., Any]] = {
@@ -108,7 +101,7 @@ class LocalOps:
             self.local.ctx = ctx
         return ctx
 
-    def _run(self, step: str, obj: Any, kw: dict[str, Any]) -> Any:
+    def _run(self, step: str, obj: Any, kw: dict[str, Any]) -> object:
         return STEPS[step](self._thread_ctx(), obj, **kw)
 
     def start(self, step: str, obj: Any, **kw: Any) -> Future[Any]:
@@ -118,6 +111,7 @@ class LocalOps:
         done, _ = wait(handles, return_when=FIRST_COMPLETED)
         return list(done)
 
+    # Any: JobOps.result
     def result(self, handle: Any) -> Any:
         return handle.result()
 

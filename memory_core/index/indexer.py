@@ -142,7 +142,7 @@ class DeploymentOutcome:
     flow_run_id: str | None = None  # set when it ran to completion
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out: dict[str, Any] = {"deployment": self.deployment, "flow_run": self.flow_run}
         if self.flow_run_id is not None:
             out["flow_run_id"] = self.flow_run_id
@@ -194,7 +194,7 @@ class RunRecord:
     error: str | None = None
     summary: RunSummary | DeploymentOutcome | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The record as JSON (``watch --json``, ``memory_status``'s ``sync.last_run``)."""
         return {"number": self.number, "reason": self.reason, "changed": list(self.changed),
                 "started_at": self.started_at, "seconds": self.seconds, "ok": self.ok, "skipped": self.skipped,

@@ -42,6 +42,7 @@ from memory_core.index.runtypes import (
     EmbedStats,
     Executor,
     Fallback,
+    JobOps,
     Progress,
     ProgressFn,
     RunPlan,
@@ -123,7 +124,7 @@ class LocalExecutor:
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
 
-    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
+    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> JobOps:
         from memory_core.index.batch_runner import LocalOps
 
         return LocalOps(ctx, workers=ctx.settings.batch.concurrency)
@@ -373,7 +374,7 @@ def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSumma
             return
 
 
-def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, Any]:
+def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, object]:
     """What ``status`` says about the last run's Batch API jobs (recorded in the index's meta)."""
     errors = figures.errors
     return {"failure_points": figures.failure_points, "failure_limit": settings.batch.failure_limit,

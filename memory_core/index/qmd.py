@@ -146,7 +146,8 @@ def sync_collections(settings: Settings) -> list[QmdCollection]:
     """Make qmd's collections those of :func:`plan_collections` (add new, remove stale)."""
     st = state_dir(settings)
     manifest_file = st / "collections.json"
-    have = {c["name"]: QmdCollection(**c) for c in (_read_json(manifest_file) or [])
+    listed = _read_json(manifest_file)
+    have = {c["name"]: QmdCollection(**c) for c in (listed if isinstance(listed, list) else [])
             if isinstance(c, dict) and set(c) == {"name", "root", "mask", "source"}}
     want = plan_collections(settings)
     for c in want:

@@ -208,7 +208,7 @@ class Fallback:
     to: str
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"from": self.primary, "to": self.to, "reason": self.reason}
 
     def full_reason(self) -> str:
@@ -328,7 +328,7 @@ class RunSummary:
             return f"hinted: {self.hinted_paths} path{'s' if self.hinted_paths != 1 else ''} looked at"
         return f"full scan ({self.hint_fallback})" if self.hint_fallback else "full scan"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The summary as JSON (``index --json``, the flow's result, watch and MCP): ``batch``,
         ``cost`` and ``fallback`` are ``{}`` when unset."""
         out = asdict(self)
@@ -364,7 +364,7 @@ class RunSummary:
         pending = self.batch_pending
         return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
 
-    def cost_figure(self) -> Any:
+    def cost_figure(self) -> float | str | None:
         """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""
         cost = self.cost
         if cost is None:
@@ -376,7 +376,7 @@ class RunSummary:
             return f"no price for {cost.provider}/{cost.model} (set batch.prices)"
         return cost.estimated_usd
 
-    def headline(self) -> dict[str, Any]:
+    def headline(self) -> dict[str, object]:
         """The figures a person looks for first: the top of the CLI's summary and of the flow's
         summary artifact, and ``memory-core watch``'s line per run."""
         seconds = self.stage_seconds.get("total", sum(v for k, v in self.stage_seconds.items() if k != "total"))
@@ -467,6 +467,16 @@ def embed_parallelism(provider: Any, concurrency: int) -> int:
     return min(concurrency, provider.max_parallel_requests or concurrency)
 
 
+class JobOps(Protocol):  # the Batch API steps' executor (memory_core.index.batch_runner)
+    """How job steps run: ``start`` returns a handle, ``wait_any`` the handles that finished."""
+
+    def start(self, step: str, obj: Any, **kw: Any) -> object: ...
+    def wait_any(self, handles: list[Any]) -> list[Any]: ...
+    # Any: each Batch API step returns its own type
+    def result(self, handle: Any) -> Any: ...
+    def close(self) -> None: ...
+
+
 class Executor(Protocol):
     """Runs the work the orchestrator (:func:`memory_core.index.pipeline.run_index`) decides.
 
@@ -498,8 +508,8 @@ class Executor(Protocol):
         """Run one stage of the run (``discover``, ``batch``, ``build``): a Prefect task, or a call."""
         ...
 
-    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> Any:
-        """The ``memory_core.index.batch_runner.JobOps`` that runs Batch API job steps."""
+    def batch_ops(self, ctx: Any, progress: Callable[[str, int, int], None] | None) -> JobOps:
+        """The :class:`JobOps` that runs Batch API job steps."""
         ...
 
     def close(self) -> None: ...

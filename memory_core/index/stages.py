@@ -60,7 +60,7 @@ from memory_core.sources.discovery import (
     scan_against,
 )
 from memory_core.storage.cache import EmbeddingCache, LiveVectors
-from memory_core.storage.indexmeta import build_meta, chunk_params, rebuild_reason
+from memory_core.storage.indexmeta import IndexRecord, build_meta, chunk_params, rebuild_reason
 from memory_core.storage.store import (
     LiveFile,
     make_private_dir,
@@ -567,9 +567,9 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
     """The run's summary; with ``error`` (a cancelled or failed run), a partial one from
     ``progress``: what was chunked and embedded (and cached) before the run ended."""
     c = plan.counts
-    live: dict[str, Any] = {} if built else (probe_index(Path(plan.index_path))[0] or {})
-    total = built.counts["chunks"] if built else int((live.get("counts") or {}).get("chunks", 0))
-    over = built.chunks_over_window if built else int(live.get("chunks_over_window") or 0)
+    live = None if built else IndexRecord.from_meta(probe_index(Path(plan.index_path))[0])
+    total = built.counts["chunks"] if built else (live.counts.get("chunks", 0) if live else 0)
+    over = built.chunks_over_window if built else ((live.chunks_over_window or 0) if live else 0)
     if embed is None:
         embed = EmbedStats()
         if error and progress is not None:

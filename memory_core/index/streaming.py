@@ -51,7 +51,7 @@ from memory_core.index.stages import chunk_file, chunk_parts, finish_meta
 from memory_core.index.writer import BuildWriter, FileRow, IndexWriter, InPlaceBusyError, edit_in_place
 from memory_core.storage import vectors
 from memory_core.storage.cache import EmbeddingCache, preserve_leaving
-from memory_core.storage.indexmeta import chunk_params
+from memory_core.storage.indexmeta import IndexRecord, chunk_params
 from memory_core.storage.store import probe_index
 
 LOOKUP_ROWS = 512
@@ -371,7 +371,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     st = _Stream(provider, cache, executor, progress)
     st.on_progress = on_progress
     if st.dims is None and live_meta and st.with_vectors:
-        st.dims = live_meta.get("dims")
+        st.dims = (IndexRecord.from_meta(live_meta) or IndexRecord()).dims
     source_bytes = sum(f.size for f in plan.to_index)
     if in_place is None:
         live = index_path.exists()

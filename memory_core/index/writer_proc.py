@@ -65,6 +65,7 @@ class Channel:
         self.sock.sendall(self._HEADER.pack(len(data)))
         self.sock.sendall(data)
 
+    # Any: an unpickled message of the writer process
     def recv(self) -> Any:
         (size,) = self._HEADER.unpack(self._read(self._HEADER.size))
         return pickle.loads(self._read(size))
@@ -165,6 +166,7 @@ class ProcessIndexWriter:
             self._sender.join()
             self._sender = None
 
+    # Any: the writer process's answer to any call
     def _call(self, op: str, *args: Any) -> Any:
         self._send(op, *args)
         self._queue.join()  # sent, in order after every queued edit

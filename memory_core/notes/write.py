@@ -37,7 +37,7 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from memory_core.config import Settings
@@ -68,7 +68,7 @@ class WriteResult:
     indexed: bool  # the index holds the new text
     note: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -337,9 +337,9 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
                 indexer.run()
     except MemoryCoreError as exc:
         notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
-        return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
+        return replace(res, note="; ".join(notes))
     if not _indexed(settings, res.path):
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
                      " busy; `memory-core index` says which in its warnings)")
-        return WriteResult(**{**res.to_dict(), "note": "; ".join(notes)})
-    return WriteResult(**{**res.to_dict(), "indexed": True, "note": "; ".join(notes)})
+        return replace(res, note="; ".join(notes))
+    return replace(res, indexed=True, note="; ".join(notes))

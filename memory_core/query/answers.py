@@ -27,6 +27,7 @@ from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.embeddings.catalog import keyword_only
+from memory_core.storage.indexmeta import IndexRecord
 
 QMD_DEFAULT_BUDGET = 4000
 ELLIPSIS = "…"
@@ -139,11 +140,11 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
                         " (memory_get reads more)")
 
 
-def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[str, Any],
+def nothing_found_note(floor: float, counts: dict[str, int] | None, record: IndexRecord | None,
                        sources: list[str] | None, *, query: str = "") -> str:
     """What an answer with no results says: what is actually the case. An empty index, or a
     source asked for that holds nothing (no transcripts indexed), is not "nothing matches".
-    ``counts``: the index's chunks by source (None: unknown); ``meta``: its meta record;
+    ``counts``: the index's chunks by source (None: unknown); ``record``: what it recorded;
     ``sources``: the sources asked for (None: all)."""
     if not query.strip():
         return "the query is empty: nothing was searched"
@@ -151,7 +152,7 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[s
         if not any(counts.values()):
             return ("the index holds nothing yet: no note or transcript is indexed (is the workspace right?"
                     " `memory-core index` indexes it; `memory-core status` shows what it holds)")
-        built_from = set(meta.get("sources") or [])
+        built_from = set(record.sources if record is not None else [])
         empty = [s for s in (sources or []) if not counts.get(s)]
         if sources and len(empty) == len(set(sources)):
             what = {"sessions": "transcript", "memory": "note"}
@@ -172,31 +173,43 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, meta: dict[s
 _FALLBACK_FROM = re.compile(r"^fallback: (\S+)")
 
 
-def response_meta(index_meta: dict[str, Any], last: dict[str, Any], note: str, mode: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AnswerMeta:
+    """What embedded an answer's query and how it ran (:func:`response_meta`)."""
+
+    provider: str
+    model: str | None
+    backend: str
+    mode: str
+    fallback: dict[str, str] | None  # None, or {from, to, reason}: JSON as the answer carries it
+
+
+def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, mode: str) -> AnswerMeta:
     """``provider``, ``model``, ``backend``, ``mode`` and ``fallback`` of one answer.
 
-    ``index_meta``: the searched index's meta record; ``last``: what the search did
+    ``record``: what the searched index recorded (None: nothing); ``last``: what the search did
     (``backend``, ``embedded``, ``qmd_fallback``); ``note``: the searcher's provider note.
     ``fallback`` is ``None`` or ``{"from", "to", "reason"}``: ``to`` is ``"keyword"`` when an
     index with vectors answered keyword-only (the query could not be embedded), ``"builtin"``
     when qmd could not answer, or the provider the index was built with when that was its
     configured fallback.
     """
-    provider = index_meta.get("provider")
-    model = index_meta.get("model")
-    vectors = bool(index_meta.get("dims")) and not keyword_only(provider)
-    fallback: dict[str, Any] | None = None
-    built = str(index_meta.get("provider_reason") or "")
+    rec = record if record is not None else IndexRecord()
+    provider: str | None = rec.provider
+    model = rec.model
+    vectors = rec.has_vectors
+    fallback: dict[str, str] | None = None
+    built = rec.provider_reason or ""
     m = _FALLBACK_FROM.match(built)
     if m:
-        fallback = {"from": m.group(1), "to": provider, "reason": built}
+        fallback = {"from": m.group(1), "to": str(provider), "reason": built}
     if last.get("qmd_fallback"):
-        fallback = {"from": "qmd", "to": "builtin", "reason": last["qmd_fallback"]}
+        fallback = {"from": "qmd", "to": "builtin", "reason": str(last["qmd_fallback"])}
     elif last.get("backend") == "qmd":
         provider, model = "qmd", f"qmd {last.get('qmd_mode', 'search')}"
         vectors = False
     if vectors and mode != "keyword" and last.get("embedded") is False and not last.get("qmd_fallback"):
-        fallback = {"from": provider, "to": "keyword",
+        fallback = {"from": str(provider), "to": "keyword",
                     "reason": note or "the query could not be embedded; keyword-only results"}
-    return {"provider": provider or "none", "model": None if keyword_only(provider) else model,
-            "backend": last.get("backend", "builtin"), "mode": mode, "fallback": fallback}
+    return AnswerMeta(provider=provider or "none", model=None if keyword_only(provider) else model,
+                      backend=str(last.get("backend", "builtin")), mode=mode, fallback=fallback)

@@ -22,9 +22,12 @@ from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError
 from memory_core.query import ranking
 from memory_core.storage import textsearch
-from memory_core.storage.indexmeta import QueryProviderOwner
+from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 
 if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.query.results import SearchAnswer
+    from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
 
 from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens
@@ -50,7 +53,8 @@ class LanceSearcher(QueryProviderOwner):
         self.table = db.open_table(TABLE)
         self.terms = db.open_table(TERMS)
         md = self.table.schema.metadata or {}
-        self.meta: dict[str, Any] = json.loads(md.get(b"memory_core.meta", b"{}"))
+        # what the exported index recorded (provider, model, key, dims)
+        self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
         tmd = self.terms.schema.metadata or {}
         self.n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
         self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
@@ -69,8 +73,8 @@ class LanceSearcher(QueryProviderOwner):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _query_provider(self) -> Any:
-        return self._provider_for(self.meta, "export", "exported again")
+    def _query_provider(self) -> EmbeddingProvider | None:
+        return self._provider_for(self.record, "export", "exported again")
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]:
@@ -86,13 +90,13 @@ class LanceSearcher(QueryProviderOwner):
         self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
-    def index_meta(self) -> dict[str, Any]:
-        """The exported index's meta record (provider, model, dims)."""
-        return dict(self.meta)
+    def index_record(self) -> IndexRecord:
+        """What the exported index recorded (provider, model, dims)."""
+        return self.record
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
-                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> SearchAnswer:
         """The answer ``search --json`` prints for the index itself, metadata and all
         (:func:`memory_core.query.search.search_answer`)."""
         from memory_core.query.search import search_answer
@@ -101,7 +105,7 @@ class LanceSearcher(QueryProviderOwner):
                              extra=extra)
 
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
-                 vector: bool = True, keyword: bool = True) -> Any:
+                 vector: bool = True, keyword: bool = True) -> Candidates:
         """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
         from memory_core.query.dates import query_date_range
         from memory_core.query.search import Candidates
@@ -181,7 +185,7 @@ class LanceSearcher(QueryProviderOwner):
         idents = [i.lower() for i in ranking.identifiers(text)] if keyword else []
         for h in by_id.values():
             h.has_identifier = bool(idents) and any(i in h.text.lower() for i in idents)
-        cal = ranking.Calibration.for_model(self.meta.get("model"), self.background if qvec is not None else None,
+        cal = ranking.Calibration.for_model(self.record.model, self.background if qvec is not None else None,
                                             self.settings.query.vector_calibration)
         return Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
                           coverage)
@@ -199,9 +203,9 @@ class LanceSearcher(QueryProviderOwner):
         rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
         return rows
 
-    def status(self) -> dict[str, Any]:
-        return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.meta.get("provider"),
-                "model": self.meta.get("model"), "dims": self.meta.get("dims"), "version": int(self.table.version)}
+    def status(self) -> dict[str, object]:
+        return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.record.provider,
+                "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version)}
 
 
 def _id_in(ids: list[str]) -> str:

@@ -17,11 +17,12 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
+from memory_core.query.results import MemoryStatus, QmdReport
 from memory_core.query.search import Searcher, SearchResult
 from memory_core.storage.qmd import (
     QmdError,
@@ -176,7 +177,8 @@ class QmdSearcher(Searcher):
         from memory_core.query.reading import indexed_transcript_dates, line_total
         from memory_core.sources.redact import redact_lines
 
-        redact_notes = self.index_meta().get("redact", self.settings.redact) == "all"
+        record = self.index_record()
+        redact_notes = ((record.redact if record else None) or self.settings.redact) == "all"
         match = {"search": "keyword", "vsearch": "vector"}.get(mode, "both")
         for h in hits:
             if h.score < floor:
@@ -262,27 +264,21 @@ class QmdSearcher(Searcher):
         self.last_search = {"backend": "qmd", "qmd_mode": name, "embedded": name != "search"}
         return results
 
-    def status(self, *, measure: bool = False) -> dict[str, Any]:
-        st = super().status(measure=measure)
+    def status(self, *, measure: bool = False) -> MemoryStatus:
         qs = load_status(self.settings)
         try:
             command: str | None = resolve_command(self.settings)
         except QmdError:
             command = None
-        st["backend"] = "qmd"
-        st["qmd"] = {
-            "command": command, "search_mode": self.settings.qmd.search_mode,
-            "index_name": self.settings.qmd.index_name, "state_dir": str(state_dir(self.settings)),
-            "collections": [asdict(c) for c in plan_collections(self.settings)],
-            "fallback_in_use": qs.fallback_in_use, "fallback_reason": qs.fallback_reason,
-            "last_search": asdict(qs.last_search) if qs.last_search else None,
-            "last_update": asdict(qs.last_update) if qs.last_update else None,
-            "last_embed": asdict(qs.last_embed) if qs.last_embed else None,
-        }
+        fallback, reason = qs.fallback_in_use, qs.fallback_reason
         if command is None:
-            st["qmd"]["fallback_in_use"] = True
-            st["qmd"]["fallback_reason"] = f"the qmd command {self.settings.qmd.command!r} was not found"
-        return st
+            fallback, reason = True, f"the qmd command {self.settings.qmd.command!r} was not found"
+        report = QmdReport(command=command, search_mode=self.settings.qmd.search_mode,
+                           index_name=self.settings.qmd.index_name, state_dir=str(state_dir(self.settings)),
+                           collections=plan_collections(self.settings), fallback_in_use=fallback,
+                           fallback_reason=reason, last_search=qs.last_search, last_update=qs.last_update,
+                           last_embed=qs.last_embed)
+        return replace(super().status(measure=measure), backend="qmd", qmd=report)
 
 
 def _emit_fallback_event(settings: Settings, exc: QmdError) -> None:

@@ -17,7 +17,9 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import PathError
 from memory_core.query.dates import transcript_dates
+from memory_core.query.results import FileText
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
+from memory_core.storage.indexmeta import IndexRecord
 
 MAX_GET_LINES = 2000
 _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
@@ -90,16 +92,16 @@ def transcript_messages(settings: Settings) -> Callable[[str, int, int], list[st
     return messages
 
 
-def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, Any] | None]], path: str,
-              from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-    """Lines of an indexed source file: ``{"path", "text", "source", "from", "lines"}``.
+def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord | None]], path: str,
+              from_line: int | None = None, lines: int | None = None) -> FileText:
+    """Lines of an indexed source file (:class:`FileText`).
 
     ``path`` may be a citation (``path#L10-L20``: those lines unless ``from_line`` / ``lines``
     are given) or start with ``./``. Transcripts come back as readable, redacted
     ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
     (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
     Any other path outside the index is refused. ``lookup(path)``: the path's ``(path, source)`` row of
-    the index's ``files`` table (None when not indexed) and the index's meta.
+    the index's ``files`` table (None when not indexed) and what the index recorded.
     """
     if not isinstance(path, str) or not path.strip():
         raise PathError("path is empty")
@@ -107,15 +109,12 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
     path = cite.path
     from_line = cite.start_line if from_line is None else from_line
     lines = cite.lines if lines is None and from_line == cite.start_line else lines
-    row, meta = lookup(path)  # the files row and the meta of the index read now
+    row, record = lookup(path)  # the files row and the record of the index read now
     start = max(1, int(from_line or 1))
-    from memory_core.storage.indexmeta import IndexRecord
-
-    record = IndexRecord.from_meta(meta) if meta else None
     where = record.reader_settings(settings) if record else settings  # the index's own workspace
     if row is None:
         if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
-            return {"path": path, "text": "", "source": "memory", "from": start, "lines": 0}
+            return FileText(path=path, source="memory", start_line=start, lines=0, text="")
         raise PathError(f"not an indexed file: {path}")
     source = row[1]
     resolve_indexed_path(where, path)
@@ -149,14 +148,11 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, dict[str, A
                     f" not messages); the file has {total} lines")
         elif not out and start > 1:
             note = f"line {start} is past the end of {path}" + (f" ({total} lines)" if total is not None else "")
-    if source != "sessions" and (meta or {}).get("redact", settings.redact) == "all":  # transcripts come back redacted
+    if source != "sessions" and ((record.redact if record else None) or settings.redact) == "all":  # transcripts come back redacted
         from memory_core.sources.redact import redact_lines
 
         out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
-    got: dict[str, Any] = {"path": path, "text": "\n".join(out), "source": source, "from": start, "lines": len(out)}
-    if note:
-        got["note"] = note
-    return got
+    return FileText(path=path, source=source, start_line=start, lines=len(out), text="\n".join(out), note=note or None)
 
 
 def line_total(settings: Settings, path: str, source: str) -> int | None:

@@ -47,10 +47,11 @@ from memory_core.query.dates import (
 from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file, transcript_messages
+from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import vectors
-from memory_core.storage.indexmeta import QueryProviderOwner
+from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
 
 __all__ = [  # what other modules import from here (some defined in the query modules it composes)
     "AGENT_RESULT_KEYS", "DATE_MATCH_BONUS", "MAX_CANDIDATES", "MAX_DATED_CANDIDATES", "MAX_GET_LINES", "MODES",
-    "SIZE_LINES", "SNIPPET_MAX_CHARS", "Answering", "Candidates", "ResultSource", "SearchResult", "Searcher",
-    "SourceHits", "index_sizes", "search_answer",
+    "SIZE_LINES", "SNIPPET_MAX_CHARS", "Answering", "Candidates", "FileText", "MemoryStatus", "ResultSource",
+    "SearchResult", "Searcher", "SourceHits", "index_sizes", "search_answer",
 ]
 
 log = logging.getLogger("memory_core.query.search")
@@ -84,8 +85,8 @@ class ResultSource(Protocol):
 
     source: str
 
-    def meta(self) -> dict[str, Any]:
-        """What its vectors were made with (``provider``, ``model``, ``dims``), as the index's meta."""
+    def record(self) -> IndexRecord | None:
+        """What its vectors were made with (``provider``, ``model``, ``dims``), as an index records it."""
         ...
 
     def source_hits(self, query: str, *, max_results: int, min_score: float, mode: str) -> SourceHits: ...
@@ -102,14 +103,15 @@ class Answering(Protocol):
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]: ...
 
-    def index_meta(self) -> dict[str, Any]: ...
+    def index_record(self) -> IndexRecord | None: ...
 
 
 def search_answer(searcher: Answering, query: str, max_results: int | None = None, min_score: float | None = None,
                   sources: list[str] | None = None, *, mode: str | None = None, chat_type: str | None = None,
-                  extra: ResultSource | None = None) -> dict[str, Any]:
-    """``{"results": [...], "provider", "model", "backend", "mode", "fallback", "citations",
-    "note"?}``: what ``search --json`` prints and MCP returns (memory_core/query/answers.py).
+                  extra: ResultSource | None = None) -> SearchAnswer:
+    """The answer ``search --json`` prints and MCP returns (results, provider, model, backend,
+    mode, fallback, citations, note; memory_core/query/answers.py); whether the index was stale
+    is for the caller to say (:meth:`memory_core.runtime.sync.Freshness.apply`).
     ``chat_type`` (direct, group, channel): where the answer goes, for ``citations = "auto"``.
 
     ``extra``: a source searched too when ``sources`` names it (the memory store), its results
@@ -127,12 +129,12 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     file_srcs = [s for s in srcs if extra is None or s != extra.source] if srcs else None
     read_index = file_srcs is None or bool(file_srcs)
     results: list[dict[str, Any]] = []
-    meta: dict[str, Any] = {}
+    record: IndexRecord | None = None
     if read_index:
         results = [r.to_agent() for r in searcher.search(query, max_results=max_results, min_score=min_score,
                                                          sources=file_srcs, mode=mode)]
         with contextlib.suppress(Exception):  # an empty query never opened the index
-            meta = searcher.index_meta()
+            record = searcher.index_record()
     last, note = searcher.last_search, searcher.provider_note if read_index else ""
     notes = [clamp_note, note]
     if extra is not None:
@@ -142,11 +144,9 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
         notes.append(got.note)
         if not read_index:  # the answer's provider is the one of the source's vectors
-            meta, last, note = extra.meta(), {"backend": "builtin", "embedded": got.embedded}, got.note
+            record, last, note = extra.record(), {"backend": "builtin", "embedded": got.embedded}, got.note
     shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
-    out: dict[str, Any] = {"results": shaped.results}
-    out.update(response_meta(meta, last, note, mode))
-    out["citations"] = citations_mode(searcher.settings, chat_type)
+    meta = response_meta(record, last, note, mode)
     notes = [n for n in (*notes, shaped.note) if n]
     if not results:
         from memory_core.query.answers import nothing_found_note
@@ -156,10 +156,10 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         if read_index and callable(indexed):
             with contextlib.suppress(Exception):
                 counts = indexed()
-        notes.append(nothing_found_note(floor, counts, meta, file_srcs, query=query))
-    if notes:
-        out["note"] = "; ".join(notes)
-    return out
+        notes.append(nothing_found_note(floor, counts, record, file_srcs, query=query))
+    return SearchAnswer(results=shaped.results, provider=meta.provider, model=meta.model, backend=meta.backend,
+                        mode=meta.mode, fallback=meta.fallback, citations=citations_mode(searcher.settings, chat_type),
+                        note="; ".join(notes))
 
 
 class Searcher(QueryProviderOwner):
@@ -198,8 +198,8 @@ class Searcher(QueryProviderOwner):
                 old, self._idx = self._idx, new
                 if old is not None:
                     old.close()
-                    if (not self._injected and old.meta and new.meta
-                            and old.meta.get("provider_key") != new.meta.get("provider_key")):
+                    was, now = IndexRecord.from_meta(old.meta), IndexRecord.from_meta(new.meta)
+                    if not self._injected and was and now and was.provider_key != now.provider_key:
                         self._provider, self._provider_checked = None, False
             return self._idx
 
@@ -227,10 +227,15 @@ class Searcher(QueryProviderOwner):
             idx = self._current()
             return [r[0] for r in idx.conn.execute("SELECT path FROM files")]
 
-    def index_meta(self) -> dict[str, Any]:
-        """The meta record of the index being searched."""
+    def index_meta(self) -> dict[str, object]:  # JSON: the raw meta row, for the evaluation report
+        """The meta record of the index being searched, as stored (read it typed: :meth:`index_record`)."""
         with self._lock:
             return dict(self._current().meta or {})
+
+    def index_record(self) -> IndexRecord | None:
+        """What the index being searched records (None: no meta)."""
+        with self._lock:
+            return IndexRecord.from_meta(self._current().meta)
 
     def indexed_chunks(self) -> dict[str, int]:
         """Chunks in the index by source (``{"memory": 120, "sessions": 0}``): what an answer
@@ -241,7 +246,7 @@ class Searcher(QueryProviderOwner):
 
     # -- query embedding ------------------------------------------------------------------
     def _query_provider(self, idx: _Index) -> EmbeddingProvider | None:
-        return self._provider_for(idx.meta or {}, "index", "rebuilt")
+        return self._provider_for(IndexRecord.from_meta(idx.meta), "index", "rebuilt")
 
     # -- search -----------------------------------------------------------------------------
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -265,7 +270,7 @@ class Searcher(QueryProviderOwner):
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
                         sources: list[str] | None = None, *, mode: str | None = None,
-                        chat_type: str | None = None, extra: ResultSource | None = None) -> dict[str, Any]:
+                        chat_type: str | None = None, extra: ResultSource | None = None) -> SearchAnswer:
         """What ``search --json`` prints and MCP returns: :func:`search_answer`."""
         return search_answer(self, query, max_results, min_score, sources, mode=mode, chat_type=chat_type,
                              extra=extra)
@@ -347,7 +352,8 @@ class Searcher(QueryProviderOwner):
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), stamps_of)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
-                (idx.meta or {}).get("model"), idx.background_cosine() if embedded else None,
+                (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
+                idx.background_cosine() if embedded else None,
                 q.vector_calibration)
         return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
 
@@ -355,9 +361,7 @@ class Searcher(QueryProviderOwner):
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
         given only the index, or settings without ``sessions``, still finds the transcripts)."""
         if idx.where is None:
-            from memory_core.storage.indexmeta import IndexRecord
-
-            record = IndexRecord.from_meta(idx.meta) if idx.meta else None
+            record = IndexRecord.from_meta(idx.meta)
             idx.where = record.reader_settings(self.settings) if record else self.settings
         return idx.where
 
@@ -446,17 +450,18 @@ class Searcher(QueryProviderOwner):
             return float(np.mean(got))
 
     # -- read_file ----------------------------------------------------------------------------
-    def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+    def read_file(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Lines of an indexed source file: :func:`memory_core.query.reading.read_file`."""
-        def lookup(p: str) -> tuple[Any, dict[str, Any] | None]:
+        def lookup(p: str) -> tuple[Any, IndexRecord | None]:
             with self._lock:
                 idx = self._current()
-                return idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (p,)).fetchone(), idx.meta
+                row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (p,)).fetchone()
+                return row, IndexRecord.from_meta(idx.meta)
 
         return read_file(self.settings, lookup, path, from_line, lines)
 
     # -- status ---------------------------------------------------------------------------------
-    def status(self, *, measure: bool = False) -> dict[str, Any]:
+    def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds: :func:`memory_core.query.status.index_status`."""
         return index_status(self.path, self.settings, self._lock, self._current, lambda: self.provider_note,
                             measure=measure)

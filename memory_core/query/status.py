@@ -1,4 +1,5 @@
-"""What an index holds (``memory-core status``, MCP ``memory_status``): :func:`index_status`,
+"""What an index holds (``memory-core status``, MCP ``memory_status``): :func:`index_status`
+gives a typed :class:`~memory_core.query.results.MemoryStatus` (JSON only at the edges),
 and what each of its bytes is for (:data:`SIZE_LINES`, :func:`index_sizes`)."""
 
 from __future__ import annotations
@@ -11,68 +12,57 @@ from typing import Any
 import apsw
 
 from memory_core.config import Settings
+from memory_core.query.results import MemoryStatus, scan_report
 from memory_core.query.retrieval import _Index
 from memory_core.storage import vectors
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import int_of, probe_index
 
 
 def index_status(path: Path, settings: Settings, lock: AbstractContextManager[Any], current: Callable[[], _Index],
-                 provider_note: Callable[[], str], *, measure: bool = False) -> dict[str, Any]:
+                 provider_note: Callable[[], str], *, measure: bool = False) -> MemoryStatus:
     """What the index holds; ``measure``: also split the rest of its bytes (text, FTS5, other
     B-trees) by reading every page (SQLite's ``dbstat``: the whole file). ``current()``, called holding
     ``lock``: the opened index (:meth:`memory_core.query.search.Searcher._current`)."""
     from memory_core.storage.cache import cache_entry_count
 
-    st: dict[str, Any] = {"index_path": str(path), "exists": path.exists()}
-    if not st["exists"]:
-        st["state"] = "missing"
-        return st
+    if not path.exists():
+        return MemoryStatus(state="missing", index_path=str(path), exists=False)
     meta, problem = probe_index(path)
     if problem:
-        st.update(state="damaged", problem=problem)
-        return st
+        return MemoryStatus(state="damaged", index_path=str(path), problem=problem)
     with lock:
         idx = current()
         c = idx.conn
-        m = idx.meta or {}
-        st.update(
-            state="ok",
-            provider=m.get("provider"), model=m.get("model"), provider_reason=m.get("provider_reason"),
-            dims=m.get("dims"), chunk_tokens=m.get("chunk_tokens"), chunk_overlap=m.get("chunk_overlap"),
-            sources=m.get("sources"), built_at=m.get("built_at"),
-            files=int_of(c, "SELECT count(*) FROM files"),
-            chunks=int_of(c, "SELECT count(*) FROM chunks"),
-            chunks_by_source=_counts(c, "SELECT source, count(*) FROM chunks GROUP BY source"),
-            fts=True,
-            vector_search=(_bits_search(idx.scan_plan) if idx.has_bits else
-                           "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
-                           " search)" if idx.vec_loaded else
-                           "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
-                           "numpy cosine (sqlite-vec not loadable)")
-            if m.get("dims") else "off (keyword-only index)",
-            index_bytes=path.stat().st_size,
-            vector_bytes=vectors.sizes(c, m.get("dims")),
-            cache_entries=cache_entry_count(settings.cache_file),
-            cache_path=str(settings.cache_file),
-        )
-        st["sizes"] = index_sizes(c, m.get("dims"), st["index_bytes"], settings.cache_file, measure=measure)
-        scan = vector_scan_status(m) if idx.has_bits else None
-        if scan is not None:
-            st["vector_scan"] = scan
-    if m.get("chunks_over_window") is not None:
-        # chunks longer than the embedding model's input window (embedded from their head only)
-        st["chunks_over_window"] = m["chunks_over_window"]
-    note = provider_note()
-    if note:
-        st["note"] = note
+        rec = IndexRecord.from_meta(idx.meta) or IndexRecord()
+        dims = rec.dims
+        index_bytes = path.stat().st_size
+        files, chunks = int_of(c, "SELECT count(*) FROM files"), int_of(c, "SELECT count(*) FROM chunks")
+        by_source = _counts(c, "SELECT source, count(*) FROM chunks GROUP BY source")
+        search = (_bits_search(idx.scan_plan) if idx.has_bits else
+                  "vec0 KNN (an index of schema 2: `memory-core index --full` rebuilds it for faster"
+                  " search)" if idx.vec_loaded else
+                  "off (sqlite-vec not loadable; the vectors are in vec0)" if idx.has_vec_table else
+                  "numpy cosine (sqlite-vec not loadable)") if dims else "off (keyword-only index)"
+        vector_bytes = vectors.sizes(c, dims)
+        sizes = index_sizes(c, dims, index_bytes, settings.cache_file, measure=measure)
+        scan = idx.scan_plan if idx.has_bits and dims else None
     from memory_core.sources.freshness import dirty_state
 
     dirty = dirty_state(settings)  # the sources changed since the index was built
-    st.update(dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
-              cache_max_entries=settings.cache.max_entries)
-    if m.get("batch"):  # the Batch API jobs of the run that built this index: failures, limit, last error
-        st["batch"] = m["batch"]
-    return st
+    return MemoryStatus(
+        state="ok", index_path=str(path), provider=rec.provider, model=rec.model,
+        provider_reason=rec.provider_reason, dims=dims, chunk_tokens=rec.chunk_tokens,
+        chunk_overlap=rec.chunk_overlap, sources=list(rec.sources) or None, built_at=rec.built_at,
+        files=files, chunks=chunks, chunks_by_source=by_source, vector_search=search, index_bytes=index_bytes,
+        vector_bytes=vector_bytes, cache_entries=cache_entry_count(settings.cache_file),
+        cache_path=str(settings.cache_file), sizes=sizes, vector_scan=scan,
+        # chunks longer than the embedding model's input window (embedded from their head only)
+        chunks_over_window=rec.chunks_over_window, note=provider_note(),
+        dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
+        cache_max_entries=settings.cache.max_entries,
+        batch=rec.batch,  # the Batch API jobs of the run that built this index
+        built_from=IndexRecord.from_meta(idx.meta))
 
 
 def _bits_search(plan: vectors.ScanPlan) -> str:
@@ -89,13 +79,10 @@ def vector_scan_status(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     the vectors (the ``vector_scan`` field of ``status``; for ``memory-core eval`` too): the
     index's recorded :class:`memory_core.storage.vectors.ScanPlan`, with ``measured`` (False: an
     index built before the check) and a one-line ``summary``. None for an index without vectors."""
-    if not meta or not meta.get("dims"):
+    record = IndexRecord.from_meta(meta)
+    if record is None or not record.dims:
         return None
-    plan = vectors.ScanPlan.from_meta(meta)
-    out: dict[str, Any] = {"measured": plan.measured, "summary": plan.describe()}
-    if plan.measured:
-        out.update(plan.to_meta())
-    return out
+    return scan_report(vectors.ScanPlan.from_meta(meta))
 
 
 # What each byte of the index and its cache is for (``status``; ``status --sizes`` splits "rest").

@@ -70,7 +70,7 @@ def agent_paths(agents: AgentsSettings, agent: str) -> dict[str, str | None]:
     return out
 
 
-def agent_told(agents: AgentsSettings, agent: str) -> dict[str, Any]:
+def agent_told(agents: AgentsSettings, agent: str) -> dict[str, object]:
     """The settings ``agent`` tells a run or a reader (the layer of explicit settings)."""
     paths = agent_paths(agents, agent)
     told: dict[str, Any] = {"agent": agent, "workspace": paths["workspace"], "index_path": paths["index_path"],

@@ -70,7 +70,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _dotted(data: dict[str, Any], key: str) -> Any:
+def _dotted(data: dict[str, Any], key: str) -> object:
     cur: Any = data
     for part in key.split("."):
         if not isinstance(cur, dict) or part not in cur:
@@ -79,7 +79,7 @@ def _dotted(data: dict[str, Any], key: str) -> Any:
     return cur
 
 
-def _recorded_value(settings: Settings, key: str) -> Any:
+def _recorded_value(settings: Settings, key: str) -> object:
     """A recorded setting of ``settings``, in the form the index records it."""
     if key == "workspace":
         return str(settings.workspace_dir)
@@ -221,12 +221,13 @@ def resolve_settings(
         if live.workspace:
             recorded["workspace"] = live.workspace
         if live.sessions_dir:
-            recorded["sessions"] = {**recorded.get("sessions", {}), "dir": live.sessions_dir}
+            sessions = recorded.get("sessions")
+            recorded["sessions"] = {**(sessions if isinstance(sessions, dict) else {}), "dir": live.sessions_dir}
         for key in RECORDED:
             old = _dotted(recorded, key)
             if key in ("index_path",) or old is None:
                 continue
-            if key in ("sources", "extra_paths"):
+            if key in ("sources", "extra_paths") and isinstance(old, list):
                 old = sorted(old)
             new = _recorded_value(settings, key)
             if old != new:

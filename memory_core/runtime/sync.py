@@ -39,12 +39,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, RunError
-from memory_core.index.indexer import Indexer, Runner, RunRecord, run_hinted
+from memory_core.index.indexer import DeploymentOutcome, Indexer, Runner, RunRecord, run_hinted
+from memory_core.index.runtypes import RunSummary
+from memory_core.query.results import SearchAnswer
 from memory_core.runtime.watching import Watcher, start_interval
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
 
@@ -79,15 +81,12 @@ class Freshness:
         return (f"{what}: these results may miss the newest changes (`memory-core index` refreshes it; a"
                 " long-lived reader with [sync] on_search does so by itself)")
 
-    def apply(self, answer: dict[str, Any]) -> dict[str, Any]:
-        """``answer`` (a search answer as JSON) with ``stale`` and, when stale, ``stale_reason``,
-        ``refreshing`` and the note added."""
-        answer["stale"] = self.stale
-        if self.stale:
-            answer["stale_reason"] = self.reason
-            answer["refreshing"] = self.refreshing
-            answer["note"] = "; ".join(n for n in (self.note, answer.get("note")) if n)  # first: it may explain the rest
-        return answer
+    def apply(self, answer: SearchAnswer) -> SearchAnswer:
+        """``answer`` with ``stale`` and, when stale, ``stale_reason``, ``refreshing`` and the note added."""
+        if not self.stale:
+            return replace(answer, stale=False)
+        return replace(answer, stale=True, stale_reason=self.reason, refreshing=self.refreshing,
+                       note="; ".join(n for n in (self.note, answer.note) if n))  # first: it may explain the rest
 
 
 def current_freshness(settings: Settings) -> Freshness:
@@ -283,7 +282,7 @@ class SyncManager:
         with self._cond:
             return self._active or self._run_lock.locked()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """What ``memory_status`` adds: the triggers, whether a run is going, the last run."""
         s = self.settings.sync
         last = self.runs[-1] if self.runs else None
@@ -332,10 +331,10 @@ class _WatchRuns:
     def __init__(self, manager: SyncManager) -> None:
         self.manager = manager
 
-    def __call__(self) -> Any:
+    def __call__(self) -> RunSummary | DeploymentOutcome | None:
         return self.run_changed(None)
 
-    def run_changed(self, changed: frozenset[str] | None) -> Any:
+    def run_changed(self, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None:
         if not self.manager.settings.index_file.exists():
             return None  # the triggers refresh an index that exists; the first build is `memory-core index`'s
         rec = self.manager._run_serialised("watch", changed)

@@ -8,7 +8,6 @@ both the query module and the indexing code: it imports neither.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from memory_core.config import Settings
 
@@ -23,7 +22,7 @@ class DirtyState:
     removed: list[str] = field(default_factory=list)
     reason: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 

@@ -84,6 +84,7 @@ import numpy as np
 
 from memory_core.errors import RunError, UnsafePathError
 from memory_core.storage import cache_journal as J
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import connect, int_of, safe_open
 
 log = logging.getLogger(__name__)
@@ -689,12 +690,12 @@ def cache_bytes(path: Path) -> int:
 HASH_INDEX = "idx_chunks_hash"
 
 
-def _same_model(meta: dict[str, Any] | None, provider: str, model: str, provider_key: str,
+def _same_model(record: IndexRecord | None, provider: str | None, model: str | None, provider_key: str | None,
                 dims: int | None) -> bool:
-    if not meta or meta.get("vector_store") not in ("blob", "blob+bits") or not meta.get("dims"):
+    if record is None or record.vector_store not in ("blob", "blob+bits") or not record.dims:
         return False
-    return (meta.get("provider"), meta.get("model"), meta.get("provider_key")) == (provider, model, provider_key) \
-        and (not dims or int(meta["dims"]) == int(dims))
+    return (record.provider, record.model, record.provider_key) == (provider, model, provider_key) \
+        and (not dims or record.dims == int(dims))
 
 
 class LiveVectors:
@@ -705,11 +706,11 @@ class LiveVectors:
     the file it reads is the live one until the run itself publishes.
     """
 
-    def __init__(self, conn: apsw.Connection, meta: dict[str, Any], path: Path) -> None:
+    def __init__(self, conn: apsw.Connection, record: IndexRecord, path: Path) -> None:
         self.conn = conn
         self.path = Path(path)
-        self.meta = meta
-        self.size = int(meta["dims"]) * 4
+        self.record = record
+        self.size = int(record.dims or 0) * 4
 
     @classmethod
     def open(cls, index_path: Path, provider: str, model: str, provider_key: str,
@@ -723,10 +724,10 @@ class LiveVectors:
         except apsw.Error:
             return None
         try:
-            meta = read_meta(conn)
-            if meta is not None and _same_model(meta, provider, model, provider_key, dims) \
+            record = IndexRecord.from_meta(read_meta(conn))
+            if record is not None and _same_model(record, provider, model, provider_key, dims) \
                     and has_table(conn, HASH_INDEX):
-                return cls(conn, meta, Path(index_path))
+                return cls(conn, record, Path(index_path))
         except apsw.Error:
             pass
         conn.close()
@@ -788,12 +789,14 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
     from memory_core.storage.store import read_meta
 
     try:
-        meta = read_meta(conn) or {}
-        old_key = (meta.get("provider"), meta.get("model"), meta.get("provider_key"))
-        if not _same_model(meta, *old_key, None) or not conn.execute(  # type: ignore[arg-type]
+        record = IndexRecord.from_meta(read_meta(conn))
+        if record is None:
+            return 0
+        old_key = (record.provider, record.model, record.provider_key)
+        if not _same_model(record, *old_key, None) or not conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE name = ?", (HASH_INDEX,)).fetchone():
             return 0
-        size = int(meta["dims"]) * 4
+        size = int(record.dims or 0) * 4
         same = model_key is not None and tuple(model_key) == old_key
         if not same:
             paths, staying = None, (lambda h: False)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from memory_core.config import Settings
 
 if TYPE_CHECKING:
-    from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.embeddings.base import EmbeddingProvider, Vectors
 from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
@@ -60,7 +60,7 @@ def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, 
     return tokens, overlap
 
 
-def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, Any]:
+def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, object]:
     """The told settings a later run keeps unless told otherwise (see module docstring)."""
     out: dict[str, Any] = {
         "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
@@ -74,7 +74,7 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, A
     return out
 
 
-def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, Any]:
+def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> dict[str, object]:
     """The meta of an index that ``settings`` build with ``provider`` (``reason``: why that provider)."""
     tokens, overlap = chunk_params(settings, provider)
     return {
@@ -130,7 +130,10 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
 
 @dataclass(frozen=True)
 class IndexRecord:
-    """What the live index says it was built from (``None`` fields: an index older than this)."""
+    """What the live index says it was built from and holds: its meta row, typed, the one way
+    readers read it (``None`` fields: an index older than this, or a record that has no such
+    entry). Also what an export or the memory store says their vectors were made with
+    (provider, model, key, dims)."""
 
     workspace: str | None = None
     sessions_dir: str | None = None
@@ -144,6 +147,20 @@ class IndexRecord:
     chunk_overlap: int | None = None
     built_from: dict[str, Any] = field(default_factory=dict)
     origins: dict[str, str] = field(default_factory=dict)
+    dims: int | None = None  # None or 0: no vectors
+    provider_reason: str | None = None  # why that provider ("configured", "fallback: ...")
+    built_at: int | None = None  # ms since the epoch
+    vector_store: str | None = None  # "blob+bits", "blob", "vec0" (schema 2); None: keyword-only
+    counts: dict[str, int] = field(default_factory=dict)  # files, chunks, ... of the build
+    chunks_over_window: int | None = None
+    batch: dict[str, Any] | None = None  # the Batch API record of the run that built it (as status shows it)
+
+    @property
+    def has_vectors(self) -> bool:
+        """Whether queries need embedding: a provider that makes vectors, and their dims."""
+        from memory_core.embeddings.catalog import keyword_only
+
+        return bool(self.dims) and not keyword_only(self.provider)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> IndexRecord | None:
@@ -164,13 +181,20 @@ class IndexRecord:
 
         bf = meta.get("built_from")
         origins = meta.get("origins")
+        counts = meta.get("counts")
+        batch = meta.get("batch")
         return cls(workspace=s("workspace"), sessions_dir=s("sessions_dir"), sources=strs("sources"),
                    extra_paths=strs("extra_paths"), redact=s("redact"), provider=s("provider"), model=s("model"),
                    provider_key=s("provider_key"), chunk_tokens=ints("chunk_tokens"),
                    chunk_overlap=ints("chunk_overlap"), built_from=dict(bf) if isinstance(bf, dict) else {},
-                   origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, dict) else {})
+                   origins={str(k): str(v) for k, v in origins.items()} if isinstance(origins, dict) else {},
+                   dims=ints("dims"), provider_reason=s("provider_reason"), built_at=ints("built_at"),
+                   vector_store=s("vector_store"), chunks_over_window=ints("chunks_over_window"),
+                   counts={str(k): v for k, v in counts.items() if isinstance(v, int)} if isinstance(counts, dict)
+                   else {},
+                   batch=dict(batch) if isinstance(batch, dict) and batch else None)
 
-    def settings_layer(self) -> dict[str, Any]:
+    def settings_layer(self) -> dict[str, object]:
         """The recorded settings as a layer for :func:`memory_core.runtime.resolve.resolve_settings`
         (only what this index knows; nested like a config file)."""
         out: dict[str, Any] = {}
@@ -229,15 +253,12 @@ class IndexRecord:
                                            "remote": remote})
 
 
-def vector_record(meta: Mapping[str, Any]) -> IndexRecord | None:
-    """The recorded settings of an index that holds vectors (so queries need embedding), else
-    None: no meta, a keyword-only index (provider ``none`` or unrecorded) or no dims."""
-    from memory_core.embeddings.catalog import keyword_only
-
-    record = IndexRecord.from_meta(meta)
-    if record is None or keyword_only(meta.get("provider")) or not meta.get("dims"):
-        return None
-    return record
+def vector_record(record: IndexRecord | Mapping[str, Any] | None) -> IndexRecord | None:
+    """``record`` (or the record of a meta row) when its index holds vectors (so queries need
+    embedding), else None: no meta, a keyword-only index (provider ``none`` or unrecorded) or no dims."""
+    if record is not None and not isinstance(record, IndexRecord):
+        record = IndexRecord.from_meta(record)
+    return record if record is not None and record.has_vectors else None
 
 
 # A reader tries a query's embedding at most this many times (a run's retries are for runs: a
@@ -294,7 +315,7 @@ class ProviderOutages:
         real = provider.embed_query
         marker = index_file.with_name(index_file.name + ".provider-outage.json")
 
-        def embed_query(text: str) -> Any:
+        def embed_query(text: str) -> Vectors:
             from memory_core.errors import ProviderError
 
             now = time.time()
@@ -384,11 +405,11 @@ class QueryProviderOwner:
     _provider_checked: bool
     provider_note: str
 
-    def _provider_for(self, meta: Mapping[str, Any], what: str, again: str) -> EmbeddingProvider | None:
-        """The provider for queries against the vectors ``meta`` describes; None for a
+    def _provider_for(self, vectors_of: IndexRecord | None, what: str, again: str) -> EmbeddingProvider | None:
+        """The provider for queries against the vectors ``vectors_of`` describes; None for a
         keyword-only ``what`` ("index", "export"), or when it cannot embed them (``again``: how
         its vectors are made anew, for the note)."""
-        record = vector_record(meta)  # None: keyword only, no provider needed
+        record = vector_record(vectors_of)  # None: keyword only, no provider needed
         if record is None:
             return None
         if self.provider_note.startswith("query embedding failed"):
@@ -400,8 +421,8 @@ class QueryProviderOwner:
                 self.provider_note = note
                 logging.getLogger("memory_core.query.search").warning("%s", note)
         p = self._provider
-        if p is not None and p.provider_key != meta.get("provider_key"):
-            self.provider_note = (f"the {what} was built with a different {meta.get('provider')} configuration;"
+        if p is not None and p.provider_key != record.provider_key:
+            self.provider_note = (f"the {what} was built with a different {record.provider} configuration;"
                                   f" keyword-only results until it is {again}")
             return None
         return p

@@ -33,6 +33,7 @@ def doc_tokens(text: str) -> list[str]:
     return [w for w in _WORD_RE.findall(folded) if len(w) <= MAX_TOKEN_CHARS]
 
 
+# Any: the optional lancedb module (no stubs)
 def _lancedb() -> Any:
     try:
         import lancedb
@@ -42,6 +43,7 @@ def _lancedb() -> Any:
     return lancedb
 
 
+# Any: lancedb's FTS config (no stubs)
 def _fts_config() -> Any:
     from lancedb.index import FTS
 

@@ -295,7 +295,7 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path) -> object:
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -304,7 +304,9 @@ def _read_json(path: Path) -> Any:
 
 
 def load_status(settings: Settings) -> QmdStatus:
-    data = _read_json(state_dir(settings) / "status.json") or {}
+    data = _read_json(state_dir(settings) / "status.json")
+    if not isinstance(data, dict):
+        data = {}
     st = QmdStatus()
     for key in ("last_search", "last_update", "last_embed"):
         if isinstance(data.get(key), dict):

@@ -660,7 +660,7 @@ class ScanPlan:
     target: float = RECALL_TARGET
     measured: bool = True  # False: an index built before the check (the default quick scan, unmeasured)
 
-    def to_meta(self) -> dict[str, Any]:
+    def to_meta(self) -> dict[str, object]:
         return {"mode": self.mode, "widen": self.widen, "recall_at_10": round(self.recall, 4),
                 "recall_at_10_default": round(self.recall_default, 4), "rows": self.rows,
                 "sample": self.sample, "target": self.target}
