@@ -38,8 +38,8 @@ def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mentions it once among other things (one chunk, a weaker match)."""
     ws = tmp_path_factory.mktemp("div") / "ws"
     (ws / "memory").mkdir(parents=True)
-    filler = " ".join(f"word{i} other{i} thing{i}" for i in range(120))
-    parts = [f"## Part {n}\n\nThe kayak course at the lake, kayak course notes {n}. {filler}\n" for n in range(4)]
+    filler = " ".join(f"word{i} other{i} thing{i}" for i in range(80))
+    parts = [f"## Part {n}\n\nThe kayak course at the lake, kayak course notes {n}. {filler}\n" for n in range(3)]
     (ws / "memory" / "kayak.md").write_text("# Kayak course\n\n" + "\n".join(parts))
     errands = " ".join(f"errand{i} shop{i}" for i in range(100))
     (ws / "memory" / "errands.md").write_text(f"# Errands\n\nBought bread, paid the kayak course deposit, {errands}.\n")
@@ -47,7 +47,7 @@ def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_short_answer_shows_the_other_files_best_chunk(kayak: Path) -> None:
-    s = load_settings(None, {"workspace": str(kayak), "provider": "none"})
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
     run_index(s)
     with Searcher(s) as searcher:
         off = s.model_copy(update={"query": s.query.model_copy(update={"file_diversity": 1.0})})
@@ -69,3 +69,10 @@ def test_a_short_answer_shows_the_other_files_best_chunk(kayak: Path) -> None:
         # keyword-only mode keeps exactly BM25's order
         kw = searcher.search("kayak course", max_results=3, mode="keyword")
         assert [h.path for h in kw] == ["memory/kayak.md"] * 3
+    # a keyword-only index answers a hybrid search exactly as keyword mode (no reordering)
+    none = load_settings(None, {"workspace": str(kayak), "provider": "none",
+                                "index_path": str(kayak / "kw.sqlite")})
+    run_index(none)
+    with Searcher(none) as searcher:
+        assert ([h.citation for h in searcher.search("kayak course", max_results=3)]
+                == [h.citation for h in searcher.search("kayak course", max_results=3, mode="keyword")])

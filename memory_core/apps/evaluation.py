@@ -390,7 +390,7 @@ def convex_fusion(keyword: Mapping[int, float], vector: Mapping[int, float], wei
 def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Path, *, sides: bool = False,
              max_results: int = 100, corpus_map: str | Path | None = None, min_score: float | None = None,
              provider: Any = None, searcher: Any = None,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int], None] | None = None) -> dict[str, object]:
     """Evaluate the index of ``settings`` on BEIR-format queries and qrels.
 
     Returns ``{"metrics": {side: {metric: value}}, "queries": n, ...}`` with the side
@@ -465,6 +465,7 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             if plain is not None:
                 plain.close()
         meta = s.index_meta()
+        record = s.index_record()
         from memory_core.query.status import vector_scan_status
 
         metrics: dict[str, dict[str, float] | None] = {m: evaluate_run(runs[m], path_qrels) for m in modes}
@@ -481,8 +482,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
         vw, tw = q.normalised_weights()
         return {
             "index": str(settings.index_file),
-            "provider": meta.get("provider"),
-            "model": meta.get("model"),
+            "provider": record.provider if record is not None else None,
+            "model": record.model if record is not None else None,
             "queries": len(judged),
             "queries_without_text": missing_text,
             "judged_documents": len(set(all_ids)),

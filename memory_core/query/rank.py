@@ -17,7 +17,6 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
@@ -48,10 +47,10 @@ class SearchResult:
     # was last copied, not written: a fresh clone said "written today" of every one)
     date: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
-    def to_agent(self) -> dict[str, Any]:
+    def to_agent(self) -> dict[str, object]:
         """OpenClaw's ``memory_search`` result fields (``path, startLine, endLine, score, snippet,
         source, citation``), then what memory-core adds (``match``, ``date``, the raw side scores),
         each once: no snake_case copies of the line numbers (an agent paid for them twice)."""
@@ -254,9 +253,10 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     hits = ranking.dedupe_overlapping(hits)
     if q.mmr.enabled:
         hits = ranking.mmr_rerank(hits, q.mmr.lambda_)
-    # one side alone keeps exactly that side's order; a named day's own chunks stay before the
-    # other days' (dates.lift_named_days), which a further chunk's lower placing would undo
-    if mode == "hybrid" and cands.dates is None:
+    # one side alone keeps exactly that side's order (so does a hybrid search the vector side did not
+    # answer: a keyword-only index answers as keyword mode); a named day's own chunks stay before
+    # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
+    if mode == "hybrid" and cands.embedded and cands.dates is None:
         hits = ranking.diversify_files(hits, q.file_diversity)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []

@@ -38,6 +38,7 @@ from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
 from memory_core.query.dates import DateRange, Stamps, dated_chunk_rows
 from memory_core.storage import index_changes, textsearch, vectors
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
     blob_of,
     connect,
@@ -449,7 +450,8 @@ class _Index:
         self.has_vec_table = has_table(self.conn, "chunks_vec")
         self.f32_in_chunks = self.has_bits or not self.has_vec_table
         self.vec_loaded = self.has_vec_table and not self.has_bits and load_vec(self.conn)
-        self.dims = self.meta.get("dims")
+        record = IndexRecord.from_meta(self.meta) if self.meta else None
+        self.dims: int | None = record.dims if record is not None else None
         self._matrix: tuple[np.ndarray, np.ndarray] | None = None
         self._bits: vectors.BitIndex | None = None
         self._part_bits: vectors.BitIndex | None = None
