@@ -51,6 +51,26 @@ def test_usage_errors_load_no_settings_model() -> None:
     assert loaded == []
 
 
+def test_a_keyword_only_search_loads_no_model_no_indexer_and_no_redaction(workspace: Path) -> None:
+    """`memory-core search` of a keyword-only index (provider none): no embedding SDK, model or
+    orchestrator, not the indexing side (the freshness check needs only the file scan), not the
+    redaction rules (nothing is redacted on a search of notes), no thread pool."""
+    (workspace / "memory-core.toml").write_text('provider = "none"\n')
+    from memory_core.apps import cli
+
+    assert cli.main(["index", "-w", str(workspace), "--engine", "local", "--no-progress"]) == 0
+    code = f"from memory_core.apps.cli import main; main(['search', '-w', {str(workspace)!r}, 'replication lag'])"
+    loaded, printed = _loaded_after(code.replace("'", '"'))
+    assert "memory/2026-09-04.md#L" in printed  # it found the day of the replication lag
+    searched = ("memory_core.config", "memory_core.query", "memory_core.storage", "memory_core.api", "numpy", "apsw",
+                "pydantic", "pydantic_core", "memory_core.embeddings", "memory_core.runtime.resolve")
+    assert [m for m in loaded if not m.startswith(searched)] == []  # of HEAVY, only what a search uses
+    loaded, _ = _loaded_after(code, also=("memory_core.index", "memory_core.sources.redact", "concurrent.futures",
+                                          "onnxruntime", "lancedb", "mcp", "watchfiles", "httpx"))
+    assert [m for m in loaded if m.startswith(("memory_core.index", "memory_core.sources.redact", "concurrent",
+                                                "onnxruntime", "lancedb", "mcp", "watchfiles", "httpx"))] == []
+
+
 def test_eval_gets_its_flags_when_it_is_parsed() -> None:
     """`eval`'s flags (from memory_core.apps.evaluation.add_eval_parser, whose --fusion choices are
     the settings model's) are added when `eval` is parsed or its help shown: the same flags."""
