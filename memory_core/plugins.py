@@ -86,6 +86,8 @@ def provider_class(name: str) -> Any:
     """The class registered as ``name`` (``NoProvider`` for ``"none"``; an
     :class:`~memory_core.embeddings.base.EmbeddingProvider` subclass), or None when unknown or not
     importable here."""
+    if name == "auto":  # a choice, never a class (an entry point by a reserved name is skipped)
+        return None
     # a built-in's entry is its registry row (registered_providers() starts with _REGISTRY)
     entry = _NONE if name == "none" else _REGISTRY.get(name) or registered_providers().get(name)
     if entry is None:

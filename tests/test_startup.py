@@ -126,3 +126,32 @@ def test_the_bench_reports_ratios_to_the_floor(tmp_path: Path) -> None:
     text = out.read_text()
     assert "| --version | this |" in text and "| search (keyword-only) | this |" in text
     assert "(floor) | | " in text
+
+
+def test_built_in_providers_are_known_without_reading_the_entry_points(monkeypatch: Any) -> None:
+    """Settings naming a built-in provider (or auto / none) are checked, and their redaction mode
+    decided, without reading the installed packages' entry points (every one's metadata file);
+    an unknown name still reads them, to list the choices."""
+    import pytest
+
+    from memory_core import plugins
+    from memory_core.config import load_settings
+    from memory_core.errors import ConfigError
+
+    def unread(*, group: str) -> Any:
+        raise AssertionError(f"read the entry points of {group}")
+
+    monkeypatch.setattr(plugins, "entry_points", unread)
+    plugins._provider_entry_points.cache_clear()
+    try:
+        for name in ("auto", "none", "local", "openai"):
+            s = load_settings(overrides={"provider": name}, env={})
+            assert s.provider == name and s.redact == ("sessions" if name in ("none", "local") else "all")
+        assert plugins.provider_class("auto") is None and plugins.provider_class("none") is not None
+        with pytest.raises(ConfigError, match="read the entry points of memory_core.providers"):
+            load_settings(overrides={"provider": "nonesuch"}, env={})
+        monkeypatch.setattr(plugins, "entry_points", lambda *, group: [])
+        with pytest.raises(ConfigError, match="provider: Input should be 'auto', 'local'"):
+            load_settings(overrides={"provider": "nonesuch"}, env={})
+    finally:
+        plugins._provider_entry_points.cache_clear()
