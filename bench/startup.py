@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [f"# Start-up of memory-core against `python -c \"import numpy, apsw\"` "
              f"({dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores)", "",
-             f"`python -m bench.startup --rounds {args.rounds}"
-             + "".join(f" --code {lab}={c}" for lab, c in codes) + "`: "
+             f"`python -m bench.startup --rounds {args.rounds}" + ("" if args.bytecode else " --no-bytecode")
+             + (" --pieces" if args.pieces else "") + "".join(f" --code {lab}={c}" for lab, c in codes) + "`: "
              f"{args.rounds} rounds, each running the floor and every command once in an order rotated by one per"
              " round; ratio = the command's wall time / the floor's in the same round (paired), then the median"
              " over rounds; CPU: the same with user + system CPU time. The search is keyword-only: examples/workspace with `provider = \"none\"`"
