@@ -108,6 +108,8 @@ class _Version(argparse.Action):
                  option_string: str | None = None) -> None:
         print(f"{parser.prog} {_version()}")  # on stdout, as argparse's "version" action
         parser.exit()
+
+
 SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
                   " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
                   " the defaults")
