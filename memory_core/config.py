@@ -46,13 +46,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from memory_core.errors import ConfigError
-from memory_core.plugins import provider_names, provider_on_machine
+from memory_core.plugins import is_provider_name, provider_names, provider_on_machine
 
 
 def _registered_provider(name: str) -> str:
     """``auto``, ``none`` or a provider registered in memory_core.embeddings.registry."""
-    names = provider_names()
-    if name not in names:
+    if not is_provider_name(name):
+        names = provider_names()
         expected = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
         raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
     return name

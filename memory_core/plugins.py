@@ -22,14 +22,25 @@ import functools
 import importlib
 import logging
 import os
-from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ENTRY_POINT_GROUP = "memory_core.engines"  # the orchestrators' entry-point group: a public name
 PROVIDERS_GROUP = "memory_core.providers"  # the providers' entry-point group: a public name
 PREFECT = "prefect"  # the engine ``--engine prefect``, ``auto`` and ``watch --deployment`` ask for
 
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoints
+
 log = logging.getLogger("memory_core.runtime.engines")
+
+
+def entry_points(*, group: str) -> EntryPoints:
+    """``importlib.metadata.entry_points(group=group)``. importlib.metadata (and the email, zipfile
+    and csv modules it loads) is imported here, when a registry is first read, not by every
+    process that imports this module: a keyword-only search or ``--version`` never reads one."""
+    from importlib.metadata import entry_points as read
+
+    return read(group=group)
 
 
 # -- embedding providers ----------------------------------------------------------------------
@@ -68,12 +79,21 @@ def provider_names() -> list[str]:
     return ["auto", *registered_providers(), "none"]
 
 
+def is_provider_name(name: str) -> bool:
+    """``name in provider_names()``; a built-in (or ``auto``/``none``) is known without reading the
+    installed entry points."""
+    return name in _RESERVED or name in _REGISTRY or name in provider_names()
+
+
 # Any: a plugin class imported by name; plugins sits below the provider classes
 def provider_class(name: str) -> Any:
     """The class registered as ``name`` (``NoProvider`` for ``"none"``; an
     :class:`~memory_core.embeddings.base.EmbeddingProvider` subclass), or None when unknown or not
     importable here."""
-    entry = _NONE if name == "none" else registered_providers().get(name)
+    if name == "auto":  # a choice, never a class (an entry point by a reserved name is skipped)
+        return None
+    # a built-in's entry is its registry row (registered_providers() starts with _REGISTRY)
+    entry = _NONE if name == "none" else _REGISTRY.get(name) or registered_providers().get(name)
     if entry is None:
         return None
     try:

@@ -12,11 +12,10 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
-from memory_core.plugins import provider_names
 
 if TYPE_CHECKING:
     from memory_core.api import Memory
@@ -25,20 +24,99 @@ if TYPE_CHECKING:
     from memory_core.notes.memory_store import MemoryStore
     from memory_core.runtime.resolve import ResolvedSettings
 
-# A command imports what it uses when it runs (the settings model, the index, the providers), so
-# `memory-core --version` and argument errors start no slower than Python with numpy and apsw.
+# A command imports what it uses when it runs (the settings model, the index, the providers), and
+# building the parser imports none of them: `memory-core --version` loads no pydantic, no settings
+# model, no query side and no importlib.metadata but for the version itself (tests/test_startup.py;
+# bench/startup.py measures it).
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIPE (`... | head`)
 
 
 class _Parser(argparse.ArgumentParser):
+    """``fill``: a command's parser whose flags are added by ``fill(parser)`` only when the command
+    is parsed or its help or usage is shown (``eval``'s need the settings model)."""
+
+    def __init__(self, *args: Any, fill: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fill = fill
+
+    def _filled(self) -> None:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._filled()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._filled()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._filled()
+        return super().format_help()
+
     def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors, as we want
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-PROVIDERS = provider_names()  # one list: the registry's (the settings model checks against it)
+class _Providers(Sequence[str]):
+    """The ``--provider`` choices: memory_core.plugins.provider_names() (one list: the registry's,
+    which the settings model checks against), read when a flag is checked or help is shown, so
+    other commands do not read the installed entry points."""
+
+    def _names(self) -> list[str]:
+        from memory_core.plugins import provider_names
+
+        return provider_names()
+
+    def __contains__(self, name: object) -> bool:
+        from memory_core.plugins import is_provider_name
+
+        return isinstance(name, str) and is_provider_name(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        return self._names()[i]
+
+
+PROVIDERS = _Providers()
+
+
+def _provider_flag(p: argparse.ArgumentParser, help: str) -> None:
+    # the choices are set on the flag made: add_argument would list them at once (checking the metavar)
+    p.add_argument("--provider", help=help).choices = PROVIDERS
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up (importlib.metadata) only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")  # on stdout, as argparse's "version" action
+        parser.exit()
+
+
 SETTINGS_ORDER = ("settings come from, first found: a flag, a MEMORY_CORE_* variable, the config file (--config,"
                   " else $MEMORY_CORE_CONFIG, else <workspace>/memory-core.toml), what the live index recorded,"
                   " the defaults")
@@ -76,8 +154,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _writer_flags(p: argparse.ArgumentParser) -> None:
     """The settings a writer (index, watch) may be told; unset ones keep what the index recorded."""
-    p.add_argument("--provider", choices=PROVIDERS,
-                   help="embedding provider (default: the config file's, else the index's, else auto)")
+    _provider_flag(p, "embedding provider (default: the config file's, else the index's, else auto)")
     p.add_argument("--model", help="embedding model (default: the config file's, else the index's, else the"
                                    " provider's default)")
     p.add_argument("--extra-path", action="append", dest="extra_paths",
@@ -92,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                      " transcripts). Readers (search, get, status, export, mcp) need only the index: the workspace,"
                      " sources and extra paths come from what it recorded. Writers (index, watch): " + SETTINGS_ORDER
                      + ".")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,
                                 help="`memory-core COMMAND -h` describes its flags")
     sub.required = True
@@ -197,10 +274,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
 
     _memory_parser(sub)
+    sub.add_parser("eval", help=EVAL_HELP, fill=_eval_flags)
+    return parser
+
+
+EVAL_HELP = "measure search quality on labelled queries (BEIR format)"  # add_eval_parser's (tests/test_startup.py)
+
+
+def _eval_flags(parser: argparse.ArgumentParser) -> None:
+    """``eval``'s description and flags: memory_core.apps.evaluation.add_eval_parser's, added to the
+    parser `memory-core eval` already has (its ``--fusion`` choices come from the settings model)."""
     from memory_core.apps.evaluation import add_eval_parser
 
-    add_eval_parser(sub)
-    return parser
+    class _Into:  # the subparsers add_eval_parser adds to: hands it this parser back
+        @staticmethod
+        def add_parser(name: str, *, help: str | None = None, **kwargs: Any) -> argparse.ArgumentParser:
+            for key, value in kwargs.items():  # description
+                setattr(parser, key, value)
+            return parser
+
+    add_eval_parser(_Into())
 
 
 def _memory_parser(sub: Any) -> None:
@@ -224,7 +317,7 @@ def _memory_parser(sub: Any) -> None:
                    help=f"0-1 (default {DEFAULT_IMPORTANCE}; an updated memory keeps its own)")
     p.add_argument("--category", help=f"one of {', '.join(CATEGORIES)} (default other; an updated memory keeps"
                                       " its own)")
-    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    _provider_flag(p, "embedding provider (default: as for search)")
     p.add_argument("--model", help="embedding model (default: as for search)")
     p = msub.add_parser("recall", help="memories matching a query (vector + full text), best first")
     common(p)
@@ -233,7 +326,7 @@ def _memory_parser(sub: Any) -> None:
     p.add_argument("--max-results", "-n", type=_positive, help="default: query.max_results")
     p.add_argument("--min-score", type=float, help="0-1 (default: query.min_score)")
     p.add_argument("--mode", choices=["hybrid", "vector", "keyword"], help="default: query.mode (hybrid)")
-    p.add_argument("--provider", choices=PROVIDERS, help="embedding provider (default: as for search)")
+    _provider_flag(p, "embedding provider (default: as for search)")
     p.add_argument("--model", help="embedding model (default: as for search)")
     p = msub.add_parser("list", help="memories, newest first")
     common(p)

@@ -26,7 +26,6 @@ import functools
 import logging
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,6 +54,8 @@ from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from memory_core.embeddings.base import EmbeddingProvider
 
 __all__ = [  # what other modules import from here (some defined in the query modules it composes)
@@ -370,6 +371,8 @@ class Searcher(QueryProviderOwner):
 
     def _worker(self) -> ThreadPoolExecutor:
         if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # a keyword-only search starts no thread
+
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memory-core-fts")
         return self._pool
 

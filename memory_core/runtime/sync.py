@@ -40,15 +40,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, RunError
-from memory_core.index.indexer import DeploymentOutcome, Indexer, Runner, RunRecord, run_hinted
-from memory_core.index.runtypes import RunSummary
-from memory_core.query.results import SearchAnswer
 from memory_core.runtime.watching import Watcher, start_interval
 from memory_core.sources.freshness import DirtyState, dirty_state  # noqa: F401 (part of this module's API)
+
+if TYPE_CHECKING:  # the indexer is imported when a SyncManager is made: a one-shot reader's freshness needs none
+    from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord
+    from memory_core.index.runtypes import RunSummary
+    from memory_core.query.results import SearchAnswer
 
 log = logging.getLogger("memory_core.runtime.sync")
 
@@ -113,6 +115,8 @@ class SyncManager:
     def __init__(self, settings: Settings, *, runner: Runner | None = None) -> None:
         self.settings = settings
         # in this process, never waiting for another process's run: the index stays dirty for the next trigger
+        from memory_core.index.indexer import Indexer
+
         self.runner: Runner = runner if runner is not None else Indexer(settings, wait_for_lock=False)
         self.runs: list[RunRecord] = []
         self._run_lock = threading.Lock()  # one run at a time in this process
@@ -229,6 +233,8 @@ class SyncManager:
     def _run_serialised(self, reason: str, changed: frozenset[str] | None = None) -> RunRecord:
         with self._run_lock:
             started, t0 = time.time(), time.perf_counter()
+            from memory_core.index.indexer import RunRecord, run_hinted
+
             rec = RunRecord(len(self.runs) + 1, reason, started, 0.0, ok=True)
             try:
                 rec.summary = run_hinted(self.runner, changed)

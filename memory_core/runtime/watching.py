@@ -51,9 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
 from memory_core.errors import IndexLockedError, MemoryCoreError, UsageError
-from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord, run_hinted
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the indexer is imported by a run: a one-shot reader's sync (its freshness) needs none
+    from memory_core.index.indexer import DeploymentOutcome, Runner, RunRecord
     from memory_core.index.runtypes import RunSummary
 
 log = logging.getLogger("memory_core.apps.watch")
@@ -352,6 +352,8 @@ class Watcher:
             return None
 
     def _run_once(self, reason: str, changed: list[str], hint: frozenset[str] | None) -> None:
+        from memory_core.index.indexer import RunRecord, run_hinted
+
         with self._cond:
             self._st.running = True
         started, t0, m0 = time.time(), time.perf_counter(), time.monotonic()
@@ -492,6 +494,8 @@ def _folder_event(path: str, roots: frozenset[str]) -> bool:
 def _complete(rec: RunRecord) -> bool:
     """A run that brought the index up to date with what it saw (not failed, skipped, nor
     waiting for batch jobs that are still running)."""
+    from memory_core.index.indexer import DeploymentOutcome
+
     s = rec.summary
     if not rec.ok or rec.skipped:
         return False

@@ -37,7 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Final, NoReturn, Protocol
 
-from memory_core.sources.redact import mask_token, redact
+# memory_core.sources.redact is imported where text is redacted, not here: the query side reads
+# transcripts' raw lines through this module (query/dates.py) and a search of notes redacts nothing.
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -244,6 +245,8 @@ class _Builder:
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
         if self.redact_secrets:
+            from memory_core.sources.redact import redact  # its ~50 patterns: compiled when first needed
+
             if self.keep_lines:
                 # the display text is masked exactly as the indexed one: a secret whose pattern
                 # spans a line break (masked once the line is collapsed) shows the indexed form
@@ -480,6 +483,8 @@ _SECRET_FIELD = re.compile(
 
 
 def _redact_json_value(value: object) -> object:
+    from memory_core.sources.redact import mask_token, redact
+
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list):
@@ -501,6 +506,8 @@ def redact_jsonl_line(text: str) -> str:
     try:
         return json.dumps(_redact_json_value(json.loads(text)), ensure_ascii=False)
     except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        from memory_core.sources.redact import redact
+
         return redact(text)
 
 

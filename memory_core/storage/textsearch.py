@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy is imported when a batch holds non-ASCII text
     import numpy as np
@@ -96,21 +96,59 @@ _KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9f"
 _HANGUL = "\u1100-\u11ff\u3131-\u318e\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uffa0-\uffdc"
 _CJK = _HAN + _HIRAGANA + _KATAKANA + _HANGUL
 
-_CJK_CHAR_RE = re.compile(f"[{_CJK}]")
-_CJK_RUN_RE = re.compile(f"[{_CJK}]+")
-_HAN_KANA_RE = re.compile(f"[{_HAN}{_HIRAGANA}{_KATAKANA}]")
-_HANGUL_RE = re.compile(f"[{_HANGUL}]")
-_HANGUL_SYLLABLE_RE = re.compile("[\uac00-\ud7af]")
+
+
+class _Lazy:
+    """A pattern compiled on first use. ``re`` compiles a class of CJK ranges by walking every code
+    point of them (1-5 ms a pattern, ~25 ms for this module's): a process that meets no CJK text
+    (an English query, ``--version``) should not pay that at import."""
+
+    __slots__ = ("_pattern", "_compiled")
+
+    def __init__(self, pattern: str) -> None:
+        self._pattern = pattern
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def compiled(self) -> re.Pattern[str]:
+        if self._compiled is None:  # two threads may both compile it: the same pattern either way
+            self._compiled = re.compile(self._pattern)
+        return self._compiled
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.compiled.search(text)
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self.compiled.match(text)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self.compiled.fullmatch(text)
+
+    def findall(self, text: str) -> list[Any]:
+        return self.compiled.findall(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.compiled.finditer(text)
+
+    def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
+        return self.compiled.sub(repl, text)
+
+
+_CJK_CHAR_RE = _Lazy(f"[{_CJK}]")
+_CJK_RUN_RE = _Lazy(f"[{_CJK}]+")
+_HAN_KANA_RE = _Lazy(f"[{_HAN}{_HIRAGANA}{_KATAKANA}]")
+_HANGUL_RE = _Lazy(f"[{_HANGUL}]")
+_HANGUL_SYLLABLE_RE = _Lazy("[\uac00-\ud7af]")
 # One query word: letters/digits (any script, incl. CJK), with inner underscores kept so that
 # "FOO_bar" stays one term (FTS5 then reads it as the phrase "foo bar").
 _WORD_RE = re.compile(r"[^\W_]+(?:_+[^\W_]+)*")
 # Script runs inside one word.
-_RUN_RE = re.compile(
+_RUN_RE = _Lazy(
     f"(?P<han>[{_HAN}]+)|(?P<kata>[{_KATAKANA}]+)|(?P<hira>[{_HIRAGANA}]+)"
     f"|(?P<hangul>[{_HANGUL}]+)|(?P<other>(?:(?![{_CJK}])\\w)+)"
 )
 # Token sets for similarity: a CJK run, or a word without CJK characters.
-_SIM_TOKEN_RE = re.compile(f"(?P<cjk>[{_CJK}]+)|(?P<word>(?:(?![{_CJK}])[^\\W_])+)")
+_SIM_TOKEN_RE = _Lazy(f"(?P<cjk>[{_CJK}]+)|(?P<word>(?:(?![{_CJK}])[^\\W_])+)")
 
 
 def _words(text: str) -> frozenset[str]:
@@ -389,10 +427,10 @@ def _is_useful_korean_stem(stem: str) -> bool:
 
 
 _JA_DETECT_RE = re.compile("[\u3040-\u30ff]")
-_JA_PARTS_RE = re.compile("[a-z0-9_]+|[\u30a0-\u30ff]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
-_ZH_CHAR_RE = re.compile("[\u4e00-\u9fff]")
-_ZH_RUN_RE = re.compile("[\u4e00-\u9fff]+")
-_KO_DETECT_RE = re.compile("[\uac00-\ud7af\u3131-\u3163]")
+_JA_PARTS_RE = _Lazy("[a-z0-9_]+|[\u30a0-\u30ff]+|[\u4e00-\u9fff]+|[\u3040-\u309f]{2,}")
+_ZH_CHAR_RE = _Lazy("[\u4e00-\u9fff]")
+_ZH_RUN_RE = _Lazy("[\u4e00-\u9fff]+")
+_KO_DETECT_RE = _Lazy("[\uac00-\ud7af\u3131-\u3163]")
 
 
 def _reference_tokenize(text: str) -> list[str]:
@@ -491,6 +529,9 @@ def _word_terms(word: str) -> Iterator[tuple[str, bool]]:
     """(term, is_stop) pairs for one lower-cased query word."""
     if word in STOP_WORDS:
         yield word, True
+        return
+    if word.isascii():  # no Hangul, Han, kana (no pattern below to compile for an English query)
+        yield word, False
         return
     if _HANGUL_RE.search(word) and not _HAN_KANA_RE.search(word):
         stem = _korean_stem(word)
