@@ -84,6 +84,7 @@ def test_a_question_about_plans_reads_a_yearless_day_as_the_coming_one() -> None
     assert query_date_range("what did we decide on 1 February?", REF) == DateRange(date(2023, 2, 1), date(2023, 2, 1))
     assert query_date_range("what happens on 1 March?", REF) == DateRange(date(2023, 3, 1), date(2023, 3, 1))
     assert looks_ahead("what is planned for Friday") and not looks_ahead("what did Kate say on 14 February")
+    assert looks_ahead("what do I need for 1 February") and not looks_ahead("what we decided on 1 February")
 
 
 def test_the_date_order_setting_reads_ambiguous_days() -> None:

@@ -12,20 +12,10 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
+from tests.test_exchange_vectors import FILLER  # everyday turns around the planted facts
 
 pytest.importorskip("sentence_transformers")
 
-FILLER = [
-    ("Any idea what to do with half a cabbage and some leftover rice?",
-     "Fried rice with shredded cabbage, soy, ginger and a fried egg on top."),
-    ("The sprint review moved to Thursday afternoon, the demo is not ready.",
-     "Then cut the demo to the two stories that are done."),
-    ("My tomato seedlings look leggy on the windowsill.", "They want more light; a cheap grow lamp helps."),
-    ("Which film should we watch tonight, something light?", "A comedy from the nineties is a safe pick."),
-    ("The quarterly budget spreadsheet has a broken formula in column F.",
-     "Check whether the range still includes the new rows."),
-    ("I ran 9 km this morning and my knee felt fine.", "Nice, keep the long run easy this week."),
-]
 # one question, three sessions: the recommendation, the visit, the verdict (in other words)
 HOBBIES = {
     2: ("My sister recommended a restaurant called Osteria Lupo near the station.",

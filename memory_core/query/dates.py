@@ -205,7 +205,8 @@ one), else the latest one before; in a past-tense question (``what did we decide
 December?``) always the latest one before (:func:`looks_ahead`). A day of the month alone (``the
 13th``) and relative days (``yesterday``, ``on Friday``) only look back."""
 _PAST = re.compile(r"\b(?:did|didn't|was|wasn't|were|weren't|had|went|said|told|got|made|came|took|gave|saw|"
-                   r"thought|brought|bought|sent|left|ate|won|lost|\w{2,}ed)\b")
+                   r"thought|brought|bought|sent|left|ate|won|lost|"
+                   r"(?!(?:need|feed|seed|speed|breed|bleed|proceed|exceed|succeed|indeed)\b)\w{2,}ed)\b")
 _AHEAD = re.compile(r"\b(?:will|won't|going|gonna|is|isn't|are|aren't|am|happens|happening|upcoming|coming|"
                     r"next|plans?|planning|due|scheduled)\b")
 

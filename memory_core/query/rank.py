@@ -123,19 +123,13 @@ def _still_says(joined: str, shown: list[str]) -> bool:
     return bool(whole) and all(ln in flat for ln in whole)
 
 
-def _dated_snippet(h: ranking.Hit, terms: list[str], messages: Messages | None = None) -> str:
-    """The snippet; a transcript's starts with when it was said (``[2026-11-02 15:20 UTC] ``),
-    and its messages are whole (:func:`_chunk_text`)."""
-    text = _chunk_text(h, messages)
+def _dated_snippet(h: ranking.Hit, terms: list[str], text: str) -> str:
+    """The snippet of ``text`` (:func:`_chunk_text`); a transcript's starts with when it was said
+    (``[2026-11-02 15:20 UTC] ``)."""
     stamp = said_at(h.source, h.date)
     if not stamp:
         return ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS)
     return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
-
-
-def _cut_to(text: str, n: int) -> str:
-    """A neighbouring message or line in at most ``n`` characters, cut at a word with ``…``."""
-    return cut_at_word(text, n)
 
 
 def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:
@@ -160,7 +154,8 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
                   messages: Messages | None = None) -> tuple[str, int, int]:
     """The snippet and cited lines of ``h``: :func:`_dated_snippet`, with the neighbouring message
     or line on the side where the chunk's best match sits (:mod:`memory_core.query.edges`: the budget)."""
-    plain = (_dated_snippet(h, terms, messages), h.start_line, h.end_line)
+    text = _chunk_text(h, messages)
+    plain = (_dated_snippet(h, terms, text), h.start_line, h.end_line)
     if neighbours is None or h.source not in ("sessions", "memory") or not terms:
         return plain
     us = units(h.text, h.source)
@@ -172,13 +167,12 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
     # a transcript chunk cut inside a message has its rest beside it, not another message
     want_b = hits[0] == best and not joined.startswith(ELLIPSIS)
     want_a = hits[-1] == best and not joined.endswith(ELLIPSIS)
-    text = _chunk_text(h, messages)
     if not (want_b or want_a):
         return plain
     before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a)
     stamp = said_at(h.source, h.date)
-    add_b = _cut_to(before.text, EDGE_MAX_CHARS) if before is not None else ""
-    add_a = _cut_to(after.text, EDGE_MAX_CHARS) if after is not None else ""
+    add_b = cut_at_word(before.text, EDGE_MAX_CHARS) if before is not None else ""
+    add_a = cut_at_word(after.text, EDGE_MAX_CHARS) if after is not None else ""
     for b, a in ((add_b, add_a), ("", add_a), (add_b, "")):
         if not (a or b):
             continue

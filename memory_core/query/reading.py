@@ -38,10 +38,27 @@ def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None,
         os.close(fd)
 
 
-_SHOWN: OrderedDict[tuple[str, int, int, int], dict[int, str]] = OrderedDict()
+_SHOWN: OrderedDict[tuple[str, int, int, int, int], tuple[int, dict[int, str]]] = OrderedDict()
 _SHOWN_LOCK = threading.Lock()
+_shown_chars = 0  # characters held in _SHOWN
 SHOWN_CACHE_CHARS = 32 * 1024 * 1024
 """The most characters of transcripts' display messages kept between searches (newest first)."""
+
+
+def _keep_shown(key: tuple[str, int, int, int, int], got: dict[int, str]) -> None:
+    """Keep a file's display messages, dropping the least recently shown past SHOWN_CACHE_CHARS."""
+    global _shown_chars
+    size = sum(len(v) for v in got.values())
+    if size > SHOWN_CACHE_CHARS:
+        return
+    with _SHOWN_LOCK:
+        if key in _SHOWN:
+            return
+        _SHOWN[key] = (size, got)
+        _shown_chars += size
+        while _shown_chars > SHOWN_CACHE_CHARS:
+            _, (old, _msgs) = _SHOWN.popitem(last=False)
+            _shown_chars -= old
 
 
 def transcript_messages(settings: Settings) -> Callable[[str, int, int], list[str] | None]:
@@ -65,27 +82,20 @@ def transcript_messages(settings: Settings) -> Callable[[str, int, int], list[st
         except OSError:
             os.close(fd)
             return None
-        key = (str(settings.sessions_dir) + "\0" + path, st.st_ino, st.st_size, st.st_mtime_ns)
+        key = (str(settings.sessions_dir) + "\0" + path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         with _SHOWN_LOCK:
-            got = _SHOWN.get(key)
-            if got is not None:
+            kept = _SHOWN.get(key)
+            if kept is not None:
                 _SHOWN.move_to_end(key)
-        if got is not None:
+        if kept is not None:
             os.close(fd)
+            got = kept[1]
         else:
             try:
-                got = session_messages_by_line(fd, 1 << 62)  # closes fd
+                got = session_messages_by_line(fd, 1 << 62)  # the whole file; closes fd
             except (OSError, ValueError):
                 return None
-            size = sum(len(v) for v in got.values())
-            with _SHOWN_LOCK:
-                _SHOWN[key] = got
-                total = sum(sum(len(v) for v in m.values()) for m in _SHOWN.values())
-                while len(_SHOWN) > 1 and total > SHOWN_CACHE_CHARS:
-                    _, old = _SHOWN.popitem(last=False)
-                    total -= sum(len(v) for v in old.values())
-                if size > SHOWN_CACHE_CHARS:
-                    _SHOWN.pop(key, None)
+            _keep_shown(key, got)
         out = [got[n] for n in range(start, end + 1) if n in got]
         return out or None
 
