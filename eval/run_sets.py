@@ -341,7 +341,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
             continue
         settings = ensure_index(s, group, cache, code, provider, rebuild, log)
         q = settings.query
-        min_score = q.min_score
+        min_score = "auto" if q.by_support() else q.threshold()  # auto: the threshold of unsupported queries
         decay = settings.model_copy(update={"query": q.model_copy(update={
             "temporal_decay": q.temporal_decay.model_copy(update={"enabled": True, "half_life_days": 30.0})})})
         with Searcher(settings, provider=provider) as searcher, PlainBaselines(settings, provider) as plain:
@@ -383,7 +383,7 @@ def run_set(s: EvalSet, cache: Path, code: str, provider: Any, rebuild: bool,
                     else:
                         neg_shown[b].append(min(len(paths_), q.max_results))
     rows = []
-    row_keys: list[tuple[str, str, float | None, bool]] = [
+    row_keys: list[tuple[str, str, float | str | None, bool]] = [
         (label + ("" if ms is None else "@0"), label, min_score if ms is None else ms, dec)
         for label, _mode, ms, dec in CONFIGS]
     row_keys += [(b, b, None, False) for b in BASELINES if per[b]]
@@ -417,7 +417,8 @@ def table(results: list[dict[str, Any]]) -> str:
         name = f"{res['set']} ({res['queries']}q" + (f", {res['negatives']} neg" if res["negatives"] else "") + ")"
         for i, r in enumerate(res["rows"]):
             neg = (f"{r['neg_shown']:.2f} | {r['neg_empty']:.0%}" if "neg_shown" in r else "- | -")
-            ms = "-" if r["min_score"] is None else f"{r['min_score']:g}"
+            ms = "-" if r["min_score"] is None else r["min_score"] if isinstance(r["min_score"], str) \
+                else f"{r['min_score']:g}"
             ev = f"{r['ev@10']:.3f}" if "ev@10" in r else "-"
             out.append(f"| {name if i == 0 else ''} | {r['mode']} | {ms} | {r['ndcg@10']:.3f} |"
                        f" {r['recall@1']:.3f} | {r['recall@3']:.3f} | {r['recall@10']:.3f} | {r['mrr@10']:.3f} |"

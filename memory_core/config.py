@@ -150,6 +150,10 @@ class ChunkingSettings(_Model):
 DEFAULT_VECTOR_WEIGHT = 0.5
 DEFAULT_TEXT_WEIGHT = 0.5
 DEFAULT_MIN_SCORE = 0.15  # the answer's threshold: its best result must reach it
+# ... when query.min_score is unset, only for a query memory does not support: fewer than this IDF
+# share of its words occurs in the index, or (with vectors) no chunk is nearer than the model's
+# unrelated level (memory_core.query.ranking.query_supported)
+SUPPORT_MIN_COVERAGE = 0.1
 # below the answer's best result, the least a result listed with it scores (query.result_floor;
 # see memory_core.query.ranking.answer_threshold)
 DEFAULT_RESULT_FLOOR = 0.0
@@ -176,7 +180,11 @@ class QuerySettings(_Model):
     documented in :mod:`memory_core.query.ranking`)."""
 
     max_results: int = Field(default=6, ge=1, le=200)
-    min_score: float = Field(default=DEFAULT_MIN_SCORE, ge=0, le=1)  # the answer's best result
+    # the answer's best result must reach it. Unset (the default): DEFAULT_MIN_SCORE, for a query
+    # memory does not support only (its words are not in memory, or its meaning is at the model's
+    # unrelated level); a supported query keeps its weak results, scores shown. A number: a plain
+    # threshold on every query (as before 2026-11-28, when 0.15 was the default)
+    min_score: float | None = Field(default=None, ge=0, le=1)
     # the least the answer's other results score (at most min_score; min_score: a per-result threshold)
     result_floor: float = Field(default=DEFAULT_RESULT_FLOOR, ge=0, le=1)
     hybrid: bool = True  # false: vector side only, as in the reference (same as mode = "vector")
@@ -220,9 +228,18 @@ class QuerySettings(_Model):
         return self
 
     def threshold(self, min_score: float | None = None) -> float:
-        """The ``min_score`` a search uses: the caller's, else this setting. The one place the
-        default is applied (the builtin ranking, the qmd backend, the memory store, eval)."""
-        return self.min_score if min_score is None else float(min_score)
+        """The ``min_score`` a search uses: the caller's, else this setting, else the default. The
+        one place the default is applied (the builtin ranking, the qmd backend, the memory store,
+        eval). With neither given, the builtin ranking applies it to unsupported queries only
+        (:meth:`by_support`)."""
+        if min_score is not None:
+            return float(min_score)
+        return DEFAULT_MIN_SCORE if self.min_score is None else self.min_score
+
+    def by_support(self, min_score: float | None = None) -> bool:
+        """True when neither the caller nor the settings give ``min_score``: the threshold then
+        empties only the answer to a query memory does not support (ranking.query_supported)."""
+        return min_score is None and self.min_score is None
 
     def search_mode(self) -> str:
         """``mode`` if set, else ``"hybrid"`` (``"vector"`` when ``hybrid = false``, as the reference)."""

@@ -63,7 +63,7 @@ def test_a_name_spelled_otherwise_finds_its_session(chats: Settings) -> None:
         for q in ("What did Muhhamed do?", "What about Mohammed?"):
             hits = s.search(q)
             assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
-            assert hits[0].match == "both" and hits[0].score >= chats.query.min_score
+            assert hits[0].match == "both" and hits[0].score >= chats.query.threshold()
         idx = s._current()
         assert retrieval.respelled(idx, "What did Muhhamed do?") == "What did muhammad do?"
         # everyday words a memory happens not to hold are not respelled into other words

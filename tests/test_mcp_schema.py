@@ -3,7 +3,8 @@ produces the input schema the tool lists (memory_core/apps/mcp_schema.py).
 
 tests/mcp_input_schemas.json holds the schemas the tools listed while they were written by hand
 (captured from that code, for default settings, for other query settings and for a server of
-several agents): what clients see must not change when the model produces it.
+several agents): what clients see must not change when the model produces it. (One deliberate change
+since: memory_search's minScore description says what the default threshold applies to, issue 37.)
 """
 
 from __future__ import annotations

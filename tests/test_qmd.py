@@ -440,7 +440,7 @@ def test_qmd_hits_keep_min_score_and_cite_the_files_real_lines(workspace: Path, 
     run_index(s)
     assert qmd_update(s).ok
     monkeypatch.setenv("FAKE_QMD_MODE", "file")
-    floor = s.query.min_score
+    floor = s.query.threshold()
     assert floor > 0
     answer([
         {"file": "qmd://mc-memory/one.md", "score": 0.9, "snippet": "@@ -999999999,2 @@\nthe heron budget is 10"},

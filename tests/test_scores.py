@@ -37,14 +37,14 @@ def test_negative_checks_return_nothing(local_index: Settings) -> None:
         # the only note that names it; everything else the vector side finds scores low
         hits = s.search("okonomiyaki")
         assert hits[0].path == "notes/restaurants.md", [(h.path, h.score) for h in hits]
-        assert hits[0].match == "both" and hits[0].score >= local_index.query.min_score
+        assert hits[0].match == "both" and hits[0].score >= local_index.query.threshold()
         # min_score is the answer's threshold: what is listed beside its best scores as low as it is
-        assert all(h.score < local_index.query.min_score for h in hits[1:])
+        assert all(h.score < local_index.query.threshold() for h in hits[1:])
         for q in ("zzqx wvbn", "quantum chromodynamics lattice", "how do I tune a guitar"):
             assert s.search(q) == [], q
         # with result_floor = min_score the threshold is each result's again
         strict = local_index.model_copy(update={"query": local_index.query.model_copy(
-            update={"result_floor": local_index.query.min_score})})
+            update={"result_floor": local_index.query.threshold()})})
         s.settings = strict
         assert [h.path for h in s.search("okonomiyaki")] == ["notes/restaurants.md"]
         s.settings = local_index

@@ -209,7 +209,9 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     Pure given the candidates and ``q`` (the query settings): evaluation replays it per setting.
     """
     max_results = q.max_results if max_results is None else max(1, int(max_results))
+    by_support = q.by_support(min_score) and q.fusion == "calibrated"
     min_score = q.threshold(min_score)
+    gate = min_score  # what the answer's best result must reach
     vec = cands.vector if mode != "keyword" else []
     kw = cands.keyword if mode != "vector" else []
     if q.fusion == "calibrated":
@@ -230,6 +232,12 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
                                        vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage)
         if cands.dates is not None:  # the query names a day: what was written that day comes first
             lift_named_days(hits, cands.dates, min_score)
+        if by_support:
+            # min_score unset: it empties only the answer to a query memory does not support
+            readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
+            best_cos = max((h.vector_score for h in union), default=None) if readable else None
+            if ranking.query_supported(cands.corpus_coverage, best_cos, cands.calibration):
+                gate = 0.0
     elif not vec or not kw:
         hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,
                             text_weight=1.0 if kw else 0.0)
@@ -238,7 +246,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
         hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=vw, text_weight=tw)
     # relevance, before decay: min_score decides whether memory holds an answer (its best result),
     # result_floor which of the rest it lists
-    hits = ranking.answer_threshold(hits, min_score, min(q.result_floor, min_score))
+    hits = ranking.answer_threshold(hits, gate, min(q.result_floor, min_score))
     for h in hits:
         h.relevance = h.score
     if q.temporal_decay.enabled:

@@ -9,7 +9,8 @@ new lists). The searcher's pipeline (``memory_core.query.rank.rank_candidates``)
 
 ``min_score`` (``DEFAULT_MIN_SCORE``, 0.15) tests the relevance of the answer's best result before
 decay, ``result_floor`` (``DEFAULT_RESULT_FLOOR``, 0) the others' (:func:`answer_threshold`); decay
-(off by default) and MMR only reorder what passed.
+(off by default) and MMR only reorder what passed. With ``query.min_score`` unset (the default),
+the threshold applies only to a query memory does not support (:func:`query_supported`).
 
 Default fusion, ``fuse_calibrated`` (docs/search.md, "Calibrated scores"): each hit is scored
 from its own raw scores, so a score means the same whatever else was found::
@@ -61,6 +62,7 @@ from memory_core.config import (  # the defaults are the settings model's; docum
     DEFAULT_TEXT_WEIGHT,
     DEFAULT_VECTOR_WEIGHT,
     SNIPPET_MAX_CHARS,
+    SUPPORT_MIN_COVERAGE,
 )
 from memory_core.query.dates import (  # re-exported: dates decides what a path dates
     date_from_path,
@@ -80,6 +82,7 @@ __all__ = [
     "VECTOR_HEADROOM_REF",
     "Hit",
     "answer_threshold",
+    "query_supported",
     "apply_temporal_decay",
     "bm25_rank_to_score",
     "date_from_path",
@@ -508,6 +511,24 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
         out.append(replace(h, score=rel, relevance=rel))
     out.sort(key=lambda h: (h.score, h.bm25), reverse=True)  # equal relevance: higher BM25 first
     return out
+
+
+def query_supported(corpus_coverage: float, best_cosine: float | None, cal: Calibration) -> bool:
+    """Memory supports the query on both sides: at least ``SUPPORT_MIN_COVERAGE`` (0.1) of its
+    words' IDF occurs somewhere in the index, and its nearest chunk is nearer than the model's
+    unrelated level (cosine above ``cal.cos_low``). ``best_cosine`` None (no vector side, or a
+    model that cannot read the query): not supported.
+
+    With ``query.min_score`` unset, the answer to a supported query is never emptied by score:
+    on conversations the true answer's best chunk often scores 0.03-0.15 (short messages, words
+    other than the question's; the local model's cosines 0.23-0.37), as high as a question memory
+    holds nothing for, so a score threshold cost 3-7 points of recall. What tells the probes apart
+    is support: "okonomiyaki" (no word of it in memory: coverage 0) and "how do I tune a guitar"
+    (the nearest chunk at cosine 0.14, below MiniLM's unrelated 0.2) keep the 0.15 threshold.
+    docs/search.md, "The threshold", has the figures."""
+    if best_cosine is None or not math.isfinite(best_cosine):
+        return False
+    return corpus_coverage >= SUPPORT_MIN_COVERAGE and best_cosine > cal.cos_low
 
 
 def answer_threshold(hits: Sequence[Hit], min_score: float, result_floor: float = DEFAULT_RESULT_FLOOR) -> list[Hit]:

@@ -1,0 +1,79 @@
+"""The answer's threshold by support (issue 37): with ``query.min_score`` unset, a question memory
+has words and meaning for keeps its weak results; one it has neither for is still empty. Real
+index (SQLite, FTS5, the local model) of JSONL transcripts."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_core.config import DEFAULT_MIN_SCORE, Settings, load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query import ranking
+from memory_core.query.search import Searcher
+from tests.test_conversations import _transcript
+from tests.test_exchange_vectors import FILLER
+
+pytest.importorskip("sentence_transformers")
+
+PLANTED = {
+    2: ("Merch table did great last night, forty tees gone before the encore.", "Nice, restock before Saturday then."),
+    5: ("Tom twisted his ankle at five-a-side, he's on crutches for a week.", "Ouch, hope he heals fast."),
+    7: ("The gig on Saturday starts at nine, load-in at six.", "I'll bring the van."),
+}
+# the answer (session 2) shares no word with the question: only "gig" (session 7) is in memory,
+# and the local model puts the two at cosine ~0.39, so the best result scores ~0.12, under 0.15
+QUESTION = "How many t-shirts did we sell at the gig?"
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    ws = tmp_path_factory.mktemp("support") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    for i in range(1, 9):
+        turns = FILLER[i % 6:] + FILLER[: i % 6]
+        if i in PLANTED:
+            turns = [*turns[:3], PLANTED[i], *turns[3:]]
+        (ws / "sessions" / f"s{i}.jsonl").write_text(_transcript(f"2026-10-{i:02d}", turns))
+    s = load_settings(None, {"workspace": str(ws), "provider": "local", "sources": ["sessions"]})
+    run_index(s)
+    return s
+
+
+def test_a_supported_question_keeps_its_weak_answer(chats: Settings) -> None:
+    with Searcher(chats) as s:
+        cands = s.retrieve(QUESTION, s.candidate_count(6))
+        assert cands.corpus_coverage >= ranking.SUPPORT_MIN_COVERAGE  # "gig" is in memory
+        hits = s.search(QUESTION)
+        assert hits, "min_score unset: a supported question is answered however low it scores"
+        assert hits[0].path == "sessions/s2.jsonl" and hits[0].score < DEFAULT_MIN_SCORE, hits[0]
+        # the same results as with no threshold at all
+        assert [(h.path, h.score) for h in hits] == [(h.path, h.score) for h in s.search(QUESTION, min_score=0.0)]
+
+
+def test_a_number_is_a_plain_threshold(chats: Settings) -> None:
+    """min_score given (per call, or in the settings) empties every answer whose best is below it."""
+    with Searcher(chats) as s:
+        assert s.search(QUESTION, min_score=DEFAULT_MIN_SCORE) == []
+        s.settings = chats.model_copy(update={"query": chats.query.model_copy(update={"min_score": DEFAULT_MIN_SCORE})})
+        assert s.settings.query.threshold() == DEFAULT_MIN_SCORE and not s.settings.query.by_support()
+        assert s.search(QUESTION) == []
+
+
+def test_unsupported_questions_stay_empty(chats: Settings) -> None:
+    """No word of it in memory (coverage 0), or every chunk at the model's unrelated level."""
+    with Searcher(chats) as s:
+        for q in ("okonomiyaki", "how do I tune a guitar", "zzqx wvbn", "Which friend got hurt?"):
+            cands = s.retrieve(q, s.candidate_count(6))
+            best = max(h.vector_score for h in cands.union)
+            assert not ranking.query_supported(cands.corpus_coverage, best, cands.calibration), q
+            assert s.search(q) == [], q
+            assert s.search(q, min_score=0.0), q  # the candidates exist; they just score low
+
+
+def test_query_supported_needs_both_sides() -> None:
+    cal = ranking.Calibration(0.2, 0.8, "model table")
+    assert ranking.query_supported(0.1, 0.21, cal)
+    assert not ranking.query_supported(0.09, 0.9, cal)  # its words are not in memory
+    assert not ranking.query_supported(1.0, 0.2, cal)  # the nearest chunk is at the unrelated level
+    assert not ranking.query_supported(1.0, None, cal)  # no vector side (a keyword-only index)
+    assert not ranking.query_supported(1.0, float("nan"), cal)
