@@ -493,6 +493,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
             "settings": {
                 "fusion": q.fusion, "vector_weight": round(vw, 4), "text_weight": round(tw, 4),
                 "min_score": configured,
+                # min_score unset: `configured` empties only unsupported queries' answers (docs/search.md)
+                "min_score_by_support": settings.query.by_support(min_score),
                 "candidate_multiplier": q.candidate_multiplier, "mmr": q.mmr.lambda_ if q.mmr.enabled else None,
                 "temporal_decay_days": q.temporal_decay.half_life_days if q.temporal_decay.enabled else None,
                 "hybrid": q.hybrid, "mode": q.search_mode(),
@@ -537,7 +539,8 @@ def format_report(report: Mapping[str, Any]) -> list[str]:
         f"index: {report['index']} ({report['provider']} / {report['model']})",
         f"queries: {report['queries']} with relevant documents; judged documents: {report['judged_documents']}",
         f"settings: fusion {st['fusion']}, weights vector {st['vector_weight']:g} / text {st['text_weight']:g},"
-        f" min_score {st['min_score']:g}, max_results {report['max_results']},"
+        f" min_score {st['min_score']:g}{' (unsupported queries only)' if st.get('min_score_by_support') else ''},"
+        f" max_results {report['max_results']},"
         f" {report['candidates_per_side']} candidates per side"
         + (f", MMR {st['mmr']:g}" if st["mmr"] is not None else "")
         + (f", decay {st['temporal_decay_days']:g} d" if st["temporal_decay_days"] is not None else ""),
