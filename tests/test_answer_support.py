@@ -48,6 +48,11 @@ def test_a_supported_question_keeps_its_weak_answer(chats: Settings) -> None:
         assert hits[0].path == "sessions/s2.jsonl" and hits[0].score < DEFAULT_MIN_SCORE, hits[0]
         # the same results as with no threshold at all
         assert [(h.path, h.score) for h in hits] == [(h.path, h.score) for h in s.search(QUESTION, min_score=0.0)]
+        # the answer says they are weak (the threshold used to say it by emptying the answer)
+        answer = s.search_response(QUESTION)
+        assert answer.results and "weak matches only: the best scores 0.1" in answer.note, answer.note
+        assert "weak" not in s.search_response("What happened to Tom at five-a-side?").note  # a clear match
+        assert "weak" not in s.search_response(QUESTION, min_score=0.0).note  # asked for weak matches
 
 
 def test_a_number_is_a_plain_threshold(chats: Settings) -> None:
