@@ -73,6 +73,12 @@ def test_unsupported_questions_stay_empty(chats: Settings) -> None:
             assert not ranking.query_supported(cands.corpus_coverage, best, cands.calibration), q
             assert s.search(q) == [], q
             assert s.search(q, min_score=0.0), q  # the candidates exist; they just score low
+        # stop words only: no word memory could hold (the coverage of no words is 1), so no support
+        cands = s.retrieve("what are we doing?", s.candidate_count(6))
+        assert cands.idf_total == 0 and cands.corpus_coverage == 1.0
+        assert max(h.vector_score for h in cands.union) > cands.calibration.cos_low
+        assert s.search("what are we doing?") == []
+        assert s.search("what are we doing?", min_score=0.0)
 
 
 def test_query_supported_needs_both_sides() -> None:
