@@ -68,9 +68,10 @@ def test_the_hybrid_beats_both_of_its_sides(measured: dict[str, dict[str, float]
 
 def test_the_default_threshold_keeps_most_of_what_min_score_0_finds(measured: dict[str, dict[str, float]]) -> None:
     loss = measured["hybrid@0"]["recall@10"] - measured["hybrid"]["recall@10"]
-    # min_score is the answer's threshold (docs/search.md, "The threshold is the answer's"): what
-    # is left is the two questions whose best result scores below it (0.029 measured; 0.051 when
-    # the threshold was each result's)
-    assert loss <= 0.035, loss
-    # questions with no answer: most get nothing at the default (8 of 11 measured), none at 0
-    assert measured["hybrid"]["neg_empty"] >= 0.7 and measured["hybrid@0"]["neg_empty"] == 0
+    # min_score unset empties only the answers to queries memory does not support (docs/search.md,
+    # "The threshold by support"): what is left is the one question that shares no word with memory
+    # (0.014 measured; 0.029 with the plain 0.15 threshold on the answer, 0.051 on each result)
+    assert loss <= 0.02, loss
+    # questions with no answer: those memory has no words or meaning for get nothing at the default
+    # (4 of 11 measured; 8 with the plain threshold, which cost the answers above), none at 0
+    assert measured["hybrid"]["neg_empty"] >= 0.3 and measured["hybrid@0"]["neg_empty"] == 0
