@@ -3,6 +3,7 @@
     python eval/chats.py --labels      # eval/chats/{queries.jsonl,qrels.tsv,labels.tsv,negatives.tsv,evidence.tsv,
                                        #             qrels-notes.tsv,evidence-notes.tsv}
     python eval/chats.py --out DIR [--notes]   # the workspace (sessions/<uuid>.jsonl; --notes: memory/<day>.md)
+    python eval/chats.py --dense ...           # the same for chats-dense (eval/chats-dense/)
 
 Deterministic (``SEED``). The memory's owner, Ben, chats from Monday 2026-01-05 to Sunday
 2026-01-25 with Kate (Katherine), Mo (Muhammad, in Dubai: his threads are stamped ``+04:00``),
@@ -37,6 +38,24 @@ same), ``multi`` (evidence in 2-4 sessions, often in none of the question's word
 Kate's hobbies?"), ``edge`` (the answer comes seven messages after the one the question's words
 match, "hang on", side talk and "found it" between, placed so that no chunk holds both at the default local
 model's 200/40-token chunks: the answer starts the chunk after the question's), ``negative`` (nothing answers).
+
+``chats-dense`` (``--dense``; :func:`plan_dense`, ``eval/chats-dense/``, issue 37: ``chats`` scored
+far above the held-out real chats): the same people, timeline, planted messages and questions in
+about 4x the messages (129 transcripts, 5,204 messages, 161-353 a day; chats: 46 and 1,273). The
+planted sessions get 40-65 filler messages, 25 new planted sessions (:data:`DENSE_SESSIONS`) and
+filler-only ones (``f-<thread>-<dd>``) fill most threads on most days, with a sixth thread, the
+friends' group ``crew``. Filler comes from larger pools: 40 % look-alikes about the threads'
+recurring topics (:data:`LOOKALIKES`: "rehearsal sat? i can do 7ish", "car's making that noise
+again", "which pub this time?"), which share the questions' topic words but never state an
+outcome or a fact a question asks for; names in variants (Kat, Moe, Jorgito, Shiv, Liese); common
+words shortened (u, r, tmrw, abt: :data:`ABBREV`) and typos in a third of the messages, planted ones
+included (:func:`roughen`). Questions: chats' 189, then 12 more ``multi`` (new planted facts in 2-3
+sessions, in none of the question's words: "What food have my friends been cooking lately?"), 15
+more ``paraphrase``, and ``edge-next`` (12): the answer is the very next message after the one the
+question's words match, placed by :func:`place_next` with the real chunker so that the question's
+message is the last line of a chunk and the answer the first line the next chunk adds (that
+chunk starts with the overlap, which always carries the question's line).
+``chats-dense-notes``: the same as daily notes.
 """
 
 from __future__ import annotations

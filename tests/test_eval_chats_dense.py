@@ -9,6 +9,7 @@ import csv
 import filecmp
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def _tsv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-def _planted(p: dict) -> set[str]:
+def _planted(p: dict[str, Any]) -> set[str]:
     return {f"{sender}: {text}" for s in p["sessions"].values() for sender, text, tag in s["msgs"] if tag}
 
 
