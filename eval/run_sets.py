@@ -15,7 +15,7 @@ Sets (a workspace per user where the data has users, pooled per query):
   over long sessions (6 topics each, about 5-8 chunks a session).
 * ``chats``: 21 days of real-chat-like messaging (eval/chats.py), with message-level evidence;
   ``chats-notes``: the same conversations as daily Markdown notes. ``chats-dense`` (and
-  ``chats-dense-notes``): the same people and questions in about 4x the messages (5,300: look-alike
+  ``chats-dense-notes``): the same people and questions in about 4x the messages (5,204: look-alike
   filler, more typos and threads), with more ``multi`` and ``paraphrase`` questions and an
   ``edge-next`` category (eval/chats-dense/).
 
