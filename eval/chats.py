@@ -3,6 +3,7 @@
     python eval/chats.py --labels      # eval/chats/{queries.jsonl,qrels.tsv,labels.tsv,negatives.tsv,evidence.tsv,
                                        #             qrels-notes.tsv,evidence-notes.tsv}
     python eval/chats.py --out DIR [--notes]   # the workspace (sessions/<uuid>.jsonl; --notes: memory/<day>.md)
+    python eval/chats.py --dense ...           # the same for chats-dense (eval/chats-dense/)
 
 Deterministic (``SEED``). The memory's owner, Ben, chats from Monday 2026-01-05 to Sunday
 2026-01-25 with Kate (Katherine), Mo (Muhammad, in Dubai: his threads are stamped ``+04:00``),
@@ -37,6 +38,24 @@ same), ``multi`` (evidence in 2-4 sessions, often in none of the question's word
 Kate's hobbies?"), ``edge`` (the answer comes seven messages after the one the question's words
 match, "hang on", side talk and "found it" between, placed so that no chunk holds both at the default local
 model's 200/40-token chunks: the answer starts the chunk after the question's), ``negative`` (nothing answers).
+
+``chats-dense`` (``--dense``; :func:`plan_dense`, ``eval/chats-dense/``, issue 37: ``chats`` scored
+far above the held-out real chats): the same people, timeline, planted messages and questions in
+about 4x the messages (129 transcripts, 5,204 messages, 161-353 a day; chats: 46 and 1,273). The
+planted sessions get 40-65 filler messages, 25 new planted sessions (:data:`DENSE_SESSIONS`) and
+filler-only ones (``f-<thread>-<dd>``) fill most threads on most days, with a sixth thread, the
+friends' group ``crew``. Filler comes from larger pools: 40 % look-alikes about the threads'
+recurring topics (:data:`LOOKALIKES`: "rehearsal sat? i can do 7ish", "car's making that noise
+again", "which pub this time?"), which share the questions' topic words but never state an
+outcome or a fact a question asks for; names in variants (Kat, Moe, Jorgito, Shiv, Liese); common
+words shortened (u, r, tmrw, abt: :data:`ABBREV`) and typos in a third of the messages, planted ones
+included (:func:`roughen`). Questions: chats' 189, then 12 more ``multi`` (new planted facts in 2-3
+sessions, in none of the question's words: "What food have my friends been cooking lately?"), 15
+more ``paraphrase``, and ``edge-next`` (12): the answer is the very next message after the one the
+question's words match, placed by :func:`place_next` with the real chunker so that the question's
+message is the last line of a chunk and the answer the first line the next chunk adds (that
+chunk starts with the overlap, which always carries the question's line).
+``chats-dense-notes``: the same as daily notes.
 """
 
 from __future__ import annotations
@@ -66,6 +85,7 @@ THREADS: dict[str, tuple[tuple[str, ...], int]] = {
     "band": (("Siobhan", "Jorge"), 0),
     "jorge": (("Jorge",), 0),
     "anne": (("Anneliese",), 0),
+    "crew": (("Kate", "Muhammad", "Jorge", "Anneliese"), 0),  # chats-dense only: the friends' group
 }
 
 GENERIC = [
@@ -556,6 +576,11 @@ def plan() -> dict[str, Any]:
         name = str(uuid.UUID(int=rng.getrandbits(128), version=4)) + ".jsonl"
         sessions[key] = {"key": key, "file": name, "thread": thread, "start": start, "msgs": msgs,
                          "gaps": [rng.choice((0, 1, 1, 2, 3, 5, 9)) for _ in msgs]}
+    return _finish_plan(sessions, QUESTIONS)
+
+
+def _finish_plan(sessions: dict[str, dict[str, Any]], question_list: list[Q]) -> dict[str, Any]:
+    """The plan's lines, stamps, daily notes and labelled questions, from its sessions."""
     # the JSONL line of every tagged message (line 1 is the session header)
     for s in sessions.values():
         s["lines"] = {tag: n + 2 for n, (_, _, tag) in enumerate(s["msgs"]) if tag}
@@ -567,7 +592,7 @@ def plan() -> dict[str, Any]:
         s["stamps"] = stamps
     notes = daily_notes(sessions)
     questions = []
-    for n, (cat, text, rels) in enumerate(QUESTIONS, 1):
+    for n, (cat, text, rels) in enumerate(question_list, 1):
         files: dict[str, int] = {}
         evidence: list[tuple[str, int]] = []
         notes_rels: dict[str, int] = {}
@@ -635,16 +660,324 @@ def transcript(s: dict[str, Any]) -> str:
     return "\n".join(json.dumps(r, ensure_ascii=False) for r in recs) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------
+# chats-dense: the same people, plan and questions, about 5x the messages (issue 37)
+# ---------------------------------------------------------------------------------------------
+DENSE_HERE = HERE.parent / "chats-dense"
+DENSE_SEED = SEED + 37
+
+NAMES = {"kate": ["Kate", "Kat", "kate", "Katie", "K"], "mo": ["Mo", "Muhammad", "mo", "Moe", "Mo"],
+         "jorge": ["Jorge", "J", "jorge", "Jorgito"], "anne": ["Liese", "Anneliese", "Anne", "liese"],
+         "shiv": ["Siobhan", "Shiv", "shiv", "Siobhan"], "ben": ["Ben", "Benny", "ben", "B"]}
+SLOTS = {"when": ["tmrw", "tonight", "later", "sat", "on thurs", "next week", "this wknd", "fri", "sun", "mon"],
+         "time": ["6", "7ish", "half 7", "8", "6:30", "after work"], "n": [str(i) for i in range(2, 10)],
+         "colour": ["green", "yellow", "purple", "black", "pink", "white"],
+         "wall": ["slab", "overhang", "cave", "arete", "comp wall"],
+         "city": ["Lisbon", "Muscat", "London", "Cairo", "Istanbul"],
+         "thing": ["focaccia", "cinnamon buns", "rye", "a lemon tart", "brioche", "bagels", "pretzels"]}
+ABBREV = {"you": "u", "your": "ur", "are": "r", "tomorrow": "tmrw", "tonight": "2nite", "because": "bc",
+          "probably": "prob", "though": "tho", "really": "rly", "please": "pls", "thanks": "thx",
+          "people": "ppl", "about": "abt", "something": "smth", "before": "b4", "great": "gr8",
+          "minutes": "mins", "don't": "dont", "i'm": "im", "what": "wat", "with": "w", "going": "goin"}
+# look-alikes: the recurring topics' words, never an outcome or a fact a question asks for
+LOOKALIKES: dict[str, list[str]] = {
+    "band": ["rehearsal {when}? i can do {time}", "are we still on for rehearsal {when}", "the bridge still feels rushed",
+             "we need to work on the bridge again", "setlist draft v{n} is in the drive", "should we open with smth faster",
+             "gig nerves already lol", "amp is humming again, ignore it", "need new strings before the gig",
+             "snare sounds a bit flat", "the sound guy at the venue hasnt replied", "shall we print tshirts for the gig",
+             "ask {shiv} abt the setlist", "{jorge} can u send the voice memo from rehearsal", "harmony on the chorus is off",
+             "the new song needs a proper ending", "how long is our set again", "who's doing the poster for the gig",
+             "cover or no cover, we keep going back and forth", "practice the outro pls", "drums too loud in the room",
+             "rehearsal room booked {when} from {time}", "{shiv} ur mic stand is broken", "gig countdown: {n} days",
+             "Copper Moon needs a capo or smth", "who's driving to the gig?", "the Crooked Anchor has no parking lol"],
+    "kate": ["climbing {when}?", "bouldering {when}? the {colour} one on the {wall} is calling me",
+             "forearms are dead from climbing", "flat hunting is soul destroying", "another viewing {when}, fingers crossed",
+             "landlord still hasnt replied", "rent round here is insane", "pottery {when}, making a mug this time",
+             "cello practice then bed", "interview prep all evening", "{kate} r u climbing {when}",
+             "the {colour} problem on the {wall} is so hard", "new chalk bag arrived", "the estate agent called again",
+             "so many flats on the list", "wheel throwing is harder than it looks", "my bow arm hurts",
+             "viewing at {time}, wanna come?", "the gym was packed", "cant find a flat with a decent kitchen",
+             "need to book the van for the Carver Rd move", "my climbing partner cancelled again"],
+    "mo": ["car's making that noise again", "garage {when}, pray for me", "quote seems high tbh",
+           "flight prices to {city} are crazy", "wedding stuff all weekend", "conference slides not done",
+           "oud practice, fingers hurt", "hiking {when}?", "still waiting for the garage to call",
+           "my sister wants me to sort the wedding music", "{mo} here, landed", "car is at the garage again",
+           "brakes feel soft, or im imagining it", "visa stuff for the trip ugh", "packing for {city}",
+           "the mechanic said he'd call {when}", "my cousins want to go to the wadi again", "that {city} trip was fun",
+           "hotels in {city} are so pricey", "the garage messed up my booking again",
+           "my sister's fiancé is coming to dinner {when}"],
+    "jorge": ["5 a side {when}?", "we need a keeper for {when}", "thesis writing day {n}", "supervisor meeting moved to {when}",
+              "board games {when}? ill bring smth new", "drum practice, my neighbours hate me",
+              "the pitch was like ice last time", "chapter {n} needs a rewrite", "match {when} at {time}",
+              "{jorge} r u playing {when}", "scored an own goal in my dreams lol", "lab meeting ran 2 hours",
+              "anyone got a spare shin pad", "my supervisor wants more plots", "defence prep is scary",
+              "football then pub?", "the team chat is chaos", "{n} pages to go", "kick off times keep changing",
+              "the thesis formatting is a nightmare"],
+    "anne": ["baking {thing} {when}", "my starter smells weird", "birthday plans?? dont tell me anything",
+             "German class {when}", "Spanish homework ugh", "going home to see my parents soon", "new cake recipe to try",
+             "the oven at work is tiny", "{anne} here, made {thing}", "flour everywhere", "proofing takes forever",
+             "my birthday is coming up, scary", "the bakery was out of {thing}", "train tickets home are so expensive",
+             "who wants {thing}", "office loved the {thing}", "dough didnt rise again",
+             "miss the bakeries back home", "need new shoes, mine are falling apart"],
+    "crew": ["who's around {when}?", "pub {when}?", "drinks for {anne}'s bday?", "{kate} when is the flat warming",
+             "{mo} when r u back", "pics from the gig pls", "anyone seen my jacket", "brunch sun?",
+             "{jorge} r u coming {when}", "group pic or it didnt happen", "whose turn to book the table",
+             "ill be late, start without me", "{ben} owes me a pint", "can someone share the photos",
+             "quiz night {when}?", "who's got the big speaker", "which pub this time?", "drinks {when}? usual pub?"],
+}
+DENSE_GENERIC = GENERIC + [
+    "lmao", "ikr", "omg same", "ya", "nah", "ok ok", "hahah", "yess", "noo", "fr", "deffo", "pls", "ty", "xx",
+    "ugh mondays", "so tired tbh", "on my way", "5 mins", "wait", "what", "seen", "lol ok", "🙈", "🔥", "❤️",
+    "sorry just saw this", "can we talk later", "brb food", "ok back", "busy day", "not rn", "maybe", "idk tbh",
+    "wdym lol", "that's wild", "no wayyy", "legit", "sure sure", "will let u know", "ill text u", "cool cool",
+]
+DENSE_THREADS = ("kate", "mo", "band", "jorge", "anne", "crew")
+
+# sessions only chats-dense has, with planted messages (key -> (thread, day, start))
+DENSE_SESSIONS: dict[str, tuple[str, date, str]] = {
+    "x-kate-08": ("kate", d(8), "12:40"), "x-kate-13": ("kate", d(13), "19:00"), "x-kate-18": ("kate", d(18), "11:30"),
+    "x-kate-22": ("kate", d(22), "20:10"), "x-kate-24": ("kate", d(24), "10:00"),
+    "x-mo-07": ("mo", d(7), "20:30"), "x-mo-11": ("mo", d(11), "18:00"), "x-mo-16": ("mo", d(16), "19:45"),
+    "x-mo-20": ("mo", d(20), "21:15"), "x-mo-23": ("mo", d(23), "17:30"),
+    "x-jorge-07": ("jorge", d(7), "19:20"), "x-jorge-10": ("jorge", d(10), "11:45"), "x-jorge-14": ("jorge", d(14), "20:00"),
+    "x-jorge-18": ("jorge", d(18), "16:30"), "x-jorge-21": ("jorge", d(21), "13:10"),
+    "x-anne-06": ("anne", d(6), "18:30"), "x-anne-09": ("anne", d(9), "20:45"), "x-anne-12": ("anne", d(12), "19:40"),
+    "x-anne-16": ("anne", d(16), "08:50"), "x-anne-20": ("anne", d(20), "18:10"),
+    "x-band-10": ("band", d(10), "15:00"), "x-band-18": ("band", d(18), "19:30"),
+    "x-crew-09": ("crew", d(9), "17:00"), "x-crew-15": ("crew", d(15), "12:10"), "x-crew-21": ("crew", d(21), "18:40"),
+}
+DENSE_EVENTS: dict[str, list[tuple[str, str, str]]] = {
+    "x-kate-08": [("Kate", "made a massive lasagne, leftovers for days", "lasagne"),
+                  ("Kate", "got my dad a fancy thermos for his bday", "thermos")],
+    "x-kate-13": [("Kate", "boiler packed in, cold shower this morning 🥶", "boiler"),
+                  ("Kate", "binged all of Slow Horses in 2 days, no regrets", "slowhorses")],
+    "x-kate-18": [("Kate", "rent plus deposit means im eating beans till feb", "beans"),
+                  ("Kate", "going to my nan's for sunday lunch", "nan")],
+    "x-kate-22": [("Kate", "cant find my keys, been locked out for an hour", "keys")],
+    "x-mo-07": [("Muhammad", "tried making machboos from my mum's recipe, not bad at all", "machboos"),
+                ("Muhammad", "watched the cricket final, UAE lost by 4 wickets", "cricket")],
+    "x-mo-11": [("Muhammad", "picked up perfume for my sister at duty free", "perfume")],
+    "x-mo-16": [("Muhammad", "got promoted to team lead!! starting in feb", "promoted"),
+                ("Muhammad", "went to see the new Dune in IMAX, sand everywhere lol", "dune")],
+    "x-mo-20": [("Muhammad", "my parents land on thursday, the spare room is ready", "parents")],
+    "x-jorge-07": [("Jorge", "attempted paella, the rice burnt at the bottom", "paella"),
+                   ("Jorge", "stipend is late again, 12 quid in my account", "stipend")],
+    "x-jorge-10": [("Jorge", "ordered Siobhan a new guitar strap as a thank you", "strap"),
+                   ("Jorge", "washing machine flooded the kitchen, towels everywhere", "washing")],
+    "x-jorge-14": [("Jorge", "played padel with Kate, she destroyed me", "padel"),
+                   ("Jorge", "rewatched the extended Lord of the Rings, 11 hours", "lotr")],
+    "x-jorge-18": [("Jorge", "left my wallet on the 73 bus", "wallet")],
+    "x-jorge-21": [("Jorge", "full on flu, 39 degrees, in bed all day", "flu")],
+    "x-anne-06": [("Anneliese", "up at 4am again, my brain wont switch off", "4am")],
+    "x-anne-09": [("Anneliese", "went skating on the frozen lake in the park", "skating")],
+    "x-anne-12": [("Anneliese", "handed in my notice at the agency today!", "notice"),
+                  ("Anneliese", "the oven door came off its hinge mid bake", "oven")],
+    "x-anne-16": [("Anneliese", "tonsillitis again, on antibiotics", "tonsils")],
+    "x-anne-20": [("Anneliese", "spent way too much on the party, budget mode now", "budget")],
+    "x-band-18": [("Siobhan", "lost my in-ear monitors somewhere in the van", "inear")],
+}
+# edge-next: the answer is the very next message; placed so the question's message ends a chunk
+EDGE_NEXT: list[tuple[str, list[tuple[str, str, str]]]] = [
+    ("x-kate-24", [("Ben", "whats the house number of the Carver Rd flat again, need it for the van booking", "q"),
+                   ("Kate", "14b, top floor, the blue door", "a")]),
+    ("x-mo-23", [("Ben", "which hotel are u staying at in Lisbon", "q"),
+                 ("Muhammad", "the Memmo Alfama, right by the castle", "a")]),
+    ("x-band-10", [("Jorge", "what key are we doing Copper Moon in now", "q"),
+                   ("Siobhan", "down to D, my voice cant do E anymore", "a")]),
+    ("x-jorge-18", [("Ben", "what time is kick off for 5 a side next week", "q"),
+                    ("Jorge", "8:15, pitch 3", "a")]),
+    ("x-anne-16", [("Ben", "whats the name of that bakery u love in Freiburg", "q"),
+                   ("Anneliese", "Bäckerei Pfeffer, best Laugenbrezel ever", "a")]),
+    ("x-kate-13", [("Ben", "whats ur climbing partner's name, the tall one", "q"),
+                   ("Kate", "Ingrid, she's a machine", "a")]),
+    ("x-mo-11", [("Ben", "what was the garage called again, my car needs a service", "q"),
+                 ("Muhammad", "Al Futtaim service centre, ask for Rashid", "a")]),
+    ("x-band-18", [("Siobhan", "who's driving the gear to the Crooked Anchor", "q"),
+                   ("Jorge", "me, borrowing my uncle's estate car", "a")]),
+    ("x-jorge-10", [("Ben", "what's the title of ur thesis again", "q"),
+                    ("Jorge", "Thermal drift in low-cost soil sensors", "a")]),
+    ("x-anne-09", [("Ben", "what size are ur feet, asking for a birthday reason", "q"),
+                   ("Anneliese", "39, sometimes 40", "a")]),
+    ("x-crew-21", [("Kate", "which pub for the friday drinks", "q"),
+                   ("Muhammad", "The Bell on Frith St, upstairs room", "a")]),
+    ("x-mo-20", [("Ben", "what's ur sister's fiancé called", "q"),
+                 ("Muhammad", "Tariq, an engineer, nice guy", "a")]),
+]
+DENSE_QUESTIONS: list[Q] = [
+    # -- edge-next
+    ("edge-next", "What is the house number of Kate's new flat on Carver Road?", {"x-kate-24:edge-a": 2}),
+    ("edge-next", "Which hotel is Mo staying at in Lisbon?", {"x-mo-23:edge-a": 2}),
+    ("edge-next", "Which key are we playing Copper Moon in?", {"x-band-10:edge-a": 2}),
+    ("edge-next", "What time does five-a-side kick off next week?", {"x-jorge-18:edge-a": 2}),
+    ("edge-next", "What's the name of the bakery Anneliese loves in Freiburg?", {"x-anne-16:edge-a": 2}),
+    ("edge-next", "What is the name of Kate's climbing partner?", {"x-kate-13:edge-a": 2}),
+    ("edge-next", "Which garage did Mo use for his car?", {"x-mo-11:edge-a": 2}),
+    ("edge-next", "Who is driving the band's gear to the Crooked Anchor?", {"x-band-18:edge-a": 2}),
+    ("edge-next", "What is the title of Jorge's thesis?", {"x-jorge-10:edge-a": 2}),
+    ("edge-next", "What shoe size is Anneliese?", {"x-anne-09:edge-a": 2}),
+    ("edge-next", "Which pub are we going to for Friday drinks?", {"x-crew-21:edge-a": 2}),
+    ("edge-next", "What is Mo's sister's fiancé called?", {"x-mo-20:edge-a": 2}),
+    # -- multi: evidence in 2-4 sessions, in other words than the question
+    ("multi", "What food have my friends been cooking lately?",
+     {"x-kate-08:lasagne": 2, "x-mo-07:machboos": 2, "x-jorge-07:paella": 2}),
+    ("multi", "Which of my friends are having trouble sleeping?",
+     {"x-anne-06:4am": 2, "mo-18:late": 2, "jorge-23:nervous": 2}),
+    ("multi", "What presents have people bought for someone recently?",
+     {"x-kate-08:thermos": 2, "x-mo-11:perfume": 2, "x-jorge-10:strap": 2}),
+    ("multi", "Who is short of money this month?",
+     {"x-kate-18:beans": 2, "x-jorge-07:stipend": 2, "x-anne-20:budget": 2}),
+    ("multi", "What sports did my friends watch or play apart from five-a-side?",
+     {"x-mo-07:cricket": 2, "x-jorge-14:padel": 2, "x-anne-09:skating": 2}),
+    ("multi", "Which of my friends had career news?",
+     {"x-mo-16:promoted": 2, "x-anne-12:notice": 2, "kate-17:interview": 2}),
+    ("multi", "What broke at people's homes this month?",
+     {"x-kate-13:boiler": 2, "x-jorge-10:washing": 2, "x-anne-12:oven": 2}),
+    ("multi", "What have people been watching on screen?",
+     {"x-kate-13:slowhorses": 2, "x-mo-16:dune": 2, "x-jorge-14:lotr": 2}),
+    ("multi", "Who is seeing their family soon?",
+     {"x-mo-20:parents": 2, "x-kate-18:nan": 2, "anne-21:freiburg": 2}),
+    ("multi", "What did people lose or misplace?",
+     {"x-jorge-18:wallet": 2, "x-kate-22:keys": 2, "x-band-18:inear": 2}),
+    ("multi", "Who was ill this month?", {"x-jorge-21:flu": 2, "x-anne-16:tonsils": 2}),
+    ("multi", "What new things are Mo and Anneliese learning?", {"mo-15:oud": 2, "anne-07:spanish": 2}),
+    # -- paraphrase: other words than the messages
+    ("paraphrase", "Why did Kate reject the place with the mould problem?", {"kate-09:elm": 2}),
+    ("paraphrase", "What does the apartment with the outdoor space cost?", {"kate-16:carver": 2}),
+    ("paraphrase", "Which piece of band equipment gave off a burning smell?", {"band-12:amp": 2}),
+    ("paraphrase", "What did the mechanic find wrong with Mo's vehicle?", {"mo-10:pads": 2}),
+    ("paraphrase", "What did Mo get rid of once his car was fixed?", {"mo-19:roofbox": 2}),
+    ("paraphrase", "Which emirate is hosting the family celebration in February?", {"mo-22:wedding": 2}),
+    ("paraphrase", "What did Jorge send his academic advisor?", {"jorge-11:chapter": 2}),
+    ("paraphrase", "How did the game against the firefighters end?", {"jorge-17:charity": 2}),
+    ("paraphrase", "Why couldn't the team play outdoors this week?", {"jorge-20:frozen": 2}),
+    ("paraphrase", "What did Kate rehearse that made the people next door complain?", {"kate-19:cello": 2}),
+    ("paraphrase", "What went wrong with Anneliese's loaf?", {"anne-05:rye": 2}),
+    ("paraphrase", "Where are we taking the birthday girl to eat?", {"anne-18:lumiere": 2}),
+    ("paraphrase", "What did the pub owner say after our performance?", {"band-25:tshirts": 2}),
+    ("paraphrase", "Which tune will kick off our performance?", {"band-16:copper": 2}),
+    ("paraphrase", "What part of the drumming is Jorge anxious about?", {"jorge-23:nervous": 2}),
+]
+
+
+def roughen(text: str, rng: random.Random, typo_p: float, lower_p: float = 0.0) -> str:
+    """Chat-style text: common words shortened (``you`` -> ``u``), a typo in a lower-case word
+    with probability ``typo_p`` (a second one at half of it), everything lower-cased with ``lower_p``.
+    Capitalised words (names, places) and numbers keep their spelling."""
+    words = text.split(" ")
+    words = [ABBREV[w.lower()] if w.lower() in ABBREV and rng.random() < 0.6 else w for w in words]
+    for p in (typo_p, typo_p / 2):
+        if rng.random() < p:
+            cands = [i for i, w in enumerate(words) if len(w) >= 4 and w.isalpha() and w.islower()]
+            if cands:
+                i = rng.choice(cands)
+                words[i] = typo(words[i], rng)
+    out = " ".join(words)
+    return out.lower() if rng.random() < lower_p else out
+
+
+def fill(template: str, rng: random.Random) -> str:
+    out = template
+    for key, values in {**SLOTS, **NAMES}.items():
+        while "{" + key + "}" in out:
+            out = out.replace("{" + key + "}", rng.choice(values), 1)
+    return out
+
+
+def filler_dense(thread: str, rng: random.Random) -> str:
+    """Filler from larger pools: a look-alike about the thread's recurring topics (filled
+    template), one of the thread's base lines (the crew's: any thread's), or generic talk."""
+    r = rng.random()
+    if r < 0.4:
+        text = fill(rng.choice(LOOKALIKES[thread]), rng)
+    elif r < 0.62:
+        pool = POOLS[thread] if thread in POOLS else [t for k in sorted(POOLS) for t in POOLS[k]]
+        text = rng.choice(pool)
+    else:
+        text = rng.choice(DENSE_GENERIC)
+    return roughen(text, rng, 0.35, 0.1)
+
+
+def place_next(msgs: list[tuple[str, str, str]], pair: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """``msgs`` with ``pair`` (question-side message, its answer) inserted next to each other so
+    that the question's message is the last line of a chunk (the local model's 200/40 chunks)
+    and the answer the first line past that chunk's end (the next chunk repeats the question's
+    line as its overlap, then starts its own lines with the answer). As near the middle as
+    possible; an AssertionError when no place does it."""
+    sys.path.insert(0, str(HERE.parent.parent))
+    from memory_core.index.chunking import chunk_markdown
+
+    best: tuple[int, int] | None = None
+    for i in range(2, len(msgs) - 2):
+        trial = msgs[:i] + pair + msgs[i:]
+        chunks = chunk_markdown("\n".join(content_lines(trial)), CHUNK_TOKENS, CHUNK_OVERLAP)
+        if any(c.end_line == i + 1 for c in chunks[:-1]):
+            dist = abs(i - len(msgs) // 2)
+            if best is None or dist < best[0]:
+                best = (dist, i)
+    assert best is not None, f"no chunk edge for {pair[0][1]!r}"
+    return msgs[:best[1]] + pair + msgs[best[1]:]
+
+
+def dense_sessions() -> dict[str, tuple[str, date, str]]:
+    """Every chats-dense session: the base ones, :data:`DENSE_SESSIONS` and filler-only ones
+    (``f-<thread>-<dd>[b]``): on each day, most threads that have no session that day get one,
+    some a second."""
+    rng = random.Random(DENSE_SEED + 1)
+    out = {**SESSIONS, **DENSE_SESSIONS}
+    taken = {(t, day) for t, day, _ in out.values()}
+    for n in range(N_DAYS):
+        day = FIRST + timedelta(days=n)
+        for thread in DENSE_THREADS:
+            if (thread, day) not in taken and rng.random() < 0.55:
+                out[f"f-{thread}-{day.day:02d}"] = (thread, day, f"{rng.randint(7, 21):02d}:{rng.randrange(60):02d}")
+            if rng.random() < 0.2:
+                out[f"f-{thread}-{day.day:02d}b"] = (thread, day, f"{rng.randint(7, 21):02d}:{rng.randrange(60):02d}")
+    return out
+
+
+def plan_dense() -> dict[str, Any]:
+    """The chats-dense plan, as :func:`plan` (same keys): the base sessions with 40-65 filler
+    messages each instead of 14-26, :data:`DENSE_SESSIONS` (35-55), filler-only sessions (15-35),
+    planted messages roughened (shortened words, typos), the base edge pairs placed as
+    :func:`place_at_edge` does, the :data:`EDGE_NEXT` pairs by :func:`place_next`;
+    questions :data:`QUESTIONS` + :data:`DENSE_QUESTIONS`."""
+    rng = random.Random(DENSE_SEED)
+    all_sessions = dense_sessions()
+    edges, nexts = dict(EDGES), dict(EDGE_NEXT)
+    events = {**EVENTS, **DENSE_EVENTS}
+    sessions: dict[str, dict[str, Any]] = {}
+    for key in sorted(all_sessions, key=lambda k: (all_sessions[k][1], all_sessions[k][2], k)):
+        thread, day, hhmm = all_sessions[key]
+        people, offset = THREADS[thread]
+        talkers = [OWNER, *people]
+        n = rng.randint(40, 65) if key in SESSIONS else rng.randint(35, 55) if key in DENSE_SESSIONS \
+            else rng.randint(15, 35)
+        msgs: list[tuple[str, str, str]] = [(rng.choice(talkers), filler_dense(thread, rng), "") for _ in range(n)]
+        for sender, text, tag in events.get(key, []):
+            msgs.insert(rng.randint(2, len(msgs) - 2), (sender, roughen(text, rng, 0.3), tag))
+        if key in edges:
+            msgs = place_at_edge(msgs, [(s, t, "edge-" + tag) for s, t, tag in edges[key]], rng)
+        if key in nexts:
+            msgs = place_next(msgs, [(s, t, "edge-" + tag) for s, t, tag in nexts[key]])
+        tz = timezone(timedelta(hours=offset))
+        hh, mm = map(int, hhmm.split(":"))
+        start = datetime(day.year, day.month, day.day, hh, mm, tzinfo=tz)
+        name = str(uuid.UUID(int=rng.getrandbits(128), version=4)) + ".jsonl"
+        sessions[key] = {"key": key, "file": name, "thread": thread, "start": start, "msgs": msgs,
+                         "gaps": [rng.choice((0, 0, 1, 1, 1, 2, 3, 5)) for _ in msgs]}
+    return _finish_plan(sessions, [*QUESTIONS, *DENSE_QUESTIONS])
+
+
 TOML = 'sources = ["sessions"]\nprovider = "local"\n'
 
 
 TOML_NOTES = 'sources = ["memory"]\nprovider = "local"\n'
 
 
-def build_workspace(dest: Path, variant: str = "sessions") -> Path:
+def build_workspace(dest: Path, variant: str = "sessions", dense: bool = False) -> Path:
     """Write the workspace into *dest* (replaced if it exists): the transcripts, or (``notes``)
-    the same conversations as daily notes."""
-    p = plan()
+    the same conversations as daily notes; ``dense``: chats-dense's."""
+    p = plan_dense() if dense else plan()
     if dest.exists():
         shutil.rmtree(dest)
     if variant == "notes":
@@ -660,13 +993,15 @@ def build_workspace(dest: Path, variant: str = "sessions") -> Path:
     return dest
 
 
-def labels() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    qs = plan()["questions"]
+def labels(dense: bool = False) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    qs = (plan_dense() if dense else plan())["questions"]
     return {q["_id"]: q["text"] for q in qs}, {q["_id"]: dict(q["rels"]) for q in qs if q["rels"]}
 
 
-def write_labels(out: Path = HERE) -> dict[str, int]:
-    p = plan()
+def write_labels(out: Path | None = None, dense: bool = False) -> dict[str, int]:
+    """Write the label files into *out* (default: eval/chats/, or eval/chats-dense/ with ``dense``)."""
+    p = plan_dense() if dense else plan()
+    out = out or (DENSE_HERE if dense else HERE)
     out.mkdir(parents=True, exist_ok=True)
     qs = p["questions"]
     with open(out / "queries.jsonl", "w", encoding="utf-8") as fh:
@@ -713,13 +1048,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--labels", action="store_true", help="write eval/chats/ (queries, qrels, labels, evidence, negatives)")
     ap.add_argument("--out", type=Path, help="write the workspace to OUT")
     ap.add_argument("--notes", action="store_true", help="with --out: the conversations as daily notes")
+    ap.add_argument("--dense", action="store_true", help="the chats-dense set (eval/chats-dense/)")
     a = ap.parse_args(argv)
     if not a.labels and not a.out:
         ap.error("nothing to do: give --labels and/or --out")
     if a.labels:
-        print(write_labels())
+        print(write_labels(dense=a.dense))
+        p = plan_dense() if a.dense else plan()
+        print(f"messages: {sum(len(s['msgs']) for s in p['sessions'].values())}")
     if a.out:
-        build_workspace(a.out, "notes" if a.notes else "sessions")
+        build_workspace(a.out, "notes" if a.notes else "sessions", dense=a.dense)
         print(f"workspace: {a.out}")
     return 0
 

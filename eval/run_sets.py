@@ -14,7 +14,10 @@ Sets (a workspace per user where the data has users, pooled per query):
 * ``convo``: the synthetic multi-session set of eval/convo.py; ``convo-long``: the same questions
   over long sessions (6 topics each, about 5-8 chunks a session).
 * ``chats``: 21 days of real-chat-like messaging (eval/chats.py), with message-level evidence;
-  ``chats-notes``: the same conversations as daily Markdown notes.
+  ``chats-notes``: the same conversations as daily Markdown notes. ``chats-dense`` (and
+  ``chats-dense-notes``): the same people and questions in about 4x the messages (5,204: look-alike
+  filler, more typos and threads), with more ``multi`` and ``paraphrase`` questions and an
+  ``edge-next`` category (eval/chats-dense/).
 
 Each set's workspaces and indexes (default local model) live in the cache (default
 ``~/.cache/memory-core-eval``), one folder per version of the data and of the indexer
@@ -67,7 +70,7 @@ import memorybank  # noqa: E402  (eval/memorybank.py)
 SHARED = memorybank.shared_eval()
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long",
-            "chats", "chats-notes")
+            "chats", "chats-notes", "chats-dense", "chats-dense-notes")
 # What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
 # write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
@@ -184,17 +187,18 @@ def _convo_long() -> EvalSet:
                    category={q: str(r.get("category", "")) for q, r in recs.items()})
 
 
-def _chats(variant: str = "sessions") -> EvalSet:
+def _chats(variant: str = "sessions", dense: bool = False) -> EvalSet:
     notes = variant == "notes"
-    queries, recs = _read_queries(chats.HERE / "queries.jsonl")
+    here = chats.DENSE_HERE if dense else chats.HERE
+    queries, recs = _read_queries(here / "queries.jsonl")
     evidence: dict[str, list[tuple[str, int]]] = {}
-    ev_file = chats.HERE / ("evidence-notes.tsv" if notes else "evidence.tsv")
+    ev_file = here / ("evidence-notes.tsv" if notes else "evidence.tsv")
     for line in ev_file.read_text(encoding="utf-8").splitlines()[1:]:
         qid, cid, n = line.split("\t")
         evidence.setdefault(qid, []).append((cid, int(n)))
-    name = "chats-notes" if notes else "chats"
-    return EvalSet(name, {name: lambda dest: chats.build_workspace(dest, variant)}, [HERE / "chats.py"], queries,
-                   _read_qrels(chats.HERE / ("qrels-notes.tsv" if notes else "qrels.tsv")), evidence=evidence,
+    name = "chats" + ("-dense" if dense else "") + ("-notes" if notes else "")
+    return EvalSet(name, {name: lambda dest: chats.build_workspace(dest, variant, dense)}, [HERE / "chats.py"],
+                   queries, _read_qrels(here / ("qrels-notes.tsv" if notes else "qrels.tsv")), evidence=evidence,
                    category={q: str(r.get("category", "")) for q, r in recs.items()},
                    note="the chats as daily notes" if notes else "")
 
@@ -204,6 +208,8 @@ def make_set(name: str, quick: bool) -> EvalSet:
         return _chats()
     if name == "chats-notes":
         return _chats("notes")
+    if name in ("chats-dense", "chats-dense-notes"):
+        return _chats("notes" if name.endswith("-notes") else "sessions", dense=True)
     if name == "cosqa":
         return _cosqa(quick)
     if name == "examples":
