@@ -37,8 +37,6 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
-from dataclasses import field as dataclass_field
 from pathlib import Path, PurePath
 from typing import ClassVar, Literal, TypeVar, Union, get_args, get_origin, overload
 
@@ -59,15 +57,24 @@ _MISSING = _Missing()
 
 # -- errors -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class ErrorItem:
     """One invalid value: where (``loc``, field names and list indexes from the model down),
     why (``msg``, pydantic's wording) and its kind (``type``: ``extra_forbidden``, ``missing``,
     ``int_parsing``, ``value_error``, ...)."""
 
-    loc: Loc
-    msg: str
-    type: str
+    __slots__ = ("loc", "msg", "type")
+
+    def __init__(self, loc: Loc, msg: str, type: str) -> None:
+        self.loc, self.msg, self.type = loc, msg, type
+
+    def __repr__(self) -> str:
+        return f"ErrorItem(loc={self.loc!r}, msg={self.msg!r}, type={self.type!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ErrorItem) and (self.loc, self.msg, self.type) == (other.loc, other.msg, other.type)
+
+    def __hash__(self) -> int:
+        return hash((self.loc, self.msg, self.type))
 
 
 class ValidationError(ValueError):
@@ -157,29 +164,48 @@ class SecretStr:
 
 # -- declaring fields ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class Check:
     """``Annotated[X, Check(f)]``: ``f`` gets the value once it is an ``X`` and returns it (or
     another); a ``ValueError`` it raises is the value's error (:class:`InvalidValue`: in its own words)."""
 
-    func: Callable[[typing.Any], object]
+    __slots__ = ("func",)
+
+    def __init__(self, func: Callable[[typing.Any], object]) -> None:
+        self.func = func
 
 
-@dataclass
+# (plain classes, not dataclasses: making a dataclass costs ~0.5 ms at import, this module is on
+# every command's path)
+_RULES = ("ge", "gt", "le", "lt", "pattern", "min_length")
+
+
 class FieldInfo:
-    """A field of a :class:`SettingsModel` (``model_fields[name]``); ``annotation`` is its type."""
+    """A field of a :class:`SettingsModel` (``model_fields[name]``); ``annotation`` is its type
+    (without ``Annotated``'s extras), ``hint`` its type as declared."""
 
-    default: object = _MISSING
-    default_factory: Callable[[], object] | None = None
-    alias: str | None = None
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    pattern: str | None = None
-    min_length: int | None = None
-    annotation: object = None  # the field's type (without Annotated's extras)
-    hint: object = dataclass_field(default=None, repr=False)  # the field's type as declared
+    __slots__ = ("default", "default_factory", "alias", *_RULES, "annotation", "hint")
+
+    def __init__(self, default: object = _MISSING, default_factory: Callable[[], object] | None = None,
+                 alias: str | None = None, ge: float | None = None, gt: float | None = None, le: float | None = None,
+                 lt: float | None = None, pattern: str | None = None, min_length: int | None = None) -> None:
+        self.default, self.default_factory, self.alias = default, default_factory, alias
+        self.ge, self.gt, self.le, self.lt, self.pattern, self.min_length = ge, gt, le, lt, pattern, min_length
+        self.annotation: object = None
+        self.hint: object = None
+
+    def __repr__(self) -> str:
+        shown = [f"{k}={getattr(self, k)!r}" for k in ("annotation", "default", "alias", *_RULES)
+                 if getattr(self, k) not in (None, _MISSING)]
+        return f"FieldInfo({', '.join(shown)})"
+
+    def with_rules(self, other: FieldInfo) -> FieldInfo:
+        """A copy with ``other``'s rules added (``Annotated[X, Field(pattern=...)]``)."""
+        out = FieldInfo(self.default, self.default_factory, self.alias)
+        for k in _RULES:
+            mine, theirs = getattr(self, k), getattr(other, k)
+            setattr(out, k, theirs if theirs is not None else mine)
+        out.annotation, out.hint = self.annotation, self.hint
+        return out
 
     @property
     def required(self) -> bool:
@@ -215,9 +241,11 @@ def Field(default: object = _MISSING, *, default_factory: Callable[[], object] |
                      pattern=pattern, min_length=min_length)
 
 
-@dataclass(frozen=True)
 class _Private:
-    default_factory: Callable[[], object]
+    __slots__ = ("default_factory",)
+
+    def __init__(self, default_factory: Callable[[], object]) -> None:
+        self.default_factory = default_factory
 
 
 def PrivateAttr(default_factory: Callable[[], _T]) -> _T:
@@ -554,7 +582,7 @@ def _compile(tp: object, info: FieldInfo | None = None) -> _Validator:
         merged = info or FieldInfo()
         for m in meta:
             if isinstance(m, FieldInfo):
-                merged = replace(merged, **{k: getattr(m, k) for k in _RULES if getattr(m, k) is not None})
+                merged = merged.with_rules(m)
         out = _compile(base, merged)
         for m in meta:
             if isinstance(m, Check):
@@ -584,9 +612,6 @@ def _compile(tp: object, info: FieldInfo | None = None) -> _Validator:
     return _constrained(validator, info) if info is not None else validator
 
 
-_RULES = ("ge", "gt", "le", "lt", "pattern", "min_length")
-
-
 # -- the model ----------------------------------------------------------------------------------
 
 class SettingsModel:
@@ -603,21 +628,32 @@ class SettingsModel:
         super().__init_subclass__()
         fields: dict[str, FieldInfo] = {}
         private: dict[str, Callable[[], object]] = {}
+        before: list[Callable[..., object]] = []
+        after: list[Callable[..., object]] = []
+        checks: dict[str, list[Callable[..., object]]] = {}
         for base in reversed(cls.__mro__[1:]):
-            if issubclass(base, SettingsModel):
+            if issubclass(base, SettingsModel) and base is not SettingsModel:
                 fields.update(base.model_fields)
                 private.update(base.__settings_private__)
-        module = vars(sys.modules[cls.__module__])
-        for name, ann in cls.__dict__.get("__annotations__", {}).items():
+                before += [f for f in base.__settings_before__ if f not in before]
+                after += [f for f in base.__settings_after__ if f not in after]
+                for name, funcs in base.__settings_field_checks__.items():
+                    checks.setdefault(name, []).extend(f for f in funcs if f not in checks.get(name, []))
+        own = cls.__dict__.get("__annotations__", {})
+        texts = [ann for ann in own.values() if isinstance(ann, str)]
+        # one eval for the class's annotations (``from __future__ import annotations``: strings)
+        evaluated = iter(eval("(" + "".join(f"({t}),\n" for t in texts) + ")", vars(sys.modules[cls.__module__]),
+                              {cls.__name__: cls}) if texts else ())  # noqa: S307
+        for name, ann in own.items():
+            hint = next(evaluated) if isinstance(ann, str) else ann
             raw = cls.__dict__.get(name, _MISSING)
             if name.startswith("_"):
                 if isinstance(raw, _Private):
                     private[name] = raw.default_factory
                 continue
-            hint = eval(ann, module, {cls.__name__: cls}) if isinstance(ann, str) else ann  # noqa: S307
             if get_origin(hint) is ClassVar:
                 continue
-            info = replace(raw) if isinstance(raw, FieldInfo) else FieldInfo(default=raw)
+            info = raw.with_rules(FieldInfo()) if isinstance(raw, FieldInfo) else FieldInfo(default=raw)
             info.hint = hint
             info.annotation = get_args(hint)[0] if get_origin(hint) is typing.Annotated else hint
             fields[name] = info
@@ -628,19 +664,15 @@ class SettingsModel:
                 delattr(cls, name)
         cls.model_fields = fields
         cls.__settings_private__ = private
-        before: list[Callable[..., object]] = []
-        after: list[Callable[..., object]] = []
-        checks: dict[str, list[Callable[..., object]]] = {}
-        for klass in reversed(cls.__mro__):
-            for attr in list(vars(klass).values()):
-                func = _unwrap(attr)
-                mode = getattr(func, "__settings_model__", None)
-                if mode == "before":
-                    before.append(typing.cast(Callable[..., object], func))
-                elif mode == "after":
-                    after.append(typing.cast(Callable[..., object], func))
-                for name in getattr(func, "__settings_fields__", ()):
-                    checks.setdefault(name, []).append(typing.cast(Callable[..., object], func))
+        for attr in list(vars(cls).values()):
+            func = _unwrap(attr)
+            mode = getattr(func, "__settings_model__", None)
+            if mode == "before":
+                before.append(typing.cast(Callable[..., object], func))
+            elif mode == "after":
+                after.append(typing.cast(Callable[..., object], func))
+            for name in getattr(func, "__settings_fields__", ()):
+                checks.setdefault(name, []).append(typing.cast(Callable[..., object], func))
         cls.__settings_before__, cls.__settings_after__ = tuple(before), tuple(after)
         cls.__settings_field_checks__ = {k: tuple(v) for k, v in checks.items()}
         cls.__settings_validators__ = {}  # compiled on first use
