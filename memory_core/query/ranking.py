@@ -672,7 +672,6 @@ def mmr_rerank(
 # ---------------------------------------------------------------------------------------------
 # Snippets
 # ---------------------------------------------------------------------------------------------
-_CJK_IN_TERM_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "s")
 _CUT_CHARS_CJK = "。！？；，、．!?;,"
 _MAX_MATCHES_PER_TERM = 64
@@ -685,7 +684,7 @@ def _term_spec(term: str) -> tuple[str, bool, bool] | None:
     t = term.strip().lower()
     if not t:
         return None
-    if _CJK_IN_TERM_RE.search(t):
+    if not t.isascii() and _cjk_char_re().search(t):  # a term with a CJK character
         return t, False, False
     stem = t
     if len(t) >= 5:
