@@ -31,22 +31,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
+from memory_core.errors import ConfigError
+from memory_core.plugins import is_provider_name, provider_names, provider_on_machine
+from memory_core.settings_model import (
+    Check,
     Field,
+    InvalidValue,
     PrivateAttr,
     SecretStr,
+    SettingsModel,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
-
-from memory_core.errors import ConfigError
-from memory_core.plugins import is_provider_name, provider_names, provider_on_machine
 
 
 def _registered_provider(name: str) -> str:
@@ -54,17 +51,17 @@ def _registered_provider(name: str) -> str:
     if not is_provider_name(name):
         names = provider_names()
         expected = ", ".join(repr(n) for n in names[:-1]) + f" or {names[-1]!r}"
-        raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+        raise InvalidValue("literal_error", f"Input should be {expected}")
     return name
 
 
-ProviderName = Annotated[str, AfterValidator(_registered_provider)]
+ProviderName = Annotated[str, Check(_registered_provider)]
 SourceName = Literal["memory", "sessions"]
 _MEMORY_ONLY: list[SourceName] = ["memory"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)  # no inf/NaN settings
+class _Model(SettingsModel):
+    """Unknown keys are errors, assignments are validated, no number is inf or NaN (settings_model.py)."""
 
 
 SECRET_HEADER_NAMES = frozenset({"authorization", "x-goog-api-key", "api-key", "x-api-key", "proxy-authorization",
@@ -98,14 +95,14 @@ class RemoteSettings(_Model):
     max_inputs_per_request: int | None = Field(default=None, ge=1)
     max_tokens_per_request: int | None = Field(default=None, ge=1)
 
-    @field_serializer("headers")
-    def _serialize_headers(self, headers: dict[str, str], info: Any) -> dict[str, str]:
-        ctx = getattr(info, "context", None) or {}
-        return dict(headers) if ctx.get("reveal_secrets") else _mask_headers(headers)
+    def _dump_field(self, name: str, value: object, context: Mapping[str, object]) -> object:
+        if name == "headers" and isinstance(value, dict):
+            return dict(value) if context.get("reveal_secrets") else _mask_headers(value)
+        return value
 
     def __repr_args__(self) -> Iterator[tuple[str | None, object]]:
         for k, v in super().__repr_args__():
-            yield (k, _mask_headers(v) if k == "headers" else v)
+            yield (k, _mask_headers(v) if k == "headers" and isinstance(v, dict) else v)
 
 
 class LocalSettings(_Model):
@@ -165,8 +162,6 @@ SNIPPET_MAX_CHARS = 700  # the most characters of a result's snippet (search, MC
 class MMRSettings(_Model):
     enabled: bool = False
     lambda_: float = Field(default=0.7, ge=0, le=1, alias="lambda")
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class DecaySettings(_Model):
@@ -413,7 +408,7 @@ AGENT_PATHS = ("workspace", "index_path", "qmd_state_dir", "lancedb_path")
 class AgentEntry(_Model):
     """One agent of ``[[agents.list]]``: its id, and paths that override the templates."""
 
-    id: str = Field(pattern=AGENT_ID_PATTERN)
+    id: Annotated[str, Field(pattern=AGENT_ID_PATTERN)]
     workspace: str | None = None
     index_path: str | None = None
     qmd_state_dir: str | None = None
@@ -429,8 +424,6 @@ class AgentsSettings(_Model):
     default index; ``qmd_state_dir`` / ``lancedb_path`` unset: ``<index dir>/qmd`` /
     ``<index dir>/lancedb``). ``default``: the agent used when none is named.
     """
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
     default: str | None = None
     workspace: str | None = None
@@ -514,10 +507,9 @@ class Settings(_Model):
         settings built otherwise."""
         return self._origins
 
-    # Any: a pydantic before-validator sees raw input of any shape
     @model_validator(mode="before")
     @classmethod
-    def _resolve_redact(cls, data: Any) -> Any:
+    def _resolve_redact(cls, data: object) -> object:
         return resolve_redact_mode(data) if isinstance(data, dict) else data
 
     @field_validator("sources")
@@ -532,8 +524,9 @@ class Settings(_Model):
 
         Never log or persist the result; everything else sees masked secrets."""
         data = self.model_dump(mode="json", by_alias=True, context={"reveal_secrets": True})
-        if self.remote.api_key is not None:
-            data["remote"]["api_key"] = self.remote.api_key.get_secret_value()
+        remote = data["remote"]
+        if self.remote.api_key is not None and isinstance(remote, dict):
+            remote["api_key"] = self.remote.api_key.get_secret_value()
         return json.dumps(data, sort_keys=True)
 
     # -- derived paths -------------------------------------------------------------
@@ -597,11 +590,8 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, object
 def _format_validation_error(err: ValidationError) -> str:
     parts = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ())) or "settings"
-        msg = e.get("msg", "invalid value")
-        if e.get("type") == "extra_forbidden":
-            msg = "unknown setting"
-        parts.append(f"{loc}: {msg}")
+        loc = ".".join(str(x) for x in e.loc) or "settings"
+        parts.append(f"{loc}: {'unknown setting' if e.type == 'extra_forbidden' else e.msg}")
     return "invalid configuration: " + "; ".join(parts)
 
 

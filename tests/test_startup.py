@@ -63,12 +63,47 @@ def test_a_keyword_only_search_loads_no_model_no_indexer_and_no_redaction(worksp
     loaded, printed = _loaded_after(code.replace("'", '"'))
     assert "memory/2026-09-04.md#L" in printed  # it found the day of the replication lag
     searched = ("memory_core.config", "memory_core.query", "memory_core.storage", "memory_core.api", "numpy", "apsw",
-                "pydantic", "pydantic_core", "memory_core.embeddings", "memory_core.runtime.resolve")
+                "memory_core.embeddings", "memory_core.runtime.resolve")
     assert [m for m in loaded if not m.startswith(searched)] == []  # of HEAVY, only what a search uses
     loaded, _ = _loaded_after(code, also=("memory_core.index", "memory_core.sources.redact", "concurrent.futures",
                                           "onnxruntime", "lancedb", "mcp", "watchfiles", "httpx"))
     assert [m for m in loaded if m.startswith(("memory_core.index", "memory_core.sources.redact", "concurrent",
                                                 "onnxruntime", "lancedb", "mcp", "watchfiles", "httpx"))] == []
+
+
+def test_a_keyword_only_search_resolves_its_settings_without_pydantic(workspace: Path) -> None:
+    """The settings model is memory_core.settings_model's, not pydantic's (pydantic alone was ~1.2x the
+    floor); nor does a keyword-only search load what only the vector side (statistics), the writer
+    lock (socket) or another command's flags use, or compile the day patterns of a query that names
+    no day."""
+    (workspace / "memory-core.toml").write_text('provider = "none"\n')
+    from memory_core.apps import cli
+
+    assert cli.main(["index", "-w", str(workspace), "--engine", "local", "--no-progress"]) == 0
+    code = (f"from memory_core.apps.cli import main; main(['search', '-w', {str(workspace)!r}, 'replication lag']);"
+            " from memory_core.query import dates, ranking;"
+            " print('COMPILED', dates._ISO._compiled is not None, ranking._cjk_char_re.cache_info().currsize)")
+    loaded, printed = _loaded_after(code, also=("annotated_types", "typing_inspection", "statistics", "socket"))
+    assert "memory/2026-09-04.md#L" in printed
+    assert "memory_core.config" in loaded
+    assert [m for m in loaded if m.startswith(("pydantic", "annotated_types", "typing_inspection"))] == []
+    assert [m for m in loaded if m in ("statistics", "socket")] == []
+    assert printed.strip().endswith("COMPILED False 0")
+
+
+def test_a_command_builds_only_its_own_flags() -> None:
+    """`memory-core search ...` adds the search flags, not the other commands' (~140 flags in all);
+    a command's flags are there as soon as anything looks at them."""
+    from memory_core.apps import cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["search", "-w", "/tmp", "x", "-n", "3"])
+    assert (args.command, args.query, args.max_results) == ("search", "x", 3)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    pending = sorted(name for name, p in sub.choices.items() if p.__dict__.get("_fill") is not None)
+    assert pending == ["eval", "export", "flush", "get", "index", "mcp", "memory", "status", "watch", "write"]
+    assert any("--provider" in a.option_strings for a in sub.choices["index"]._actions)  # filled when looked at
+    assert sub.choices["index"].__dict__.get("_fill") is None
 
 
 def test_eval_gets_its_flags_when_it_is_parsed() -> None:

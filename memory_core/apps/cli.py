@@ -35,12 +35,24 @@ EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a writer ended by SIGPIP
 
 class _Parser(argparse.ArgumentParser):
     """``fill``: a command's parser whose flags are added by ``fill(parser)`` only when the command
-    is parsed or its help or usage is shown (``eval``'s need the settings model)."""
+    is parsed, its help or usage is shown or its actions are looked at: a command builds its own
+    flags, not every command's (~140 flags, ~6 ms of each start; ``eval``'s need the settings model)."""
 
     def __init__(self, *args: Any, fill: Callable[[argparse.ArgumentParser], None] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._fill = fill
+
+    @property
+    def _actions(self) -> list[argparse.Action]:
+        if self.__dict__.get("_fill") is not None:
+            self._filled()
+        found: list[argparse.Action] = self.__dict__["_all_actions"]
+        return found
+
+    @_actions.setter
+    def _actions(self, value: list[argparse.Action]) -> None:
+        self.__dict__["_all_actions"] = value
 
     def _filled(self) -> None:
         fill, self._fill = self._fill, None
@@ -174,7 +186,29 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="`memory-core COMMAND -h` describes its flags")
     sub.required = True
 
-    p = sub.add_parser("index", help="build or update the index (runs the reindex flow)")
+    sub.add_parser("index", help="build or update the index (runs the reindex flow)", fill=_index_flags)
+    sub.add_parser("search", help="hybrid search with file and line citations", fill=_search_flags)
+    sub.add_parser("get", help="print lines of an indexed file", fill=_get_flags)
+    sub.add_parser("status", help="what the index holds, what it was built from, and how search and runs go",
+                   fill=_status_flags)
+    sub.add_parser("mcp", help="serve memory to agents over the Model Context Protocol (stdio or HTTP); with a"
+                               " config that lists agents and no --agent/-w/--index, one server serves them all",
+                   fill=_mcp_flags)
+    sub.add_parser("watch", help="reindex whenever the sources change (debounced, one run at a time)",
+                   fill=_watch_flags)
+    sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines",
+                   fill=_export_flags)
+    sub.add_parser("write", help="append a note to today's daily note (or MEMORY.md) and index it at once",
+                   fill=_write_flags)
+    sub.add_parser("flush", help="is a memory flush due before this session is compacted? (and the prompts)",
+                   fill=_flush_flags)
+    sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget",
+                   fill=_memory_flags)
+    sub.add_parser("eval", help=EVAL_HELP, fill=_eval_flags)
+    return parser
+
+
+def _index_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
     p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
@@ -185,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("search", help="hybrid search with file and line citations")
+
+def _search_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("query", help="what to look for (words, a phrase, a question)")
     p.add_argument("--max-results", "-n", type=_positive,
@@ -205,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lancedb", metavar="URI", help="search this LanceDB export (`export --format lancedb`) instead of"
                                                    " the index, with the same ranking")
 
-    p = sub.add_parser("get", help="print lines of an indexed file")
+
+def _get_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("path", help="indexed path or citation as search prints it, e.g. memory/2026-11-02.md,"
                                 " sessions/a.jsonl or memory/2026-11-02.md#L10-L20")
@@ -213,14 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lines", type=_positive, help="number of lines, 1 or more (default: up to 2000)")
     p.add_argument("--json", action="store_true", help="print the lines and where they come from as JSON")
 
-    p = sub.add_parser("status", help="what the index holds, what it was built from, and how search and runs go")
+
+def _status_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--sizes", action="store_true", help="split the index's bytes into text, FTS5 and B-tree"
                    " indexes too (reads the whole file)")
     p.add_argument("--json", action="store_true", help="print the status as JSON")
 
-    p = sub.add_parser("mcp", help="serve memory to agents over the Model Context Protocol (stdio or HTTP); with a"
-                                   " config that lists agents and no --agent/-w/--index, one server serves them all")
+
+def _mcp_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio",
                    help="stdio (default; the client starts this command) or streamable HTTP on a loopback address")
@@ -228,7 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="HTTP: port (default 8765)")
     p.add_argument("--path", default="/mcp", help="HTTP: endpoint path (default /mcp)")
 
-    p = sub.add_parser("watch", help="reindex whenever the sources change (debounced, one run at a time)")
+
+def _watch_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
     p.add_argument("--debounce", type=float, default=1.5, metavar="SECONDS",
@@ -240,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-initial-run", action="store_true", help="do not reindex at start-up")
     p.add_argument("--json", action="store_true", help="print each run as one JSON line")
 
-    p = sub.add_parser("export", help="write the index's chunks (text, lines, vectors) to Parquet or JSON Lines")
+
+def _export_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("output", metavar="PATH", help="output file ('-' = stdout, JSON Lines only); lancedb: a folder or"
                                                   " an object-storage URI (s3://...)")
@@ -252,7 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replace an existing PATH that is not an earlier export (never the index, its lock or"
                         " the cache)")
     p.add_argument("--json", action="store_true", help="print the export summary as JSON")
-    p = sub.add_parser("write", help="append a note to today's daily note (or MEMORY.md) and index it at once")
+
+
+def _write_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("text", help="the note (Markdown); '-' reads it from stdin")
     p.add_argument("--path", help="MEMORY.md or memory/<name>.md in the workspace (default: today's"
@@ -260,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-index", action="store_true", help="only write; the next reindex indexes it")
     p.add_argument("--json", action="store_true", help="print where it was written (path, lines, citation) as JSON")
 
-    p = sub.add_parser("flush", help="is a memory flush due before this session is compacted? (and the prompts)")
+
+def _flush_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("session", help="the session's id (the key of the flush ledger)")
     how = p.add_mutually_exclusive_group(required=True)
@@ -272,10 +314,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", action="store_true", help="when due, record the flush for this cycle in the ledger"
                                                          " (the next check of the cycle says it is done)")
     p.add_argument("--json", action="store_true", help="print the check, with both prompts, as JSON")
-
-    _memory_parser(sub)
-    sub.add_parser("eval", help=EVAL_HELP, fill=_eval_flags)
-    return parser
 
 
 EVAL_HELP = "measure search quality on labelled queries (BEIR format)"  # add_eval_parser's (tests/test_startup.py)
@@ -296,11 +334,10 @@ def _eval_flags(parser: argparse.ArgumentParser) -> None:
     add_eval_parser(_Into())
 
 
-def _memory_parser(sub: Any) -> None:
+def _memory_flags(mp: argparse.ArgumentParser) -> None:
     """`memory-core memory store|recall|list|forget`: the LanceDB memory store (memory_core.notes.memory_store)."""
     from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 
-    mp = sub.add_parser("memory", help="structured memories in the LanceDB store: store, recall, list, forget")
     msub = mp.add_subparsers(dest="memory_command", metavar="ACTION", parser_class=_Parser, required=True,
                              help="`memory-core memory ACTION -h` describes its flags")
 

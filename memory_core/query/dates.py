@@ -52,6 +52,7 @@ import apsw
 
 from memory_core.errors import PathError
 from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
+from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled when a query names a day
 
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
            "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
@@ -67,33 +68,33 @@ _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thur
 _MONTH_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
 # year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
-_ISO = re.compile(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
+_ISO = LazyPattern(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
 # day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
-_NUM_YEAR = re.compile(r"(?<![\w.,/-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?![\w/-]|[.,]\d)")
+_NUM_YEAR = LazyPattern(r"(?<![\w.,/-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?![\w/-]|[.,]\d)")
 # without a year: 17.01 / 17.1. (day first), 1/17 / 17/01 (either order); never with "-" (3-4 people)
-_NUM_DOT = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]\d)")
-_NUM_SLASH = re.compile(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
-_DAY_MONTH = re.compile(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
-_MONTH_DAY = re.compile(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_NUM_DOT = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]\d)")
+_NUM_SLASH = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
+_DAY_MONTH = LazyPattern(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
+_MONTH_DAY = LazyPattern(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 # "the 13th" alone (a month named after it is _DAY_MONTH's: "the 13th of May"); the suffix is required
-_ORDINAL_DAY = re.compile(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
+_ORDINAL_DAY = LazyPattern(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
                           re.IGNORECASE)
-_CJK_DAY = re.compile(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
-_AGO = re.compile(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
-_WEEKDAY = re.compile(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
+_AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
+_WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
 _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); None: computed below
-    (re.compile(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
-    (re.compile(r"\byesterday\b"), 1, 1),
-    (re.compile(r"\btoday\b"), 0, 0),
-    (re.compile(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
+    (LazyPattern(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
+    (LazyPattern(r"\byesterday\b"), 1, 1),
+    (LazyPattern(r"\btoday\b"), 0, 0),
+    (LazyPattern(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
 )
-_RELATIVE_WORD = re.compile(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
-_THIS_WEEK = re.compile(r"\bthis\s+week\b")
-_LAST_MONTH = re.compile(r"\blast\s+month\b")
+_RELATIVE_WORD = LazyPattern(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
+_THIS_WEEK = LazyPattern(r"\bthis\s+week\b")
+_LAST_MONTH = LazyPattern(r"\blast\s+month\b")
 # "between X and Y", "from X to Y": the words between two named days
-_JOIN = re.compile(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
-_OPEN = re.compile(r"\b(between|from)\s+(?:the\s+)?$")
-_BOUND = re.compile(r"\b(before|after|since|until|till)\s+(?:the\s+)?$")  # "notes from Nov 2": that day
+_JOIN = LazyPattern(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
+_OPEN = LazyPattern(r"\b(between|from)\s+(?:the\s+)?$")
+_BOUND = LazyPattern(r"\b(before|after|since|until|till)\s+(?:the\s+)?$")  # "notes from Nov 2": that day
 
 DATE_ORDERS = ("dmy", "mdy")
 """How a numeric day whose parts are both 12 or less reads (``01/02``): ``query.date_order``."""
@@ -204,10 +205,10 @@ on 14 February?``) is the one up to this many days after the memory's "today" wh
 one), else the latest one before; in a past-tense question (``what did we decide on 4
 December?``) always the latest one before (:func:`looks_ahead`). A day of the month alone (``the
 13th``) and relative days (``yesterday``, ``on Friday``) only look back."""
-_PAST = re.compile(r"\b(?:did|didn't|was|wasn't|were|weren't|had|went|said|told|got|made|came|took|gave|saw|"
+_PAST = LazyPattern(r"\b(?:did|didn't|was|wasn't|were|weren't|had|went|said|told|got|made|came|took|gave|saw|"
                    r"thought|brought|bought|sent|left|ate|won|lost|"
                    r"(?!(?:need|feed|seed|speed|breed|bleed|proceed|exceed|succeed|indeed)\b)\w{2,}ed)\b")
-_AHEAD = re.compile(r"\b(?:will|won't|going|gonna|is|isn't|are|aren't|am|happens|happening|upcoming|coming|"
+_AHEAD = LazyPattern(r"\b(?:will|won't|going|gonna|is|isn't|are|aren't|am|happens|happening|upcoming|coming|"
                     r"next|plans?|planning|due|scheduled)\b")
 
 

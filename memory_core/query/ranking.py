@@ -50,7 +50,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
@@ -234,6 +233,8 @@ def _vector_confidence(cosines: Sequence[float]) -> float:
     finite = [v for v in cosines if math.isfinite(v)]
     if len(finite) < _MIN_POOL_FOR_BACKGROUND:
         return 0.5
+    import statistics  # here: the vector side only (statistics, fractions, decimal: ~3 ms of a keyword-only start)
+
     top = max(finite)
     background = statistics.median(finite)
     headroom = max(1e-9, 1.0 - background)
@@ -350,12 +351,19 @@ KNOWN_COSINE_CALIBRATION: dict[str, tuple[float, float]] = {
 ENGLISH_ONLY_MODELS = frozenset({"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"})
 """Models that cannot read Chinese, Japanese or Korean: a mostly-CJK query is answered by the
 keyword side alone, so hybrid is exactly as good as keyword-only there (docs/search.md)."""
-_CJK_CHAR_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+@functools.cache
+def _cjk_char_re() -> re.Pattern[str]:
+    """Compiled on first use (~3 ms: re walks every code point of the ranges), never for ASCII text."""
+    return re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
 def mostly_cjk(text: str) -> bool:
     """More CJK characters (Han, kana, Hangul) than other letters and digits."""
-    cjk = len(_CJK_CHAR_RE.findall(text))
+    if text.isascii():
+        return False  # no CJK character
+    cjk = len(_cjk_char_re().findall(text))
     return cjk > 0 and cjk * 2 > sum(ch.isalnum() for ch in text)
 BACKGROUND_HEADROOM = 0.76
 """For other models ``high = bg + BACKGROUND_HEADROOM * (1 - bg)`` with ``bg`` the mean cosine of
@@ -685,7 +693,6 @@ def mmr_rerank(
 # ---------------------------------------------------------------------------------------------
 # Snippets
 # ---------------------------------------------------------------------------------------------
-_CJK_IN_TERM_RE = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _SUFFIXES = ("ations", "ation", "ments", "ment", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "s")
 _CUT_CHARS_CJK = "。！？；，、．!?;,"
 _MAX_MATCHES_PER_TERM = 64
@@ -698,7 +705,7 @@ def _term_spec(term: str) -> tuple[str, bool, bool] | None:
     t = term.strip().lower()
     if not t:
         return None
-    if _CJK_IN_TERM_RE.search(t):
+    if not t.isascii() and _cjk_char_re().search(t):  # a term with a CJK character
         return t, False, False
     stem = t
     if len(t) >= 5:

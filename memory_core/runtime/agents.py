@@ -42,16 +42,13 @@ class UnknownAgentError(UsageError):
 def agents_of(config: dict[str, Any]) -> AgentsSettings:
     """The ``[agents]`` table of a config file's data (ConfigError when it is invalid)."""
     from memory_core.config import _format_validation_error
+    from memory_core.settings_model import ValidationError
 
     try:
         return AgentsSettings.model_validate(config.get("agents") or {})
-    except Exception as exc:  # pydantic's ValidationError, with the table's name in front
-        from pydantic import ValidationError
-
-        if isinstance(exc, ValidationError):
-            raise ConfigError(_format_validation_error(exc).replace("invalid configuration: ",
-                                                                    "invalid configuration: agents.")) from None
-        raise
+    except ValidationError as exc:  # with the table's name in front
+        raise ConfigError(_format_validation_error(exc).replace("invalid configuration: ",
+                                                                "invalid configuration: agents.")) from None
 
 
 def agent_paths(agents: AgentsSettings, agent: str) -> dict[str, str | None]:

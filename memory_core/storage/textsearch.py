@@ -103,16 +103,16 @@ class _Lazy:
     point of them (1-5 ms a pattern, ~25 ms for this module's): a process that meets no CJK text
     (an English query, ``--version``) should not pay that at import."""
 
-    __slots__ = ("_pattern", "_compiled")
+    __slots__ = ("_pattern", "_flags", "_compiled")
 
-    def __init__(self, pattern: str) -> None:
-        self._pattern = pattern
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._pattern, self._flags = pattern, flags
         self._compiled: re.Pattern[str] | None = None
 
     @property
     def compiled(self) -> re.Pattern[str]:
         if self._compiled is None:  # two threads may both compile it: the same pattern either way
-            self._compiled = re.compile(self._pattern)
+            self._compiled = re.compile(self._pattern, self._flags)
         return self._compiled
 
     def search(self, text: str) -> re.Match[str] | None:
@@ -132,6 +132,9 @@ class _Lazy:
 
     def sub(self, repl: Callable[[re.Match[str]], str], text: str) -> str:
         return self.compiled.sub(repl, text)
+
+
+LazyPattern = _Lazy  # for other modules' patterns that most processes never use (query/dates.py)
 
 
 _CJK_CHAR_RE = _Lazy(f"[{_CJK}]")
