@@ -16,6 +16,7 @@ import pytest
 from memory_core.index.chunking import chunk_markdown, remap_chunk_lines
 from memory_core.sources.sessions import parse_session_file
 from tests.conftest import ROOT
+from tests.test_eval_sets import assert_evidence_is_planted
 
 sys.path.insert(0, str(ROOT / "eval"))
 
@@ -58,14 +59,9 @@ def test_chats_dense_evidence_lines_hold_the_planted_messages(dense_ws: Path) ->
     planted = _planted(p)
     files = {f.name for f in (dense_ws / "sessions").iterdir()}
     assert len(files) == len(p["sessions"])
-    docs = {name: parse_session_file(dense_ws / "sessions" / name) for name in files}
     evidence = _tsv(chats.DENSE_HERE / "evidence.tsv")
     assert len(evidence) >= 210
-    for r in evidence:
-        doc = docs[r["corpus-id"].removeprefix("sessions/")]
-        line = int(r["jsonl-line"])
-        assert line in doc.line_map, r
-        assert doc.content.split("\n")[doc.line_map.index(line)].split(": ", 1)[1] in planted, r
+    assert_evidence_is_planted(dense_ws, files, evidence, planted)
     # the notes variant: the same questions, its evidence lines hold the same messages
     ws = chats.build_workspace(dense_ws.parent / "notes", "notes", dense=True)
     notes = {f"memory/{f.name}": f.read_text(encoding="utf-8").split("\n") for f in (ws / "memory").iterdir()}

@@ -63,9 +63,14 @@ def test_chats_evidence_lines_hold_the_planted_messages(chats_ws: Path) -> None:
 
     planted = {f"{s}: {t}" for evs in chats.EVENTS.values() for s, t, _ in evs}
     planted |= {f"{s}: {t}" for _, pair in chats.EDGES for s, t, _ in pair}
-    docs = {name: parse_session_file(chats_ws / "sessions" / name) for name in files}
     evidence = _tsv(chats.HERE / "evidence.tsv")
     assert len(evidence) >= 171
+    assert_evidence_is_planted(chats_ws, files, evidence, planted)
+
+
+def assert_evidence_is_planted(ws: Path, files: set[str], evidence: list[dict[str, str]], planted: set[str]) -> None:
+    """Each evidence row's JSONL line of ``ws/sessions`` holds a planted message (read by the real parser)."""
+    docs = {name: parse_session_file(ws / "sessions" / name) for name in files}
     for r in evidence:
         doc = docs[r["corpus-id"].removeprefix("sessions/")]
         line = int(r["jsonl-line"])
