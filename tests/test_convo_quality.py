@@ -72,6 +72,6 @@ def test_the_default_threshold_keeps_most_of_what_min_score_0_finds(measured: di
     # "The threshold by support"): what is left is the one question that shares no word with memory
     # (0.014 measured; 0.029 with the plain 0.15 threshold on the answer, 0.051 on each result)
     assert loss <= 0.02, loss
-    # questions with no answer: those memory has no words or meaning for get nothing at the default
+    # questions with no answer: those whose words or meaning memory lacks get nothing at the default
     # (4 of 11 measured; 8 with the plain threshold, which cost the answers above), none at 0
     assert measured["hybrid"]["neg_empty"] >= 0.3 and measured["hybrid@0"]["neg_empty"] == 0

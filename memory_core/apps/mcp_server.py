@@ -137,7 +137,7 @@ class SearchArgs(BaseModel):
 def _search_schema_values(settings: Settings) -> dict[str, object]:
     """The settings ``memory_search``'s input schema states (its defaults)."""
     q = settings.query
-    min_score = (f"{q.threshold():g}, for a query memory has neither the words nor the meaning of; any other"
+    min_score = (f"{q.threshold():g}, for a query whose words or meaning memory lacks; any other"
                  " query keeps its weak results" if q.by_support() else f"{q.threshold():g}")
     return {"max_results": q.max_results, "min_score": min_score, "result_floor": f"{q.result_floor:g}",
             "mode": q.search_mode()}
