@@ -27,6 +27,7 @@ from memory_core.storage import index_changes, vectors
 from memory_core.storage.store import (
     FILE_MODE,
     HASH_INDEX_SQL,
+    LiveFile,
     connect,
     copy_private,
     create_schema,
@@ -57,15 +58,8 @@ class ChunkRow:
     parts: Sequence[bytes] | None = None  # float32 vectors of the chunk's exchanges (transcripts)
 
 
-@dataclass
-class FileRow:
-    path: str
-    source: str
-    hash: str
-    mtime_ms: int
-    size: int
-    chunks: int
-    lines: int | None = None
+FileRow = LiveFile
+"""A ``files`` row as written: the same type the live index's rows are read as."""
 
 
 # A new temp index: no journal, no syncs until the end (a crash just leaves a temp file), one

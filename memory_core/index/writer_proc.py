@@ -208,7 +208,7 @@ class ProcessIndexWriter:
             failpoint("build")
 
     def upsert_files(self, rows: Iterable[FileRow]) -> None:
-        self._send("files", [(r.path, r.source, r.hash, r.mtime_ms, r.size, r.chunks, r.lines) for r in rows])
+        self._send("files", [tuple(r) for r in rows])
 
     def set_meta(self, meta: dict[str, Any]) -> None:
         self._send("meta", meta)

@@ -217,12 +217,12 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     if q.fusion == "calibrated":
         # the union holds both sides and the chunks of a day the query names (neither side's)
         union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
+        # the vector side answered and the model can read the query (else its cosines are noise)
+        readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
         if mode == "hybrid":
             pool = union
-            vw, tw = q.normalised_weights() if cands.embedded else (0.0, 1.0)
-            if cands.calibration.english_only and ranking.mostly_cjk(cands.query):
-                vw, tw = 0.0, 1.0  # the model cannot read the query: its cosines are noise
-            elif vw > 0 and tw > 0 and ranking.names_identifier(cands.query):
+            vw, tw = q.normalised_weights() if readable else (0.0, 1.0)
+            if vw > 0 and tw > 0 and ranking.names_identifier(cands.query):
                 vw, tw = vw * (1 - ranking.IDENTIFIER_SHIFT), tw + vw * ranking.IDENTIFIER_SHIFT
         elif mode == "vector":
             pool, vw, tw = [h for h in union if h.in_vector or not h.in_keyword], 1.0, 0.0
@@ -234,7 +234,6 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
             lift_named_days(hits, cands.dates, min_score)
         if by_support:
             # min_score unset: it empties only the answer to a query memory does not support
-            readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
             best_cos = max((h.vector_score for h in union), default=None) if readable else None
             # a query of stop words only ("what did we do?") has no words memory could hold: not supported
             if cands.idf_total > 0 and ranking.query_supported(cands.corpus_coverage, best_cos, cands.calibration):

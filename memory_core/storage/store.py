@@ -472,7 +472,7 @@ class LiveFile(NamedTuple):
     mtime_ms: int
     size: int
     chunks: int
-    lines: int | None
+    lines: int | None = None  # a note's or transcript's line count (None: not recorded)
 
 
 def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
