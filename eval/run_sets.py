@@ -532,6 +532,7 @@ def category_table(results: list[dict[str, Any]], metric: str = "recall@10") -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    global MAX_RESULTS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default=",".join(ALL_SETS), help="comma-separated (default: all): " + ", ".join(ALL_SETS))
     ap.add_argument("--quick", action="store_true", help=f"cosqa with {QUICK_COSQA} queries")
@@ -548,7 +549,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="also compare with an earlier run (--json output or eval/results/*.per-query.json)")
     ap.add_argument("--index-only", action="store_true",
                     help="only build (or check) the sets' indexes in the cache, measure nothing")
+    ap.add_argument("--results", type=int, default=MAX_RESULTS, metavar="N",
+                    help="results ranked per query (default %(default)s), and so candidates per side"
+                         " (N x query.candidate_multiplier, at most 200): 10 measures as a search asking for"
+                         " 10 results does (40 candidates a side)")
     a = ap.parse_args(argv)
+    MAX_RESULTS = max(10, a.results)
 
     from memory_core.config import load_settings
     from memory_core.embeddings.registry import create_provider
