@@ -156,6 +156,7 @@ SUPPORT_MIN_COVERAGE = 0.1
 DEFAULT_RESULT_FLOOR = 0.0
 DEFAULT_DECAY_FLOOR = 0.7  # weight of a very old memory against a new one of the same relevance
 DEFAULT_FILE_DIVERSITY = 0.8  # query.file_diversity: each further chunk of a file placed as if x0.8 per one before it
+DEFAULT_FILE_SUPPORT = 0.5  # query.file_support: hybrid results placed by score + 0.5 x their file's relevance as a whole
 SNIPPET_MAX_CHARS = 700  # the most characters of a result's snippet (search, MCP, the reference's 700)
 
 
@@ -210,6 +211,12 @@ class QuerySettings(_Model):
     # the order of files do not change; not when the query names a day (its own chunks come
     # first). 1 turns it off.
     file_diversity: float = Field(default=DEFAULT_FILE_DIVERSITY, gt=0, le=1)
+    # hybrid results: each is placed by its score + this x its file's relevance as a whole (the
+    # calibrated relevance of the mean cosine of the file's best 3 chunks among all its chunks,
+    # ranking.file_support), so a session or note that is about the question lifts its chunks
+    # above a file that only brushes it; shown scores and the threshold do not change; not when
+    # the query names a day or the model cannot read the query. 0 turns it off.
+    file_support: float = Field(default=DEFAULT_FILE_SUPPORT, ge=0, le=2)
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)
     temporal_decay: DecaySettings = Field(default_factory=DecaySettings)

@@ -36,7 +36,10 @@ def test_index_search_read_round_trip(workspace: Path, openai_fake: Any) -> None
 
         hits = memory.search("replication lag on the replica", max_results=5)
         assert hits and all(isinstance(h, SearchResult) for h in hits)
-        assert len(hits) <= 5 and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        # placed, not sorted by score alone: file diversity and a file's relevance as a whole
+        # (query.file_diversity, query.file_support; docs/search.md) may put a lower score first
+        assert len(hits) <= 5 and len({h.citation for h in hits}) == len(hits)
+        assert all(0 <= h.score <= 1 for h in hits)
         top = hits[0]
         got = memory.read(top.citation)
         assert isinstance(got, FileText)

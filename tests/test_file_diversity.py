@@ -47,7 +47,8 @@ def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_short_answer_shows_the_other_files_best_chunk(kayak: Path) -> None:
-    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+    # file diversity alone (a file's relevance as a whole, query.file_support, off: test_file_support.py)
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local", "query": {"file_support": 0}})
     run_index(s)
     with Searcher(s) as searcher:
         off = s.model_copy(update={"query": s.query.model_copy(update={"file_diversity": 1.0})})

@@ -5,7 +5,8 @@ the named day's lift in :mod:`memory_core.query.dates`)::
 
     fuse (ranking.fuse_calibrated, or ranking.fuse) ─ a named day's lift (dates.lift_named_days)
       ─ the answer's best relevance >= min_score, the others >= result_floor ─ temporal decay ─ dedupe ─ MMR
-      ─ each file's further chunks after other files' (hybrid, query.file_diversity) ─ top max_results
+      ─ placed by score + the file's relevance as a whole (hybrid, query.file_support), each file's
+        further chunks after other files' (query.file_diversity) ─ top max_results
       ─ snippets and citations (SearchResult)
 
 Pure given the candidates and the query settings: evaluation replays it per setting.
@@ -194,6 +195,14 @@ def _written_on(h: ranking.Hit) -> str | None:
     return d.isoformat() if d is not None else None
 
 
+def wants_file_support(q: QuerySettings, query: str) -> bool:
+    """Whether a hybrid ranking of ``query`` places results by their file's relevance as a whole
+    (``query.file_support``, a signal of the vector side): not when the vector side has no weight,
+    nor when the query names an identifier, which is matched verbatim (the model finds LRK-4417 as
+    near to "LRK-4471" as the note that names it)."""
+    return q.file_support > 0 and q.normalised_weights()[0] > 0 and not ranking.names_identifier(query)
+
+
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
                     min_score: float | None = None, mode: str = "hybrid",
                     neighbours: Neighbours | None = None, messages: Messages | None = None) -> list[SearchResult]:
@@ -214,11 +223,11 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     gate = min_score  # what the answer's best result must reach
     vec = cands.vector if mode != "keyword" else []
     kw = cands.keyword if mode != "vector" else []
+    # the vector side answered and the model can read the query (else its cosines are noise)
+    readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
     if q.fusion == "calibrated":
         # the union holds both sides and the chunks of a day the query names (neither side's)
         union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
-        # the vector side answered and the model can read the query (else its cosines are noise)
-        readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
         if mode == "hybrid":
             pool = union
             vw, tw = q.normalised_weights() if readable else (0.0, 1.0)
@@ -259,7 +268,9 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     # answer: a keyword-only index answers as keyword mode); a named day's own chunks stay before
     # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
     if mode == "hybrid" and cands.embedded and cands.dates is None:
-        hits = ranking.diversify_files(hits, q.file_diversity)
+        lift = ({p: q.file_support * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
+                if q.file_support > 0 and wants_file_support(q, cands.query) and readable else None)
+        hits = ranking.diversify_files(hits, q.file_diversity, lift)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []
     if q.edge_lines <= 0:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
 
@@ -898,23 +898,35 @@ def _whole_words(text: str, start: int, end: int, keep_from: int) -> tuple[int, 
 # ---------------------------------------------------------------------------------------------
 # Dedupe
 # ---------------------------------------------------------------------------------------------
-def diversify_files(hits: Sequence[Hit], factor: float) -> list[Hit]:
+def file_support(file_cosines: Mapping[str, Sequence[float]], cal: Calibration) -> dict[str, float]:
+    """Each file's relevance as a whole: :func:`vector_relevance` of the mean of its best chunks'
+    cosines (``Candidates.file_cosines``: its best 3 among all its chunks). A session about the
+    question in several chunks scores near its best chunk; one that brushes it in one chunk among
+    unrelated ones scores well below it."""
+    return {p: vector_relevance(sum(cs) / len(cs), cal) for p, cs in file_cosines.items() if cs}
+
+
+def diversify_files(hits: Sequence[Hit], factor: float, lift: Mapping[str, float] | None = None) -> list[Hit]:
     """``hits`` (best first) reordered so each file's chunks after its first give way to other
     files' chunks: the k-th chunk of a file (k = 0 for its best) is placed by ``score * factor**k``
     (``query.file_diversity``, default ``DEFAULT_FILE_DIVERSITY``); scores are not changed, equal
-    keys keep their order. Each file's best chunk keeps its place relative to the other files'
-    best chunks, so the order of files (and every file-level measure) is unchanged; what changes
-    is which chunks a short answer shows: a question whose evidence spans sessions sees each
-    session's best chunk before a second chunk of the first session (issue 37). ``factor`` 1: no
-    change."""
-    if factor >= 1 or len(hits) < 2:
+    keys keep their order. Without ``lift``, each file's best chunk keeps its place relative to the
+    other files' best chunks, so the order of files is unchanged; what changes is which chunks a
+    short answer shows: a question whose evidence spans sessions sees each session's best chunk
+    before a second chunk of the first session (issue 37). ``factor`` 1: no change.
+
+    ``lift`` (path -> a number added to the score of every chunk of that file before the factor:
+    ``query.file_support`` x :func:`file_support`) places a file that is about the question as a
+    whole above one whose best chunk scores a little higher alone."""
+    if (factor >= 1 and not lift) or len(hits) < 2:
         return list(hits)
+    lift = lift or {}
     seen: dict[str, int] = {}
     keyed: list[tuple[float, int, Hit]] = []
     for i, h in enumerate(hits):
         k = seen.get(h.path, 0)
         seen[h.path] = k + 1
-        keyed.append((h.score * factor ** k, -i, h))
+        keyed.append(((h.score + lift.get(h.path, 0.0)) * min(1.0, factor) ** k, -i, h))
     keyed.sort(key=lambda t: (t[0], t[1]), reverse=True)
     return [h for _, _, h in keyed]
 

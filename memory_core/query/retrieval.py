@@ -25,7 +25,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -388,6 +388,9 @@ class Candidates:
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
     dates: DateRange | None = None  # the day(s) the query names (memory_core.query.dates)
     corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
+    # each candidate file's best cosines (at most FILE_SUPPORT_CHUNKS, best first) over all its
+    # chunks, not only the retrieved ones (:func:`file_cosines`): its relevance as a whole
+    file_cosines: dict[str, list[float]] = field(default_factory=dict)
 
 
 BACKGROUND_SAMPLE_SQL = "SELECT embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY hash LIMIT 512"
@@ -1449,6 +1452,53 @@ def _instances(toks: list[Any], phrase: tuple[Any, ...]) -> int:
             return count
         if toks[i + 1:i + n] == rest:
             count += 1
+
+
+FILE_SUPPORT_CHUNKS = 3
+"""How many of a file's best chunks make its relevance as a whole (:func:`file_cosines`)."""
+FILE_SUPPORT_FILES = 20
+"""The candidate files (by their best cosine) whose every chunk is read for it."""
+FILE_SUPPORT_MAX_READS = 600
+"""The most chunk vectors one search reads for it (float32 vectors in the chunks table: a B-tree
+lookup each, a few milliseconds in all)."""
+FILE_SUPPORT_VEC0_READS = 64
+"""The same for an index whose vectors live only in sqlite-vec's vec0 table (schema 2)."""
+
+
+def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k: int = FILE_SUPPORT_CHUNKS,
+                 max_files: int = FILE_SUPPORT_FILES, max_reads: int = FILE_SUPPORT_MAX_READS) -> dict[str, list[float]]:
+    """Each candidate file's ``k`` best cosines with the query, best first: over all the file's
+    chunks for the ``max_files`` files of the nearest candidates (one statement for their row
+    ids, then :func:`cosines`), as long as at most ``max_reads`` vectors are read in all; over its
+    retrieved chunks for the others (a file's nearest chunks are mostly among the candidates
+    already: what the read adds is the rest of a file the candidates hold one chunk of)."""
+    own: dict[str, list[float]] = {}
+    for h in union:
+        own.setdefault(h.path, []).append(float(h.vector_score))
+    out = {p: sorted(cs, reverse=True)[:k] for p, cs in own.items()}
+    order = sorted(own, key=lambda p: max(own[p]), reverse=True)[:max_files]
+    if not order:
+        return out
+    rids_of: dict[str, list[int]] = {}
+    for path, rid in idx.conn.execute(
+            "SELECT c.path, c.rid FROM json_each(?) j JOIN chunks c ON c.path = j.value", (json.dumps(order),)):
+        rids_of.setdefault(str(path), []).append(int(rid))
+    if idx.vec_loaded and not idx.f32_in_chunks:  # vectors in vec0 only: a point read costs ~0.7 ms at 200k x 1536
+        max_reads = min(max_reads, FILE_SUPPORT_VEC0_READS)
+    want: list[int] = []
+    read: list[str] = []
+    for path in order:
+        rids = rids_of.get(path, [])
+        if len(want) + len(rids) > max_reads:
+            continue  # a very long file: its candidates' cosines
+        want += rids
+        read.append(path)
+    cos = cosines(idx, qvec, want) if want else {}
+    for path in read:
+        got = [cos[r] for r in rids_of.get(path, []) if r in cos]
+        if got:
+            out[path] = sorted(got, reverse=True)[:k]
+    return out
 
 
 def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:

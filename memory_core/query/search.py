@@ -44,7 +44,7 @@ from memory_core.query.dates import (
     timeline_end,
 )
 from memory_core.query.edges import index_neighbours
-from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates
+from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates, wants_file_support
 from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file, transcript_messages
 from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
@@ -361,7 +361,12 @@ class Searcher(QueryProviderOwner):
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
                 idx.background_cosine() if embedded else None,
                 q.vector_calibration)
-        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
+            # each candidate file's relevance as a whole (query.file_support), where rank uses it: a
+            # hybrid ranking of a query that names no day and that the model can read
+            whole = (retrieval.file_cosines(idx, qvec, union)
+                     if (wants_file_support(q, query) and embedded and qvec is not None and union and dates is None
+                         and not (cal.english_only and ranking.mostly_cjk(query))) else {})
+        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov, whole)
 
     def _where(self, idx: _Index) -> Settings:
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader

@@ -1,0 +1,83 @@
+"""What reading each candidate file's every chunk for its relevance as a whole costs a search
+(``query.file_support``, issue 37).
+
+    PYTHONPATH=. python bench/file_support.py [--messages 4000] [--dims 384] [--rounds 7] [--local]
+
+One workspace of transcripts (``--messages`` messages in sessions of 40), hybrid search, a fixed
+set of queries. The vectors come from the distinct fake provider (bench/fake_provider.py, any
+``--dims``) or with ``--local`` the real local model (384-d; the query's embedding is then most of
+a search). Each round times the queries with ``file_support`` 0.5 (the default: up to 20 files'
+chunks, at most 600 vectors, read per search) and 0 (nothing read), alternating which goes first;
+the report is the median per search and the ratio in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.fake_provider import DistinctProvider
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
+
+WORDS = ["deploy", "retry", "header", "cache", "index", "vector", "session", "kayak", "budget", "garden",
+         "river", "invoice", "lease", "pottery", "drums", "setlist", "dentist", "flat", "thesis", "bakery"]
+
+
+def workspace(root: Path, n: int, rng: random.Random) -> Path:
+    ws = root / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    for f in range(max(1, n // 40)):
+        lines = [json.dumps({"type": "session", "version": 3, "id": f"s{f}", "timestamp": "2026-01-05T10:00:00Z"})]
+        for i in range(40):
+            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))
+            lines.append(json.dumps({"type": "message", "id": f"m{i}", "timestamp": "2026-01-05T10:00:00Z",
+                                     "message": {"role": "user" if i % 2 else "assistant",
+                                                 "content": [{"type": "text", "text": text}]}}))
+        (ws / "sessions" / f"s{f:04d}.jsonl").write_text("\n".join(lines) + "\n")
+    return ws
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=4000)
+    ap.add_argument("--dims", type=int, default=384)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--local", action="store_true", help="the real local model instead of the fake provider")
+    a = ap.parse_args()
+    rng = random.Random(7)
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = workspace(Path(tmp), a.messages, rng)
+        s = load_settings(None, {"workspace": str(ws), "provider": "local" if a.local else "none",
+                                 "sources": ["sessions"]})
+        provider = None if a.local else DistinctProvider(a.dims)
+        run_index(s, provider=provider)
+        queries = [" ".join(rng.sample(WORDS, rng.randint(2, 4))) for _ in range(30)]
+        on = s
+        off = s.model_copy(update={"query": s.query.model_copy(update={"file_support": 0.0})})
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        with Searcher(s, provider=provider) as searcher:
+            chunks = sum(searcher.indexed_chunks().values())
+            searcher.search(queries[0])  # warm: the model, the file cache
+            for r in range(a.rounds):
+                for which in (("on", "off") if r % 2 else ("off", "on")):
+                    searcher.settings = on if which == "on" else off
+                    t0 = time.perf_counter()
+                    for q in queries:
+                        searcher.search(q, max_results=10)
+                    times[which].append((time.perf_counter() - t0) / len(queries))
+        med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        model = "local model" if a.local else f"fake provider {a.dims}-d"
+        print(f"{a.messages} messages ({chunks} chunks), {model}; {len(queries)} hybrid queries x {a.rounds} rounds,"
+              " 10 results a search")
+        print(f"median per search: file_support 0.5 {med['on']:.2f} ms, 0 {med['off']:.2f} ms,"
+              f" ratio {med['on'] / med['off']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Issue 37, several sessions: a session's or note's relevance as a whole helps rank its chunks
+(``query.file_support``): each hybrid result is placed by its score plus ``file_support`` x the
+calibrated relevance of the mean cosine of its file's best 3 chunks, read over all the file's
+chunks (``retrieval.file_cosines``), not only those retrieved. Placement only: the results, their
+scores and the threshold are those of ``file_support`` 0; one side alone keeps its order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import numpy as np
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.embeddings.registry import create_provider
+from memory_core.index.pipeline import run_index
+from memory_core.query import ranking
+from memory_core.query.search import Searcher
+
+
+def _hit(path: str, score: float, i: int) -> ranking.Hit:
+    return ranking.Hit(id=f"{path}:{i}", path=path, source="memory", start_line=i, end_line=i, text="t",
+                       score=score, relevance=score)
+
+
+def test_file_support_is_the_relevance_of_the_mean_of_a_files_best_cosines() -> None:
+    cal = ranking.Calibration(0.2, 0.8, "config")
+    got = ranking.file_support({"a.md": [0.6, 0.5, 0.4], "b.md": [0.5], "c.md": []}, cal)
+    assert set(got) == {"a.md", "b.md"}  # a file without cosines has no support
+    assert got["a.md"] == pytest.approx(ranking.vector_relevance(0.5, cal))
+    assert got["b.md"] == pytest.approx(ranking.vector_relevance(0.5, cal))
+    assert ranking.file_support({"d.md": [0.3]}, cal)["d.md"] < got["a.md"]
+
+
+def test_a_lift_places_a_supported_file_above_a_slightly_better_chunk() -> None:
+    hits = [_hit("brush.md", 0.60, 1), _hit("about.md", 0.55, 1), _hit("about.md", 0.50, 2), _hit("x.md", 0.2, 1)]
+    lift = {"brush.md": 0.05, "about.md": 0.30, "x.md": 0.0}
+    got = ranking.diversify_files(hits, 0.8, lift)
+    # about.md: 0.85, then its 2nd chunk (0.50 + 0.30) x 0.8 = 0.64 = brush.md's 0.65 - 0.01
+    assert [(h.path, h.start_line) for h in got] == [("about.md", 1), ("brush.md", 1), ("about.md", 2), ("x.md", 1)]
+    assert [h.score for h in got] == [0.55, 0.60, 0.50, 0.2]  # scores unchanged
+    assert ranking.diversify_files(hits, 0.8, None) == ranking.diversify_files(hits, 0.8)
+    assert ranking.diversify_files(hits, 1.0, None) == hits
+    # with diversity off, a lift alone still places files
+    assert ranking.diversify_files(hits, 1.0, lift)[0].path == "about.md"
+
+
+@pytest.fixture(scope="module")
+def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One long note about the kayak course (several chunks that all match), one short note that
+    mentions it once among errands (one chunk, a weaker match)."""
+    ws = tmp_path_factory.mktemp("support") / "ws"
+    (ws / "memory").mkdir(parents=True)
+    filler = " ".join(f"word{i} other{i} thing{i}" for i in range(80))
+    parts = [f"## Part {n}\n\nThe kayak course at the lake, kayak course notes {n}. {filler}\n" for n in range(3)]
+    (ws / "memory" / "kayak.md").write_text("# Kayak course\n\n" + "\n".join(parts))
+    errands = " ".join(f"errand{i} shop{i}" for i in range(100))
+    (ws / "memory" / "errands.md").write_text(f"# Errands\n\nBought bread, paid the kayak course deposit, {errands}.\n")
+    return ws
+
+
+def _expected_best3(index: Path, path: str, qvec: np.ndarray) -> list[float]:
+    """The file's 3 best cosines, straight from the index file's stored float32 vectors."""
+    conn = apsw.Connection(str(index), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        rows = [bytes(b) for (b,) in conn.execute("SELECT embedding FROM chunks WHERE path = ?", (path,))]
+    finally:
+        conn.close()
+    m = np.frombuffer(b"".join(rows), dtype="<f4").reshape(len(rows), -1)
+    q = qvec / np.linalg.norm(qvec)
+    cos = (m @ q) / np.linalg.norm(m, axis=1)
+    return sorted((float(c) for c in cos), reverse=True)[:3]
+
+
+def test_a_file_about_the_question_keeps_its_chunks_above_one_that_brushes_it(kayak: Path) -> None:
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+    assert s.query.file_support == 0.5  # the default
+    run_index(s)
+    off = s.model_copy(update={"query": s.query.model_copy(update={"file_support": 0.0})})
+    with Searcher(s) as searcher:
+        # every chunk of a file counts, not only the retrieved: with one candidate a side, the long
+        # note's three best cosines are still all read
+        cands = searcher.retrieve("kayak course", 1)
+        assert len({h.rid for h in cands.union if h.path == "memory/kayak.md"}) < 3
+        provider, _ = create_provider(s)
+        assert provider is not None
+        qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
+        want = _expected_best3(s.index_file, "memory/kayak.md", qvec)
+        assert len(want) == 3
+        assert cands.file_cosines["memory/kayak.md"] == pytest.approx(want, abs=1e-4)
+
+        got = searcher.search("kayak course", max_results=3)
+        # the note about the course as a whole holds the short answer; file diversity alone shows
+        # the errands note's mention instead of its third chunk (tests/test_file_diversity.py)
+        assert [h.path for h in got] == ["memory/kayak.md"] * 3, [(h.citation, h.score) for h in got]
+        searcher.settings = off
+        plain = searcher.search("kayak course", max_results=3)
+        assert "memory/errands.md" in [h.path for h in plain]
+        assert searcher.retrieve("kayak course", 24).file_cosines == {}  # off: nothing read
+        # placement only: the same results with the same scores
+        every_off = {(h.citation, h.score) for h in searcher.search("kayak course", max_results=50)}
+        searcher.settings = s
+        assert {(h.citation, h.score) for h in searcher.search("kayak course", max_results=50)} == every_off
+        # one side alone keeps its own order
+        kw = [h.citation for h in searcher.search("kayak course", max_results=5, mode="keyword")]
+        searcher.settings = off
+        assert kw == [h.citation for h in searcher.search("kayak course", max_results=5, mode="keyword")]
+        searcher.settings = s
+        # a query the model cannot read (CJK, an English-only model) reads nothing for it
+        assert searcher.retrieve("林薇 里斯本", 24).file_cosines == {}
+        # a query that names a day is ranked by that day's chunks first, an identifier is matched
+        # verbatim: nothing read for either
+        assert searcher.retrieve("kayak course on 2026-01-12", 24).file_cosines == {}
+        assert searcher.retrieve("kayak course LRK-4471", 24).file_cosines == {}
+        assert searcher.retrieve("kayak course", 24).file_cosines  # the same words alone: read
+
+
+def test_the_setting_is_checked() -> None:
+    from memory_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="file_support"):
+        load_settings(None, {"workspace": "/tmp", "query": {"file_support": -1}})
