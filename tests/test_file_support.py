@@ -121,3 +121,25 @@ def test_the_setting_is_checked() -> None:
 
     with pytest.raises(ConfigError, match="file_support"):
         load_settings(None, {"workspace": "/tmp", "query": {"file_support": -1}})
+
+
+def test_the_read_budget_falls_back_to_the_candidates_cosines(kayak: Path) -> None:
+    """Past ``max_reads`` vectors (or ``max_files`` files), a file's support comes from its
+    retrieved chunks only: a search never reads more than the budget says."""
+    from memory_core.query import retrieval
+
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        cands = searcher.retrieve("kayak course", 1)
+        provider, _ = create_provider(s)
+        assert provider is not None
+        qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
+        own = {p: sorted((h.vector_score for h in cands.union if h.path == p), reverse=True)[:3]
+               for p in {h.path for h in cands.union}}
+        idx = searcher._idx  # the open index, as retrieve used it
+        assert idx is not None
+        assert retrieval.file_cosines(idx, qvec, cands.union, max_reads=0) == own
+        assert retrieval.file_cosines(idx, qvec, cands.union, max_files=0) == own
+        full = retrieval.file_cosines(idx, qvec, cands.union)
+        assert len(full["memory/kayak.md"]) == 3 and len(own["memory/kayak.md"]) < 3
