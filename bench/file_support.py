@@ -3,8 +3,8 @@
 
     PYTHONPATH=. python bench/file_support.py [--messages 4000] [--dims 384] [--rounds 7] [--local]
 
-One workspace of transcripts (``--messages`` messages in sessions of 40), hybrid search, a fixed
-set of queries. The vectors come from the distinct fake provider (bench/fake_provider.py, any
+One workspace of transcripts (``--messages`` messages in sessions of 40, as bench/snippet_lines.py
+writes them), hybrid search, a fixed set of queries. The vectors come from the distinct fake provider (bench/fake_provider.py, any
 ``--dims``) or with ``--local`` the real local model (384-d; the query's embedding is then most of
 a search). Each round times the queries with ``file_support`` 0.5 (the default: up to 20 files'
 chunks, at most 600 vectors, read per search) and 0 (nothing read), alternating which goes first;
@@ -13,7 +13,6 @@ the report is the median per search and the ratio in the same run."""
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import tempfile
@@ -21,26 +20,10 @@ import time
 from pathlib import Path
 
 from bench.fake_provider import DistinctProvider
+from bench.snippet_lines import WORDS, workspace
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-
-WORDS = ["deploy", "retry", "header", "cache", "index", "vector", "session", "kayak", "budget", "garden",
-         "river", "invoice", "lease", "pottery", "drums", "setlist", "dentist", "flat", "thesis", "bakery"]
-
-
-def workspace(root: Path, n: int, rng: random.Random) -> Path:
-    ws = root / "ws"
-    (ws / "sessions").mkdir(parents=True)
-    for f in range(max(1, n // 40)):
-        lines = [json.dumps({"type": "session", "version": 3, "id": f"s{f}", "timestamp": "2026-01-05T10:00:00Z"})]
-        for i in range(40):
-            text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))
-            lines.append(json.dumps({"type": "message", "id": f"m{i}", "timestamp": "2026-01-05T10:00:00Z",
-                                     "message": {"role": "user" if i % 2 else "assistant",
-                                                 "content": [{"type": "text", "text": text}]}}))
-        (ws / "sessions" / f"s{f:04d}.jsonl").write_text("\n".join(lines) + "\n")
-    return ws
 
 
 def main() -> None:

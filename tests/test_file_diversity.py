@@ -32,11 +32,9 @@ def test_diversify_files_places_further_chunks_by_a_falling_key() -> None:
     assert ranking.diversify_files(hits, 0.9)[1].path == "a.md"  # 0.55 * 0.9 = 0.495 > 0.46
 
 
-@pytest.fixture(scope="module")
-def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def kayak_notes(ws: Path) -> Path:
     """One long note about the kayak course (several chunks that all match), one short note that
     mentions it once among other things (one chunk, a weaker match)."""
-    ws = tmp_path_factory.mktemp("div") / "ws"
     (ws / "memory").mkdir(parents=True)
     filler = " ".join(f"word{i} other{i} thing{i}" for i in range(80))
     parts = [f"## Part {n}\n\nThe kayak course at the lake, kayak course notes {n}. {filler}\n" for n in range(3)]
@@ -44,6 +42,11 @@ def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
     errands = " ".join(f"errand{i} shop{i}" for i in range(100))
     (ws / "memory" / "errands.md").write_text(f"# Errands\n\nBought bread, paid the kayak course deposit, {errands}.\n")
     return ws
+
+
+@pytest.fixture(scope="module")
+def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return kayak_notes(tmp_path_factory.mktemp("div") / "ws")
 
 
 def test_a_short_answer_shows_the_other_files_best_chunk(kayak: Path) -> None:

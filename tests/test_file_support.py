@@ -17,6 +17,7 @@ from memory_core.embeddings.registry import create_provider
 from memory_core.index.pipeline import run_index
 from memory_core.query import ranking
 from memory_core.query.search import Searcher
+from tests.test_file_diversity import kayak_notes
 
 
 def _hit(path: str, score: float, i: int) -> ranking.Hit:
@@ -48,16 +49,9 @@ def test_a_lift_places_a_supported_file_above_a_slightly_better_chunk() -> None:
 
 @pytest.fixture(scope="module")
 def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One long note about the kayak course (several chunks that all match), one short note that
-    mentions it once among errands (one chunk, a weaker match)."""
-    ws = tmp_path_factory.mktemp("support") / "ws"
-    (ws / "memory").mkdir(parents=True)
-    filler = " ".join(f"word{i} other{i} thing{i}" for i in range(80))
-    parts = [f"## Part {n}\n\nThe kayak course at the lake, kayak course notes {n}. {filler}\n" for n in range(3)]
-    (ws / "memory" / "kayak.md").write_text("# Kayak course\n\n" + "\n".join(parts))
-    errands = " ".join(f"errand{i} shop{i}" for i in range(100))
-    (ws / "memory" / "errands.md").write_text(f"# Errands\n\nBought bread, paid the kayak course deposit, {errands}.\n")
-    return ws
+    """tests/test_file_diversity.py's notes: a long note about the kayak course, a short one that
+    mentions it once among errands."""
+    return kayak_notes(tmp_path_factory.mktemp("support") / "ws")
 
 
 def _expected_best3(index: Path, path: str, qvec: np.ndarray) -> list[float]:
