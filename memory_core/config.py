@@ -215,7 +215,7 @@ class QuerySettings(_Model):
     # calibrated relevance of the mean cosine of the file's best 3 chunks among all its chunks,
     # ranking.file_support), so a session or note that is about the question lifts its chunks
     # above a file that only brushes it; shown scores and the threshold do not change; not when
-    # the query names a day or the model cannot read the query. 0 turns it off.
+    # the query names a day or an identifier, or the model cannot read it. 0 turns it off.
     file_support: float = Field(default=DEFAULT_FILE_SUPPORT, ge=0, le=2)
     max_injected_chars: int | None = Field(default=None, ge=1)
     mmr: MMRSettings = Field(default_factory=MMRSettings)

@@ -137,3 +137,25 @@ def test_the_read_budget_falls_back_to_the_candidates_cosines(kayak: Path) -> No
         assert retrieval.file_cosines(idx, qvec, cands.union, max_files=0) == own
         full = retrieval.file_cosines(idx, qvec, cands.union)
         assert len(full["memory/kayak.md"]) == 3 and len(own["memory/kayak.md"]) < 3
+
+
+def test_a_failing_read_falls_back_and_never_fails_the_search(kayak: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An index whose connection fails mid-search (here: closed under it) costs the placement
+    signal, not the answer: the candidates' own cosines, and a warning."""
+    from memory_core.query import retrieval
+
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        cands = searcher.retrieve("kayak course", 1)
+    provider, _ = create_provider(s)
+    assert provider is not None
+    qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
+    idx = retrieval._Index(s.index_file)
+    idx.conn.close()
+    with caplog.at_level("WARNING"):
+        got = retrieval.file_cosines(idx, qvec, cands.union)
+    own = {p: sorted((h.vector_score for h in cands.union if h.path == p), reverse=True)[:3]
+           for p in {h.path for h in cands.union}}
+    assert got == own
+    assert "their retrieved chunks count" in caplog.text

@@ -269,7 +269,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
     if mode == "hybrid" and cands.embedded and cands.dates is None:
         lift = ({p: q.file_support * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
-                if q.file_support > 0 and wants_file_support(q, cands.query) and readable else None)
+                if readable and wants_file_support(q, cands.query) else None)
         hits = ranking.diversify_files(hits, q.file_diversity, lift)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []

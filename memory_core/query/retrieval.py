@@ -1480,9 +1480,13 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
     if not order:
         return out
     rids_of: dict[str, list[int]] = {}
-    for path, rid in idx.conn.execute(
-            "SELECT c.path, c.rid FROM json_each(?) j JOIN chunks c ON c.path = j.value", (json.dumps(order),)):
-        rids_of.setdefault(str(path), []).append(int(rid))
+    try:
+        for path, rid in idx.conn.execute(
+                "SELECT c.path, c.rid FROM json_each(?) j JOIN chunks c ON c.path = j.value", (json.dumps(order),)):
+            rids_of.setdefault(str(path), []).append(int(rid))
+    except apsw.Error as exc:  # a placement signal never fails a search: the candidates' cosines
+        log.warning("reading the candidate files' chunks failed (%s); their retrieved chunks count", exc)
+        return out
     if idx.vec_loaded and not idx.f32_in_chunks:  # vectors in vec0 only: a point read costs ~0.7 ms at 200k x 1536
         max_reads = min(max_reads, FILE_SUPPORT_VEC0_READS)
     want: list[int] = []
@@ -1493,7 +1497,11 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
             continue  # a very long file: its candidates' cosines
         want += rids
         read.append(path)
-    cos = cosines(idx, qvec, want) if want else {}
+    try:
+        cos = cosines(idx, qvec, want) if want else {}
+    except apsw.Error as exc:
+        log.warning("reading the candidate files' vectors failed (%s); their retrieved chunks count", exc)
+        return out
     for path in read:
         got = [cos[r] for r in rids_of.get(path, []) if r in cos]
         if got:
