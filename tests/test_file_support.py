@@ -6,16 +6,18 @@ scores and the threshold are those of ``file_support`` 0; one side alone keeps i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
 import numpy as np
 import pytest
 
-from memory_core.config import load_settings
+from memory_core.config import Settings, load_settings
 from memory_core.embeddings.registry import create_provider
 from memory_core.index.pipeline import run_index
-from memory_core.query import ranking
+from memory_core.query import ranking, retrieval
+from memory_core.query.retrieval import Candidates
 from memory_core.query.search import Searcher
 from tests.test_file_diversity import kayak_notes
 
@@ -54,6 +56,32 @@ def kayak(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return kayak_notes(tmp_path_factory.mktemp("support") / "ws")
 
 
+@dataclass
+class Retrieved:
+    """The kayak notes indexed with the local model, and "kayak course" retrieved with one
+    candidate a side: its candidates, its query vector, and each candidate file's own 3 best
+    cosines (what a file left out of the read gets)."""
+
+    settings: Settings
+    cands: Candidates
+    qvec: np.ndarray
+    own: dict[str, list[float]]
+
+
+@pytest.fixture(scope="module")
+def retrieved(kayak: Path) -> Retrieved:
+    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        cands = searcher.retrieve("kayak course", 1)
+    provider, _ = create_provider(s)
+    assert provider is not None
+    qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
+    own = {p: sorted((h.vector_score for h in cands.union if h.path == p), reverse=True)[:3]
+           for p in {h.path for h in cands.union}}
+    return Retrieved(s, cands, qvec, own)
+
+
 def _expected_best3(index: Path, path: str, qvec: np.ndarray) -> list[float]:
     """The file's 3 best cosines, straight from the index file's stored float32 vectors."""
     conn = apsw.Connection(str(index), flags=apsw.SQLITE_OPEN_READONLY)
@@ -67,23 +95,17 @@ def _expected_best3(index: Path, path: str, qvec: np.ndarray) -> list[float]:
     return sorted((float(c) for c in cos), reverse=True)[:3]
 
 
-def test_a_file_about_the_question_keeps_its_chunks_above_one_that_brushes_it(kayak: Path) -> None:
-    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
+def test_a_file_about_the_question_keeps_its_chunks_above_one_that_brushes_it(retrieved: Retrieved) -> None:
+    s = retrieved.settings
     assert s.query.file_support == 0.5  # the default
-    run_index(s)
     off = s.model_copy(update={"query": s.query.model_copy(update={"file_support": 0.0})})
+    # every chunk of a file counts, not only the retrieved: with one candidate a side, the long
+    # note's three best cosines are still all read
+    assert len(retrieved.own["memory/kayak.md"]) < 3
+    want = _expected_best3(s.index_file, "memory/kayak.md", retrieved.qvec)
+    assert len(want) == 3
+    assert retrieved.cands.file_cosines["memory/kayak.md"] == pytest.approx(want, abs=1e-4)
     with Searcher(s) as searcher:
-        # every chunk of a file counts, not only the retrieved: with one candidate a side, the long
-        # note's three best cosines are still all read
-        cands = searcher.retrieve("kayak course", 1)
-        assert len({h.rid for h in cands.union if h.path == "memory/kayak.md"}) < 3
-        provider, _ = create_provider(s)
-        assert provider is not None
-        qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
-        want = _expected_best3(s.index_file, "memory/kayak.md", qvec)
-        assert len(want) == 3
-        assert cands.file_cosines["memory/kayak.md"] == pytest.approx(want, abs=1e-4)
-
         got = searcher.search("kayak course", max_results=3)
         # the note about the course as a whole holds the short answer; file diversity alone shows
         # the errands note's mention instead of its third chunk (tests/test_file_diversity.py)
@@ -117,45 +139,28 @@ def test_the_setting_is_checked() -> None:
         load_settings(None, {"workspace": "/tmp", "query": {"file_support": -1}})
 
 
-def test_the_read_budget_falls_back_to_the_candidates_cosines(kayak: Path) -> None:
+def test_the_read_budget_falls_back_to_the_candidates_cosines(retrieved: Retrieved) -> None:
     """Past ``max_reads`` vectors (or ``max_files`` files), a file's support comes from its
     retrieved chunks only: a search never reads more than the budget says."""
-    from memory_core.query import retrieval
-
-    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
-    run_index(s)
-    with Searcher(s) as searcher:
-        cands = searcher.retrieve("kayak course", 1)
-        provider, _ = create_provider(s)
-        assert provider is not None
-        qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
-        own = {p: sorted((h.vector_score for h in cands.union if h.path == p), reverse=True)[:3]
-               for p in {h.path for h in cands.union}}
-        idx = searcher._idx  # the open index, as retrieve used it
-        assert idx is not None
-        assert retrieval.file_cosines(idx, qvec, cands.union, max_reads=0) == own
-        assert retrieval.file_cosines(idx, qvec, cands.union, max_files=0) == own
-        full = retrieval.file_cosines(idx, qvec, cands.union)
-        assert len(full["memory/kayak.md"]) == 3 and len(own["memory/kayak.md"]) < 3
+    r = retrieved
+    idx = retrieval._Index(r.settings.index_file)
+    try:
+        assert retrieval.file_cosines(idx, r.qvec, r.cands.union, max_reads=0) == r.own
+        assert retrieval.file_cosines(idx, r.qvec, r.cands.union, max_files=0) == r.own
+        full = retrieval.file_cosines(idx, r.qvec, r.cands.union)
+    finally:
+        idx.conn.close()
+    assert len(full["memory/kayak.md"]) == 3 and len(r.own["memory/kayak.md"]) < 3
 
 
-def test_a_failing_read_falls_back_and_never_fails_the_search(kayak: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_read_falls_back_and_never_fails_the_search(retrieved: Retrieved,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     """An index whose connection fails mid-search (here: closed under it) costs the placement
     signal, not the answer: the candidates' own cosines, and a warning."""
-    from memory_core.query import retrieval
-
-    s = load_settings(None, {"workspace": str(kayak), "provider": "local"})
-    run_index(s)
-    with Searcher(s) as searcher:
-        cands = searcher.retrieve("kayak course", 1)
-    provider, _ = create_provider(s)
-    assert provider is not None
-    qvec = np.asarray(provider.embed_query("kayak course"), dtype=np.float32)
-    idx = retrieval._Index(s.index_file)
+    r = retrieved
+    idx = retrieval._Index(r.settings.index_file)
     idx.conn.close()
     with caplog.at_level("WARNING"):
-        got = retrieval.file_cosines(idx, qvec, cands.union)
-    own = {p: sorted((h.vector_score for h in cands.union if h.path == p), reverse=True)[:3]
-           for p in {h.path for h in cands.union}}
-    assert got == own
+        got = retrieval.file_cosines(idx, r.qvec, r.cands.union)
+    assert got == r.own
     assert "their retrieved chunks count" in caplog.text

@@ -195,12 +195,15 @@ def _written_on(h: ranking.Hit) -> str | None:
     return d.isoformat() if d is not None else None
 
 
-def wants_file_support(q: QuerySettings, query: str) -> bool:
-    """Whether a hybrid ranking of ``query`` places results by their file's relevance as a whole
-    (``query.file_support``, a signal of the vector side): not when the vector side has no weight,
-    nor when the query names an identifier, which is matched verbatim (the model finds LRK-4417 as
-    near to "LRK-4471" as the note that names it)."""
-    return q.file_support > 0 and q.normalised_weights()[0] > 0 and not ranking.names_identifier(query)
+def wants_file_support(q: QuerySettings, cands: Candidates) -> bool:
+    """Whether a hybrid ranking of these candidates places results by their file's relevance as a
+    whole (``query.file_support``, a signal of the vector side), and so whether
+    :meth:`~memory_core.query.search.Searcher.retrieve` reads the files' cosines for it: the vector
+    side answered and the model reads the query; not when the vector side has no weight, when the
+    query names a day (that day's chunks come first), nor when it names an identifier, which is
+    matched verbatim (the model finds LRK-4417 as near to "LRK-4471" as the note that names it)."""
+    return (q.file_support > 0 and q.normalised_weights()[0] > 0 and cands.embedded and cands.dates is None
+            and cands.calibration.reads(cands.query) and not ranking.names_identifier(cands.query))
 
 
 def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | None = None,
@@ -224,7 +227,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     vec = cands.vector if mode != "keyword" else []
     kw = cands.keyword if mode != "vector" else []
     # the vector side answered and the model can read the query (else its cosines are noise)
-    readable = cands.embedded and not (cands.calibration.english_only and ranking.mostly_cjk(cands.query))
+    readable = cands.embedded and cands.calibration.reads(cands.query)
     if q.fusion == "calibrated":
         # the union holds both sides and the chunks of a day the query names (neither side's)
         union = cands.union or [*cands.vector, *(h for h in cands.keyword if not h.in_vector)]
@@ -269,7 +272,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
     if mode == "hybrid" and cands.embedded and cands.dates is None:
         lift = ({p: q.file_support * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
-                if readable and wants_file_support(q, cands.query) else None)
+                if wants_file_support(q, cands) else None)
         hits = ranking.diversify_files(hits, q.file_diversity, lift)
     hits = hits[:max_results]
     terms = textsearch.query_terms(cands.query) or cands.query.split() if hits else []

@@ -379,6 +379,11 @@ class Calibration:
     source: str  # "model table", "index background", "config"
     english_only: bool = False  # the model cannot read CJK (ENGLISH_ONLY_MODELS)
 
+    def reads(self, query: str) -> bool:
+        """Whether the model's cosines for ``query`` mean anything: not a mostly-CJK query with an
+        English-only model (its vectors are then noise, and the keyword side alone decides)."""
+        return not (self.english_only and mostly_cjk(query))
+
     @classmethod
     def for_model(cls, model: str | None, background: float | None,
                   override: Sequence[float] | None = None) -> Calibration:

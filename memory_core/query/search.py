@@ -26,7 +26,7 @@ import functools
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -361,12 +361,10 @@ class Searcher(QueryProviderOwner):
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
                 idx.background_cosine() if embedded else None,
                 q.vector_calibration)
-            # each candidate file's relevance as a whole (query.file_support), where rank uses it: a
-            # hybrid ranking of a query that names no day and that the model can read
-            whole = (retrieval.file_cosines(idx, qvec, union)
-                     if (wants_file_support(q, query) and embedded and qvec is not None and union and dates is None
-                         and not (cal.english_only and ranking.mostly_cjk(query))) else {})
-        return Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov, whole)
+            cands = Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
+            if qvec is not None and union and wants_file_support(q, cands):  # each file's relevance as a whole
+                cands = replace(cands, file_cosines=retrieval.file_cosines(idx, qvec, union))
+        return cands
 
     def _where(self, idx: _Index) -> Settings:
         """Where the index's files are: its recorded workspace, sources and sessions folder (a reader
