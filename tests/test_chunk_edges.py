@@ -121,3 +121,63 @@ def test_a_result_whose_match_is_inside_its_chunk_is_left_as_it_was(edges: Path)
         on_hits = [(h.citation, h.snippet) for h in s.search(q, sources=["sessions"])]
         assert on_hits and on_hits[0][0] == "sessions/chat.jsonl#L2-L4"
         assert on_hits == [(h.citation, h.snippet) for h in off.search(q, sources=["sessions"])]
+
+
+def _roles_transcript(messages: list[tuple[str, str]]) -> str:
+    recs: list[dict[str, Any]] = [{"type": "session", "version": 3, "id": "r", "timestamp": "2026-10-02T09:00:00.000Z"}]
+    for n, (role, text) in enumerate(messages):
+        recs.append({"type": "message", "timestamp": f"2026-10-02T09:{n:02d}:00.000Z",
+                     "message": {"role": role, "content": [{"type": "text", "text": text}]}})
+    return "\n".join(json.dumps(r) for r in recs) + "\n"
+
+
+FLAT = "Kate: found a flat on Carver Road at last, two bedrooms and a tiny garden"
+SIGNED = "Kate: signed everything at the agency this morning, so relieved"
+RENT = "Kate: 1150 a month, moving in on the first of March, help me carry boxes"
+PLOT = "Jorge: got an allotment plot in Brixton at last, right next to the shed"
+REPLY = "Ben: nice one, send pics when the beans come up"
+FEE = "Jorge: 40 quid a year, keys from the warden on Saturday"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two chats whose second chunk (JSONL lines 5-7) ends in the matched message's run: the same
+    speaker goes on past the chunk's end (flat.jsonl), or another speaker answers first (plot.jsonl)."""
+    ws = tmp_path_factory.mktemp("runs") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    head = [("user", _pad(FILLER[0])), ("assistant", _pad(FILLER[1])), ("user", _pad(FILLER[2])),
+            ("user", _pad(FILLER[3]))]
+    tail = [("user", _pad(FILLER[5])), ("assistant", _pad(FILLER[6]))]
+    (ws / "sessions" / "flat.jsonl").write_text(_roles_transcript(
+        [*head, ("assistant", _pad(FLAT)), ("assistant", _pad(SIGNED)), ("assistant", _pad(RENT)), *tail]))
+    (ws / "sessions" / "plot.jsonl").write_text(_roles_transcript(
+        [*head, ("assistant", _pad(PLOT)), ("user", _pad(REPLY)), ("assistant", _pad(FEE)), *tail]))
+    run_index(_settings(ws))
+    return ws
+
+
+def test_a_match_in_the_speakers_last_run_shows_what_they_said_next(runs: Path) -> None:
+    """Texting splits one thought over several messages: the match is the first message of the
+    run of one speaker that ends the chunk (not its last message), and the run goes on past the
+    chunk's end: the next message is shown and cited. The rule of the last message alone missed it."""
+    with Searcher(_settings(runs)) as s:
+        start, end, text = _chunk_of(s, "sessions/flat.jsonl", "Carver Road")
+        assert (start, end) == (5, 7) and text.split("\n")[-2].startswith("Assistant: Kate: found a flat")
+        top = s.search("Which flat did Kate find on Carver Road?")[0]
+        assert (top.path, top.start_line) == ("sessions/flat.jsonl", 5)
+        assert (top.end_line, top.citation) == (8, "sessions/flat.jsonl#L5-L8")
+        assert "1150 a month" in top.snippet and len(top.snippet) <= SNIPPET_MAX_CHARS
+    with Searcher(_settings(runs, edge_lines=0)) as s:
+        off = s.search("Which flat did Kate find on Carver Road?")[0]
+        assert (off.start_line, off.end_line) == (5, 7) and "1150" not in off.snippet
+
+
+def test_a_match_before_another_speakers_reply_is_not_at_the_edge(runs: Path) -> None:
+    """Another speaker's message after the match ends the run: the match is inside the chunk, and
+    its snippet and citation stay the chunk's."""
+    with Searcher(_settings(runs)) as s:
+        start, end, text = _chunk_of(s, "sessions/plot.jsonl", "Brixton")
+        assert (start, end) == (5, 7) and text.split("\n")[-1].startswith("User: Ben: nice one")
+        top = s.search("Where did Jorge get an allotment plot?")[0]
+        assert (top.path, top.start_line, top.end_line) == ("sessions/plot.jsonl", 5, 7)
+        assert "40 quid" not in top.snippet

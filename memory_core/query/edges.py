@@ -3,8 +3,10 @@ message (transcript) or line (note), read from the index (``query.edge_lines``, 
 
 The budget: at most one neighbour each side (``edge_lines`` is 0 or 1), each cut to
 :data:`EDGE_MAX_CHARS`, the whole snippet still within ``SNIPPET_MAX_CHARS``; a neighbour is
-added only when the chunk's first (last) message or line matches the most distinct query terms
-of any of its messages or lines, and only when the excerpt of the chunk reaches that edge. The
+added only when the chunk's edge (:func:`edge_runs`: a note's first or last line; a
+transcript's first or last run of one speaker's messages, at most :data:`EDGE_RUN_MAX`) holds
+the message or line that matches the most distinct query terms of any of its messages or lines,
+and only when the excerpt of the chunk reaches that edge. The
 citation's lines grow to the neighbour's only when it is in the snippet. Scores never change.
 
 A neighbour is found in the chunks table (the next or previous chunk of the same path in line
@@ -48,6 +50,32 @@ def units(text: str, source: str) -> list[str]:
         else:
             out.append(p)
     return out
+
+
+EDGE_RUN_MAX = 3
+"""The most messages of one speaker's run at a transcript chunk's edge that count as that edge."""
+
+
+def _speaker(unit: str) -> str:
+    return unit[:unit.find(": ") + 2] if unit.startswith(SPEAKERS) else ""
+
+
+def edge_runs(us: list[str], source: str) -> tuple[int, int]:
+    """How many of a chunk's units (:func:`units`) at its start and at its end are that edge: a
+    note's first and last line; a transcript's first and last run of messages by one speaker
+    (people who text split one thought over several short messages: "found a flat!!", "carver
+    rd", "moving in march"), at most :data:`EDGE_RUN_MAX` each."""
+    if source != "sessions" or not us:
+        return 1, 1
+
+    def run(seq: list[str]) -> int:
+        who = _speaker(seq[0])
+        n = 1
+        while who and n < min(len(seq), EDGE_RUN_MAX) and _speaker(seq[n]) == who:
+            n += 1
+        return n
+
+    return run(us), run(us[::-1])
 
 
 def _carried(prev: list[str], nxt: list[str]) -> int:

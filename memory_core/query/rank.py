@@ -23,7 +23,7 @@ from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
-from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, units
+from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, edge_runs, units
 from memory_core.query.retrieval import Candidates
 from memory_core.sources.sessions import normalize_session_text
 from memory_core.storage import textsearch
@@ -166,8 +166,9 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
         return plain
     joined = joined_messages(h.text) if h.source == "sessions" else h.text
     # a transcript chunk cut inside a message has its rest beside it, not another message
-    want_b = hits[0] == best and not joined.startswith(ELLIPSIS)
-    want_a = hits[-1] == best and not joined.endswith(ELLIPSIS)
+    head, tail = edge_runs(us, h.source)
+    want_b = max(hits[:head]) == best and not joined.startswith(ELLIPSIS)
+    want_a = max(hits[-tail:]) == best and not joined.endswith(ELLIPSIS)
     if not (want_b or want_a):
         return plain
     before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a)
