@@ -131,8 +131,9 @@ class ChunkingSettings(_Model):
 
     tokens: int | None = Field(default=None, ge=8, le=8192)
     overlap: int | None = Field(default=None, ge=0)
-    # transcript chunks also get one vector per exchange (a user message and its replies); a
-    # chunk's vector relevance is its best one (memory_core.storage.vectors, docs/search.md)
+    # transcript chunks also get one vector per exchange (a user message and its replies; one of
+    # more than 4 messages: per overlapping window of 4); a chunk's vector relevance is its best
+    # one (memory_core.sources.sessions.exchange_parts, memory_core.storage.vectors, docs/search.md)
     exchange_vectors: bool = True
 
     @model_validator(mode="after")

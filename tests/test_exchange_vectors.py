@@ -1,5 +1,6 @@
-"""Exchange vectors: a transcript chunk is also embedded one exchange at a time (schema 4), and its
-vector relevance is its best vector's. Real SQLite, the real local model."""
+"""Exchange vectors: a transcript chunk is also embedded one exchange at a time (schema 4), an
+exchange of more than 4 messages as overlapping windows of 4, and its vector relevance is its best
+vector's. Real SQLite, the real local model."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.sources.sessions import exchange_parts
-from memory_core.storage import vectors
+from memory_core.storage import store, vectors
 
 pytest.importorskip("sentence_transformers")
 
@@ -72,6 +73,28 @@ def test_exchange_parts_split_on_user_lines() -> None:
     assert exchange_parts("") == []
 
 
+def test_an_exchange_of_more_than_four_messages_is_embedded_in_windows_of_four() -> None:
+    """A group chat's one User line with many replies (or a burst of short messages) is one
+    exchange: its parts are overlapping windows of 4 messages, 2 apart, the last ending at its
+    last message; a message the chunker cut in pieces (lines without a role label) stays whole."""
+    long_one = ["User: q", "Assistant: r0", "Assistant: r1 first half", "of r1", "Assistant: r2",
+                "Assistant: r3", "Assistant: r4"]
+    text = "\n".join(["User: short", "Assistant: answer", *long_one])
+    assert exchange_parts(text) == [
+        "User: short\nAssistant: answer",
+        "User: q\nAssistant: r0\nAssistant: r1 first half\nof r1\nAssistant: r2",
+        "Assistant: r1 first half\nof r1\nAssistant: r2\nAssistant: r3\nAssistant: r4",
+    ]
+    # one exchange of 7 messages in the whole chunk: 3 windows, every message in one
+    seven = "\n".join(["User: q", *(f"Assistant: r{i}" for i in range(6))])
+    parts = exchange_parts(seven)
+    assert [p.split("\n")[0] for p in parts] == ["User: q", "Assistant: r1", "Assistant: r2"]
+    assert all(len(p.split("\n")) == 4 for p in parts)
+    # up to 4 messages an exchange is what it was
+    four = "\n".join(["User: q", "Assistant: a", "Assistant: b", "Assistant: c"])
+    assert exchange_parts(four) == [] and exchange_parts(four + "\nUser: next") == [four, "User: next"]
+
+
 @pytest.fixture(scope="module")
 def indexes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Settings]:
     root = tmp_path_factory.mktemp("xv")
@@ -127,3 +150,75 @@ def test_removed_transcript_takes_its_parts_along(tmp_path: Path) -> None:
     off = run_index(_settings(ws, chunking={"exchange_vectors": False}))
     assert off.full and "exchange_vectors" in off.full_reason
     assert _count(s, f"SELECT count(*) FROM {vectors.PARTS_TABLE}") == 0
+
+
+GROUP = ["Jorge: the rehearsal room smells of old beer again", "Siobhan: who has the setlist for Friday",
+         "Kate: my manager is off so its quiet for once", "Muhammad: so much traffic on the ring road",
+         "Anneliese: made pretzels, wonky but good", "Jorge: sold my old road bike on Saturday, the buyer paid 180 euros",
+         "Siobhan: practice the outro please", "Kate: cant decide what to watch tonight",
+         "Muhammad: running late sorry", "Anneliese: the tram was packed this morning"]
+
+
+def test_a_group_chats_long_exchange_finds_its_message_through_a_window(tmp_path: Path) -> None:
+    """One User line then ten replies on ten subjects: one exchange, which before had no vector but
+    the chunk's blurred one. Its windows make the bike message findable: the chunk's cosine is the
+    best of its windows', each computed here from the model itself."""
+    import numpy as np
+
+    recs = [{"type": "session", "version": 3, "id": "g", "timestamp": "2026-10-03T18:00:00.000Z"},
+            {"type": "message", "timestamp": "2026-10-03T18:00:00.000Z",
+             "message": {"role": "user", "content": [{"type": "text", "text": "Ben: anyone around tonight?"}]}}]
+    for n, text in enumerate(GROUP, 1):
+        recs.append({"type": "message", "timestamp": f"2026-10-03T18:{n:02d}:00.000Z",
+                     "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}})
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "sessions" / "group.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    on, off = _settings(ws), _settings(tmp_path / "off", chunking={"exchange_vectors": False})
+    (tmp_path / "off").mkdir()
+    (tmp_path / "off" / "sessions").mkdir()
+    (tmp_path / "off" / "sessions" / "group.jsonl").write_text((ws / "sessions" / "group.jsonl").read_text())
+    run_index(on)
+    run_index(off)
+    assert _count(on, "SELECT count(*) FROM chunks") == 1  # the whole chat is one chunk, one exchange
+    with Searcher(on) as a, Searcher(off) as b:
+        (text,) = [r[0] for r in a._current().conn.execute("SELECT text FROM chunks")]
+        msgs = text.split("\n")
+        assert len(msgs) == 11 and msgs[0].startswith("User: Ben")
+        windows = ["\n".join(msgs[i:i + 4]) for i in (0, 2, 4, 6, 7)]
+        assert exchange_parts(text) == windows
+        from memory_core.embeddings.registry import create_provider
+
+        model, _ = create_provider(on)
+        q = np.asarray(model.embed_query(QUERY), dtype=np.float32).reshape(-1)
+        w = np.asarray(model.embed_documents(windows), dtype=np.float32)
+        cos = (w @ q) / (np.linalg.norm(w, axis=1) * np.linalg.norm(q))
+        best = int(np.argmax(cos))
+        assert "road bike" in windows[best]
+        with_parts = a.search(QUERY, mode="vector", min_score=0)[0]
+        without = b.search(QUERY, mode="vector", min_score=0)[0]
+        assert with_parts.vector_score == pytest.approx(float(cos[best]), abs=1e-4)
+        assert with_parts.vector_score > without.vector_score + 0.1
+
+
+def test_an_index_of_exchanges_alone_is_rebuilt_once_with_windows_and_says_why(tmp_path: Path) -> None:
+    """An index built before windows (its meta has no ``exchange_parts``) holds other part vectors
+    than this code makes: the next run rebuilds it in full, says why, and records the version."""
+    ws = _workspace(tmp_path / "ws")
+    s = _settings(ws)
+    run_index(s)
+    conn = store.connect(s.index_file)
+    try:
+        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
+        assert meta["exchange_parts"] == 2
+        del meta["exchange_parts"]
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
+    finally:
+        conn.close()
+    again = run_index(s)
+    assert again.full and "windows of 4" in again.full_reason
+    assert not run_index(s).full  # recorded: the run after is incremental
+    # a notes-only index records nothing for it, so it is never rebuilt for it
+    notes = _settings(ws, sources=["memory"])
+    run_index(notes)
+    assert not run_index(notes).full

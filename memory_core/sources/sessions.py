@@ -73,24 +73,58 @@ _ROLE_LABELS: Final = {"user": "User", "assistant": "Assistant"}
 
 _BOM: Final = "\ufeff"
 USER_PREFIX: Final = _ROLE_LABELS["user"] + ": "
+_LABELS: Final = tuple(label + ": " for label in _ROLE_LABELS.values())
+
+
+WINDOW_MESSAGES: Final = 4
+"""An exchange of more messages than this is embedded as overlapping windows of this many."""
+WINDOW_STEP: Final = 2
+"""Messages between the starts of two windows (so neighbouring windows share 2)."""
+
+
+def chunk_messages(text: str) -> list[str]:
+    """A transcript chunk's messages, as they stand in its text (one a line, each starting with
+    its role label; a message longer than the chunker's width is cut in fixed-width pieces on
+    lines of their own, kept with it here, line breaks and all). A piece before the first label
+    stays its own, partial message."""
+    out: list[list[str]] = []
+    for line in text.split("\n"):
+        if out and not line.startswith(_LABELS):
+            out[-1].append(line)
+        else:
+            out.append([line])
+    return ["\n".join(m) for m in out]
+
+
+def message_windows(messages: list[str], size: int = WINDOW_MESSAGES, step: int = WINDOW_STEP) -> list[str]:
+    """Overlapping windows of ``size`` consecutive ``messages``, ``step`` apart, the last one
+    ending at the last message (so every message is in one); ``[]`` for ``size`` messages or fewer."""
+    if len(messages) <= size:
+        return []
+    starts = list(range(0, len(messages) - size + 1, step))
+    if starts[-1] != len(messages) - size:
+        starts.append(len(messages) - size)
+    return ["\n".join(messages[a:a + size]) for a in starts]
 
 
 def exchange_parts(text: str) -> list[str]:
-    """The exchanges of a transcript chunk's text: each ``User:`` line with the lines after it up
-    to the next one (lines before the first form their own). ``[]`` when the chunk holds at most
-    one exchange: its own vector already is that exchange's.
+    """The parts of a transcript chunk embedded beside it (``chunking.exchange_vectors``;
+    :mod:`memory_core.storage.vectors`): its exchanges, each ``User:`` line with the lines after
+    it up to the next one (lines before the first form their own), and an exchange of more than
+    :data:`WINDOW_MESSAGES` messages as overlapping windows of that many (:func:`message_windows`).
+    ``[]`` when that leaves one part: the chunk's own vector already is it.
 
-    Embedded beside the chunk (``chunking.exchange_vectors``; :mod:`memory_core.storage.vectors`): one
-    vector for a chunk of six exchanges on six topics matches none of them well."""
+    One vector for a chunk of six exchanges on six topics matches none of them well; nor does one
+    for a group chat's single ``User:`` line followed by twenty replies on as many subjects, or a
+    burst of short messages (docs/search.md, "Exchange vectors")."""
+    exchanges: list[list[str]] = []
+    for m in chunk_messages(text):
+        if m.startswith(USER_PREFIX) or not exchanges:
+            exchanges.append([])
+        exchanges[-1].append(m)
     parts: list[str] = []
-    cur: list[str] = []
-    for line in text.split("\n"):
-        if line.startswith(USER_PREFIX) and cur:
-            parts.append("\n".join(cur))
-            cur = []
-        cur.append(line)
-    if cur:
-        parts.append("\n".join(cur))
+    for ex in exchanges:
+        parts.extend(message_windows(ex) or ["\n".join(ex)])
     parts = [p for p in parts if p.strip()]
     return parts if len(parts) > 1 else []
 

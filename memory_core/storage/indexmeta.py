@@ -44,7 +44,13 @@ from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer")
+                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer", "exchange_parts")
+
+EXCHANGE_PARTS_VERSION = 2
+"""What a transcript chunk's exchange vectors are made of (memory_core.sources.sessions.exchange_parts):
+absent (indexes before it), its exchanges; 2, its exchanges, one of more than 4 messages as
+overlapping windows of 4. Recorded only where it applies (sessions indexed, exchange vectors on),
+so a notes-only index is not rebuilt for it."""
 
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
@@ -87,6 +93,8 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "chunk_tokens": tokens,
         "chunk_overlap": overlap,
         "exchange_vectors": settings.chunking.exchange_vectors,
+        "exchange_parts": EXCHANGE_PARTS_VERSION if settings.chunking.exchange_vectors and "sessions" in settings.sources
+        else None,
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
         "redact": settings.redact,
@@ -120,6 +128,9 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
             origin = origins.get(setting or "", "")
             if key == "provider_key":
                 msg = "provider settings changed (base URL, dimensions or headers)"
+            elif key == "exchange_parts":
+                msg = ("transcript exchange vectors changed: exchanges of more than 4 messages are now embedded"
+                       " as windows of 4")
             else:
                 msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
             return msg + (f" by {origin}" if origin and origin != "the index" else "")

@@ -11,7 +11,8 @@ Layout (schema 3)::
     chunk_parts_bits                        -- the parts' codes, laid out as chunks_bits
 
 Parts are extra vectors of one chunk (a transcript chunk's exchanges: a user message and its
-replies, :func:`memory_core.index.chunking.exchange_parts`): a chunk's vector relevance is the best
+replies, one of more than 4 messages as overlapping windows of 4,
+:func:`memory_core.sources.sessions.exchange_parts`): a chunk's vector relevance is the best
 cosine of its own vector and its parts'. A transcript chunk holds several exchanges on unrelated
 topics, and its one vector is a blur of them; the planted fact of a conversation ("I sold the old
 bike for 180") scored cosine 0.08 against "how much did I get for the bicycle I sold" as a chunk
