@@ -170,7 +170,7 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "chunks from new/changed files": summary.chunks_indexed,
         "chunks embedded": summary.chunks_embedded,
         "chunks from cache": summary.chunks_from_cache,
-        "transcript exchange vectors embedded / from cache": (
+        "part vectors (transcript exchanges, note windows) embedded / from cache": (
             f"{summary.exchanges_embedded} / {summary.exchanges_from_cache}"
             if summary.exchanges_embedded or summary.exchanges_from_cache else NONE),
         "embedding requests (sync)": summary.embed_requests,
@@ -182,9 +182,8 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
                                  " the next run re-attaches to them") if b and b.stopped and b.jobs_pending else NONE,
         "batch job states": batch_states(b),
         "chunks via batch / via sync": f"{b.chunks_via_batch} / {b.chunks_via_sync}" if b else NONE,
-        "transcript exchange vectors via batch / via sync": (f"{b.exchanges_via_batch} / {b.exchanges_via_sync}"
-                                                             if b and (b.exchanges_via_batch or b.exchanges_via_sync)
-                                                             else NONE),
+        "part vectors via batch / via sync": (f"{b.exchanges_via_batch} / {b.exchanges_via_sync}"
+                                              if b and (b.exchanges_via_batch or b.exchanges_via_sync) else NONE),
         "batch mode switched off": (b.disabled_reason or "yes") if b and b.disabled else NONE,
         "tokens sent (sync)": summary.tokens_sync,
         "tokens sent (batch)": summary.tokens_batch,
@@ -236,7 +235,7 @@ def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = N
                 lines.append(f"- batch jobs: {b.jobs_submitted} submitted ({b.requests_submitted} requests,"
                              f" {b.tokens_submitted} tokens), {b.jobs_reattached} re-attached,"
                              f" {b.jobs_collected} collected ({b.chunks_via_batch} chunks"
-                             + (f", {b.exchanges_via_batch} transcript exchange vectors" if b.exchanges_via_batch
+                             + (f", {b.exchanges_via_batch} part vectors" if b.exchanges_via_batch
                                 else "") + ")")
                 if b.stopped and b.jobs_pending:
                     ids = ", ".join(str(i) for i in b.pending_job_ids if i)

@@ -135,6 +135,11 @@ class ChunkingSettings(_Model):
     # more than 4 messages: per overlapping window of 4); a chunk's vector relevance is its best
     # one (memory_core.sources.sessions.exchange_parts, memory_core.storage.vectors, docs/search.md)
     exchange_vectors: bool = True
+    # a note's chunk also gets one vector per overlapping window of 4 of its lines (not for a
+    # chunk of 4 lines or fewer, nor one that is mostly code; memory_core.index.chunking.note_windows).
+    # None: on with a model on this machine (the local model: 200-token chunks, nothing billed), off with a hosted
+    # provider (its 400-token chunks hold ~30 lines: ~14 more inputs billed a chunk)
+    note_windows: bool | None = None
 
     @model_validator(mode="after")
     def _overlap_below_tokens(self) -> ChunkingSettings:

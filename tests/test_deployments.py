@@ -305,7 +305,7 @@ def test_worker_runs_and_two_runs_never_write_one_index_at_once(stack: Stack) ->
     fig = table_figures(artifact_of(ra.id, "table"))
     assert fig["files scanned"] == fig["files new"] == n_files and fig["files removed"] == 0
     # transcripts' exchange vectors are counted apart from the chunks (issue 39)
-    exchanges = int(str(fig["transcript exchange vectors embedded / from cache"]).split(" / ")[0])
+    exchanges = int(str(fig["part vectors (transcript exchanges, note windows) embedded / from cache"]).split(" / ")[0])
     assert fig["chunks embedded"] + exchanges == stack.fake.embedded_inputs and fig["chunks embedded"] > 20
     assert fig["chunks from cache"] == 0
     assert fig["embedding requests (sync)"] == stack.fake.embed_requests and fig["embedding ran on"] == "Prefect tasks on threads (1 worker)"

@@ -292,7 +292,7 @@ def test_backfill_through_the_batch_api(prefect_api: Any, workspace: Path, tmp_p
     assert fig["chunks via batch / via sync"] == f"{summary['chunks_embedded']} / 0"
     # issue 39: the jobs' transcript exchange vectors apart from their chunks
     assert summary["exchanges_embedded"] > 0 and summary["batch"]["exchanges_via_batch"] == summary["exchanges_embedded"]
-    assert fig["transcript exchange vectors via batch / via sync"] == f"{summary['exchanges_embedded']} / 0"
+    assert fig["part vectors via batch / via sync"] == f"{summary['exchanges_embedded']} / 0"
     assert summary["chunks_embedded"] <= summary["chunks_total"]
     assert fig["tokens sent (batch)"] == summary["tokens_sent"] > 0 and fig["tokens sent (sync)"] == 0
     assert fig["saving vs all-sync (USD)"] == pytest.approx(fig["estimated cost (USD)"], abs=1e-6)  # 50% off

@@ -185,7 +185,7 @@ def test_transcript_exchange_vectors_are_counted_apart_from_chunks(tmp_path: Pat
         assert first.exchanges_embedded > 0, first.lines()
         assert first.chunks_embedded <= first.chunks_total, first.lines()  # a first build: no chunk twice
         assert first.chunks_embedded + first.exchanges_embedded == billed
-        assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
+        assert any(line.startswith("part vectors (transcript exchanges, note windows): ") for line in first.lines())
         again = run_index(s, full=True)  # everything from the cache
         assert again.chunks_embedded == 0 and again.chunks_from_cache <= again.chunks_total
         assert again.exchanges_from_cache == first.exchanges_embedded and again.exchanges_embedded == 0
@@ -213,7 +213,7 @@ def test_batch_mode_counts_exchange_vectors_apart_from_chunks(tmp_path: Path, pr
         assert first.chunks_embedded + first.exchanges_embedded == billed, first.lines()
         assert first.batch is not None and first.batch.chunks_via_batch == first.chunks_embedded, first.batch
         assert first.batch.exchanges_via_batch == first.exchanges_embedded
-        assert any(line.startswith("transcript exchange vectors: ") for line in first.lines())
+        assert any(line.startswith("part vectors (transcript exchanges, note windows): ") for line in first.lines())
         jobs = [p for p in seen if p.phase == "batch jobs"]
         assert jobs and max(p.chunks for p in jobs) == first.chunks_embedded, [(p.ready, p.chunks) for p in jobs]
         assert max(p.embedded for p in jobs) == first.chunks_embedded

@@ -26,6 +26,7 @@ from itertools import accumulate
 
 # the chunk defaults are the providers' facts (embeddings.base); imported here, where they are applied
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS
+from memory_core.sources.sessions import message_windows
 
 
 def max_chunk_chars(tokens: int) -> int:
@@ -203,3 +204,32 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
         off = c.start_line - 1
         out.extend(Chunk(p.start_line + off, p.end_line + off, p.text, p.hash) for p in parts)
     return out
+
+
+def _code_lines(lines: Sequence[str]) -> int:
+    """How many of a note's non-empty ``lines`` are code: a fence (```, ~~~) and what it holds, and
+    Markdown's indented code (4 spaces or a tab)."""
+    fence = False
+    code = 0
+    for line in lines:
+        marker = line.lstrip().startswith(("```", "~~~"))
+        if marker or fence or line.startswith(("    ", "\t")):
+            code += 1
+        if marker:
+            fence = not fence
+    return code
+
+
+def note_windows(text: str) -> list[str]:
+    """The parts of a note's chunk embedded beside it (``chunking.note_windows``;
+    :mod:`memory_core.storage.vectors`): its non-empty lines in overlapping windows of 4, 2 apart
+    (:func:`memory_core.sources.sessions.message_windows`); ``[]`` for 4 lines or fewer (the chunk's
+    own vector is that window) and for a chunk that is mostly code (half its lines or more in a
+    fence or indented), whose lines are not read one thought at a time.
+
+    A daily note is a list of unrelated lines ("- 08:52 Dana wants the open list", "- oat milk
+    x2", a chat written down line by line): one vector for twenty of them matches none well."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    if _code_lines(lines) * 2 >= len(lines):
+        return []
+    return message_windows(lines)

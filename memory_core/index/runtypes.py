@@ -411,8 +411,9 @@ class RunSummary:
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
         if s.exchanges_embedded or s.exchanges_from_cache:
-            out.append(f"transcript exchange vectors: {s.exchanges_embedded} embedded, {s.exchanges_from_cache}"
-                       " from cache (beside the chunks: chunking.exchange_vectors)")
+            out.append(f"part vectors (transcript exchanges, note windows): {s.exchanges_embedded} embedded,"
+                       f" {s.exchanges_from_cache} from cache (beside the chunks: chunking.exchange_vectors,"
+                       " chunking.note_windows)")
         if s.chunks_over_window:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")
@@ -444,7 +445,7 @@ def _batch_line(b: BatchFigures) -> str:
     line = (f"batch: {b.mode}; jobs {b.jobs_submitted} submitted{sent}, {b.jobs_reattached} re-attached,"
             f" {b.jobs_collected} collected, {b.jobs_failed} failed, {b.jobs_timed_out} timed out,"
             f" {b.jobs_pending} pending; chunks {b.chunks_via_batch} via batch, {b.chunks_via_sync} via sync"
-            + (f"; transcript exchange vectors {b.exchanges_via_batch} via batch, {b.exchanges_via_sync} via sync"
+            + (f"; part vectors {b.exchanges_via_batch} via batch, {b.exchanges_via_sync} via sync"
                if b.exchanges_via_batch or b.exchanges_via_sync else "")
             + f" ({b.lines_failed} failed lines re-sent)")
     if b.disabled:

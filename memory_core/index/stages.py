@@ -60,7 +60,13 @@ from memory_core.sources.discovery import (
     scan_against,
 )
 from memory_core.storage.cache import EmbeddingCache, LiveVectors
-from memory_core.storage.indexmeta import IndexRecord, build_meta, chunk_params, rebuild_reason
+from memory_core.storage.indexmeta import (
+    IndexRecord,
+    build_meta,
+    chunk_params,
+    note_windows_on,
+    rebuild_reason,
+)
 from memory_core.storage.store import (
     LiveFile,
     make_private_dir,
@@ -368,14 +374,22 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
     return FileChunks(kept, row, over)
 
 
-def chunk_parts(source: str, settings: Settings, text: str) -> list[tuple[str, str]]:
+def chunk_parts(source: str, settings: Settings, text: str, provider: EmbeddingProvider) -> list[tuple[str, str]]:
     """(hash, text) of the extra vectors a chunk gets: a transcript chunk's exchanges when
-    ``chunking.exchange_vectors`` is on (:func:`memory_core.sources.sessions.exchange_parts`), else none."""
-    if source != "sessions" or not settings.chunking.exchange_vectors:
-        return []
-    from memory_core.sources.sessions import exchange_parts
+    ``chunking.exchange_vectors`` is on (:func:`memory_core.sources.sessions.exchange_parts`), a
+    note chunk's windows of lines when :func:`~memory_core.storage.indexmeta.note_windows_on`
+    (:func:`memory_core.index.chunking.note_windows`), else none."""
+    if source == "sessions":
+        if not settings.chunking.exchange_vectors:
+            return []
+        from memory_core.sources.sessions import exchange_parts
 
-    return [(sha256_hex(t), t) for t in exchange_parts(text)]
+        return [(sha256_hex(t), t) for t in exchange_parts(text)]
+    if not note_windows_on(settings, provider):
+        return []
+    from memory_core.index.chunking import note_windows
+
+    return [(sha256_hex(t), t) for t in note_windows(text)]
 
 
 def _may_exceed_window(provider: EmbeddingProvider, tokens: int, overlap: int) -> bool:
@@ -442,7 +456,7 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
             for c in (fc.chunks if fc else []):
                 if seen.get(c.hash):
                     late.add(c.hash)
-                for i, (h, t) in enumerate([(c.hash, c.text), *chunk_parts(f.source, settings, c.text)]):
+                for i, (h, t) in enumerate([(c.hash, c.text), *chunk_parts(f.source, settings, c.text, provider)]):
                     if h not in seen:
                         seen[h] = i > 0
                         todo.append((h, t, i > 0))

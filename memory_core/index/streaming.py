@@ -425,7 +425,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                 for c in fc.chunks:
                     st.add_row([chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path, f.source,
                                 c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text,
-                               chunk_parts(f.source, settings, c.text))
+                               chunk_parts(f.source, settings, c.text, provider))
                 total += len(fc.chunks)
                 files[f.path] = fc.file_row
                 if fc.over_window:

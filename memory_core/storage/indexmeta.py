@@ -44,7 +44,8 @@ from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer", "exchange_parts")
+                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer", "exchange_parts",
+                "note_windows")
 
 EXCHANGE_PARTS_VERSION = 2
 """What a transcript chunk's exchange vectors are made of (memory_core.sources.sessions.exchange_parts):
@@ -52,9 +53,14 @@ absent (indexes before it), its exchanges; 2, its exchanges, one of more than 4 
 overlapping windows of 4. Recorded only where it applies (sessions indexed, exchange vectors on),
 so a notes-only index is not rebuilt for it."""
 
+NOTE_WINDOWS_VERSION = 1
+"""What a note chunk's extra vectors are (memory_core.index.chunking.note_windows): absent (indexes
+before it, or turned off), none; 1, its lines in overlapping windows of 4. Recorded only where
+notes are indexed with ``chunking.note_windows`` on."""
+
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
-               "chunk_overlap": "chunking.overlap", "exchange_vectors": "chunking.exchange_vectors", "sources": "sources", "extra_paths": "extra_paths",
+               "chunk_overlap": "chunking.overlap", "exchange_vectors": "chunking.exchange_vectors", "note_windows": "chunking.note_windows", "sources": "sources", "extra_paths": "extra_paths",
                "redact": "redact"}
 
 
@@ -64,6 +70,14 @@ def chunk_params(settings: Settings, provider: EmbeddingProvider) -> tuple[int, 
     overlap = settings.chunking.overlap if settings.chunking.overlap is not None else provider.default_chunk_overlap
     overlap = max(0, min(overlap, tokens - 1))
     return tokens, overlap
+
+
+def note_windows_on(settings: Settings, provider: EmbeddingProvider) -> bool:
+    """Whether a run embeds note chunks' line windows: ``chunking.note_windows``, else (unset) with
+    a model that embeds on this machine (the local model: nothing billed, short chunks) only; a
+    hosted provider's 400-token chunks would bill about 14 more inputs each."""
+    on = settings.chunking.note_windows
+    return bool(provider.on_machine and provider.has_vectors) if on is None else on
 
 
 def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, object]:
@@ -94,6 +108,8 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "chunk_overlap": overlap,
         "exchange_vectors": settings.chunking.exchange_vectors,
         "exchange_parts": EXCHANGE_PARTS_VERSION if settings.chunking.exchange_vectors and "sessions" in settings.sources
+        else None,
+        "note_windows": NOTE_WINDOWS_VERSION if note_windows_on(settings, provider) and "memory" in settings.sources
         else None,
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
@@ -128,9 +144,12 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
             origin = origins.get(setting or "", "")
             if key == "provider_key":
                 msg = "provider settings changed (base URL, dimensions or headers)"
-            elif key == "exchange_parts":
+            elif key == "exchange_parts" and new.get(key) is not None:
                 msg = ("transcript exchange vectors changed: exchanges of more than 4 messages are now embedded"
                        " as windows of 4")
+            elif key == "note_windows":
+                msg = ("note windows turned on: a note chunk's lines are now also embedded in windows of 4"
+                       if new.get(key) is not None else "note windows turned off")
             else:
                 msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
             return msg + (f" by {origin}" if origin and origin != "the index" else "")
