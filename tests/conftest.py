@@ -121,3 +121,33 @@ def index_content(index: Path, probes: Sequence[str]) -> dict[str, Any]:
 
 def _has_table(conn: Any, table: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
+
+
+def model_cosines(settings: Settings, query: str, texts: Sequence[str]) -> Any:
+    """The cosine of each of ``texts`` to ``query`` by the settings' embedding provider, computed
+    here from the model itself (what a part vector's cosine must be)."""
+    import numpy as np
+
+    from memory_core.embeddings.registry import create_provider
+
+    model, _ = create_provider(settings)
+    q = np.asarray(model.embed_query(query), dtype=np.float32).reshape(-1)
+    w = np.asarray(model.embed_documents(list(texts)), dtype=np.float32)
+    return (w @ q) / (np.linalg.norm(w, axis=1) * np.linalg.norm(q))
+
+
+def forget_meta_key(index: Path, key: str) -> Any:
+    """Remove ``key`` from an index's meta record, as an index built before that key existed;
+    returns the value it had."""
+    import json
+
+    from memory_core.storage import store
+
+    conn = store.connect(index)
+    try:
+        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
+        value = meta.pop(key)
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
+    finally:
+        conn.close()
+    return value

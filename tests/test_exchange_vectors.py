@@ -14,7 +14,8 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 from memory_core.sources.sessions import exchange_parts
-from memory_core.storage import store, vectors
+from memory_core.storage import vectors
+from tests.conftest import forget_meta_key, model_cosines
 
 pytest.importorskip("sentence_transformers")
 
@@ -187,12 +188,7 @@ def test_a_group_chats_long_exchange_finds_its_message_through_a_window(tmp_path
         assert len(msgs) == 11 and msgs[0].startswith("User: Ben")
         windows = ["\n".join(msgs[i:i + 4]) for i in (0, 2, 4, 6, 7)]
         assert exchange_parts(text) == windows
-        from memory_core.embeddings.registry import create_provider
-
-        model, _ = create_provider(on)
-        q = np.asarray(model.embed_query(QUERY), dtype=np.float32).reshape(-1)
-        w = np.asarray(model.embed_documents(windows), dtype=np.float32)
-        cos = (w @ q) / (np.linalg.norm(w, axis=1) * np.linalg.norm(q))
+        cos = model_cosines(on, QUERY, windows)
         best = int(np.argmax(cos))
         assert "road bike" in windows[best]
         with_parts = a.search(QUERY, mode="vector", min_score=0)[0]
@@ -207,14 +203,7 @@ def test_an_index_of_exchanges_alone_is_rebuilt_once_with_windows_and_says_why(t
     ws = _workspace(tmp_path / "ws")
     s = _settings(ws)
     run_index(s)
-    conn = store.connect(s.index_file)
-    try:
-        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
-        assert meta["exchange_parts"] == 2
-        del meta["exchange_parts"]
-        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
-    finally:
-        conn.close()
+    assert forget_meta_key(s.index_file, "exchange_parts") == 2
     again = run_index(s)
     assert again.full and "windows of 4" in again.full_reason
     assert not run_index(s).full  # recorded: the run after is incremental

@@ -3,7 +3,6 @@ vector relevance is its best vector's (``chunking.note_windows``). Real SQLite, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import apsw
@@ -14,7 +13,8 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.chunking import note_windows
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.storage import store, vectors
+from memory_core.storage import vectors
+from tests.conftest import forget_meta_key, model_cosines
 
 pytest.importorskip("sentence_transformers")
 
@@ -74,12 +74,7 @@ def test_a_journal_line_is_found_through_its_window(tmp_path: Path) -> None:
     starts += [len(lines) - 4] if starts[-1] != len(lines) - 4 else []
     windows = ["\n".join(lines[a:a + 4]) for a in starts]
     assert note_windows(text) == windows and n_parts == sum(len(note_windows(t)) for t in texts)
-    from memory_core.embeddings.registry import create_provider
-
-    model, _ = create_provider(on)
-    q = np.asarray(model.embed_query(QUERY), dtype=np.float32).reshape(-1)
-    w = np.asarray(model.embed_documents(windows), dtype=np.float32)
-    cos = (w @ q) / (np.linalg.norm(w, axis=1) * np.linalg.norm(q))
+    cos = model_cosines(on, QUERY, windows)
     best = int(np.argmax(cos))
     assert "road bike" in windows[best]
     with Searcher(on) as a, Searcher(off) as b:
@@ -96,14 +91,7 @@ def test_an_index_without_note_windows_is_rebuilt_once_and_says_why(tmp_path: Pa
     ws = _workspace(tmp_path / "ws")
     s = _settings(ws)
     run_index(s)
-    conn = store.connect(s.index_file)
-    try:
-        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
-        assert meta["note_windows"] == 1
-        del meta["note_windows"]  # as an index built before note windows
-        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
-    finally:
-        conn.close()
+    assert forget_meta_key(s.index_file, "note_windows") == 1  # as an index built before note windows
     again = run_index(s)
     assert again.full and "note windows turned on" in again.full_reason
     assert not run_index(s).full
