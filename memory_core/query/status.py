@@ -89,7 +89,8 @@ def vector_scan_status(meta: dict[str, Any] | None) -> dict[str, Any] | None:
 SIZE_LINES = {
     "vectors_float32": "chunks.embedding: each chunk's vector once, for exact cosines; the record of the vectors"
                        " the index holds (the cache does not keep a second copy)",
-    "exchange_parts_float32": "chunk_parts: transcript chunks' exchange vectors (chunking.exchange_vectors)",
+    "exchange_parts_float32": "chunk_parts: part vectors, transcript chunks' exchanges (chunking.exchange_vectors)"
+                              " and note chunks' line windows (chunking.note_windows)",
     "sign_bits": "chunks_bits, chunk_parts_bits: one bit a dimension, scanned by every vector query",
     "text": "chunks' text and row fields (id, path, lines) and their pages' free space",
     "fts": "chunks_fts: the FTS5 keyword index and each row's length (contentless: no copy of the text)",
