@@ -178,7 +178,7 @@ class BatchFigures:
     requests_submitted: int = 0
     tokens_submitted: int = 0
     stopped: bool = False
-    # transcript exchange vectors (chunking.exchange_vectors), counted apart from the chunks above
+    # part vectors (transcript exchanges, note windows; the keys predate windows), counted apart from the chunks above
     # (after the earlier keys: the JSON keeps their order)
     exchanges_via_batch: int = 0
     exchanges_via_sync: int = 0

@@ -21,8 +21,8 @@ from memory_core.sources.discovery import FileEntry
 
 T = TypeVar("T")
 
-# ``exchange``: the text is a transcript exchange's (chunking.exchange_vectors) when it was first
-# met, not a chunk's own (MissResult.part_chunks lists those a chunk had as its own after all)
+# ``exchange``: the text is a part vector's (a transcript exchange, chunking.exchange_vectors, or a
+# note's window of lines, chunking.note_windows; the name predates windows) when it was first met, not a chunk's own (MissResult.part_chunks lists those a chunk had as its own after all)
 MISS_SCHEMA = pa.schema([("hash", pa.string()), ("text", pa.large_string()), ("tokens", pa.int32()),
                          ("exchange", pa.bool_())])
 
@@ -187,8 +187,8 @@ class EmbedCounts:
     requests: int = 0
     embedded: int = 0  # chunks
     tokens: int = 0
-    # transcript exchange vectors (chunking.exchange_vectors): embedded, and read from the cache;
-    # counted apart from the chunks (a summary said "198 total ... 237 embedded")
+    # part vectors (transcript exchanges, note windows; "exchanges" predates windows): embedded, and
+    # read from the cache; counted apart from the chunks (a summary said "198 total ... 237 embedded")
     exchanges: int = 0
     exchanges_cached: int = 0
 
@@ -287,7 +287,8 @@ class RunSummary:
     chunks_indexed: int = 0
     chunks_embedded: int = 0
     chunks_from_cache: int = 0
-    # transcript exchange vectors (chunking.exchange_vectors), apart from the chunks
+    # part vectors (transcript exchanges, note windows), apart from the chunks; the JSON keys keep
+    # the name they had before note windows
     exchanges_embedded: int = 0
     exchanges_from_cache: int = 0
     # chunks longer than the model's input window (embedded from their head), whole index

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memory_core.sources.sessions import LABEL_PREFIXES as SPEAKERS
+from memory_core.sources.sessions import chunk_messages
+
 EDGE_MAX_CHARS = 300
 """The most characters of one neighbouring message or line added to a snippet."""
-
-SPEAKERS = ("User: ", "Assistant: ")
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,9 @@ Neighbours = Callable[[str, str, int, int, str, bool, bool], tuple[Neighbour | N
 def units(text: str, source: str) -> list[str]:
     """A chunk's messages (transcript: the chunker's fixed-width cuts of a long message joined
     again; a piece before the first speaker stays its own, partial unit) or lines (note)."""
-    parts = text.split("\n")
     if source != "sessions":
-        return parts
-    out: list[str] = []
-    for p in parts:
-        if out and not p.startswith(SPEAKERS):
-            out[-1] += p
-        else:
-            out.append(p)
-    return out
+        return text.split("\n")
+    return [m.replace("\n", "") for m in chunk_messages(text)]
 
 
 EDGE_RUN_MAX = 3

@@ -25,7 +25,7 @@ from memory_core.query.answers import cut_at_word
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
 from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, edge_runs, units
 from memory_core.query.retrieval import Candidates
-from memory_core.sources.sessions import normalize_session_text
+from memory_core.sources.sessions import LABEL_PREFIXES, normalize_session_text
 from memory_core.storage import textsearch
 
 ELLIPSIS = "…"
@@ -73,20 +73,17 @@ AGENT_RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source
 _MESSAGE_CUT = re.compile(r"\n(?!(?:User|Assistant): )")
 
 
-_SPEAKER = ("User: ", "Assistant: ")
-
-
 def joined_messages(text: str) -> str:
     """A transcript chunk's text with each message whole on its line: the chunker's fixed-width
     cuts of a long message are joined again (they fell inside words), and a chunk that starts
     or ends inside a message (at such a cut) starts or ends with ``…`` at a word boundary instead
     of half a word."""
     text = _MESSAGE_CUT.sub("", text)
-    if text and not text.startswith(_SPEAKER):  # begins inside a message
+    if text and not text.startswith(LABEL_PREFIXES):  # begins inside a message
         head, sep, rest = text.partition(" ")
         text = ELLIPSIS + (rest if sep and rest else head)
     last = text.rsplit("\n", 1)[-1]
-    if last and not last.startswith(_SPEAKER) and last[-1].isalnum():  # ends inside a message, maybe mid-word
+    if last and not last.startswith(LABEL_PREFIXES) and last[-1].isalnum():  # ends inside a message, maybe mid-word
         body, sep, _ = text.rpartition(" ")
         if sep and body:
             text = body + " " + ELLIPSIS
@@ -120,7 +117,7 @@ def _still_says(joined: str, shown: list[str]) -> bool:
     and last maybe partial, marked by ``…``) is one of ``shown`` with its whitespace collapsed."""
     flat = {normalize_session_text(m) for m in shown}
     lines = joined.split("\n")
-    whole = [ln for ln in lines if ln.startswith(_SPEAKER) and not ln.endswith(ELLIPSIS)]
+    whole = [ln for ln in lines if ln.startswith(LABEL_PREFIXES) and not ln.endswith(ELLIPSIS)]
     return bool(whole) and all(ln in flat for ln in whole)
 
 

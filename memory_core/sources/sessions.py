@@ -73,7 +73,8 @@ _ROLE_LABELS: Final = {"user": "User", "assistant": "Assistant"}
 
 _BOM: Final = "\ufeff"
 USER_PREFIX: Final = _ROLE_LABELS["user"] + ": "
-_LABELS: Final = tuple(label + ": " for label in _ROLE_LABELS.values())
+LABEL_PREFIXES: Final = tuple(label + ": " for label in _ROLE_LABELS.values())
+"""What each message line of a transcript's indexed text starts with ("User: ", "Assistant: ")."""
 
 
 WINDOW_MESSAGES: Final = 4
@@ -89,7 +90,7 @@ def chunk_messages(text: str) -> list[str]:
     stays its own, partial message."""
     out: list[list[str]] = []
     for line in text.split("\n"):
-        if out and not line.startswith(_LABELS):
+        if out and not line.startswith(LABEL_PREFIXES):
             out[-1].append(line)
         else:
             out.append([line])
