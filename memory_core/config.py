@@ -209,7 +209,9 @@ class QuerySettings(_Model):
     # a result whose best-matching message (transcript) or line (note) is its chunk's last (first)
     # also shows the one after (before) it, read from the index: at most one each side, each at most
     # EDGE_MAX_CHARS (memory_core/query/edges.py), the snippet still within SNIPPET_MAX_CHARS; the
-    # citation's lines grow only when it is shown; scores do not change. 0 turns it off.
+    # citation's lines grow only when it is shown; scores do not change. A transcript question no one
+    # has answered by the chunk's end reaches its answer past it, through holds ("hang on"): at most
+    # EDGE_THROUGH_MAX messages. 0 turns it off.
     edge_lines: int = Field(default=1, ge=0, le=1)
     # hybrid results: each further chunk of a file (a session, a note) is placed as if it scored
     # this much less per chunk of that file before it (ranking.diversify_files), so a question

@@ -181,3 +181,80 @@ def test_a_match_before_another_speakers_reply_is_not_at_the_edge(runs: Path) ->
         top = s.search("Where did Jorge get an allotment plot?")[0]
         assert (top.path, top.start_line, top.end_line) == ("sessions/plot.jsonl", 5, 7)
         assert "40 quid" not in top.snippet
+
+
+ASKED = "Kate: which platform does the Brighton train go from on Saturday morning"
+HELD = ["Ben: hang on", "Ben: scrolling up"]
+TOLD = "Ben: platform 9b, the one at the far end past the coffee kiosk"
+YES_NO = "Kate: are we still on for the Brighton train on Saturday morning"
+
+
+@pytest.fixture(scope="module")
+def asked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A question whose answer comes a few messages on, past its chunk's end (train.jsonl): Kate
+    asks, Ben holds it ("hang on"), Kate talks on, the chunk ends; then Ben "scrolling up" and the
+    answer. The same with a yes-or-no question (yesno.jsonl), and with the answer inside the
+    chunk (told.jsonl)."""
+    ws = tmp_path_factory.mktemp("asked") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    head = [("user", _pad(FILLER[0])), ("assistant", _pad(FILLER[1])), ("user", _pad(FILLER[2]))]
+    side = [("assistant", "Kate: " + _pad(FILLER[3], 175)), ("assistant", "Kate: " + _pad(FILLER[4], 175))]
+    tail = [("user", _pad(FILLER[5])), ("assistant", _pad(FILLER[6]))]
+    for name, question, then in (("train", ASKED, [("user", HELD[1]), ("user", TOLD)]),
+                                 ("yesno", YES_NO, [("user", HELD[1]), ("user", TOLD)])):
+        (ws / "sessions" / f"{name}.jsonl").write_text(_roles_transcript(
+            [*head, ("assistant", _pad(question, 170)), ("user", HELD[0]), *side, *then, *tail]))
+    (ws / "sessions" / "told.jsonl").write_text(_roles_transcript(
+        [*head, ("assistant", _pad(ASKED, 170)), ("user", TOLD), *side, ("user", HELD[1]), *tail]))
+    run_index(_settings(ws))
+    return ws
+
+
+def test_an_open_questions_answer_past_the_chunk_is_shown_and_cited(asked: Path) -> None:
+    """The question is the chunk's best match, inside it (not at its edge), and nobody has answered
+    it by the chunk's end (Ben only held it: "hang on"): the answer is past the edge, after another
+    hold, and is shown and cited with it. The edge rule alone (the speaker's last run) missed it."""
+    q = "Which platform does the Brighton train leave from?"
+    with Searcher(_settings(asked)) as s:
+        start, end, text = _chunk_of(s, "sessions/train.jsonl", "which platform")
+        n_start, _, n_text = _chunk_of(s, "sessions/train.jsonl", "platform 9b")
+        # the setup: the question opens its chunk, Ben's "hang on" and Kate's side talk end it, the next
+        # chunk opens with Ben's second hold and then the answer
+        assert (start, end) == (5, 8) and text.split("\n")[1] == "User: " + HELD[0]
+        assert n_start == end + 1 and n_text.split("\n")[:2] == ["User: " + HELD[1], "User: " + TOLD]
+        top = next(h for h in s.search(q) if h.path == "sessions/train.jsonl")
+        assert (top.start_line, top.end_line) == (5, 10)
+        assert top.citation == "sessions/train.jsonl#L5-L10"
+        assert top.snippet.endswith("User: " + HELD[1] + "\nUser: " + TOLD) and len(top.snippet) <= SNIPPET_MAX_CHARS
+    with Searcher(_settings(asked, edge_lines=0)) as s:
+        off = next(h for h in s.search(q) if h.path == "sessions/train.jsonl")
+        assert (off.start_line, off.end_line) == (5, 8) and "9b" not in off.snippet and off.score == top.score
+
+
+def test_a_yes_or_no_question_or_an_answered_one_is_not_extended(asked: Path) -> None:
+    """A yes-or-no question is answered by a word ("sure"), so a short reply does not leave it open;
+    a question answered inside its chunk has nothing to wait for: neither result reaches past its
+    chunk's end."""
+    with Searcher(_settings(asked)) as s:
+        yes_no = next(h for h in s.search("Are we still on for the Brighton train on Saturday?")
+                      if h.path == "sessions/yesno.jsonl")
+        assert yes_no.end_line == 8 and "9b" not in yes_no.snippet
+        told = next(h for h in s.search("Which platform does the Brighton train leave from?")
+                    if h.path == "sessions/told.jsonl")
+        _, end, text = _chunk_of(s, "sessions/told.jsonl", "which platform")
+        assert "User: " + TOLD in text.split("\n") and told.end_line == end == 7
+
+
+def test_what_asks_and_what_holds() -> None:
+    from memory_core.query.edges import asks, holds, open_question
+
+    assert asks("Assistant: Kate: which platform does the Brighton train go from")
+    assert asks("User: Ben: btw what time is ur train") and asks("User: u know where it is?")
+    assert not asks("User: Ben: hiking tmrw?") and not asks("Assistant: Kate: the tram was packed")
+    assert holds("User: Ben: hang on") and holds("User: lemme check")
+    assert not holds("User: Ben: 9b") and not holds("User: Ben: the one at the far end")
+    chunk = ["Assistant: Kate: which platform does the Brighton train go from", "User: Ben: hang on",
+             "Assistant: Kate: the tram was packed"]
+    assert open_question(chunk, 0, "sessions") and not open_question(chunk, 0, "memory")
+    assert not open_question([*chunk, "User: Ben: 9b at the far end"], 0, "sessions")
+    assert not open_question(chunk, 2, "sessions")

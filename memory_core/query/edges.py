@@ -6,7 +6,11 @@ The budget: at most one neighbour each side (``edge_lines`` is 0 or 1), each cut
 added only when the chunk's edge (:func:`edge_runs`: a note's first or last line; a
 transcript's first or last run of one speaker's messages, at most :data:`EDGE_RUN_MAX`) holds
 the message or line that matches the most distinct query terms of any of its messages or lines,
-and only when the excerpt of the chunk reaches that edge. The
+and only when the excerpt of the chunk reaches that edge. A transcript chunk whose best match
+is a question still open at its end (:func:`open_question`: asked, and only held by the others,
+"hang on") also gets the neighbour after, wherever the question sits; that neighbour reaches
+through holds and the asker's own messages to the first answer, at most
+:data:`EDGE_THROUGH_MAX` messages (:func:`_through`), within the same characters. The
 citation's lines grow to the neighbour's only when it is in the snippet. Scores never change.
 
 A neighbour is found in the chunks table (the next or previous chunk of the same path in line
@@ -17,6 +21,7 @@ other records, and the neighbour is neither the chunk's first nor last message),
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +39,10 @@ class Neighbour:
     text: str
 
 
-Neighbours = Callable[[str, str, int, int, str, bool, bool], tuple[Neighbour | None, Neighbour | None]]
-"""``(path, source, start_line, end_line, text, before, after)`` -> the neighbours asked for."""
+Neighbours = Callable[[str, str, int, int, str, bool, bool, str], tuple[Neighbour | None, Neighbour | None]]
+"""``(path, source, start_line, end_line, text, before, after, asker)`` -> the neighbours asked
+for; ``asker``: the speaker label of the chunk's open question (:func:`asker`), whose answer the
+neighbour after reaches through holds (:func:`_through`), or ""."""
 
 
 def units(text: str, source: str) -> list[str]:
@@ -72,6 +79,61 @@ def edge_runs(us: list[str], source: str) -> tuple[int, int]:
     return run(us), run(us[::-1])
 
 
+HOLD_MAX_WORDS = 3
+"""The most words of a reply that only holds a question open ("hang on", "scrolling up", "lemme check")."""
+
+# a question that asks for something (not yes or no) has one of these among its first words, or anywhere
+# when it ends with "?" (people who text drop the "?": "which platform does the Brighton train go from")
+_ASKING = frozenset({"who", "whom", "whose", "what", "whats", "when", "where", "which", "why", "how"})
+ASKING_WITHIN = 3
+_NAME = re.compile(r"[^\W\d_][\w.'-]{0,20}(?: [^\W\d_][\w.'-]{0,20})?: ")
+
+
+def _body(unit: str) -> str:
+    """A message's text without its role label and a sender's name written before it (``Kate: ``)."""
+    body = unit[len(_speaker(unit)):]
+    m = _NAME.match(body)
+    return body[m.end():] if m else body
+
+
+def asks(unit: str) -> bool:
+    """The message asks for something, not for yes or no: a question word (who, what, when, where,
+    which, why, how) among its first :data:`ASKING_WITHIN` words, or anywhere when it ends with "?"
+    ("which platform does the Brighton train go from", "btw what time is ur train", "u know where
+    it is?"). A yes-or-no question ("hiking tmrw?") is answered by a word, which says nothing
+    about whether its answer is still to come."""
+    body = _body(unit).strip()
+    words = [w.strip(".,!?;:\"'()").replace("'", "").replace("\u2019", "") for w in body.lower().split()]
+    if any(w in _ASKING for w in words[:ASKING_WITHIN]):
+        return True
+    return body.endswith("?") and any(w in _ASKING for w in words)
+
+
+def holds(unit: str) -> bool:
+    """A message that only holds a question open: at most :data:`HOLD_MAX_WORDS` words, no digit."""
+    body = _body(unit)
+    return len(body.split()) <= HOLD_MAX_WORDS and not any(ch.isdigit() for ch in body)
+
+
+def open_question(us: list[str], i: int, source: str) -> bool:
+    """Message ``i`` of a transcript chunk is a question that no other speaker answers in the rest
+    of the chunk: every later message by another speaker only holds it open (at most
+    :data:`HOLD_MAX_WORDS` words, no digit: "hang on", "scrolling up"). Its answer, if any, is past
+    the chunk's end, as when someone looks it up and answers a few messages on."""
+    if source != "sessions" or not 0 <= i < len(us) or not asks(us[i]):
+        return False
+    who = _speaker(us[i])
+    if not who:
+        return False
+    return all(holds(u) for u in us[i + 1:] if _speaker(u) not in ("", who))
+
+
+def asker(us: list[str], best: list[int], source: str) -> str:
+    """The speaker label of the chunk's open question (:func:`open_question`) among the units
+    ``best`` (those matching the most query terms), or ""."""
+    return next((_speaker(us[i]) for i in best if open_question(us, i, source)), "")
+
+
 def _carried(prev: list[str], nxt: list[str]) -> int:
     """How many leading units of ``nxt`` repeat the end of ``prev`` (the chunker's overlap; the
     first carried unit may be the tail of a message cut in pieces)."""
@@ -86,7 +148,24 @@ def _dense(start: int, end: int, us: list[str]) -> bool:
     return bool(us) and us[0].startswith(SPEAKERS) and len(us) == end - start + 1
 
 
-def _after(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | None) -> Neighbour | None:
+EDGE_THROUGH_MAX = 3
+"""The most messages past a chunk's end shown after an open question: the other speakers' holds
+("hang on", "lemme check") and the asker's own messages before the first message that answers."""
+
+
+def _through(nxt: list[str], i: int, n_start: int, who: str) -> Neighbour | None:
+    """From message ``i`` of the next chunk's ``nxt`` (its first line ``n_start``), the messages up
+    to the first by a speaker other than ``who`` that does not only hold the question open, at
+    most :data:`EDGE_THROUGH_MAX`; None when none is within them."""
+    for j in range(i, min(len(nxt), i + EDGE_THROUGH_MAX)):
+        w = _speaker(nxt[j])
+        if w and w != who and not holds(nxt[j]):
+            return Neighbour(n_start + j, "\n".join(nxt[i:j + 1]))
+    return None
+
+
+def _after(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | None,
+           who: str = "") -> Neighbour | None:
     if row is None:
         return None
     n_start, n_end, n_text = int(row[0]), int(row[1]), str(row[2])
@@ -101,7 +180,9 @@ def _after(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | 
         return None
     if _dense(n_start, n_end, nxt):
         i = end + 1 - n_start
-        return Neighbour(end + 1, nxt[i]) if 0 <= i < len(nxt) else None
+        if not 0 <= i < len(nxt):
+            return None
+        return (_through(nxt, i, n_start, who) if who else None) or Neighbour(end + 1, nxt[i])
     k = _carried(units(text, source), nxt) if n_start <= end else 0
     if k >= len(nxt) or not nxt[k].startswith(SPEAKERS):
         return None
@@ -148,12 +229,12 @@ PREV_SQL = ("SELECT start_line, end_line, text FROM chunks WHERE path = ? AND so
 def index_neighbours(conn: Any) -> Neighbours:
     """:data:`Neighbours` read from the chunks table of the open index ``conn``."""
     def find(path: str, source: str, start: int, end: int, text: str, before: bool,
-             after: bool) -> tuple[Neighbour | None, Neighbour | None]:
+             after: bool, who: str = "") -> tuple[Neighbour | None, Neighbour | None]:
         b = a = None
         if before and start > 1:
             b = _before(source, start, end, text, conn.execute(PREV_SQL, (path, source, start, end)).fetchone())
         if after:
-            a = _after(source, start, end, text, conn.execute(NEXT_SQL, (path, source, start, end)).fetchone())
+            a = _after(source, start, end, text, conn.execute(NEXT_SQL, (path, source, start, end)).fetchone(), who)
         return b, a
 
     return find

@@ -23,7 +23,7 @@ from memory_core.config import SNIPPET_MAX_CHARS, QuerySettings
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
 from memory_core.query.dates import date_from_path, lift_named_days, said_at
-from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, edge_runs, units
+from memory_core.query.edges import EDGE_MAX_CHARS, Neighbours, asker, edge_runs, units
 from memory_core.query.retrieval import Candidates
 from memory_core.sources.sessions import LABEL_PREFIXES, normalize_session_text
 from memory_core.storage import textsearch
@@ -165,10 +165,12 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
     # a transcript chunk cut inside a message has its rest beside it, not another message
     head, tail = edge_runs(us, h.source)
     want_b = max(hits[:head]) == best and not joined.startswith(ELLIPSIS)
-    want_a = max(hits[-tail:]) == best and not joined.endswith(ELLIPSIS)
+    # a question no one has answered by the chunk's end: its answer is past the edge, wherever it sits
+    who = asker(us, [i for i, n in enumerate(hits) if n == best], h.source)
+    want_a = (max(hits[-tail:]) == best or bool(who)) and not joined.endswith(ELLIPSIS)
     if not (want_b or want_a):
         return plain
-    before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a)
+    before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a, who)
     stamp = said_at(h.source, h.date)
     add_b = cut_at_word(before.text, EDGE_MAX_CHARS) if before is not None else ""
     add_a = cut_at_word(after.text, EDGE_MAX_CHARS) if after is not None else ""
