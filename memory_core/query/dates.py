@@ -17,8 +17,10 @@ Query dates (``query_date_range``): numeric days in any common order (``2024-01-
 written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
 Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
-month``, weekday names (``on Monday``, ``last Friday``: the latest such day before today), and
-ranges of them (``between X and Y``, ``from X to Y``, ``before X``, ``until X``, ``after X``,
+month``, weekday names (``on Monday``, ``last Friday``: the latest such day before today), a
+conversation named by its place (``our first conversation``, ``the last time we talked``,
+``第一次对话``: the memory's oldest conversation day, or its newest before today;
+:func:`conversation_days`), and ranges of them (``between X and Y``, ``from X to Y``, ``before X``, ``until X``, ``after X``,
 ``since X``). "Today" is the memory's own (the day after its newest indexed day,
 :func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
 day not after it, or up to ``QUERY_AHEAD_DAYS`` after it (plans), and ``the 13th`` alone the latest 13th
@@ -57,7 +59,7 @@ from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
            "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
            "said_at",
-           "timeline_end", "transcript_dates"]
+           "conversation_days", "timeline_end", "transcript_dates"]
 
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
@@ -90,6 +92,17 @@ _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); 
 )
 _RELATIVE_WORD = LazyPattern(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
 _THIS_WEEK = LazyPattern(r"\bthis\s+week\b")
+# a conversation named by its place in the memory's timeline: its first one, or the last one before today
+_TALK = r"(?:conversation|chat)s?"
+_TALKED = r"(?:talked|spoke|chatted|met|discussed)"
+_WE = r"(?:we|you\s+and\s+i|i\s+and\s+you)"
+_FIRST_TALK = LazyPattern(r"\b(?:our|the|my|your|their)\s+(?:very\s+)?first\s+" + _TALK + r"\b"
+                          r"|\b(?:the\s+)?first\s+time\s+" + _WE + r"\s+(?:ever\s+)?" + _TALKED + r"\b"
+                          r"|\bwhen\s+we\s+first\s+" + _TALKED + r"\b"
+                          r"|第一次(?:的)?(?:对话|聊天|谈话|交谈|说话|见面)|(?:最开始|一开始|最初)(?:的)?(?:对话|聊天|谈话|交谈)")
+_LAST_TALK = LazyPattern(r"\b(?:our|the|my|your|their)\s+(?:last|latest|most\s+recent|previous)\s+" + _TALK + r"\b"
+                         r"|\b(?:the\s+)?last\s+time\s+" + _WE + r"\s+" + _TALKED + r"\b"
+                         r"|(?:上次|上一次|最近一次)(?:的)?(?:对话|聊天|谈话|交谈)")
 _LAST_MONTH = LazyPattern(r"\blast\s+month\b")
 # "between X and Y", "from X to Y": the words between two named days
 _JOIN = LazyPattern(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
@@ -223,19 +236,26 @@ Anchor = date | Callable[[], date | None] | None
 """The memory's own "today" for year-less and relative days: a day, or a function giving it (called
 only when the query needs it), or None (today's clock)."""
 
+Timeline = Iterable[date] | Callable[[], Iterable[date]] | None
+"""The memory's conversation days (:func:`conversation_days`), or a function giving them (called only
+when a query names a conversation by its place: "our first conversation"), or None (none known)."""
+
 
 def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = None,
-                     date_order: str = DEFAULT_DATE_ORDER, tolerance: float = 0.0) -> DateRange | None:
+                     date_order: str = DEFAULT_DATE_ORDER, tolerance: float = 0.0,
+                     timeline: Timeline = None) -> DateRange | None:
     """The day (or days) a query names, or ``None`` (see the module docstring).
 
     Year-less and relative days ("17 January", "yesterday", "on Friday", "last week") resolve
     against ``anchor`` (the memory's newest indexed day, :func:`timeline_end`) when it gives one,
-    else against ``today`` (default: the local date). ``date_order``: how ``01/02`` reads."""
+    else against ``today`` (default: the local date). ``date_order``: how ``01/02`` reads.
+    ``timeline``: the memory's conversation days, for a conversation named by its place ("our first
+    conversation": the oldest; "the last time we talked": the newest before today)."""
     q = query.lower()
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
     order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
-    found = _find(q, _Ref(today, anchor), order, QUERY_AHEAD_DAYS if looks_ahead(q) else 0)
+    found = _find(q, _Ref(today, anchor, timeline), order, QUERY_AHEAD_DAYS if looks_ahead(q) else 0)
     if found is None:
         return None
     (start, end), phrase = found
@@ -246,7 +266,8 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
-_MAYBE_DAY = re.compile(r"\d|day|week|month|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + ")")
+_MAYBE_DAY = re.compile(r"\d|day|week|month|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
+                        r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
 
 
 class _Ref:
@@ -255,9 +276,26 @@ class _Ref:
     ``today`` (default: the local date) when that is earlier or there is no anchor. Read once, and
     only when a day needs it."""
 
-    def __init__(self, today: date | None, anchor: Anchor) -> None:
-        self.today, self.anchor = today, anchor
+    def __init__(self, today: date | None, anchor: Anchor, timeline: Timeline = None) -> None:
+        self.today, self.anchor, self.timeline = today, anchor, timeline
         self.day: date | None = None
+        self.days: list[date] | None = None
+
+    def talks(self) -> list[date]:
+        """The memory's conversation days, oldest first (``timeline``; [] without one). Read once."""
+        if self.days is None:
+            got = self.timeline() if callable(self.timeline) else self.timeline
+            self.days = sorted(set(got or ()))
+        return self.days
+
+    def first_talk(self) -> date | None:
+        days = self.talks()
+        return days[0] if days else None
+
+    def last_talk(self) -> date | None:
+        """The newest conversation day before the clock's today (today's is the one going on)."""
+        now = self.today or datetime.now().astimezone().date()
+        return next((d for d in reversed(self.talks()) if d < now), None)
 
     def __call__(self) -> date:
         if self.day is None:
@@ -344,6 +382,10 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
         # "on Friday", "last Friday": the latest Friday before the reference day
         back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7
         add(m.start(), m.end(), ref() - timedelta(days=back))
+    if isinstance(ref, _Ref):  # a conversation named by its place in the memory's own timeline
+        for rx, which in ((_FIRST_TALK, ref.first_talk), (_LAST_TALK, ref.last_talk)):
+            for m in rx.finditer(q):
+                add(m.start(), m.end(), which())
     got.sort()
     return got
 
@@ -751,6 +793,42 @@ def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
                 continue
             best = d if best is None or d > best else best
     return best
+
+
+TIMELINE_TRANSCRIPTS = 64
+"""How many transcripts at each end of the memory (least and most recently modified) give its
+conversation days (:func:`conversation_days`)."""
+
+
+def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps]) -> list[date]:
+    """The memory's conversation days, for a conversation named by its place ("our first
+    conversation", "the last time we talked"): every daily note's day, and the message days of the
+    :data:`TIMELINE_TRANSCRIPTS` least and most recently modified transcripts (a transcript is
+    written as its conversation goes, so the oldest conversations are in the least recently
+    modified files and the newest in the most recent; reading every transcript would cost a large
+    memory a read of each)."""
+    days: set[date] = set()
+    for (p,) in conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0'"
+                             " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'"):
+        d = date_from_path(p)
+        if d is not None:
+            days.add(d)
+    paths: dict[str, None] = {}
+    for order in ("ASC", "DESC"):
+        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime {order}, path"
+                                 f" LIMIT {TIMELINE_TRANSCRIPTS}"):
+            paths[p] = None
+    for p in paths:
+        try:
+            header, stamps = stamps_of(p)
+        except PathError:
+            continue
+        for ts in [ts for _, ts in stamps] or ([header] if header else []):
+            try:
+                days.add(date.fromisoformat(ts[:10]))
+            except ValueError:
+                continue
+    return sorted(days)
 
 
 def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None:

@@ -37,6 +37,7 @@ from memory_core.query import ranking, retrieval
 from memory_core.query.dates import (
     DATE_MATCH_BONUS,
     MAX_DATED_CANDIDATES,
+    conversation_days,
     hit_date,
     note_nearness,
     once_per_file,
@@ -312,7 +313,8 @@ class Searcher(QueryProviderOwner):
             # year-less and relative days resolve against the memory's newest day, not today's clock
             dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
                                      date_order=self.settings.query.date_order,
-                                     tolerance=self.settings.query.day_tolerance_hours)
+                                     tolerance=self.settings.query.day_tolerance_hours,
+                                     timeline=lambda: conversation_days(idx.conn, stamps_of))
             text = dates.strip(query) if dates else query  # the words naming the day match by date
             if not text.strip():
                 vector = keyword = False
