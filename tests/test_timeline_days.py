@@ -5,7 +5,9 @@ today, as a named day is (a ranking signal: that day's chunks first). Real index
 from __future__ import annotations
 
 import json
-from datetime import date
+import os
+from datetime import date, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +93,25 @@ def test_the_first_and_the_last_conversation_are_found_by_their_day(talks: Setti
         # the same words without the conversation's place find neither first
         plain = s.search("what did we talk about?", max_results=3, min_score=0)
         assert [h.path for h in plain][:1] != ["sessions/c.jsonl"] or not plain
+
+
+def test_an_old_day_of_a_long_memory_is_found_by_its_day(tmp_path: Path) -> None:
+    """70 daily transcripts, each last modified on its own day: a question whose only clue is its
+    day finds the first day's chunks, though that transcript is not among the 64 most recently
+    modified (which alone were read for their message times before)."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    first = date(2025, 3, 2)
+    for k in range(70):
+        day = first + timedelta(days=k)
+        f = ws / "sessions" / f"s{k:03d}.jsonl"
+        f.write_text(_session(day.isoformat(), [f"{w} news about the garden, {v} again" for w, v in
+                                                 (("good", "odd"), ("late", "quick"), ("slow", "sad"))]))
+        t = datetime(day.year, day.month, day.day, 22, 0).timestamp()
+        os.utime(f, (t, t))
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(settings)
+    with Searcher(settings) as s:
+        for q in ("what did we talk about on 2 March 2025?", "what did we talk about in our first conversation?"):
+            got = s.search(q, max_results=3)
+            assert got and got[0].path == "sessions/s000.jsonl" and (got[0].date or "").startswith("2025-03-02"), q

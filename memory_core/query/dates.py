@@ -577,6 +577,10 @@ MENTIONED = 0.9
 """The nearness of a chunk whose text names a day of the range (:func:`mentions`) but that was
 written on another day: lifted as the day's own, a little less."""
 MAX_DATED_CANDIDATES = 200
+TIMELINE_TRANSCRIPTS = 64
+"""How many transcripts at each end (least and most recently modified) are read for their message
+days: the memory's conversation days (:func:`conversation_days`), and a named day's chunks that
+neither side found (:func:`dated_chunk_rows`: among the transcripts modified on or after that day)."""
 MAX_FETCHED_DAYS = 31
 """An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
 its bound; a closed one of up to 62 days all of its days."""
@@ -709,10 +713,14 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     rows += conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
                          " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
                          (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
-    # a transcript written on that day was last modified on or after it
-    sessions = [p for (p,) in conn.execute(
-        "SELECT path FROM files WHERE source = 'sessions' AND mtime >= ? ORDER BY mtime DESC, path LIMIT 64",
-        (start_ms,))]
+    # a transcript written on that day was last modified on or after it: first the ones last modified
+    # soonest after the day began (written that day, in a memory kept as it goes), then the most
+    # recently modified (a long session still going, with messages of that day)
+    sessions: dict[str, None] = {}
+    for order in ("ASC", "DESC"):
+        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' AND mtime >= ?"
+                                 f" ORDER BY mtime {order}, path LIMIT {TIMELINE_TRANSCRIPTS}", (start_ms,)):
+            sessions[p] = None
     for p in sessions:
         try:
             header, stamps = stamps_of(p)
@@ -793,11 +801,6 @@ def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
                 continue
             best = d if best is None or d > best else best
     return best
-
-
-TIMELINE_TRANSCRIPTS = 64
-"""How many transcripts at each end of the memory (least and most recently modified) give its
-conversation days (:func:`conversation_days`)."""
 
 
 def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps]) -> list[date]:

@@ -1,0 +1,95 @@
+"""What a conversation named by its place costs ("our first conversation", "the last time we
+talked": ``dates.conversation_days``), against the same question naming a calendar day, in one run.
+
+    PYTHONPATH=. python bench/timeline_days.py [--sessions 400] [--messages 120] [--rounds 7]
+
+A workspace of ``--sessions`` transcripts of ``--messages`` messages each, one day apart, indexed
+with no provider (keyword side and dates only: the model's time is not what is measured). Each
+round times, alternating which goes first, a search asking about "our first conversation" (its
+days read from the 64 least and 64 most recently modified transcripts) and one naming the first
+day as a date ("on 2 March 2025": only that day's chunks are dated), and the same question naming
+no day (what any search costs here). The first search of a new
+searcher is reported apart ("cold": every transcript's message times read from the file); later
+ones reuse the times read (kept per file, by size and mtime: "warm")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from datetime import date, timedelta
+from pathlib import Path
+
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query import dates
+from memory_core.query.search import Searcher
+
+TOPICS = ["the hiking trip", "the cello lessons", "the boiler in the flat", "the band's setlist",
+          "the garden allotment", "the marathon training", "the new job", "the car repairs"]
+FIRST = date(2025, 3, 2)
+WORDS = ["good", "bad", "odd", "late", "early", "quick", "slow", "big", "small", "funny", "sad", "new", "old"]  # no digits:
+# a day written in the text ("2 March") is found by its words too, which is not what is measured
+
+
+def _workspace(dest: Path, sessions: int, messages: int) -> Path:
+    (dest / "sessions").mkdir(parents=True)
+    (dest / "MEMORY.md").write_text("# Memory\n\n- Prefers short answers.\n")
+    for k in range(sessions):
+        day = (FIRST + timedelta(days=k)).isoformat()
+        recs: list[dict[str, object]] = [{"type": "session", "version": 3, "id": f"s{k}", "timestamp": f"{day}T08:00:00.000Z"}]
+        for n in range(messages):
+            topic = TOPICS[(k + n) % len(TOPICS)]
+            recs.append({"type": "message", "timestamp": f"{day}T{8 + n // 60:02d}:{n % 60:02d}:00.000Z",
+                         "message": {"role": "user" if n % 2 == 0 else "assistant",
+                                     "content": [{"type": "text", "text": f"{WORDS[(k * 7 + n) % len(WORDS)]} news about"
+                                                                          f" {topic}, {WORDS[(k + n * 3) % len(WORDS)]} again"}]}})
+        (dest / "sessions" / f"s{k:04d}.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=400)
+    ap.add_argument("--messages", type=int, default=120)
+    ap.add_argument("--rounds", type=int, default=7)
+    a = ap.parse_args()
+    asks = {"first conversation": "what did we talk about in our first conversation?",
+            "a calendar day": f"what did we talk about on {FIRST.day} March {FIRST.year}?",
+            "no day": "what did we talk about the cello lessons?"}
+    with tempfile.TemporaryDirectory() as tmp:
+        ws = _workspace(Path(tmp) / "ws", a.sessions, a.messages)
+        s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+        run_index(s)
+        cold: dict[str, float] = {}
+        for name, q in asks.items():  # a new searcher and no times kept: the first search of a process
+            dates._CACHE.clear()
+            with Searcher(s) as se:
+                t0 = time.perf_counter()
+                got = se.search(q, max_results=10)
+                cold[name] = time.perf_counter() - t0
+                assert name == "no day" or (got and (got[0].date or "").startswith(FIRST.isoformat())), (name, got[:1])
+        warm: dict[str, list[float]] = {k: [] for k in asks}
+        with Searcher(s) as se:
+            for q in asks.values():
+                se.search(q, max_results=10)
+            for r in range(a.rounds):
+                for name in (list(asks) if r % 2 else list(asks)[::-1]):
+                    t0 = time.perf_counter()
+                    se.search(asks[name], max_results=10)
+                    warm[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) * 1000 for k, v in warm.items()}
+    f, d, n = "first conversation", "a calendar day", "no day"
+    print(f"{a.sessions} transcripts x {a.messages} messages, one a day; no provider; {a.rounds} rounds")
+    print("| search | our first conversation | on the first day's date | no day | first / date | first / no day |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| cold: a new searcher, no message times read yet (ms) | {cold[f] * 1000:.1f} | {cold[d] * 1000:.1f} |"
+          f" {cold[n] * 1000:.1f} | {cold[f] / cold[d]:.2f}x | {cold[f] / cold[n]:.2f}x |")
+    print(f"| warm: median of {a.rounds} (ms) | {med[f]:.1f} | {med[d]:.1f} | {med[n]:.1f} | {med[f] / med[d]:.2f}x |"
+          f" {med[f] / med[n]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
