@@ -1,9 +1,10 @@
 """What a conversation named by its place costs ("our first conversation", "the last time we
 talked": ``dates.conversation_days``), against the same question naming a calendar day, in one run.
 
-    PYTHONPATH=. python bench/timeline_days.py [--sessions 400] [--messages 120] [--rounds 7]
+    PYTHONPATH=. python bench/timeline_days.py [--sessions 400] [--messages 120] [--rounds 7] [--imported]
 
-A workspace of ``--sessions`` transcripts of ``--messages`` messages each, one day apart, indexed
+A workspace of ``--sessions`` transcripts of ``--messages`` messages each, one day apart (each last
+modified on its day, or with ``--imported`` all the same second under random names), indexed
 with no provider (keyword side and dates only: the model's time is not what is measured). Each
 round times, alternating which goes first, a search asking about "our first conversation" (its
 days read from the 64 least and 64 most recently modified transcripts) and one naming the first
@@ -16,15 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import statistics
 import tempfile
 import time
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query import dates
+from memory_core.query import dates, reading
 from memory_core.query.search import Searcher
 
 TOPICS = ["the hiking trip", "the cello lessons", "the boiler in the flat", "the band's setlist",
@@ -34,7 +37,7 @@ WORDS = ["good", "bad", "odd", "late", "early", "quick", "slow", "big", "small",
 # a day written in the text ("2 March") is found by its words too, which is not what is measured
 
 
-def _workspace(dest: Path, sessions: int, messages: int) -> Path:
+def _workspace(dest: Path, sessions: int, messages: int, imported: bool = False) -> Path:
     (dest / "sessions").mkdir(parents=True)
     (dest / "MEMORY.md").write_text("# Memory\n\n- Prefers short answers.\n")
     for k in range(sessions):
@@ -46,7 +49,15 @@ def _workspace(dest: Path, sessions: int, messages: int) -> Path:
                          "message": {"role": "user" if n % 2 == 0 else "assistant",
                                      "content": [{"type": "text", "text": f"{WORDS[(k * 7 + n) % len(WORDS)]} news about"
                                                                           f" {topic}, {WORDS[(k + n * 3) % len(WORDS)]} again"}]}})
-        (dest / "sessions" / f"s{k:04d}.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        name = f"{random.Random(k).getrandbits(64):016x}.jsonl" if imported else f"s{k:04d}.jsonl"
+        f = dest / "sessions" / name
+        f.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+        t = datetime.fromisoformat(f"{day}T22:00:00").timestamp()  # last modified that evening
+        os.utime(f, (t, t))
+    if imported:  # copied in at once: every file modified the same second, names in no day order
+        same = time.time() - 3600
+        for f in (dest / "sessions").iterdir():
+            os.utime(f, (same, same))
     return dest
 
 
@@ -55,17 +66,20 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=400)
     ap.add_argument("--messages", type=int, default=120)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--imported", action="store_true", help="every transcript modified the same second, random names")
     a = ap.parse_args()
     asks = {"first conversation": "what did we talk about in our first conversation?",
             "a calendar day": f"what did we talk about on {FIRST.day} March {FIRST.year}?",
             "no day": "what did we talk about the cello lessons?"}
     with tempfile.TemporaryDirectory() as tmp:
-        ws = _workspace(Path(tmp) / "ws", a.sessions, a.messages)
+        ws = _workspace(Path(tmp) / "ws", a.sessions, a.messages, a.imported)
         s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
         run_index(s)
         cold: dict[str, float] = {}
         for name, q in asks.items():  # a new searcher and no times kept: the first search of a process
             dates._CACHE.clear()
+            dates._STARTS.clear()
+            reading._STARTED.clear()
             with Searcher(s) as se:
                 t0 = time.perf_counter()
                 got = se.search(q, max_results=10)
@@ -82,7 +96,8 @@ def main() -> None:
                     warm[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) * 1000 for k, v in warm.items()}
     f, d, n = "first conversation", "a calendar day", "no day"
-    print(f"{a.sessions} transcripts x {a.messages} messages, one a day; no provider; {a.rounds} rounds")
+    how = "copied in at once (one mtime, random names)" if a.imported else "each modified on its day"
+    print(f"{a.sessions} transcripts x {a.messages} messages, one a day, {how}; no provider; {a.rounds} rounds")
     print("| search | our first conversation | on the first day's date | no day | first / date | first / no day |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| cold: a new searcher, no message times read yet (ms) | {cold[f] * 1000:.1f} | {cold[d] * 1000:.1f} |"

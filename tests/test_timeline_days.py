@@ -115,3 +115,31 @@ def test_an_old_day_of_a_long_memory_is_found_by_its_day(tmp_path: Path) -> None
         for q in ("what did we talk about on 2 March 2025?", "what did we talk about in our first conversation?"):
             got = s.search(q, max_results=3)
             assert got and got[0].path == "sessions/s000.jsonl" and (got[0].date or "").startswith("2025-03-02"), q
+
+
+def test_a_memory_copied_in_at_once_finds_its_days_by_when_each_transcript_began(tmp_path: Path) -> None:
+    """140 transcripts under random names, every one modified the same second (copied in at once):
+    their modification times say nothing, so the day a question names, and the memory's first
+    conversation, come from when each transcript began (its first lines)."""
+    import random
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    first = date(2025, 3, 2)
+    rng = random.Random(7)
+    names = [f"{rng.getrandbits(64):016x}.jsonl" for _ in range(140)]
+    same = datetime(2026, 11, 1, 12, 0).timestamp()
+    for k, name in enumerate(names):
+        day = first + timedelta(days=k)
+        f = ws / "sessions" / name
+        f.write_text(_session(day.isoformat(), [f"{w} news about the garden, {v} again" for w, v in
+                                                 (("good", "odd"), ("late", "quick"), ("slow", "sad"))]))
+        os.utime(f, (same, same))
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(settings)
+    with Searcher(settings) as s:
+        for q, k in (("what did we talk about on 2 March 2025?", 0), ("what did we talk about on 9 April 2025?", 38),
+                     ("what did we talk about in our first conversation?", 0)):
+            got = s.search(q, max_results=3)
+            want = (first + timedelta(days=k)).isoformat()
+            assert got and got[0].path == f"sessions/{names[k]}" and (got[0].date or "").startswith(want), q

@@ -39,6 +39,7 @@ range's end), the named day's lift after fusion, a ranking signal and not a filt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -59,7 +60,7 @@ from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
            "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
            "said_at",
-           "conversation_days", "timeline_end", "transcript_dates"]
+           "conversation_days", "timeline_end", "transcript_dates", "transcript_start"]
 
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
@@ -503,6 +504,54 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
     return value
 
 
+_STARTS: OrderedDict[tuple[str, int, int], str | None] = OrderedDict()
+_STARTS_FILES = 65536
+START_READ_LINES = 8
+"""How many leading JSONL lines :func:`transcript_start` reads for a timestamp (the session header,
+else the first messages)."""
+
+
+def transcript_start(path: str | int, *, name: str | None = None) -> str | None:
+    """When a transcript began: the first timestamp among its first :data:`START_READ_LINES` lines
+    (``YYYY-MM-DDTHH:MM`` UTC; the session header's, else its first message's), or None; read once
+    per file version, and only those lines (cheap for every transcript of a large memory, where
+    :func:`transcript_dates` reads each whole file). ``path`` may be an open file descriptor."""
+    try:
+        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
+    except OSError:
+        return None
+    key = (name or str(path), st.st_size, st.st_mtime_ns)
+    with _CACHE_LOCK:
+        if key in _STARTS:
+            return _STARTS[key]
+    got: str | None = None
+    try:
+        with open(path, "rb", closefd=not isinstance(path, int)) as f:
+            if isinstance(path, int):
+                f.seek(0)
+            for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
+                if n > START_READ_LINES:
+                    break
+                if raw is None or b"timestamp" not in raw:
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(rec, dict):
+                    msg = rec.get("message")
+                    got = _stamp(rec.get("timestamp")) or (_stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
+                    if got:
+                        break
+    except OSError:
+        return None
+    with _CACHE_LOCK:
+        _STARTS[key] = got
+        while len(_STARTS) > _STARTS_FILES:
+            _STARTS.popitem(last=False)
+    return got
+
+
 def chunk_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
                real_path: str | None = None, *,
                dates: tuple[str | None, list[tuple[int, str]]] | None = None) -> str | None:
@@ -689,11 +738,14 @@ def _shift(d: date, days: int) -> date:
 
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
-                     stamps_of: Callable[[str], Stamps]) -> list[tuple[Any, ...]]:
+                     stamps_of: Callable[[str], Stamps],
+                     start_of: Callable[[str, int], str | None] | None = None) -> list[tuple[Any, ...]]:
     """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
     notes, transcript chunks with a message of that day, other files modified that day (at most 200).
     Rows as the retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
-    ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s."""
+    ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s;
+    ``start_of``: when a transcript began (:func:`transcript_start`), which finds the transcripts
+    of the day whatever their modification times say (:func:`_begun_by`)."""
     if dates.start == _FIRST_DAY and dates.end == _LAST_DAY:
         return []
     named = _fetched(dates)
@@ -721,6 +773,8 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' AND mtime >= ?"
                                  f" ORDER BY mtime {order}, path LIMIT {TIMELINE_TRANSCRIPTS}", (start_ms,)):
             sessions[p] = None
+    if start_of is not None:
+        sessions.update(dict.fromkeys(_begun_by(conn, start_ms, dates.end, start_of)))
     for p in sessions:
         try:
             header, stamps = stamps_of(p)
@@ -742,6 +796,29 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         if len(out) >= MAX_DATED_CANDIDATES:
             break
     return out
+
+
+STARTS_SCANNED = 20000
+"""The most transcripts whose beginning :func:`_begun_by` reads (their first lines only)."""
+
+
+def _begun_by(conn: Any, start_ms: int, end: date, start_of: Callable[[str, int], str | None]) -> list[str]:
+    """The :data:`TIMELINE_TRANSCRIPTS` transcripts modified on or after ``start_ms`` that began
+    nearest before the end of ``end`` (a conversation's messages come after its beginning): the
+    ones of that day first, then the ones begun shortly before it. Modification times alone cannot
+    tell them in a memory copied in at once (every file modified the same minute)."""
+    begun: list[tuple[str, str]] = []
+    last = end.isoformat()
+    for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' AND mtime >= ?"
+                                 f" ORDER BY mtime, path LIMIT {STARTS_SCANNED}", (start_ms,)):
+        try:
+            ts = start_of(p, int(mtime or 0))
+        except PathError:
+            continue
+        if ts and ts[:10] <= last:
+            begun.append((ts, p))
+    begun.sort(reverse=True)
+    return [p for _, p in begun[:TIMELINE_TRANSCRIPTS]]
 
 
 def _mention_match(dates: DateRange) -> str | None:
@@ -803,14 +880,27 @@ def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
     return best
 
 
-def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps]) -> list[date]:
+def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps],
+                      start_of: Callable[[str, int], str | None] | None = None) -> list[date]:
     """The memory's conversation days, for a conversation named by its place ("our first
     conversation", "the last time we talked"): every daily note's day, and the message days of the
     :data:`TIMELINE_TRANSCRIPTS` least and most recently modified transcripts (a transcript is
     written as its conversation goes, so the oldest conversations are in the least recently
     modified files and the newest in the most recent; reading every transcript would cost a large
-    memory a read of each)."""
+    memory a read of each); with ``start_of`` (:func:`transcript_start`), also the day every
+    transcript began (up to :data:`STARTS_SCANNED`, their first lines only), so the first
+    conversation is found in a memory copied in at once too."""
     days: set[date] = set()
+    if start_of is not None:
+        for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' ORDER BY mtime, path"
+                                     f" LIMIT {STARTS_SCANNED}"):
+            try:
+                ts = start_of(p, int(mtime or 0))
+            except PathError:
+                continue
+            if ts:
+                with contextlib.suppress(ValueError):
+                    days.add(date.fromisoformat(ts[:10]))
     for (p,) in conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0'"
                              " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'"):
         d = date_from_path(p)

@@ -1280,10 +1280,12 @@ def rows_by_rank(idx: _Index, rids: list[int], sims: list[float], src: str,
 
 
 def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
-               stamps_of: Callable[[str], Stamps]) -> list[ranking.Hit]:
+               stamps_of: Callable[[str], Stamps],
+               start_of: Callable[[str, int], str | None] | None = None) -> list[ranking.Hit]:
     """Chunks written in ``dates`` that neither side found (:func:`memory_core.query.dates.dated_chunk_rows`),
     as vector candidates of cosine 0 until :func:`complete` scores them."""
-    return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, stamps_of), "vector", lambda _: 0.0)
+    return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, stamps_of, start_of), "vector",
+                          lambda _: 0.0)
 
 
 def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],

@@ -46,7 +46,13 @@ from memory_core.query.dates import (
 )
 from memory_core.query.edges import index_neighbours
 from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candidates, wants_file_support
-from memory_core.query.reading import MAX_GET_LINES, indexed_transcript_dates, read_file, transcript_messages
+from memory_core.query.reading import (
+    MAX_GET_LINES,
+    indexed_transcript_dates,
+    indexed_transcript_start,
+    read_file,
+    transcript_messages,
+)
 from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
@@ -310,11 +316,12 @@ class Searcher(QueryProviderOwner):
         with self._lock:
             idx = self._current()
             stamps_of = once_per_file(functools.partial(indexed_transcript_dates, self._where(idx)))
+            start_of = functools.partial(indexed_transcript_start, self._where(idx))
             # year-less and relative days resolve against the memory's newest day, not today's clock
             dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
                                      date_order=self.settings.query.date_order,
                                      tolerance=self.settings.query.day_tolerance_hours,
-                                     timeline=lambda: conversation_days(idx.conn, stamps_of))
+                                     timeline=lambda: conversation_days(idx.conn, stamps_of, start_of))
             text = dates.strip(query) if dates else query  # the words naming the day match by date
             if not text.strip():
                 vector = keyword = False
@@ -349,8 +356,8 @@ class Searcher(QueryProviderOwner):
                     kw_hits = pending.result()
             if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
                 kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
-            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, stamps_of)
-                     if dates else [])
+            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, stamps_of,
+                                          start_of) if dates else [])
             union, idf_total, corpus_cov = retrieval.complete(idx, text, qvec if embedded else None, kw_hits,
                                                               vec_hits, keyword=keyword, extra=extra)
             for h in (*union, *kw_hits, *vec_hits):
