@@ -187,6 +187,8 @@ ASKED = "Kate: which platform does the Brighton train go from on Saturday mornin
 HELD = ["Ben: hang on", "Ben: scrolling up"]
 TOLD = "Ben: platform 9b, the one at the far end past the coffee kiosk"
 YES_NO = "Kate: are we still on for the Brighton train on Saturday morning"
+GIG = "Jorge: how much is the venue paying us for the gig at the Crooked Anchor"
+PAID = "Siobhan: 200 plus free drinks, cash on the night"
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +208,11 @@ def asked(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [*head, ("assistant", _pad(question, 170)), ("user", HELD[0]), *side, *then, *tail]))
     (ws / "sessions" / "told.jsonl").write_text(_roles_transcript(
         [*head, ("assistant", _pad(ASKED, 170)), ("user", TOLD), *side, ("user", HELD[1]), *tail]))
+    # a group chat: every other person shares the assistant role; the sender's name tells them apart
+    jorge = [("assistant", "Jorge: " + _pad(FILLER[3], 175)), ("assistant", "Jorge: " + _pad(FILLER[4], 175))]
+    (ws / "sessions" / "group.jsonl").write_text(_roles_transcript(
+        [*head, ("assistant", _pad(GIG, 170)), ("assistant", "Siobhan: one sec"), *jorge,
+         ("assistant", "Siobhan: hang on"), ("assistant", PAID), *tail]))
     run_index(_settings(ws))
     return ws
 
@@ -229,6 +236,17 @@ def test_an_open_questions_answer_past_the_chunk_is_shown_and_cited(asked: Path)
     with Searcher(_settings(asked, edge_lines=0)) as s:
         off = next(h for h in s.search(q) if h.path == "sessions/train.jsonl")
         assert (off.start_line, off.end_line) == (5, 8) and "9b" not in off.snippet and off.score == top.score
+
+
+def test_in_a_group_chat_the_senders_name_tells_who_answers(asked: Path) -> None:
+    """Jorge and Siobhan share the assistant role; Siobhan's "one sec" and "hang on" hold Jorge's
+    question, her "200 plus free drinks" answers it: told apart by the sender's name, not the role."""
+    with Searcher(_settings(asked)) as s:
+        start, end, _ = _chunk_of(s, "sessions/group.jsonl", "paying us")
+        assert (start, end) == (5, 8)
+        top = next(h for h in s.search("How much is the venue paying the band for the gig?")
+                   if h.path == "sessions/group.jsonl")
+        assert (top.start_line, top.end_line) == (5, 10) and top.snippet.endswith("Assistant: " + PAID)
 
 
 def test_a_yes_or_no_question_or_an_answered_one_is_not_extended(asked: Path) -> None:
@@ -258,3 +276,7 @@ def test_what_asks_and_what_holds() -> None:
     assert open_question(chunk, 0, "sessions") and not open_question(chunk, 0, "memory")
     assert not open_question([*chunk, "User: Ben: 9b at the far end"], 0, "sessions")
     assert not open_question(chunk, 2, "sessions")
+    group = ["Assistant: Jorge: how much is the venue paying us", "Assistant: Siobhan: one sec",
+             "Assistant: Jorge: ordered new boots"]
+    assert open_question(group, 0, "sessions")
+    assert not open_question([*group, "Assistant: Siobhan: 200 plus free drinks"], 0, "sessions")

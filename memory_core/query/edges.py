@@ -89,6 +89,16 @@ ASKING_WITHIN = 3
 _NAME = re.compile(r"[^\W\d_][\w.'-]{0,20}(?: [^\W\d_][\w.'-]{0,20})?: ")
 
 
+def _who(unit: str) -> str:
+    """Who wrote a message: its role label, and the sender's name written before the text when there
+    is one (``Assistant: Siobhan: ``): in a group chat every other person shares the one role."""
+    role = _speaker(unit)
+    if not role:
+        return ""
+    m = _NAME.match(unit, len(role))
+    return unit[:m.end()] if m else role
+
+
 def _body(unit: str) -> str:
     """A message's text without its role label and a sender's name written before it (``Kate: ``)."""
     body = unit[len(_speaker(unit)):]
@@ -122,16 +132,16 @@ def open_question(us: list[str], i: int, source: str) -> bool:
     the chunk's end, as when someone looks it up and answers a few messages on."""
     if source != "sessions" or not 0 <= i < len(us) or not asks(us[i]):
         return False
-    who = _speaker(us[i])
+    who = _who(us[i])
     if not who:
         return False
-    return all(holds(u) for u in us[i + 1:] if _speaker(u) not in ("", who))
+    return all(holds(u) for u in us[i + 1:] if _who(u) not in ("", who))
 
 
 def asker(us: list[str], best: list[int], source: str) -> str:
     """The speaker label of the chunk's open question (:func:`open_question`) among the units
     ``best`` (those matching the most query terms), or ""."""
-    return next((_speaker(us[i]) for i in best if open_question(us, i, source)), "")
+    return next((_who(us[i]) for i in best if open_question(us, i, source)), "")
 
 
 def _carried(prev: list[str], nxt: list[str]) -> int:
@@ -158,7 +168,7 @@ def _through(nxt: list[str], i: int, n_start: int, who: str) -> Neighbour | None
     to the first by a speaker other than ``who`` that does not only hold the question open, at
     most :data:`EDGE_THROUGH_MAX`; None when none is within them."""
     for j in range(i, min(len(nxt), i + EDGE_THROUGH_MAX)):
-        w = _speaker(nxt[j])
+        w = _who(nxt[j])
         if w and w != who and not holds(nxt[j]):
             return Neighbour(n_start + j, "\n".join(nxt[i:j + 1]))
     return None
