@@ -78,7 +78,6 @@ def main() -> None:
         cold: dict[str, float] = {}
         for name, q in asks.items():  # a new searcher and no times kept: the first search of a process
             dates._CACHE.clear()
-            dates._STARTS.clear()
             reading._STARTED.clear()
             with Searcher(s) as se:
                 t0 = time.perf_counter()

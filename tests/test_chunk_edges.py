@@ -264,7 +264,7 @@ def test_a_yes_or_no_question_or_an_answered_one_is_not_extended(asked: Path) ->
 
 
 def test_what_asks_and_what_holds() -> None:
-    from memory_core.query.edges import asks, holds, open_question
+    from memory_core.query.edges import asks, edge_runs, holds, open_question
 
     assert asks("Assistant: Kate: which platform does the Brighton train go from")
     assert asks("User: Ben: btw what time is ur train") and asks("User: u know where it is?")
@@ -280,3 +280,6 @@ def test_what_asks_and_what_holds() -> None:
              "Assistant: Jorge: ordered new boots"]
     assert open_question(group, 0, "sessions")
     assert not open_question([*group, "Assistant: Siobhan: 200 plus free drinks"], 0, "sessions")
+    # one speaker's run is one person's, also where people share a role
+    assert edge_runs(["Assistant: Jorge: x", "Assistant: Kate: a", "Assistant: Kate: b"], "sessions") == (1, 2)
+    assert edge_runs(["User: a", "User: b", "Assistant: c"], "sessions") == (2, 1)

@@ -46,7 +46,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -457,6 +457,22 @@ def _stamp(value: object) -> str | None:
     return None
 
 
+def _record_stamp(raw: bytes | None) -> tuple[bool, str] | None:
+    """(whether it is a message, its timestamp) of one JSONL record, or None: no timestamp, not a
+    JSON object, or a line longer than indexing reads (``raw`` None)."""
+    if raw is None or b"timestamp" not in raw:
+        return None
+    try:
+        rec = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        return None
+    if not isinstance(rec, dict):
+        return None
+    msg = rec.get("message")
+    ts = _stamp(rec.get("timestamp")) or (_stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
+    return None if ts is None else (rec.get("type") == "message", ts)
+
+
 def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str | None, list[tuple[int, str]]]:
     """(the session header's timestamp, [(JSONL line, message timestamp), ...]) of a transcript,
     read once per file version. Timestamps are ``YYYY-MM-DDTHH:MM`` in UTC. ``path`` may be an
@@ -478,19 +494,11 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
             if isinstance(path, int):
                 f.seek(0)
             for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
-                if raw is None or b"timestamp" not in raw:  # None: a line longer than indexing reads
+                got = _record_stamp(raw)
+                if got is None:
                     continue
-                try:
-                    rec = json.loads(raw)
-                except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-                    continue
-                if not isinstance(rec, dict):
-                    continue
-                msg = rec.get("message")
-                ts = _stamp(rec.get("timestamp")) or (_stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
-                if ts is None:
-                    continue
-                if rec.get("type") == "message":
+                is_message, ts = got
+                if is_message:
                     stamps.append((n, ts))
                 elif header is None:
                     header = ts
@@ -504,27 +512,18 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
     return value
 
 
-_STARTS: OrderedDict[tuple[str, int, int], str | None] = OrderedDict()
-_STARTS_FILES = 65536
 START_READ_LINES = 8
 """How many leading JSONL lines :func:`transcript_start` reads for a timestamp (the session header,
 else the first messages)."""
 
 
-def transcript_start(path: str | int, *, name: str | None = None) -> str | None:
+def transcript_start(path: str | int) -> str | None:
     """When a transcript began: the first timestamp among its first :data:`START_READ_LINES` lines
-    (``YYYY-MM-DDTHH:MM`` UTC; the session header's, else its first message's), or None; read once
-    per file version, and only those lines (cheap for every transcript of a large memory, where
-    :func:`transcript_dates` reads each whole file). ``path`` may be an open file descriptor."""
-    try:
-        st = os.fstat(path) if isinstance(path, int) else os.stat(path)
-    except OSError:
-        return None
-    key = (name or str(path), st.st_size, st.st_mtime_ns)
-    with _CACHE_LOCK:
-        if key in _STARTS:
-            return _STARTS[key]
-    got: str | None = None
+    (``YYYY-MM-DDTHH:MM`` UTC; the session header's, else its first message's), or None. Only those
+    lines are read (cheap for every transcript of a large memory, where :func:`transcript_dates`
+    reads each whole file); the caller keeps what it read
+    (:func:`memory_core.query.reading.indexed_transcript_start`). ``path`` may be an open file
+    descriptor (left open)."""
     try:
         with open(path, "rb", closefd=not isinstance(path, int)) as f:
             if isinstance(path, int):
@@ -532,24 +531,12 @@ def transcript_start(path: str | int, *, name: str | None = None) -> str | None:
             for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
                 if n > START_READ_LINES:
                     break
-                if raw is None or b"timestamp" not in raw:
-                    continue
-                try:
-                    rec = json.loads(raw)
-                except (ValueError, RecursionError):
-                    continue
-                if isinstance(rec, dict):
-                    msg = rec.get("message")
-                    got = _stamp(rec.get("timestamp")) or (_stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
-                    if got:
-                        break
+                got = _record_stamp(raw)
+                if got is not None:
+                    return got[1]
     except OSError:
         return None
-    with _CACHE_LOCK:
-        _STARTS[key] = got
-        while len(_STARTS) > _STARTS_FILES:
-            _STARTS.popitem(last=False)
-    return got
+    return None
 
 
 def chunk_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
@@ -737,6 +724,39 @@ def _shift(d: date, days: int) -> date:
     return d + timedelta(days=days) if (_LAST_DAY - d).days > days else _LAST_DAY
 
 
+_DAILY_NOTES = ("FROM files WHERE path >= 'memory/' AND path < 'memory0'"
+                " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'")
+"""The daily notes (``memory/YYYY-MM-DD.md``) among the indexed files, in the path index's range."""
+STARTS_SCANNED = 20000
+"""The most transcripts whose beginning is read (:func:`_starts`: their first lines only)."""
+
+
+def _at_the_ends(conn: Any, since_ms: int = 0) -> list[str]:
+    """The :data:`TIMELINE_TRANSCRIPTS` transcripts modified on or after ``since_ms`` that were
+    last modified soonest after it, then the as many most recently modified: a transcript is
+    written as its conversation goes, so these hold the oldest days since then and the newest
+    (a long session still going) without reading every file."""
+    paths: dict[str, None] = {}
+    for order in ("ASC", "DESC"):
+        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' AND mtime >= ?"
+                                 f" ORDER BY mtime {order}, path LIMIT {TIMELINE_TRANSCRIPTS}", (since_ms,)):
+            paths[p] = None
+    return list(paths)
+
+
+def _starts(conn: Any, start_of: Callable[[str, int], str | None], since_ms: int = 0) -> Iterator[tuple[str, str]]:
+    """(path, when it began) of the transcripts modified on or after ``since_ms`` (at most
+    :data:`STARTS_SCANNED`), those whose beginning can be read and has a timestamp."""
+    for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' AND mtime >= ?"
+                                 f" ORDER BY mtime, path LIMIT {STARTS_SCANNED}", (since_ms,)):
+        try:
+            ts = start_of(p, int(mtime or 0))
+        except PathError:
+            continue
+        if ts:
+            yield p, ts
+
+
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                      stamps_of: Callable[[str], Stamps],
                      start_of: Callable[[str, int], str | None] | None = None) -> list[tuple[Any, ...]]:
@@ -765,14 +785,10 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     rows += conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
                          " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
                          (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
-    # a transcript written on that day was last modified on or after it: first the ones last modified
-    # soonest after the day began (written that day, in a memory kept as it goes), then the most
-    # recently modified (a long session still going, with messages of that day)
-    sessions: dict[str, None] = {}
-    for order in ("ASC", "DESC"):
-        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' AND mtime >= ?"
-                                 f" ORDER BY mtime {order}, path LIMIT {TIMELINE_TRANSCRIPTS}", (start_ms,)):
-            sessions[p] = None
+    # a transcript written on that day was last modified on or after it: the ones modified soonest
+    # after the day began (written that day), the most recently modified (a long session still going)
+    # and, whatever the modification times say, the ones that began nearest before the day's end
+    sessions = dict.fromkeys(_at_the_ends(conn, start_ms))
     if start_of is not None:
         sessions.update(dict.fromkeys(_begun_by(conn, start_ms, dates.end, start_of)))
     for p in sessions:
@@ -798,26 +814,13 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     return out
 
 
-STARTS_SCANNED = 20000
-"""The most transcripts whose beginning :func:`_begun_by` reads (their first lines only)."""
-
-
 def _begun_by(conn: Any, start_ms: int, end: date, start_of: Callable[[str, int], str | None]) -> list[str]:
     """The :data:`TIMELINE_TRANSCRIPTS` transcripts modified on or after ``start_ms`` that began
     nearest before the end of ``end`` (a conversation's messages come after its beginning): the
     ones of that day first, then the ones begun shortly before it. Modification times alone cannot
     tell them in a memory copied in at once (every file modified the same minute)."""
-    begun: list[tuple[str, str]] = []
     last = end.isoformat()
-    for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' AND mtime >= ?"
-                                 f" ORDER BY mtime, path LIMIT {STARTS_SCANNED}", (start_ms,)):
-        try:
-            ts = start_of(p, int(mtime or 0))
-        except PathError:
-            continue
-        if ts and ts[:10] <= last:
-            begun.append((ts, p))
-    begun.sort(reverse=True)
+    begun = sorted(((ts, p) for p, ts in _starts(conn, start_of, start_ms) if ts[:10] <= last), reverse=True)
     return [p for _, p in begun[:TIMELINE_TRANSCRIPTS]]
 
 
@@ -861,8 +864,7 @@ def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
     file's modification day is not a conversation's day). Year-less and relative days in a
     question resolve against it (:func:`query_date_range`'s ``anchor``)."""
     best: date | None = None
-    row = conn.execute("SELECT max(path) FROM files WHERE path >= 'memory/' AND path < 'memory0'"
-                       " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'").fetchone()
+    row = conn.execute("SELECT max(path) " + _DAILY_NOTES).fetchone()
     if row and row[0]:
         best = date_from_path(row[0])
     for (p,) in conn.execute("SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime DESC, path LIMIT 64"):
@@ -890,37 +892,17 @@ def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps],
     memory a read of each); with ``start_of`` (:func:`transcript_start`), also the day every
     transcript began (up to :data:`STARTS_SCANNED`, their first lines only), so the first
     conversation is found in a memory copied in at once too."""
-    days: set[date] = set()
-    if start_of is not None:
-        for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' ORDER BY mtime, path"
-                                     f" LIMIT {STARTS_SCANNED}"):
-            try:
-                ts = start_of(p, int(mtime or 0))
-            except PathError:
-                continue
-            if ts:
-                with contextlib.suppress(ValueError):
-                    days.add(date.fromisoformat(ts[:10]))
-    for (p,) in conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0'"
-                             " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'"):
-        d = date_from_path(p)
-        if d is not None:
-            days.add(d)
-    paths: dict[str, None] = {}
-    for order in ("ASC", "DESC"):
-        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime {order}, path"
-                                 f" LIMIT {TIMELINE_TRANSCRIPTS}"):
-            paths[p] = None
-    for p in paths:
+    days = {d for (p,) in conn.execute("SELECT path " + _DAILY_NOTES) if (d := date_from_path(p)) is not None}
+    stamped = [ts for _, ts in _starts(conn, start_of)] if start_of is not None else []
+    for p in _at_the_ends(conn):
         try:
             header, stamps = stamps_of(p)
         except PathError:
             continue
-        for ts in [ts for _, ts in stamps] or ([header] if header else []):
-            try:
-                days.add(date.fromisoformat(ts[:10]))
-            except ValueError:
-                continue
+        stamped += [ts for _, ts in stamps] or ([header] if header else [])
+    for ts in stamped:
+        with contextlib.suppress(ValueError):
+            days.add(date.fromisoformat(ts[:10]))
     return sorted(days)
 
 

@@ -64,15 +64,15 @@ def _speaker(unit: str) -> str:
 def edge_runs(us: list[str], source: str) -> tuple[int, int]:
     """How many of a chunk's units (:func:`units`) at its start and at its end are that edge: a
     note's first and last line; a transcript's first and last run of messages by one speaker
-    (people who text split one thought over several short messages: "found a flat!!", "carver
+    (:func:`_who`: the role and the sender's name; people who text split one thought over several short messages: "found a flat!!", "carver
     rd", "moving in march"), at most :data:`EDGE_RUN_MAX` each."""
     if source != "sessions" or not us:
         return 1, 1
 
     def run(seq: list[str]) -> int:
-        who = _speaker(seq[0])
+        who = _who(seq[0])
         n = 1
-        while who and n < min(len(seq), EDGE_RUN_MAX) and _speaker(seq[n]) == who:
+        while who and n < min(len(seq), EDGE_RUN_MAX) and _who(seq[n]) == who:
             n += 1
         return n
 

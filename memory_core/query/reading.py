@@ -49,28 +49,26 @@ _STARTED: OrderedDict[tuple[str, str, int], str | None] = OrderedDict()
 _STARTED_FILES = 65536
 
 
-def indexed_transcript_start(settings: Settings, path: str, mtime_ms: int | None = None) -> str | None:
+def indexed_transcript_start(settings: Settings, path: str, mtime_ms: int) -> str | None:
     """:func:`transcript_start` of the indexed transcript ``path``, opened as
-    :func:`indexed_transcript_dates` opens it; PathError when it may not be read. ``mtime_ms``: its
-    modification time as the index records it; with it, a transcript read before is not opened
-    again (a transcript only grows at its end, so its beginning stays what it was)."""
+    :func:`indexed_transcript_dates` opens it; PathError when it may not be read. Kept by the
+    modification time the index records (``mtime_ms``): a transcript read before is not opened
+    again (it only grows at its end, so its beginning stays what it was)."""
     from memory_core.sources.safeio import open_indexed
 
-    key = (str(settings.sessions_dir), path, mtime_ms if mtime_ms is not None else -1)
-    if mtime_ms is not None:
-        with _SHOWN_LOCK:
-            if key in _STARTED:
-                return _STARTED[key]
+    key = (str(settings.sessions_dir), path, mtime_ms)
+    with _SHOWN_LOCK:
+        if key in _STARTED:
+            return _STARTED[key]
     fd = open_indexed(settings, path)
     try:
-        got = transcript_start(fd, name=f"{settings.sessions_dir}\0{path}")
+        got = transcript_start(fd)
     finally:
         os.close(fd)
-    if mtime_ms is not None:
-        with _SHOWN_LOCK:
-            _STARTED[key] = got
-            while len(_STARTED) > _STARTED_FILES:
-                _STARTED.popitem(last=False)
+    with _SHOWN_LOCK:
+        _STARTED[key] = got
+        while len(_STARTED) > _STARTED_FILES:
+            _STARTED.popitem(last=False)
     return got
 
 
