@@ -6,12 +6,12 @@ talked": ``dates.conversation_days``), against the same question naming a calend
 A workspace of ``--sessions`` transcripts of ``--messages`` messages each, one day apart (each last
 modified on its day, or with ``--imported`` all the same second under random names), indexed
 with no provider (keyword side and dates only: the model's time is not what is measured). Each
-round times, alternating which goes first, a search asking about "our first conversation" (its
-days read from the 64 least and 64 most recently modified transcripts) and one naming the first
-day as a date ("on 2 March 2025": only that day's chunks are dated), and the same question naming
-no day (what any search costs here). The first search of a new
-searcher is reported apart ("cold": every transcript's message times read from the file); later
-ones reuse the times read (kept per file, by size and mtime: "warm")."""
+round times, alternating which goes first, a search asking about "our first conversation" (the
+memory's conversation days, from the index's ``chunk_days``) and one naming the first day as a
+date ("on 2 March 2025": that day's chunks found by their recorded days), and the same question
+naming no day (what any search costs here). The first search of a new searcher is reported apart
+("cold": a new connection; with an index of schema 5 the transcripts' message times were read from
+the files then); later ones reuse the searcher ("warm")."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query import dates, reading
+from memory_core.query import dates
 from memory_core.query.search import Searcher
 
 TOPICS = ["the hiking trip", "the cello lessons", "the boiler in the flat", "the band's setlist",
@@ -78,7 +78,6 @@ def main() -> None:
         cold: dict[str, float] = {}
         for name, q in asks.items():  # a new searcher and no times kept: the first search of a process
             dates._CACHE.clear()
-            reading._STARTED.clear()
             with Searcher(s) as se:
                 t0 = time.perf_counter()
                 got = se.search(q, max_results=10)

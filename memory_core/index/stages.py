@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -76,6 +76,9 @@ from memory_core.storage.store import (
     read_live_stats,
     refuse_symlink,
 )
+
+if TYPE_CHECKING:
+    from memory_core.sources.sessions import SessionDoc
 
 log = logging.getLogger(__name__)
 
@@ -321,15 +324,17 @@ class FileChunks:
     chunks: list[Chunk]
     file_row: dict[str, Any]  # FileRow's fields: runtypes.ChunkResult.files holds them as a dict
     over_window: int = 0
+    days: list[list[str]] | None = None  # a transcript's: each chunk's chunk_stamps
 
 
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
                warnings: list[str]) -> FileChunks | None:
     """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
     from memory_core.sources.redact import redact_lines, should_redact
-    from memory_core.sources.sessions import parse_session_file
+    from memory_core.sources.sessions import chunk_stamps, parse_session_file
 
     lines: int | None = None
+    doc: SessionDoc | None = None
     digest = f.hash
     size, mtime_ms = f.size, f.mtime_ms
     if f.source == "sessions":
@@ -371,7 +376,8 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
            "chunks": len(kept), "lines": lines}
     over = provider.count_over_window([c.text for c in kept]) if kept and _may_exceed_window(provider, tokens, overlap) \
         else 0
-    return FileChunks(kept, row, over)
+    days = [chunk_stamps(doc, c.start_line, c.end_line) for c in kept] if doc is not None else None
+    return FileChunks(kept, row, over, days)
 
 
 def chunk_parts(source: str, settings: Settings, text: str, provider: EmbeddingProvider) -> list[tuple[str, str]]:

@@ -129,12 +129,15 @@ class _Stream:
         self.stats = EmbedCounts()
 
     # -- vectors ------------------------------------------------------------------------
-    def add_row(self, row: list[Any], text: str, parts: list[tuple[str, str]] | None = None) -> None:
+    def add_row(self, row: list[Any], text: str, parts: list[tuple[str, str]] | None = None,
+                days: list[str] | None = None) -> None:
         """Queue a chunk row; ``parts``: (hash, text) of its exchanges, whose vectors the row also
-        waits for (``row[11]``: their hashes, then their vectors)."""
+        waits for (``row[11]``: their hashes, then their vectors); ``days``: when a transcript
+        chunk was written (``row[12]``, :attr:`memory_core.index.writer.ChunkRow.days`)."""
         h = row[5]
         self.chunk_seen.add(hash(h))
         row.append([ph for ph, _ in parts] if parts and self.with_vectors else None)
+        row.append(days or None)
         self.waiting.append(row)
         if not self.with_vectors:
             self.progress.ready += 1
@@ -422,10 +425,10 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
             fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
             if fc is not None:
                 progress.chunks += len(fc.chunks)
-                for c in fc.chunks:
+                for i, c in enumerate(fc.chunks):
                     st.add_row([chunk_id(f.source, f.path, c.start_line, c.end_line, c.hash, model), f.path, f.source,
                                 c.start_line, c.end_line, c.hash, model, c.text, None, None, now], c.text,
-                               chunk_parts(f.source, settings, c.text, provider))
+                               chunk_parts(f.source, settings, c.text, provider), fc.days[i] if fc.days else None)
                 total += len(fc.chunks)
                 files[f.path] = fc.file_row
                 if fc.over_window:

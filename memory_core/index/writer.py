@@ -56,6 +56,7 @@ class ChunkRow:
     embedding: bytes | None
     updated_at: int
     parts: Sequence[bytes] | None = None  # float32 vectors of the chunk's exchanges (transcripts)
+    days: Sequence[str] | None = None  # a transcript chunk's earliest message time per day (chunk_stamps)
 
 
 FileRow = LiveFile
@@ -221,6 +222,7 @@ class IndexWriter:
         self._next_rid = 1
         self._first_new_rid = 1
         self._parts = False  # the index has a parts table (schema 4)
+        self._days = False  # the index has chunk_days (schema 6)
         self._next_part_rid = 1
         self.swapped = False
         # replace_paths: the old rows of the files this run indexes again, by chunk id, until
@@ -306,6 +308,7 @@ class IndexWriter:
             raise RunError(f"cannot open the index at {self.live_path} for an update: {exc}") from exc
 
     def _open_parts(self, conn: apsw.Connection) -> None:
+        self._days = has_table(conn, "chunk_days")
         self._parts = bool(self.vec and self.dims) and vectors.has_parts(conn)
         if self._parts:
             row = conn.execute(f"SELECT max(rid) FROM {vectors.PARTS_TABLE}").fetchone()
@@ -335,6 +338,8 @@ class IndexWriter:
                 if self._parts:
                     vectors.delete_parts(conn, rids)
             conn.executemany("DELETE FROM chunks WHERE rid = ?", ((r,) for r in rids))
+            if self._days:
+                conn.executemany("DELETE FROM chunk_days WHERE rid = ?", ((r,) for r in rids))
         return len(rids)
 
     def replace_paths(self, paths: Iterable[str]) -> None:
@@ -389,6 +394,10 @@ class IndexWriter:
         )
         from memory_core.storage.textsearch import segment_many
 
+        if self._days:  # when each transcript chunk was written (ChunkRow.days)
+            conn.executemany("INSERT INTO chunk_days(day, rid, first) VALUES(?,?,?)",
+                             ((ts[:10], start + i, ts) for i, r in enumerate(rows) if len(r) > 12 and r[12]
+                              for ts in r[12]))
         fts = iter(segment_many([r[7] for r in rows if r[8] is None]))
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text) VALUES(?,?)",  # contentless: only the text is indexed

@@ -3,14 +3,17 @@
 Chunk dates (``chunk_date``), in order:
 
 * a daily note ``memory/YYYY-MM-DD.md``: the date in its file name;
-* a transcript chunk: the timestamp of the first message in its JSONL lines (the record's
+* a transcript chunk: the earliest message time in its JSONL lines (the record's
   ``timestamp``, else its ``message.timestamp``), else the session header's timestamp;
 * any other file: its modification time (local date).
 
-Transcript timestamps are read from the transcript itself when a search needs them (opened as
-``get`` opens it: :func:`memory_core.query.reading.indexed_transcript_dates`) and kept per
-file (path, size, mtime), so a chunk's date always matches the lines it cites; the index stores
-only line numbers.
+A transcript chunk's times are recorded when it is indexed (``chunk_days``: its earliest message
+time on each UTC day it has a message of, :func:`memory_core.sources.sessions.chunk_stamps`), so a
+search dates its candidates, finds a named day's chunks and knows the memory's conversation days
+without reading a transcript (:class:`Dater`). An index written before schema 6 has no such
+table: its candidates are dated from the transcripts (opened as ``get`` opens them:
+:func:`memory_core.query.reading.indexed_transcript_dates`, kept per file version) until the next
+run rebuilds it.
 
 Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
 ``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; ``query.date_order`` reads an ambiguous ``01/02``),
@@ -28,7 +31,7 @@ up to it. The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
-``memory_core.query.retrieval``), each candidate's date (``hit_date``), each candidate's nearness to the range
+``memory_core.query.retrieval``), each candidate's date (``Dater.date``), each candidate's nearness to the range
 (``note_nearness``: every message time of a transcript chunk, ``query.day_tolerance_hours`` past the
 range's end), the named day's lift after fusion, a ranking signal and not a filter
 (``lift_named_days``, ``DATE_MATCH_BONUS``, from ``memory_core.query.rank``) and a transcript snippet's
@@ -40,27 +43,26 @@ range's end), the named day's lift after fusion, a ranking signal and not a filt
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 import apsw
 
 from memory_core.errors import PathError
-from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines
+from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines, record_stamp
+from memory_core.storage.store import has_table
 from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled when a query names a day
 
-__all__ = ["DATE_MATCH_BONUS", "DateRange", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
-           "hit_date", "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
-           "said_at",
-           "conversation_days", "timeline_end", "transcript_dates", "transcript_start"]
+__all__ = ["DATE_MATCH_BONUS", "DateRange", "Dater", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
+           "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
+           "said_at", "conversation_days", "timeline_end", "transcript_dates"]
 
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
@@ -429,48 +431,11 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_FILES = 256
 
 
-def _minute(dt: datetime) -> str:
-    """``YYYY-MM-DDTHH:MM`` (the year always 4 digits: ``strftime("%Y")`` writes year 1 as ``1``)."""
-    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}"
-
-
 def _when(ts: str) -> datetime | None:
     try:
         return datetime.fromisoformat(ts)
     except ValueError:
         return None
-
-
-def _stamp(value: object) -> str | None:
-    """An ISO timestamp string or epoch number -> ``YYYY-MM-DDTHH:MM`` (UTC), else ``None``."""
-    try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            secs = value / 1000 if value > 1e11 else value
-            return _minute(datetime.fromtimestamp(secs, UTC))
-        if isinstance(value, str) and len(value) >= 10:
-            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if dt.tzinfo is not None:
-                dt = dt.astimezone(UTC)
-            return _minute(dt)
-    except (ValueError, OverflowError, OSError):
-        return None
-    return None
-
-
-def _record_stamp(raw: bytes | None) -> tuple[bool, str] | None:
-    """(whether it is a message, its timestamp) of one JSONL record, or None: no timestamp, not a
-    JSON object, or a line longer than indexing reads (``raw`` None)."""
-    if raw is None or b"timestamp" not in raw:
-        return None
-    try:
-        rec = json.loads(raw)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-        return None
-    if not isinstance(rec, dict):
-        return None
-    msg = rec.get("message")
-    ts = _stamp(rec.get("timestamp")) or (_stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
-    return None if ts is None else (rec.get("type") == "message", ts)
 
 
 def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str | None, list[tuple[int, str]]]:
@@ -494,7 +459,7 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
             if isinstance(path, int):
                 f.seek(0)
             for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
-                got = _record_stamp(raw)
+                got = record_stamp(raw)
                 if got is None:
                     continue
                 is_message, ts = got
@@ -510,33 +475,6 @@ def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str |
         while len(_CACHE) > _CACHE_FILES:
             _CACHE.popitem(last=False)
     return value
-
-
-START_READ_LINES = 8
-"""How many leading JSONL lines :func:`transcript_start` reads for a timestamp (the session header,
-else the first messages)."""
-
-
-def transcript_start(path: str | int) -> str | None:
-    """When a transcript began: the first timestamp among its first :data:`START_READ_LINES` lines
-    (``YYYY-MM-DDTHH:MM`` UTC; the session header's, else its first message's), or None. Only those
-    lines are read (cheap for every transcript of a large memory, where :func:`transcript_dates`
-    reads each whole file); the caller keeps what it read
-    (:func:`memory_core.query.reading.indexed_transcript_start`). ``path`` may be an open file
-    descriptor (left open)."""
-    try:
-        with open(path, "rb", closefd=not isinstance(path, int)) as f:
-            if isinstance(path, int):
-                f.seek(0)
-            for n, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
-                if n > START_READ_LINES:
-                    break
-                got = _record_stamp(raw)
-                if got is not None:
-                    return got[1]
-    except OSError:
-        return None
-    return None
 
 
 def chunk_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
@@ -583,18 +521,62 @@ def once_per_file(stamps_of: Callable[[str], Stamps]) -> Callable[[str], Stamps]
     return read
 
 
-def hit_date(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
-             stamps_of: Callable[[str], Stamps]) -> str | None:
-    """A search candidate's :func:`chunk_date`; ``stamps_of(path)``: an indexed transcript's
-    timestamps, read as ``get`` opens it (:func:`memory_core.query.reading.indexed_transcript_dates`;
-    PathError when it may not be read)."""
-    stamps = None
-    if source == "sessions":
+class Dater:
+    """When each search candidate was written (:func:`chunk_days`, :func:`chunk_date`), read for a
+    query's candidates at once: a daily note's day (its name), another file's modification time,
+    and a transcript chunk's message days from the index (``chunk_days``, recorded at indexing
+    time: schema 6), so a search never reads a transcript to date it. An index written before it
+    has no such table: its transcript chunks are dated from the files (``stamps_of``, read as
+    ``get`` opens them: :func:`memory_core.query.reading.indexed_transcript_dates`; PathError when
+    one may not be read) until the next run rebuilds it."""
+
+    def __init__(self, conn: Any, stamps_of: Callable[[str], Stamps]) -> None:
+        self.conn = conn
+        self.stamps_of = stamps_of
+        self.stored = has_table(conn, "chunk_days")
+        self._stamps: dict[int, list[str]] = {}
+
+    def load(self, hits: Iterable[Any]) -> None:
+        """Read the recorded days of these candidates' transcript chunks (one statement per 500)."""
+        if not self.stored:
+            return
+        need = [h.rid for h in hits if h.source == "sessions" and h.rid not in self._stamps]
+        for i in range(0, len(need), 500):
+            part = need[i:i + 500]
+            for rid in part:
+                self._stamps[rid] = []
+            for rid, first in self.conn.execute(
+                    f"SELECT rid, first FROM chunk_days WHERE rid IN ({','.join('?' * len(part))}) ORDER BY rid, first",
+                    part):
+                self._stamps[rid].append(first)
+
+    def _file_stamps(self, path: str) -> Stamps | None:
         try:
-            stamps = stamps_of(path)  # opened as `get` opens it
+            return self.stamps_of(path)
         except PathError:
-            stamps = None
-    return chunk_date(path, source, start_line, end_line, mtime_ms, dates=stamps)
+            return None
+
+    def when(self, h: Any) -> list[datetime | date]:
+        """:func:`chunk_days` of candidate ``h``."""
+        if h.source == "sessions" and self.stored and date_from_path(h.path) is None:
+            if h.rid not in self._stamps:
+                self.load((h,))
+            times = [t for ts in self._stamps[h.rid] if (t := _when(ts)) is not None]
+            if times:
+                return list(times)
+            return chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
+        stamps = self._file_stamps(h.path) if h.source == "sessions" else None
+        return chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
+
+    def date(self, h: Any) -> str | None:
+        """:func:`chunk_date` of candidate ``h``: a transcript chunk's earliest message time."""
+        if h.source == "sessions" and self.stored and date_from_path(h.path) is None:
+            if h.rid not in self._stamps:
+                self.load((h,))
+            got = self._stamps[h.rid]
+            return got[0] if got else chunk_date(h.path, "", h.start_line, h.end_line, h.mtime_ms)
+        stamps = self._file_stamps(h.path) if h.source == "sessions" else None
+        return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, dates=stamps)
 
 
 # -- search: a query naming a day ------------------------------------------------------------------
@@ -613,10 +595,6 @@ MENTIONED = 0.9
 """The nearness of a chunk whose text names a day of the range (:func:`mentions`) but that was
 written on another day: lifted as the day's own, a little less."""
 MAX_DATED_CANDIDATES = 200
-TIMELINE_TRANSCRIPTS = 64
-"""How many transcripts at each end (least and most recently modified) are read for their message
-days: the memory's conversation days (:func:`conversation_days`), and a named day's chunks that
-neither side found (:func:`dated_chunk_rows`: among the transcripts modified on or after that day)."""
 MAX_FETCHED_DAYS = 31
 """An open range ("before 17 January", "since Monday") fetches the chunks of this many days next to
 its bound; a closed one of up to 62 days all of its days."""
@@ -685,20 +663,14 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
 
 
-def note_nearness(dates: DateRange, hits: Iterable[Any], stamps_of: Callable[[str], Stamps]) -> None:
+def note_nearness(dates: DateRange, hits: Iterable[Any], dater: Dater) -> None:
     """Record each candidate's :func:`nearness` in ``dates.near`` (by row id), for
     :func:`lift_named_days`; a chunk whose text names a day of the range (:func:`mentions`) is as
-    near as one written on it. ``stamps_of``: as :func:`hit_date`'s."""
+    near as one written on it."""
     for h in hits:
         if h.rid in dates.near:
             continue
-        stamps = None
-        if h.source == "sessions":
-            try:
-                stamps = stamps_of(h.path)
-            except PathError:
-                stamps = None
-        when = chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
+        when = dater.when(h)
         near = nearness(when, dates)
         if near < 1 and h.text and (dates.end - dates.start).days < 7:
             first = min((t.date() if isinstance(t, datetime) else t for t in when), default=None)
@@ -727,45 +699,13 @@ def _shift(d: date, days: int) -> date:
 _DAILY_NOTES = ("FROM files WHERE path >= 'memory/' AND path < 'memory0'"
                 " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'")
 """The daily notes (``memory/YYYY-MM-DD.md``) among the indexed files, in the path index's range."""
-STARTS_SCANNED = 20000
-"""The most transcripts whose beginning is read (:func:`_starts`: their first lines only)."""
-
-
-def _at_the_ends(conn: Any, since_ms: int = 0) -> list[str]:
-    """The :data:`TIMELINE_TRANSCRIPTS` transcripts modified on or after ``since_ms`` that were
-    last modified soonest after it, then the as many most recently modified: a transcript is
-    written as its conversation goes, so these hold the oldest days since then and the newest
-    (a long session still going) without reading every file."""
-    paths: dict[str, None] = {}
-    for order in ("ASC", "DESC"):
-        for (p,) in conn.execute(f"SELECT path FROM files WHERE source = 'sessions' AND mtime >= ?"
-                                 f" ORDER BY mtime {order}, path LIMIT {TIMELINE_TRANSCRIPTS}", (since_ms,)):
-            paths[p] = None
-    return list(paths)
-
-
-def _starts(conn: Any, start_of: Callable[[str, int], str | None], since_ms: int = 0) -> Iterator[tuple[str, str]]:
-    """(path, when it began) of the transcripts modified on or after ``since_ms`` (at most
-    :data:`STARTS_SCANNED`), those whose beginning can be read and has a timestamp."""
-    for p, mtime in conn.execute(f"SELECT path, mtime FROM files WHERE source = 'sessions' AND mtime >= ?"
-                                 f" ORDER BY mtime, path LIMIT {STARTS_SCANNED}", (since_ms,)):
-        try:
-            ts = start_of(p, int(mtime or 0))
-        except PathError:
-            continue
-        if ts:
-            yield p, ts
-
-
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
-                     stamps_of: Callable[[str], Stamps],
-                     start_of: Callable[[str, int], str | None] | None = None) -> list[tuple[Any, ...]]:
+                     dater: Dater) -> list[tuple[Any, ...]]:
     """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
-    notes, transcript chunks with a message of that day, other files modified that day (at most 200).
+    notes, transcript chunks with a message of that day (the index's ``chunk_days``: every
+    transcript, whatever its modification time), other files modified that day (at most 200).
     Rows as the retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
-    ``seen`` (the row ids already found) gets theirs; ``stamps_of``: as :func:`hit_date`'s;
-    ``start_of``: when a transcript began (:func:`transcript_start`), which finds the transcripts
-    of the day whatever their modification times say (:func:`_begun_by`)."""
+    ``seen`` (the row ids already found) gets theirs."""
     if dates.start == _FIRST_DAY and dates.end == _LAST_DAY:
         return []
     named = _fetched(dates)
@@ -785,23 +725,10 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     rows += conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
                          " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
                          (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
-    # a transcript written on that day was last modified on or after it: the ones modified soonest
-    # after the day began (written that day), the most recently modified (a long session still going)
-    # and, whatever the modification times say, the ones that began nearest before the day's end
-    sessions = dict.fromkeys(_at_the_ends(conn, start_ms))
-    if start_of is not None:
-        sessions.update(dict.fromkeys(_begun_by(conn, start_ms, dates.end, start_of)))
-    for p in sessions:
-        try:
-            header, stamps = stamps_of(p)
-        except PathError:
-            continue
-        lines = [n for n, ts in stamps if ts[:10] in dates] or ([] if not (header and header[:10] in dates) else [0])
-        if not lines:
-            continue
-        for r in conn.execute(sql + " c.path = ?" + by_place, (p,)):
-            if lines == [0] or any(r[5] <= n <= r[6] for n in lines):
-                rows.append(r)
+    if dater.stored:  # transcript chunks with a message of those days (their UTC day; the tolerance too)
+        rows += conn.execute(sql + " c.rid IN (SELECT rid FROM chunk_days WHERE day >= ? AND day <= ?)"
+                             + by_place + " LIMIT ?",
+                             (dates.start.isoformat(), dates.end.isoformat(), MAX_DATED_CANDIDATES + len(seen))).fetchall()
     rows += _mentioning_rows(conn, named, sql)
     out = []
     for r in rows:
@@ -812,16 +739,6 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         if len(out) >= MAX_DATED_CANDIDATES:
             break
     return out
-
-
-def _begun_by(conn: Any, start_ms: int, end: date, start_of: Callable[[str, int], str | None]) -> list[str]:
-    """The :data:`TIMELINE_TRANSCRIPTS` transcripts modified on or after ``start_ms`` that began
-    nearest before the end of ``end`` (a conversation's messages come after its beginning): the
-    ones of that day first, then the ones begun shortly before it. Modification times alone cannot
-    tell them in a memory copied in at once (every file modified the same minute)."""
-    last = end.isoformat()
-    begun = sorted(((ts, p) for p, ts in _starts(conn, start_of, start_ms) if ts[:10] <= last), reverse=True)
-    return [p for _, p in begun[:TIMELINE_TRANSCRIPTS]]
 
 
 def _mention_match(dates: DateRange) -> str | None:
@@ -858,51 +775,32 @@ def _mentioning_rows(conn: Any, dates: DateRange, sql: str) -> list[tuple[Any, .
     return [r for r in rows if mentions(r[7] or "", dates.end, dates)]
 
 
-def timeline_end(conn: Any, stamps_of: Callable[[str], Stamps]) -> date | None:
-    """The memory's newest day: the latest daily note's day, or the latest message day of the 64 most
-    recently modified transcripts, whichever is later; ``None`` when neither exists (an undated
-    file's modification day is not a conversation's day). Year-less and relative days in a
-    question resolve against it (:func:`query_date_range`'s ``anchor``)."""
+def timeline_end(conn: Any) -> date | None:
+    """The memory's newest day: the latest daily note's day or the latest day a transcript has a
+    message of, whichever is later; ``None`` when neither exists (an undated file's modification
+    day is not a conversation's day). Year-less and relative days in a question resolve against it
+    (:func:`query_date_range`'s ``anchor``)."""
     best: date | None = None
     row = conn.execute("SELECT max(path) " + _DAILY_NOTES).fetchone()
     if row and row[0]:
         best = date_from_path(row[0])
-    for (p,) in conn.execute("SELECT path FROM files WHERE source = 'sessions' ORDER BY mtime DESC, path LIMIT 64"):
-        try:
-            header, stamps = stamps_of(p)
-        except PathError:
-            continue
-        last = max((ts for _, ts in stamps), default=header)
-        if last:
-            try:
-                d = date.fromisoformat(last[:10])
-            except ValueError:
-                continue
+    if has_table(conn, "chunk_days"):
+        row = conn.execute("SELECT max(day) FROM chunk_days").fetchone()
+        with contextlib.suppress(TypeError, ValueError):
+            d = date.fromisoformat(row[0])
             best = d if best is None or d > best else best
     return best
 
 
-def conversation_days(conn: Any, stamps_of: Callable[[str], Stamps],
-                      start_of: Callable[[str, int], str | None] | None = None) -> list[date]:
+def conversation_days(conn: Any) -> list[date]:
     """The memory's conversation days, for a conversation named by its place ("our first
-    conversation", "the last time we talked"): every daily note's day, and the message days of the
-    :data:`TIMELINE_TRANSCRIPTS` least and most recently modified transcripts (a transcript is
-    written as its conversation goes, so the oldest conversations are in the least recently
-    modified files and the newest in the most recent; reading every transcript would cost a large
-    memory a read of each); with ``start_of`` (:func:`transcript_start`), also the day every
-    transcript began (up to :data:`STARTS_SCANNED`, their first lines only), so the first
-    conversation is found in a memory copied in at once too."""
+    conversation", "the last time we talked"): every daily note's day and every day a transcript
+    has a message of (the index's ``chunk_days``)."""
     days = {d for (p,) in conn.execute("SELECT path " + _DAILY_NOTES) if (d := date_from_path(p)) is not None}
-    stamped = [ts for _, ts in _starts(conn, start_of)] if start_of is not None else []
-    for p in _at_the_ends(conn):
-        try:
-            header, stamps = stamps_of(p)
-        except PathError:
-            continue
-        stamped += [ts for _, ts in stamps] or ([header] if header else [])
-    for ts in stamped:
-        with contextlib.suppress(ValueError):
-            days.add(date.fromisoformat(ts[:10]))
+    if has_table(conn, "chunk_days"):
+        for (day,) in conn.execute("SELECT DISTINCT day FROM chunk_days"):
+            with contextlib.suppress(TypeError, ValueError):
+                days.add(date.fromisoformat(day))
     return sorted(days)
 
 

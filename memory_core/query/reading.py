@@ -16,7 +16,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError
-from memory_core.query.dates import transcript_dates, transcript_start
+from memory_core.query.dates import transcript_dates
 from memory_core.query.results import FileText
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 from memory_core.storage.indexmeta import IndexRecord
@@ -43,33 +43,6 @@ _SHOWN_LOCK = threading.Lock()
 _shown_chars = 0  # characters held in _SHOWN
 SHOWN_CACHE_CHARS = 32 * 1024 * 1024
 """The most characters of transcripts' display messages kept between searches (newest first)."""
-
-
-_STARTED: OrderedDict[tuple[str, str, int], str | None] = OrderedDict()
-_STARTED_FILES = 65536
-
-
-def indexed_transcript_start(settings: Settings, path: str, mtime_ms: int) -> str | None:
-    """:func:`transcript_start` of the indexed transcript ``path``, opened as
-    :func:`indexed_transcript_dates` opens it; PathError when it may not be read. Kept by the
-    modification time the index records (``mtime_ms``): a transcript read before is not opened
-    again (it only grows at its end, so its beginning stays what it was)."""
-    from memory_core.sources.safeio import open_indexed
-
-    key = (str(settings.sessions_dir), path, mtime_ms)
-    with _SHOWN_LOCK:
-        if key in _STARTED:
-            return _STARTED[key]
-    fd = open_indexed(settings, path)
-    try:
-        got = transcript_start(fd)
-    finally:
-        os.close(fd)
-    with _SHOWN_LOCK:
-        _STARTED[key] = got
-        while len(_STARTED) > _STARTED_FILES:
-            _STARTED.popitem(last=False)
-    return got
 
 
 def _keep_shown(key: tuple[str, int, int, int, int], got: dict[int, str]) -> None:

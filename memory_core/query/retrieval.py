@@ -36,7 +36,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
-from memory_core.query.dates import DateRange, Stamps, dated_chunk_rows
+from memory_core.query.dates import Dater, DateRange, dated_chunk_rows
 from memory_core.storage import index_changes, textsearch, vectors
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
@@ -1280,12 +1280,10 @@ def rows_by_rank(idx: _Index, rids: list[int], sims: list[float], src: str,
 
 
 def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
-               stamps_of: Callable[[str], Stamps],
-               start_of: Callable[[str, int], str | None] | None = None) -> list[ranking.Hit]:
+               dater: Dater) -> list[ranking.Hit]:
     """Chunks written in ``dates`` that neither side found (:func:`memory_core.query.dates.dated_chunk_rows`),
     as vector candidates of cosine 0 until :func:`complete` scores them."""
-    return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, stamps_of, start_of), "vector",
-                          lambda _: 0.0)
+    return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, dater), "vector", lambda _: 0.0)
 
 
 def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],

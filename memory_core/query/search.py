@@ -37,8 +37,8 @@ from memory_core.query import ranking, retrieval
 from memory_core.query.dates import (
     DATE_MATCH_BONUS,
     MAX_DATED_CANDIDATES,
+    Dater,
     conversation_days,
-    hit_date,
     note_nearness,
     once_per_file,
     query_date_range,
@@ -49,7 +49,6 @@ from memory_core.query.rank import AGENT_RESULT_KEYS, SearchResult, rank_candida
 from memory_core.query.reading import (
     MAX_GET_LINES,
     indexed_transcript_dates,
-    indexed_transcript_start,
     read_file,
     transcript_messages,
 )
@@ -315,13 +314,12 @@ class Searcher(QueryProviderOwner):
         srcs = tuple(dict.fromkeys(sources)) if sources else None
         with self._lock:
             idx = self._current()
-            stamps_of = once_per_file(functools.partial(indexed_transcript_dates, self._where(idx)))
-            start_of = functools.partial(indexed_transcript_start, self._where(idx))
+            dater = Dater(idx.conn, once_per_file(functools.partial(indexed_transcript_dates, self._where(idx))))
             # year-less and relative days resolve against the memory's newest day, not today's clock
-            dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn, stamps_of),
+            dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn),
                                      date_order=self.settings.query.date_order,
                                      tolerance=self.settings.query.day_tolerance_hours,
-                                     timeline=lambda: conversation_days(idx.conn, stamps_of, start_of))
+                                     timeline=lambda: conversation_days(idx.conn))
             text = dates.strip(query) if dates else query  # the words naming the day match by date
             if not text.strip():
                 vector = keyword = False
@@ -356,15 +354,16 @@ class Searcher(QueryProviderOwner):
                     kw_hits = pending.result()
             if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
                 kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
-            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, stamps_of,
-                                          start_of) if dates else [])
+            extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, dater)
+                     if dates else [])
             union, idf_total, corpus_cov = retrieval.complete(idx, text, qvec if embedded else None, kw_hits,
                                                               vec_hits, keyword=keyword, extra=extra)
+            dater.load((*union, *kw_hits, *vec_hits))
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
-                    h.date = hit_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps_of)
+                    h.date = dater.date(h)
             if dates is not None:  # how near each candidate's days are to the named ones
-                note_nearness(dates, (*union, *kw_hits, *vec_hits), stamps_of)
+                note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,

@@ -94,7 +94,8 @@ SIZE_LINES = {
     "sign_bits": "chunks_bits, chunk_parts_bits: one bit a dimension, scanned by every vector query",
     "text": "chunks' text and row fields (id, path, lines) and their pages' free space",
     "fts": "chunks_fts: the FTS5 keyword index and each row's length (contentless: no copy of the text)",
-    "keys": "B-tree indexes (chunk id, path, source, hash), the files table and the change log (index_changes:"
+    "keys": "B-tree indexes (chunk id, path, source, hash), the files table, chunk_days (when each transcript"
+            " chunk was written) and the change log (index_changes:"
             " the rows the last 32 incremental runs removed and added, so long-lived readers update what they keep)",
     "rest": "text, FTS5 and B-tree indexes (`status --sizes` splits it; reads the whole file)",
     "free": "free pages (reused by later runs)",

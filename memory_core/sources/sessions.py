@@ -28,12 +28,14 @@ Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Final, NoReturn, Protocol
 
@@ -43,6 +45,7 @@ from typing import Any, BinaryIO, Final, NoReturn, Protocol
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "SessionDoc",
+    "chunk_stamps",
     "count_lines",
     "display_session_text",
     "session_messages_by_line",
@@ -50,6 +53,7 @@ __all__ = [
     "normalize_session_text",
     "parse_session_file",
     "parse_session_lines",
+    "record_stamp",
     "session_hash",
     "session_lines_for_range",
     "session_rel_path",
@@ -130,6 +134,68 @@ def exchange_parts(text: str) -> list[str]:
     return parts if len(parts) > 1 else []
 
 
+# -- when each record was written ---------------------------------------------------------------
+def _minute(dt: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM`` (the year always 4 digits: ``strftime("%Y")`` writes year 1 as ``1``)."""
+    return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}"
+
+
+def stamp(value: object) -> str | None:
+    """An ISO timestamp string or epoch number (seconds or milliseconds) -> ``YYYY-MM-DDTHH:MM``
+    (UTC), else ``None``."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            secs = value / 1000 if value > 1e11 else value
+            return _minute(datetime.fromtimestamp(secs, UTC))
+        if isinstance(value, str) and len(value) >= 10:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            if dt.tzinfo is not None:
+                dt = dt.astimezone(UTC)
+            return _minute(dt)
+    except (ValueError, OverflowError, OSError):
+        return None
+    return None
+
+
+def _stamp_of(rec: dict[str, Any]) -> str | None:
+    """A parsed record's timestamp (its own, else its message's), as :func:`stamp` gives it."""
+    msg = rec.get("message")
+    return stamp(rec.get("timestamp")) or (stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
+
+
+def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
+    """(whether it is a message, its timestamp) of one JSONL record, or None: no timestamp, not a
+    JSON object, or a line longer than indexing reads (``raw`` None)."""
+    if raw is None or ("timestamp" not in raw if isinstance(raw, str) else b"timestamp" not in raw):
+        return None
+    try:
+        rec = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        return None
+    if not isinstance(rec, dict):
+        return None
+    ts = _stamp_of(rec)
+    return None if ts is None else (rec.get("type") == "message", ts)
+
+
+def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[str]:
+    """When a transcript chunk (JSONL lines ``start_line``..``end_line``) was written: the earliest
+    message time of each day it has a message of, oldest first (``YYYY-MM-DDTHH:MM`` UTC); every
+    message record of those lines counts, indexed or not (a tool result is said then too). A chunk
+    with no timed message has the session header's time, else nothing. What the index records
+    (``chunk_days``) so a search never reads a transcript to date it."""
+    lines = doc.stamp_lines
+    lo, hi = bisect.bisect_left(lines, start_line), bisect.bisect_right(lines, end_line)
+    if lo == hi:
+        return [doc.header] if doc.header else []
+    first: dict[str, str] = {}
+    for ts in doc.stamps[lo:hi]:
+        day = ts[:10]
+        if day not in first or ts < first[day]:
+            first[day] = ts
+    return sorted(first.values())
+
+
 @dataclass(frozen=True)
 class SessionDoc:
     """The indexable view of one transcript.
@@ -161,6 +227,11 @@ class SessionDoc:
     # sha256 of the bytes this parse read, and (their length, the file's mtime_ns just before)
     file_sha256: str = ""
     file_stat: tuple[int, int] | None = None
+    # when each message record was written (every one, indexed or not: a tool result has a time
+    # too), in JSONL line order, and the session header's time: :func:`chunk_stamps`
+    stamp_lines: Sequence[int] = field(default_factory=list)
+    stamps: Sequence[str] = field(default_factory=list)
+    header: str | None = None
 
 
 def session_rel_path(path: str | os.PathLike[str]) -> str:
@@ -240,7 +311,7 @@ def _reject_constant(name: str) -> NoReturn:
 class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
-    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines")
+    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines", "stamp_lines", "stamps", "header")
 
     def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
@@ -248,6 +319,17 @@ class _Builder:
         self.skipped = 0
         self.redact_secrets = redact_secrets
         self.keep_lines = keep_lines  # display text (snippets), never indexed or hashed
+        self.stamp_lines: list[int] = []  # JSONL line of each message record with a time
+        self.stamps: list[str] = []
+        self.header: str | None = None  # the first other record's time (the session header)
+
+    def other_record(self, line: str | bytes) -> None:
+        """A line that is no message (a session header, another record type): its time is the
+        transcript's header time when it is the first such."""
+        if self.header is None:
+            got = record_stamp(line)
+            if got is not None and not got[0]:
+                self.header = got[1]
 
     def feed(self, line_no: int, line: str) -> None:
         """Process JSONL line *line_no* (1-based); *line* may keep its newline."""
@@ -259,14 +341,22 @@ class _Builder:
         # "message" string, unless written with \u escapes.
         if '"message"' not in line and "\\u" not in line:
             self.skipped += not _is_json(line)  # a session header or other record: not malformed
+            self.other_record(line)
             return
         try:
             record = json.loads(line, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
             self.skipped += 1
             return
-        if not isinstance(record, dict) or record.get("type") != "message":
+        if not isinstance(record, dict):
+            return
+        if record.get("type") != "message":
+            if self.header is None and (ts := _stamp_of(record)) is not None:
+                self.header = ts
             return  # a known non-message record (session header, custom, ...)
+        if (ts := _stamp_of(record)) is not None:
+            self.stamp_lines.append(line_no)
+            self.stamps.append(ts)
         message = record.get("message")
         if not isinstance(message, dict):
             return
@@ -306,6 +396,9 @@ class _Builder:
             lines=lines,
             oversized=oversized,
             redacted=self.redact_secrets,
+            stamp_lines=self.stamp_lines,
+            stamps=self.stamps,
+            header=self.header,
         )
 
 
@@ -367,6 +460,7 @@ def parse_session_file(
             if b'"message"' not in raw and b"\\u" not in raw:
                 if raw.strip():
                     builder.skipped += not _is_json(raw)
+                    builder.other_record(raw)
                 continue
             builder.feed(line_no, raw.decode("utf-8", errors="replace"))
         bytes_read = raw_f.tell()

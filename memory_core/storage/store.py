@@ -7,6 +7,7 @@ Schema (names follow the reference so other tools can read the file)::
     chunks(rid INTEGER PRIMARY KEY, id TEXT UNIQUE, path, source, start_line, end_line,
            hash, model, text, embedding BLOB, updated_at)
     chunks_fts  FTS5(text, content='', contentless_delete=1)      rowid = chunks.rid
+    chunk_days(day TEXT, rid INTEGER, first TEXT, PRIMARY KEY(day, rid)) WITHOUT ROWID  -- transcripts
     chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.storage.vectors
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
@@ -79,8 +80,9 @@ if TYPE_CHECKING:  # apsw's stubs only
     from apsw import Bindings, SQLiteValue
 
 META_KEY = "memory_index_meta_v1"
-SCHEMA_VERSION = 5  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
-# 4: transcript chunks' exchange vectors (vectors.PARTS_TABLE); 5: contentless chunks_fts (text index only)
+SCHEMA_VERSION = 6  # 2: vectors stored once (vec0 or chunks.embedding); 3: float32 + sign bits (vectors.py);
+# 4: transcript chunks' exchange vectors (vectors.PARTS_TABLE); 5: contentless chunks_fts (text index only);
+# 6: when each transcript chunk was written (chunk_days)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 # SQLite's header field ``application_id`` (offset 68) of every index memory-core writes: only a
@@ -357,6 +359,21 @@ HASH_INDEX_SQL = "CREATE INDEX IF NOT EXISTS idx_chunks_hash ON chunks(hash)"
 """Chunks by content hash: the run's cache asks the live index for vectors by it (cache.py)."""
 
 
+CHUNK_DAYS_SQL = """
+        CREATE TABLE IF NOT EXISTS chunk_days (
+          day TEXT NOT NULL,
+          rid INTEGER NOT NULL,
+          first TEXT NOT NULL,
+          PRIMARY KEY (day, rid)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS idx_chunk_days_rid ON chunk_days(rid);"""
+"""When each transcript chunk was written (schema 6): a row per UTC day (``YYYY-MM-DD``) it has a
+message of, with that day's earliest message time (``first``, ``YYYY-MM-DDTHH:MM``); a chunk with
+no timed message has its session header's day; notes have none (their day is their name or mtime).
+A search finds a named day's chunks and dates its candidates here, never reading a transcript
+(:mod:`memory_core.query.dates`)."""
+
+
 def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) -> None:
     if _sqlite_version() < FTS_MIN_SQLITE:
         raise RunError(f"SQLite {apsw.sqlite_lib_version()} is too old to write an index: its FTS5 table needs"
@@ -394,6 +411,7 @@ def create_schema(conn: apsw.Connection, dims: int | None, *, with_vec: bool) ->
         CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
           text, content='', contentless_delete=1, tokenize='{tok}'
         );
+        {CHUNK_DAYS_SQL}
         """
     )
     mark_index(conn)

@@ -1,0 +1,148 @@
+"""When each transcript chunk was written, recorded at indexing time (``chunk_days``, schema 6):
+a search dates its candidates, finds a named day's chunks and knows the memory's conversation days
+from the index, never reading a transcript; the rows follow the chunks through incremental runs; an
+index written before is still searched (its transcripts read for their times) and the next run
+rebuilds it. Real index (SQLite, FTS5), real pipeline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query import reading
+from memory_core.query.search import Searcher
+from memory_core.sources.sessions import chunk_stamps, parse_session_lines
+from memory_core.storage.store import META_KEY, SCHEMA_VERSION, connect
+
+
+def _record(ts: str | None, role: str, text: str, kind: str = "message") -> str:
+    rec: dict[str, Any] = {"type": kind, "message": {"role": role, "content": [{"type": "text", "text": text}]}}
+    if ts:
+        rec["timestamp"] = ts
+    return json.dumps(rec)
+
+
+def _header(ts: str) -> str:
+    return json.dumps({"type": "session", "version": 3, "id": "s", "timestamp": ts})
+
+
+def test_chunk_stamps_are_each_days_earliest_message() -> None:
+    lines = [
+        _header("2026-01-16T21:00:00Z"),
+        _record("2026-01-16T23:50:00Z", "user", "late one"),  # line 2
+        _record("2026-01-16T23:40:00Z", "assistant", "written earlier, sent later"),  # 3: out of order
+        _record("2026-01-17T00:20:00+01:00", "user", "23:20 UTC: still the 16th"),  # 4
+        _record("2026-01-17T01:05:00Z", "assistant", "past midnight"),  # 5
+        _record("2026-01-17T01:07:00Z", "toolResult", "a tool's output: not indexed, still said then"),  # 6
+        _record(None, "user", "no time"),  # 7
+        _record(1768613400000, "assistant", "epoch milliseconds"),  # 8: 2026-01-17T01:30Z
+    ]
+    doc = parse_session_lines(lines)
+    assert chunk_stamps(doc, 2, 8) == ["2026-01-16T23:20", "2026-01-17T01:05"]
+    assert chunk_stamps(doc, 6, 6) == ["2026-01-17T01:07"]  # a tool result's time counts too
+    assert chunk_stamps(doc, 7, 7) == ["2026-01-16T21:00"]  # no timed message: the header's
+    assert parse_session_lines(lines[1:2]).header is None
+    assert chunk_stamps(parse_session_lines([_record(None, "user", "x")]), 1, 1) == []
+
+
+def _write(ws: Path) -> None:
+    (ws / "sessions").mkdir(parents=True, exist_ok=True)
+    (ws / "memory").mkdir(exist_ok=True)
+    (ws / "memory" / "2026-02-03.md").write_text("# 3 February\n\nBought seeds for the allotment.\n")
+    (ws / "sessions" / "late.jsonl").write_text("\n".join([
+        _header("2026-01-16T22:00:00Z"),
+        _record("2026-01-16T22:10:00Z", "user", "which platform does the Brighton train leave from?"),
+        _record("2026-01-17T00:40:00Z", "assistant", "platform 9b, the one at the far end"),
+    ]) + "\n")
+    (ws / "sessions" / "march.jsonl").write_text("\n".join([
+        _header("2026-03-02T18:00:00Z"),
+        _record("2026-03-02T18:01:00Z", "user", "my cello teacher is called Ines"),
+        _record("2026-03-02T18:02:00Z", "assistant", "a lovely instrument to start with"),
+    ]) + "\n")
+
+
+def _settings(ws: Path) -> Settings:  # every appended message is indexed by the next run
+    return load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"],
+                                "sessions": {"delta_bytes": 0, "delta_messages": 0}})
+
+
+def _rows(s: Settings) -> list[tuple[str, str, str, int]]:
+    conn = connect(s.index_file)
+    try:
+        return [(str(p), str(d), str(f), int(n)) for p, d, f, n in conn.execute(
+            "SELECT c.path, d.day, d.first, c.start_line FROM chunk_days d JOIN chunks c ON c.rid = d.rid"
+            " ORDER BY c.path, d.day")]
+    finally:
+        conn.close()
+
+
+def test_the_index_records_each_transcript_chunks_days_and_keeps_them_with_its_chunks(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    _write(ws)
+    s = _settings(ws)
+    run_index(s)
+    assert _rows(s) == [("sessions/late.jsonl", "2026-01-16", "2026-01-16T22:10", 2),
+                        ("sessions/late.jsonl", "2026-01-17", "2026-01-17T00:40", 2),
+                        ("sessions/march.jsonl", "2026-03-02", "2026-03-02T18:01", 2)]  # notes: none
+    # a transcript that grows gets its new day; one that goes takes its rows with it
+    with (ws / "sessions" / "march.jsonl").open("a") as f:
+        f.write(_record("2026-03-05T09:00:00Z", "user", "Ines says practise scales daily") + "\n")
+    (ws / "sessions" / "late.jsonl").unlink()
+    run_index(s)
+    rows = _rows(s)
+    assert {r[0] for r in rows} == {"sessions/march.jsonl"}
+    assert {(d, f) for _, d, f, _ in rows} == {("2026-03-02", "2026-03-02T18:01"), ("2026-03-05", "2026-03-05T09:00")}
+    conn = connect(s.index_file)
+    try:  # no row of a chunk that is gone
+        assert conn.execute("SELECT count(*) FROM chunk_days WHERE rid NOT IN (SELECT rid FROM chunks)").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_a_search_dates_and_finds_days_without_reading_a_transcript(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    ws = tmp_path / "ws"
+    _write(ws)
+    s = _settings(ws)
+    run_index(s)
+
+    def no_read(*_: object, **__: object) -> None:
+        raise AssertionError("a search read a transcript for its times")
+
+    monkeypatch.setattr(reading, "transcript_dates", no_read)
+    with Searcher(s) as searcher:
+        # the answer stamped past midnight, found for the day the question names (no word matches)
+        got = searcher.search("what did we say on 16 January 2026?", max_results=3)
+        assert got and got[0].path == "sessions/late.jsonl" and got[0].date == "2026-01-16T22:10"
+        first = searcher.search("what did we talk about in our first conversation?", max_results=3)
+        assert first and first[0].path == "sessions/late.jsonl"
+        last = searcher.search("what did we talk about the last time we talked?", max_results=3)
+        assert last and last[0].path == "sessions/march.jsonl" and "cello" in last[0].snippet
+        cello = searcher.search("cello teacher", max_results=3)
+        assert cello and cello[0].path == "sessions/march.jsonl" and cello[0].date == "2026-03-02T18:01"
+
+
+def test_an_index_without_chunk_days_is_searched_then_rebuilt(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    _write(ws)
+    s = _settings(ws)
+    run_index(s)
+    conn = connect(s.index_file)
+    try:  # as schema 5 wrote it
+        conn.execute("DROP TABLE chunk_days")
+        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()[0])
+        meta["schema_version"] = 5
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), META_KEY))
+    finally:
+        conn.close()
+    with Searcher(s) as searcher:  # its transcripts are read for their times meanwhile
+        got = searcher.search("cello teacher", max_results=3)
+        assert got and got[0].path == "sessions/march.jsonl" and got[0].date == "2026-03-02T18:01"
+    summary = run_index(s)
+    assert summary.full and f"schema_version changed from 5 to {SCHEMA_VERSION}" in summary.full_reason
+    assert ("sessions/march.jsonl", "2026-03-02", "2026-03-02T18:01", 2) in _rows(s)
