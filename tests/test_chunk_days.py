@@ -7,6 +7,7 @@ rebuilds it. Real index (SQLite, FTS5), real pipeline."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,9 @@ def test_chunk_stamps_are_each_days_earliest_message() -> None:
         _record(1768613400000, "assistant", "epoch milliseconds"),  # 8: 2026-01-17T01:30Z
     ]
     doc = parse_session_lines(lines)
-    assert chunk_stamps(doc, 2, 8) == ["2026-01-16T23:20", "2026-01-17T01:05"]
-    assert chunk_stamps(doc, 6, 6) == ["2026-01-17T01:07"]  # a tool result's time counts too
-    assert chunk_stamps(doc, 7, 7) == ["2026-01-16T21:00"]  # no timed message: the header's
+    assert chunk_stamps(doc, 2, 8) == [("2026-01-16T23:20", 4), ("2026-01-17T01:05", 5)]
+    assert chunk_stamps(doc, 6, 6) == [("2026-01-17T01:07", 6)]  # a tool result's time counts too
+    assert chunk_stamps(doc, 7, 7) == [("2026-01-16T21:00", 7)]  # no timed message: the header's
     assert parse_session_lines(lines[1:2]).header is None
     assert chunk_stamps(parse_session_lines([_record(None, "user", "x")]), 1, 1) == []
 
@@ -75,7 +76,7 @@ def _rows(s: Settings) -> list[tuple[str, str, str, int]]:
     conn = connect(s.index_file)
     try:
         return [(str(p), str(d), str(f), int(n)) for p, d, f, n in conn.execute(
-            "SELECT c.path, d.day, d.first, c.start_line FROM chunk_days d JOIN chunks c ON c.rid = d.rid"
+            "SELECT c.path, d.day, d.first, d.line FROM chunk_days d JOIN chunks c ON c.rid = d.rid"
             " ORDER BY c.path, d.day")]
     finally:
         conn.close()
@@ -87,7 +88,7 @@ def test_the_index_records_each_transcript_chunks_days_and_keeps_them_with_its_c
     s = _settings(ws)
     run_index(s)
     assert _rows(s) == [("sessions/late.jsonl", "2026-01-16", "2026-01-16T22:10", 2),
-                        ("sessions/late.jsonl", "2026-01-17", "2026-01-17T00:40", 2),
+                        ("sessions/late.jsonl", "2026-01-17", "2026-01-17T00:40", 3),
                         ("sessions/march.jsonl", "2026-03-02", "2026-03-02T18:01", 2)]  # notes: none
     # a transcript that grows gets its new day; one that goes takes its rows with it
     with (ws / "sessions" / "march.jsonl").open("a") as f:
@@ -96,7 +97,7 @@ def test_the_index_records_each_transcript_chunks_days_and_keeps_them_with_its_c
     run_index(s)
     rows = _rows(s)
     assert {r[0] for r in rows} == {"sessions/march.jsonl"}
-    assert {(d, f) for _, d, f, _ in rows} == {("2026-03-02", "2026-03-02T18:01"), ("2026-03-05", "2026-03-05T09:00")}
+    assert {(d, f, n) for _, d, f, n in rows} == {("2026-03-02", "2026-03-02T18:01", 2), ("2026-03-05", "2026-03-05T09:00", 4)}
     conn = connect(s.index_file)
     try:  # no row of a chunk that is gone
         assert conn.execute("SELECT count(*) FROM chunk_days WHERE rid NOT IN (SELECT rid FROM chunks)").fetchone()[0] == 0
@@ -119,6 +120,13 @@ def test_a_search_dates_and_finds_days_without_reading_a_transcript(tmp_path: Pa
         # the answer stamped past midnight, found for the day the question names (no word matches)
         got = searcher.search("what did we say on 16 January 2026?", max_results=3)
         assert got and got[0].path == "sessions/late.jsonl" and got[0].date == "2026-01-16T22:10"
+        # the day after: the same chunk, shown from that day's first message (sent past midnight)
+        nxt = searcher.search("what did we say on 17 January 2026?", max_results=3)
+        assert nxt and nxt[0].path == "sessions/late.jsonl" and nxt[0].start_line == 2
+        assert nxt[0].snippet == ("[2026-01-16 22:10 UTC] User: which platform does the Brighton train leave from?\n"
+                                  "[2026-01-17 00:40 UTC] Assistant: platform 9b, the one at the far end")
+        on16 = searcher.search("what did we say on 16 January 2026?", max_results=3)  # begun that day: as it is
+        assert on16[0].path == "sessions/late.jsonl" and on16[0].snippet.count("UTC]") == 1
         first = searcher.search("what did we talk about in our first conversation?", max_results=3)
         assert first and first[0].path == "sessions/late.jsonl"
         last = searcher.search("what did we talk about the last time we talked?", max_results=3)
@@ -146,3 +154,41 @@ def test_an_index_without_chunk_days_is_searched_then_rebuilt(tmp_path: Path) ->
     summary = run_index(s)
     assert summary.full and f"schema_version changed from 5 to {SCHEMA_VERSION}" in summary.full_reason
     assert ("sessions/march.jsonl", "2026-03-02", "2026-03-02T18:01", 2) in _rows(s)
+
+
+def test_a_long_running_transcript_is_found_on_any_of_its_days(tmp_path: Path) -> None:
+    """A session that began on the first day and ran on for months, among 200 shorter ones, all
+    copied in at once: its message of 20 April is found by that day alone. (The sixth session
+    read 192 chosen transcripts for a named day: the 64 begun nearest before it, the 64 first and
+    last by modification time; this one was none of them.)"""
+    from datetime import date, timedelta
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    first = date(2025, 3, 1)
+    long = [_header(f"{first.isoformat()}T08:00:00Z")]
+    for k in range(0, 120, 7):
+        day = (first + timedelta(days=k)).isoformat()
+        long.append(_record(f"{day}T09:00:00Z", "user", f"week {k // 7}: the allotment beans are coming up"))
+    (ws / "sessions" / "s100-long.jsonl").write_text("\n".join(long) + "\n")
+    for k in range(200):
+        day = (first + timedelta(days=k)).isoformat()
+        (ws / "sessions" / f"s{k:03d}.jsonl").write_text("\n".join([
+            _header(f"{day}T18:00:00Z"), _record(f"{day}T18:01:00Z", "user", "good news about the garden, odd again"),
+        ]) + "\n")
+    same = 1_790_000_000
+    for f in (ws / "sessions").iterdir():
+        os.utime(f, (same, same))
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    asked = first + timedelta(days=112)  # 21 June 2025, week 16's day: 112 transcripts began after the long one
+    with Searcher(s) as searcher:
+        got = searcher.search(f"what did I say on {asked.day} June {asked.year}?", max_results=5)
+        long = [h for h in got if h.path == "sessions/s100-long.jsonl"]
+        assert long, [h.path for h in got]
+        # the snippet shows that day's message, stamped, after the one before it (the whole chunk does not fit)
+        assert long[0].snippet.startswith("… User: week 15: the allotment beans are coming up\n"
+                                          "[2025-06-21 09:00 UTC] User: week 16: the allotment beans"), long[0].snippet
+        assert (long[0].date, long[0].start_line) == ("2025-03-01T09:00", 2)  # the chunk's own date and lines
+        plain = searcher.search("allotment beans", max_results=1)  # no day named: the chunk as it is
+        assert plain[0].path == "sessions/s100-long.jsonl" and plain[0].snippet.startswith("[2025-03-01 09:00 UTC]")

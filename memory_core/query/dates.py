@@ -534,7 +534,7 @@ class Dater:
         self.conn = conn
         self.stamps_of = stamps_of
         self.stored = has_table(conn, "chunk_days")
-        self._stamps: dict[int, list[str]] = {}
+        self._stamps: dict[int, list[tuple[str, int]]] = {}
 
     def load(self, hits: Iterable[Any]) -> None:
         """Read the recorded days of these candidates' transcript chunks (one statement per 500)."""
@@ -545,10 +545,29 @@ class Dater:
             part = need[i:i + 500]
             for rid in part:
                 self._stamps[rid] = []
-            for rid, first in self.conn.execute(
-                    f"SELECT rid, first FROM chunk_days WHERE rid IN ({','.join('?' * len(part))}) ORDER BY rid, first",
-                    part):
-                self._stamps[rid].append(first)
+            for rid, first, line in self.conn.execute(
+                    f"SELECT rid, first, line FROM chunk_days WHERE rid IN ({','.join('?' * len(part))})"
+                    " ORDER BY rid, first", part):
+                self._stamps[rid].append((first, line))
+
+    def _recorded(self, h: Any) -> list[tuple[str, int]] | None:
+        """A transcript chunk's recorded (time, JSONL line) per day, oldest first; None where the
+        index records none (a note, an index of schema 5)."""
+        if h.source != "sessions" or not self.stored or date_from_path(h.path) is not None:
+            return None
+        if h.rid not in self._stamps:
+            self.load((h,))
+        return self._stamps[h.rid]
+
+    def day_start(self, h: Any, dates: DateRange) -> tuple[str, int] | None:
+        """Where a transcript chunk that began before the named range has its first message of the
+        range: (that message's time, its JSONL line), for a snippet that shows the day asked about
+        rather than the evening before; None when the chunk begins in the range (or after it, or
+        has no message in it)."""
+        got = self._recorded(h)
+        if not got or _when(got[0][0]) is None or got[0][0][:10] >= dates.start.isoformat():
+            return None
+        return next(((ts, n) for ts, n in got if dates.start.isoformat() <= ts[:10] <= dates.end.isoformat()), None)
 
     def _file_stamps(self, path: str) -> Stamps | None:
         try:
@@ -558,23 +577,18 @@ class Dater:
 
     def when(self, h: Any) -> list[datetime | date]:
         """:func:`chunk_days` of candidate ``h``."""
-        if h.source == "sessions" and self.stored and date_from_path(h.path) is None:
-            if h.rid not in self._stamps:
-                self.load((h,))
-            times = [t for ts in self._stamps[h.rid] if (t := _when(ts)) is not None]
-            if times:
-                return list(times)
-            return chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
+        got = self._recorded(h)
+        if got is not None:
+            times: list[datetime | date] = [t for ts, _ in got if (t := _when(ts)) is not None]
+            return times or chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
         stamps = self._file_stamps(h.path) if h.source == "sessions" else None
         return chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
 
     def date(self, h: Any) -> str | None:
         """:func:`chunk_date` of candidate ``h``: a transcript chunk's earliest message time."""
-        if h.source == "sessions" and self.stored and date_from_path(h.path) is None:
-            if h.rid not in self._stamps:
-                self.load((h,))
-            got = self._stamps[h.rid]
-            return got[0] if got else chunk_date(h.path, "", h.start_line, h.end_line, h.mtime_ms)
+        got = self._recorded(h)
+        if got is not None:
+            return got[0][0] if got else chunk_date(h.path, "", h.start_line, h.end_line, h.mtime_ms)
         stamps = self._file_stamps(h.path) if h.source == "sessions" else None
         return chunk_date(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, dates=stamps)
 

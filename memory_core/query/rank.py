@@ -148,10 +148,46 @@ def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:
     return head[:cut] if cut > 0 else ""
 
 
+DAY_CONTEXT_CHARS = 200
+"""At most this much of the message before the named day's first one stays in a snippet that must
+skip the chunk's start to show that day (:func:`_day_snippet`)."""
+
+
+def _day_snippet(h: ranking.Hit, messages: Messages | None) -> str | None:
+    """The snippet of a transcript chunk that began the day before the day the query names
+    (``h.day_start``): that day's first message is marked with its time
+    (``[2026-01-17 00:40 UTC]``) and always shown, after the chunk's start when both fit in the
+    snippet, else after the message before it (cut to :data:`DAY_CONTEXT_CHARS`, from ``…``): the
+    answer sent past midnight, or a session that went on for days, shows the day asked about and
+    what led to it. None when the messages cannot be read or no longer say what was indexed; the
+    cited lines stay the chunk's."""
+    if h.day_start is None or messages is None or h.source != "sessions":
+        return None
+    when, line = h.day_start
+    shown = messages(h.path, h.start_line, h.end_line)
+    k = len(messages(h.path, h.start_line, line - 1) or [])
+    if not shown or not 0 < k < len(shown) or not _still_says(joined_messages(h.text), shown):
+        return None
+    lines = [*shown[:k], said_at(h.source, when) + shown[k], *shown[k + 1:]]
+    stamp = said_at(h.source, h.date)
+    room = SNIPPET_MAX_CHARS - len(stamp)
+    if len("\n".join(lines[:k + 1])) <= room:
+        return stamp + ranking.make_snippet("\n".join(lines), [], room)
+    prev = lines[k - 1]
+    if len(prev) > DAY_CONTEXT_CHARS:  # its end, from a word: what led to the day's first message
+        tail = prev[-DAY_CONTEXT_CHARS:]
+        prev = tail[tail.find(" ") + 1:] if " " in tail else tail
+    return ranking.make_snippet(ELLIPSIS + " " + prev + "\n" + "\n".join(lines[k:]), [], SNIPPET_MAX_CHARS)
+
+
 def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | None,
                   messages: Messages | None = None) -> tuple[str, int, int]:
-    """The snippet and cited lines of ``h``: :func:`_dated_snippet`, with the neighbouring message
-    or line on the side where the chunk's best match sits (:mod:`memory_core.query.edges`: the budget)."""
+    """The snippet and cited lines of ``h``: :func:`_day_snippet` for a chunk that began the day
+    before the named one; else :func:`_dated_snippet`, with the neighbouring message or line on the
+    side where the chunk's best match sits (:mod:`memory_core.query.edges`: the budget)."""
+    day = _day_snippet(h, messages)
+    if day is not None:
+        return day, h.start_line, h.end_line
     text = _chunk_text(h, messages)
     plain = (_dated_snippet(h, terms, text), h.start_line, h.end_line)
     if neighbours is None or h.source not in ("sessions", "memory") or not terms:

@@ -139,6 +139,8 @@ class Hit:
     rid: int = -1  # the chunk's row id in the index
     has_identifier: bool = False  # contains an identifier of the query verbatim (ranking.identifiers)
     date_lifted: bool = False  # passed min_score only because it was written on the day the query names
+    day_start: tuple[str, int] | None = None  # the named day's first message (time, JSONL line), in a
+    # transcript chunk that began the day before (dates.Dater.day_start): its snippet shows it (rank._day_snippet)
 
 
 # ---------------------------------------------------------------------------------------------

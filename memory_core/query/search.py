@@ -364,6 +364,8 @@ class Searcher(QueryProviderOwner):
                     h.date = dater.date(h)
             if dates is not None:  # how near each candidate's days are to the named ones
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
+                for h in (*union, *kw_hits, *vec_hits):
+                    h.day_start = dater.day_start(h, dates)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,

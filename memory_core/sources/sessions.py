@@ -178,21 +178,22 @@ def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     return None if ts is None else (rec.get("type") == "message", ts)
 
 
-def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[str]:
-    """When a transcript chunk (JSONL lines ``start_line``..``end_line``) was written: the earliest
-    message time of each day it has a message of, oldest first (``YYYY-MM-DDTHH:MM`` UTC); every
-    message record of those lines counts, indexed or not (a tool result is said then too). A chunk
-    with no timed message has the session header's time, else nothing. What the index records
-    (``chunk_days``) so a search never reads a transcript to date it."""
+def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int]]:
+    """When a transcript chunk (JSONL lines ``start_line``..``end_line``) was written: for each day
+    it has a message of, the earliest message time (``YYYY-MM-DDTHH:MM`` UTC) and that message's
+    JSONL line, oldest first; every message record of those lines counts, indexed or not (a tool
+    result is said then too). A chunk with no timed message has the session header's time (and its
+    own first line), else nothing. What the index records (``chunk_days``) so a search never reads
+    a transcript to date it."""
     lines = doc.stamp_lines
     lo, hi = bisect.bisect_left(lines, start_line), bisect.bisect_right(lines, end_line)
     if lo == hi:
-        return [doc.header] if doc.header else []
-    first: dict[str, str] = {}
-    for ts in doc.stamps[lo:hi]:
+        return [(doc.header, start_line)] if doc.header else []
+    first: dict[str, tuple[str, int]] = {}
+    for n, ts in zip(lines[lo:hi], doc.stamps[lo:hi], strict=True):
         day = ts[:10]
-        if day not in first or ts < first[day]:
-            first[day] = ts
+        if day not in first or ts < first[day][0]:
+            first[day] = (ts, n)
     return sorted(first.values())
 
 

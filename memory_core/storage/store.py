@@ -7,7 +7,7 @@ Schema (names follow the reference so other tools can read the file)::
     chunks(rid INTEGER PRIMARY KEY, id TEXT UNIQUE, path, source, start_line, end_line,
            hash, model, text, embedding BLOB, updated_at)
     chunks_fts  FTS5(text, content='', contentless_delete=1)      rowid = chunks.rid
-    chunk_days(day TEXT, rid INTEGER, first TEXT, PRIMARY KEY(day, rid)) WITHOUT ROWID  -- transcripts
+    chunk_days(day TEXT, rid INTEGER, first TEXT, line INTEGER, PRIMARY KEY(day, rid)) WITHOUT ROWID
     chunks_bits(block INTEGER PRIMARY KEY, live, rids BLOB, codes BLOB)   -- see memory_core.storage.vectors
 
 ``chunks.rid`` is an explicit INTEGER PRIMARY KEY so that VACUUM never renumbers it; the FTS
@@ -364,12 +364,14 @@ CHUNK_DAYS_SQL = """
           day TEXT NOT NULL,
           rid INTEGER NOT NULL,
           first TEXT NOT NULL,
+          line INTEGER NOT NULL,
           PRIMARY KEY (day, rid)
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS idx_chunk_days_rid ON chunk_days(rid);"""
 """When each transcript chunk was written (schema 6): a row per UTC day (``YYYY-MM-DD``) it has a
-message of, with that day's earliest message time (``first``, ``YYYY-MM-DDTHH:MM``); a chunk with
-no timed message has its session header's day; notes have none (their day is their name or mtime).
+message of, with that day's earliest message time (``first``, ``YYYY-MM-DDTHH:MM``) and JSONL line
+(``line``: where a snippet for that day starts); a chunk with no timed message has its session
+header's day; notes have none (their day is their name or mtime).
 A search finds a named day's chunks and dates its candidates here, never reading a transcript
 (:mod:`memory_core.query.dates`)."""
 
