@@ -51,6 +51,11 @@ def test_export_and_search_rank_as_the_index(exported):
                     assert r.citation == f"{r.path}#L{r.start_line}-L{r.end_line}" and r.snippet
         only = ls.search("postgres", min_score=0, sources=["sessions"])
         assert only and {r.source for r in only} == {"sessions"}
+        # a transcript chunk is dated by its earliest message, as the index dates it (not its file's mtime)
+        same = idx.search("postgres", min_score=0, sources=["sessions"])
+        dated = {r.citation: r.date for r in same}
+        assert all(r.date and "T" in r.date and r.date == dated.get(r.citation, r.date) for r in only), \
+            [(r.citation, r.date) for r in only]
         assert ls.search("xylophone zeppelin quokka") == []
         res = ls.search_response("pgbackrest restore", max_results=2).to_dict()
         assert len(res["results"]) == 2 and {"path", "startLine", "citation", "score"} <= set(res["results"][0])

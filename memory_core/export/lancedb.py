@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory_core.errors import UsageError
 from memory_core.query.retrieval import background_of
@@ -27,6 +27,23 @@ if TYPE_CHECKING:
     from memory_core.export.files import ExportSummary
 
 from memory_core.storage.lancedb import MARK, TABLE, TERMS, _fts_config, _lancedb, _tables, doc_tokens
+from memory_core.storage.store import has_table
+
+
+def _said(conn: Any, ids: list[str]) -> dict[str, str]:
+    """Each of these transcript chunks' earliest message time (``YYYY-MM-DDTHH:MM`` UTC), by chunk
+    id, from the index's ``chunk_days`` (schema 6; an older index has none: such a chunk is dated by
+    its file's mtime, as before)."""
+    if not ids or not has_table(conn, "chunk_days"):
+        return {}
+    out: dict[str, str] = {}
+    for k in range(0, len(ids), 500):
+        part = ids[k:k + 500]
+        for cid, first in conn.execute(
+                "SELECT c.id, min(d.first) FROM chunks c JOIN chunk_days d ON d.rid = c.rid"
+                f" WHERE c.id IN ({','.join('?' * len(part))}) GROUP BY c.id", part):
+            out[str(cid)] = str(first)
+    return out
 
 
 def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> ExportSummary:
@@ -67,8 +84,9 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
             for b in base:
                 cols = b.to_pydict()
                 mt = [mtimes.get(p) for p in cols["path"]]
-                dt = [chunk_date(p, s, a, e, m) for p, s, a, e, m in
-                      zip(cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
+                said = _said(snap.conn, [i for i, s in zip(cols["id"], cols["source"], strict=True) if s == "sessions"])
+                dt = [said.get(i) or chunk_date(p, s, a, e, m) for i, p, s, a, e, m in
+                      zip(cols["id"], cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
                 for text in cols["text"]:
                     df.update(set(doc_tokens(text)))
                 n += b.num_rows

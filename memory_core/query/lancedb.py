@@ -5,8 +5,9 @@ export's table (exact cosine KNN over every vector, BM25 over the text) and rank
 :meth:`memory_core.query.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
 ``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
 from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
-candidates for a query naming a day (the day still lifts the chunks found); transcript chunks dated by
-their file's mtime; CJK text is not segmented.
+candidates for a query naming a day (the day still lifts the chunks found); a transcript chunk is
+dated by its earliest message (an export of an index before schema 6: by its file's mtime); CJK
+text is not segmented.
 """
 
 from __future__ import annotations
