@@ -106,6 +106,41 @@ def test_numbers_that_are_not_days(query: str) -> None:
 @pytest.mark.parametrize(
     ("query", "start", "end"),
     [
+        ("what did we talk about this month?", date(2024, 1, 1), date(2024, 1, 20)),
+        ("what did we do in December?", date(2023, 12, 1), date(2023, 12, 31)),
+        ("what happened during the month of November?", date(2023, 11, 1), date(2023, 11, 30)),
+        ("what did I say in early March 2022?", date(2022, 3, 1), date(2022, 3, 31)),
+        ("anything from February 2023?", date(2023, 2, 1), date(2023, 2, 28)),
+        ("what are we doing in February?", date(2024, 2, 1), date(2024, 2, 29)),  # a plan: the coming one
+        ("what did we decide in February?", date(2023, 2, 1), date(2023, 2, 28)),  # the past one
+        ("the 4th of May", date(2023, 5, 4), date(2023, 5, 4)),  # a day of it stays a day
+    ],
+)
+def test_months(query: str, start: date, end: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and (got.start, got.end) == (start, end), got
+
+
+def test_a_month_named_whole_is_still_searched_as_a_word() -> None:
+    """A plan made in January names February in its text: the month's name stays a query word (a
+    day's words do not: its numbers would match every number)."""
+    q = "What is everyone doing in February?"
+    assert query_date_range(q, REF).strip(q) == "What is everyone doing february ?"
+    assert query_date_range(q, REF).strip(q, keep=False) == "What is everyone doing ?"
+    q = "what did we do on 4 February?"
+    assert query_date_range(q, REF).strip(q) == "what did we do on ?"
+    q = "what did we talk about this month?"
+    assert query_date_range(q, REF).strip(q) == "what did we talk about ?"
+
+
+@pytest.mark.parametrize("query", ["the march in London", "we may go", "what is the month of the year", "I marched"])
+def test_words_that_are_not_months(query: str) -> None:
+    assert query_date_range(query, REF) is None
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
         ("what happened before 17 January?", None, date(2024, 1, 16)),
         ("what happened until 17.01.?", None, date(2024, 1, 17)),
         ("what happened after 17 January?", date(2024, 1, 18), None),
@@ -114,6 +149,15 @@ def test_numbers_that_are_not_days(query: str) -> None:
         ("what happened between 17/01 and 10/01?", date(2024, 1, 10), date(2024, 1, 17)),
         ("what happened from 28 December to 3 January?", date(2023, 12, 28), date(2024, 1, 3)),
         ("what happened from 2024-01-10 to 2024-01-12?", date(2024, 1, 10), date(2024, 1, 12)),
+        # the month written once, after both days or before them
+        ("what happened between 12 and 16 January?", date(2024, 1, 12), date(2024, 1, 16)),
+        ("what happened from the 12th to the 16th of January?", date(2024, 1, 12), date(2024, 1, 16)),
+        ("what happened 12-16 Jan 2023?", date(2023, 1, 12), date(2023, 1, 16)),
+        ("what happened January 12–16?", date(2024, 1, 12), date(2024, 1, 16)),
+        ("what happened between Jan 12th and 16th?", date(2024, 1, 12), date(2024, 1, 16)),
+        ("what happened 28-31 December?", date(2023, 12, 28), date(2023, 12, 31)),
+        # two days of one month: the span holding both, not the latest 12th of another month
+        ("what did we do on the 12th and 16th of December?", date(2023, 12, 12), date(2023, 12, 16)),
     ],
 )
 def test_ranges(query: str, start: date | None, end: date | None) -> None:
@@ -269,6 +313,7 @@ def test_the_answer_stamped_the_day_after_wins_over_the_days_date_only_chunks(ja
     ("what about the kayak course after 17 January?", "sessions/kayak-b.jsonl", "sessions/kayak-a.jsonl"),
     ("what about the kayak course since 17.01.?", "sessions/kayak-b.jsonl", "sessions/kayak-a.jsonl"),
     ("what about the kayak course between 10/01 and 14/01?", "sessions/kayak-a.jsonl", "sessions/kayak-b.jsonl"),
+    ("what about the kayak course between 10 and 14 January?", "sessions/kayak-a.jsonl", "sessions/kayak-b.jsonl"),
 ])
 def test_ranges_rank_the_range_first_and_keep_the_rest(january, query: str, want: str, other: str) -> None:
     with Searcher(january) as s:
@@ -380,3 +425,13 @@ def test_days_at_the_calendars_edge_never_crash_a_search(tmp_path_factory: pytes
         for mode in ("hybrid", "keyword"):
             searcher.search(query, min_score=0, mode=mode)  # no exception
         assert searcher.search("we met", min_score=0)
+
+
+def test_a_range_nothing_was_written_in_changes_nothing(january) -> None:
+    """Nothing of March is in this memory: the named month neither lifts nor caps anything (capping
+    every score at 0.5 tied the best matches, which then ranked by BM25 alone)."""
+    with Searcher(january) as s:
+        plain = s.search("the boiler expansion vessel repair", min_score=0)
+        march = s.search("the boiler expansion vessel repair in March", min_score=0)
+    assert plain and plain[0].score > 0.5
+    assert [(h.citation, h.score) for h in march] == [(h.citation, h.score) for h in plain]

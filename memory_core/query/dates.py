@@ -82,6 +82,13 @@ _NUM_SLASH = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\
 _DAY_MONTH = LazyPattern(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
 _MONTH_DAY = LazyPattern(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
 # "the 13th" alone (a month named after it is _DAY_MONTH's: "the 13th of May"); the suffix is required
+_SPAN_JOIN = r"\s*(and|to|until|till|through|-|–)\s*(?:the\s+)?"
+# "12-16 January", "between 12 and 16 January", "12th to the 16th of Jan 2026": two days, one month
+_DAY_SPAN_MONTH = LazyPattern(rf"(\bbetween\s+(?:the\s+)?)?\b{_DAY_RE}{_SPAN_JOIN}{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}"
+                              r"(?:,?\s+(\d{4}))?\b", re.IGNORECASE)
+# "January 12-16", "between Jan 12 and 16", "Jan 12th to 16th, 2026"
+_MONTH_DAY_SPAN = LazyPattern(rf"(\bbetween\s+)?\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}{_SPAN_JOIN}{_DAY_RE}\b"
+                              r"(?:,?\s+(\d{4}))?", re.IGNORECASE)
 _ORDINAL_DAY = LazyPattern(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
                           re.IGNORECASE)
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
@@ -107,6 +114,11 @@ _LAST_TALK = LazyPattern(r"\b(?:our|the|my|your|their)\s+(?:last|latest|most\s+r
                          r"|\b(?:the\s+)?last\s+time\s+" + _WE + r"\s+" + _TALKED + r"\b"
                          r"|(?:上次|上一次|最近一次)(?:的)?(?:对话|聊天|谈话|交谈)")
 _LAST_MONTH = LazyPattern(r"\blast\s+month\b")
+_THIS_MONTH = LazyPattern(r"\bthis\s+month\b")
+# a month named as a whole: "in March", "during the month of May", "in early June 2025", "March 2025"
+_IN_MONTH = LazyPattern(rf"\b(?:in|during|over|throughout)\s+(?:the\s+month\s+of\s+)?(?:(?:early|late|mid)[\s-]+)?"
+                        rf"{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b(?![\s,]*\d)", re.IGNORECASE)
+_MONTH_YEAR = LazyPattern(rf"\b{_MONTH_RE},?\s+(\d{{4}})\b", re.IGNORECASE)
 # "between X and Y", "from X to Y": the words between two named days
 _JOIN = LazyPattern(r"^\s*(?:and|to|until|till|through|-|–)\s*(?:the\s+)?$")
 _OPEN = LazyPattern(r"\b(between|from)\s+(?:the\s+)?$")
@@ -158,13 +170,20 @@ class DateRange:
     # :func:`nearness`), set by the searcher when it dates the candidates (:func:`note_nearness`)
     near: dict[int, float] = field(default_factory=dict, compare=False, repr=False)
     order: str = field(default=DEFAULT_DATE_ORDER, compare=False)  # how a day written in a chunk reads
+    # words of the phrase still searched as text: a month named whole ("in February"), which a plan
+    # made before it names in its text ("the wedding is on 14 February"); a day's words are matched
+    # by date alone (their numbers would match every number)
+    kept: str = field(default="", compare=False)
 
-    def strip(self, query: str) -> str:
-        """The query without the words naming the day (they are matched by date, not as text)."""
+    def strip(self, query: str, *, keep: bool = True) -> str:
+        """The query without the words naming the day (they are matched by date, not as text), but
+        :attr:`kept` (unless not ``keep``: a word no chunk holds would only lower the query's
+        coverage)."""
         if not self.phrase:
             return query
         i = query.lower().find(self.phrase)
-        return query if i < 0 else (query[:i] + " " + query[i + len(self.phrase):]).strip()
+        kept = self.kept if keep else ""
+        return query if i < 0 else " ".join(w for w in (query[:i].strip(), kept, query[i + len(self.phrase):].strip()) if w)
 
     def __contains__(self, d: object) -> bool:
         if isinstance(d, str):
@@ -264,7 +283,9 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
-    return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order)
+    named = _IN_MONTH.fullmatch(phrase) or _MONTH_YEAR.fullmatch(phrase)
+    return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order,
+                     kept=named.group(1) if named is not None else "")
 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
@@ -356,6 +377,20 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
     for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
         add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
+    for rx, day_first in ((_DAY_SPAN_MONTH, True), (_MONTH_DAY_SPAN, False)):  # days of one month written once
+        for m in rx.finditer(q):
+            # "on the 12th and 16th of May" names two days: the span of both is the nearest one range
+            # says (the 12th alone would be read as the latest 12th, of another month)
+            groups = m.groups()[1:]
+            if day_first:
+                day0, _join, day1, mon_s, year = groups
+            else:
+                mon_s, day0, _join, day1, year = groups
+            mon, y = _MONTHS[mon_s.lower().rstrip(".")], int(year) if year else None
+            d1 = _latest(mon, int(day1), y, yearless())
+            d0 = _latest(mon, int(day0), d1.year if d1 is not None else y, yearless() if d1 is None else d1)
+            if d0 is not None and d1 is not None and d0 <= d1:
+                add(m.start(), m.end(), d0, d1)
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
@@ -379,6 +414,15 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     for m in _LAST_MONTH.finditer(q):
         last = ref().replace(day=1) - timedelta(days=1)
         add(m.start(), m.end(), last.replace(day=1), last)
+    for m in _THIS_MONTH.finditer(q):
+        add(m.start(), m.end(), ref().replace(day=1), ref())
+    for rx in (_IN_MONTH, _MONTH_YEAR):  # a whole month: the latest such month begun by the reference day
+        for m in rx.finditer(q):
+            mon, year = _MONTHS[m.group(1).lower().rstrip(".")], m.group(2)
+            first = _latest(mon, 1, int(year) if year else None, yearless())
+            if first is not None:
+                nxt = first.replace(day=28) + timedelta(days=4)
+                add(m.start(), m.end(), first, nxt - timedelta(days=nxt.day))
     for m in _AGO.finditer(q):
         add(m.start(), m.end(), ref() - timedelta(days=int(m.group(1))))
     for m in _WEEKDAY.finditer(q):
@@ -818,7 +862,7 @@ def conversation_days(conn: Any) -> list[date]:
     return sorted(days)
 
 
-def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None:
+def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> bool:
     """The query names a day (or a range): a ranking signal, not a filter. Fused hits (their
     ``score`` the relevance), changed in place and re-sorted (relevance, then BM25, best first):
 
@@ -832,12 +876,15 @@ def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None
       (a question whose other words are generic, "what did we talk about on 4 May", is answered
       by its day); a neighbour day's such chunk is not lifted.
 
-    Nearness: ``dates.near`` (:func:`note_nearness`), else 1 when ``h.date`` is in the range."""
+    Nearness: ``dates.near`` (:func:`note_nearness`), else 1 when ``h.date`` is in the range. When no
+    candidate is near the range (nothing of those days is in memory: "what is everyone doing in
+    February?" asked in January), nothing is lifted or capped: capping every score at 0.5 would
+    only tie the best matches), and the ranking goes on as for a query naming no day: False."""
     floor = max(min_score, WORDS_MATCH)
-    for h in hits:
-        near = dates.near.get(h.rid)
-        if near is None:
-            near = 1.0 if (h.date is not None and h.date in dates) else 0.0
+    nears = [dates.near.get(h.rid, 1.0 if (h.date is not None and h.date in dates) else 0.0) for h in hits]
+    if not any(n > 0 for n in nears):
+        return False
+    for h, near in zip(hits, nears, strict=True):
         s = h.score
         if near <= 0:  # another day's note on the topic stays, below the named day's own
             h.score = min(s, DATE_MATCH_BONUS)
@@ -849,6 +896,7 @@ def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> None
         h.relevance = h.score
         h.date_lifted = s < min_score <= h.score  # found for its day, not its words
     hits.sort(key=lambda h: (h.score, h.bm25), reverse=True)
+    return True
 
 
 def said_at(source: str, when: str | None) -> str:

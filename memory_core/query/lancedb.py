@@ -115,7 +115,10 @@ class LanceSearcher(QueryProviderOwner):
         if not query.strip():
             return Candidates(query, [], [], False)
         dates = query_date_range(query, date_order=self.settings.query.date_order)
-        text = dates.strip(query) if dates else query
+        # a month named whole stays a word where the export has it (as the index's Searcher does)
+        keep = bool(dates and dates.kept) and bool(
+            dates and self.terms.search().where(f"term = '{dates.kept}'").limit(1).to_list())
+        text = dates.strip(query, keep=keep) if dates else query
         if not text.strip():
             vector = keyword = False
         srcs = list(dict.fromkeys(sources)) if sources else None

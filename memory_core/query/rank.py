@@ -257,6 +257,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     Pure given the candidates and ``q`` (the query settings): evaluation replays it per setting.
     """
     max_results = q.max_results if max_results is None else max(1, int(max_results))
+    dated = False  # a day the query names lifted its chunks (none: ranked as a query naming no day)
     by_support = q.by_support(min_score) and q.fusion == "calibrated"
     min_score = q.threshold(min_score)
     gate = min_score  # what the answer's best result must reach
@@ -279,7 +280,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
         hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
                                        vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage)
         if cands.dates is not None:  # the query names a day: what was written that day comes first
-            lift_named_days(hits, cands.dates, min_score)
+            dated = lift_named_days(hits, cands.dates, min_score)
         if by_support:
             # min_score unset: it empties only the answer to a query memory does not support
             best_cos = max((h.vector_score for h in union), default=None) if readable else None
@@ -306,7 +307,7 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     # one side alone keeps exactly that side's order (so does a hybrid search the vector side did not
     # answer: a keyword-only index answers as keyword mode); a named day's own chunks stay before
     # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
-    if mode == "hybrid" and cands.embedded and cands.dates is None:
+    if mode == "hybrid" and cands.embedded and not dated:
         lift = ({p: q.file_support * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
                 if wants_file_support(q, cands) else None)
         hits = ranking.diversify_files(hits, q.file_diversity, lift)

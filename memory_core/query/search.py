@@ -320,7 +320,8 @@ class Searcher(QueryProviderOwner):
                                      date_order=self.settings.query.date_order,
                                      tolerance=self.settings.query.day_tolerance_hours,
                                      timeline=lambda: conversation_days(idx.conn))
-            text = dates.strip(query) if dates else query  # the words naming the day match by date
+            # the words naming the day match by date; a month named whole stays a word where memory has it
+            text = dates.strip(query, keep=bool(dates.kept) and idx.df(f'"{dates.kept}"') > 0) if dates else query
             if not text.strip():
                 vector = keyword = False
             provider = self._query_provider(idx) if vector else None
@@ -364,8 +365,11 @@ class Searcher(QueryProviderOwner):
                     h.date = dater.date(h)
             if dates is not None:  # how near each candidate's days are to the named ones
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
-                for h in (*union, *kw_hits, *vec_hits):
-                    h.day_start = dater.day_start(h, dates)
+                if not any(v > 0 for v in dates.near.values()):
+                    dates = None  # nothing of those days in memory: ranked as a query naming no day
+                else:
+                    for h in (*union, *kw_hits, *vec_hits):
+                        h.day_start = dater.day_start(h, dates)
             q = self.settings.query
             cal = ranking.Calibration.for_model(
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
