@@ -133,7 +133,46 @@ def test_a_month_named_whole_is_still_searched_as_a_word() -> None:
     assert query_date_range(q, REF).strip(q) == "what did we talk about ?"
 
 
-@pytest.mark.parametrize("query", ["the march in London", "we may go", "what is the month of the year", "I marched"])
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [  # REF is Saturday 20 January 2024
+        ("what did Kate do last weekend?", date(2024, 1, 13), date(2024, 1, 14)),
+        ("what are we doing this weekend?", date(2024, 1, 20), date(2024, 1, 21)),
+        ("what did I say last night?", date(2024, 1, 19), date(2024, 1, 19)),
+        ("what did we discuss this morning?", date(2024, 1, 20), date(2024, 1, 20)),
+        ("what did we talk about two days ago?", date(2024, 1, 18), date(2024, 1, 18)),
+        ("what did I say two weeks ago?", date(2024, 1, 3), date(2024, 1, 9)),
+        ("anything from the past 3 days?", date(2024, 1, 17), date(2024, 1, 20)),
+        ("what came up over the last two weeks?", date(2024, 1, 6), date(2024, 1, 20)),
+        ("what's happening tomorrow?", date(2024, 1, 21), date(2024, 1, 21)),
+        ("what is planned for the day after tomorrow?", date(2024, 1, 22), date(2024, 1, 22)),
+        ("what are we doing next week?", date(2024, 1, 22), date(2024, 1, 28)),
+        ("what's on next Tuesday?", date(2024, 1, 23), date(2024, 1, 23)),
+        ("what did we do last year?", date(2023, 1, 1), date(2023, 12, 31)),
+        ("what happened in 2022?", date(2022, 1, 1), date(2022, 12, 31)),
+    ],
+)
+def test_relative_days_and_spans(query: str, start: date, end: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and (got.start, got.end) == (start, end), got
+
+
+def test_the_weekend_on_a_weekday() -> None:
+    monday = date(2024, 1, 22)
+    assert (query_date_range("what did we do last weekend?", monday).start,
+            query_date_range("what did we do this weekend?", monday).start,
+            query_date_range("what are we doing this weekend?", monday).start) == (
+        date(2024, 1, 20), date(2024, 1, 20), date(2024, 1, 27))
+
+
+@pytest.mark.parametrize("query", ["what did we get done over the weekend?", "the weekend after her birthday",
+                                   "a few days ago I mentioned the park", "a couple of days ago"])
+def test_some_weekend_or_some_days_are_no_day(query: str) -> None:
+    assert query_date_range(query, REF) is None
+
+
+@pytest.mark.parametrize("query", ["the march in London", "we may go", "what is the month of the year", "I marched",
+                                   "the night shift", "good morning", "ran in 1990s style", "a few weeks of rain"])
 def test_words_that_are_not_months(query: str) -> None:
     assert query_date_range(query, REF) is None
 

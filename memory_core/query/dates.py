@@ -101,6 +101,28 @@ _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); 
     (LazyPattern(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
 )
 _RELATIVE_WORD = LazyPattern(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
+# a count of days or weeks: "a few", "a couple of", "several" are not read (MemoryBank's "a few days
+# ago, I mentioned ..." means some day before the question, which a window of the last days missed)
+_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+           "nine": 9, "ten": 10}
+_COUNT_RE = r"(\d{1,3}|an?|one|two|three|four|five|six|seven|eight|nine|ten)"
+# "two weeks ago", "a couple of days ago", "3 months ago" (days: the day; weeks and months: about then)
+_UNITS_AGO = LazyPattern(rf"\b{_COUNT_RE}\s+(day|week|month)s?\s+ago\b")
+# "the past 3 days", "the last few days", "the past two weeks": up to "today"
+_PAST_UNITS = LazyPattern(rf"\b(?:the\s+)?(?:past|last|previous)\s+{_COUNT_RE}\s+(day|week)s\b")
+_LAST_NIGHT = LazyPattern(r"\blast\s+night\b")  # yesterday; what was said past midnight counts (the tolerance)
+_THIS_PART = LazyPattern(r"\b(?:this\s+(?:morning|afternoon|evening)|tonight|earlier\s+today)\b")
+# "last weekend", "this weekend": a Saturday and its Sunday ("over the weekend", "the weekend after her
+# birthday" name some weekend, not the last one: convo's "what did we get done over the weekend?")
+_WEEKEND = LazyPattern(r"\b(last|past|previous|this)\s+weekend\b")
+# days to come, for a question about plans: "tomorrow", "the day after tomorrow", "next week", "next
+# Friday", "in 3 days"; "today" is the memory's (the day after its last conversation)
+_TOMORROW = LazyPattern(r"\b(?:the\s+day\s+after\s+)?tomorrow\b")
+_NEXT_WEEK = LazyPattern(r"\bnext\s+week\b")
+_NEXT_WEEKDAY = LazyPattern(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
+_IN_UNITS = LazyPattern(rf"\bin\s+{_COUNT_RE}\s+days?\b")
+# a year: "last year", "this year", "in 2025"
+_YEAR_WORDS = LazyPattern(r"\b(last|this)\s+year\b|\b(?:in|during|throughout)\s+((?:19|20)\d\d)\b(?![\s,.]*\d)")
 _THIS_WEEK = LazyPattern(r"\bthis\s+week\b")
 # a conversation named by its place in the memory's timeline: its first one, or the last one before today
 _TALK = r"(?:conversation|chat)s?"
@@ -290,7 +312,8 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
-_MAYBE_DAY = re.compile(r"\d|day|week|month|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
+_MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:"
+                        + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
                         r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
 
 
@@ -425,6 +448,36 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
                 add(m.start(), m.end(), first, nxt - timedelta(days=nxt.day))
     for m in _AGO.finditer(q):
         add(m.start(), m.end(), ref() - timedelta(days=int(m.group(1))))
+    for m in _UNITS_AGO.finditer(q):
+        n, unit = _count(m.group(1)), m.group(2)
+        if unit == "day":
+            add(m.start(), m.end(), ref() - timedelta(days=n))
+        else:  # about then: a week or a month either side of it, by halves
+            width = 7 if unit == "week" else 30
+            mid = ref() - timedelta(days=n * width)
+            add(m.start(), m.end(), mid - timedelta(days=width // 2), min(ref(), mid + timedelta(days=width // 2)))
+    for m in _PAST_UNITS.finditer(q):
+        n = _count(m.group(1)) * (7 if m.group(2) == "week" else 1)
+        add(m.start(), m.end(), ref() - timedelta(days=n), ref())
+    for m in _LAST_NIGHT.finditer(q):
+        add(m.start(), m.end(), ref() - timedelta(days=1))
+    for m in _THIS_PART.finditer(q):
+        add(m.start(), m.end(), ref())
+    for m in _WEEKEND.finditer(q):
+        add(m.start(), m.end(), *_weekend(ref(), m.group(1), ahead > 0))
+    for m in _TOMORROW.finditer(q):
+        add(m.start(), m.end(), ref() + timedelta(days=2 if m.group(0).startswith("the") else 1))
+    for m in _NEXT_WEEK.finditer(q):
+        monday = ref() + timedelta(days=7 - ref().weekday())
+        add(m.start(), m.end(), monday, monday + timedelta(days=6))
+    for m in _NEXT_WEEKDAY.finditer(q):
+        add(m.start(), m.end(), ref() + timedelta(days=(_WEEKDAYS[m.group(1)] - ref().weekday()) % 7 or 7))
+    for m in _IN_UNITS.finditer(q):
+        add(m.start(), m.end(), ref() + timedelta(days=_count(m.group(1))))
+    for m in _YEAR_WORDS.finditer(q):
+        year = int(m.group(2)) if m.group(2) else ref().year - (m.group(1) == "last")
+        end = ref() if m.group(1) == "this" else date(year, 12, 31)
+        add(m.start(), m.end(), date(year, 1, 1), end)
     for m in _WEEKDAY.finditer(q):
         # "on Friday", "last Friday": the latest Friday before the reference day
         back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7
@@ -435,6 +488,25 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
                 add(m.start(), m.end(), which())
     got.sort()
     return got
+
+
+def _count(word: str) -> int:
+    """A count written as digits or a word (``a``: 1, ``two``: 2)."""
+    return int(word) if word.isdigit() else _COUNTS.get(word.strip(), 1)
+
+
+def _weekend(today: date, which: str, ahead: bool) -> tuple[date, date]:
+    """A Saturday and its Sunday: ``last`` / ``past`` / ``previous`` weekend, the latest one before
+    today's (on a weekday: the one just gone); ``this`` weekend, today's when today is Saturday or
+    Sunday, else the coming one for a question about plans and the one just gone for any other."""
+    saturday = today - timedelta(days=(today.weekday() - 5) % 7)  # the latest Saturday up to today
+    in_it = today.weekday() >= 5
+    if which in ("last", "past", "previous"):
+        if in_it:
+            saturday -= timedelta(days=7)
+    elif not in_it and ahead:
+        saturday += timedelta(days=7)
+    return saturday, saturday + timedelta(days=1)
 
 
 def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
