@@ -44,9 +44,11 @@ def test_chunk_stamps_are_each_days_earliest_message() -> None:
         _record(1768613400000, "assistant", "epoch milliseconds"),  # 8: 2026-01-17T01:30Z
     ]
     doc = parse_session_lines(lines)
-    assert chunk_stamps(doc, 2, 8) == [("2026-01-16T23:20", 4), ("2026-01-17T01:05", 5)]
-    assert chunk_stamps(doc, 6, 6) == [("2026-01-17T01:07", 6)]  # a tool result's time counts too
-    assert chunk_stamps(doc, 7, 7) == [("2026-01-16T21:00", 7)]  # no timed message: the header's
+    # 00:20+01:00 on the 17th is 23:20 UTC on the 16th: it counts for both days
+    assert chunk_stamps(doc, 2, 8) == [("2026-01-16T23:20", 4, "2026-01-16"), ("2026-01-16T23:20", 4, "2026-01-17")]
+    assert chunk_stamps(doc, 5, 8) == [("2026-01-17T01:05", 5, "2026-01-17")]
+    assert chunk_stamps(doc, 6, 6) == [("2026-01-17T01:07", 6, "2026-01-17")]  # a tool result's time counts too
+    assert chunk_stamps(doc, 7, 7) == [("2026-01-16T21:00", 7, "2026-01-16")]  # no timed message: the header's
     assert parse_session_lines(lines[1:2]).header is None
     assert chunk_stamps(parse_session_lines([_record(None, "user", "x")]), 1, 1) == []
 
@@ -192,3 +194,28 @@ def test_a_long_running_transcript_is_found_on_any_of_its_days(tmp_path: Path) -
         assert (long[0].date, long[0].start_line) == ("2025-03-01T09:00", 2)  # the chunk's own date and lines
         plain = searcher.search("allotment beans", max_results=1)  # no day named: the chunk as it is
         assert plain[0].path == "sessions/s100-long.jsonl" and plain[0].snippet.startswith("[2025-03-01 09:00 UTC]")
+
+
+def test_a_message_counts_for_its_local_day_and_its_utc_day(tmp_path: Path) -> None:
+    """Mo writes from Dubai (+04:00): his 01:10 on the 14th is 21:10 UTC on the 13th. A question
+    naming either day finds it; another day's chunk does not come first."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "sessions" / "mo.jsonl").write_text("\n".join([
+        _header("2026-01-14T01:00:00.000+04:00"),
+        _record("2026-01-14T01:10:00.000+04:00", "assistant", "Mo: the garage says the gearbox is done for"),
+    ]) + "\n")
+    (ws / "sessions" / "kate.jsonl").write_text("\n".join([
+        _header("2026-01-15T18:00:00Z"),
+        _record("2026-01-15T18:01:00Z", "assistant", "Kate: pottery tonight, making a mug"),
+    ]) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    assert {(r[1], r[2]) for r in _rows(s) if r[0] == "sessions/mo.jsonl"} == {
+        ("2026-01-13", "2026-01-13T21:10"), ("2026-01-14", "2026-01-13T21:10")}
+    with Searcher(s) as searcher:
+        for day in ("14 January 2026", "13 January 2026"):
+            got = searcher.search(f"what did we talk about on {day}?", max_results=2)
+            assert got and got[0].path == "sessions/mo.jsonl", (day, [h.path for h in got])
+        got = searcher.search("what did we talk about on 15 January 2026?", max_results=2)
+        assert got and got[0].path == "sessions/kate.jsonl"

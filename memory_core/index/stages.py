@@ -324,7 +324,7 @@ class FileChunks:
     chunks: list[Chunk]
     file_row: dict[str, Any]  # FileRow's fields: runtypes.ChunkResult.files holds them as a dict
     over_window: int = 0
-    days: list[list[tuple[str, int]]] | None = None  # a transcript's: each chunk's chunk_stamps
+    days: list[list[tuple[str, int, str]]] | None = None  # a transcript's: each chunk's chunk_stamps
 
 
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,

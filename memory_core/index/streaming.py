@@ -130,7 +130,7 @@ class _Stream:
 
     # -- vectors ------------------------------------------------------------------------
     def add_row(self, row: list[Any], text: str, parts: list[tuple[str, str]] | None = None,
-                days: list[tuple[str, int]] | None = None) -> None:
+                days: list[tuple[str, int, str]] | None = None) -> None:
         """Queue a chunk row; ``parts``: (hash, text) of its exchanges, whose vectors the row also
         waits for (``row[11]``: their hashes, then their vectors); ``days``: when a transcript
         chunk was written (``row[12]``, :attr:`memory_core.index.writer.ChunkRow.days`)."""

@@ -56,7 +56,7 @@ class ChunkRow:
     embedding: bytes | None
     updated_at: int
     parts: Sequence[bytes] | None = None  # float32 vectors of the chunk's exchanges (transcripts)
-    days: Sequence[tuple[str, int]] | None = None  # a transcript chunk's earliest message per day (chunk_stamps)
+    days: Sequence[tuple[str, int, str]] | None = None  # a transcript chunk's earliest message per day (chunk_stamps)
 
 
 FileRow = LiveFile
@@ -396,8 +396,8 @@ class IndexWriter:
 
         if self._days:  # when each transcript chunk was written (ChunkRow.days)
             conn.executemany("INSERT INTO chunk_days(day, rid, first, line) VALUES(?,?,?,?)",
-                             ((ts[:10], start + i, ts, n) for i, r in enumerate(rows) if len(r) > 12 and r[12]
-                              for ts, n in r[12]))
+                             ((day, start + i, ts, n) for i, r in enumerate(rows) if len(r) > 12 and r[12]
+                              for ts, n, day in r[12]))
         fts = iter(segment_many([r[7] for r in rows if r[8] is None]))
         conn.executemany(
             "INSERT INTO chunks_fts(rowid, text) VALUES(?,?)",  # contentless: only the text is indexed

@@ -650,7 +650,7 @@ class Dater:
         self.conn = conn
         self.stamps_of = stamps_of
         self.stored = has_table(conn, "chunk_days")
-        self._stamps: dict[int, list[tuple[str, int]]] = {}
+        self._stamps: dict[int, list[tuple[str, int, str]]] = {}  # rid -> (first, line, day), oldest first
 
     def load(self, hits: Iterable[Any]) -> None:
         """Read the recorded days of these candidates' transcript chunks (one statement per 500)."""
@@ -661,14 +661,15 @@ class Dater:
             part = need[i:i + 500]
             for rid in part:
                 self._stamps[rid] = []
-            for rid, first, line in self.conn.execute(
-                    f"SELECT rid, first, line FROM chunk_days WHERE rid IN ({','.join('?' * len(part))})"
-                    " ORDER BY rid, first", part):
-                self._stamps[rid].append((first, line))
+            for rid, first, line, day in self.conn.execute(
+                    f"SELECT rid, first, line, day FROM chunk_days WHERE rid IN ({','.join('?' * len(part))})"
+                    " ORDER BY rid, first, day", part):
+                self._stamps[rid].append((first, line, day))
 
-    def _recorded(self, h: Any) -> list[tuple[str, int]] | None:
-        """A transcript chunk's recorded (time, JSONL line) per day, oldest first; None where the
-        index records none (a note, an index of schema 5)."""
+    def _recorded(self, h: Any) -> list[tuple[str, int, str]] | None:
+        """A transcript chunk's recorded (time, JSONL line, day) per day (UTC and, for a timestamp
+        with another offset, local), oldest first; None where the index records none (a note, an
+        index of schema 5)."""
         if h.source != "sessions" or not self.stored or date_from_path(h.path) is not None:
             return None
         if h.rid not in self._stamps:
@@ -681,9 +682,10 @@ class Dater:
         rather than the evening before; None when the chunk begins in the range (or after it, or
         has no message in it)."""
         got = self._recorded(h)
-        if not got or _when(got[0][0]) is None or got[0][0][:10] >= dates.start.isoformat():
+        start, end = dates.start.isoformat(), dates.end.isoformat()
+        if not got or _when(got[0][0]) is None or min(day for _, _, day in got) >= start:
             return None
-        return next(((ts, n) for ts, n in got if dates.start.isoformat() <= ts[:10] <= dates.end.isoformat()), None)
+        return next(((ts, n) for ts, n, day in got if start <= day <= end), None)
 
     def _file_stamps(self, path: str) -> Stamps | None:
         try:
@@ -694,9 +696,14 @@ class Dater:
     def when(self, h: Any) -> list[datetime | date]:
         """:func:`chunk_days` of candidate ``h``."""
         got = self._recorded(h)
-        if got is not None:
-            times: list[datetime | date] = [t for ts, _ in got if (t := _when(ts)) is not None]
-            return times or chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
+        if got is not None:  # the days (each message's UTC and local day), then the UTC times (the tolerance)
+            days: list[datetime | date] = []
+            for ts, _, day in got:
+                with contextlib.suppress(ValueError):
+                    days.append(date.fromisoformat(day))
+                if (t := _when(ts)) is not None:
+                    days.append(t)
+            return days or chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
         stamps = self._file_stamps(h.path) if h.source == "sessions" else None
         return chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
 

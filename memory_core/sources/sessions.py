@@ -157,10 +157,30 @@ def stamp(value: object) -> str | None:
     return None
 
 
+def local_day(value: object) -> str | None:
+    """The calendar day (``YYYY-MM-DD``) of an ISO timestamp in its own UTC offset (``...T01:10+04:00``
+    is that day in Dubai, the day before in UTC): the day its writer lived it; None for an epoch
+    number or what is not a timestamp (its day is only known in UTC)."""
+    if not isinstance(value, str) or len(value) < 10:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).date().isoformat()
+    except (ValueError, OverflowError):
+        return None
+
+
+def _timestamp_of(rec: dict[str, Any]) -> object:
+    """A parsed record's timestamp as written: its own, else its message's."""
+    msg = rec.get("message")
+    own = rec.get("timestamp")
+    if stamp(own) is None and isinstance(msg, dict):
+        return msg.get("timestamp")
+    return own
+
+
 def _stamp_of(rec: dict[str, Any]) -> str | None:
     """A parsed record's timestamp (its own, else its message's), as :func:`stamp` gives it."""
-    msg = rec.get("message")
-    return stamp(rec.get("timestamp")) or (stamp(msg.get("timestamp")) if isinstance(msg, dict) else None)
+    return stamp(_timestamp_of(rec))
 
 
 def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
@@ -178,23 +198,25 @@ def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     return None if ts is None else (rec.get("type") == "message", ts)
 
 
-def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int]]:
+def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int, str]]:
     """When a transcript chunk (JSONL lines ``start_line``..``end_line``) was written: for each day
-    it has a message of, the earliest message time (``YYYY-MM-DDTHH:MM`` UTC) and that message's
-    JSONL line, oldest first; every message record of those lines counts, indexed or not (a tool
-    result is said then too). A chunk with no timed message has the session header's time (and its
-    own first line), else nothing. What the index records (``chunk_days``) so a search never reads
-    a transcript to date it."""
+    it has a message of, the earliest message time (``YYYY-MM-DDTHH:MM`` UTC), that message's JSONL
+    line and the day, oldest first. A message counts for its UTC day and, when its timestamp carries
+    another offset, for its local day too (``01:10+04:00`` on the 14th is the 14th in Dubai, the
+    13th in UTC: a question naming either finds it). Every message record of those lines counts,
+    indexed or not (a tool result is said then too). A chunk with no timed message has the session
+    header's time (and its own first line), else nothing. What the index records (``chunk_days``)
+    so a search never reads a transcript to date it."""
     lines = doc.stamp_lines
     lo, hi = bisect.bisect_left(lines, start_line), bisect.bisect_right(lines, end_line)
     if lo == hi:
-        return [(doc.header, start_line)] if doc.header else []
+        return [(doc.header, start_line, doc.header[:10])] if doc.header else []
     first: dict[str, tuple[str, int]] = {}
-    for n, ts in zip(lines[lo:hi], doc.stamps[lo:hi], strict=True):
-        day = ts[:10]
-        if day not in first or ts < first[day][0]:
-            first[day] = (ts, n)
-    return sorted(first.values())
+    for n, ts, local in zip(lines[lo:hi], doc.stamps[lo:hi], doc.local_days[lo:hi], strict=True):
+        for day in {ts[:10], local or ts[:10]}:
+            if day not in first or ts < first[day][0]:
+                first[day] = (ts, n)
+    return sorted((ts, n, day) for day, (ts, n) in first.items())
 
 
 @dataclass(frozen=True)
@@ -232,6 +254,7 @@ class SessionDoc:
     # too), in JSONL line order, and the session header's time: :func:`chunk_stamps`
     stamp_lines: Sequence[int] = field(default_factory=list)
     stamps: Sequence[str] = field(default_factory=list)
+    local_days: Sequence[str | None] = field(default_factory=list)  # each one's day in its own offset
     header: str | None = None
 
 
@@ -312,7 +335,8 @@ def _reject_constant(name: str) -> NoReturn:
 class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
-    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines", "stamp_lines", "stamps", "header")
+    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines", "stamp_lines", "stamps",
+                 "local_days", "header")
 
     def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
@@ -322,6 +346,7 @@ class _Builder:
         self.keep_lines = keep_lines  # display text (snippets), never indexed or hashed
         self.stamp_lines: list[int] = []  # JSONL line of each message record with a time
         self.stamps: list[str] = []
+        self.local_days: list[str | None] = []
         self.header: str | None = None  # the first other record's time (the session header)
 
     def other_record(self, line: str | bytes) -> None:
@@ -355,9 +380,11 @@ class _Builder:
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
-        if (ts := _stamp_of(record)) is not None:
+        written = _timestamp_of(record)
+        if (ts := stamp(written)) is not None:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
+            self.local_days.append(local_day(written))
         message = record.get("message")
         if not isinstance(message, dict):
             return
@@ -399,6 +426,7 @@ class _Builder:
             redacted=self.redact_secrets,
             stamp_lines=self.stamp_lines,
             stamps=self.stamps,
+            local_days=self.local_days,
             header=self.header,
         )
 
