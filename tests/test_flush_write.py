@@ -24,7 +24,10 @@ from memory_core.notes.flush import check_flush, estimate_transcript
 from memory_core.notes.write import append_note
 from tests.test_mcp import _run, _stdio, _text
 
-TODAY = _dt.date.today().isoformat()
+
+def _today() -> str:
+    """Today's daily note's day, read when asked (a module constant went stale past midnight)."""
+    return _dt.date.today().isoformat()
 
 
 def _msg(role: str, text: str) -> str:
@@ -62,7 +65,7 @@ def test_flush_check_on_a_transcript_crossing_the_threshold_once_per_cycle(
     due = _flush(capsys, cfg, *check)
     assert due["due"] and due["recorded"] and due["tokens"] == 1600 and due["cycle"] == 0
     assert due["system_prompt"] == "Session nearing compaction. Store durable memories now."
-    assert due["prompt"] == f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing."
+    assert due["prompt"] == f"Write lasting notes to memory/{_today()}.md; reply NO_REPLY if nothing."
     ledger = json.loads(Path(due["ledger"]).read_text())
     assert ledger["sessions"]["s1"]["cycle"] == 0 and ledger["sessions"]["s1"]["tokens"] == 1600
 
@@ -126,7 +129,7 @@ def test_memory_write_over_mcp_then_search_finds_it(workspace: Path, tmp_path: P
     cfg = _config(workspace, tmp_path)
     settings = load_settings(cfg)
     run_index(settings)
-    daily = workspace / "memory" / f"{TODAY}.md"
+    daily = workspace / "memory" / f"{_today()}.md"
     errlog = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
     seen: dict[str, Any] = {}
 
@@ -140,8 +143,8 @@ def test_memory_write_over_mcp_then_search_finds_it(workspace: Path, tmp_path: P
                                                                  " Thursdays at 10:00.\npassword: hunter2hunter2"})
             assert not w.is_error, _text(w)
             res = w.structured_content
-            assert res["path"] == f"memory/{TODAY}.md" and res["indexed"] and res["redacted"]
-            assert res["citation"] == f"memory/{TODAY}.md#L{res['start_line']}-L{res['end_line']}"
+            assert res["path"] == f"memory/{_today()}.md" and res["indexed"] and res["redacted"]
+            assert res["citation"] == f"memory/{_today()}.md#L{res['start_line']}-L{res['end_line']}"
             found = await client.call_tool("memory_search", {"query": "wombat budget review", "maxResults": 3})
             hits = found.structured_content["results"]
             assert hits and hits[0]["path"] == res["path"] and "wombat budget review" in hits[0]["snippet"]
@@ -184,9 +187,9 @@ def test_memory_write_over_mcp_then_search_finds_it(workspace: Path, tmp_path: P
         errlog.close()
     # one user turn (an MCP prompt has no system role): the system prompt's text first; _meta holds both apart
     assert seen["prompt"] == [("user", "Session nearing compaction. Store durable memories now.\n\n"
-                                       f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing.")]
+                                       f"Write lasting notes to memory/{_today()}.md; reply NO_REPLY if nothing.")]
     assert {k: seen["meta"][k] for k in ("systemPrompt", "prompt")} == {"systemPrompt": "Session nearing compaction. Store durable memories now.",
-                            "prompt": f"Write lasting notes to memory/{TODAY}.md; reply NO_REPLY if nothing."}
+                            "prompt": f"Write lasting notes to memory/{_today()}.md; reply NO_REPLY if nothing."}
     text = daily.read_text()
     assert "hunter2hunter2" not in text and "password: ***" in text  # masked before it touched the disk
     assert text.count("wombat budget review") == 1 and "quetzal vendor contract" in text
@@ -207,7 +210,7 @@ def test_write_to_a_read_only_workspace_is_refused_and_loses_nothing(workspace: 
     assert "refusing to write: the workspace is read-only (compaction.workspace_access = 'ro')" in err
     assert "nothing was written" in err
     assert (workspace / "MEMORY.md").read_bytes() == memory_md and _index_digest(index) == before
-    assert not (workspace / "memory" / f"{TODAY}.md").exists()
+    assert not (workspace / "memory" / f"{_today()}.md").exists()
     # an unwritable folder (not as root: root writes anyway)
     if os.geteuid() != 0:
         os.chmod(workspace / "memory", 0o555)
@@ -218,9 +221,9 @@ def test_write_to_a_read_only_workspace_is_refused_and_loses_nothing(workspace: 
             os.chmod(workspace / "memory", 0o755)
     # through the CLI, then found by the CLI's search
     assert main(["write", "-c", str(cfg), "The ocelot sprint retro is on Friday."]) == 0
-    assert capsys.readouterr().out.startswith(f"wrote memory/{TODAY}.md#L1-L1; indexed")
+    assert capsys.readouterr().out.startswith(f"wrote memory/{_today()}.md#L1-L1; indexed")
     assert main(["search", "-c", str(cfg), "ocelot sprint retro", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == f"memory/{TODAY}.md"
+    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == f"memory/{_today()}.md"
 
 
 def test_writes_never_follow_symlinks_and_never_lose_each_other(workspace: Path, tmp_path: Path) -> None:
