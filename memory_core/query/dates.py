@@ -111,7 +111,7 @@ _UNITS_AGO = LazyPattern(rf"\b{_COUNT_RE}\s+(day|week|month)s?\s+ago\b")
 # "the past 3 days", "the last few days", "the past two weeks": up to "today"
 _PAST_UNITS = LazyPattern(rf"\b(?:the\s+)?(?:past|last|previous)\s+{_COUNT_RE}\s+(day|week)s\b")
 _LAST_NIGHT = LazyPattern(r"\blast\s+night\b")  # yesterday; what was said past midnight counts (the tolerance)
-_THIS_PART = LazyPattern(r"\b(?:this\s+(?:morning|afternoon|evening)|tonight|earlier\s+today)\b")
+_THIS_PART = LazyPattern(r"\b(?:this\s+(?:morning|afternoon|evening)|tonight)\b")  # "today" itself: _RELATIVE
 # "last weekend", "this weekend": a Saturday and its Sunday ("over the weekend", "the weekend after her
 # birthday" name some weekend, not the last one: convo's "what did we get done over the weekend?")
 _WEEKEND = LazyPattern(r"\b(last|past|previous|this)\s+weekend\b")
