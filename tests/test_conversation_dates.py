@@ -157,6 +157,13 @@ def test_relative_days_and_spans(query: str, start: date, end: date) -> None:
     assert got is not None and (got.start, got.end) == (start, end), got
 
 
+@pytest.mark.parametrize("query", ["last year", "in 9 days", "next week", "tomorrow", "two weeks ago", "this weekend"])
+def test_relative_days_at_the_calendars_edge_name_nothing_or_a_day(query: str) -> None:
+    for today in (date(1, 1, 3), date(9999, 12, 29)):
+        got = query_date_range(query, today)  # never raises
+        assert got is None or got.start <= got.end
+
+
 def test_the_weekend_on_a_weekday() -> None:
     monday = date(2024, 1, 22)
     assert (query_date_range("what did we do last weekend?", monday).start,

@@ -516,7 +516,7 @@ def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
     "since X" / "from X" (from X); else the first day named. ``ahead``: as :func:`_single_days`'s."""
     try:
         days = _single_days(q, today, order, ahead)
-    except OverflowError:  # a relative day counted back from (or past) the calendar's edge
+    except (OverflowError, ValueError):  # a relative day, or year, counted back from (or past) the calendar's edge
         return None
     if not days:
         return None
