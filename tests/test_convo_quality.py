@@ -73,5 +73,7 @@ def test_the_default_threshold_keeps_most_of_what_min_score_0_finds(measured: di
     # (0.014 measured; 0.029 with the plain 0.15 threshold on the answer, 0.051 on each result)
     assert loss <= 0.02, loss
     # questions with no answer: those whose words or meaning memory lacks get nothing at the default
-    # (4 of 11 measured; 8 with the plain threshold, which cost the answers above), none at 0
-    assert measured["hybrid"]["neg_empty"] >= 0.3 and measured["hybrid@0"]["neg_empty"] == 0
+    # (3 of 11 measured, 4 before the keyword side weighed what memory's words cover: "Which ski
+    # resort did we book for February?" now scores as the vector side alone scores it, 0.20;
+    # docs/search.md; 8 with the plain threshold, which cost the answers above), none at 0
+    assert measured["hybrid"]["neg_empty"] >= 0.25 and measured["hybrid@0"]["neg_empty"] == 0

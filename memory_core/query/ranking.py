@@ -504,8 +504,15 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     uses ("zzqx wvbn", "okonomiyaki" in notes that never mention it) is most likely not in memory,
     and its nearest vectors are the model's background. Every hit carries both raw scores (the searcher
     computes the cosine of keyword candidates and the BM25 of vector candidates), so a hit's score
-    does not depend on the other candidates. A query whose words are in no indexed chunk keeps the
-    keyword side's weight (relevance 0): that absence is evidence of a miss.
+    does not depend on the other candidates.
+
+    The keyword side's weight is scaled by ``corpus_coverage`` (``w_t * cc``, the vector side taking
+    the rest): it can only judge the query's words memory holds, and a word memory never uses
+    ("t-shirts" where the chats say "tees") says nothing about which chunk answers, so its silence no
+    longer costs an answer found by meaning a third of its score. A query none of whose words any
+    chunk holds (``cc`` 0) keeps the keyword side's full weight (relevance 0): that absence is
+    evidence of a miss ("zzqx wvbn" with a model that hashes words: docs/search.md, "The keyword
+    side weighs what memory's words cover").
     """
     items = list(hits)
     vw, tw = normalize_weights(vector_weight, text_weight)
@@ -514,6 +521,12 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     elif text_weight <= 0:
         vw, tw = 1.0, 0.0
     vshare = UNSEEN_QUERY_VECTOR_SHARE + (1 - UNSEEN_QUERY_VECTOR_SHARE) * _clamp01(corpus_coverage)
+    cc = _clamp01(corpus_coverage)
+    if vw > 0 and 0 < cc < 1 and tw > 0:
+        # the keyword side weighs what it can judge: the share of the query memory's words cover
+        # (a word memory never uses says nothing of which chunk answers); none at all: a miss, as is
+        tw *= cc
+        vw = 1 - tw
     out = []
     for h in items:
         pv = vector_relevance(h.vector_score, cal) * vshare if vw > 0 else 0.0
