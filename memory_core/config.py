@@ -200,7 +200,8 @@ class QuerySettings(_Model):
     fusion: Literal["calibrated", "minmax", "rrf"] = "calibrated"
     # a day the query names (memory_core/query/dates.py): how a numeric day whose two numbers are both
     # 12 or less reads ("01/02": 1 February with "dmy", January 2 with "mdy"; "17/01" and "1/17" read
-    # either way, a dotted "01.02" is always day first), and how many hours past its end a
+    # either way, a dotted "01.02" is always day first; the question's own proven days, then the
+    # memory's timeline, can overrule it: query/dates.query_date_range), and how many hours past its end a
     # transcript's message still counts as that day's, less and less (a conversation past midnight)
     date_order: Literal["dmy", "mdy"] = "dmy"
     day_tolerance_hours: float = Field(default=6.0, ge=0, le=48)

@@ -96,9 +96,40 @@ def test_the_date_order_setting_reads_ambiguous_days() -> None:
     assert query_date_range("on 05.01.", REF, date_order="mdy") == DateRange(date(2024, 1, 5), date(2024, 1, 5))
 
 
+def test_a_question_reads_its_ambiguous_days_in_the_order_its_other_days_prove() -> None:
+    """1/20 can only be 20 January: so 1/10 beside it is 10 January, whatever the setting."""
+    assert query_date_range("between 1/10 and 1/20", REF) == DateRange(date(2024, 1, 10), date(2024, 1, 20))
+    assert query_date_range("between 3/1 and 20/1", REF, date_order="mdy") == DateRange(date(2024, 1, 3),
+                                                                                     date(2024, 1, 20))
+    # two proofs that disagree prove nothing: the setting reads the ambiguous one
+    assert query_date_range("on 05/01 (not 1/17 or 17/1)", REF) == DateRange(date(2024, 1, 5), date(2024, 1, 5))
+
+
+def test_an_ambiguous_day_reads_as_the_memorys_timeline_holds_it() -> None:
+    """01/07 in a memory of January 2024 is 7 January, not 1 July 2023, in either setting; where both
+    readings (or neither) fall near the memory's days, the setting decides."""
+    january = [date(2024, 1, d) for d in range(3, 20)]
+    july = [date(2023, 7, d) for d in range(1, 5)]
+    for order in ("dmy", "mdy"):
+        assert query_date_range("what happened on 1/7?", REF, date_order=order,
+                                timeline=january) == DateRange(date(2024, 1, 7), date(2024, 1, 7))
+        assert query_date_range("what happened on 7/1?", REF, date_order=order,
+                                timeline=january) == DateRange(date(2024, 1, 7), date(2024, 1, 7))
+        assert query_date_range("what happened on 01/07/2024?", REF, date_order=order,
+                                timeline=january) == DateRange(date(2024, 1, 7), date(2024, 1, 7))
+    assert query_date_range("what happened on 1/7?", REF, timeline=july) == DateRange(date(2023, 7, 1), date(2023, 7, 1))
+    assert query_date_range("what happened on 1/7?", REF, timeline=[*july, *january]) == DateRange(date(2023, 7, 1),
+                                                                                                date(2023, 7, 1))
+    assert query_date_range("what happened on 1/7?", REF, timeline=[]) == DateRange(date(2023, 7, 1), date(2023, 7, 1))
+    assert query_date_range("what happened on 1/7?", REF, date_order="mdy") == DateRange(date(2024, 1, 7), date(2024, 1, 7))
+    # a fraction is still no day; after a day's word it is one
+    assert query_date_range("add 1/2 cup", REF, timeline=january) is None
+    assert query_date_range("before 1/7", REF, timeline=january) == DateRange(date(1, 1, 2), date(2024, 1, 6))
+
+
 @pytest.mark.parametrize("query", ["add 1/2 cup of flour", "3-4 people came", "ran 12.5 km", "took 1.5 hours",
                                    "v1.2.3 is out", "meet at 10.30", "before we left", "I told you before",
-                                   "score was 3/4", "31/02/2024", "13/13"])
+                                   "score was 3/4", "3/4 of the team came", "31/02/2024", "13/13"])
 def test_numbers_that_are_not_days(query: str) -> None:
     assert query_date_range(query, REF) is None
 
@@ -329,6 +360,17 @@ def test_each_day_form_finds_that_days_transcript(january, form: str) -> None:
         hits = s.search(f"what did I tell you on {form}?", max_results=3)
     assert hits and hits[0].path in ("sessions/day-17.jsonl", "sessions/day-17b.jsonl"), [h.citation for h in hits]
     assert {h.path for h in hits[:2]} == {"sessions/day-17.jsonl", "sessions/day-17b.jsonl"}
+
+
+def test_an_ambiguous_day_is_read_as_the_memorys_timeline_holds_it(january) -> None:
+    """1/12 with the default day-first order is 1 December 2023, when nothing was written: the memory
+    (January 2024) holds 12 January, so that is the day asked about (before: ranked as naming no day)."""
+    with Searcher(january) as s:
+        assert s.settings.query.date_order == "dmy"
+        hits = s.search("what did I tell you on 1/12?", max_results=3)
+        assert hits and hits[0].path == "sessions/kayak-a.jsonl", [h.citation for h in hits]
+        notes = s.search("what did I write on 1/10?", max_results=3, sources=["memory"])
+        assert notes and notes[0].path == "memory/2024-01-10.md", [h.citation for h in notes]
 
 
 @pytest.mark.parametrize("form", ["16.01.2024", "16/01", "1/16", "2024-01-16", "Jan 16th", "16 January",

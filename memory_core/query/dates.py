@@ -16,7 +16,9 @@ table: its candidates are dated from the transcripts (opened as ``get`` opens th
 run rebuilds it.
 
 Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
-``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; ``query.date_order`` reads an ambiguous ``01/02``),
+``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; an ambiguous ``01/02`` reads in the order the
+question's other days prove, else ``query.date_order``'s unless only the other reading is near the
+memory's days; ``1/7`` is a day after a day's word, ``1/2 cup`` a fraction),
 written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
 Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
@@ -47,6 +49,7 @@ import math
 import os
 import re
 import threading
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -294,14 +297,29 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     against ``anchor`` (the memory's newest indexed day, :func:`timeline_end`) when it gives one,
     else against ``today`` (default: the local date). ``date_order``: how ``01/02`` reads.
     ``timeline``: the memory's conversation days, for a conversation named by its place ("our first
-    conversation": the oldest; "the last time we talked": the newest before today)."""
+    conversation": the oldest; "the last time we talked": the newest before today), and for an
+    ambiguous numeric day (``1/7``), read in the other order when only that reading is within a day
+    of the memory's days."""
     q = query.lower()
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
     order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
-    found = _find(q, _Ref(today, anchor, timeline), order, QUERY_AHEAD_DAYS if looks_ahead(q) else 0)
+    # a numeric day the question writes unambiguously (1/20: January) says how its others read (1/10)
+    order = _proven_order(q) or order
+    ref = _Ref(today, anchor, timeline)
+    ahead = QUERY_AHEAD_DAYS if looks_ahead(q) else 0
+    found = _find(q, ref, order, ahead)
     if found is None:
         return None
+    if timeline is not None and _NUM_SLASH_ANY.search(found[1]):
+        # an ambiguous numeric day (1/7) read as the memory's timeline holds it: the configured
+        # order unless that reading names days memory has nothing near and the other reading does
+        other = "mdy" if order == "dmy" else "dmy"
+        alt = _find(q, ref, other, ahead)
+        if alt is not None and alt[0] != found[0]:
+            talks = ref.talks()
+            if talks and not _has_day_near(talks, *found[0]) and _has_day_near(talks, *alt[0]):
+                found, order = alt, other
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
@@ -354,6 +372,33 @@ class _Ref:
 
 
 Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, last day)
+
+
+# the word before a numeric day that makes "1/7" a day, not a fraction
+_DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|by|and|to|through)\s+$")
+# a numeric day with "/" or "-" between day and month, with or without a year (the forms whose order is ambiguous)
+_NUM_SLASH_ANY = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})([/-])(\d{1,2})(?:\2(?:\d{4}|\d{2}))?(?![\w/]|[.,]\d)")
+
+
+def _proven_order(q: str) -> str | None:
+    """The order the question's own numeric days prove ("dmy" for 17/01, "mdy" for 1/17: one part
+    over 12), when they all prove the same one; else None."""
+    proven = set()
+    for m in _NUM_SLASH_ANY.finditer(q):
+        a, b = int(m.group(1)), int(m.group(3))
+        if a > 12 >= b >= 1 and a <= 31:
+            proven.add("dmy")
+        elif b > 12 >= a >= 1 and b <= 31:
+            proven.add("mdy")
+    return proven.pop() if len(proven) == 1 else None
+
+
+def _has_day_near(days: list[date], start: date, end: date) -> bool:
+    """Whether any of ``days`` (sorted) lies within a day of ``start..end``."""
+    lo = start - timedelta(days=1) if start > _FIRST_DAY else start
+    hi = end + timedelta(days=1) if end < _LAST_DAY else end
+    i = bisect_left(days, lo)
+    return i < len(days) and days[i] <= hi
 
 
 def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int, int] | None:
@@ -422,8 +467,8 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             a_s, b_s = m.group(1), m.group(2).rstrip(".")
-            if not dots and len(a_s) == 1 and len(b_s) == 1:
-                continue  # 1/2, 3/4: a fraction, not a day
+            if not dots and len(a_s) == 1 and len(b_s) == 1 and not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()):
+                continue  # 1/2, 3/4: a fraction, not a day (but "on 1/7", "between 3/1 and 5/1")
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
