@@ -17,7 +17,7 @@ import pytest
 
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query.dates import DateRange, looks_ahead, nearness, query_date_range
+from memory_core.query.dates import DateRange, looks_ahead, mentions, nearness, query_date_range
 from memory_core.query.search import Searcher
 
 REF = date(2024, 1, 20)  # a Saturday
@@ -432,6 +432,33 @@ def test_a_plan_and_a_day_of_the_month_are_found_over_transcripts(tmp_path: Path
         assert hits and hits[0].path == "sessions/plans.jsonl", [h.citation for h in hits]
         hits = searcher.search("what did I tell you on the 13th?", max_results=3)
         assert hits and hits[0].path == "sessions/day-13.jsonl", [h.citation for h in hits]
+
+
+def test_a_plan_said_the_day_before_counts_for_the_day_it_names(tmp_path: Path) -> None:
+    """"The piano tuner comes tomorrow" written on the 16th is about the 17th: a question naming the
+    17th finds it beside the 17th's own session (before: only a chunk written on or after the day
+    was read for its relative words, so the day before's plan was another day's)."""
+    assert mentions("see you tomorrow at the garage", date(2024, 1, 16), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
+    assert not mentions("see you tomorrow", date(2024, 1, 15), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
+    assert not mentions("we went on saturday", date(2024, 1, 14), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _filler_days(ws)
+    _session(ws / "sessions" / "tuner.jsonl", [
+        ("2024-01-16T21:00:00Z", "user", "The piano tuner comes tomorrow morning, I have to stay home."),
+        ("2024-01-16T21:01:00Z", "assistant", "Good, the piano needed it."),
+    ])
+    # another day's piano, which matches the question's word better
+    _session(ws / "sessions" / "lesson.jsonl", [
+        ("2024-01-12T18:00:00Z", "user", "Piano lesson today: my piano teacher liked the scales."),
+        ("2024-01-12T18:01:00Z", "assistant", "Practice pays off on the piano."),
+    ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("what about the piano on 17 January?", max_results=3)
+        assert hits and hits[0].path == "sessions/tuner.jsonl", [(h.citation, h.score) for h in hits]
+        assert hits[0].score > 0.5 >= max(h.score for h in hits if h.path == "sessions/lesson.jsonl")
 
 
 def test_a_weekday_resolves_against_the_memorys_timeline(january) -> None:

@@ -103,7 +103,7 @@ _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); 
     (LazyPattern(r"\btoday\b"), 0, 0),
     (LazyPattern(r"\b(?:last|past|previous)\s+week\b"), 7, 1),
 )
-_RELATIVE_WORD = LazyPattern(r"yesterday|today|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
+_RELATIVE_WORD = LazyPattern(r"yesterday|today|tomorrow|\bago\b|week|month|day\b|" + "|".join(_WEEKDAYS))
 # a count of days or weeks: "a few", "a couple of", "several" are not read (MemoryBank's "a few days
 # ago, I mentioned ..." means some day before the question, which a window of the last days missed)
 _COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
@@ -831,11 +831,12 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     if not _MAYBE_DAY.search(low):
         return False
     ref = written or datetime.now().astimezone().date()
-    # a cheap look first: one of the range's day numbers, or (written within a week after the range
-    # starts) a relative day; the full read costs ~1 ms a chunk
+    # a cheap look first: one of the range's day numbers, or (written within a week either side of
+    # the range: "yesterday" after it, "see you tomorrow" before it) a relative day; the full read
+    # costs ~1 ms a chunk
     span = (dates.end - dates.start).days
     numbers = {(dates.start + timedelta(days=i)).day for i in range(min(span, 31) + 1)}
-    near = span < 31 and timedelta(0) <= ref - dates.start <= timedelta(days=span + 8)
+    near = span < 31 and timedelta(days=-7) <= ref - dates.start <= timedelta(days=span + 8)
     if not (any(re.search(rf"(?<!\d)0?{n}(?!\d)", low) for n in numbers) or (near and _RELATIVE_WORD.search(low))):
         return False
     try:
