@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.config import load_settings
+from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.dates import DateRange, looks_ahead, mentions, nearness, query_date_range
 from memory_core.query.search import Searcher
@@ -318,6 +318,18 @@ def _filler_days(ws: Path) -> None:
         ])
 
 
+def _filler_and(tmp_path: Path, sessions: dict[str, list[tuple[str, str, str]]]) -> Settings:
+    """A keyword-only memory of :func:`_filler_days` and these sessions (name -> messages), indexed."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _filler_days(ws)
+    for name, messages in sessions.items():
+        _session(ws / "sessions" / f"{name}.jsonl", messages)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    return s
+
+
 @pytest.fixture(scope="module")
 def january(tmp_path_factory: pytest.TempPathFactory):
     ws = tmp_path_factory.mktemp("january") / "ws"
@@ -414,19 +426,12 @@ def test_a_plan_and_a_day_of_the_month_are_found_over_transcripts(tmp_path: Path
     """A memory ending 19 January 2024. "What happens on Feb 1st?" finds the session that names the
     coming 2024-02-01 in its text (before: read as 1 February 2023, a day no chunk names or was
     written on, so nothing was lifted); "the 13th" is the 13th's session (before: not read as a day)."""
-    ws = tmp_path / "ws"
-    (ws / "sessions").mkdir(parents=True)
-    _filler_days(ws)
-    _session(ws / "sessions" / "plans.jsonl", [
-        ("2024-01-12T09:00:00Z", "user", "Signed the lease, moving in on 2024-02-01."),
-        ("2024-01-12T09:01:00Z", "assistant", "Congratulations on the new flat."),
-    ])
-    _session(ws / "sessions" / "day-13.jsonl", [
-        ("2024-01-13T19:00:00Z", "user", "Scored twice at five-a-side tonight."),
-        ("2024-01-13T19:01:00Z", "assistant", "Nice one."),
-    ])
-    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
-    run_index(s)
+    s = _filler_and(tmp_path, {
+        "plans": [("2024-01-12T09:00:00Z", "user", "Signed the lease, moving in on 2024-02-01."),
+                  ("2024-01-12T09:01:00Z", "assistant", "Congratulations on the new flat.")],
+        "day-13": [("2024-01-13T19:00:00Z", "user", "Scored twice at five-a-side tonight."),
+                   ("2024-01-13T19:01:00Z", "assistant", "Nice one.")],
+    })
     with Searcher(s) as searcher:
         hits = searcher.search("What happens on Feb 1st?", max_results=3)
         assert hits and hits[0].path == "sessions/plans.jsonl", [h.citation for h in hits]
@@ -441,20 +446,13 @@ def test_a_plan_said_the_day_before_counts_for_the_day_it_names(tmp_path: Path) 
     assert mentions("see you tomorrow at the garage", date(2024, 1, 16), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
     assert not mentions("see you tomorrow", date(2024, 1, 15), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
     assert not mentions("we went on saturday", date(2024, 1, 14), DateRange(date(2024, 1, 17), date(2024, 1, 17)))
-    ws = tmp_path / "ws"
-    (ws / "sessions").mkdir(parents=True)
-    _filler_days(ws)
-    _session(ws / "sessions" / "tuner.jsonl", [
-        ("2024-01-16T21:00:00Z", "user", "The piano tuner comes tomorrow morning, I have to stay home."),
-        ("2024-01-16T21:01:00Z", "assistant", "Good, the piano needed it."),
-    ])
-    # another day's piano, which matches the question's word better
-    _session(ws / "sessions" / "lesson.jsonl", [
-        ("2024-01-12T18:00:00Z", "user", "Piano lesson today: my piano teacher liked the scales."),
-        ("2024-01-12T18:01:00Z", "assistant", "Practice pays off on the piano."),
-    ])
-    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
-    run_index(s)
+    s = _filler_and(tmp_path, {
+        "tuner": [("2024-01-16T21:00:00Z", "user", "The piano tuner comes tomorrow morning, I have to stay home."),
+                  ("2024-01-16T21:01:00Z", "assistant", "Good, the piano needed it.")],
+        # another day's piano, which matches the question's word better
+        "lesson": [("2024-01-12T18:00:00Z", "user", "Piano lesson today: my piano teacher liked the scales."),
+                   ("2024-01-12T18:01:00Z", "assistant", "Practice pays off on the piano.")],
+    })
     with Searcher(s) as searcher:
         hits = searcher.search("what about the piano on 17 January?", max_results=3)
         assert hits and hits[0].path == "sessions/tuner.jsonl", [(h.citation, h.score) for h in hits]
