@@ -350,3 +350,51 @@ def test_common_words_stay_common_across_runs_without_counting_them_again(tmp_pa
         assert set(counted) == phrases  # counted again
         with Searcher(s) as fresh:
             assert answers(fresh) == got
+
+
+def test_two_threads_of_one_search_never_count_a_carried_common_word(tmp_path, openai_fake, monkeypatch):
+    """A search's keyword side (a worker thread) and its other thread both ask for the common words'
+    counts of a state just opened after an incremental run. The first takes over the previous
+    state's counts by the change log; the second waits for it rather than counting them again
+    (before: the hand-over was marked done as it began, so the second, arriving meanwhile, found
+    neither and counted: the full suite under load failed the test above so)."""
+    import threading
+    import time
+
+    from bench.corpus import generate
+
+    ws = tmp_path / "ws"
+    files = generate(ws, 30, seed=4)
+    s = openai_settings(ws, openai_fake)
+    run_index(s)
+    counted: list[str] = []
+    int_of = retrieval.int_of
+
+    def counting(conn, sql, bindings=()):  # type: ignore[no-untyped-def]
+        if "LIMIT ?)" in sql:
+            counted.append(bindings[0])
+        return int_of(conn, sql, bindings)
+
+    monkeypatch.setattr(retrieval, "int_of", counting)
+    with Searcher(s) as searcher:
+        searcher.search("postgres replication lag", min_score=0.0)
+        assert '"postgres"' in searcher._current().common
+        _append(ws, files[0].relative_to(ws).as_posix(), "\n## 23:59 late\n- postgres replication lag again.\n")
+        assert run_index(s).published == "in place"
+        idx = searcher._current()
+        since = index_changes.since
+
+        def slow_since(*a: Any) -> Any:  # the hand-over takes a while (a loaded machine)
+            time.sleep(0.3)
+            return since(*a)
+
+        monkeypatch.setattr(retrieval.index_changes, "since", slow_since)
+        counted.clear()
+        first = threading.Thread(target=idx.idf_df, args=('"postgres"',))
+        first.start()
+        time.sleep(0.1)  # the first thread is inside the hand-over
+        other = idx.keyword_conn()
+        assert other is not None
+        assert idx.idf_df('"postgres"', other) >= idx.half_rows()
+        first.join()
+        assert counted == []

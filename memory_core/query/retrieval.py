@@ -567,26 +567,33 @@ class _Index:
         counting them again: a phrase in ``c`` rows or more before is in ``c - deleted`` or more
         now, whatever was added; it stays common while that is at least half of the rows now."""
         with self._refresh_lock:
-            prev, self._prev_common = self._prev_common, None
+            prev = self._prev_common
             if prev is None:
                 return
-            known, old_digest = prev
+            # cleared when done, not before: another thread's df() sees it set, waits on the lock
+            # and then finds the phrases carried (cleared first, it counted them again meanwhile)
             try:
-                conn.execute("BEGIN")
-                try:
-                    now = index_changes.meta_digest(conn)
-                    delta = index_changes.since(conn, old_digest, now) if now == self.digest else None
-                    half = self.half_rows(conn)
-                finally:
-                    conn.execute("COMMIT")
-            except apsw.Error:
-                delta = None
-            if delta is None or half <= 0:
-                return
-            gone = len(delta.deleted)
-            for phrase, count in known.items():
-                if count - gone >= half and phrase not in self.df_cache:
-                    self.common.setdefault(phrase, count - gone)
+                self._carry_common_from(conn, *prev)
+            finally:
+                self._prev_common = None
+
+    def _carry_common_from(self, conn: apsw.Connection, known: dict[str, int], old_digest: str) -> None:
+        try:
+            conn.execute("BEGIN")
+            try:
+                now = index_changes.meta_digest(conn)
+                delta = index_changes.since(conn, old_digest, now) if now == self.digest else None
+                half = self.half_rows(conn)
+            finally:
+                conn.execute("COMMIT")
+        except apsw.Error:
+            delta = None
+        if delta is None or half <= 0:
+            return
+        gone = len(delta.deleted)
+        for phrase, count in known.items():
+            if count - gone >= half and phrase not in self.df_cache:
+                self.common.setdefault(phrase, count - gone)
 
     def n_chunks(self) -> int:
         if self._n_chunks is None:
@@ -636,31 +643,38 @@ class _Index:
         """Bring the previous state's postings (and the counts of their phrases) up to this
         state by the change log, once; if the log does not link them, they are dropped."""
         with self._refresh_lock:
-            prev, self._prev_postings = self._prev_postings, None
-            if prev is None or not self.own_bm25 or self._postings is not None:
+            prev = self._prev_postings
+            if prev is None:
                 return
-            conn = self.keyword_conn() or self.conn
-            vocab = self._vocab_conn()
+            try:  # cleared when done, as _carry_common's
+                if self.own_bm25 and self._postings is None:
+                    self._carry_postings_from(prev)
+            finally:
+                self._prev_postings = None
+
+    def _carry_postings_from(self, prev: _Postings) -> None:
+        conn = self.keyword_conn() or self.conn
+        vocab = self._vocab_conn()
+        try:
+            conn.execute("BEGIN")
             try:
-                conn.execute("BEGIN")
-                try:
-                    now = index_changes.meta_digest(conn)
-                    delta = index_changes.since(conn, prev.digest, now) if prev.digest else None
-                    got = prev.updated(conn, delta, vocab) if delta is not None else None
-                finally:
-                    conn.execute("COMMIT")
-            except apsw.Error:
-                got = None
-            if got is None:
-                if vocab is not None:
-                    with contextlib.suppress(apsw.Error):
-                        vocab.close()
-                    self._vocab = None
-                return
-            self._postings, dfs = got
-            for phrase, df in dfs.items():
-                if len(self.df_cache) < 10_000:
-                    self.df_cache.setdefault(phrase, df)
+                now = index_changes.meta_digest(conn)
+                delta = index_changes.since(conn, prev.digest, now) if prev.digest else None
+                got = prev.updated(conn, delta, vocab) if delta is not None else None
+            finally:
+                conn.execute("COMMIT")
+        except apsw.Error:
+            got = None
+        if got is None:
+            if vocab is not None:
+                with contextlib.suppress(apsw.Error):
+                    vocab.close()
+                self._vocab = None
+            return
+        self._postings, dfs = got
+        for phrase, df in dfs.items():
+            if len(self.df_cache) < 10_000:
+                self.df_cache.setdefault(phrase, df)
 
     def kept_postings(self) -> _Postings | None:
         """The postings if a keyword query made them (never makes them)."""
