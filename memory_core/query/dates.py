@@ -981,17 +981,10 @@ def conversation_days(conn: Any) -> list[date]:
     has a message of (the index's ``chunk_days``)."""
     days = {d for (p,) in conn.execute("SELECT path " + _DAILY_NOTES) if (d := date_from_path(p)) is not None}
     if has_table(conn, "chunk_days"):
-        for (day,) in conn.execute(_DISTINCT_DAYS):
+        for (day,) in conn.execute("SELECT DISTINCT day FROM chunk_days"):
             with contextlib.suppress(TypeError, ValueError):
                 days.add(date.fromisoformat(day))
     return sorted(days)
-
-
-# every distinct day of chunk_days by one index seek a day (its primary key leads with the day),
-# not a scan of every row: 1.9 ms against 36 ms for 1.05M rows over 700 days, in memory
-_DISTINCT_DAYS = ("WITH RECURSIVE d(day) AS (SELECT min(day) FROM chunk_days UNION ALL"
-                  " SELECT (SELECT min(day) FROM chunk_days WHERE day > d.day) FROM d WHERE d.day IS NOT NULL)"
-                  " SELECT day FROM d WHERE day IS NOT NULL")
 
 
 def lift_named_days(hits: list[Any], dates: DateRange, min_score: float) -> bool:
