@@ -10,14 +10,22 @@ day resolved against today's clock lands on nothing.
 from __future__ import annotations
 
 import json
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query.dates import DateRange, looks_ahead, mentions, nearness, query_date_range
+from memory_core.query.dates import (
+    DateRange,
+    conversation_days,
+    looks_ahead,
+    memory_has_days,
+    mentions,
+    nearness,
+    query_date_range,
+)
 from memory_core.query.search import Searcher
 
 REF = date(2024, 1, 20)  # a Saturday
@@ -372,6 +380,19 @@ def test_each_day_form_finds_that_days_transcript(january, form: str) -> None:
         hits = s.search(f"what did I tell you on {form}?", max_results=3)
     assert hits and hits[0].path in ("sessions/day-17.jsonl", "sessions/day-17b.jsonl"), [h.citation for h in hits]
     assert {h.path for h in hits[:2]} == {"sessions/day-17.jsonl", "sessions/day-17b.jsonl"}
+
+
+def test_whether_memory_has_days_in_a_range_agrees_with_its_list_of_days(january) -> None:
+    """memory_has_days (two index seeks: what an ambiguous day asks) says what conversation_days
+    (every day listed) says, for daily notes and transcripts alike."""
+    with Searcher(january) as s:
+        conn = s._current().conn
+        days = conversation_days(conn)
+        assert date(2024, 1, 10) in days and date(2024, 1, 12) in days  # a daily note, a transcript
+        for lo in (date(2023, 12, 1) + timedelta(days=k) for k in range(0, 60, 2)):
+            for width in (0, 1, 3):
+                hi = lo + timedelta(days=width)
+                assert memory_has_days(conn, lo, hi) == any(lo <= d <= hi for d in days), (lo, hi)
 
 
 def test_an_ambiguous_day_is_read_as_the_memorys_timeline_holds_it(january) -> None:

@@ -290,7 +290,7 @@ when a query names a conversation by its place: "our first conversation"), or No
 
 def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = None,
                      date_order: str = DEFAULT_DATE_ORDER, tolerance: float = 0.0,
-                     timeline: Timeline = None) -> DateRange | None:
+                     timeline: Timeline = None, days_in: DaysIn | None = None) -> DateRange | None:
     """The day (or days) a query names, or ``None`` (see the module docstring).
 
     Year-less and relative days ("17 January", "yesterday", "on Friday", "last week") resolve
@@ -299,7 +299,8 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     ``timeline``: the memory's conversation days, for a conversation named by its place ("our first
     conversation": the oldest; "the last time we talked": the newest before today), and for an
     ambiguous numeric day (``1/7``), read in the other order when only that reading is within a day
-    of the memory's days."""
+    of the memory's days; ``days_in`` answers that for the memory without listing its days
+    (:func:`memory_has_days`), else ``timeline`` does."""
     q = query.lower()
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
@@ -311,14 +312,14 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     found = _find(q, ref, order, ahead)
     if found is None:
         return None
-    if timeline is not None and _NUM_SLASH_ANY.search(found[1]):
+    if (days_in is not None or timeline is not None) and _NUM_SLASH_ANY.search(found[1]):
         # an ambiguous numeric day (1/7) read as the memory's timeline holds it: the configured
         # order unless that reading names days memory has nothing near and the other reading does
         other = "mdy" if order == "dmy" else "dmy"
         alt = _find(q, ref, other, ahead)
         if alt is not None and alt[0] != found[0]:
-            talks = ref.talks()
-            if talks and not _has_day_near(talks, *found[0]) and _has_day_near(talks, *alt[0]):
+            has = days_in or (lambda lo, hi: _listed_in(ref.talks(), lo, hi))
+            if not has(*_widened(*found[0])) and has(*_widened(*alt[0])):
                 found, order = alt, other
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
@@ -393,10 +394,18 @@ def _proven_order(q: str) -> str | None:
     return proven.pop() if len(proven) == 1 else None
 
 
-def _has_day_near(days: list[date], start: date, end: date) -> bool:
-    """Whether any of ``days`` (sorted) lies within a day of ``start..end``."""
-    lo = start - timedelta(days=1) if start > _FIRST_DAY else start
-    hi = end + timedelta(days=1) if end < _LAST_DAY else end
+DaysIn = Callable[[date, date], bool]
+"""Whether the memory has a conversation day from the first day to the second (:func:`memory_has_days`)."""
+
+
+def _widened(start: date, end: date) -> tuple[date, date]:
+    """``start..end`` and a day either side (within the calendar)."""
+    return (start - timedelta(days=1) if start > _FIRST_DAY else start,
+            end + timedelta(days=1) if end < _LAST_DAY else end)
+
+
+def _listed_in(days: list[date], lo: date, hi: date) -> bool:
+    """Whether any of ``days`` (sorted) lies in ``lo..hi``."""
     i = bisect_left(days, lo)
     return i < len(days) and days[i] <= hi
 
@@ -973,6 +982,18 @@ def timeline_end(conn: Any) -> date | None:
             d = date.fromisoformat(row[0])
             best = d if best is None or d > best else best
     return best
+
+
+def memory_has_days(conn: Any, lo: date, hi: date) -> bool:
+    """Whether the memory has a conversation day (as :func:`conversation_days` lists them) in
+    ``lo..hi``: a daily note named for one, or a transcript message of one; two index seeks, not a
+    list of every day (an ambiguous numeric day in a question asks this of both its readings)."""
+    a, b = lo.isoformat(), hi.isoformat()
+    if conn.execute("SELECT 1 " + _DAILY_NOTES + " AND path BETWEEN ? AND ? LIMIT 1",
+                    (f"memory/{a}.md", f"memory/{b}.md")).fetchone() is not None:
+        return True
+    return has_table(conn, "chunk_days") and conn.execute(
+        "SELECT 1 FROM chunk_days WHERE day BETWEEN ? AND ? LIMIT 1", (a, b)).fetchone() is not None
 
 
 def conversation_days(conn: Any) -> list[date]:

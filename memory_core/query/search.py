@@ -39,6 +39,7 @@ from memory_core.query.dates import (
     MAX_DATED_CANDIDATES,
     Dater,
     conversation_days,
+    memory_has_days,
     note_nearness,
     once_per_file,
     query_date_range,
@@ -319,7 +320,8 @@ class Searcher(QueryProviderOwner):
             dates = query_date_range(query, anchor=lambda: timeline_end(idx.conn),
                                      date_order=self.settings.query.date_order,
                                      tolerance=self.settings.query.day_tolerance_hours,
-                                     timeline=lambda: conversation_days(idx.conn))
+                                     timeline=lambda: conversation_days(idx.conn),
+                                     days_in=lambda lo, hi: memory_has_days(idx.conn, lo, hi))
             # the words naming the day match by date; a month named whole stays a word where memory has it
             text = dates.strip(query, keep=bool(dates.kept) and idx.df(f'"{dates.kept}"') > 0) if dates else query
             if not text.strip():
