@@ -133,11 +133,14 @@ def test_an_ambiguous_day_reads_as_the_memorys_timeline_holds_it() -> None:
     # a fraction is still no day; after a day's word it is one
     assert query_date_range("add 1/2 cup", REF, timeline=january) is None
     assert query_date_range("before 1/7", REF, timeline=january) == DateRange(date(1, 1, 2), date(2024, 1, 6))
+    assert query_date_range("between 3/1 and 5/1", REF, timeline=january) == DateRange(date(2024, 1, 3),
+                                                                                    date(2024, 1, 5))
 
 
 @pytest.mark.parametrize("query", ["add 1/2 cup of flour", "3-4 people came", "ran 12.5 km", "took 1.5 hours",
                                    "v1.2.3 is out", "meet at 10.30", "before we left", "I told you before",
-                                   "score was 3/4", "3/4 of the team came", "31/02/2024", "13/13"])
+                                   "score was 3/4", "3/4 of the team came", "cut the budget to 1/2",
+                                   "rent went up by 1/3", "31/02/2024", "13/13"])
 def test_numbers_that_are_not_days(query: str) -> None:
     assert query_date_range(query, REF) is None
 

@@ -376,7 +376,9 @@ Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, las
 
 
 # the word before a numeric day that makes "1/7" a day, not a fraction
-_DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|by|and|to|through)\s+$")
+_DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
+                               r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
+# ("to 1/2" and "by 1/3" alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 # a numeric day with "/" or "-" between day and month, with or without a year (the forms whose order is ambiguous)
 _NUM_SLASH_ANY = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})([/-])(\d{1,2})(?:\2(?:\d{4}|\d{2}))?(?![\w/]|[.,]\d)")
 
