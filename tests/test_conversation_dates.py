@@ -109,6 +109,9 @@ def test_a_question_reads_its_ambiguous_days_in_the_order_its_other_days_prove()
     assert query_date_range("between 1/10 and 1/20", REF) == DateRange(date(2024, 1, 10), date(2024, 1, 20))
     assert query_date_range("between 3/1 and 20/1", REF, date_order="mdy") == DateRange(date(2024, 1, 3),
                                                                                      date(2024, 1, 20))
+    # a number range is no day and proves nothing ("12-25 people"); a day with its year does
+    assert query_date_range("we had 12-25 people on 05/01", REF) == DateRange(date(2024, 1, 5), date(2024, 1, 5))
+    assert query_date_range("on 05/01 and 01-17-2024", REF) == DateRange(date(2023, 5, 1), date(2023, 5, 1))
     # two proofs that disagree prove nothing: the setting reads the ambiguous one
     assert query_date_range("on 05/01 (not 1/17 or 17/1)", REF) == DateRange(date(2024, 1, 5), date(2024, 1, 5))
 

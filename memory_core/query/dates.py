@@ -387,8 +387,11 @@ def _proven_order(q: str) -> str | None:
     """The order the question's own numeric days prove ("dmy" for 17/01, "mdy" for 1/17: one part
     over 12), when they all prove the same one; else None."""
     proven = set()
-    for m in _NUM_SLASH_ANY.finditer(q):
-        a, b = int(m.group(1)), int(m.group(3))
+    # the forms read as days: a/b, or a-b-year / a/b/year ("12-25 people" proves nothing)
+    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q)]
+    pairs += [(m.group(1), m.group(3)) for m in _NUM_YEAR.finditer(q) if m.group(2) != "."]
+    for a_s, b_s in pairs:
+        a, b = int(a_s), int(b_s.rstrip("."))
         if a > 12 >= b >= 1 and a <= 31:
             proven.add("dmy")
         elif b > 12 >= a >= 1 and b <= 31:
