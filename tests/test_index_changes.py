@@ -305,18 +305,15 @@ def test_a_state_no_vector_query_asked_passes_the_codes_on(workspace, openai_fak
         assert loads.carried == 1 and loads.full == full + 1  # + the fresh reader's own load in the check
 
 
-def test_common_words_stay_common_across_runs_without_counting_them_again(tmp_path, openai_fake, monkeypatch):
-    """A word in half the chunks or more is counted once, a little past half (its IDF is bm25()'s
-    floor from there up); after an incremental run the reader keeps it common by the change log
-    while what the run deleted cannot have taken it below half, and counts it again when it can."""
+def _common_words_memory(tmp_path: Path, openai_fake: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any, list[Path], list[str]]:
+    """A memory whose words (bench.corpus.WORDS) are in most chunks, indexed; and the phrases each
+    search counts from here on (the list the counting query appends to)."""
     from bench.corpus import generate
 
     ws = tmp_path / "ws"
-    files = generate(ws, 30, seed=4)  # every word of bench.corpus.WORDS is in most chunks
+    files = generate(ws, 30, seed=4)
     s = openai_settings(ws, openai_fake)
     run_index(s)
-    q = "postgres replication lag"
-    phrases = {'"postgres"', '"replication"', '"lag"'}
     counted: list[str] = []
     int_of = retrieval.int_of
 
@@ -326,6 +323,16 @@ def test_common_words_stay_common_across_runs_without_counting_them_again(tmp_pa
         return int_of(conn, sql, bindings)
 
     monkeypatch.setattr(retrieval, "int_of", counting)
+    return ws, s, files, counted
+
+
+def test_common_words_stay_common_across_runs_without_counting_them_again(tmp_path, openai_fake, monkeypatch):
+    """A word in half the chunks or more is counted once, a little past half (its IDF is bm25()'s
+    floor from there up); after an incremental run the reader keeps it common by the change log
+    while what the run deleted cannot have taken it below half, and counts it again when it can."""
+    ws, s, files, counted = _common_words_memory(tmp_path, openai_fake, monkeypatch)
+    q = "postgres replication lag"
+    phrases = {'"postgres"', '"replication"', '"lag"'}
 
     def answers(searcher: Searcher) -> list[tuple[str, int, float]]:
         return [(r.path, r.start_line, r.score) for r in searcher.search(q, min_score=0.0)]
@@ -361,21 +368,7 @@ def test_two_threads_of_one_search_never_count_a_carried_common_word(tmp_path, o
     import threading
     import time
 
-    from bench.corpus import generate
-
-    ws = tmp_path / "ws"
-    files = generate(ws, 30, seed=4)
-    s = openai_settings(ws, openai_fake)
-    run_index(s)
-    counted: list[str] = []
-    int_of = retrieval.int_of
-
-    def counting(conn, sql, bindings=()):  # type: ignore[no-untyped-def]
-        if "LIMIT ?)" in sql:
-            counted.append(bindings[0])
-        return int_of(conn, sql, bindings)
-
-    monkeypatch.setattr(retrieval, "int_of", counting)
+    ws, s, files, counted = _common_words_memory(tmp_path, openai_fake, monkeypatch)
     with Searcher(s) as searcher:
         searcher.search("postgres replication lag", min_score=0.0)
         assert '"postgres"' in searcher._current().common
