@@ -9,9 +9,10 @@ with no provider (keyword side and dates only: the model's time is not what is m
 round times, alternating which goes first, a search asking about "our first conversation" (the
 memory's conversation days, from the index's ``chunk_days``) and one naming the first day as a
 date ("on 2 March 2025": that day's chunks found by their recorded days), and the same question
-naming no day (what any search costs here), and the first day written as an ambiguous numeric day, ``3/2/2025``
-(day first, the default, it is 3 February 2025, a day before the memory: read as the memory's
-timeline holds it, which reads its conversation days). The first search of a new searcher is reported apart
+naming no day (what any search costs here), and the first day written as an ambiguous numeric
+day, ``3/2/2025`` (day first, the default, it is 3 February 2025, a day before the memory: read as
+the memory holds it, which asks the index whether memory has days near each reading). The first
+search of a new searcher is reported apart
 ("cold": a new connection; with an index of schema 5 the transcripts' message times were read from
 the files then); later ones reuse the searcher ("warm")."""
 

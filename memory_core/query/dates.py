@@ -312,7 +312,7 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     found = _find(q, ref, order, ahead)
     if found is None:
         return None
-    if (days_in is not None or timeline is not None) and _NUM_SLASH_ANY.search(found[1]):
+    if (days_in is not None or timeline is not None) and _slash_days(found[1]):
         # an ambiguous numeric day (1/7) read as the memory's timeline holds it: the configured
         # order unless that reading names days memory has nothing near and the other reading does
         other = "mdy" if order == "dmy" else "dmy"
@@ -379,19 +379,19 @@ Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, las
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 # ("to 1/2" and "by 1/3" alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
-# a numeric day with "/" or "-" between day and month, with or without a year (the forms whose order is ambiguous)
-_NUM_SLASH_ANY = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})([/-])(\d{1,2})(?:\2(?:\d{4}|\d{2}))?(?![\w/]|[.,]\d)")
+def _slash_days(q: str) -> list[tuple[int, int]]:
+    """The two leading numbers of each numeric day in ``q`` whose order a setting decides: ``a/b``,
+    ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day)."""
+    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q)]
+    pairs += [(m.group(1), m.group(3)) for m in _NUM_YEAR.finditer(q) if m.group(2) != "."]
+    return [(int(a), int(b.rstrip("."))) for a, b in pairs]
 
 
 def _proven_order(q: str) -> str | None:
     """The order the question's own numeric days prove ("dmy" for 17/01, "mdy" for 1/17: one part
     over 12), when they all prove the same one; else None."""
     proven = set()
-    # the forms read as days: a/b, or a-b-year / a/b/year ("12-25 people" proves nothing)
-    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q)]
-    pairs += [(m.group(1), m.group(3)) for m in _NUM_YEAR.finditer(q) if m.group(2) != "."]
-    for a_s, b_s in pairs:
-        a, b = int(a_s), int(b_s.rstrip("."))
+    for a, b in _slash_days(q):
         if a > 12 >= b >= 1 and a <= 31:
             proven.add("dmy")
         elif b > 12 >= a >= 1 and b <= 31:

@@ -520,8 +520,8 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
         vw, tw = 0.0, 1.0
     elif text_weight <= 0:
         vw, tw = 1.0, 0.0
-    vshare = UNSEEN_QUERY_VECTOR_SHARE + (1 - UNSEEN_QUERY_VECTOR_SHARE) * _clamp01(corpus_coverage)
     cc = _clamp01(corpus_coverage)
+    vshare = UNSEEN_QUERY_VECTOR_SHARE + (1 - UNSEEN_QUERY_VECTOR_SHARE) * cc
     if vw > 0 and 0 < cc < 1 and tw > 0:
         # the keyword side weighs what it can judge: the share of the query memory's words cover
         # (a word memory never uses says nothing of which chunk answers); none at all: a miss, as is

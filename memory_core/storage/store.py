@@ -369,7 +369,8 @@ CHUNK_DAYS_SQL = """
         ) WITHOUT ROWID;
         CREATE INDEX IF NOT EXISTS idx_chunk_days_rid ON chunk_days(rid);"""
 """When each transcript chunk was written (schema 6): a row per day (``YYYY-MM-DD``) it has a
-message of (each message's UTC day and, when its timestamp carries another offset, its local day), with that day's earliest message time (``first``, ``YYYY-MM-DDTHH:MM``) and JSONL line
+message of (each message's UTC day and, when its timestamp carries another offset, its local
+day), with that day's earliest message time (``first``, ``YYYY-MM-DDTHH:MM``) and JSONL line
 (``line``: where a snippet for that day starts); a chunk with no timed message has its session
 header's day; notes have none (their day is their name or mtime).
 A search finds a named day's chunks and dates its candidates here, never reading a transcript
