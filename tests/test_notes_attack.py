@@ -5,7 +5,6 @@ before its fix (see docs/reliability.md)."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import signal
@@ -29,7 +28,6 @@ from memory_core.sources.sessions import parse_session_file
 from memory_core.storage.store import read_live_rows
 from tests.conftest import ROOT
 
-TODAY = _dt.date.today().isoformat()
 BODY = ["MIIEowIBAAKCAQEAx7VQq3l0rT9Zk2mZsQ8bJmN4cP1vW6yH3eK0aLq9uTfRz2oXyPd",
         "Bg8sH2kLmN5pQ7rS9tU1vW3xY5zA7bC9dE1fG3hI5jK7lM9nO1pQ3rS5tU7vW9xYz",
         "Zq1w2e3r4t5y6u7i8o9p0aAsSdDfFgGhHjJkKlLzZxXcCvVbBnNmMqQwWeErRtTyYu"]
