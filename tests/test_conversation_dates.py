@@ -19,6 +19,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.dates import (
     DateRange,
+    _note_clock,
     conversation_days,
     looks_ahead,
     memory_has_days,
@@ -575,3 +576,56 @@ def test_a_range_nothing_was_written_in_changes_nothing(january) -> None:
         march = s.search("the boiler expansion vessel repair in March", min_score=0)
     assert plain and plain[0].score > 0.5
     assert [(h.citation, h.score) for h in march] == [(h.citation, h.score) for h in plain]
+
+
+@pytest.mark.parametrize(("line", "clock"), [
+    ("## Chat with Jorge (00:45)", "00:45"), ("## 23:40 call with Mo", "23:40"), ("00:45 Jorge: home now", "00:45"),
+    ("- [00:45] home", "00:45"), ("- 12:45am still up", "00:45"), ("### [9:05 pm] late", "21:05"),
+    ("## Score 3:2", None), ("## Match at 10:30", None), ("Jorge: see you at 10:30", None), ("# 2024-01-18", None),
+    ("- 13:30pm", None),
+])
+def test_the_clock_a_note_states(line: str, clock: str | None) -> None:
+    got = _note_clock(line)
+    assert (got.strftime("%H:%M") if got else None) == clock
+
+
+def _notes_of_the_17th_and_18th(tmp_path: Path, clock: str) -> Settings:
+    """Daily notes: the 17th's evening on other things; the 18th's begins with a section headed
+    ``clock`` whose talk reaches the boiler only 60 lines down (another chunk than its heading)."""
+    mem = tmp_path / "ws" / "memory"
+    mem.mkdir(parents=True)
+    (mem / "2024-01-17.md").write_text("# 2024-01-17\n\n## Chat with Ana (20:00)\n\nAna: called my aunt, nobody answered\n"
+                                       "Ana: try again tomorrow\n")
+    small_talk = [f"Jorge: still thinking about song number {i} for the setlist, the chorus is long" for i in range(60)]
+    (mem / "2024-01-18.md").write_text("\n".join([
+        "# 2024-01-18", "", f"## Chat with Jorge ({clock})", "", *small_talk,
+        "Jorge: the plumber came about the boiler, it needs a new expansion vessel", ""]))
+    s = load_settings(None, {"workspace": str(tmp_path / "ws"), "provider": "none", "sources": ["memory"]})
+    run_index(s)
+    return s
+
+
+def test_a_note_written_past_midnight_counts_for_the_evening_before(tmp_path: Path) -> None:
+    """The next day's note says when it was written: a section headed 00:40 is the night of the
+    17th, as a transcript message stamped 00:40 on the 18th is. Its chunk (which does not hold the
+    heading) matches the words and ranks above the 17th's own note, which matches only on its date.
+    Before, a daily note's day was its name alone, and the answer was capped below the 17th's note."""
+    s = _notes_of_the_17th_and_18th(tmp_path, "00:40")
+    with Searcher(s) as se:
+        hits = se.search("what did the plumber say about the boiler on 17 January?")
+    assert hits and hits[0].path == "memory/2024-01-18.md" and hits[0].start_line > 3, \
+        [(h.citation, h.score) for h in hits]
+    assert "boiler" in hits[0].snippet
+    # no tolerance: the note's day is its name again
+    strict = s.model_copy(update={"query": s.query.model_copy(update={"day_tolerance_hours": 0})})
+    with Searcher(strict) as se:
+        hits = se.search("what did the plumber say about the boiler on 17 January?")
+    assert hits and hits[0].path == "memory/2024-01-17.md", [(h.citation, h.score) for h in hits]
+
+
+def test_the_next_days_evening_note_is_another_day(tmp_path: Path) -> None:
+    """The same note headed 19:00 is the 18th's evening: past the tolerance, not lifted."""
+    s = _notes_of_the_17th_and_18th(tmp_path, "19:00")
+    with Searcher(s) as se:
+        hits = se.search("what did the plumber say about the boiler on 17 January?")
+    assert hits and hits[0].path == "memory/2024-01-17.md", [(h.citation, h.score) for h in hits]

@@ -53,7 +53,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 import apsw
@@ -696,6 +696,27 @@ def once_per_file(stamps_of: Callable[[str], Stamps]) -> Callable[[str], Stamps]
     return read
 
 
+# a clock time a daily note states for what follows: a heading holding one at its start or in
+# brackets ("## 23:40 call with Mo", "## Chat with Jorge (00:45)"), or a line that starts with one
+# ("00:45 Jorge: ...", "- [00:45] ...", "- 12:45am ..."); "## Score 3:2" states none
+_NOTE_CLOCK = LazyPattern(r"^\s*(?:#{1,6}\s+(?:[^\n]*?[(\[])?|[-*+]\s+\[?|\[)?"
+                          r"([01]?\d|2[0-3]):([0-5]\d)(?::[0-5]\d)?(?:\s*([ap])\.?m\b\.?)?(?=[\s)\]|,;-]|$)",
+                          re.IGNORECASE)
+
+
+def _note_clock(line: str) -> time | None:
+    """The clock time ``line`` states for the lines after it (:data:`_NOTE_CLOCK`), else None."""
+    m = _NOTE_CLOCK.match(line)
+    if m is None:
+        return None
+    hour, minute, half = int(m.group(1)), int(m.group(2)), (m.group(3) or "").lower()
+    if half:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if half == "p" else 0)
+    return time(hour, minute)
+
+
 class Dater:
     """When each search candidate was written (:func:`chunk_days`, :func:`chunk_date`), read for a
     query's candidates at once: a daily note's day (its name), another file's modification time,
@@ -710,6 +731,7 @@ class Dater:
         self.stamps_of = stamps_of
         self.stored = has_table(conn, "chunk_days")
         self._stamps: dict[int, list[tuple[str, int, str]]] = {}  # rid -> (first, line, day), oldest first
+        self._clocks: dict[str, list[tuple[int, time]]] = {}  # daily note path -> (line, clock time) stated
 
     def load(self, hits: Iterable[Any]) -> None:
         """Read the recorded days of these candidates' transcript chunks (one statement per 500)."""
@@ -745,6 +767,26 @@ class Dater:
         if not got or _when(got[0][0]) is None or min(day for _, _, day in got) >= start:
             return None
         return next(((ts, n) for ts, n, day in got if start <= day <= end), None)
+
+    def note_clocks(self, path: str, start_line: int, end_line: int, day: date) -> list[datetime]:
+        """The clock times a daily note states for lines ``start_line``..``end_line`` (on its
+        ``day``): the time in force at the first line (the last timed heading or line above it,
+        :data:`_NOTE_CLOCK`) and every time stated inside. Read from the index's chunks of the note
+        (each note parsed once per search), so a note written past midnight ("## Chat with Jorge
+        (00:45)" in the next day's note) can count as the evening before, as a transcript's
+        message does."""
+        clocks = self._clocks.get(path)
+        if clocks is None:
+            lines: dict[int, str] = {}
+            for first, text in self.conn.execute(
+                    "SELECT start_line, text FROM chunks WHERE path = ? ORDER BY start_line", (path,)):
+                for i, line in enumerate(str(text).split("\n")):
+                    lines.setdefault(int(first) + i, line)
+            clocks = [(n, t) for n in sorted(lines) if (t := _note_clock(lines[n])) is not None]
+            self._clocks[path] = clocks
+        in_force = [t for n, t in clocks if n <= start_line][-1:]
+        inside = [t for n, t in clocks if start_line < n <= end_line]
+        return [datetime.combine(day, t) for t in in_force + inside]
 
     def _file_stamps(self, path: str) -> Stamps | None:
         try:
@@ -823,7 +865,8 @@ def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms:
 def nearness(when: Iterable[datetime | date], dates: DateRange) -> float:
     """1 when one of ``when`` falls in the range; a clock time ``h`` hours past its end, ``h`` below
     the tolerance: ``1 - h / tolerance`` (a message sent past midnight, or from a time zone behind
-    UTC, is stamped the next day); else 0. A daily note's day is its name: no tolerance."""
+    UTC, is stamped the next day); else 0. A daily note's day is its name (a day, no clock: no
+    tolerance), but a clock time the next day's note states counts (:meth:`Dater.note_clocks`)."""
     best = 0.0
     after = datetime.combine(dates.end + timedelta(days=1), datetime.min.time()) if dates.end < _LAST_DAY else None
     for t in when:
@@ -869,6 +912,11 @@ def note_nearness(dates: DateRange, hits: Iterable[Any], dater: Dater) -> None:
             continue
         when = dater.when(h)
         near = nearness(when, dates)
+        if (near < 1 and dates.tolerance > 0 and dates.end < _LAST_DAY and h.source == "memory"
+                and (day := date_from_path(h.path)) == dates.end + timedelta(days=1)):
+            # the next day's note: what it states was written just past midnight counts as a
+            # transcript's message would (its heading's or line's clock time, the tolerance)
+            near = max(near, nearness(dater.note_clocks(h.path, h.start_line, h.end_line, day), dates))
         if near < 1 and h.text and (dates.end - dates.start).days < 7:
             first = min((t.date() if isinstance(t, datetime) else t for t in when), default=None)
             if mentions(h.text, first, dates):
