@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from memory_core.config import Settings, load_settings
-from memory_core.index.chunking import note_windows
+from memory_core.index.chunking import note_items, note_windows
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
-from memory_core.storage import vectors
+from memory_core.storage import store, vectors
+from memory_core.storage.indexmeta import NOTE_WINDOWS_VERSION
 from tests.conftest import forget_meta_key, model_cosines
 
 pytest.importorskip("sentence_transformers")
@@ -41,6 +42,57 @@ def test_a_notes_lines_are_windowed_four_at_a_time_unless_it_is_code() -> None:
     assert note_windows(fenced) == []
     mostly_prose = "\n".join([*(f"- note {i}" for i in range(6)), "```", "x = 1", "```"])
     assert len(note_windows(mostly_prose)) == 4  # 9 lines, 3 of them code: windows at 0, 2, 4 and 5
+
+
+WRAPPED = """The tasks are fused into a single task that will execute the tasks in a
+subgraph. The internal tasks are no longer accessible from the outside, and
+every dependency of the subgraph is preserved when the fused task runs, so
+the graph stays valid.
+
+All provided tasks must form a valid subgraph that will reduce to a single
+key. If the tasks do not form a valid subgraph an exception is raised when
+the fused task is built."""
+
+
+def test_a_paragraph_wrapped_over_lines_is_one_item_and_a_list_keeps_its_lines() -> None:
+    """Windows cut a hard-wrapped paragraph mid-sentence: its lines are one item, so a chunk of
+    two such paragraphs (7 lines) has no windows (before: 3 windows of line fragments)."""
+    assert note_items(WRAPPED) == [WRAPPED.split("\n\n")[0], WRAPPED.split("\n\n")[1]]
+    assert note_windows(WRAPPED) == []
+    bullets = ["- Shadow mode first, two weeks minimum: compute the decision, emit metrics and",
+               "  log, but never reject a request.", "- Limit per API key, not per IP.",
+               "- 429 with Retry-After", "  in seconds", "08:52 standup moved", "Kate: see you at ten",
+               "  1. numbered.", "a lower-case line after a sentence's end is its own"]
+    items = note_items("\n".join(bullets))
+    assert items == ["\n".join(bullets[0:2]), bullets[2], "\n".join(bullets[3:5]), bullets[5], bullets[6],
+                     bullets[7], bullets[8]]
+    chat = [f"{who}: message number {i} about the gig" for i, who in enumerate(["Ben", "Kate", "Jorge"] * 3)]
+    assert note_items("\n".join(chat)) == chat  # a chat written down: one item a line, as before
+    assert note_windows("\n".join(chat)) == note_windows_of_lines(chat)
+
+
+def note_windows_of_lines(lines: list[str]) -> list[str]:
+    from memory_core.sources.sessions import message_windows
+
+    return message_windows(lines)
+
+
+def test_an_index_of_line_windows_is_rebuilt_once_for_item_windows(tmp_path: Path) -> None:
+    import json
+
+    ws = _workspace(tmp_path / "ws")
+    s = _settings(ws)
+    run_index(s)
+    conn = store.connect(s.index_file)
+    try:  # as an index of the first note windows (version 1: a window of 4 lines)
+        meta = json.loads(conn.execute("SELECT value FROM meta WHERE key = ?", (store.META_KEY,)).fetchone()[0])
+        meta["note_windows"] = 1
+        conn.execute("UPDATE meta SET value = ? WHERE key = ?", (json.dumps(meta), store.META_KEY))
+    finally:
+        conn.close()
+    again = run_index(s)
+    assert again.full and "note windows changed" in again.full_reason
+    assert not run_index(s).full
 
 
 def _settings(ws: Path, **chunking: object) -> Settings:
@@ -91,7 +143,7 @@ def test_an_index_without_note_windows_is_rebuilt_once_and_says_why(tmp_path: Pa
     ws = _workspace(tmp_path / "ws")
     s = _settings(ws)
     run_index(s)
-    assert forget_meta_key(s.index_file, "note_windows") == 1  # as an index built before note windows
+    assert forget_meta_key(s.index_file, "note_windows") == NOTE_WINDOWS_VERSION  # as an index built before them
     again = run_index(s)
     assert again.full and "note windows turned on" in again.full_reason
     assert not run_index(s).full

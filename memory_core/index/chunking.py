@@ -19,6 +19,7 @@ differ for characters outside the BMP (emoji), where our chunks are slightly lar
 from __future__ import annotations
 
 import hashlib
+import re
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -220,16 +221,60 @@ def _code_lines(lines: Sequence[str]) -> int:
     return code
 
 
+# a line that starts an item of its own: a list item, heading, quote, table row, a speaker's line
+# ("Kate: ...") or a timed one ("08:52 ...", "[08:52] ...")
+_ITEM_START = re.compile(r"(?:[-*+>|#]|\d{1,3}[.)](?:\s|$)|\[|\d{1,2}:\d{2}\b|[^\W\d][\w .'-]{0,30}:(?:\s|$))")
+_SENTENCE_END = re.compile(r"[.!?:;]['\")\]]*\s*$")
+WRAPPED_LINE_CHARS = 60
+"""A line at least this long (stripped) that the next line continues is a wrapped one: the next
+line is the same item (paragraph, list item) unless it starts an item of its own."""
+
+
+def note_items(text: str) -> list[str]:
+    """A note chunk's non-empty lines grouped into the items they write: a line continues the item
+    above it (no blank line between) unless it starts one of its own (:data:`_ITEM_START`), when it
+    hangs under it (indented deeper than the item's first line: a wrapped list item, a parameter's
+    description) or the line above was wrapped (:data:`WRAPPED_LINE_CHARS` or more, or cut mid-
+    sentence before a lower-case word). So a paragraph hard-wrapped at 72 columns is one item and
+    a daily note's bullets or a chat's lines are one item each; a fenced block's lines stay one
+    item each (a chunk that is mostly code has no windows at all)."""
+    items: list[list[str]] = []
+    blank = True
+    fence = False
+    for line in text.split("\n"):
+        body = line.strip()
+        if not body:
+            blank = True
+            continue
+        marker = body.startswith(("```", "~~~"))
+        code, fence = fence or marker, fence != marker  # a fence's lines are items of their own
+        if items and not blank and not code and not _ITEM_START.match(body):
+            first, prev = items[-1][0], items[-1][-1].rstrip()
+            hangs = len(line) - len(line.lstrip()) > len(first) - len(first.lstrip())
+            wrapped = len(prev.strip()) >= WRAPPED_LINE_CHARS or (
+                not _SENTENCE_END.search(prev) and body[:1].islower())
+            if hangs or wrapped:
+                items[-1].append(line)
+                blank = False
+                continue
+        items.append([line])
+        blank = False
+    return ["\n".join(item) for item in items]
+
+
 def note_windows(text: str) -> list[str]:
     """The parts of a note's chunk embedded beside it (``chunking.note_windows``;
-    :mod:`memory_core.storage.vectors`): its non-empty lines in overlapping windows of 4, 2 apart
-    (:func:`memory_core.sources.sessions.message_windows`); ``[]`` for 4 lines or fewer (the chunk's
+    :mod:`memory_core.storage.vectors`): its items (:func:`note_items`: a line, or a paragraph or
+    list item wrapped over several) in overlapping windows of 4, 2 apart
+    (:func:`memory_core.sources.sessions.message_windows`); ``[]`` for 4 items or fewer (the chunk's
     own vector is that window) and for a chunk that is mostly code (half its lines or more in a
     fence or indented), whose lines are not read one thought at a time.
 
     A daily note is a list of unrelated lines ("- 08:52 Dana wants the open list", "- oat milk
-    x2", a chat written down line by line): one vector for twenty of them matches none well."""
+    x2", a chat written down line by line): one vector for twenty of them matches none well. A
+    paragraph wrapped over lines is one thought: windows of its lines cut it mid-sentence, and
+    they cost prose notes (docs/search.md, "Note windows")."""
     lines = [line for line in text.split("\n") if line.strip()]
     if _code_lines(lines) * 2 >= len(lines):
         return []
-    return message_windows(lines)
+    return message_windows(note_items(text))

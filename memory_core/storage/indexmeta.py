@@ -53,10 +53,11 @@ absent (indexes before it), its exchanges; 2, its exchanges, one of more than 4 
 overlapping windows of 4. Recorded only where it applies (sessions indexed, exchange vectors on),
 so a notes-only index is not rebuilt for it."""
 
-NOTE_WINDOWS_VERSION = 1
+NOTE_WINDOWS_VERSION = 2
 """What a note chunk's extra vectors are (memory_core.index.chunking.note_windows): absent (indexes
-before it, or turned off), none; 1, its lines in overlapping windows of 4. Recorded only where
-notes are indexed with ``chunking.note_windows`` on."""
+before it, or turned off), none; 1, its lines in overlapping windows of 4; 2, its items (a line, or
+a paragraph or list item wrapped over several lines: ``note_items``) in windows of 4. Recorded
+only where notes are indexed with ``chunking.note_windows`` on."""
 
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
@@ -148,8 +149,10 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
                 msg = ("transcript exchange vectors changed: exchanges of more than 4 messages are now embedded"
                        " as windows of 4")
             elif key == "note_windows":
-                msg = ("note windows turned on: a note chunk's lines are now also embedded in windows of 4"
-                       if new.get(key) is not None else "note windows turned off")
+                msg = ("note windows turned off" if new.get(key) is None else
+                       "note windows turned on: a note chunk's lines are now also embedded in windows of 4"
+                       if old.get(key) is None else
+                       "note windows changed: a paragraph or list item wrapped over lines is now one item of a window")
             else:
                 msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
             return msg + (f" by {origin}" if origin and origin != "the index" else "")
