@@ -66,6 +66,11 @@ def test_a_paragraph_wrapped_over_lines_is_one_item_and_a_list_keeps_its_lines()
     items = note_items("\n".join(bullets))
     assert items == ["\n".join(bullets[0:2]), bullets[2], "\n".join(bullets[3:5]), bullets[5], bullets[6],
                      bullets[7], bullets[8]]
+    # a heading underlined (setext) is one item with its underline; a doctest one item up to a blank line
+    doc = ["Explanation", "===========", "Two pure quaternions are orthogonal.", "Parameters", "----------",
+           "other : a Quaternion", "", "Examples", "--------", ">>> q = Quaternion(1, 2)", "... ", ">>> q.norm()", "5"]
+    assert note_items("\n".join(doc)) == ["Explanation\n===========", doc[2], "Parameters\n----------", doc[5],
+                                           "Examples\n--------", "\n".join(doc[9:])]
     chat = [f"{who}: message number {i} about the gig" for i, who in enumerate(["Ben", "Kate", "Jorge"] * 3)]
     assert note_items("\n".join(chat)) == chat  # a chat written down: one item a line, as before
     assert note_windows("\n".join(chat)) == note_windows_of_lines(chat)

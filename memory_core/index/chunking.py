@@ -208,13 +208,13 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
 
 
 def _code_lines(lines: Sequence[str]) -> int:
-    """How many of a note's non-empty ``lines`` are code: a fence (```, ~~~) and what it holds, and
-    Markdown's indented code (4 spaces or a tab)."""
+    """How many of a note's non-empty ``lines`` are code: a fence (```, ~~~) and what it holds,
+    Markdown's indented code (4 spaces or a tab) and a doctest's prompts (``>>>``, ``...``)."""
     fence = False
     code = 0
     for line in lines:
         marker = line.lstrip().startswith(("```", "~~~"))
-        if marker or fence or line.startswith(("    ", "\t")):
+        if marker or fence or line.startswith(("    ", "\t", ">>> ", "... ")) or line.strip() in (">>>", "..."):
             code += 1
         if marker:
             fence = not fence
@@ -225,6 +225,7 @@ def _code_lines(lines: Sequence[str]) -> int:
 # ("Kate: ...") or a timed one ("08:52 ...", "[08:52] ...")
 _ITEM_START = re.compile(r"(?:[-*+>|#]|\d{1,3}[.)](?:\s|$)|\[|\d{1,2}:\d{2}\b|[^\W\d][\w .'-]{0,30}:(?:\s|$))")
 _SENTENCE_END = re.compile(r"[.!?:;]['\")\]]*\s*$")
+_UNDERLINE = re.compile(r"=+|-+")  # under a line: that line is a heading (Markdown's setext form)
 WRAPPED_LINE_CHARS = 60
 """A line at least this long (stripped) that the next line continues is a wrapped one: the next
 line is the same item (paragraph, list item) unless it starts an item of its own."""
@@ -236,8 +237,10 @@ def note_items(text: str) -> list[str]:
     hangs under it (indented deeper than the item's first line: a wrapped list item, a parameter's
     description) or the line above was wrapped (:data:`WRAPPED_LINE_CHARS` or more, or cut mid-
     sentence before a lower-case word). So a paragraph hard-wrapped at 72 columns is one item and
-    a daily note's bullets or a chat's lines are one item each; a fenced block's lines stay one
-    item each (a chunk that is mostly code has no windows at all)."""
+    a daily note's bullets or a chat's lines are one item each; a heading underlined with ``===``
+    or ``---`` is one item with its underline, a doctest (``>>>`` and what follows it up to a blank
+    line) one item; a fenced block's lines stay one item each (a chunk that is mostly code has no
+    windows at all)."""
     items: list[list[str]] = []
     blank = True
     fence = False
@@ -248,6 +251,10 @@ def note_items(text: str) -> list[str]:
             continue
         marker = body.startswith(("```", "~~~"))
         code, fence = fence or marker, fence != marker  # a fence's lines are items of their own
+        if items and not blank and not code and (
+                _UNDERLINE.fullmatch(body) or items[-1][0].lstrip().startswith(">>>")):
+            items[-1].append(line)  # a heading's underline (setext); a doctest's further lines and output
+            continue
         if items and not blank and not code and not _ITEM_START.match(body):
             first, prev = items[-1][0], items[-1][-1].rstrip()
             hangs = len(line) - len(line.lstrip()) > len(first) - len(first.lstrip())
