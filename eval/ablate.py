@@ -21,7 +21,7 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 
 import run_sets  # noqa: E402  (eval/run_sets.py)
 
-from memory_core.apps.evaluation import file_ranking, query_metrics, resolve_corpus_ids  # noqa: E402
+from memory_core.apps.evaluation import file_ranking, min_max, query_metrics, resolve_corpus_ids  # noqa: E402
 from memory_core.query import ranking  # noqa: E402
 from memory_core.query.dates import date_from_path  # noqa: E402
 from memory_core.query.search import Searcher  # noqa: E402
@@ -50,15 +50,12 @@ def _convex_order(hits: Any, cal: Any, idf_total: float, *, vector_weight: float
                 corpus_coverage=corpus_coverage)
     if vector_weight <= 0 or text_weight <= 0 or not out:
         return out
-    bm, cs = [h.bm25 for h in out], [h.vector_score for h in out]
-
-    def mm(x: float, xs: Sequence[float]) -> float:
-        lo, hi = min(xs), max(xs)
-        return (x - lo) / (hi - lo) if hi > lo else 0.0
-
+    # the plain baseline's normalisation (memory_core.apps.evaluation.convex_fusion), with its scores
+    kw = min_max({i: h.bm25 for i, h in enumerate(out)})
+    vec = min_max({i: h.vector_score for i, h in enumerate(out)})
     res = []
-    for h in out:
-        s = 0.5 * mm(h.bm25, bm) + 0.5 * mm(h.vector_score, cs)
+    for i, h in enumerate(out):
+        s = 0.5 * vec[i] + 0.5 * kw[i]
         res.append(replace(h, score=s, relevance=s))
     res.sort(key=lambda h: (h.score, h.bm25), reverse=True)
     return res

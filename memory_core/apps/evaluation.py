@@ -370,7 +370,9 @@ class PlainBaselines:
         return out
 
 
-def _min_max(scores: Mapping[int, float]) -> dict[int, float]:
+def min_max(scores: Mapping[int, float]) -> dict[int, float]:
+    """Each score min-max normalised to [0, 1] over ``scores`` (all equal: 1, or 0 when none is
+    positive): one side of :func:`convex_fusion`."""
     if not scores:
         return {}
     lo, hi = min(scores.values()), max(scores.values())
@@ -382,7 +384,7 @@ def _min_max(scores: Mapping[int, float]) -> dict[int, float]:
 def convex_fusion(keyword: Mapping[int, float], vector: Mapping[int, float], weight: float = 0.5) -> list[int]:
     """Row ids of ``keyword`` and ``vector`` (raw scores, higher better, over the same union) by
     ``weight * vector' + (1 - weight) * keyword'``, each side min-max normalised; ties by row id."""
-    kw, vec = _min_max(keyword), _min_max(vector)
+    kw, vec = min_max(keyword), min_max(vector)
     fused = {r: weight * vec.get(r, 0.0) + (1.0 - weight) * kw.get(r, 0.0) for r in {*kw, *vec}}
     return sorted(fused, key=lambda r: (-fused[r], r))
 

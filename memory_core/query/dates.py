@@ -375,10 +375,12 @@ class _Ref:
 Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, last day)
 
 
-# the word before a numeric day that makes "1/7" a day, not a fraction
+# the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
+# alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
-# ("to 1/2" and "by 1/3" alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
+
+
 def _slash_days(q: str) -> list[tuple[int, int]]:
     """The two leading numbers of each numeric day in ``q`` whose order a setting decides: ``a/b``,
     ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day)."""
