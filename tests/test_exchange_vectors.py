@@ -211,3 +211,15 @@ def test_an_index_of_exchanges_alone_is_rebuilt_once_with_windows_and_says_why(t
     notes = _settings(ws, sources=["memory"])
     run_index(notes)
     assert not run_index(notes).full
+
+
+def test_a_sessions_support_keeps_its_chunks_best_exchange(indexes: tuple[Settings, Settings]) -> None:
+    """A session's relevance as a whole (``query.file_support``) counts each transcript chunk by
+    its best exchange, as the vector side found it: an exchange is a unit of the conversation, and
+    a chunk of unrelated chat counted as a whole hides the one exchange that answers (here 0.16
+    against 0.67). A note's chunk counts as a whole (tests/test_file_support.py)."""
+    on, _ = indexes
+    with Searcher(on) as s:
+        cands = s.retrieve(QUERY, 24)
+    found = max(h.vector_score for h in cands.union if h.path == "sessions/chat.jsonl")
+    assert cands.file_cosines["sessions/chat.jsonl"][0] == pytest.approx(found, abs=1e-5)

@@ -166,3 +166,29 @@ def test_a_failing_read_falls_back_and_never_fails_the_search(retrieved: Retriev
         got = retrieval.file_cosines(idx, r.qvec, r.cands.union)
     assert got == r.own
     assert "their retrieved chunks count" in caplog.text
+
+
+def test_a_files_support_counts_its_chunks_as_wholes_not_their_best_window(tmp_path: Path) -> None:
+    """A note's chunk is found by its best window (tests/test_note_windows.py), but its file's
+    relevance as a whole is what its chunk says as a whole: the chunk vector's own cosine. Before,
+    the support of a one-chunk note was its best window's cosine again, a second vote for one
+    passage (on one-document files: docs/search.md, "A session's relevance as a whole")."""
+    from tests.conftest import model_cosines
+    from tests.test_note_windows import QUERY, _settings, _workspace
+
+    s = _settings(_workspace(tmp_path / "ws"))
+    run_index(s)
+    note = "memory/2026-10-05.md"
+    with Searcher(s) as searcher:
+        cands = searcher.retrieve(QUERY, 24)
+        (hit,) = [h for h in cands.union if h.path == note]
+        assert hit.vector_score > 0  # found by its best window
+        texts = [h.text for h in cands.union if h.path == note]
+        whole = float(model_cosines(s, QUERY, texts)[0])
+        assert cands.file_cosines[note] == pytest.approx([whole], abs=1e-4)
+        assert hit.vector_score > whole + 0.05  # the window's cosine is not the file's
+        # placement only: the same results and scores as without the support, in some order
+        got = searcher.search(QUERY, max_results=10)
+        searcher.settings = s.model_copy(update={"query": s.query.model_copy(update={"file_support": 0.0})})
+        off = searcher.search(QUERY, max_results=10)
+    assert sorted((h.citation, h.score) for h in got) == sorted((h.citation, h.score) for h in off)

@@ -1485,46 +1485,67 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
     chunks for the ``max_files`` files of the nearest candidates (one statement for their row
     ids, then :func:`cosines`), as long as at most ``max_reads`` vectors are read in all; over its
     retrieved chunks for the others (a file's nearest chunks are mostly among the candidates
-    already: what the read adds is the rest of a file the candidates hold one chunk of)."""
-    own: dict[str, list[float]] = {}
+    already: what the read adds is the rest of a file the candidates hold one chunk of).
+
+    A note's chunk counts by its **whole** vector, not its best window's: windows find a line inside
+    a chunk (``chunking.note_windows``), while a note's relevance as a whole is what its chunks say
+    as wholes. The best of a chunk's windows is a maximum over more vectors the longer the chunk
+    is, and the support re-added that one passage: on one-document files the lift was the best
+    window's cosine again, a second vote for the vector side. A transcript's chunk keeps its best
+    exchange's cosine: an exchange (a message and its answer) is a unit the conversation itself
+    makes, and counted as a whole a chunk of twenty unrelated chat lines says little (measured
+    both ways: docs/search.md, "A session's relevance as a whole")."""
+    own: dict[str, list[ranking.Hit]] = {}
     for h in union:
-        own.setdefault(h.path, []).append(float(h.vector_score))
-    out = {p: sorted(cs, reverse=True)[:k] for p, cs in own.items()}
-    order = sorted(own, key=lambda p: max(own[p]), reverse=True)[:max_files]
-    if not order:
-        return out
+        own.setdefault(h.path, []).append(h)
+    order = sorted(own, key=lambda p: max(h.vector_score for h in own[p]), reverse=True)[:max_files]
     rids_of: dict[str, list[int]] = {}
     try:
-        for path, rid in idx.conn.execute(
-                "SELECT c.path, c.rid FROM json_each(?) j JOIN chunks c ON c.path = j.value", (json.dumps(order),)):
-            rids_of.setdefault(str(path), []).append(int(rid))
+        if order:
+            for path, rid in idx.conn.execute(
+                    "SELECT c.path, c.rid FROM json_each(?) j JOIN chunks c ON c.path = j.value", (json.dumps(order),)):
+                rids_of.setdefault(str(path), []).append(int(rid))
     except apsw.Error as exc:  # a placement signal never fails a search: the candidates' cosines
         log.warning("reading the candidate files' chunks failed (%s); their retrieved chunks count", exc)
-        return out
+        rids_of = {}
     if idx.vec_loaded and not idx.f32_in_chunks:  # vectors in vec0 only: a point read costs ~0.7 ms at 200k x 1536
         max_reads = min(max_reads, FILE_SUPPORT_VEC0_READS)
-    want: list[int] = []
+    wholes = {p for p, hs in own.items() if hs[0].source != "sessions"}  # notes: their chunks as wholes
+    want: dict[bool, list[int]] = {True: [], False: []}  # by whether parts count
     read: list[str] = []
+    n = 0
     for path in order:
         rids = rids_of.get(path, [])
-        if len(want) + len(rids) > max_reads:
+        if not rids or n + len(rids) > max_reads:
             continue  # a very long file: its candidates' cosines
-        want += rids
+        want[path not in wholes] += rids
+        n += len(rids)
         read.append(path)
+    got_read = set(read)
+    if idx.has_parts:  # the other notes' candidates came with their best window's cosine: read as wholes
+        want[False] += [h.rid for p, hs in own.items() if p not in got_read and p in wholes for h in hs]
+    cos: dict[int, float] = {}
     try:
-        cos = cosines(idx, qvec, want) if want else {}
+        for parts, rids in want.items():
+            if rids:
+                cos.update(cosines(idx, qvec, rids, parts=parts))
     except apsw.Error as exc:
         log.warning("reading the candidate files' vectors failed (%s); their retrieved chunks count", exc)
-        return out
-    for path in read:
-        got = [cos[r] for r in rids_of.get(path, []) if r in cos]
+        cos = {}
+    out: dict[str, list[float]] = {}
+    for path in own:
+        got = [cos[r] for r in rids_of.get(path, []) if r in cos] if path in got_read else []
+        if not got:  # its retrieved chunks: their whole vectors' cosines where read, else the cosine they came with
+            got = [cos.get(h.rid, float(h.vector_score)) for h in own[path]]
         if got:
             out[path] = sorted(got, reverse=True)[:k]
     return out
 
 
-def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
-    """Cosine of the query with these chunks' stored vectors, read directly by row id.
+def cosines(idx: _Index, qvec: np.ndarray, rids: list[int], *, parts: bool = True) -> dict[int, float]:
+    """Cosine of the query with these chunks' stored vectors, read directly by row id; with
+    ``parts`` (the default) a chunk's cosine is its best vector's, its own or a part's, as the
+    vector side ranks it; ``parts=False``: its own vector's.
 
     A vec0 KNN restricted by ``rowid IN (...)`` scans the whole table (129 ms at 200k x 1536,
     483 ms at 1M), and so does ``SELECT ... FROM chunks_vec WHERE rowid IN (...)``; one point
@@ -1547,7 +1568,7 @@ def cosines(idx: _Index, qvec: np.ndarray, rids: list[int]) -> dict[int, float]:
         return {}
     else:
         cos = vectors.cosines(qvec, vectors.read_vectors(idx.conn, rids))
-        if idx.has_parts:  # a chunk's cosine is its best vector's (_Index.nearest)
+        if parts and idx.has_parts:  # a chunk's cosine is its best vector's (_Index.nearest)
             for rid, c in vectors.part_cosines(idx.conn, qvec, rids).items():
                 if c > cos.get(rid, -2.0):
                     cos[rid] = c
