@@ -1,10 +1,12 @@
 """What reading each candidate file's every chunk for its relevance as a whole costs a search
 (``query.file_support``, issue 37).
 
-    PYTHONPATH=. python bench/file_support.py [--messages 4000] [--dims 384] [--rounds 7] [--local]
+    PYTHONPATH=. python bench/file_support.py [--messages 4000] [--dims 384] [--rounds 7] [--local] [--notes]
 
 One workspace of transcripts (``--messages`` messages in sessions of 40, as bench/snippet_lines.py
-writes them), hybrid search, a fixed set of queries. The vectors come from the distinct fake provider (bench/fake_provider.py, any
+writes them; with ``--notes`` the same lines as daily notes of 40 bullets, note windows on: a
+note's chunks are read as wholes, a transcript's by their best exchange), hybrid search, a fixed
+set of queries. The vectors come from the distinct fake provider (bench/fake_provider.py, any
 ``--dims``) or with ``--local`` the real local model (384-d; the query's embedding is then most of
 a search). Each round times the queries with ``file_support`` 0.5 (the default: up to 20 files'
 chunks, at most 600 vectors, read per search) and 0 (nothing read), alternating which goes first;
@@ -32,12 +34,16 @@ def main() -> None:
     ap.add_argument("--dims", type=int, default=384)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--local", action="store_true", help="the real local model instead of the fake provider")
+    ap.add_argument("--notes", action="store_true", help="daily notes with note windows instead of transcripts")
     a = ap.parse_args()
     rng = random.Random(7)
     with tempfile.TemporaryDirectory() as tmp:
         ws = workspace(Path(tmp), a.messages, rng)
-        s = load_settings(None, {"workspace": str(ws), "provider": "local" if a.local else "none",
-                                 "sources": ["sessions"]})
+        extra: dict[str, object] = {"sources": ["sessions"]}
+        if a.notes:
+            _as_notes(ws)
+            extra = {"sources": ["memory"], "chunking": {"note_windows": True}}
+        s = load_settings(None, {"workspace": str(ws), "provider": "local" if a.local else "none", **extra})
         provider = None if a.local else DistinctProvider(a.dims)
         run_index(s, provider=provider)
         queries = [" ".join(rng.sample(WORDS, rng.randint(2, 4))) for _ in range(30)]
@@ -56,10 +62,27 @@ def main() -> None:
                     times[which].append((time.perf_counter() - t0) / len(queries))
         med = {k: statistics.median(v) * 1000 for k, v in times.items()}
         model = "local model" if a.local else f"fake provider {a.dims}-d"
-        print(f"{a.messages} messages ({chunks} chunks), {model}; {len(queries)} hybrid queries x {a.rounds} rounds,"
+        kind = "notes' lines" if a.notes else "messages"
+        print(f"{a.messages} {kind} ({chunks} chunks), {model}; {len(queries)} hybrid queries x {a.rounds} rounds,"
               " 10 results a search")
         print(f"median per search: file_support 0.5 {med['on']:.2f} ms, 0 {med['off']:.2f} ms,"
               f" ratio {med['on'] / med['off']:.2f}x")
+
+
+def _as_notes(ws: Path) -> None:
+    """The transcripts' messages as daily notes, one bullet a message (a message's line breaks
+    kept as continuation lines), and the transcripts removed."""
+    import json
+
+    (ws / "memory").mkdir()
+    for n, f in enumerate(sorted((ws / "sessions").glob("*.jsonl"))):
+        bullets = []
+        for line in f.read_text().splitlines()[1:]:
+            text = json.loads(line)["message"]["content"][0]["text"]
+            bullets.append("- " + text.replace("\n", "\n  "))
+        day = f"2026-{1 + n // 28:02d}-{1 + n % 28:02d}"
+        (ws / "memory" / f"{day}.md").write_text(f"# {day}\n\n" + "\n".join(bullets) + "\n")
+        f.unlink()
 
 
 if __name__ == "__main__":
