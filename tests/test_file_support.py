@@ -192,3 +192,53 @@ def test_a_files_support_counts_its_chunks_as_wholes_not_their_best_window(tmp_p
         searcher.settings = s.model_copy(update={"query": s.query.model_copy(update={"file_support": 0.0})})
         off = searcher.search(QUERY, max_results=10)
     assert sorted((h.citation, h.score) for h in got) == sorted((h.citation, h.score) for h in off)
+
+
+def _placed(share: float) -> list[tuple[str, float]]:
+    """Two one-chunk files ranked by rank_candidates: ``a.md`` matched on its words, ``b.md`` by
+    meaning alone, with ``share`` as the candidates' multi-chunk share."""
+    from memory_core.query.rank import rank_candidates
+
+    q = load_settings(None, {"workspace": "/tmp"}).query
+    cal = ranking.Calibration(0.2, 0.8, "config")
+    a = ranking.Hit(id="a", path="a.md", source="memory", start_line=1, end_line=3, text="kayak course notes",
+                    vector_score=0.35, bm25=15.0, in_vector=True, in_keyword=True, rid=1)
+    b = ranking.Hit(id="b", path="b.md", source="memory", start_line=1, end_line=3, text="paddling lessons",
+                    vector_score=0.6, in_vector=True, rid=2)
+    cands = Candidates("kayak course", [a], [a, b], True, [a, b], cal, 10.0,
+                       file_cosines={"a.md": [0.35], "b.md": [0.6]}, multi_chunk_share=share)
+    return [(r.path, r.score) for r in rank_candidates(q, cands, max_results=5)]
+
+
+def test_one_chunk_files_get_no_second_vote_for_the_vector_side() -> None:
+    """A one-chunk file's relevance as a whole is its chunk's: its support is that chunk's vector
+    relevance again. Where no candidate file has several chunks (a collection of documents) the
+    support weighs nothing; scores never change, only the placing."""
+    alone = _placed(0.0)
+    assert [p for p, _ in alone] == ["a.md", "b.md"]  # a.md scores higher: its words and some meaning
+    assert alone[0][1] > alone[1][1]
+    lifted = _placed(1.0)  # as if files had several chunks: b.md's meaning lifts it above
+    assert [p for p, _ in lifted] == ["b.md", "a.md"]
+    assert sorted(lifted) == sorted(alone)  # the same scores
+
+
+def test_the_multi_chunk_share_counts_the_candidate_files_chunks_in_the_index(retrieved: Retrieved) -> None:
+    s = retrieved.settings
+    conn = apsw.Connection(str(s.index_file), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        counts: dict[str, int] = {}
+        for (path,) in conn.execute("SELECT path FROM chunks"):
+            counts[path] = counts.get(path, 0) + 1
+    finally:
+        conn.close()
+    assert counts["memory/kayak.md"] > 1
+    idx = retrieval._Index(s.index_file)
+    try:  # a path the index does not hold has no chunk: not a file of several
+        assert retrieval.multi_chunk_share(idx, ["memory/kayak.md", "memory/gone.md"]) == 0.5
+        assert retrieval.multi_chunk_share(idx, ["memory/gone.md", "memory/gone.md"]) == 0.0
+        assert retrieval.multi_chunk_share(idx, []) == 1.0
+        paths = [h.path for h in retrieved.cands.union]
+        want = sum(counts.get(p, 0) > 1 for p in set(paths)) / len(set(paths))
+        assert retrieved.cands.multi_chunk_share == pytest.approx(want)
+    finally:
+        idx.conn.close()

@@ -308,7 +308,9 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
     # answer: a keyword-only index answers as keyword mode); a named day's own chunks stay before
     # the other days' (dates.lift_named_days), which a further chunk's lower placing would undo
     if mode == "hybrid" and cands.embedded and not dated:
-        lift = ({p: q.file_support * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
+        # weighed by the share of candidate files with several chunks (retrieval.multi_chunk_share)
+        weight = q.file_support * cands.multi_chunk_share
+        lift = ({p: weight * v for p, v in ranking.file_support(cands.file_cosines, cands.calibration).items()}
                 if wants_file_support(q, cands) else None)
         hits = ranking.diversify_files(hits, q.file_diversity, lift)
     hits = hits[:max_results]

@@ -391,6 +391,9 @@ class Candidates:
     # each candidate file's best cosines (at most FILE_SUPPORT_CHUNKS, best first) over all its
     # chunks, not only the retrieved ones (:func:`file_cosines`): its relevance as a whole
     file_cosines: dict[str, list[float]] = field(default_factory=dict)
+    # the share of the candidate files that hold more than one chunk (:func:`multi_chunk_share`):
+    # how much a file's relevance as a whole can say beyond its chunk's own
+    multi_chunk_share: float = 1.0
 
 
 BACKGROUND_SAMPLE_SQL = "SELECT embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY hash LIMIT 512"
@@ -1540,6 +1543,29 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
         if got:
             out[path] = sorted(got, reverse=True)[:k]
     return out
+
+
+def multi_chunk_share(idx: _Index, paths: Sequence[str]) -> float:
+    """The share of ``paths`` (the candidate files) that hold more than one chunk, counted in the
+    index (one statement on ``idx_chunks_path``); 1.0 for no paths or when the count fails.
+
+    A one-chunk file's relevance as a whole is its chunk's: its support (``query.file_support``)
+    is that chunk's vector relevance counted a second time, a shift toward the vector side and
+    nothing else. Where the candidates are mostly such files (a collection of documents: code
+    snippets, abstracts, docstrings), the support is weighed down by this share for every file of
+    the query alike, so no file gains on another by its length (docs/search.md, "A session's
+    relevance as a whole")."""
+    unique = sorted(set(paths))
+    if not unique:
+        return 1.0
+    try:
+        multi = sum(1 for (n,) in idx.conn.execute(
+            "SELECT count(*) FROM json_each(?) j JOIN chunks c ON c.path = j.value GROUP BY j.value",
+            (json.dumps(unique),)) if int(n) > 1)
+    except apsw.Error as exc:  # a placement signal never fails a search: the support as it is
+        log.warning("counting the candidate files' chunks failed (%s); file support unweighed", exc)
+        return 1.0
+    return multi / len(unique)
 
 
 def cosines(idx: _Index, qvec: np.ndarray, rids: list[int], *, parts: bool = True) -> dict[int, float]:

@@ -379,7 +379,8 @@ class Searcher(QueryProviderOwner):
                 q.vector_calibration)
             cands = Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
             if qvec is not None and union and wants_file_support(q, cands):  # each file's relevance as a whole
-                cands = replace(cands, file_cosines=retrieval.file_cosines(idx, qvec, union))
+                cands = replace(cands, file_cosines=retrieval.file_cosines(idx, qvec, union),
+                                multi_chunk_share=retrieval.multi_chunk_share(idx, [h.path for h in union]))
         return cands
 
     def _where(self, idx: _Index) -> Settings:
