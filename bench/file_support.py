@@ -15,10 +15,12 @@ the report is the median per search and the ratio in the same run."""
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import tempfile
 import time
+from datetime import date, timedelta
 from pathlib import Path
 
 from bench.fake_provider import DistinctProvider
@@ -72,15 +74,13 @@ def main() -> None:
 def _as_notes(ws: Path) -> None:
     """The transcripts' messages as daily notes, one bullet a message (a message's line breaks
     kept as continuation lines), and the transcripts removed."""
-    import json
-
     (ws / "memory").mkdir()
     for n, f in enumerate(sorted((ws / "sessions").glob("*.jsonl"))):
         bullets = []
         for line in f.read_text().splitlines()[1:]:
             text = json.loads(line)["message"]["content"][0]["text"]
             bullets.append("- " + text.replace("\n", "\n  "))
-        day = f"2026-{1 + n // 28:02d}-{1 + n % 28:02d}"
+        day = (date(2026, 1, 1) + timedelta(days=n)).isoformat()
         (ws / "memory" / f"{day}.md").write_text(f"# {day}\n\n" + "\n".join(bullets) + "\n")
         f.unlink()
 

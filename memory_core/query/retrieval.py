@@ -1514,22 +1514,20 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
     if idx.vec_loaded and not idx.f32_in_chunks:  # vectors in vec0 only: a point read costs ~0.7 ms at 200k x 1536
         max_reads = min(max_reads, FILE_SUPPORT_VEC0_READS)
     wholes = {p for p, hs in own.items() if hs[0].source != "sessions"}  # notes: their chunks as wholes
-    want: dict[bool, list[int]] = {True: [], False: []}  # by whether parts count
-    read: list[str] = []
-    n = 0
+    whole_rids: list[int] = []  # read as their own vectors (notes)
+    best_rids: list[int] = []  # read at their best vector, own or a part's (transcripts)
+    read: set[str] = set()
     for path in order:
         rids = rids_of.get(path, [])
-        if not rids or n + len(rids) > max_reads:
+        if not rids or len(whole_rids) + len(best_rids) + len(rids) > max_reads:
             continue  # a very long file: its candidates' cosines
-        want[path not in wholes] += rids
-        n += len(rids)
-        read.append(path)
-    got_read = set(read)
+        (whole_rids if path in wholes else best_rids).extend(rids)
+        read.add(path)
     if idx.has_parts:  # the other notes' candidates came with their best window's cosine: read as wholes
-        want[False] += [h.rid for p, hs in own.items() if p not in got_read and p in wholes for h in hs]
+        whole_rids += [h.rid for p, hs in own.items() if p not in read and p in wholes for h in hs]
     cos: dict[int, float] = {}
     try:
-        for parts, rids in want.items():
+        for rids, parts in ((whole_rids, False), (best_rids, True)):
             if rids:
                 cos.update(cosines(idx, qvec, rids, parts=parts))
     except apsw.Error as exc:
@@ -1537,7 +1535,7 @@ def file_cosines(idx: _Index, qvec: np.ndarray, union: Sequence[ranking.Hit], k:
         cos = {}
     out: dict[str, list[float]] = {}
     for path in own:
-        got = [cos[r] for r in rids_of.get(path, []) if r in cos] if path in got_read else []
+        got = [cos[r] for r in rids_of.get(path, []) if r in cos] if path in read else []
         if not got:  # its retrieved chunks: their whole vectors' cosines where read, else the cosine they came with
             got = [cos.get(h.rid, float(h.vector_score)) for h in own[path]]
         if got:
