@@ -167,6 +167,68 @@ def test_w3_a_value_on_the_write_after_its_key_is_masked(workspace: Path) -> Non
     assert "hunter2-very-secret-99" not in text and res.redacted
 
 
+def test_w3_a_write_never_rewrites_the_users_own_lines(workspace: Path) -> None:
+    # a PEM marker in the user's prose, then a write holding an END line: the joined text looks
+    # like one key from the marker to END, but the user's lines between are not the agent's to mask
+    note = workspace / "memory" / "trip.md"
+    mine = ("# Trip\nKey files start with -----BEGIN RSA PRIVATE KEY----- (a note to self)\n"
+            "The Lisbon trip budget is 2400 EUR.\nCall mom on Sunday.\n")
+    note.write_text(mine)
+    res = append_note(_settings(workspace), "Keys end with -----END RSA PRIVATE KEY----- (reminder)", "memory/trip.md")
+    text = note.read_text()
+    assert text.startswith(mine), text
+    assert text.split("\n")[res.start_line - 1].startswith("Keys end with")
+
+
+def test_w3_a_sentence_after_a_word_ending_in_key_is_not_a_value(workspace: Path) -> None:
+    settings = _settings(workspace)
+    append_note(settings, "Shopping list for the turkey:", "memory/list.md")
+    res = append_note(settings, "Dana's flight lands at 14:05 on Friday.", "memory/list.md")
+    assert "Dana's flight lands at 14:05 on Friday." in (workspace / "memory" / "list.md").read_text()
+    assert not res.redacted
+    # a one-token value after its name still is one, across writes or in one
+    append_note(settings, "the wifi:\npassword:", "memory/wifi.md")
+    append_note(settings, "hunter2hunter2", "memory/wifi.md")
+    assert "hunter2hunter2" not in (workspace / "memory" / "wifi.md").read_text()
+
+
+def test_w3_a_secret_labelled_on_the_line_before_is_masked_in_a_note_as_in_a_transcript() -> None:
+    aws = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    for text, secret in [(f"AWS credentials for the deploy bot:\n{aws}", aws),
+                         ("Authorization: Bearer\neyJhbGciOiJIUzI1NiJ9abcdefghij", "eyJhbGciOiJIUzI1NiJ9abcdefghij"),
+                         ("the wifi password is\nhunter2hunter2", "hunter2hunter2"),
+                         ("run --api-key\nabcdefghijklmnopqrstuvwxyz now", "abcdefghijklmnopqrstuvwxyz")]:
+        assert secret not in redact(text)  # a transcript's redaction
+        out = redact_lines(text)
+        assert secret not in out and out.count("\n") == text.count("\n"), out
+    # the line before a value's name is no such label: "Deploy key:" then a PEM BEGIN line stays
+    assert redact_lines("Deploy key:\n-----BEGIN RSA PRIVATE KEY-----").endswith("-----BEGIN RSA PRIVATE KEY-----")
+
+
+def test_w3_a_split_secret_reaches_the_disk_masked_even_when_the_write_is_killed(workspace: Path) -> None:
+    settings = _settings(workspace)
+    append_note(settings, "db settings:\npassword:", "memory/db.md")
+    secret = "hunter2-very-secret-99"
+    # killed at the fsync after its append: what is on disk then is all that ever gets there
+    code = ("import os, signal; from memory_core.config import load_settings;"
+            " from memory_core.notes.write import append_note;"
+            " os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL);"
+            f" append_note(load_settings(None, {{'workspace': {str(workspace)!r}, 'provider': 'none'}}),"
+            f" '  {secret}', 'memory/db.md')")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    text = (workspace / "memory" / "db.md").read_text()
+    assert "password:" in text and secret not in text and "*" in text
+
+
+def test_w5_a_folder_with_the_notes_name_is_refused_as_a_path(workspace: Path) -> None:
+    (workspace / "memory" / "dir.md").mkdir()
+    with pytest.raises(PathError, match="a folder has that name"):
+        append_note(_settings(workspace), "text", "memory/dir.md")
+    proc = _cli("write", "-w", str(workspace), "--no-index", "text", "--path", "memory/dir.md")
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
+
+
 def test_w3_twilio_sk_keys_are_masked_wherever_redaction_runs(workspace: Path, tmp_path: Path) -> None:
     for line in (f"twilio api key {TWILIO}", f'"sid": "{TWILIO}"', f"TWILIO_KEY_SID {TWILIO}."):
         assert TWILIO not in redact(line) and TWILIO not in redact_lines(line)
@@ -362,3 +424,12 @@ def test_m2_http_sessions_are_reaped_when_idle_and_bounded(workspace: Path, monk
             assert client.post("/mcp", json=init, headers=headers).status_code == 200  # room again
     finally:
         tools.close()
+
+
+def test_f5_a_session_id_that_is_not_utf8_gets_one_line(workspace: Path) -> None:
+    # bytes from argv that are not UTF-8 reach Python surrogate-escaped; the ledger cannot hold them
+    proc = _cli("flush", "-w", str(workspace), b"sess\xff", "--tokens", "10000000", "--record")
+    assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"session id" in proc.stderr
+    with pytest.raises(UsageError):
+        check_flush(_settings(workspace), "sess\udcff", tokens=10)

@@ -219,6 +219,14 @@ def _prompt(text: str, today: _dt.date) -> str:
     return text.replace("YYYY-MM-DD", today.isoformat())
 
 
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
                 transcript: str | os.PathLike[str] | None = None, cycle: int | None = None,
                 record: bool = False, today: _dt.date | None = None) -> FlushCheck:
@@ -229,7 +237,8 @@ def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
     ``record``, a due flush is recorded in the ledger in the same locked step, so the next check
     of this cycle says it is done.
     """
-    if not session or len(session) > MAX_SESSION_ID or any(ord(c) < 32 for c in session):
+    if (not session or len(session) > MAX_SESSION_ID or any(ord(c) < 32 for c in session)
+            or not _is_utf8(session)):  # bytes from argv that are not UTF-8 (surrogate-escaped)
         raise UsageError(f"a session id is 1 to {MAX_SESSION_ID} printable characters")
     if tokens is None and transcript is None:
         raise UsageError("give the session's token count or its transcript")

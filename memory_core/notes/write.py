@@ -17,10 +17,15 @@ and make it searchable at once.
   mid-way leaves no temp copy (stale ``.<note>.write-*`` copies of older versions are removed by
   the next write).
 - **Secrets**: the text comes from a conversation, so it is redacted as transcripts are
-  (unless ``redact = "off"``) before it touches the disk, and then redacted *with the end of the
-  note before it*: a secret split over two writes (a PEM key's BEGIN line in one, its body and END
-  in the next; ``password:`` then the value) is masked in place too, with ``*`` of the same byte
-  length, so the note's other bytes (and another writer's appends) stay where they are.
+  (unless ``redact = "off"``) before it touches the disk, *with the end of the note before it*
+  (read under the folder's lock, before the append): a secret split over two writes (a PEM key's
+  BEGIN line in one, its body and END in the next; ``password:`` then the value) reaches the disk
+  already masked. Only the new text is ever masked: the note's bytes before the write (the user's
+  own text, another writer's appends) are never rewritten, whatever the joined text looks like
+  (a line about "-----BEGIN ... KEY-----" in prose once let a later END line mask every user line
+  between them). A value on the line after the note's last line (``password:``) is taken from a
+  new write only when it is one token: "Shopping list for the turkey:" does not make the next
+  write's sentence a password.
 - **Searchable at once**: :func:`write_memory` runs an incremental reindex of the file right
   after (a small change: one SQLite transaction on the live index), through the caller's
   runner (the MCP server's sync manager) or a :class:`memory_core.index.indexer.Indexer` run, and
@@ -156,6 +161,8 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PathError(f"refusing to write {rel}: a symlink or not a folder on the way") from None
+        if exc.errno == errno.EISDIR:
+            raise PathError(f"refusing to write {rel}: a folder has that name") from None
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise _read_only_error(settings, f"the workspace {settings.workspace_dir} is not writable"
                                              f" ({exc.strerror})") from None
@@ -206,9 +213,9 @@ def _count_newlines(fd: int, end: int) -> int:
 def _append_in_place(dfd: int, name: str, text: str,
                      redact: Callable[[str], str] | None) -> tuple[int, int, bool]:
     """Append ``\\n\\n<text>\\n`` (one blank line after the old text) to ``name`` in ``dfd`` with
-    ``O_APPEND``; then, with ``redact``, mask a secret the old note's end and the new text make
-    together (:func:`_mask_joined`). The appended text's (first, last) line and whether
-    something was masked that way."""
+    ``O_APPEND``; with ``redact``, the text is first redacted with the note's end before it
+    (:func:`_redacted_after`), so a secret the two make together is written masked. The appended
+    text's (first, last) line and whether the note's end masked something in it."""
     fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                  0o644, dir_fd=dfd)
     try:
@@ -219,7 +226,11 @@ def _append_in_place(dfd: int, name: str, text: str,
         tail = os.pread(fd, 2, max(0, size - 2)) if size else b""
         sep = b"" if not tail or tail.endswith(b"\n\n") or tail == b"\n" else b"\n" if tail.endswith(b"\n") \
             else b"\n\n"
-        data = sep + text.encode("utf-8") + b"\n"
+        joined = False
+        if redact is not None and size:
+            masked = _redacted_after(fd, size, sep, text, redact)
+            joined, text = masked != text, masked
+        data = sep + text.encode("utf-8", "surrogateescape") + b"\n"
         written = 0
         try:
             while written < len(data):
@@ -235,7 +246,6 @@ def _append_in_place(dfd: int, name: str, text: str,
         start_off = end_off - len(data)
         os.fsync(fd)
         before = _count_newlines(fd, start_off) + sep.count(b"\n")
-        joined = _mask_joined(fd, start_off, end_off, len(sep), redact) if redact is not None and start_off else False
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
@@ -243,61 +253,68 @@ def _append_in_place(dfd: int, name: str, text: str,
     return before + 1, before + text.count("\n") + 1, joined
 
 
-def _mask_joined(fd: int, start_off: int, end_off: int, sep_len: int, redact: Callable[[str], str]) -> bool:
-    """Redact the note as a whole around a write (up to :data:`REDACT_CONTEXT_BYTES` before it):
-    a line the joined text shows to be a secret, and that the old note alone did not, is
-    overwritten in place (``pwrite``, no ``O_APPEND``) with ``*`` of the same byte length where
-    the redacted line differs. Lines the old note already held as they are (a user's own text)
-    are left alone (the new text's lines are ours). Whether something was masked."""
-    ctx = max(0, start_off - REDACT_CONTEXT_BYTES)
-    blob = os.pread(fd, end_off - ctx, ctx)
+def _redacted_after(fd: int, size: int, sep: bytes, text: str, redact: Callable[[str], str]) -> str:
+    """``text`` redacted together with the note's last :data:`REDACT_CONTEXT_BYTES` (from a whole
+    line) before it: the new text's lines as the joined text's redaction has them. The note's own
+    lines are never changed (they are not written again). The new text's first line, masked only
+    because of what the note ends with (``password:``, ``the wifi password is``), is kept as
+    written when it is a sentence, not one token (a separate write's value is one token; "the
+    turkey:" is no secret's name), unless the note ends inside a PEM block. ``text`` itself when
+    the redaction does not keep the line count (not ours to split)."""
+    ctx = max(0, size - REDACT_CONTEXT_BYTES)
+    blob = os.pread(fd, size - ctx, ctx)
     if ctx:  # start at a whole line
         nl = blob.find(b"\n")
-        if nl < 0 or nl >= start_off - ctx:
-            return False
-        blob, ctx = blob[nl + 1:], ctx + nl + 1
-    cut = start_off - ctx + sep_len
-    old_part = blob[:cut].decode("utf-8", "surrogateescape")
-    whole = blob.decode("utf-8", "surrogateescape")
+        if nl < 0:
+            return text
+        blob = blob[nl + 1:]
+    head = blob.decode("utf-8", "surrogateescape") + sep.decode()
+    whole = head + text
     got = redact(whole)
     if got == whole:
-        return False
-    lines, masked_lines = whole.split("\n"), got.split("\n")
-    old_alone = redact(old_part).split("\n")
-    old_lines = old_part.split("\n")
-    n_old = len(old_lines) - 1  # complete lines before the new text
-    if len(masked_lines) != len(lines):
-        return False  # redact_lines keeps the line count; anything else is not ours to patch
-    # pwrite on an O_APPEND descriptor appends (Linux): the appending is done, so drop the flag
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_APPEND)
-    changed = False
-    pos = ctx
-    for i, (line, red) in enumerate(zip(lines, masked_lines, strict=True)):
-        raw = line.encode("utf-8", "surrogateescape")
-        # the new text's lines, and old lines the old note alone did not show to be secrets
-        if red != line and (i >= n_old or old_alone[i] == line):
-            new = _same_length_mask(line, red)
-            if new != raw:
-                os.pwrite(fd, new, pos)
-                changed = True
-        pos += len(raw) + 1
-    if changed:
-        os.fsync(fd)
-    return changed
+        return text
+    k = head.count("\n")  # the new text's first line in ``whole``
+    lines, red = whole.split("\n"), got.split("\n")
+    if len(red) != len(lines):
+        return text
+    # a masked line is shown as masked: what it shares with its redaction at the start and the
+    # end is kept, the rest is ``*`` (a PEM body's lines redact to nothing)
+    new = [ln if r == ln else _starred(ln, r) for ln, r in zip(lines[k:], red[k:], strict=True)]
+    first = next((i for i, ln in enumerate(lines[k:]) if ln.strip()), None)
+    if first is not None and new[first] != lines[k + first] and len(_unquoted(lines[k + first]).split()) > 1 \
+            and not _in_open_pem(lines[:k]) and redact(text).split("\n")[first] == lines[k + first]:
+        new[first] = lines[k + first]  # "...the turkey:" then a sentence: prose, not a value
+    return "\n".join(new)
 
 
-def _same_length_mask(line: str, red: str) -> bytes:
-    """``line`` with the part ``red`` (its redacted form) changed replaced by ``*`` of the same
-    byte length: what the two share at the start and the end is kept."""
+def _in_open_pem(lines: list[str]) -> bool:
+    """Whether the note's end is inside a PEM block (a BEGIN line with no END after it): the new
+    text's lines are its body, whatever they look like."""
+    for ln in reversed(lines):
+        if "-----END " in ln:
+            return False
+        if "-----BEGIN " in ln:
+            return True
+    return False
+
+
+def _starred(line: str, red: str) -> str:
+    """``line`` with the part ``red`` (its redaction) changed replaced by ``*``: what the two share
+    at the start and the end is kept."""
     p = 0
     while p < min(len(line), len(red)) and line[p] == red[p]:
         p += 1
     s = 0
     while s < min(len(line), len(red)) - p and line[-1 - s] == red[-1 - s]:
         s += 1
-    mid = line[p:len(line) - s].encode("utf-8", "surrogateescape")
-    return (line[:p].encode("utf-8", "surrogateescape") + b"*" * len(mid)
-            + line[len(line) - s:].encode("utf-8", "surrogateescape"))
+    return line[:p] + "*" * len(line[p:len(line) - s]) + line[len(line) - s:]
+
+
+def _unquoted(line: str) -> str:
+    """A value line's value: without its indent, trailing comma and matching quotes (a quoted value
+    with spaces is one value)."""
+    body = line.strip().removesuffix(",").rstrip()
+    return "x" if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else body
 
 
 def _indexed(settings: Settings, rel: str) -> bool:

@@ -63,6 +63,7 @@ from collections.abc import Callable
 from typing import Final
 
 __all__ = [
+    "KEY_ALONE",
     "REDACT_MODES",
     "mask_token",
     "redact",
@@ -555,9 +556,16 @@ def redact(text: str) -> str:
 
 # a line that ends with a secret's name and its separator: the value is on the next line(s)
 # (multi-line JSON or YAML: ``"password":`` / ``api_key: |``)
+# (a name, not the end of a word: "turkey:", "monkey:", "hockey:" name nothing; "api_key:", "apiKey:",
+# "apikey:", "clientSecret:", "db_password:" do)
+_NAME_START: Final = (r"(?:(?<![a-z0-9])|(?-i:(?<=[a-z0-9])(?=[A-Z]))|(?<=api)|(?<=access)|(?<=secret)|(?<=private)"
+                      r"|(?<=auth)|(?<=client)|(?<=refresh)|(?<=session)|(?<=master)|(?<=app)|(?<=admin)|(?<=db))")
 _KEY_ALONE: Final = re.compile(
-    rf"(?:key|token|secret|passw(?:or)?d|[_-]pass|pwd|passphrase)[\"']?{_S}*+[=:]{_S}*+([|>][-+0-9]*+)?+{_S}*+$",
+    rf"(?:{_NAME_START}(?:key|token|secret|passw(?:or)?d|pwd|passphrase)|[_-]pass)[\"']?{_S}*+[=:]{_S}*+"
+    rf"([|>][-+0-9]*+)?+{_S}*+$",
     _FLAGS)
+KEY_ALONE: Final = _KEY_ALONE
+"""A line that ends with a secret's name and its separator (``password:``): its value is on the next line."""
 _NEXT_KEY: Final = re.compile(r"^[\w.-]{1,128}+\s*+[:=](?:\s|$)")
 
 
@@ -609,13 +617,30 @@ def redact_lines(text: str) -> str:
     """Redact a Markdown note and keep its line count: multi-line PEM private keys are found
     across lines first (a note redacted line by line never saw one whole), then a value on the
     line after its key (``password:`` then ``  hunter2``), then every line goes through
-    :func:`redact`."""
+    :func:`redact`, alone and with the line before it (what a transcript's redaction masks, a
+    note's does: a secret whose label is on the line before)."""
     if _PEM_TRIGGER in text.lower():
         text = _redact_orphan_pem_end(_redact_pem(text, _mask_pem_keep_lines))
     lines = text.split("\n")
     if len(lines) > 1 and ("=" in text or ":" in text):
         lines = _redact_next_line_values(lines)
-    return "\n".join(redact(line) for line in lines)
+    out = [redact(line) for line in lines]
+    for i in range(1, len(lines)):
+        # and with the line before, as a transcript's text is read: a rule whose context is on
+        # the line before the secret ("AWS credentials for the bot:" then the key, "Authorization:
+        # Bearer" then the token, "the wifi password is" then the value, ``--api-key`` then its
+        # value) masks a line no line alone shows. A value after its name and separator
+        # (``password:`` then the value) stays _redact_next_line_values' to judge ("the turkey:"
+        # names no secret; a PEM BEGIN line is no value), so that separator is left out here.
+        if out[i] != lines[i] or not lines[i].strip() or not lines[i - 1].strip():
+            continue
+        prev = lines[i - 1].rstrip()
+        if prev.endswith((":", "=")):
+            prev = prev[:-1]
+        got = redact(prev + "\n" + lines[i]).split("\n")
+        if len(got) == 2 and got[1] != lines[i]:
+            out[i] = got[1]
+    return "\n".join(out)
 
 
 def should_redact(source: str, mode: str) -> bool:
