@@ -227,3 +227,26 @@ def test_store_tools_declare_output_schemas_their_answers_meet(workspace: Path, 
                 jsonschema.validate(out, defs[name].output_schema)
     finally:
         tools.close()
+
+
+# -- the fifth look at the memory store (an audit of our own): S7-S14, docs/reliability.md -----
+
+def test_s10_a_text_of_nuls_and_spaces_is_no_memory(workspace: Path, openai_fake: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """NULs become spaces before the text is checked: "\\x00" was stored as a blank memory " "
+    (answered ``created``), and later blank texts "updated" it."""
+    with MemoryStore(openai_settings(workspace, openai_fake)) as s:
+        for bad in ("\x00", " \x00\x00 \n", "\x00\t\x00"):
+            with pytest.raises(UsageError, match="needs some text"):
+                s.store(bad)
+        tools = StoreTools(s.settings, store=s)
+        with pytest.raises(UsageError, match="needs some text"):
+            tools.handlers()["memory_store"]({"text": "\x00\x00"})
+        assert s.count() == 0 and not s.path.exists()
+        # a NUL inside a text is a space, at either end it goes with the spaces
+        assert s.store("\x00the gate code is 7731\x00").memory.text == "the gate code is 7731"
+    (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
+    capsys.readouterr()
+    assert main(["memory", "store", "-w", str(workspace), "\x00 \x00"]) == 2
+    err = capsys.readouterr().err
+    assert "needs some text" in err and err.count("\n") == 1

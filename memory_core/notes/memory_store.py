@@ -446,14 +446,17 @@ class MemoryStore:
         if importance is not None and (not isinstance(importance, int | float) or not math.isfinite(importance)
                                        or not 0 <= importance <= 1):
             raise UsageError(f"importance must be a number from 0 to 1, not {importance!r}")
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
             raise UsageError("a memory needs some text")
-        if len(text) > MAX_MEMORY_CHARS:
-            raise UsageError(f"a memory holds at most {MAX_MEMORY_CHARS} characters, not {len(text)}; store"
+        # cleaned first, then checked: NULs become spaces, so a text of NULs and spaces is empty
+        clean = _valid_text(text).replace("\x00", " ").strip()
+        if not clean:
+            raise UsageError("a memory needs some text")
+        if len(clean) > MAX_MEMORY_CHARS:
+            raise UsageError(f"a memory holds at most {MAX_MEMORY_CHARS} characters, not {len(clean)}; store"
                              " the gist, or keep long text in a note (memory/*.md)")
         from memory_core.sources.redact import redact_lines, should_redact
 
-        clean = _valid_text(text).strip().replace("\x00", " ")
         # stored memories come from conversations: redacted as transcripts are (unless redact = "off")
         masked = redact_lines(clean) if should_redact("sessions", self.settings.redact) else clean
         # embedded outside the store's locks: a stalled provider never holds other calls (list, recall)
