@@ -250,3 +250,45 @@ def test_s10_a_text_of_nuls_and_spaces_is_no_memory(workspace: Path, openai_fake
     assert main(["memory", "store", "-w", str(workspace), "\x00 \x00"]) == 2
     err = capsys.readouterr().err
     assert "needs some text" in err and err.count("\n") == 1
+
+
+def test_s13_a_relative_store_path_is_made_absolute(workspace: Path, openai_fake: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``--store .`` died with a ValueError traceback (no name to put the lock beside), and
+    ``--store ..`` locked ``./....lock`` while the same folder by its absolute path locked
+    ``.<name>.lock`` beside it: two processes were not kept apart."""
+    settings = openai_settings(workspace, openai_fake)
+    root = tmp_path / "stores"
+    sub = root / "work"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    with MemoryStore(settings, path=".") as s:
+        assert s.path == sub and s.store("stored in the current folder").action == "created"
+    assert (sub / "memories.lance").is_dir() and (root / ".work.lock").is_file()
+    up, absolute = MemoryStore(settings, path=".."), MemoryStore(settings, path=str(root))
+    try:
+        assert up.path == absolute.path == root
+        done = threading.Event()
+        with up._file_lock():  # one process's lock holds the other name's store back
+            t = threading.Thread(target=lambda: (absolute.store("stored through the absolute path"), done.set()))
+            t.start()
+            assert not done.wait(1.0), "the two names of one folder took two different locks"
+        t.join(timeout=60)
+        assert done.is_set() and [m.text for m in up.list()] == ["stored through the absolute path"]
+    finally:
+        up.close()
+        absolute.close()
+    assert not list(sub.glob(".*.lock"))
+    # the root (no name) and the workspace itself: one line each
+    with pytest.raises(UsageError, match="a folder of its own"):
+        MemoryStore(settings, path="/")
+    monkeypatch.chdir(workspace)
+    with pytest.raises(UsageError, match="cannot be the workspace itself"):
+        MemoryStore(settings, path=".")
+    (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
+    capsys.readouterr()
+    assert main(["memory", "store", "-w", str(workspace), "--store", ".", "a memory"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be the workspace itself" in err and err.count("\n") == 1
+    assert not (workspace / "memories.lance").exists()

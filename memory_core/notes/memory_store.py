@@ -89,6 +89,22 @@ def store_dir(settings: Settings) -> Path:
     return settings.lancedb_dir
 
 
+def _store_path(path: Path | str, settings: Settings) -> Path:
+    """``path`` made absolute (``--store .`` had no name to put its lock beside; ``..`` and the
+    folder's absolute path locked two different files). The filesystem's root (no name) and the
+    workspace itself (a store's files beside the user's notes) are one-line errors."""
+    raw = os.fspath(path)
+    if "\x00" in raw:
+        raise UsageError(f"not a folder for the memory store: {raw!r}")
+    p = Path(os.path.abspath(os.path.expanduser(raw)))
+    if not p.name:
+        raise UsageError(f"the memory store needs a folder of its own, not {raw!r} ({p})")
+    if os.path.realpath(p) == os.path.realpath(settings.workspace_dir):
+        raise UsageError(f"the memory store cannot be the workspace itself ({p}): give it a folder of its own"
+                         " (--store DIR or lancedb_path; by default it is <workspace>/.memory-core/lancedb)")
+    return p
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -243,7 +259,7 @@ class MemoryStore:
     def __init__(self, settings: Settings, *, path: Path | str | None = None,
                  provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
-        self.path = Path(path) if path is not None else store_dir(settings)
+        self.path = _store_path(path if path is not None else store_dir(settings), settings)
         self._provider = provider
         self._provider_error: str | None = None
         self._owns_provider = provider is None
