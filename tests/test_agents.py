@@ -264,3 +264,41 @@ def test_the_agent_a_call_serves_is_decided_in_one_place(tmp_path: Path, monkeyp
     assert _fleet(parse(["mcp", "-c", str(cfg)])) is None  # one agent: beta, as resolve_settings says
     assert resolve_settings({}, config_file=cfg).settings.workspace_dir == ws["beta"]
     assert parse(["search", "-c", str(cfg), "x"]).agent is None  # the flag's default is not the variable
+
+
+def test_an_empty_agent_is_refused_not_taken_for_the_default(tmp_path: Path, openai_fake: Any,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A2: ``--agent ""`` (a script's ``--agent "$AGENT"`` with the variable unset),
+    ``open_memory(agent="")`` and ``resolve_settings(agent="")`` acted on agents.default's memory
+    (a forget meant for some agent deleted from another's store) while the MCP server refused ""
+    as unknown. Only an agent not given at all falls back to $MEMORY_CORE_AGENT or the default."""
+    from memory_core.api import open_memory
+    from memory_core.notes.memory_store import MemoryStore
+    from memory_core.runtime.agents import requested_agent
+    from tests.conftest import openai_settings
+
+    cfg, ws = make_fleet(tmp_path)
+    monkeypatch.delenv("MEMORY_CORE_AGENT", raising=False)
+    alpha = resolve_agents(cfg)["alpha"]
+    with MemoryStore(openai_settings(ws["alpha"], openai_fake), path=alpha.lancedb_dir) as s:
+        mid = s.store("alpha's private memory: the vault code is 4417").memory.id
+    for empty in ("", "  "):
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            requested_agent(empty, {"MEMORY_CORE_AGENT": "beta"})
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            resolve_settings({}, config_file=cfg, agent=empty, env={})
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            open_memory(config=cfg, agent=empty)
+    for argv in (["memory", "forget", "-c", str(cfg), "--agent", "", mid], ["memory", "list", "-c", str(cfg),
+                 "--agent", ""], ["search", "-c", str(cfg), "--agent", " ", "vault"],
+                 ["mcp", "-c", str(cfg), "--agent", ""]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "unknown agent" in err and err.count("\n") == 1, (argv, err)
+    with MemoryStore(alpha) as s:
+        assert s.get(mid) is not None, "a forget with an empty agent deleted the default agent's memory"
+    # not given: $MEMORY_CORE_AGENT, else agents.default
+    assert requested_agent(None, {"MEMORY_CORE_AGENT": "beta"}) == "beta"
+    assert requested_agent(None, {}) is None
+    assert resolve_settings({}, config_file=cfg, env={}).settings.agent == "alpha"

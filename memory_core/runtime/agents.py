@@ -136,9 +136,18 @@ def requested_agent(given: str | None, env: Mapping[str, str] | None = None) -> 
     """The agent a call names, decided here for every entry point: ``given`` (``--agent``, the
     API's ``agent=``), else ``$MEMORY_CORE_AGENT``; None: none named (then
     :func:`memory_core.runtime.resolve.resolve_settings` takes the config's ``agents.default``
-    and ``memory-core mcp`` with a config listing agents serves them all)."""
+    and ``memory-core mcp`` with a config listing agents serves them all).
+
+    An agent given empty (``--agent ""``: a script's ``--agent "$AGENT"`` with the variable unset,
+    ``open_memory(agent="")``) names no agent: :class:`UnknownAgentError`, as the MCP server
+    answers, never the default agent's memory. Only ``None`` falls back."""
     env = os.environ if env is None else env
-    return given or env.get(AGENT_ENV) or None
+    if given is not None:
+        if not given.strip():
+            raise UnknownAgentError(f"unknown agent {given!r}: an empty agent id names no agent (give one of the"
+                                    " config's [[agents.list]] ids, or no --agent for agents.default)")
+        return given
+    return env.get(AGENT_ENV) or None
 
 
 _FIX = ": each agent needs its own (set it in their [[agents.list]] entries, or use {agent} in the agents template)"
