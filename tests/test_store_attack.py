@@ -61,6 +61,46 @@ def test_s1_a_near_duplicate_that_says_another_thing_is_kept_beside_it(tmp_path:
         assert s.count() == len(DIFFERENT_FACTS) * 2
 
 
+# pairs the local model puts at cosine 0.96-0.99 whose difference is a stop word or the word order
+# (the fifth look, S9: each one overwrote the other)
+OPPOSITE_FACTS = [
+    ("Turn the heating up at night", "Turn the heating down at night"),
+    ("The spare key is above the door", "The spare key is below the door"),
+    ("The budget is over the limit", "The budget is under the limit"),
+    ("Alice reports to Bob", "Bob reports to Alice"),
+    ("Migrate the database from Postgres to MySQL", "Migrate the database from MySQL to Postgres"),
+    ("I owe you 50 EUR", "You owe me 50 EUR"),
+]
+
+
+def test_s9_same_fact_keeps_directions_pronouns_and_word_order() -> None:
+    for a, b in OPPOSITE_FACTS:
+        assert not same_fact(a, b), (a, b)
+    # the same thing said again: case, punctuation, articles and plurals aside
+    assert same_fact("Turn the heating up at night", "turn the heating up at night.")
+    assert same_fact("Alice reports to Bob", "Alice reports to Bob!")
+    assert same_fact("The budget is 2,400 EUR", "the budget is 2400 EUR")
+    assert same_fact("The user can't eat peanuts", "the user can\u2019t eat peanuts")
+    assert same_fact("Backups run on Tuesdays", "The backup runs on Tuesday")
+
+
+def test_s9_a_near_duplicate_with_another_direction_or_order_is_kept_beside_it(tmp_path: Path) -> None:
+    from memory_core.embeddings.local import local_model_available
+
+    if not local_model_available():
+        pytest.skip("the local model is not installed")
+    settings = load_settings(None, {"workspace": str(tmp_path), "provider": "local"})
+    with MemoryStore(settings) as s:
+        for a, b in OPPOSITE_FACTS:
+            first = s.store(a, category="fact")
+            second = s.store(b, category="fact")
+            assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
+        assert {m.text for m in s.list()} == {t for pair in OPPOSITE_FACTS for t in pair}, "a fact was overwritten"
+        res = s.store("turn the heating up at night", category="fact")  # the same thing again: an update
+        assert res.action == "updated" and res.previous_text == "Turn the heating up at night"
+        assert s.count() == len(OPPOSITE_FACTS) * 2
+
+
 def _toml(base_url: str) -> str:
     return ('provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\n'
             f'base_url = "{base_url}"\napi_key = "sk-test-key-0123456789"\ndimensions = 64\n'
