@@ -480,4 +480,4 @@ lancedb_path = "{tmp_path}/lance/beta"
         assert main(["search", "-c", str(cfg), "--agent", a, "vault code", "--source", "store", "--min-score", "0",
                      "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
-        assert [h["text"] for h in out["results"]] == [notes[a]] and out["provider"] == "openai"
+        assert [h["snippet"] for h in out["results"]] == [notes[a]] and out["provider"] == "openai"

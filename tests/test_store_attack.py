@@ -332,3 +332,30 @@ def test_s13_a_relative_store_path_is_made_absolute(workspace: Path, openai_fake
     err = capsys.readouterr().err
     assert "cannot be the workspace itself" in err and err.count("\n") == 1
     assert not (workspace / "memories.lance").exists()
+
+
+def test_s12_memory_search_keeps_stored_memories_to_the_injection_budget(workspace: Path, openai_fake: Any) -> None:
+    """``memory_search`` with ``sources: ["store"]`` cut each store result's snippet to
+    ``query.max_injected_chars`` but handed the agent the memory's whole ``text`` beside it (up to
+    8,000 characters a result, never counted): 297 snippet characters and 7,956 more. Now its store
+    results carry no ``text``; ``memory_recall`` keeps it and ``memory_get`` of the citation reads it."""
+    from memory_core.apps.mcp_server import SEARCH_OUTPUT_SCHEMA
+    from memory_core.query.search import Searcher
+
+    settings = openai_settings(workspace, openai_fake, query={"max_injected_chars": 300})
+    long_text = ("Deploy runbook: " + " ".join(f"step{i} check the replica lag" for i in range(300)))[:7900]
+    with MemoryStore(settings) as st, Searcher(settings) as searcher:
+        big = st.store(long_text).memory
+        st.store("Deploy runbook short version: check the replica lag first")
+        ans = searcher.search_response("deploy runbook replica lag", min_score=0, sources=["store"],
+                                       extra=st).to_dict()
+        results = ans["results"]
+        assert results and all(r["source"] == "store" and "text" not in r for r in results), results
+        assert sum(len(r["snippet"]) for r in results) <= 300
+        # what a result carries besides its snippet is its fields, not the memory again
+        assert max(len(json.dumps({k: v for k, v in r.items() if k != "snippet"})) for r in results) < 600
+        jsonschema.validate(results, SEARCH_OUTPUT_SCHEMA["properties"]["results"])
+        tools = StoreTools(settings, store=st)
+        recalled = tools.handlers()["memory_recall"]({"query": "deploy runbook replica lag", "minScore": 0})
+        assert len(big.text) > 7800 and any(r["text"] == big.text for r in recalled["results"])
+        assert tools.get(f"store:{big.id}")["text"] == big.text

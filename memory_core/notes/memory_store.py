@@ -162,13 +162,16 @@ class RecallHit:
     text_score: float
     match: str  # "both", "vector" or "keyword"
 
-    def to_agent(self) -> dict[str, object]:
+    def to_agent(self, *, with_text: bool = True) -> dict[str, object]:
         """The ``memory_search`` result shape (path, lines, citation ``store:<id>``) plus the memory's
-        own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``)."""
+        own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``): ``memory_recall``'s
+        result. ``with_text=False`` leaves the whole ``text`` out (``memory_search``, whose
+        ``query.max_injected_chars`` counts and cuts snippets: a memory of up to 8,000 characters
+        beside its snippet went past it; ``memory_get`` of the citation reads the whole text)."""
         m = self.memory
         end = m.text.count("\n") + 1
         cite = f"{SOURCE}:{m.id}"
-        return {
+        out: dict[str, object] = {
             "path": cite, "startLine": 1, "endLine": end, "score": round(self.score, 6),
             "snippet": cut_at_word(m.text, ranking.SNIPPET_MAX_CHARS), "source": SOURCE, "citation": cite,
             "start_line": 1, "end_line": end, "match": self.match, "date": _iso(m.created_at)[:10],
@@ -176,6 +179,9 @@ class RecallHit:
             "id": m.id, "text": m.text, "category": m.category, "importance": round(m.importance, 6),
             "createdAt": m.created_at,
         }
+        if not with_text:
+            del out["text"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -750,7 +756,8 @@ class MemoryStore:
 
         rec = self.recall(query, max_results=max_results, min_score=min_score, mode=mode)
         note = f"memory store: {rec.note}" if rec.note and self.count() else ""  # an empty store is no news
-        return SourceHits([h.to_agent() for h in rec.hits], note, rec.embedded)
+        # no whole text: the answer's injection budget counts the snippets (memory_get reads the rest)
+        return SourceHits([h.to_agent(with_text=False) for h in rec.hits], note, rec.embedded)
 
     @staticmethod
     def _hit(r: dict[str, Any]) -> ranking.Hit:
