@@ -271,6 +271,62 @@ def test_store_tools_declare_output_schemas_their_answers_meet(workspace: Path, 
 
 # -- the fifth look at the memory store (an audit of our own): S7-S14, docs/reliability.md -----
 
+def test_s7_running_out_of_file_descriptors_never_sets_a_healthy_store_aside(workspace: Path, openai_fake: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process at its open-file limit (the MCP server with many clients) got LanceDB's "Too many
+    open files (os error 24)" on a list; any IO error counted as damage, the fresh look failed
+    the same way, and the healthy store was renamed ``lancedb.damaged-*``: list and recall then
+    answered empty and the next store began a new table. Now a limit of the process or the system
+    (or a permission) is one line and nothing moves; damage is confirmed from the files alone."""
+    import resource
+
+    from memory_core.errors import RunError
+    from memory_core.notes import memory_store as ms
+
+    settings = openai_settings(workspace, openai_fake)
+    with MemoryStore(settings) as s:
+        for i in range(5):
+            s.store(f"important memory number {i} word{i}")
+        path = s.path
+    held: list[int] = []
+    real_lock = ms.open_lock_file
+
+    def lock_with_one_free(lock: Any, what: str) -> int:  # the store's lock file still opens
+        if held:
+            os.close(held.pop())
+        return real_lock(lock, what)
+
+    monkeypatch.setattr(ms, "open_lock_file", lock_with_one_free)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    store = MemoryStore(settings)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 2048), hard))
+    try:
+        try:
+            while True:  # every descriptor taken: the process is at its limit
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        with pytest.raises(RunError) as err:
+            store.list()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert "Too many open files" in str(err.value) and "nothing was moved" in str(err.value)
+    assert str(err.value).count("\n") == 0
+    assert store.set_aside is None and (path / "memories.lance").is_dir()
+    assert not [p for p in path.parent.iterdir() if ".damaged-" in p.name]
+    assert len(store.list()) == 5 and store.recall("word3", mode="keyword").hits  # the limit passed
+    store.close()
+    # a permission or a memory limit, as LanceDB words them, is no damage either (real messages)
+    for msg in ("lance error: LanceError(IO): Generic LocalFileSystem error: Unable to open file /x/data/1.lance:"
+                " Permission denied (os error 13), /rustc/src/result.rs:1896:29",
+                "lance error: LanceError(IO): Generic LocalFileSystem error: Unable to walk dir: IO error for"
+                " operation on /x/_versions: Too many open files (os error 24)"):
+        assert not ms._is_damage(RuntimeError(msg))
+    assert ms._is_damage(RuntimeError("lance error: LanceError(IO): file size is too small"))
+
+
 def test_s10_a_text_of_nuls_and_spaces_is_no_memory(workspace: Path, openai_fake: Any,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """NULs become spaces before the text is checked: "\\x00" was stored as a blank memory " "

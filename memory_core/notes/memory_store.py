@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -235,10 +236,39 @@ def same_fact(a: str, b: str) -> bool:
     return _fact_words(a) == _fact_words(b)
 
 
+# errors of the process or the system (open files, memory, a permission, a full disk), never of
+# the store's files: LanceDB wraps them as "... (os error 24)"
+_NOT_DAMAGE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EACCES, errno.EPERM, errno.EAGAIN,
+                                errno.EINTR, errno.EBUSY, errno.ENOSPC, errno.EDQUOT, errno.ENOBUFS,
+                                errno.ETIMEDOUT})
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_NOT_DAMAGE_WORDS = ("too many open files", "permission denied", "operation not permitted",
+                     "cannot allocate memory", "out of memory", "resource temporarily unavailable",
+                     "no space left", "disk quota")
+
+
+def _not_damage(exc: BaseException) -> bool:
+    """An error of the process or the system (EMFILE, ENFILE, ENOMEM, EACCES, EAGAIN, ...), raised
+    by Python or wrapped by LanceDB: the store's files may be whole, and the next try may work."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the error and what caused it
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _NOT_DAMAGE_ERRNOS:
+            return True
+        msg = str(seen).lower()
+        if any(int(n) in _NOT_DAMAGE_ERRNOS for n in _OS_ERROR.findall(msg)) or any(
+                w in msg for w in _NOT_DAMAGE_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _is_damage(exc: BaseException) -> bool:
     """An error LanceDB raises on files it cannot read (a truncated manifest or data file, a table
-    folder without its versions): the store may be damaged (:meth:`MemoryStore._guarded` checks)."""
-    if isinstance(exc, MemoryCoreError):
+    folder without its versions): the store may be damaged (:meth:`MemoryStore._guarded` checks
+    the files). A limit of the process or the system, or a permission, never is (:func:`_not_damage`)."""
+    if isinstance(exc, MemoryCoreError) or _not_damage(exc):
         return False
     if isinstance(exc, OSError):
         return True
@@ -246,6 +276,107 @@ def _is_damage(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError | ValueError) and any(
         w in msg for w in ("lance", "arrow", "manifest", "was not found", "not found", "corrupt", "invalid range",
                            "file size", "io error", "parquet"))
+
+
+_MAGIC = b"LANC"  # the last 4 bytes of every Lance manifest and data file
+_FOOTER = 16  # a manifest ends with <position of its message: u64> <major: u16> <minor: u16> LANC
+
+
+def _manifest_version(name: str) -> int | None:
+    """The table version of a file in ``_versions``: ``<n>.manifest``, ``n`` the version, or
+    ``2**64 - 1 - version`` (LanceDB's newer naming, which lists the newest first)."""
+    stem, dot, ext = name.partition(".")
+    if ext != "manifest" or not stem.isdigit():
+        return None
+    n = int(stem)
+    return (2**64 - 1 - n) if n >= 2**63 else n
+
+
+def _protobuf_fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
+    """(field number, wire type, value) of a protobuf message; ValueError when it is not one."""
+    def varint(i: int) -> tuple[int, int]:
+        out = shift = 0
+        while True:
+            if i >= len(buf) or shift > 63:
+                raise ValueError("a varint runs past the message")
+            b = buf[i]
+            out |= (b & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if b < 0x80:
+                return out, i
+
+    i = 0
+    while i < len(buf):
+        key, i = varint(i)
+        wire = key & 7
+        value: bytes | int
+        if wire == 0:
+            value, i = varint(i)
+        elif wire in (1, 5):
+            value, i = buf[i:i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
+        elif wire == 2:
+            n, i = varint(i)
+            value, i = buf[i:i + n], i + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(buf):
+            raise ValueError("a field runs past the message")
+        yield key >> 3, wire, value
+
+
+def _data_files(manifest: bytes) -> list[str]:
+    """The data files a Lance manifest message names (``Manifest.fragments[].files[].path``)."""
+    out = []
+    for num, wire, frag in _protobuf_fields(manifest):
+        if num == 2 and wire == 2 and isinstance(frag, bytes):  # a DataFragment
+            for fnum, fwire, data_file in _protobuf_fields(frag):
+                if fnum == 2 and fwire == 2 and isinstance(data_file, bytes):  # a DataFile
+                    for dnum, dwire, path in _protobuf_fields(data_file):
+                        if dnum == 1 and dwire == 2 and isinstance(path, bytes):
+                            out.append(path.decode("utf-8"))
+    return out
+
+
+def _ends_with_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) < _FOOTER:
+            return False
+        f.seek(-len(_MAGIC), os.SEEK_END)
+        return f.read(len(_MAGIC)) == _MAGIC
+
+
+def table_damage(table: Path) -> str | None:
+    """What is wrong with a LanceDB table folder's own files, read without LanceDB (so a limit
+    LanceDB hit, EMFILE or ENOMEM, cannot pass for damage): no version manifest, the newest one
+    cut short or not a manifest, or a data file it names missing or cut short. None: the files
+    look whole. An OSError reading them (the same passing limit) propagates: nothing is confirmed."""
+    versions = table / "_versions"
+    if not versions.is_dir():
+        return "the table has no _versions folder"
+    manifests = [(v, p) for p in versions.iterdir() if (v := _manifest_version(p.name)) is not None]
+    if not manifests:
+        return "the table has no version manifest"
+    newest = max(manifests)[1]
+    data = newest.read_bytes()
+    if len(data) < _FOOTER or data[-len(_MAGIC):] != _MAGIC:
+        return f"its newest manifest {newest.name} is cut short or not a Lance manifest"
+    pos = int.from_bytes(data[-_FOOTER:-8], "little")
+    size = int.from_bytes(data[pos:pos + 4], "little") if pos + 4 <= len(data) - _FOOTER else -1
+    if size < 0 or pos + 4 + size > len(data) - _FOOTER:
+        return f"its newest manifest {newest.name} points outside itself"
+    try:
+        files = _data_files(data[pos + 4:pos + 4 + size])
+    except (ValueError, UnicodeDecodeError):
+        return f"its newest manifest {newest.name} cannot be parsed"
+    for rel in files:
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            continue  # not a file of this folder: not LanceDB's local layout, nothing to judge
+        f = table / "data" / rel
+        if not f.is_file():
+            return f"its data file {rel} is missing"
+        if not _ends_with_magic(f):
+            return f"its data file {rel} is cut short or not a Lance file"
+    return None
 
 
 class MemoryStore:
@@ -343,49 +474,64 @@ class MemoryStore:
                 os.close(fd)
 
     def _guarded(self, fn: Callable[[], T]) -> T:
-        """``fn()``; when LanceDB cannot read the store's files and a fresh look confirms the store
-        is damaged, the folder is set aside (renamed ``<folder>.damaged-<time>``, kept for a look
-        by hand), a warning logged, and ``fn()`` runs again on a new, empty store."""
+        """``fn()``; when LanceDB cannot read the store's files and the files themselves confirm the
+        store is damaged (:func:`table_damage`), the table is set aside (kept for a look by hand), a
+        warning logged, and ``fn()`` runs again on a new, empty store. A limit of the process or
+        the system (too many open files, no memory, a permission: :func:`_not_damage`), or an error
+        the files do not confirm, is one :class:`RunError` and nothing is moved."""
         with self._lock:
             try:
                 return fn()
             except Exception as exc:
+                if _not_damage(exc):
+                    raise self._unreadable(exc) from None
                 if not _is_damage(exc):
                     raise
                 first = exc
             with self._file_lock():
                 self._table = self._db = None
-                if self._damaged():
+                try:
+                    damage = self._damage()
+                except OSError:  # the files cannot be read either (the same limit): nothing confirmed
+                    raise self._unreadable(first) from None
+                if damage:
                     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
                     aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}")
                     os.rename(self.path, aside)
                     self.set_aside = aside
-                    log.warning("the memory store %s was damaged (%s); set aside as %s, starting again",
-                                self.path, str(first).splitlines()[0][:200], aside)
+                    log.warning("the memory store %s was damaged (%s: %s); set aside as %s, starting again",
+                                self.path, damage, str(first).splitlines()[0][:200], aside)
                 try:
                     return fn()
                 except Exception as again:
-                    if _is_damage(again):
-                        raise RunError(f"the memory store {self.path} cannot be read:"
-                                       f" {str(again).splitlines()[0][:200]}") from None
+                    if _is_damage(again) or _not_damage(again):
+                        raise self._unreadable(again) from None
                     raise
 
-    def _damaged(self) -> bool:
-        """A fresh look at the table (a new connection, every row and a vector search): whether
-        LanceDB fails to read it."""
-        if not (self.path / f"{TABLE}.lance").exists():
-            return False  # nothing stored: nothing to set aside
-        try:
-            import lancedb
+    def _unreadable(self, exc: BaseException) -> RunError:
+        """One line for an error that set nothing aside: the OS's reason for a limit or a permission
+        (LanceDB's message buries it after its source paths), else the error's first line."""
+        why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        hint = ""
+        if _not_damage(exc):
+            code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+            found = _OS_ERROR.search(str(exc))
+            code = code or (int(found.group(1)) if found else None)
+            why = f"{os.strerror(code)} (os error {code})" if code else why
+            hint = " (a limit of this process or the system, or a permission, not damage: try again when it has passed)"
+        return RunError(f"the memory store {self.path} cannot be read: {why}; nothing was moved{hint}")
 
-            t = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0)).open_table(TABLE)
-            t.count_rows()
-            rows = t.search().select(["id", "vector"]).limit(max(1, t.count_rows())).to_arrow()
-            if rows.num_rows:
-                t.search(rows["vector"][0].as_py()).limit(1).to_list()
-            return False
-        except Exception as exc:
-            return _is_damage(exc)
+    def _damage(self) -> str | None:
+        """What is wrong with the table's files (:func:`table_damage`), or None: whole, or nothing
+        stored. Read without LanceDB, so a limit LanceDB hit cannot pass for damage."""
+        table = self.path / f"{TABLE}.lance"
+        if not table.exists():
+            return None  # nothing stored: nothing to set aside
+        return table_damage(table)
+
+    def _damaged(self) -> bool:
+        """Whether the table's files are damaged (:meth:`_damage`)."""
+        return self._damage() is not None
 
     def close(self) -> None:
         with self._lock:
