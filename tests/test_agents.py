@@ -302,3 +302,40 @@ def test_an_empty_agent_is_refused_not_taken_for_the_default(tmp_path: Path, ope
     assert requested_agent(None, {"MEMORY_CORE_AGENT": "beta"}) == "beta"
     assert requested_agent(None, {}) is None
     assert resolve_settings({}, config_file=cfg, env={}).settings.agent == "alpha"
+
+
+def test_a_lancedb_folder_overlapping_another_agents_folders_is_refused(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """S8: only LanceDB folders that were exactly equal were refused. Agent a's ``lancedb_path``
+    inside agent b's workspace (its notes folder), nested in b's LanceDB folder, or holding b's
+    index folder was accepted, and a's damaged store then renamed b's notes folder away. A LanceDB
+    folder that is, lies inside or contains another agent's LanceDB folder, workspace or index
+    folder is now a configuration error, on every entry point."""
+    cfg, ws = make_fleet(tmp_path)
+    base = cfg.read_text()
+    beta_lance = f'lancedb_path = "{tmp_path}/lance/beta"'
+    setups = {
+        "in beta's notes": (base.replace('id = "alpha"', f'id = "alpha"\nlancedb_path = "{ws["beta"]}/memory"'),
+                            "agent 'alpha''s LanceDB folder .* is inside agent 'beta''s workspace"),
+        "nested stores": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents/alpha/lancedb/beta"'),
+                          "LanceDB folder .* (is inside|contains) agent '(alpha|beta)''s LanceDB folder"),
+        "holds an index": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents"'),
+                           "LanceDB folder .* (is inside|contains) agent '(alpha|beta)''s LanceDB folder"),
+        "in an index folder": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents/alpha/beta-store"'),
+                               "agent 'beta''s LanceDB folder .* is inside agent 'alpha''s index folder"),
+        "is a workspace": (base.replace(beta_lance, f'lancedb_path = "{ws["alpha"]}"'),
+                           "agent 'beta''s LanceDB folder is agent 'alpha''s workspace"),
+    }
+    for name, (text, says) in setups.items():
+        p = tmp_path / f"{name.replace(' ', '-')}.toml"
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=says):
+            resolve_agents(p)
+        for agent in ("alpha", "beta"):
+            with pytest.raises(ConfigError, match=says):
+                resolve_settings({}, config_file=p, agent=agent)
+        assert main(["memory", "list", "-c", str(p), "--agent", "alpha"]) == 2, name
+        err = capsys.readouterr().err
+        assert "LanceDB folder" in err and err.count("\n") == 1, (name, err)
+    assert sorted(p.name for p in (ws["beta"] / "memory").iterdir()) == []  # nothing written there
+    assert list(resolve_agents(cfg)) == ["alpha", "beta"]  # the well-separated fleet still resolves

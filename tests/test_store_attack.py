@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -71,6 +72,29 @@ OPPOSITE_FACTS = [
     ("Migrate the database from Postgres to MySQL", "Migrate the database from MySQL to Postgres"),
     ("I owe you 50 EUR", "You owe me 50 EUR"),
 ]
+
+
+def test_s8_a_damaged_store_sets_aside_its_table_never_the_folder_around_it(tmp_path: Path, openai_fake: Any) -> None:
+    """A damaged store was set aside by renaming its whole configured folder: with ``lancedb_path``
+    an agent's notes folder (or, through a config the agents check let pass, another agent's
+    workspace), the notes went with it, and with ``lancedb_path = "."`` the workspace itself.
+    Now only the table's folder moves, renamed inside the store's."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-01-02.md").write_text("The vault code is 9930.\n")
+    (ws / "MEMORY.md").write_text("# notes\n")
+    settings = openai_settings(ws, openai_fake, lancedb_path="memory")  # the store among the notes
+    with MemoryStore(settings) as s:
+        s.store("the deploy day is Tuesday")
+        assert s.path == ws / "memory"
+    for f in glob.glob(str(ws / "memory" / "memories.lance" / "_versions" / "*.manifest")):
+        Path(f).write_bytes(b"garbage" * 10)
+    with MemoryStore(settings) as s:
+        assert s.list() == []
+        assert s.set_aside is not None and s.set_aside.parent == ws / "memory"
+    assert sorted(p.name for p in ws.iterdir()) == [".memory.lock", "MEMORY.md", "memory"]
+    assert (ws / "memory" / "2026-01-02.md").read_text() == "The vault code is 9930.\n"
+    assert not [p for p in tmp_path.rglob("*") if ".damaged-" in p.name and p != s.set_aside]
 
 
 def test_s9_same_fact_keeps_directions_pronouns_and_word_order() -> None:
@@ -160,11 +184,12 @@ def test_s3_a_damaged_store_is_set_aside_and_starts_again(workspace: Path, opena
         Path(f).write_bytes(b"garbage" * 10)
     with MemoryStore(settings) as s:
         assert s.list() == [] and s.recall("backup bucket").hits == []
-        assert s.set_aside is not None and s.set_aside.name.startswith("lancedb.damaged-")
+        # the table's folder, set aside inside the store's (S8: never the configured folder)
+        assert s.set_aside is not None and s.set_aside.name.startswith("memories.lance.damaged-")
         assert s.store("The backup bucket is in eu-west-2").action == "created"
         assert [m.text for m in s.list()] == ["The backup bucket is in eu-west-2"]
-    aside = [p for p in path.parent.iterdir() if p.name.startswith("lancedb.damaged-")]
-    assert len(aside) == 1 and (aside[0] / "memories.lance").is_dir()  # kept for a look by hand
+    aside = [p for p in path.iterdir() if p.name.startswith("memories.lance.damaged-")]
+    assert len(aside) == 1 and (aside[0] / "_versions").is_dir()  # kept for a look by hand
     # a data file damaged: the same, through the CLI, one store at a time
     for f in glob.glob(str(path / "memories.lance" / "data" / "*")):
         Path(f).write_bytes(b"garbage" * 10)
@@ -174,6 +199,11 @@ def test_s3_a_damaged_store_is_set_aside_and_starts_again(workspace: Path, opena
     assert main(["memory", "list", "-w", str(workspace), "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out[out.rindex('{\n  "memories"'):])["count"] == 1
+    # a table folder without its versions
+    shutil.rmtree(path / "memories.lance" / "_versions")
+    with MemoryStore(settings) as s:
+        assert s.list() == [] and s.set_aside is not None
+    assert len([p for p in path.iterdir() if p.name.startswith("memories.lance.damaged-")]) == 3
 
 
 def test_s4_a_symlinked_store_folder_or_lock_is_refused(workspace: Path, openai_fake: Any, tmp_path: Path) -> None:

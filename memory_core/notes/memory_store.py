@@ -402,7 +402,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._flock_depth = 0  # this process holds the store's file lock (nested use)
         self._flock_fd = -1
-        self.set_aside: Path | None = None  # where a damaged store was moved (this process)
+        self.set_aside: Path | None = None  # where a damaged table was moved (this process)
         self._background: tuple[int, float | None] | None = None  # (table version, mean cosine)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -475,8 +475,9 @@ class MemoryStore:
 
     def _guarded(self, fn: Callable[[], T]) -> T:
         """``fn()``; when LanceDB cannot read the store's files and the files themselves confirm the
-        store is damaged (:func:`table_damage`), the table is set aside (kept for a look by hand), a
-        warning logged, and ``fn()`` runs again on a new, empty store. A limit of the process or
+        store is damaged (:func:`table_damage`), the table's folder is set aside (renamed
+        ``memories.lance.damaged-<time>-<hex>`` inside the store's folder, kept for a look by hand;
+        nothing else in the folder moves), a warning logged, and ``fn()`` runs again on a new, empty store. A limit of the process or
         the system (too many open files, no memory, a permission: :func:`_not_damage`), or an error
         the files do not confirm, is one :class:`RunError` and nothing is moved."""
         with self._lock:
@@ -495,12 +496,15 @@ class MemoryStore:
                 except OSError:  # the files cannot be read either (the same limit): nothing confirmed
                     raise self._unreadable(first) from None
                 if damage:
+                    # the table's own folder, renamed inside the store's: never the configured folder,
+                    # which may hold other files (an agent's notes, another agent's workspace)
                     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-                    aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}")
-                    os.rename(self.path, aside)
+                    table = self.path / f"{TABLE}.lance"
+                    aside = self.path / f"{table.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}"
+                    os.rename(table, aside)
                     self.set_aside = aside
-                    log.warning("the memory store %s was damaged (%s: %s); set aside as %s, starting again",
-                                self.path, damage, str(first).splitlines()[0][:200], aside)
+                    log.warning("the memory store %s was damaged (%s: %s); its table set aside as %s, starting"
+                                " again", self.path, damage, str(first).splitlines()[0][:200], aside)
                 try:
                     return fn()
                 except Exception as again:
