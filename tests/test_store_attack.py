@@ -420,6 +420,62 @@ def test_s13_a_relative_store_path_is_made_absolute(workspace: Path, openai_fake
     assert not (workspace / "memories.lance").exists()
 
 
+CJK_MEMORIES = {"zh": "服务器每周二凌晨备份", "ja": "ユーザーはダークモードが好き",
+                "en": "The server is backed up every Tuesday night"}
+
+
+def test_s11_cjk_memories_are_found_by_their_words(workspace: Path, openai_fake: Any, tmp_path: Path) -> None:
+    """LanceDB's ``simple`` tokenizer indexed a CJK run as one token (and dropped one over 40
+    bytes: the Japanese memory was not indexed at all) while the query was split into CJK
+    bigrams: keyword recall never found a Chinese or Japanese memory, not even by its own text,
+    and hybrid recall lost its keyword half. The index now segments CJK into words (ICU) and the
+    query is split by the index's own tokenizer."""
+    with MemoryStore(openai_settings(workspace, openai_fake)) as s:
+        ids = {k: s.store(v, category="fact").memory.id for k, v in CJK_MEMORIES.items()}
+        for query, want in [(CJK_MEMORIES["zh"], "zh"), ("备份", "zh"), ("服务器 备份", "zh"), ("凌晨备份", "zh"),
+                            (CJK_MEMORIES["ja"], "ja"), ("ダークモード", "ja"), ("ダークモードが好き", "ja"),
+                            ("backed up", "en"), ("Tuesday", "en")]:
+            hits = s.recall(query, mode="keyword", min_score=0).hits
+            assert hits and hits[0].memory.id == ids[want], (query, [h.memory.text for h in hits])
+            assert all(h.memory.id == ids[want] for h in hits), (query, [h.memory.text for h in hits])
+        hybrid = s.recall("服务器 备份", min_score=0).hits
+        assert hybrid[0].memory.id == ids["zh"] and hybrid[0].text_score > 0 and hybrid[0].match in ("both", "keyword")
+    from memory_core.embeddings.local import local_model_available
+
+    if not local_model_available():
+        return
+    # with the English-only local model: the keyword side decides a mostly-CJK query, as in the index
+    with MemoryStore(load_settings(None, {"workspace": str(tmp_path), "provider": "local"})) as s:
+        for text in ("服务器每周二凌晨备份", "用户喜欢深色模式", "项目预算是九千欧元"):
+            s.store(text)
+        hits = s.recall("服务器 备份").hits
+        assert hits and hits[0].memory.text == "服务器每周二凌晨备份" and hits[0].match == "both", hits
+
+
+def test_s11_a_store_indexed_by_an_older_version_is_reindexed_on_open(workspace: Path, openai_fake: Any) -> None:
+    """A store made before the fix keeps its ``simple`` full-text index until something rebuilds
+    it: opening it rebuilds the index once (under the store's lock), so its CJK memories are found
+    without a new store."""
+    import lancedb
+    from lancedb.index import FTS
+
+    def tokenizer(table: Any) -> str:
+        return str(next(i.index_details["base_tokenizer"] for i in table.list_indices() if i.columns == ["text"]))
+
+    settings = openai_settings(workspace, openai_fake)
+    with MemoryStore(settings) as s:
+        ids = {k: s.store(v).memory.id for k, v in CJK_MEMORIES.items()}
+        path = s.path
+    old = lancedb.connect(str(path)).open_table("memories")
+    old.create_index("text", config=FTS(stem=False, remove_stop_words=False), replace=True)  # as before the fix
+    assert tokenizer(old) == "simple"
+    with MemoryStore(settings) as s:
+        assert [h.memory.id for h in s.recall("备份", mode="keyword").hits] == [ids["zh"]]
+        assert [h.memory.id for h in s.recall("ダークモード", mode="keyword").hits] == [ids["ja"]]
+        assert s.count() == 3
+    assert tokenizer(lancedb.connect(str(path)).open_table("memories")) == "icu/split"
+
+
 def test_s12_memory_search_keeps_stored_memories_to_the_injection_budget(workspace: Path, openai_fake: Any) -> None:
     """``memory_search`` with ``sources: ["store"]`` cut each store result's snippet to
     ``query.max_injected_chars`` but handed the agent the memory's whole ``text`` beside it (up to

@@ -56,7 +56,6 @@ from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord
-from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
@@ -81,6 +80,13 @@ MAX_CANDIDATES = 200
 COMPACT_EVERY = 64
 """Every this many table versions a write compacts the table and removes day-old versions."""
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+FTS_TOKENIZER = "icu/split"
+"""LanceDB's tokenizer of the store's full-text index: ICU word segmentation (Chinese and Japanese
+split into words: "服务器每周二凌晨备份" is 服务 器 每周 二 凌晨 备份), then split at punctuation as the
+``simple`` tokenizer does (other scripts: the same lower-cased, ASCII-folded letter/digit runs).
+``simple`` made a CJK run one token (and dropped a run over 40 bytes), so no CJK word matched."""
+_FTS_OPTIONS: dict[str, Any] = {"base_tokenizer": FTS_TOKENIZER, "stem": False, "remove_stop_words": False}
+_HIRAGANA_ONLY = re.compile("[\u3041-\u309f]+")
 _META_KEYS = ("provider", "model", "provider_key", "dims")
 
 
@@ -442,7 +448,32 @@ class MemoryStore:
             if not (self.path / f"{TABLE}.lance").exists():
                 return None
             self._table = self._connect().open_table(TABLE)
+            self._current_fts(self._table)
         return self._table
+
+    def _current_fts(self, table: Any) -> None:
+        """A store made before :data:`FTS_TOKENIZER` (its full-text index on LanceDB's ``simple``
+        tokenizer, which matched no CJK word), or one without its index, gets the index rebuilt
+        the first time it is opened (one build, ~10 ms at 2,000 memories), under the store's lock.
+        A store that cannot be written (a read-only folder) still answers, as before."""
+        try:
+            if _fts_tokenizer(table) == FTS_TOKENIZER:
+                return
+        except Exception:  # the index list unreadable: the read itself says what is wrong
+            return
+        from lancedb.index import FTS
+
+        try:
+            with self._file_lock():
+                if _fts_tokenizer(table) != FTS_TOKENIZER:  # another process may have rebuilt it meanwhile
+                    table.create_index("text", config=FTS(**_FTS_OPTIONS), replace=True)
+                    log.info("the memory store %s: full-text index rebuilt with the %s tokenizer", self.path,
+                             FTS_TOKENIZER)
+        except UnsafePathError:
+            raise
+        except Exception as exc:
+            log.warning("rebuilding the memory store's full-text index failed (%s); CJK words match no memory"
+                        " until the next store", exc)
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
@@ -705,9 +736,9 @@ class MemoryStore:
         try:
             table = lancedb.connect(str(staging)).create_table(TABLE, data=[row], schema=schema)
             failpoint("store-created")
-            # plain lower-cased words (no stemming, stop words kept), as the index's FTS5 sees them,
-            # so the query terms' IDF below is that of the words searched
-            table.create_index("text", config=FTS(stem=False, remove_stop_words=False))
+            # words (no stemming, stop words kept) as _query_terms reads them from the query, so
+            # the query terms' IDF below is that of the words searched
+            table.create_index("text", config=FTS(**_FTS_OPTIONS))
             os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -723,7 +754,7 @@ class MemoryStore:
         from lancedb.index import FTS
 
         try:
-            table.create_index("text", config=FTS(stem=False, remove_stop_words=False), replace=True)
+            table.create_index("text", config=FTS(**_FTS_OPTIONS), replace=True)
             failpoint("store-indexed")
             if int(table.version) % COMPACT_EVERY == 0:
                 table.optimize(cleanup_older_than=timedelta(days=1))
@@ -837,10 +868,9 @@ class MemoryStore:
                     h = self._hit(r)
                     h.vector_score, h.in_vector = 1.0 - float(r["_distance"]), True
                     by_id[h.id] = (h, r)
-            words = textsearch.query_terms(query) if mode != "vector" else []
-            # the query's words as LanceDB's tokenizer splits them (replication_lag: two words)
-            terms = [] if all(textsearch.is_stop_word(w) for w in words) else list(
-                dict.fromkeys(tok for w in words for tok in doc_tokens(w)))
+            # the query's words as the index's own tokenizer splits them (replication_lag: two words;
+            # 服务器备份: 服务 器 备份), stop words out
+            terms = _query_terms(t, query) if mode != "vector" else []
             idf_total, coverage = 0.0, 1.0
             if terms:
                 text = " ".join(terms)
@@ -875,7 +905,9 @@ class MemoryStore:
                                                 self._background_cosine(t) if qvec is not None else None,
                                                 q.vector_calibration)
         if mode == "hybrid":
-            vw, tw = q.normalised_weights() if qvec is not None else (0.0, 1.0)
+            # as the file index: an English-only model's cosines for a mostly-CJK query are noise,
+            # the keyword side alone decides (ranking.Calibration.reads)
+            vw, tw = q.normalised_weights() if qvec is not None and cal.reads(query) else (0.0, 1.0)
             if vw > 0 and tw > 0 and ranking.names_identifier(query):
                 vw, tw = vw * (1 - ranking.IDENTIFIER_SHIFT), tw + vw * ranking.IDENTIFIER_SHIFT
         elif mode == "vector":
@@ -960,6 +992,32 @@ class MemoryStore:
             bg = float((sims.sum() - np.trace(sims)) / (m * (m - 1)))
         self._background = (version, bg)
         return bg
+
+
+def _fts_tokenizer(table: Any) -> str | None:
+    """The base tokenizer of the table's full-text index on ``text`` (None: no such index)."""
+    for idx in table.list_indices():
+        if str(getattr(idx, "index_type", "")).upper() == "FTS" and list(getattr(idx, "columns", [])) == ["text"]:
+            details = getattr(idx, "index_details", None) or {}
+            return str(details.get("base_tokenizer", "simple"))
+    return None
+
+
+def _query_terms(table: Any, query: str) -> list[str]:
+    """The words of ``query`` as the table's full-text index splits its texts (its own tokenizer,
+    :data:`FTS_TOKENIZER`), in order, each once; stop words (and particles written in hiragana
+    alone: は, が) left out, none at all when the query has nothing else (no keyword search, as
+    before); at most :data:`textsearch.MAX_QUERY_TERMS`. The query used to be split into CJK
+    bigrams (textsearch.query_terms), which never equal a token of the index."""
+    text = query[:textsearch.MAX_QUERY_SCAN_CHARS]
+    try:
+        tokens = [str(tok.text) for tok in table.tokenize(text, column="text")]
+    except Exception:  # no index to ask (a failed build): split as the index is built
+        import lancedb
+
+        tokens = [str(tok.text) for tok in lancedb.tokenize(text, **_FTS_OPTIONS)]
+    words = [w for w in dict.fromkeys(tokens) if not textsearch.is_stop_word(w) and not _HIRAGANA_ONLY.fullmatch(w)]
+    return words[:textsearch.MAX_QUERY_TERMS]
 
 
 def _valid_text(text: str) -> str:
