@@ -1,5 +1,6 @@
 """The LanceDB memory store, third outside attack (issue 39): S1-S6, and the store tools' output
-schemas. Each test names its finding and fails on the code before its fix (docs/reliability.md)."""
+schemas; a fifth look of our own: S7-S13. Each test names its finding and fails on the code before
+its fix (docs/reliability.md)."""
 
 from __future__ import annotations
 
