@@ -264,3 +264,78 @@ def test_the_agent_a_call_serves_is_decided_in_one_place(tmp_path: Path, monkeyp
     assert _fleet(parse(["mcp", "-c", str(cfg)])) is None  # one agent: beta, as resolve_settings says
     assert resolve_settings({}, config_file=cfg).settings.workspace_dir == ws["beta"]
     assert parse(["search", "-c", str(cfg), "x"]).agent is None  # the flag's default is not the variable
+
+
+def test_an_empty_agent_is_refused_not_taken_for_the_default(tmp_path: Path, openai_fake: Any,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A2: ``--agent ""`` (a script's ``--agent "$AGENT"`` with the variable unset),
+    ``open_memory(agent="")`` and ``resolve_settings(agent="")`` acted on agents.default's memory
+    (a forget meant for some agent deleted from another's store) while the MCP server refused ""
+    as unknown. Only an agent not given at all falls back to $MEMORY_CORE_AGENT or the default."""
+    from memory_core.api import open_memory
+    from memory_core.notes.memory_store import MemoryStore
+    from memory_core.runtime.agents import requested_agent
+    from tests.conftest import openai_settings
+
+    cfg, ws = make_fleet(tmp_path)
+    monkeypatch.delenv("MEMORY_CORE_AGENT", raising=False)
+    alpha = resolve_agents(cfg)["alpha"]
+    with MemoryStore(openai_settings(ws["alpha"], openai_fake), path=alpha.lancedb_dir) as s:
+        mid = s.store("alpha's private memory: the vault code is 4417").memory.id
+    for empty in ("", "  "):
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            requested_agent(empty, {"MEMORY_CORE_AGENT": "beta"})
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            resolve_settings({}, config_file=cfg, agent=empty, env={})
+        with pytest.raises(UnknownAgentError, match="empty agent id"):
+            open_memory(config=cfg, agent=empty)
+    for argv in (["memory", "forget", "-c", str(cfg), "--agent", "", mid], ["memory", "list", "-c", str(cfg),
+                 "--agent", ""], ["search", "-c", str(cfg), "--agent", " ", "vault"],
+                 ["mcp", "-c", str(cfg), "--agent", ""]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "unknown agent" in err and err.count("\n") == 1, (argv, err)
+    with MemoryStore(alpha) as s:
+        assert s.get(mid) is not None, "a forget with an empty agent deleted the default agent's memory"
+    # not given: $MEMORY_CORE_AGENT, else agents.default
+    assert requested_agent(None, {"MEMORY_CORE_AGENT": "beta"}) == "beta"
+    assert requested_agent(None, {}) is None
+    assert resolve_settings({}, config_file=cfg, env={}).settings.agent == "alpha"
+
+
+def test_a_lancedb_folder_overlapping_another_agents_folders_is_refused(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """S8: only LanceDB folders that were exactly equal were refused. Agent a's ``lancedb_path``
+    inside agent b's workspace (its notes folder), nested in b's LanceDB folder, or holding b's
+    index folder was accepted, and a's damaged store then renamed b's notes folder away. A LanceDB
+    folder that is, lies inside or contains another agent's LanceDB folder, workspace or index
+    folder is now a configuration error, on every entry point."""
+    cfg, ws = make_fleet(tmp_path)
+    base = cfg.read_text()
+    beta_lance = f'lancedb_path = "{tmp_path}/lance/beta"'
+    setups = {
+        "in beta's notes": (base.replace('id = "alpha"', f'id = "alpha"\nlancedb_path = "{ws["beta"]}/memory"'),
+                            "agent 'alpha''s LanceDB folder .* is inside agent 'beta''s workspace"),
+        "nested stores": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents/alpha/lancedb/beta"'),
+                          "LanceDB folder .* (is inside|contains) agent '(alpha|beta)''s LanceDB folder"),
+        "holds an index": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents"'),
+                           "LanceDB folder .* (is inside|contains) agent '(alpha|beta)''s LanceDB folder"),
+        "in an index folder": (base.replace(beta_lance, f'lancedb_path = "{tmp_path}/agents/alpha/beta-store"'),
+                               "agent 'beta''s LanceDB folder .* is inside agent 'alpha''s index folder"),
+        "is a workspace": (base.replace(beta_lance, f'lancedb_path = "{ws["alpha"]}"'),
+                           "agent 'beta''s LanceDB folder is agent 'alpha''s workspace"),
+    }
+    for name, (text, says) in setups.items():
+        p = tmp_path / f"{name.replace(' ', '-')}.toml"
+        p.write_text(text)
+        with pytest.raises(ConfigError, match=says):
+            resolve_agents(p)
+        for agent in ("alpha", "beta"):
+            with pytest.raises(ConfigError, match=says):
+                resolve_settings({}, config_file=p, agent=agent)
+        assert main(["memory", "list", "-c", str(p), "--agent", "alpha"]) == 2, name
+        err = capsys.readouterr().err
+        assert "LanceDB folder" in err and err.count("\n") == 1, (name, err)
+    assert sorted(p.name for p in (ws["beta"] / "memory").iterdir()) == []  # nothing written there
+    assert list(resolve_agents(cfg)) == ["alpha", "beta"]  # the well-separated fleet still resolves

@@ -227,14 +227,10 @@ def test_near_identical_paraphrase_updates_with_the_local_model(tmp_path: Path):
 
 
 def _idf_parts(s: MemoryStore, query: str) -> tuple[float, float]:
-    from memory_core.storage import textsearch
-
     t = s._open()
     n = t.count_rows()
     total = present = 0.0
-    from memory_core.storage.lancedb import doc_tokens
-
-    for term in dict.fromkeys(t for w in textsearch.query_terms(query) for t in doc_tokens(w)):
+    for term in lancedb_store._query_terms(t, query):  # the query's words as the index splits them
         df = len(s._fts(t, term, n, None, ["id"]))
         import math
 
@@ -480,4 +476,4 @@ lancedb_path = "{tmp_path}/lance/beta"
         assert main(["search", "-c", str(cfg), "--agent", a, "vault code", "--source", "store", "--min-score", "0",
                      "--json"]) == 0
         out = json.loads(capsys.readouterr().out)
-        assert [h["text"] for h in out["results"]] == [notes[a]] and out["provider"] == "openai"
+        assert [h["snippet"] for h in out["results"]] == [notes[a]] and out["provider"] == "openai"

@@ -79,7 +79,7 @@ def _check(cfg: Path, acked: dict[str, int]) -> None:
         assert s.recall(f"tapir{len(mems)}", mode="keyword").hits[0].memory.id == res.memory.id
         s.forget(res.memory.id)
         assert not list(s.path.glob(f".{TABLE}.creating-*")), "a killed creator's folder stayed"
-        assert not [p for p in s.path.parent.iterdir() if ".damaged-" in p.name]
+        assert not [p for p in (*s.path.parent.iterdir(), *s.path.iterdir()) if ".damaged-" in p.name]
 
 
 @pytest.mark.parametrize("point", ["store-created", "store-committed", "store-indexed"])

@@ -32,8 +32,8 @@ Category = Literal["preference", "fact", "decision", "entity", "other"]
 STORE_DESCRIPTION = (
     "Save one lasting memory (a preference, fact, decision or entity worth keeping across sessions) in"
     " the structured memory store. A near-identical stored memory that says the same thing is updated"
-    " instead of duplicated; one that says something else (another number, day, date, or a negation) is"
-    " kept and the new one added beside it (keptSimilar). The answer says which (action 'created' or"
+    " instead of duplicated; one that says something else (another number, day, date, direction or word"
+    " order, or a negation) is kept and the new one added beside it (keptSimilar). The answer says which (action 'created' or"
     " 'updated'). Secrets are redacted before storing."
 )
 RECALL_DESCRIPTION = (

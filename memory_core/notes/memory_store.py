@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -55,7 +56,6 @@ from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord
-from memory_core.storage.lancedb import doc_tokens
 from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
@@ -80,6 +80,13 @@ MAX_CANDIDATES = 200
 COMPACT_EVERY = 64
 """Every this many table versions a write compacts the table and removes day-old versions."""
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+FTS_TOKENIZER = "icu/split"
+"""LanceDB's tokenizer of the store's full-text index: ICU word segmentation (Chinese and Japanese
+split into words: "服务器每周二凌晨备份" is 服务 器 每周 二 凌晨 备份), then split at punctuation as the
+``simple`` tokenizer does (other scripts: the same lower-cased, ASCII-folded letter/digit runs).
+``simple`` made a CJK run one token (and dropped a run over 40 bytes), so no CJK word matched."""
+_FTS_OPTIONS: dict[str, Any] = {"base_tokenizer": FTS_TOKENIZER, "stem": False, "remove_stop_words": False}
+_HIRAGANA_ONLY = re.compile("[\u3041-\u309f]+")
 _META_KEYS = ("provider", "model", "provider_key", "dims")
 
 
@@ -87,6 +94,22 @@ def store_dir(settings: Settings) -> Path:
     """The LanceDB folder of ``settings``: :attr:`Settings.lancedb_dir` (``lancedb_path``, per agent
     from the ``[agents]`` table; else ``lancedb/`` beside the index file)."""
     return settings.lancedb_dir
+
+
+def _store_path(path: Path | str, settings: Settings) -> Path:
+    """``path`` made absolute (``--store .`` had no name to put its lock beside; ``..`` and the
+    folder's absolute path locked two different files). The filesystem's root (no name) and the
+    workspace itself (a store's files beside the user's notes) are one-line errors."""
+    raw = os.fspath(path)
+    if "\x00" in raw:
+        raise UsageError(f"not a folder for the memory store: {raw!r}")
+    p = Path(os.path.abspath(os.path.expanduser(raw)))
+    if not p.name:
+        raise UsageError(f"the memory store needs a folder of its own, not {raw!r} ({p})")
+    if os.path.realpath(p) == os.path.realpath(settings.workspace_dir):
+        raise UsageError(f"the memory store cannot be the workspace itself ({p}): give it a folder of its own"
+                         " (--store DIR or lancedb_path; by default it is <workspace>/.memory-core/lancedb)")
+    return p
 
 
 def _now_ms() -> int:
@@ -123,7 +146,7 @@ class StoreResult:
     similarity: float | None = None  # cosine with the memory it updated
     previous_text: str | None = None
     redacted: bool = False  # secrets were masked before storing
-    # a near-identical stored memory that says something else (another number, day, negation):
+    # a near-identical stored memory that says something else (another word, number or word order):
     # kept as it was, the new one added beside it ({id, text, similarity})
     kept_similar: dict[str, Any] | None = None
 
@@ -146,13 +169,16 @@ class RecallHit:
     text_score: float
     match: str  # "both", "vector" or "keyword"
 
-    def to_agent(self) -> dict[str, object]:
+    def to_agent(self, *, with_text: bool = True) -> dict[str, object]:
         """The ``memory_search`` result shape (path, lines, citation ``store:<id>``) plus the memory's
-        own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``)."""
+        own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``): ``memory_recall``'s
+        result. ``with_text=False`` leaves the whole ``text`` out (``memory_search``, whose
+        ``query.max_injected_chars`` counts and cuts snippets: a memory of up to 8,000 characters
+        beside its snippet went past it; ``memory_get`` of the citation reads the whole text)."""
         m = self.memory
         end = m.text.count("\n") + 1
         cite = f"{SOURCE}:{m.id}"
-        return {
+        out: dict[str, object] = {
             "path": cite, "startLine": 1, "endLine": end, "score": round(self.score, 6),
             "snippet": cut_at_word(m.text, ranking.SNIPPET_MAX_CHARS), "source": SOURCE, "citation": cite,
             "start_line": 1, "end_line": end, "match": self.match, "date": _iso(m.created_at)[:10],
@@ -160,6 +186,9 @@ class RecallHit:
             "id": m.id, "text": m.text, "category": m.category, "importance": round(m.importance, 6),
             "createdAt": m.created_at,
         }
+        if not with_text:
+            del out["text"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -181,45 +210,71 @@ def check_id(memory_id: str) -> str:
     return memory_id
 
 
-_WORD = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
-_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")
-_NEGATIONS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "without", "cannot",
-                        "cant", "dont", "doesnt", "didnt", "isnt", "arent", "wasnt", "werent", "wont", "wouldnt",
-                        "shouldnt", "couldnt", "hasnt", "havent", "hadnt", "mustnt", "aint", "non", "un"})
-_CALENDAR = frozenset({
-    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "mon", "tue", "tues", "wed",
-    "thu", "thur", "thurs", "fri", "sat", "sun", "weekday", "weekend", "today", "tomorrow", "yesterday",
-    "january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-    "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
-    "morning", "afternoon", "evening", "night", "noon", "midnight", "am", "pm", "before", "after",
-})
+# a number (2,400 and 2400 alike; 3:30, 2026-03-04 whole) or a word (can't, user's: one word)
+_FACT_TOKEN = re.compile(r"\d+(?:[.,:/-]\d+)*|[^\W_]+(?:['\u2019][^\W_]+)*")
+_ARTICLES = frozenset({"a", "an", "the"})
 
 
-def _fact_words(text: str) -> tuple[frozenset[str], frozenset[str], frozenset[str], bool]:
-    """What a memory says, for :func:`same_fact`: its content words (lower-cased, a plural ``s``
-    dropped, stop words out), its numbers, its days/months/times, and whether it negates."""
-    low = text.lower()
-    numbers = frozenset(n.replace(",", "") for n in _NUMBER.findall(low))
-    words = [w.replace("'", "").replace("\u2019", "") for w in _WORD.findall(_NUMBER.sub(" ", low))]
-    negated = any(w in _NEGATIONS for w in words)
-    calendar = frozenset(w for w in words if w.rstrip("s") in _CALENDAR or w in _CALENDAR)
-    content = frozenset(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-                        for w in words if w not in _NEGATIONS and not textsearch.is_stop_word(w))
-    return content, numbers, calendar, negated
+def _fact_words(text: str) -> tuple[str, ...]:
+    """What a memory says, for :func:`same_fact`: its words and numbers in order, lower-cased,
+    without punctuation, articles (a, an, the) or a plural ``s``. Every other word stays: up and
+    down, above and below, from and to, I and you, not and never, the days, and where each one is
+    ("Alice reports to Bob" is not "Bob reports to Alice")."""
+    out: list[str] = []
+    for m in _FACT_TOKEN.finditer(text.lower()):
+        w = m.group()
+        if w[0].isdigit():
+            out.append(w.replace(",", ""))
+            continue
+        w = w.replace("'", "").replace("\u2019", "")
+        if w in _ARTICLES:
+            continue
+        out.append(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
+    return tuple(out)
 
 
 def same_fact(a: str, b: str) -> bool:
-    """Whether two near-identical memories (by cosine) say the same thing: the same numbers, the
-    same days and dates, both or neither negated, and the same content words (case, punctuation,
-    plurals and stop words aside). Embeddings place "allergic" and "not allergic", "Tuesday" and
-    "Thursday", 2400 and 4200 EUR, March 3 and March 30 side by side; they are different facts."""
+    """Whether two near-identical memories (by cosine) say the same thing: the same words and
+    numbers in the same order (case, punctuation, articles and plurals aside). Embeddings place
+    "allergic" and "not allergic", "Tuesday" and "Thursday", 2400 and 4200 EUR, March 3 and March
+    30, "heating up" and "heating down", "Alice reports to Bob" and "Bob reports to Alice" side by
+    side (cosine 0.95-0.99 with the local model); they are different facts."""
     return _fact_words(a) == _fact_words(b)
+
+
+# errors of the process or the system (open files, memory, a permission, a full disk), never of
+# the store's files: LanceDB wraps them as "... (os error 24)"
+_NOT_DAMAGE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EACCES, errno.EPERM, errno.EAGAIN,
+                                errno.EINTR, errno.EBUSY, errno.ENOSPC, errno.EDQUOT, errno.ENOBUFS,
+                                errno.ETIMEDOUT})
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_NOT_DAMAGE_WORDS = ("too many open files", "permission denied", "operation not permitted",
+                     "cannot allocate memory", "out of memory", "resource temporarily unavailable",
+                     "no space left", "disk quota")
+
+
+def _not_damage(exc: BaseException) -> bool:
+    """An error of the process or the system (EMFILE, ENFILE, ENOMEM, EACCES, EAGAIN, ...), raised
+    by Python or wrapped by LanceDB: the store's files may be whole, and the next try may work."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the error and what caused it
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in _NOT_DAMAGE_ERRNOS:
+            return True
+        msg = str(seen).lower()
+        if any(int(n) in _NOT_DAMAGE_ERRNOS for n in _OS_ERROR.findall(msg)) or any(
+                w in msg for w in _NOT_DAMAGE_WORDS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _is_damage(exc: BaseException) -> bool:
     """An error LanceDB raises on files it cannot read (a truncated manifest or data file, a table
-    folder without its versions): the store may be damaged (:meth:`MemoryStore._guarded` checks)."""
-    if isinstance(exc, MemoryCoreError):
+    folder without its versions): the store may be damaged (:meth:`MemoryStore._guarded` checks
+    the files). A limit of the process or the system, or a permission, never is (:func:`_not_damage`)."""
+    if isinstance(exc, MemoryCoreError) or _not_damage(exc):
         return False
     if isinstance(exc, OSError):
         return True
@@ -227,6 +282,107 @@ def _is_damage(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError | ValueError) and any(
         w in msg for w in ("lance", "arrow", "manifest", "was not found", "not found", "corrupt", "invalid range",
                            "file size", "io error", "parquet"))
+
+
+_MAGIC = b"LANC"  # the last 4 bytes of every Lance manifest and data file
+_FOOTER = 16  # a manifest ends with <position of its message: u64> <major: u16> <minor: u16> LANC
+
+
+def _manifest_version(name: str) -> int | None:
+    """The table version of a file in ``_versions``: ``<n>.manifest``, ``n`` the version, or
+    ``2**64 - 1 - version`` (LanceDB's newer naming, which lists the newest first)."""
+    stem, dot, ext = name.partition(".")
+    if ext != "manifest" or not stem.isdigit():
+        return None
+    n = int(stem)
+    return (2**64 - 1 - n) if n >= 2**63 else n
+
+
+def _protobuf_fields(buf: bytes) -> Iterator[tuple[int, int, bytes | int]]:
+    """(field number, wire type, value) of a protobuf message; ValueError when it is not one."""
+    def varint(i: int) -> tuple[int, int]:
+        out = shift = 0
+        while True:
+            if i >= len(buf) or shift > 63:
+                raise ValueError("a varint runs past the message")
+            b = buf[i]
+            out |= (b & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if b < 0x80:
+                return out, i
+
+    i = 0
+    while i < len(buf):
+        key, i = varint(i)
+        wire = key & 7
+        value: bytes | int
+        if wire == 0:
+            value, i = varint(i)
+        elif wire in (1, 5):
+            value, i = buf[i:i + (8 if wire == 1 else 4)], i + (8 if wire == 1 else 4)
+        elif wire == 2:
+            n, i = varint(i)
+            value, i = buf[i:i + n], i + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(buf):
+            raise ValueError("a field runs past the message")
+        yield key >> 3, wire, value
+
+
+def _data_files(manifest: bytes) -> list[str]:
+    """The data files a Lance manifest message names (``Manifest.fragments[].files[].path``)."""
+    out = []
+    for num, wire, frag in _protobuf_fields(manifest):
+        if num == 2 and wire == 2 and isinstance(frag, bytes):  # a DataFragment
+            for fnum, fwire, data_file in _protobuf_fields(frag):
+                if fnum == 2 and fwire == 2 and isinstance(data_file, bytes):  # a DataFile
+                    for dnum, dwire, path in _protobuf_fields(data_file):
+                        if dnum == 1 and dwire == 2 and isinstance(path, bytes):
+                            out.append(path.decode("utf-8"))
+    return out
+
+
+def _ends_with_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) < _FOOTER:
+            return False
+        f.seek(-len(_MAGIC), os.SEEK_END)
+        return f.read(len(_MAGIC)) == _MAGIC
+
+
+def table_damage(table: Path) -> str | None:
+    """What is wrong with a LanceDB table folder's own files, read without LanceDB (so a limit
+    LanceDB hit, EMFILE or ENOMEM, cannot pass for damage): no version manifest, the newest one
+    cut short or not a manifest, or a data file it names missing or cut short. None: the files
+    look whole. An OSError reading them (the same passing limit) propagates: nothing is confirmed."""
+    versions = table / "_versions"
+    if not versions.is_dir():
+        return "the table has no _versions folder"
+    manifests = [(v, p) for p in versions.iterdir() if (v := _manifest_version(p.name)) is not None]
+    if not manifests:
+        return "the table has no version manifest"
+    newest = max(manifests)[1]
+    data = newest.read_bytes()
+    if len(data) < _FOOTER or data[-len(_MAGIC):] != _MAGIC:
+        return f"its newest manifest {newest.name} is cut short or not a Lance manifest"
+    pos = int.from_bytes(data[-_FOOTER:-8], "little")
+    size = int.from_bytes(data[pos:pos + 4], "little") if pos + 4 <= len(data) - _FOOTER else -1
+    if size < 0 or pos + 4 + size > len(data) - _FOOTER:
+        return f"its newest manifest {newest.name} points outside itself"
+    try:
+        files = _data_files(data[pos + 4:pos + 4 + size])
+    except (ValueError, UnicodeDecodeError):
+        return f"its newest manifest {newest.name} cannot be parsed"
+    for rel in files:
+        if rel.startswith("/") or ".." in Path(rel).parts:
+            continue  # not a file of this folder: not LanceDB's local layout, nothing to judge
+        f = table / "data" / rel
+        if not f.is_file():
+            return f"its data file {rel} is missing"
+        if not _ends_with_magic(f):
+            return f"its data file {rel} is cut short or not a Lance file"
+    return None
 
 
 class MemoryStore:
@@ -243,7 +399,7 @@ class MemoryStore:
     def __init__(self, settings: Settings, *, path: Path | str | None = None,
                  provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
-        self.path = Path(path) if path is not None else store_dir(settings)
+        self.path = _store_path(path if path is not None else store_dir(settings), settings)
         self._provider = provider
         self._provider_error: str | None = None
         self._owns_provider = provider is None
@@ -252,7 +408,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._flock_depth = 0  # this process holds the store's file lock (nested use)
         self._flock_fd = -1
-        self.set_aside: Path | None = None  # where a damaged store was moved (this process)
+        self.set_aside: Path | None = None  # where a damaged table was moved (this process)
         self._background: tuple[int, float | None] | None = None  # (table version, mean cosine)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -292,7 +448,32 @@ class MemoryStore:
             if not (self.path / f"{TABLE}.lance").exists():
                 return None
             self._table = self._connect().open_table(TABLE)
+            self._current_fts(self._table)
         return self._table
+
+    def _current_fts(self, table: Any) -> None:
+        """A store made before :data:`FTS_TOKENIZER` (its full-text index on LanceDB's ``simple``
+        tokenizer, which matched no CJK word), or one without its index, gets the index rebuilt
+        the first time it is opened (one build, ~10 ms at 2,000 memories), under the store's lock.
+        A store that cannot be written (a read-only folder) still answers, as before."""
+        try:
+            if _fts_tokenizer(table) == FTS_TOKENIZER:
+                return
+        except Exception:  # the index list unreadable: the read itself says what is wrong
+            return
+        from lancedb.index import FTS
+
+        try:
+            with self._file_lock():
+                if _fts_tokenizer(table) != FTS_TOKENIZER:  # another process may have rebuilt it meanwhile
+                    table.create_index("text", config=FTS(**_FTS_OPTIONS), replace=True)
+                    log.info("the memory store %s: full-text index rebuilt with the %s tokenizer", self.path,
+                             FTS_TOKENIZER)
+        except UnsafePathError:
+            raise
+        except Exception as exc:
+            log.warning("rebuilding the memory store's full-text index failed (%s); CJK words match no memory"
+                        " until the next store", exc)
 
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
@@ -324,49 +505,68 @@ class MemoryStore:
                 os.close(fd)
 
     def _guarded(self, fn: Callable[[], T]) -> T:
-        """``fn()``; when LanceDB cannot read the store's files and a fresh look confirms the store
-        is damaged, the folder is set aside (renamed ``<folder>.damaged-<time>``, kept for a look
-        by hand), a warning logged, and ``fn()`` runs again on a new, empty store."""
+        """``fn()``; when LanceDB cannot read the store's files and the files themselves confirm the
+        store is damaged (:func:`table_damage`), the table's folder is set aside (renamed
+        ``memories.lance.damaged-<time>-<hex>`` inside the store's folder, kept for a look by hand;
+        nothing else in the folder moves), a warning logged, and ``fn()`` runs again on a new, empty store. A limit of the process or
+        the system (too many open files, no memory, a permission: :func:`_not_damage`), or an error
+        the files do not confirm, is one :class:`RunError` and nothing is moved."""
         with self._lock:
             try:
                 return fn()
             except Exception as exc:
+                if _not_damage(exc):
+                    raise self._unreadable(exc) from None
                 if not _is_damage(exc):
                     raise
                 first = exc
             with self._file_lock():
                 self._table = self._db = None
-                if self._damaged():
+                try:
+                    damage = self._damage()
+                except OSError:  # the files cannot be read either (the same limit): nothing confirmed
+                    raise self._unreadable(first) from None
+                if damage:
+                    # the table's own folder, renamed inside the store's: never the configured folder,
+                    # which may hold other files (an agent's notes, another agent's workspace)
                     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-                    aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}")
-                    os.rename(self.path, aside)
+                    table = self.path / f"{TABLE}.lance"
+                    aside = self.path / f"{table.name}.damaged-{stamp}-{uuid.uuid4().hex[:6]}"
+                    os.rename(table, aside)
                     self.set_aside = aside
-                    log.warning("the memory store %s was damaged (%s); set aside as %s, starting again",
-                                self.path, str(first).splitlines()[0][:200], aside)
+                    log.warning("the memory store %s was damaged (%s: %s); its table set aside as %s, starting"
+                                " again", self.path, damage, str(first).splitlines()[0][:200], aside)
                 try:
                     return fn()
                 except Exception as again:
-                    if _is_damage(again):
-                        raise RunError(f"the memory store {self.path} cannot be read:"
-                                       f" {str(again).splitlines()[0][:200]}") from None
+                    if _is_damage(again) or _not_damage(again):
+                        raise self._unreadable(again) from None
                     raise
 
-    def _damaged(self) -> bool:
-        """A fresh look at the table (a new connection, every row and a vector search): whether
-        LanceDB fails to read it."""
-        if not (self.path / f"{TABLE}.lance").exists():
-            return False  # nothing stored: nothing to set aside
-        try:
-            import lancedb
+    def _unreadable(self, exc: BaseException) -> RunError:
+        """One line for an error that set nothing aside: the OS's reason for a limit or a permission
+        (LanceDB's message buries it after its source paths), else the error's first line."""
+        why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        hint = ""
+        if _not_damage(exc):
+            code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+            found = _OS_ERROR.search(str(exc))
+            code = code or (int(found.group(1)) if found else None)
+            why = f"{os.strerror(code)} (os error {code})" if code else why
+            hint = " (a limit of this process or the system, or a permission, not damage: try again when it has passed)"
+        return RunError(f"the memory store {self.path} cannot be read: {why}; nothing was moved{hint}")
 
-            t = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0)).open_table(TABLE)
-            t.count_rows()
-            rows = t.search().select(["id", "vector"]).limit(max(1, t.count_rows())).to_arrow()
-            if rows.num_rows:
-                t.search(rows["vector"][0].as_py()).limit(1).to_list()
-            return False
-        except Exception as exc:
-            return _is_damage(exc)
+    def _damage(self) -> str | None:
+        """What is wrong with the table's files (:func:`table_damage`), or None: whole, or nothing
+        stored. Read without LanceDB, so a limit LanceDB hit cannot pass for damage."""
+        table = self.path / f"{TABLE}.lance"
+        if not table.exists():
+            return None  # nothing stored: nothing to set aside
+        return table_damage(table)
+
+    def _damaged(self) -> bool:
+        """Whether the table's files are damaged (:meth:`_damage`)."""
+        return self._damage() is not None
 
     def close(self) -> None:
         with self._lock:
@@ -446,14 +646,17 @@ class MemoryStore:
         if importance is not None and (not isinstance(importance, int | float) or not math.isfinite(importance)
                                        or not 0 <= importance <= 1):
             raise UsageError(f"importance must be a number from 0 to 1, not {importance!r}")
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
             raise UsageError("a memory needs some text")
-        if len(text) > MAX_MEMORY_CHARS:
-            raise UsageError(f"a memory holds at most {MAX_MEMORY_CHARS} characters, not {len(text)}; store"
+        # cleaned first, then checked: NULs become spaces, so a text of NULs and spaces is empty
+        clean = _valid_text(text).replace("\x00", " ").strip()
+        if not clean:
+            raise UsageError("a memory needs some text")
+        if len(clean) > MAX_MEMORY_CHARS:
+            raise UsageError(f"a memory holds at most {MAX_MEMORY_CHARS} characters, not {len(clean)}; store"
                              " the gist, or keep long text in a note (memory/*.md)")
         from memory_core.sources.redact import redact_lines, should_redact
 
-        clean = _valid_text(text).strip().replace("\x00", " ")
         # stored memories come from conversations: redacted as transcripts are (unless redact = "off")
         masked = redact_lines(clean) if should_redact("sessions", self.settings.redact) else clean
         # embedded outside the store's locks: a stalled provider never holds other calls (list, recall)
@@ -533,9 +736,9 @@ class MemoryStore:
         try:
             table = lancedb.connect(str(staging)).create_table(TABLE, data=[row], schema=schema)
             failpoint("store-created")
-            # plain lower-cased words (no stemming, stop words kept), as the index's FTS5 sees them,
-            # so the query terms' IDF below is that of the words searched
-            table.create_index("text", config=FTS(stem=False, remove_stop_words=False))
+            # words (no stemming, stop words kept) as _query_terms reads them from the query, so
+            # the query terms' IDF below is that of the words searched
+            table.create_index("text", config=FTS(**_FTS_OPTIONS))
             os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -551,7 +754,7 @@ class MemoryStore:
         from lancedb.index import FTS
 
         try:
-            table.create_index("text", config=FTS(stem=False, remove_stop_words=False), replace=True)
+            table.create_index("text", config=FTS(**_FTS_OPTIONS), replace=True)
             failpoint("store-indexed")
             if int(table.version) % COMPACT_EVERY == 0:
                 table.optimize(cleanup_older_than=timedelta(days=1))
@@ -665,10 +868,9 @@ class MemoryStore:
                     h = self._hit(r)
                     h.vector_score, h.in_vector = 1.0 - float(r["_distance"]), True
                     by_id[h.id] = (h, r)
-            words = textsearch.query_terms(query) if mode != "vector" else []
-            # the query's words as LanceDB's tokenizer splits them (replication_lag: two words)
-            terms = [] if all(textsearch.is_stop_word(w) for w in words) else list(
-                dict.fromkeys(tok for w in words for tok in doc_tokens(w)))
+            # the query's words as the index's own tokenizer splits them (replication_lag: two words;
+            # 服务器备份: 服务 器 备份), stop words out
+            terms = _query_terms(t, query) if mode != "vector" else []
             idf_total, coverage = 0.0, 1.0
             if terms:
                 text = " ".join(terms)
@@ -703,7 +905,9 @@ class MemoryStore:
                                                 self._background_cosine(t) if qvec is not None else None,
                                                 q.vector_calibration)
         if mode == "hybrid":
-            vw, tw = q.normalised_weights() if qvec is not None else (0.0, 1.0)
+            # as the file index: an English-only model's cosines for a mostly-CJK query are noise,
+            # the keyword side alone decides (ranking.Calibration.reads)
+            vw, tw = q.normalised_weights() if qvec is not None and cal.reads(query) else (0.0, 1.0)
             if vw > 0 and tw > 0 and ranking.names_identifier(query):
                 vw, tw = vw * (1 - ranking.IDENTIFIER_SHIFT), tw + vw * ranking.IDENTIFIER_SHIFT
         elif mode == "vector":
@@ -734,7 +938,8 @@ class MemoryStore:
 
         rec = self.recall(query, max_results=max_results, min_score=min_score, mode=mode)
         note = f"memory store: {rec.note}" if rec.note and self.count() else ""  # an empty store is no news
-        return SourceHits([h.to_agent() for h in rec.hits], note, rec.embedded)
+        # no whole text: the answer's injection budget counts the snippets (memory_get reads the rest)
+        return SourceHits([h.to_agent(with_text=False) for h in rec.hits], note, rec.embedded)
 
     @staticmethod
     def _hit(r: dict[str, Any]) -> ranking.Hit:
@@ -787,6 +992,32 @@ class MemoryStore:
             bg = float((sims.sum() - np.trace(sims)) / (m * (m - 1)))
         self._background = (version, bg)
         return bg
+
+
+def _fts_tokenizer(table: Any) -> str | None:
+    """The base tokenizer of the table's full-text index on ``text`` (None: no such index)."""
+    for idx in table.list_indices():
+        if str(getattr(idx, "index_type", "")).upper() == "FTS" and list(getattr(idx, "columns", [])) == ["text"]:
+            details = getattr(idx, "index_details", None) or {}
+            return str(details.get("base_tokenizer", "simple"))
+    return None
+
+
+def _query_terms(table: Any, query: str) -> list[str]:
+    """The words of ``query`` as the table's full-text index splits its texts (its own tokenizer,
+    :data:`FTS_TOKENIZER`), in order, each once; stop words (and particles written in hiragana
+    alone: は, が) left out, none at all when the query has nothing else (no keyword search, as
+    before); at most :data:`textsearch.MAX_QUERY_TERMS`. The query used to be split into CJK
+    bigrams (textsearch.query_terms), which never equal a token of the index."""
+    text = query[:textsearch.MAX_QUERY_SCAN_CHARS]
+    try:
+        tokens = [str(tok.text) for tok in table.tokenize(text, column="text")]
+    except Exception:  # no index to ask (a failed build): split as the index is built
+        import lancedb
+
+        tokens = [str(tok.text) for tok in lancedb.tokenize(text, **_FTS_OPTIONS)]
+    words = [w for w in dict.fromkeys(tokens) if not textsearch.is_stop_word(w) and not _HIRAGANA_ONLY.fullmatch(w)]
+    return words[:textsearch.MAX_QUERY_TERMS]
 
 
 def _valid_text(text: str) -> str:

@@ -18,9 +18,10 @@ templates (``{agent}`` is the id)::
 Every entry point takes the agent: ``--agent`` (CLI), ``agent`` (MCP tools, flow parameters),
 ``$MEMORY_CORE_AGENT``. The rest of the config file applies to every agent. An id that is not
 listed is one clear error (:class:`UnknownAgentError`); two agents that would share a
-workspace, an index, a qmd state folder or a LanceDB folder, by any name (symlinks resolved), or
+workspace, an index, a qmd state folder or a LanceDB folder, by any name (symlinks resolved),
 whose workspaces, indexed sessions folders or extra paths overlap (one inside another, a global
-``[sessions] dir``), are a configuration error, checked wherever an agent's settings are
+``[sessions] dir``), or one of whose LanceDB folder overlaps the other's LanceDB folder,
+workspace or index folder, are a configuration error, checked wherever an agent's settings are
 resolved (:func:`check_agent_isolated`), so no agent ever sees another's memories.
 """
 
@@ -104,7 +105,8 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     """Why agents ``a`` and ``b`` would see each other's memories, or None.
 
     They must not share (by any name: symlinks are resolved) an index, a qmd state folder or a
-    LanceDB folder, and what one indexes (workspace, sessions folder when it indexes
+    LanceDB folder; one's LanceDB folder must not lie inside or contain the other's LanceDB
+    folder, workspace or index folder; and what one indexes (workspace, sessions folder when it indexes
     transcripts, extra paths) must not be, contain or lie inside what the other indexes: a
     global ``[sessions] dir``, a workspace nested in another's, or an alias of another's
     workspace would hand one agent the other's notes or transcripts. Two agents may index the
@@ -116,6 +118,9 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
         if _real(pa) == _real(pb):
             alias = "" if str(pa) == str(pb) else f" (as {pa} and {pb})"
             return f"agents {a!r} and {b!r} share the {what} {_real(pa)}{alias}"
+    problem = _store_overlap(a, sa, b, sb) or _store_overlap(b, sb, a, sa)
+    if problem:
+        return problem
     for what_a, pa in _read_paths(sa):
         for what_b, pb in _read_paths(sb):
             if not _overlap(pa, pb) or what_a == what_b == "extra path":
@@ -129,6 +134,23 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     return None
 
 
+def _store_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
+    """Why agent ``a``'s LanceDB folder overlaps agent ``b``'s LanceDB folder, workspace or index
+    folder (is it, lies inside it or contains it), or None: ``a``'s store would write its table
+    among ``b``'s files (and set it aside there when damaged)."""
+    mine = _real(sa.lancedb_dir)
+    for what, raw in (("LanceDB folder", sb.lancedb_dir), ("workspace", sb.workspace_dir),
+                      ("index folder", sb.index_file.parent)):
+        other = _real(raw)
+        if mine == other:
+            return f"agent {a!r}'s LanceDB folder is agent {b!r}'s {what} ({mine})"
+        if other in mine.parents:
+            return f"agent {a!r}'s LanceDB folder {mine} is inside agent {b!r}'s {what} {other}"
+        if mine in other.parents:
+            return f"agent {a!r}'s LanceDB folder {mine} contains agent {b!r}'s {what} {other}"
+    return None
+
+
 AGENT_ENV = "MEMORY_CORE_AGENT"
 
 
@@ -136,9 +158,18 @@ def requested_agent(given: str | None, env: Mapping[str, str] | None = None) -> 
     """The agent a call names, decided here for every entry point: ``given`` (``--agent``, the
     API's ``agent=``), else ``$MEMORY_CORE_AGENT``; None: none named (then
     :func:`memory_core.runtime.resolve.resolve_settings` takes the config's ``agents.default``
-    and ``memory-core mcp`` with a config listing agents serves them all)."""
+    and ``memory-core mcp`` with a config listing agents serves them all).
+
+    An agent given empty (``--agent ""``: a script's ``--agent "$AGENT"`` with the variable unset,
+    ``open_memory(agent="")``) names no agent: :class:`UnknownAgentError`, as the MCP server
+    answers, never the default agent's memory. Only ``None`` falls back."""
     env = os.environ if env is None else env
-    return given or env.get(AGENT_ENV) or None
+    if given is not None:
+        if not given.strip():
+            raise UnknownAgentError(f"unknown agent {given!r}: an empty agent id names no agent (give one of the"
+                                    " config's [[agents.list]] ids, or no --agent for agents.default)")
+        return given
+    return env.get(AGENT_ENV) or None
 
 
 _FIX = ": each agent needs its own (set it in their [[agents.list]] entries, or use {agent} in the agents template)"
