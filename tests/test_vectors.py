@@ -308,3 +308,64 @@ def test_a_small_source_gets_its_own_nearest_chunks(workspace, openai_fake, monk
                 got = searcher.retrieve(q, 5, sources=("sessions",)).vector
                 assert [h.rid for h in got] == exact, q
                 assert [h.vector_score for h in got] == pytest.approx([best[r] for r in exact], abs=1e-5)
+
+
+def test_chunks_with_many_matching_parts_do_not_crowd_out_the_next_nearest_chunk(tmp_path):
+    """The vector side reads part vectors (note windows, exchanges) until ``want`` chunks own them:
+    four notes of 7+ on-topic windows each once took every part a search read, and the note whose
+    one matching window made it the 5th nearest by its best cosine was no candidate at all."""
+    import re
+    import zlib
+
+    from memory_core.query import retrieval
+    from tests.fakes.openai_fake import OpenAIFake
+
+    dims = 256
+
+    def text_vec(text: str) -> np.ndarray:  # a sum of random word vectors: dense, deterministic
+        v = sum(np.random.default_rng(zlib.crc32(w.encode())).standard_normal(dims)
+                for w in re.findall(r"[a-z0-9_]+", text.lower()))
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    class WordsFake(OpenAIFake):
+        def vector_for(self, text, dims_, model=None):
+            return text_vec(text).tolist()
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+
+    def note(name: str, lines: list[str]) -> None:
+        (ws / "memory" / f"{name}.md").write_text("\n".join("- " + ln for ln in lines) + "\n")
+
+    def words(tag: str, n: int) -> str:
+        return " ".join(f"{tag}x{j}" for j in range(n))
+
+    for c in range(4):  # bicycles on every line: every window of these notes is near the query
+        note(f"a-crowd{c}", [f"bicycle bicycle bicycle {words(f'c{c}l{i}', 3)}" for i in range(16)])
+    # one line about the bicycle among unrelated ones: what part vectors are for
+    note("b-target", [("bicycle bicycle bicycle bicycle" if i == 5 else words(f"tl{i}", 6)) for i in range(12)])
+    for d in range(40):  # a bicycle thinly on every line
+        note(f"c-thin{d:02d}", [f"bicycle {words(f'd{d}l{i}', 30)}" for i in range(12)])
+    with WordsFake(dims=dims) as srv:
+        s = openai_settings(ws, srv, remote={"dimensions": dims},
+                            chunking={"tokens": 1200, "overlap": 0, "note_windows": True})
+        run_index(s, full=True)
+    conn = connect(s.index_file)
+    q = text_vec("bicycle")
+    best = {r: float(np.frombuffer(e, "<f4") @ q / np.linalg.norm(np.frombuffer(e, "<f4")))
+            for r, e in conn.execute("SELECT rid, embedding FROM chunks")}
+    for c, e in conn.execute(f"SELECT chunk, embedding FROM {vectors.PARTS_TABLE}"):
+        v = np.frombuffer(e, "<f4")
+        best[c] = max(best[c], float(v @ q / np.linalg.norm(v)))
+    target = next(r for (r,) in conn.execute("SELECT rid FROM chunks WHERE path = 'memory/b-target.md'"))
+    conn.close()
+    for want in (6, 10, 24):
+        exact = sorted(best, key=lambda r: (-best[r], r))[:want]
+        assert target in exact  # the 5th nearest by its best cosine
+        idx = retrieval._Index(s.index_file)
+        try:
+            got = idx.nearest(q, want)
+        finally:
+            idx.close()
+        assert [r for r, _ in got] == exact, want
+        assert [c for _, c in got] == pytest.approx([best[r] for r in exact], abs=1e-5)

@@ -56,6 +56,9 @@ POINT_READS_PER_SCAN = 1000
 """An index of schema 2 (vectors in sqlite-vec's vec0): the cosines of up to this many keyword
 candidates per million chunks are read by one point statement each, more by one restricted KNN
 (which scans the table). Measured at 200k x 1536: 0.6-0.8 ms a point read, 280 ms a scan."""
+PARTS_READ_MAX = 16
+"""The most part vectors (exchanges, windows) the vector side reads per chunk it wants, looking for
+that many chunks that own them (:meth:`_Index._with_parts`)."""
 
 # The chunk columns of the vector side's candidates, joined in the same statement as the vec0
 # KNN (a MATERIALIZED CTE, so the top k is computed before the join).
@@ -822,8 +825,8 @@ class _Index:
             top = self._exact(qvec, want, "chunks", None if only is None else only[0])
             if not self.has_parts:
                 return top
-            ptop = self._exact(qvec, want, vectors.PARTS_TABLE, None if only is None else only[1])
-            return self._with_parts(qvec, want, top, ptop)
+            return self._with_parts(qvec, want, top, lambda k: self._exact(
+                qvec, k, vectors.PARTS_TABLE, None if only is None else only[1]))
         streamed: np.ndarray | None = None
         if self._bits is None and self._prev_bits is None and not self._streamed:
             # this reader's first vector query: one pass over the stored codes (a one-shot CLI
@@ -842,9 +845,10 @@ class _Index:
         if not self.has_parts:
             return top
         pbits = self.part_index()
-        ptop = pbits.search(self.conn, qvec, want, None if only is None else self._keep(pbits, only[1]),
-                            plan.widen)
-        return self._with_parts(qvec, want, top, ptop)
+        keep = None if only is None else self._keep(pbits, only[1])
+        # every part the quick scan ranks by its exact cosine for ``k`` (a few times ``k``), best first
+        return self._with_parts(qvec, want, top, lambda k: vectors.best_by_cosine(
+            self.conn, qvec, pbits.candidates(qvec, k, keep, plan.widen), 1 << 62, vectors.PARTS_TABLE))
 
     def _exact(self, qvec: np.ndarray, want: int, rows: str, only: np.ndarray | None) -> list[tuple[int, float]]:
         """The exact ``want`` nearest of ``rows``: this reader's first such query reads every
@@ -862,15 +866,38 @@ class _Index:
         return got.search(qvec, want, only)
 
     def _with_parts(self, qvec: np.ndarray, want: int, top: list[tuple[int, float]],
-                    ptop: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        """The nearest chunks ``top`` joined by the owners of the nearest exchange vectors
-        ``ptop``, each chunk at the best cosine of its own vector and its exchanges'."""
+                    nearest_parts: Callable[[int], list[tuple[int, float]]]) -> list[tuple[int, float]]:
+        """The nearest chunks ``top`` joined by the owners of the nearest part vectors (exchanges,
+        windows), each chunk at the best cosine of its own vector and its parts'.
+
+        The parts are read best first until ``want`` chunks own them (:data:`PARTS_READ_MAX` times
+        ``want`` parts at most): a chunk of many on-topic windows fills the first ``want`` parts on
+        its own, and the ``want`` nearest parts alone left out a chunk whose one matching window
+        ranks it among the ``want`` nearest (an audit: 4 notes of 7 on-topic windows each took
+        all 24 parts a 6-result search read, and the 5th nearest note was not a candidate). Read
+        so, every chunk whose best part beats the last part read is a candidate, and ``want``
+        chunks score at least that part's cosine, so the ``want`` best by their best cosine are
+        exact (up to the quick scan's own misses)."""
         cand = dict(top)
-        if ptop:
-            lit = ",".join(str(int(r)) for r, _ in ptop)
-            owners = {c for (c,) in self.conn.execute(f"SELECT DISTINCT chunk FROM {vectors.PARTS_TABLE}"
-                                                      f" WHERE rid IN ({lit})")}
-            cand.update(vectors.cosines(qvec, vectors.read_vectors(self.conn, [c for c in owners if c not in cand])))
+        k = want
+        while True:
+            ptop = nearest_parts(k)  # best first: at least ``k`` parts, unless the index has fewer
+            owners: list[int] = []  # the chunks owning them, in the order of their best part
+            if ptop:
+                lit = ",".join(str(int(r)) for r, _ in ptop)
+                owner_of = dict(self.conn.execute(f"SELECT rid, chunk FROM {vectors.PARTS_TABLE} WHERE rid IN ({lit})"))
+                seen: set[int] = set()
+                for r, _ in ptop:
+                    c = owner_of.get(r)
+                    if c is not None and c not in seen:
+                        seen.add(c)
+                        owners.append(c)
+                        if len(owners) >= want:
+                            break
+            if len(owners) >= want or len(ptop) < k or k >= want * PARTS_READ_MAX:
+                break
+            k = len(ptop) * 4
+        cand.update(vectors.cosines(qvec, vectors.read_vectors(self.conn, [c for c in owners if c not in cand])))
         for rid, cos in vectors.part_cosines(self.conn, qvec, list(cand)).items():
             if cos > cand[rid]:
                 cand[rid] = cos
