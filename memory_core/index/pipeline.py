@@ -335,6 +335,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     except _SwitchProvider:
         raise
     except BaseException as exc:
+        if batch is None:  # the streamed build's lookups so far (batch mode: the hits before the jobs)
+            from_cache = progress.cache_hits
         _attach_partial_summary(exc, plan, provider, reason, progress, timer, embedded_on, from_cache,
                                 settings=settings, batch=batch, batch_run=batch_run[0] if batch_run else None)
         raise

@@ -43,6 +43,9 @@ class Progress:
     chunks: int = 0
     ready: int = 0
     cached: int = 0  # of ``ready``: read from the embedding cache (or a twin chunk), no provider call
+    # chunks whose vector a lookup found (the live index, the cache): the summary's ``from cache``,
+    # kept as the run goes so the partial summary of a run that stops says it too (it said 0)
+    cache_hits: int = 0
     embedded: int = 0
     requests: int = 0
     tokens: int = 0

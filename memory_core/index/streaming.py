@@ -196,6 +196,7 @@ class _Stream:
         self.pending.difference_update(got)
         exchange_hits = sum(1 for h in got if self._exchange_only(h))
         self.hits += len(got) - exchange_hits  # chunks; the exchanges' apart
+        self.progress.cache_hits = self.hits
         self.stats.exchanges_cached += exchange_hits
         self.progress.ready += (n := sum(self.need[h] for h in got))
         self.progress.cached += n
