@@ -7,13 +7,18 @@ summary's ``from cache``."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from memory_core.errors import ProviderError
 from memory_core.index.pipeline import run_index
-from tests.conftest import openai_settings
+from tests.conftest import ROOT, openai_settings
 from tests.fakes.openai_fake import OpenAIFake
 
 
@@ -21,6 +26,81 @@ def _notes(ws: Path, n: int, prefix: str = "n") -> None:
     (ws / "memory").mkdir(parents=True, exist_ok=True)
     for i in range(n):
         (ws / "memory" / f"{prefix}{i:02d}.md").write_text(f"# note {prefix} {i}\n\nwords of note {prefix} {i}.\n")
+
+
+def _temp_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
+
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT), **extra)
+
+
+# -- R3: the index writer process and signals meant for the whole run ----------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_r3_a_signal_to_the_runs_process_group_is_the_runs_to_handle(tmp_path: Path, sig: int) -> None:
+    """A Ctrl-C at a terminal (SIGINT to the foreground process group) reached the index writer
+    child too: a KeyboardInterrupt traceback above the run's one line. A SIGTERM to the process
+    group (`kill -- -PGID`) killed the child before it removed its temp file, and the run only
+    learnt the file's name at verify: `.index.sqlite.tmp-*` stayed until the next run."""
+    ws = tmp_path / "ws"
+    _notes(ws, 60)
+    with OpenAIFake(dims=64) as srv:
+        cfg = tmp_path / "memory-core.toml"
+        cfg.write_text(f'workspace = "{ws}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+                       f'[remote]\nbase_url = "{srv.base_url}"\ndimensions = 64\nmax_inputs_per_request = 4\n')
+        srv.delay = 0.3
+        proc = subprocess.Popen([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg),
+                                 "--engine", "local", "--no-progress"], env=_cli_env(MEMORY_CORE_WRITER="process"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        # the writer process has made its temp file, and the run is embedding
+        while (srv.embed_requests < 4 or not _temp_files(ws / ".memory-core")) and time.monotonic() < deadline \
+                and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, proc.communicate()
+        os.killpg(proc.pid, sig)  # as a terminal's Ctrl-C, or `kill -- -PGID`, reaches every process of the group
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if sig == signal.SIGINT else 1), err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert "the live index was left as it was" in err
+    assert _temp_files(ws / ".memory-core") == []
+
+
+def test_r3_a_writer_process_killed_before_verify_leaves_no_temp_file(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer process killed (the OOM killer) while the run embeds: the run's one error,
+    and its temp file is gone when the run ends, not at the next run."""
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.errors import RunError
+    from tests.test_streaming import _writer_children
+
+    monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
+    ws = tmp_path / "ws"
+    _notes(ws, 12)
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv, remote={"max_inputs_per_request": 4})
+        provider, reason = create_provider(s)
+        real = provider.embed_documents
+        killed: list[int] = []
+
+        def embed(texts: list[str]) -> object:
+            if not killed:
+                deadline = time.monotonic() + 60
+                while not _temp_files(ws / ".memory-core") and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the writer process has made its temp file
+                killed.extend(_writer_children())
+                assert killed, "no writer process"
+                for pid in killed:
+                    os.kill(pid, signal.SIGKILL)
+            return real(texts)
+
+        monkeypatch.setattr(provider, "embed_documents", embed)
+        with pytest.raises(RunError, match="index writer process died"):
+            run_index(s, provider=provider, reason=reason)
+    assert _temp_files(ws / ".memory-core") == []
+    assert not _writer_children()
 
 
 # -- R4: the partial summary's "from cache" --------------------------------------------------------

@@ -208,14 +208,14 @@ class IndexWriter:
     """
 
     def __init__(self, live_path: Path, *, full: bool, dims: int | None, use_vec: bool = True,
-                 in_place: bool = False) -> None:
+                 in_place: bool = False, tmp_path: Path | None = None) -> None:
         self.live_path = Path(live_path)
         self.full = full or not self.live_path.exists()
         self.in_place = in_place and not self.full
         self.dims = dims
-        self.tmp_path = self.live_path.with_name(
-            f".{self.live_path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
+        # ``tmp_path``: chosen by the caller (the writer process's parent, which must know it from
+        # the start to remove it whatever becomes of the child); else a new name beside the live file
+        self.tmp_path = Path(tmp_path) if tmp_path is not None else temp_path_for(self.live_path)
         self.conn: apsw.Connection | None = None
         self.vec = False
         self._want_vec = use_vec
@@ -568,6 +568,11 @@ class IndexWriter:
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(self.tmp_path) + suffix)
+
+
+def temp_path_for(live_path: Path) -> Path:
+    """A new temp index name beside ``live_path`` (:func:`remove_stale_temp_files` knows the prefix)."""
+    return live_path.with_name(f".{live_path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def publish_temp(tmp_path: Path, live_path: Path) -> None:
