@@ -103,6 +103,50 @@ def test_r3_a_writer_process_killed_before_verify_leaves_no_temp_file(tmp_path: 
     assert not _writer_children()
 
 
+# -- R2: a provider whose vectors change dimension --------------------------------------------------
+
+def test_r2_a_provider_that_changes_dimension_is_named_and_a_full_rebuild_takes_the_new_one(tmp_path: Path) -> None:
+    """An OpenAI-compatible endpoint with a model memory-core does not know and no
+    `remote.dimensions`, whose answers go from 64-d to 32-d: every incremental run failed with
+    `cached vector for memory/n5.md has 32 dims, index has 64` (a vector just received, not a
+    cached one), `--full` failed the same way (the old vectors from the live index, the new from
+    the provider), and only deleting the index recovered."""
+    from memory_core.api import Memory
+    from memory_core.errors import RunError
+    from memory_core.storage.indexmeta import IndexRecord
+    from memory_core.storage.store import connect, probe_index
+
+    ws = tmp_path / "ws"
+    _notes(ws, 5)
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv, model="my-local-model", remote={"dimensions": None, "max_attempts": 1})
+        first = run_index(s)
+        assert first.swapped and (IndexRecord.from_meta(probe_index(s.index_file)[0]) or IndexRecord()).dims == 64
+        live = s.index_file.read_bytes()
+        srv.dims = 32  # the endpoint now serves a model that answers 32-d
+        (ws / "memory" / "n05.md").write_text("# note 5\n\nA new note about replication.\n")
+        for _ in range(2):  # the incremental runs say what changed, and leave the index whole
+            with pytest.raises(RunError, match="the provider now returns 32-d vectors, the index holds 64-d") as no:
+                run_index(s)
+            assert "--full" in str(no.value) and "cached vector" not in str(no.value)
+            assert s.index_file.read_bytes() == live
+        rebuilt = run_index(s, full=True)  # re-embeds what is not cached at 32-d, never mixes the two
+        assert rebuilt.swapped and rebuilt.chunks_total == 6
+        assert rebuilt.chunks_embedded + rebuilt.chunks_from_cache == 6 and rebuilt.chunks_from_cache >= 1
+        assert (IndexRecord.from_meta(probe_index(s.index_file)[0]) or IndexRecord()).dims == 32
+        conn = connect(s.index_file, readonly=True)
+        try:
+            sizes = {r[0] for r in conn.execute("SELECT length(embedding) FROM chunks")}
+        finally:
+            conn.close()
+        assert sizes == {32 * 4}
+        assert run_index(s).files_changed == 0  # incremental runs work again
+        with Memory(s, refresh=False) as memory:  # and searches use the vectors (no keyword-only fallback)
+            ans = memory.answer("replication")
+        assert ans.results and ans.fallback is None and "keyword-only" not in ans.note, ans
+        assert any(r["match"] in ("vector", "both") for r in ans.results)
+
+
 # -- R4: the partial summary's "from cache" --------------------------------------------------------
 
 def test_r4_a_failed_run_says_what_it_found_in_the_cache(tmp_path: Path) -> None:
