@@ -147,6 +147,30 @@ def test_r2_a_provider_that_changes_dimension_is_named_and_a_full_rebuild_takes_
         assert any(r["match"] in ("vector", "both") for r in ans.results)
 
 
+def test_r2_a_long_lived_process_learns_the_new_dimension_too(tmp_path: Path) -> None:
+    """The provider of a long-lived process (the MCP server, `watch`, the API's Memory) kept the
+    size it learnt from its first answer: after the endpoint changed, every run failed with
+    `openai returned 32-d vectors, expected 64` and a full rebuild too, until a restart."""
+    from memory_core.errors import RunError
+    from memory_core.index.indexer import Indexer
+    from memory_core.storage.indexmeta import IndexRecord
+    from memory_core.storage.store import probe_index
+
+    ws = tmp_path / "ws"
+    _notes(ws, 4)
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv, model="my-local-model", remote={"dimensions": None, "max_attempts": 1})
+        with Indexer(s) as indexer:
+            assert indexer.run().swapped
+            srv.dims = 32
+            (ws / "memory" / "n04.md").write_text("# note 4\n\nA new note about replication.\n")
+            with pytest.raises(RunError, match="the provider now returns 32-d vectors, the index holds 64-d"):
+                indexer.run()
+            rebuilt = indexer.run(full=True)
+        assert rebuilt.swapped and rebuilt.chunks_total == 5
+        assert (IndexRecord.from_meta(probe_index(s.index_file)[0]) or IndexRecord()).dims == 32
+
+
 # -- R4: the partial summary's "from cache" --------------------------------------------------------
 
 def test_r4_a_failed_run_says_what_it_found_in_the_cache(tmp_path: Path) -> None:
