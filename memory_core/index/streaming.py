@@ -390,9 +390,14 @@ def scan_plan_of(writer: BuildWriter, live_meta: dict[str, Any] | None, counts: 
     return got
 
 
+Built = tuple[ChunkResult, int, EmbedCounts, BuildResult]
+"""What :func:`stream_index` returns: what chunking found, cache hits, the sync requests'
+figures, the published index."""
+
+
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
-                 executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None, *,
-                 in_place: bool | None = None) -> tuple[ChunkResult, int, EmbedCounts, BuildResult]:
+                 executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None,
+                 published: list[Built] | None = None, *, in_place: bool | None = None) -> Built:
     """Build, verify and publish the next index from ``plan`` in one stream.
 
     ``in_place`` None: decided by :func:`memory_core.index.writer.edit_in_place`. An in-place update
@@ -401,6 +406,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
 
     Returns (what chunking found, cache hits, the sync requests' figures, the published index).
     ``progress`` is updated as the stream goes (the orchestrator reads it if the run ends early).
+    ``published`` gets the same the moment the new index is live (the rename or the in-place
+    commit, which a stop cannot split from the writer's record of it: ``stops_held``), so a run
+    stopped after that knows it published, and what.
     """
     index_path = Path(plan.index_path)
     live_meta = probe_index(index_path)[0] if not plan.full else None
@@ -429,6 +437,18 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     over: dict[str, int] = {}
     total = 0
     failed = False
+    published = [] if published is None else published
+
+    def noted(built: BuildResult) -> BuildResult:
+        """``built`` is live: said to the caller at once (``published``)."""
+        if not published:
+            published.append((ChunkResult(files=files, chunks=total, warnings=warnings, over_window=over), st.hits,
+                              st.stats, built))
+        return built
+
+    def built_here() -> BuildResult:
+        return BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
+                           chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))
 
     def open_writer() -> BuildWriter:
         w: BuildWriter
@@ -506,12 +526,15 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              staying=lambda h: hash(h) in st.chunk_seen)
         try:
             writer.swap()
+            noted(built_here())
         except InPlaceBusyError as exc:
             writer.abort()
             busy = True
             warnings.append(f"{exc}; built a new file instead")
     except BaseException:
         failed = True
+        if writer is not None and writer.swapped:  # a stop right after the publish: the run made it
+            noted(built_here())
         with contextlib.suppress(Exception):
             st.count_finished()
         if writer is not None:
@@ -520,12 +543,13 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         raise
     finally:
         st.close(wait_running=not failed)
-    chunks = ChunkResult(files=files, chunks=total, warnings=warnings,
-                         over_window=over)
-    built = BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
-                        chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))
     if busy:  # again as a new file: the vectors come from the cache now
-        built = stream_index(plan, settings, provider, cache, executor, in_place=False)[3]
+        again: list[Built] = []
+        try:
+            stream_index(plan, settings, provider, cache, executor, None, None, again, in_place=False)
+        finally:
+            if again:
+                noted(again[0][3])
     progress.finished = True
     st.report(force=True)
-    return chunks, st.hits, st.stats, built
+    return published[0]

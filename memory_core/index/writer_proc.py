@@ -43,7 +43,7 @@ from typing import Any
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.index.writer import FileRow, IndexWriter, publish_temp, temp_path_for
+from memory_core.index.writer import FileRow, IndexWriter, publish_temp, stops_held, temp_path_for
 from memory_core.storage import vectors
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
@@ -240,8 +240,9 @@ class ProcessIndexWriter:
     def swap(self) -> None:
         tmp = self._call("prepare")
         self.tmp_path = Path(tmp)
-        publish_temp(self.tmp_path, self.live_path)
-        self.swapped = True
+        with stops_held():
+            publish_temp(self.tmp_path, self.live_path)
+            self.swapped = True
         self._close(wait=True)
 
     def abort(self) -> None:
