@@ -33,7 +33,7 @@ from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.index import pipeline
-from memory_core.index.runtypes import EMBED_CONCURRENCY
+from memory_core.index.runtypes import EMBED_CONCURRENCY, RunSummary
 from memory_core.runtime.resolve import resolve_settings
 from tasks.stages import provider_for
 
@@ -164,6 +164,10 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
             executor.close()
     except BaseException as exc:
         partial = getattr(exc, "run_summary", None)
+        if partial is not None and partial.swapped and settings is not None:
+            _stopped_after_publish(flow_name, label, settings, partial, progress, fallbacks, notes_key,
+                                   time.perf_counter() - t_start)
+            raise
         msg = "cancelled" if type(exc).__name__ in ("TerminationSignal", "CancelledRun", "KeyboardInterrupt") \
             else f"{type(exc).__name__}: {exc}"
         logger.error("run %s; the live index was left as it was", msg if msg == "cancelled" else f"failed: {msg}")
@@ -216,6 +220,33 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     if summary.swapped:
         report.emit_swapped(settings, summary)
     return summary.to_dict()
+
+
+def _stopped_after_publish(flow_name: str, label: str, settings: Settings, summary: RunSummary,
+                           progress: report.ProgressReporter | None, fallbacks: list[str], notes_key: str,
+                           seconds: float) -> None:
+    """A run stopped (cancelled, SIGTERM) after its new index went live: the stop still ends the
+    run (its state is Prefect's: Cancelled or Crashed), and what the UI shows says it published:
+    the summary artifact (outcome ``swapped in, then cancelled``), the notes, the
+    ``memory-core.index.swapped`` event (Automations that follow swaps must see this one). It
+    said "the live index was left as it was", with no event."""
+    logger = get_run_logger()
+    note = summary.stop_note()
+    logger.warning("run %s", note)
+    with contextlib.suppress(Exception):
+        report.rename_run(flow_name, label, summary)
+    if progress is not None:
+        progress.end(f"{summary.stopped} after the new index was published")
+    with contextlib.suppress(Exception):
+        summary.stage_seconds["total"] = round(seconds, 3)
+        report.publish_summary(report.artifact_key(flow_name, settings, "summary"), report.run_figures(summary, settings),
+                               f"{flow_name} of {label}: {summary.outcome()}")
+    with contextlib.suppress(Exception):
+        report.publish_notes(notes_key, report.notes_markdown(
+            f"{flow_name} {label}: {summary.stopped} after the new index was published", warnings=summary.warnings,
+            fallbacks=fallbacks, extra=[note]), note)
+    with contextlib.suppress(Exception):
+        report.emit_swapped(settings, summary)
 
 
 # -- the flow ----------------------------------------------------------------------------------

@@ -285,22 +285,23 @@ def test_with_the_cache_disabled_the_run_cache_and_its_journal_go_with_the_run(w
 
 
 def test_a_failed_run_keeps_its_vectors_folded_at_close(workspace, openai_fake, monkeypatch):
-    import memory_core.index.pipeline as P
+    import memory_core.index.writer as W
 
-    real = P.stream_index
+    real = W.publish_temp
 
-    def fail_after_embedding(*a, **kw):  # type: ignore[no-untyped-def]
-        real(*a, **kw)
+    def fail_before_the_publish(tmp, live):  # type: ignore[no-untyped-def]
+        # (a failure after the build's publish is a warning of a published run: R1 in docs/reliability.md)
         raise RunError("the disk went away before the publish")
 
-    monkeypatch.setattr(P, "stream_index", fail_after_embedding)
+    monkeypatch.setattr(W, "publish_temp", fail_before_the_publish)
     s = openai_settings(workspace, openai_fake, remote={"max_inputs_per_request": 4})
     with pytest.raises(RunError):
         run_index(s)
+    assert not s.index_file.exists()
     sent = {sha256_hex(t) for t in openai_fake.input_texts}
     assert sent and J.journal_paths(s.cache_file) == []
     assert sent <= _in_file(s.cache_file)  # folded into the SQLite file when the run closed its cache
-    monkeypatch.setattr(P, "stream_index", real)
+    monkeypatch.setattr(W, "publish_temp", real)
     n = len(openai_fake.input_texts)
     assert run_index(s).chunks_embedded == 0 and len(openai_fake.input_texts) == n
 

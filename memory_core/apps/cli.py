@@ -430,13 +430,19 @@ def cmd_index(args: argparse.Namespace) -> int:
     for h in logging.getLogger().handlers:  # each warning once: in the list printed below
         h.addFilter(quiet)
     summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
-    else:
-        for line in summary.lines():
-            print(line)
-        for w in summary.warnings:
-            print(f"warning: {w}", file=sys.stderr)
+    try:
+        if args.json:
+            print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
+        else:
+            for line in summary.lines():
+                print(line)
+            for w in summary.warnings:
+                print(f"warning: {w}", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # the run is done and published: its summary goes with the stop
+        if summary.swapped:
+            summary.stopped = "interrupted"
+            exc.run_summary = summary  # type: ignore[attr-defined]
+        raise
     return EXIT_OK
 
 
@@ -798,7 +804,10 @@ def _run(args: argparse.Namespace) -> int:
     except MemoryCoreError as exc:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
-        print(f"memory-core: error: {exc}{_partial(exc)}", file=sys.stderr)
+        if _published(exc):  # stopped (SIGTERM) after the new index went live: not an error of the index
+            print(f"memory-core: {exc}", file=sys.stderr)
+        else:
+            print(f"memory-core: error: {exc}{_partial(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
         if os.environ.get("MEMORY_CORE_DEBUG") == "1" or isinstance(exc, BrokenPipeError):
@@ -808,7 +817,11 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt as exc:
-        print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
+        published = _published(exc)
+        if published is not None:  # Ctrl-C after the new index went live: it says so (exit 130 all the same)
+            print(f"memory-core: {published.stop_note()}", file=sys.stderr)
+        else:
+            print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
         return 130
     except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
         mapped = classify_error(exc)
@@ -816,6 +829,12 @@ def _run(args: argparse.Namespace) -> int:
             raise
         print(f"memory-core: error: {mapped}{_partial(exc)}", file=sys.stderr)
         return mapped.exit_code
+
+
+def _published(exc: BaseException) -> RunSummary | None:
+    """The summary of a run stopped after it published its index (``run_summary.swapped``)."""
+    partial = getattr(exc, "run_summary", None)
+    return partial if partial is not None and partial.swapped else None
 
 
 def _partial(exc: BaseException) -> str:

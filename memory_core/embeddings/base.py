@@ -155,6 +155,7 @@ class EmbeddingProvider(ABC):
     name: str = "base"
     model: str = ""
     dims: int | None = None
+    _dims_learned: bool = False  # ``dims`` came from an answer, not from the settings or the model's facts
     max_inputs_per_request: int = 256
     max_tokens_per_request: int = 1_000_000
     max_tokens_per_input: int = 8192
@@ -257,13 +258,21 @@ class EmbeddingProvider(ABC):
                                 budget=self.retry_budget, **self.retry_options())
         if self.dims is None:
             self.dims = int(arr.shape[1])
+            self._dims_learned = True
         return arr
 
     def start_run(self) -> None:
-        """A new run begins with this (reused) provider: its retry budget starts full again."""
+        """A new run begins with this (reused) provider: its retry budget starts full again, and
+        a dimension learnt from an earlier answer (none configured, the model unknown) is learnt
+        again: an endpoint that changed its answers' size is then named as such by the run, and a
+        full rebuild takes the new size, in a long-lived process as in the CLI's one-run process
+        (they failed with `returned 32-d vectors, expected 64` until the process restarted)."""
         budget = getattr(self, "retry_budget", None)
         if budget is not None:
             budget.reset()
+        if self._dims_learned:
+            self.dims = None
+            self._dims_learned = False
 
     def info(self, reason: str = "") -> ProviderInfo:
         return ProviderInfo(self.name, self.model, self.provider_key, self.dims, reason)

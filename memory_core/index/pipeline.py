@@ -13,7 +13,9 @@ crash and cancel behaviour are the orchestrator's, so both executors have the sa
 Whatever ends a run, every vector that was received is in the embedding cache (each response is
 committed as it arrives), the live index is whole (a new file swapped in, or one transaction),
 and the exception that ends it carries a partial :class:`RunSummary` (``exc.run_summary``)
-saying what was done and cached.
+saying what was done and cached. Once the new index is live the run is published: a stop in the
+steps after it (the cache trim, qmd) skips them and still ends the run, carrying the run's whole
+summary (``swapped``, ``stopped``, ``cut_short``); a failure there is a warning of the run.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from memory_core.index.stages import (
     summarize,
     trim_cache,
 )
-from memory_core.index.streaming import stream_index
+from memory_core.index.streaming import Built, stream_index
 from memory_core.index.writer import remove_stale_temp_files
 from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import IndexLock, recover_index
@@ -82,7 +84,46 @@ IfBusy = Literal["wait", "skip", "fail"]
 
 
 class RunCancelled(RunError):
-    """The run was stopped from outside (SIGTERM) before it published anything."""
+    """The run was stopped from outside (SIGTERM). Its message says whether the live index was
+    left as it was, or (a stop after the publish: ``run_summary.swapped``) is the new one."""
+
+    def __init__(self, why: str = "stopped by SIGTERM") -> None:
+        super().__init__(why)
+        self.why = why
+
+    def __str__(self) -> str:
+        partial = getattr(self, "run_summary", None)
+        if partial is not None and partial.swapped:
+            return str(partial.stop_note())
+        return f"{self.why}; the live index was left as it was"
+
+
+# Steps after a publish that a stop cuts short (RunSummary.cut_short)
+CUT_TRIM = "trimming the embedding cache of the vectors the new index holds (the next run that publishes does it)"
+CUT_QMD = "bringing qmd up to date (searches answer from the builtin index until a run does it)"
+
+
+def is_stop(exc: BaseException) -> bool:
+    """A stop from outside (Ctrl-C, SIGTERM, a cancelled flow run), not a failure."""
+    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled) or type(exc).__name__ == "CancelledRun"
+
+
+def stop_word(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, RunCancelled):
+        return exc.why
+    if type(exc).__name__ in ("TerminationSignal", "CancelledRun"):
+        return "cancelled"
+    return "stopped"
+
+
+def stopped_after_publish(exc: BaseException, summary: RunSummary, cut_short: list[str]) -> None:
+    """``summary`` (whole: the run published) says what stopped it and what it cut short, and
+    goes with the stop (``exc.run_summary``)."""
+    summary.stopped = stop_word(exc)
+    summary.cut_short = list(dict.fromkeys([*summary.cut_short, *cut_short]))
+    exc.run_summary = summary  # type: ignore[attr-defined]
 
 
 # -- the in-process executor ------------------------------------------------------------------
@@ -161,15 +202,16 @@ def acquire_lock(settings: Settings, if_busy: IfBusy) -> tuple[IndexLock | None,
 @contextlib.contextmanager
 def _sigterm_cancels() -> Iterator[None]:
     """SIGTERM ends the run like Ctrl-C: the stack unwinds, the partial summary is written, the
-    live index stays as it was. Only where nobody else handles it (Prefect installs its own
-    handler in a flow run, which raises its TerminationSignal the same way)."""
+    live index stays as it was (or, a stop after the publish, is the new one, and the summary
+    says so: :func:`stopped_after_publish`). Only where nobody else handles it (Prefect installs
+    its own handler in a flow run, which raises its TerminationSignal the same way)."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         yield
         return
 
     def stop(signum: int, frame: Any) -> None:
-        raise RunCancelled("stopped by SIGTERM; the live index was left as it was")
+        raise RunCancelled("stopped by SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -220,8 +262,25 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
         provider, reason = create_provider(settings)
     own = executor is None
     ex: Executor = executor if executor is not None else LocalExecutor(concurrency)
-    index_path = settings.index_file
     timer = Timer()
+    done: list[RunSummary] = []  # the run's summary once it has one (a stop after it: the summary goes with it)
+    try:
+        return _run_locked(settings, provider, reason, ex, own, timer, done, full=full, progress=progress,
+                           if_busy=if_busy, only_paths=only_paths)
+    except BaseException as exc:
+        if done and done[0].swapped and getattr(exc, "run_summary", None) is None:
+            if is_stop(exc):  # after the run's last step: nothing was cut short
+                stopped_after_publish(exc, done[0], [])
+            else:  # a failure closing the run (the lock, the executor): the index is published all the same
+                log.warning("after the new index was published: %s", exc)
+                return done[0]
+        raise
+
+
+def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, own: bool, timer: Timer,
+                done: list[RunSummary], *, full: bool, progress: ProgressFn | None, if_busy: IfBusy | None,
+                only_paths: Collection[str] | None) -> RunSummary:
+    index_path = settings.index_file
     try:
         lock, busy = acquire_lock(settings, if_busy or ("wait" if settings.lock.wait else "fail"))
         if lock is None:
@@ -242,8 +301,19 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
                                 sw.info.reason, sw.info.to)
                     summary = _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
                                           timer=timer, on_progress=progress)
+                done.append(summary)
                 if settings.backend == "qmd":
-                    _qmd_phase(settings, ex, timer, summary)
+                    try:
+                        _qmd_phase(settings, ex, timer, summary)
+                    except BaseException as exc:
+                        if not summary.swapped:
+                            raise
+                        if is_stop(exc):
+                            stopped_after_publish(exc, summary, [CUT_QMD])
+                            raise
+                        summary.warnings.append(f"qmd was not brought up to date ({type(exc).__name__}: {exc});"
+                                                " searches answer from the builtin index until a run does it")
+                        log.warning("%s", summary.warnings[-1])
                 return summary
         finally:
             lock.release()
@@ -295,6 +365,9 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     from_cache = ex_from_cache = 0  # chunks, and transcript exchange vectors (batch mode: before the jobs)
     cache = None
     batch_run: list[Any] = []  # the Batch API coordinator of this run, for a partial summary
+    published: list[Built] = []  # the build's result, the moment its index is live (stream_index)
+    trimmed = False
+    stop: BaseException | None = None  # a stop after the publish: raised once the summary is whole
     try:
         cache = open_cache(settings, provider, plan)
         try:
@@ -312,7 +385,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             else:
                 with timer.stage("index"):
                     chunks, hits, stream, built = ex.stage("build", stream_index, plan, settings, provider, cache, ex,
-                                                           progress, report)
+                                                           progress, report, published)
                 if batch is None:
                     from_cache = hits
             if cache is not None:
@@ -332,12 +405,34 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             with timer.stage("trim-cache"):
                 trim_cache(settings, cache, Path(plan.index_path))
             cache.evict(settings.cache.max_entries)
+        trimmed = True
     except _SwitchProvider:
         raise
     except BaseException as exc:
-        _attach_partial_summary(exc, plan, provider, reason, progress, timer, embedded_on, from_cache,
-                                settings=settings, batch=batch, batch_run=batch_run[0] if batch_run else None)
-        raise
+        if built is None and published:  # it came right after the publish, in the build stage
+            chunks, hits, stream, built = published[0]
+            if batch is None:
+                from_cache = hits
+            if cache is not None:
+                embed = embed_stats(settings, provider, stream, batch)
+            if fallback is not None:
+                embed.fallback = fallback
+        if built is None:  # nothing was published: a partial summary goes with the error
+            if batch is None:  # the streamed build's lookups so far (batch mode: the hits before the jobs)
+                from_cache = progress.cache_hits
+            _attach_partial_summary(exc, plan, provider, reason, progress, timer, embedded_on, from_cache,
+                                    settings=settings, batch=batch, batch_run=batch_run[0] if batch_run else None)
+            raise
+        # The index is published: the run is done, whatever the steps after it met. A stop skips
+        # them and still ends the run, with the whole summary (it said "the live index was left
+        # as it was" while the new file was live); a failure there is a warning.
+        if is_stop(exc):
+            stop = exc
+        else:
+            what = str(exc).replace("; the live index was left as it was", "") or type(exc).__name__
+            plan.warnings.append(f"after the new index was published: {what}; the embedding cache may keep vectors"
+                                 " the index holds until the next run trims them")
+            log.warning("%s", plan.warnings[-1], extra={RUN_WARNING: True})
     finally:
         if cache is not None:
             cache.close()
@@ -351,6 +446,12 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     for w in summary.warnings:
         if w not in plan.warnings:
             log.warning("%s", w, extra={RUN_WARNING: True})
+    if stop is not None:
+        cut = ([] if trimmed or cache is None or not settings.cache.enabled else [CUT_TRIM]) + \
+            ([CUT_QMD] if settings.backend == "qmd" else [])
+        stopped_after_publish(stop, summary, cut)
+        log.warning("%s", summary.stop_note(), extra={RUN_WARNING: True})  # the CLI says it in its own line
+        raise stop
     return summary
 
 

@@ -43,6 +43,9 @@ class Progress:
     chunks: int = 0
     ready: int = 0
     cached: int = 0  # of ``ready``: read from the embedding cache (or a twin chunk), no provider call
+    # chunks whose vector a lookup found (the live index, the cache): the summary's ``from cache``,
+    # kept as the run goes so the partial summary of a run that stops says it too (it said 0)
+    cache_hits: int = 0
     embedded: int = 0
     requests: int = 0
     tokens: int = 0
@@ -322,6 +325,11 @@ class RunSummary:
     hinted: bool = False
     hinted_paths: int = 0
     hint_fallback: str = ""
+    # a run stopped (Ctrl-C, SIGTERM, a cancelled flow run) after its new index was published:
+    # what stopped it ("interrupted", "stopped by SIGTERM", "cancelled") and the steps after the
+    # publish it cut short; the summary is whole (``swapped``), the stop still ends the run
+    stopped: str = ""
+    cut_short: list[str] = field(default_factory=list)
 
     def discovery(self) -> str:
         """How the run found what changed: ``hinted: 3 paths looked at``, ``full scan (...)``."""
@@ -361,9 +369,19 @@ class RunSummary:
         if self.skipped:
             return f"skipped: {self.skipped}"
         if self.swapped:
-            return "updated in place" if self.published == "in place" else "swapped in"
+            done = "updated in place" if self.published == "in place" else "swapped in"
+            return f"{done}, then {self.stopped}" if self.stopped else done
         pending = self.batch_pending
         return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
+
+    def stop_note(self) -> str:
+        """What a run stopped after its publish did, in one line (the CLI's, the flow's log and
+        notes): the live index is the new one, and what was cut short."""
+        done = "updated in place" if self.published == "in place" else "swapped in"
+        line = (f"{self.stopped or 'stopped'} after the new index was published ({done}): the live index holds this"
+                f" run's update (files: {self.files_new} new, {self.files_changed} changed, {self.files_removed}"
+                f" removed; {self.chunks_total} chunks in all)")
+        return line + ("; cut short: " + "; ".join(self.cut_short) if self.cut_short else "")
 
     def cost_figure(self) -> float | str | None:
         """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""

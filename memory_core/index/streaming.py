@@ -97,7 +97,11 @@ class _Stream:
         self.executor = executor
         self.progress = progress
         self.with_vectors = provider.has_vectors and cache is not None
+        # the dimension of the index this run writes: the provider's when it is known before its
+        # first answer; else the live index's (an incremental run), else the provider's first
+        # answer (a full run: see learn_dims). Looked-up vectors of another length are misses.
         self.dims: int | None = provider.dims
+        self.index_dims: int | None = None  # an incremental run: the dimension the live index holds
         self.workers = executor.parallelism(provider)
         self.groups = 0
         self.budget = max(1, int(provider.max_tokens_per_request * TOKEN_MARGIN))
@@ -179,8 +183,10 @@ class _Stream:
     def resolve(self) -> None:
         """Look up the new hashes; misses go into request groups."""
         assert self.cache is not None
+        if self.dims is None and self.lookup and not self.cold:
+            self.learn_dims()
         if self.refetch:
-            got = self.cache.get_many(self.refetch)
+            got = self.cache.get_many(self.refetch, self.dims)
             self.vecs.update(got)
             self.pending.difference_update(got)
             self.progress.ready += (n := sum(self.need[h] for h in got))
@@ -191,11 +197,12 @@ class _Stream:
                 self.lookup.extend((h, self._text_of(h)) for h in lost)
         if not self.lookup:
             return
-        got = {} if self.cold else self.cache.get_many(h for h, _ in self.lookup)
+        got = {} if self.cold else self.cache.get_many((h for h, _ in self.lookup), self.dims)
         self.vecs.update(got)
         self.pending.difference_update(got)
         exchange_hits = sum(1 for h in got if self._exchange_only(h))
         self.hits += len(got) - exchange_hits  # chunks; the exchanges' apart
+        self.progress.cache_hits = self.hits
         self.stats.exchanges_cached += exchange_hits
         self.progress.ready += (n := sum(self.need[h] for h in got))
         self.progress.cached += n
@@ -210,6 +217,36 @@ class _Stream:
             self.group_t.append(text)
             self.group_tokens += tokens
         self.lookup = []
+
+    def learn_dims(self) -> None:
+        """A full run whose provider does not say its dimension before answering (an unknown
+        model, no ``remote.dimensions``): its first looked-up text is embedded alone, first, so
+        the run builds at the dimension the provider returns now; vectors of another length in
+        the live index or the cache are misses, embedded again (one request: a rebuild after the
+        provider changed dimension mixed the old vectors with the new and failed for ever)."""
+        h, text = self.lookup.pop(0)
+        self.misses += 1
+        fut = self.executor.embed(self.provider, self.cache, [h], [text], self.groups)
+        self.groups += 1
+        self.inflight[fut] = ([h], self.provider.estimate_tokens(text))
+        self.drain(0)
+
+    def check_dims(self, got: np.ndarray) -> None:
+        """The provider's answer has the run's dimension (the first answer sets it when unknown)."""
+        n = int(got.shape[1]) if got.ndim == 2 else 0
+        if self.dims is None:
+            self.dims = n
+            return
+        if n == self.dims:
+            return
+        who = f"{self.provider.name} / {self.provider.model}"
+        if self.index_dims is not None and self.index_dims == self.dims:
+            raise RunError(f"the provider now returns {n}-d vectors, the index holds {self.dims}-d ({who}); the index"
+                           " was left as it was (vectors of two sizes are never mixed): a full rebuild"
+                           f" (`memory-core index --full`, a flow's `full` parameter) rebuilds it with {n}-d vectors,"
+                           f" embedding again what is not cached at {n} dimensions")
+        raise RunError(f"the provider returned {n}-d vectors after {self.dims}-d ones in this run ({who}); set"
+                       " remote.dimensions if the model can answer either")
 
     def submit(self) -> None:
         if not self.group_h:
@@ -235,12 +272,13 @@ class _Stream:
             for fut in done:
                 hashes, tokens = self.inflight.pop(fut)
                 got = np.ascontiguousarray(fut.result(), dtype="<f4")
+                self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
+                self._copy_counts()  # received and cached, whatever follows
+                self.check_dims(got)
                 for i, h in enumerate(hashes):
                     self.vecs[h] = got[i].tobytes()
                     self.pending.discard(h)
-                self.stats.add(len(hashes), tokens, sum(1 for h in hashes if self._exchange_only(h)))
                 self.progress.ready += sum(self.need[h] for h in hashes)
-                self._copy_counts()
                 self.report()
 
     def report(self, force: bool = False) -> None:
@@ -278,8 +316,8 @@ class _Stream:
                     break
                 if size is None:
                     self.dims, size = len(emb) // 4, len(emb)
-                elif len(emb) != size:
-                    raise RunError(f"cached vector for {row[1]} has {len(emb) // 4} dims, index has {self.dims}")
+                elif len(emb) != size:  # never: lookups and answers are held to the run's dimension
+                    raise RunError(f"the vector for {row[1]} has {len(emb) // 4} dims, the index {self.dims}")
                 row[9] = emb
                 phs = row[11]
                 if phs:
@@ -352,9 +390,14 @@ def scan_plan_of(writer: BuildWriter, live_meta: dict[str, Any] | None, counts: 
     return got
 
 
+Built = tuple[ChunkResult, int, EmbedCounts, BuildResult]
+"""What :func:`stream_index` returns: what chunking found, cache hits, the sync requests'
+figures, the published index."""
+
+
 def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache | None,
-                 executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None, *,
-                 in_place: bool | None = None) -> tuple[ChunkResult, int, EmbedCounts, BuildResult]:
+                 executor: Executor, progress: Progress | None = None, on_progress: ProgressFn | None = None,
+                 published: list[Built] | None = None, *, in_place: bool | None = None) -> Built:
     """Build, verify and publish the next index from ``plan`` in one stream.
 
     ``in_place`` None: decided by :func:`memory_core.index.writer.edit_in_place`. An in-place update
@@ -363,6 +406,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
 
     Returns (what chunking found, cache hits, the sync requests' figures, the published index).
     ``progress`` is updated as the stream goes (the orchestrator reads it if the run ends early).
+    ``published`` gets the same the moment the new index is live (the rename or the in-place
+    commit, which a stop cannot split from the writer's record of it: ``stops_held``), so a run
+    stopped after that knows it published, and what.
     """
     index_path = Path(plan.index_path)
     live_meta = probe_index(index_path)[0] if not plan.full else None
@@ -373,8 +419,10 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         progress = Progress(files_total=len(plan.to_index), bytes_total=sum(f.size for f in plan.to_index))
     st = _Stream(provider, cache, executor, progress)
     st.on_progress = on_progress
-    if st.dims is None and live_meta and st.with_vectors:
-        st.dims = (IndexRecord.from_meta(live_meta) or IndexRecord()).dims
+    if live_meta and st.with_vectors:
+        st.index_dims = (IndexRecord.from_meta(live_meta) or IndexRecord()).dims
+        if st.dims is None:
+            st.dims = st.index_dims
     source_bytes = sum(f.size for f in plan.to_index)
     if in_place is None:
         live = index_path.exists()
@@ -389,6 +437,18 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     over: dict[str, int] = {}
     total = 0
     failed = False
+    published = [] if published is None else published
+
+    def noted(built: BuildResult) -> BuildResult:
+        """``built`` is live: said to the caller at once (``published``)."""
+        if not published:
+            published.append((ChunkResult(files=files, chunks=total, warnings=warnings, over_window=over), st.hits,
+                              st.stats, built))
+        return built
+
+    def built_here() -> BuildResult:
+        return BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
+                           chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))
 
     def open_writer() -> BuildWriter:
         w: BuildWriter
@@ -466,12 +526,15 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              staying=lambda h: hash(h) in st.chunk_seen)
         try:
             writer.swap()
+            noted(built_here())
         except InPlaceBusyError as exc:
             writer.abort()
             busy = True
             warnings.append(f"{exc}; built a new file instead")
     except BaseException:
         failed = True
+        if writer is not None and writer.swapped:  # a stop right after the publish: the run made it
+            noted(built_here())
         with contextlib.suppress(Exception):
             st.count_finished()
         if writer is not None:
@@ -480,12 +543,13 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         raise
     finally:
         st.close(wait_running=not failed)
-    chunks = ChunkResult(files=files, chunks=total, warnings=warnings,
-                         over_window=over)
-    built = BuildResult(counts=counts, dims=meta["dims"], vector_store=meta["vector_store"],
-                        chunks_over_window=meta["chunks_over_window"], in_place=bool(in_place))
     if busy:  # again as a new file: the vectors come from the cache now
-        built = stream_index(plan, settings, provider, cache, executor, in_place=False)[3]
+        again: list[Built] = []
+        try:
+            stream_index(plan, settings, provider, cache, executor, None, None, again, in_place=False)
+        finally:
+            if again:
+                noted(again[0][3])
     progress.finished = True
     st.report(force=True)
-    return chunks, st.hits, st.stats, built
+    return published[0]

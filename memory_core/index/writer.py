@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -167,6 +169,11 @@ class BuildWriter(Protocol):
         """After :meth:`verify`: the vectors' sign bits are stored (meta ``vector_store``)."""
         ...
 
+    @property
+    def swapped(self) -> bool:
+        """True once the new index is live (renamed into place, or committed in place)."""
+        ...
+
     def open(self) -> None: ...
 
     def delete_paths(self, paths: Iterable[str]) -> int | None:
@@ -208,14 +215,14 @@ class IndexWriter:
     """
 
     def __init__(self, live_path: Path, *, full: bool, dims: int | None, use_vec: bool = True,
-                 in_place: bool = False) -> None:
+                 in_place: bool = False, tmp_path: Path | None = None) -> None:
         self.live_path = Path(live_path)
         self.full = full or not self.live_path.exists()
         self.in_place = in_place and not self.full
         self.dims = dims
-        self.tmp_path = self.live_path.with_name(
-            f".{self.live_path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
+        # ``tmp_path``: chosen by the caller (the writer process's parent, which must know it from
+        # the start to remove it whatever becomes of the child); else a new name beside the live file
+        self.tmp_path = Path(tmp_path) if tmp_path is not None else temp_path_for(self.live_path)
         self.conn: apsw.Connection | None = None
         self.vec = False
         self._want_vec = use_vec
@@ -504,8 +511,9 @@ class IndexWriter:
             self._commit_in_place()
             return
         self.prepare_swap()
-        publish_temp(self.tmp_path, self.live_path)
-        self.swapped = True
+        with stops_held():
+            publish_temp(self.tmp_path, self.live_path)
+            self.swapped = True
 
     def prepare_swap(self) -> None:
         """Commit, optimise, close and fsync the temp file: ready for :func:`publish_temp`."""
@@ -537,8 +545,9 @@ class IndexWriter:
         try:
             self._log_change()
             failpoint("before-swap")
-            conn.execute("COMMIT")  # journal synced, pages written and synced, journal deleted
-            self.swapped = True
+            with stops_held():
+                conn.execute("COMMIT")  # journal synced, pages written and synced, journal deleted
+                self.swapped = True
             failpoint("after-swap")
         except apsw.BusyError as exc:
             raise InPlaceBusyError(f"readers kept {self.live_path} busy for {IN_PLACE_BUSY_MS / 1000:g} s;"
@@ -568,6 +577,41 @@ class IndexWriter:
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(self.tmp_path) + suffix)
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait while the new index goes live (the rename, or the in-place
+    commit) and the writer records it (``swapped``), then are delivered as they came: the stop
+    lands after a publish the run knows it made, never between the rename and the record (a
+    Ctrl-C there was reported "the live index was left as it was" while the new file was live).
+    In the main thread only (where Python runs signal handlers); elsewhere a stop is raised in
+    the main thread, not here."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    previous: dict[int, Any] = {}
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(stop)
+        if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
+            previous[stop] = signal.signal(stop, hold)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)  # its own handler now: KeyboardInterrupt, RunCancelled, Prefect's
+
+
+def temp_path_for(live_path: Path) -> Path:
+    """A new temp index name beside ``live_path`` (:func:`remove_stale_temp_files` knows the prefix)."""
+    return live_path.with_name(f".{live_path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
 def publish_temp(tmp_path: Path, live_path: Path) -> None:

@@ -16,7 +16,10 @@ a third of its time blocked in ``send`` while the child, at other times, sat idl
 The child commits and syncs the temp file; this process renames it over the live index (so
 the ``before-swap`` / ``after-swap`` crash points are where they always were).
 If this process dies, the child reads end-of-file, deletes the temp file and exits; a child
-that dies is reported as a :class:`RunError` and its temp file is removed here.
+that dies is reported as a :class:`RunError` and its temp file is removed here (this process
+names the temp file, so it knows it from the start). The child runs in a session of its own
+and ignores SIGINT and SIGTERM: stopping a run (Ctrl-C at a terminal, SIGTERM to the process
+group or the service's cgroup) is this process's to handle, and it ends the child.
 ``MEMORY_CORE_WRITER_STATS=1`` makes the child print, on exit, its CPU and wall time per message
 kind and the time it sat idle waiting for rows.
 """
@@ -28,6 +31,7 @@ import os
 import pickle
 import queue
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -39,7 +43,7 @@ from typing import Any
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.index.writer import FileRow, IndexWriter, publish_temp
+from memory_core.index.writer import FileRow, IndexWriter, publish_temp, stops_held, temp_path_for
 from memory_core.storage import vectors
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"
@@ -122,12 +126,20 @@ class ProcessIndexWriter:
             self.abort()
 
     def open(self) -> None:
+        # the temp file's name is chosen here, so this process can remove it whatever becomes of
+        # the child (a SIGTERM to the process group killed the child before it cleaned up, and
+        # this process learnt the name only at verify: the file stayed until the next run)
+        self.tmp_path = temp_path_for(self.live_path)
         parent, child = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k != _ENV_FAILPOINT}  # crash points fire here, not there
         try:
+            # a session of its own: a Ctrl-C at the terminal, or a signal to the run's process
+            # group, is this process's to handle (it printed a KeyboardInterrupt traceback, or
+            # died before removing its temp file); the child ends when this process closes the
+            # channel or tells it to (abort), or dies (end-of-file)
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "memory_core.index.writer_proc", str(child.fileno())],
-                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         except OSError as exc:
             parent.close()
@@ -137,7 +149,7 @@ class ProcessIndexWriter:
         self._conn = Channel(parent)
         self._sender = threading.Thread(target=self._send_loop, name="index-writer-send", daemon=True)
         self._sender.start()
-        self._send("open", str(self.live_path), self.full, self.dims, self._use_vec)
+        self._send("open", str(self.live_path), self.full, self.dims, self._use_vec, str(self.tmp_path))
 
     def _send_loop(self) -> None:
         conn = self._conn
@@ -228,8 +240,9 @@ class ProcessIndexWriter:
     def swap(self) -> None:
         tmp = self._call("prepare")
         self.tmp_path = Path(tmp)
-        publish_temp(self.tmp_path, self.live_path)
-        self.swapped = True
+        with stops_held():
+            publish_temp(self.tmp_path, self.live_path)
+            self.swapped = True
         self._close(wait=True)
 
     def abort(self) -> None:
@@ -344,8 +357,8 @@ class _Child:
             return False
         try:
             if op == "open":
-                live, full, dims, use_vec = args
-                self.writer = IndexWriter(Path(live), full=full, dims=dims, use_vec=use_vec)
+                live, full, dims, use_vec, tmp = args
+                self.writer = IndexWriter(Path(live), full=full, dims=dims, use_vec=use_vec, tmp_path=Path(tmp))
                 self.writer.open()
                 return False
             w = self.writer
@@ -364,6 +377,11 @@ class _Child:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Stops are the parent's: it aborts this writer (or closes the channel) and removes the temp
+    # file. A signal meant for the whole run (SIGTERM from a service manager's cgroup, a Ctrl-C
+    # reaching the child) must not end it half way, leaving its temp file behind.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     args = list(sys.argv[1:] if argv is None else argv)
     conn = Channel(socket.socket(fileno=int(args[0])))
     child = _Child(conn)

@@ -420,20 +420,28 @@ class EmbeddingCache:
                 " AND embedding != zeroblob(length(embedding))",
                 (self.model_id, *group))
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, bytes]:
+    def get_many(self, hashes: Iterable[str], dims: int | None = None) -> dict[str, bytes]:
         """Vectors (float32 bytes) for the hashes that have one (valid ones only): the live
-        index's, then the cache's."""
+        index's, then the cache's. ``dims``: only vectors of that many dimensions; one of another
+        length is a miss (a provider whose answers changed dimension under one key: an
+        OpenAI-compatible endpoint serving another model, with no ``remote.dimensions``)."""
+        size = int(dims) * 4 if dims else None
+
+        def fits(emb: bytes) -> bool:
+            return size is None or len(emb) == size
+
         rest = list(dict.fromkeys(hashes))
         got: dict[str, bytes] = {}
         for live in list(self.live):
             if rest:
-                got.update(self._ask(live, live.get_many, rest, {}))
+                got.update((h, emb) for h, emb in self._ask(live, live.get_many, rest, {}).items() if fits(emb))
                 rest = [h for h in rest if h not in got]
         if rest and self.journal:
             with self._lock:
-                got.update((d.hex(), emb) for d, emb in self.journal.get(_digests(rest)).items())
+                got.update((d.hex(), emb) for d, emb in self.journal.get(_digests(rest)).items() if fits(emb))
             rest = [h for h in rest if h not in got]
-        got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest) if _valid_vector(emb))
+        got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest)
+                   if fits(emb) and _valid_vector(emb))
         return got
 
     def _ask(self, live: LiveVectors, fn: Callable[[list[str]], _Found], hashes: list[str], nothing: _Found) -> _Found:
