@@ -384,7 +384,7 @@ def scan_plan_of(writer: BuildWriter, live_meta: dict[str, Any] | None, counts: 
     :data:`memory_core.storage.vectors.RECHECK_CHANGE` since it was; else the live index's
     record, kept (its provider, and so its kind of vectors, change only with a full rebuild)."""
     prior = vectors.ScanPlan.from_meta(live_meta)
-    if live_meta is not None and not prior.stale(int(counts.get("vectors", 0))):
+    if live_meta is not None and not prior.stale(int(counts.get("vectors", 0)), int(counts.get("parts", 0))):
         return prior
     got: vectors.ScanPlan | None = writer.measure_scan()
     return got

@@ -10,6 +10,7 @@ How a run publishes its index, and why, is told in :mod:`memory_core.storage.sto
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
@@ -447,7 +448,12 @@ class IndexWriter:
         assert self.conn is not None
         if not (self.vec and self.dims):
             return None
-        return vectors.measure_scan(self.conn, int(self.dims))
+        plan = vectors.measure_scan(self.conn, int(self.dims))
+        if self._parts and vectors.count(self.conn, vectors.PARTS_BITS_TABLE):
+            # the part vectors (exchanges, note windows) are scanned from their own codes: measured alike
+            plan = dataclasses.replace(plan, parts=vectors.measure_scan(self.conn, int(self.dims),
+                                                                        table=vectors.PARTS_BITS_TABLE))
+        return plan
 
     # -- verify and swap --------------------------------------------------------------------
     def verify(self, *, expect_vectors: bool) -> dict[str, int]:
@@ -503,7 +509,10 @@ class IndexWriter:
         if problems:
             raise RunError("index verification failed: " + "; ".join(problems))
         n_files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
-        return {"chunks": n_chunks, "fts": n_fts, "vectors": n_vec, "files": n_files}
+        out = {"chunks": n_chunks, "fts": n_fts, "vectors": n_vec, "files": n_files}
+        if in_vec and self._parts:
+            out["parts"] = int(n_parts)
+        return out
 
     def swap(self) -> None:
         """Commit, sync and atomically rename the temp file over the live index (in place: commit)."""

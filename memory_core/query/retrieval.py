@@ -821,12 +821,26 @@ class _Index:
         when it was built or changed): the quick scan, its candidates widened, or every vector."""
         only = self.source_rids(sources)
         plan = self.scan_plan
-        if plan.mode == "exact":  # the quick scan misses this index's nearest rows: read every vector
-            top = self._exact(qvec, want, "chunks", None if only is None else only[0])
-            if not self.has_parts:
-                return top
+        top = self._nearest_chunks(qvec, want, plan, only)
+        if not self.has_parts:
+            return top
+        # the part vectors as their own measured plan says (an index measured before parts were:
+        # as the chunks' plan says)
+        pplan = plan.parts if plan.parts is not None else plan
+        if pplan.mode == "exact":  # the quick scan misses the parts' nearest: read every part vector
             return self._with_parts(qvec, want, top, lambda k: self._exact(
                 qvec, k, vectors.PARTS_TABLE, None if only is None else only[1]))
+        pbits = self.part_index()
+        keep = None if only is None else self._keep(pbits, only[1])
+        # every part the quick scan ranks by its exact cosine for ``k`` (a few times ``k``), best first
+        return self._with_parts(qvec, want, top, lambda k: vectors.best_by_cosine(
+            self.conn, qvec, pbits.candidates(qvec, k, keep, pplan.widen), 1 << 62, vectors.PARTS_TABLE))
+
+    def _nearest_chunks(self, qvec: np.ndarray, want: int, plan: vectors.ScanPlan,
+                        only: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float]]:
+        """The ``want`` chunks nearest by their own vectors, read as ``plan`` says."""
+        if plan.mode == "exact":  # the quick scan misses this index's nearest rows: read every vector
+            return self._exact(qvec, want, "chunks", None if only is None else only[0])
         streamed: np.ndarray | None = None
         if self._bits is None and self._prev_bits is None and not self._streamed:
             # this reader's first vector query: one pass over the stored codes (a one-shot CLI
@@ -838,17 +852,9 @@ class _Index:
                                                        only=None if only is None else only[0], widen=plan.widen)
         if streamed is None:
             bits = self.bit_index()
-            top = bits.search(self.conn, qvec, want, None if only is None else self._keep(bits, only[0]),
-                              plan.widen)
-        else:
-            top = vectors.best_by_cosine(self.conn, qvec, streamed, want)
-        if not self.has_parts:
-            return top
-        pbits = self.part_index()
-        keep = None if only is None else self._keep(pbits, only[1])
-        # every part the quick scan ranks by its exact cosine for ``k`` (a few times ``k``), best first
-        return self._with_parts(qvec, want, top, lambda k: vectors.best_by_cosine(
-            self.conn, qvec, pbits.candidates(qvec, k, keep, plan.widen), 1 << 62, vectors.PARTS_TABLE))
+            return bits.search(self.conn, qvec, want, None if only is None else self._keep(bits, only[0]),
+                               plan.widen)
+        return vectors.best_by_cosine(self.conn, qvec, streamed, want)
 
     def _exact(self, qvec: np.ndarray, want: int, rows: str, only: np.ndarray | None) -> list[tuple[int, float]]:
         """The exact ``want`` nearest of ``rows``: this reader's first such query reads every

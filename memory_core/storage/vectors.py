@@ -660,11 +660,21 @@ class ScanPlan:
     sample: int = 0
     target: float = RECALL_TARGET
     measured: bool = True  # False: an index built before the check (the default quick scan, unmeasured)
+    # the part vectors' own plan (exchanges, note windows: :data:`PARTS_BITS_TABLE`), measured alike;
+    # None: the index has none, or was measured before parts were (their default quick scan)
+    parts: ScanPlan | None = None
 
     def to_meta(self) -> dict[str, object]:
-        return {"mode": self.mode, "widen": self.widen, "recall_at_10": round(self.recall, 4),
-                "recall_at_10_default": round(self.recall_default, 4), "rows": self.rows,
-                "sample": self.sample, "target": self.target}
+        out: dict[str, object] = {"mode": self.mode, "widen": self.widen, "recall_at_10": round(self.recall, 4),
+                                  "recall_at_10_default": round(self.recall_default, 4), "rows": self.rows,
+                                  "sample": self.sample, "target": self.target}
+        if self.parts is not None:
+            out["parts"] = self.parts.to_meta()
+        return out
+
+    def for_parts(self) -> ScanPlan:
+        """How the part vectors are read: their own plan, else the default quick scan."""
+        return self.parts if self.parts is not None else ScanPlan(measured=False)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> ScanPlan:
@@ -679,16 +689,29 @@ class ScanPlan:
             return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
 
         mode = got.get("mode") if got.get("mode") in ("bits", "exact") else "bits"
+        parts = cls.from_meta({"vector_scan": got["parts"]}) if isinstance(got.get("parts"), dict) else None
         return cls(mode=str(mode), widen=max(1, int(num("widen", 1))), recall=num("recall_at_10", 1.0),
                    recall_default=num("recall_at_10_default", 1.0), rows=int(num("rows", 0)),
-                   sample=int(num("sample", 0)), target=num("target", RECALL_TARGET))
+                   sample=int(num("sample", 0)), target=num("target", RECALL_TARGET), parts=parts)
 
-    def stale(self, rows: int) -> bool:
-        """Whether an index now holding ``rows`` vectors should be measured again."""
-        return not self.measured or abs(rows - self.rows) > RECHECK_CHANGE * max(self.rows, 1)
+    def stale(self, rows: int, parts: int = 0) -> bool:
+        """Whether an index now holding ``rows`` vectors (and ``parts`` part vectors) should be
+        measured again: never measured, or either count moved by more than :data:`RECHECK_CHANGE`
+        (part vectors never measured while it has some count as a move)."""
+        if not self.measured or abs(rows - self.rows) > RECHECK_CHANGE * max(self.rows, 1):
+            return True
+        if self.parts is None:
+            return parts > 0
+        return abs(parts - self.parts.rows) > RECHECK_CHANGE * max(self.parts.rows, 1)
 
     def describe(self) -> str:
         """One line for ``status``."""
+        head = self._describe_own()
+        if self.parts is not None and self.parts.measured:
+            head += "; part vectors: " + self.parts._describe_own().replace("vectors'", "part vectors'")
+        return head
+
+    def _describe_own(self) -> str:
         if not self.measured:
             return "quick scan not measured (an index built before the check; the next run measures it)"
         if self.sample == 0:  # so few rows that the quick scan reads every row's exact cosine
@@ -703,8 +726,9 @@ class ScanPlan:
 
 
 def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIES, k: int = CHECK_K,
-                 seed: int = 0) -> ScanPlan:
-    """Measure the quick scan on this index's own vectors and choose how searches read them.
+                 seed: int = 0, table: str = BITS_TABLE) -> ScanPlan:
+    """Measure the quick scan on this index's own vectors (``table``: the chunks' codes, or the
+    part vectors' :data:`PARTS_BITS_TABLE`) and choose how searches read them.
 
     ``sample`` stored vectors (drawn with a fixed seed) are the queries; each gets its exact top
     ``k`` (every float32 vector, the query's own row left out) and the quick scan's
@@ -713,14 +737,15 @@ def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIE
     recall@k reaches :data:`RECALL_TARGET` is the plan; none: ``mode`` "exact". A row the quick
     scan returns counts as found when its cosine reaches the exact k-th's (ties are not misses).
     Costs one pass over the float32 vectors and ``sample`` quick scans per width tried."""
-    n = count(conn)
+    n = count(conn, table)
     if n <= rescore_count(k + 1, n):  # the quick scan reads every row's exact cosine
         return ScanPlan(rows=n, sample=0)
-    bits = BitIndex(conn, dims)
+    bits = BitIndex(conn, dims, table)
+    rows = VECTOR_TABLES[table]
     rids = bits.rids  # ascending, live
     rng = np.random.default_rng(seed)
     qrids = np.sort(rng.choice(rids, size=min(sample, len(rids)), replace=False))
-    qrows = dict(read_vectors(conn, qrids.tolist()))
+    qrows = dict(read_vectors(conn, qrids.tolist(), rows))
     qrids = np.asarray([r for r in qrids.tolist() if r in qrows and len(qrows[r]) == dims * 4], dtype=np.int64)
     if not len(qrids):
         return ScanPlan(rows=n, sample=0)
@@ -729,7 +754,7 @@ def measure_scan(conn: apsw.Connection, dims: int, *, sample: int = CHECK_QUERIE
     # every query's cosine with every row, in the order of ``rids`` (n x 4 bytes a query)
     sims = np.zeros((len(qrids), len(rids)), dtype=np.float32)
     size = dims * 4
-    cur = conn.execute("SELECT rid, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY rid")
+    cur = conn.execute(f"SELECT rid, embedding FROM {rows} WHERE embedding IS NOT NULL ORDER BY rid")
     while True:
         got = list(itertools.islice(cur, EXACT_BLOCK))
         if not got:
