@@ -74,7 +74,7 @@ def test_r3_a_writer_process_killed_before_verify_leaves_no_temp_file(tmp_path: 
     and its temp file is gone when the run ends, not at the next run."""
     from memory_core.embeddings.registry import create_provider
     from memory_core.errors import RunError
-    from tests.test_streaming import _writer_children
+    from tests.test_streaming import _writer_children, kill_writer_on_first_embed
 
     monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
     ws = tmp_path / "ws"
@@ -82,21 +82,7 @@ def test_r3_a_writer_process_killed_before_verify_leaves_no_temp_file(tmp_path: 
     with OpenAIFake(dims=64) as srv:
         s = openai_settings(ws, srv, remote={"max_inputs_per_request": 4})
         provider, reason = create_provider(s)
-        real = provider.embed_documents
-        killed: list[int] = []
-
-        def embed(texts: list[str]) -> object:
-            if not killed:
-                deadline = time.monotonic() + 60
-                while not _temp_files(ws / ".memory-core") and time.monotonic() < deadline:
-                    time.sleep(0.01)  # the writer process has made its temp file
-                killed.extend(_writer_children())
-                assert killed, "no writer process"
-                for pid in killed:
-                    os.kill(pid, signal.SIGKILL)
-            return real(texts)
-
-        monkeypatch.setattr(provider, "embed_documents", embed)
+        kill_writer_on_first_embed(provider, monkeypatch, lambda: bool(_temp_files(ws / ".memory-core")))
         with pytest.raises(RunError, match="index writer process died"):
             run_index(s, provider=provider, reason=reason)
     assert _temp_files(ws / ".memory-core") == []

@@ -42,19 +42,31 @@ def test_s1_same_fact_tells_different_facts_apart() -> None:
     assert same_fact("We deploy only on Tuesdays", "We deploy only on Tuesdays!")
 
 
-def test_s1_a_near_duplicate_that_says_another_thing_is_kept_beside_it(tmp_path: Path) -> None:
+def _local_store(tmp_path: Path) -> MemoryStore:
+    """A memory store in ``tmp_path`` with the real local model (skipped where it is not installed)."""
     from memory_core.embeddings.local import local_model_available
 
     if not local_model_available():
         pytest.skip("the local model is not installed")
-    settings = load_settings(None, {"workspace": str(tmp_path), "provider": "local"})
-    with MemoryStore(settings) as s:
-        for a, b in DIFFERENT_FACTS:
-            first = s.store(a, category="fact")
-            second = s.store(b, category="fact")
-            assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
-            if a == DIFFERENT_FACTS[0][0]:  # past the old 0.95 rule: the answer names the memory it kept
-                assert second.kept_similar is not None and second.kept_similar["id"] == first.memory.id
+    return MemoryStore(load_settings(None, {"workspace": str(tmp_path), "provider": "local"}))
+
+
+def _stored_beside(s: MemoryStore, pairs: list[tuple[str, str]]) -> list[tuple[Any, Any]]:
+    """Store each pair's first then second text: the second must be a memory of its own."""
+    out = []
+    for a, b in pairs:
+        first = s.store(a, category="fact")
+        second = s.store(b, category="fact")
+        assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
+        out.append((first, second))
+    return out
+
+
+def test_s1_a_near_duplicate_that_says_another_thing_is_kept_beside_it(tmp_path: Path) -> None:
+    with _local_store(tmp_path) as s:
+        first, second = _stored_beside(s, DIFFERENT_FACTS)[0]
+        # past the old 0.95 rule: the answer names the memory it kept
+        assert second.kept_similar is not None and second.kept_similar["id"] == first.memory.id
         texts = {m.text for m in s.list()}
         assert texts == {t for pair in DIFFERENT_FACTS for t in pair}, "a different fact replaced another"
         # the same thing said again is still an update
@@ -110,16 +122,8 @@ def test_s9_same_fact_keeps_directions_pronouns_and_word_order() -> None:
 
 
 def test_s9_a_near_duplicate_with_another_direction_or_order_is_kept_beside_it(tmp_path: Path) -> None:
-    from memory_core.embeddings.local import local_model_available
-
-    if not local_model_available():
-        pytest.skip("the local model is not installed")
-    settings = load_settings(None, {"workspace": str(tmp_path), "provider": "local"})
-    with MemoryStore(settings) as s:
-        for a, b in OPPOSITE_FACTS:
-            first = s.store(a, category="fact")
-            second = s.store(b, category="fact")
-            assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
+    with _local_store(tmp_path) as s:
+        _stored_beside(s, OPPOSITE_FACTS)
         assert {m.text for m in s.list()} == {t for pair in OPPOSITE_FACTS for t in pair}, "a fact was overwritten"
         res = s.store("turn the heating up at night", category="fact")  # the same thing again: an update
         assert res.action == "updated" and res.previous_text == "Turn the heating up at night"

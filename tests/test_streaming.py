@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,27 @@ def _writer_children() -> list[int]:
     return out
 
 
+def kill_writer_on_first_embed(provider: Any, monkeypatch: Any, ready: Any = None) -> list[int]:
+    """Patch ``provider.embed_documents`` so its first call SIGKILLs the run's writer process (an
+    OOM kill while the run embeds), once ``ready()`` holds (up to 60 s); the killed pids."""
+    real = provider.embed_documents
+    killed: list[int] = []
+
+    def embed(texts: list[str]) -> object:
+        if not killed:
+            deadline = time.monotonic() + 60
+            while ready is not None and not ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            killed.extend(_writer_children())
+            assert killed, "no writer process"
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+        return real(texts)
+
+    monkeypatch.setattr(provider, "embed_documents", embed)
+    return killed
+
+
 def test_writer_process_death_fails_the_run_and_keeps_the_live_index(workspace, openai_fake, monkeypatch):
     monkeypatch.setenv("MEMORY_CORE_WRITER", "process")
     s = openai_settings(workspace, openai_fake, remote={"max_inputs_per_request": 4})
@@ -184,18 +206,7 @@ def test_writer_process_death_fails_the_run_and_keeps_the_live_index(workspace, 
         (workspace / "memory" / f"new-{i}.md").write_text(f"## note {i}\nfresh text number {i} about deploys\n" * 3)
 
     provider, reason = create_provider(s)
-    real = provider.embed_documents
-    killed: list[int] = []
-
-    def embed(texts):  # the writer process dies (an OOM kill, say) while the run embeds
-        if not killed:
-            killed.extend(_writer_children())
-            assert killed, "no writer process"
-            for pid in killed:
-                os.kill(pid, signal.SIGKILL)
-        return real(texts)
-
-    monkeypatch.setattr(provider, "embed_documents", embed)
+    kill_writer_on_first_embed(provider, monkeypatch)  # the writer process dies while the run embeds
     with pytest.raises(RunError, match="index writer process died"):
         run_index(s, provider=provider, reason=reason)
     assert hashlib.sha256(s.index_file.read_bytes()).hexdigest() == before
