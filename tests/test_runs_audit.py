@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,19 @@ def _temp_files(folder: Path) -> list[str]:
 
 def _cli_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT), **extra)
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_interrupts() -> Any:
+    """Ctrl-C raises KeyboardInterrupt here and in the processes a test starts, as at a terminal: a
+    test run started in the background by a non-interactive shell (a CI script's ``&``) inherits
+    SIGINT ignored, and Python then installs no handler for it, in this process or (ignored
+    signals survive exec) in the ones it starts; a handler set here is reset to the default in them."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 # -- R3: the index writer process and signals meant for the whole run ----------------------------
