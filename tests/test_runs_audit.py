@@ -315,6 +315,9 @@ def test_r2_a_provider_that_changes_dimension_is_named_and_a_full_rebuild_takes_
                 run_index(s)
             assert "--full" in str(no.value) and "cached vector" not in str(no.value)
             assert s.index_file.read_bytes() == live
+        with Memory(s, refresh=False) as memory:  # a search of the index left as it was says what to run
+            stale = memory.answer("replication")
+        assert "memory-core index --full" in f"{stale.note} {stale.fallback}", stale
         rebuilt = run_index(s, full=True)  # re-embeds what is not cached at 32-d, never mixes the two
         assert rebuilt.swapped and rebuilt.chunks_total == 6
         assert rebuilt.chunks_embedded + rebuilt.chunks_from_cache == 6 and rebuilt.chunks_from_cache >= 1

@@ -1288,7 +1288,8 @@ def vector_hits(idx: _Index, qvec: np.ndarray, k: int,
     """The vector side: the ``k`` chunks nearest ``qvec`` (of ``sources``), best first, and a note
     when the index's vectors cannot be read here (else "")."""
     if idx.dims and qvec.shape[0] != idx.dims:
-        raise ProviderError(f"query vector has {qvec.shape[0]} dims, index has {idx.dims}")
+        raise ProviderError(f"the provider now returns {qvec.shape[0]}-d vectors, the index holds {idx.dims}-d;"
+                            " `memory-core index --full` rebuilds it at the new size")
     src = "" if not sources else f" WHERE c.source IN ({','.join('?' * len(sources))})"
     if idx.has_bits and idx.dims:  # the bits scanned (of the sources' rows), the nearest ranked by exact cosines
         top = idx.nearest(qvec, k, sources)
