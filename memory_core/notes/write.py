@@ -254,13 +254,15 @@ def _append_in_place(dfd: int, name: str, text: str,
 
 
 def _redacted_after(fd: int, size: int, sep: bytes, text: str, redact: Callable[[str], str]) -> str:
-    """``text`` redacted together with the note's last :data:`REDACT_CONTEXT_BYTES` (from a whole
+    """``text`` (already redacted alone) redacted together with the note's last :data:`REDACT_CONTEXT_BYTES` (from a whole
     line) before it: the new text's lines as the joined text's redaction has them. The note's own
     lines are never changed (they are not written again). The new text's first line, masked only
     because of what the note ends with (``password:``, ``the wifi password is``), is kept as
     written when it is a sentence, not one token (a separate write's value is one token; "the
     turkey:" is no secret's name), unless the note ends inside a PEM block. ``text`` itself when
     the redaction does not keep the line count (not ours to split)."""
+    from memory_core.sources.redact import ends_in_open_private_key
+
     ctx = max(0, size - REDACT_CONTEXT_BYTES)
     blob = os.pread(fd, size - ctx, ctx)
     if ctx:  # start at a whole line
@@ -281,21 +283,11 @@ def _redacted_after(fd: int, size: int, sep: bytes, text: str, redact: Callable[
     # end is kept, the rest is ``*`` (a PEM body's lines redact to nothing)
     new = [ln if r == ln else _starred(ln, r) for ln, r in zip(lines[k:], red[k:], strict=True)]
     first = next((i for i, ln in enumerate(lines[k:]) if ln.strip()), None)
+    # ``text`` is already redacted alone (append_note): a change to its first line is the note's end's doing
     if first is not None and new[first] != lines[k + first] and len(_unquoted(lines[k + first]).split()) > 1 \
-            and not _in_open_pem(lines[:k]) and redact(text).split("\n")[first] == lines[k + first]:
+            and not ends_in_open_private_key(head):
         new[first] = lines[k + first]  # "...the turkey:" then a sentence: prose, not a value
     return "\n".join(new)
-
-
-def _in_open_pem(lines: list[str]) -> bool:
-    """Whether the note's end is inside a PEM block (a BEGIN line with no END after it): the new
-    text's lines are its body, whatever they look like."""
-    for ln in reversed(lines):
-        if "-----END " in ln:
-            return False
-        if "-----BEGIN " in ln:
-            return True
-    return False
 
 
 def _starred(line: str, red: str) -> str:

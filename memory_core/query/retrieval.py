@@ -832,9 +832,13 @@ class _Index:
                 qvec, k, vectors.PARTS_TABLE, None if only is None else only[1]))
         pbits = self.part_index()
         keep = None if only is None else self._keep(pbits, only[1])
-        # every part the quick scan ranks by its exact cosine for ``k`` (a few times ``k``), best first
-        return self._with_parts(qvec, want, top, lambda k: vectors.best_by_cosine(
-            self.conn, qvec, pbits.candidates(qvec, k, keep, pplan.widen), 1 << 62, vectors.PARTS_TABLE))
+
+        def rescored(k: int) -> list[tuple[int, float]]:
+            """Every part the quick scan ranks by its exact cosine for ``k`` (a few times ``k``), best first."""
+            cands = pbits.candidates(qvec, k, keep, pplan.widen)
+            return vectors.best_by_cosine(self.conn, qvec, cands, len(cands), vectors.PARTS_TABLE)
+
+        return self._with_parts(qvec, want, top, rescored)
 
     def _nearest_chunks(self, qvec: np.ndarray, want: int, plan: vectors.ScanPlan,
                         only: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, float]]:

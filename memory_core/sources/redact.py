@@ -63,7 +63,7 @@ from collections.abc import Callable
 from typing import Final
 
 __all__ = [
-    "KEY_ALONE",
+    "ends_in_open_private_key",
     "REDACT_MODES",
     "mask_token",
     "redact",
@@ -381,6 +381,13 @@ def _mask_match(m: re.Match[str]) -> str:
     return mask_token(m.group(0))
 
 
+def ends_in_open_private_key(text: str) -> bool:
+    """Whether ``text`` ends inside a PEM private key block (its last BEGIN line has no END after
+    it): what follows is the key's body, whatever it looks like."""
+    begins = list(_PEM_BEGIN.finditer(text))
+    return bool(begins) and _PEM_END.search(text, begins[-1].end()) is None
+
+
 def _mask_pem_keep_lines(block: str) -> str:
     """A PEM block masked with its line count kept: first line, ``…redacted…``, empty lines,
     last line (so the line numbers of a note's chunks stay those of the file)."""
@@ -564,8 +571,6 @@ _KEY_ALONE: Final = re.compile(
     rf"(?:{_NAME_START}(?:key|token|secret|passw(?:or)?d|pwd|passphrase)|[_-]pass)[\"']?{_S}*+[=:]{_S}*+"
     rf"([|>][-+0-9]*+)?+{_S}*+$",
     _FLAGS)
-KEY_ALONE: Final = _KEY_ALONE
-"""A line that ends with a secret's name and its separator (``password:``): its value is on the next line."""
 _NEXT_KEY: Final = re.compile(r"^[\w.-]{1,128}+\s*+[:=](?:\s|$)")
 
 

@@ -672,10 +672,6 @@ class ScanPlan:
             out["parts"] = self.parts.to_meta()
         return out
 
-    def for_parts(self) -> ScanPlan:
-        """How the part vectors are read: their own plan, else the default quick scan."""
-        return self.parts if self.parts is not None else ScanPlan(measured=False)
-
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> ScanPlan:
         """The plan an index's meta records; an index without one (built before the check) keeps
