@@ -483,3 +483,29 @@ def test_hostile_output_lines_never_poison_the_ledger(workspace: Path, fake: Any
     assert np.allclose(vec / np.linalg.norm(vec), want / np.linalg.norm(want), atol=1e-6)
     again = run_index(s)
     assert again.batch is None or not again.batch.get("jobs_submitted")
+
+
+def test_a_full_batch_run_after_the_provider_changed_dimension_plans_jobs_for_the_new_size(workspace: Path) -> None:
+    """An endpoint with a model memory-core does not know and no ``remote.dimensions`` whose
+    answers went from 64-d to 32-d: a ``--full`` run in Batch API mode counted the cached 64-d
+    vectors as present when planning its jobs, submitted none, and the streamed build (which keeps
+    only vectors of the size the provider answers now) embedded every chunk again by sync
+    requests, at twice the batch price. Now one text is embedded first to learn the size, and the
+    jobs carry the rest."""
+    with OpenAIFake(dims=64, batch_delay=0.05) as srv:
+        s = batch_settings(workspace, "openai", srv, remote={"dimensions": None})
+        s = s.model_copy(update={"model": "my-batch-model"})
+        first = run_index(s)
+        assert first.swapped and first.batch.chunks_via_batch == first.chunks_total > 50
+        srv.dims = 32
+        requests, creates = srv.embed_requests, srv.batch_creates
+        rebuilt = run_index(s, full=True)
+        assert rebuilt.swapped and rebuilt.chunks_total == first.chunks_total
+        assert srv.embed_requests - requests == 1  # the one text that learnt the new size
+        assert srv.batch_creates > creates and rebuilt.batch.chunks_via_batch == rebuilt.chunks_total - 1
+        assert rebuilt.batch.chunks_via_sync == 0
+        conn = connect(s.index_file, readonly=True)
+        try:
+            assert {r[0] for r in conn.execute("SELECT length(embedding) FROM chunks")} == {32 * 4}
+        finally:
+            conn.close()

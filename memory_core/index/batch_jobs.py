@@ -391,7 +391,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
     res.tokens = sum(tokens_of[h] for h in stored)
     left = [h for h, _ in chunks if h not in stored]
     if left:
-        have = ctx.cache.has_many(left)  # e.g. embedded meanwhile by another job or run
+        have = ctx.cache.has_many(left, ctx.provider.dims)  # e.g. embedded meanwhile by another job or run
         left = [h for h in left if h not in have]
     returned_bad = sum(problems[k] for k in ("error", "http_error", "bad_vector", "conflicting"))
     # never returned (malformed lines cannot be attributed to a chunk: they are in ``malformed``)

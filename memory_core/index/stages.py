@@ -428,6 +428,15 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
     Transcript exchange vectors are flagged and counted apart from the chunks, as the streamed
     build counts them (an exchange whose text is also a chunk's counts as that chunk)."""
     tokens, overlap = chunk_params(settings, provider)
+    # the dimension the build will keep (streaming._Stream: the provider's, else an incremental
+    # run's live index's): a cached vector of another length is a miss there, so one here too
+    dims = provider.dims
+    if dims is None and not plan.full:
+        dims = (IndexRecord.from_meta(probe_index(Path(plan.index_path))[0]) or IndexRecord()).dims
+    # a full run whose provider states no dimension (an unknown model, no remote.dimensions) and a
+    # cache that may hold vectors of an earlier size: its first text is embedded alone, now, as the
+    # streamed build's learn_dims does, so the jobs are planned for what the build will keep
+    learn = dims is None and not cache.is_empty()
     out = str(ensure_workdir(plan) / "misses.parquet")
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     os.close(fd)
@@ -439,9 +448,15 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
 
     def flush(writer: pq.ParquetWriter, force: bool = False) -> None:
         nonlocal hits, misses, ex_hits, ex_misses
+        nonlocal dims, learn
         if not todo or (len(todo) < ROW_GROUP and not force):
             return
-        cached = cache.has_many([h for h, _, _ in todo])
+        if learn:
+            learn = False
+            h0, t0, _ = todo[0]
+            store_vectors(cache, [h0], provider.embed_documents([t0]))
+            dims = provider.dims
+        cached = cache.has_many([h for h, _, _ in todo], dims)
         keep = [(h, t, ex) for h, t, ex in todo if h not in cached]
         n_ex = sum(1 for _, _, ex in todo if ex)
         kept_ex = sum(1 for _, _, ex in keep if ex)
@@ -470,7 +485,7 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
         flush(writer, force=True)
     part_chunks: list[str] = []
     if late:  # rare: an exchange's text that another chunk has as its own (the cache is unchanged since)
-        late_hits = cache.has_many(sorted(late))
+        late_hits = cache.has_many(sorted(late), dims)
         part_chunks = sorted(late - set(late_hits))
         hits, ex_hits = hits + len(late_hits), ex_hits - len(late_hits)
         ex_misses -= len(part_chunks)

@@ -456,20 +456,26 @@ class EmbeddingCache:
             live.close()
             return nothing
 
-    def has_many(self, hashes: Iterable[str]) -> set[str]:
-        """The hashes with a vector in the live index or the cache."""
+    def has_many(self, hashes: Iterable[str], dims: int | None = None) -> set[str]:
+        """The hashes with a vector in the live index or the cache. ``dims``: only vectors of that
+        many dimensions count (as :meth:`get_many`'s: one of another length is a miss, and a
+        Batch API run that counted it as present embedded it at the sync price after all)."""
+        size = int(dims) * 4 if dims else None
         rest = list(dict.fromkeys(hashes))
         held: set[str] = set()
         for live in list(self.live):
-            if rest:
+            if rest and (size is None or live.size == size):
                 held |= self._ask(live, live.has_many, rest, set())
                 rest = [h for h in rest if h not in held]
         if rest and self.journal:
             with self._lock:
                 found = self.journal.lookup(_digests(rest))
-            held.update(h for h, off in zip(rest, found, strict=True) if off >= 0)
-            rest = [h for h, off in zip(rest, found, strict=True) if off < 0]
-        return held | {r[0].hex() for r in self._select("hash", rest)}
+                fits = [off >= 0 and (size is None or self.journal.dims_at(off) * 4 == size) for off in found]
+            held.update(h for h, ok in zip(rest, fits, strict=True) if ok)
+            rest = [h for h, ok in zip(rest, fits, strict=True) if not ok]
+        if size is None:
+            return held | {r[0].hex() for r in self._select("hash", rest)}
+        return held | {r[0].hex() for r in self._select("hash, length(embedding)", rest) if r[1] == size}
 
     def hashes(self) -> set[str]:
         """Every chunk hash cached for this (provider, model, provider_key): in the cache file

@@ -369,6 +369,10 @@ class Journal:
     def _record_of(self, off: int) -> int:
         return bisect.bisect_right(self.rec_starts, off) - 1
 
+    def dims_at(self, off: int) -> int:
+        """The dimension of the vector stored at ``off`` (a :meth:`lookup` offset)."""
+        return self.rec_dims[self._record_of(off)]
+
     def vector(self, off: int) -> bytes:
         assert self.fd is not None
         return os.pread(self.fd, self.rec_dims[self._record_of(off)] * 4, off)
