@@ -210,6 +210,43 @@ def test_r1_a_run_stopped_after_the_publish_carries_its_whole_summary(tmp_path: 
         assert not rerun.swapped and rerun.files_changed == rerun.files_new == 0 and rerun.chunks_embedded == 0
 
 
+@pytest.mark.parametrize("first", [True, False])
+def test_r1b_a_stop_while_the_published_runs_summary_is_assembled_carries_it(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            first: bool) -> None:
+    """A Ctrl-C while the run cleaned up its work folder after the publish (a second Ctrl-C after a
+    first one in the cache trim, or the only one) escaped from the cleanup with no summary: the
+    API's caller and the CLI learnt nothing of the published run. Now stops wait until the summary
+    is whole, and the stop carries it (a second Ctrl-C is the same stop)."""
+    from memory_core.index import pipeline
+
+    ws = tmp_path / "ws"
+    _notes(ws, 3)
+    with OpenAIFake(dims=64) as srv:
+        s = openai_settings(ws, srv)
+        run_index(s)
+        (ws / "memory" / "n03.md").write_text("# note 3\n\nA new note.\n")
+        if first:
+            _stop_after_publish(monkeypatch, "trim", signal.SIGINT)
+        real_cleanup = pipeline.cleanup_workdir
+
+        def stop_in_cleanup(plan: object) -> None:
+            if s.index_file.exists() and "memory/n03.md" in _paths(s.index_file):  # published
+                os.kill(os.getpid(), signal.SIGINT)
+            real_cleanup(plan)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(pipeline, "cleanup_workdir", stop_in_cleanup)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            run_index(s)
+        monkeypatch.undo()
+    summary = stopped.value.run_summary  # type: ignore[attr-defined]
+    assert summary.swapped and not summary.error and summary.stopped == "interrupted"
+    assert summary.files_new == 1 and summary.chunks_embedded == 1
+    assert bool(summary.cut_short) == first  # the trim was cut short only by the first stop
+    assert _paths(s.index_file)[-1] == "memory/n03.md"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is Python's again
+
+
 @pytest.mark.prefect_server
 def test_r1_a_flow_run_stopped_after_the_publish_says_it_published(prefect_api: object, tmp_path: Path,
                                                                     request: pytest.FixtureRequest) -> None:

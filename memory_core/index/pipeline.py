@@ -68,7 +68,7 @@ from memory_core.index.stages import (
     trim_cache,
 )
 from memory_core.index.streaming import Built, stream_index
-from memory_core.index.writer import remove_stale_temp_files
+from memory_core.index.writer import remove_stale_temp_files, stops_held
 from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import IndexLock, recover_index
 
@@ -368,6 +368,10 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     published: list[Built] = []  # the build's result, the moment its index is live (stream_index)
     trimmed = False
     stop: BaseException | None = None  # a stop after the publish: raised once the summary is whole
+    # once the index is published, stops wait while the run's summary is assembled (a second
+    # Ctrl-C there escaped without it): held, then the first such is delivered with the summary
+    tail = contextlib.ExitStack()
+    late: list[int] = []
     try:
         cache = open_cache(settings, provider, plan)
         try:
@@ -434,24 +438,39 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                                  " the index holds until the next run trims them")
             log.warning("%s", plan.warnings[-1], extra={RUN_WARNING: True})
     finally:
-        if cache is not None:
-            cache.close()
-        cleanup_workdir(plan)
-    summary = summarize(plan, provider, reason, chunks=chunks, from_cache=from_cache, embed=embed, built=built,
-                        timings=timer.times, embedded_on=embedded_on)
-    if chunks is not None:  # transcript exchange vectors, apart from the chunks
-        summary.exchanges_embedded = stream.exchanges + (batch[0].exchanges if batch is not None else 0)
-        # in batch mode the build finds the jobs' vectors in the cache: what was there before them counts
-        summary.exchanges_from_cache = ex_from_cache if batch is not None else stream.exchanges_cached
-    for w in summary.warnings:
-        if w not in plan.warnings:
-            log.warning("%s", w, extra={RUN_WARNING: True})
-    if stop is not None:
-        cut = ([] if trimmed or cache is None or not settings.cache.enabled else [CUT_TRIM]) + \
-            ([CUT_QMD] if settings.backend == "qmd" else [])
-        stopped_after_publish(stop, summary, cut)
-        log.warning("%s", summary.stop_note(), extra={RUN_WARNING: True})  # the CLI says it in its own line
-        raise stop
+        if built is not None:
+            late = tail.enter_context(stops_held(redeliver=False))
+        try:
+            if cache is not None:
+                cache.close()
+            cleanup_workdir(plan)
+        except BaseException:
+            tail.close()
+            raise
+    with tail:
+        summary = summarize(plan, provider, reason, chunks=chunks, from_cache=from_cache, embed=embed, built=built,
+                            timings=timer.times, embedded_on=embedded_on)
+        if chunks is not None:  # transcript exchange vectors, apart from the chunks
+            summary.exchanges_embedded = stream.exchanges + (batch[0].exchanges if batch is not None else 0)
+            # in batch mode the build finds the jobs' vectors in the cache: what was there before them counts
+            summary.exchanges_from_cache = ex_from_cache if batch is not None else stream.exchanges_cached
+        for w in summary.warnings:
+            if w not in plan.warnings:
+                log.warning("%s", w, extra={RUN_WARNING: True})
+        if stop is not None:  # a stop held meanwhile is the same stop: the run ends by this one
+            cut = ([] if trimmed or cache is None or not settings.cache.enabled else [CUT_TRIM]) + \
+                ([CUT_QMD] if settings.backend == "qmd" else [])
+            stopped_after_publish(stop, summary, cut)
+            log.warning("%s", summary.stop_note(), extra={RUN_WARNING: True})  # the CLI says it in its own line
+            raise stop
+    if late:  # a stop that came while the published run's summary was assembled: it goes with it
+        try:
+            signal.raise_signal(late[0])  # its own handler: KeyboardInterrupt, RunCancelled, Prefect's
+        except BaseException as exc:
+            if is_stop(exc):
+                stopped_after_publish(exc, summary, [CUT_QMD] if settings.backend == "qmd" else [])
+                log.warning("%s", summary.stop_note(), extra={RUN_WARNING: True})
+            raise
     return summary
 
 

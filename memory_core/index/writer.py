@@ -589,17 +589,19 @@ class IndexWriter:
 
 
 @contextlib.contextmanager
-def stops_held() -> Iterator[None]:
+def stops_held(redeliver: bool = True) -> Iterator[list[int]]:
     """SIGINT and SIGTERM wait while the new index goes live (the rename, or the in-place
     commit) and the writer records it (``swapped``), then are delivered as they came: the stop
     lands after a publish the run knows it made, never between the rename and the record (a
     Ctrl-C there was reported "the live index was left as it was" while the new file was live).
-    In the main thread only (where Python runs signal handlers); elsewhere a stop is raised in
-    the main thread, not here."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    Yields the signals held so far (a list that grows). ``redeliver=False``: they are not
+    delivered at the end; the caller decides (the run's summary after a publish:
+    :func:`memory_core.index.pipeline.run_once`). In the main thread only (where Python runs
+    signal handlers); elsewhere a stop is raised in the main thread, not here, and nothing is held."""
     held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
 
     def hold(signum: int, frame: object) -> None:
         held.append(signum)
@@ -610,12 +612,13 @@ def stops_held() -> Iterator[None]:
         if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
             previous[stop] = signal.signal(stop, hold)
     try:
-        yield
+        yield held
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in dict.fromkeys(held):
-            signal.raise_signal(signum)  # its own handler now: KeyboardInterrupt, RunCancelled, Prefect's
+        if redeliver:
+            for signum in dict.fromkeys(held):
+                signal.raise_signal(signum)  # its own handler now: KeyboardInterrupt, RunCancelled, Prefect's
 
 
 def temp_path_for(live_path: Path) -> Path:
