@@ -29,6 +29,16 @@ def _notes(ws: Path, n: int, prefix: str = "n") -> None:
         (ws / "memory" / f"{prefix}{i:02d}.md").write_text(f"# note {prefix} {i}\n\nwords of note {prefix} {i}.\n")
 
 
+def _indexed_then_a_new_note(tmp_path: Path, srv: OpenAIFake) -> Any:
+    """Settings of a workspace of 3 notes, indexed, and then a 4th note (``memory/n03.md``) written."""
+    ws = tmp_path / "ws"
+    _notes(ws, 3)
+    s = openai_settings(ws, srv)
+    run_index(s)
+    (ws / "memory" / "n03.md").write_text("# note 3\n\nA new note.\n")
+    return s
+
+
 def _temp_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
 
@@ -220,12 +230,8 @@ def test_r1b_a_stop_while_the_published_runs_summary_is_assembled_carries_it(tmp
     is whole, and the stop carries it (a second Ctrl-C is the same stop)."""
     from memory_core.index import pipeline
 
-    ws = tmp_path / "ws"
-    _notes(ws, 3)
     with OpenAIFake(dims=64) as srv:
-        s = openai_settings(ws, srv)
-        run_index(s)
-        (ws / "memory" / "n03.md").write_text("# note 3\n\nA new note.\n")
+        s = _indexed_then_a_new_note(tmp_path, srv)
         if first:
             _stop_after_publish(monkeypatch, "trim", signal.SIGINT)
         real_cleanup = pipeline.cleanup_workdir
@@ -306,12 +312,8 @@ def test_r1_a_failure_after_the_publish_is_a_warning_of_a_published_run(tmp_path
     from memory_core.errors import RunError
     from memory_core.storage.cache import EmbeddingCache
 
-    ws = tmp_path / "ws"
-    _notes(ws, 3)
     with OpenAIFake(dims=64) as srv:
-        s = openai_settings(ws, srv)
-        run_index(s)
-        (ws / "memory" / "n03.md").write_text("# note 3\n\nA new note.\n")
+        s = _indexed_then_a_new_note(tmp_path, srv)
 
         def disk_full(self: EmbeddingCache, max_entries: int | None) -> int:
             raise RunError(f"cannot write the embedding cache {self.path}: the disk is full; the live index was left"
