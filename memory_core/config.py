@@ -579,10 +579,14 @@ class Settings(_Model):
 
     @property
     def sessions_dir(self) -> Path:
+        """The transcripts' folder: ``[sessions] dir`` (relative to the workspace), else
+        ``<workspace>/sessions``; absolute and normalised (``..`` taken out, symlinks kept), so a
+        watcher's event paths and discovery's compare equal to it (``../agent/sessions`` was never
+        watched)."""
         if self.sessions.dir is not None:
             p = Path(os.path.expanduser(self.sessions.dir))
-            return p if p.is_absolute() else self.workspace_dir / p
-        return self.workspace_dir / "sessions"
+            return Path(os.path.abspath(p if p.is_absolute() else self.workspace_dir / p))
+        return Path(os.path.abspath(self.workspace_dir / "sessions"))
 
 
 _ENV_KEYS = {

@@ -253,21 +253,12 @@ def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reaso
 
 
 def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
-    """A transcript that grew by less than both delta thresholds keeps its indexed rows."""
-    if f.size < old.size:
-        return False  # rewritten or truncated: reindex
-    grew = f.size - old.size
-    if grew >= settings.sessions.delta_bytes:
-        return False
-    if old.lines is None:
-        return False
-    from memory_core.sources.sessions import count_lines
+    """A transcript that grew by less than both delta thresholds keeps its indexed rows
+    (:func:`memory_core.sources.sessions.below_delta`, the rule freshness uses too)."""
+    from memory_core.sources.sessions import below_delta
 
-    try:
-        new_lines = count_lines(f.abs_path) - old.lines
-    except OSError:
-        return True
-    return new_lines < settings.sessions.delta_messages
+    return below_delta(f.abs_path, f.size, old.size, old.lines, delta_bytes=settings.sessions.delta_bytes,
+                       delta_messages=settings.sessions.delta_messages)
 
 
 # -- chunk -----------------------------------------------------------------------------------

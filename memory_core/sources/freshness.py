@@ -32,6 +32,7 @@ def dirty_state(settings: Settings) -> DirtyState:
 
     from memory_core.errors import PathError
     from memory_core.sources.discovery import discover_files
+    from memory_core.sources.sessions import below_delta
     from memory_core.storage.store import connect_reader, probe_index
 
     meta, problem = probe_index(settings.index_file)
@@ -44,8 +45,8 @@ def dirty_state(settings: Settings) -> DirtyState:
     try:  # the reader connection search uses: safe beside a run committing in place
         conn = connect_reader(settings.index_file)
         try:
-            live = {r[0]: (r[1], int(r[2]), int(r[3]))
-                    for r in conn.execute("SELECT path, source, size, mtime FROM files")}
+            live = {r[0]: (r[1], int(r[2]), int(r[3]), r[4] if isinstance(r[4], int) else None)
+                    for r in conn.execute("SELECT path, source, size, mtime, lines FROM files")}
         finally:
             conn.close()
     except apsw.Error as exc:
@@ -59,11 +60,13 @@ def dirty_state(settings: Settings) -> DirtyState:
         if old is None:
             new.append(f.path)
             continue
-        source, size, mtime_ms = old
+        source, size, mtime_ms, lines = old
         if source != f.source:
             changed.append(f.path)
-        elif f.source == "sessions":
-            if f.size < size or f.size - size >= max(1, settings.sessions.delta_bytes):
+        elif f.source == "sessions":  # the indexer's own rule: what a run would reindex
+            if f.size != size and not below_delta(f.abs_path, f.size, size, lines,
+                                                  delta_bytes=settings.sessions.delta_bytes,
+                                                  delta_messages=settings.sessions.delta_messages):
                 changed.append(f.path)
         elif size != f.size or mtime_ms != f.mtime_ms:
             changed.append(f.path)

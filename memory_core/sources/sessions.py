@@ -669,6 +669,26 @@ def redact_jsonl_line(text: str) -> str:
         return redact(text)
 
 
+def below_delta(abs_path: str, size: int, old_size: int, old_lines: int | None, *, delta_bytes: int,
+                delta_messages: int) -> bool:
+    """A transcript indexed at ``old_size`` bytes and ``old_lines`` lines that is ``size`` bytes
+    now grew by less than both thresholds (``[sessions] delta_bytes``, ``delta_messages``): a run
+    keeps its indexed rows, and the index is not stale for it. Shrunk (rewritten or truncated),
+    grown by ``delta_bytes`` or more, or by ``delta_messages`` lines or more, or with no line count
+    recorded: it is reindexed. One rule for the indexer and for ``status`` / a reader's freshness
+    (a transcript grown by 60 short messages was reindexed by a run but reported fresh)."""
+    if size < old_size:
+        return False
+    if size - old_size >= max(1, delta_bytes):
+        return False
+    if old_lines is None:
+        return False
+    try:
+        return count_lines(abs_path) - old_lines < delta_messages
+    except OSError:
+        return True
+
+
 def count_lines(
     path: str | os.PathLike[str],
     start_byte: int = 0,
