@@ -120,6 +120,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     from_line = cite.start_line if from_line is None else from_line
     lines = cite.lines if lines is None and from_line == cite.start_line else lines
     row, record = lookup(path)  # the files row and the record of the index read now
+    if from_line is not None and int(from_line) < 1 and lines is not None:
+        # lines before the first (``#L0-L2``) are none: the range still ends where it was cited
+        lines = max(0, int(lines) - (1 - int(from_line)))
     start = max(1, int(from_line or 1))
     where = record.reader_settings(settings) if record else settings  # the index's own workspace
     if row is None:
@@ -133,14 +136,22 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     from memory_core.sources.safeio import open_indexed, read_lines
     from memory_core.sources.sessions import session_text_for_range
 
+    # a note's lines are masked as the index masked them: the whole note from its first line (a
+    # secret labelled on the line before the range, a private key begun above it, were shown in
+    # clear when only the lines asked for were redacted)
+    masked = source != "sessions" and ((record.redact if record else None) or settings.redact) == "all"
     # an fd: no symlink in any component, regular files only; each reader closes it, whatever it reads
     real = open_indexed(where, path)
     out: list[str] = []
+    above: list[str] = []  # the note's lines before the range, read only to mask the range as the index did
     try:
         if source == "sessions":
             out = session_text_for_range(real, start, end)
+        elif masked and start > 1:
+            above = read_lines(real, 1, end)  # split on "\n" only, as the chunker numbers lines
+            above, out = above[:start - 1], above[start - 1:]
         else:
-            out = read_lines(real, start, end)  # split on "\n" only, as the chunker numbers lines
+            out = read_lines(real, start, end)
     except FileNotFoundError:
         raise PathError(f"{path} is indexed but no longer exists") from None
     except OSError as exc:
@@ -158,10 +169,11 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
                     f" not messages); the file has {total} lines")
         elif not out and start > 1:
             note = f"line {start} is past the end of {path}" + (f" ({total} lines)" if total is not None else "")
-    if source != "sessions" and ((record.redact if record else None) or settings.redact) == "all":  # transcripts come back redacted
+    if masked and out:  # transcripts come back redacted by session_text_for_range
         from memory_core.sources.redact import redact_lines
 
-        out = redact_lines("\n".join(out)).split("\n") if out else out  # PEM blocks across lines too
+        # with the lines above (PEM blocks across lines, a label on the line before): the range's own
+        out = redact_lines("\n".join([*above, *out])).split("\n")[len(above):]
     return FileText(path=path, source=source, start_line=start, lines=len(out), text="\n".join(out), note=note or None)
 
 
