@@ -515,6 +515,9 @@ class Settings(_Model):
     lancedb_path: Path | None = None
     # setting (dotted) -> where its value came from; set by resolve_settings, empty otherwise
     _origins: dict[str, str] = PrivateAttr(default_factory=dict)
+    # a fallback provider's settings: the primary's, whose provider the index keeps as built
+    # (memory_core.embeddings.registry.fallback_settings, memory_core.storage.indexmeta.build_meta)
+    _primary: Settings | None = PrivateAttr(default_factory=lambda: None)
 
     @property
     def origins(self) -> dict[str, str]:

@@ -75,9 +75,12 @@ def fallback_settings(settings: Settings, primary: str | None = None) -> Setting
         update: dict[str, object] = {"provider": fb, "fallback": None}
         if fb != primary:
             update["model"] = None
-        return settings.model_copy(update=update)
-    return settings.model_copy(update={"provider": fb.provider, "model": fb.model,
-                                       "remote": fb.remote or settings.remote, "fallback": None})
+        out = settings.model_copy(update=update)
+    else:
+        out = settings.model_copy(update={"provider": fb.provider, "model": fb.model,
+                                          "remote": fb.remote or settings.remote, "fallback": None})
+    out._primary = settings._primary or settings  # the index keeps the primary's provider as built
+    return out
 
 
 def _build_fallback(settings: Settings, primary: str) -> EmbeddingProvider | None:

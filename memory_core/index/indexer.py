@@ -95,12 +95,34 @@ class Indexer:
 
         if_busy: IfBusy | None = None if self.wait_for_lock is None else ("wait" if self.wait_for_lock else "fail")
         with self._run_lock:
+            self._as_built_now()
             if self._provider is None:
                 preflight(self.settings)  # a missing workspace is reported before any provider error
             provider = self.provider
             provider.start_run()  # a fresh retry budget per run (issue 17)
             return run_index(self.settings, full=full, provider=provider, reason=self._reason, progress=progress,
                              if_busy=if_busy, only_paths=only_paths)
+
+    def _as_built_now(self) -> None:
+        """Before a run: take what these settings were not told from the live index as it is now
+        (:func:`memory_core.storage.indexmeta.as_built`): a long-lived reader (the MCP server,
+        ``watch``, the API's ``Memory``) read them once, and a later ``memory-core index --sessions``
+        or a rebuild on another provider was undone by its next refresh. A provider this indexer
+        made for the old settings is closed; the next one is made for the new (a provider handed in
+        stays: the run itself then makes one for the index as built, see ``pipeline._as_built_now``)."""
+        from memory_core.storage.indexmeta import PROVIDER_KEYS, IndexRecord, as_built
+        from memory_core.storage.store import probe_index
+
+        fresh, changed = as_built(self.settings, IndexRecord.from_meta(probe_index(self.settings.index_file)[0]))
+        if not changed:
+            return
+        self.settings = fresh
+        if any(k in PROVIDER_KEYS for k in changed) and self._owns_provider:
+            with self._provider_lock:
+                old, self._provider = self._provider, None
+            if old is not None:
+                with contextlib.suppress(Exception):
+                    old.close()
 
     def __call__(self) -> RunSummary:
         """One incremental run: the :class:`Runner` the watcher and the sync triggers call."""

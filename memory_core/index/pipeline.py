@@ -70,7 +70,7 @@ from memory_core.index.stages import (
 from memory_core.index.streaming import Built, stream_index
 from memory_core.index.writer import remove_stale_temp_files, stops_held
 from memory_core.storage.cache import EmbeddingCache
-from memory_core.storage.store import IndexLock, recover_index
+from memory_core.storage.store import IndexLock, probe_index, recover_index
 
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 
@@ -288,11 +288,15 @@ def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             log.info("skipped: %s", msg)
             return RunSummary(index_path=str(index_path), provider=provider.name, model=provider.model,
                               provider_reason=reason, full=full, full_reason="", swapped=False, skipped=msg)
+        made: EmbeddingProvider | None = None  # a provider this run made for the index as built now
         try:
             with _sigterm_cancels():
                 remove_stale_temp_files(index_path)
                 remove_stale_workdirs(index_path)
                 recover_index(index_path)
+                settings, made = _as_built_now(settings, provider)
+                if made is not None:
+                    provider, reason = made, "as the index was built"
                 try:
                     summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
                                           on_progress=progress, only_paths=only_paths)
@@ -317,9 +321,35 @@ def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 return summary
         finally:
             lock.release()
+            if made is not None:
+                with contextlib.suppress(Exception):
+                    made.close()
     finally:
         if own:
             ex.close()
+
+
+def _as_built_now(settings: Settings, provider: EmbeddingProvider) -> tuple[Settings, EmbeddingProvider | None]:
+    """Once the writer lock is held: ``settings`` with what it was not told taken from the live
+    index as it is now (:func:`memory_core.storage.indexmeta.as_built`), and a provider made for
+    them when the index's provider changed (None: ``provider`` stays). A run resolves its settings
+    before it waits for the lock; another run holding it may rebuild the index meanwhile
+    (``index --sessions``, another provider), and the waiting run, told nothing, rebuilt it back
+    (``full: sources changed from [memory, sessions] to [memory]``): its transcripts gone."""
+    from memory_core.storage.indexmeta import PROVIDER_KEYS, IndexRecord, as_built
+
+    record = IndexRecord.from_meta(probe_index(settings.index_file)[0])
+    fresh, changed = as_built(settings, record)
+    if not changed:
+        return settings, None
+    log.info("the index was rebuilt by another run since these settings were read; keeping it as built: %s",
+             ", ".join(changed))
+    if not any(k in PROVIDER_KEYS for k in changed):
+        return fresh, None
+    from memory_core.embeddings.registry import create_provider
+
+    made, _ = create_provider(fresh)
+    return fresh, made
 
 
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,

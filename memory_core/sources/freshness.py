@@ -33,11 +33,15 @@ def dirty_state(settings: Settings) -> DirtyState:
     from memory_core.errors import PathError
     from memory_core.sources.discovery import discover_files
     from memory_core.sources.sessions import below_delta
+    from memory_core.storage.indexmeta import IndexRecord, as_built
     from memory_core.storage.store import connect_reader, probe_index
 
     meta, problem = probe_index(settings.index_file)
     if meta is None or problem:
         return DirtyState(True, reason="no index yet" if meta is None and not problem else f"index damaged: {problem}")
+    # what a run told nothing would index: the index as it is built now, not as it was when a
+    # long-lived reader read its settings (another run may have added transcripts since)
+    settings = as_built(settings, IndexRecord.from_meta(meta))[0]
     try:
         files = discover_files(settings).files
     except PathError as exc:

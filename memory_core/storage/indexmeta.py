@@ -118,8 +118,11 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "fts_tokenizer": fts_tokenizer(),
         "workspace": str(settings.workspace_dir),
         "sessions_dir": str(settings.sessions_dir),
-        # a run on the fallback provider does not make the fallback the index's provider
-        "built_from": built_from(settings, with_provider=not reason.startswith("fallback")),
+        # a run on the fallback provider does not make the fallback the index's provider: it keeps
+        # the primary's as told (the settings the fallback was made from: when the primary could not
+        # be created, ``settings`` themselves); dropping it made the next run told nothing resolve
+        # provider "auto" and rebuild on whatever auto picked
+        "built_from": built_from((settings._primary or settings) if reason.startswith("fallback") else settings),
         "origins": dict(settings.origins),
     }
 
@@ -459,3 +462,75 @@ class QueryProviderOwner:
                                   f" keyword-only results until it is {again}")
             return None
         return p
+
+
+# -- a run told nothing keeps the index as it is built now ------------------------------------------
+
+NOT_TOLD = ("the index", "default")
+"""Origins (:attr:`Settings.origins`) of a recorded setting no flag, variable or config file gave:
+:func:`memory_core.runtime.resolve.resolve_settings`'s ``ORIGIN_INDEX`` and ``ORIGIN_DEFAULT``."""
+
+# the recorded settings a run told nothing takes from the live index (the workspace and the index
+# path say which index it is: never taken), with the keys that make a new embedding provider
+_AS_BUILT_KEYS = ("sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens", "chunking.overlap",
+                  "provider", "model", "remote")
+PROVIDER_KEYS = ("provider", "model", "remote")
+
+
+def _get(data: Mapping[str, Any], key: str) -> object:
+    cur: Any = data
+    for part in key.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, list[str]]:
+    """``settings`` with every recorded setting it was not told (its origin is the index it was
+    resolved against, or the default) taken from ``record``, the live index as it is now, and the
+    keys that changed. A reader or a run resolves its settings once; another run may rebuild the
+    index meanwhile (``index --sessions``, another provider) while a long-lived reader waits for
+    its next trigger or a run waits for the writer lock, and the stale resolution then rebuilt the
+    index back, undoing that run (its transcripts, its vectors, gone). Settings not made by
+    ``resolve_settings`` (no origins), or an index that records nothing, are returned as they are."""
+    origins = settings.origins
+    if record is None or not origins:
+        return settings, []
+    layer = record.settings_layer()
+    current = settings.model_dump(mode="python")
+    changed: list[str] = []
+    for key in _AS_BUILT_KEYS:
+        if origins.get(key) not in NOT_TOLD:
+            continue
+        recorded = _get(layer, key)
+        if recorded is None:
+            continue
+        now = _get(current, key)
+        if key in ("sources", "extra_paths") and isinstance(recorded, list) and isinstance(now, list):
+            differs = sorted(map(str, recorded)) != sorted(map(str, now))
+        elif key == "sessions.dir":
+            differs = str(Path(os.path.abspath(settings.workspace_dir / os.path.expanduser(str(recorded))))) \
+                != str(settings.sessions_dir)
+        elif key == "remote" and isinstance(recorded, Mapping):
+            differs = any(_get(current, f"remote.{k}") != v for k, v in recorded.items())
+        else:
+            differs = recorded != now
+        if differs:
+            changed.append(key)
+    if not changed:
+        return settings, []
+    data = settings.model_dump(mode="python")
+    for key in changed:
+        recorded = _get(layer, key)
+        parts = key.split(".")
+        target: dict[str, Any] = data
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        if key == "remote" and isinstance(recorded, Mapping):
+            target["remote"] = {**(target.get("remote") or {}), **dict(recorded)}
+        else:
+            target[parts[-1]] = recorded
+    fresh = Settings.model_validate(data)
+    fresh._origins = {**origins, **dict.fromkeys(changed, NOT_TOLD[0])}
+    return fresh, changed
