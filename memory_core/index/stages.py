@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import apsw
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -170,6 +171,9 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         files, warnings, indexed = hinted.files, list(hinted.warnings), live
     elif full or live_meta is None:
         disc = discover_files(settings)
+        # a full rebuild re-chunks every file, but counts what changed since the live index (when
+        # it is readable and of these sources): its unchanged, changed, new and removed files
+        live = _live_to_compare(settings, live_meta, problem, index_path)
         files, warnings, indexed = disc.files, list(disc.warnings), live
     else:
         # every file, compared with its recorded stat as it is found: only those that differ
@@ -192,6 +196,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         old = live.get(f.path)
         if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
             counts["unchanged"] += 1
+            if full:  # counted as unchanged, chunked all the same
+                to_index.append(f)
             continue
         if old is None and f.source != "sessions":
             # new: nothing to compare, so it is hashed when it is read for chunking (one read)
@@ -201,7 +207,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         try:
             digest = hash_file(f.abs_path)
         except OSError as exc:
-            if old is not None:
+            if old is not None and not full:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")
                 counts["unchanged"] += 1
             else:
@@ -210,8 +216,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         if old is not None and old.hash == digest and old.source == f.source:
             # Same bytes, new mtime (touch, checkout): keep rows, refresh the files row.
             counts["unchanged"] += 1
+            if full:
+                to_index.append(f.with_hash(digest))
             continue
-        if old is not None and f.source == "sessions" and _below_delta(settings, f, old):
+        if old is not None and not full and f.source == "sessions" and _below_delta(settings, f, old):
             counts["sessions_carried"] += 1
             continue
         to_index.append(f.with_hash(digest))
@@ -227,6 +235,22 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback,
     )
+
+
+def _live_to_compare(settings: Settings, live_meta: dict[str, Any] | None, problem: str | None,
+                     index_path: Path) -> dict[str, LiveFile]:
+    """The live index's ``files`` rows a full rebuild counts its files against; none when there
+    is no readable live index, or when it records another workspace or sessions folder (its
+    paths name other files)."""
+    if live_meta is None or problem:
+        return {}
+    for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)):
+        if live_meta.get(key) != str(value):
+            return {}
+    try:
+        return read_live_files(index_path)
+    except apsw.Error:
+        return {}
 
 
 def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
