@@ -96,6 +96,35 @@ def test_model_change_forces_full_rebuild_and_reuses_nothing_wrong(workspace, op
     assert third.full and third.chunks_embedded == 0 and third.chunks_from_cache == third.chunks_total
 
 
+def test_a_full_rebuild_counts_against_the_live_index(workspace):
+    """A full rebuild re-chunks every file, but its counts say what changed since the live index:
+    it said every file was new and none removed (the CLI, --json, the flow's artifact and the
+    swapped event showed "34 new, 0 removed" after one note was deleted and one edited)."""
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    first = run_index(s)
+    (workspace / "memory" / "2026-09-01.md").unlink()
+    with (workspace / "memory" / "2026-09-03.md").open("a") as fh:
+        fh.write("- one more line about the narwhal census\n")
+    full = run_index(s, full=True)
+    assert full.swapped and full.full and full.full_reason == "requested"
+    assert (full.files_new, full.files_changed, full.files_removed) == (0, 1, 1)
+    assert full.files_unchanged == first.files_scanned - 2 and full.files_scanned == first.files_scanned - 1
+    # still a rebuild: every file was chunked again
+    assert full.chunks_indexed == full.chunks_total
+    paths = {r[0] for r in index_rows(s, "SELECT path FROM files")}
+    assert "memory/2026-09-01.md" not in paths and len(paths) == full.files_scanned
+    with Searcher(s) as searcher:
+        assert any(r.path == "memory/2026-09-03.md" for r in searcher.search("narwhal census", min_score=0))
+    # another workspace's index (its paths name other files): every file is new there
+    other = workspace.parent / "other"
+    other.mkdir()
+    (other / "memory").mkdir()
+    (other / "memory" / "2026-09-03.md").write_text("# Elsewhere\n\nnot the same note\n")
+    s2 = load_settings(None, {"workspace": str(other), "provider": "none", "index_path": str(s.index_file)})
+    moved = run_index(s2, full=True)
+    assert (moved.files_new, moved.files_changed, moved.files_unchanged, moved.files_removed) == (1, 0, 0, 0)
+
+
 def test_keyword_only_mode_indexes_and_finds(workspace):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
     summary = run_index(s)

@@ -202,6 +202,39 @@ def test_a_failed_run_is_retried_without_new_changes(settings, watching):
     assert w.runs[-1].ok and w.runs[-1].reason == "retry"
 
 
+def test_stop_wakes_every_wait_of_the_watcher(settings):
+    """stop() ends the watch at once when no run is going: closing a Memory or the MCP server
+    took 1.5-5 s (the watch loop slept its root check, the start-up waited up to 5 s for the
+    watches) without looking at the stop. With a root check an hour apart, only a stop that
+    wakes the watch loop lets its threads end; no timing is measured."""
+    runner = CountingRunner(settings)
+    w = Watcher(settings, runner, debounce=DEBOUNCE, root_check_s=3600)
+    before = set(threading.enumerate())
+    w.start()
+    try:
+        assert w.wait_ready(15), "watcher did not start"
+        assert runner.calls == 1  # the start-up run
+        started = [t for t in threading.enumerate() if t not in before]
+        assert {t.name for t in started} >= {"memory-core-watch", "memory-core-watchfiles",
+                                             "memory-core-watchfiles-group"}
+    finally:
+        w.stop(timeout=60)
+    assert w._thread is not None and not w._thread.is_alive()
+    # the watch loop (stuck in its hour-long root check before) and its watchfiles threads ended too
+    assert [t.name for t in started if t.is_alive()] == []
+
+
+def test_a_watcher_stopped_before_its_watches_are_in_place_ends_without_a_run(settings):
+    """A stop during the start-up (a Memory closed right after it was opened) does not wait for
+    the watches (it waited up to 5 s) and starts no start-up run after the stop (it did)."""
+    runner = CountingRunner(settings)
+    w = Watcher(settings, runner, debounce=DEBOUNCE, root_check_s=3600)
+    w.start()  # watchfiles' first report takes its 500 ms timeout: the stop comes well before
+    w.stop(timeout=60)
+    assert w._thread is not None and not w._thread.is_alive()
+    assert runner.calls == 0 and w.runs == []
+
+
 def test_transcripts_follow_the_delta_thresholds(workspace):
     s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"],
                              "sessions": {"delta_bytes": 4000, "delta_messages": 5}})

@@ -148,6 +148,9 @@ class RunPlan:
     # looked at (None: it scanned every source), or why it scanned everything instead
     hinted_paths: int | None = None
     hint_fallback: str = ""
+    # the files earlier runs skipped that are as they were then (path -> [source, mtime ms, size,
+    # kind]: memory_core.sources.freshness.SKIPPED_KEY); the build's meta keeps them
+    skips: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def nothing_to_do(self) -> bool:

@@ -15,11 +15,13 @@ import os
 import shutil
 import time
 import uuid
+from collections import ChainMap
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import apsw
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -59,6 +61,7 @@ from memory_core.sources.discovery import (
     hash_file,
     scan_against,
 )
+from memory_core.sources.freshness import SKIPPED_KEY, recorded_skips
 from memory_core.storage.cache import EmbeddingCache, LiveVectors
 from memory_core.storage.indexmeta import (
     IndexRecord,
@@ -159,6 +162,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         assert only_paths is not None
         hinted, n_indexed, live, hint_fallback = _discover_hinted(settings, only_paths, full_reason if full else "",
                                                                    live_meta, index_path)
+    # the files earlier runs looked at and skipped (memory_core.sources.freshness.SKIPPED_KEY): as
+    # they were, they are not looked at again (counted unchanged, kept in the new meta: ``skips``)
+    recorded_skip = recorded_skips(live_meta) if _comparable(settings, live_meta, problem) else {}
+    skips: dict[str, list[Any]] = {}
     to_index: list[FileEntry] = []
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
     seen: set[str] = set()
@@ -170,12 +177,19 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         files, warnings, indexed = hinted.files, list(hinted.warnings), live
     elif full or live_meta is None:
         disc = discover_files(settings)
+        # a full rebuild re-chunks every file, but counts what changed since the live index (when
+        # it is readable and of these sources): its unchanged, changed, new and removed files
+        live = _live_to_compare(settings, live_meta, problem, index_path)
         files, warnings, indexed = disc.files, list(disc.warnings), live
     else:
         # every file, compared with its recorded stat as it is found: only those that differ
         # (or are new) are listed, and only their files rows are read whole
         recorded = read_live_stats(index_path)
-        scan = scan_against(settings, recorded)
+        # a skipped file as it was is not listed either; an unreadable one always is (whether it
+        # still is unreadable is looked at below)
+        skip_stats = {p: (k.source, k.mtime_ms, k.size) for p, k in recorded_skip.items()
+                      if k.kind != "unreadable" and p not in recorded}
+        scan = scan_against(settings, ChainMap(recorded, skip_stats) if skip_stats else recorded)
         seen, indexed = scan.seen, recorded
         counts["unchanged"] = scan.unchanged
         files, warnings = scan.changed, scan.warnings
@@ -187,35 +201,56 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     if problem:
         warnings.append(f"the live index is damaged ({problem}); rebuilding it from sources and cache")
     counts["scanned"] = counts["unchanged"] + len(files)
+    listed: set[str] = set()
     for f in files:
         seen.add(f.path)
+        listed.add(f.path)
         old = live.get(f.path)
+        skip = recorded_skip.get(f.path) if old is None else None
+        if skip is not None and skip.holds(f.source, f.mtime_ms, f.size, f.abs_path):
+            counts["unchanged"] += 1  # looked at and skipped before, and so again: no run for it
+            if full:
+                to_index.append(f)
+            else:
+                skips[f.path] = list(skip)
+            continue
         if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
             counts["unchanged"] += 1
+            if full:  # counted as unchanged, chunked all the same
+                to_index.append(f)
             continue
         if old is None and f.source != "sessions":
-            # new: nothing to compare, so it is hashed when it is read for chunking (one read)
+            # new (or skipped before, and changed since): nothing to compare, so it is hashed when
+            # it is read for chunking (one read)
             to_index.append(f)
-            counts["new"] += 1
+            counts["new" if skip is None else "changed"] += 1
             continue
         try:
             digest = hash_file(f.abs_path)
         except OSError as exc:
-            if old is not None:
+            if old is not None and not full:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")
                 counts["unchanged"] += 1
             else:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+                if old is None:
+                    skips[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
             continue
         if old is not None and old.hash == digest and old.source == f.source:
             # Same bytes, new mtime (touch, checkout): keep rows, refresh the files row.
             counts["unchanged"] += 1
+            if full:
+                to_index.append(f.with_hash(digest))
             continue
-        if old is not None and f.source == "sessions" and _below_delta(settings, f, old):
+        if old is not None and not full and f.source == "sessions" and _below_delta(settings, f, old):
             counts["sessions_carried"] += 1
             continue
         to_index.append(f.with_hash(digest))
-        counts["changed" if old is not None else "new"] += 1
+        counts["changed" if old is not None or skip is not None else "new"] += 1
+    if not full:  # the skipped files not listed: as they were (a hinted run: not named, or named and gone)
+        for p, k in recorded_skip.items():
+            if p not in listed and (p not in hinted.gone if hinted is not None else p in seen):
+                skips[p] = list(k)
     removed = sorted(p for p in indexed if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -225,8 +260,30 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     return RunPlan(
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
-        hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback,
+        hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
     )
+
+
+def _comparable(settings: Settings, live_meta: dict[str, Any] | None, problem: str | None) -> bool:
+    """Whether the live index's paths name this run's files: it is readable and records this
+    workspace and sessions folder."""
+    if live_meta is None or problem:
+        return False
+    return all(live_meta.get(key) == str(value)
+               for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)))
+
+
+def _live_to_compare(settings: Settings, live_meta: dict[str, Any] | None, problem: str | None,
+                     index_path: Path) -> dict[str, LiveFile]:
+    """The live index's ``files`` rows a full rebuild counts its files against; none when there
+    is no readable live index, or when it records another workspace or sessions folder (its
+    paths name other files)."""
+    if not _comparable(settings, live_meta, problem):
+        return {}
+    try:
+        return read_live_files(index_path)
+    except apsw.Error:
+        return {}
 
 
 def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
@@ -283,11 +340,15 @@ def _read_bytes(abs_path: str, size_hint: int) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
-def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str, os.stat_result] | None:
+def _read_markdown(f: FileEntry, warnings: list[str],
+                   skipped: dict[str, list[Any]] | None = None) -> tuple[str, str, os.stat_result] | None:
     """(text, sha256 of the bytes, the file's stat as they were read), or None with a warning
-    when the file cannot be indexed."""
+    when the file cannot be indexed; then ``skipped`` gets its record (``[source, mtime ms, size,
+    kind]``: :data:`memory_core.sources.freshness.SKIPPED_KEY`) unless it is gone."""
+    skip = skipped if skipped is not None else {}
     if f.size > MAX_FILE_BYTES:
         warnings.append(f"{f.path} is {f.size // (1024 * 1024)} MiB, over the {MAX_FILE_BYTES // (1024 * 1024)} MiB limit; skipped")
+        skip[f.path] = [f.source, f.mtime_ms, f.size, "too-large"]
         return None
     try:
         data, st = _read_bytes(f.abs_path, f.size)
@@ -296,9 +357,11 @@ def _read_markdown(f: FileEntry, warnings: list[str]) -> tuple[str, str, os.stat
         return None
     except OSError as exc:
         warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+        skip[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
         return None
     if b"\x00" in data[:BINARY_SNIFF]:
         warnings.append(f"{f.path} looks binary (NUL bytes); skipped")
+        skip[f.path] = [f.source, st.st_mtime_ns // 1_000_000, st.st_size, "binary"]
         return None
     digest = hashlib.sha256(data).hexdigest()
     try:
@@ -319,8 +382,10 @@ class FileChunks:
 
 
 def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, tokens: int, overlap: int,
-               warnings: list[str]) -> FileChunks | None:
-    """Read and chunk one source file; None (with a warning) when it cannot be indexed."""
+               warnings: list[str], skipped: dict[str, list[Any]] | None = None) -> FileChunks | None:
+    """Read and chunk one source file; None (with a warning) when it cannot be indexed, and then
+    ``skipped`` (when given) records it as it was (what the run's meta keeps: a file skipped
+    again and again does not make the index look dirty)."""
     from memory_core.sources.redact import redact_lines, should_redact
     from memory_core.sources.sessions import chunk_stamps, parse_session_file
 
@@ -333,6 +398,8 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             doc = parse_session_file(f.abs_path, redact_secrets=should_redact("sessions", settings.redact))
         except OSError as exc:
             warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
+            if skipped is not None and not isinstance(exc, FileNotFoundError):
+                skipped[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
             return None
         if doc.skipped:
             warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
@@ -343,7 +410,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
                                                  overlap), doc.line_map) if doc.content else []
         lines = doc.lines
     else:
-        got = _read_markdown(f, warnings)
+        got = _read_markdown(f, warnings, skipped)
         if got is None:
             return None
         # the hash, size and mtime of the bytes chunked, never discovery's: a note edited between
@@ -573,8 +640,13 @@ def cost_so_far(settings: Settings, provider: EmbeddingProvider, tokens: int) ->
 # -- build ---------------------------------------------------------------------------------------
 
 def finish_meta(meta: dict[str, Any], plan: RunPlan, live_meta: dict[str, Any] | None, over_window: dict[str, int],
-                counts: dict[str, int], vec: bool, with_vectors: bool, now: int) -> None:
-    """The meta row of a finished build: vector store, counts, chunks over the model's window."""
+                counts: dict[str, int], vec: bool, with_vectors: bool, now: int,
+                skipped: dict[str, list[Any]] | None = None) -> None:
+    """The meta row of a finished build: vector store, counts, chunks over the model's window,
+    the files skipped (those discovery kept as they were, and those this run skipped)."""
+    skips = {**plan.skips, **(skipped or {})}
+    if skips:
+        meta[SKIPPED_KEY] = dict(sorted(skips.items()))
     # "blob+bits": float32 in chunks.embedding and sign bits in chunks_bits (memory_core.storage.vectors)
     meta["vector_store"] = ("blob+bits" if vec else "blob") if with_vectors else None
     meta["built_at"] = now

@@ -433,6 +433,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     in_child = not in_place and use_process_writer(source_bytes)
     writer: BuildWriter | None = None
     warnings: list[str] = []
+    skipped: dict[str, list[Any]] = {}  # the files this run looked at and could not index (finish_meta)
     files: dict[str, dict[str, Any]] = {}
     over: dict[str, int] = {}
     total = 0
@@ -482,7 +483,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         if st.dims is not None or not st.with_vectors:
             writer = open_writer()  # an incremental run's copy of the live index overlaps the chunking
         for f in plan.to_index:
-            fc = chunk_file(f, settings, provider, tokens, overlap, warnings)
+            fc = chunk_file(f, settings, provider, tokens, overlap, warnings, skipped)
             if fc is not None:
                 progress.chunks += len(fc.chunks)
                 for i, c in enumerate(fc.chunks):
@@ -512,7 +513,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         counts = writer.verify(expect_vectors=st.with_vectors)
         meta = dict(plan.meta)
         meta["dims"] = st.dims if st.with_vectors else None
-        finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now)
+        finish_meta(meta, plan, live_meta, over, counts, writer.vec, st.with_vectors, now, skipped)
         scan = scan_plan_of(writer, live_meta, counts) if st.with_vectors and st.dims else None
         if scan is not None:
             meta["vector_scan"] = scan.to_meta()

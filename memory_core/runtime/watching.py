@@ -222,6 +222,10 @@ class Watcher:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._watching = threading.Event()
+        # set once the watches are first in place, or by stop(): what the start-up waits for
+        self._started = threading.Event()
+        # the watch loop's current wake-up (its ``replan``): stop() sets it, so no wait outlives a stop
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- events -------------------------------------------------------------------------------
@@ -275,7 +279,13 @@ class Watcher:
         return self._thread
 
     def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop watching and running, and wait (up to ``timeout``) for the watch thread to end.
+        Every wait of the watcher is woken: a stop returns as soon as a run going ends (closing a
+        ``Memory`` or the MCP server took 1.5-5 s with no run going: the start-up's wait for the
+        watches, up to 5 s, and the watch loop's root check, 2 s, did not look at the stop)."""
         self._stop.set()
+        self._started.set()
+        self._wake.set()  # after _stop: a loop that made a new one sees _stop before it waits
         with self._cond:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -302,8 +312,9 @@ class Watcher:
         watcher.start()
         try:
             # watches first, then the initial run: a change made during that run is not lost
-            watching = self._watching.wait(5.0)
-            if self.initial_run:
+            self._started.wait(5.0)
+            watching = self._watching.is_set()
+            if self.initial_run and not self._stop.is_set():
                 with self._cond:
                     self._take_hint(set())
                 self._run_once("startup", [], None)
@@ -407,7 +418,9 @@ class Watcher:
         while not self._stop.is_set():
             plan = self.filter.plan()
             gen_stop = threading.Event()
-            replan = threading.Event()
+            replan = self._wake = threading.Event()
+            if self._stop.is_set():  # stopped while the old one was replaced: stop() set that one
+                break
             roots = [(sorted(plan.recursive), True), (sorted(plan.flat), False)]
             groups = [(paths, rec, threading.Event()) for paths, rec in roots if paths]
             self._watching.clear()
@@ -422,9 +435,12 @@ class Watcher:
             while not self._stop.is_set():
                 if not self._watching.is_set() and all(ready.is_set() for _, _, ready in groups):
                     self._watching.set()
+                    self._started.set()
                 replan.wait(0.05 if not self._watching.is_set() else self.root_check_s)
                 if not replan.is_set() and not self._watching.is_set():
                     continue
+                if self._stop.is_set():
+                    break
                 replan.clear()
                 if self.filter.plan() != plan or any(not t.is_alive() for t in threads):
                     changed_roots = True
@@ -476,7 +492,7 @@ class Watcher:
                     self.force_polling = True
                 else:
                     log.exception("file watcher failed; re-planning")
-                    time.sleep(1)
+                    self._stop.wait(1)
                 replan.set()
         finally:
             ready.set()

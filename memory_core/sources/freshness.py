@@ -7,11 +7,47 @@ both the query module and the indexing code: it imports neither.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
 
 from memory_core.config import Settings
 
 MAX_LISTED = 20
+SKIPPED_KEY = "skipped_files"
+"""The meta entry of the files a run looked at and could not index (``path -> [source, mtime ms,
+size, kind]``; kind ``binary``, ``too-large`` or ``unreadable``): neither new nor changed while
+they stay as they were, so an unchanged workspace is not dirty because of them."""
+
+
+class Skip(NamedTuple):
+    """A source file a run skipped (with a warning), as it was then."""
+
+    source: str
+    mtime_ms: int
+    size: int
+    kind: str
+
+    def holds(self, source: str, mtime_ms: int, size: int, abs_path: str) -> bool:
+        """Whether the file is still what was skipped: same source, size and mtime, and, for one
+        that could not be read, still unreadable (``chmod`` changes neither size nor mtime)."""
+        if (source, mtime_ms, size) != (self.source, self.mtime_ms, self.size):
+            return False
+        return self.kind != "unreadable" or not os.access(abs_path, os.R_OK)
+
+
+def recorded_skips(meta: Mapping[str, Any] | None) -> dict[str, Skip]:
+    """The skipped files an index's meta records (none for an index written before they were)."""
+    raw = (meta or {}).get(SKIPPED_KEY)
+    out: dict[str, Skip] = {}
+    if not isinstance(raw, dict):
+        return out
+    for path, rec in raw.items():
+        if (isinstance(path, str) and isinstance(rec, list) and len(rec) == 4 and isinstance(rec[0], str)
+                and isinstance(rec[1], int) and isinstance(rec[2], int) and isinstance(rec[3], str)):
+            out[path] = Skip(rec[0], rec[1], rec[2], rec[3])
+    return out
 
 
 @dataclass(frozen=True)
@@ -55,6 +91,7 @@ def dirty_state(settings: Settings) -> DirtyState:
             conn.close()
     except apsw.Error as exc:
         return DirtyState(False, reason=f"index busy or unreadable: {exc}")
+    skips = recorded_skips(meta)
     new: list[str] = []
     changed: list[str] = []
     seen: set[str] = set()
@@ -62,7 +99,11 @@ def dirty_state(settings: Settings) -> DirtyState:
         seen.add(f.path)
         old = live.get(f.path)
         if old is None:
-            new.append(f.path)
+            skip = skips.get(f.path)
+            if skip is None:
+                new.append(f.path)
+            elif not skip.holds(f.source, f.mtime_ms, f.size, f.abs_path):  # a run would look at it again
+                changed.append(f.path)
             continue
         source, size, mtime_ms, lines = old
         if source != f.source:
