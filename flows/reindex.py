@@ -115,9 +115,29 @@ def _run_name() -> str:
         # a first build is a full one: named so from its start, not renamed "-full" at its end
         first = not settings.index_file.exists()
     except Exception:  # a bad parameter fails the run later, with a readable message
-        name, batch = str(raw.get("workspace") or "index").rstrip("/").rsplit("/", 1)[-1], bool(raw.get("batch"))
+        name, batch = _label_of(raw), bool(raw.get("batch"))
     mode = "full" if raw.get("full") or first else "sessions" if raw.get("force_sessions") else "incremental"
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
+
+
+def _label_of(raw: dict[str, Any]) -> str:
+    """:func:`flows.report.index_label` for a run whose settings do not resolve (a bad config
+    file, an unknown agent): from its parameters (else the environment), so a failed run's notes
+    go under the key every other run of that index uses (``<flow>-<index>-notes``), not one made
+    of the whole workspace path, and no two agents' failures share ``<flow>-index-notes``."""
+    import os
+    from pathlib import PurePath
+
+    if raw.get("agent"):
+        return str(raw["agent"])
+    index = str(raw.get("index_path") or os.environ.get("MEMORY_CORE_INDEX") or "").rstrip("/")
+    workspace = str(raw.get("workspace") or os.environ.get("MEMORY_CORE_WORKSPACE") or "").rstrip("/")
+    if index:
+        f = PurePath(index)
+        if not (f.stem == "index" and f.parent.name == ".memory-core"):
+            return f.stem or "index"
+        workspace = workspace or str(f.parent.parent)
+    return (PurePath(workspace).name or "index") if workspace else "index"
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -130,15 +150,17 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     and cached) before the error ends it."""
     logger = get_run_logger()
     t_start = time.perf_counter()
-    notes_key = f"{flow_name}-{report.slug(str(params.workspace or 'index'))}-notes"
+    # until the settings resolve (a bad config fails that): the label the success path uses
+    label = _label_of(params.model_dump())
+    notes_key = f"{report.slug(flow_name)}-{report.slug(label)}-notes"
     fallbacks: list[str] = []
     settings: Settings | None = None
-    label = "index"
     progress: report.ProgressReporter | None = None
     try:
         # resolved once per run: the caller's settings (the CLI resolved them), else from the parameters
         settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
+        label = report.index_label(settings)
         pipeline.preflight(settings)
         if _RESOLVED.get() is None:  # (the CLI checked its own --index)
             pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
@@ -146,7 +168,6 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{
                 "from": settings.provider, "to": f"{provider.name}/{provider.model}"}))
-        label = report.index_label(settings)
         logger.info("provider %s / %s (%s); index %s", provider.name, provider.model, reason, settings.index_file)
         executor = PrefectExecutor(label=label, task_runner=params.task_runner, concurrency=params.embed_concurrency,
                                    dask_address=params.dask_address, dask_workers=params.dask_workers)
