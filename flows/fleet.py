@@ -26,6 +26,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.reindex import IfBusy, reindex
 from flows.runners import RunnerChoice
+from memory_core.index.runtypes import RunSummary
 from memory_core.runtime.resolve import resolve_agents
 
 FLEET_CONCURRENCY = 4  # agents reindexed at once in this process
@@ -54,11 +55,22 @@ def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | No
 
 
 def _row(agent: str, result: dict[str, Any] | None, error: str | None, seconds: float) -> dict[str, Any]:
+    """One agent's line of the fleet summary table. A subflow's result is its run summary
+    (``RunSummary.to_dict()``): outcome, files and chunks are the summary's own headline, the
+    figures its run's summary artifact and the CLI show (it read ``files_total``, which no summary
+    has, and an ``outcome`` key ``to_dict()`` lacks: the files column was always empty, and a run
+    with batch jobs still running said "nothing to do"). A deployment run's result is its state's
+    message (``outcome``): no figures."""
     r = result or {}
-    outcome = error or r.get("outcome") or ("skipped: " + str(r["skipped"]) if r.get("skipped") else
-                                            "swapped" if r.get("swapped") else "nothing to do")
-    return {"agent": agent, "outcome": outcome, "files": r.get("files_total", ""),
-            "chunks": r.get("chunks_total", ""), "seconds": round(seconds, 2)}
+    row: dict[str, Any] = {"agent": agent, "outcome": error or str(r.get("outcome") or ""), "files": "",
+                           "chunks": "", "seconds": round(seconds, 2)}
+    if error is None and "files_scanned" in r:
+        try:
+            head = RunSummary.from_dict(r).headline()
+        except (TypeError, ValueError, KeyError):  # not a summary after all: what it said, as it said it
+            return row
+        row.update(outcome=head["outcome"], files=head["files"], chunks=head["chunks"])
+    return row
 
 
 def _fleet_run_name() -> str:

@@ -16,13 +16,17 @@ The ``backfill`` flow (flows/backfill.py) is the same run with batch mode on by 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.states import Completed, State
+from prefect.states import Cancelled, Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -115,9 +119,136 @@ def _run_name() -> str:
         # a first build is a full one: named so from its start, not renamed "-full" at its end
         first = not settings.index_file.exists()
     except Exception:  # a bad parameter fails the run later, with a readable message
-        name, batch = str(raw.get("workspace") or "index").rstrip("/").rsplit("/", 1)[-1], bool(raw.get("batch"))
+        name, batch = _label_of(raw), bool(raw.get("batch"))
     mode = "full" if raw.get("full") or first else "sessions" if raw.get("force_sessions") else "incremental"
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
+
+
+def _label_of(raw: dict[str, Any]) -> str:
+    """:func:`flows.report.index_label` for a run whose settings do not resolve (a bad config
+    file, an unknown agent): from its parameters (else the environment), so a failed run's notes
+    go under the key every other run of that index uses (``<flow>-<index>-notes``), not one made
+    of the whole workspace path, and no two agents' failures share ``<flow>-index-notes``."""
+    import os
+    from pathlib import PurePath
+
+    if raw.get("agent"):
+        return str(raw["agent"])
+    index = str(raw.get("index_path") or os.environ.get("MEMORY_CORE_INDEX") or "").rstrip("/")
+    workspace = str(raw.get("workspace") or os.environ.get("MEMORY_CORE_WORKSPACE") or "").rstrip("/")
+    if index:
+        f = PurePath(index)
+        if not (f.stem == "index" and f.parent.name == ".memory-core"):
+            return f.stem or "index"
+        workspace = workspace or str(f.parent.parent)
+    return (PurePath(workspace).name or "index") if workspace else "index"
+
+
+# -- a cancel of an in-process run ------------------------------------------------------------
+
+# How often an in-process flow run (``memory-core index --engine prefect``, ``reindex(...)``
+# called from Python) asks the API whether it was cancelled: one GET of the flow run, from a
+# daemon thread. ``MEMORY_CORE_CANCEL_POLL_S`` sets it; 0 turns the watch off.
+CANCEL_POLL_S = 1.5
+CANCELLED_IN_PREFECT = "cancelled in Prefect"
+
+
+class _CancelWatch:
+    """Watches the state of a flow run that runs in this process with no worker or runner to act
+    on Cancelling (a cancel from the UI or ``prefect flow-run cancel`` was ignored: the run went on,
+    published, and stayed Cancelling for ever). On Cancelling (or Cancelled) it sends this process
+    one SIGTERM: Prefect's handler raises its TerminationSignal in the main thread, which the
+    pipeline handles as any stop (nothing published before it, or a summary that says it was)."""
+
+    def __init__(self, flow_run_id: Any, interval: float) -> None:
+        self.flow_run_id = flow_run_id
+        self.interval = interval
+        self.requested = False  # the SIGTERM was sent
+        self._closed = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        ctx = contextvars.copy_context()  # the caller's Prefect settings (API URL) are context variables
+        self._thread = threading.Thread(target=ctx.run, args=(self._loop,), name="memory-core-cancel-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        from prefect.client.orchestration import get_client
+
+        with contextlib.suppress(Exception), get_client(sync_client=True) as client:
+            while not self._done.wait(self.interval):
+                try:
+                    state = client.read_flow_run(self.flow_run_id).state
+                except Exception:  # the API blinked: ask again at the next tick
+                    continue
+                if state is not None and (state.is_cancelling() or state.is_cancelled()):
+                    with self._lock:
+                        if not self._closed:
+                            self.requested = True
+                            signal.raise_signal(signal.SIGTERM)
+                    return
+
+    def close(self) -> bool:
+        """Stop watching; whether the stop was sent (it may still be pending: see :func:`_absorb_sigterm`)."""
+        self._done.set()
+        with self._lock:
+            self._closed = True
+        return self.requested
+
+    def cancelling_now(self) -> bool:
+        """One last look, as the run ends: a cancel that came after the watch closed."""
+        from prefect.client.orchestration import get_client
+
+        try:
+            with get_client(sync_client=True) as client:
+                state = client.read_flow_run(self.flow_run_id).state
+        except Exception:
+            return False
+        return state is not None and (state.is_cancelling() or state.is_cancelled())
+
+
+def _watch_for_cancel() -> _CancelWatch | None:
+    """A watch for a top-level flow run in this process's main thread that no worker or runner
+    supervises (those act on Cancelling themselves: ``PREFECT__FLOW_RUN_ID`` is set in their
+    process), with Prefect's SIGTERM handler in place; None otherwise (a subflow, a fleet's agents
+    in threads: a SIGTERM would stop them all)."""
+    from prefect.context import FlowRunContext
+
+    try:
+        interval = float(os.environ.get("MEMORY_CORE_CANCEL_POLL_S") or CANCEL_POLL_S)
+    except ValueError:
+        interval = CANCEL_POLL_S
+    ctx = FlowRunContext.get()
+    if interval <= 0 or ctx is None or ctx.flow_run is None or ctx.flow_run.parent_task_run_id is not None \
+            or os.environ.get("PREFECT__FLOW_RUN_ID") or threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, signal.SIG_IGN, None):
+        return None
+    return _CancelWatch(ctx.flow_run.id, interval)
+
+
+def _absorb_sigterm() -> None:
+    """The watch's SIGTERM, sent as the run finished, is pending: let it land on a handler that
+    does nothing (main thread), so it does not cut the run's reporting short."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        for _ in range(1000):  # Python runs a pending handler at a loop's backward jump
+            pass
+        time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _cancelled(summary: RunSummary | None, message: str) -> State[Any]:
+    """The final state of a run the watch stopped: Cancelled (from Cancelling), its message the
+    truth (nothing published, or the stop note of a run that published); the in-process caller
+    (:func:`run_reindex`) gets a :class:`pipeline.RunCancelled` carrying the summary."""
+    stop = pipeline.RunCancelled(CANCELLED_IN_PREFECT)
+    if summary is not None:
+        stop.run_summary = summary  # type: ignore[attr-defined]
+    said = _STOPPED.get()
+    if said is not None:
+        said.append(stop)
+    return Cancelled(message=message)  # (its data would be taken for the exception to raise)
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -127,18 +258,40 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     (``memory_core.index.pipeline.run_index``, the CLI's) with the Prefect executor, plus what the UI
     shows: progress, summary and notes artifacts, events, a run name that says what it did.
     A run that fails or is cancelled still writes its notes (and a summary of what it had done
-    and cached) before the error ends it."""
+    and cached) before the error ends it. A run in this process with nothing else to act on a
+    cancel (:func:`_watch_for_cancel`) watches its own state: a cancel stops it, and it ends Cancelled."""
+    watch = _watch_for_cancel()
+    try:
+        out = _run_pipeline(params, flow_name, watch)
+    finally:
+        if watch is not None:
+            watch.close()
+    data = out.data if isinstance(out, State) and out.is_completed() else out
+    if watch is not None and isinstance(data, dict) and watch.cancelling_now():
+        # a cancel that came as the run reported: it had finished (Completed is refused from Cancelling)
+        summary = RunSummary.from_dict(data)
+        if summary.swapped:
+            summary.stopped = "cancelled"
+        return _cancelled(summary, (summary.stop_note() if summary.swapped else
+                                    f"cancelled after the run had finished: {summary.outcome()}"))
+    return out
+
+
+def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | None) -> dict[str, Any] | State[Any]:
     logger = get_run_logger()
     t_start = time.perf_counter()
-    notes_key = f"{flow_name}-{report.slug(str(params.workspace or 'index'))}-notes"
+    # until the settings resolve (a bad config fails that): the label the success path uses
+    label = _label_of(params.model_dump())
+    notes_key = f"{report.slug(flow_name)}-{report.slug(label)}-notes"
     fallbacks: list[str] = []
     settings: Settings | None = None
-    label = "index"
     progress: report.ProgressReporter | None = None
+    done: list[RunSummary] = []  # the pipeline's summary, once it returned
     try:
         # resolved once per run: the caller's settings (the CLI resolved them), else from the parameters
         settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
+        label = report.index_label(settings)
         pipeline.preflight(settings)
         if _RESOLVED.get() is None:  # (the CLI checked its own --index)
             pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
@@ -146,7 +299,6 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{
                 "from": settings.provider, "to": f"{provider.name}/{provider.model}"}))
-        label = report.index_label(settings)
         logger.info("provider %s / %s (%s); index %s", provider.name, provider.model, reason, settings.index_file)
         executor = PrefectExecutor(label=label, task_runner=params.task_runner, concurrency=params.embed_concurrency,
                                    dask_address=params.dask_address, dask_workers=params.dask_workers)
@@ -158,17 +310,33 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
                 on_start(str(flow_run.ui_url or flow_run.id))
         progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"), also=watcher)
         try:
-            summary = pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
-                                         progress=progress, executor=executor, if_busy=params.if_busy)
+            done.append(pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
+                                           progress=progress, executor=executor, if_busy=params.if_busy))
         finally:
             executor.close()
+        summary = done[0]
+        if watch is not None and watch.close():  # the cancel came as the pipeline ended: its stop is pending
+            _absorb_sigterm()
+            raise pipeline.RunCancelled(CANCELLED_IN_PREFECT)
     except BaseException as exc:
         partial = getattr(exc, "run_summary", None)
+        if partial is None and done and pipeline.is_stop(exc):  # a stop after the pipeline returned
+            partial = done[0]
+            if partial.swapped:
+                pipeline.stopped_after_publish(exc, partial, [])
+        cancelled = watch is not None and watch.close() and pipeline.is_stop(exc)
+        if cancelled:
+            logger.warning("the flow run was cancelled (Cancelling, set through the API or the UI): stopping it")
         if partial is not None and partial.swapped and settings is not None:
+            if cancelled:
+                partial.stopped = "cancelled"
             _stopped_after_publish(flow_name, label, settings, partial, progress, fallbacks, notes_key,
                                    time.perf_counter() - t_start)
+            if cancelled:
+                return _cancelled(partial, partial.stop_note())
             raise
-        msg = "cancelled" if type(exc).__name__ in ("TerminationSignal", "CancelledRun", "KeyboardInterrupt") \
+        msg = "cancelled" if cancelled or type(exc).__name__ in ("TerminationSignal", "CancelledRun",
+                                                                   "KeyboardInterrupt") \
             else f"{type(exc).__name__}: {exc}"
         logger.error("run %s; the live index was left as it was", msg if msg == "cancelled" else f"failed: {msg}")
         with contextlib.suppress(Exception):
@@ -186,6 +354,8 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
                 f"{flow_name} {label}: run {'cancelled' if msg == 'cancelled' else 'failed'}",
                 warnings=list(partial.warnings) if partial else [], fallbacks=fallbacks, error=msg,
                 partial=partial), "the run was cancelled" if msg == "cancelled" else "the run failed")
+        if cancelled:
+            return _cancelled(partial, f"{CANCELLED_IN_PREFECT}; the live index was left as it was")
         raise
     summary.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)
     report.rename_run(flow_name, label, summary)
@@ -305,6 +475,8 @@ _CALLER: ContextVar[tuple[pipeline.ProgressFn | None, Callable[[str], None] | No
 # The settings the caller of an in-process run already resolved (the CLI): not a parameter, so
 # API keys never reach the server and a deployment's runs resolve theirs from their parameters.
 _RESOLVED: ContextVar[Settings | None] = ContextVar("memory_core_flow_settings", default=None)
+# The stop of a run its cancel watch ended (:func:`_cancelled`), for the in-process caller
+_STOPPED: ContextVar[list[BaseException] | None] = ContextVar("memory_core_flow_stopped", default=None)
 
 
 def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None = None,
@@ -313,11 +485,23 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
     ``on_start`` gets the flow run's URL in the UI, ``progress`` the run's progress. ``settings``:
     the caller's already resolved settings, used as they are (the run's parameters still record
     what it was told, for the UI); None: the flow resolves them from ``params``."""
+    from prefect.exceptions import CancelledRun
+
     token = _CALLER.set((progress, on_start))
     resolved = _RESOLVED.set(settings)
+    stopped = _STOPPED.set([])
     try:
         return reindex(**params.flow_kwargs())
+    except CancelledRun:
+        # cancelled in the UI or through the API: the stop the CLI knows, with what the run had done
+        # (RunCancelled: "cancelled in Prefect; the live index was left as it was", or, a run that
+        # published, its stop note)
+        said = _STOPPED.get()
+        if said:
+            raise said[-1] from None
+        raise
     finally:
+        _STOPPED.reset(stopped)
         _RESOLVED.reset(resolved)
         _CALLER.reset(token)
 

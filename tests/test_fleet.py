@@ -102,3 +102,36 @@ def test_an_empty_config_file_parameter_is_said(prefect_api: Any, tmp_path: Path
             break
         time.sleep(0.5)
     assert said and f"using $MEMORY_CORE_CONFIG here: {cfg}" in said[0], logs
+
+
+def test_the_fleet_summary_table_says_each_agents_files_chunks_and_outcome(prefect_api: Any, tmp_path: Path) -> None:
+    """P6 (thirteenth session): the `fleet-reindex-summary` table read `files_total` (no summary has
+    it) and an `outcome` key `to_dict()` lacks: its files column was always empty and a run with
+    batch jobs still running said "nothing to do". Each row is now the agent's own summary headline."""
+    import json
+
+    from flows.fleet import _row
+    from memory_core.embeddings.batch_types import BatchFigures
+    from memory_core.index.runtypes import RunSummary
+
+    cfg, _ = make_fleet(tmp_path)
+    state = fleet_reindex(config_file=str(cfg), return_state=True)
+    drain_workers()
+    assert state.is_completed(), state.message
+    art = artifact_of(state.state_details.flow_run_id, "table")
+    rows = {r["agent"]: r for r in (json.loads(art.data) if isinstance(art.data, str) else art.data)}
+    for agent, summary in state.result()["agents"].items():
+        head = RunSummary.from_dict(summary).headline()
+        assert rows[agent]["files"] == head["files"] == "1 scanned, 1 new, 0 changed, 0 removed", rows[agent]
+        assert rows[agent]["chunks"] == summary["chunks_total"] > 0
+        assert rows[agent]["outcome"] == "swapped in"
+    # a run that published nothing because its batch jobs are still running says so
+    pending = RunSummary(index_path="x", provider="openai", model="m", provider_reason="", full=False,
+                         full_reason="", swapped=False, files_scanned=3, files_changed=1,
+                         batch=BatchFigures(jobs_submitted=1, jobs_pending=1))
+    row = _row("gamma", {"agent": "gamma", **pending.to_dict()}, None, 1.0)
+    assert row["outcome"] == "not updated: 1 batch job(s) still running"
+    assert row["files"] == "3 scanned, 0 new, 1 changed, 0 removed"
+    # a failure, and a deployment run (its state's message, no figures), as they were
+    assert _row("beta", None, "failed: boom", 2.0)["outcome"] == "failed: boom"
+    assert _row("delta", {"agent": "delta", "flow_run": "r", "outcome": "Completed"}, None, 0.5)["outcome"] == "Completed"

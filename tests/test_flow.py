@@ -397,3 +397,34 @@ def test_a_first_build_is_named_full_from_its_start(prefect_api: Any, workspace:
     (workspace / "memory" / "2026-09-04.md").write_text("## 23:50\nReplica lag threshold now 45s.\n")
     state, fr = run(workspace=str(workspace), config_file=str(cfg))
     assert _started_as(fr.id) == "reindex-ws-incremental" == fr.name
+
+
+def test_a_run_failing_on_a_bad_config_writes_its_notes_under_the_index_key(prefect_api: Any, workspace: Path,
+                                                                            tmp_path: Path) -> None:
+    """P5 (thirteenth session): a run that failed before its settings resolved wrote its notes under
+    a key made of the whole workspace path (`reindex-tmp-...-ws-notes`), and with an `agent`
+    parameter every agent's failure shared `reindex-index-notes`: now `<flow>-<index>-notes`, the
+    key of every other run of that index (docs/deployments.md section 5)."""
+    def notes(state: Any) -> tuple[str, str]:
+        found = [a for a in run_artifacts(state.state_details.flow_run_id) if a.key and a.key.endswith("-notes")]
+        assert len(found) == 1, [a.key for a in found]
+        return found[0].key, found[0].data.splitlines()[0]
+
+    state, _ = run(workspace=str(workspace), provider="none")
+    assert state.is_completed() and notes(state)[0] == "reindex-ws-notes"
+    (workspace / "memory-core.toml").write_text("provider = [broken\n")  # a bad config in the workspace
+    (workspace / "memory" / "new.md").write_text("# new\n\nsomething new\n")
+    state, fr = run(workspace=str(workspace))
+    assert state.is_failed() and "not valid TOML" in state.message
+    assert notes(state) == ("reindex-ws-notes", "# reindex ws: run failed")
+    assert fr.name == "reindex-ws-incremental"
+    # an agent's run whose config is broken: its own key, not one shared by every agent
+    bad = tmp_path / "fleet.toml"
+    bad.write_text("[agents\nlist = [")
+    keys = set()
+    for agent in ("alpha", "beta"):
+        state, fr = run(agent=agent, config_file=str(bad))
+        assert state.is_failed()
+        keys.add(notes(state)[0])
+        assert fr.name == f"reindex-{agent}-incremental"
+    assert keys == {"reindex-alpha-notes", "reindex-beta-notes"}

@@ -1,0 +1,159 @@
+"""A cancel of a flow run that `memory-core index --engine prefect` runs in its own process, set
+through the API of a real Prefect server (what `prefect flow-run cancel ID` and the UI's Cancel
+do: the run goes Cancelling). No worker or runner acts on that for an in-process run: the run
+watches its own state (flows/reindex.py `_CancelWatch`) and stops itself.
+
+P3 (the thirteenth session's audit): the cancel was ignored: the run went on embedding,
+published its index, the CLI exited 0, and the flow run stayed Cancelling for ever."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT
+from tests.fakes.openai_fake import OpenAIFake
+from tests.prefect_server import artifact_of, read_flow_run, shared_server
+
+pytestmark = pytest.mark.prefect_server
+
+UUID = re.compile(r"flow run: \S*?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+
+
+def _cancel(flow_run_id: str) -> None:
+    """What `prefect flow-run cancel` does: propose Cancelling."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run_id, Cancelling(message="cancelled by the test"))
+
+
+def _config(path: Path, ws: Path, base_url: str) -> None:
+    path.write_text(
+        f'workspace = "{ws}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+        f'[remote]\nbase_url = "{base_url}"\ndimensions = 64\nmax_inputs_per_request = 8\nbackoff_initial_s = 0.01\n')
+
+
+class _Cli:
+    """The CLI in a subprocess, its stderr read as it comes (the flow run's URL is its first word)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.err.extend(iter(self.proc.stderr.readline, "")),  # type: ignore[union-attr]
+                                        daemon=True)
+        self._reader.start()
+
+    def flow_run_id(self, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = UUID.search("".join(self.err))
+            if found:
+                return found.group(1)
+            assert self.proc.poll() is None, "".join(self.err)
+            time.sleep(0.1)
+        raise AssertionError("no flow run URL: " + "".join(self.err))
+
+    def wait(self, timeout: float) -> tuple[int, str, str]:
+        try:
+            out = self.proc.stdout.read() if self.proc.wait(timeout) is not None else ""  # type: ignore[union-attr]
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError("the CLI went on after the cancel: " + "".join(self.err)) from None
+        self._reader.join(10)
+        return self.proc.returncode, out, "".join(self.err)
+
+
+def _final_state(flow_run_id: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = read_flow_run(flow_run_id).state
+        if state.is_final() or time.monotonic() > deadline:
+            return state
+        time.sleep(0.3)
+
+
+def test_a_cancel_from_the_api_stops_an_in_process_run_before_it_publishes(prefect_api: Any, tmp_path: Path,
+                                                                          request: pytest.FixtureRequest) -> None:
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    cfg = tmp_path / "memory-core.toml"
+    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    with OpenAIFake(dims=64) as srv:
+        _config(cfg, ws, srv.base_url)
+        srv.delay = 0.5  # a slow provider: the run is embedding when the cancel comes
+        cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
+                    "--no-progress"], env)
+        run_id = cli.flow_run_id()
+        deadline = time.monotonic() + 120
+        while not srv.sync_billed_texts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert srv.sync_billed_texts, "".join(cli.err)
+        t0 = time.monotonic()
+        _cancel(run_id)
+        code, out, err = cli.wait(timeout=60)
+        took = time.monotonic() - t0
+
+    assert code != 0 and "Traceback" not in err, err
+    assert "cancelled in Prefect; the live index was left as it was" in err, err
+    assert "index:" not in out  # no summary of a published run
+    assert not (ws / ".memory-core" / "index.sqlite").exists()  # nothing published
+    assert took < 30, took  # the watch polls every 1.5 s; the stop waits for requests in flight
+    state = _final_state(run_id)
+    assert state.is_cancelled(), (state.type, state.message)  # final, not Cancelling for ever
+    assert "left as it was" in (state.message or "")
+    notes = artifact_of(run_id, "markdown").data
+    assert "run cancelled" in notes, notes
+
+
+def test_a_cancel_that_lands_after_the_publish_says_the_run_published(prefect_api: Any, tmp_path: Path,
+                                                                     request: pytest.FixtureRequest) -> None:
+    """The cancel comes as the run trims its cache, after its new index went live: the run still
+    ends Cancelled, and its state, its notes and the CLI say the live index is the new one."""
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    cfg = tmp_path / "memory-core.toml"
+    wrapper = tmp_path / "index_cancelled_in_trim.py"  # the real CLI, cancelled through the API in the trim
+    wrapper.write_text(textwrap.dedent("""
+        import sys, time
+        from memory_core.index import pipeline
+
+        def cancel_in_trim(*args):
+            from prefect.client.orchestration import get_client
+            from prefect.runtime import flow_run
+            from prefect.states import Cancelling
+
+            with get_client(sync_client=True) as client:
+                client.set_flow_run_state(flow_run.id, Cancelling(message="cancelled by the test"))
+            time.sleep(20)  # the watch stops the run here
+
+        pipeline.trim_cache = cancel_in_trim
+        from memory_core.apps.cli import main
+        sys.exit(main())
+    """))
+    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    with OpenAIFake(dims=64) as srv:
+        _config(cfg, ws, srv.base_url)
+        cli = _Cli([sys.executable, str(wrapper), "index", "--config", str(cfg), "--engine", "prefect",
+                    "--no-progress"], env)
+        run_id = cli.flow_run_id()
+        code, _, err = cli.wait(timeout=120)
+
+    assert code != 0 and "Traceback" not in err, err
+    assert "cancelled after the new index was published (swapped in): the live index holds this run's update" in err
+    assert (ws / ".memory-core" / "index.sqlite").exists()  # published
+    state = _final_state(run_id)
+    assert state.is_cancelled(), (state.type, state.message)
+    assert "after the new index was published" in (state.message or "")
+    notes = artifact_of(run_id, "markdown").data
+    assert "cancelled after the new index was published" in notes and "left as it was" not in notes, notes
