@@ -290,9 +290,11 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
     t0 = time.perf_counter()
     snap = _Snapshot(Path(index_path))
     try:
+        # the summary's "vectors": whether the rows carry vectors (a keyword-only index's column is all null)
+        has_vectors = vectors and snap.dims is not None
         if to_stdout:
             rows, groups = _write_jsonl(snap, stdout or sys.stdout, vectors=vectors, batch_rows=batch_rows)
-            return ExportSummary(path="-", format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
+            return ExportSummary(path="-", format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors, row_groups=groups,
                                  bytes=0, seconds=round(time.perf_counter() - t0, 3),
                                  provider=snap.record.provider, model=snap.record.model)
         out = Path(os.path.abspath(os.path.expanduser(os.fspath(output))))
@@ -313,7 +315,8 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
+        return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors,
+                             row_groups=groups,
                              bytes=out.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
                              provider=snap.record.provider, model=snap.record.model)
     finally:
