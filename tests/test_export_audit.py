@@ -32,3 +32,45 @@ def test_e8b_a_keyword_only_export_says_it_has_no_vectors(keyword_ws: Path, tmp_
         assert main(["export", "-w", str(keyword_ws), out, "--json"]) == 0
         got = json.loads(capsys.readouterr().out)
         assert got["vectors"] is False and got["dims"] is None, got
+
+
+SLOW_EXPORT = """
+import sys, time
+import memory_core.export.files as f
+orig = f._batches
+def slow(*a, **k):  # a large index: many more row groups still to write (timing only)
+    for b in orig(*a, **k):
+        yield b
+        print("wrote a batch", flush=True)
+        time.sleep(60)
+f._batches = slow
+from memory_core.apps.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _stopped_export(args: list[str], tmp_path: Path) -> tuple[int, str]:
+    """Run ``memory-core ARGS`` (its batches slowed down), SIGTERM it after its first batch."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "slow_export.py"
+    script.write_text(SLOW_EXPORT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("wrote a batch")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_e4a_sigterm_during_an_export_leaves_no_temp_file(keyword_ws: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, err = _stopped_export(["export", "-w", str(keyword_ws), str(out / "chunks.parquet"), "--json"], tmp_path)
+    assert rc == 1 and "Traceback" not in err and "stopped by SIGTERM" in err, err
+    assert list(out.iterdir()) == []  # before: .chunks.parquet.tmp-PID-xxxx (0600, the memory's text)
