@@ -74,3 +74,16 @@ def test_e4a_sigterm_during_an_export_leaves_no_temp_file(keyword_ws: Path, tmp_
     rc, err = _stopped_export(["export", "-w", str(keyword_ws), str(out / "chunks.parquet"), "--json"], tmp_path)
     assert rc == 1 and "Traceback" not in err and "stopped by SIGTERM" in err, err
     assert list(out.iterdir()) == []  # before: .chunks.parquet.tmp-PID-xxxx (0600, the memory's text)
+
+
+def test_e6_an_export_never_replaces_a_users_own_terms_table(keyword_ws: Path, tmp_path: Path, capsys) -> None:
+    import lancedb
+
+    uri = tmp_path / "mydb"
+    lancedb.connect(str(uri)).create_table("terms", data=[{"term": "glossary entry", "definition": "the user's own"}])
+    assert main(["export", "-w", str(keyword_ws), "--format", "lancedb", str(uri)]) == 2
+    assert "'terms' that is not a memory-core export" in capsys.readouterr().err
+    t = lancedb.connect(str(uri)).open_table("terms")
+    assert t.schema.names == ["term", "definition"] and t.count_rows() == 1
+    assert main(["export", "-w", str(keyword_ws), "--format", "lancedb", str(uri), "--force"]) == 0
+    assert main(["export", "-w", str(keyword_ws), "--format", "lancedb", str(uri)]) == 0  # now an earlier export

@@ -26,7 +26,16 @@ from memory_core.query.retrieval import background_of
 if TYPE_CHECKING:
     from memory_core.export.files import ExportSummary
 
-from memory_core.storage.lancedb import MARK, TABLE, TERMS, _fts_config, _lancedb, _tables, doc_tokens
+from memory_core.storage.lancedb import (
+    MARK,
+    TABLE,
+    TERMS,
+    _fts_config,
+    _lancedb,
+    _tables,
+    doc_tokens,
+    is_export_table,
+)
 from memory_core.storage.store import has_table
 
 
@@ -65,11 +74,11 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
     snap = _Snapshot(Path(index_path))
     try:
         db = lancedb.connect(uri)
-        if TABLE in _tables(db) and not force:
-            md = db.open_table(TABLE).schema.metadata or {}
-            if MARK not in md:
-                raise UsageError(f"{uri} already has a table {TABLE!r} that is not a memory-core export;"
-                                 " use --force to replace it")
+        if not force:  # both tables are replaced: neither may be a user's own
+            for name in (TABLE, TERMS):
+                if name in _tables(db) and not is_export_table(db.open_table(name), name):
+                    raise UsageError(f"{uri} already has a table {name!r} that is not a memory-core export;"
+                                     " use --force to replace it")
         mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
         dims = snap.dims
         meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
@@ -100,7 +109,7 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
         bg = background_of(snap.conn) if dims else None
         terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
                          schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
-                                          metadata={"memory_core.n_chunks": str(n),
+                                          metadata={MARK.decode(): "1", "memory_core.n_chunks": str(n),
                                                     "memory_core.background_cosine": json.dumps(bg)}))
         tt = db.create_table(TERMS, data=terms, mode="overwrite")
         if n:

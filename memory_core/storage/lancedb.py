@@ -50,6 +50,13 @@ def _fts_config() -> Any:
     return FTS(stem=False, remove_stop_words=False)
 
 
+def is_export_table(table: Any, name: str) -> bool:
+    """Whether the LanceDB table ``name`` (``chunks`` or ``terms``) was written by an export: our
+    marker in its schema metadata (an export before the marker was put on ``terms``: its counts)."""
+    md = table.schema.metadata or {}
+    return MARK in md or (name == TERMS and b"memory_core.n_chunks" in md)
+
+
 def _tables(db: Any) -> list[str]:
     res = db.list_tables()
     return list(getattr(res, "tables", res))
