@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
+from tests.conftest import openai_settings
 
 
 @pytest.fixture
@@ -25,6 +27,17 @@ def keyword_ws(tmp_path: Path) -> Path:
     (ws / "memory-core.toml").write_text('provider = "none"\n')
     run_index(load_settings(None, {"workspace": str(ws), "provider": "none"}))
     return ws
+
+
+@pytest.fixture
+def vector_ws(workspace: Path, openai_fake: Any) -> Path:
+    """The example workspace indexed with 64-d vectors (the OpenAI fake), its config written for the CLI."""
+    settings = openai_settings(workspace, openai_fake)
+    (workspace / "memory-core.toml").write_text(
+        f'provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\nbase_url = "{settings.remote.base_url}"\n'
+        'api_key = "sk-test-key-0123456789"\ndimensions = 64\n')
+    run_index(settings)
+    return workspace
 
 
 def test_e8b_a_keyword_only_export_says_it_has_no_vectors(keyword_ws: Path, tmp_path: Path, capsys) -> None:
@@ -87,3 +100,16 @@ def test_e6_an_export_never_replaces_a_users_own_terms_table(keyword_ws: Path, t
     assert t.schema.names == ["term", "definition"] and t.count_rows() == 1
     assert main(["export", "-w", str(keyword_ws), "--format", "lancedb", str(uri), "--force"]) == 0
     assert main(["export", "-w", str(keyword_ws), "--format", "lancedb", str(uri)]) == 0  # now an earlier export
+
+
+def test_e8c_no_vectors_is_honoured_by_the_lancedb_export(vector_ws: Path, tmp_path: Path, capsys) -> None:
+    import lancedb
+
+    uri = str(tmp_path / "ldb")
+    assert main(["export", "-w", str(vector_ws), "--format", "lancedb", "--no-vectors", uri, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vectors"] is False
+    assert "vector" not in lancedb.connect(uri).open_table("chunks").schema.names
+    # its search answers from the words alone
+    assert main(["search", "-w", str(vector_ws), "pgbackrest restore", "--lancedb", uri, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)["results"]
+    assert res and all(r["match"] == "keyword" for r in res), res

@@ -55,10 +55,12 @@ def _said(conn: Any, ids: list[str]) -> dict[str, str]:
     return out
 
 
-def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> ExportSummary:
+def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: bool = True,
+                   batch_rows: int | None = None) -> ExportSummary:
     """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
-    :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` table is replaced only when it
-    is an earlier export (or with ``force``)."""
+    :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` or ``terms`` table is
+    replaced only when it is an earlier export (or with ``force``). ``vectors=False`` leaves out the
+    vector column (its searcher then answers keyword-only)."""
     import pyarrow as pa
 
     from memory_core.export.files import ExportSummary, _batches, _Snapshot, export_schema
@@ -81,9 +83,10 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
                                      " use --force to replace it")
         mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
         dims = snap.dims
+        with_vectors = vectors and bool(dims)
         meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
-        base = _batches(snap, vectors=bool(dims), batch_rows=batch_rows)
-        schema = export_schema(dims, vectors=bool(dims))
+        base = _batches(snap, vectors=with_vectors, batch_rows=batch_rows)
+        schema = export_schema(dims, vectors=with_vectors)
         schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
         df: Counter[str] = Counter()
         n = 0
@@ -106,7 +109,7 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
         reader = pa.RecordBatchReader.from_batches(schema, batches())
         table = db.create_table(TABLE, data=reader, mode="overwrite")
         # the embedded index's own background, so the export calibrates as it does
-        bg = background_of(snap.conn) if dims else None
+        bg = background_of(snap.conn) if with_vectors else None
         terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
                          schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
                                           metadata={MARK.decode(): "1", "memory_core.n_chunks": str(n),
@@ -118,7 +121,7 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
         if len(df):
             tt.create_scalar_index("term", replace=True)
         size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
-        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
+        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=with_vectors, row_groups=0,
                              bytes=size, seconds=round(time.perf_counter() - t0, 3),
                              provider=snap.record.provider, model=snap.record.model)
     finally:

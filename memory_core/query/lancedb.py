@@ -54,6 +54,7 @@ class LanceSearcher(QueryProviderOwner):
         self.table = db.open_table(TABLE)
         self.terms = db.open_table(TERMS)
         md = self.table.schema.metadata or {}
+        self.has_vectors = "vector" in self.table.schema.names
         # what the exported index recorded (provider, model, key, dims)
         self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
         tmd = self.terms.schema.metadata or {}
@@ -75,6 +76,8 @@ class LanceSearcher(QueryProviderOwner):
         self.close()
 
     def _query_provider(self) -> EmbeddingProvider | None:
+        if not self.has_vectors:  # exported with --no-vectors (or a keyword-only index): keyword-only
+            return None
         return self._provider_for(self.record, "export", "exported again")
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
