@@ -113,3 +113,30 @@ def test_e8c_no_vectors_is_honoured_by_the_lancedb_export(vector_ws: Path, tmp_p
     assert main(["search", "-w", str(vector_ws), "pgbackrest restore", "--lancedb", uri, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)["results"]
     assert res and all(r["match"] == "keyword" for r in res), res
+
+
+def test_e5_search_lancedb_refuses_foreign_tables_and_answers_an_empty_export(tmp_path: Path, capsys) -> None:
+    import lancedb
+
+    ws = tmp_path / "empty"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory-core.toml").write_text('provider = "none"\n')
+    assert main(["index", "-w", str(ws)]) == 0
+    empty = str(tmp_path / "empty-export")
+    assert main(["export", "-w", str(ws), "--format", "lancedb", empty]) == 0
+    capsys.readouterr()
+    # the export of an empty index: no results (before: a traceback, exit 1)
+    assert main(["search", "-w", str(ws), "hello", "--lancedb", empty]) == 0
+    assert capsys.readouterr().out.strip() == "no results"
+    # a LanceDB database whose chunks/terms are someone else's: one line, exit 2
+    foreign = tmp_path / "foreign"
+    db = lancedb.connect(str(foreign))
+    db.create_table("chunks", data=[{"id": "a", "body": "hello world", "vector": [0.1, 0.2]}])
+    db.create_table("terms", data=[{"term": "hello", "n": 1}])
+    assert main(["search", "-w", str(ws), "hello", "--lancedb", str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert "not a memory-core export" in err and len(err.strip().splitlines()) == 1, err
+    # a local path that does not exist: an error, and no folder made
+    typo = tmp_path / "typo"
+    assert main(["search", "-w", str(ws), "hello", "--lancedb", str(typo)]) == 2
+    assert "no memory-core export" in capsys.readouterr().err and not typo.exists()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.errors import IndexMissingError, ProviderError
+from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
 
-from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens
+from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens, is_export_table
 
 
 class LanceSearcher(QueryProviderOwner):
@@ -47,12 +47,19 @@ class LanceSearcher(QueryProviderOwner):
         self.settings = settings
         self.uri = uri if "://" in uri else os.path.abspath(os.path.expanduser(uri))
         lancedb = _lancedb()
+        missing = IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
+                                    f" {uri}` first")
+        if "://" not in self.uri and not os.path.isdir(self.uri):  # a read-only search creates no folder
+            raise missing
         db = lancedb.connect(self.uri)
         if TABLE not in _tables(db) or TERMS not in _tables(db):
-            raise IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
-                                    f" {uri}` first")
+            raise missing
         self.table = db.open_table(TABLE)
         self.terms = db.open_table(TERMS)
+        if not (is_export_table(self.table, TABLE) and is_export_table(self.terms, TERMS)
+                and set(_COLS) <= set(self.table.schema.names) and {"term", "df"} <= set(self.terms.schema.names)):
+            raise UsageError(f"the LanceDB tables {TABLE!r} and {TERMS!r} at {self.uri} are not a memory-core export"
+                             f" (`memory-core export --format lancedb` writes them)")
         md = self.table.schema.metadata or {}
         self.has_vectors = "vector" in self.table.schema.names
         # what the exported index recorded (provider, model, key, dims)
@@ -115,7 +122,7 @@ class LanceSearcher(QueryProviderOwner):
         from memory_core.query.search import Candidates
 
         query = (query or "").replace("\x00", " ")
-        if not query.strip():
+        if not query.strip() or not self.n_chunks:  # the export of an empty index: no results
             return Candidates(query, [], [], False)
         dates = query_date_range(query, date_order=self.settings.query.date_order)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
