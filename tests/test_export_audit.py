@@ -140,3 +140,14 @@ def test_e5_search_lancedb_refuses_foreign_tables_and_answers_an_empty_export(tm
     typo = tmp_path / "typo"
     assert main(["search", "-w", str(ws), "hello", "--lancedb", str(typo)]) == 2
     assert "no memory-core export" in capsys.readouterr().err and not typo.exists()
+
+
+def test_e8d_search_lancedb_on_a_file_says_it_is_not_an_export_folder(keyword_ws: Path, tmp_path: Path,
+                                                                       capsys) -> None:
+    out = str(tmp_path / "x.parquet")
+    assert main(["export", "-w", str(keyword_ws), out]) == 0
+    capsys.readouterr()
+    assert main(["search", "-w", str(keyword_ws), "billing", "--lancedb", out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"memory-core: error: {out} is not a LanceDB export folder (it is a file; `memory-core export" \
+                  " --format lancedb DIR` writes a folder)", err

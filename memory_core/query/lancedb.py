@@ -50,6 +50,9 @@ class LanceSearcher(QueryProviderOwner):
         missing = IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
                                     f" {uri}` first")
         if "://" not in self.uri and not os.path.isdir(self.uri):  # a read-only search creates no folder
+            if os.path.exists(self.uri):
+                raise UsageError(f"{self.uri} is not a LanceDB export folder (it is a file; `memory-core export"
+                                 " --format lancedb DIR` writes a folder)")
             raise missing
         db = lancedb.connect(self.uri)
         if TABLE not in _tables(db) or TERMS not in _tables(db):
