@@ -151,3 +151,72 @@ def test_e8d_search_lancedb_on_a_file_says_it_is_not_an_export_folder(keyword_ws
     err = capsys.readouterr().err.strip()
     assert err == f"memory-core: error: {out} is not a LanceDB export folder (it is a file; `memory-core export" \
                   " --format lancedb DIR` writes a folder)", err
+
+
+def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: Path, tmp_path: Path, capsys,
+                                                                    monkeypatch) -> None:
+    import lancedb
+    from lancedb.table import LanceTable
+
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
+    (keyword_ws / "memory" / "zebra.md").write_text("# Zebra\n\nThe zebrafish tank pump is serviced quarterly.\n")
+    assert main(["index", "-w", ws]) == 0
+    real = LanceTable.create_index
+
+    def ctrl_c(self: Any, *a: Any, **k: Any) -> Any:  # Ctrl-C while the full-text index is being built
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LanceTable, "create_index", ctrl_c)
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 130
+    monkeypatch.setattr(LanceTable, "create_index", real)
+    capsys.readouterr()
+    # the previous export, whole: searched as before (before: a traceback, exit 1, until a re-export)
+    assert main(["search", "-w", ws, "billing migrate", "--lancedb", uri, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "memory/plan.md"
+    assert main(["search", "-w", ws, "zebrafish", "--lancedb", uri]) == 0
+    assert capsys.readouterr().out.strip() == "no results"
+    assert sorted(p.name for p in Path(uri).iterdir()) == ["chunks.lance", "terms.lance"]  # no staging left
+    # an export left incomplete (the chunks table replaced, its full-text index not built: what a
+    # stop did before, and what object storage can still see): one line, exit 2
+    db = lancedb.connect(uri)
+    db.create_table("chunks", data=db.open_table("chunks").to_arrow(), mode="overwrite")
+    assert main(["search", "-w", ws, "billing", "--lancedb", uri]) == 2
+    err = capsys.readouterr().err
+    assert "is incomplete" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, tmp_path: Path) -> None:
+    import threading
+
+    from memory_core.export.lancedb import export_lancedb
+    from memory_core.query.lancedb import LanceSearcher
+
+    settings = load_settings(None, {"workspace": str(keyword_ws), "provider": "none"})
+    uri = str(tmp_path / "ldb")
+    export_lancedb(settings.index_file, uri)
+    errors: list[BaseException] = []
+    answers: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                with LanceSearcher(settings, uri) as ls:
+                    answers.append(len(ls.search("billing migrate", min_score=0, mode="keyword")))
+            except BaseException as exc:  # noqa: BLE001 - any failure of a reader is the bug
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        for _ in range(6):
+            export_lancedb(settings.index_file, uri)
+    finally:
+        done.set()
+        for t in readers:
+            t.join()
+    assert not errors, errors[:1]
+    assert answers and all(a == 1 for a in answers)

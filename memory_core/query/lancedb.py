@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +32,20 @@ if TYPE_CHECKING:
     from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
 
-from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens, is_export_table
+from memory_core.storage.lancedb import (
+    _COLS,
+    EXPORT_ID,
+    TABLE,
+    TERMS,
+    _lancedb,
+    _tables,
+    doc_tokens,
+    is_export_table,
+)
+
+OPEN_ATTEMPTS = 20
+"""How often a searcher opens the export's tables before it calls the export incomplete."""
+OPEN_PAUSE_S = 0.05
 
 
 class LanceSearcher(QueryProviderOwner):
@@ -54,27 +68,49 @@ class LanceSearcher(QueryProviderOwner):
                 raise UsageError(f"{self.uri} is not a LanceDB export folder (it is a file; `memory-core export"
                                  " --format lancedb DIR` writes a folder)")
             raise missing
-        db = lancedb.connect(self.uri)
-        if TABLE not in _tables(db) or TERMS not in _tables(db):
-            raise missing
-        self.table = db.open_table(TABLE)
-        self.terms = db.open_table(TERMS)
-        if not (is_export_table(self.table, TABLE) and is_export_table(self.terms, TERMS)
-                and set(_COLS) <= set(self.table.schema.names) and {"term", "df"} <= set(self.terms.schema.names)):
-            raise UsageError(f"the LanceDB tables {TABLE!r} and {TERMS!r} at {self.uri} are not a memory-core export"
-                             f" (`memory-core export --format lancedb` writes them)")
-        md = self.table.schema.metadata or {}
-        self.has_vectors = "vector" in self.table.schema.names
-        # what the exported index recorded (provider, model, key, dims)
-        self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
-        tmd = self.terms.schema.metadata or {}
-        self.n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
-        self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
+        self._db = lancedb.connect(self.uri)
+        self._missing = missing
+        self._open()
         self._provider = provider
         self._provider_checked = provider is not None
         self.provider_note = ""
         self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
         self._ranker = Searcher(settings)  # rank() only: it opens no index
+
+    def _open(self) -> None:
+        """Open both tables of one whole export. An export to a local folder renames its two
+        tables into place one after the other: a reader in between sees two export ids (or a
+        table missing for an instant) and opens them again; still so after a while, the export
+        is incomplete (one stopped on object storage, or by a version before the staging folder)."""
+        for attempt in range(OPEN_ATTEMPTS):
+            if attempt:
+                time.sleep(OPEN_PAUSE_S)
+            names = _tables(self._db)
+            if TABLE not in names and TERMS not in names:
+                raise self._missing
+            try:
+                table, terms = self._db.open_table(TABLE), self._db.open_table(TERMS)
+            except (ValueError, OSError, RuntimeError):  # a table not there (yet, or any more)
+                continue
+            if not (is_export_table(table, TABLE) and is_export_table(terms, TERMS)
+                    and set(_COLS) <= set(table.schema.names) and {"term", "df"} <= set(terms.schema.names)):
+                raise UsageError(f"the LanceDB tables {TABLE!r} and {TERMS!r} at {self.uri} are not a memory-core"
+                                 " export (`memory-core export --format lancedb` writes them)")
+            md, tmd = table.schema.metadata or {}, terms.schema.metadata or {}
+            n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
+            if md.get(EXPORT_ID.encode()) != tmd.get(EXPORT_ID.encode()):
+                continue
+            if n_chunks and not any(i.index_type in ("FTS", "INVERTED") for i in table.list_indices()):
+                continue
+            self.table, self.terms, self.n_chunks = table, terms, n_chunks
+            self.has_vectors = "vector" in table.schema.names
+            # what the exported index recorded (provider, model, key, dims)
+            self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
+            self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
+            return
+        raise IndexMissingError(f"the LanceDB export at {self.uri} is incomplete (an export stopped before it"
+                                f" finished, or one is writing it now); run `memory-core export --format lancedb"
+                                f" {self.uri}` again")
 
     def close(self) -> None:
         self._ranker.close()
@@ -99,8 +135,12 @@ class LanceSearcher(QueryProviderOwner):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         max_results = q.max_results if max_results is None else max(1, int(max_results))
-        cands = self.retrieve(query, self._ranker.candidate_count(max_results), sources,
-                              vector=mode != "keyword", keyword=mode != "vector")
+        n = self._ranker.candidate_count(max_results)
+        try:
+            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
+        except (OSError, RuntimeError, ValueError):  # the export was replaced under the search: once more
+            self._open()
+            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
         self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
@@ -222,7 +262,8 @@ class LanceSearcher(QueryProviderOwner):
 
     def status(self) -> dict[str, object]:
         return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.record.provider,
-                "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version)}
+                "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version),
+                "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode()}
 
 
 def _id_in(ids: list[str]) -> str:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 TABLE = "chunks"
 TERMS = "terms"
 MARK = b"memory_core.lancedb_export"
+EXPORT_ID = "memory_core.export_id"  # in both tables' schema metadata: the same for the two tables of one export
 _COLS = ["id", "path", "source", "start_line", "end_line", "text", "mtime", "date"]
 _WORD_RE = re.compile(r"[^\W_]+")
 MAX_TOKEN_CHARS = 40  # LanceDB's tokenizer drops longer tokens
