@@ -220,3 +220,23 @@ def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, t
             t.join()
     assert not errors, errors[:1]
     assert answers and all(a == 1 for a in answers)
+
+
+def test_e7_a_reexport_keeps_no_earlier_version_on_disk(tmp_path: Path) -> None:
+    import lancedb
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "ops.md").write_text("# Ops\n\nthe wifi password is\nSup3rSecretWifi99\n")
+    (ws / "memory" / "other.md").write_text("# Other\n\nnothing here\n")
+    (ws / "memory-core.toml").write_text('provider = "none"\n')
+    uri = tmp_path / "ldb"
+    assert main(["index", "-w", str(ws)]) == 0
+    assert main(["export", "-w", str(ws), "--format", "lancedb", str(uri)]) == 0
+    (ws / "memory" / "ops.md").unlink()  # the note deleted (or its secret masked since)
+    assert main(["index", "-w", str(ws)]) == 0
+    assert main(["export", "-w", str(ws), "--format", "lancedb", str(uri)]) == 0
+    assert not [p for p in uri.rglob("*") if p.is_file() and b"Sup3rSecretWifi99" in p.read_bytes()]
+    db = lancedb.connect(str(uri))
+    for name in ("chunks", "terms"):
+        assert len(db.open_table(name).list_versions()) == 1, name  # nothing older to check out

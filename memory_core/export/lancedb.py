@@ -21,8 +21,10 @@ import signal
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +165,19 @@ def _write_tables(db: Any, snap: _Snapshot, *, vectors: bool, batch_rows: int | 
     tt = db.create_table(TERMS, data=terms, mode="overwrite")  # last: its export id completes the export
     if len(df):
         tt.create_scalar_index("term", replace=True)
+    for t in (table, tt):
+        _prune(t)
     return n
+
+
+def _prune(table: Any) -> None:
+    """Remove every version of ``table`` but the latest: an overwrite keeps the earlier rows on disk
+    as older versions (text deleted or masked since, readable by anyone who can read the folder or
+    bucket). A staged table's earlier versions are only the steps of its build; in place (object
+    storage) they are the previous export, and a reader still on it reopens the tables."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": the point
+        table.optimize(cleanup_older_than=timedelta(0))
 
 
 STAGING_PREFIX = ".export-"
