@@ -240,3 +240,20 @@ def test_e7_a_reexport_keeps_no_earlier_version_on_disk(tmp_path: Path) -> None:
     db = lancedb.connect(str(uri))
     for name in ("chunks", "terms"):
         assert len(db.open_table(name).list_versions()) == 1, name  # nothing older to check out
+
+
+def test_e2_search_lancedb_stems_as_the_index_does(keyword_ws: Path, tmp_path: Path, capsys) -> None:
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
+    capsys.readouterr()
+    for q, path in (("migrating", "memory/plan.md"), ("decisions", "memory/plan.md"),
+                    ("restaurants", "memory/food.md")):
+        got = []
+        for extra in ([], ["--lancedb", uri]):
+            assert main(["search", "-w", ws, q, "--mode", "keyword", "--json", *extra]) == 0
+            got.append([(r["citation"], round(r["score"], 2)) for r in json.loads(capsys.readouterr().out)["results"]])
+        assert got[0] and got[0][0][0].startswith(path + "#") and got[1] == got[0], (q, got)
+    from memory_core.storage.lancedb import index_words
+
+    # the export's words are the index's FTS5 tokens: Porter stems, diacritics removed, CJK split
+    assert index_words("Migrating the Café decisions 金银") == ["migrat", "the", "cafe", "decis", "金", "银"]

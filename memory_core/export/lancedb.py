@@ -3,8 +3,8 @@
 The index's chunks (the columns of :mod:`memory_core.export.files`, plus each file's ``mtime``
 and the chunk's ``date``) go to the table ``chunks`` of the LanceDB database at ``URI``: a local
 folder, or object storage (``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as
-LanceDB reads them), which many machines can query at once. With it: a full-text index on
-``text``, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
+LanceDB reads them), which many machines can query at once. With it: a column ``words`` (the
+chunk's tokens as the index's FTS5 holds them: Porter stems) and its full-text index, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
 format: :mod:`memory_core.storage.lancedb`). In a local folder both tables are built whole in a
 staging folder and renamed into place (:func:`_swap`): a reader sees the old or the new export,
 never a mix or a table without its index, and a stopped export leaves the old one as it was. Its
@@ -39,10 +39,11 @@ from memory_core.storage.lancedb import (
     MARK,
     TABLE,
     TERMS,
+    WORDS,
     _fts_config,
     _lancedb,
     _tables,
-    doc_tokens,
+    index_words,
     is_export_table,
 )
 from memory_core.storage.store import has_table
@@ -131,7 +132,8 @@ def _write_tables(db: Any, snap: _Snapshot, *, vectors: bool, batch_rows: int | 
             "memory_core.meta": json.dumps(snap.meta, default=str)}
     base = _batches(snap, vectors=with_vectors, batch_rows=batch_rows)
     schema = export_schema(dims, vectors=with_vectors)
-    schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
+    schema = (schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string()))
+              .append(pa.field(WORDS, pa.string())).with_metadata(meta))
     df: Counter[str] = Counter()
     n = 0
 
@@ -143,17 +145,19 @@ def _write_tables(db: Any, snap: _Snapshot, *, vectors: bool, batch_rows: int | 
             said = _said(snap.conn, [i for i, s in zip(cols["id"], cols["source"], strict=True) if s == "sessions"])
             dt = [said.get(i) or chunk_date(p, s, a, e, m) for i, p, s, a, e, m in
                   zip(cols["id"], cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
-            for text in cols["text"]:
-                df.update(set(doc_tokens(text)))
+            words = [index_words(text) for text in cols["text"]]
+            for w in words:
+                df.update(set(w))
             n += b.num_rows
             yield pa.RecordBatch.from_arrays(
-                [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
+                [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string()),
+                 pa.array([" ".join(w) for w in words], pa.string())],
                 schema=schema)
 
     reader = pa.RecordBatchReader.from_batches(schema, batches())
     table = db.create_table(TABLE, data=reader, mode="overwrite")
     if n:
-        table.create_index("text", config=_fts_config(), replace=True)
+        table.create_index(WORDS, config=_fts_config(), replace=True)
         table.create_scalar_index("id", replace=True)
     # the embedded index's own background, so the export calibrates as it does
     bg = background_of(snap.conn) if with_vectors else None

@@ -37,10 +37,12 @@ from memory_core.storage.lancedb import (
     EXPORT_ID,
     TABLE,
     TERMS,
+    WORDS,
     _lancedb,
     _tables,
     doc_tokens,
     is_export_table,
+    query_words,
 )
 
 OPEN_ATTEMPTS = 20
@@ -104,6 +106,8 @@ class LanceSearcher(QueryProviderOwner):
                 continue
             self.table, self.terms, self.n_chunks = table, terms, n_chunks
             self.has_vectors = "vector" in table.schema.names
+            # the index's FTS5 tokens (Porter stems); an export before it: LanceDB's words of the text
+            self.stemmed = WORDS in table.schema.names
             # what the exported index recorded (provider, model, key, dims)
             self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
             self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
@@ -169,8 +173,9 @@ class LanceSearcher(QueryProviderOwner):
             return Candidates(query, [], [], False)
         dates = query_date_range(query, date_order=self.settings.query.date_order)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
-        keep = bool(dates and dates.kept) and bool(
-            dates and self.terms.search().where(f"term = '{dates.kept}'").limit(1).to_list())
+        kept = (self._tokens([dates.kept]) or [""])[0] if dates and dates.kept else ""
+        keep = bool(kept) and bool(
+            self.terms.search().where("term = '" + kept.replace("'", "''") + "'").limit(1).to_list())
         text = dates.strip(query, keep=keep) if dates else query
         if not text.strip():
             vector = keyword = False
@@ -201,7 +206,7 @@ class LanceSearcher(QueryProviderOwner):
                 vec_hits.append(h)
         words = textsearch.query_terms(text) if keyword else []
         terms = [] if all(textsearch.is_stop_word(w) for w in words) else words
-        tokens = list(dict.fromkeys(t for w in terms for t in doc_tokens(w)))
+        tokens = self._tokens(terms)
         kw_hits: list[ranking.Hit] = []
         idf_total, coverage = 0.0, 1.0
         if tokens:
@@ -247,6 +252,12 @@ class LanceSearcher(QueryProviderOwner):
         return Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
                           coverage)
 
+    def _tokens(self, terms: list[str]) -> list[str]:
+        """The export's tokens of these query terms (unique, in order): FTS5's, Porter stems, as the
+        index's MATCH makes them (an export before the ``words`` column: LanceDB's words)."""
+        split = query_words if self.stemmed else doc_tokens
+        return list(dict.fromkeys(t for w in terms for t in split(w) if t))
+
     @staticmethod
     def _hit(r: dict[str, Any], rid: int) -> ranking.Hit:
         return ranking.Hit(id=str(r["id"]), path=str(r["path"]), source=str(r["source"]),
@@ -254,7 +265,8 @@ class LanceSearcher(QueryProviderOwner):
                            mtime_ms=r.get("mtime"), date=r.get("date"), rid=rid)
 
     def _fts(self, text: str, k: int, where: str | None, cols: list[str]) -> list[dict[str, Any]]:
-        fq = self.table.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
+        fq = self.table.search(text, query_type="fts", fts_columns=WORDS if self.stemmed else "text").select(
+            [*cols, "_score"]).limit(max(1, k))
         if where:
             fq = fq.where(where, prefilter=True)
         rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
