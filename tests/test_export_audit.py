@@ -257,3 +257,32 @@ def test_e2_search_lancedb_stems_as_the_index_does(keyword_ws: Path, tmp_path: P
 
     # the export's words are the index's FTS5 tokens: Porter stems, diacritics removed, CJK split
     assert index_words("Migrating the Café decisions 金银") == ["migrat", "the", "cafe", "decis", "金", "银"]
+
+
+def test_e3_search_lancedb_places_results_by_their_files_relevance_as_the_index_does(workspace: Path,
+                                                                                      openai_fake: Any,
+                                                                                      tmp_path: Path) -> None:
+    from memory_core.export.lancedb import export_lancedb
+    from memory_core.query.backends import open_searcher
+    from memory_core.query.lancedb import LanceSearcher
+
+    # no part vectors (not exported: docs/lancedb-index.md), so the two paths hold the same vectors
+    settings = openai_settings(workspace, openai_fake, sources=["memory"],
+                               chunking={"note_windows": False, "exchange_vectors": False})
+    run_index(settings)
+    uri = str(tmp_path / "ldb")
+    export_lancedb(settings.index_file, uri)
+    placed = 0
+    with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
+        for q in ("staff track", "search service", "redis", "postgres replication lag", "who is on call"):
+            a = idx.retrieve(q, 24)
+            b = ls.retrieve(q, 24)
+            assert set(b.file_cosines) == set(a.file_cosines), q  # before: {} on the LanceDB side
+            for path, cos in a.file_cosines.items():
+                assert b.file_cosines[path] == pytest.approx(cos, abs=1e-5), (q, path)
+            assert b.multi_chunk_share == pytest.approx(a.multi_chunk_share), q
+            placed += bool(a.file_cosines)
+            ra = [r.citation for r in idx.search(q, max_results=6, mode="hybrid")]
+            rb = [r.citation for r in ls.search(q, max_results=6, mode="hybrid")]
+            assert ra[:1] == rb[:1], (q, ra, rb)
+    assert placed >= 3  # the file support did apply

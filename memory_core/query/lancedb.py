@@ -16,6 +16,7 @@ import json
 import math
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,11 +24,13 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
+from memory_core.query.rank import wants_file_support
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.query.dates import DateRange
     from memory_core.query.results import SearchAnswer
     from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
@@ -249,8 +252,57 @@ class LanceSearcher(QueryProviderOwner):
             h.has_identifier = bool(idents) and any(i in h.text.lower() for i in idents)
         cal = ranking.Calibration.for_model(self.record.model, self.background if qvec is not None else None,
                                             self.settings.query.vector_calibration)
-        return Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
-                          coverage)
+        cands = Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
+                           coverage)
+        if dates is not None and not _of_days(cands.union, dates):
+            # nothing of those days among the candidates: ranked as a query naming no day (the index's
+            # rule, here by each candidate's one exported date)
+            cands = replace(cands, dates=None)
+        if qvec is not None and cands.union and wants_file_support(self.settings.query, cands):
+            # each file's relevance as a whole, as the index's Searcher.retrieve places results by it
+            cosines, share = self._file_support(qvec, cands.union)
+            cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
+        return cands
+
+    def _file_support(self, qvec: np.ndarray, union: list[ranking.Hit]) -> tuple[dict[str, list[float]], float]:
+        """:func:`memory_core.query.retrieval.file_cosines` and :func:`~memory_core.query.retrieval.multi_chunk_share`
+        from the table: each candidate file's best ``FILE_SUPPORT_CHUNKS`` cosines over all its chunks
+        (for the ``FILE_SUPPORT_FILES`` files of the nearest candidates, at most ``FILE_SUPPORT_MAX_READS``
+        vectors read; the others: their candidates' cosines), and the share of the candidate files
+        that hold more than one chunk. A chunk counts by its one exported vector (a transcript's
+        chunk in the index: its best exchange's, not exported)."""
+        from memory_core.query.retrieval import (
+            FILE_SUPPORT_CHUNKS,
+            FILE_SUPPORT_FILES,
+            FILE_SUPPORT_MAX_READS,
+        )
+
+        own: dict[str, list[ranking.Hit]] = {}
+        for h in union:
+            own.setdefault(h.path, []).append(h)
+        counts: dict[str, int] = {}
+        for r in self.table.search().where(_in("path", list(own))).select(["path"]).limit(None).to_list():
+            counts[str(r["path"])] = counts.get(str(r["path"]), 0) + 1
+        share = sum(1 for p in own if counts.get(p, 0) > 1) / len(own)
+        order = sorted(own, key=lambda p: max(h.vector_score for h in own[p]), reverse=True)[:FILE_SUPPORT_FILES]
+        read: list[str] = []
+        total = 0
+        for p in order:
+            if counts.get(p, 0) and total + counts[p] <= FILE_SUPPORT_MAX_READS:
+                read.append(p)
+                total += counts[p]
+        got: dict[str, list[float]] = {}
+        if read:
+            for r in self.table.search().where(_in("path", read)).select(["path", "vector"]).limit(None).to_list():
+                if r["vector"] is not None:
+                    v = np.asarray(r["vector"], dtype=np.float32)
+                    got.setdefault(str(r["path"]), []).append(
+                        float(v @ qvec / max(float(np.linalg.norm(v)), 1e-12)))
+        out: dict[str, list[float]] = {}
+        for p, hs in own.items():
+            cos = got.get(p) or [float(h.vector_score) for h in hs]
+            out[p] = sorted(cos, reverse=True)[:FILE_SUPPORT_CHUNKS]
+        return out, share
 
     def _tokens(self, terms: list[str]) -> list[str]:
         """The export's tokens of these query terms (unique, in order): FTS5's, Porter stems, as the
@@ -278,5 +330,22 @@ class LanceSearcher(QueryProviderOwner):
                 "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode()}
 
 
+def _of_days(hits: list[ranking.Hit], dates: DateRange) -> bool:
+    """Whether any of ``hits`` is dated within ``dates`` (its ``date``'s day)."""
+    from datetime import date
+
+    for h in hits:
+        try:
+            if h.date and dates.start <= date.fromisoformat(str(h.date)[:10]) <= dates.end:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def _id_in(ids: list[str]) -> str:
-    return "id IN (" + ",".join("'" + i.replace("'", "''") + "'" for i in ids) + ")"
+    return _in("id", ids)
+
+
+def _in(col: str, values: list[str]) -> str:
+    return f"{col} IN (" + ",".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
