@@ -682,7 +682,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if fmt == "lancedb":
         from memory_core.export.lancedb import export_lancedb
 
-        summary = export_lancedb(settings.index_file, args.output, force=args.force)
+        summary = export_lancedb(settings.index_file, args.output, force=args.force, vectors=not args.no_vectors)
     else:
         summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
                                force=args.force, protect=(settings.cache_file,))

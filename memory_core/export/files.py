@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
-from memory_core.errors import IndexDamagedError, UsageError
+from memory_core.errors import IndexDamagedError, RunError, UsageError
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
@@ -59,6 +61,31 @@ TARGET_GROUP_BYTES = 32 * 1024 * 1024
 MIN_GROUP_ROWS, MAX_GROUP_ROWS = 1024, 65536
 TEXT_BYTES_ESTIMATE = DEFAULT_CHUNK_TOKENS * CHARS_PER_TOKEN  # a default chunk: 400 tokens of 4 characters
 COLUMNS = ("id", "path", "source", "start_line", "end_line", "text", "model")
+
+
+class ExportStopped(RunError):
+    """An export stopped by SIGTERM (a cron or systemd timeout, ``kill``): its output was left as it
+    was, its temp file or staging folder removed on the way out."""
+
+
+@contextlib.contextmanager
+def sigterm_stops(target: str) -> Iterator[None]:
+    """SIGTERM ends the export like Ctrl-C: an :class:`ExportStopped` unwinds the stack, so the
+    ``finally`` blocks remove the temp file (which holds the memory's text) or the staging folder.
+    Main thread only, and only where nobody else handles SIGTERM (a Prefect flow run has its own)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise ExportStopped(f"stopped by SIGTERM; {target} was left as it was")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def export_schema(dims: int | None, *, vectors: bool = True, metadata: dict[str, str] | None = None) -> pa.Schema:
@@ -290,9 +317,11 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
     t0 = time.perf_counter()
     snap = _Snapshot(Path(index_path))
     try:
+        # the summary's "vectors": whether the rows carry vectors (a keyword-only index's column is all null)
+        has_vectors = vectors and snap.dims is not None
         if to_stdout:
             rows, groups = _write_jsonl(snap, stdout or sys.stdout, vectors=vectors, batch_rows=batch_rows)
-            return ExportSummary(path="-", format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
+            return ExportSummary(path="-", format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors, row_groups=groups,
                                  bytes=0, seconds=round(time.perf_counter() - t0, 3),
                                  provider=snap.record.provider, model=snap.record.model)
         out = Path(os.path.abspath(os.path.expanduser(os.fspath(output))))
@@ -300,20 +329,22 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
             raise UsageError(f"directory not found: {out.parent}")
         _check_output(out, Path(os.path.abspath(index_path)), protect, force)
         tmp = _temp_beside(out)
-        try:
-            _create_private(tmp)
-            if fmt == "parquet":
-                rows, groups = _write_parquet(snap, tmp, vectors=vectors, batch_rows=batch_rows)
-            else:
-                with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-                    rows, groups = _write_jsonl(snap, fh, vectors=vectors, batch_rows=batch_rows)
-            os.replace(tmp, out)
-        except OSError as exc:
-            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=vectors, row_groups=groups,
+        with sigterm_stops(str(out)):  # a SIGTERM unwinds to the finally below: no temp file is left
+            try:
+                _create_private(tmp)
+                if fmt == "parquet":
+                    rows, groups = _write_parquet(snap, tmp, vectors=vectors, batch_rows=batch_rows)
+                else:
+                    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+                        rows, groups = _write_jsonl(snap, fh, vectors=vectors, batch_rows=batch_rows)
+                os.replace(tmp, out)
+            except OSError as exc:
+                raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors,
+                             row_groups=groups,
                              bytes=out.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
                              provider=snap.record.provider, model=snap.record.model)
     finally:

@@ -3,20 +3,28 @@
 The index's chunks (the columns of :mod:`memory_core.export.files`, plus each file's ``mtime``
 and the chunk's ``date``) go to the table ``chunks`` of the LanceDB database at ``URI``: a local
 folder, or object storage (``s3://bucket/path``, ``gs://...``, ``az://...``; credentials as
-LanceDB reads them), which many machines can query at once. With it: a full-text index on
-``text``, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
-format: :mod:`memory_core.storage.lancedb`). The table is replaced in one commit (Lance
-versions): a reader sees the old or the new export, never a mix. Its searcher:
-:mod:`memory_core.query.lancedb`.
+LanceDB reads them), which many machines can query at once. With it: a column ``words`` (the
+chunk's tokens as the index's FTS5 holds them: Porter stems) and its full-text index, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
+format: :mod:`memory_core.storage.lancedb`). In a local folder both tables are built whole in a
+staging folder and renamed into place (:func:`_swap`): a reader sees the old or the new export,
+never a mix or a table without its index, and a stopped export leaves the old one as it was. Its
+searcher: :mod:`memory_core.query.lancedb`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import threading
 import time
+import uuid
+import warnings
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +32,20 @@ from memory_core.errors import UsageError
 from memory_core.query.retrieval import background_of
 
 if TYPE_CHECKING:
-    from memory_core.export.files import ExportSummary
+    from memory_core.export.files import ExportSummary, _Snapshot
 
-from memory_core.storage.lancedb import MARK, TABLE, TERMS, _fts_config, _lancedb, _tables, doc_tokens
+from memory_core.storage.lancedb import (
+    EXPORT_ID,
+    MARK,
+    TABLE,
+    TERMS,
+    WORDS,
+    _fts_config,
+    _lancedb,
+    _tables,
+    index_words,
+    is_export_table,
+)
 from memory_core.storage.store import has_table
 
 
@@ -46,14 +65,19 @@ def _said(conn: Any, ids: list[str]) -> dict[str, str]:
     return out
 
 
-def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_rows: int | None = None) -> ExportSummary:
+def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: bool = True,
+                   batch_rows: int | None = None) -> ExportSummary:
     """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
-    :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` table is replaced only when it
-    is an earlier export (or with ``force``)."""
-    import pyarrow as pa
+    :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` or ``terms`` table is
+    replaced only when it is an earlier export (or with ``force``). ``vectors=False`` leaves out the
+    vector column (its searcher then answers keyword-only).
 
-    from memory_core.export.files import ExportSummary, _batches, _Snapshot, export_schema
-    from memory_core.query.dates import chunk_date
+    A local folder: both tables are built whole (rows, full-text index, B-trees) in a staging
+    folder inside it, then renamed into place (:func:`_swap`), so a reader sees the old export or
+    the new one, and a stopped or failed export leaves the old one as it was. Object storage has
+    no rename: the tables are replaced in place, and a reader in between is told the export is
+    incomplete (:class:`memory_core.query.lancedb.LanceSearcher`)."""
+    from memory_core.export.files import ExportSummary, _Snapshot, sigterm_stops
 
     lancedb = _lancedb()
     local = "://" not in uri
@@ -65,52 +89,158 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, batch_row
     snap = _Snapshot(Path(index_path))
     try:
         db = lancedb.connect(uri)
-        if TABLE in _tables(db) and not force:
-            md = db.open_table(TABLE).schema.metadata or {}
-            if MARK not in md:
-                raise UsageError(f"{uri} already has a table {TABLE!r} that is not a memory-core export;"
-                                 " use --force to replace it")
-        mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
+        if not force:  # both tables are replaced: neither may be a user's own
+            for name in (TABLE, TERMS):
+                if name in _tables(db) and not is_export_table(db.open_table(name), name):
+                    raise UsageError(f"{uri} already has a table {name!r} that is not a memory-core export;"
+                                     " use --force to replace it")
+        with sigterm_stops(uri):
+            if local:
+                root = Path(uri)
+                _remove_stale(root)
+                staging = root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                try:
+                    n = _write_tables(lancedb.connect(str(staging)), snap, vectors=vectors, batch_rows=batch_rows)
+                    _swap(staging, root)
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)
+            else:
+                n = _write_tables(db, snap, vectors=vectors, batch_rows=batch_rows)
         dims = snap.dims
-        meta = {**snap.metadata(), MARK.decode(): "1", "memory_core.meta": json.dumps(snap.meta, default=str)}
-        base = _batches(snap, vectors=bool(dims), batch_rows=batch_rows)
-        schema = export_schema(dims, vectors=bool(dims))
-        schema = schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string())).with_metadata(meta)
-        df: Counter[str] = Counter()
-        n = 0
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            nonlocal n
-            for b in base:
-                cols = b.to_pydict()
-                mt = [mtimes.get(p) for p in cols["path"]]
-                said = _said(snap.conn, [i for i, s in zip(cols["id"], cols["source"], strict=True) if s == "sessions"])
-                dt = [said.get(i) or chunk_date(p, s, a, e, m) for i, p, s, a, e, m in
-                      zip(cols["id"], cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
-                for text in cols["text"]:
-                    df.update(set(doc_tokens(text)))
-                n += b.num_rows
-                yield pa.RecordBatch.from_arrays(
-                    [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string())],
-                    schema=schema)
-
-        reader = pa.RecordBatchReader.from_batches(schema, batches())
-        table = db.create_table(TABLE, data=reader, mode="overwrite")
-        # the embedded index's own background, so the export calibrates as it does
-        bg = background_of(snap.conn) if dims else None
-        terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
-                         schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
-                                          metadata={"memory_core.n_chunks": str(n),
-                                                    "memory_core.background_cosine": json.dumps(bg)}))
-        tt = db.create_table(TERMS, data=terms, mode="overwrite")
-        if n:
-            table.create_index("text", config=_fts_config(), replace=True)
-            table.create_scalar_index("id", replace=True)
-        if len(df):
-            tt.create_scalar_index("term", replace=True)
         size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
-        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=bool(dims), row_groups=0,
-                             bytes=size, seconds=round(time.perf_counter() - t0, 3),
+        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=vectors and bool(dims),
+                             row_groups=0, bytes=size, seconds=round(time.perf_counter() - t0, 3),
                              provider=snap.record.provider, model=snap.record.model)
     finally:
         snap.close()
+
+
+def _write_tables(db: Any, snap: _Snapshot, *, vectors: bool, batch_rows: int | None) -> int:
+    """Write both tables of the export of ``snap`` to the LanceDB database ``db``, with their
+    indexes; returns the number of chunks. Both carry the same ``memory_core.export_id``, by which
+    a reader knows it holds the two tables of one export."""
+    import pyarrow as pa
+
+    from memory_core.export.files import _batches, export_schema
+    from memory_core.query.dates import chunk_date
+
+    mtimes = dict(snap.conn.execute("SELECT path, mtime FROM files"))
+    dims = snap.dims
+    with_vectors = vectors and bool(dims)
+    export_id = uuid.uuid4().hex
+    meta = {**snap.metadata(), MARK.decode(): "1", EXPORT_ID: export_id,
+            "memory_core.meta": json.dumps(snap.meta, default=str)}
+    base = _batches(snap, vectors=with_vectors, batch_rows=batch_rows)
+    schema = export_schema(dims, vectors=with_vectors)
+    schema = (schema.append(pa.field("mtime", pa.int64())).append(pa.field("date", pa.string()))
+              .append(pa.field(WORDS, pa.string())).with_metadata(meta))
+    df: Counter[str] = Counter()
+    n = 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal n
+        for b in base:
+            cols = b.to_pydict()
+            mt = [mtimes.get(p) for p in cols["path"]]
+            said = _said(snap.conn, [i for i, s in zip(cols["id"], cols["source"], strict=True) if s == "sessions"])
+            dt = [said.get(i) or chunk_date(p, s, a, e, m) for i, p, s, a, e, m in
+                  zip(cols["id"], cols["path"], cols["source"], cols["start_line"], cols["end_line"], mt, strict=True)]
+            words = [index_words(text) for text in cols["text"]]
+            for w in words:
+                df.update(set(w))
+            n += b.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [*b.columns, pa.array(mt, pa.int64()), pa.array(dt, pa.string()),
+                 pa.array([" ".join(w) for w in words], pa.string())],
+                schema=schema)
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    table = db.create_table(TABLE, data=reader, mode="overwrite")
+    if n:
+        table.create_index(WORDS, config=_fts_config(), replace=True)
+        table.create_scalar_index("id", replace=True)
+    # the embedded index's own background, so the export calibrates as it does
+    bg = background_of(snap.conn) if with_vectors else None
+    terms = pa.table({"term": pa.array(list(df), pa.string()), "df": pa.array(list(df.values()), pa.int64())},
+                     schema=pa.schema([("term", pa.string()), ("df", pa.int64())],
+                                      metadata={MARK.decode(): "1", EXPORT_ID: export_id,
+                                                "memory_core.n_chunks": str(n),
+                                                "memory_core.background_cosine": json.dumps(bg)}))
+    tt = db.create_table(TERMS, data=terms, mode="overwrite")  # last: its export id completes the export
+    if len(df):
+        tt.create_scalar_index("term", replace=True)
+    for t in (table, tt):
+        _prune(t)
+    return n
+
+
+def _prune(table: Any) -> None:
+    """Remove every version of ``table`` but the latest: an overwrite keeps the earlier rows on disk
+    as older versions (text deleted or masked since, readable by anyone who can read the folder or
+    bucket). A staged table's earlier versions are only the steps of its build; in place (object
+    storage) they are the previous export, and a reader still on it reopens the tables."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": the point
+        table.optimize(cleanup_older_than=timedelta(0))
+
+
+STAGING_PREFIX = ".export-"
+"""The staging folder of an export under way, inside the export's folder: ``.export-PID-xxxxxxxx``."""
+ASIDE_PREFIX = ".replaced-"
+"""The previous export's tables, moved aside by :func:`_swap` and then removed."""
+
+
+def _swap(staging: Path, root: Path) -> None:
+    """Rename the staged tables over the live ones (``terms``, then ``chunks``; each one rename,
+    the previous one moved aside first and removed after). A reader that opens the tables in
+    between sees two export ids and opens them again. Ctrl-C and SIGTERM wait for the renames."""
+    aside = root / f"{ASIDE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    aside.mkdir()
+    try:
+        with _stops_held():
+            for name in (TERMS, TABLE):
+                live = root / f"{name}.lance"
+                if live.exists() or live.is_symlink():
+                    os.rename(live, aside / live.name)
+                os.rename(staging / live.name, live)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)  # the previous export, its every version with it
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done (main thread only), then are delivered."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in stops}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if got:
+            signal.raise_signal(got[0])
+
+
+def _remove_stale(root: Path) -> None:
+    """Remove the staging and aside folders of exports that were killed (their process is gone)."""
+    for p in (*root.glob(f"{STAGING_PREFIX}*"), *root.glob(f"{ASIDE_PREFIX}*")):
+        try:
+            pid = int(p.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True

@@ -15,23 +15,42 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.errors import IndexMissingError, ProviderError
+from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
+from memory_core.query.rank import wants_file_support
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.query.dates import DateRange
     from memory_core.query.results import SearchAnswer
     from memory_core.query.retrieval import Candidates
     from memory_core.query.search import ResultSource
 
-from memory_core.storage.lancedb import _COLS, TABLE, TERMS, _lancedb, _tables, doc_tokens
+from memory_core.storage.lancedb import (
+    _COLS,
+    EXPORT_ID,
+    TABLE,
+    TERMS,
+    WORDS,
+    _lancedb,
+    _tables,
+    doc_tokens,
+    is_export_table,
+    query_words,
+)
+
+OPEN_ATTEMPTS = 20
+"""How often a searcher opens the export's tables before it calls the export incomplete."""
+OPEN_PAUSE_S = 0.05
 
 
 class LanceSearcher(QueryProviderOwner):
@@ -47,23 +66,58 @@ class LanceSearcher(QueryProviderOwner):
         self.settings = settings
         self.uri = uri if "://" in uri else os.path.abspath(os.path.expanduser(uri))
         lancedb = _lancedb()
-        db = lancedb.connect(self.uri)
-        if TABLE not in _tables(db) or TERMS not in _tables(db):
-            raise IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
+        missing = IndexMissingError(f"no memory-core export at {self.uri}; run `memory-core export --format lancedb"
                                     f" {uri}` first")
-        self.table = db.open_table(TABLE)
-        self.terms = db.open_table(TERMS)
-        md = self.table.schema.metadata or {}
-        # what the exported index recorded (provider, model, key, dims)
-        self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
-        tmd = self.terms.schema.metadata or {}
-        self.n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
-        self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
+        if "://" not in self.uri and not os.path.isdir(self.uri):  # a read-only search creates no folder
+            if os.path.exists(self.uri):
+                raise UsageError(f"{self.uri} is not a LanceDB export folder (it is a file; `memory-core export"
+                                 " --format lancedb DIR` writes a folder)")
+            raise missing
+        self._db = lancedb.connect(self.uri)
+        self._missing = missing
+        self._open()
         self._provider = provider
         self._provider_checked = provider is not None
         self.provider_note = ""
         self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
         self._ranker = Searcher(settings)  # rank() only: it opens no index
+
+    def _open(self) -> None:
+        """Open both tables of one whole export. An export to a local folder renames its two
+        tables into place one after the other: a reader in between sees two export ids (or a
+        table missing for an instant) and opens them again; still so after a while, the export
+        is incomplete (one stopped on object storage, or by a version before the staging folder)."""
+        for attempt in range(OPEN_ATTEMPTS):
+            if attempt:
+                time.sleep(OPEN_PAUSE_S)
+            names = _tables(self._db)
+            if TABLE not in names and TERMS not in names:
+                raise self._missing
+            try:
+                table, terms = self._db.open_table(TABLE), self._db.open_table(TERMS)
+            except (ValueError, OSError, RuntimeError):  # a table not there (yet, or any more)
+                continue
+            if not (is_export_table(table, TABLE) and is_export_table(terms, TERMS)
+                    and set(_COLS) <= set(table.schema.names) and {"term", "df"} <= set(terms.schema.names)):
+                raise UsageError(f"the LanceDB tables {TABLE!r} and {TERMS!r} at {self.uri} are not a memory-core"
+                                 " export (`memory-core export --format lancedb` writes them)")
+            md, tmd = table.schema.metadata or {}, terms.schema.metadata or {}
+            n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
+            if md.get(EXPORT_ID.encode()) != tmd.get(EXPORT_ID.encode()):
+                continue
+            if n_chunks and not any(i.index_type in ("FTS", "INVERTED") for i in table.list_indices()):
+                continue
+            self.table, self.terms, self.n_chunks = table, terms, n_chunks
+            self.has_vectors = "vector" in table.schema.names
+            # the index's FTS5 tokens (Porter stems); an export before it: LanceDB's words of the text
+            self.stemmed = WORDS in table.schema.names
+            # what the exported index recorded (provider, model, key, dims)
+            self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
+            self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
+            return
+        raise IndexMissingError(f"the LanceDB export at {self.uri} is incomplete (an export stopped before it"
+                                f" finished, or one is writing it now); run `memory-core export --format lancedb"
+                                f" {self.uri}` again")
 
     def close(self) -> None:
         self._ranker.close()
@@ -75,6 +129,8 @@ class LanceSearcher(QueryProviderOwner):
         self.close()
 
     def _query_provider(self) -> EmbeddingProvider | None:
+        if not self.has_vectors:  # exported with --no-vectors (or a keyword-only index): keyword-only
+            return None
         return self._provider_for(self.record, "export", "exported again")
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -86,8 +142,12 @@ class LanceSearcher(QueryProviderOwner):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         max_results = q.max_results if max_results is None else max(1, int(max_results))
-        cands = self.retrieve(query, self._ranker.candidate_count(max_results), sources,
-                              vector=mode != "keyword", keyword=mode != "vector")
+        n = self._ranker.candidate_count(max_results)
+        try:
+            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
+        except (OSError, RuntimeError, ValueError):  # the export was replaced under the search: once more
+            self._open()
+            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
         self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
@@ -112,12 +172,13 @@ class LanceSearcher(QueryProviderOwner):
         from memory_core.query.search import Candidates
 
         query = (query or "").replace("\x00", " ")
-        if not query.strip():
+        if not query.strip() or not self.n_chunks:  # the export of an empty index: no results
             return Candidates(query, [], [], False)
         dates = query_date_range(query, date_order=self.settings.query.date_order)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
-        keep = bool(dates and dates.kept) and bool(
-            dates and self.terms.search().where(f"term = '{dates.kept}'").limit(1).to_list())
+        kept = (self._tokens([dates.kept]) or [""])[0] if dates and dates.kept else ""
+        keep = bool(kept) and bool(
+            self.terms.search().where("term = '" + kept.replace("'", "''") + "'").limit(1).to_list())
         text = dates.strip(query, keep=keep) if dates else query
         if not text.strip():
             vector = keyword = False
@@ -148,7 +209,7 @@ class LanceSearcher(QueryProviderOwner):
                 vec_hits.append(h)
         words = textsearch.query_terms(text) if keyword else []
         terms = [] if all(textsearch.is_stop_word(w) for w in words) else words
-        tokens = list(dict.fromkeys(t for w in terms for t in doc_tokens(w)))
+        tokens = self._tokens(terms)
         kw_hits: list[ranking.Hit] = []
         idf_total, coverage = 0.0, 1.0
         if tokens:
@@ -191,8 +252,63 @@ class LanceSearcher(QueryProviderOwner):
             h.has_identifier = bool(idents) and any(i in h.text.lower() for i in idents)
         cal = ranking.Calibration.for_model(self.record.model, self.background if qvec is not None else None,
                                             self.settings.query.vector_calibration)
-        return Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
-                          coverage)
+        cands = Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
+                           coverage)
+        if dates is not None and not _of_days(cands.union, dates):
+            # nothing of those days among the candidates: ranked as a query naming no day (the index's
+            # rule, here by each candidate's one exported date)
+            cands = replace(cands, dates=None)
+        if qvec is not None and cands.union and wants_file_support(self.settings.query, cands):
+            # each file's relevance as a whole, as the index's Searcher.retrieve places results by it
+            cosines, share = self._file_support(qvec, cands.union)
+            cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
+        return cands
+
+    def _file_support(self, qvec: np.ndarray, union: list[ranking.Hit]) -> tuple[dict[str, list[float]], float]:
+        """:func:`memory_core.query.retrieval.file_cosines` and :func:`~memory_core.query.retrieval.multi_chunk_share`
+        from the table: each candidate file's best ``FILE_SUPPORT_CHUNKS`` cosines over all its chunks
+        (for the ``FILE_SUPPORT_FILES`` files of the nearest candidates, at most ``FILE_SUPPORT_MAX_READS``
+        vectors read; the others: their candidates' cosines), and the share of the candidate files
+        that hold more than one chunk. A chunk counts by its one exported vector (a transcript's
+        chunk in the index: its best exchange's, not exported)."""
+        from memory_core.query.retrieval import (
+            FILE_SUPPORT_CHUNKS,
+            FILE_SUPPORT_FILES,
+            FILE_SUPPORT_MAX_READS,
+        )
+
+        own: dict[str, list[ranking.Hit]] = {}
+        for h in union:
+            own.setdefault(h.path, []).append(h)
+        counts: dict[str, int] = {}
+        for r in self.table.search().where(_in("path", list(own))).select(["path"]).limit(None).to_list():
+            counts[str(r["path"])] = counts.get(str(r["path"]), 0) + 1
+        share = sum(1 for p in own if counts.get(p, 0) > 1) / len(own)
+        order = sorted(own, key=lambda p: max(h.vector_score for h in own[p]), reverse=True)[:FILE_SUPPORT_FILES]
+        read: list[str] = []
+        total = 0
+        for p in order:
+            if counts.get(p, 0) and total + counts[p] <= FILE_SUPPORT_MAX_READS:
+                read.append(p)
+                total += counts[p]
+        got: dict[str, list[float]] = {}
+        if read:
+            for r in self.table.search().where(_in("path", read)).select(["path", "vector"]).limit(None).to_list():
+                if r["vector"] is not None:
+                    v = np.asarray(r["vector"], dtype=np.float32)
+                    got.setdefault(str(r["path"]), []).append(
+                        float(v @ qvec / max(float(np.linalg.norm(v)), 1e-12)))
+        out: dict[str, list[float]] = {}
+        for p, hs in own.items():
+            cos = got.get(p) or [float(h.vector_score) for h in hs]
+            out[p] = sorted(cos, reverse=True)[:FILE_SUPPORT_CHUNKS]
+        return out, share
+
+    def _tokens(self, terms: list[str]) -> list[str]:
+        """The export's tokens of these query terms (unique, in order): FTS5's, Porter stems, as the
+        index's MATCH makes them (an export before the ``words`` column: LanceDB's words)."""
+        split = query_words if self.stemmed else doc_tokens
+        return list(dict.fromkeys(t for w in terms for t in split(w) if t))
 
     @staticmethod
     def _hit(r: dict[str, Any], rid: int) -> ranking.Hit:
@@ -201,7 +317,8 @@ class LanceSearcher(QueryProviderOwner):
                            mtime_ms=r.get("mtime"), date=r.get("date"), rid=rid)
 
     def _fts(self, text: str, k: int, where: str | None, cols: list[str]) -> list[dict[str, Any]]:
-        fq = self.table.search(text, query_type="fts").select([*cols, "_score"]).limit(max(1, k))
+        fq = self.table.search(text, query_type="fts", fts_columns=WORDS if self.stemmed else "text").select(
+            [*cols, "_score"]).limit(max(1, k))
         if where:
             fq = fq.where(where, prefilter=True)
         rows: list[dict[str, Any]] = fq.to_list()  # lancedb's query builder is untyped
@@ -209,8 +326,26 @@ class LanceSearcher(QueryProviderOwner):
 
     def status(self) -> dict[str, object]:
         return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.record.provider,
-                "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version)}
+                "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version),
+                "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode()}
+
+
+def _of_days(hits: list[ranking.Hit], dates: DateRange) -> bool:
+    """Whether any of ``hits`` is dated within ``dates`` (its ``date``'s day)."""
+    from datetime import date
+
+    for h in hits:
+        try:
+            if h.date and dates.start <= date.fromisoformat(str(h.date)[:10]) <= dates.end:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _id_in(ids: list[str]) -> str:
-    return "id IN (" + ",".join("'" + i.replace("'", "''") + "'" for i in ids) + ")"
+    return _in("id", ids)
+
+
+def _in(col: str, values: list[str]) -> str:
+    return f"{col} IN (" + ",".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
