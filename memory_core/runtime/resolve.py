@@ -21,7 +21,7 @@ from memory_core.config import (
     _validate,
     read_config_file,
 )
-from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.indexmeta import IndexRecord, dotted
 from memory_core.storage.store import probe_index
 
 # -- resolution: flags > environment > config file > the live index > defaults -------------------
@@ -68,15 +68,6 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
-
-
-def _dotted(data: dict[str, Any], key: str) -> object:
-    cur: Any = data
-    for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
 
 
 def _recorded_value(settings: Settings, key: str) -> object:
@@ -152,7 +143,7 @@ def resolve_settings(
 
     def first(key: str, *named: tuple[str, dict[str, Any]]) -> tuple[Any, str | None]:
         for label, layer in named:
-            v = _dotted(layer, key)
+            v = dotted(layer, key)
             if v is not None:
                 return v, label
         return None, None
@@ -204,7 +195,7 @@ def resolve_settings(
     for key in RECORDED:
         label = ORIGIN_DEFAULT
         for name, layer in reversed(layers):
-            if _dotted(layer, key) is not None:
+            if dotted(layer, key) is not None:
                 label = flag_label(key) if layer is flags else (
                     f"${next(v for v, k in _ENV_KEYS.items() if k == key)}" if layer is env_layer else name)
                 break
@@ -224,7 +215,7 @@ def resolve_settings(
             sessions = recorded.get("sessions")
             recorded["sessions"] = {**(sessions if isinstance(sessions, dict) else {}), "dir": live.sessions_dir}
         for key in RECORDED:
-            old = _dotted(recorded, key)
+            old = dotted(recorded, key)
             if key in ("index_path",) or old is None:
                 continue
             if key in ("sources", "extra_paths") and isinstance(old, list):

@@ -477,7 +477,8 @@ _AS_BUILT_KEYS = ("sources", "extra_paths", "sessions.dir", "redact", "chunking.
 PROVIDER_KEYS = ("provider", "model", "remote")
 
 
-def _get(data: Mapping[str, Any], key: str) -> object:
+def dotted(data: Mapping[str, Any], key: str) -> object:
+    """``data["a"]["b"]`` for ``key`` ``"a.b"``; None where a part is missing."""
     cur: Any = data
     for part in key.split("."):
         if not isinstance(cur, Mapping) or part not in cur:
@@ -503,17 +504,17 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
     for key in _AS_BUILT_KEYS:
         if origins.get(key) not in NOT_TOLD:
             continue
-        recorded = _get(layer, key)
+        recorded = dotted(layer, key)
         if recorded is None:
             continue
-        now = _get(current, key)
+        now = dotted(current, key)
         if key in ("sources", "extra_paths") and isinstance(recorded, list) and isinstance(now, list):
             differs = sorted(map(str, recorded)) != sorted(map(str, now))
         elif key == "sessions.dir":
             differs = str(Path(os.path.abspath(settings.workspace_dir / os.path.expanduser(str(recorded))))) \
                 != str(settings.sessions_dir)
         elif key == "remote" and isinstance(recorded, Mapping):
-            differs = any(_get(current, f"remote.{k}") != v for k, v in recorded.items())
+            differs = any(dotted(current, f"remote.{k}") != v for k, v in recorded.items())
         else:
             differs = recorded != now
         if differs:
@@ -522,7 +523,7 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
         return settings, []
     data = settings.model_dump(mode="python")
     for key in changed:
-        recorded = _get(layer, key)
+        recorded = dotted(layer, key)
         parts = key.split(".")
         target: dict[str, Any] = data
         for part in parts[:-1]:
