@@ -14,6 +14,8 @@ import threading
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
+import apsw
+
 from memory_core.errors import UsageError
 from memory_core.storage import textsearch
 
@@ -51,14 +53,12 @@ def _lancedb() -> Any:
 _local = threading.local()
 
 
-def _tokenizer() -> Any:
+def _tokenizer() -> apsw.FTS5Tokenizer:
     """FTS5's own tokenizer as the index's ``chunks_fts`` uses it (``porter unicode61
     remove_diacritics 2``, :data:`memory_core.storage.textsearch.FTS_TOKENIZER`), one per thread
     (apsw's ``fts5_tokenizer`` on an in-memory connection)."""
-    tok = getattr(_local, "tok", None)
+    tok: apsw.FTS5Tokenizer | None = getattr(_local, "tok", None)
     if tok is None:
-        import apsw
-
         conn = apsw.Connection(":memory:")
         name, *args = textsearch.FTS_TOKENIZER.split()
         tok = conn.fts5_tokenizer(name, args)
@@ -70,20 +70,18 @@ def index_words(text: str) -> list[str]:
     """The tokens the index's FTS5 holds for a chunk's ``text``: CJK characters split
     (:func:`memory_core.storage.textsearch.segment_for_index`), then FTS5's tokenizer (unicode61
     words, diacritics removed, Porter stems): what the export's ``words`` column holds, space-joined."""
-    import apsw
-
-    words: list[str] = _tokenizer()(textsearch.segment_for_index(text).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,
-                                    include_offsets=False, include_colocated=False)
-    return words
+    got = _tokenizer()(textsearch.segment_for_index(text).encode(), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+                       include_offsets=False, include_colocated=False)
+    # without offsets or colocated tokens apsw returns the tokens alone
+    return [w for w in got if isinstance(w, str)]
 
 
 def query_words(term: str) -> list[str]:
     """The tokens FTS5 makes of one query term (a word, or a CJK run), as the index's MATCH does."""
-    import apsw
-
-    words: list[str] = _tokenizer()(textsearch.segment_for_index(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
-                                    include_offsets=False, include_colocated=False)
-    return words
+    got = _tokenizer()(textsearch.segment_for_index(term).encode(), apsw.FTS5_TOKENIZE_QUERY, None,
+                       include_offsets=False, include_colocated=False)
+    # without offsets or colocated tokens apsw returns the tokens alone
+    return [w for w in got if isinstance(w, str)]
 
 
 # Any: lancedb's FTS config (no stubs)
