@@ -110,10 +110,9 @@ class Indexer:
         or a rebuild on another provider was undone by its next refresh. A provider this indexer
         made for the old settings is closed; the next one is made for the new (a provider handed in
         stays: the run itself then makes one for the index as built, see ``pipeline._as_built_now``)."""
-        from memory_core.storage.indexmeta import PROVIDER_KEYS, IndexRecord, as_built
-        from memory_core.storage.store import probe_index
+        from memory_core.storage.indexmeta import PROVIDER_KEYS, as_built_now
 
-        fresh, changed = as_built(self.settings, IndexRecord.from_meta(probe_index(self.settings.index_file)[0]))
+        fresh, changed = as_built_now(self.settings)
         if not changed:
             return
         self.settings = fresh

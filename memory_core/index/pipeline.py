@@ -70,7 +70,7 @@ from memory_core.index.stages import (
 from memory_core.index.streaming import Built, stream_index
 from memory_core.index.writer import remove_stale_temp_files, stops_held
 from memory_core.storage.cache import EmbeddingCache
-from memory_core.storage.store import IndexLock, probe_index, recover_index
+from memory_core.storage.store import IndexLock, recover_index
 
 __all__ = ["IfBusy", "LocalExecutor", "Progress", "ProgressFn", "RunCancelled", "RunSummary", "run_index"]
 
@@ -336,10 +336,9 @@ def _as_built_now(settings: Settings, provider: EmbeddingProvider) -> tuple[Sett
     before it waits for the lock; another run holding it may rebuild the index meanwhile
     (``index --sessions``, another provider), and the waiting run, told nothing, rebuilt it back
     (``full: sources changed from [memory, sessions] to [memory]``): its transcripts gone."""
-    from memory_core.storage.indexmeta import PROVIDER_KEYS, IndexRecord, as_built
+    from memory_core.storage.indexmeta import PROVIDER_KEYS, as_built_now
 
-    record = IndexRecord.from_meta(probe_index(settings.index_file)[0])
-    fresh, changed = as_built(settings, record)
+    fresh, changed = as_built_now(settings)
     if not changed:
         return settings, None
     log.info("the index was rebuilt by another run since these settings were read; keeping it as built: %s",

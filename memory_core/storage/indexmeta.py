@@ -40,7 +40,7 @@ from memory_core.config import Settings
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider, Vectors
-from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer
+from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer, probe_index
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
@@ -499,7 +499,13 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
     if record is None or not origins:
         return settings, []
     layer = record.settings_layer()
-    current = settings.model_dump(mode="python")
+
+    def now_of(key: str) -> object:  # a setting's value, read from the model (no dump: per search)
+        value: Any = settings
+        for part in key.split("."):
+            value = getattr(value, part, None)
+        return value
+
     changed: list[str] = []
     for key in _AS_BUILT_KEYS:
         if origins.get(key) not in NOT_TOLD:
@@ -507,14 +513,14 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
         recorded = dotted(layer, key)
         if recorded is None:
             continue
-        now = dotted(current, key)
+        now = now_of(key)
         if key in ("sources", "extra_paths") and isinstance(recorded, list) and isinstance(now, list):
             differs = sorted(map(str, recorded)) != sorted(map(str, now))
         elif key == "sessions.dir":
             differs = str(Path(os.path.abspath(settings.workspace_dir / os.path.expanduser(str(recorded))))) \
                 != str(settings.sessions_dir)
         elif key == "remote" and isinstance(recorded, Mapping):
-            differs = any(dotted(current, f"remote.{k}") != v for k, v in recorded.items())
+            differs = any(now_of(f"remote.{k}") != v for k, v in recorded.items())
         else:
             differs = recorded != now
         if differs:
@@ -535,3 +541,8 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
     fresh = Settings.model_validate(data)
     fresh._origins = {**origins, **dict.fromkeys(changed, NOT_TOLD[0])}
     return fresh, changed
+
+
+def as_built_now(settings: Settings) -> tuple[Settings, list[str]]:
+    """:func:`as_built` against the live index at ``settings.index_file`` as it is now."""
+    return as_built(settings, IndexRecord.from_meta(probe_index(settings.index_file)[0]))
