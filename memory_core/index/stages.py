@@ -231,6 +231,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             if old is not None and not full:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")
                 counts["unchanged"] += 1
+                if not isinstance(exc, FileNotFoundError):
+                    # recorded as it is now, so freshness does not call it changed (and start a
+                    # run on every search) until it changes again or can be read
+                    skips[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
             else:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); skipped")
                 if old is None:
@@ -261,6 +265,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
+        new_skips=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items()),
     )
 
 

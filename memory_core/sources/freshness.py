@@ -106,6 +106,9 @@ def dirty_state(settings: Settings) -> DirtyState:
                 changed.append(f.path)
             continue
         source, size, mtime_ms, lines = old
+        skip = skips.get(f.path)
+        if skip is not None and skip.holds(f.source, f.mtime_ms, f.size, f.abs_path):
+            continue  # changed since it was indexed, and unreadable as the last run found it: its rows kept
         if source != f.source:
             changed.append(f.path)
         elif f.source == "sessions":  # the indexer's own rule: what a run would reindex
