@@ -416,3 +416,33 @@ def test_r4_a_failed_run_says_what_it_found_in_the_cache(tmp_path: Path) -> None
     part = failed.value.run_summary  # type: ignore[attr-defined]
     assert part.error and not part.swapped
     assert part.chunks_from_cache == 20 and part.headline()["from cache"] == 20
+
+
+def test_r1c_a_stop_as_the_published_run_returns_still_carries_its_summary(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left over by the thirteenth session: stops were held until a published run's summary was
+    whole, but released before the run handed it to its caller, so a Ctrl-C in those few
+    instructions (after ``_index_once`` returned, before the caller recorded the summary) escaped
+    with no summary: the CLI and the API said nothing of a publish that had happened. The summary
+    is now recorded while stops are still held. The stop is sent exactly there: the run's stages
+    run unchanged, then the signal, then the return."""
+    from memory_core.index import pipeline
+
+    with OpenAIFake(dims=64) as srv:
+        s = _indexed_then_a_new_note(tmp_path, srv)
+        real = pipeline._index_once
+
+        def then_a_stop(*a: Any, **k: Any) -> Any:
+            summary = real(*a, **k)
+            os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt here, on the way out
+            return summary  # not reached
+
+        monkeypatch.setattr(pipeline, "_index_once", then_a_stop)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            run_index(s)
+        monkeypatch.undo()
+    summary = getattr(stopped.value, "run_summary", None)
+    assert summary is not None, "the stop escaped with no summary of the published run"
+    assert summary.swapped and not summary.error and summary.stopped == "interrupted"
+    assert summary.files_new == 1 and summary.chunks_embedded == 1
+    assert _paths(s.index_file)[-1] == "memory/n03.md"

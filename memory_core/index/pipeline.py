@@ -299,13 +299,14 @@ def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                     provider, reason = made, "as the index was built"
                 try:
                     summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
-                                          on_progress=progress, only_paths=only_paths)
+                                          on_progress=progress, only_paths=only_paths, done=done)
                 except _SwitchProvider as sw:
                     log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info.primary,
                                 sw.info.reason, sw.info.to)
                     summary = _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
-                                          timer=timer, on_progress=progress)
-                done.append(summary)
+                                          timer=timer, on_progress=progress, done=done)
+                if not done:  # (a published run's summary is in it already: _index_once put it there)
+                    done.append(summary)
                 if settings.backend == "qmd":
                     try:
                         _qmd_phase(settings, ex, timer, summary)
@@ -353,7 +354,10 @@ def _as_built_now(settings: Settings, provider: EmbeddingProvider) -> tuple[Sett
 
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,
                 fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None,
-                only_paths: Collection[str] | None = None) -> RunSummary:
+                only_paths: Collection[str] | None = None, done: list[RunSummary] | None = None) -> RunSummary:
+    """One run's stages, discovery to the summary. ``done`` gets a published run's summary while
+    stops are still held (:func:`stops_held`), so a stop that lands on the way out of this
+    function, before the caller has it, still finds the summary of the publish it follows."""
     ex.bind(settings)
     full = full or fallback is not None
     with timer.stage("discover"):
@@ -486,6 +490,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         for w in summary.warnings:
             if w not in plan.warnings:
                 log.warning("%s", w, extra={RUN_WARNING: True})
+        if done is not None and built is not None:
+            done.append(summary)
         if stop is not None:  # a stop held meanwhile is the same stop: the run ends by this one
             cut = ([] if trimmed or cache is None or not settings.cache.enabled else [CUT_TRIM]) + \
                 ([CUT_QMD] if settings.backend == "qmd" else [])
