@@ -144,7 +144,10 @@ def test_an_ambiguous_day_reads_as_the_memorys_timeline_holds_it() -> None:
 @pytest.mark.parametrize("query", ["add 1/2 cup of flour", "3-4 people came", "ran 12.5 km", "took 1.5 hours",
                                    "v1.2.3 is out", "meet at 10.30", "before we left", "I told you before",
                                    "score was 3/4", "3/4 of the team came", "cut the budget to 1/2",
-                                   "rent went up by 1/3", "31/02/2024", "13/13"])
+                                   "rent went up by 1/3", "31/02/2024", "13/13",
+                                   # fourteenth session: an idiom and ordinals of other things
+                                   "a 24/7 support line", "we are open 24/7", "the 3rd option was best",
+                                   "my favourite is the 2nd song", "the 5th floor flat", "the 1st draft of the essay"])
 def test_numbers_that_are_not_days(query: str) -> None:
     assert query_date_range(query, REF) is None
 
@@ -629,3 +632,15 @@ def test_the_next_days_evening_note_is_another_day(tmp_path: Path) -> None:
     with Searcher(s) as se:
         hits = se.search("what did the plumber say about the boiler on 17 January?")
     assert hits and hits[0].path == "memory/2024-01-17.md", [(h.citation, h.score) for h in hits]
+
+
+@pytest.mark.parametrize(("query", "day"), [
+    ("what did we do on the 13th?", date(2024, 1, 13)),
+    ("what did we do the 13th?", date(2024, 1, 13)),  # no day word, but nothing it numbers after it
+    ("the 13th at the pub, who came?", date(2024, 1, 13)),
+    ("anything planned the 6th and later?", date(2024, 1, 6)),
+    ("what was on 24/7/2023?", date(2023, 7, 24)),  # with a year it is a day
+])
+def test_ordinal_and_numeric_days_still_read(query: str, day: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and got.start == day and got.end == day

@@ -377,6 +377,10 @@ Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, las
 
 # the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
 # alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
+# what may follow "the 13th" named without a day word before it ("what did we do the 13th?", "the
+# 13th at the pub"): the end, a punctuation mark or a word that cannot be the noun it numbers
+_ORDINAL_ENDS = LazyPattern(r"\s*(?:$|[?!.,;:)\]\"'])|\s+(?:and|or|at|in|when|while|because|as|we|i|you|he|she|they)\b",
+                            re.IGNORECASE)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 
@@ -483,12 +487,15 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             a_s, b_s = m.group(1), m.group(2).rstrip(".")
-            if not dots and len(a_s) == 1 and len(b_s) == 1 and not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()):
-                continue  # 1/2, 3/4: a fraction, not a day (but "on 1/7", "between 3/1 and 5/1")
+            if not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")) \
+                    and not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()):
+                continue  # 1/2, 3/4: a fraction; 24/7: all the time; not a day (but "on 1/7", "between 3/1 and 5/1")
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
     for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
+        if not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
+            continue  # "the 3rd option", "the 5th floor": an ordinal of something else, not a day
         add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
