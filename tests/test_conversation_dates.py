@@ -644,3 +644,89 @@ def test_the_next_days_evening_note_is_another_day(tmp_path: Path) -> None:
 def test_ordinal_and_numeric_days_still_read(query: str, day: date) -> None:
     got = query_date_range(query, REF)
     assert got is not None and got.start == day and got.end == day
+
+
+# -- the fourteenth session's date audit ---------------------------------------------------------
+
+@pytest.mark.parametrize(("query", "today", "lo", "hi"), [
+    # across New Year, year-less: from the latest 28 December into the January after it (was: the
+    # 359 days from 3 January to 28 December, which lifted everything but the days asked about)
+    ("where did we go between Dec 28 and Jan 3?", date(2025, 12, 31), date(2025, 12, 28), date(2026, 1, 3)),
+    ("between Dec 28 and Jan 2", date(2027, 1, 1), date(2026, 12, 28), date(2027, 1, 2)),
+    ("from Dec 30 to Jan 2", date(2026, 1, 5), date(2025, 12, 30), date(2026, 1, 2)),
+    # in the order written, within the first day's year (was: 5 December 2025 to 25 November 2026)
+    ("what did we do between Nov 25 and Dec 5?", date(2026, 11, 29), date(2026, 11, 25), date(2026, 12, 5)),
+    # written backwards: still the days between them
+    ("between 20 Jan and 3 Jan", date(2026, 3, 1), date(2026, 1, 3), date(2026, 1, 20)),
+    # 29 February without a year: the latest leap year's (was: not read, or the range cut to one day)
+    ("what happened on Feb 29?", date(2026, 3, 10), date(2024, 2, 29), date(2024, 2, 29)),
+    ("what happened on 29/2?", date(2026, 3, 10), date(2024, 2, 29), date(2024, 2, 29)),
+    ("between Feb 27 and Feb 29", date(2026, 3, 10), date(2024, 2, 27), date(2024, 2, 29)),
+    # two whole days joined by a dash are a range (was: the first day only)
+    ("what happened Jan 5 - Jan 9?", date(2026, 3, 10), date(2026, 1, 5), date(2026, 1, 9)),
+    ("notes of 2026-11-01 - 2026-11-05", date(2026, 12, 10), date(2026, 11, 1), date(2026, 11, 5)),
+    ("Nov 1–Nov 5", date(2026, 12, 10), date(2026, 11, 1), date(2026, 11, 5)),
+    # "this Sunday" asked on a Sunday is that day (was: the Sunday before); "on Sunday": the last one
+    ("what are we doing this Sunday?", date(2026, 11, 29), date(2026, 11, 29), date(2026, 11, 29)),
+    ("what did we do on Sunday?", date(2026, 11, 29), date(2026, 11, 22), date(2026, 11, 22)),
+    # a dotted day without a day word is still one
+    ("what did we plan for 17.01?", date(2026, 3, 10), date(2026, 1, 17), date(2026, 1, 17)),
+])
+def test_ranges_across_new_year_leap_days_and_dashes(query: str, today: date, lo: date, hi: date) -> None:
+    got = query_date_range(query, today)
+    assert got is not None and (got.start, got.end) == (lo, hi), got
+
+
+@pytest.mark.parametrize("query", ["what is new in python 3.12?", "node 20.11 is out", "running 5.10 km was hard",
+                                   "I got 9/10 on the quiz", "rated it 4.5 stars", "section 3.11 of the spec",
+                                   "a 12.10 kg parcel"])
+def test_versions_scores_and_measures_are_not_days(query: str) -> None:
+    got = query_date_range(query, date(2026, 3, 10))
+    assert got is None, got
+
+
+def test_a_long_query_reads_its_days_in_its_first_characters_only() -> None:
+    """A query is read for days in its first MAX_DATE_SCAN_CHARS characters, each day's qualifying
+    words looked for just before it (a 100 KB query of "1/1 " was quadratic: ~5 s at 25 KB, ~70 s
+    at 100 KB by extrapolation; bench figures in docs/search.md)."""
+    from memory_core.query.dates import MAX_DATE_SCAN_CHARS
+
+    filler = "blah " * (MAX_DATE_SCAN_CHARS // 5 + 10)
+    assert query_date_range(filler + "what happened on 3 January?", date(2026, 3, 10)) is None
+    got = query_date_range("what happened on 3 January? " + filler, date(2026, 3, 10))
+    assert got is not None and got.start == date(2026, 1, 3)
+    many = "on 1/1 " * 15_000  # 105 KB, every pair a day: the first is the answer
+    got = query_date_range(many, date(2026, 3, 10))
+    assert got is not None and got.start == date(2026, 1, 1)
+
+
+def test_placeholder_timestamps_date_nothing_and_never_fail_a_search(tmp_path: Path) -> None:
+    """Go's zero time (``0001-01-01T00:00:00Z``, what Go tools write for an unset time) and epoch
+    0 / -1 are placeholders: they date nothing. Before, a transcript stamped so made every
+    question naming a day that reached it fail (``ValueError: year 0 is out of range``: its "last
+    year" counted from year 1), and an epoch-0 transcript was "our first conversation"."""
+    from memory_core.query.dates import mentions
+    from memory_core.sources.sessions import stamp
+
+    assert stamp("0001-01-01T00:00:00Z") is None and stamp(0) is None and stamp(-1) is None
+    assert stamp("1970-01-01T00:00:00Z") is None and stamp("2026-11-02T10:00:00Z") == "2026-11-02T10:00"
+    assert mentions("we went 2 times last year", date(1, 1, 1), DateRange(date(2026, 11, 2), date(2026, 11, 2))) is False
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+
+    def session(name: str, ts: object, text: str) -> None:
+        lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
+                 {"type": "message", "id": name + "-1", "timestamp": ts,
+                  "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
+        (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+    session("good", "2026-11-02T10:00:00Z", "Booked the ski trip for the winter.")
+    session("zero", "0001-01-01T00:00:00Z", "The ski trip: we went 2 times last year.")
+    session("epoch", 0, "The ski trip budget is 400 euros.")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as se:
+        got = se.search("what did we say about the ski trip on 2 November?", min_score=0)
+        assert got and got[0].path == "sessions/good.jsonl"
+        first = se.search("what did we say in our first conversation about the ski trip?", min_score=0)
+        assert first and first[0].path == "sessions/good.jsonl"  # the only dated one

@@ -230,13 +230,21 @@ class DateRange:
 
 
 def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
-    try:
-        if year is not None:
+    """The day ``month``/``day`` of ``year``, or without one the latest such day not after
+    ``today`` (29 February: the latest leap year's); None for a day no calendar has."""
+    if year is not None:
+        try:
             return date(year, month, day)
-        d = date(today.year, month, day)
-        return d if d <= today else date(today.year - 1, month, day)
-    except ValueError:
-        return None
+        except ValueError:
+            return None
+    for y in range(today.year, max(0, today.year - 8), -1):
+        try:
+            d = date(y, month, day)
+        except ValueError:
+            continue
+        if d <= today:
+            return d
+    return None
 
 
 def _latest_of_month(day: int, today: date) -> date | None:
@@ -301,7 +309,7 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     ambiguous numeric day (``1/7``), read in the other order when only that reading is within a day
     of the memory's days; ``days_in`` answers that for the memory without listing its days
     (:func:`memory_has_days`), else ``timeline`` does."""
-    q = query.lower()
+    q = query[:MAX_DATE_SCAN_CHARS].lower()
     if not _MAYBE_DAY.search(q):
         return None  # no digit, month, weekday or day word: nothing to resolve (the anchor is not read)
     order = date_order if date_order in DATE_ORDERS else DEFAULT_DATE_ORDER
@@ -328,6 +336,12 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order,
                      kept=named.group(1) if named is not None else "")
 
+
+MAX_DATE_SCAN_CHARS = 4096
+"""A question's days are read in its first this many characters (a question naming a day names it
+there; a 100 KB query of "1/1 " is not read for 4,000 days)."""
+_BEHIND = 48
+"""How far before a day the words that qualify it ("on", "between", "before", "version") are looked for."""
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
@@ -381,6 +395,12 @@ Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, las
 # 13th at the pub"): the end, a punctuation mark or a word that cannot be the noun it numbers
 _ORDINAL_ENDS = LazyPattern(r"\s*(?:$|[?!.,;:)\]\"'])|\s+(?:and|or|at|in|when|while|because|as|we|i|you|he|she|they)\b",
                             re.IGNORECASE)
+# a number pair that is not a day: after a version's or a score's word, before a unit
+_NOT_DAY_BEFORE = LazyPattern(r"\b(?:version|ver|v|python|node|java|ruby|php|perl|go|rust|ios|android|macos|windows|"
+                              r"release|score|scored|got|get|rated|rating|ratio|grade|level|chapter|section|verse|"
+                              r"page|pages|pp|step|rule|item|size|aspect)\s*$")
+_NOT_DAY_AFTER = LazyPattern(r"\s*(?:%|(?:km|kms|mi|miles?|kg|kgs|g|mg|ml|l|lbs?|oz|x|h|hrs?|hours?|mins?|minutes?|"
+                             r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of)\b)")
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 
@@ -442,13 +462,21 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
         return _shift(ref(), ahead) if ahead else ref()
 
     got: list[Span] = []
-    taken: list[tuple[int, int]] = []
+    starts: list[int] = []  # the claimed spans, none overlapping: sorted by start, so by end too
+    ends: list[int] = []
 
     def add(i: int, j: int, d0: date | None, d1: date | None = None) -> None:
-        if d0 is None or any(i < b and a < j for a, b in taken):
+        if d0 is None:
             return
-        taken.append((i, j))
+        k = bisect_left(starts, i)
+        if (k > 0 and ends[k - 1] > i) or (k < len(starts) and starts[k] < j):
+            return  # overlaps a span an earlier pattern claimed
+        starts.insert(k, i)
+        ends.insert(k, j)
         got.append((i, j, d0, d1 or d0))
+
+    def day_word_before(i: int) -> bool:
+        return _DAY_WORD_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is not None
 
     def make(y: int, m: int, d: int) -> date | None:
         try:
@@ -487,14 +515,18 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             a_s, b_s = m.group(1), m.group(2).rstrip(".")
-            if not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")) \
-                    and not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()):
-                continue  # 1/2, 3/4: a fraction; 24/7: all the time; not a day (but "on 1/7", "between 3/1 and 5/1")
+            if not day_word_before(m.start()) and (
+                    (not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")))
+                    or _NOT_DAY_BEFORE.compiled.search(q, max(0, m.start() - _BEHIND), m.start())
+                    or _NOT_DAY_AFTER.compiled.match(q, m.end())):
+                # 1/2, 3/4: a fraction; 24/7: all the time; python 3.12, I got 9/10, 5.10 km: a
+                # version, a score, a measure; not a day (but "on 1/7", "between 3/1 and 5/1")
+                continue
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
     for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
-        if not _DAY_WORD_BEFORE.compiled.search(q, 0, m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
+        if not day_word_before(m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
             continue  # "the 3rd option", "the 5th floor": an ordinal of something else, not a day
         add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
@@ -544,11 +576,13 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
         add(m.start(), m.end(), ref() + timedelta(days=_count(m.group(1))))
     for m in _YEAR_WORDS.finditer(q):
         year = int(m.group(2)) if m.group(2) else ref().year - (m.group(1) == "last")
+        if year < 1:
+            continue  # "last year" asked in year 1 (a transcript stamped with Go's zero time)
         end = ref() if m.group(1) == "this" else date(year, 12, 31)
         add(m.start(), m.end(), date(year, 1, 1), end)
     for m in _WEEKDAY.finditer(q):
         # "on Friday", "last Friday": the latest Friday before the reference day
-        back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7
+        back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or (0 if m.group(1) == "this" else 7)
         add(m.start(), m.end(), ref() - timedelta(days=back))
     if isinstance(ref, _Ref):  # a conversation named by its place in the memory's own timeline
         for rx, which in ((_FIRST_TALK, ref.first_talk), (_LAST_TALK, ref.last_talk)):
@@ -590,13 +624,20 @@ def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
         return None
     for (i1, j1, a0, _a1), (i2, j2, _b0, b1) in zip(days, days[1:], strict=False):
         if _JOIN.match(q[j1:i2]):
-            opener = _OPEN.search(q[:i1])
-            if opener is not None or q[j1:i2].strip() not in ("and", "-", "–"):
+            opener = _OPEN.compiled.search(q, max(0, i1 - _BEHIND), i1)
+            joint = q[j1:i2].strip()
+            if opener is not None or joint not in ("and", "-", "–") or (
+                    joint != "and" and _whole_day(q[i1:j1]) and _whole_day(q[i2:j2])):  # "Jan 5 - Jan 9"
                 i = opener.start() if opener is not None else i1
-                lo, hi = (a0, b1) if a0 <= b1 else (_b0, _a1)  # "between 20 Jan and 3 Jan": either order
+                if a0 <= b1:
+                    lo, hi = a0, b1
+                elif a0 == _a1 and _b0 == b1 and not _has_year(q[i1:j1]) and not _has_year(q[i2:j2]):
+                    lo, hi = _yearless_span(a0, b1)
+                else:
+                    lo, hi = _b0, _a1  # "between 20 Jan 2025 and 3 Jan 2025": either order
                 return (lo, hi), q[i:j2]
     i, j, d0, d1 = days[0]
-    bound = _BOUND.search(q[:i])
+    bound = _BOUND.compiled.search(q, max(0, i - _BEHIND), i)
     if bound is not None:
         word, phrase = bound.group(1), q[bound.start():j]
         if word == "before":
@@ -607,6 +648,44 @@ def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
             return ((d1 + timedelta(days=1), _LAST_DAY), phrase) if d1 < _LAST_DAY else None
         return (d0, _LAST_DAY), phrase  # since
     return (d0, d1), q[i:j]
+
+
+_YEAR_IN = re.compile(r"\d{4}|\d{1,2}[./-]\d{1,2}[./-]\d{2}")
+_MONTH_WORD = re.compile(r"[a-z]{3}")
+
+
+def _has_year(text: str) -> bool:
+    """Whether a day's words carry its year (``2025``, ``17.01.24``)."""
+    return _YEAR_IN.search(text) is not None
+
+
+def _whole_day(text: str) -> bool:
+    """A day written whole (a month with it, or numbers with separators), which a dash can join to
+    another into a range ("Jan 5 - Jan 9", "2026-11-01 - 2026-11-05"), unlike a bare number."""
+    return _MONTH_WORD.search(text) is not None or len(re.findall(r"\d+", text)) >= 2
+
+
+def _yearless_span(a: date, b: date) -> tuple[date, date]:
+    """Two year-less days named in this order, each resolved on its own to the latest such day,
+    which put ``a`` after ``b``: in the order written within ``a``'s year ("between Nov 25 and Dec
+    5" asked on 29 November: the days from the 25th on, not from last December); else a span across
+    New Year ("between Dec 28 and Jan 3": from the latest 28 December into the January after it)
+    or the days written backwards ("between 20 Jan and 3 Jan"), whichever is shorter."""
+    if (a.month, a.day) <= (b.month, b.day):
+        for y in (a.year, b.year):  # (29 February: the year that has it)
+            with contextlib.suppress(ValueError):
+                return a.replace(year=y), b.replace(year=y)
+    try:
+        wrap: tuple[date, date] | None = (a, b.replace(year=a.year + 1))
+    except ValueError:  # 29 February in a year without it, or the calendar's end
+        wrap = None
+    try:
+        back = (b.replace(year=a.year), a)
+    except ValueError:
+        back = (b, a)
+    if wrap is not None and wrap[1] - wrap[0] < back[1] - back[0]:
+        return wrap
+    return back
 
 
 # -- transcripts ---------------------------------------------------------------------------------
@@ -907,7 +986,7 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
         return False
     try:
         days = _single_days(low, lambda: ref, dates.order, 182)
-    except OverflowError:  # written at the calendar's edge
+    except (OverflowError, ValueError):  # written at the calendar's edge ("last year" in year 1)
         return False
     return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
 

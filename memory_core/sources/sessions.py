@@ -140,21 +140,28 @@ def _minute(dt: datetime) -> str:
     return f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}"
 
 
+PLACEHOLDER_YEAR_MAX: Final = 1970
+"""A timestamp in this year or before is a placeholder for "no time" (epoch 0 or -1, Go's zero
+time ``0001-01-01T00:00:00Z``), not when a message was said: it dates nothing (a transcript dated
+1970 was "our first conversation", and "last year" counted from year 1 had no year)."""
+
+
 def stamp(value: object) -> str | None:
     """An ISO timestamp string or epoch number (seconds or milliseconds) -> ``YYYY-MM-DDTHH:MM``
-    (UTC), else ``None``."""
+    (UTC), else ``None`` (also for a placeholder: :data:`PLACEHOLDER_YEAR_MAX`)."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             secs = value / 1000 if value > 1e11 else value
-            return _minute(datetime.fromtimestamp(secs, UTC))
-        if isinstance(value, str) and len(value) >= 10:
+            dt = datetime.fromtimestamp(secs, UTC)
+        elif isinstance(value, str) and len(value) >= 10:
             dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
             if dt.tzinfo is not None:
                 dt = dt.astimezone(UTC)
-            return _minute(dt)
+        else:
+            return None
     except (ValueError, OverflowError, OSError):
         return None
-    return None
+    return None if dt.year <= PLACEHOLDER_YEAR_MAX else _minute(dt)
 
 
 def local_day(value: object) -> str | None:
