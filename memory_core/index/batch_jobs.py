@@ -52,6 +52,12 @@ STORE_SLICE = 2000  # vectors committed to the cache per transaction while readi
 CANCEL_WAIT_S = 30.0
 
 
+class LookupUnknown(ProviderError):
+    """Looking a job up at the provider failed (after retries): whether it exists is unknown.
+    Its ledger row is left open as it is (a later run looks again); never closed, abandoned or
+    created a second time on this answer."""
+
+
 @dataclass
 class BatchContext:
     """Everything a job step needs; cheap to build in each Prefect task."""
@@ -182,6 +188,8 @@ def submit_job(ctx: BatchContext, spec: JobSpec) -> JobRecord:
         rec.input_file_id = ctx.client.upload(spec.path, spec.local_id)
         ctx.ledger.set_input_file(spec.local_id, rec.input_file_id)
         remote = _create_once(ctx, spec.local_id, rec.input_file_id)
+    except LookupUnknown:
+        raise  # the job may exist at the provider: its row stays open for a later run to find
     except ProviderError as exc:
         ctx.ledger.close(spec.local_id, lg.ABANDONED, str(exc))
         if rec.input_file_id:
@@ -197,14 +205,15 @@ def submit_job(ctx: BatchContext, spec: JobSpec) -> JobRecord:
 
 def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.RemoteJob:
     """``create`` with retries that never start a second job: before each retry, and after the
-    last failure, look for a job carrying our local id."""
+    last failure, look for a job carrying our local id. When that lookup fails, raises
+    :class:`LookupUnknown` rather than risk creating (and paying for) a second job."""
     remote_settings = ctx.settings.remote
     attempts = remote_settings.max_attempts
     delay = remote_settings.backoff_initial_s
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         if attempt > 1:
-            found = _find_quietly(ctx, local_id, input_file_id)
+            found = _lookup(ctx, local_id, input_file_id)
             if found is not None:
                 return found
         try:
@@ -222,24 +231,29 @@ def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.Rem
                             attempts - 1, wait)
                 ctx.sleep(wait)
                 delay = min(remote_settings.backoff_max_s, delay * 2)
-    found = _find_quietly(ctx, local_id, input_file_id)
+    found = _lookup(ctx, local_id, input_file_id)
     if found is not None:
         return found
     raise ProviderError(f"{ctx.provider.name} batch create: {last} (gave up after {attempts} attempts)")
 
 
-def _find_quietly(ctx: BatchContext, local_id: str, input_file_id: str | None) -> st.RemoteJob | None:
+def _lookup(ctx: BatchContext, local_id: str, input_file_id: str | None) -> st.RemoteJob | None:
+    """The provider's job for ``local_id`` (found), None (the provider's list has no such job), or
+    :class:`LookupUnknown` raised (the list could not be read, after the client's retries)."""
     try:
         return ctx.client.find(local_id, input_file_id)
-    except Exception as exc:  # a failed lookup is not a reason to give up the job
-        log.warning("%s batch: cannot list jobs to look for %s: %s", ctx.provider.name, local_id, exc)
-        return None
+    except Exception as exc:
+        err = ctx.client.classify(exc) if not isinstance(exc, ProviderError) else exc
+        log.warning("%s batch: cannot list jobs to look for %s: %s", ctx.provider.name, local_id, err)
+        raise LookupUnknown(f"{ctx.provider.name} batch: cannot tell whether job {local_id} exists at the"
+                            f" provider (listing its jobs failed: {err})") from None
 
 
 def recover_job(ctx: BatchContext, rec: JobRecord) -> JobRecord | None:
     """A ledger job whose create never returned (run killed mid-submit): find it at the
-    provider by its local id, or close it as abandoned (its chunks are then submitted again)."""
-    found = _find_quietly(ctx, rec.local_id, rec.input_file_id)
+    provider by its local id, or close it as abandoned (its chunks are then submitted again).
+    Raises :class:`LookupUnknown` (the row stays open) when the provider's list cannot be read."""
+    found = _lookup(ctx, rec.local_id, rec.input_file_id)
     if found is None:
         ctx.ledger.close(rec.local_id, lg.ABANDONED, "not found at the provider after an interrupted submit")
         if rec.input_file_id:

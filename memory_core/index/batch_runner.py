@@ -342,7 +342,9 @@ class BatchRun:
             self.progress("batch", self.stats.chunks_via_batch, self.misses.chunk_misses)  # chunks, as the build
 
     def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
-        if step == "submit":
+        if isinstance(exc, J.LookupUnknown):
+            self._lookup_unknown(step, obj, exc)
+        elif step == "submit":
             spec: JobSpec = obj
             self.stats.jobs_failed += 1
             self.hashes_of.pop(spec.local_id, None)
@@ -360,6 +362,23 @@ class BatchRun:
             self.stats.jobs_failed += 1
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
+
+    def _lookup_unknown(self, step: str, obj: Any, exc: J.LookupUnknown) -> None:
+        """The provider's job list could not be read, so whether a job exists (and is being paid
+        for) is unknown: never abandon it nor create it again. Its ledger row stays open (a later
+        run looks it up again and re-attaches it); its chunks go through sync calls this run."""
+        hashes = self.hashes_of.pop(obj.local_id, [])
+        todo = [h for h in hashes if h in self.needed]
+        self.sync.update(todo)
+        if step == "submit":  # a create whose outcome is unknown counts as a failed submit
+            spec: JobSpec = obj
+            spec.remove_files()
+            self.stats.jobs_failed += 1
+            self._fail(1, f"{exc}; not created again; left open in the ledger for a later run;"
+                          f" its {len(todo)} chunk(s) go through sync calls this run")
+        else:
+            self._error(f"{exc}; left open in the ledger for a later run; its {len(todo)} chunk(s) go"
+                        " through sync calls this run")
 
     def _submitted(self) -> list[Any]:
         """The ledger's rows of the jobs this run submitted that reached the provider."""
