@@ -90,3 +90,21 @@ def test_a_create_whose_outcome_cannot_be_looked_up_is_not_created_again(workspa
     assert ledger_states(s) == {lg.SUBMITTING: 1}
     assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
     assert summary.batch.jobs_failed == 1 and summary.batch.requeued_chunks == 0
+
+
+# -- B2: an output that cannot be downloaded is kept, not closed and deleted ----------------------
+
+def test_an_output_that_cannot_be_downloaded_stays_open_and_at_the_provider(workspace: Path, fake: Any) -> None:
+    s = batch_settings(workspace, "openai", fake, concurrency=1)  # 66 chunks: jobs of 25, 25, 16
+    fake.fail_next(6, 500, on="file_content")  # the first job's output: 4 attempts, all fail
+    summary = run_index(s)
+    b = summary.batch
+    assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
+    # the job stays open (the next run re-attaches and reads it); its output is not deleted
+    assert ledger_states(s) == {lg.COLLECTED: 2, lg.SUBMITTED: 1}
+    assert sum(1 for f in fake.files.values() if f.purpose == "batch_output") == 1
+    assert b.jobs_failed == 1 and b.jobs_collected == 2
+    # its lines are not "missing" output nor failed lines, and no batch saving is claimed for them
+    assert b.lines_failed == 0 and not any("missing" in e for e in b.errors)
+    assert b.chunks_via_batch + b.chunks_left_to_sync == summary.chunks_total
+    assert summary.cost.tokens_batch + summary.cost.tokens_sync == b.tokens_submitted

@@ -10,7 +10,8 @@ job, and the in-process runner can call them from a thread pool.
 - :func:`submit_job` records the job in the ledger, uploads, creates; a retried create first
   looks for the job it may already have created.
 - :func:`poll_job` polls with its own deadline (a blocking task cannot be interrupted).
-- :func:`collect_job` downloads the output and error files, matches lines by custom id,
+- :func:`collect_job` downloads the output and error files (a failed download raises with the
+  job left open), matches lines by custom id,
   validates vectors and commits them to the cache in slices as they are read; it returns the
   chunks that still have no vector (error lines, missing lines, malformed or bad vectors).
 - :func:`cancel_job` cancels and waits briefly for the final state so partial output (paid
@@ -348,14 +349,18 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             ctx.cache.put_many(list(pending), dims=len(pending[0][1]) // 4)
             pending.clear()
 
+    # Every file is downloaded before anything is read or closed: a download that fails (after
+    # retries) raises out of here with the job still open in the ledger and its files kept at the
+    # provider (the output was paid for); a later run re-attaches and reads it.
+    files: list[bytes] = []
     for file_id in (rec.output_file_id, rec.error_file_id):
         if not file_id:
             continue
         try:
-            data = ctx.client.download(file_id)
+            files.append(ctx.client.download(file_id))
         except ProviderError as exc:
-            res.examples.append(f"cannot download {file_id}: {exc}")
-            continue
+            raise ProviderError(f"cannot download {file_id}: {exc}; the job stays open for a later run") from None
+    for data in files:
         for obj in parse_jsonl(data):
             if obj is None:
                 problems["malformed"] += 1
