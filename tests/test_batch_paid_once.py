@@ -17,6 +17,7 @@ from memory_core.index import stages
 from memory_core.index.batch_jobs import open_context, plan_jobs
 from memory_core.index.pipeline import run_index
 from memory_core.storage.cache import EmbeddingCache
+from tests.fakes.common import JobFault
 from tests.test_batch import DIMS, FAKES, assert_paid_once, batch_settings, chunk_texts, ledger_states
 
 
@@ -108,3 +109,28 @@ def test_an_output_that_cannot_be_downloaded_stays_open_and_at_the_provider(work
     assert b.lines_failed == 0 and not any("missing" in e for e in b.errors)
     assert b.chunks_via_batch + b.chunks_left_to_sync == summary.chunks_total
     assert summary.cost.tokens_batch + summary.cost.tokens_sync == b.tokens_submitted
+
+
+# -- B3: a job that "completes" with unusable vectors is a failure ------------------------------------
+
+def test_jobs_completing_with_every_vector_unusable_reach_the_failure_limit(workspace: Path, fake: Any) -> None:
+    fake.default_job_fault = JobFault(bad_vector_lines=10_000, bad_vector="wrong_dims")
+    s = batch_settings(workspace, "openai", fake, concurrency=1, max_requests_per_job=10)  # 7 jobs
+    summary = run_index(s)
+    b = summary.batch
+    assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
+    # two such jobs reach the limit (2): the other five are never submitted (before: all 7 were paid)
+    assert fake.batch_creates == 2 and b.disabled and b.failure_points == 2 and b.jobs_failed == 2
+    assert b.chunks_left_to_sync == summary.chunks_total
+    # their 20 billed lines are batch tokens spent, and no saving is claimed for them
+    assert b.tokens_unusable > 0 and summary.cost.tokens_batch == b.tokens_unusable
+    assert summary.cost.estimated_usd > summary.cost.sync_only_usd
+
+
+def test_a_job_with_most_lines_unusable_does_not_reset_the_failure_count(workspace: Path, fake: Any) -> None:
+    fake.fail_next_job()  # one failed job: 1 point
+    fake.default_job_fault = JobFault(bad_vector_lines=6, bad_vector="wrong_dims")  # 6 of 10 lines
+    s = batch_settings(workspace, "openai", fake, concurrency=1, max_requests_per_job=10)
+    summary = run_index(s)
+    assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
+    assert summary.batch.disabled and summary.batch.failure_points == 2

@@ -341,6 +341,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
                 "conflicting": 0, "missing": 0}
     stored: dict[str, bytes] = {}  # chunk hash -> digest of the vector stored for it
     conflicts: set[str] = set()  # returned twice with different vectors: neither is trusted
+    unusable: set[str] = set()  # answered with a vector that cannot be used (billed all the same)
     dims = ctx.provider.dims
     pending: list[tuple[str, bytes]] = []
 
@@ -390,6 +391,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             vec = _vector(ctx, line.vector, dims)
             if vec is None:
                 problems["bad_vector"] += 1
+                unusable.add(cid)
                 if len(res.examples) < 5:
                     res.examples.append(f"{cid[:12]}: bad vector")
                 continue
@@ -408,6 +410,8 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
     res.stored = len(stored)
     res.stored_hashes = list(stored)
     res.tokens = sum(tokens_of[h] for h in stored)
+    res.lines = len(chunks)
+    res.tokens_unusable = sum(tokens_of[h] for h in (unusable | conflicts) if h not in stored)
     left = [h for h, _ in chunks if h not in stored]
     if left:
         have = ctx.cache.has_many(left, ctx.provider.dims)  # e.g. embedded meanwhile by another job or run

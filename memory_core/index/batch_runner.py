@@ -323,12 +323,21 @@ class BatchRun:
         self.stats.exchanges_via_batch += n_ex
         self.embedded += res.stored - n_ex
         self.exchanges += n_ex
-        self.tokens_batch += res.tokens
+        self.tokens_batch += res.tokens + res.tokens_unusable  # unusable lines were billed too
+        self.stats.tokens_unusable += res.tokens_unusable
         self.hashes_of.pop(rec.local_id, None)
         if unneeded:
             return
         if rec.status == st.COMPLETED:
-            self.failures = 0  # success resets the count, as the reference
+            unusable = len(res.failed_hashes)
+            if res.lines and unusable and (res.stored == 0 or 2 * unusable > res.lines):
+                # "completed" with no usable vector, or mostly unusable ones (e.g. every vector of the
+                # wrong size): a failure, so a systematic fault reaches the failure limit
+                self.stats.jobs_failed += 1
+                self._fail(1, f"{rec.label} completed with {unusable} of {res.lines} line(s) unusable"
+                              f" ({res.summary()})")
+            else:
+                self.failures = 0  # success resets the count, as the reference
             failed = [h for h in res.failed_hashes if h in self.needed]
             if failed:
                 self.stats.lines_failed += len(failed)
