@@ -134,3 +134,23 @@ def test_a_job_with_most_lines_unusable_does_not_reset_the_failure_count(workspa
     summary = run_index(s)
     assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
     assert summary.batch.disabled and summary.batch.failure_points == 2
+
+
+# -- B4: a re-attached job's surplus is not counted as embedded -------------------------------------
+
+def test_a_reattached_job_counts_only_the_chunks_the_run_still_needs(workspace: Path, fake: Any) -> None:
+    fake.batch_delay = None
+    s = batch_settings(workspace, "openai", fake, wait=False, max_requests_per_job=100)
+    first = run_index(s)
+    assert first.batch.jobs_pending == 1
+    notes = sorted(p for p in workspace.rglob("*.md") if ".memory-core" not in str(p))
+    max(notes, key=lambda p: p.stat().st_size).unlink()  # its chunks are in the pending job
+    fake.complete_job()
+    r = run_index(batch_settings(workspace, "openai", fake, wait=True, max_requests_per_job=100))
+    b = r.batch
+    assert r.swapped and b.jobs_reattached == 1 and fake.batch_creates == 1
+    assert r.chunks_total < first.batch.requests_submitted  # the job covers more than is needed now
+    # before: 66 embedded of 60 chunks
+    assert r.chunks_embedded == b.chunks_via_batch == r.chunks_total == len(chunk_texts(s))
+    assert b.surplus_via_batch == first.batch.requests_submitted - r.chunks_total
+    assert "no longer needs" in "\n".join(r.lines())

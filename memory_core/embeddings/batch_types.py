@@ -189,6 +189,9 @@ class BatchFigures:
     # tokens of lines a job returned (and the provider billed) with an unusable vector: counted in
     # the batch tokens spent, not in what an all-sync run would have sent
     tokens_unusable: int = 0
+    # vectors a job (re-attached, or no longer needed) stored for chunks this run does not need (a
+    # note deleted or changed since it was submitted): in the cache, not counted as embedded
+    surplus_via_batch: int = 0
 
     @classmethod
     def sync_only(cls, mode: str) -> BatchFigures:

@@ -318,10 +318,14 @@ class BatchRun:
     def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
         self.stats.jobs_collected += 1
         self.collected_ids.add(rec.local_id)
-        n_ex = sum(1 for h in res.stored_hashes if h in self.exchange_only)
-        self.stats.chunks_via_batch += res.stored - n_ex
+        # only what this run needs counts as embedded; a re-attached job may also cover chunks of
+        # notes deleted or changed since it was submitted (the surplus, reported apart)
+        useful = [h for h in res.stored_hashes if h in self.needed]
+        n_ex = sum(1 for h in useful if h in self.exchange_only)
+        self.stats.chunks_via_batch += len(useful) - n_ex
         self.stats.exchanges_via_batch += n_ex
-        self.embedded += res.stored - n_ex
+        self.stats.surplus_via_batch += res.stored - len(useful)
+        self.embedded += len(useful) - n_ex
         self.exchanges += n_ex
         self.tokens_batch += res.tokens + res.tokens_unusable  # unusable lines were billed too
         self.stats.tokens_unusable += res.tokens_unusable
