@@ -131,7 +131,11 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
         # issue 39: what a run stopped in its jobs submitted (the earlier keys keep their order)
         "requests_submitted", "tokens_submitted", "stopped",
         # issue 39: transcript exchange vectors apart from the chunks
-        "exchanges_via_batch", "exchanges_via_sync", "exchanges_left_to_sync"]
+        "exchanges_via_batch", "exchanges_via_sync", "exchanges_left_to_sync",
+        # the fourteenth session's audit (B3): tokens billed for unusable lines
+        "tokens_unusable",
+        # (B4): vectors a re-attached job stored for chunks the run no longer needs
+        "surplus_via_batch"]
     assert BatchFigures.sync_only("sync (local has no Batch API)").to_dict() == {"mode": "sync (local has no Batch API)"}
     base = {"index_path": "i", "provider": "openai", "model": "m", "provider_reason": "r", "full": True,
             "full_reason": "f", "swapped": True}

@@ -164,7 +164,8 @@ class OpenAIBatchClient(_RetryingClient):
         self.client.batches.cancel(job_id)
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
-        return self._find_in(self.client.batches.list(limit=100), local_id, input_file_id)
+        # retried as every other call: a transient error here must not read as "no such job"
+        return self.retry(lambda: self._find_in(self.client.batches.list(limit=100), local_id, input_file_id))
 
     def download(self, file_id: str) -> bytes:
         return self.retry(lambda: self._long.files.content(file_id).content)
@@ -291,7 +292,8 @@ class GeminiBatchClient(_RetryingClient):
         self.client.batches.cancel(name=job_id)
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
-        return self._find_in(self.client.batches.list(config={"page_size": 50}), local_id, input_file_id)
+        return self.retry(lambda: self._find_in(self.client.batches.list(config={"page_size": 50}), local_id,
+                                                input_file_id))
 
     def download(self, file_id: str) -> bytes:
         return self.retry(lambda: bytes(self.client.files.download(file=file_id)))

@@ -133,6 +133,9 @@ class CollectResult:
     status: str
     stored: int = 0
     tokens: int = 0
+    lines: int = 0  # the job's inputs
+    # tokens of inputs the provider answered with a vector that could not be used (billed, not stored)
+    tokens_unusable: int = 0
     stored_hashes: list[str] = field(default_factory=list)  # the inputs given a vector (``stored`` of them)
     failed_hashes: list[str] = field(default_factory=list)
     problems: dict[str, int] = field(default_factory=dict)
@@ -183,6 +186,12 @@ class BatchFigures:
     exchanges_via_batch: int = 0
     exchanges_via_sync: int = 0
     exchanges_left_to_sync: int = 0
+    # tokens of lines a job returned (and the provider billed) with an unusable vector: counted in
+    # the batch tokens spent, not in what an all-sync run would have sent
+    tokens_unusable: int = 0
+    # vectors a job (re-attached, or no longer needed) stored for chunks this run does not need (a
+    # note deleted or changed since it was submitted): in the cache, not counted as embedded
+    surplus_via_batch: int = 0
 
     @classmethod
     def sync_only(cls, mode: str) -> BatchFigures:

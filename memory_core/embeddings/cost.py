@@ -53,8 +53,12 @@ def batch_discount(settings: Settings, provider: str) -> float:
 
 
 def estimate_cost(settings: Settings, provider: str, model: str, *, tokens_sync: int,
-                  tokens_batch: int) -> Cost:
-    """Estimated cost of the tokens sent, and the saving against sending them all through sync."""
+                  tokens_batch: int, tokens_unusable: int = 0) -> Cost:
+    """Estimated cost of the tokens sent, and the saving against sending them all through sync.
+
+    ``tokens_unusable`` (of ``tokens_batch``): lines a job returned and the provider billed, but
+    with a vector that could not be used (they were sent again through sync calls): spent, but
+    not part of what an all-sync run would have sent."""
     price = sync_price(settings, provider, model)
     discount = batch_discount(settings, provider)
     out = Cost(currency="USD", provider=provider, model=model, tokens_sync=int(tokens_sync),
@@ -64,7 +68,7 @@ def estimate_cost(settings: Settings, provider: str, model: str, *, tokens_sync:
         return out
     batch_price = price * (1 - discount)
     cost = (tokens_sync * price + tokens_batch * batch_price) / 1e6
-    sync_only = (tokens_sync + tokens_batch) * price / 1e6
+    sync_only = (tokens_sync + max(0, tokens_batch - tokens_unusable)) * price / 1e6
     saving = sync_only - cost
     out.batch_per_mtok = round(batch_price, 6)
     out.estimated_usd = round(cost, 6)

@@ -10,7 +10,8 @@ job, and the in-process runner can call them from a thread pool.
 - :func:`submit_job` records the job in the ledger, uploads, creates; a retried create first
   looks for the job it may already have created.
 - :func:`poll_job` polls with its own deadline (a blocking task cannot be interrupted).
-- :func:`collect_job` downloads the output and error files, matches lines by custom id,
+- :func:`collect_job` downloads the output and error files (a failed download raises with the
+  job left open), matches lines by custom id,
   validates vectors and commits them to the cache in slices as they are read; it returns the
   chunks that still have no vector (error lines, missing lines, malformed or bad vectors).
 - :func:`cancel_job` cancels and waits briefly for the final state so partial output (paid
@@ -50,6 +51,12 @@ log = logging.getLogger("memory_core.batch")
 
 STORE_SLICE = 2000  # vectors committed to the cache per transaction while reading an output file
 CANCEL_WAIT_S = 30.0
+
+
+class LookupUnknown(ProviderError):
+    """Looking a job up at the provider failed (after retries): whether it exists is unknown.
+    Its ledger row is left open as it is (a later run looks again); never closed, abandoned or
+    created a second time on this answer."""
 
 
 @dataclass
@@ -182,6 +189,8 @@ def submit_job(ctx: BatchContext, spec: JobSpec) -> JobRecord:
         rec.input_file_id = ctx.client.upload(spec.path, spec.local_id)
         ctx.ledger.set_input_file(spec.local_id, rec.input_file_id)
         remote = _create_once(ctx, spec.local_id, rec.input_file_id)
+    except LookupUnknown:
+        raise  # the job may exist at the provider: its row stays open for a later run to find
     except ProviderError as exc:
         ctx.ledger.close(spec.local_id, lg.ABANDONED, str(exc))
         if rec.input_file_id:
@@ -197,14 +206,15 @@ def submit_job(ctx: BatchContext, spec: JobSpec) -> JobRecord:
 
 def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.RemoteJob:
     """``create`` with retries that never start a second job: before each retry, and after the
-    last failure, look for a job carrying our local id."""
+    last failure, look for a job carrying our local id. When that lookup fails, raises
+    :class:`LookupUnknown` rather than risk creating (and paying for) a second job."""
     remote_settings = ctx.settings.remote
     attempts = remote_settings.max_attempts
     delay = remote_settings.backoff_initial_s
     last: Exception | None = None
     for attempt in range(1, attempts + 1):
         if attempt > 1:
-            found = _find_quietly(ctx, local_id, input_file_id)
+            found = _lookup(ctx, local_id, input_file_id)
             if found is not None:
                 return found
         try:
@@ -222,24 +232,29 @@ def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.Rem
                             attempts - 1, wait)
                 ctx.sleep(wait)
                 delay = min(remote_settings.backoff_max_s, delay * 2)
-    found = _find_quietly(ctx, local_id, input_file_id)
+    found = _lookup(ctx, local_id, input_file_id)
     if found is not None:
         return found
     raise ProviderError(f"{ctx.provider.name} batch create: {last} (gave up after {attempts} attempts)")
 
 
-def _find_quietly(ctx: BatchContext, local_id: str, input_file_id: str | None) -> st.RemoteJob | None:
+def _lookup(ctx: BatchContext, local_id: str, input_file_id: str | None) -> st.RemoteJob | None:
+    """The provider's job for ``local_id`` (found), None (the provider's list has no such job), or
+    :class:`LookupUnknown` raised (the list could not be read, after the client's retries)."""
     try:
         return ctx.client.find(local_id, input_file_id)
-    except Exception as exc:  # a failed lookup is not a reason to give up the job
-        log.warning("%s batch: cannot list jobs to look for %s: %s", ctx.provider.name, local_id, exc)
-        return None
+    except Exception as exc:
+        err = ctx.client.classify(exc) if not isinstance(exc, ProviderError) else exc
+        log.warning("%s batch: cannot list jobs to look for %s: %s", ctx.provider.name, local_id, err)
+        raise LookupUnknown(f"{ctx.provider.name} batch: cannot tell whether job {local_id} exists at the"
+                            f" provider (listing its jobs failed: {err})") from None
 
 
 def recover_job(ctx: BatchContext, rec: JobRecord) -> JobRecord | None:
     """A ledger job whose create never returned (run killed mid-submit): find it at the
-    provider by its local id, or close it as abandoned (its chunks are then submitted again)."""
-    found = _find_quietly(ctx, rec.local_id, rec.input_file_id)
+    provider by its local id, or close it as abandoned (its chunks are then submitted again).
+    Raises :class:`LookupUnknown` (the row stays open) when the provider's list cannot be read."""
+    found = _lookup(ctx, rec.local_id, rec.input_file_id)
     if found is None:
         ctx.ledger.close(rec.local_id, lg.ABANDONED, "not found at the provider after an interrupted submit")
         if rec.input_file_id:
@@ -326,6 +341,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
                 "conflicting": 0, "missing": 0}
     stored: dict[str, bytes] = {}  # chunk hash -> digest of the vector stored for it
     conflicts: set[str] = set()  # returned twice with different vectors: neither is trusted
+    unusable: set[str] = set()  # answered with a vector that cannot be used (billed all the same)
     dims = ctx.provider.dims
     pending: list[tuple[str, bytes]] = []
 
@@ -334,14 +350,18 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             ctx.cache.put_many(list(pending), dims=len(pending[0][1]) // 4)
             pending.clear()
 
+    # Every file is downloaded before anything is read or closed: a download that fails (after
+    # retries) raises out of here with the job still open in the ledger and its files kept at the
+    # provider (the output was paid for); a later run re-attaches and reads it.
+    files: list[bytes] = []
     for file_id in (rec.output_file_id, rec.error_file_id):
         if not file_id:
             continue
         try:
-            data = ctx.client.download(file_id)
+            files.append(ctx.client.download(file_id))
         except ProviderError as exc:
-            res.examples.append(f"cannot download {file_id}: {exc}")
-            continue
+            raise ProviderError(f"cannot download {file_id}: {exc}; the job stays open for a later run") from None
+    for data in files:
         for obj in parse_jsonl(data):
             if obj is None:
                 problems["malformed"] += 1
@@ -371,6 +391,7 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             vec = _vector(ctx, line.vector, dims)
             if vec is None:
                 problems["bad_vector"] += 1
+                unusable.add(cid)
                 if len(res.examples) < 5:
                     res.examples.append(f"{cid[:12]}: bad vector")
                 continue
@@ -389,6 +410,8 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
     res.stored = len(stored)
     res.stored_hashes = list(stored)
     res.tokens = sum(tokens_of[h] for h in stored)
+    res.lines = len(chunks)
+    res.tokens_unusable = sum(tokens_of[h] for h in (unusable | conflicts) if h not in stored)
     left = [h for h, _ in chunks if h not in stored]
     if left:
         have = ctx.cache.has_many(left, ctx.provider.dims)  # e.g. embedded meanwhile by another job or run

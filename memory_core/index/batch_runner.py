@@ -318,17 +318,30 @@ class BatchRun:
     def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
         self.stats.jobs_collected += 1
         self.collected_ids.add(rec.local_id)
-        n_ex = sum(1 for h in res.stored_hashes if h in self.exchange_only)
-        self.stats.chunks_via_batch += res.stored - n_ex
+        # only what this run needs counts as embedded; a re-attached job may also cover chunks of
+        # notes deleted or changed since it was submitted (the surplus, reported apart)
+        useful = [h for h in res.stored_hashes if h in self.needed]
+        n_ex = sum(1 for h in useful if h in self.exchange_only)
+        self.stats.chunks_via_batch += len(useful) - n_ex
         self.stats.exchanges_via_batch += n_ex
-        self.embedded += res.stored - n_ex
+        self.stats.surplus_via_batch += res.stored - len(useful)
+        self.embedded += len(useful) - n_ex
         self.exchanges += n_ex
-        self.tokens_batch += res.tokens
+        self.tokens_batch += res.tokens + res.tokens_unusable  # unusable lines were billed too
+        self.stats.tokens_unusable += res.tokens_unusable
         self.hashes_of.pop(rec.local_id, None)
         if unneeded:
             return
         if rec.status == st.COMPLETED:
-            self.failures = 0  # success resets the count, as the reference
+            unusable = len(res.failed_hashes)
+            if res.lines and unusable and (res.stored == 0 or 2 * unusable > res.lines):
+                # "completed" with no usable vector, or mostly unusable ones (e.g. every vector of the
+                # wrong size): a failure, so a systematic fault reaches the failure limit
+                self.stats.jobs_failed += 1
+                self._fail(1, f"{rec.label} completed with {unusable} of {res.lines} line(s) unusable"
+                              f" ({res.summary()})")
+            else:
+                self.failures = 0  # success resets the count, as the reference
             failed = [h for h in res.failed_hashes if h in self.needed]
             if failed:
                 self.stats.lines_failed += len(failed)
@@ -342,7 +355,9 @@ class BatchRun:
             self.progress("batch", self.stats.chunks_via_batch, self.misses.chunk_misses)  # chunks, as the build
 
     def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
-        if step == "submit":
+        if isinstance(exc, J.LookupUnknown):
+            self._lookup_unknown(step, obj, exc)
+        elif step == "submit":
             spec: JobSpec = obj
             self.stats.jobs_failed += 1
             self.hashes_of.pop(spec.local_id, None)
@@ -360,6 +375,23 @@ class BatchRun:
             self.stats.jobs_failed += 1
             self._fail(1, f"{rec.label}: {step} failed: {exc}")
             self.sync.update(h for h in self.hashes_of.pop(rec.local_id, []) if h in self.needed)
+
+    def _lookup_unknown(self, step: str, obj: Any, exc: J.LookupUnknown) -> None:
+        """The provider's job list could not be read, so whether a job exists (and is being paid
+        for) is unknown: never abandon it nor create it again. Its ledger row stays open (a later
+        run looks it up again and re-attaches it); its chunks go through sync calls this run."""
+        hashes = self.hashes_of.pop(obj.local_id, [])
+        todo = [h for h in hashes if h in self.needed]
+        self.sync.update(todo)
+        if step == "submit":  # a create whose outcome is unknown counts as a failed submit
+            spec: JobSpec = obj
+            spec.remove_files()
+            self.stats.jobs_failed += 1
+            self._fail(1, f"{exc}; not created again; left open in the ledger for a later run;"
+                          f" its {len(todo)} chunk(s) go through sync calls this run")
+        else:
+            self._error(f"{exc}; left open in the ledger for a later run; its {len(todo)} chunk(s) go"
+                        " through sync calls this run")
 
     def _submitted(self) -> list[Any]:
         """The ledger's rows of the jobs this run submitted that reached the provider."""

@@ -473,6 +473,9 @@ def _batch_line(b: BatchFigures) -> str:
             + (f"; part vectors {b.exchanges_via_batch} via batch, {b.exchanges_via_sync} via sync"
                if b.exchanges_via_batch or b.exchanges_via_sync else "")
             + f" ({b.lines_failed} failed lines re-sent)")
+    if b.surplus_via_batch:
+        line += (f"; {b.surplus_via_batch} more vector(s) from re-attached jobs for chunks this run no longer"
+                 " needs (cached, not counted as embedded)")
     if b.disabled:
         line += f"; batch mode switched off: {b.disabled_reason}"
     if b.stopped and b.jobs_pending:

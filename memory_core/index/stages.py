@@ -628,7 +628,8 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
         out.batch = BatchFigures.sync_only(f"sync ({provider.name} has no Batch API)")
     if not provider.on_machine:  # a hosted provider: what this run cost
         out.cost = estimate_cost(settings, provider.name, provider.model, tokens_sync=out.tokens_sync,
-                                 tokens_batch=out.tokens_batch)
+                                 tokens_batch=out.tokens_batch,
+                                 tokens_unusable=out.batch.tokens_unusable if out.batch is not None else 0)
     return out
 
 
