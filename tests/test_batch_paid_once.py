@@ -154,3 +154,27 @@ def test_a_reattached_job_counts_only_the_chunks_the_run_still_needs(workspace: 
     assert r.chunks_embedded == b.chunks_via_batch == r.chunks_total == len(chunk_texts(s))
     assert b.surplus_via_batch == first.batch.requests_submitted - r.chunks_total
     assert "no longer needs" in "\n".join(r.lines())
+
+
+# -- BP5: Voyage's batch downloads are capped as OpenAI's ---------------------------------------------
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fake", ["voyage", "openai"], indirect=True)
+def test_an_endless_batch_output_is_refused_at_the_cap_for_every_openai_style_provider(
+        workspace: Path, fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Voyage batch client (the openai SDK pointed at Voyage) was built without the capped
+    transport OpenAI's has, so an endless output file was read for ever into memory. Both now stop
+    at ``http.MAX_DOWNLOAD_BYTES`` (8 GiB; 2 MiB here), the job stays open for a later run (BP2)
+    and its chunks are embedded by sync calls. Before: this test ran into its timeout on voyage."""
+    from memory_core.embeddings import http
+    from tests.fakes.common import Fault
+
+    monkeypatch.setattr(http, "MAX_DOWNLOAD_BYTES", 2 * 1024 * 1024)
+    s = batch_settings(workspace, fake.name, fake, concurrency=1, max_requests_per_job=1000)
+    fake.inject(Fault("endless", body=b'{"custom_id": "x"}\n' * 4096), None, on="file_content")
+    summary = run_index(s)
+    b = summary.batch
+    assert summary.swapped and len(chunk_texts(s)) == summary.chunks_total
+    assert b.jobs_failed == 1 and b.chunks_left_to_sync == summary.chunks_total
+    assert any("larger than" in e for e in b.errors), b.errors
+    assert ledger_states(s) == {lg.SUBMITTED: 1}  # open: a later run reads it

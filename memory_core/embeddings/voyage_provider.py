@@ -170,8 +170,13 @@ class VoyageProvider(EmbeddingProvider):
         import openai
 
         from memory_core.embeddings.batch_clients import VoyageBatchClient
+        from memory_core.embeddings.http import capped_transport
         from memory_core.embeddings.openai_provider import classify_openai_error
 
+        # every response capped as OpenAI's own client's (an output file at MAX_DOWNLOAD_BYTES): an
+        # endless or decompressing download is refused, not held in memory
         client = openai.OpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.settings.timeout_s,
-                               max_retries=0)
+                               max_retries=0,
+                               http_client=openai.DefaultHttpxClient(transport=capped_transport(),
+                                                                     timeout=self.settings.timeout_s))
         return VoyageBatchClient(self, client, classify=classify_openai_error)
