@@ -290,17 +290,13 @@ def test_jobs_no_longer_needed_are_cancelled(workspace: Path, fake: Any) -> None
     assert fake.paid_twice() == {} and fake.embed_requests == 0
 
 
-@pytest.mark.parametrize("fake", ["openai", "gemini"], indirect=True)
-def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any) -> None:
-    """A run killed between "create" and "record the job id": the next run finds the job by
-    the local id it gave the provider (metadata / display name) and collects it instead of
-    paying again."""
-    fake.batch_delay = None
-    s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
-    provider, _ = create_provider(s)
-    s.index_file.parent.mkdir(parents=True, exist_ok=True)
+def killed_after_create(s: Settings) -> None:
+    """A run killed between the provider's "create" and the ledger's "set_submitted": one
+    SUBMITTING row whose job exists at the provider, its id unrecorded."""
     from memory_core.index import stages
 
+    provider, _ = create_provider(s)
+    s.index_file.parent.mkdir(parents=True, exist_ok=True)
     plan = stages.discover_stage(s, provider, "test", full=True)
     cache = EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key)
     misses = stages.collect_misses(plan, s, provider, cache)
@@ -313,6 +309,16 @@ def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any)
     cache.close()
     stages.cleanup_workdir(plan)
     assert ledger_states(s) == {lg.SUBMITTING: 1}
+
+
+@pytest.mark.parametrize("fake", ["openai", "gemini"], indirect=True)
+def test_interrupted_submit_is_found_at_the_provider(workspace: Path, fake: Any) -> None:
+    """A run killed between "create" and "record the job id": the next run finds the job by
+    the local id it gave the provider (metadata / display name) and collects it instead of
+    paying again."""
+    fake.batch_delay = None
+    s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
+    killed_after_create(s)
     fake.complete_job()
     summary = run_index(s)
     assert summary.swapped and summary.batch.jobs_reattached == 1 and summary.batch.jobs_submitted == 0

@@ -4,48 +4,24 @@ SDKs against the fake servers, as tests/test_batch.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memory_core.config import Settings
-from memory_core.embeddings.registry import create_provider
 from memory_core.index import batch_ledger as lg
-from memory_core.index import stages
-from memory_core.index.batch_jobs import open_context, plan_jobs
 from memory_core.index.pipeline import run_index
-from memory_core.storage.cache import EmbeddingCache
+from tests import test_batch
 from tests.fakes.common import JobFault
-from tests.test_batch import DIMS, FAKES, assert_paid_once, batch_settings, chunk_texts, ledger_states
+from tests.test_batch import (
+    assert_paid_once,
+    batch_settings,
+    chunk_texts,
+    killed_after_create,
+    ledger_states,
+)
 
-
-@pytest.fixture
-def fake(request: pytest.FixtureRequest) -> Iterator[Any]:
-    name = getattr(request, "param", "openai")
-    with FAKES[name](dims=DIMS, batch_delay=0.05) as srv:
-        srv.name = name
-        yield srv
-
-
-def _killed_after_create(s: Settings) -> None:
-    """A run killed between the provider's "create" and the ledger's "set_submitted": one
-    SUBMITTING row whose job exists at the provider, its id unrecorded."""
-    provider, _ = create_provider(s)
-    s.index_file.parent.mkdir(parents=True, exist_ok=True)
-    plan = stages.discover_stage(s, provider, "test", full=True)
-    cache = EmbeddingCache(s.cache_file, provider.name, provider.model, provider.provider_key)
-    misses = stages.collect_misses(plan, s, provider, cache)
-    ctx = open_context(s, provider, cache, plan.workdir)
-    (spec,) = plan_jobs(ctx, misses.path)
-    ctx.ledger.record_submission(spec.local_id, spec.hash_tokens(), requests=spec.requests, tokens=spec.tokens)
-    fid = ctx.client.upload(spec.path, spec.local_id)
-    ctx.ledger.set_input_file(spec.local_id, fid)
-    ctx.client.create(fid, spec.local_id)
-    cache.close()
-    stages.cleanup_workdir(plan)
-    assert ledger_states(s) == {lg.SUBMITTING: 1}
+fake = test_batch.fake  # the fixture: a fake server per provider, as test_batch.py's
 
 
 # -- B1: a failed job listing is "could not tell", never "not found" ---------------------------------
@@ -54,7 +30,7 @@ def _killed_after_create(s: Settings) -> None:
 def test_a_transient_list_error_on_resume_still_reattaches_the_paid_job(workspace: Path, fake: Any) -> None:
     fake.batch_delay = None
     s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
-    _killed_after_create(s)
+    killed_after_create(s)
     fake.complete_job()
     fake.fail_next(1, 500, on="batch_list")  # one transient error: retried like any other call
     summary = run_index(s)
@@ -67,7 +43,7 @@ def test_a_transient_list_error_on_resume_still_reattaches_the_paid_job(workspac
 def test_an_unreadable_job_list_leaves_the_job_open_and_the_index_complete(workspace: Path, fake: Any) -> None:
     fake.batch_delay = None
     s = batch_settings(workspace, fake.name, fake, max_requests_per_job=1000)
-    _killed_after_create(s)
+    killed_after_create(s)
     fake.fail_next(None, 500, on="batch_list")  # the listing fails for the whole run
     summary = run_index(s)
     assert fake.batch_creates == 1  # not created a second time
