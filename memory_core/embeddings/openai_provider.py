@@ -22,6 +22,8 @@ from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
+    import openai
+
     from memory_core.embeddings.base import Vectors
     from memory_core.embeddings.batch_types import BatchClient
 
@@ -34,6 +36,21 @@ def decode_embedding(value: str | list[float]) -> Vectors | list[float]:
     if isinstance(value, str):  # binascii.Error / ValueError: a malformed response (retried)
         return np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
     return value
+
+
+def capped_openai_client(api_key: str, base_url: str, timeout_s: float,
+                         headers: dict[str, str] | None = None) -> openai.OpenAI:
+    """An ``openai`` SDK client whose every response is capped (:func:`http.capped_transport`: a
+    gzip bomb or an endless body is refused, not held; a Batch output file up to
+    ``MAX_DOWNLOAD_BYTES``), with no retries of its own (ours retry). OpenAI's provider and Voyage's
+    Batch API (which the ``openai`` SDK drives) both use it."""
+    import openai
+
+    from memory_core.embeddings.http import capped_transport
+
+    return openai.OpenAI(api_key=api_key, base_url=base_url, default_headers=headers or None, timeout=timeout_s,
+                         max_retries=0, http_client=openai.DefaultHttpxClient(transport=capped_transport(),
+                                                                               timeout=timeout_s))
 
 
 def classify_openai_error(exc: Exception, provider: str = "openai") -> Exception:
@@ -80,7 +97,6 @@ class OpenAIProvider(EmbeddingProvider):
                    "text-embedding-ada-002": 0.10}
 
     def __init__(self, settings: Settings, *, model: str | None = None) -> None:
-        import openai
 
         remote = settings.remote
         key = self._require_key(remote)
@@ -90,14 +106,7 @@ class OpenAIProvider(EmbeddingProvider):
         self.requested_dims = remote.dimensions
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self._apply_remote(remote)
-        from memory_core.embeddings.http import capped_transport
-
-        self.client = openai.OpenAI(
-            api_key=key, base_url=self.base_url, default_headers=self.headers or None,
-            timeout=remote.timeout_s, max_retries=0,
-            # every response is capped (a gzip bomb or an endless body is refused, not held)
-            http_client=openai.DefaultHttpxClient(transport=capped_transport(), timeout=remote.timeout_s),
-        )
+        self.client = capped_openai_client(key, self.base_url, remote.timeout_s, self.headers)
         self._key = compute_provider_key(
             "openai", self.model, base_url=self.base_url, headers=self.headers, dimensions=self.requested_dims
         )

@@ -167,16 +167,9 @@ class VoyageProvider(EmbeddingProvider):
 
     def batch_client(self) -> BatchClient:
         """Voyage's Batch API copies OpenAI's; the ``voyageai`` SDK has none, the ``openai`` one drives it."""
-        import openai
-
         from memory_core.embeddings.batch_clients import VoyageBatchClient
-        from memory_core.embeddings.http import capped_transport
-        from memory_core.embeddings.openai_provider import classify_openai_error
+        from memory_core.embeddings.openai_provider import capped_openai_client, classify_openai_error
 
-        # every response capped as OpenAI's own client's (an output file at MAX_DOWNLOAD_BYTES): an
-        # endless or decompressing download is refused, not held in memory
-        client = openai.OpenAI(api_key=self.api_key, base_url=self.base_url, timeout=self.settings.timeout_s,
-                               max_retries=0,
-                               http_client=openai.DefaultHttpxClient(transport=capped_transport(),
-                                                                     timeout=self.settings.timeout_s))
+        # capped as OpenAI's own client (an endless or decompressing output file is refused)
+        client = capped_openai_client(self.api_key, self.base_url, self.settings.timeout_s)
         return VoyageBatchClient(self, client, classify=classify_openai_error)

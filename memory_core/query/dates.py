@@ -389,8 +389,6 @@ class _Ref:
 Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, last day)
 
 
-# the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
-# alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 # what may follow "the 13th" named without a day word before it ("what did we do the 13th?", "the
 # 13th at the pub"): the end, a punctuation mark or a word that cannot be the noun it numbers
 _ORDINAL_ENDS = LazyPattern(r"\s*(?:$|[?!.,;:)\]\"'])|\s+(?:and|or|at|in|when|while|because|as|we|i|you|he|she|they)\b",
@@ -401,6 +399,8 @@ _NOT_DAY_BEFORE = LazyPattern(r"\b(?:version|ver|v|python|node|java|ruby|php|per
                               r"page|pages|pp|step|rule|item|size|aspect)\s*$")
 _NOT_DAY_AFTER = LazyPattern(r"\s*(?:%|(?:km|kms|mi|miles?|kg|kgs|g|mg|ml|l|lbs?|oz|x|h|hrs?|hours?|mins?|minutes?|"
                              r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of)\b)")
+# the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
+# alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 
