@@ -177,10 +177,16 @@ def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: 
     assert main(["search", "-w", ws, "zebrafish", "--lancedb", uri]) == 0
     assert capsys.readouterr().out.strip() == "no results"
     assert sorted(p.name for p in Path(uri).iterdir()) == ["chunks.lance", "terms.lance"]  # no staging left
-    # an export left incomplete (the chunks table replaced, its full-text index not built: what a
-    # stop did before, and what object storage can still see): one line, exit 2
+    # the chunks table replaced in place, its full-text index not built (what a stop did before, and
+    # what object storage sees during an export): the previous whole version answers
+    from datetime import timedelta
+
     db = lancedb.connect(uri)
     db.create_table("chunks", data=db.open_table("chunks").to_arrow(), mode="overwrite")
+    assert main(["search", "-w", ws, "billing migrate", "--lancedb", uri, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "memory/plan.md"
+    # and with no whole version left (the earlier ones removed): incomplete, one line, exit 2
+    db.open_table("chunks").optimize(cleanup_older_than=timedelta(0))
     assert main(["search", "-w", ws, "billing", "--lancedb", uri]) == 2
     err = capsys.readouterr().err
     assert "is incomplete" in err and len(err.strip().splitlines()) == 1, err

@@ -7,8 +7,10 @@ LanceDB reads them), which many machines can query at once. With it: a column ``
 chunk's tokens as the index's FTS5 holds them: Porter stems) and its full-text index, a B-tree on ``id``, and a ``terms`` table of each word's document frequency (the table
 format: :mod:`memory_core.storage.lancedb`). In a local folder both tables are built whole in a
 staging folder and renamed into place (:func:`_swap`): a reader sees the old or the new export,
-never a mix or a table without its index, and a stopped export leaves the old one as it was. Its
-searcher: :mod:`memory_core.query.lancedb`.
+never a mix or a table without its index, and a stopped export leaves the old one as it was. On
+object storage they are replaced in place and the previous export stays readable as the tables'
+earlier versions until the new one is whole (:func:`_prune`). Its searcher:
+:mod:`memory_core.query.lancedb`.
 """
 
 from __future__ import annotations
@@ -75,8 +77,10 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
     A local folder: both tables are built whole (rows, full-text index, B-trees) in a staging
     folder inside it, then renamed into place (:func:`_swap`), so a reader sees the old export or
     the new one, and a stopped or failed export leaves the old one as it was. Object storage has
-    no rename: the tables are replaced in place, and a reader in between is told the export is
-    incomplete (:class:`memory_core.query.lancedb.LanceSearcher`)."""
+    no rename: the tables are replaced in place, one Lance version after another, and the earlier
+    versions are removed only once the new export is whole, so a reader in between (or after a
+    stopped export) opens the previous export's versions
+    (:class:`memory_core.query.lancedb.LanceSearcher`)."""
     from memory_core.export.files import ExportSummary, _Snapshot, sigterm_stops
 
     lancedb = _lancedb()

@@ -13,6 +13,7 @@ text is not segmented.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -48,9 +49,14 @@ from memory_core.storage.lancedb import (
     query_words,
 )
 
+log = logging.getLogger(__name__)
+
 OPEN_ATTEMPTS = 20
 """How often a searcher opens the export's tables before it calls the export incomplete."""
 OPEN_PAUSE_S = 0.05
+SEARCH_ATTEMPTS = 5
+"""How often a search runs on freshly opened tables when the export is replaced under it (exports
+back to back can replace it again while it runs on the tables it reopened)."""
 
 
 class LanceSearcher(QueryProviderOwner):
@@ -87,6 +93,7 @@ class LanceSearcher(QueryProviderOwner):
         tables into place one after the other: a reader in between sees two export ids (or a
         table missing for an instant) and opens them again; still so after a while, the export
         is incomplete (one stopped on object storage, or by a version before the staging folder)."""
+        self.previous_export = False
         for attempt in range(OPEN_ATTEMPTS):
             if attempt:
                 time.sleep(OPEN_PAUSE_S)
@@ -101,12 +108,21 @@ class LanceSearcher(QueryProviderOwner):
                     and set(_COLS) <= set(table.schema.names) and {"term", "df"} <= set(terms.schema.names)):
                 raise UsageError(f"the LanceDB tables {TABLE!r} and {TERMS!r} at {self.uri} are not a memory-core"
                                  " export (`memory-core export --format lancedb` writes them)")
+            if not _whole(table, terms):
+                try:
+                    pair = _previous_whole(self._db)
+                except (ValueError, OSError, RuntimeError):  # versions removed as we read them
+                    pair = None
+                if pair is None:
+                    continue
+                table, terms = pair
+                # an export writing in place (object storage) or stopped there: the last whole one
+                self.previous_export = True
+                log.warning("the LanceDB export at %s is being replaced or an export there stopped before it"
+                            " finished: answering from the previous whole export (chunks version %s)",
+                            self.uri, table.version)
             md, tmd = table.schema.metadata or {}, terms.schema.metadata or {}
             n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
-            if md.get(EXPORT_ID.encode()) != tmd.get(EXPORT_ID.encode()):
-                continue
-            if n_chunks and not any(i.index_type in ("FTS", "INVERTED") for i in table.list_indices()):
-                continue
             self.table, self.terms, self.n_chunks = table, terms, n_chunks
             self.has_vectors = "vector" in table.schema.names
             # the index's FTS5 tokens (Porter stems); an export before it: LanceDB's words of the text
@@ -121,6 +137,7 @@ class LanceSearcher(QueryProviderOwner):
 
     def close(self) -> None:
         self._ranker.close()
+
 
     def __enter__(self) -> LanceSearcher:
         return self
@@ -143,11 +160,14 @@ class LanceSearcher(QueryProviderOwner):
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         n = self._ranker.candidate_count(max_results)
-        try:
-            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
-        except (OSError, RuntimeError, ValueError):  # the export was replaced under the search: once more
-            self._open()
-            cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
+        for attempt in range(SEARCH_ATTEMPTS):
+            try:
+                cands = self.retrieve(query, n, sources, vector=mode != "keyword", keyword=mode != "vector")
+                break
+            except (OSError, RuntimeError, ValueError):  # the export was replaced under the search: again
+                if attempt == SEARCH_ATTEMPTS - 1:
+                    raise
+                self._open()
         self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
@@ -327,7 +347,8 @@ class LanceSearcher(QueryProviderOwner):
     def status(self) -> dict[str, object]:
         return {"uri": self.uri, "chunks": self.n_chunks, "provider": self.record.provider,
                 "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version),
-                "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode()}
+                "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode(),
+                "previous_export": self.previous_export}
 
 
 def _of_days(hits: list[ranking.Hit], dates: DateRange) -> bool:
@@ -349,3 +370,35 @@ def _id_in(ids: list[str]) -> str:
 
 def _in(col: str, values: list[str]) -> str:
     return f"{col} IN (" + ",".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
+
+
+def _whole(table: Any, terms: Any) -> bool:
+    """Whether these versions of ``chunks`` and ``terms`` are one whole export: the same export id,
+    and the chunks' full-text index built (an export with chunks)."""
+    md, tmd = table.schema.metadata or {}, terms.schema.metadata or {}
+    if md.get(EXPORT_ID.encode()) != tmd.get(EXPORT_ID.encode()):
+        return False
+    n_chunks = int(tmd.get(b"memory_core.n_chunks", b"0"))
+    return not n_chunks or any(i.index_type in ("FTS", "INVERTED") for i in table.list_indices())
+
+
+def _previous_whole(db: Any) -> tuple[Any, Any] | None:
+    """The newest versions of ``chunks`` and ``terms`` that hold one whole export, each checked out
+    (pinned), or None. On object storage an export replaces both tables in place, one version after
+    another, and removes the earlier versions only once it is whole: until then (and after an export
+    stopped there) the previous export is still there as older versions. A local folder's tables
+    keep one export's versions each, so there this finds nothing the latest versions do not give."""
+    def versions(name: str) -> list[Any]:
+        out = []
+        for v in sorted((int(x["version"]) for x in db.open_table(name).list_versions()), reverse=True):
+            t = db.open_table(name)
+            t.checkout(v)
+            out.append(t)
+        return out
+
+    chunk_versions = versions(TABLE)
+    for terms in versions(TERMS):
+        for table in chunk_versions:
+            if _whole(table, terms):
+                return table, terms
+    return None
