@@ -730,3 +730,41 @@ def test_placeholder_timestamps_date_nothing_and_never_fail_a_search(tmp_path: P
         assert got and got[0].path == "sessions/good.jsonl"
         first = se.search("what did we say in our first conversation about the ski trip?", min_score=0)
         assert first and first[0].path == "sessions/good.jsonl"  # the only dated one
+
+
+# -- the fifteenth session: the fourteenth audit's leftovers ---------------------------------------
+
+@pytest.mark.parametrize("query", [
+    "what is the 16/9 ratio?", "a 16/9 aspect ratio", "the screen ratio of 16/9", "the aspect ratio is 16/9",
+    "ratio: 16/9", "12/15 of patients recovered", "12/15 of them came back", "my score was 12/15",
+    "I scored about 12/15 on the quiz",
+])
+def test_ratios_and_parts_of_a_whole_are_not_days(query: str) -> None:
+    """A ratio (``16/9``: was 16 September) or a part of a whole (``12/15 of patients``: was 15
+    December) is no day: a pair before a ratio's word or ``of`` and what it counts, or after a
+    ratio's or score's word and a verb or ``of`` (D4 refused only the word right before it)."""
+    got = query_date_range(query, date(2026, 3, 10))
+    assert got is None, got
+
+
+@pytest.mark.parametrize(("query", "lo", "hi"), [
+    ("what did we do on 12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("what changed since 16/9", date(2025, 9, 16), date(9999, 12, 30)),
+    ("12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("what happened 16/9", date(2025, 9, 16), date(2025, 9, 16)),
+    ("between 1/10 and 1/20", date(2026, 1, 10), date(2026, 1, 20)),
+    ("what did we decide before 12/15", date(1, 1, 2), date(2025, 12, 14)),
+    ("what did we do 12/15 of last year", date(2025, 12, 15), date(2025, 12, 15)),  # "of" a year: a day
+    ("what was the ratio on 16/9?", date(2025, 9, 16), date(2025, 9, 16)),  # a day's word first
+    ("what was the score on 12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+])
+def test_numeric_days_beside_ratios_and_parts_still_read(query: str, lo: date, hi: date) -> None:
+    got = query_date_range(query, date(2026, 3, 10))
+    assert got is not None and (got.start, got.end) == (lo, hi), got
+
+
+def test_a_pair_that_is_no_day_proves_no_order() -> None:
+    """``I got 12/15`` (a score) no longer proves the question's other days month first: ``on 3/4``
+    stays 3 April (``query.date_order`` "dmy"), as it was without the score."""
+    got = query_date_range("I got 12/15 and then on 3/4 we met", date(2026, 11, 29))
+    assert got is not None and got.start == date(2026, 4, 3), got

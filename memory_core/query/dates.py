@@ -320,7 +320,7 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     found = _find(q, ref, order, ahead)
     if found is None:
         return None
-    if (days_in is not None or timeline is not None) and _slash_days(found[1]):
+    if (days_in is not None or timeline is not None) and _slash_days(found[1], read=True):
         # an ambiguous numeric day (1/7) read as the memory's timeline holds it: the configured
         # order unless that reading names days memory has nothing near and the other reading does
         other = "mdy" if order == "dmy" else "dmy"
@@ -398,17 +398,48 @@ _NOT_DAY_BEFORE = LazyPattern(r"\b(?:version|ver|v|python|node|java|ruby|php|per
                               r"release|score|scored|got|get|rated|rating|ratio|grade|level|chapter|section|verse|"
                               r"page|pages|pp|step|rule|item|size|aspect)\s*$")
 _NOT_DAY_AFTER = LazyPattern(r"\s*(?:%|(?:km|kms|mi|miles?|kg|kgs|g|mg|ml|l|lbs?|oz|x|h|hrs?|hours?|mins?|minutes?|"
-                             r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of)\b)")
+                             r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of|"
+                             r"ratios?|aspect|odds|split|format|widescreen)\b)")
+# a ratio or a score stated with a verb or "of" between ("the ratio is 16/9", "aspect ratio of 16/9",
+# "my score was 12/15"), where the word right before the pair is not the ratio's own
+_RATIO_LINK = r"(?:of|is|was|were|are|be|been|at|about|around|roughly|approximately|exactly|just|only|a|an|the)"
+_RATIO_BEFORE = LazyPattern(rf"\b(?:ratios?|aspect|odds|scores?|scored|grades?|graded|rating|rated)"
+                            rf"(?:\s*[:=]|\s+{_RATIO_LINK}\b)(?:\s+{_RATIO_LINK}\b)*\s*$")
+# a pair that counts part of a whole, followed by "of" and what it counts ("12/15 of patients",
+# "12/15 of them"); "12/15 of this year", "16/9 of 2025", "of last month" still name a day
+_PART_OF = LazyPattern(r"\s+of\s+(?!(?:the\s+)?(?:this|last|next|that|same|current|previous|coming)\s+(?:year|month)\b"
+                       r"|(?:the\s+)?year\b|'?\d{2}\b|\d{4}\b)")
 # the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
 # alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 
 
-def _slash_days(q: str) -> list[tuple[int, int]]:
+def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
+    """Whether the year-less numeric pair ``m`` (``1/7``, ``17.01``) of ``q`` is no day, unless a
+    day's word comes before it (``on 1/7``, ``between 3/1 and 5/1``): two single digits with ``/``
+    (``1/2 cup``: a fraction), ``24/7`` (all the time), after a version's, a score's or a section's
+    word (``python 3.12``, ``I got 9/10``) or a ratio's or score's word and a verb or ``of``
+    (``the ratio is 16/9``, ``aspect ratio of 16/9``, ``my score was 12/15``), before a unit or a
+    ratio's word (``5.10 km``, ``16/9 ratio``), or before ``of`` and what it counts (``12/15 of
+    patients``; ``of this year`` and ``of 2025`` still name a day)."""
+    i = m.start()
+    if _DAY_WORD_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is not None:
+        return False
+    a_s, b_s = m.group(1), m.group(2).rstrip(".")
+    return bool((not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")))
+                or _NOT_DAY_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
+                or _RATIO_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
+                or _NOT_DAY_AFTER.compiled.match(q, m.end())
+                or _PART_OF.compiled.match(q, m.end()))
+
+
+def _slash_days(q: str, *, read: bool = False) -> list[tuple[int, int]]:
     """The two leading numbers of each numeric day in ``q`` whose order a setting decides: ``a/b``,
-    ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day)."""
-    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q)]
+    ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day). Unless ``read``
+    (``q`` is the words already read as a day), not a pair :func:`_not_a_day` refuses: "I got 12/15"
+    proves no order."""
+    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q) if read or not _not_a_day(q, m, False)]
     pairs += [(m.group(1), m.group(3)) for m in _NUM_YEAR.finditer(q) if m.group(2) != "."]
     return [(int(a), int(b.rstrip("."))) for a, b in pairs]
 
@@ -514,14 +545,9 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
                                             int(m.group(3)) if m.group(3) else None, yearless()))
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
-            a_s, b_s = m.group(1), m.group(2).rstrip(".")
-            if not day_word_before(m.start()) and (
-                    (not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")))
-                    or _NOT_DAY_BEFORE.compiled.search(q, max(0, m.start() - _BEHIND), m.start())
-                    or _NOT_DAY_AFTER.compiled.match(q, m.end())):
-                # 1/2, 3/4: a fraction; 24/7: all the time; python 3.12, I got 9/10, 5.10 km: a
-                # version, a score, a measure; not a day (but "on 1/7", "between 3/1 and 5/1")
+            if _not_a_day(q, m, dots):
                 continue
+            a_s, b_s = m.group(1), m.group(2).rstrip(".")
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
