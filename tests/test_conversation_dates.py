@@ -768,3 +768,56 @@ def test_a_pair_that_is_no_day_proves_no_order() -> None:
     stays 3 April (``query.date_order`` "dmy"), as it was without the score."""
     got = query_date_range("I got 12/15 and then on 3/4 we met", date(2026, 11, 29))
     assert got is not None and got.start == date(2026, 4, 3), got
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    ("2026-01-05t19:22:00z", "2026-01-05T19:22"),  # RFC 3339 allows a lowercase t and z
+    ("2026-01-05T19:22:00z", "2026-01-05T19:22"),
+    ("2026-01-05T19:22:00.123456z", "2026-01-05T19:22"),
+    ("1736100000", "2025-01-05T18:00"),  # an epoch written as a string: seconds
+    (" 1736100000.5 ", "2025-01-05T18:00"),
+    ("1736100000000", "2025-01-05T18:00"),  # milliseconds
+    (1736100000, "2025-01-05T18:00"),
+    (1736100000000, "2025-01-05T18:00"),
+    (1736100000000000, "2025-01-05T18:00"),  # microseconds
+    ("1736100000000000", "2025-01-05T18:00"),
+    (1736100000000000000, "2025-01-05T18:00"),  # nanoseconds
+    (99999999999, "1973-03-03T09:46"),  # past 2200 in seconds: milliseconds (was the year 5138)
+    # placeholders and times no message was said at: nothing
+    ("0", None), ("-1", None), (0, None), ("1970-01-01t00:00:00z", None), ("9999-12-31T23:59:59Z", None),
+    (10**20, None), ("99999999999999999999", None), (float("nan"), None), (True, None),
+])
+def test_transcript_timestamps_in_any_case_and_unit(value: object, want: str | None) -> None:
+    from memory_core.sources.sessions import stamp
+
+    assert stamp(value) == want
+
+
+def test_transcripts_stamped_in_lowercase_or_string_or_fine_epochs_are_found_by_their_day(tmp_path: Path) -> None:
+    """A transcript whose timestamps have a lowercase ``z``, are epochs written as strings or count
+    microseconds or nanoseconds dates its chunks (it dated nothing: the day named found none of
+    them); one stamped in the far future (``9999-12-31``, "never") dates nothing (was: 9999)."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+
+    def session(name: str, ts: object, text: str) -> None:
+        lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
+                 {"type": "message", "id": name + "-1", "timestamp": ts,
+                  "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
+        (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+    day = "2025-01-05"  # 1736100000 is 2025-01-05T18:00Z
+    session("lower", "2025-01-05t10:00:00z", "Lunch with Priya at the noodle bar.")
+    session("text", "1736100000", "Called the landlord about the boiler.")
+    session("micro", 1736100000 * 10**6, "Bought a new bike helmet.")
+    session("nano", 1736100000 * 10**9, "Planted the tulip bulbs.")
+    session("never", "9999-12-31T23:59:59Z", "The heron budget is 10 euros.")
+    session("other", "2025-01-02T10:00:00Z", "Nothing much, read a book.")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as se:
+        got = se.search("what did we talk about on 5 January 2025?", min_score=0, max_results=10)
+        dated = {h.path for h in got if h.date and h.date.startswith(day)}
+        assert dated == {f"sessions/{n}.jsonl" for n in ("lower", "text", "micro", "nano")}, [(h.path, h.date) for h in got]
+        never = [h.date for h in se.search("heron budget", min_score=0) if h.path.endswith("never.jsonl")]
+        assert never and not never[0].startswith("9999"), never  # undated: its file's modification day
