@@ -821,3 +821,36 @@ def test_transcripts_stamped_in_lowercase_or_string_or_fine_epochs_are_found_by_
         assert dated == {f"sessions/{n}.jsonl" for n in ("lower", "text", "micro", "nano")}, [(h.path, h.date) for h in got]
         never = [h.date for h in se.search("heron budget", min_score=0) if h.path.endswith("never.jsonl")]
         assert never and not never[0].startswith("9999"), never  # undated: its file's modification day
+
+
+@pytest.mark.parametrize(("query", "lo", "hi"), [
+    ("what did we do on the 1st and 2nd?", date(2024, 1, 1), date(2024, 1, 2)),  # was: the 1st only
+    ("the 3rd, 4th and 5th", date(2024, 1, 3), date(2024, 1, 5)),
+    ("what happened the 3rd, 4th and 5th?", date(2024, 1, 3), date(2024, 1, 5)),
+    ("was it the 1st or 2nd?", date(2024, 1, 1), date(2024, 1, 2)),
+    ("did we meet on 1st or 2nd?", date(2024, 1, 1), date(2024, 1, 2)),
+    ("on the 1st or the 2nd", date(2024, 1, 1), date(2024, 1, 2)),
+    ("between the 1st and 5th", date(2024, 1, 1), date(2024, 1, 5)),  # was: the 1st only
+    ("what did we do on the 3rd, 4th and 5th of May?", date(2023, 5, 3), date(2023, 5, 5)),  # was: 4-5 May
+    ("what did we do on the 1st or 2nd of May?", date(2023, 5, 1), date(2023, 5, 2)),  # was: the 1st of January
+    ("on the 30th and 31st", date(2023, 12, 30), date(2023, 12, 31)),  # one month holding both
+])
+def test_days_of_the_month_listed_are_read_together(query: str, lo: date, hi: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and (got.start, got.end) == (lo, hi), got
+
+
+@pytest.mark.parametrize("query", ["the 1st and 2nd drafts of the essay", "the 1st or 2nd time we tried",
+                                   "the 1st, 2nd and 3rd prizes", "on the 1st and 2nd floor", "1st or 2nd place"])
+def test_ordinals_listed_before_what_they_number_are_not_days(query: str) -> None:
+    got = query_date_range(query, REF)
+    assert got is None, got
+
+
+def test_a_listed_day_after_the_first_finds_its_transcript(january) -> None:
+    """``on the 18th and 19th``: the 19th's kayak talk is the day asked about (was: the 18th only,
+    so the 19th's chunk was capped with every other day's, level with the 12th's)."""
+    with Searcher(january) as s:
+        hits = s.search("what did we say about the kayak course on the 18th and 19th?", max_results=3)
+    assert hits and hits[0].path == "sessions/kayak-b.jsonl", [(h.path, h.score) for h in hits]
+    assert hits[0].score > 0.5

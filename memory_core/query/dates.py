@@ -49,7 +49,7 @@ import math
 import os
 import re
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -92,8 +92,14 @@ _DAY_SPAN_MONTH = LazyPattern(rf"(\bbetween\s+(?:the\s+)?)?\b{_DAY_RE}{_SPAN_JOI
 # "January 12-16", "between Jan 12 and 16", "Jan 12th to 16th, 2026"
 _MONTH_DAY_SPAN = LazyPattern(rf"(\bbetween\s+)?\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}{_SPAN_JOIN}{_DAY_RE}\b"
                               r"(?:,?\s+(\d{4}))?", re.IGNORECASE)
-_ORDINAL_DAY = LazyPattern(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
-                          re.IGNORECASE)
+_ORDINAL_NOUN = r"\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary)"  # what an ordinal numbers
+_ORDINAL_DAY = LazyPattern(rf"\bthe\s+(\d{{1,2}})(?:st|nd|rd|th)\b(?!{_ORDINAL_NOUN})", re.IGNORECASE)
+# several days of the month listed: "the 1st and 2nd", "the 3rd, 4th and 5th", "the 1st or the 2nd",
+# "the 3rd, 4th and 5th of May" (two of one month joined by "and" / "to" are _DAY_SPAN_MONTH's)
+_ORDINAL = r"\d{1,2}(?:st|nd|rd|th)"
+_ORDINAL_LIST = LazyPattern(rf"\b(the\s+)?{_ORDINAL}(?:(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
+                            rf"{_ORDINAL})+\b(?:\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b)?", re.IGNORECASE)
+_ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
@@ -434,6 +440,17 @@ def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
                 or _PART_OF.compiled.match(q, m.end()))
 
 
+def _ordinal_is_day(q: str, m: re.Match[str], day_word: bool) -> bool:
+    """Whether the ordinals ``m`` (``the 1st and 2nd``) name days of the month: after a day's word
+    (``on``), or after ``the`` with nothing they could number after them (:data:`_ORDINAL_ENDS`);
+    never before a noun an ordinal numbers (``century``, ``time``, ``floor``, ...)."""
+    if re.match(_ORDINAL_NOUN, q[m.end():m.end() + 40], re.IGNORECASE):
+        return False
+    if day_word:
+        return True
+    return bool(m.group(1)) and _ORDINAL_ENDS.compiled.match(q, m.end()) is not None
+
+
 def _slash_days(q: str, *, read: bool = False) -> list[tuple[int, int]]:
     """The two leading numbers of each numeric day in ``q`` whose order a setting decides: ``a/b``,
     ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day). Unless ``read``
@@ -524,6 +541,36 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
     for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
         add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
+    listed: list[tuple[int, int]] = []  # where ordinals are listed (read as days or not), in order
+
+    def ordinal_lists(many: bool) -> None:
+        """Days of the month listed ("on the 1st and 2nd", "the 3rd, 4th and 5th of May"): the span
+        of them, in a month named after them or else the latest month holding them up to the
+        reference day. ``many``: only lists of three or more days with a month (read before two of
+        one month joined by "and" or "to", which are _DAY_SPAN_MONTH's and may follow "between")."""
+        for m in _ORDINAL_LIST.finditer(q):
+            if not many:
+                listed.append((m.start(), m.end()))
+            nums = [int(n) for n in _ORDINAL_NUMBER.findall(q, m.start(), m.end())]
+            if many and (len(nums) < 3 or not m.group(2)):
+                continue
+            lo, hi = min(nums), max(nums)
+            if m.group(2):  # a month named after them: those days of it
+                mon, y = _MONTHS[m.group(2).lower().rstrip(".")], int(m.group(3)) if m.group(3) else None
+                d1 = _latest(mon, hi, y, yearless())
+                d0 = _latest(mon, lo, d1.year if d1 is not None else y, yearless() if d1 is None else d1)
+                if d0 is not None and d1 is not None and d0 <= d1:
+                    add(m.start(), m.end(), d0, d1)
+                continue
+            opener = _OPEN.compiled.search(q, max(0, m.start() - _BEHIND), m.start())
+            if not _ordinal_is_day(q, m, opener is not None or day_word_before(m.start())):
+                continue  # "the 1st and 2nd drafts", "the 2nd or 3rd time": ordinals of something else
+            d1 = _latest_of_month(hi, ref())
+            # "between the 1st and 5th": the range's words are the list's too
+            add(m.start() if opener is None else opener.start(), m.end(),
+                d1.replace(day=lo) if d1 is not None else None, d1)
+
+    ordinal_lists(True)  # "the 3rd, 4th and 5th of May" (else "4th and 5th of May" is read alone)
     for rx, day_first in ((_DAY_SPAN_MONTH, True), (_MONTH_DAY_SPAN, False)):  # days of one month written once
         for m in rx.finditer(q):
             # "on the 12th and 16th of May" names two days: the span of both is the nearest one range
@@ -538,6 +585,7 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             d0 = _latest(mon, int(day0), d1.year if d1 is not None else y, yearless() if d1 is None else d1)
             if d0 is not None and d1 is not None and d0 <= d1:
                 add(m.start(), m.end(), d0, d1)
+    ordinal_lists(False)  # "the 1st or 2nd of May", "on the 1st and 2nd", "the 3rd, 4th and 5th"
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
@@ -554,6 +602,9 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
     for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
         if not day_word_before(m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
             continue  # "the 3rd option", "the 5th floor": an ordinal of something else, not a day
+        k = bisect_right(listed, (m.start(), len(q) + 1)) - 1
+        if k >= 0 and listed[k][1] > m.start():
+            continue  # one of a list, which the list's own rule read or refused ("the 1st and 2nd drafts")
         add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
