@@ -18,7 +18,8 @@ run rebuilds it.
 Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
 ``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; an ambiguous ``01/02`` reads in the order the
 question's other days prove, else ``query.date_order``'s unless only the other reading is near the
-memory's days; ``1/7`` is a day after a day's word, ``1/2 cup`` a fraction),
+memory's days; ``1/7`` is a day after a day's word, ``1/2 cup`` a fraction, ``the 16/9 ratio`` and
+``12/15 of patients`` no day),
 written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
 Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
@@ -29,7 +30,7 @@ conversation named by its place (``our first conversation``, ``the last time we 
 ``since X``). "Today" is the memory's own (the day after its newest indexed day,
 :func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
 day not after it, or up to ``QUERY_AHEAD_DAYS`` after it (plans), and ``the 13th`` alone the latest 13th
-up to it. The range is inclusive.
+up to it (``the 1st and 2nd``, ``the 3rd, 4th and 5th``: the span of them in one month). The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
