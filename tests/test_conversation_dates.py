@@ -730,3 +730,127 @@ def test_placeholder_timestamps_date_nothing_and_never_fail_a_search(tmp_path: P
         assert got and got[0].path == "sessions/good.jsonl"
         first = se.search("what did we say in our first conversation about the ski trip?", min_score=0)
         assert first and first[0].path == "sessions/good.jsonl"  # the only dated one
+
+
+# -- the fifteenth session: the fourteenth audit's leftovers ---------------------------------------
+
+@pytest.mark.parametrize("query", [
+    "what is the 16/9 ratio?", "a 16/9 aspect ratio", "the screen ratio of 16/9", "the aspect ratio is 16/9",
+    "ratio: 16/9", "12/15 of patients recovered", "12/15 of them came back", "my score was 12/15",
+    "I scored about 12/15 on the quiz",
+])
+def test_ratios_and_parts_of_a_whole_are_not_days(query: str) -> None:
+    """A ratio (``16/9``: was 16 September) or a part of a whole (``12/15 of patients``: was 15
+    December) is no day: a pair before a ratio's word or ``of`` and what it counts, or after a
+    ratio's or score's word and a verb or ``of`` (D4 refused only the word right before it)."""
+    got = query_date_range(query, date(2026, 3, 10))
+    assert got is None, got
+
+
+@pytest.mark.parametrize(("query", "lo", "hi"), [
+    ("what did we do on 12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("what changed since 16/9", date(2025, 9, 16), date(9999, 12, 30)),
+    ("12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("what happened 16/9", date(2025, 9, 16), date(2025, 9, 16)),
+    ("between 1/10 and 1/20", date(2026, 1, 10), date(2026, 1, 20)),
+    ("what did we decide before 12/15", date(1, 1, 2), date(2025, 12, 14)),
+    ("what did we do 12/15 of last year", date(2025, 12, 15), date(2025, 12, 15)),  # "of" a year: a day
+    ("what was the ratio on 16/9?", date(2025, 9, 16), date(2025, 9, 16)),  # a day's word first
+    ("what was the score on 12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+])
+def test_numeric_days_beside_ratios_and_parts_still_read(query: str, lo: date, hi: date) -> None:
+    got = query_date_range(query, date(2026, 3, 10))
+    assert got is not None and (got.start, got.end) == (lo, hi), got
+
+
+def test_a_pair_that_is_no_day_proves_no_order() -> None:
+    """``I got 12/15`` (a score) no longer proves the question's other days month first: ``on 3/4``
+    stays 3 April (``query.date_order`` "dmy"), as it was without the score."""
+    got = query_date_range("I got 12/15 and then on 3/4 we met", date(2026, 11, 29))
+    assert got is not None and got.start == date(2026, 4, 3), got
+
+
+@pytest.mark.parametrize(("value", "want"), [
+    ("2026-01-05t19:22:00z", "2026-01-05T19:22"),  # RFC 3339 allows a lowercase t and z
+    ("2026-01-05T19:22:00z", "2026-01-05T19:22"),
+    ("2026-01-05T19:22:00.123456z", "2026-01-05T19:22"),
+    ("1736100000", "2025-01-05T18:00"),  # an epoch written as a string: seconds
+    (" 1736100000.5 ", "2025-01-05T18:00"),
+    ("1736100000000", "2025-01-05T18:00"),  # milliseconds
+    (1736100000, "2025-01-05T18:00"),
+    (1736100000000, "2025-01-05T18:00"),
+    (1736100000000000, "2025-01-05T18:00"),  # microseconds
+    ("1736100000000000", "2025-01-05T18:00"),
+    (1736100000000000000, "2025-01-05T18:00"),  # nanoseconds
+    (99999999999, "1973-03-03T09:46"),  # past 2200 in seconds: milliseconds (was the year 5138)
+    # placeholders and times no message was said at: nothing
+    ("0", None), ("-1", None), (0, None), ("1970-01-01t00:00:00z", None), ("9999-12-31T23:59:59Z", None),
+    (10**20, None), ("99999999999999999999", None), (float("nan"), None), (True, None),
+])
+def test_transcript_timestamps_in_any_case_and_unit(value: object, want: str | None) -> None:
+    from memory_core.sources.sessions import stamp
+
+    assert stamp(value) == want
+
+
+def test_transcripts_stamped_in_lowercase_or_string_or_fine_epochs_are_found_by_their_day(tmp_path: Path) -> None:
+    """A transcript whose timestamps have a lowercase ``z``, are epochs written as strings or count
+    microseconds or nanoseconds dates its chunks (it dated nothing: the day named found none of
+    them); one stamped in the far future (``9999-12-31``, "never") dates nothing (was: 9999)."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+
+    def session(name: str, ts: object, text: str) -> None:
+        lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
+                 {"type": "message", "id": name + "-1", "timestamp": ts,
+                  "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
+        (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+    day = "2025-01-05"  # 1736100000 is 2025-01-05T18:00Z
+    session("lower", "2025-01-05t10:00:00z", "Lunch with Priya at the noodle bar.")
+    session("text", "1736100000", "Called the landlord about the boiler.")
+    session("micro", 1736100000 * 10**6, "Bought a new bike helmet.")
+    session("nano", 1736100000 * 10**9, "Planted the tulip bulbs.")
+    session("never", "9999-12-31T23:59:59Z", "The heron budget is 10 euros.")
+    session("other", "2025-01-02T10:00:00Z", "Nothing much, read a book.")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as se:
+        got = se.search("what did we talk about on 5 January 2025?", min_score=0, max_results=10)
+        dated = {h.path for h in got if h.date and h.date.startswith(day)}
+        assert dated == {f"sessions/{n}.jsonl" for n in ("lower", "text", "micro", "nano")}, [(h.path, h.date) for h in got]
+        never = [h.date for h in se.search("heron budget", min_score=0) if h.path.endswith("never.jsonl")]
+        assert never and not never[0].startswith("9999"), never  # undated: its file's modification day
+
+
+@pytest.mark.parametrize(("query", "lo", "hi"), [
+    ("what did we do on the 1st and 2nd?", date(2024, 1, 1), date(2024, 1, 2)),  # was: the 1st only
+    ("the 3rd, 4th and 5th", date(2024, 1, 3), date(2024, 1, 5)),
+    ("what happened the 3rd, 4th and 5th?", date(2024, 1, 3), date(2024, 1, 5)),
+    ("was it the 1st or 2nd?", date(2024, 1, 1), date(2024, 1, 2)),
+    ("did we meet on 1st or 2nd?", date(2024, 1, 1), date(2024, 1, 2)),
+    ("on the 1st or the 2nd", date(2024, 1, 1), date(2024, 1, 2)),
+    ("between the 1st and 5th", date(2024, 1, 1), date(2024, 1, 5)),  # was: the 1st only
+    ("what did we do on the 3rd, 4th and 5th of May?", date(2023, 5, 3), date(2023, 5, 5)),  # was: 4-5 May
+    ("what did we do on the 1st or 2nd of May?", date(2023, 5, 1), date(2023, 5, 2)),  # was: the 1st of January
+    ("on the 30th and 31st", date(2023, 12, 30), date(2023, 12, 31)),  # one month holding both
+])
+def test_days_of_the_month_listed_are_read_together(query: str, lo: date, hi: date) -> None:
+    got = query_date_range(query, REF)
+    assert got is not None and (got.start, got.end) == (lo, hi), got
+
+
+@pytest.mark.parametrize("query", ["the 1st and 2nd drafts of the essay", "the 1st or 2nd time we tried",
+                                   "the 1st, 2nd and 3rd prizes", "on the 1st and 2nd floor", "1st or 2nd place"])
+def test_ordinals_listed_before_what_they_number_are_not_days(query: str) -> None:
+    got = query_date_range(query, REF)
+    assert got is None, got
+
+
+def test_a_listed_day_after_the_first_finds_its_transcript(january) -> None:
+    """``on the 18th and 19th``: the 19th's kayak talk is the day asked about (was: the 18th only,
+    so the 19th's chunk was capped with every other day's, level with the 12th's)."""
+    with Searcher(january) as s:
+        hits = s.search("what did we say about the kayak course on the 18th and 19th?", max_results=3)
+    assert hits and hits[0].path == "sessions/kayak-b.jsonl", [(h.path, h.score) for h in hits]
+    assert hits[0].score > 0.5

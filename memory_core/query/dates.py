@@ -18,7 +18,8 @@ run rebuilds it.
 Query dates (``query_date_range``): numeric days in any common order (``2024-01-17``,
 ``17.01.2024``, ``17/01/24``, ``1/17``, ``17.01``; an ambiguous ``01/02`` reads in the order the
 question's other days prove, else ``query.date_order``'s unless only the other reading is near the
-memory's days; ``1/7`` is a day after a day's word, ``1/2 cup`` a fraction),
+memory's days; ``1/7`` is a day after a day's word, ``1/2 cup`` a fraction, ``the 16/9 ratio`` and
+``12/15 of patients`` no day),
 written months (``on 4 December``, ``Dec 4th``, ``December 4, 2026``, ``the 4th of December``),
 Chinese (``5月4号``, ``2026年5月4日``), ``today``, ``yesterday``, ``the day before yesterday``,
 ``N days ago``, ``last week`` (the 7 days before today), ``this week`` (Monday to today), ``last
@@ -29,7 +30,7 @@ conversation named by its place (``our first conversation``, ``the last time we 
 ``since X``). "Today" is the memory's own (the day after its newest indexed day,
 :func:`timeline_end`, when that is earlier than the clock's); a year-less day is the latest such
 day not after it, or up to ``QUERY_AHEAD_DAYS`` after it (plans), and ``the 13th`` alone the latest 13th
-up to it. The range is inclusive.
+up to it (``the 1st and 2nd``, ``the 3rd, 4th and 5th``: the span of them in one month). The range is inclusive.
 
 What search does with them (all decided here, called by the query modules): the chunks written on a
 named day that neither retrieval side found (``dated_chunk_rows``, from
@@ -49,7 +50,7 @@ import math
 import os
 import re
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -92,8 +93,14 @@ _DAY_SPAN_MONTH = LazyPattern(rf"(\bbetween\s+(?:the\s+)?)?\b{_DAY_RE}{_SPAN_JOI
 # "January 12-16", "between Jan 12 and 16", "Jan 12th to 16th, 2026"
 _MONTH_DAY_SPAN = LazyPattern(rf"(\bbetween\s+)?\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}{_SPAN_JOIN}{_DAY_RE}\b"
                               r"(?:,?\s+(\d{4}))?", re.IGNORECASE)
-_ORDINAL_DAY = LazyPattern(r"\bthe\s+(\d{1,2})(?:st|nd|rd|th)\b(?!\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary))",
-                          re.IGNORECASE)
+_ORDINAL_NOUN = r"\s+(?:of\s+)?(?:century|time|floor|row|place|birthday|anniversary)"  # what an ordinal numbers
+_ORDINAL_DAY = LazyPattern(rf"\bthe\s+(\d{{1,2}})(?:st|nd|rd|th)\b(?!{_ORDINAL_NOUN})", re.IGNORECASE)
+# several days of the month listed: "the 1st and 2nd", "the 3rd, 4th and 5th", "the 1st or the 2nd",
+# "the 3rd, 4th and 5th of May" (two of one month joined by "and" / "to" are _DAY_SPAN_MONTH's)
+_ORDINAL = r"\d{1,2}(?:st|nd|rd|th)"
+_ORDINAL_LIST = LazyPattern(rf"\b(the\s+)?{_ORDINAL}(?:(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
+                            rf"{_ORDINAL})+\b(?:\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b)?", re.IGNORECASE)
+_ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
@@ -320,7 +327,7 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     found = _find(q, ref, order, ahead)
     if found is None:
         return None
-    if (days_in is not None or timeline is not None) and _slash_days(found[1]):
+    if (days_in is not None or timeline is not None) and _slash_days(found[1], read=True):
         # an ambiguous numeric day (1/7) read as the memory's timeline holds it: the configured
         # order unless that reading names days memory has nothing near and the other reading does
         other = "mdy" if order == "dmy" else "dmy"
@@ -398,17 +405,59 @@ _NOT_DAY_BEFORE = LazyPattern(r"\b(?:version|ver|v|python|node|java|ruby|php|per
                               r"release|score|scored|got|get|rated|rating|ratio|grade|level|chapter|section|verse|"
                               r"page|pages|pp|step|rule|item|size|aspect)\s*$")
 _NOT_DAY_AFTER = LazyPattern(r"\s*(?:%|(?:km|kms|mi|miles?|kg|kgs|g|mg|ml|l|lbs?|oz|x|h|hrs?|hours?|mins?|minutes?|"
-                             r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of)\b)")
+                             r"s|secs?|seconds?|m|cm|mm|gb|mb|tb|kb|k|kph|mph|pts|points?|stars?|out\s+of|"
+                             r"ratios?|aspect|odds|split|format|widescreen)\b)")
+# a ratio or a score stated with a verb or "of" between ("the ratio is 16/9", "aspect ratio of 16/9",
+# "my score was 12/15"), where the word right before the pair is not the ratio's own
+_RATIO_LINK = r"(?:of|is|was|were|are|be|been|at|about|around|roughly|approximately|exactly|just|only|a|an|the)"
+_RATIO_BEFORE = LazyPattern(rf"\b(?:ratios?|aspect|odds|scores?|scored|grades?|graded|rating|rated)"
+                            rf"(?:\s*[:=]|\s+{_RATIO_LINK}\b)(?:\s+{_RATIO_LINK}\b)*\s*$")
+# a pair that counts part of a whole, followed by "of" and what it counts ("12/15 of patients",
+# "12/15 of them"); "12/15 of this year", "16/9 of 2025", "of last month" still name a day
+_PART_OF = LazyPattern(r"\s+of\s+(?!(?:the\s+)?(?:this|last|next|that|same|current|previous|coming)\s+(?:year|month)\b"
+                       r"|(?:the\s+)?year\b|'?\d{2}\b|\d{4}\b)")
 # the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
 # alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
                                r"|(?:between|from)\s+\d{1,2}/\d{1,2}\s+(?:and|to))\s+$")
 
 
-def _slash_days(q: str) -> list[tuple[int, int]]:
+def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
+    """Whether the year-less numeric pair ``m`` (``1/7``, ``17.01``) of ``q`` is no day, unless a
+    day's word comes before it (``on 1/7``, ``between 3/1 and 5/1``): two single digits with ``/``
+    (``1/2 cup``: a fraction), ``24/7`` (all the time), after a version's, a score's or a section's
+    word (``python 3.12``, ``I got 9/10``) or a ratio's or score's word and a verb or ``of``
+    (``the ratio is 16/9``, ``aspect ratio of 16/9``, ``my score was 12/15``), before a unit or a
+    ratio's word (``5.10 km``, ``16/9 ratio``), or before ``of`` and what it counts (``12/15 of
+    patients``; ``of this year`` and ``of 2025`` still name a day)."""
+    i = m.start()
+    if _DAY_WORD_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is not None:
+        return False
+    a_s, b_s = m.group(1), m.group(2).rstrip(".")
+    return bool((not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")))
+                or _NOT_DAY_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
+                or _RATIO_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
+                or _NOT_DAY_AFTER.compiled.match(q, m.end())
+                or _PART_OF.compiled.match(q, m.end()))
+
+
+def _ordinal_is_day(q: str, m: re.Match[str], day_word: bool) -> bool:
+    """Whether the ordinals ``m`` (``the 1st and 2nd``) name days of the month: after a day's word
+    (``on``), or after ``the`` with nothing they could number after them (:data:`_ORDINAL_ENDS`);
+    never before a noun an ordinal numbers (``century``, ``time``, ``floor``, ...)."""
+    if re.match(_ORDINAL_NOUN, q[m.end():m.end() + 40], re.IGNORECASE):
+        return False
+    if day_word:
+        return True
+    return bool(m.group(1)) and _ORDINAL_ENDS.compiled.match(q, m.end()) is not None
+
+
+def _slash_days(q: str, *, read: bool = False) -> list[tuple[int, int]]:
     """The two leading numbers of each numeric day in ``q`` whose order a setting decides: ``a/b``,
-    ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day)."""
-    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q)]
+    ``a/b/year``, ``a-b-year`` (a dotted day is day first; "12-25 people" is no day). Unless ``read``
+    (``q`` is the words already read as a day), not a pair :func:`_not_a_day` refuses: "I got 12/15"
+    proves no order."""
+    pairs = [(m.group(1), m.group(2)) for m in _NUM_SLASH.finditer(q) if read or not _not_a_day(q, m, False)]
     pairs += [(m.group(1), m.group(3)) for m in _NUM_YEAR.finditer(q) if m.group(2) != "."]
     return [(int(a), int(b.rstrip("."))) for a, b in pairs]
 
@@ -493,6 +542,36 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
     for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
         add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
+    listed: list[tuple[int, int]] = []  # where ordinals are listed (read as days or not), in order
+
+    def ordinal_lists(many: bool) -> None:
+        """Days of the month listed ("on the 1st and 2nd", "the 3rd, 4th and 5th of May"): the span
+        of them, in a month named after them or else the latest month holding them up to the
+        reference day. ``many``: only lists of three or more days with a month (read before two of
+        one month joined by "and" or "to", which are _DAY_SPAN_MONTH's and may follow "between")."""
+        for m in _ORDINAL_LIST.finditer(q):
+            if not many:
+                listed.append((m.start(), m.end()))
+            nums = [int(n) for n in _ORDINAL_NUMBER.findall(q, m.start(), m.end())]
+            if many and (len(nums) < 3 or not m.group(2)):
+                continue
+            lo, hi = min(nums), max(nums)
+            if m.group(2):  # a month named after them: those days of it
+                mon, y = _MONTHS[m.group(2).lower().rstrip(".")], int(m.group(3)) if m.group(3) else None
+                d1 = _latest(mon, hi, y, yearless())
+                d0 = _latest(mon, lo, d1.year if d1 is not None else y, yearless() if d1 is None else d1)
+                if d0 is not None and d1 is not None and d0 <= d1:
+                    add(m.start(), m.end(), d0, d1)
+                continue
+            opener = _OPEN.compiled.search(q, max(0, m.start() - _BEHIND), m.start())
+            if not _ordinal_is_day(q, m, opener is not None or day_word_before(m.start())):
+                continue  # "the 1st and 2nd drafts", "the 2nd or 3rd time": ordinals of something else
+            d1 = _latest_of_month(hi, ref())
+            # "between the 1st and 5th": the range's words are the list's too
+            add(m.start() if opener is None else opener.start(), m.end(),
+                d1.replace(day=lo) if d1 is not None else None, d1)
+
+    ordinal_lists(True)  # "the 3rd, 4th and 5th of May" (else "4th and 5th of May" is read alone)
     for rx, day_first in ((_DAY_SPAN_MONTH, True), (_MONTH_DAY_SPAN, False)):  # days of one month written once
         for m in rx.finditer(q):
             # "on the 12th and 16th of May" names two days: the span of both is the nearest one range
@@ -507,6 +586,7 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             d0 = _latest(mon, int(day0), d1.year if d1 is not None else y, yearless() if d1 is None else d1)
             if d0 is not None and d1 is not None and d0 <= d1:
                 add(m.start(), m.end(), d0, d1)
+    ordinal_lists(False)  # "the 1st or 2nd of May", "on the 1st and 2nd", "the 3rd, 4th and 5th"
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
@@ -514,20 +594,18 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
                                             int(m.group(3)) if m.group(3) else None, yearless()))
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
-            a_s, b_s = m.group(1), m.group(2).rstrip(".")
-            if not day_word_before(m.start()) and (
-                    (not dots and ((len(a_s) == 1 and len(b_s) == 1) or (a_s, b_s) == ("24", "7")))
-                    or _NOT_DAY_BEFORE.compiled.search(q, max(0, m.start() - _BEHIND), m.start())
-                    or _NOT_DAY_AFTER.compiled.match(q, m.end())):
-                # 1/2, 3/4: a fraction; 24/7: all the time; python 3.12, I got 9/10, 5.10 km: a
-                # version, a score, a measure; not a day (but "on 1/7", "between 3/1 and 5/1")
+            if _not_a_day(q, m, dots):
                 continue
+            a_s, b_s = m.group(1), m.group(2).rstrip(".")
             md = _pick_order(int(a_s), int(b_s), order, dots, False)
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
     for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
         if not day_word_before(m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
             continue  # "the 3rd option", "the 5th floor": an ordinal of something else, not a day
+        k = bisect_right(listed, (m.start(), len(q) + 1)) - 1
+        if k >= 0 and listed[k][1] > m.start():
+            continue  # one of a list, which the list's own rule read or refused ("the 1st and 2nd drafts")
         add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -146,34 +147,82 @@ time ``0001-01-01T00:00:00Z``), not when a message was said: it dates nothing (a
 1970 was "our first conversation", and "last year" counted from year 1 had no year)."""
 
 
-def stamp(value: object) -> str | None:
-    """An ISO timestamp string or epoch number (seconds or milliseconds) -> ``YYYY-MM-DDTHH:MM``
-    (UTC), else ``None`` (also for a placeholder: :data:`PLACEHOLDER_YEAR_MAX`)."""
+STAMP_YEAR_MAX: Final = 2200
+"""A timestamp after this year is no time a message was said (``9999-12-31``, "never"; an epoch of
+the wrong unit): it dates nothing. Below it, an epoch's unit is told by its size alone (the years
+1971-2200 in seconds, milliseconds, microseconds and nanoseconds do not overlap: :func:`_epoch`)."""
+
+_EPOCH_UNITS: Final = (1, 1_000, 1_000_000, 1_000_000_000)
+# an epoch written as a string ("1736100000", "1736100000.5"): digits, a sign, a fraction
+_EPOCH_TEXT: Final = re.compile(r"[+-]?\d{1,20}(?:\.\d+)?")
+
+
+_EPOCH_MAX: Final = datetime(STAMP_YEAR_MAX + 1, 1, 1, tzinfo=UTC).timestamp()
+
+
+def _epoch(value: float) -> datetime | None:
+    """An epoch number in seconds, milliseconds, microseconds or nanoseconds, read in the first unit
+    that puts it before the end of :data:`STAMP_YEAR_MAX` (each unit's span of the years 1971-2200
+    lies below the next's: 1.7e9 seconds, 1.7e12 milliseconds, ...); None for a placeholder (in
+    :data:`PLACEHOLDER_YEAR_MAX` or before in that unit: 0, -1, a number between two units' spans)
+    or a number past every unit's span."""
+    if not math.isfinite(value):
+        return None
+    for unit in _EPOCH_UNITS:
+        if value / unit < _EPOCH_MAX:
+            dt = datetime.fromtimestamp(value / unit, UTC)
+            return None if dt.year <= PLACEHOLDER_YEAR_MAX else dt
+    return None
+
+
+def _iso(value: str) -> datetime | None:
+    """An ISO 8601 / RFC 3339 timestamp, its ``T`` and ``Z`` in either case (``2026-01-05t19:22:00z``
+    is RFC 3339's), else None."""
+    text = value.strip()
+    if len(text) > 10 and text[10] == "t":
+        text = text[:10] + "T" + text[11:]
+    if text[-1:] in ("z", "Z"):
+        text = text[:-1] + "+00:00"
     try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def stamp(value: object) -> str | None:
+    """An ISO timestamp string (``T`` and ``Z`` in either case) or an epoch number, or an epoch
+    written as a string (seconds, milliseconds, microseconds or nanoseconds, told apart by size:
+    :func:`_epoch`) -> ``YYYY-MM-DDTHH:MM`` (UTC), else ``None``; also for a placeholder
+    (:data:`PLACEHOLDER_YEAR_MAX`) or a time after :data:`STAMP_YEAR_MAX`."""
+    try:
+        if isinstance(value, str) and _EPOCH_TEXT.fullmatch(value.strip()):
+            value = float(value) if "." in value else int(value)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            secs = value / 1000 if value > 1e11 else value
-            dt = datetime.fromtimestamp(secs, UTC)
+            dt = _epoch(value)
         elif isinstance(value, str) and len(value) >= 10:
-            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            if dt.tzinfo is not None:
+            dt = _iso(value)
+            if dt is not None and dt.tzinfo is not None:
                 dt = dt.astimezone(UTC)
         else:
             return None
     except (ValueError, OverflowError, OSError):
         return None
-    return None if dt.year <= PLACEHOLDER_YEAR_MAX else _minute(dt)
+    if dt is None or dt.year <= PLACEHOLDER_YEAR_MAX or dt.year > STAMP_YEAR_MAX:
+        return None
+    return _minute(dt)
 
 
 def local_day(value: object) -> str | None:
     """The calendar day (``YYYY-MM-DD``) of an ISO timestamp in its own UTC offset (``...T01:10+04:00``
     is that day in Dubai, the day before in UTC): the day its writer lived it; None for an epoch
-    number or what is not a timestamp (its day is only known in UTC)."""
-    if not isinstance(value, str) or len(value) < 10:
+    number (or one written as a string) or what is not a timestamp (its day is only known in UTC)."""
+    if not isinstance(value, str) or len(value) < 10 or _EPOCH_TEXT.fullmatch(value.strip()):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).date().isoformat()
-    except (ValueError, OverflowError):
+        dt = _iso(value)
+    except OverflowError:
         return None
+    return None if dt is None else dt.date().isoformat()
 
 
 def _timestamp_of(rec: dict[str, Any]) -> object:
