@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory_core.errors import UsageError
+from memory_core.sources.redact import query_for_provider
 
 if TYPE_CHECKING:
     from memory_core.config import Settings
@@ -282,6 +283,7 @@ class PlainBaselines:
         from memory_core.storage.store import connect_reader, read_meta
 
         self.conn = connect_reader(settings.index_file)
+        self.redact = settings.redact  # queries leave the machine redacted as notes do
         meta = read_meta(self.conn) or {}
         self.paths: dict[int, str] = {}
         self.lines: dict[int, tuple[int, int]] = {}  # row id -> (start line, end line) of its file
@@ -340,7 +342,7 @@ class PlainBaselines:
 
         if self.matrix is None or self.provider is None or not query.strip():
             return None
-        q = np.asarray(self.provider.embed_query(query[:8000]), dtype=np.float32)
+        q = np.asarray(self.provider.embed_query(query_for_provider(query[:8000], self.redact)), dtype=np.float32)
         n = float(np.linalg.norm(q))
         if n == 0.0:
             return None

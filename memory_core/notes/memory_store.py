@@ -54,6 +54,7 @@ from memory_core.failpoints import failpoint
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
+from memory_core.sources.redact import query_for_provider
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import open_lock_file
@@ -210,8 +211,12 @@ def check_id(memory_id: str) -> str:
     return memory_id
 
 
-# a number (2,400 and 2400 alike; 3:30, 2026-03-04 whole) or a word (can't, user's: one word)
-_FACT_TOKEN = re.compile(r"\d+(?:[.,:/-]\d+)*|[^\W_]+(?:['\u2019][^\W_]+)*")
+# a number with its sign (2,400 and 2400 alike; 3:30, 2026-03-04 whole; -18 and UTC-5 signed, +5
+# and 5 alike) or a word (can't, user's: one word)
+_FACT_TOKEN = re.compile(r"(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*|[^\W_]+(?:['\u2019][^\W_]+)*")
+# thousands written with commas (2,400, 1,250,000.5): the same number as without them; any other
+# comma is a decimal comma or a list (1,5 mg is not 15 mg, 1,10 is not 110)
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _ARTICLES = frozenset({"a", "an", "the"})
 
 
@@ -223,8 +228,9 @@ def _fact_words(text: str) -> tuple[str, ...]:
     out: list[str] = []
     for m in _FACT_TOKEN.finditer(text.lower()):
         w = m.group()
-        if w[0].isdigit():
-            out.append(w.replace(",", ""))
+        if not w[0].isalpha() and (w[0].isdigit() or w[1:2].isdigit()):
+            w = w.replace("\u2212", "-").removeprefix("+")
+            out.append(w.replace(",", "") if _THOUSANDS.fullmatch(w) else w)
             continue
         w = w.replace("'", "").replace("\u2019", "")
         if w in _ARTICLES:
@@ -970,7 +976,7 @@ class MemoryStore:
             return None, (f"the memory store was embedded with {m.provider}"
                           f" ({m.model}), not {p.name}; keyword-only results")
         try:
-            v = np.asarray(p.embed_query(query[:8000]), dtype=np.float32)
+            v = np.asarray(p.embed_query(query_for_provider(query[:8000], self.settings.redact)), dtype=np.float32)
         except ProviderError as exc:
             return None, f"query embedding failed ({exc}); keyword-only results"
         norm = float(np.linalg.norm(v))

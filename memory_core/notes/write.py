@@ -302,10 +302,13 @@ def _starred(line: str, red: str) -> str:
     return line[:p] + "*" * len(line[p:len(line) - s]) + line[len(line) - s:]
 
 
+_LIST_MARKER = re.compile(r"^(?:[-*+]|\d{1,3}[.)])\s+")
+
+
 def _unquoted(line: str) -> str:
-    """A value line's value: without its indent, trailing comma and matching quotes (a quoted value
-    with spaces is one value)."""
-    body = line.strip().removesuffix(",").rstrip()
+    """A value line's value: without its indent, list marker (``- ``, ``* ``, ``1. ``), trailing
+    comma and matching quotes (a quoted value with spaces is one value)."""
+    body = _LIST_MARKER.sub("", line.strip()).removesuffix(",").rstrip()
     return "x" if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else body
 
 

@@ -26,6 +26,7 @@ from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
 from memory_core.query.rank import wants_file_support
+from memory_core.sources.redact import query_for_provider
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 
@@ -212,7 +213,8 @@ class LanceSearcher(QueryProviderOwner):
         vec_hits: list[ranking.Hit] = []
         if provider is not None:
             try:
-                qvec = np.asarray(provider.embed_query(text[:8000]), dtype=np.float32)
+                qvec = np.asarray(provider.embed_query(query_for_provider(text[:8000], self.settings.redact)),
+                                  dtype=np.float32)
                 qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
             except ProviderError as exc:
                 self.provider_note = f"query embedding failed ({exc}); keyword-only results"

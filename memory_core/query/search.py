@@ -56,6 +56,7 @@ from memory_core.query.reading import (
 from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
+from memory_core.sources.redact import query_for_provider
 from memory_core.storage import vectors
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
@@ -343,7 +344,8 @@ class Searcher(QueryProviderOwner):
             try:
                 if provider is not None:
                     try:
-                        qvec = np.asarray(provider.embed_query(text[:8000]), dtype=np.float32)
+                        qvec = np.asarray(provider.embed_query(query_for_provider(text[:8000], self.settings.redact)),
+                                          dtype=np.float32)
                         vec_hits = self._vector_hits(idx, qvec, n_candidates, srcs)
                         embedded = True
                     except ProviderError as exc:
@@ -467,7 +469,7 @@ class Searcher(QueryProviderOwner):
                 pm = pm / np.maximum(np.linalg.norm(pm, axis=1, keepdims=True), 1e-12)
             got = []
             for q in queries:
-                qv = np.asarray(provider.embed_query(q[:8000]), dtype=np.float32)
+                qv = np.asarray(provider.embed_query(query_for_provider(q[:8000], self.settings.redact)), dtype=np.float32)
                 qn = qv / (np.linalg.norm(qv) or 1.0)
                 sims = m @ qn
                 if pm is not None and owner is not None and len(owner):

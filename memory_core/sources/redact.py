@@ -618,12 +618,17 @@ def _redact_next_line_values(lines: list[str]) -> list[str]:
     return out
 
 
+_HEADING = re.compile(r"^ {0,3}#{1,6}(?:\s|$)")
+"""A Markdown heading line: where a note's section starts (:func:`redact_lines`)."""
+
+
 def redact_lines(text: str) -> str:
     """Redact a Markdown note and keep its line count: multi-line PEM private keys are found
     across lines first (a note redacted line by line never saw one whole), then a value on the
     line after its key (``password:`` then ``  hunter2``), then every line goes through
-    :func:`redact`, alone and with the line before it (what a transcript's redaction masks, a
-    note's does: a secret whose label is on the line before)."""
+    :func:`redact`, alone, with the line before it and within its section (from a heading to the
+    next: what a transcript's redaction masks in a message, a note's does in a section: a secret
+    whose label is on a line above it)."""
     if _PEM_TRIGGER in text.lower():
         text = _redact_orphan_pem_end(_redact_pem(text, _mask_pem_keep_lines))
     lines = text.split("\n")
@@ -645,7 +650,29 @@ def redact_lines(text: str) -> str:
         got = redact(prev + "\n" + lines[i]).split("\n")
         if len(got) == 2 and got[1] != lines[i]:
             out[i] = got[1]
+    # and each section (from a heading to the next) whole, as a transcript's message is read whole:
+    # a secret whose label is further up ("AWS credentials for the deploy bot" / "- key id: AKIA..."
+    # / "- <secret key>", or "## AWS" over a paragraph holding the key) is masked in a note as in a
+    # message
+    bounds = [i for i, ln in enumerate(lines) if _HEADING.match(ln)]
+    for start, end in zip([0, *bounds], [*bounds, len(lines)], strict=True):
+        if end - start <= 2:  # one line or two: read alone and as a pair above
+            continue
+        block = lines[start:end]
+        got = redact("\n".join(block)).split("\n")
+        if len(got) == len(block):
+            for k in range(len(block)):
+                if got[k] != block[k] and out[start + k] == block[k]:
+                    out[start + k] = got[k]
     return "\n".join(out)
+
+
+def query_for_provider(text: str, mode: str) -> str:
+    """A query as the embedding provider is sent it: redacted as notes are (``redact = "all"``, the
+    default with a hosted provider, whose queries leave the machine), else as it was typed. A token
+    or password pasted into a search is not sent; the keyword side still reads the query as typed
+    (it never leaves the machine)."""
+    return redact(text) if should_redact("memory", mode) else text
 
 
 def should_redact(source: str, mode: str) -> bool:
