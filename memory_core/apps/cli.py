@@ -694,10 +694,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_write(args: argparse.Namespace) -> int:
-    from memory_core.notes.write import write_memory
+def _read_stdin_text(limit: int) -> str:
+    """At most ``limit`` + 1 characters of stdin (the note's trailing newline may be the one
+    more); UsageError, stdin left unread, if more is waiting: an endless or huge stdin was held
+    in memory whole before the write refused it."""
+    text = sys.stdin.read(limit + 1)
+    if len(text) > limit and sys.stdin.read(1):
+        raise UsageError(f"memory_write takes at most {limit} characters at once, not {limit + 2} or more"
+                         " (stdin was read no further); nothing was written")
+    return text
 
-    text = sys.stdin.read() if args.text == "-" else args.text
+
+def cmd_write(args: argparse.Namespace) -> int:
+    from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
+
+    text = _read_stdin_text(MAX_WRITE_CHARS) if args.text == "-" else args.text
     settings = _settings(args)
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")

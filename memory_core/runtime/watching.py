@@ -65,6 +65,8 @@ WATCHFILES_GROUP_MS = 200  # watchfiles yields a group of events after 200 ms at
 WATCHFILES_STEP_MS = 30  # ...or 30 ms without new events; the scheduler does the real debouncing
 WATCHFILES_TIMEOUT_MS = 500  # idle wake-up: bounds how soon a new watch reports it is in place
 RETRY_MAX_S = 300.0
+WATCH_RETRY_INITIAL_S = 1.0  # a file watcher that failed is set up again after this, doubling...
+WATCH_RETRY_MAX_S = 60.0  # ...up to this, while it keeps failing
 MAX_REPORTED_PATHS = 100
 MAX_HINTED_PATHS = 2000  # more changed paths than this: the run scans everything
 FULL_SCAN_EVERY_S = 1800.0  # a full scan at least this often: bounds what lost events can hide
@@ -227,6 +229,9 @@ class Watcher:
         # the watch loop's current wake-up (its ``replan``): stop() sets it, so no wait outlives a stop
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # why file watching stopped for good (a source path watchfiles cannot take), or None
+        self.watch_error: str | None = None
+        self._watch_failures = 0  # watcher failures in a row: the wait before the next try doubles
 
     # -- events -------------------------------------------------------------------------------
     def notify(self, paths: Iterable[str], *, reason: str | None = None, full_scan: str = "") -> None:
@@ -414,18 +419,26 @@ class Watcher:
 
     # -- file watching ------------------------------------------------------------------------
     def _watch_loop(self) -> None:
-        """Watch the current roots; re-plan when a root appears or disappears."""
+        """Watch the current roots; re-plan when a root appears or disappears. A watcher that
+        fails is set up again after a wait that doubles while it keeps failing (one traceback,
+        then one line each); a source path watchfiles can never take ends the watching."""
         while not self._stop.is_set():
             plan = self.filter.plan()
+            bad = _not_utf8(plan.recursive | plan.flat)
+            if bad is not None:
+                self._give_up(f"the path {bad} is not UTF-8, which watchfiles cannot watch")
+                return
             gen_stop = threading.Event()
             replan = self._wake = threading.Event()
             if self._stop.is_set():  # stopped while the old one was replaced: stop() set that one
                 break
             roots = [(sorted(plan.recursive), True), (sorted(plan.flat), False)]
             groups = [(paths, rec, threading.Event()) for paths, rec in roots if paths]
+            failed: list[BaseException] = []  # what each group's watcher failed with
             self._watching.clear()
             threads = [
-                threading.Thread(target=self._watch_group, args=(paths, rec, ready, gen_stop, replan, plan),
+                threading.Thread(target=self._watch_group,
+                                 args=(paths, rec, ready, gen_stop, replan, plan, failed),
                                  name="memory-core-watchfiles-group", daemon=True)
                 for paths, rec, ready in groups
             ]
@@ -433,7 +446,7 @@ class Watcher:
                 t.start()
             changed_roots = False
             while not self._stop.is_set():
-                if not self._watching.is_set() and all(ready.is_set() for _, _, ready in groups):
+                if not self._watching.is_set() and not failed and all(ready.is_set() for _, _, ready in groups):
                     self._watching.set()
                     self._started.set()
                 replan.wait(0.05 if not self._watching.is_set() else self.root_check_s)
@@ -448,13 +461,41 @@ class Watcher:
             gen_stop.set()
             for t in threads:
                 t.join(5)
-            if changed_roots and not self._stop.is_set():
+            if self._stop.is_set():
+                break
+            self._watching.clear()
+            if failed:
+                exc = failed[0]
+                if isinstance(exc, UnicodeError):  # a path watchfiles cannot take: it never will
+                    self._give_up(f"watchfiles cannot take its paths ({exc})")
+                    return
+                self._watch_failures += 1
+                delay = min(WATCH_RETRY_MAX_S, WATCH_RETRY_INITIAL_S * 2 ** (self._watch_failures - 1))
+                if self._watch_failures == 1:
+                    log.error("file watcher failed; watching again in %gs", delay, exc_info=exc)
+                else:
+                    log.warning("file watcher failed again (%s: %s; %d times in a row); watching again in %gs",
+                                exc.__class__.__name__, exc, self._watch_failures, delay)
+                if self._stop.wait(delay):
+                    break
+            else:
+                self._watch_failures = 0
+            if changed_roots:
                 log.info("watched directories changed; re-planning")
                 # files may have appeared before the new watches were in place
                 self.notify([], reason="source directories changed", full_scan="the watches were re-planned")
 
+    def _give_up(self, why: str) -> None:
+        """Stop watching for good: the scheduler goes on (runs asked for by the interval timer or
+        by ``notify``), and a search still checks whether the index is stale."""
+        self.watch_error = why
+        self._watching.clear()
+        self._started.set()  # the start-up waits for the watches no longer
+        log.warning("not watching the sources for changes: %s; changes are still seen when a search checks"
+                    " whether the index is stale (sync.on_search) and at the interval (sync.interval_minutes)", why)
+
     def _watch_group(self, paths: list[str], recursive: bool, ready: threading.Event, gen_stop: threading.Event,
-                     replan: threading.Event, plan: WatchPlan) -> None:
+                     replan: threading.Event, plan: WatchPlan, failed: list[BaseException]) -> None:
         import watchfiles
 
         roots = plan.recursive | plan.flat
@@ -486,16 +527,26 @@ class Watcher:
             replan.set()  # a root vanished between planning and watching
         except Exception as exc:
             if not (gen_stop.is_set() or self._stop.is_set()):
-                # typically the inotify watch limit: polling works everywhere
-                if not self.force_polling:
+                if not self.force_polling and not isinstance(exc, UnicodeError):
+                    # typically the inotify watch limit: polling works everywhere
                     log.warning("file watching failed (%s); polling the sources instead", exc)
                     self.force_polling = True
-                else:
-                    log.exception("file watcher failed; re-planning")
-                    self._stop.wait(1)
+                else:  # the watch loop waits (longer each time) or gives up
+                    failed.append(exc)
                 replan.set()
         finally:
             ready.set()
+
+
+def _not_utf8(paths: Iterable[str]) -> str | None:
+    """The first path that is not UTF-8 (its undecodable bytes shown escaped), or None:
+    ``watchfiles`` takes only UTF-8 paths, and a Python path keeps such bytes as surrogates."""
+    for p in sorted(paths):
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            return os.fsencode(p).decode("utf-8", "backslashreplace")
+    return None
 
 
 def _folder_event(path: str, roots: frozenset[str]) -> bool:
