@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 import anyio.to_thread
@@ -452,27 +452,32 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def utf8_safe(value: Any) -> Any:
-    """``value`` with every string (dict keys too) encodable as UTF-8, as the MCP transports
-    must send it: a path that is not UTF-8 (Python keeps its bytes as surrogates, ``'caf\\udce9'``)
-    shows them escaped, ``caf\\xe9``; any other lone surrogate becomes U+FFFD. One such string in
-    an answer killed the stdio server's writer, and every later call on the session hung."""
+def _utf8_text(text: str) -> str:
+    """``text`` encodable as UTF-8: a path's bytes that are not UTF-8 (kept by Python as the
+    surrogates ``\\udc80``-``\\udcff``) shown escaped, ``caf\\xe9``; any other lone surrogate U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff"
+                       else "\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def utf8_safe(value: object) -> object:
+    """``value`` (an answer: JSON's types) with every string, dict keys too, encodable as UTF-8, as
+    the MCP transports must send it (:func:`_utf8_text`). One path that was not UTF-8 in an answer
+    killed the stdio server's writer, and every later call on the session hung."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "".join(f"\\x{ord(c) - 0xDC00:02x}" if "\udc80" <= c <= "\udcff"
-                           else "\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
-        return value
+        return _utf8_text(value)
     if isinstance(value, dict):
-        return {utf8_safe(k): utf8_safe(v) for k, v in value.items()}
+        return {_utf8_text(k) if isinstance(k, str) else k: utf8_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [utf8_safe(v) for v in value]
     return value
 
 
 def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=utf8_safe(text))], is_error=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=_utf8_text(text))], is_error=True)
 
 
 async def call_tool(tools: MemoryTools | AgentTools, name: str, arguments: dict[str, Any] | None) -> types.CallToolResult:
@@ -492,7 +497,7 @@ async def call_tool(tools: MemoryTools | AgentTools, name: str, arguments: dict[
     except Exception as exc:  # never let one call take the server down
         log.exception("%s failed", name)
         return _error(f"{name} failed: {exc.__class__.__name__}: {exc}")
-    data = utf8_safe(data)  # the one place answers leave the server: every string UTF-8
+    data = cast("dict[str, Any]", utf8_safe(data))  # the one place answers leave the server: UTF-8
     text = json.dumps(data, ensure_ascii=False)
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=data)
 
