@@ -82,6 +82,8 @@ def test_every_tool_answers_in_a_workspace_whose_name_is_not_utf8(cafe: Path, tm
             assert r.is_error and _text(r).startswith("memory_get: ")
             st = await client.call_tool("memory_status", {})
             assert not st.is_error and SHOWN in st.structured_content["index_path"]
+            # and it says why the sources are not watched
+            assert "not UTF-8" in st.structured_content["sync"]["watch_error"], st.structured_content["sync"]
 
     try:
         _run(session)

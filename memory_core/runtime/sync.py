@@ -297,6 +297,8 @@ class SyncManager:
             "watch_debounce_ms": s.watch_debounce_ms, "search_wait_ms": s.search_wait_ms,
             "interval_minutes": s.interval_minutes,
             "running": self.running, "runs": len(self.runs), "last_run": last.to_dict() if last else None,
+            # why the file watch stopped (a path it cannot watch), else None: searches still sync
+            "watch_error": self._watcher.watch_error if self._watcher is not None else None,
         }
 
     def close(self) -> None:
