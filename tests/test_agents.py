@@ -62,6 +62,12 @@ def test_an_agent_selects_its_paths_and_the_cli_takes_agent(tmp_path: Path, caps
     # no agent named: agents.default; an explicit -w wins over the agent's
     assert resolve_settings({}, config_file=cfg).settings.agent == "alpha"
     assert resolve_settings({"workspace": str(ws["beta"])}, config_file=cfg).settings.workspace_dir == ws["beta"]
+    # and so does $MEMORY_CORE_WORKSPACE (above a config file, as without agents; it was ignored for the
+    # default agent's); an agent named explicitly still takes its own
+    env = {"MEMORY_CORE_WORKSPACE": str(ws["beta"])}
+    got = resolve_settings({}, config_file=cfg, env=env).settings
+    assert (got.agent, got.workspace_dir) == (None, ws["beta"])
+    assert resolve_settings({}, config_file=cfg, env=env, agent="alpha").settings.workspace_dir == ws["alpha"]
 
     for agent in ("alpha", "beta"):
         assert main(["index", "-c", str(cfg), "--agent", agent, "--engine", "local", "--no-progress"]) == 0

@@ -130,7 +130,9 @@ def resolve_settings(
     agents_table = None
     if agent is not None or cfg.get("agents"):
         agents = agents_of(cfg)
-        if agent is None and agents.default and not ({"workspace", "index_path"} & set(flags)):
+        # no agent named: the default agent, unless a workspace or an index is given (a flag or
+        # $MEMORY_CORE_WORKSPACE / $MEMORY_CORE_INDEX, which a config file does not override)
+        if agent is None and agents.default and not ({"workspace", "index_path"} & (set(flags) | set(env_layer))):
             agent = agents.default
         if agent is not None:
             agents_table = agents
