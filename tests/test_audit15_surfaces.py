@@ -1,5 +1,5 @@
 """The newest surfaces again (the fifteenth session's outside audit, docs/reliability.md "The newest
-surfaces again"): A1 a secret labelled further up its section, A2 secrets typed into a query, A3
+surfaces again"): N1 a secret labelled further up its section, N2 secrets typed into a query, N3
 numbers the memory store's duplicate check read as the same. Each test fails on the code before
 its fix. Real SQLite, the real openai SDK against the fake OpenAI server, the real local model."""
 
@@ -31,7 +31,7 @@ def _texts(index: Path) -> str:
         conn.close()
 
 
-# -- A1: a secret whose label is two or more lines up --------------------------------------------
+# -- N1: a secret whose label is two or more lines up --------------------------------------------
 
 @pytest.mark.parametrize("text", [
     LISTED,                                                       # the key id line between
@@ -39,19 +39,19 @@ def _texts(index: Path) -> str:
     f"## AWS\n\nthe deploy bot signs in with\n{AWS}",             # the section's heading names it
     f"# Ops\n\nAWS, for the deploy bot:\n- region eu-west-1\n- id AKIAIOSFODNN7EXAMPLE\n- {AWS}",
 ])
-def test_a1_a_secret_labelled_further_up_its_section_is_masked_in_a_note_as_in_a_message(text: str) -> None:
+def test_n1_a_secret_labelled_further_up_its_section_is_masked_in_a_note_as_in_a_message(text: str) -> None:
     assert AWS not in redact(text)  # a transcript message is read whole
     out = redact_lines(text)
     assert AWS not in out and out.count("\n") == text.count("\n"), out
 
 
-def test_a1_a_section_is_the_context_a_label_reaches() -> None:
+def test_n1_a_section_is_the_context_a_label_reaches() -> None:
     # the heading of another section does not reach it: a note's sections are separate contexts
     text = f"# Build\n\nthe artifact digest\n{AWS}\nis pinned\n\n## AWS\n\nnothing here"
     assert AWS in redact_lines(text)
 
 
-def test_a1_the_write_tool_and_the_store_mask_it_on_disk_in_the_index_and_in_the_store(tmp_path: Path) -> None:
+def test_n1_the_write_tool_and_the_store_mask_it_on_disk_in_the_index_and_in_the_store(tmp_path: Path) -> None:
     from memory_core.embeddings.local import local_model_available
 
     ws = tmp_path / "ws"
@@ -73,9 +73,9 @@ def test_a1_the_write_tool_and_the_store_mask_it_on_disk_in_the_index_and_in_the
         assert got.redacted and AWS not in got.memory.text
 
 
-# -- A2: a secret typed into a query ---------------------------------------------------------------
+# -- N2: a secret typed into a query ---------------------------------------------------------------
 
-def test_a2_a_query_is_redacted_before_a_hosted_provider_embeds_it(workspace: Path, openai_fake: Any) -> None:
+def test_n2_a_query_is_redacted_before_a_hosted_provider_embeds_it(workspace: Path, openai_fake: Any) -> None:
     settings = openai_settings(workspace, openai_fake)
     assert settings.redact == "all"  # a hosted provider: what leaves the machine is redacted
     run_index(settings)
@@ -96,7 +96,7 @@ def test_a2_a_query_is_redacted_before_a_hosted_provider_embeds_it(workspace: Pa
         assert openai_fake.input_texts[n:] and not any(token in t for t in openai_fake.input_texts[n:])
 
 
-def test_a2_with_a_local_model_the_query_is_embedded_as_typed() -> None:
+def test_n2_with_a_local_model_the_query_is_embedded_as_typed() -> None:
     from memory_core.sources.redact import query_for_provider
 
     q = "the wifi password: hunter2hunter2"
@@ -104,7 +104,7 @@ def test_a2_with_a_local_model_the_query_is_embedded_as_typed() -> None:
     assert "hunter2hunter2" not in query_for_provider(q, "all")
 
 
-# -- A3: numbers the duplicate check read as the same --------------------------------------------
+# -- N3: numbers the duplicate check read as the same --------------------------------------------
 
 DIFFERENT_NUMBERS = [
     ("Give the patient 1,5 mg of lorazepam at night.", "Give the patient 15 mg of lorazepam at night."),
@@ -117,7 +117,7 @@ DIFFERENT_NUMBERS = [
 ]
 
 
-def test_a3_decimal_commas_and_signs_are_part_of_the_number() -> None:
+def test_n3_decimal_commas_and_signs_are_part_of_the_number() -> None:
     for a, b in DIFFERENT_NUMBERS:
         assert not same_fact(a, b), (a, b)
     # the same number written otherwise is still the same fact
@@ -127,7 +127,7 @@ def test_a3_decimal_commas_and_signs_are_part_of_the_number() -> None:
     assert same_fact("We met on 2026-03-04.", "we met on 2026-03-04")
 
 
-def test_a3_a_stored_dose_is_not_replaced_by_another(tmp_path: Path) -> None:
+def test_n3_a_stored_dose_is_not_replaced_by_another(tmp_path: Path) -> None:
     from memory_core.embeddings.local import local_model_available
 
     if not local_model_available():

@@ -1,4 +1,4 @@
-"""``memory-core write -`` reads stdin only up to the write's limit (audit A5): an endless or huge
+"""``memory-core write -`` reads stdin only up to the write's limit (audit N5): an endless or huge
 stdin (a runaway producer, ``/dev/zero``) was read whole into memory before the size check."""
 
 from __future__ import annotations

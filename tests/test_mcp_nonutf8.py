@@ -1,5 +1,5 @@
 """A workspace whose folder name is not UTF-8 (``caf\\xe9``: Python keeps the byte as the
-surrogate ``\\udce9``), served over MCP with the official SDK's stdio client (audit A4).
+surrogate ``\\udce9``), served over MCP with the official SDK's stdio client (audit N4).
 
 A surrogate in one answer (``memory_status``'s index path) used to kill the stdio server's
 writer, and every later call on the session hung; the file watcher, which cannot take such a
