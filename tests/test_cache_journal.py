@@ -333,3 +333,33 @@ def test_a_run_killed_after_some_responses_embeds_none_of_them_again(workspace, 
     assert J.journal_paths(s.cache_file) == [] and not (_in_file(s.cache_file) & _index_hashes(s.index_file))
     meta, _ = probe_index(s.index_file)
     assert meta is not None
+
+
+def test_a_second_cache_in_one_process_keeps_the_firsts_locks(tmp_path: Path) -> None:
+    """POSIX locks belong to the process: a second instance's own open-and-close of the cache file
+    dropped the first one's, so another process's connection, closing, took itself for the last one,
+    checkpointed and deleted the WAL under the live connection, whose later commits went to a deleted
+    file and were lost to every other process (found by the fifteenth session's Batch audit with the
+    stdlib's sqlite3 reading the ledger during a run)."""
+    path = tmp_path / "cache.sqlite"
+    first = EmbeddingCache(path, "openai", "m", "k")
+    vec = np.ones(4, dtype=np.float32).tobytes()
+    first.put_many([(sha256_hex(f"a{i}"), vec) for i in range(50)], dims=4)
+    first.fold()
+    second = EmbeddingCache(path, "openai", "m", "k")  # a ledger's, another run's in one server
+    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+             " print(c.execute('SELECT count(*) FROM cache_vectors').fetchone()[0]); c.close()")
+    seen = subprocess.run([sys.executable, "-c", count, str(path)], capture_output=True, text=True, check=True)
+    assert seen.stdout.strip() == "50"
+    first.put_many([(sha256_hex(f"b{i}"), vec) for i in range(50)], dims=4)
+    first.fold()  # committed by the live connection after the other process closed
+    ro = count.replace("sqlite3.connect(sys.argv[1])", "sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)")
+    seen = subprocess.run([sys.executable, "-c", ro, str(path)], capture_output=True, text=True, check=True)
+    assert seen.stdout.strip() == "100", seen  # before: 50, the other 50 in a deleted WAL
+    second.close()
+    first.close()
+    again = EmbeddingCache(path, "openai", "m", "k")
+    try:
+        assert again.count() == 100
+    finally:
+        again.close()
