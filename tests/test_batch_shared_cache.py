@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from memory_core.config import Settings
 from memory_core.index import batch_ledger as lg
 from memory_core.index.pipeline import run_index
+from memory_core.storage.store import connect
 from tests import test_batch
 from tests.conftest import ROOT
 from tests.test_batch import DIMS, KEY, assert_paid_once, batch_settings, chunk_texts, ledger_states
@@ -83,6 +85,44 @@ def test_a_job_another_live_run_is_submitting_is_not_abandoned_nor_paid_twice(
     assert summary.batch.jobs_submitted == 0 and summary.batch.jobs_of_other_runs == 1
     assert fake.unique_billed_texts == chunk_texts(b)
     assert not list(shared.parent.glob("*-batch-owner-*"))  # each run removed its owner lock
+
+
+def test_a_run_waiting_only_on_another_runs_job_lets_go_of_its_own_lock(
+        workspace: Path, fake: Any, tmp_path: Path) -> None:
+    """B has nothing of its own in flight and waits on A's job: B folds what it collected and lets go
+    of its owner lock, so a run waiting on B's jobs is never left waiting on a run that waits in
+    turn (a cycle through a job taken over from a dead run). Before: B held it until its end."""
+    shared = tmp_path / "shared" / "cache.sqlite"
+    a, b = _shared(workspace, fake, shared, "a"), _shared(workspace, fake, shared, "b")
+    fake.slow_next(1, seconds=8, on="batch_create")
+    proc = _start_cli(tmp_path, workspace, fake, a.index_file, shared)
+    done: list[Any] = []
+    try:
+        _until(lambda: fake.batch_creates == 1, proc)
+        conn = connect(shared, readonly=True)
+        (a_owner,) = conn.execute("SELECT owner FROM batch_jobs").fetchone()
+        conn.close()
+        assert a_owner
+        b_run = threading.Thread(target=lambda: done.append(run_index(b)))
+        b_run.start()
+        locks = lambda: sorted(p.name for p in shared.parent.glob("*-batch-owner-*"))  # noqa: E731
+        deadline = time.monotonic() + 60
+        seen: list[list[str]] = []
+        # while A is still inside its create (its row ``submitting``), B waits holding no lock
+        while ledger_states(a) == {lg.SUBMITTING: 1} and time.monotonic() < deadline:
+            seen.append(locks())
+            if len(seen[-1]) == 1 and seen[-1][0].endswith(a_owner) and any(len(x) == 2 for x in seen):
+                break
+            time.sleep(0.05)
+        assert seen[-1] == [f"cache.sqlite-batch-owner-{a_owner}"], seen[-3:]
+        b_run.join(timeout=120)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert done and done[0].swapped and fake.batch_creates == 1 and fake.paid_twice() == {}
 
 
 def test_a_live_other_runs_job_is_left_pending_by_a_run_that_does_not_wait(

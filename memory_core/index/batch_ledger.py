@@ -174,6 +174,10 @@ class RunOwner:
             return cls(token, fd, path)
         return cls("", None, None)
 
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
     def release(self) -> None:
         """Unlink, then unlock (a run looking at it meanwhile sees the owner gone: it is)."""
         if self._fd is None:

@@ -119,6 +119,17 @@ class LocalOps:
     def result(self, handle: Any) -> Any:
         return handle.result()
 
+    def settle(self) -> None:
+        """No step is running: fold what the worker threads' caches journaled into the cache file,
+        where other processes see it (the caches stay open; a later write starts a new journal)."""
+        with self.lock:
+            opened = list(self.opened)
+        for cache in opened:
+            try:
+                cache.fold()
+            except Exception as exc:  # kept in its journal, folded at close or by the next run
+                log.warning("batch: could not fold the cache journal of a job step: %s", exc)
+
     def close(self) -> None:
         self.stop.set()
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -272,6 +283,11 @@ class BatchRun:
         took it first. Never a job whose owner is alive."""
         if job.owner and job.owner != self.owner.token and self.ctx.ledger.owner_alive(job.owner):
             return False
+        return self._claim(job)
+
+    def _claim(self, job: LedgerJob) -> bool:
+        if not self.owner.held:  # let go while waiting on other runs: a new token for new work
+            self.owner = RunOwner.acquire(self.ctx.ledger.path)
         return self.ctx.ledger.claim(job.local_id, job.owner, self.owner.token, self.owner.info)
 
     def _follow(self, job: LedgerJob, hashes: list[str]) -> None:
@@ -291,7 +307,7 @@ class BatchRun:
             if job is not None and job.owner != self.owner.token and self.ctx.ledger.owner_alive(job.owner):
                 continue  # (closed, its vectors may still be in that run's journal: they are once it ends)
             if job is not None and job.open:
-                if not self.ctx.ledger.claim(lid, job.owner, self.owner.token, self.owner.info):
+                if not self._claim(job):
                     continue  # another run took it first: followed on, with its new owner
                 del self.foreign[lid]
                 log.info("batch job %s: its run ended and left it open; re-attaching", lid)
@@ -318,6 +334,15 @@ class BatchRun:
                     self.pending.append(job.record())
                 del self.foreign[lid]
             return False
+        if self.owner.held:
+            # Nothing of this run's own is in flight: what its steps collected goes into the cache
+            # file and its lock is let go, so a run waiting on this one's jobs finds them done and
+            # two runs never wait on each other (a cycle through a job taken over from a dead run).
+            # Its jobs left open (pending, unreadable) are for a later run, as when a run ends.
+            settle = getattr(self.ops, "settle", None)
+            if settle is not None:
+                settle()
+            self.owner.release()
         if self.foreign_deadline is not None and time.monotonic() > self.foreign_deadline:
             for lid, hashes in list(self.foreign.items()):
                 self.sync.update(hashes)
