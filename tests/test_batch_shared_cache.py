@@ -216,3 +216,26 @@ def test_a_cache_file_from_before_owners_is_upgraded_and_its_open_job_recovered(
     # never created: abandoned, its chunk planned again (a job of its own beside the run's other one)
     assert ledger_states(s) == {lg.ABANDONED: 1, lg.COLLECTED: 2} and fake.batch_creates == 2
     assert_paid_once(fake, s)
+
+
+def test_an_owner_is_alive_while_its_lock_is_held_and_only_then(tmp_path: Path) -> None:
+    """The liveness check is the kernel's lock: held (by this process too, through another open
+    file) is alive; released or left by a dead process (a file nobody locks) is dead, and its file
+    is removed; no file, or no token, is dead."""
+    cache = tmp_path / "c.sqlite"
+    owner = lg.RunOwner.acquire(cache)
+    assert owner.held and owner.token and f"pid={os.getpid()}" in owner.info
+    assert lg.owner_alive(cache, owner.token)
+    other = lg.RunOwner.acquire(cache)  # a second run (the sweep at its start leaves the live lock)
+    assert other.token != owner.token and lg.owner_alive(cache, owner.token) and lg.owner_alive(cache, other.token)
+    other.release()
+    assert not lg.owner_alive(cache, other.token) and not lg.owner_lock_path(cache, other.token).exists()
+    dead = lg.owner_lock_path(cache, "deadbeef")
+    dead.write_text("")  # what a killed run leaves: a file no process locks
+    assert not lg.owner_alive(cache, "deadbeef") and not dead.exists()
+    dead.write_text("")
+    lg.RunOwner.acquire(cache).release()  # a run's start sweeps dead owners' files
+    assert not dead.exists() and lg.owner_alive(cache, owner.token)
+    assert not lg.owner_alive(cache, "") and not lg.owner_alive(None, owner.token)
+    owner.release()
+    assert not lg.owner_alive(cache, owner.token) and list(tmp_path.iterdir()) == []

@@ -168,7 +168,12 @@ class RunOwner:
                 return cls("", None, None)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # a sweep of another run holds it for a moment: take another token
+                # a sweep may have locked, unlinked and closed it between our create and lock:
+                # a lock on a file no longer at ``path`` says nothing to others
+                here, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+                if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
+                    raise FileNotFoundError(path)
+            except OSError:  # a sweep of another run has it (or had it): take another token
                 os.close(fd)
                 continue
             return cls(token, fd, path)
@@ -222,9 +227,9 @@ def owner_alive(cache_path: str | os.PathLike[str] | None, token: str) -> bool:
 
 
 def _sweep(cache_path: str | os.PathLike[str]) -> None:
-    """Remove owner lock files of dead runs (killed ones leave theirs). Exclusive and non-blocking,
-    so a run that has just created its file and not yet locked it loses this race to a new token
-    (:meth:`RunOwner.acquire` retries), never its lock."""
+    """Remove owner lock files of dead runs (killed ones leave theirs). Exclusive and non-blocking;
+    a run that has just created its file and not yet locked it loses this race: its lock fails,
+    or lands on the unlinked file, which :meth:`RunOwner.acquire` sees and retries with a new token."""
     for name in glob.glob(glob.escape(os.fspath(cache_path)) + OWNER_LOCK + "*"):
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
