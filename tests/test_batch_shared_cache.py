@@ -83,6 +83,10 @@ def test_a_job_another_live_run_is_submitting_is_not_abandoned_nor_paid_twice(
     assert ledger_states(a) == {lg.COLLECTED: 1}
     assert summary.swapped and chunk_texts(b) == chunk_texts(a)
     assert summary.batch.jobs_submitted == 0 and summary.batch.jobs_of_other_runs == 1
+    # B embedded nothing: A's vectors are cache hits for it, and its summary says so
+    assert summary.chunks_embedded == 0 and summary.chunks_from_cache == summary.chunks_total
+    assert summary.batch.chunks_from_other_runs == summary.chunks_total
+    assert "job(s) of another live run on the shared cache file" in "\n".join(summary.lines())
     assert fake.unique_billed_texts == chunk_texts(b)
     assert not list(shared.parent.glob("*-batch-owner-*"))  # each run removed its owner lock
 
