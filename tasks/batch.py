@@ -9,12 +9,22 @@ small: the settings blob, the cache file's path, the run's work directory and a
 connection, so the steps can run on any worker that sees the work directory and the cache.
 ``NO_CACHE`` everywhere and no automatic retries on submit: a retried create could start a
 second paid job (``submit_job`` does its own safe retries).
+
+Stopping: each task takes a ``stop_key``; :func:`stop_event` gives the coordinator's
+``threading.Event`` of that key, and the steps' sleeps (between polls, between create retries)
+wait on it and raise :class:`~memory_core.index.batch_runner.Stopped` once it is set, as the
+in-process executor's do. A flow run cancelled (or failed) while its jobs were polled otherwise
+waited for every poll task to reach its deadline (``batch.timeout_minutes``, 60 by default)
+before it could end. A stopped poll returns the job as last seen (still open in the ledger, for
+the next run); a stopped create leaves its row ``submitting`` (looked up by the next run). Only
+for task runners in this process (threads); a step on another worker runs to its deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +35,7 @@ from prefect.cache_policies import NO_CACHE
 from memory_core.config import Settings
 from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.index import batch_jobs as J
+from memory_core.index.batch_runner import Stopped
 from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import _provider_for
 
@@ -36,13 +47,37 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return logging.getLogger("memory_core.tasks")
 
 
+_STOPS: dict[str, threading.Event] = {}
+_STOPS_LOCK = threading.Lock()
+
+
+def stop_event(key: str) -> threading.Event:
+    """The stop of the run ``key`` (made at its first use; :func:`forget_stop` drops it)."""
+    with _STOPS_LOCK:
+        return _STOPS.setdefault(key, threading.Event())
+
+
+def forget_stop(key: str) -> None:
+    with _STOPS_LOCK:
+        _STOPS.pop(key, None)
+
+
 @contextlib.contextmanager
-def _context(settings_blob: str, cache_path: str, workdir: str) -> Iterator[J.BatchContext]:
+def _context(settings_blob: str, cache_path: str, workdir: str, stop_key: str = "") -> Iterator[J.BatchContext]:
     settings = Settings.model_validate_json(settings_blob)
     provider, _ = _provider_for(settings_blob)
     cache = EmbeddingCache(Path(cache_path), provider.name, provider.model, provider.provider_key)
     try:
-        yield J.open_context(settings, provider, cache, workdir)
+        ctx = J.open_context(settings, provider, cache, workdir)
+        if stop_key:
+            stop = stop_event(stop_key)
+
+            def sleep(seconds: float) -> None:
+                if stop.wait(seconds):
+                    raise Stopped()
+
+            ctx.sleep = sleep
+        yield ctx
     finally:
         cache.close()
 
@@ -53,8 +88,9 @@ def artifact_key(local_id: str) -> str:
 
 
 @task(name="batch-submit", task_run_name="batch-submit-{job_name}", cache_policy=NO_CACHE, retries=0)
-def batch_submit_task(settings_blob: str, cache_path: str, workdir: str, spec: JobSpec, job_name: str) -> JobRecord:
-    with _context(settings_blob, cache_path, workdir) as ctx:
+def batch_submit_task(settings_blob: str, cache_path: str, workdir: str, spec: JobSpec, job_name: str,
+                      stop_key: str = "") -> JobRecord:
+    with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
         rec = J.submit_job(ctx, spec)
     _logger().info("submitted %s: %d requests, ~%d tokens", rec.job_id, spec.requests, spec.tokens)
     return rec
@@ -63,7 +99,7 @@ def batch_submit_task(settings_blob: str, cache_path: str, workdir: str, spec: J
 @task(name="batch-poll", task_run_name="batch-poll-{job_name}", cache_policy=NO_CACHE, retries=1,
       retry_delay_seconds=5)
 def batch_poll_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord, job_name: str,
-                    timeout_s: float | None = None, max_polls: int | None = None) -> JobRecord:
+                    timeout_s: float | None = None, max_polls: int | None = None, stop_key: str = "") -> JobRecord:
     """Poll one job until it is terminal or the deadline passes; a progress artifact shows how far
     the provider got (request counts where it reports them, else the state)."""
     from prefect.artifacts import create_progress_artifact, update_progress_artifact
@@ -90,16 +126,20 @@ def batch_poll_task(settings_blob: str, cache_path: str, workdir: str, record: J
         except Exception as exc:  # the UI is a nicety; never fail a poll for it
             log.debug("progress artifact: %s", exc)
 
-    with _context(settings_blob, cache_path, workdir) as ctx:
-        rec = J.poll_job(ctx, record, timeout_s=timeout_s, max_polls=max_polls, on_progress=on_progress)
+    with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
+        try:
+            rec = J.poll_job(ctx, record, timeout_s=timeout_s, max_polls=max_polls, on_progress=on_progress)
+        except Stopped:  # the run is stopping: the job as last seen, open for the next run (no retry)
+            log.info("%s: polling stopped with the run", record.label)
+            return record
     log.info("%s: %s (%s)", rec.label, rec.status, rec.provider_status)
     return rec
 
 
 @task(name="batch-collect", task_run_name="batch-collect-{job_name}", cache_policy=NO_CACHE)
 def batch_collect_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
-                       job_name: str) -> CollectResult:
-    with _context(settings_blob, cache_path, workdir) as ctx:
+                       job_name: str, stop_key: str = "") -> CollectResult:
+    with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
         res = J.collect_job(ctx, record)
     _logger().info("%s: %s", record.label, res.summary())
     return res
@@ -107,15 +147,15 @@ def batch_collect_task(settings_blob: str, cache_path: str, workdir: str, record
 
 @task(name="batch-cancel", task_run_name="batch-cancel-{job_name}", cache_policy=NO_CACHE)
 def batch_cancel_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
-                      job_name: str) -> JobRecord:
-    with _context(settings_blob, cache_path, workdir) as ctx:
+                      job_name: str, stop_key: str = "") -> JobRecord:
+    with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
         return J.cancel_job(ctx, record)
 
 
 @task(name="batch-recover", task_run_name="batch-recover-{job_name}", cache_policy=NO_CACHE)
 def batch_recover_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
-                       job_name: str) -> JobRecord | None:
-    with _context(settings_blob, cache_path, workdir) as ctx:
+                       job_name: str, stop_key: str = "") -> JobRecord | None:
+    with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
         return J.recover_job(ctx, record)
 
 

@@ -157,3 +157,48 @@ def test_a_cancel_that_lands_after_the_publish_says_the_run_published(prefect_ap
     assert "after the new index was published" in (state.message or "")
     notes = artifact_of(run_id, "markdown").data
     assert "cancelled after the new index was published" in notes and "left as it was" not in notes, notes
+
+
+def test_a_cancel_while_batch_jobs_are_polled_stops_the_run_and_leaves_the_jobs_for_the_next(
+        prefect_api: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """BP7: a flow run in Batch API mode, cancelled through the API while its 3 jobs run at the
+    provider. Before: the cancel never reached the run (its main thread waited in Prefect's
+    ``as_completed`` with no timeout, where the watch's SIGTERM handler cannot run) and its poll
+    tasks would have polled on to their deadline (``batch.timeout_minutes``, 60): the CLI went on
+    for the hour. Now the run stops, ends Cancelled, and leaves the jobs open (paid for, not
+    cancelled) for the next run, which re-attaches them and pays nothing again."""
+    from tests.test_batch import assert_paid_once, batch_settings, ledger_states
+
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    cfg = tmp_path / "memory-core.toml"
+    env = shared_server(request.config).env(OPENAI_API_KEY="test-key-0123456789abcdef", PYTHONPATH=str(ROOT))
+    args = [sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
+            "--no-progress"]
+    with OpenAIFake(dims=16, batch_delay=None) as srv:  # jobs run until told to finish
+        cfg.write_text(
+            f'workspace = "{ws}"\nprovider = "openai"\nmodel = "text-embedding-3-small"\n'
+            f'[remote]\nbase_url = "{srv.base_url}"\ndimensions = 16\nbackoff_initial_s = 0.01\n'
+            "[batch]\nenabled = true\nconcurrency = 8\npoll_interval_s = 0.05\nmax_requests_per_job = 25\n")
+        cli = _Cli(args, env)
+        run_id = cli.flow_run_id()
+        deadline = time.monotonic() + 120
+        while not (srv.batch_creates == 3 and srv.batch_polls >= 6) and time.monotonic() < deadline:
+            assert cli.proc.poll() is None, "".join(cli.err)
+            time.sleep(0.1)
+        assert srv.batch_creates == 3, "".join(cli.err)
+        _cancel(run_id)
+        code, out, err = cli.wait(timeout=90)  # (a hang guard: before, it went on for the hour)
+        s = batch_settings(ws, "openai", srv)
+        assert code != 0 and "Traceback" not in err, err
+        assert "cancelled in Prefect; the live index was left as it was" in err, err
+        assert not (ws / ".memory-core" / "index.sqlite").exists()
+        assert ledger_states(s) == {"submitted": 3}  # open for the next run, not cancelled nor abandoned
+        assert not any(j.cancel_requested for j in srv.batch_jobs)
+        state = _final_state(run_id)
+        assert state.is_cancelled(), (state.type, state.message)
+        srv.complete_job()
+        code, out, err = _Cli(args, env).wait(timeout=180)
+        assert code == 0, err
+        assert "3 re-attached" in out and srv.batch_creates == 3
+        assert_paid_once(srv, s)

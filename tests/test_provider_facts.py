@@ -135,7 +135,9 @@ def test_the_summary_json_keeps_its_shape(tmp_path) -> None:
         # the fourteenth session's audit (B3): tokens billed for unusable lines
         "tokens_unusable",
         # (B4): vectors a re-attached job stored for chunks the run no longer needs
-        "surplus_via_batch"]
+        "surplus_via_batch",
+        # (BP6): another live run's jobs on a shared cache file, waited for, and what they gave
+        "jobs_of_other_runs", "chunks_from_other_runs"]
     assert BatchFigures.sync_only("sync (local has no Batch API)").to_dict() == {"mode": "sync (local has no Batch API)"}
     base = {"index_path": "i", "provider": "openai", "model": "m", "provider_reason": "r", "full": True,
             "full_reason": "f", "swapped": True}

@@ -49,6 +49,8 @@ class JobSpec:
     requests: int
     tokens: int
     bytes: int
+    owner: str = ""  # the owner token of the run submitting it (``batch_ledger.RunOwner``)
+    owner_info: str = ""
 
     def hash_tokens(self) -> list[tuple[str, int]]:
         out = []
@@ -192,6 +194,10 @@ class BatchFigures:
     # vectors a job (re-attached, or no longer needed) stored for chunks this run does not need (a
     # note deleted or changed since it was submitted): in the cache, not counted as embedded
     surplus_via_batch: int = 0
+    # open jobs of another live run (a cache file shared by several indexes) covering chunks this
+    # run needs: waited for, never touched; the chunks their run put in the cache count here
+    jobs_of_other_runs: int = 0
+    chunks_from_other_runs: int = 0
 
     @classmethod
     def sync_only(cls, mode: str) -> BatchFigures:

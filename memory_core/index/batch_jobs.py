@@ -183,7 +183,8 @@ def plan_jobs(ctx: BatchContext, misses_path: str, *, include: set[str] | None =
 def submit_job(ctx: BatchContext, spec: JobSpec) -> JobRecord:
     """Record, upload and create one job. Raises ProviderError (the job is then abandoned)."""
     chunks = spec.hash_tokens()
-    ctx.ledger.record_submission(spec.local_id, chunks, requests=spec.requests, tokens=spec.tokens)
+    ctx.ledger.record_submission(spec.local_id, chunks, requests=spec.requests, tokens=spec.tokens,
+                                 owner=spec.owner, owner_info=spec.owner_info)
     rec = JobRecord(spec.local_id, ctx.provider.name, None, requests=spec.requests, tokens=spec.tokens)
     try:
         rec.input_file_id = ctx.client.upload(spec.path, spec.local_id)

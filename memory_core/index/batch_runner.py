@@ -10,7 +10,11 @@ of business:
    this run needs is polled and collected instead of being submitted again (a job whose submit
    was interrupted is first looked up at the provider by its local id). Open jobs that cover
    nothing this run needs are cancelled (``batch.cancel_unneeded``); whatever output they
-   already have is still collected into the cache.
+   already have is still collected into the cache. Only jobs whose owning run is dead (or
+   unrecorded) are taken over (``batch_ledger``'s owners): a job another live run is submitting
+   or waiting on (a cache file shared by several indexes) is left to it; its chunks are not
+   planned again, and when that run ends the job is looked at once more: closed, its vectors
+   are in the cache (what is not goes to a new job or sync); still open, this run takes it over.
 2. Plan: the remaining misses, across all files of the run, become JSONL jobs split at the
    provider's limits.
 3. Run at most ``batch.concurrency`` jobs at once: submit, poll (own deadline), collect.
@@ -46,7 +50,7 @@ from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
-from memory_core.index.batch_ledger import BatchLedger
+from memory_core.index.batch_ledger import BatchLedger, LedgerJob, RunOwner
 from memory_core.index.runtypes import EmbedCounts, JobOps, MissResult
 from memory_core.storage.cache import EmbeddingCache
 
@@ -115,6 +119,17 @@ class LocalOps:
     def result(self, handle: Any) -> Any:
         return handle.result()
 
+    def settle(self) -> None:
+        """No step is running: fold what the worker threads' caches journaled into the cache file,
+        where other processes see it (the caches stay open; a later write starts a new journal)."""
+        with self.lock:
+            opened = list(self.opened)
+        for cache in opened:
+            try:
+                cache.fold()
+            except Exception as exc:  # kept in its journal, folded at close or by the next run
+                log.warning("batch: could not fold the cache journal of a job step: %s", exc)
+
     def close(self) -> None:
         self.stop.set()
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -169,6 +184,10 @@ class BatchRun:
         self.submitted_ids: set[str] = set()  # local ids of the jobs this run submitted
         self.reattached_ids: set[str] = set()
         self.collected_ids: set[str] = set()
+        self.owner = RunOwner("", None, None)  # this run's owner lock, held while run() runs
+        self.foreign: dict[str, list[str]] = {}  # live other runs' jobs -> the chunk hashes this run needs of them
+        self.foreign_deadline: float | None = None
+        self.exchanges_from_other_runs = 0
 
     # -- bookkeeping -----------------------------------------------------------------------
     def _error(self, msg: str) -> None:
@@ -215,27 +234,126 @@ class BatchRun:
     def run(self) -> tuple[EmbedCounts, st.BatchFigures]:
         t0 = time.perf_counter()
         self.needed, self.exchange_only = miss_hashes(self.misses)
+        # held until every step ended and closed its cache (its vectors are then in the cache file,
+        # where a run waiting on this one's jobs looks for them)
+        self.owner = RunOwner.acquire(self.ctx.ledger.path)
+        try:
+            claimed = self._reattach()
+            self.queue.extend(J.plan_jobs(self.ctx, self.misses.path, exclude=claimed))
+            try:
+                self._loop()
+            finally:
+                self.ops.close()
+        finally:
+            self.owner.release()
+        return self._result(time.perf_counter() - t0)
+
+    def _reattach(self) -> set[str]:
+        """Take over the open jobs of dead runs that this run needs (or may cancel); follow those of
+        live runs. Returns the chunk hashes not to plan again."""
         claimed: set[str] = set()
         for job in self.ctx.ledger.open_jobs():
+            hashes = self.ctx.ledger.hashes(job.local_id)
+            needed = any(h in self.needed for h in hashes)
+            # (a cache file shared by several indexes: never cancel another index's job)
+            unneeded = (not needed and self.settings.batch.cancel_unneeded
+                        and job.index_path in ("", self.ctx.ledger.index_path))
+            if not (needed or unneeded):
+                continue
+            if not self._take(job):
+                if needed:
+                    self._follow(job, hashes)
+                    claimed.update(hashes)
+                continue
             rec = job.record()
-            hashes = self.ctx.ledger.hashes(rec.local_id)
-            if any(h in self.needed for h in hashes):
+            if needed:
                 self.attach.append(rec)
                 self.reattached_ids.add(rec.local_id)
                 self.hashes_of[rec.local_id] = hashes
                 claimed.update(hashes)
                 self.stats.jobs_reattached += 1
-            elif self.settings.batch.cancel_unneeded and job.index_path in ("", self.ctx.ledger.index_path):
-                # (a cache file shared by several indexes: never cancel another index's job)
+            else:
                 self.unneeded.append(rec)
         if self.attach:
             log.info("re-attaching to %d batch job(s) from earlier runs", len(self.attach))
-        self.queue.extend(J.plan_jobs(self.ctx, self.misses.path, exclude=claimed))
-        try:
-            self._loop()
-        finally:
-            self.ops.close()
-        return self._result(time.perf_counter() - t0)
+        return claimed
+
+    def _take(self, job: LedgerJob) -> bool:
+        """Whether this run now owns ``job``: its owner was dead (or unrecorded) and no other run
+        took it first. Never a job whose owner is alive."""
+        if job.owner and job.owner != self.owner.token and self.ctx.ledger.owner_alive(job.owner):
+            return False
+        return self._claim(job)
+
+    def _claim(self, job: LedgerJob) -> bool:
+        if not self.owner.held:  # let go while waiting on other runs: a new token for new work
+            self.owner = RunOwner.acquire(self.ctx.ledger.path)
+        return self.ctx.ledger.claim(job.local_id, job.owner, self.owner.token, self.owner.info)
+
+    def _follow(self, job: LedgerJob, hashes: list[str]) -> None:
+        self.foreign[job.local_id] = [h for h in hashes if h in self.needed]
+        self.stats.jobs_of_other_runs += 1
+        if self.foreign_deadline is None:
+            self.foreign_deadline = time.monotonic() + self.timeout_s * TIMEOUT_WAITS
+        log.info("batch job %s (%s) belongs to another live run (%s) on this cache file: left to it; its %d"
+                 " chunk(s) this run needs are taken from it when it ends", job.local_id, job.state,
+                 job.owner_info or "?", len(self.foreign[job.local_id]))
+
+    def _check_foreign(self) -> None:
+        """Look again at the jobs of other live runs: a run that ended leaves its vectors in the cache
+        (what is not there is queued again); a job still open whose run died is taken over."""
+        for lid in list(self.foreign):
+            job = self.ctx.ledger.get(lid)
+            if job is not None and job.owner != self.owner.token and self.ctx.ledger.owner_alive(job.owner):
+                continue  # (closed, its vectors may still be in that run's journal: they are once it ends)
+            if job is not None and job.open:
+                if not self._claim(job):
+                    continue  # another run took it first: followed on, with its new owner
+                del self.foreign[lid]
+                log.info("batch job %s: its run ended and left it open; re-attaching", lid)
+                self.attach.append(job.record())
+                self.reattached_ids.add(lid)
+                self.hashes_of[lid] = self.ctx.ledger.hashes(lid)
+                self.stats.jobs_reattached += 1
+                continue
+            hashes = self.foreign.pop(lid)
+            have = self.ctx.cache.has_many(hashes, self.ctx.provider.dims) if hashes else set()
+            n_ex = sum(1 for h in have if h in self.exchange_only)
+            self.stats.chunks_from_other_runs += len(have) - n_ex
+            self.exchanges_from_other_runs += n_ex
+            self._requeue([h for h in hashes if h not in have])
+
+    def _await_foreign(self) -> bool:
+        """With nothing of its own in flight: wait one poll interval for the other runs' jobs.
+        False when this run waits no more (``batch.wait = false``: they are pending; past the
+        deadline: their chunks go through sync calls, the jobs are left to their runs)."""
+        if not self.wait:
+            for lid in list(self.foreign):
+                job = self.ctx.ledger.get(lid)
+                if job is not None:
+                    self.pending.append(job.record())
+                del self.foreign[lid]
+            return False
+        if self.owner.held:
+            # Nothing of this run's own is in flight: what its steps collected goes into the cache
+            # file and its lock is let go, so a run waiting on this one's jobs finds them done and
+            # two runs never wait on each other (a cycle through a job taken over from a dead run).
+            # Its jobs left open (pending, unreadable) are for a later run, as when a run ends.
+            settle = getattr(self.ops, "settle", None)
+            if settle is not None:
+                settle()
+            self.owner.release()
+        if self.foreign_deadline is not None and time.monotonic() > self.foreign_deadline:
+            for lid, hashes in list(self.foreign.items()):
+                self.sync.update(hashes)
+                self._error(f"batch job {lid} of another live run is still open after"
+                            f" {self.timeout_s * TIMEOUT_WAITS:.0f}s: left to that run; its {len(hashes)}"
+                            " chunk(s) go through sync calls this run")
+            self.foreign.clear()
+            return False
+        self.ctx.sleep(self.settings.batch.poll_interval_s)
+        self._check_foreign()
+        return True
 
     def _fill(self) -> None:
         while len(self.inflight) < self.concurrency:
@@ -250,6 +368,7 @@ class BatchRun:
                     self._poll(rec)
             elif self.batch_on and self.queue:
                 spec = self.queue.popleft()
+                spec.owner, spec.owner_info = self.owner.token, self.owner.info
                 self.hashes_of[spec.local_id] = spec.hashes()
                 self.submitted_ids.add(spec.local_id)
                 self._start("submit", spec)
@@ -258,8 +377,11 @@ class BatchRun:
 
     def _loop(self) -> None:
         while True:
+            self._check_foreign()
             self._fill()
             if not self.inflight:
+                if self.foreign and self._await_foreign():
+                    continue
                 return
             for handle in self.ops.wait_any(list(self.inflight)):
                 step, obj, unneeded = self.inflight.pop(handle)

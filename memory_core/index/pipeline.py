@@ -575,7 +575,9 @@ def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
     stats = run.run()
     # the streamed build counts its own sync requests; the cost so far keeps the jobs' tokens
     progress.phase, progress.ready, progress.chunks, progress.embedded = "index", 0, 0, 0
-    return stats, misses.hits, misses.exchange_hits
+    # vectors another live run's jobs put in the shared cache while this one waited: cache hits
+    return (stats, misses.hits + stats[1].chunks_from_other_runs,
+            misses.exchange_hits + run.exchanges_from_other_runs)
 
 
 def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: EmbeddingProvider, reason: str,

@@ -476,6 +476,9 @@ def _batch_line(b: BatchFigures) -> str:
     if b.surplus_via_batch:
         line += (f"; {b.surplus_via_batch} more vector(s) from re-attached jobs for chunks this run no longer"
                  " needs (cached, not counted as embedded)")
+    if b.jobs_of_other_runs:
+        line += (f"; {b.jobs_of_other_runs} job(s) of another live run on the shared cache file covered chunks"
+                 f" this run needs: left to that run, {b.chunks_from_other_runs} chunk(s) taken from them")
     if b.disabled:
         line += f"; batch mode switched off: {b.disabled_reason}"
     if b.stopped and b.jobs_pending:
