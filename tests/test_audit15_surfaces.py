@@ -138,3 +138,38 @@ def test_n3_a_stored_dose_is_not_replaced_by_another(tmp_path: Path) -> None:
             second = store.store(b, category="fact")
             assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
         assert {m.text for m in store.list()} == {t for pair in DIFFERENT_NUMBERS[:4] for t in pair}
+
+
+# -- N7: a reader's lock dropped by another thread's check of the index file ------------------------
+
+def test_n7_a_search_in_progress_keeps_its_lock_while_another_checks_the_index(tmp_path: Path) -> None:
+    """POSIX locks belong to the process: the header read of check_index_target (every new reader,
+    every search's freshness probe) closed a descriptor of the index file and so dropped the SHARED
+    lock of another thread's read transaction; a writer in another process then committed under
+    that reader instead of waiting (an in-place update waits for readers)."""
+    import subprocess
+    import sys
+
+    from memory_core.storage.store import connect_reader, probe_index
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe walrus budget is 9,100 EUR.\n")
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(settings)
+    reader = connect_reader(settings.index_file)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1  # a search mid-read
+        # meanwhile, in this process: a freshness probe and a new reader, as concurrent searches do
+        assert probe_index(settings.index_file)[1] is None
+        connect_reader(settings.index_file).close()
+        write = ("import apsw, sys\nc = apsw.Connection(sys.argv[1])\nc.set_busy_timeout(0)\ntry:\n"
+                 "    c.execute('BEGIN IMMEDIATE'); c.execute('UPDATE meta SET value = value'); c.execute('COMMIT')\n"
+                 "    print('committed')\nexcept apsw.BusyError:\n    print('busy')\n")
+        got = subprocess.run([sys.executable, "-c", write, str(settings.index_file)], capture_output=True,
+                             text=True, timeout=60)
+        assert got.stdout.strip() == "busy", got  # before: "committed" under the live reader
+        reader.execute("COMMIT")
+    finally:
+        reader.close()

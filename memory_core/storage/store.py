@@ -57,6 +57,7 @@ import json
 import os
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -200,6 +201,8 @@ def check_index_target(path: Path) -> bool:
     if st.st_size == 0:
         raise NotAnIndexError(f"{refuse} (an empty file; memory-core never leaves one: remove it to build"
                               " the index there)")
+    if _known_ours(st):
+        return True  # checked before, or written here: its header is not read again (_OURS)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
@@ -212,6 +215,7 @@ def check_index_target(path: Path) -> bool:
         raise NotAnIndexError(f"{refuse} (not an SQLite file)")
     app_id = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
     if app_id == APPLICATION_ID:
+        _remember_ours(st)
         return True
     if app_id != 0:
         raise NotAnIndexError(f"{refuse} (another application's SQLite database, application_id {app_id:#x})")
@@ -225,7 +229,39 @@ def check_index_target(path: Path) -> bool:
         ours = False
     if not ours:
         raise NotAnIndexError(f"{refuse} (an SQLite database without memory-core's tables)")
+    _remember_ours(st)
     return True
+
+
+_OURS: set[tuple[int, int]] = set()
+"""Index files (device, inode) this process has checked as memory-core's, or written. POSIX locks
+belong to a process and a file, and closing *any* descriptor of the file drops every lock the
+process holds on it: the header read of :func:`check_index_target` (each new reader, each
+freshness probe of a search) dropped the SHARED lock of another thread's read transaction, and a
+writer in another process then committed under that reader (an in-place update that waits for
+readers did not wait). A file once known ours is not opened again by a descriptor of ours; an
+index replaced by a rebuild is a new inode, checked once."""
+_OURS_LOCK = threading.Lock()
+_OURS_MAX = 4096
+
+
+def _known_ours(st: os.stat_result) -> bool:
+    with _OURS_LOCK:
+        return (st.st_dev, st.st_ino) in _OURS
+
+
+def _remember_ours(st: os.stat_result) -> None:
+    with _OURS_LOCK:
+        if len(_OURS) >= _OURS_MAX:  # a process that has seen thousands of rebuilds: start again
+            _OURS.clear()
+        _OURS.add((st.st_dev, st.st_ino))
+
+
+def remember_written(path: str | os.PathLike[str]) -> None:
+    """``path`` is an index this process writes (a new index, before it is published): ours, its
+    header never read through a descriptor of ours while its connection holds locks."""
+    with contextlib.suppress(OSError):
+        _remember_ours(os.stat(path, follow_symlinks=False))
 
 _vec_path: str | None | Literal[False] = False  # False: not looked up yet
 
