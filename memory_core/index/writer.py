@@ -37,7 +37,6 @@ from memory_core.storage.store import (
     has_table,
     mark_index,
     recover_index,
-    remember_written,
     safe_open,
     write_meta,
 )
@@ -265,7 +264,6 @@ class IndexWriter:
                 os.close(safe_open(self.tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what="temp index"))
             os.chmod(self.tmp_path, FILE_MODE)
             conn = connect(self.tmp_path)
-            remember_written(self.tmp_path)  # ours: never opened by a descriptor of ours again
             if self.full:
                 conn.execute(f"PRAGMA page_size={NEW_FILE_PAGE_SIZE}")
             for p in BUILD_PRAGMAS:

@@ -201,21 +201,14 @@ def check_index_target(path: Path) -> bool:
     if st.st_size == 0:
         raise NotAnIndexError(f"{refuse} (an empty file; memory-core never leaves one: remove it to build"
                               " the index there)")
-    if _known_ours(st):
-        return True  # checked before, or written here: its header is not read again (_OURS)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        try:
-            header = os.read(fd, 100)
-        finally:
-            os.close(fd)
+        header = _read_header(path, st)
     except OSError as exc:
         raise PathError(f"cannot read the index {path}: {exc.strerror or exc}") from None
     if not header.startswith(SQLITE_MAGIC):
         raise NotAnIndexError(f"{refuse} (not an SQLite file)")
     app_id = int.from_bytes(header[68:72], "big") if len(header) >= 72 else 0
     if app_id == APPLICATION_ID:
-        _remember_ours(st)
         return True
     if app_id != 0:
         raise NotAnIndexError(f"{refuse} (another application's SQLite database, application_id {app_id:#x})")
@@ -229,39 +222,54 @@ def check_index_target(path: Path) -> bool:
         ours = False
     if not ours:
         raise NotAnIndexError(f"{refuse} (an SQLite database without memory-core's tables)")
-    _remember_ours(st)
     return True
 
 
-_OURS: set[tuple[int, int]] = set()
-"""Index files (device, inode) this process has checked as memory-core's, or written. POSIX locks
-belong to a process and a file, and closing *any* descriptor of the file drops every lock the
-process holds on it: the header read of :func:`check_index_target` (each new reader, each
-freshness probe of a search) dropped the SHARED lock of another thread's read transaction, and a
-writer in another process then committed under that reader (an in-place update that waits for
-readers did not wait). A file once known ours is not opened again by a descriptor of ours; an
-index replaced by a rebuild is a new inode, checked once."""
-_OURS_LOCK = threading.Lock()
-_OURS_MAX = 4096
+_HEADERS: dict[str, tuple[int, int, int]] = {}
+"""The descriptor this process reads each index file's header through, by path: (device, inode,
+fd), kept open while that file is at the path. POSIX locks belong to a process and a file, and
+closing *any* descriptor of the file drops every lock the process holds on it: a header read that
+opened and closed the file (every new reader, every search's freshness probe) dropped the SHARED
+lock of another thread's read transaction, and a writer in another process then committed under
+that reader instead of waiting. A descriptor is closed only once its file is no longer at the
+path (replaced by a rebuild, removed): nothing writes such a file any more; or, past
+:data:`_HEADERS_MAX` files, the least recently read one."""
+_HEADERS_LOCK = threading.Lock()
+_HEADERS_MAX = 64
 
 
-def _known_ours(st: os.stat_result) -> bool:
-    with _OURS_LOCK:
-        return (st.st_dev, st.st_ino) in _OURS
-
-
-def _remember_ours(st: os.stat_result) -> None:
-    with _OURS_LOCK:
-        if len(_OURS) >= _OURS_MAX:  # a process that has seen thousands of rebuilds: start again
-            _OURS.clear()
-        _OURS.add((st.st_dev, st.st_ino))
-
-
-def remember_written(path: str | os.PathLike[str]) -> None:
-    """``path`` is an index this process writes (a new index, before it is published): ours, its
-    header never read through a descriptor of ours while its connection holds locks."""
-    with contextlib.suppress(OSError):
-        _remember_ours(os.stat(path, follow_symlinks=False))
+def _read_header(path: Path, st: os.stat_result) -> bytes:
+    """The first 100 bytes of the index file ``path`` (``st``: its lstat), read through the
+    descriptor :data:`_HEADERS` keeps for it; read anew each time (a header overwritten in place is
+    seen)."""
+    key = os.fspath(path)
+    with _HEADERS_LOCK:
+        held = _HEADERS.get(key)
+        if held is not None and (held[0], held[1]) != (st.st_dev, st.st_ino):
+            os.close(held[2])  # the file it read is no longer there: replaced or removed
+            del _HEADERS[key]
+            held = None
+        if held is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            mine = os.fstat(fd)
+            if (mine.st_dev, mine.st_ino) != (st.st_dev, st.st_ino):  # replaced between lstat and open
+                os.close(fd)
+                raise OSError(errno.EAGAIN, "the index was replaced while it was checked")
+            for other, (dev, ino, ofd) in list(_HEADERS.items()):  # files gone from their paths
+                try:
+                    now = os.stat(other, follow_symlinks=False)
+                    gone = (now.st_dev, now.st_ino) != (dev, ino)
+                except OSError:
+                    gone = True
+                if gone:
+                    os.close(ofd)
+                    del _HEADERS[other]
+            while len(_HEADERS) >= _HEADERS_MAX:  # a process reading hundreds of indexes (tests):
+                os.close(_HEADERS.pop(next(iter(_HEADERS)))[2])  # the least recently read goes
+            held = _HEADERS[key] = (st.st_dev, st.st_ino, fd)
+        else:
+            _HEADERS[key] = _HEADERS.pop(key)  # most recently read last
+        return os.pread(held[2], 100, 0)
 
 _vec_path: str | None | Literal[False] = False  # False: not looked up yet
 
