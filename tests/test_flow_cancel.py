@@ -91,7 +91,9 @@ def test_a_cancel_from_the_api_stops_an_in_process_run_before_it_publishes(prefe
     env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
     with OpenAIFake(dims=64) as srv:
         _config(cfg, ws, srv.base_url)
-        srv.delay = 0.5  # a slow provider: the run is embedding when the cancel comes
+        # a slow provider: the run is still embedding when the cancel comes (66 chunks, 8 a request:
+        # at 0.5 s a request a loaded machine published before the watch's 1.5 s poll saw the cancel)
+        srv.delay = 2.0
         cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
                     "--no-progress"], env)
         run_id = cli.flow_run_id()

@@ -56,7 +56,6 @@ from memory_core.query.reading import (
 from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
-from memory_core.sources.redact import query_for_provider
 from memory_core.storage import vectors
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
@@ -174,6 +173,17 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     return SearchAnswer(results=shaped.results, provider=meta.provider, model=meta.model, backend=meta.backend,
                         mode=meta.mode, fallback=meta.fallback, citations=citations_mode(searcher.settings, chat_type),
                         note="; ".join(notes))
+
+
+
+def _for_provider(text: str, mode: str) -> str:
+    """The query as the embedding provider is sent it (:func:`memory_core.sources.redact.query_for_provider`);
+    with a local model (``redact = "sessions"`` or ``"off"``) the redaction rules are not even loaded."""
+    if mode in ("sessions", "off"):
+        return text
+    from memory_core.sources.redact import query_for_provider
+
+    return query_for_provider(text, mode)
 
 
 class Searcher(QueryProviderOwner):
@@ -344,7 +354,7 @@ class Searcher(QueryProviderOwner):
             try:
                 if provider is not None:
                     try:
-                        qvec = np.asarray(provider.embed_query(query_for_provider(text[:8000], self.settings.redact)),
+                        qvec = np.asarray(provider.embed_query(_for_provider(text[:8000], self.settings.redact)),
                                           dtype=np.float32)
                         vec_hits = self._vector_hits(idx, qvec, n_candidates, srcs)
                         embedded = True
@@ -469,7 +479,7 @@ class Searcher(QueryProviderOwner):
                 pm = pm / np.maximum(np.linalg.norm(pm, axis=1, keepdims=True), 1e-12)
             got = []
             for q in queries:
-                qv = np.asarray(provider.embed_query(query_for_provider(q[:8000], self.settings.redact)), dtype=np.float32)
+                qv = np.asarray(provider.embed_query(_for_provider(q[:8000], self.settings.redact)), dtype=np.float32)
                 qn = qv / (np.linalg.norm(qv) or 1.0)
                 sims = m @ qn
                 if pm is not None and owner is not None and len(owner):
