@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 
 from memory_core.config import load_settings
@@ -18,17 +17,10 @@ from memory_core.notes.write import append_note, write_memory
 from memory_core.query.search import Searcher
 from memory_core.sources.redact import redact, redact_lines
 from tests.conftest import openai_settings
+from tests.test_notes_attack import _chunk_texts
 
 AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 LISTED = f"AWS credentials for the deploy bot\n- key id: AKIAIOSFODNN7EXAMPLE\n- {AWS}"
-
-
-def _texts(index: Path) -> str:
-    conn = apsw.Connection(str(index), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        return "\n".join(str(r[0]) for r in conn.execute("SELECT text FROM chunks"))
-    finally:
-        conn.close()
 
 
 # -- N1: a secret whose label is two or more lines up --------------------------------------------
@@ -61,7 +53,7 @@ def test_n1_the_write_tool_and_the_store_mask_it_on_disk_in_the_index_and_in_the
     assert res.redacted
     assert AWS not in (ws / "MEMORY.md").read_text()
     assert "AKIAIOSFODNN7EXAMPLE" not in (ws / "MEMORY.md").read_text()
-    assert AWS not in _texts(settings.index_file)
+    assert AWS not in _chunk_texts(settings.index_file)
     # across two writes: the label written first, the key in a later write to the same note
     append_note(settings, "AWS credentials for the backup job\n- key id: AKIAIOSFODNN7EXAMPLF", "memory/ops.md")
     append_note(settings, f"- {AWS}", "memory/ops.md")

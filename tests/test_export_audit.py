@@ -192,14 +192,15 @@ def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: 
     assert "is incomplete" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, tmp_path: Path) -> None:
+def readers_through_exports(keyword_ws: Path, uri: str, exports: int) -> None:
+    """Two readers search the LanceDB export at ``uri`` while it is exported again ``exports`` times
+    back to back: every search answers, and finds the one note."""
     import threading
 
     from memory_core.export.lancedb import export_lancedb
     from memory_core.query.lancedb import LanceSearcher
 
     settings = load_settings(None, {"workspace": str(keyword_ws), "provider": "none"})
-    uri = str(tmp_path / "ldb")
     export_lancedb(settings.index_file, uri)
     errors: list[BaseException] = []
     answers: list[int] = []
@@ -218,7 +219,7 @@ def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, t
     for t in readers:
         t.start()
     try:
-        for _ in range(6):
+        for _ in range(exports):
             export_lancedb(settings.index_file, uri)
     finally:
         done.set()
@@ -226,6 +227,10 @@ def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, t
             t.join()
     assert not errors, errors[:1]
     assert answers and all(a == 1 for a in answers)
+
+
+def test_e4b_readers_see_a_whole_export_while_it_is_replaced(keyword_ws: Path, tmp_path: Path) -> None:
+    readers_through_exports(keyword_ws, str(tmp_path / "ldb"), 6)
 
 
 def test_e7_a_reexport_keeps_no_earlier_version_on_disk(tmp_path: Path) -> None:

@@ -15,7 +15,10 @@ import pytest
 
 from memory_core.apps.cli import main
 from memory_core.config import load_settings
-from tests.test_export_audit import keyword_ws  # noqa: F401  (a fixture)
+from tests.test_export_audit import (
+    keyword_ws,  # noqa: F401  (a fixture)
+    readers_through_exports,
+)
 
 BUCKET = "memory-exports"
 
@@ -152,33 +155,4 @@ def test_a_reader_during_an_export_on_object_storage_gets_the_previous_export(
 
 def test_readers_see_a_whole_export_while_it_is_replaced_on_object_storage(
         keyword_ws: Path, s3_uri: str) -> None:  # noqa: F811
-    from memory_core.export.lancedb import export_lancedb
-    from memory_core.query.lancedb import LanceSearcher
-
-    settings = load_settings(None, {"workspace": str(keyword_ws), "provider": "none"})
-    export_lancedb(settings.index_file, s3_uri)
-    errors: list[BaseException] = []
-    answers: list[int] = []
-    done = threading.Event()
-
-    def read() -> None:
-        while not done.is_set():
-            try:
-                with LanceSearcher(settings, s3_uri) as ls:
-                    answers.append(len(ls.search("billing migrate", min_score=0, mode="keyword")))
-            except BaseException as exc:  # noqa: BLE001 - any failure of a reader is the bug
-                errors.append(exc)
-                return
-
-    readers = [threading.Thread(target=read) for _ in range(2)]
-    for t in readers:
-        t.start()
-    try:
-        for _ in range(3):
-            export_lancedb(settings.index_file, s3_uri)
-    finally:
-        done.set()
-        for t in readers:
-            t.join()
-    assert not errors, errors[:1]
-    assert answers and all(a == 1 for a in answers)
+    readers_through_exports(keyword_ws, s3_uri, 3)

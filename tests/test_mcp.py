@@ -26,9 +26,9 @@ from tests.conftest import ROOT
 TIMEOUT = 30
 
 
-def _run(fn: Callable[[], Awaitable[Any]]) -> Any:
+def _run(fn: Callable[[], Awaitable[Any]], timeout: float = TIMEOUT) -> Any:
     async def guarded() -> Any:
-        with anyio.fail_after(TIMEOUT):
+        with anyio.fail_after(timeout):
             return await fn()
 
     return anyio.run(guarded)

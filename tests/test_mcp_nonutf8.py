@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from mcp import Client, StdioServerParameters, stdio_client
+from mcp import Client
 
 from memory_core.apps.watch import make_runner
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.runtime.watching import Watcher
-from tests.conftest import ROOT
+from tests.test_mcp import _run as mcp_run
+from tests.test_mcp import _stdio, _text
 
 TIMEOUT = 60
 CAFE = os.fsdecode(b"caf\xe9")  # 'caf\udce9'
@@ -33,21 +32,7 @@ SHOWN = "caf\\xe9"  # how an answer shows it
 
 
 def _run(fn: Callable[[], Awaitable[Any]]) -> Any:
-    async def guarded() -> Any:
-        with anyio.fail_after(TIMEOUT):
-            return await fn()
-
-    return anyio.run(guarded)
-
-
-def _stdio(ws: Path, errlog: Any, *extra: str) -> Any:
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "memory_core.apps.cli", "mcp", "-w", str(ws), *extra], cwd=str(ROOT))
-    return stdio_client(params, errlog=errlog)
-
-
-def _text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text")
+    return mcp_run(fn, TIMEOUT)
 
 
 @pytest.fixture
