@@ -32,6 +32,14 @@ from memory_core.query.search import Searcher
 REF = date(2024, 1, 20)  # a Saturday
 
 
+def _one_message_session(ws: Path, name: str, ts: object, text: str) -> None:
+    """``sessions/<name>.jsonl`` in ``ws``: one user message, it and its session stamped ``ts``."""
+    lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
+             {"type": "message", "id": name + "-1", "timestamp": ts,
+              "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
+    (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
@@ -715,10 +723,7 @@ def test_placeholder_timestamps_date_nothing_and_never_fail_a_search(tmp_path: P
     (ws / "sessions").mkdir(parents=True)
 
     def session(name: str, ts: object, text: str) -> None:
-        lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
-                 {"type": "message", "id": name + "-1", "timestamp": ts,
-                  "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
-        (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+        _one_message_session(ws, name, ts, text)
 
     session("good", "2026-11-02T10:00:00Z", "Booked the ski trip for the winter.")
     session("zero", "0001-01-01T00:00:00Z", "The ski trip: we went 2 times last year.")
@@ -801,10 +806,7 @@ def test_transcripts_stamped_in_lowercase_or_string_or_fine_epochs_are_found_by_
     (ws / "sessions").mkdir(parents=True)
 
     def session(name: str, ts: object, text: str) -> None:
-        lines = [{"type": "session", "version": 3, "id": name, "timestamp": ts},
-                 {"type": "message", "id": name + "-1", "timestamp": ts,
-                  "message": {"role": "user", "content": [{"type": "text", "text": text}]}}]
-        (ws / "sessions" / f"{name}.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+        _one_message_session(ws, name, ts, text)
 
     day = "2025-01-05"  # 1736100000 is 2025-01-05T18:00Z
     session("lower", "2025-01-05t10:00:00z", "Lunch with Priya at the noodle bar.")

@@ -153,23 +153,31 @@ def test_e8d_search_lancedb_on_a_file_says_it_is_not_an_export_folder(keyword_ws
                   " --format lancedb DIR` writes a folder)", err
 
 
-def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: Path, tmp_path: Path, capsys,
-                                                                    monkeypatch) -> None:
-    import lancedb
+def export_then_stop_the_next(keyword_ws: Path, uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Export the workspace to ``uri``, add a note (zebra.md) and index it, then export again and
+    stop that export with Ctrl-C while the full-text index is being built."""
     from lancedb.table import LanceTable
 
-    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    ws = str(keyword_ws)
     assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
     (keyword_ws / "memory" / "zebra.md").write_text("# Zebra\n\nThe zebrafish tank pump is serviced quarterly.\n")
     assert main(["index", "-w", ws]) == 0
     real = LanceTable.create_index
 
-    def ctrl_c(self: Any, *a: Any, **k: Any) -> Any:  # Ctrl-C while the full-text index is being built
+    def ctrl_c(self: Any, *a: Any, **k: Any) -> Any:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(LanceTable, "create_index", ctrl_c)
     assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 130
     monkeypatch.setattr(LanceTable, "create_index", real)
+
+
+def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: Path, tmp_path: Path, capsys,
+                                                                    monkeypatch) -> None:
+    import lancedb
+
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    export_then_stop_the_next(keyword_ws, uri, monkeypatch)
     capsys.readouterr()
     # the previous export, whole: searched as before (before: a traceback, exit 1, until a re-export)
     assert main(["search", "-w", ws, "billing migrate", "--lancedb", uri, "--json"]) == 0

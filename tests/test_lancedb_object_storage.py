@@ -16,6 +16,7 @@ import pytest
 from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from tests.test_export_audit import (
+    export_then_stop_the_next,
     keyword_ws,  # noqa: F401  (a fixture)
     readers_through_exports,
 )
@@ -71,20 +72,8 @@ def test_an_export_to_object_storage_answers_as_a_local_one(keyword_ws: Path, s3
 
 def test_a_stopped_export_on_object_storage_leaves_the_previous_one_searchable(
         keyword_ws: Path, s3_uri: str, capsys: Any, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    from lancedb.table import LanceTable
-
     ws = str(keyword_ws)
-    assert main(["export", "-w", ws, "--format", "lancedb", s3_uri]) == 0
-    (keyword_ws / "memory" / "zebra.md").write_text("# Zebra\n\nThe zebrafish tank pump is serviced quarterly.\n")
-    assert main(["index", "-w", ws]) == 0
-    real = LanceTable.create_index
-
-    def ctrl_c(self: Any, *a: Any, **k: Any) -> Any:  # Ctrl-C while the full-text index is being built
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(LanceTable, "create_index", ctrl_c)
-    assert main(["export", "-w", ws, "--format", "lancedb", s3_uri]) == 130
-    monkeypatch.setattr(LanceTable, "create_index", real)
+    export_then_stop_the_next(keyword_ws, s3_uri, monkeypatch)
     capsys.readouterr()
     # the chunks table now holds the new rows without their full-text index (replaced in place):
     # before, every search said "the export is incomplete", exit 2, until a new export finished
