@@ -836,6 +836,15 @@ def test_transcripts_stamped_in_lowercase_or_string_or_fine_epochs_are_found_by_
     ("what did we do on the 3rd, 4th and 5th of May?", date(2023, 5, 3), date(2023, 5, 5)),  # was: 4-5 May
     ("what did we do on the 1st or 2nd of May?", date(2023, 5, 1), date(2023, 5, 2)),  # was: the 1st of January
     ("on the 30th and 31st", date(2023, 12, 30), date(2023, 12, 31)),  # one month holding both
+    # the month first (was: its first day alone)
+    ("what did we do May 3rd, 4th and 5th?", date(2023, 5, 3), date(2023, 5, 5)),
+    ("on May 3, 4 and 5", date(2023, 5, 3), date(2023, 5, 5)),
+    ("on May 3, 4, 5 and 9 we hiked", date(2023, 5, 3), date(2023, 5, 9)),
+    ("May 3, 4 and 5, 2022", date(2022, 5, 3), date(2022, 5, 5)),
+    # not lists: a year after one day, a count after it, a version among them
+    ("on May 3, 2022", date(2022, 5, 3), date(2022, 5, 3)),
+    ("May 3, 4 people came", date(2023, 5, 3), date(2023, 5, 3)),
+    ("on May 3, 4.5 and 6", date(2023, 5, 3), date(2023, 5, 3)),
 ])
 def test_days_of_the_month_listed_are_read_together(query: str, lo: date, hi: date) -> None:
     got = query_date_range(query, REF)

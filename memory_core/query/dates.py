@@ -101,6 +101,12 @@ _ORDINAL = r"\d{1,2}(?:st|nd|rd|th)"
 _ORDINAL_LIST = LazyPattern(rf"\b(the\s+)?{_ORDINAL}(?:(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
                             rf"{_ORDINAL})+\b(?:\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b)?", re.IGNORECASE)
 _ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
+# three or more days of one month written after it: "May 3rd, 4th and 5th", "May 3, 4 and 5, 2026"
+# (two are _MONTH_DAY_SPAN's: "May 3rd and 5th")
+_LIST_JOIN = r"(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
+_MONTH_DAY_LIST = LazyPattern(rf"\b{_MONTH_RE}\s+(?:the\s+)?(\d{{1,2}}(?:st|nd|rd|th)?(?:{_LIST_JOIN}\d{{1,2}}"
+                              rf"(?:st|nd|rd|th)?\b(?![.:/]\d)){{2,}})(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
+_LISTED_DAY = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\b")
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
@@ -572,6 +578,15 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
                 d1.replace(day=lo) if d1 is not None else None, d1)
 
     ordinal_lists(True)  # "the 3rd, 4th and 5th of May" (else "4th and 5th of May" is read alone)
+    for m in _MONTH_DAY_LIST.finditer(q):  # "May 3rd, 4th and 5th": the span of them in that month
+        days = [int(n) for n in _LISTED_DAY.findall(m.group(2))]
+        mon, y = _MONTHS[m.group(1).lower().rstrip(".")], int(m.group(3)) if m.group(3) else None
+        if not all(1 <= d <= 31 for d in days):
+            continue
+        d1 = _latest(mon, max(days), y, yearless())
+        d0 = _latest(mon, min(days), d1.year if d1 is not None else y, yearless() if d1 is None else d1)
+        if d0 is not None and d1 is not None and d0 <= d1:
+            add(m.start(), m.end(), d0, d1)
     for rx, day_first in ((_DAY_SPAN_MONTH, True), (_MONTH_DAY_SPAN, False)):  # days of one month written once
         for m in rx.finditer(q):
             # "on the 12th and 16th of May" names two days: the span of both is the nearest one range
