@@ -5,6 +5,7 @@ CLI), real SQLite, the openai SDK against the fake server, as tests/test_batch.p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,18 @@ def _start_cli(tmp: Path, ws: Path, srv: Any, index: Path, cache: Path) -> subpr
          "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@contextlib.contextmanager
+def _cli_running(tmp: Path, ws: Path, srv: Any, index: Path, cache: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """:func:`_start_cli`, killed on the way out if it is still running (a test that failed)."""
+    proc = _start_cli(tmp, ws, srv, index, cache)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _until(cond: Callable[[], bool], proc: subprocess.Popen[bytes], seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while not cond():
@@ -67,16 +80,11 @@ def test_a_job_another_live_run_is_submitting_is_not_abandoned_nor_paid_twice(
     shared = tmp_path / "shared" / "cache.sqlite"
     a, b = _shared(workspace, fake, shared, "a"), _shared(workspace, fake, shared, "b")
     fake.slow_next(1, seconds=6, on="batch_create")
-    proc = _start_cli(tmp_path, workspace, fake, a.index_file, shared)
-    try:
+    with _cli_running(tmp_path, workspace, fake, a.index_file, shared) as proc:
         _until(lambda: fake.batch_creates == 1, proc)  # A is waiting for its create to answer
         assert ledger_states(a) == {lg.SUBMITTING: 1}
         summary = run_index(b)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, err.decode()[-3000:]
     assert fake.batch_creates == 1  # before: 2 (B abandoned A's job and submitted its own)
     assert fake.paid_twice() == {} and fake.embed_requests == 0
@@ -99,9 +107,8 @@ def test_a_run_waiting_only_on_another_runs_job_lets_go_of_its_own_lock(
     shared = tmp_path / "shared" / "cache.sqlite"
     a, b = _shared(workspace, fake, shared, "a"), _shared(workspace, fake, shared, "b")
     fake.slow_next(1, seconds=8, on="batch_create")
-    proc = _start_cli(tmp_path, workspace, fake, a.index_file, shared)
     done: list[Any] = []
-    try:
+    with _cli_running(tmp_path, workspace, fake, a.index_file, shared) as proc:
         _until(lambda: fake.batch_creates == 1, proc)
         conn = connect(shared, readonly=True)
         (a_owner,) = conn.execute("SELECT owner FROM batch_jobs").fetchone()
@@ -121,10 +128,6 @@ def test_a_run_waiting_only_on_another_runs_job_lets_go_of_its_own_lock(
         assert seen[-1] == [f"cache.sqlite-batch-owner-{a_owner}"], seen[-3:]
         b_run.join(timeout=120)
         proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0
     assert done and done[0].swapped and fake.batch_creates == 1 and fake.paid_twice() == {}
 
@@ -136,16 +139,11 @@ def test_a_live_other_runs_job_is_left_pending_by_a_run_that_does_not_wait(
     shared = tmp_path / "shared" / "cache.sqlite"
     a, b = _shared(workspace, fake, shared, "a"), _shared(workspace, fake, shared, "b", wait=False)
     fake.slow_next(1, seconds=4, on="batch_create")
-    proc = _start_cli(tmp_path, workspace, fake, a.index_file, shared)
-    try:
+    with _cli_running(tmp_path, workspace, fake, a.index_file, shared) as proc:
         _until(lambda: fake.batch_creates == 1, proc)
         summary = run_index(b)
         assert ledger_states(a) == {lg.SUBMITTING: 1}  # untouched (before: abandoned)
         proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0
     assert not summary.swapped and summary.batch.jobs_pending == 1 and summary.batch.jobs_submitted == 0
     assert fake.batch_creates == 1 and fake.paid_twice() == {}
