@@ -29,7 +29,7 @@ import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from memory_core.errors import ConfigError
 from memory_core.plugins import is_provider_name, provider_names, provider_on_machine
@@ -461,6 +461,30 @@ class AgentsSettings(_Model):
     @property
     def ids(self) -> list[str]:
         return [a.id for a in self.agents]
+
+
+#: Allowed values of the ``redact`` setting ("auto" is resolved when settings load).
+REDACT_MODES: Final = ("auto", "sessions", "all", "off")
+
+
+def should_redact(source: str, mode: str) -> bool:
+    """Whether text of *source* (``"memory"`` or ``"sessions"``) must be redacted: the one place
+    this is decided (the indexer, the write tool, the memory store, and a query before a hosted
+    provider embeds it; :mod:`memory_core.sources.redact` holds the rules themselves, loaded only
+    when something is redacted).
+
+    ``mode`` is the ``redact`` setting: ``"sessions"`` (transcripts only), ``"all"``
+    (every source) or ``"off"``; ``"auto"`` (the default) is resolved by
+    :func:`resolve_redact_mode` when settings load.  Unknown modes raise ``ValueError``
+    rather than silently disabling redaction.
+    """
+    if mode == "off":
+        return False
+    if mode in ("all", "auto"):  # "auto" is resolved at load time; unresolved, the safe side
+        return True
+    if mode == "sessions":
+        return source == "sessions"
+    raise ValueError(f"unknown redact_mode {mode!r}; expected one of {', '.join(REDACT_MODES)}")
 
 
 def resolve_redact_mode(data: dict[str, object]) -> dict[str, object]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from memory_core.config import SNIPPET_MAX_CHARS, Settings
+from memory_core.config import SNIPPET_MAX_CHARS, Settings, should_redact
 from memory_core.errors import IndexMissingError, ProviderError
 from memory_core.query import ranking, retrieval
 from memory_core.query.dates import (
@@ -178,8 +178,9 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
 
 def _for_provider(text: str, mode: str) -> str:
     """The query as the embedding provider is sent it (:func:`memory_core.sources.redact.query_for_provider`);
-    with a local model (``redact = "sessions"`` or ``"off"``) the redaction rules are not even loaded."""
-    if mode in ("sessions", "off"):
+    when nothing of memory is redacted (a local model: ``redact = "sessions"``, or ``"off"``) the
+    redaction rules are not even loaded."""
+    if not should_redact("memory", mode):
         return text
     from memory_core.sources.redact import query_for_provider
 

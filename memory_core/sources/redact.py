@@ -62,6 +62,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from memory_core.config import REDACT_MODES, should_redact
+
 __all__ = [
     "ends_in_open_private_key",
     "REDACT_MODES",
@@ -76,8 +78,6 @@ REDACT_KEEP_START: Final = 6
 REDACT_KEEP_END: Final = 4
 ELLIPSIS: Final = "\u2026"
 
-#: Allowed values of the indexer's ``redact`` setting ("auto" is resolved when settings load).
-REDACT_MODES: Final = ("auto", "sessions", "all", "off")
 
 # JavaScript's \s (ECMA-262 WhiteSpace + LineTerminator); with re.ASCII, \s inside the
 # class is exactly [ \t\n\r\f\v].
@@ -675,18 +675,3 @@ def query_for_provider(text: str, mode: str) -> str:
     return redact(text) if should_redact("memory", mode) else text
 
 
-def should_redact(source: str, mode: str) -> bool:
-    """Whether text of *source* (``"memory"`` or ``"sessions"``) must be redacted.
-
-    ``mode`` is the ``redact`` setting: ``"sessions"`` (transcripts only), ``"all"``
-    (every source) or ``"off"``; ``"auto"`` (the default) is resolved by
-    :func:`memory_core.config.resolve_redact_mode` when settings load.  Unknown modes raise ``ValueError``
-    rather than silently disabling redaction.
-    """
-    if mode == "off":
-        return False
-    if mode in ("all", "auto"):  # "auto" is resolved at load time; unresolved, the safe side
-        return True
-    if mode == "sessions":
-        return source == "sessions"
-    raise ValueError(f"unknown redact_mode {mode!r}; expected one of {', '.join(REDACT_MODES)}")
