@@ -742,7 +742,8 @@ def test_placeholder_timestamps_date_nothing_and_never_fail_a_search(tmp_path: P
 @pytest.mark.parametrize("query", [
     "what is the 16/9 ratio?", "a 16/9 aspect ratio", "the screen ratio of 16/9", "the aspect ratio is 16/9",
     "ratio: 16/9", "12/15 of patients recovered", "12/15 of them came back", "my score was 12/15",
-    "I scored about 12/15 on the quiz",
+    "I scored about 12/15 on the quiz", "12/15 patients recovered", "what did 9/10 Dentists say?",
+    "how many of them said 3/4 people came", "12/15 women and 3/15 men replied",
 ])
 def test_ratios_and_parts_of_a_whole_are_not_days(query: str) -> None:
     """A ratio (``16/9``: was 16 September) or a part of a whole (``12/15 of patients``: was 15
@@ -762,6 +763,14 @@ def test_ratios_and_parts_of_a_whole_are_not_days(query: str) -> None:
     ("what did we do 12/15 of last year", date(2025, 12, 15), date(2025, 12, 15)),  # "of" a year: a day
     ("what was the ratio on 16/9?", date(2025, 9, 16), date(2025, 9, 16)),  # a day's word first
     ("what was the score on 12/15?", date(2025, 12, 15), date(2025, 12, 15)),
+    # a plural after the pair: a day with a determiner before it, a verb-like -s word after it, or
+    # nothing after the plural (a chat's "12/15 plans?"); a day's word first
+    ("what came of the 12/15 meeting notes", date(2025, 12, 15), date(2025, 12, 15)),
+    ("how did our 12/15 sales go", date(2025, 12, 15), date(2025, 12, 15)),
+    ("12/15 was busy, who came?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("12/15 plans?", date(2025, 12, 15), date(2025, 12, 15)),
+    ("on 12/15 patients were moved", date(2025, 12, 15), date(2025, 12, 15)),
+    ("12/15 does it work for dinner", date(2025, 12, 15), date(2025, 12, 15)),
 ])
 def test_numeric_days_beside_ratios_and_parts_still_read(query: str, lo: date, hi: date) -> None:
     got = query_date_range(query, date(2026, 3, 10))

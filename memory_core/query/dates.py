@@ -422,6 +422,16 @@ _RATIO_BEFORE = LazyPattern(rf"\b(?:ratios?|aspect|odds|scores?|scored|grades?|g
 # "12/15 of them"); "12/15 of this year", "16/9 of 2025", "of last month" still name a day
 _PART_OF = LazyPattern(r"\s+of\s+(?!(?:the\s+)?(?:this|last|next|that|same|current|previous|coming)\s+(?:year|month)\b"
                        r"|(?:the\s+)?year\b|'?\d{2}\b|\d{4}\b)")
+# a pair that counts part of a whole, followed by the plural it counts and more words ("12/15
+# patients recovered", "9/10 dentists agree"), with no determiner before it: "the 12/15 meeting",
+# "our 12/15 sales" name a day, and so does a plural that ends the question ("12/15 plans?");
+# a plural is a word ending in -s that is not -ss, -us, -is ("12/15 was", "this", "plus") nor one of
+# the function words that end in -s
+_COUNTED = LazyPattern(r"\s+(?!(?:does|goes|always|perhaps|afterwards|towards|besides|whereas|sometimes|nowadays|"
+                       r"anyways|backwards|forwards|upwards|downwards|hers|ours|yours|theirs|"
+                       r"days|weeks|months|years|times)\b)"
+                       r"(?:[a-z]{3,}(?<!s)(?<!u)(?<!i)s|people|children|men|women|persons)\s+[a-z]")
+_DETERMINER_BEFORE = LazyPattern(r"\b(?:the|a|an|my|our|your|their|his|her|its|this|that|these|those)\s+$")
 # the word before a numeric day that makes "1/7" a day, not a fraction ("to 1/2" and "by 1/3"
 # alone are amounts: "cut it to 1/2", "up by 1/3"; after "between 3/1" a day)
 _DAY_WORD_BEFORE = LazyPattern(r"\b(?:on|before|after|since|until|till|from|between|through"
@@ -435,7 +445,9 @@ def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
     word (``python 3.12``, ``I got 9/10``) or a ratio's or score's word and a verb or ``of``
     (``the ratio is 16/9``, ``aspect ratio of 16/9``, ``my score was 12/15``), before a unit or a
     ratio's word (``5.10 km``, ``16/9 ratio``), or before ``of`` and what it counts (``12/15 of
-    patients``; ``of this year`` and ``of 2025`` still name a day)."""
+    patients``; ``of this year`` and ``of 2025`` still name a day) or before the plural it counts
+    and more words, with no determiner before it (``12/15 patients recovered``; ``the 12/15
+    meeting``, ``our 12/15 sales``, ``12/15 plans?`` and ``12/15 was busy`` name a day)."""
     i = m.start()
     if _DAY_WORD_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is not None:
         return False
@@ -444,7 +456,9 @@ def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
                 or _NOT_DAY_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
                 or _RATIO_BEFORE.compiled.search(q, max(0, i - _BEHIND), i)
                 or _NOT_DAY_AFTER.compiled.match(q, m.end())
-                or _PART_OF.compiled.match(q, m.end()))
+                or _PART_OF.compiled.match(q, m.end())
+                or (_COUNTED.compiled.match(q, m.end()) is not None
+                    and _DETERMINER_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is None))
 
 
 def _ordinal_is_day(q: str, m: re.Match[str], day_word: bool) -> bool:
