@@ -874,3 +874,73 @@ def test_a_listed_day_after_the_first_finds_its_transcript(january) -> None:
         hits = s.search("what did we say about the kayak course on the 18th and 19th?", max_results=3)
     assert hits and hits[0].path == "sessions/kayak-b.jsonl", [(h.path, h.score) for h in hits]
     assert hits[0].score > 0.5
+
+
+# -- the sixteenth session: days an older reading recorded -------------------------------------------
+
+def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts_once(tmp_path: Path) -> None:
+    """An index built before D1/D10 recorded no day for a transcript stamped ``...t10:00:00z`` or
+    with an epoch written as a string, and the year 9999 for ``9999-12-31``: its transcripts kept
+    those days until they changed. The next run re-reads exactly the transcripts with no day in
+    1971-2200 or one outside it (as changed, vectors from the cache), records the reading's version,
+    and the run after that has nothing to do."""
+    from memory_core.storage.store import connect, read_meta, write_meta
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _one_message_session(ws, "lower", "2025-01-05t10:00:00z", "Lunch with Priya at the noodle bar.")
+    _one_message_session(ws, "text", "1736100000", "Called the landlord about the boiler.")
+    _one_message_session(ws, "never", "9999-12-31T23:59:59Z", "The heron budget is 10 euros.")
+    _one_message_session(ws, "other", "2025-01-02T10:00:00Z", "Nothing much, read a book.")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    first = run_index(s)
+    assert first.sessions_redated == 0
+
+    conn = connect(s.index_file)  # the index as the older reading left it
+    try:
+        with conn:
+            rid = {p: r for r, p in conn.execute("SELECT rid, path FROM chunks")}
+            for name in ("lower", "text"):
+                conn.execute("DELETE FROM chunk_days WHERE rid = ?", (rid[f"sessions/{name}.jsonl"],))
+            conn.execute("INSERT INTO chunk_days(day, rid, first, line) VALUES('9999-12-31', ?, "
+                         "'9999-12-31T23:59:59Z', 2)", (rid["sessions/never.jsonl"],))
+            meta = read_meta(conn)
+            assert meta is not None
+            meta.pop("message_days", None)
+            write_meta(conn, meta)
+    finally:
+        conn.close()
+    question = "what did we talk about on 5 January 2025?"
+    with Searcher(s) as se:
+        before = {h.path for h in se.search(question, min_score=0, max_results=10)
+                  if h.date and h.date.startswith("2025-01-05")}
+    assert before == {"sessions/text.jsonl"} or not before  # the older reading's: not the lowercase one
+
+    # a run given the changed paths (a watcher's) looks at those alone: the reading's version stays
+    # unrecorded, so the next full look still re-reads them
+    (ws / "sessions" / "other.jsonl").touch()
+    hinted = run_index(s, only_paths=[str(ws / "sessions" / "other.jsonl")])
+    assert hinted.hinted_paths == 1, hinted.hint_fallback
+    assert hinted.sessions_redated == 0
+    conn = connect(s.index_file, readonly=True)
+    try:
+        assert "message_days" not in (read_meta(conn) or {})
+    finally:
+        conn.close()
+
+    again = run_index(s)
+    assert (again.sessions_redated, again.files_changed, again.chunks_embedded) == (3, 3, 0), again.lines()
+    assert any("re-read for their messages' days: 3" in line for line in again.lines())
+    with Searcher(s) as se:
+        dated = {h.path for h in se.search(question, min_score=0, max_results=10)
+                 if h.date and h.date.startswith("2025-01-05")}
+        never = [h.date for h in se.search("heron budget", min_score=0) if h.path.endswith("never.jsonl")]
+    assert dated == {"sessions/lower.jsonl", "sessions/text.jsonl"}, dated
+    assert never and not never[0].startswith("9999"), never
+    conn = connect(s.index_file, readonly=True)
+    try:
+        assert (read_meta(conn) or {}).get("message_days") == 2
+    finally:
+        conn.close()
+    third = run_index(s)
+    assert (third.sessions_redated, third.files_changed) == (0, 0)

@@ -292,6 +292,9 @@ class RunSummary:
     files_removed: int = 0
     files_skipped: int = 0
     sessions_carried: int = 0
+    # transcripts re-read (as changed) because the index recorded their days by an older reading
+    # (indexmeta.MESSAGE_DAYS_VERSION); included in files_changed
+    sessions_redated: int = 0
     chunks_total: int = 0
     chunks_indexed: int = 0
     chunks_embedded: int = 0
@@ -435,6 +438,9 @@ class RunSummary:
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
+        if s.sessions_redated:
+            out.append(f"transcripts re-read for their messages' days: {s.sessions_redated} (recorded by an older"
+                       " reading of timestamps; once, from the cache)")
         if s.exchanges_embedded or s.exchanges_from_cache:
             out.append(f"part vectors (transcript exchanges, note windows): {s.exchanges_embedded} embedded,"
                        f" {s.exchanges_from_cache} from cache (beside the chunks: chunking.exchange_vectors,"

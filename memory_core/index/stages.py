@@ -64,6 +64,7 @@ from memory_core.sources.discovery import (
 from memory_core.sources.freshness import SKIPPED_KEY, recorded_skips
 from memory_core.storage.cache import EmbeddingCache, LiveVectors
 from memory_core.storage.indexmeta import (
+    MESSAGE_DAYS_VERSION,
     IndexRecord,
     build_meta,
     chunk_params,
@@ -72,6 +73,8 @@ from memory_core.storage.indexmeta import (
 )
 from memory_core.storage.store import (
     LiveFile,
+    connect,
+    has_table,
     make_private_dir,
     probe_index,
     read_live_files,
@@ -167,7 +170,9 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     recorded_skip = recorded_skips(live_meta) if _comparable(settings, live_meta, problem) else {}
     skips: dict[str, list[Any]] = {}
     to_index: list[FileEntry] = []
-    counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0}
+    counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0,
+              "sessions_redated": 0}
+    redate: frozenset[str] = frozenset()
     seen: set[str] = set()
     indexed: Collection[str]  # the indexed paths a file not seen now was removed from
     if hinted is not None:
@@ -185,6 +190,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         # every file, compared with its recorded stat as it is found: only those that differ
         # (or are new) are listed, and only their files rows are read whole
         recorded = read_live_stats(index_path)
+        if "sessions" in settings.sources and live_meta.get("message_days") != MESSAGE_DAYS_VERSION:
+            redate = _transcripts_to_redate(index_path)
+            if redate:  # listed by the scan as if changed; taken as they are below
+                recorded = {**recorded, **{p: (v[0], -1, v[2]) for p, v in recorded.items() if p in redate}}
         # a skipped file as it was is not listed either; an unreadable one always is (whether it
         # still is unreadable is looked at below)
         skip_stats = {p: (k.source, k.mtime_ms, k.size) for p, k in recorded_skip.items()
@@ -215,6 +224,11 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 skips[f.path] = list(skip)
             continue
         if old is not None and old.size == f.size and old.mtime_ms == f.mtime_ms and old.source == f.source:
+            if f.path in redate:  # as it was: re-read for its messages' days, its vectors from the cache
+                to_index.append(f.with_hash(old.hash))
+                counts["changed"] += 1
+                counts["sessions_redated"] += 1
+                continue
             counts["unchanged"] += 1
             if full:  # counted as unchanged, chunked all the same
                 to_index.append(f)
@@ -240,23 +254,27 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 if old is None:
                     skips[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
             continue
-        if old is not None and old.hash == digest and old.source == f.source:
+        if old is not None and old.hash == digest and old.source == f.source and f.path not in redate:
             # Same bytes, new mtime (touch, checkout): keep rows, refresh the files row.
             counts["unchanged"] += 1
             if full:
                 to_index.append(f.with_hash(digest))
             continue
-        if old is not None and not full and f.source == "sessions" and _below_delta(settings, f, old):
+        if (old is not None and not full and f.source == "sessions" and f.path not in redate
+                and _below_delta(settings, f, old)):
             counts["sessions_carried"] += 1
             continue
         to_index.append(f.with_hash(digest))
         counts["changed" if old is not None or skip is not None else "new"] += 1
+        counts["sessions_redated"] += f.path in redate
     if not full:  # the skipped files not listed: as they were (a hinted run: not named, or named and gone)
         for p, k in recorded_skip.items():
             if p not in listed and (p not in hinted.gone if hinted is not None else p in seen):
                 skips[p] = list(k)
     removed = sorted(p for p in indexed if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
+    if hinted is not None and live_meta is not None:  # not looked at for their days: as recorded
+        meta["message_days"] = live_meta.get("message_days") if meta.get("message_days") else None
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)
@@ -312,6 +330,31 @@ def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reaso
     if held is not None:  # a path that is gone and held indexed files was a folder (moved away, removed)
         return None, 0, {}, f"a folder holding {held} is gone"
     return hinted, n_indexed, rows, ""
+
+
+def _transcripts_to_redate(index_path: Path) -> frozenset[str]:
+    """The indexed transcripts whose recorded days an older reading of timestamps may have got
+    wrong (:data:`memory_core.storage.indexmeta.MESSAGE_DAYS_VERSION`): none of their chunks has a
+    day in 1971-2200 (lowercase ``t``/``z``, epochs as strings, micro- or nanosecond epochs dated
+    nothing), or one has a day outside it (a placeholder time dated 1970, ``9999-12-31`` the year
+    9999). Transcripts with no timestamps at all are among them, and are read once more for
+    nothing. One statement over ``chunk_days``; none on an index without it (older schemas rebuild)."""
+    conn = connect(index_path, readonly=True, immutable=True)
+    try:
+        if not has_table(conn, "chunk_days"):
+            return frozenset()
+        rows = conn.execute(
+            "SELECT f.path FROM files f WHERE f.source = 'sessions' AND ("
+            " NOT EXISTS (SELECT 1 FROM chunks c JOIN chunk_days d ON d.rid = c.rid"
+            "             WHERE c.path = f.path AND d.day >= '1971-01-01' AND d.day < '2201-01-01')"
+            " OR EXISTS (SELECT 1 FROM chunks c JOIN chunk_days d ON d.rid = c.rid"
+            "            WHERE c.path = f.path AND (d.day < '1971-01-01' OR d.day >= '2201-01-01')))")
+        return frozenset(r[0] for r in rows)
+    except apsw.Error as exc:  # a days refresh never fails a run: the days stay as recorded
+        log.warning("cannot list the transcripts to re-read for their days (%s)", exc)
+        return frozenset()
+    finally:
+        conn.close()
 
 
 def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
@@ -687,7 +730,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         published=(("in place" if built.in_place else "replaced") if built else ""),
         files_scanned=c["scanned"], files_new=c["new"], files_changed=c["changed"], files_unchanged=c["unchanged"],
         files_removed=c["removed"], files_skipped=max(0, skipped) if not error else 0,
-        sessions_carried=c["sessions_carried"],
+        sessions_carried=c["sessions_carried"], sessions_redated=c["sessions_redated"],
         chunks_total=total, chunks_indexed=indexed,
         chunks_embedded=embed.embedded, chunks_from_cache=from_cache,
         chunks_over_window=over,

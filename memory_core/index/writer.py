@@ -374,6 +374,19 @@ class IndexWriter:
         self._old_rows, self._kept, self._replaced = {}, set(), []
         return gone
 
+    def _refresh_days(self, rid: int, days: Iterable[tuple[str, int, str]]) -> None:
+        """A kept row's recorded days made the run's (``ChunkRow.days``: (first time, line, day)),
+        written only where they differ: the same text read again by a newer reading of
+        timestamps (indexmeta.MESSAGE_DAYS_VERSION) may date it otherwise; an unchanged one
+        writes nothing (issue 25)."""
+        assert self.conn is not None
+        new = sorted((day, ts, n) for ts, n, day in days)
+        old = sorted(self.conn.execute("SELECT day, first, line FROM chunk_days WHERE rid = ?", (rid,)))
+        if [tuple(o) for o in old] != new:
+            self.conn.execute("DELETE FROM chunk_days WHERE rid = ?", (rid,))
+            self.conn.executemany("INSERT INTO chunk_days(day, rid, first, line) VALUES(?,?,?,?)",
+                                  ((day, rid, ts, n) for day, ts, n in new))
+
     def insert_tuples(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Insert chunk rows given as tuples in :class:`ChunkRow` field order (``fts_text`` None:
         computed here, so a writer process does that work). A row whose chunk is unchanged in a
@@ -386,6 +399,8 @@ class IndexWriter:
                 old = self._old_rows.get(r[0])
                 if old is not None and old[0] not in self._kept and old[1] == (r[9] is not None):
                     self._kept.add(old[0])
+                    if self._days and len(r) > 12:
+                        self._refresh_days(old[0], r[12] or ())
                 else:
                     keep.append(r)
             if len(keep) < len(rows):

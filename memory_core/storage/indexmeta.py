@@ -59,6 +59,13 @@ before it, or turned off), none; 1, its lines in overlapping windows of 4; 2, it
 a paragraph or list item wrapped over several lines: ``note_items``) in windows of 4. Recorded
 only where notes are indexed with ``chunking.note_windows`` on."""
 
+MESSAGE_DAYS_VERSION = 2
+"""How a transcript's message days are read (memory_core.sources.sessions.stamp), recorded where
+transcripts are indexed: absent, before the fifteenth session; 2, a time in 1970 or before or after
+2200 dates nothing, and lowercase ``t``/``z``, epochs written as strings and micro- or nanosecond
+epochs are read. A run that finds an older value re-reads, once, the transcripts whose recorded
+days may be wrong (none, or one out of that range: memory_core.index.stages), not the whole index."""
+
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
                "chunk_overlap": "chunking.overlap", "exchange_vectors": "chunking.exchange_vectors", "note_windows": "chunking.note_windows", "sources": "sources", "extra_paths": "extra_paths",
@@ -112,6 +119,7 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         else None,
         "note_windows": NOTE_WINDOWS_VERSION if note_windows_on(settings, provider) and "memory" in settings.sources
         else None,
+        "message_days": MESSAGE_DAYS_VERSION if "sessions" in settings.sources else None,
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
         "redact": settings.redact,
