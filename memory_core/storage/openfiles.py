@@ -94,6 +94,7 @@ class Connection(apsw.Connection):
         keys = tuple(k for k in {before, after} if k is not None)
         _opened(keys)
         self._counted = weakref.finalize(self, _closed, keys)  # once: at close() or when collected
+        self._counted.atexit = False  # not at exit, under a daemon thread's connection still in use
 
     def close(self, force: bool = False) -> None:
         super().close(force)
@@ -156,8 +157,3 @@ def connected(path: str | os.PathLike[str]) -> bool:
         f = _FILES.get(key) if key is not None else None
         return f is not None and f.conns > 0
 
-
-def kept_descriptors() -> int:
-    """How many descriptors of ours are open on SQLite files (tests)."""
-    with _LOCK:
-        return sum(len(f.fds) for f in _FILES.values())
