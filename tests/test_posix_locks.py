@@ -112,3 +112,22 @@ def test_n8_a_replaced_index_keeps_the_old_files_reader_locked_until_it_closes(t
     finally:
         reader.close()
     assert _write_elsewhere(old) == "committed"
+
+
+def test_n8_copying_the_live_index_keeps_a_searchs_lock(tmp_path: Path) -> None:
+    """A large incremental run copies the live index (``copy_private``); in a process that also serves
+    searches (the MCP server, ``watch``) the copy's open-and-close of the file dropped a search's
+    SHARED lock."""
+    from memory_core.storage.store import copy_private
+
+    index = _index(tmp_path)
+    reader = connect_reader(index)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM chunks").fetchone()[0] == 1
+        copy_private(index, tmp_path / "copy.sqlite")
+        assert _write_elsewhere(index) == "busy"
+        reader.execute("COMMIT")
+    finally:
+        reader.close()
+    assert (tmp_path / "copy.sqlite").read_bytes() == index.read_bytes()  # (not above: this opens and closes it)
