@@ -84,8 +84,9 @@ import numpy as np
 
 from memory_core.errors import RunError, UnsafePathError
 from memory_core.storage import cache_journal as J
+from memory_core.storage import openfiles
 from memory_core.storage.indexmeta import IndexRecord
-from memory_core.storage.store import connect, int_of, safe_open
+from memory_core.storage.store import connect, int_of
 
 log = logging.getLogger(__name__)
 
@@ -182,30 +183,9 @@ class _Truncated(Exception):
     """The cache file is shorter than its header says (and there is no WAL to hold the rest)."""
 
 
-_CONNECTED: dict[tuple[int, int], int] = {}
-"""The cache files this process has SQLite connections on, by (device, inode), and how many. POSIX
-locks belong to a process and a file, and closing *any* descriptor of the file drops every lock the
-process holds on it (SQLite keeps its own descriptors for that reason; ours it cannot): a second
-cache instance's open-and-close of the file (the safe create, the truncation check) dropped the
-first one's locks, so another process's connection, closing, took itself for the last one,
-checkpointed and deleted the WAL under the live connection, whose later commits then went to a
-deleted file and were lost to every other process."""
-_CONNECTED_LOCK = threading.Lock()
-
-
-def _file_key(path: Path) -> tuple[int, int] | None:
+def _check_not_truncated(path: Path, header: bytes, size: int) -> None:
+    """``header``: the file's first 100 bytes, ``size``: its size."""
     try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _check_not_truncated(path: Path) -> None:
-    try:
-        with open(path, "rb") as fh:
-            header = fh.read(100)
-        size = os.path.getsize(path)
         wal = os.path.getsize(str(path) + "-wal") if os.path.exists(str(path) + "-wal") else 0
     except OSError:
         return
@@ -274,19 +254,16 @@ class EmbeddingCache:
 
     def _open(self) -> None:
         self.conn = None
-        with _CONNECTED_LOCK:
-            if _CONNECTED.get(_file_key(self.path) or (-1, -1)):
-                # another connection of this process has it open (and checked it): no descriptor of
-                # ours may open and close it (:data:`_CONNECTED`); only refuse a symlink put there since
-                if os.path.islink(self.path):
-                    raise UnsafePathError(f"refusing to open the embedding cache {self.path}: it is a symlink")
-            else:
-                os.close(safe_open(self.path, os.O_CREAT | os.O_WRONLY, what="embedding cache"))
-                _check_not_truncated(self.path)
-            self.conn = connect(self.path)
-            self._file = _file_key(self.path)
-            if self._file is not None:
-                _CONNECTED[self._file] = _CONNECTED.get(self._file, 0) + 1
+        try:  # the safe create and the truncation check, through a descriptor that drops no lock of ours
+            with openfiles.kept(self.path, create=True) as fd:
+                if not openfiles.connected(self.path):  # else another connection of ours checked it
+                    _check_not_truncated(self.path, os.pread(fd, 100, 0), os.fstat(fd).st_size)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EINVAL):
+                why = "a symbolic link" if exc.errno == errno.ELOOP else "not a regular file"
+                raise UnsafePathError(f"refusing to write the embedding cache {self.path}: it is {why}") from None
+            raise
+        self.conn = connect(self.path)
         if os.path.getsize(self.path) == 0:  # a new file: page size before anything else
             self.conn.execute(f"PRAGMA page_size={NEW_CACHE_PAGE_SIZE}")
         self.conn.execute("PRAGMA journal_mode=WAL")
@@ -307,18 +284,6 @@ class EmbeddingCache:
             with contextlib.suppress(apsw.Error):
                 self.conn.close()
         self.conn = None
-        self._forget_file()
-
-    def _forget_file(self) -> None:
-        """This instance's connection to its file is closed (:data:`_CONNECTED`)."""
-        key, self._file = getattr(self, "_file", None), None
-        if key is not None:
-            with _CONNECTED_LOCK:
-                left = _CONNECTED.get(key, 0) - 1
-                if left > 0:
-                    _CONNECTED[key] = left
-                else:
-                    _CONNECTED.pop(key, None)
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
@@ -367,7 +332,6 @@ class EmbeddingCache:
                 self._wconn.close()
                 self._wconn = None
             self.conn.close()
-            self._forget_file()
 
     # -- the journal (module doc) ------------------------------------------------------------
     _UPSERT = ("INSERT INTO cache_vectors(model_id, hash, embedding, dims, updated_at) VALUES(?,?,?,?,?)"

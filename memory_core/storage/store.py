@@ -55,9 +55,7 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import stat
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -75,7 +73,7 @@ from memory_core.errors import (
     UnsafePathError,
     UsageError,
 )
-from memory_core.storage import vectors
+from memory_core.storage import openfiles, vectors
 
 if TYPE_CHECKING:  # apsw's stubs only
     from apsw import Bindings, SQLiteValue
@@ -168,11 +166,15 @@ def make_private_dir(path: str | os.PathLike[str]) -> None:
 
 
 def copy_private(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, what: str = "temp index") -> None:
-    """Copy ``src`` to a NEW file ``dst`` (O_EXCL, 0600, never through a symlink)."""
+    """Copy ``src`` (the live index: read through :func:`openfiles.kept`, so that no reader of this
+    process loses its locks) to a NEW file ``dst`` (O_EXCL, 0600, never through a symlink)."""
     out = safe_open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY, what=what)
     try:
-        with open(src, "rb") as fin, os.fdopen(out, "wb", closefd=False) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
+        with openfiles.kept(src) as fin, os.fdopen(out, "wb", closefd=False) as fout:
+            at = 0
+            while chunk := os.pread(fin, 1 << 20, at):
+                fout.write(chunk)
+                at += len(chunk)
     finally:
         os.close(out)
 
@@ -225,51 +227,14 @@ def check_index_target(path: Path) -> bool:
     return True
 
 
-_HEADERS: dict[str, tuple[int, int, int]] = {}
-"""The descriptor this process reads each index file's header through, by path: (device, inode,
-fd), kept open while that file is at the path. POSIX locks belong to a process and a file, and
-closing *any* descriptor of the file drops every lock the process holds on it: a header read that
-opened and closed the file (every new reader, every search's freshness probe) dropped the SHARED
-lock of another thread's read transaction, and a writer in another process then committed under
-that reader instead of waiting. A descriptor is closed only once its file is no longer at the
-path (replaced by a rebuild, removed): nothing writes such a file any more; or, past
-:data:`_HEADERS_MAX` files, the least recently read one."""
-_HEADERS_LOCK = threading.Lock()
-_HEADERS_MAX = 64
-
-
 def _read_header(path: Path, st: os.stat_result) -> bytes:
-    """The first 100 bytes of the index file ``path`` (``st``: its lstat), read through the
-    descriptor :data:`_HEADERS` keeps for it; read anew each time (a header overwritten in place is
-    seen)."""
-    key = os.fspath(path)
-    with _HEADERS_LOCK:
-        held = _HEADERS.get(key)
-        if held is not None and (held[0], held[1]) != (st.st_dev, st.st_ino):
-            os.close(held[2])  # the file it read is no longer there: replaced or removed
-            del _HEADERS[key]
-            held = None
-        if held is None:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-            mine = os.fstat(fd)
-            if (mine.st_dev, mine.st_ino) != (st.st_dev, st.st_ino):  # replaced between lstat and open
-                os.close(fd)
-                raise OSError(errno.EAGAIN, "the index was replaced while it was checked")
-            for other, (dev, ino, ofd) in list(_HEADERS.items()):  # files gone from their paths
-                try:
-                    now = os.stat(other, follow_symlinks=False)
-                    gone = (now.st_dev, now.st_ino) != (dev, ino)
-                except OSError:
-                    gone = True
-                if gone:
-                    os.close(ofd)
-                    del _HEADERS[other]
-            while len(_HEADERS) >= _HEADERS_MAX:  # a process reading hundreds of indexes (tests):
-                os.close(_HEADERS.pop(next(iter(_HEADERS)))[2])  # the least recently read goes
-            held = _HEADERS[key] = (st.st_dev, st.st_ino, fd)
-        else:
-            _HEADERS[key] = _HEADERS.pop(key)  # most recently read last
-        return os.pread(held[2], 100, 0)
+    """The first 100 bytes of the index file ``path`` (``st``: its lstat), read anew each time (a
+    header overwritten in place is seen) through a descriptor that is never closed under a
+    connection of this process (:func:`memory_core.storage.openfiles.kept`): POSIX locks belong to
+    a process and a file, and closing any descriptor of the file drops them all (N7, N8)."""
+    with openfiles.kept(path, same_as=st) as fd:
+        return os.pread(fd, 100, 0)
+
 
 _vec_path: str | None | Literal[False] = False  # False: not looked up yet
 
@@ -315,12 +280,13 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False, immutable: 
     p = os.fspath(path)
     if readonly:
         uri = "file:" + _uri_quote(p) + "?mode=ro" + ("&immutable=1" if immutable else "")
-        conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn: apsw.Connection = openfiles.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+                                                     path=p)
     else:
         refuse_sqlite_symlinks(p)
         name, uri_flag = _sqlite_name(p)
-        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-                               | apsw.SQLITE_OPEN_NOFOLLOW | uri_flag)
+        conn = openfiles.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                                    | apsw.SQLITE_OPEN_NOFOLLOW | uri_flag, path=p)
     conn.set_busy_timeout(10_000)
     return conn
 
@@ -337,7 +303,7 @@ def connect_reader(path: str | os.PathLike[str]) -> apsw.Connection:
     try:
         refuse_sqlite_symlinks(p, "index")
         name, uri = _sqlite_name(p)
-        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
+        conn = openfiles.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri, path=p)
     except (apsw.Error, UnsafePathError):
         return connect(p, readonly=True)
     conn.set_busy_timeout(10_000)
@@ -356,7 +322,8 @@ def recover_index(path: Path) -> bool:
     refuse_sqlite_symlinks(path, "index")
     try:
         name, uri = _sqlite_name(os.fspath(path))
-        conn = apsw.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri)
+        conn = openfiles.Connection(name, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | uri,
+                                    path=os.fspath(path))
         try:
             conn.set_busy_timeout(10_000)
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
