@@ -944,3 +944,37 @@ def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts
         conn.close()
     third = run_index(s)
     assert (third.sessions_redated, third.files_changed) == (0, 0)
+
+
+def test_an_index_with_no_transcript_to_reread_records_the_days_reading_once(tmp_path: Path) -> None:
+    """When every transcript's recorded days are in range, the run with an older index records the
+    reading's version alone (nothing re-read, nothing embedded), so later runs do not list the
+    transcripts again."""
+    from memory_core.storage.store import connect, read_meta, write_meta
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _one_message_session(ws, "good", "2025-01-02T10:00:00Z", "Nothing much, read a book.")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+
+    def recorded() -> object:
+        conn = connect(s.index_file, readonly=True)
+        try:
+            return (read_meta(conn) or {}).get("message_days", "absent")
+        finally:
+            conn.close()
+
+    conn = connect(s.index_file)
+    try:
+        with conn:
+            meta = read_meta(conn)
+            assert meta is not None
+            meta.pop("message_days", None)
+            write_meta(conn, meta)
+    finally:
+        conn.close()
+    assert recorded() == "absent"
+    again = run_index(s)
+    assert (again.sessions_redated, again.files_changed, again.chunks_embedded) == (0, 0, 0)
+    assert recorded() == 2

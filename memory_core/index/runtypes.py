@@ -151,13 +151,15 @@ class RunPlan:
     # the files earlier runs skipped that are as they were then (path -> [source, mtime ms, size,
     # kind]: memory_core.sources.freshness.SKIPPED_KEY); the build's meta keeps them
     skips: dict[str, list[Any]] = field(default_factory=dict)
-    # a skip the live index does not record yet (an indexed file that changed and cannot be read,
-    # its rows kept): the run commits the meta alone, so freshness learns it
-    new_skips: bool = False
+    # the meta records what the live index's does not, and the run commits it even with no file
+    # to index: a skip it lacks (an indexed file that changed and cannot be read, its rows kept:
+    # so freshness learns it), or how message days are read (indexmeta.MESSAGE_DAYS_VERSION,
+    # when no transcript needed re-reading: so the next run does not look again)
+    new_meta: bool = False
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.full and not self.to_index and not self.removed and not self.new_skips
+        return not self.full and not self.to_index and not self.removed and not self.new_meta
 
 
 @dataclass

@@ -173,6 +173,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0,
               "sessions_redated": 0}
     redate: frozenset[str] = frozenset()
+    days_looked_at = False  # the transcripts an older reading of days may have dated wrongly were listed
     seen: set[str] = set()
     indexed: Collection[str]  # the indexed paths a file not seen now was removed from
     if hinted is not None:
@@ -191,7 +192,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         # (or are new) are listed, and only their files rows are read whole
         recorded = read_live_stats(index_path)
         if "sessions" in settings.sources and live_meta.get("message_days") != MESSAGE_DAYS_VERSION:
-            redate = _transcripts_to_redate(index_path)
+            to_redate = _transcripts_to_redate(index_path)
+            redate, days_looked_at = to_redate or frozenset(), to_redate is not None
             if redate:  # listed by the scan as if changed; taken as they are below
                 recorded = {**recorded, **{p: (v[0], -1, v[2]) for p, v in recorded.items() if p in redate}}
         # a skipped file as it was is not listed either; an unreadable one always is (whether it
@@ -273,8 +275,11 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 skips[p] = list(k)
     removed = sorted(p for p in indexed if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
-    if hinted is not None and live_meta is not None:  # not looked at for their days: as recorded
-        meta["message_days"] = live_meta.get("message_days") if meta.get("message_days") else None
+    if (not full and live_meta is not None and meta.get("message_days")
+            and live_meta.get("message_days") != meta["message_days"] and not days_looked_at):
+        # transcripts not looked at for their days (a run given the changed paths, or the listing
+        # failed): the version as the live index records it, so the next run looks
+        meta["message_days"] = live_meta.get("message_days")
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)
@@ -283,7 +288,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         run_id=run_id, workdir=str(workdir), index_path=str(index_path), full=full, full_reason=full_reason,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
-        new_skips=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items()),
+        new_meta=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items())
+        or days_looked_at,
     )
 
 
@@ -332,13 +338,14 @@ def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reaso
     return hinted, n_indexed, rows, ""
 
 
-def _transcripts_to_redate(index_path: Path) -> frozenset[str]:
+def _transcripts_to_redate(index_path: Path) -> frozenset[str] | None:
     """The indexed transcripts whose recorded days an older reading of timestamps may have got
     wrong (:data:`memory_core.storage.indexmeta.MESSAGE_DAYS_VERSION`): none of their chunks has a
     day in 1971-2200 (lowercase ``t``/``z``, epochs as strings, micro- or nanosecond epochs dated
     nothing), or one has a day outside it (a placeholder time dated 1970, ``9999-12-31`` the year
     9999). Transcripts with no timestamps at all are among them, and are read once more for
-    nothing. One statement over ``chunk_days``; none on an index without it (older schemas rebuild)."""
+    nothing. One statement over ``chunk_days``; none on an index without it (older schemas rebuild);
+    None when they cannot be listed (the version is then not recorded: the next run looks again)."""
     conn = connect(index_path, readonly=True, immutable=True)
     try:
         if not has_table(conn, "chunk_days"):
@@ -352,7 +359,7 @@ def _transcripts_to_redate(index_path: Path) -> frozenset[str]:
         return frozenset(r[0] for r in rows)
     except apsw.Error as exc:  # a days refresh never fails a run: the days stay as recorded
         log.warning("cannot list the transcripts to re-read for their days (%s)", exc)
-        return frozenset()
+        return None
     finally:
         conn.close()
 
