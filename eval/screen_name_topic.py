@@ -35,6 +35,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import run_sets  # noqa: E402  (eval/run_sets.py)
+import where_missed  # noqa: E402  (eval/where_missed.py)
 
 _SPEAKER = re.compile(r"^([A-Z][a-z]+):")
 
@@ -46,16 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=run_sets.DEFAULT_CACHE)
     a = ap.parse_args(argv)
 
-    from memory_core.config import load_settings
-    from memory_core.embeddings.registry import create_provider
-
-    s = run_sets.make_set(a.set, False)
-    if not s.evidence:
-        raise SystemExit(f"{a.set} has no evidence.tsv")
-    provider, _ = create_provider(load_settings(None, {"workspace": str(a.cache), "provider": "local"}))
-    group = next(iter(s.groups))
-    settings = run_sets.ensure_index(s, group, a.cache, run_sets.indexer_version(), provider, False,
-                                     lambda m: print(m, file=sys.stderr))
+    s, provider, settings = where_missed.evidence_index(a.set, a.cache)
     msgs: list[tuple[str, int, str, str]] = []  # (path, JSONL line, role, text)
     for f in sorted(settings.sessions_dir.glob("*.jsonl")):
         rel = f"sessions/{f.name}"

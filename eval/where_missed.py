@@ -28,6 +28,21 @@ import run_sets  # noqa: E402  (eval/run_sets.py)
 PLACES = ("hit", "one line past", "same file", "file missed")
 
 
+def evidence_index(name: str, cache: Path) -> tuple[Any, Any, Any]:
+    """(the set, the local model, its index's settings) of a set with evidence; its index built
+    first if run_sets' cache lacks it."""
+    from memory_core.config import load_settings
+    from memory_core.embeddings.registry import create_provider
+
+    s = run_sets.make_set(name, False)
+    if not s.evidence:
+        raise SystemExit(f"{name} has no evidence.tsv")
+    provider, _ = create_provider(load_settings(None, {"workspace": str(cache), "provider": "local"}))
+    settings = run_sets.ensure_index(s, next(iter(s.groups)), cache, run_sets.indexer_version(), provider, False,
+                                     lambda m: print(m, file=sys.stderr))
+    return s, provider, settings
+
+
 def place(res: list[Any], path: str, line: int) -> str:
     mine = [r for r in res[:10] if r.path == path]
     if any(r.start_line <= line <= r.end_line for r in mine):
@@ -48,17 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from memory_core.apps.evaluation import resolve_corpus_ids
-    from memory_core.config import load_settings
-    from memory_core.embeddings.registry import create_provider
     from memory_core.query.search import Searcher
 
-    s = run_sets.make_set(a.set, False)
-    if not s.evidence:
-        raise SystemExit(f"{a.set} has no evidence.tsv")
-    provider, _ = create_provider(load_settings(None, {"workspace": str(a.cache), "provider": "local"}))
-    group = next(iter(s.groups))
-    settings = run_sets.ensure_index(s, group, a.cache, run_sets.indexer_version(), provider, False,
-                                     lambda m: print(m, file=sys.stderr))
+    s, provider, settings = evidence_index(a.set, a.cache)
     cats = {c for c in a.category.split(",") if c}
     tally: collections.Counter[str] = collections.Counter()
     by_cat: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)

@@ -10,8 +10,10 @@ day resolved against today's clock lands on nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -878,13 +880,31 @@ def test_a_listed_day_after_the_first_finds_its_transcript(january) -> None:
 
 # -- the sixteenth session: days an older reading recorded -------------------------------------------
 
+def _as_an_older_reading_left_it(s: Settings, days: Callable[[Any], None] | None = None) -> None:
+    """The index of ``s`` as a build before MESSAGE_DAYS_VERSION left it: no version in its meta,
+    and ``days`` (given the connection, in one transaction) changes its recorded days."""
+    from memory_core.storage.store import connect, read_meta, write_meta
+
+    conn = connect(s.index_file)
+    try:
+        with conn:
+            if days is not None:
+                days(conn)
+            meta = read_meta(conn)
+            assert meta is not None
+            meta.pop("message_days", None)
+            write_meta(conn, meta)
+    finally:
+        conn.close()
+
+
 def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts_once(tmp_path: Path) -> None:
     """An index built before D1/D10 recorded no day for a transcript stamped ``...t10:00:00z`` or
     with an epoch written as a string, and the year 9999 for ``9999-12-31``: its transcripts kept
     those days until they changed. The next run re-reads exactly the transcripts with no day in
     1971-2200 or one outside it (as changed, vectors from the cache), records the reading's version,
     and the run after that has nothing to do."""
-    from memory_core.storage.store import connect, read_meta, write_meta
+    from memory_core.storage.store import connect, read_meta
 
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
@@ -896,20 +916,14 @@ def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts
     first = run_index(s)
     assert first.sessions_redated == 0
 
-    conn = connect(s.index_file)  # the index as the older reading left it
-    try:
-        with conn:
-            rid = {p: r for r, p in conn.execute("SELECT rid, path FROM chunks")}
-            for name in ("lower", "text"):
-                conn.execute("DELETE FROM chunk_days WHERE rid = ?", (rid[f"sessions/{name}.jsonl"],))
-            conn.execute("INSERT INTO chunk_days(day, rid, first, line) VALUES('9999-12-31', ?, "
-                         "'9999-12-31T23:59:59Z', 2)", (rid["sessions/never.jsonl"],))
-            meta = read_meta(conn)
-            assert meta is not None
-            meta.pop("message_days", None)
-            write_meta(conn, meta)
-    finally:
-        conn.close()
+    def older_reading(conn: Any) -> None:
+        rid = {p: r for r, p in conn.execute("SELECT rid, path FROM chunks")}
+        for name in ("lower", "text"):
+            conn.execute("DELETE FROM chunk_days WHERE rid = ?", (rid[f"sessions/{name}.jsonl"],))
+        conn.execute("INSERT INTO chunk_days(day, rid, first, line) VALUES('9999-12-31', ?, "
+                     "'9999-12-31T23:59:59Z', 2)", (rid["sessions/never.jsonl"],))
+
+    _as_an_older_reading_left_it(s, older_reading)
     question = "what did we talk about on 5 January 2025?"
     with Searcher(s) as se:
         before = {h.path for h in se.search(question, min_score=0, max_results=10)
@@ -950,7 +964,7 @@ def test_an_index_with_no_transcript_to_reread_records_the_days_reading_once(tmp
     """When every transcript's recorded days are in range, the run with an older index records the
     reading's version alone (nothing re-read, nothing embedded), so later runs do not list the
     transcripts again."""
-    from memory_core.storage.store import connect, read_meta, write_meta
+    from memory_core.storage.store import connect, read_meta
 
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
@@ -965,15 +979,7 @@ def test_an_index_with_no_transcript_to_reread_records_the_days_reading_once(tmp
         finally:
             conn.close()
 
-    conn = connect(s.index_file)
-    try:
-        with conn:
-            meta = read_meta(conn)
-            assert meta is not None
-            meta.pop("message_days", None)
-            write_meta(conn, meta)
-    finally:
-        conn.close()
+    _as_an_older_reading_left_it(s)
     assert recorded() == "absent"
     again = run_index(s)
     assert (again.sessions_redated, again.files_changed, again.chunks_embedded) == (0, 0, 0)
