@@ -270,8 +270,9 @@ def sweep(index_file: str | os.PathLike[str], *, current_api: str, skip: set[str
             if api not in _warned:
                 _warned.add(api)
                 logger.warning("cannot reach the Prefect API %s to mark %d flow run(s) of %s whose process stopped"
-                            " without reporting (%s); their owner files are kept for a later run",
-                            api or "(temporary server)", len(deads), index_file, why)
+                               " without reporting (%s); their owner files in %s are kept for a later run (remove"
+                               " them if that server is gone for good)", api or "(temporary server)", len(deads),
+                               index_file, why, owners_dir(index_file))
     return out
 
 
