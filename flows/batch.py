@@ -13,7 +13,7 @@ from typing import Any
 from prefect.futures import PrefectFuture
 
 from memory_core.index import batch_jobs as J
-from tasks.batch import STEP_TASKS, forget_stop, stop_event
+from tasks.batch import STEP_TASKS, forget_stop, request_stop, stop_event
 from tasks.stages import settings_json
 
 WAKE_S = 0.5  # how often the coordinator wakes while it waits on job steps (to see a cancel)
@@ -66,10 +66,13 @@ class PrefectOps:
 
     def close(self) -> None:
         # On an error or a cancel: stop the steps' sleeps (a poll would otherwise run to its
-        # deadline), then let the running steps end before returning.
+        # deadline), in this process and, through a stop file in the work directory, in others
+        # (a process pool or Dask task runner); then let the running steps end before returning.
+        if self.outstanding:
+            request_stop(self.stop_key, self.workdir)
         self.stop.set()
         for fut in list(self.outstanding):
             with contextlib.suppress(Exception):
                 fut.wait()
         self.outstanding.clear()
-        forget_stop(self.stop_key)
+        forget_stop(self.stop_key, self.workdir)

@@ -30,7 +30,7 @@ from prefect.states import Cancelled, Completed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows import report
+from flows import owners, report
 from flows.executor import PrefectExecutor
 from flows.runners import RunnerChoice
 from memory_core.config import Settings
@@ -261,11 +261,14 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     and cached) before the error ends it. A run in this process with nothing else to act on a
     cancel (:func:`_watch_for_cancel`) watches its own state: a cancel stops it, and it ends Cancelled."""
     watch = _watch_for_cancel()
+    sweeps: list[owners.Sweeper] = []
     try:
-        out = _run_pipeline(params, flow_name, watch)
+        out = _run_pipeline(params, flow_name, watch, sweeps)
     finally:
         if watch is not None:
             watch.close()
+        for sweep in sweeps:  # a few ms on a server that answers; bounded on one that does not
+            sweep.join()
     data = out.data if isinstance(out, State) and out.is_completed() else out
     if watch is not None and isinstance(data, dict) and watch.cancelling_now():
         # a cancel that came as the run reported: it had finished (Completed is refused from Cancelling)
@@ -277,7 +280,40 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     return out
 
 
-def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | None) -> dict[str, Any] | State[Any]:
+def _hold_and_sweep(settings: Settings, flow_name: str) -> list[owners.Sweeper]:
+    """Hold this flow run's owner file for the index (flows/owners.py: its lock says the run is
+    alive until its process ends), and settle, in a background thread, the runs of this index
+    whose processes died without reporting (Running for ever in Prefect: now Crashed)."""
+    from prefect.context import FlowRunContext
+    from prefect.settings import get_current_settings
+
+    from memory_core.storage.store import check_index_target
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return []
+    try:
+        check_index_target(settings.index_file)  # nothing made beside a file that is not an index of ours
+    except Exception:  # the run refuses it itself, with its own message
+        return []
+    logger = get_run_logger()
+    try:
+        run_id, name = str(ctx.flow_run.id), str(ctx.flow_run.name)
+        api = str(get_current_settings().api.url or "")
+        if owners.hold(settings.index_file, run_id, api_url=api, flow_name=flow_name, run_name=name) is not None:
+            owned = _OWNED.get()
+            if owned is not None:
+                owned.append(run_id)
+        return [owners.Sweeper(settings.index_file, current_api=api, skip={run_id},
+                               found_by=f"flow run {name} ({run_id})", logger=logger)]
+    except Exception as exc:  # never the run's failure: it only goes unmarked if it is killed
+        logger.warning("cannot hold this flow run's owner file or look for dead runs of %s: %s: %s",
+                       settings.index_file, type(exc).__name__, exc)
+        return []
+
+
+def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | None,
+                  sweeps: list[owners.Sweeper]) -> dict[str, Any] | State[Any]:
     logger = get_run_logger()
     t_start = time.perf_counter()
     # until the settings resolve (a bad config fails that): the label the success path uses
@@ -295,6 +331,7 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         pipeline.preflight(settings)
         if _RESOLVED.get() is None:  # (the CLI checked its own --index)
             pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
+        sweeps.extend(_hold_and_sweep(settings, flow_name))
         provider, reason = provider_for(settings)
         if reason.startswith("fallback"):
             fallbacks.append(report.emit_fallback(settings, "provider", reason, **{
@@ -422,7 +459,8 @@ def _stopped_after_publish(flow_name: str, label: str, settings: Settings, summa
 # -- the flow ----------------------------------------------------------------------------------
 
 @flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
-      validate_parameters=True, log_prints=False)
+      validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
+      on_failure=[owners.release_hook], on_crashed=[owners.release_hook])
 def reindex(
     workspace: str | None = None,
     index_path: str | None = None,
@@ -475,6 +513,8 @@ _CALLER: ContextVar[tuple[pipeline.ProgressFn | None, Callable[[str], None] | No
 # The settings the caller of an in-process run already resolved (the CLI): not a parameter, so
 # API keys never reach the server and a deployment's runs resolve theirs from their parameters.
 _RESOLVED: ContextVar[Settings | None] = ContextVar("memory_core_flow_settings", default=None)
+# The flow runs whose owner files (flows/owners.py) a run in this context held, for its in-process caller
+_OWNED: ContextVar[list[str] | None] = ContextVar("memory_core_flow_owned", default=None)
 # The stop of a run its cancel watch ended (:func:`_cancelled`), for the in-process caller
 _STOPPED: ContextVar[list[BaseException] | None] = ContextVar("memory_core_flow_stopped", default=None)
 
@@ -490,6 +530,7 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
     token = _CALLER.set((progress, on_start))
     resolved = _RESOLVED.set(settings)
     stopped = _STOPPED.set([])
+    owned = _OWNED.set([])
     try:
         return reindex(**params.flow_kwargs())
     except CancelledRun:
@@ -501,6 +542,9 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
             raise said[-1] from None
         raise
     finally:
+        # the run's final state is reported: its owner file goes (a Cancelled run has no state hook)
+        owners.release_all(set(_OWNED.get() or ()))
+        _OWNED.reset(owned)
         _STOPPED.reset(stopped)
         _RESOLVED.reset(resolved)
         _CALLER.reset(token)

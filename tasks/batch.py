@@ -16,15 +16,19 @@ wait on it and raise :class:`~memory_core.index.batch_runner.Stopped` once it is
 in-process executor's do. A flow run cancelled (or failed) while its jobs were polled otherwise
 waited for every poll task to reach its deadline (``batch.timeout_minutes``, 60 by default)
 before it could end. A stopped poll returns the job as last seen (still open in the ledger, for
-the next run); a stopped create leaves its row ``submitting`` (looked up by the next run). Only
-for task runners in this process (threads); a step on another worker runs to its deadline.
+the next run); a stopped create leaves its row ``submitting`` (looked up by the next run). A step
+in another process (a process pool or Dask task runner) has no such event: the coordinator also
+writes a stop file in the run's work directory (:func:`request_stop`), which those sleeps look
+for every ``STOP_POLL_S`` (the steps need that directory already: their job files are there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,9 +61,48 @@ def stop_event(key: str) -> threading.Event:
         return _STOPS.setdefault(key, threading.Event())
 
 
-def forget_stop(key: str) -> None:
+def forget_stop(key: str, workdir: str | os.PathLike[str] | None = None) -> None:
     with _STOPS_LOCK:
         _STOPS.pop(key, None)
+    if workdir is not None:
+        with contextlib.suppress(OSError):
+            stop_file(workdir, key).unlink()
+
+
+STOP_POLL_S = 0.5  # how often a step's sleep looks for the stop file (steps in another process)
+
+
+def stop_file(workdir: str | os.PathLike[str], key: str) -> Path:
+    return Path(workdir) / f"stop-{key}"
+
+
+def request_stop(key: str, workdir: str | os.PathLike[str]) -> None:
+    """Stop the steps of run ``key``: those in this process at once (the event), those in other
+    processes that see ``workdir`` within ``STOP_POLL_S`` (the file)."""
+    stop_event(key).set()
+    try:
+        stop_file(workdir, key).touch()
+    except OSError as exc:  # steps elsewhere then run to their deadline, as before
+        _logger().warning("cannot write the batch steps' stop file in %s: %s", workdir, exc)
+
+
+def _stop_sleep(key: str, workdir: str | os.PathLike[str]) -> Any:
+    """A sleep that raises :class:`Stopped` once run ``key`` is stopped: its event (steps in this
+    process: at once) or its stop file (steps in other processes: within ``STOP_POLL_S``)."""
+    stop, flag = stop_event(key), stop_file(workdir, key)
+
+    def sleep(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            if stop.is_set() or flag.exists():
+                raise Stopped()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if stop.wait(min(left, STOP_POLL_S)):
+                raise Stopped()
+
+    return sleep
 
 
 @contextlib.contextmanager
@@ -70,13 +113,7 @@ def _context(settings_blob: str, cache_path: str, workdir: str, stop_key: str = 
     try:
         ctx = J.open_context(settings, provider, cache, workdir)
         if stop_key:
-            stop = stop_event(stop_key)
-
-            def sleep(seconds: float) -> None:
-                if stop.wait(seconds):
-                    raise Stopped()
-
-            ctx.sleep = sleep
+            ctx.sleep = _stop_sleep(stop_key, workdir)
         yield ctx
     finally:
         cache.close()

@@ -204,3 +204,78 @@ def test_a_cancel_while_batch_jobs_are_polled_stops_the_run_and_leaves_the_jobs_
         assert code == 0, err
         assert "3 re-attached" in out and srv.batch_creates == 3
         assert_paid_once(srv, s)
+
+
+STEPS_IN_PROCESSES = """
+import sys, time
+from prefect import flow
+from prefect.task_runners import ProcessPoolTaskRunner
+
+from flows.executor import PrefectExecutor
+from memory_core.config import Settings
+from memory_core.index.pipeline import run_index
+from tasks.stages import provider_for
+
+
+@flow(name="batch-steps-in-processes", task_runner=ProcessPoolTaskRunner(max_workers=3))
+def steps_in_processes(blob: str) -> None:
+    settings = Settings.model_validate_json(blob)
+    provider, reason = provider_for(settings)
+    executor = PrefectExecutor(label="test")
+    try:
+        run_index(settings, full=True, provider=provider, reason=reason, executor=executor)
+        print("finished", flush=True)
+    except BaseException as exc:  # the Ctrl-C, as the pipeline raises it once the run has stopped
+        print(f"stopped {time.time()} {type(exc).__name__}", flush=True)
+    finally:
+        executor.close()
+
+
+if __name__ == "__main__":  # (the pool's processes import this file too)
+    steps_in_processes(open(sys.argv[1]).read())
+"""
+
+
+def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
+    """BP7's stop, for job steps that run in other processes (a flow on a process pool task
+    runner; a Dask one is the same): they had no way to see the run's stop event, so a run
+    stopped (here: Ctrl-C) while its 3 jobs were polled waited for each poll to reach its deadline
+    (``batch.timeout_minutes``: 30 s here, 60 min by default). They now see the stop file the
+    coordinator writes in the run's work directory: the run stops within a second or two, its
+    jobs left open for the next run."""
+    import signal as sig
+
+    from tasks.stages import settings_json
+    from tests.test_batch import batch_settings, ledger_states
+
+    script = tmp_path / "steps_in_processes.py"
+    script.write_text(STEPS_IN_PROCESSES)
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT), PREFECT_LOGGING_LEVEL="WARNING")
+    with OpenAIFake(dims=16, batch_delay=None) as srv:  # jobs run until told to finish
+        s = batch_settings(workspace, "openai", srv, concurrency=8, poll_interval_s=0.05, timeout_minutes=0.5)
+        blob = tmp_path / "settings.json"
+        blob.write_text(settings_json(s))
+        proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (srv.batch_creates == 3 and srv.batch_polls >= 6) and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            assert srv.batch_creates == 3
+            t0 = time.time()
+            proc.send_signal(sig.SIGINT)
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        polls = srv.batch_polls
+        time.sleep(1.0)
+        assert srv.batch_polls == polls  # nothing polls on
+    stopped = [line.split() for line in out.splitlines() if line.startswith("stopped ")]
+    assert stopped, (out, err[-3000:])
+    took = float(stopped[0][1]) - t0
+    assert took < 10, took  # before: 30 s, each poll step to its deadline
+    assert ledger_states(s) == {"submitted": 3}  # open for the next run
+    assert not list(s.cache_file.parent.rglob("stop-*"))

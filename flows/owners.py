@@ -1,0 +1,342 @@
+"""Flow runs whose process died without reporting: found exactly, and marked Crashed by the next run.
+
+A flow run of ``reindex`` or ``backfill`` killed with no chance to report (SIGKILL, the OOM
+killer, a machine going down) stayed ``Running`` in Prefect for ever when no worker or runner
+was left to mark it: the CLI's own run (``memory-core index --engine prefect``), or a served
+deployment whose ``serve`` process died with it.
+
+Each run holds an exclusive ``flock`` for its whole life on a small owner file named after its flow
+run id, in ``<index>.flow-runs/`` beside the index (:func:`hold`). The kernel drops the lock when
+the process dies, however it dies, so "is that run alive" is "can its file be locked": no pid
+(pids are reused), no clock, no heartbeat to miss under a slow provider. The lock belongs to the
+open file, so two runs in one process (a fleet's agents) are told apart too. The file is created
+under a temporary name, locked and written, then renamed into place: under its final name it is
+always locked by a live owner or left by a dead one.
+
+The next run of the same index (:func:`sweep`, in a background thread: it never delays nor fails
+the run) takes the lock of every other owner file it can, and for each asks the Prefect server
+the dead run reported to (recorded in the file): a run still ``Running`` or ``Pending`` is set
+``Crashed``, one still ``Cancelling`` is set ``Cancelled``, with a message saying which process
+stopped and what the live index holds; a run already final (it finished, or its runner marked it),
+or no longer on the server, is left as it is. Then the file is removed. A file whose server
+cannot be reached is kept (one warning per process), for a later run. A sweeper keeps the file's
+lock while it talks to the server, so two runs sweeping at once never both act on one run (the
+second sees the file locked and leaves it). A run whose file stays locked is never touched.
+
+A run that finishes removes its file once its final state is reported (the flow's state hooks;
+:func:`release_all` after an in-process run as a fallback); a run killed between its last report
+and that removal leaves a file the next sweep finds final, and removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("memory_core.flow_runs")
+
+OWNERS_SUFFIX = ".flow-runs"  # <index>.flow-runs/<flow run id>
+_NEW = ".new-"  # an owner file being made (locked, written, then renamed into place)
+# the most a run waits at its end for its sweep to finish: nothing on a server that answers (the sweep,
+# a few requests, is over long before), this much on one that does not (the file is kept then)
+SWEEP_JOIN_S = 0.2
+SWEEP_TIMEOUT_S = 10.0  # each request of the sweep (a server that accepts and never answers)
+
+_warned: set[str] = set()  # servers already warned about in this process (once each)
+_held: dict[str, RunOwner] = {}  # flow run id -> its owner file, while held in this process
+_held_lock = threading.Lock()
+
+
+def owners_dir(index_file: str | os.PathLike[str]) -> Path:
+    return Path(os.fspath(index_file) + OWNERS_SUFFIX)
+
+
+@dataclass
+class RunOwner:
+    """A live run's owner file, its exclusive lock held until :meth:`release`."""
+
+    flow_run_id: str
+    path: Path
+    fd: int | None
+
+    def release(self) -> None:
+        """Unlink, then unlock (a sweeper looking meanwhile finds no file, or a final run)."""
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = None
+
+
+def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, flow_name: str = "",
+         run_name: str = "") -> RunOwner | None:
+    """Create and lock the owner file of flow run ``flow_run_id`` for index ``index_file``; None
+    (and a log line) when it cannot be made: the run goes on, as before, without one."""
+    folder = owners_dir(index_file)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)  # <workspace>/.memory-core/ at a first run
+        folder.mkdir(mode=0o700, exist_ok=True)
+        record = json.dumps({
+            "flow_run_id": flow_run_id, "api_url": api_url, "host": socket.gethostname(), "pid": os.getpid(),
+            "flow": flow_name, "run": run_name, "index": os.fspath(index_file),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }).encode()
+        for _ in range(4):
+            tmp = folder / f"{_NEW}{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.write(fd, record)
+                os.rename(tmp, folder / flow_run_id)  # the same inode, locked: never seen unlocked
+            except OSError:  # a sweep removed the new file between its create and its lock: again
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                continue
+            owner = RunOwner(flow_run_id, folder / flow_run_id, fd)
+            with _held_lock:
+                old = _held.pop(flow_run_id, None)
+                _held[flow_run_id] = owner
+            if old is not None and old.fd is not None:  # the same run again in this process (a retry)
+                with contextlib.suppress(OSError):
+                    os.close(old.fd)
+            return owner
+    except OSError as exc:
+        log.warning("cannot create the flow run's owner file in %s (%s): if this process is killed, the next"
+                    " run cannot tell that this flow run stopped", folder, exc)
+    return None
+
+
+def release(flow_run_id: str) -> None:
+    """Remove and unlock this process's owner file of ``flow_run_id``, if it holds one."""
+    with _held_lock:
+        owner = _held.pop(str(flow_run_id), None)
+    if owner is not None:
+        owner.release()
+
+
+def release_all(flow_run_ids: set[str] | None = None) -> None:
+    """Release the owner files this process holds (of ``flow_run_ids`` only, when given)."""
+    with _held_lock:
+        ids = [i for i in _held if flow_run_ids is None or i in flow_run_ids]
+    for i in ids:
+        release(i)
+
+
+def held_ids() -> set[str]:
+    with _held_lock:
+        return set(_held)
+
+
+def release_hook(flow: Any, flow_run: Any, state: Any) -> None:
+    """A flow state hook (Completed, Failed, Crashed): the final state is reported, the file goes."""
+    release(str(flow_run.id))
+
+
+# -- finding the dead -----------------------------------------------------------------------
+
+@dataclass
+class Dead:
+    """A dead run's owner file, its lock held by the sweeper (so no other sweeper acts on it)."""
+
+    path: Path
+    fd: int
+    record: dict[str, Any]
+
+    @property
+    def flow_run_id(self) -> str:
+        return str(self.record.get("flow_run_id") or self.path.name)
+
+    def done(self) -> None:
+        """Remove the file (the run is settled), then let go of it."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        self.keep()
+
+    def keep(self) -> None:
+        """Let go of the file and leave it for a later sweep."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _take(path: Path) -> int | None:
+    """The file's exclusive lock, if no live run holds it (and the file is still at ``path``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None  # gone (released, or swept by another run), or not ours to read
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        here, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+        if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
+            raise FileNotFoundError(errno.ENOENT, "replaced", os.fspath(path))
+    except OSError:  # held by a live run (EWOULDBLOCK), or replaced/removed meanwhile
+        os.close(fd)
+        return None
+    return fd
+
+
+def dead_owners(index_file: str | os.PathLike[str], *, skip: set[str] | None = None) -> Iterator[Dead]:
+    """The owner files of ``index_file`` whose runs are dead, each locked by the caller until it
+    calls ``done()`` or ``keep()``. Leftover temporary files of killed runs are removed."""
+    folder = owners_dir(index_file)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return
+    for name in names:
+        if skip and name in skip:
+            continue
+        path = folder / name
+        fd = _take(path)
+        if fd is None:
+            continue
+        if name.startswith(_NEW):  # a run killed while it made its file, before the rename
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)
+            continue
+        try:
+            record = json.loads(os.read(fd, 65536) or b"{}")
+            uuid.UUID(str(record.get("flow_run_id") or name))
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except (OSError, ValueError):
+            log.warning("unreadable flow run owner file %s: removed", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)
+            continue
+        yield Dead(path, fd, record)
+
+
+def crash_message(record: dict[str, Any], *, found_by: str) -> str:
+    host, pid = record.get("host") or "?", record.get("pid") or "?"
+    index = record.get("index") or "the index"
+    return (f"the process running this flow run (host {host}, pid {pid}) stopped without reporting (killed, or its"
+            f" machine went down): its lock was free when {found_by} looked. The live index {index} is as it was"
+            " before this run, or the one this run published (the swap is atomic: never a mix); the next run"
+            " re-embeds nothing this run cached")
+
+
+@dataclass
+class SweepResult:
+    crashed: list[str]  # flow run ids set Crashed (or Cancelled, from Cancelling) by this sweep
+    settled: list[str]  # already final, gone from the server, or in a state left as it is: file removed
+    kept: list[str]  # their server could not be asked: file kept for a later run
+    problems: list[str]  # why, per server that could not be asked
+
+
+def sweep(index_file: str | os.PathLike[str], *, current_api: str, skip: set[str] | None = None,
+          found_by: str = "a later run of the same index", logger: Any = None) -> SweepResult:
+    """Settle the flow runs of ``index_file`` whose owner files no live process holds (see the
+    module's docstring). ``current_api``: this process's Prefect API URL ("" for a temporary
+    server); a dead run recorded with no URL ran on a temporary server and is asked about only
+    by a run on one too. Never raises for a server that cannot be asked. ``logger``: where its
+    warnings go (the sweeping flow run's logger; default this module's)."""
+    logger = logger or log
+    out = SweepResult([], [], [], [])
+    by_api: dict[str, list[Dead]] = {}
+    for dead in dead_owners(index_file, skip=(skip or set()) | held_ids()):
+        api = str(dead.record.get("api_url") or "")
+        if not api and current_api:  # a temporary server's run: only a run on one can look it up
+            dead.keep()
+            out.kept.append(dead.flow_run_id)
+            continue
+        by_api.setdefault(api, []).append(dead)
+    for api, deads in by_api.items():
+        try:
+            _settle_on(api, deads, out, found_by, logger)
+        except Exception as exc:  # the server is down, or the URL is wrong: keep them for later
+            why = f"{type(exc).__name__}: {exc}".strip()
+            out.problems.append(f"{api or 'the temporary Prefect server'}: {why}")
+            for dead in deads:  # (those not settled before the failure)
+                out.kept.append(dead.flow_run_id)
+                dead.keep()
+            if api not in _warned:
+                _warned.add(api)
+                logger.warning("cannot reach the Prefect API %s to mark %d flow run(s) of %s whose process stopped"
+                               " without reporting (%s); their owner files in %s are kept for a later run (remove"
+                               " them if that server is gone for good)", api or "(temporary server)", len(deads),
+                               index_file, why, owners_dir(index_file))
+    return out
+
+
+def _settle_on(api: str, deads: list[Dead], out: SweepResult, found_by: str, logger: Any) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.responses import SetStateStatus
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.states import Cancelled, Crashed, State
+
+    settings = temporary_settings(updates={PREFECT_API_URL: api}) if api else contextlib.nullcontext()
+    with settings, get_client(sync_client=True, httpx_settings={"timeout": SWEEP_TIMEOUT_S}) as client:
+        while deads:
+            dead = deads[0]
+            run_id = uuid.UUID(dead.flow_run_id)
+            try:
+                state = client.read_flow_run(run_id).state
+            except ObjectNotFound:
+                state = None
+            if state is None or state.is_final() or state.type not in (
+                    StateType.RUNNING, StateType.PENDING, StateType.CANCELLING):
+                # final (it finished, or its runner marked it), deleted, or scheduled again: as it is
+                out.settled.append(dead.flow_run_id)
+            else:
+                message = crash_message(dead.record, found_by=found_by)
+                new: State[Any] = Cancelled(message=message) if state.type == StateType.CANCELLING else Crashed(message=message)
+                got = client.set_flow_run_state(run_id, new, force=False)
+                if got.status != SetStateStatus.ACCEPT:
+                    now = client.read_flow_run(run_id).state
+                    if now is not None and not now.is_final():  # refused by a rule, still not final
+                        got = client.set_flow_run_state(run_id, new, force=True)
+                if got.status == SetStateStatus.ACCEPT:
+                    out.crashed.append(dead.flow_run_id)
+                    logger.warning("flow run %s (%s) marked %s: %s", dead.flow_run_id, dead.record.get("run") or "?",
+                                new.name, message)
+                else:
+                    out.settled.append(dead.flow_run_id)
+            deads.pop(0)
+            dead.done()
+
+
+class Sweeper:
+    """:func:`sweep` in a daemon thread (the run never waits on the server for it, and a failure
+    there is one warning); :meth:`join` waits at most ``SWEEP_JOIN_S`` at the run's end."""
+
+    def __init__(self, index_file: str | os.PathLike[str], *, current_api: str, skip: set[str],
+                 found_by: str, logger: Any = None) -> None:
+        import contextvars
+
+        self.result: SweepResult | None = None
+        self.logger = logger or log
+        ctx = contextvars.copy_context()  # the caller's Prefect settings are context variables
+        self._thread = threading.Thread(target=ctx.run, args=(self._run, index_file, current_api, skip, found_by),
+                                        name="memory-core-crashed-sweep", daemon=True)
+        self._thread.start()
+
+    def _run(self, index_file: str | os.PathLike[str], current_api: str, skip: set[str], found_by: str) -> None:
+        try:
+            self.result = sweep(index_file, current_api=current_api, skip=skip, found_by=found_by,
+                                logger=self.logger)
+        except Exception as exc:  # never the run's failure
+            self.logger.warning("the sweep for flow runs that stopped without reporting failed: %s: %s",
+                        type(exc).__name__, exc)
+
+    def join(self, timeout: float = SWEEP_JOIN_S) -> None:
+        self._thread.join(timeout)
