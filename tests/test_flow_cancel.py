@@ -232,6 +232,11 @@ def steps_in_processes(blob: str) -> None:
 
 
 if __name__ == "__main__":  # (the pool's processes import this file too)
+    import signal
+    # Ctrl-C is Python's KeyboardInterrupt here even when this process was started with SIGINT
+    # ignored (a test run in the background: bash starts background commands so, and Python then
+    # leaves it ignored): the test sends SIGINT as a terminal would
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     steps_in_processes(open(sys.argv[1]).read())
 """
 
