@@ -166,6 +166,8 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "files removed": summary.files_removed,
         "files skipped": summary.files_skipped,
         "sessions carried (below delta)": summary.sessions_carried,
+        # an index built before the day reading it records: transcripts re-read once for their days
+        "transcripts re-read for their messages' days": summary.sessions_redated,
         "chunks in index": summary.chunks_total,
         "chunks from new/changed files": summary.chunks_indexed,
         "chunks embedded": summary.chunks_embedded,

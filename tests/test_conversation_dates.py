@@ -945,6 +945,8 @@ def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts
     again = run_index(s)
     assert (again.sessions_redated, again.files_changed, again.chunks_embedded) == (3, 3, 0), again.lines()
     assert any("re-read for their messages' days: 3" in line for line in again.lines())
+    from flows.report import run_figures  # the flow's summary artifact says it as the CLI does
+    assert run_figures(again, s)["transcripts re-read for their messages' days"] == 3
     with Searcher(s) as se:
         dated = {h.path for h in se.search(question, min_score=0, max_results=10)
                  if h.date and h.date.startswith("2025-01-05")}
