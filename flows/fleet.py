@@ -24,6 +24,7 @@ from prefect.futures import wait
 from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows import owners
 from flows.reindex import IfBusy, reindex
 from flows.runners import RunnerChoice
 from memory_core.index.runtypes import RunSummary
@@ -83,9 +84,32 @@ def _fleet_run_name() -> str:
     return name + (f"-{len(agents)}-agents" if len(agents) > 1 else f"-{agents[0]}" if agents else "")
 
 
-@flow(name="fleet-reindex", flow_run_name=_fleet_run_name,
+def _hold_owner_files(fleet: dict[str, Any]) -> None:
+    """This run's owner file in every agent's ``<index>.flow-runs/`` (flows/owners.py): killed
+    (SIGKILL, its ``serve`` process gone), it would stay Running for ever; the next run of any of
+    those indexes now marks it Crashed. Released by the state hooks when it ends."""
+    from prefect.context import FlowRunContext
+    from prefect.settings import get_current_settings
+
+    from memory_core.storage.store import check_index_target
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return
+    run_id, name = str(ctx.flow_run.id), str(ctx.flow_run.name)
+    api = str(get_current_settings().api.url or "")
+    for settings in fleet.values():
+        try:
+            check_index_target(settings.index_file)  # nothing made beside a file that is not an index of ours
+            owners.hold(settings.index_file, run_id, api_url=api, flow_name=owners.FLEET_FLOW, run_name=name)
+        except Exception:  # noqa: BLE001  (that agent's run refuses the path itself, with its own message)
+            continue
+
+
+@flow(name=owners.FLEET_FLOW, flow_run_name=_fleet_run_name,
       task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY),  # type: ignore[arg-type]
-      validate_parameters=True, log_prints=False)
+      validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
+      on_failure=[owners.release_hook], on_crashed=[owners.release_hook], on_cancellation=[owners.release_hook])
 def fleet_reindex(
     config_file: str | None = None,
     agents: list[str] | None = None,
@@ -120,6 +144,7 @@ def fleet_reindex(
     fleet = resolve_agents(path, agents)  # unknown agents, shared stores: ConfigError before any run
     assert path is not None
     logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))
+    _hold_owner_files(fleet)
     started = {a: time.perf_counter() for a in fleet}
     futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
                                        deployment) for a in fleet}

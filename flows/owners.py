@@ -23,6 +23,11 @@ cannot be reached is kept (one warning per process), for a later run. A sweeper 
 lock while it talks to the server, so two runs sweeping at once never both act on one run (the
 second sees the file locked and leaves it). A run whose file stays locked is never touched.
 
+A ``fleet-reindex`` run holds an owner file of its own in every agent's folder (one lock each):
+its agents' runs, as subflows in its process or runs of a deployment elsewhere, hold their own,
+and the next run of any of those indexes marks a killed fleet run Crashed (the other folders'
+copies are then found final, and removed).
+
 A run that finishes removes its file once its final state is reported (the flow's state hooks;
 :func:`release_all` after an in-process run as a fallback); a run killed between its last report
 and that removal leaves a file the next sweep finds final, and removes.
@@ -47,6 +52,7 @@ from typing import Any
 
 log = logging.getLogger("memory_core.flow_runs")
 
+FLEET_FLOW = "fleet-reindex"  # its runs hold an owner file in every agent's folder (flows/fleet.py)
 OWNERS_SUFFIX = ".flow-runs"  # <index>.flow-runs/<flow run id>
 _NEW = ".new-"  # an owner file being made (locked, written, then renamed into place)
 # the most a run waits at its end for its sweep to finish: nothing on a server that answers (the sweep,
@@ -55,7 +61,8 @@ SWEEP_JOIN_S = 0.2
 SWEEP_TIMEOUT_S = 10.0  # each request of the sweep (a server that accepts and never answers)
 
 _warned: set[str] = set()  # servers already warned about in this process (once each)
-_held: dict[str, RunOwner] = {}  # flow run id -> its owner file, while held in this process
+# flow run id -> its owner files (one per index: a fleet's run holds one in each agent's), while held here
+_held: dict[str, dict[Path, RunOwner]] = {}
 _held_lock = threading.Lock()
 
 
@@ -109,8 +116,9 @@ def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, 
                 continue
             owner = RunOwner(flow_run_id, folder / flow_run_id, fd)
             with _held_lock:
-                old = _held.pop(flow_run_id, None)
-                _held[flow_run_id] = owner
+                files = _held.setdefault(flow_run_id, {})
+                old = files.pop(owner.path, None)
+                files[owner.path] = owner
             if old is not None and old.fd is not None:  # the same run again in this process (a retry)
                 with contextlib.suppress(OSError):
                     os.close(old.fd)
@@ -122,10 +130,10 @@ def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, 
 
 
 def release(flow_run_id: str) -> None:
-    """Remove and unlock this process's owner file of ``flow_run_id``, if it holds one."""
+    """Remove and unlock this process's owner files of ``flow_run_id``, if it holds any."""
     with _held_lock:
-        owner = _held.pop(str(flow_run_id), None)
-    if owner is not None:
+        files = _held.pop(str(flow_run_id), {})
+    for owner in files.values():
         owner.release()
 
 
@@ -227,6 +235,11 @@ def dead_owners(index_file: str | os.PathLike[str], *, skip: set[str] | None = N
 def crash_message(record: dict[str, Any], *, found_by: str) -> str:
     host, pid = record.get("host") or "?", record.get("pid") or "?"
     index = record.get("index") or "the index"
+    if record.get("flow") == FLEET_FLOW:  # a fleet's run: one owner file in each of its agents' indexes
+        return (f"the process running this fleet run (host {host}, pid {pid}) stopped without reporting (killed, or"
+                f" its machine went down): its lock was free when {found_by} looked. Each agent's live index is as"
+                " it was before that agent's run, or the one its run published (each swap is atomic: never a mix);"
+                " an agent's run left Running is marked by the next run of its index")
     return (f"the process running this flow run (host {host}, pid {pid}) stopped without reporting (killed, or its"
             f" machine went down): its lock was free when {found_by} looked. The live index {index} is as it was"
             " before this run, or the one this run published (the swap is atomic: never a mix); the next run"

@@ -7,6 +7,7 @@ it can lock Crashed. Against a real Prefect server, with the real CLI killed mid
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -300,3 +301,72 @@ def test_a_served_deployment_run_killed_with_its_serve_process_is_marked_crashed
     assert list(owners.owners_dir(index).iterdir()) == []
     with get_client(sync_client=True) as client:
         client.delete_deployment(client.read_deployment_by_name(f"reindex/{name}").id)
+
+
+FLEET = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from flows.fleet import fleet_reindex
+fleet_reindex(config_file=sys.argv[1])
+"""
+
+
+def test_a_sigkilled_fleet_run_and_its_agents_runs_are_marked_crashed_by_the_next_fleet_run(
+        prefect_api: Any, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `fleet-reindex` run (two agents, each a reindex subflow in its process) is SIGKILLed while
+    its agents embed: the fleet run and both agents' runs stayed Running for ever (the agents'
+    were marked by their indexes' next runs, the fleet's by nothing). The fleet run now holds an
+    owner file in each agent's folder; the next fleet run marks all three Crashed, the fleet's with
+    a message for a fleet, and leaves no owner file."""
+    from tests.test_agents import make_fleet
+
+    cfg, _ws = make_fleet(tmp_path)
+    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    from memory_core.runtime.resolve import resolve_agents
+
+    with OpenAIFake(dims=64) as srv:
+        cfg.write_text(cfg.read_text().replace('provider = "none"\n', (
+            f'provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\nbase_url = "{srv.base_url}"\n'
+            'dimensions = 64\nmax_inputs_per_request = 8\nbackoff_initial_s = 0.01\n')))
+        folders = {a: owners.owners_dir(s.index_file) for a, s in resolve_agents(cfg).items()}
+        srv.delay = 30.0  # both agents wait in their first embedding request until the process is killed
+        proc = subprocess.Popen([sys.executable, "-c", FLEET, str(cfg)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while len(srv.requests) < 2 or any(len(list(f.glob("*-*-*-*-*"))) < 2 for f in folders.values()):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        runs: dict[str, dict[str, Any]] = {}  # run id -> its owner record, from both folders
+        for folder in folders.values():
+            for f in folder.iterdir():
+                runs[f.name] = {**json.loads(f.read_text()), "folder": folder}
+        fleet_ids = [i for i, r in runs.items() if r["flow"] == "fleet-reindex"]
+        agent_ids = [i for i, r in runs.items() if r["flow"] != "fleet-reindex"]
+        assert len(fleet_ids) == 1 and len(agent_ids) == 2, runs
+        assert {r["folder"] for i, r in runs.items() if i in agent_ids} == set(folders.values())
+        assert all((f / fleet_ids[0]).exists() for f in folders.values())  # one in each agent's folder
+        for i in runs:
+            assert read_flow_run(i).state.is_running()  # nothing marks them: before, that was for ever
+
+        srv.delay = 0.0
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0123456789")
+        from flows.fleet import fleet_reindex
+
+        state = fleet_reindex(config_file=str(cfg), return_state=True)
+    assert state.is_completed(), state.message
+    for i in runs:
+        got = _wait_state(i, lambda s: s.is_final())
+        assert got.is_crashed(), (i, got.type, got.message)
+        assert f"pid {proc.pid}" in (got.message or "")
+    fleet_message = read_flow_run(fleet_ids[0]).state.message or ""
+    assert "fleet run" in fleet_message and "Each agent's live index" in fleet_message, fleet_message
+    deadline = time.monotonic() + 30
+    while any(list(f.iterdir()) for f in folders.values()):  # the sweeps run beside the runs
+        assert time.monotonic() < deadline, {a: list(f.iterdir()) for a, f in folders.items()}
+        time.sleep(0.2)
