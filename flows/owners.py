@@ -33,203 +33,46 @@ A run that finishes removes its file once its final state is reported (the flow'
 and that removal leaves a file the next sweep finds final, and removes.
 """
 
+
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
 import logging
 import os
-import socket
 import threading
-import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+# the owner files themselves (no Prefect): memory_core/storage/run_owners.py; named here too, for
+# the flows (owners.hold, owners.release_all, ...) and for tests
+from memory_core.storage.run_owners import (  # noqa: F401
+    FLEET_FLOW,
+    OWNERS_SUFFIX,
+    Dead,
+    RunOwner,
+    dead_owners,
+    held_ids,
+    hold,
+    owners_dir,
+    release,
+    release_all,
+    stopped_runs,
+)
 
 log = logging.getLogger("memory_core.flow_runs")
 
-FLEET_FLOW = "fleet-reindex"  # its runs hold an owner file in every agent's folder (flows/fleet.py)
-OWNERS_SUFFIX = ".flow-runs"  # <index>.flow-runs/<flow run id>
-_NEW = ".new-"  # an owner file being made (locked, written, then renamed into place)
 # the most a run waits at its end for its sweep to finish: nothing on a server that answers (the sweep,
 # a few requests, is over long before), this much on one that does not (the file is kept then)
 SWEEP_JOIN_S = 0.2
 SWEEP_TIMEOUT_S = 10.0  # each request of the sweep (a server that accepts and never answers)
 
 _warned: set[str] = set()  # servers already warned about in this process (once each)
-# flow run id -> its owner files (one per index: a fleet's run holds one in each agent's), while held here
-_held: dict[str, dict[Path, RunOwner]] = {}
-_held_lock = threading.Lock()
-
-
-def owners_dir(index_file: str | os.PathLike[str]) -> Path:
-    return Path(os.fspath(index_file) + OWNERS_SUFFIX)
-
-
-@dataclass
-class RunOwner:
-    """A live run's owner file, its exclusive lock held until :meth:`release`."""
-
-    flow_run_id: str
-    path: Path
-    fd: int | None
-
-    def release(self) -> None:
-        """Unlink, then unlock (a sweeper looking meanwhile finds no file, or a final run)."""
-        if self.fd is None:
-            return
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-        self.fd = None
-
-
-def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, flow_name: str = "",
-         run_name: str = "") -> RunOwner | None:
-    """Create and lock the owner file of flow run ``flow_run_id`` for index ``index_file``; None
-    (and a log line) when it cannot be made: the run goes on, as before, without one."""
-    folder = owners_dir(index_file)
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)  # <workspace>/.memory-core/ at a first run
-        folder.mkdir(mode=0o700, exist_ok=True)
-        record = json.dumps({
-            "flow_run_id": flow_run_id, "api_url": api_url, "host": socket.gethostname(), "pid": os.getpid(),
-            "flow": flow_name, "run": run_name, "index": os.fspath(index_file),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }).encode()
-        for _ in range(4):
-            tmp = folder / f"{_NEW}{uuid.uuid4().hex}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                os.write(fd, record)
-                os.rename(tmp, folder / flow_run_id)  # the same inode, locked: never seen unlocked
-            except OSError:  # a sweep removed the new file between its create and its lock: again
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-                continue
-            owner = RunOwner(flow_run_id, folder / flow_run_id, fd)
-            with _held_lock:
-                files = _held.setdefault(flow_run_id, {})
-                old = files.pop(owner.path, None)
-                files[owner.path] = owner
-            if old is not None and old.fd is not None:  # the same run again in this process (a retry)
-                with contextlib.suppress(OSError):
-                    os.close(old.fd)
-            return owner
-    except OSError as exc:
-        log.warning("cannot create the flow run's owner file in %s (%s): if this process is killed, the next"
-                    " run cannot tell that this flow run stopped", folder, exc)
-    return None
-
-
-def release(flow_run_id: str) -> None:
-    """Remove and unlock this process's owner files of ``flow_run_id``, if it holds any."""
-    with _held_lock:
-        files = _held.pop(str(flow_run_id), {})
-    for owner in files.values():
-        owner.release()
-
-
-def release_all(flow_run_ids: set[str] | None = None) -> None:
-    """Release the owner files this process holds (of ``flow_run_ids`` only, when given)."""
-    with _held_lock:
-        ids = [i for i in _held if flow_run_ids is None or i in flow_run_ids]
-    for i in ids:
-        release(i)
-
-
-def held_ids() -> set[str]:
-    with _held_lock:
-        return set(_held)
 
 
 def release_hook(flow: Any, flow_run: Any, state: Any) -> None:
     """A flow state hook (Completed, Failed, Crashed): the final state is reported, the file goes."""
     release(str(flow_run.id))
-
-
-# -- finding the dead -----------------------------------------------------------------------
-
-@dataclass
-class Dead:
-    """A dead run's owner file, its lock held by the sweeper (so no other sweeper acts on it)."""
-
-    path: Path
-    fd: int
-    record: dict[str, Any]
-
-    @property
-    def flow_run_id(self) -> str:
-        return str(self.record.get("flow_run_id") or self.path.name)
-
-    def done(self) -> None:
-        """Remove the file (the run is settled), then let go of it."""
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        self.keep()
-
-    def keep(self) -> None:
-        """Let go of the file and leave it for a later sweep."""
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
-def _take(path: Path) -> int | None:
-    """The file's exclusive lock, if no live run holds it (and the file is still at ``path``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None  # gone (released, or swept by another run), or not ours to read
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        here, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
-        if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
-            raise FileNotFoundError(errno.ENOENT, "replaced", os.fspath(path))
-    except OSError:  # held by a live run (EWOULDBLOCK), or replaced/removed meanwhile
-        os.close(fd)
-        return None
-    return fd
-
-
-def dead_owners(index_file: str | os.PathLike[str], *, skip: set[str] | None = None) -> Iterator[Dead]:
-    """The owner files of ``index_file`` whose runs are dead, each locked by the caller until it
-    calls ``done()`` or ``keep()``. Leftover temporary files of killed runs are removed."""
-    folder = owners_dir(index_file)
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return
-    for name in names:
-        if skip and name in skip:
-            continue
-        path = folder / name
-        fd = _take(path)
-        if fd is None:
-            continue
-        if name.startswith(_NEW):  # a run killed while it made its file, before the rename
-            with contextlib.suppress(OSError):
-                path.unlink()
-            os.close(fd)
-            continue
-        try:
-            record = json.loads(os.read(fd, 65536) or b"{}")
-            uuid.UUID(str(record.get("flow_run_id") or name))
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError):
-            log.warning("unreadable flow run owner file %s: removed", path)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            os.close(fd)
-            continue
-        yield Dead(path, fd, record)
 
 
 def crash_message(record: dict[str, Any], *, found_by: str) -> str:

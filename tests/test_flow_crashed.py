@@ -370,3 +370,46 @@ def test_a_sigkilled_fleet_run_and_its_agents_runs_are_marked_crashed_by_the_nex
     while any(list(f.iterdir()) for f in folders.values()):  # the sweeps run beside the runs
         assert time.monotonic() < deadline, {a: list(f.iterdir()) for a, f in folders.items()}
         time.sleep(0.2)
+
+
+def test_status_lists_the_runs_killed_mid_run_and_only_looks(tmp_path: Path) -> None:
+    """An index whose last Prefect run was killed and never run again: its run stays Running in
+    Prefect. `memory-core status` (which never imports Prefect and writes nothing) now says so:
+    the dead run listed, a live one not, every owner file left as it was (a later run's sweep
+    still finds the dead one)."""
+    ws = _workspace(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cli = [sys.executable, "-m", "memory_core.apps.cli"]
+    done = subprocess.run([*cli, "index", "-w", str(ws), "--provider", "none", "--no-progress"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    index = ws / ".memory-core" / "index.sqlite"
+    dead_id, live_id = str(uuid.uuid4()), str(uuid.uuid4())
+    _owner_process(index, dead_id, "http://127.0.0.1:9/api", live=False)
+    live = _owner_process(index, live_id, "http://127.0.0.1:9/api", live=True)
+    try:
+        before = sorted(p.name for p in owners.owners_dir(index).iterdir())
+        human = subprocess.run([*cli, "status", "-w", str(ws)], env=env, capture_output=True, text=True, timeout=60)
+        js = subprocess.run([*cli, "status", "-w", str(ws), "--json"], env=env, capture_output=True, text=True,
+                            timeout=60)
+        after = sorted(p.name for p in owners.owners_dir(index).iterdir())
+    finally:
+        live.kill()
+        live.wait(30)
+    assert human.returncode == 0 and js.returncode == 0, human.stderr + js.stderr
+    assert "stopped_flow_runs: 1" in human.stdout and dead_id in human.stdout and live_id not in human.stdout
+    assert "held by the test" in human.stdout and "marks them Crashed" in human.stdout
+    report = json.loads(js.stdout)
+    assert [r["flow_run_id"] for r in report["stopped_flow_runs"]] == [dead_id]
+    assert report["stopped_flow_runs"][0]["api_url"] == "http://127.0.0.1:9/api"
+    assert before == after == sorted([dead_id, live_id])  # status only looks
+    # the live one killed too: both listed now
+    both = subprocess.run([*cli, "status", "-w", str(ws), "--json"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert {r["flow_run_id"] for r in json.loads(both.stdout)["stopped_flow_runs"]} == {dead_id, live_id}
+    # with no dead run, status says nothing of flow runs
+    for f in owners.owners_dir(index).iterdir():
+        f.unlink()
+    quiet = subprocess.run([*cli, "status", "-w", str(ws), "--json"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert "stopped_flow_runs" not in json.loads(quiet.stdout)

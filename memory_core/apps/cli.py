@@ -584,6 +584,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"{k}:")
                 for k2, v2 in v.items():
                     print(f"  {k2}: {v2}")
+            elif k == "stopped_flow_runs" and isinstance(v, list):  # one line a run
+                print(f"{k}: {len(v)}")
+                for r in v:
+                    print(f"  {r.get('run') or '?'} ({r.get('flow') or 'flow'} run {r.get('flow_run_id')}; host"
+                          f" {r.get('host')}, pid {r.get('pid')}, started {r.get('started')})")
             elif isinstance(v, dict) and k == "sizes":  # one line per purpose: bytes, then what they are for
                 from memory_core.query.search import SIZE_LINES
 

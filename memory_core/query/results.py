@@ -100,6 +100,11 @@ class FileText:
         return out
 
 
+STOPPED_RUNS_NOTE = ("their processes stopped without reporting (killed, or the machine went down): Prefect shows"
+                     " them Running until the next Prefect run of this index (`memory-core index --engine prefect`,"
+                     " or a deployment's run) marks them Crashed; the live index is whole either way")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryStatus:
     """What ``memory-core status`` and ``memory_status`` report.
@@ -110,6 +115,7 @@ class MemoryStatus:
     it holds (``files``, ``chunks``, ``chunks_by_source``), how vector search runs
     (``vector_search``, ``vector_scan``), its bytes (``index_bytes``, ``vector_bytes``, ``sizes``
     by purpose: :data:`SIZE_LINES`), its embedding cache, ``note`` (why search is keyword-only),
+    ``stopped_flow_runs`` (in any state: the index's flow runs killed and still Running in Prefect),
     ``dirty`` / ``dirty_reason`` (its sources changed since it was built), the Batch API jobs of
     the run that built it (``batch``) and ``built_from``: what it recorded (the settings readers
     use and writers keep unless told otherwise). ``backend`` / ``qmd``: the qmd backend's report."""
@@ -146,6 +152,9 @@ class MemoryStatus:
     built_from: IndexRecord | None = None
     backend: str | None = None  # "qmd" when qmd answers searches
     qmd: QmdReport | None = None
+    # flow runs of this index whose process stopped without reporting (killed): Prefect shows them
+    # Running until the next Prefect run of the index marks them Crashed (memory_core/storage/run_owners.py)
+    stopped_flow_runs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def details(self) -> dict[str, object]:
@@ -175,6 +184,10 @@ class MemoryStatus:
                        cache_max_entries=self.cache_max_entries)
             if self.batch:
                 out["batch"] = self.batch
+        if self.stopped_flow_runs:
+            keys = ("flow_run_id", "run", "flow", "host", "pid", "started", "api_url")
+            out["stopped_flow_runs"] = [{k: r.get(k) for k in keys} for r in self.stopped_flow_runs]
+            out["stopped_flow_runs_note"] = STOPPED_RUNS_NOTE
         if self.backend is not None:
             out["backend"] = self.backend
         if self.qmd is not None:

@@ -16,6 +16,7 @@ from memory_core.query.results import MemoryStatus, scan_report
 from memory_core.query.retrieval import _Index
 from memory_core.storage import vectors
 from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.run_owners import stopped_runs
 from memory_core.storage.store import int_of, probe_index
 
 
@@ -26,11 +27,12 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     ``lock``: the opened index (:meth:`memory_core.query.search.Searcher._current`)."""
     from memory_core.storage.cache import cache_entry_count
 
+    stopped = stopped_runs(path)  # flow runs killed mid-run: still Running in Prefect
     if not path.exists():
-        return MemoryStatus(state="missing", index_path=str(path), exists=False)
+        return MemoryStatus(state="missing", index_path=str(path), exists=False, stopped_flow_runs=stopped)
     meta, problem = probe_index(path)
     if problem:
-        return MemoryStatus(state="damaged", index_path=str(path), problem=problem)
+        return MemoryStatus(state="damaged", index_path=str(path), problem=problem, stopped_flow_runs=stopped)
     with lock:
         idx = current()
         c = idx.conn
@@ -62,7 +64,7 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
         dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
         cache_max_entries=settings.cache.max_entries,
         batch=rec.batch,  # the Batch API jobs of the run that built this index
-        built_from=IndexRecord.from_meta(idx.meta))
+        built_from=IndexRecord.from_meta(idx.meta), stopped_flow_runs=stopped)
 
 
 def _bits_search(plan: vectors.ScanPlan) -> str:
