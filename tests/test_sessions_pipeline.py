@@ -108,3 +108,56 @@ def test_delta_thresholds(workspace):
     path.unlink()
     last = run_index(s)
     assert last.files_new == 1 and last.files_removed == 1
+
+
+def test_an_edit_of_indexed_messages_reindexes_the_transcript_whatever_its_size(workspace):
+    """The delta thresholds are for a transcript that grows: a message edited in place (same size,
+    or a few bytes more) or one inserted near the top kept the old rows, so search showed the old
+    words, cited lines that now hold other messages, and `status` called the index fresh (helper
+    audit, seventeenth session). Any change of the indexed bytes now reindexes it; a pure append
+    below the thresholds is still carried."""
+    from memory_core.sources.freshness import dirty_state
+
+    sd = workspace / "sessions"
+    path = sd / "kayak.jsonl"
+    msgs = [_message("user", "kayak rental costs 40 EUR a day"), _message("assistant", "noted the kayak price"),
+            *(_message("user", f"small talk {i} about the weather") for i in range(8)),
+            _message("assistant", "the tokenizer bug needs a backslash fix")]
+    path.write_text("".join(m + "\n" for m in msgs))
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    assert not dirty_state(s).dirty
+
+    # the same size: 40 -> 65
+    path.write_text(path.read_text().replace("costs 40 EUR", "costs 65 EUR"))
+    assert "sessions/kayak.jsonl" in dirty_state(s).changed
+    edited = run_index(s)
+    assert (edited.files_changed, edited.sessions_carried) == (1, 0), edited.lines()
+    with Searcher(s) as searcher:
+        top = searcher.search("kayak rental", min_score=0)[0]
+        assert "65 EUR" in top.snippet and "40 EUR" not in top.snippet
+    assert not dirty_state(s).dirty
+
+    # a few bytes more: one short message inserted near the top shifts every later line
+    lines = path.read_text().split("\n")
+    path.write_text("\n".join([lines[0], _message("user", "hi"), *lines[1:]]))
+    assert "sessions/kayak.jsonl" in dirty_state(s).changed
+    inserted = run_index(s)
+    assert (inserted.files_changed, inserted.sessions_carried) == (1, 0), inserted.lines()
+    now = path.read_text().split("\n")
+    with Searcher(s) as searcher:
+        hit = next(r for r in searcher.search("tokenizer backslash", min_score=0) if r.path == "sessions/kayak.jsonl")
+        cited = "\n".join(now[hit.start_line - 1:hit.end_line])
+        assert "backslash fix" in cited, (hit.start_line, hit.end_line)
+
+    # only touched (same bytes, a new mtime): nothing to do, and fresh
+    path.touch()
+    assert not dirty_state(s).dirty
+    touched = run_index(s)
+    assert (touched.files_changed, touched.sessions_carried) == (0, 0)
+    # a pure append below the thresholds is still carried, and the index still called fresh for it
+    with path.open("a") as fh:
+        fh.write(_message("user", "one more line") + "\n")
+    assert not dirty_state(s).dirty
+    appended = run_index(s)
+    assert (appended.files_changed, appended.sessions_carried) == (0, 1)

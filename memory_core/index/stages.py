@@ -369,7 +369,8 @@ def _below_delta(settings: Settings, f: FileEntry, old: LiveFile) -> bool:
     (:func:`memory_core.sources.sessions.below_delta`, the rule freshness uses too)."""
     from memory_core.sources.sessions import below_delta
 
-    return below_delta(f.abs_path, f.size, old.size, old.lines, delta_bytes=settings.sessions.delta_bytes,
+    return below_delta(f.abs_path, f.size, old.size, old.lines, indexed_hash=old.hash,
+                       delta_bytes=settings.sessions.delta_bytes,
                        delta_messages=settings.sessions.delta_messages)
 
 

@@ -85,8 +85,8 @@ def dirty_state(settings: Settings) -> DirtyState:
     try:  # the reader connection search uses: safe beside a run committing in place
         conn = connect_reader(settings.index_file)
         try:
-            live = {r[0]: (r[1], int(r[2]), int(r[3]), r[4] if isinstance(r[4], int) else None)
-                    for r in conn.execute("SELECT path, source, size, mtime, lines FROM files")}
+            live = {r[0]: (r[1], int(r[2]), int(r[3]), r[4] if isinstance(r[4], int) else None, str(r[5]))
+                    for r in conn.execute("SELECT path, source, size, mtime, lines, hash FROM files")}
         finally:
             conn.close()
     except apsw.Error as exc:
@@ -105,16 +105,17 @@ def dirty_state(settings: Settings) -> DirtyState:
             elif not skip.holds(f.source, f.mtime_ms, f.size, f.abs_path):  # a run would look at it again
                 changed.append(f.path)
             continue
-        source, size, mtime_ms, lines = old
+        source, size, mtime_ms, lines, digest = old
         skip = skips.get(f.path)
         if skip is not None and skip.holds(f.source, f.mtime_ms, f.size, f.abs_path):
             continue  # changed since it was indexed, and unreadable as the last run found it: its rows kept
         if source != f.source:
             changed.append(f.path)
         elif f.source == "sessions":  # the indexer's own rule: what a run would reindex
-            if f.size != size and not below_delta(f.abs_path, f.size, size, lines,
-                                                  delta_bytes=settings.sessions.delta_bytes,
-                                                  delta_messages=settings.sessions.delta_messages):
+            # (a same-size edit changes the mtime only: its indexed bytes are compared then)
+            if (f.size != size or f.mtime_ms != mtime_ms) and not below_delta(
+                    f.abs_path, f.size, size, lines, indexed_hash=digest, delta_bytes=settings.sessions.delta_bytes,
+                    delta_messages=settings.sessions.delta_messages):
                 changed.append(f.path)
         elif size != f.size or mtime_ms != f.mtime_ms:
             changed.append(f.path)

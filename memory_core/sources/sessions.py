@@ -726,13 +726,16 @@ def redact_jsonl_line(text: str) -> str:
 
 
 def below_delta(abs_path: str, size: int, old_size: int, old_lines: int | None, *, delta_bytes: int,
-                delta_messages: int) -> bool:
-    """A transcript indexed at ``old_size`` bytes and ``old_lines`` lines that is ``size`` bytes
-    now grew by less than both thresholds (``[sessions] delta_bytes``, ``delta_messages``): a run
-    keeps its indexed rows, and the index is not stale for it. Shrunk (rewritten or truncated),
-    grown by ``delta_bytes`` or more, or by ``delta_messages`` lines or more, or with no line count
-    recorded: it is reindexed. One rule for the indexer and for ``status`` / a reader's freshness
-    (a transcript grown by 60 short messages was reindexed by a run but reported fresh)."""
+                delta_messages: int, indexed_hash: str) -> bool:
+    """A transcript indexed at ``old_size`` bytes and ``old_lines`` lines (``indexed_hash``: the
+    sha256 of those bytes) that is ``size`` bytes now only grew, by less than both thresholds
+    (``[sessions] delta_bytes``, ``delta_messages``): a run keeps its indexed rows, and the index
+    is not stale for it. Shrunk (rewritten or truncated), grown by ``delta_bytes`` or more, or by
+    ``delta_messages`` lines or more, with no line count recorded, or with any of the indexed bytes
+    changed (a message edited in place, one inserted or removed: the rows would cite lines that
+    now hold other text, and search would show the old words), whatever its size: it is reindexed.
+    One rule for the indexer and for ``status`` / a reader's freshness (a transcript grown by 60
+    short messages was reindexed by a run but reported fresh)."""
     if size < old_size:
         return False
     if size - old_size >= max(1, delta_bytes):
@@ -740,9 +743,28 @@ def below_delta(abs_path: str, size: int, old_size: int, old_lines: int | None, 
     if old_lines is None:
         return False
     try:
-        return count_lines(abs_path) - old_lines < delta_messages
+        digest, lines = prefix_hash_and_lines(abs_path, old_size)
     except OSError:
         return True
+    return digest == indexed_hash and lines - old_lines < delta_messages
+
+
+def prefix_hash_and_lines(abs_path: str, n_bytes: int) -> tuple[str, int]:
+    """In one read: the sha256 of the file's first ``n_bytes`` bytes (as
+    :func:`memory_core.sources.discovery.hash_file` hashes a whole file: equal to the hash
+    recorded when it was ``n_bytes`` long iff those bytes are unchanged) and its complete lines
+    (:func:`count_lines`)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    left, lines = n_bytes, 0
+    with open(abs_path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            if left > 0:
+                h.update(block[:left])
+                left -= min(left, len(block))
+            lines += block.count(b"\n")
+    return h.hexdigest(), lines
 
 
 def count_lines(
