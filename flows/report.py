@@ -163,6 +163,7 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
         "files new": summary.files_new,
         "files changed": summary.files_changed,
         "files unchanged": summary.files_unchanged,
+        "of which touched only (new mtime recorded)": summary.files_touched,
         "files removed": summary.files_removed,
         "files skipped": summary.files_skipped,
         "sessions carried (below delta)": summary.sessions_carried,

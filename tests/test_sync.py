@@ -3,6 +3,7 @@ client's initialize), watch and interval; never two reindexes of one index at on
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,42 @@ def test_dirty_state_follows_the_sources(workspace: Path) -> None:
     with t.open("a") as fh:
         fh.write(line * (s.sessions.delta_bytes // len(line) + 1))
     assert dirty_state(s).changed == [f"sessions/{t.name}"]
+
+
+def test_a_touched_file_is_fresh_after_the_next_run(workspace: Path) -> None:
+    """Same bytes, a new mtime (touch, `git checkout`, `cp`, an editor saving an unchanged buffer):
+    the run kept the rows but never recorded the mtime, so the index stayed dirty for ever and a
+    long-lived reader started a run on every search (helper audit, seventeenth session: 49 runs in
+    one MCP session). The run records it; nothing is re-read or re-embedded."""
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    before = {r[0]: r[1:] for r in _files(s)}
+    note, t = workspace / "memory" / "2026-09-03.md", next((workspace / "sessions").glob("*.jsonl"))
+    for p in (note, t):
+        st = p.stat()
+        os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    # (a transcript's indexed bytes are compared when its mtime moves: touched only, it is fresh)
+    assert dirty_state(s).changed == ["memory/2026-09-03.md"]
+    touched = run_index(s)
+    assert (touched.files_changed, touched.chunks_indexed, touched.files_unchanged) == (
+        0, 0, touched.files_scanned), touched.lines()
+    assert touched.files_touched == 2 and any("touched only" in line for line in touched.lines())
+    assert not dirty_state(s).dirty, dirty_state(s)
+    after = {r[0]: r[1:] for r in _files(s)}
+    assert {p for p in after if after[p] != before[p]} == {"memory/2026-09-03.md", f"sessions/{t.name}"}
+    assert all(after[p][:2] == before[p][:2] for p in after)  # hash and size as they were
+    again = run_index(s)
+    assert again.outcome() == touched.outcome() or "nothing to do" in again.outcome()
+
+
+def _files(s: Settings) -> list[tuple[Any, ...]]:
+    from memory_core.storage.store import connect
+
+    conn = connect(s.index_file, readonly=True)
+    try:
+        return [tuple(r) for r in conn.execute("SELECT path, hash, size, mtime FROM files")]
+    finally:
+        conn.close()
 
 
 def test_on_search_reindexes_in_the_background_and_respects_the_writer_lock(workspace: Path) -> None:

@@ -156,10 +156,15 @@ class RunPlan:
     # so freshness learns it), or how message days are read (indexmeta.MESSAGE_DAYS_VERSION,
     # when no transcript needed re-reading: so the next run does not look again)
     new_meta: bool = False
+    # indexed files whose bytes are as indexed but whose mtime is new (a touch, a checkout, a copy):
+    # path -> their files row with the new mtime (LiveFile's fields). The run records the mtime so
+    # freshness stops calling them changed (it did for ever: every search of a long-lived reader
+    # started a run that found nothing to do)
+    touched: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def nothing_to_do(self) -> bool:
-        return not self.full and not self.to_index and not self.removed and not self.new_meta
+        return not self.full and not self.to_index and not self.removed and not self.new_meta and not self.touched
 
 
 @dataclass
@@ -297,6 +302,7 @@ class RunSummary:
     # transcripts re-read (as changed) because the index recorded their days by an older reading
     # (indexmeta.MESSAGE_DAYS_VERSION); included in files_changed
     sessions_redated: int = 0
+    files_touched: int = 0  # of the unchanged: same bytes, a new mtime, recorded (RunPlan.touched)
     chunks_total: int = 0
     chunks_indexed: int = 0
     chunks_embedded: int = 0
@@ -440,6 +446,9 @@ class RunSummary:
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
+        if s.files_touched:
+            out.append(f"files touched only (same bytes, a new mtime): {s.files_touched}, their mtime recorded"
+                       " (nothing re-read or embedded)")
         if s.sessions_redated:
             out.append(f"transcripts re-read for their messages' days: {s.sessions_redated} (recorded by an older"
                        " reading of timestamps; once, from the cache)")

@@ -170,6 +170,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     recorded_skip = recorded_skips(live_meta) if _comparable(settings, live_meta, problem) else {}
     skips: dict[str, list[Any]] = {}
     to_index: list[FileEntry] = []
+    touched: dict[str, dict[str, Any]] = {}  # same bytes, new mtime: the files row to record (RunPlan.touched)
     counts = {"scanned": 0, "new": 0, "changed": 0, "unchanged": 0, "removed": 0, "sessions_carried": 0,
               "sessions_redated": 0}
     redate: frozenset[str] = frozenset()
@@ -261,6 +262,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             counts["unchanged"] += 1
             if full:
                 to_index.append(f.with_hash(digest))
+            else:
+                touched[f.path] = old._replace(mtime_ms=f.mtime_ms)._asdict()
             continue
         if (old is not None and not full and f.source == "sessions" and f.path not in redate
                 and _below_delta(settings, f, old)):
@@ -289,7 +292,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
         new_meta=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items())
-        or days_looked_at,
+        or days_looked_at, touched=touched,
     )
 
 
@@ -739,6 +742,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         files_scanned=c["scanned"], files_new=c["new"], files_changed=c["changed"], files_unchanged=c["unchanged"],
         files_removed=c["removed"], files_skipped=max(0, skipped) if not error else 0,
         sessions_carried=c["sessions_carried"], sessions_redated=c["sessions_redated"],
+        files_touched=0 if plan.full else len(plan.touched),
         chunks_total=total, chunks_indexed=indexed,
         chunks_embedded=embed.embedded, chunks_from_cache=from_cache,
         chunks_over_window=over,

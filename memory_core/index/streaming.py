@@ -509,7 +509,8 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         if writer is None:
             writer = open_writer()
         writer.finish_replace()
-        writer.upsert_files(FileRow(**v) for v in files.values())
+        # the files read, and those touched only (their new mtime: memory_core.index.runtypes.RunPlan.touched)
+        writer.upsert_files(FileRow(**v) for v in {**({} if plan.full else plan.touched), **files}.values())
         counts = writer.verify(expect_vectors=st.with_vectors)
         meta = dict(plan.meta)
         meta["dims"] = st.dims if st.with_vectors else None
