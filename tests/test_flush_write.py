@@ -252,3 +252,67 @@ def test_writes_never_follow_symlinks_and_never_lose_each_other(workspace: Path,
     lines = [ln for ln in (workspace / "memory" / "busy.md").read_text().split("\n") if ln]
     assert sorted(lines) == sorted(f"note {n}-{i} " + "z" * 50 for n in range(8) for i in range(15))
     assert not [p for p in (workspace / "memory").iterdir() if ".write-" in p.name]  # no temp file left
+
+
+def test_concurrent_writes_each_say_indexed_when_the_index_holds_them(workspace: Path) -> None:
+    """Several processes write to one daily note at once, each with its own index run. A write
+    was judged by the note's size after the run, which already held later writers' text: 11 of
+    30 answered `indexed: false` though the index held them (helper audit, seventeenth session);
+    an agent told so may write the note twice. Each is now judged by its own lines."""
+    import subprocess
+    import sys
+
+    from memory_core.query.search import Searcher
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MEMORY_CORE_PROVIDER="none")
+    script = ("import json, sys\nfrom memory_core.apps.cli import main\n"
+              "for i in range(4):\n"
+              "    main(['write', '-w', sys.argv[1], '--json', f'entry p{sys.argv[2]}m{i}"
+              " about the okapi feeding rota'])\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(workspace), str(p)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for p in range(5)]
+    answers = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        dec = json.JSONDecoder()
+        pos = 0
+        while pos < len(out.strip()):
+            obj, end = dec.raw_decode(out, pos)
+            answers.append(obj)
+            pos = end
+            while pos < len(out) and out[pos].isspace():
+                pos += 1
+    assert len(answers) == 20
+    assert all(a["indexed"] for a in answers), [a for a in answers if not a["indexed"]]
+    note = workspace / answers[0]["path"]
+    text = note.read_text()
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    with Searcher(s) as searcher:
+        indexed = "\n".join(r[0] for r in searcher._current().conn.execute(
+            "SELECT text FROM chunks WHERE path = ?", (answers[0]["path"],)))
+    for p in range(5):
+        for i in range(4):
+            assert f"entry p{p}m{i} " in text and f"entry p{p}m{i} " in indexed
+
+
+def test_a_write_is_indexed_even_when_another_writer_appends_after_its_run(workspace: Path) -> None:
+    """The race above made certain: this write's index run ends, then another writer appends to
+    the same note before the write checks. The index holds this write: `indexed` is true. A
+    write whose run did not index it still says false."""
+    from memory_core.index.indexer import Indexer
+    from memory_core.notes.write import write_memory
+
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    day = _dt.date(2026, 11, 30)
+
+    def run_then_another_writer() -> None:
+        with Indexer(s) as indexer:
+            indexer.run()
+        append_note(s, "a later writer's line about the tapir", today=day)
+
+    res = write_memory(s, "the okapi feeding rota moves to Tuesdays", runner=run_then_another_writer, today=day)
+    assert res.indexed, res.note
+    skipped = write_memory(s, "the zebra rota is unchanged", runner=lambda: None, today=day)
+    assert not skipped.indexed and "does not hold it" in skipped.note

@@ -312,19 +312,31 @@ def _unquoted(line: str) -> str:
     return "x" if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else body
 
 
-def _indexed(settings: Settings, rel: str) -> bool:
-    """Whether the live index holds ``rel`` as it is now (with the text just written)."""
+def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
+    """Whether the live index holds ``rel`` with the text just written (its lines up to
+    ``end_line``). Judged by this write's own end, not the file's size now: with several writers
+    appending to one note, the file already holds the later writers' text, and an index that
+    holds this one's was said not to (11 of 30 concurrent writes answered ``indexed: false``, and
+    an agent told so may write the note twice)."""
     if settings.backend != "builtin":
         return True  # qmd keeps its own index: its run said it took the file
-    from memory_core.storage.store import read_live_rows
+    from memory_core.storage.store import connect_reader
 
     try:
-        st = os.stat(settings.workspace_dir / rel)
-        _, rows, _ = read_live_rows(settings.index_file, [rel])
+        with open(settings.workspace_dir / rel, encoding="utf-8", errors="replace") as fh:
+            last = next((line for n, line in enumerate(fh, 1) if n == end_line), "").strip()
+        conn = connect_reader(settings.index_file)
+        try:
+            texts = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ? AND start_line <= ?"
+                                                " AND end_line >= ?", (rel, end_line, end_line))]
+        finally:
+            conn.close()
     except Exception:  # no index, or not readable: not indexed
         return False
-    row = rows.get(rel)
-    return row is not None and row.size >= st.st_size and row.chunks > 0
+    # a chunk of the note that ends at or after this write's last line and holds that line's end
+    # (a line longer than a chunk is split: its last piece holds its end)
+    tail = last[-32:]
+    return bool(texts) and (not tail or any(tail in t for t in texts))
 
 
 def write_memory(settings: Settings, text: str, path: str | None = None, *, index: bool = True,
@@ -350,7 +362,7 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     except MemoryCoreError as exc:
         notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
         return replace(res, note="; ".join(notes))
-    if not _indexed(settings, res.path):
+    if not _indexed(settings, res.path, res.end_line):
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
                      " busy; `memory-core index` says which in its warnings)")
         return replace(res, note="; ".join(notes))
