@@ -369,3 +369,36 @@ def test_a_value_on_the_line_after_its_key_is_masked_in_notes() -> None:
     assert "hunter2hunter2" not in out and "s3cr3tvalue" not in out and "abcdefghijklmnop" not in out
     assert out.count("\n") == note.count("\n")
     assert '"user": "dana"' in out and "host: db1" in out and "db: kept" in out and "nested: 1" in out
+
+
+# seventeenth session: a helper's audit got these through (credentials given in plain prose)
+PROSE_SECRETS = [
+    ("the api key is abcdef1234567890abcdef", "abcdef1234567890abcdef"),
+    ("the token is 9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    ("the secret is Zq81xx0pL", "Zq81xx0pL"),
+    ("use API key 9f8e7d6c5b4a39281706 for staging", "9f8e7d6c5b4a39281706"),
+    ("The token for the staging API: 9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    ("password for the router is Kx9!mPq2", "Kx9!mPq2"),
+    ("The password to the NAS is tr0ub4dor&3", "tr0ub4dor&3"),
+    ("password hunter2", "hunter2"),
+    ("pw for wifi: hunter2", "hunter2"),
+]
+PROSE_KEPT = [
+    "the key is hard to find", "the token expired yesterday", "password reset flow was discussed",
+    "the secret sauce is love", "the key question is what 2024 brings", "the token count is 12,345 tokens",
+    "we need 3 keys for 5 doors", "the key to success is v2.0 shipping", "the secret of 2024 is patience",
+    "key results for Q3", "access key rotation is due", "token limit 128000 exceeded", "the password is required",
+    "the key was 404 not found", "tokens per second: 1,500", "the key for the deploy is in 1password",
+    "the monkey is 9f8e7d6c5b", "the key is user_id", "the deploy key is api_key",
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), PROSE_SECRETS)
+def test_a_credential_given_in_prose_is_masked(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and (out.endswith("***") or "\u2026" in out or "*** " in out), out
+
+
+@pytest.mark.parametrize("text", PROSE_KEPT)
+def test_prose_about_keys_and_tokens_is_kept(text: str) -> None:
+    assert redact(text) == text

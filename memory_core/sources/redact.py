@@ -266,6 +266,24 @@ _RULES_AFTER_PEM: Final = (
           rf"pass(?:w(?:or)?d|phrase){_S}{{1,3}}(?:is|was|will be|=|:){_S}{{1,3}}(?:now{_S}{{1,3}})?"
           rf"[\"'`]?([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&_+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)",
           ("passw", "passphrase")),
+    # prose that names a credential and gives it (seventeenth session: a helper's audit got these
+    # through): "the api key is 9f8e7d6c5b4a", "the token for the staging API: 9f8e...", "password
+    # for the router is Kx9!mPq2", "pw for wifi: hunter2", "use API key 9f8e7d6c for staging",
+    # "password hunter2". The name, up to two words of what it is for ("for the staging API"),
+    # then "is"/"was"/"="/":" (a key, password or token: nothing), then a value of 6+ characters
+    # with a digit or a symbol other than "_" ("the key is user_id" names a field): "the key is
+    # hard to find", "the token expired",
+    # "password reset flow" and "the secret sauce is love" stay
+    _Rule("secret_prose",
+          rf"(?<![A-Za-z0-9])(?:api{_S}?[_-]?key|access{_S}key|secret{_S}key|private{_S}key|key|token|secret|passw(?:or)?d|passcode"
+          rf"|pin{_S}code|pw)(?![A-Za-z0-9_-])"
+          rf"(?:{_S}{{1,3}}(?:for|to|of|on|at){_S}{{1,3}}(?:(?:the|my|our|your|this){_S}{{1,3}})?"
+          rf"[A-Za-z0-9_.-]{{1,30}}+(?:{_S}{{1,3}}(?![Ii][Ss]\b|[Ww][Aa][Ss]\b)[A-Za-z0-9_.-]{{1,30}}+)?)?"
+          rf"(?:{_S}{{1,3}}(?:is|was|will{_S}be)(?:{_S}{{1,3}}now)?{_S}{{1,3}}|{_S}*[=:]{_S}*|{_S}{{1,3}})"
+          rf"[\"'`]?(?=[^{_WS_CLASS}\"'`*\u2026]{{6,}})"
+          rf"([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)(?!\u2026)",
+          ("api", "access", "secret", "private", "key", "token", "passw", "passcode", "pin", "pw"),
+          offsets=(0,)),
     # a bare 40-character AWS secret access key, when "aws" or "secret" is in the same text:
     # mixed case and a digit (a 40-hex git hash has no capitals)
     _Rule("aws_secret_key", r"(?<![A-Za-z0-9/+=])((?-i:(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
