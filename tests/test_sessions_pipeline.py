@@ -161,3 +161,31 @@ def test_an_edit_of_indexed_messages_reindexes_the_transcript_whatever_its_size(
     assert not dirty_state(s).dirty
     appended = run_index(s)
     assert (appended.files_changed, appended.sessions_carried) == (0, 1)
+
+
+def test_chat_logs_in_the_flat_role_content_format_are_indexed_and_cited(workspace):
+    """`{"role": "user", "content": ...}` lines (OpenAI's and most SDKs' chat logs) and Responses
+    items (`input_text` / `output_text` parts) were indexed as nothing, with no warning (helper
+    audit, seventeenth session). They are messages now, cited by their JSONL lines; system and
+    tool lines and other records are still not indexed."""
+    path = workspace / "sessions" / "sdk-log.jsonl"
+    records = [
+        {"role": "system", "content": "you are a travel agent"},
+        {"role": "user", "content": "plan the okapi safari for March", "timestamp": "2026-03-04T10:00:00Z"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "The okapi safari starts on Friday"}]},
+        {"type": "function_call", "name": "book", "arguments": "{}"},
+        {"role": "tool", "content": "booked: okapi lodge"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and the tapir tour?"}]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hit = next(r for r in searcher.search("okapi safari", min_score=0) if r.path == "sessions/sdk-log.jsonl")
+        assert (hit.start_line, hit.end_line) == (2, 6) and "booked" not in hit.snippet
+        assert hit.date and hit.date.startswith("2026-03-04")
+        got = searcher.read_file("sessions/sdk-log.jsonl", from_line=2, lines=2)
+        assert got.text.split("\n") == ["User: plan the okapi safari for March",
+                                        "Assistant: The okapi safari starts on Friday"]
+        assert any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("tapir tour", min_score=0))
+        assert not any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("travel agent", min_score=0))

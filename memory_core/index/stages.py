@@ -282,7 +282,10 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             and live_meta.get("message_days") != meta["message_days"] and not days_looked_at):
         # transcripts not looked at for their days (a run given the changed paths, or the listing
         # failed): the version as the live index records it, so the next run looks
-        meta["message_days"] = live_meta.get("message_days")
+        if live_meta.get("message_days") is None:  # unrecorded, as the live index has it
+            meta.pop("message_days", None)
+        else:
+            meta["message_days"] = live_meta["message_days"]
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)

@@ -1,8 +1,11 @@
 """Session transcript (JSONL) parsing, compatible with OpenClaw's ``session-files.ts``.
 
 A transcript is a JSONL file.  Only records with ``type == "message"`` and
-``message.role`` in {user, assistant} are kept; ``message.content`` is either a string
-or a list of blocks of which only ``{"type": "text", "text": ...}`` blocks count (each
+``message.role`` in {user, assistant} are kept (and, beyond the reference, a message written as
+the record itself: ``{"role": "user", "content": ...}``, the format of OpenAI's and most SDKs'
+chat logs); ``message.content`` is either a string
+or a list of blocks of which only ``{"type": "text", "text": ...}`` blocks count (also
+``input_text`` / ``output_text``, OpenAI's Responses items; each
 whitespace-collapsed, the non-empty ones joined with ``" "``).  Every kept message
 becomes one content line ``"User: ..."`` / ``"Assistant: ..."`` and ``line_map``
 records its 1-based JSONL line number.  ``hash = sha256(content + "\\n" +
@@ -225,6 +228,17 @@ def local_day(value: object) -> str | None:
     return None if dt is None else dt.date().isoformat()
 
 
+_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+
+
+def _flat_message(rec: dict[str, Any]) -> bool:
+    """A message written as the record itself, with no ``message`` object: the chat format of
+    OpenAI's and most SDKs' logs (``{"role": "user", "content": "..."}``, also with ``"type":
+    "message"`` as the Responses API writes its items). OpenClaw's nest it in ``message``."""
+    return (isinstance(rec.get("role"), str) and "content" in rec and "message" not in rec
+            and rec.get("type") in (None, "message"))
+
+
 def _timestamp_of(rec: dict[str, Any]) -> object:
     """A parsed record's timestamp as written: its own, else its message's."""
     msg = rec.get("message")
@@ -251,7 +265,7 @@ def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     if not isinstance(rec, dict):
         return None
     ts = _stamp_of(rec)
-    return None if ts is None else (rec.get("type") == "message", ts)
+    return None if ts is None else (rec.get("type") == "message" or _flat_message(rec), ts)
 
 
 def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int, str]]:
@@ -364,7 +378,8 @@ def extract_session_text(content: Any, *, keep_lines: bool = False) -> str | Non
         return None
     parts: list[str] = []
     for block in content:
-        if not isinstance(block, dict) or block.get("type") != "text":
+        # "text" (OpenClaw, Anthropic), "input_text" / "output_text" (OpenAI's Responses items)
+        if not isinstance(block, dict) or block.get("type") not in _TEXT_BLOCKS:
             continue
         text = block.get("text")
         if not isinstance(text, str):
@@ -421,7 +436,7 @@ class _Builder:
             return  # blank: neither kept nor counted as skipped
         # Fast reject: a record whose "type" is "message" must contain the literal
         # "message" string, unless written with \u escapes.
-        if '"message"' not in line and "\\u" not in line:
+        if '"message"' not in line and '"role"' not in line and "\\u" not in line:
             self.skipped += not _is_json(line)  # a session header or other record: not malformed
             self.other_record(line)
             return
@@ -432,7 +447,8 @@ class _Builder:
             return
         if not isinstance(record, dict):
             return
-        if record.get("type") != "message":
+        flat = _flat_message(record)
+        if record.get("type") != "message" and not flat:
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
@@ -441,7 +457,7 @@ class _Builder:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
             self.local_days.append(local_day(written))
-        message = record.get("message")
+        message = record if flat else record.get("message")
         if not isinstance(message, dict):
             return
         role = message.get("role")
@@ -542,7 +558,7 @@ def parse_session_file(
                 builder.skipped += 1
                 continue
             # Cheap byte-level rejects before decoding (same rule as _Builder.feed).
-            if b'"message"' not in raw and b"\\u" not in raw:
+            if b'"message"' not in raw and b'"role"' not in raw and b"\\u" not in raw:
                 if raw.strip():
                     builder.skipped += not _is_json(raw)
                     builder.other_record(raw)
