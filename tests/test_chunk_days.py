@@ -127,8 +127,10 @@ def test_a_search_dates_and_finds_days_without_reading_a_transcript(tmp_path: Pa
         assert nxt and nxt[0].path == "sessions/late.jsonl" and nxt[0].start_line == 2
         assert nxt[0].snippet == ("[2026-01-16 22:10 UTC] User: which platform does the Brighton train leave from?\n"
                                   "[2026-01-17 00:40 UTC] Assistant: platform 9b, the one at the far end")
-        on16 = searcher.search("what did we say on 16 January 2026?", max_results=3)  # begun that day: as it is
-        assert on16[0].path == "sessions/late.jsonl" and on16[0].snippet.count("UTC]") == 1
+        # begun that day: from its start, and the answer sent past midnight still carries its own time (it
+        # was shown under 22:10: seventeenth session)
+        on16 = searcher.search("what did we say on 16 January 2026?", max_results=3)
+        assert on16[0].path == "sessions/late.jsonl" and on16[0].snippet == nxt[0].snippet
         first = searcher.search("what did we talk about in our first conversation?", max_results=3)
         assert first and first[0].path == "sessions/late.jsonl"
         last = searcher.search("what did we talk about the last time we talked?", max_results=3)
@@ -219,3 +221,45 @@ def test_a_message_counts_for_its_local_day_and_its_utc_day(tmp_path: Path) -> N
             assert got and got[0].path == "sessions/mo.jsonl", (day, [h.path for h in got])
         got = searcher.search("what did we talk about on 15 January 2026?", max_results=2)
         assert got and got[0].path == "sessions/kate.jsonl"
+
+
+def test_every_message_of_a_snippet_said_on_another_day_carries_its_own_time(tmp_path: Path) -> None:
+    """A snippet had one stamp, its chunk's first message's time, put before whatever came first:
+    a neighbouring message added before the chunk (said the evening before) showed under the
+    chunk's time, and a message said two days later under the first one's (helper audit,
+    seventeenth session). Now the chunk's text has its time, every later day's first message its
+    own, and a neighbour from another day its own; the times come from the index."""
+    import json
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    msgs = [("2026-03-04T21:21:00Z", "user", "We spent the evening on the parser and its tokenizer edge cases"),
+            ("2026-03-04T22:35:00Z", "assistant", "Then write a postmortem about the tokenizer bug tomorrow morning"),
+            ("2026-03-06T08:10:00Z", "user", "Georgian restaurant booked for Friday dinner with the whole team"),
+            ("2026-03-06T08:12:00Z", "assistant", "Noted the Friday dinner, they want a deposit before Thursday"),
+            ("2026-03-06T15:00:00Z", "user", "Deposit paid, forty euros, receipt is in the shared folder")]
+    (ws / "sessions" / "s.jsonl").write_text("".join(
+        json.dumps({"type": "message", "timestamp": ts, "message": {"role": r, "content": t}}) + "\n"
+        for ts, r, t in msgs))
+    whole = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(whole)
+    with Searcher(whole) as searcher:  # one chunk of three days' messages
+        hit = searcher.search("Georgian restaurant deposit", max_results=1)[0]
+    assert (hit.start_line, hit.end_line) == (1, 5)
+    assert hit.snippet.startswith("[2026-03-04 21:21 UTC] User: We spent")
+    assert "\n[2026-03-06 08:10 UTC] User: Georgian restaurant" in hit.snippet
+    assert hit.snippet.count("UTC]") == 2  # the same day's later messages carry none
+
+    small = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"],
+                                 "chunking": {"tokens": 40, "overlap": 0}})
+    run_index(small, full=True)
+    with Searcher(small) as searcher:
+        booked = next(r for r in searcher.search("Georgian restaurant booked", max_results=3) if r.start_line == 2)
+        tokenizer = next(r for r in searcher.search("postmortem tokenizer", max_results=3) if r.end_line == 3)
+    # the message before the chunk, from the evening before: its day (the index records the time of each
+    # day's first message in a chunk, not this one's), then the chunk's time
+    assert booked.snippet.startswith("[2026-03-04] Assistant: Then write a postmortem")
+    assert "\n[2026-03-06 08:10 UTC] User: Georgian restaurant" in booked.snippet
+    # the message after the chunk, two days later: its own time
+    assert tokenizer.snippet.endswith("[2026-03-06 08:10 UTC] User: Georgian restaurant booked for Friday dinner"
+                                      " with the whole team")

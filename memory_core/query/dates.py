@@ -963,6 +963,21 @@ class Dater:
             return None
         return next(((ts, n) for ts, n, day in got if start <= day <= end), None)
 
+    def day_starts(self, h: Any) -> tuple[tuple[str, int], ...]:
+        """A transcript chunk's messages that begin a new UTC day after its first: (time, JSONL
+        line) of each later day's earliest message; () for a chunk of one day (or a note)."""
+        got = self._recorded(h)
+        if not got or len(got) == 1 or got[0][0][:10] == got[-1][0][:10]:  # (oldest first: one UTC day)
+            return ()
+        firsts: dict[str, tuple[str, int]] = {}
+        for ts, n, _day in got:
+            if _when(ts) is not None and len(ts) >= 16:
+                utc = ts[:10]
+                if utc not in firsts or (ts, n) < firsts[utc]:
+                    firsts[utc] = (ts, n)
+        days = sorted(firsts)
+        return tuple(firsts[d] for d in days[1:])
+
     def note_clocks(self, path: str, start_line: int, end_line: int, day: date) -> list[datetime]:
         """The clock times a daily note states for lines ``start_line``..``end_line`` (on its
         ``day``): the time in force at the first line (the last timed heading or line above it,

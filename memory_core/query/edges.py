@@ -37,6 +37,10 @@ EDGE_MAX_CHARS = 300
 class Neighbour:
     line: int  # its line: a note's line, a transcript message's JSONL line
     text: str
+    # a transcript message's time (``YYYY-MM-DDTHH:MM`` UTC) when the index records it (the first message of
+    # its day in its chunk: chunk_days), else its UTC day (``YYYY-MM-DD``: the day of the last recorded
+    # message at or before it), so a snippet can stamp a neighbour said on another day; None: unknown
+    when: str | None = None
 
 
 Neighbours = Callable[[str, str, int, int, str, bool, bool, str], tuple[Neighbour | None, Neighbour | None]]
@@ -230,9 +234,9 @@ def _before(source: str, start: int, end: int, text: str, row: tuple[Any, ...] |
     return None
 
 
-NEXT_SQL = ("SELECT start_line, end_line, text FROM chunks WHERE path = ? AND source = ? AND start_line >= ?"
+NEXT_SQL = ("SELECT start_line, end_line, text, rid FROM chunks WHERE path = ? AND source = ? AND start_line >= ?"
             " AND end_line > ? ORDER BY start_line, end_line LIMIT 1")
-PREV_SQL = ("SELECT start_line, end_line, text FROM chunks WHERE path = ? AND source = ? AND start_line < ?"
+PREV_SQL = ("SELECT start_line, end_line, text, rid FROM chunks WHERE path = ? AND source = ? AND start_line < ?"
             " AND end_line <= ? ORDER BY start_line DESC, end_line DESC LIMIT 1")
 
 
@@ -242,9 +246,33 @@ def index_neighbours(conn: Any) -> Neighbours:
              after: bool, who: str = "") -> tuple[Neighbour | None, Neighbour | None]:
         b = a = None
         if before and start > 1:
-            b = _before(source, start, end, text, conn.execute(PREV_SQL, (path, source, start, end)).fetchone())
+            prev = conn.execute(PREV_SQL, (path, source, start, end)).fetchone()
+            b = _before(source, start, end, text, prev)
+            if source == "sessions":
+                b = _timed(conn, prev, b)
         if after:
-            a = _after(source, start, end, text, conn.execute(NEXT_SQL, (path, source, start, end)).fetchone(), who)
+            nxt = conn.execute(NEXT_SQL, (path, source, start, end)).fetchone()
+            a = _after(source, start, end, text, nxt, who)
+            if source == "sessions":
+                a = _timed(conn, nxt, a)
         return b, a
 
     return find
+
+
+WHEN_SQL = "SELECT first, line FROM chunk_days WHERE rid = ? AND line <= ? ORDER BY line DESC, first DESC LIMIT 1"
+
+
+def _timed(conn: Any, chunk: tuple[Any, ...] | None, n: Neighbour | None) -> Neighbour | None:
+    """``n`` (a message of the neighbouring ``chunk`` row: start, end, text, rid) with its time or
+    day, where the index records it (:attr:`Neighbour.when`)."""
+    if n is None or chunk is None or len(chunk) < 4:
+        return n
+    try:
+        row = conn.execute(WHEN_SQL, (int(chunk[3]), n.line)).fetchone()
+    except Exception:  # noqa: BLE001  (an index without chunk_days: no time, as before)
+        return n
+    if not row or not row[0]:
+        return n
+    first, line = str(row[0]), int(row[1])
+    return Neighbour(n.line, n.text, first if line == n.line else first[:10])

@@ -95,12 +95,16 @@ Messages = Callable[[str, int, int], "list[str] | None"]
 them, each with its own line breaks (:func:`memory_core.query.reading.transcript_messages`), or None."""
 
 
-def _chunk_text(h: ranking.Hit, messages: Messages | None) -> str:
+def _stamped_text(h: ranking.Hit, messages: Messages | None) -> tuple[str, list[tuple[int, str]]]:
     """What a snippet is cut from: a note's chunk; a transcript chunk's messages with their own line
     breaks when ``messages`` can read them (the index holds each message on one line, whitespace
-    collapsed, as the reference hashes it), else its indexed messages, whole (:func:`joined_messages`)."""
+    collapsed, as the reference hashes it), else its indexed messages, whole (:func:`joined_messages`);
+    and in a transcript chunk that spans days (``h.day_starts``) each later
+    day's first message starts with its own time (``[2026-03-06 08:10 UTC] User: ...``): the
+    chunk's one stamp told the time of its first message only, and a message said two days later
+    was read as said then. Also the (offset, stamp) of each such mark in the text."""
     if h.source != "sessions":
-        return h.text
+        return h.text, []
     joined = joined_messages(h.text)
     if messages is not None:
         got = messages(h.path, h.start_line, h.end_line)
@@ -108,8 +112,36 @@ def _chunk_text(h: ranking.Hit, messages: Messages | None) -> str:
         # its lines shifted, would show other messages under this citation): every whole message
         # of the chunk is one of them, once collapsed
         if got and _still_says(joined, got):
-            return "\n".join(got)
-    return joined
+            got = list(got)
+            at: dict[int, str] = {}
+            for when, line in h.day_starts:
+                k = len(messages(h.path, h.start_line, line - 1) or []) if line > h.start_line else 0
+                if 0 < k < len(got) and k not in at:
+                    at[k] = said_at(h.source, when)
+                    got[k] = at[k] + got[k]
+            marks: list[tuple[int, str]] = []
+            pos = 0
+            for k, m in enumerate(got):
+                if k in at:
+                    marks.append((pos, at[k]))
+                pos += len(m) + 1
+            return "\n".join(got), marks
+    return joined, []
+
+
+def _stamp_at(h: ranking.Hit, text: str, marks: list[tuple[int, str]], shown: str) -> str:
+    """The stamp for a snippet showing ``shown`` (a verbatim piece of ``text``): the time of the
+    day in force where it begins (the chunk's first, or a later day's mark before it); "" when it
+    begins with that day's own mark."""
+    stamp = said_at(h.source, h.date)
+    if not marks:
+        return stamp
+    at = text.find(shown)
+    for pos, mark in marks:
+        if pos > at:
+            break
+        stamp = "" if pos == at else mark
+    return stamp
 
 
 def _still_says(joined: str, shown: list[str]) -> bool:
@@ -121,13 +153,14 @@ def _still_says(joined: str, shown: list[str]) -> bool:
     return bool(whole) and all(ln in flat for ln in whole)
 
 
-def _dated_snippet(h: ranking.Hit, terms: list[str], text: str) -> str:
-    """The snippet of ``text`` (:func:`_chunk_text`); a transcript's starts with when it was said
-    (``[2026-11-02 15:20 UTC] ``)."""
+def _dated_snippet(h: ranking.Hit, terms: list[str], text: str, marks: list[tuple[int, str]] | None = None) -> str:
+    """The snippet of ``text`` (:func:`_stamped_text`); a transcript's starts with when it was said
+    (``[2026-11-02 15:20 UTC] ``): the time of the day it begins in."""
     stamp = said_at(h.source, h.date)
     if not stamp:
         return ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS)
-    return stamp + ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
+    shown = ranking.make_snippet(text, terms, SNIPPET_MAX_CHARS - len(stamp))
+    return _stamp_at(h, text, marks or [], shown) + shown
 
 
 def _edge_excerpt(text: str, room: int, *, before: bool, after: bool) -> str:
@@ -188,8 +221,8 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
     day = _day_snippet(h, messages)
     if day is not None:
         return day, h.start_line, h.end_line
-    text = _chunk_text(h, messages)
-    plain = (_dated_snippet(h, terms, text), h.start_line, h.end_line)
+    text, marks = _stamped_text(h, messages)
+    plain = (_dated_snippet(h, terms, text, marks), h.start_line, h.end_line)
     if neighbours is None or h.source not in ("sessions", "memory") or not terms:
         return plain
     us = units(h.text, h.source)
@@ -208,8 +241,14 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
         return plain
     before, after = neighbours(h.path, h.source, h.start_line, h.end_line, h.text, want_b, want_a, who)
     stamp = said_at(h.source, h.date)
+    # a neighbour said on another day than the chunk's text beside it carries its own time
+    last_day = (marks[-1][1][1:11] if marks else (h.date or "")[:10])
     add_b = cut_at_word(before.text, EDGE_MAX_CHARS) if before is not None else ""
+    if add_b and before is not None and before.when and before.when[:10] != (h.date or "")[:10]:
+        add_b = said_at(h.source, before.when) + add_b
     add_a = cut_at_word(after.text, EDGE_MAX_CHARS) if after is not None else ""
+    if add_a and after is not None and after.when and after.when[:10] != last_day:
+        add_a = said_at(h.source, after.when) + add_a
     for b, a in ((add_b, add_a), ("", add_a), (add_b, "")):
         if not (a or b):
             continue
@@ -219,7 +258,9 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
             continue  # the edge's message or line does not fit beside its neighbour
         start = before.line if b and before is not None else h.start_line
         end = after.line if a and after is not None else h.end_line
-        return stamp + (b + "\n" if b else "") + body + ("\n" + a if a else ""), start, end
+        # the stamp goes on the chunk's text, not on the message added before it (said earlier: it
+        # was shown under the chunk's time)
+        return (b + "\n" if b else "") + _stamp_at(h, text, marks, body) + body + ("\n" + a if a else ""), start, end
     return plain
 
 

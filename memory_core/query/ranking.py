@@ -141,6 +141,9 @@ class Hit:
     date_lifted: bool = False  # passed min_score only because it was written on the day the query names
     day_start: tuple[str, int] | None = None  # the named day's first message (time, JSONL line), in a
     # transcript chunk that began the day before (dates.Dater.day_start): its snippet shows it (rank._day_snippet)
+    # a transcript chunk that spans days: each later (UTC) day's first message (time, JSONL line), so its
+    # snippet stamps it with its own time, not the chunk's first (dates.Dater.day_starts, rank._stamped_text)
+    day_starts: tuple[tuple[str, int], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -378,6 +378,9 @@ class Searcher(QueryProviderOwner):
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
                     h.date = dater.date(h)
+            for h in union:  # (the hits ranked: their snippets)
+                if h.source == "sessions":
+                    h.day_starts = dater.day_starts(h)
             if dates is not None:  # how near each candidate's days are to the named ones
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
                 if not any(v > 0 for v in dates.near.values()):

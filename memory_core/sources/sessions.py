@@ -447,8 +447,8 @@ class _Builder:
             return
         if not isinstance(record, dict):
             return
-        flat = _flat_message(record)
-        if record.get("type") != "message" and not flat:
+        flat_record = _flat_message(record)
+        if record.get("type") != "message" and not flat_record:
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
@@ -457,7 +457,7 @@ class _Builder:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
             self.local_days.append(local_day(written))
-        message = record if flat else record.get("message")
+        message = record if flat_record else record.get("message")
         if not isinstance(message, dict):
             return
         role = message.get("role")
