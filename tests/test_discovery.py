@@ -43,6 +43,26 @@ def test_symlinks_are_never_followed(tmp_path):
     assert paths(s) == ["MEMORY.md", "memory/2026-01-02.md", "memory/deep/er/note.md"]
 
 
+def test_a_symlinked_memory_folder_or_memory_md_is_not_followed_and_says_so(tmp_path):
+    """`memory/` (or MEMORY.md) a symlink, as dotfiles and sync setups make it: nothing of it was
+    indexed and nothing said why (helper audit, seventeenth session). Still not followed; a
+    warning says so and what to do."""
+    notes = tmp_path / "real-notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("a\n")
+    (notes / "MEMORY.md").write_text("top\n")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.symlink(notes, ws / "memory")
+    os.symlink(notes / "MEMORY.md", ws / "MEMORY.md")
+    d = discover_files(load_settings(None, {"workspace": str(ws)}))
+    assert d.files == []
+    assert any(w.startswith("memory/ is a symlink") and "extra_paths" in w for w in d.warnings), d.warnings
+    assert any(w.startswith("MEMORY.md is a symlink") for w in d.warnings), d.warnings
+    # a real folder and file: no such warning
+    assert not any("symlink" in w for w in discover_files(load_settings(None, {"workspace": str(make_ws(tmp_path / "plain"))})).warnings)
+
+
 def test_extra_paths_files_dirs_and_duplicates(tmp_path):
     ws = make_ws(tmp_path)
     notes = tmp_path / "notes"

@@ -206,8 +206,14 @@ def _candidates(settings: Settings, ws: str, warnings: list[str]) -> Iterator[tu
             p = os.path.join(ws, name)
             if _root_file(p):
                 yield p, "memory", None
+            elif os.path.islink(p):
+                warnings.append(f"{name} is a symlink; symlinks are not followed, so it is not indexed (copy or move"
+                                " the file there, or name its real path in extra_paths)")
         mem_dir = os.path.join(ws, "memory")
-        if os.path.isdir(mem_dir) and not os.path.islink(mem_dir):
+        if os.path.islink(mem_dir):  # (a dotfiles or sync setup): every note of it would go unsaid
+            warnings.append("memory/ is a symlink; symlinks are not followed, so none of its notes is indexed (name"
+                            " its real folder in extra_paths, or make memory/ a folder)")
+        elif os.path.isdir(mem_dir):
             for e in _walk_md(mem_dir, warnings):
                 yield e.path, "memory", None
         for raw in settings.extra_paths:
