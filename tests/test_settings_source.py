@@ -427,3 +427,42 @@ def test_a_moved_workspace_takes_its_index_and_transcripts_along(tmp_path, monke
     rec = IndexRecord.from_meta(index_meta(moved / ".memory-core" / "index.sqlite"))
     assert rec is not None and rec.workspace == str(moved) and rec.sessions_dir == str(moved / "sessions")
     assert sessions_indexed(moved / ".memory-core" / "index.sqlite") == 3
+
+
+def test_a_workspace_copied_with_its_index_is_read_from_the_copy(tmp_path, monkeypatch, capsys):
+    """`cp -a orig copy`: the copy's index records orig as its workspace, and a reader of the copy
+    read orig's files (`get -w copy` showed orig's text while `status -w copy` judged freshness
+    against the copy's: helper audit, seventeenth session). A reader of an index at a copy's
+    default place now reads the copy; orig's own index still reads orig, and an index kept apart
+    with --index still reads the workspace it recorded."""
+    for k in ("MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_CONFIG", "MEMORY_CORE_AGENT"):
+        monkeypatch.delenv(k, raising=False)
+    orig = tmp_path / "orig"
+    (orig / "memory").mkdir(parents=True)
+    (orig / "memory" / "a.md").write_text("# A\n\nthe walrus budget is 9,100 EUR\n")
+    (orig / "sessions").mkdir()
+    (orig / "sessions" / "s.jsonl").write_text(json.dumps(
+        {"type": "message", "message": {"role": "user", "content": "the narwhal ships on Friday"}}) + "\n")
+    assert main(["index", "-w", str(orig), "--provider", "none", "--sessions", "--no-progress"]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(orig, copy, symlinks=True)
+    (copy / "memory" / "a.md").write_text("# A\n\nthe walrus budget is 12,000 EUR in the copy\n")
+    (copy / "sessions" / "s.jsonl").write_text(json.dumps(
+        {"type": "message", "message": {"role": "user", "content": "the narwhal ships on Monday"}}) + "\n")
+    capsys.readouterr()
+
+    def got(*args: str) -> str:
+        assert main(["get", *args]) == 0
+        return capsys.readouterr().out
+
+    assert "12,000 EUR in the copy" in got("-w", str(copy), "memory/a.md")
+    assert "Monday" in got("-w", str(copy), "sessions/s.jsonl")
+    assert "9,100 EUR" in got("-w", str(orig), "memory/a.md")
+    assert "Friday" in got("-w", str(orig), "sessions/s.jsonl")
+    # an index kept apart (--index) reads the workspace it recorded, wherever it is opened from
+    apart = tmp_path / "elsewhere" / "idx.sqlite"
+    apart.parent.mkdir()
+    assert main(["index", "-w", str(orig), "--index", str(apart), "--provider", "none", "--sessions",
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert "9,100 EUR" in got("--index", str(apart), "memory/a.md")

@@ -274,13 +274,25 @@ class IndexRecord:
         """
         if self.workspace is None or not os.path.isdir(self.workspace):
             return settings
-        update: dict[str, Any] = {"workspace": Path(self.workspace), "extra_paths": list(self.extra_paths)}
+        recorded = Path(self.workspace)
+        home = _copied_to(recorded, settings.index_file)
+
+        def here(p: str) -> Path:  # a path of the recorded workspace, in the copy the index is in
+            if home is None:
+                return Path(p)
+            try:
+                return home / Path(p).relative_to(recorded)
+            except ValueError:  # outside the workspace: the same path
+                return Path(p)
+
+        update: dict[str, Any] = {"workspace": home or recorded,
+                                  "extra_paths": [str(here(p)) if os.path.isabs(p) else p for p in self.extra_paths]}
         if self.sources:
             update["sources"] = list(self.sources)
         if self.redact:
             update["redact"] = self.redact
         if self.sessions_dir:
-            update["sessions"] = settings.sessions.model_copy(update={"dir": Path(self.sessions_dir)})
+            update["sessions"] = settings.sessions.model_copy(update={"dir": here(self.sessions_dir)})
         return settings.model_copy(update=update)
 
     def query_settings(self, settings: Settings) -> Settings:
@@ -554,3 +566,22 @@ def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, 
 def as_built_now(settings: Settings) -> tuple[Settings, list[str]]:
     """:func:`as_built` against the live index at ``settings.index_file`` as it is now."""
     return as_built(settings, IndexRecord.from_meta(probe_index(settings.index_file)[0]))
+
+
+def _copied_to(recorded: Path, index_file: Path) -> Path | None:
+    """The workspace an index was copied into along with its workspace (``cp -a orig copy``), when
+    a reader opens it there: the index sits at ``<home>/.memory-core/index.sqlite``, ``home`` is not
+    the workspace it recorded, and that workspace keeps an index of its own at the same place.
+    A reader then read the original's files under the copy's index (``get -w copy`` showed the
+    original's text while ``status -w copy`` judged freshness against the copy's). None: read the
+    recorded workspace (an index kept elsewhere with ``--index``, or its own)."""
+    if index_file.name != "index.sqlite" or index_file.parent.name != ".memory-core":
+        return None
+    home = index_file.parent.parent
+    theirs = recorded / ".memory-core" / "index.sqlite"
+    try:
+        if home.resolve() == recorded.resolve() or not theirs.exists() or os.path.samefile(theirs, index_file):
+            return None
+    except OSError:
+        return None
+    return home if home.is_dir() else None
