@@ -390,6 +390,9 @@ PROSE_KEPT = [
     "key results for Q3", "access key rotation is due", "token limit 128000 exceeded", "the password is required",
     "the key was 404 not found", "tokens per second: 1,500", "the key for the deploy is in 1password",
     "the monkey is 9f8e7d6c5b", "the key is user_id", "the deploy key is api_key",
+    "Want to rehearse the key slides?", "the token was revoked!", "check the secret sauce, okay?",
+    "you will need to [create a Secret block](https://www.prefect.io/docs/v3/concepts/blocks/#pre-registered-blocks)",
+    "the key is https://example.com/v2/keys", "secret garden2 tour",
 ]
 
 

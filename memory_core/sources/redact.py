@@ -271,7 +271,8 @@ _RULES_AFTER_PEM: Final = (
     # for the router is Kx9!mPq2", "pw for wifi: hunter2", "use API key 9f8e7d6c for staging",
     # "password hunter2". The name, up to two words of what it is for ("for the staging API"),
     # then "is"/"was"/"="/":" (a key, password or token: nothing), then a value of 6+ characters
-    # with a digit or a symbol other than "_" ("the key is user_id" names a field): "the key is
+    # with a digit or a symbol other than "_" ("the key is user_id" names a field) and not a
+    # sentence's last mark ("rehearse the key slides?"): "the key is
     # hard to find", "the token expired",
     # "password reset flow" and "the secret sauce is love" stay
     _Rule("secret_prose",
@@ -279,9 +280,15 @@ _RULES_AFTER_PEM: Final = (
           rf"|pin{_S}code|pw)(?![A-Za-z0-9_-])"
           rf"(?:{_S}{{1,3}}(?:for|to|of|on|at){_S}{{1,3}}(?:(?:the|my|our|your|this){_S}{{1,3}})?"
           rf"[A-Za-z0-9_.-]{{1,30}}+(?:{_S}{{1,3}}(?![Ii][Ss]\b|[Ww][Aa][Ss]\b)[A-Za-z0-9_.-]{{1,30}}+)?)?"
-          rf"(?:{_S}{{1,3}}(?:is|was|will{_S}be)(?:{_S}{{1,3}}now)?{_S}{{1,3}}|{_S}*[=:]{_S}*|{_S}{{1,3}})"
-          rf"[\"'`]?(?=[^{_WS_CLASS}\"'`*\u2026]{{6,}})"
-          rf"([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)(?!\u2026)",
+          rf"(?:{_S}{{1,3}}(?:is|was|will{_S}be)(?:{_S}{{1,3}}now)?{_S}{{1,3}}|{_S}*[=:]{_S}*"
+          # nothing between: after an API key, a password or a token named alone ("use API key X",
+          # "password hunter2"), not after "key" or "secret" ("the secret block](https://...)")
+          rf"|(?:(?<=api key)|(?<=api_key)|(?<=apikey)|(?<=api-key)|(?<=password)|(?<=passwd)|(?<=pw)|(?<=token))"
+          rf"{_S}{{1,3}})"
+          # a value: no URL, no Markdown link (url_password takes a URL's password)
+          rf"[\"'`]?(?=[^{_WS_CLASS}\"'`*\u2026\\]{{6,}})(?![^{_WS_CLASS}]*(?:://|\]\())"
+          rf"([^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}?(?:[0-9]|[!@#$%^&+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)]))"
+          rf"[^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}+)(?!\u2026)",
           ("api", "access", "secret", "private", "key", "token", "passw", "passcode", "pin", "pw"),
           offsets=(0,)),
     # a bare 40-character AWS secret access key, when "aws" or "secret" is in the same text:
