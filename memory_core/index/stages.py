@@ -243,7 +243,12 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             counts["new" if skip is None else "changed"] += 1
             continue
         try:
-            digest = hash_file(f.abs_path)
+            if old is not None and f.source == "sessions" and old.source == f.source:
+                from memory_core.sources.sessions import read_hashes  # the delta check below reuses this read
+
+                digest = read_hashes(f.abs_path, old.size)[0]
+            else:
+                digest = hash_file(f.abs_path)
         except OSError as exc:
             if old is not None and not full:
                 warnings.append(f"cannot read {f.path} ({exc.strerror}); keeping its indexed rows")

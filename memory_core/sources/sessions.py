@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -759,28 +760,53 @@ def below_delta(abs_path: str, size: int, old_size: int, old_lines: int | None, 
     if old_lines is None:
         return False
     try:
-        digest, lines = prefix_hash_and_lines(abs_path, old_size)
+        _, digest, lines = read_hashes(abs_path, old_size)
     except OSError:
         return True
     return digest == indexed_hash and lines - old_lines < delta_messages
 
 
-def prefix_hash_and_lines(abs_path: str, n_bytes: int) -> tuple[str, int]:
-    """In one read: the sha256 of the file's first ``n_bytes`` bytes (as
-    :func:`memory_core.sources.discovery.hash_file` hashes a whole file: equal to the hash
-    recorded when it was ``n_bytes`` long iff those bytes are unchanged) and its complete lines
-    (:func:`count_lines`)."""
+_HASHES: dict[tuple[str, int, int, int, int, int], tuple[str, str, int]] = {}
+_HASHES_MAX = 4096
+_HASHES_LOCK = threading.Lock()
+
+
+def read_hashes(abs_path: str, n_bytes: int) -> tuple[str, str, int]:
+    """In one read: the sha256 of the whole file (as :func:`memory_core.sources.discovery.hash_file`),
+    of its first ``n_bytes`` bytes (equal to the hash recorded when it was ``n_bytes`` long iff
+    those bytes are unchanged) and its complete lines (:func:`count_lines`). Kept per file state
+    (device, inode, size, mtime) in the process: a long-lived reader's freshness checks of a
+    transcript that grew below the thresholds read it once, not at every check (40 transcripts
+    of 1 MiB: 30 ms a check otherwise), and a run's hash and its delta check share one read."""
     import hashlib
 
-    h = hashlib.sha256()
-    left, lines = n_bytes, 0
     with open(abs_path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        key = (abs_path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, n_bytes)
+        with _HASHES_LOCK:
+            got = _HASHES.get(key)
+        if got is not None:
+            return got
+        whole = hashlib.sha256()  # one pass: the prefix's hash is a copy taken at its end
+        head = whole.copy() if n_bytes <= 0 else None
+        left, lines = n_bytes, 0
         while block := fh.read(1 << 20):
-            if left > 0:
-                h.update(block[:left])
-                left -= min(left, len(block))
             lines += block.count(b"\n")
-    return h.hexdigest(), lines
+            if head is None and len(block) >= left:
+                whole.update(block[:left])
+                head = whole.copy()
+                whole.update(block[left:])
+            else:
+                whole.update(block)
+                left -= len(block)
+        if head is None:  # shorter than n_bytes
+            head = whole.copy()
+    got = (whole.hexdigest(), head.hexdigest(), lines)
+    with _HASHES_LOCK:
+        if len(_HASHES) >= _HASHES_MAX:
+            _HASHES.pop(next(iter(_HASHES)))
+        _HASHES[key] = got
+    return got
 
 
 def count_lines(
