@@ -169,6 +169,27 @@ def test_requests_during_a_run_coalesce_into_one_follow_up(workspace: Path) -> N
     assert not dirty_state(s).dirty
 
 
+def test_a_deleted_index_is_stale_at_once_and_rebuilt_on_search(workspace: Path) -> None:
+    """The index folder deleted under a long-lived reader: its answers came from the open file, as
+    fresh (a clean check stood until a source event, and the watcher sees the sources only:
+    helper audit, seventeenth session). The next answer says the index is gone (a missing index
+    is `memory-core index`'s to build, as before), and after a run it is fresh again."""
+    import shutil
+
+    s = sync_settings(workspace, on_search=True)
+    run_index(s)
+    tools = MemoryTools(s)
+    try:
+        assert tools.search({"query": "capybara rota", "min_score": 0})["stale"] is False  # a clean check made
+        shutil.rmtree(s.index_file.parent)
+        out = tools.search({"query": "rate limit", "min_score": 0})  # within the clean check's second
+        assert out["stale"] is True and "the index file is gone" in out["note"], out
+        run_index(s)
+        assert tools.search({"query": "rate limit", "min_score": 0})["stale"] is False
+    finally:
+        tools.close()
+
+
 def test_watch_with_debounce_reindexes_after_a_change(workspace: Path) -> None:
     pytest.importorskip("watchfiles")
     s = sync_settings(workspace, watch=True, watch_debounce_ms=200)

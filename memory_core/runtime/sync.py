@@ -36,6 +36,7 @@ needs vectors).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -125,6 +126,7 @@ class SyncManager:
         self._again: str | None = None  # reason of the follow-up run asked for meanwhile
         self._dirty: tuple[float, DirtyState, bool] | None = None  # checked at, state, sources watched then
         self._dirty_gen = 0  # bumped by every watch event and run: a check that spans one is not kept
+        self._had_index = False  # a check found the index: one missing later was deleted (``_gone``)
         self._watcher: _SyncWatcher | None = None
         self._stop_interval: Callable[[], None] | None = None
 
@@ -154,7 +156,7 @@ class SyncManager:
         made at most once a second (``DIRTY_CHECK_MIN_S``)."""
         st = self.dirty()
         if not _refreshable(st):
-            return Freshness(False)
+            return self._gone(st)
         if not self.settings.sync.on_search:
             return Freshness(True, st.reason, refreshing=self.busy)
         self.request(f"search on a dirty index ({st.reason})")
@@ -164,10 +166,22 @@ class SyncManager:
         st = self.dirty(max_age_s=0.0) if not self.busy else st
         return Freshness(_refreshable(st), st.reason, refreshing=self.busy, waited_ms=waited)
 
+    def _gone(self, st: DirtyState) -> Freshness:
+        """The freshness of a search answered when no trigger acts: fresh, unless the index this
+        process saw is gone (deleted under a reader that answers from the file it opened before:
+        it said nothing of it, and `stale: false`); a run does not build a missing index by itself,
+        and one never built is not "gone" (a search of it fails with its own message)."""
+        if st.reason == "no index yet" and self._had_index:
+            return Freshness(True, "the index file is gone (deleted?); answers come from the copy opened before it"
+                                   " was; `memory-core index` builds it again")
+        return Freshness(False)
+
     def freshness(self) -> Freshness:
         """The freshness of the index now, starting nothing."""
         st = self.dirty()
-        return Freshness(_refreshable(st), st.reason, refreshing=self.busy)
+        if not _refreshable(st):
+            return self._gone(st)
+        return Freshness(True, st.reason, refreshing=self.busy)
 
     def on_session_start(self) -> bool:
         """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
@@ -186,10 +200,15 @@ class SyncManager:
             at, st, watched = cached
             limit = max_age_s if max_age_s is not None else (
                 WATCHED_MAX_AGE_S if watched and self._watching() else DIRTY_CHECK_MIN_S)
-            if now - at < limit:
+            # a state stands only while the index is as it found it, there or not: the watcher sees the
+            # sources, not the index folder, and a deleted index answered from its open file as fresh
+            # (one stat)
+            if now - at < limit and os.path.exists(self.settings.index_file) != (st.reason == "no index yet"):
                 return st
         watched = self._watching()  # before the scan: an event during it forgets what it finds
         st = dirty_state(self.settings)
+        if st.reason != "no index yet":
+            self._had_index = True
         with self._cond:
             if self._dirty_gen == gen:  # nothing forgot it meanwhile
                 self._dirty = (now, st, watched)
