@@ -169,7 +169,7 @@ def test_requests_during_a_run_coalesce_into_one_follow_up(workspace: Path) -> N
     assert not dirty_state(s).dirty
 
 
-def test_a_deleted_index_is_stale_at_once_and_rebuilt_on_search(workspace: Path) -> None:
+def test_a_deleted_index_is_reported_at_the_next_answer(workspace: Path) -> None:
     """The index folder deleted under a long-lived reader: its answers came from the open file, as
     fresh (a clean check stood until a source event, and the watcher sees the sources only:
     helper audit, seventeenth session). The next answer says the index is gone (a missing index
