@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import apsw
+
 from memory_core.sources.sessions import LABEL_PREFIXES as SPEAKERS
 from memory_core.sources.sessions import chunk_messages
 
@@ -270,7 +272,7 @@ def _timed(conn: Any, chunk: tuple[Any, ...] | None, n: Neighbour | None) -> Nei
         return n
     try:
         row = conn.execute(WHEN_SQL, (int(chunk[3]), n.line)).fetchone()
-    except Exception:  # noqa: BLE001  (an index without chunk_days: no time, as before)
+    except apsw.SQLError:  # an index of schema 5, without chunk_days: no time, as before
         return n
     if not row or not row[0]:
         return n

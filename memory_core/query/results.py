@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memory_core.storage.indexmeta import IndexRecord
     from memory_core.storage.qmd import QmdCollection, QmdRun
+    from memory_core.storage.run_owners import StoppedRun
     from memory_core.storage.vectors import ScanPlan
 
 __all__ = ["FileText", "MemoryStatus", "QmdReport", "SearchAnswer", "scan_report"]
@@ -154,7 +155,7 @@ class MemoryStatus:
     qmd: QmdReport | None = None
     # flow runs of this index whose process stopped without reporting (killed): Prefect shows them
     # Running until the next Prefect run of the index marks them Crashed (memory_core/storage/run_owners.py)
-    stopped_flow_runs: list[dict[str, Any]] = field(default_factory=list)
+    stopped_flow_runs: list[StoppedRun] = field(default_factory=list)
 
     @property
     def details(self) -> dict[str, object]:
@@ -185,8 +186,7 @@ class MemoryStatus:
             if self.batch:
                 out["batch"] = self.batch
         if self.stopped_flow_runs:
-            keys = ("flow_run_id", "run", "flow", "host", "pid", "started", "api_url")
-            out["stopped_flow_runs"] = [{k: r.get(k) for k in keys} for r in self.stopped_flow_runs]
+            out["stopped_flow_runs"] = [asdict(r) for r in self.stopped_flow_runs]
             out["stopped_flow_runs_note"] = STOPPED_RUNS_NOTE
         if self.backend is not None:
             out["backend"] = self.backend

@@ -191,12 +191,8 @@ def dead_owners(index_file: str | os.PathLike[str], *, skip: set[str] | None = N
                 path.unlink()
             os.close(fd)
             continue
-        try:
-            record = json.loads(os.read(fd, 65536) or b"{}")
-            uuid.UUID(str(record.get("flow_run_id") or name))
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-        except (OSError, ValueError):
+        record = _record(fd, name)
+        if record is None:
             log.warning("unreadable flow run owner file %s: removed", path)
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -205,30 +201,55 @@ def dead_owners(index_file: str | os.PathLike[str], *, skip: set[str] | None = N
         yield Dead(path, fd, record)
 
 
-def _record(fd: int) -> dict[str, Any] | None:
-    """An owner file's record (its flow run id checked), or None when it is not one."""
+def _record(fd: int, name: str) -> dict[str, Any] | None:
+    """The record of owner file ``name`` (its flow run id: the record's, else the name; checked),
+    or None when it is not one."""
     try:
         record = json.loads(os.read(fd, 65536) or b"{}")
         if not isinstance(record, dict):
             return None
-        uuid.UUID(str(record.get("flow_run_id")))
+        record["flow_run_id"] = str(record.get("flow_run_id") or name)
+        uuid.UUID(record["flow_run_id"])
     except (OSError, ValueError):
         return None
     return record
 
 
-def stopped_runs(index_file: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of ``index_file``'s flow runs whose process stopped without removing its owner
-    file (killed: still ``Running`` in Prefect until the next Prefect run of the index marks
-    them), oldest first. Only looks: a shared lock taken and dropped at once (a live run's
-    exclusive lock refuses it), nothing removed or written. A sweep that looks at the same moment
-    leaves that file for a later run."""
+@dataclass(frozen=True)
+class StoppedRun:
+    """A flow run whose process stopped without removing its owner file (:func:`stopped_runs`)."""
+
+    flow_run_id: str
+    run: str | None = None  # its flow run's name
+    flow: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started: str | None = None
+    api_url: str | None = None  # the Prefect API it reported to ("" : a temporary server)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> StoppedRun:
+        def text(key: str) -> str | None:
+            v = record.get(key)
+            return None if v is None else str(v)
+
+        pid = record.get("pid")
+        return cls(str(record["flow_run_id"]), text("run"), text("flow"), text("host"),
+                   pid if isinstance(pid, int) else None, text("started"), text("api_url"))
+
+
+def stopped_runs(index_file: str | os.PathLike[str]) -> list[StoppedRun]:
+    """``index_file``'s flow runs whose process stopped without removing its owner file (killed:
+    still ``Running`` in Prefect until the next Prefect run of the index marks them), oldest
+    first. Only looks: a shared lock taken and dropped at once (a live run's exclusive lock
+    refuses it), nothing removed or written. A sweep that looks at the same moment leaves that
+    file for a later run."""
     folder = owners_dir(index_file)
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         return []
-    out: list[dict[str, Any]] = []
+    out: list[StoppedRun] = []
     for name in names:
         if name.startswith(_NEW):
             continue
@@ -243,13 +264,13 @@ def stopped_runs(index_file: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except OSError:
                 continue  # held: a live run
-            record = _record(fd)
+            record = _record(fd, name)
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-        if record is not None and record.get("flow_run_id") == name:
-            out.append(record)
-    out.sort(key=lambda r: str(r.get("started") or ""))
+        if record is not None:
+            out.append(StoppedRun.from_record(record))
+    out.sort(key=lambda r: r.started or "")
     return out
 
 
