@@ -88,20 +88,16 @@ def _hold_owner_files(fleet: dict[str, Any]) -> None:
     """This run's owner file in every agent's ``<index>.flow-runs/`` (flows/owners.py): killed
     (SIGKILL, its ``serve`` process gone), it would stay Running for ever; the next run of any of
     those indexes now marks it Crashed. Released by the state hooks when it ends."""
-    from prefect.context import FlowRunContext
-    from prefect.settings import get_current_settings
-
     from memory_core.storage.store import check_index_target
 
-    ctx = FlowRunContext.get()
-    if ctx is None or ctx.flow_run is None:
+    run = owners.current_run()
+    if run is None:
         return
-    run_id, name = str(ctx.flow_run.id), str(ctx.flow_run.name)
-    api = str(get_current_settings().api.url or "")
     for settings in fleet.values():
         try:
             check_index_target(settings.index_file)  # nothing made beside a file that is not an index of ours
-            owners.hold(settings.index_file, run_id, api_url=api, flow_name=owners.FLEET_FLOW, run_name=name)
+            owners.hold(settings.index_file, run.run_id, api_url=run.api_url, flow_name=owners.FLEET_FLOW,
+                        run_name=run.name)
         except Exception:  # noqa: BLE001  (that agent's run refuses the path itself, with its own message)
             continue
 

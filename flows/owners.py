@@ -70,6 +70,26 @@ SWEEP_TIMEOUT_S = 10.0  # each request of the sweep (a server that accepts and n
 _warned: set[str] = set()  # servers already warned about in this process (once each)
 
 
+@dataclass(frozen=True)
+class CurrentRun:
+    """The flow run this code runs in, as an owner file records it."""
+
+    run_id: str
+    name: str
+    api_url: str
+
+
+def current_run() -> CurrentRun | None:
+    """The flow run of this context (its id, name and the API it reports to), or None outside one."""
+    from prefect.context import FlowRunContext
+    from prefect.settings import get_current_settings
+
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return None
+    return CurrentRun(str(ctx.flow_run.id), str(ctx.flow_run.name), str(get_current_settings().api.url or ""))
+
+
 def release_hook(flow: Any, flow_run: Any, state: Any) -> None:
     """A flow state hook (Completed, Failed, Crashed): the final state is reported, the file goes."""
     release(str(flow_run.id))

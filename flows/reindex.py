@@ -284,13 +284,10 @@ def _hold_and_sweep(settings: Settings, flow_name: str) -> list[owners.Sweeper]:
     """Hold this flow run's owner file for the index (flows/owners.py: its lock says the run is
     alive until its process ends), and settle, in a background thread, the runs of this index
     whose processes died without reporting (Running for ever in Prefect: now Crashed)."""
-    from prefect.context import FlowRunContext
-    from prefect.settings import get_current_settings
-
     from memory_core.storage.store import check_index_target
 
-    ctx = FlowRunContext.get()
-    if ctx is None or ctx.flow_run is None:
+    run = owners.current_run()
+    if run is None:
         return []
     try:
         check_index_target(settings.index_file)  # nothing made beside a file that is not an index of ours
@@ -298,14 +295,13 @@ def _hold_and_sweep(settings: Settings, flow_name: str) -> list[owners.Sweeper]:
         return []
     logger = get_run_logger()
     try:
-        run_id, name = str(ctx.flow_run.id), str(ctx.flow_run.name)
-        api = str(get_current_settings().api.url or "")
-        if owners.hold(settings.index_file, run_id, api_url=api, flow_name=flow_name, run_name=name) is not None:
+        if owners.hold(settings.index_file, run.run_id, api_url=run.api_url, flow_name=flow_name,
+                       run_name=run.name) is not None:
             owned = _OWNED.get()
             if owned is not None:
-                owned.append(run_id)
-        return [owners.Sweeper(settings.index_file, current_api=api, skip={run_id},
-                               found_by=f"flow run {name} ({run_id})", logger=logger)]
+                owned.append(run.run_id)
+        return [owners.Sweeper(settings.index_file, current_api=run.api_url, skip={run.run_id},
+                               found_by=f"flow run {run.name} ({run.run_id})", logger=logger)]
     except Exception as exc:  # never the run's failure: it only goes unmarked if it is killed
         logger.warning("cannot hold this flow run's owner file or look for dead runs of %s: %s: %s",
                        settings.index_file, type(exc).__name__, exc)
