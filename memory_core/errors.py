@@ -42,7 +42,31 @@ class RunError(MemoryCoreError):
 
 
 class ProviderError(RunError):
-    """An embedding provider failed after retries, or answered with bad data."""
+    """An embedding provider failed after retries, or answered with bad data.
+
+    Its message never holds a provider's secret (:func:`memory_core.secrets.scrub`): a provider
+    that echoes the API key in an error body would otherwise put it in every place the error goes.
+    """
+
+    def __init__(self, *args: object) -> None:
+        from memory_core.secrets import scrub
+
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
+
+
+class RunCancelled(RunError):
+    """The run was stopped from outside (SIGTERM). Its message says whether the live index was
+    left as it was, or (a stop after the publish: ``run_summary.swapped``) is the new one."""
+
+    def __init__(self, why: str = "stopped by SIGTERM") -> None:
+        super().__init__(why)
+        self.why = why
+
+    def __str__(self) -> str:
+        partial = getattr(self, "run_summary", None)
+        if partial is not None and partial.swapped:
+            return str(partial.stop_note())
+        return f"{self.why}; the live index was left as it was"
 
 
 class IndexLockedError(RunError):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memory_core.config import Settings, load_settings
-from memory_core.embeddings.registry import create_provider, create_provider_for_meta
+from memory_core.embeddings.registry import create_provider
 from memory_core.errors import ConfigError, ProviderError
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
@@ -230,8 +230,12 @@ def test_fallback_when_the_primary_keeps_failing(workspace: Path, gem: GeminiFak
         assert {r[0] for r in conn.execute("SELECT DISTINCT model FROM chunks")} == {"gemini-embedding-001"}
         conn.close()
         # queries of a fallback-built index are embedded with the fallback's settings
-        qp = create_provider_for_meta(s, meta)
-        assert qp.provider_key == meta["provider_key"]
+        from memory_core.storage.indexmeta import IndexRecord, open_query_provider
+
+        record = IndexRecord.from_meta(meta)
+        assert record is not None
+        qp, why = open_query_provider(record, s)  # what every reader uses
+        assert qp is not None and qp.provider_key == meta["provider_key"], why
         with Searcher(s, provider=qp) as searcher:  # fake vectors: only the exact text is similar
             res = searcher.search(NOTE, min_score=0)
             assert res and res[0].path == "memory/new-note.md" and res[0].vector_score > 0.99

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
+from memory_core.secrets import scrub
 
 if TYPE_CHECKING:
     from memory_core.api import Memory
@@ -821,9 +822,9 @@ def _run(args: argparse.Namespace) -> int:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
         if _published(exc):  # stopped (SIGTERM) after the new index went live: not an error of the index
-            print(f"memory-core: {exc}", file=sys.stderr)
+            print(f"memory-core: {scrub(str(exc))}", file=sys.stderr)
         else:
-            print(f"memory-core: error: {exc}{_partial(exc)}", file=sys.stderr)
+            print(f"memory-core: error: {scrub(str(exc))}{_partial(exc)}", file=sys.stderr)
         return exc.exit_code
     except OSError as exc:  # disk full, read-only directory, vanished files: the live index is untouched
         if os.environ.get("MEMORY_CORE_DEBUG") == "1" or isinstance(exc, BrokenPipeError):
@@ -843,7 +844,7 @@ def _run(args: argparse.Namespace) -> int:
         mapped = classify_error(exc)
         if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1" or _is_broken_pipe(exc):
             raise
-        print(f"memory-core: error: {mapped}{_partial(exc)}", file=sys.stderr)
+        print(f"memory-core: error: {scrub(str(mapped))}{_partial(exc)}", file=sys.stderr)
         return mapped.exit_code
 
 

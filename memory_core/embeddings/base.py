@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 import numpy as np
 
+from memory_core import secrets
 from memory_core.errors import ProviderError
 
 if TYPE_CHECKING:
@@ -227,6 +228,7 @@ class EmbeddingProvider(ABC):
             names = list(self.key_env)
             where = ", ".join(["remote.api_key", *names[:-1]]) + f" or {names[-1]}" if names else "remote.api_key"
             raise ConfigError(f"provider {self.name} needs an API key: set {where}")
+        secrets.remember(key)  # never shown, should the provider echo it in an error
         return key
 
     def _apply_remote(self, remote: Any) -> None:
@@ -235,6 +237,7 @@ class EmbeddingProvider(ABC):
         from memory_core.embeddings.retry import RetryBudget
 
         self.settings = remote
+        secrets.remember(*remote.headers.values(), secrets.url_password(remote.base_url))
         self.retry_budget = RetryBudget(remote.retry_budget_s)
         if remote.max_inputs_per_request:
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)

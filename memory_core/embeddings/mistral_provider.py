@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, first_row
+from memory_core.embeddings.base import (
+    EmbeddingProvider,
+    check_vectors,
+    compute_provider_key,
+    first_row,
+    order_by_index,
+)
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
 
@@ -143,7 +149,11 @@ class MistralProvider(EmbeddingProvider):
                 resp = self.client.embeddings.create(**kwargs)
             except Exception as exc:  # classified below
                 raise classify_mistral_error(exc) from None
-            data = sorted(resp.data, key=lambda d: d.index if d.index is not None else 0)
+            data = list(resp.data or [])
+            if len(texts) > 1 or any(d.index is not None for d in data):
+                # Mistral numbers every item: a duplicate, a gap or a missing index is refused (never
+                # cached), as OpenAI's and Voyage's are; only one input needs no number
+                data = [data[j] for j in order_by_index([d.index for d in data], len(texts), provider="mistral")]
             vectors = [d.embedding or [] for d in data]
             return check_vectors(vectors, len(texts), provider="mistral", dims=self.dims, normalise=True)
 

@@ -135,18 +135,3 @@ def create_fallback_provider(settings: Settings, primary: EmbeddingProvider,
     reason = f"fallback: {primary.name} ({primary.model}) kept failing during the run: {why}"
     log.warning("provider %s kept failing (%s); switching to fallback %s (%s)", primary.name, why, fb.name, fb.model)
     return fb, reason
-
-
-def create_provider_for_meta(settings: Settings, meta: dict[str, object]) -> EmbeddingProvider:
-    """The provider that embeds queries for an index built with ``meta``'s provider and model.
-
-    An index built by the fallback provider needs the fallback's settings (model, remote), not
-    the primary's.
-    """
-    name = str(meta.get("provider") or "none")
-    model = meta.get("model")
-    fs = fallback_settings(settings)
-    primary = settings.provider if settings.provider != "auto" else None
-    if fs is not None and fs.provider == name and name != primary:
-        return _build(name, fs.model_copy(update={"model": model or fs.model}))
-    return _build(name, settings.model_copy(update={"provider": name, "model": model, "fallback": None}))

@@ -29,7 +29,9 @@ class Retryable(Exception):
     """A transient provider failure; ``retry_after`` is the server's hint in seconds."""
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
+        from memory_core.secrets import scrub
+
+        super().__init__(scrub(message))  # logged at each retry: never a key the provider echoed
         self.retry_after = retry_after
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchFigures
-from memory_core.errors import IndexLockedError, ProviderError, RunError
+from memory_core.errors import IndexLockedError, ProviderError, RunCancelled
 from memory_core.index.runtypes import (
     EMBED_CONCURRENCY,
     BuildResult,
@@ -50,6 +50,7 @@ from memory_core.index.runtypes import (
     RunPlan,
     RunSummary,
     embed_parallelism,
+    is_stop,
 )
 from memory_core.index.stages import (
     Timer,
@@ -83,29 +84,9 @@ T = TypeVar("T")
 IfBusy = Literal["wait", "skip", "fail"]
 
 
-class RunCancelled(RunError):
-    """The run was stopped from outside (SIGTERM). Its message says whether the live index was
-    left as it was, or (a stop after the publish: ``run_summary.swapped``) is the new one."""
-
-    def __init__(self, why: str = "stopped by SIGTERM") -> None:
-        super().__init__(why)
-        self.why = why
-
-    def __str__(self) -> str:
-        partial = getattr(self, "run_summary", None)
-        if partial is not None and partial.swapped:
-            return str(partial.stop_note())
-        return f"{self.why}; the live index was left as it was"
-
-
 # Steps after a publish that a stop cuts short (RunSummary.cut_short)
 CUT_TRIM = "trimming the embedding cache of the vectors the new index holds (the next run that publishes does it)"
 CUT_QMD = "bringing qmd up to date (searches answer from the builtin index until a run does it)"
-
-
-def is_stop(exc: BaseException) -> bool:
-    """A stop from outside (Ctrl-C, SIGTERM, a cancelled flow run), not a failure."""
-    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled) or type(exc).__name__ == "CancelledRun"
 
 
 def stop_word(exc: BaseException) -> str:

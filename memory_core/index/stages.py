@@ -50,6 +50,7 @@ from memory_core.index.runtypes import (
     Progress,
     RunPlan,
     RunSummary,
+    is_stop,
 )
 from memory_core.sources.discovery import (
     FileEntry,
@@ -659,6 +660,8 @@ def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> i
         failpoint("before-trim")
         return cache.trim(live)
     except RunError as exc:  # the index is published; a failed trim only leaves duplicates
+        if is_stop(exc):  # a SIGTERM here stops the run (it says it published), not a trim failure
+            raise
         log.warning("the embedding cache was not trimmed of the vectors the index holds (%s); the next run"
                     " trims them", exc)
         return 0

@@ -82,7 +82,7 @@ from typing import Any, TypeVar
 import apsw
 import numpy as np
 
-from memory_core.errors import RunError, UnsafePathError
+from memory_core.errors import RunCancelled, RunError, UnsafePathError
 from memory_core.storage import cache_journal as J
 from memory_core.storage import openfiles
 from memory_core.storage.indexmeta import IndexRecord
@@ -325,6 +325,9 @@ class EmbeddingCache:
             else:
                 self.fold()
         except (RunError, OSError) as exc:
+            if isinstance(exc, RunCancelled):  # a stop from outside stops the run, not only the fold
+                self.journal.release()
+                raise
             log.warning("%s; the journal %s is kept and folded by the next run", exc, self.journal.path)
             self.journal.release()
         finally:
@@ -395,6 +398,8 @@ class EmbeddingCache:
                     folded += len(sc)
                 os.unlink(path)
             except RunError as exc:
+                if isinstance(exc, RunCancelled):
+                    raise
                 log.warning("%s; the journal %s is folded by a later run", exc, path)
             except OSError as exc:
                 log.warning("cannot fold the embedding cache journal %s (%s); left as it is", path, exc)

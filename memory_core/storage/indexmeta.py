@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory_core.config import Settings
+from memory_core.secrets import MASK, url_without_password
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider, Vectors
@@ -98,7 +99,8 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, o
     if with_provider:
         r = settings.remote
         out.update(provider=settings.provider, model=settings.model,
-                   remote={"base_url": r.base_url, "dimensions": r.dimensions, "api_version": r.api_version})
+                   remote={"base_url": url_without_password(r.base_url), "dimensions": r.dimensions,
+                           "api_version": r.api_version})
     return out
 
 
@@ -298,15 +300,27 @@ class IndexRecord:
     def query_settings(self, settings: Settings) -> Settings:
         """``settings`` for embedding queries against this index: its provider and model, and the
         recorded non-secret remote settings (base URL, dimensions, API version) that ``settings``
-        leaves unset, so a reader given only the index embeds queries as the index was built."""
-        remote = settings.remote
+        leaves unset, so a reader given only the index embeds queries as the index was built.
+
+        An index the configured fallback built (its record says so, or its provider is the
+        fallback's and not the primary's) is queried with the fallback's settings: a ``[fallback]``
+        table's own ``remote`` (base URL, key, dimensions), not the primary's."""
+        from memory_core.embeddings.registry import fallback_settings
+
+        base = settings
+        fs = fallback_settings(settings)
+        if fs is not None and fs.provider == self.provider and (
+                self.provider != settings.provider or (self.provider_reason or "").startswith("fallback")):
+            base = fs
+        remote = base.remote
         recorded = self.built_from.get("remote")
-        if isinstance(recorded, dict):
+        if isinstance(recorded, dict) and base is settings:  # the primary's, as recorded
             fill = {k: recorded[k] for k in ("base_url", "dimensions", "api_version")
-                    if recorded.get(k) is not None and getattr(remote, k) is None}
+                    if recorded.get(k) is not None and getattr(remote, k) is None
+                    and not (k == "base_url" and MASK in str(recorded[k]))}
             remote = remote.model_copy(update=fill)
-        return settings.model_copy(update={"provider": self.provider, "model": self.model, "fallback": None,
-                                           "remote": remote})
+        return base.model_copy(update={"provider": self.provider, "model": self.model, "fallback": None,
+                                       "remote": remote})
 
 
 def vector_record(record: IndexRecord | Mapping[str, Any] | None) -> IndexRecord | None:

@@ -1,0 +1,79 @@
+"""The secret values this process holds for its providers, and the one function that takes them
+out of any text memory-core shows or keeps.
+
+A provider's API key, its secret headers' values and a password in its base URL are sent with
+every request; a provider or a proxy may echo them back in an error body ("Incorrect API key
+provided: sk-..."), and that text would then reach the CLI's error line, the retry warnings, a
+Prefect flow run's state, logs and artifacts, and the index's recorded ``provider_reason``.
+Providers register their values here when they are built (:func:`remember`); the errors every
+provider failure becomes (:class:`memory_core.errors.ProviderError`,
+:class:`memory_core.embeddings.retry.Retryable`) pass their message through :func:`scrub`, and so
+do the places that show an error or keep a reason. A password in any URL (``//user:pw@host``) is
+masked whether or not it was registered.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+MIN_LEN = 6  # shorter values are not masked: "abc" would mask parts of ordinary words
+
+_lock = threading.Lock()
+_known: set[str] = set()
+_ordered: tuple[str, ...] = ()  # longest first: a key that contains another is masked whole
+
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]*:)(?P<pw>[^\s/@]+)(?=@)")
+
+
+def remember(*values: str | None) -> None:
+    """Register secret values (an API key, a secret header's value, a URL's password)."""
+    global _ordered
+    new = {v.strip() for v in values if isinstance(v, str) and len(v.strip()) >= MIN_LEN}
+    if not new - _known:
+        return
+    with _lock:
+        _known.update(new)
+        _ordered = tuple(sorted(_known, key=len, reverse=True))
+
+
+def url_password(url: str | None) -> str | None:
+    """The password of ``scheme://user:password@host/...``, or None."""
+    if not url:
+        return None
+    try:
+        return urlsplit(url).password
+    except ValueError:
+        return None
+
+
+def url_without_password(url: str | None) -> str | None:
+    """``url`` with its password (if any) replaced by ``***``: what may be recorded or shown."""
+    if not url or url_password(url) is None:
+        return url
+    parts = urlsplit(url)
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret value and every URL password masked."""
+    if not text:
+        return text
+    for value in _ordered:
+        if value in text:
+            text = text.replace(value, MASK)
+    if "@" in text and "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    return text
+
+
+def forget() -> None:
+    """Forget every registered value (tests)."""
+    global _ordered
+    with _lock:
+        _known.clear()
+        _ordered = ()
