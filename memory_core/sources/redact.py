@@ -305,6 +305,23 @@ _RULES_AFTER_PEM: Final = (
     _Rule("google", r"\b(AIza[0-9A-Za-z\-_]{20,})\b", ("aiza",)),
     _Rule("perplexity", r"\b(pplx-[A-Za-z0-9_-]{10,})\b", ("pplx-",)),
     _Rule("npm", r"\b(npm_[A-Za-z0-9]{10,})\b", ("npm_",)),
+    # the eighteenth session's audit: Voyage's own keys (one of memory-core's providers), xAI's,
+    # Tailscale's, a Docker config's registry login, a long key given after the word "key", and
+    # "set/changed the ... key/password to X"
+    _Rule("voyage", r"(?<![A-Za-z0-9_-])((?-i:pa-)(?=[A-Za-z0-9_-]{0,63}[0-9])(?=[A-Za-z0-9_-]{0,63}[A-Za-z])"
+          r"[A-Za-z0-9_-]{32,64}+)(?![A-Za-z0-9_-])", ("pa-",)),
+    _Rule("xai", r"(?<![A-Za-z0-9_-])((?-i:xai-)[A-Za-z0-9]{32,}+)", ("xai-",)),
+    _Rule("tailscale", r"(?<![A-Za-z0-9_-])((?-i:tskey-)[A-Za-z0-9-]{16,}+)", ("tskey-",)),
+    _Rule("docker_auth", rf"\"auth\"{_S}*:{_S}*\"([A-Za-z0-9+/]{{16,}}+={{0,2}})\"", ('"auth"',)),
+    _Rule("key_value", rf"(?<![A-Za-z0-9_-])key{_S}{{1,3}}((?=[A-Za-z0-9_+/=]{{0,127}}[0-9])"
+          rf"(?=[A-Za-z0-9_+/=]{{0,127}}[A-Za-z])[A-Za-z0-9_+/=]{{24,128}}+)(?![A-Za-z0-9_+/=.-])", ("key",)),
+    _Rule("secret_set",
+          rf"(?<![A-Za-z0-9])(?:set|changed?|updated?|rotated?|reset){_S}{{1,3}}(?:(?:the|my|our|your|this){_S}{{1,3}})?"
+          rf"(?:[A-Za-z0-9_.-]{{1,30}}+{_S}{{1,3}}){{0,2}}(?:api{_S}?[_-]?key|key|token|secret|passw(?:or)?d|passcode|pin)"
+          rf"{_S}{{1,3}}to{_S}{{1,3}}[\"'`]?(?=[^{_WS_CLASS}\"'`*\u2026\\]{{6,}})(?![^{_WS_CLASS}]*(?:://|\]\())"
+          rf"([^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}?(?:[0-9]|[!@#$%^&+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)]))"
+          rf"[^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}+)",
+          ("set", "change", "update", "rotate", "reset"), also_any_of=("key", "token", "secret", "passw", "pin")),
     # issue 22: formats an outside attack got into the index from transcripts
     _Rule("slack_webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/-]{10,}+)",
           ("hooks.slack.com/",)),
