@@ -176,6 +176,7 @@ class Memory:
         waiting at most ``sync.search_wait_ms``); :attr:`last_freshness` says whether the index
         read was stale (:meth:`answer` carries it).
         """
+        _check_search_args(max_results, min_score)
         self.last_freshness = self._before_search()
         with self._borrow() as s:
             return s.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
@@ -187,6 +188,7 @@ class Memory:
         results shaped for ``chat_type`` (citations mode, injection budget), what embedded the
         query, any fallback, notes, and whether the index was stale. ``extra``: a source searched
         beside the index when ``sources`` names it (the LanceDB memory store)."""
+        _check_search_args(max_results, min_score)
         fresh = self._before_search()
         self.last_freshness = fresh
         with self._borrow() as s:
@@ -319,3 +321,16 @@ def open_memory(workspace: str | os.PathLike[str] | None = None, *, config: str 
     if workspace is not None:
         told["workspace"] = os.fspath(workspace)
     return Memory(resolve_settings(told, config_file=config, told_by="open_memory argument {}", agent=agent).settings)
+
+
+def _check_search_args(max_results: object, min_score: object) -> None:
+    """What the CLI and the MCP server refuse, refused here too: ``max_results`` a whole number
+    of at least 1, ``min_score`` a number from 0 to 1 (``nan``, ``True``, ``1.5`` are not)."""
+    from memory_core.errors import UsageError
+
+    if max_results is not None and (isinstance(max_results, bool) or not isinstance(max_results, int)
+                                    or max_results < 1):
+        raise UsageError(f"max_results must be a whole number of at least 1, not {max_results!r}")
+    if min_score is not None and (isinstance(min_score, bool) or not isinstance(min_score, int | float)
+                                  or not 0 <= min_score <= 1):  # nan fails both sides
+        raise UsageError(f"min_score must be a number from 0 to 1, not {min_score!r}")

@@ -682,7 +682,9 @@ MAX_CONFIG_BYTES = 1024 * 1024
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The settings of a TOML config file; relative ``workspace``/``index_path`` are relative to it."""
+    """The settings of a TOML config file; relative ``workspace``, ``index_path``, ``lancedb_path``,
+    ``[cache] path`` and the agents' paths are relative to it (``extra_paths``, ``[sessions] dir``
+    and ``[qmd] state_dir`` are relative to the workspace)."""
     p = Path(path).expanduser()
     try:
         # O_NONBLOCK and a regular file only: a FIFO (or a device) given as the config would
@@ -721,6 +723,7 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, object]:
                     table[key] = str(base / table[key])
 
     absolute(data, ("workspace", "index_path", "lancedb_path"))
+    absolute(data.get("cache"), ("path",))  # not the folder a process happens to start in
     agents = data.get("agents")
     if isinstance(agents, dict):  # the agents' paths and templates are relative to the file too
         absolute(agents, AGENT_PATHS)

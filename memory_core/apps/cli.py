@@ -270,8 +270,9 @@ def _mcp_flags(p: argparse.ArgumentParser) -> None:
 def _watch_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
-    p.add_argument("--debounce", type=float, default=1.5, metavar="SECONDS",
-                   help="start a run once the sources have been quiet this long (default 1.5)")
+    p.add_argument("--debounce", type=float, default=None, metavar="SECONDS",
+                   help="start a run once the sources have been quiet this long (default: [sync]"
+                        " watch_debounce_ms, 1500 ms unless set)")
     p.add_argument("--deployment", default=os.environ.get("MEMORY_CORE_DEPLOYMENT"),
                    help="run this Prefect deployment of the reindex flow (needs PREFECT_API_URL, in the"
                         " environment or the active Prefect profile; default $MEMORY_CORE_DEPLOYMENT); it gets only"
@@ -612,11 +613,14 @@ def _local_time(seconds: float) -> str:
 
 
 def _fleet(args: argparse.Namespace) -> dict[str, Settings] | None:
-    """Every agent of the config file, when `mcp` is told no agent, workspace or index and the
-    config lists agents: one server then serves them all."""
+    """Every agent of the config file, when `mcp` is told no agent, workspace or index (by a
+    flag or by ``$MEMORY_CORE_WORKSPACE`` / ``$MEMORY_CORE_INDEX``, as every other command reads
+    them) and the config lists agents: one server then serves them all."""
+    from memory_core.config import _env_layer
     from memory_core.runtime.agents import requested_agent
 
-    if requested_agent(args.agent) or args.workspace or args.index_path:
+    if requested_agent(args.agent) or args.workspace or args.index_path or _env_layer(os.environ).keys() & {
+            "workspace", "index_path"}:
         return None
     path = args.config or os.environ.get("MEMORY_CORE_CONFIG")
     if not path:
@@ -666,7 +670,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from memory_core.apps.watch import run_watch  # the watch entry point: the CLI hands over
 
     told = {k: v for k, v in _writer_told(args).items() if v is not None}
-    run_watch(settings, debounce=args.debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
+    debounce = settings.sync.watch_debounce_ms / 1000 if args.debounce is None else args.debounce
+    run_watch(settings, debounce=debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
               config_file=args.config, told=told, as_json=args.json)
     return EXIT_OK
 
@@ -747,7 +752,10 @@ def cmd_flush(args: argparse.Namespace) -> int:
 def cmd_memory(args: argparse.Namespace) -> int:
     from memory_core.notes.memory_store import MemoryStore
 
-    told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None)}
+    # --store is the agent's LanceDB folder for this call: resolved with the agent's settings, so
+    # the agents' isolation check sees it (another agent's store is refused, as the API refuses it)
+    told = {"provider": getattr(args, "provider", None), "model": getattr(args, "model", None),
+            "lancedb_path": os.path.abspath(os.path.expanduser(args.store_path)) if args.store_path else None}
     settings = _settings(args, **told)
     if getattr(args, "min_score", None) is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")

@@ -71,7 +71,10 @@ def agent_paths(agents: AgentsSettings, agent: str) -> dict[str, str | None]:
 def agent_told(agents: AgentsSettings, agent: str) -> dict[str, object]:
     """The settings ``agent`` tells a run or a reader (the layer of explicit settings)."""
     paths = agent_paths(agents, agent)
-    told: dict[str, Any] = {"agent": agent, "workspace": paths["workspace"], "index_path": paths["index_path"],
+    # an agent's index is its own even when unset: the default place in its workspace, told here
+    # so that $MEMORY_CORE_INDEX (set for another tool or workspace) cannot take its place
+    index_path = paths["index_path"] or str(Settings(workspace=Path(str(paths["workspace"]))).index_file)
+    told: dict[str, Any] = {"agent": agent, "workspace": paths["workspace"], "index_path": index_path,
                             "lancedb_path": paths["lancedb_path"]}
     if paths["qmd_state_dir"]:
         told["qmd"] = {"state_dir": paths["qmd_state_dir"]}
@@ -106,7 +109,9 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
 
     They must not share (by any name: symlinks are resolved) an index, a qmd state folder or a
     LanceDB folder; one's LanceDB folder must not lie inside or contain the other's LanceDB
-    folder, workspace or index folder; and what one indexes (workspace, sessions folder when it indexes
+    folder, workspace or index folder; one's qmd state folder (``backend = "qmd"``: its
+    transcripts exported there) must not be, lie inside or contain anything the other indexes or
+    writes; and what one indexes (workspace, sessions folder when it indexes
     transcripts, extra paths) must not be, contain or lie inside what the other indexes: a
     global ``[sessions] dir``, a workspace nested in another's, or an alias of another's
     workspace would hand one agent the other's notes or transcripts. Two agents may index the
@@ -118,7 +123,8 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
         if _real(pa) == _real(pb):
             alias = "" if str(pa) == str(pb) else f" (as {pa} and {pb})"
             return f"agents {a!r} and {b!r} share the {what} {_real(pa)}{alias}"
-    problem = _store_overlap(a, sa, b, sb) or _store_overlap(b, sb, a, sa)
+    problem = (_store_overlap(a, sa, b, sb) or _store_overlap(b, sb, a, sa)
+               or _qmd_overlap(a, sa, b, sb) or _qmd_overlap(b, sb, a, sa))
     if problem:
         return problem
     for what_a, pa in _read_paths(sa):
@@ -151,6 +157,27 @@ def _store_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     return None
 
 
+def _qmd_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
+    """Why agent ``a``'s qmd state folder (with ``backend = "qmd"``: its transcripts exported
+    there as Markdown, redacted but whole) overlaps what agent ``b`` indexes or writes (its
+    workspace, sessions folder, extra paths, index folder, LanceDB folder), or None: ``b``
+    would index ``a``'s conversations, or ``a`` would export among ``b``'s files."""
+    from memory_core.storage.qmd import state_dir
+
+    if sa.backend != "qmd":
+        return None
+    mine = _real(state_dir(sa))
+    others = [*_read_paths(sb), ("index folder", _real(sb.index_file.parent)), ("LanceDB folder", _real(sb.lancedb_dir))]
+    for what, other in others:
+        if mine == other:
+            return f"agent {a!r}'s qmd state folder is agent {b!r}'s {what} ({mine})"
+        if other in mine.parents:
+            return f"agent {a!r}'s qmd state folder {mine} is inside agent {b!r}'s {what} {other}"
+        if mine in other.parents:
+            return f"agent {a!r}'s qmd state folder {mine} contains agent {b!r}'s {what} {other}"
+    return None
+
+
 AGENT_ENV = "MEMORY_CORE_AGENT"
 
 
@@ -162,14 +189,20 @@ def requested_agent(given: str | None, env: Mapping[str, str] | None = None) -> 
 
     An agent given empty (``--agent ""``: a script's ``--agent "$AGENT"`` with the variable unset,
     ``open_memory(agent="")``) names no agent: :class:`UnknownAgentError`, as the MCP server
-    answers, never the default agent's memory. Only ``None`` falls back."""
+    answers, never the default agent's memory; so does ``$MEMORY_CORE_AGENT`` set but empty. Only
+    ``None`` (and the variable unset) falls back."""
     env = os.environ if env is None else env
     if given is not None:
         if not given.strip():
             raise UnknownAgentError(f"unknown agent {given!r}: an empty agent id names no agent (give one of the"
                                     " config's [[agents.list]] ids, or no --agent for agents.default)")
         return given
-    return env.get(AGENT_ENV) or None
+    named = env.get(AGENT_ENV)
+    if named is not None and not named.strip():  # `MEMORY_CORE_AGENT=$AGENT` with $AGENT unset: as `--agent ""`
+        raise UnknownAgentError(f"unknown agent {named!r}: ${AGENT_ENV} is set but empty, and an empty agent id"
+                                " names no agent (unset it for agents.default, or give one of the config's"
+                                " [[agents.list]] ids)")
+    return named or None
 
 
 _FIX = ": each agent needs its own (set it in their [[agents.list]] entries, or use {agent} in the agents template)"
