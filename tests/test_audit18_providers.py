@@ -236,3 +236,30 @@ def test_f5_prose_near_those_formats_is_kept(text: str) -> None:
     from memory_core.sources.redact import redact_lines
 
     assert redact_lines(text) == text
+
+
+def test_f8_index_json_says_what_a_stopped_run_did(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`index --json` printed nothing for a run stopped after its publish: a script could not
+    learn that the live index was the new one (`swapped`)."""
+    from memory_core.apps.cli import main
+    from memory_core.index import streaming, writer
+    from tests.fakes.openai_fake import OpenAIFake
+
+    ws = _ws(tmp_path)
+    with OpenAIFake(dims=64) as srv:
+        (ws / "memory-core.toml").write_text(
+            f'provider = "openai"\n[remote]\napi_key = "sk-test-key-0123456789"\nbase_url = "{srv.base_url}"\n'
+            "dimensions = 64\n")
+        assert main(["index", "-w", str(ws), "--engine", "local", "--json"]) == 0
+        capsys.readouterr()
+        (ws / "memory" / "c.md").write_text("gamma note new\n")
+        for mod in (streaming, writer):
+            if hasattr(mod, "failpoint"):
+                monkeypatch.setattr(mod, "failpoint", _stop_at("after-swap"))
+        code = main(["index", "-w", str(ws), "--engine", "local", "--json"])
+    out = capsys.readouterr()
+    assert code == 1, out.err
+    data = json.loads(out.out)
+    assert data["swapped"] is True and data["stopped"] == "stopped by SIGTERM", data
+    assert "published" in out.err

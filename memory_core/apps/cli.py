@@ -431,7 +431,16 @@ def cmd_index(args: argparse.Namespace) -> int:
     quiet = _NotRunWarnings()
     for h in logging.getLogger().handlers:  # each warning once: in the list printed below
         h.addFilter(quiet)
-    summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
+    try:
+        summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
+    except BaseException as exc:  # stopped or failed: with --json, what it did all the same (published or not)
+        partial = getattr(exc, "run_summary", None)
+        if args.json and partial is not None:
+            out = partial.to_dict()
+            if not partial.swapped and not partial.error:
+                out["error"] = str(exc)
+            print(json.dumps(out, indent=2, sort_keys=True))
+        raise
     try:
         if args.json:
             print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
