@@ -106,7 +106,7 @@ def _which_file(settings: Settings, candidates: list[dict[str, Any]], hit: QmdHi
     found = []
     for c in candidates:
         try:
-            fd = open_indexed(settings, str(c["path"]))
+            fd = open_indexed(settings, str(c["path"]), source=str(c["source"]) if c.get("source") else None)
         except MemoryCoreError:
             continue
         with os.fdopen(fd, "rb") as fh:

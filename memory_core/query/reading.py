@@ -31,7 +31,7 @@ def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None,
     component, the sessions folder included); PathError when it may not be read."""
     from memory_core.sources.safeio import open_indexed
 
-    fd = open_indexed(settings, path)
+    fd = open_indexed(settings, path, source="sessions")
     try:
         return transcript_dates(fd, name=f"{settings.sessions_dir}\0{path}")
     finally:
@@ -74,7 +74,7 @@ def transcript_messages(settings: Settings) -> Callable[[str, int, int], list[st
 
     def messages(path: str, start: int, end: int) -> list[str] | None:
         try:
-            fd = open_indexed(settings, path)
+            fd = open_indexed(settings, path, source="sessions")
         except (MemoryCoreError, OSError, ValueError):
             return None
         try:
@@ -130,7 +130,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
             return FileText(path=path, source="memory", start_line=start, lines=0, text="")
         raise PathError(f"not an indexed file: {path}")
     source = row[1]
-    resolve_indexed_path(where, path)
+    # the file indexed under this path, found by the source its row records (a note in an extra
+    # path folder named ``sessions`` is no transcript), not by the path's first component
+    resolve_indexed_path(where, path, source=source)
     count = MAX_GET_LINES if lines is None else max(0, min(int(lines), MAX_GET_LINES))
     end = start + count - 1
     from memory_core.sources.safeio import open_indexed, read_lines
@@ -141,7 +143,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     # clear when only the lines asked for were redacted)
     masked = source != "sessions" and ((record.redact if record else None) or settings.redact) == "all"
     # an fd: no symlink in any component, regular files only; each reader closes it, whatever it reads
-    real = open_indexed(where, path)
+    real = open_indexed(where, path, source=source)
     out: list[str] = []
     above: list[str] = []  # the note's lines before the range, read only to mask the range as the index did
     try:
@@ -186,7 +188,7 @@ def line_total(settings: Settings, path: str, source: str) -> int | None:
     from memory_core.sources.safeio import open_indexed
 
     try:
-        fd = open_indexed(settings, path)
+        fd = open_indexed(settings, path, source=source)
     except MemoryCoreError:
         return None
     newlines, last = 0, b""

@@ -525,15 +525,20 @@ def parse_citation(text: str) -> Citation:
     return Citation(path, start, None if start is None else max(start, end or start))
 
 
-def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None) -> str:
+def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] | None = None, *,
+                         source: str | None = None) -> str:
     """Map an indexed path back to an absolute file path, refusing anything outside the sources.
 
     ``path`` must be a path as stored in the index (the caller checks that it is indexed).
-    ``meta``: the index's meta; the workspace, sources, sessions folder and extra paths it
-    recorded (:mod:`memory_core.storage.indexmeta`) are what ``path`` is resolved against, so a reader
-    needs nothing but the index (an index older than those records uses ``settings``'). The
-    resolved real path must lie under the workspace's memory sources, an extra path, or the
-    sessions directory; symlinks that point elsewhere are refused.
+    ``source``: the source its ``files`` row records (``"sessions"`` for a transcript, else a
+    note: ``memory`` or an extra path); it decides where the file is, so a note whose path starts
+    with ``sessions/`` (an extra path folder of that name) is resolved under the workspace, not
+    in the sessions folder. Without it (None) a ``sessions/`` path is taken for a transcript
+    when ``"sessions"`` is a source. ``meta``: the index's meta; the workspace, sources, sessions
+    folder and extra paths it recorded (:mod:`memory_core.storage.indexmeta`) are what ``path`` is
+    resolved against, so a reader needs nothing but the index (an index older than those records
+    uses ``settings``'). The resolved real path must lie under the workspace's memory sources, an
+    extra path, or the sessions directory; symlinks that point elsewhere are refused.
     """
     if not path or "\x00" in path:
         raise PathError("path is empty or contains a NUL byte")
@@ -544,7 +549,11 @@ def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] 
         if record is not None:
             settings = record.reader_settings(settings)
     ws = str(settings.workspace_dir)
-    if path.startswith("sessions/") and "sessions" in settings.sources:
+    transcript = (path.startswith("sessions/") and "sessions" in settings.sources) if source is None \
+        else source == "sessions"
+    if transcript:
+        if not path.startswith("sessions/"):
+            raise PathError(f"not an indexed transcript: {path}")
         name = path[len("sessions/"):]
         if "/" in name or name in ("", ".", ".."):
             raise PathError(f"not an indexed transcript: {path}")

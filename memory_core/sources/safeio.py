@@ -30,10 +30,17 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
-def _root_and_parts(settings: Settings, path: str) -> tuple[str, list[str]]:
-    """The source root an indexed path lives under, and the components below it."""
+def _root_and_parts(settings: Settings, path: str, source: str | None = None) -> tuple[str, list[str]]:
+    """The source root an indexed path lives under, and the components below it. ``source``: the
+    source its ``files`` row records, which decides whether it is a transcript (a note in an
+    extra path folder named ``sessions`` is not); None: a ``sessions/`` path is a transcript when
+    ``"sessions"`` is a source."""
     ws = str(settings.workspace_dir)
-    if path.startswith("sessions/") and "sessions" in settings.sources:
+    transcript = (path.startswith("sessions/") and "sessions" in settings.sources) if source is None \
+        else source == "sessions"
+    if transcript:
+        if not path.startswith("sessions/"):
+            raise PathError(f"not an indexed transcript: {path}")
         name = path[len("sessions/"):]
         sdir = os.path.normpath(os.path.abspath(str(settings.sessions_dir)))
         wsn = os.path.normpath(os.path.abspath(ws))
@@ -56,10 +63,11 @@ def _root_and_parts(settings: Settings, path: str) -> tuple[str, list[str]]:
     raise PathError(f"refusing {path}: outside the indexed sources")
 
 
-def open_indexed(settings: Settings, path: str) -> int:
-    """A read-only file descriptor of the indexed file ``path``; PathError for a symlink in any
-    component below its source root, for anything but a regular file, or a missing file."""
-    root, parts = _root_and_parts(settings, path)
+def open_indexed(settings: Settings, path: str, *, source: str | None = None) -> int:
+    """A read-only file descriptor of the indexed file ``path`` (of ``source``, its row's: see
+    :func:`_root_and_parts`); PathError for a symlink in any component below its source root, for
+    anything but a regular file, or a missing file."""
+    root, parts = _root_and_parts(settings, path, source)
     if not parts or any(p in ("", ".", "..") for p in parts):
         raise PathError(f"refusing {path}: not a plain indexed path")
     try:
