@@ -39,6 +39,7 @@ import shutil
 import stat
 import threading
 import time
+import unicodedata
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -212,30 +213,89 @@ def check_id(memory_id: str) -> str:
 
 
 # a number with its sign (2,400 and 2400 alike; 3:30, 2026-03-04 whole; -18 and UTC-5 signed, +5
-# and 5 alike) or a word (can't, user's: one word)
-_FACT_TOKEN = re.compile(r"(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*|[^\W_]+(?:['\u2019][^\W_]+)*")
+# and 5 alike); a name whose signs belong to it (.NET, C#, F#, C++, Disney+); a word (can't, user's:
+# one word); a comparison operator of two characters (<=, >=, ==, !=); any other single sign, kept
+# by _fact_words when it is a symbol (<, >, =, $, EUR sign, emoji) and dropped when it is punctuation
+_FACT_TOKEN = re.compile(r"(?P<num>(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*)"
+                         r"|(?P<name>(?<![\w.])\.[^\W\d_][^\W_]*|[^\W_]+(?:\+\+?|#)(?![\w+#]))"
+                         r"|(?P<word>[^\W_]+(?:['\u2019][^\W_]+)*)"
+                         r"|(?P<op>[<>!=]=)|(?P<sign>[^\w\s])")
 # thousands written with commas (2,400, 1,250,000.5): the same number as without them; any other
 # comma is a decimal comma or a list (1,5 mg is not 15 mg, 1,10 is not 110)
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _ARTICLES = frozenset({"a", "an", "the"})
+# one operator however it is typed: "\u2264 1%" is "<= 1%"
+_OPERATORS = {"\u2264": "<=", "\u2266": "<=", "\u2265": ">=", "\u2267": ">=", "\u2260": "!="}
+# the Unicode symbol categories: math (< > = + ~ |, arrows), currency ($ EUR GBP JPY), other (emoji,
+# degree). Punctuation (. , ! ? % # & * quotes, dashes) is not the fact; nor are modifier symbols
+# (` ^, an emoji's skin tone: the same emoji) or the minus sign outside a number (a dash)
+_SYMBOLS = frozenset({"Sm", "Sc", "So"})
+# words whose final s is a letter of the word, never a plural: a protocol's "secure" (https is not
+# http), whatever case it is written in
+_NOT_PLURAL = frozenset({"https", "wss", "ftps", "smtps", "imaps", "pop3s", "ldaps"})
+# names English capitalizes yet pluralizes as ordinary nouns ("on Tuesdays": every Tuesday)
+_WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"})
+# before a sentence's first word: spaces, opening quotes and brackets, list bullets, a quote marker
+_LEAD = frozenset(" \t\r\n\"'\u201c\u2018([{*\u2022#>-")
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+
+def _sentence_start(text: str, i: int) -> bool:
+    """Whether the word at ``text[i]`` opens the text, a sentence or a line (a capital there says
+    nothing about the word)."""
+    j = i
+    while j > 0 and text[j - 1] in _LEAD:
+        j -= 1
+    return j == 0 or text[j - 1] in ".!?" or "\n" in text[j:i]
+
+
+def _singular(written: str, at_start: bool) -> str:
+    """``written`` (a word) lower-cased, without a final ``s`` where that ``s`` makes a plural.
+
+    The rule: a final s is a plural only on a word written as an ordinary word, which is lowercase
+    (backups, runs) or capitalized at the start of a sentence (Backups run ...). A word in capitals
+    is an acronym whose S is one of its letters (HTTPS, DNS, AWS), unless only that s is lowercase
+    (APIs, URLs, GPUs: the plural of API); a word capitalized inside a sentence is a name whose s is
+    part of it (Windows, Teams, Jenkins, Roberts) but for the weekdays (on Tuesdays). The check errs
+    toward two memories: a plural left on a name keeps a restatement beside its first text (the
+    answer names it), a plural stripped from a name lost the first memory. Words of four letters or
+    fewer (bus, gas, its) and words in ss (class, access) keep theirs, as before."""
+    w = written.replace("'", "").replace("\u2019", "").lower()
+    if w in _NOT_PLURAL or not w.endswith("s"):
+        return w
+    stem = written[:-1]
+    if written.endswith("s") and len(w) > 3 and stem.isupper():  # APIs
+        return w[:-1]
+    ordinary = (written.islower() or written[-2:] in ("'s", "\u2019s")  # user's, Dana's: possessive
+                or (written[:1].isupper() and written[1:].islower() and (at_start or w[:-1] in _WEEKDAYS)))
+    return w[:-1] if ordinary and len(w) > 3 and not w.endswith("ss") else w
 
 
 def _fact_words(text: str) -> tuple[str, ...]:
-    """What a memory says, for :func:`same_fact`: its words and numbers in order, lower-cased,
-    without punctuation, articles (a, an, the) or a plural ``s``. Every other word stays: up and
-    down, above and below, from and to, I and you, not and never, the days, and where each one is
-    ("Alice reports to Bob" is not "Bob reports to Alice")."""
+    """What a memory says, for :func:`same_fact`: its words, numbers and symbols in order,
+    lower-cased, without punctuation, articles (a, an, the) or a plural ``s`` (:func:`_singular`).
+    Every other word stays: up and down, above and below, from and to, I and you, not and never,
+    the days, and where each one is ("Alice reports to Bob" is not "Bob reports to Alice"); so do
+    comparison operators (> 90% is not < 90%, <= is not >=, != is not ==), currencies ($180 is not
+    180 EUR), emoji (a thumbs up is not a thumbs down) and the signs of a name (C# and C++ are not
+    C, .NET is not NET). Inside a URL nothing is a plural (/users is not /user)."""
+    urls = [(m.start(), m.end()) for m in _URL.finditer(text)]
     out: list[str] = []
-    for m in _FACT_TOKEN.finditer(text.lower()):
-        w = m.group()
-        if not w[0].isalpha() and (w[0].isdigit() or w[1:2].isdigit()):
+    for m in _FACT_TOKEN.finditer(text):
+        kind, w = m.lastgroup, m.group()
+        if kind == "num":
             w = w.replace("\u2212", "-").removeprefix("+")
             out.append(w.replace(",", "") if _THOUSANDS.fullmatch(w) else w)
-            continue
-        w = w.replace("'", "").replace("\u2019", "")
-        if w in _ARTICLES:
-            continue
-        out.append(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w)
+        elif kind in ("name", "op"):
+            out.append(w.lower())
+        elif kind == "sign":
+            if w in _OPERATORS:
+                out.append(_OPERATORS[w])
+            elif w != "\u2212" and unicodedata.category(w) in _SYMBOLS:
+                out.append(w)
+        elif w.lower() not in _ARTICLES:
+            in_url = any(a <= m.start() < b for a, b in urls)
+            out.append(w.lower() if in_url else _singular(w, _sentence_start(text, m.start())))
     return tuple(out)
 
 
@@ -243,8 +303,9 @@ def same_fact(a: str, b: str) -> bool:
     """Whether two near-identical memories (by cosine) say the same thing: the same words and
     numbers in the same order (case, punctuation, articles and plurals aside). Embeddings place
     "allergic" and "not allergic", "Tuesday" and "Thursday", 2400 and 4200 EUR, March 3 and March
-    30, "heating up" and "heating down", "Alice reports to Bob" and "Bob reports to Alice" side by
-    side (cosine 0.95-0.99 with the local model); they are different facts."""
+    30, "heating up" and "heating down", "Alice reports to Bob" and "Bob reports to Alice", "> 90%"
+    and "< 90%", a thumbs up and a thumbs down side by side (cosine 0.95-1.0 with the local model);
+    they are different facts."""
     return _fact_words(a) == _fact_words(b)
 
 
