@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -368,15 +369,15 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             if cancelled:
                 return _cancelled(partial, partial.stop_note())
             raise
-        msg = "cancelled" if cancelled or type(exc).__name__ in ("TerminationSignal", "CancelledRun",
-                                                                   "KeyboardInterrupt") \
-            else f"{type(exc).__name__}: {exc}"
-        logger.error("run %s; the live index was left as it was", msg if msg == "cancelled" else f"failed: {msg}")
+        stopped = cancelled or pipeline.is_stop(exc)
+        # what stopped it, as it was: "cancelled" (from Prefect), "stopped by SIGTERM", "interrupted"
+        msg = "cancelled" if cancelled else pipeline.stop_word(exc) if stopped else f"{type(exc).__name__}: {exc}"
+        logger.error("run %s; the live index was left as it was", msg if stopped else f"failed: {msg}")
         with contextlib.suppress(Exception):
             if partial is not None:  # the name chosen before the run (e.g. "-batch") says what it did
                 report.rename_run(flow_name, label, partial)
         if progress is not None:
-            progress.end("cancelled" if msg == "cancelled" else "failed")
+            progress.end("cancelled" if stopped else "failed")
         with contextlib.suppress(Exception):
             if partial is not None and settings is not None:
                 partial.stage_seconds["total"] = round(time.perf_counter() - t_start, 3)
@@ -384,9 +385,9 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
                                        report.run_figures(partial, settings),
                                        f"{flow_name} of {label}: {partial.outcome()}")
             report.publish_notes(notes_key, report.notes_markdown(
-                f"{flow_name} {label}: run {'cancelled' if msg == 'cancelled' else 'failed'}",
+                f"{flow_name} {label}: run {msg if stopped else 'failed'}",
                 warnings=list(partial.warnings) if partial else [], fallbacks=fallbacks, error=msg,
-                partial=partial), "the run was cancelled" if msg == "cancelled" else "the run failed")
+                partial=partial, stopped=stopped), f"the run was {msg}" if stopped else "the run failed")
         if cancelled:
             return _cancelled(partial, f"{CANCELLED_IN_PREFECT}; the live index was left as it was")
         raise
@@ -515,6 +516,30 @@ _OWNED: ContextVar[list[str] | None] = ContextVar("memory_core_flow_owned", defa
 _STOPPED: ContextVar[list[BaseException] | None] = ContextVar("memory_core_flow_stopped", default=None)
 
 
+def _stop_on_sigterm() -> Any:
+    """While an in-process flow run runs (the CLI's ``--engine prefect``), a SIGTERM ends it as a
+    stop the caller knows: Prefect's own handler marks the run Crashed, then sends the signal again
+    to the handler it found, this one, which raises :class:`pipeline.RunCancelled` (with the
+    summary of a run that had published) instead of the process dying by the signal with no line
+    of ours. The handler before it (returned; None outside the main thread) is put back after."""
+    def stop(signum: int, frame: Any) -> None:
+        why = f"stopped by {signal.Signals(signum).name}"
+        stop = pipeline.RunCancelled(why)
+        handled = sys.exc_info()[1]  # Prefect's TerminationSignal, being handled when it signals again
+        partial = getattr(handled, "run_summary", None)
+        if partial is not None:
+            partial.stopped = why
+            stop.run_summary = partial  # type: ignore[attr-defined]
+        raise stop
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:
+        return None
+
+
 def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None = None,
                 on_start: Callable[[str], None] | None = None, settings: Settings | None = None) -> dict[str, Any]:
     """Run the reindex flow in this process (the CLI's ``--engine prefect``); returns the summary.
@@ -527,6 +552,7 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
     resolved = _RESOLVED.set(settings)
     stopped = _STOPPED.set([])
     owned = _OWNED.set([])
+    previous = _stop_on_sigterm()
     try:
         return reindex(**params.flow_kwargs())
     except CancelledRun:
@@ -538,6 +564,8 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
             raise said[-1] from None
         raise
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         # the run's final state is reported: its owner file goes (a Cancelled run has no state hook)
         owners.release_all(set(_OWNED.get() or ()))
         _OWNED.reset(owned)

@@ -213,13 +213,16 @@ def summary_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = None,
-                   fallbacks: Iterable[str] = (), extra: Iterable[str] = (), partial: RunSummary | None = None) -> str:
+                   fallbacks: Iterable[str] = (), extra: Iterable[str] = (), partial: RunSummary | None = None,
+                   stopped: bool = False) -> str:
+    """The run's notes artifact. ``error``: what failed, or (``stopped``) what stopped it
+    ("cancelled", "stopped by SIGTERM", "interrupted")."""
     warnings = list(dict.fromkeys(warnings))
     fallbacks = list(fallbacks)
     extra = list(extra)
     lines = [f"# {title}", ""]
     if error:
-        what = "was cancelled" if error == "cancelled" else f"failed: {_md(error)}"
+        what = f"was {_md(error)}" if stopped or error == "cancelled" else f"failed: {_md(error)}"
         lines += ["## Error", "", f"**The run {what}**", "",
                   "The live index was left as it was; the next run starts again from the sources and reuses"
                   " every vector already in the embedding cache.", ""]

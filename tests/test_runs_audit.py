@@ -298,10 +298,12 @@ def test_r1_a_flow_run_stopped_after_the_publish_says_it_published(prefect_api: 
     assert len(events) == 1 and events[0].payload["published"] == "in place" and events[0].payload["files_new"] == 1
     assert not read_flow_run(fr_id).state.is_completed()  # the stop still ends the run
     notes = artifact_of(fr_id, "markdown").data
-    assert "cancelled after the new index was published (updated in place)" in notes, notes
+    # what stopped it, as it was: a SIGTERM, not a cancel (it said "cancelled" until the eighteenth session)
+    assert "stopped by SIGTERM after the new index was published (updated in place)" in notes, notes
     assert "left as it was" not in notes and "cut short: trimming the embedding cache" in notes, notes
     fig = table_figures(artifact_of(fr_id, "table"))
-    assert fig["outcome"] == "updated in place, then cancelled" and fig["files new"] == 1, fig
+    assert fig["outcome"] == "updated in place, then stopped by SIGTERM" and fig["files new"] == 1, fig
+    assert proc.returncode == 1 and "memory-core: stopped by SIGTERM after the new index was published" in proc.stderr
 
 
 def test_r1_a_failure_after_the_publish_is_a_warning_of_a_published_run(tmp_path: Path,

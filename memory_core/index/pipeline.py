@@ -94,7 +94,10 @@ def stop_word(exc: BaseException) -> str:
         return "interrupted"
     if isinstance(exc, RunCancelled):
         return exc.why
-    if type(exc).__name__ in ("TerminationSignal", "CancelledRun"):
+    if type(exc).__name__ == "TerminationSignal":  # Prefect's: a signal sent to the process, not a cancel
+        sig = getattr(exc, "signal", None)
+        return f"stopped by {signal.Signals(sig).name}" if isinstance(sig, int) else "stopped by a signal"
+    if type(exc).__name__ == "CancelledRun":
         return "cancelled"
     return "stopped"
 
@@ -572,7 +575,7 @@ def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: Embeddi
     with contextlib.suppress(Exception):
         what = str(exc) or type(exc).__name__
         if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ in ("TerminationSignal", "CancelledRun"):
-            what = "cancelled"
+            what = stop_word(exc)  # "interrupted", "stopped by SIGTERM", "cancelled": what it was
         embed: EmbedStats | None = None
         jobs = batch
         in_jobs = batch is None and batch_run is not None  # stopped inside the batch phase
