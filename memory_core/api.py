@@ -49,6 +49,7 @@ from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 if TYPE_CHECKING:
     from memory_core.index.indexer import Indexer
     from memory_core.index.runtypes import Progress, RunSummary
+    from memory_core.notes.memory_store import MemoryStore
     from memory_core.query.search import ResultSource, Searcher, SearchResult
     from memory_core.runtime.sync import Freshness, SyncManager
 
@@ -96,6 +97,7 @@ class Memory:
         self._reader: Searcher | None = None
         self._reader_lock = threading.Lock()
         self.last_freshness: Freshness | None = None  # of the index the last search read
+        self._store: MemoryStore | None = None  # the agent's LanceDB memory store, opened when named
 
     # -- indexing ---------------------------------------------------------------------------
     def index(self, *, full: bool = False, progress: Callable[[Progress], None] | None = None) -> RunSummary:
@@ -189,6 +191,8 @@ class Memory:
         query, any fallback, notes, and whether the index was stale. ``extra``: a source searched
         beside the index when ``sources`` names it (the LanceDB memory store)."""
         _check_search_args(max_results, min_score)
+        if extra is None and sources and "store" in sources:  # the agent's memory store, merged by score
+            extra = self.store
         fresh = self._before_search()
         self.last_freshness = fresh
         with self._borrow() as s:
@@ -211,9 +215,32 @@ class Memory:
         """The lines a citation points at (``path#L10-L20``), or ``lines`` lines of ``path`` from
         ``from_line``. Only indexed files can be read; anything else raises
         :class:`memory_core.errors.PathError`."""
+        if isinstance(citation, str) and citation.startswith("store:"):  # a memory of the store (answer's citation)
+            return self._read_store(citation)
         self._session()
         with self._reading() as s:
             return s.read_file(citation, from_line=from_line, lines=lines)
+
+    @property
+    def store(self) -> MemoryStore:
+        """The agent's LanceDB memory store (``lancedb_path``), opened at first use and closed
+        with this memory: what ``answer(sources=[..., "store"])`` merges and ``read("store:<id>")``
+        reads, as the MCP server's tools do."""
+        with self._lock:
+            if self._store is None:
+                from memory_core.notes.memory_store import MemoryStore
+
+                self._store = MemoryStore(self.settings)
+            return self._store
+
+    def _read_store(self, citation: str) -> FileText:
+        from memory_core.errors import PathError
+
+        mid = citation.split(":", 1)[1].split("#", 1)[0]
+        mem = self.store.get(mid)
+        if mem is None:
+            raise PathError(f"no memory with id {mid!r} in the memory store")
+        return FileText(path=citation, source="store", start_line=1, lines=mem.text.count("\n") + 1, text=mem.text)
 
     def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds (files, chunks, provider, model, sizes, whether search can embed,
@@ -282,6 +309,10 @@ class Memory:
             self._reader = None
         with self._lock:
             indexer, self._indexer = self._indexer, None
+            store, self._store = self._store, None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
         for s in searchers:
             with contextlib.suppress(Exception):
                 s.close()

@@ -154,3 +154,81 @@ def test_f7_the_api_refuses_the_arguments_every_other_door_refuses(tmp_path: Pat
         with pytest.raises(UsageError):
             mem.answer("otter", **bad)
         assert mem.search("otter", max_results=1, min_score=0)  # the good ones still answer
+
+
+def test_f12_get_of_a_note_edited_since_indexing_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`get memory/vendors.md#L1-L5` after an edit returned other lines than the search cited,
+    with nothing said (a search of the same index says `stale`)."""
+    import json
+    import os
+
+    ws = _notes(tmp_path / "ws", "notes")
+    note = ws / "memory" / "vendors.md"
+    note.write_text("# Vendors\n\nThe gecko vendor ships on Mondays.\nInvoices monthly.\n")
+    (ws / "sessions").mkdir()
+    chat = ws / "sessions" / "s1.jsonl"
+    chat.write_text('{"type":"message","timestamp":"2026-11-01T10:00:00Z","message":{"role":"user",'
+                    '"content":"the heron plan"}}\n')
+    assert main(["index", "-w", str(ws), "--provider", "none", "--sessions", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["get", "-w", str(ws), "memory/vendors.md#L1-L4", "--json"]) == 0
+    assert "note" not in json.loads(capsys.readouterr().out)  # unchanged: nothing to say
+    note.write_text("# Vendors\n\n## Added later\nThe iguana vendor was dropped.\n")
+    st = note.stat()
+    os.utime(note, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert main(["get", "-w", str(ws), "memory/vendors.md#L1-L4"]) == 0
+    got = capsys.readouterr()
+    assert "iguana" in got.out and "changed since it was indexed" in got.err
+    assert main(["get", "-w", str(ws), "memory/vendors.md#L1-L4", "--json"]) == 0
+    assert "changed since it was indexed" in json.loads(capsys.readouterr().out)["note"]
+    # a transcript that grew by an append keeps every cited line: nothing to say
+    with chat.open("a") as fh:
+        fh.write('{"type":"message","timestamp":"2026-11-01T10:01:00Z","message":{"role":"assistant",'
+                 '"content":"noted"}}\n')
+    assert main(["get", "-w", str(ws), "sessions/s1.jsonl#L1-L1", "--json"]) == 0
+    assert "note" not in json.loads(capsys.readouterr().out)
+
+
+def test_f14_get_returns_at_most_max_get_chars(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 4-line citation of a note with one 877 KB line came back whole (a search snippet is 700
+    characters): an agent's context filled by one memory_get."""
+    import json
+
+    from memory_core.query.reading import MAX_GET_CHARS
+
+    ws = _notes(tmp_path / "ws", "notes")
+    long = "word " * (MAX_GET_CHARS // 2)
+    (ws / "memory" / "big.md").write_text(f"# Big\n{long}\nafter\n")
+    (ws / "memory" / "many.md").write_text("".join(f"line {i} " + "x" * 990 + "\n" for i in range(200)))
+    assert main(["index", "-w", str(ws), "--provider", "none", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["get", "-w", str(ws), "memory/big.md#L1-L3", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["lines"] == 1 and got["text"] == "# Big" and "ask again from line 2" in got["note"]
+    assert main(["get", "-w", str(ws), "memory/big.md", "--from", "2", "--lines", "1", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert len(got["text"]) == MAX_GET_CHARS and "characters long" in got["note"]
+    assert main(["get", "-w", str(ws), "memory/many.md", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert len(got["text"]) <= MAX_GET_CHARS and got["lines"] == 100  # whole lines: 100 of 1,000 characters
+    assert got["text"].splitlines()[-1].startswith("line 99 ")
+
+
+def test_f8_a_store_citation_reads_back_through_every_door(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`store:<id>` (a memory store result's citation) read back only through MCP; CLI `get` and
+    `Memory.read` said "not an indexed file", and `Memory.answer(sources=["store"])` found nothing."""
+    import json
+
+    from memory_core import open_memory
+
+    ws = _notes(tmp_path / "ws", "notes")
+    assert main(["index", "-w", str(ws), "--no-progress"]) == 0  # the local model: the store embeds
+    assert main(["memory", "store", "-w", str(ws), "The tapir memo is due on Thursday."]) == 0
+    capsys.readouterr()
+    with open_memory(workspace=str(ws)) as mem:
+        got = mem.answer("tapir memo", sources=["store"], min_score=0)
+        cites = [r["citation"] for r in got.to_dict()["results"]]
+        assert cites and cites[0].startswith("store:"), got.to_dict()
+        assert mem.read(cites[0]).text == "The tapir memo is due on Thursday."
+    assert main(["get", "-w", str(ws), cites[0], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == "The tapir memo is due on Thursday."

@@ -528,12 +528,11 @@ def cmd_search(args: argparse.Namespace) -> int:
                 store = stack.enter_context(_memory_store(s.settings))
             res = s.search_response(args.query, max_results=args.max_results, min_score=args.min_score,
                                     sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
-        else:  # the front door: a one-shot Memory (no reindex, no watch; it says when the index is stale)
+        else:  # the front door: a one-shot Memory (no reindex, no watch; it says when the index is stale);
+            # with "store" among the sources it merges the agent's LanceDB memory store by score
             memory = stack.enter_context(_memory(args))
-            if args.sources and "store" in args.sources:  # the LanceDB memory store, merged by score
-                store = stack.enter_context(_memory_store(memory.settings))
             res = memory.answer(args.query, max_results=args.max_results, min_score=args.min_score,
-                                sources=args.sources, mode=args.mode, chat_type=args.chat_type, extra=store)
+                                sources=args.sources, mode=args.mode, chat_type=args.chat_type)
     if args.json:
         print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -573,6 +572,8 @@ def cmd_get(args: argparse.Namespace) -> int:
         print(json.dumps(got.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(got.text)
+        if got.note:  # the text is the file's; the note (it changed since indexed) goes beside it
+            print(f"memory-core: note: {got.note}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -49,6 +49,7 @@ from memory_core.errors import MemoryCoreError, PathError, RunError, UsageError
 from memory_core.notes.write import MAX_WRITE_CHARS, write_memory
 from memory_core.query.answers import MAX_RESULTS
 from memory_core.query.backends import open_searcher
+from memory_core.query.reading import MAX_GET_CHARS
 from memory_core.query.search import AGENT_RESULT_KEYS, MAX_GET_LINES, MODES, Searcher
 from memory_core.runtime.sync import SyncManager
 
@@ -93,7 +94,7 @@ GET_DESCRIPTION = (
     "Read specific lines of one memory file, normally right after memory_search. Pass a path from a"
     " search result and only the lines you need: from=start_line and lines=end_line-start_line+1 (add"
     " a few lines of context if needed). Only files in the index can be read; any other path is"
-    f" refused. Returns at most {MAX_GET_LINES} lines; transcripts come back as readable, redacted text."
+    f" refused. Returns at most {MAX_GET_LINES} lines and {MAX_GET_CHARS:,} characters (whole lines; a note says where to go on); transcripts come back as readable, redacted text."
 )
 
 STATUS_DESCRIPTION = (

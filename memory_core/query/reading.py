@@ -22,6 +22,11 @@ from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 from memory_core.storage.indexmeta import IndexRecord
 
 MAX_GET_LINES = 2000
+MAX_GET_CHARS = 100_000
+"""The most characters one ``get`` / ``memory_get`` returns: whole lines up to it (a note of one
+877 KB line came back whole into an agent's context); past it the text ends, ``lines`` counts
+the lines returned and ``note`` says where to go on from. A first line longer than it alone is
+cut (the note says so)."""
 _DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
 
 
@@ -110,8 +115,11 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     are given) or start with ``./``. Transcripts come back as readable, redacted
     ``User: ...`` / ``Assistant: ...`` lines for the cited JSONL lines. A daily note
     (``memory/YYYY-MM-DD.md``) that does not exist yet reads as empty text, as in OpenClaw.
-    Any other path outside the index is refused. ``lookup(path)``: the path's ``(path, source)`` row of
-    the index's ``files`` table (None when not indexed) and what the index recorded.
+    Any other path outside the index is refused. ``lookup(path)``: the path's ``(path, source,
+    size, mtime)`` row of the index's ``files`` table (None when not indexed) and what the index
+    recorded. A note whose size or time is no longer what the index recorded (a transcript that
+    is shorter than it was) is read as it is now, with a ``note`` saying so: the lines a search
+    cited may hold other text until the next run.
     """
     if not isinstance(path, str) or not path.strip():
         raise PathError("path is empty")
@@ -144,6 +152,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     masked = source != "sessions" and ((record.redact if record else None) or settings.redact) == "all"
     # an fd: no symlink in any component, regular files only; each reader closes it, whatever it reads
     real = open_indexed(where, path, source=source)
+    changed = _changed_since_indexed(real, row, source)
     out: list[str] = []
     above: list[str] = []  # the note's lines before the range, read only to mask the range as the index did
     try:
@@ -176,7 +185,52 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
 
         # with the lines above (PEM blocks across lines, a label on the line before): the range's own
         out = redact_lines("\n".join([*above, *out])).split("\n")[len(above):]
+    cut = _cap(out, start)
+    if cut:
+        note = f"{note}; {cut}" if note else cut
+    if changed:
+        note = f"{note}; {changed}" if note else changed
     return FileText(path=path, source=source, start_line=start, lines=len(out), text="\n".join(out), note=note or None)
+
+
+def _cap(out: list[str], start: int) -> str:
+    """Keep the whole lines of ``out`` (from line ``start``) that fit in :data:`MAX_GET_CHARS`
+    (in place); what was cut, or ""."""
+    total = 0
+    for i, line in enumerate(out):
+        total += len(line) + (1 if i else 0)
+        if total <= MAX_GET_CHARS:
+            continue
+        if i == 0:
+            out[0] = line[:MAX_GET_CHARS]
+            del out[1:]
+            return (f"line {start} is {len(line):,} characters long: its first {MAX_GET_CHARS:,} are returned"
+                    f" (a get returns at most {MAX_GET_CHARS:,} characters)")
+        del out[i:]
+        return (f"cut at {MAX_GET_CHARS:,} characters after line {start + i - 1}: ask again from line {start + i}"
+                " for the rest")
+    return ""
+
+
+def _changed_since_indexed(fd: int, row: Any, source: str) -> str:
+    """Why the file open at ``fd`` may no longer hold what its index row says (its size or time
+    differ for a note; a transcript grew only by appends, which keep every cited line, unless it
+    is now shorter), or ""."""
+    if len(row) < 4 or row[2] is None or row[3] is None:
+        return ""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return ""
+    size, mtime_ms = int(row[2]), int(row[3])
+    if source == "sessions":
+        shrunk = st.st_size < size
+        return ("the transcript is shorter than when it was indexed: these lines are read from it as it is now and"
+                " may not be the ones a search cited; the next run reindexes it") if shrunk else ""
+    if st.st_size == size and st.st_mtime_ns // 1_000_000 == mtime_ms:
+        return ""
+    return ("the file changed since it was indexed: these lines are read from it as it is now and may not be the"
+            " ones a search cited; the next run reindexes it")
 
 
 def line_total(settings: Settings, path: str, source: str) -> int | None:

@@ -85,7 +85,7 @@ class FileText:
     start_line: int
     lines: int
     text: str
-    note: str | None = None  # why nothing was returned (past the end, lines that hold no message)
+    note: str | None = None  # why nothing was returned (past the end, lines that hold no message), or that the file changed since indexed
 
     @property
     def end_line(self) -> int:

@@ -499,7 +499,7 @@ class Searcher(QueryProviderOwner):
         def lookup(p: str) -> tuple[Any, IndexRecord | None]:
             with self._lock:
                 idx = self._current()
-                row = idx.conn.execute("SELECT path, source FROM files WHERE path = ?", (p,)).fetchone()
+                row = idx.conn.execute("SELECT path, source, size, mtime FROM files WHERE path = ?", (p,)).fetchone()
                 return row, IndexRecord.from_meta(idx.meta)
 
         return read_file(self.settings, lookup, path, from_line, lines)
