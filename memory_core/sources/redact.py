@@ -308,7 +308,7 @@ _RULES_AFTER_PEM: Final = (
     # the eighteenth session's audit: Voyage's own keys (one of memory-core's providers), xAI's,
     # Tailscale's, a Docker config's registry login, a long key given after the word "key", and
     # "set/changed the ... key/password to X"
-    _Rule("voyage", r"(?<![A-Za-z0-9_-])((?-i:pa-)(?=[A-Za-z0-9_-]{0,63}[0-9])(?=[A-Za-z0-9_-]{0,63}[A-Za-z])"
+    _Rule("voyage_key", r"(?<![A-Za-z0-9_-])((?-i:pa-)(?=[A-Za-z0-9_-]{0,63}[0-9])(?=[A-Za-z0-9_-]{0,63}[A-Za-z])"
           r"[A-Za-z0-9_-]{32,64}+)(?![A-Za-z0-9_-])", ("pa-",)),
     _Rule("xai", r"(?<![A-Za-z0-9_-])((?-i:xai-)[A-Za-z0-9]{32,}+)", ("xai-",)),
     _Rule("tailscale", r"(?<![A-Za-z0-9_-])((?-i:tskey-)[A-Za-z0-9-]{16,}+)", ("tskey-",)),
