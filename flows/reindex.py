@@ -358,7 +358,9 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             partial = done[0]
             if partial.swapped:
                 pipeline.stopped_after_publish(exc, partial, [])
-        cancelled = watch is not None and watch.close() and pipeline.is_stop(exc)
+        cancelled = (watch is not None and watch.close() and pipeline.is_stop(exc)) or _runner_cancelled(exc)
+        if cancelled and partial is not None and not partial.swapped and partial.error:
+            partial.error = "cancelled"  # a cancel delivered as a SIGTERM is still a cancel
         if cancelled:
             logger.warning("the flow run was cancelled (Cancelling, set through the API or the UI): stopping it")
         if partial is not None and partial.swapped and settings is not None:
@@ -514,6 +516,20 @@ _RESOLVED: ContextVar[Settings | None] = ContextVar("memory_core_flow_settings",
 _OWNED: ContextVar[list[str] | None] = ContextVar("memory_core_flow_owned", default=None)
 # The stop of a run its cancel watch ended (:func:`_cancelled`), for the in-process caller
 _STOPPED: ContextVar[list[BaseException] | None] = ContextVar("memory_core_flow_stopped", default=None)
+
+
+def _runner_cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SIGTERM a worker or runner sends to cancel the flow run (the UI's or
+    the API's cancel of a deployment's run): Prefect's control channel records that intent before
+    the signal; a SIGTERM from anyone else (``kill``, a shutdown) has none and is said as itself."""
+    if type(exc).__name__ != "TerminationSignal":
+        return False
+    try:
+        from prefect._internal import control_listener  # Prefect 3.9's; private, so looked up with care
+
+        return control_listener.get_intent() is not None
+    except Exception:  # noqa: BLE001 - another Prefect: the signal is said as what it was
+        return False
 
 
 def _stop_on_sigterm() -> Any:

@@ -140,21 +140,26 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     return None
 
 
+def _folder_overlap(a: str, kind: str, mine: Path, b: str, others: list[tuple[str, Path]]) -> str | None:
+    """Why agent ``a``'s folder ``mine`` (a ``kind``) is, lies inside or contains one of agent
+    ``b``'s ``others`` (real paths), or None."""
+    for what, other in others:
+        if mine == other:
+            return f"agent {a!r}'s {kind} is agent {b!r}'s {what} ({mine})"
+        if other in mine.parents:
+            return f"agent {a!r}'s {kind} {mine} is inside agent {b!r}'s {what} {other}"
+        if mine in other.parents:
+            return f"agent {a!r}'s {kind} {mine} contains agent {b!r}'s {what} {other}"
+    return None
+
+
 def _store_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     """Why agent ``a``'s LanceDB folder overlaps agent ``b``'s LanceDB folder, workspace or index
     folder (is it, lies inside it or contains it), or None: ``a``'s store would write its table
     among ``b``'s files (and set it aside there when damaged)."""
-    mine = _real(sa.lancedb_dir)
-    for what, raw in (("LanceDB folder", sb.lancedb_dir), ("workspace", sb.workspace_dir),
-                      ("index folder", sb.index_file.parent)):
-        other = _real(raw)
-        if mine == other:
-            return f"agent {a!r}'s LanceDB folder is agent {b!r}'s {what} ({mine})"
-        if other in mine.parents:
-            return f"agent {a!r}'s LanceDB folder {mine} is inside agent {b!r}'s {what} {other}"
-        if mine in other.parents:
-            return f"agent {a!r}'s LanceDB folder {mine} contains agent {b!r}'s {what} {other}"
-    return None
+    return _folder_overlap(a, "LanceDB folder", _real(sa.lancedb_dir), b, [
+        ("LanceDB folder", _real(sb.lancedb_dir)), ("workspace", _real(sb.workspace_dir)),
+        ("index folder", _real(sb.index_file.parent))])
 
 
 def _qmd_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
@@ -166,16 +171,8 @@ def _qmd_overlap(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
 
     if sa.backend != "qmd":
         return None
-    mine = _real(state_dir(sa))
-    others = [*_read_paths(sb), ("index folder", _real(sb.index_file.parent)), ("LanceDB folder", _real(sb.lancedb_dir))]
-    for what, other in others:
-        if mine == other:
-            return f"agent {a!r}'s qmd state folder is agent {b!r}'s {what} ({mine})"
-        if other in mine.parents:
-            return f"agent {a!r}'s qmd state folder {mine} is inside agent {b!r}'s {what} {other}"
-        if mine in other.parents:
-            return f"agent {a!r}'s qmd state folder {mine} contains agent {b!r}'s {what} {other}"
-    return None
+    return _folder_overlap(a, "qmd state folder", _real(state_dir(sa)), b, [
+        *_read_paths(sb), ("index folder", _real(sb.index_file.parent)), ("LanceDB folder", _real(sb.lancedb_dir))])
 
 
 AGENT_ENV = "MEMORY_CORE_AGENT"
