@@ -263,3 +263,25 @@ def test_f8_index_json_says_what_a_stopped_run_did(tmp_path: Path, monkeypatch: 
     data = json.loads(out.out)
     assert data["swapped"] is True and data["stopped"] == "stopped by SIGTERM", data
     assert "published" in out.err
+
+
+def test_f3_status_says_before_a_search_when_queries_cannot_use_the_vectors(tmp_path: Path) -> None:
+    """A config whose base URL (or dimensions, or headers) is not the one the vectors were made
+    with: every search answered keyword-only while `status` said `ok` and nothing else."""
+    from tests.fakes.openai_fake import OpenAIFake
+
+    ws = _ws(tmp_path)
+    with OpenAIFake(dims=64) as srv, OpenAIFake(dims=64) as other:
+        def config(url: str) -> None:
+            (ws / "memory-core.toml").write_text(
+                f'provider = "openai"\n[remote]\napi_key = "sk-test-key-0123456789"\nbase_url = "{url}"\n'
+                "dimensions = 64\n")
+        config(srv.base_url)
+        assert _cli("index", "-w", str(ws), "--engine", "local").returncode == 0
+        same = json.loads(_cli("status", "-w", str(ws), "--json").stdout)
+        config(other.base_url)
+        moved = json.loads(_cli("status", "-w", str(ws), "--json").stdout)
+        asked = srv.embed_requests + other.embed_requests
+    assert not same.get("note"), same
+    assert "different openai configuration" in moved["note"] and "keyword-only" in moved["note"], moved
+    assert asked == 1  # status embeds nothing: the one request is the run's

@@ -506,6 +506,22 @@ class Searcher(QueryProviderOwner):
 
     # -- status ---------------------------------------------------------------------------------
     def status(self, *, measure: bool = False) -> MemoryStatus:
-        """What the index holds: :func:`memory_core.query.status.index_status`."""
+        """What the index holds: :func:`memory_core.query.status.index_status`. With a hosted
+        provider (whose client costs nothing to make: no model to load) the query provider is
+        checked first, so ``note`` says when searches would answer keyword-only (a base URL,
+        dimensions or headers that are not the ones the vectors were made with) before one does."""
+        self._check_hosted_query_provider()
         return index_status(self.path, self.settings, self._lock, self._current, lambda: self.provider_note,
                             measure=measure)
+
+    def _check_hosted_query_provider(self) -> None:
+        from memory_core.embeddings.catalog import provider_class
+        from memory_core.errors import MemoryCoreError
+
+        with contextlib.suppress(MemoryCoreError, OSError):
+            with self._lock:
+                idx = self._current()
+            record = IndexRecord.from_meta(idx.meta)
+            cls = provider_class(str(record.provider)) if record is not None and record.provider else None
+            if cls is not None and not cls.on_machine:
+                self._query_provider(idx)
