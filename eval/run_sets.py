@@ -24,7 +24,7 @@ Each set's workspaces and indexes (default local model) live in the cache (defau
 (``<set>/<data hash>-<indexer hash>/<workspace>``, built under a lock, so runners of several
 working trees share the cache safely). An index is reused only when its stamp matches: the set's data
 files and generator script, and the indexer's code (the ``memory_core`` packages and modules in
-``INDEX_SIDE``: storage/, embeddings/, sources/, index/, config.py, settings_model.py, errors.py, read from the package
+``INDEX_SIDE``: storage/, embeddings/, sources/, index/, config.py, settings_model.py, errors.py, secrets.py, read from the package
 on PYTHONPATH). ``--rebuild`` forces it.
 
 Per set, each query is retrieved once (``Searcher.retrieve``, 200 candidates per side; the keyword
@@ -77,7 +77,8 @@ MORE_SETS = ("docstrings",)  # by name only (--sets): slow to build
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
 # package's lazy __init__): changing it never changes what an index holds (query/ and index/ never
 # import each other, tests/test_layers.py keeps it so), so ranking changes reuse the cached indexes.
-INDEX_SIDE = ("storage", "embeddings", "sources", "index", "config.py", "settings_model.py", "errors.py", "plugins.py")
+INDEX_SIDE = ("storage", "embeddings", "sources", "index", "config.py", "settings_model.py", "errors.py", "plugins.py",
+              "secrets.py")
 MAX_RESULTS = 100
 LAYOUT_VERSION = 2  # bump when the cosqa/examples workspace writers below change
 QUICK_COSQA = 150
