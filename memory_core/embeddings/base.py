@@ -55,6 +55,13 @@ class ProviderInfo:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+def _secret_header(name: str) -> bool:
+    """A header whose value is a credential (``Authorization``, ``Helicone-Auth``,
+    ``X-Portkey-Api-Key``, a cookie): its value is never shown (:mod:`memory_core.secrets`)."""
+    n = name.lower()
+    return n in SECRET_HEADERS or any(w in n for w in ("key", "token", "auth", "secret", "pass", "cookie", "signature"))
+
+
 def compute_provider_key(provider: str, model: str, *, base_url: str | None = None,
                          headers: dict[str, str] | None = None, **extra: Any) -> str:
     """sha256 over everything that changes vectors; secret headers are left out."""
@@ -237,7 +244,7 @@ class EmbeddingProvider(ABC):
         from memory_core.embeddings.retry import RetryBudget
 
         self.settings = remote
-        secrets.remember(*remote.headers.values(), secrets.url_password(remote.base_url))
+        secrets.remember(*(v for k, v in remote.headers.items() if _secret_header(k)), secrets.url_password(remote.base_url))
         self.retry_budget = RetryBudget(remote.retry_budget_s)
         if remote.max_inputs_per_request:
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
