@@ -523,5 +523,5 @@ class Searcher(QueryProviderOwner):
                 idx = self._current()
             record = IndexRecord.from_meta(idx.meta)
             cls = provider_class(str(record.provider)) if record is not None and record.provider else None
-            if cls is not None and not cls.on_machine:
-                self._query_provider(idx)
+            if cls is not None and not cls.on_machine and not self._provider_checked:
+                self._query_provider(idx)  # once: a search's own note (its query's failure) stays as it is
