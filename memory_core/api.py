@@ -216,7 +216,7 @@ class Memory:
         ``from_line``. Only indexed files can be read; anything else raises
         :class:`memory_core.errors.PathError`."""
         if isinstance(citation, str) and citation.startswith("store:"):  # a memory of the store (answer's citation)
-            return self._read_store(citation)
+            return self.store.read_citation(citation)
         self._session()
         with self._reading() as s:
             return s.read_file(citation, from_line=from_line, lines=lines)
@@ -232,15 +232,6 @@ class Memory:
 
                 self._store = MemoryStore(self.settings)
             return self._store
-
-    def _read_store(self, citation: str) -> FileText:
-        from memory_core.errors import PathError
-
-        mid = citation.split(":", 1)[1].split("#", 1)[0]
-        mem = self.store.get(mid)
-        if mem is None:
-            raise PathError(f"no memory with id {mid!r} in the memory store")
-        return FileText(path=citation, source="store", start_line=1, lines=mem.text.count("\n") + 1, text=mem.text)
 
     def status(self, *, measure: bool = False) -> MemoryStatus:
         """What the index holds (files, chunks, provider, model, sizes, whether search can embed,

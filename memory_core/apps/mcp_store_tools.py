@@ -213,13 +213,7 @@ class StoreTools:
 
     def get(self, citation: str) -> dict[str, object]:
         """``memory_get`` of a ``store:<id>`` citation: the memory's text."""
-        from memory_core.errors import PathError
-
-        mid = citation.split(":", 1)[1].split("#", 1)[0]
-        mem = self.store.get(mid)
-        if mem is None:
-            raise PathError(f"no memory with id {mid!r} in the memory store")
-        return {"path": citation, "text": mem.text, "source": "store", "from": 1, "lines": mem.text.count("\n") + 1}
+        return self.store.read_citation(citation).to_dict()
 
     def close(self) -> None:
         with self._lock:

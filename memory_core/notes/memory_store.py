@@ -62,6 +62,7 @@ from memory_core.storage.store import open_lock_file
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
+    from memory_core.query.results import FileText
     from memory_core.query.search import SourceHits
 
 log = logging.getLogger("memory_core.notes.memory_store")
@@ -832,6 +833,18 @@ class MemoryStore:
     def get(self, memory_id: str) -> Memory | None:
         check_id(memory_id)
         return self._guarded(lambda: self._get(memory_id))
+
+    def read_citation(self, citation: str) -> FileText:
+        """The memory a ``store:<id>`` citation (a search result's) names, as ``get`` /
+        ``memory_get`` return a file's lines; PathError when the store holds no such memory."""
+        from memory_core.errors import PathError
+        from memory_core.query.results import FileText
+
+        mid = citation.split(":", 1)[1].split("#", 1)[0]
+        mem = self.get(mid)
+        if mem is None:
+            raise PathError(f"no memory with id {mid!r} in the memory store")
+        return FileText(path=citation, source="store", start_line=1, lines=mem.text.count("\n") + 1, text=mem.text)
 
     def _get(self, memory_id: str) -> Memory | None:
         with self._lock:
