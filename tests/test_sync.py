@@ -169,25 +169,52 @@ def test_requests_during_a_run_coalesce_into_one_follow_up(workspace: Path) -> N
     assert not dirty_state(s).dirty
 
 
-def test_a_deleted_index_is_reported_at_the_next_answer(workspace: Path) -> None:
-    """The index folder deleted under a long-lived reader: its answers came from the open file, as
-    fresh (a clean check stood until a source event, and the watcher sees the sources only:
-    helper audit, seventeenth session). The next answer says the index is gone (a missing index
-    is `memory-core index`'s to build, as before), and after a run it is fresh again."""
+def test_a_deleted_index_is_built_again_by_the_next_search(workspace: Path) -> None:
+    """The index folder deleted under a long-lived reader (``rm -rf .memory-core`` to start over
+    with the MCP server running): its answers came from the open file, as fresh (helper audit,
+    seventeenth session), then only said it was gone, for ever (eighteenth). With ``on_search``
+    the next search builds it again, from the sources as they are now, and answers from it."""
     import shutil
 
-    s = sync_settings(workspace, on_search=True)
+    s = sync_settings(workspace, on_search=True, search_wait_ms=30_000)
     run_index(s)
     tools = MemoryTools(s)
     try:
         assert tools.search({"query": "capybara rota", "min_score": 0})["stale"] is False  # a clean check made
         shutil.rmtree(s.index_file.parent)
-        out = tools.search({"query": "rate limit", "min_score": 0})  # within the clean check's second
+        (workspace / "memory" / "new.md").write_text(NEW)  # written while the index was gone
+        out = tools.search({"query": "capybara rota", "min_score": 0})  # within the clean check's second
+        assert out["stale"] is False, out
+        assert "memory/new.md" in [r["path"] for r in out["results"]], out
+        assert s.index_file.exists() and not dirty_state(s).dirty
+        assert [r.reason for r in tools.sync.runs] == ["search on a dirty index (the index file was deleted)"]
+    finally:
+        tools.close()
+
+
+def test_a_deleted_index_is_reported_when_no_trigger_builds_it(workspace: Path) -> None:
+    """Without ``on_search`` the answer says the index is gone and what builds it again; after a
+    run it is fresh. An index never built is not "gone": a reader does not build it."""
+    s = sync_settings(workspace, on_search=False)
+    run_index(s)
+    tools = MemoryTools(s)
+    try:
+        assert tools.search({"query": "capybara rota", "min_score": 0})["stale"] is False
+        s.index_file.unlink()
+        out = tools.search({"query": "rate limit", "min_score": 0})
         assert out["stale"] is True and "the index file is gone" in out["note"], out
+        assert "`memory-core index` builds it again" in out["note"], out
+        assert tools.sync.runs == []
         run_index(s)
         assert tools.search({"query": "rate limit", "min_score": 0})["stale"] is False
     finally:
         tools.close()
+    never = sync_settings(workspace / "memory", on_search=True)  # a workspace never indexed
+    sync = SyncManager(never)
+    try:
+        assert sync.before_search().stale is False and sync.runs == [] and not never.index_file.exists()
+    finally:
+        sync.close()
 
 
 def test_watch_with_debounce_reindexes_after_a_change(workspace: Path) -> None:

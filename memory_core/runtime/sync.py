@@ -17,8 +17,10 @@
   also used by ``memory-core watch``).
 
 ``on_search``, ``on_session_start`` and ``watch`` are on by default, as the seeds'. They refresh
-an index that exists: a missing or damaged one is left to ``memory-core index`` (a reader never
-starts a first build with whatever provider ``auto`` picks).
+an index that exists, and build again one this process read that was deleted since (``rm -rf
+.memory-core`` to start over with the MCP server running), with the settings it was read with; a
+damaged one, or one never built, is left to ``memory-core index`` (a reader never starts a first
+build with whatever provider ``auto`` picks).
 
 This is library code, not an entry point: the MCP server (:mod:`memory_core.apps.mcp_server`) and
 :class:`memory_core.api.Memory` run the triggers, and any long-lived program over the library could. The runs are
@@ -155,33 +157,51 @@ class SyncManager:
         freshness of the index the search will read. The dirty check (a stat of the sources) is
         made at most once a second (``DIRTY_CHECK_MIN_S``)."""
         st = self.dirty()
-        if not _refreshable(st):
-            return self._gone(st)
+        if not self._acts_on(st):
+            return Freshness(False)
         if not self.settings.sync.on_search:
-            return Freshness(True, st.reason, refreshing=self.busy)
-        self.request(f"search on a dirty index ({st.reason})")
+            return Freshness(True, self._reason(st), refreshing=self.busy)
+        self.request(f"search on a dirty index ({self._what(st)})")
         t0 = time.monotonic()
         self.wait_idle(timeout=self.settings.sync.search_wait_ms / 1000)
         waited = int((time.monotonic() - t0) * 1000)
         st = self.dirty(max_age_s=0.0) if not self.busy else st
-        return Freshness(_refreshable(st), st.reason, refreshing=self.busy, waited_ms=waited)
+        return Freshness(self._acts_on(st), self._reason(st), refreshing=self.busy, waited_ms=waited)
 
-    def _gone(self, st: DirtyState) -> Freshness:
-        """The freshness of a search answered when no trigger acts: fresh, unless the index this
-        process saw is gone (deleted under a reader that answers from the file it opened before:
-        it said nothing of it, and `stale: false`); a run does not build a missing index by itself,
-        and one never built is not "gone" (a search of it fails with its own message)."""
-        if st.reason == "no index yet" and self._had_index:
-            return Freshness(True, "the index file is gone (deleted?); answers come from the copy opened before it"
-                                   " was; `memory-core index` builds it again")
-        return Freshness(False)
+    def _gone(self, st: DirtyState) -> bool:
+        """The index this process saw is gone (deleted under a reader that answers from the file
+        it opened before). One never built is not "gone": a search of it fails with its own
+        message, and a reader does not build an index it never had."""
+        return st.reason == "no index yet" and self._had_index
+
+    def _acts_on(self, st: DirtyState) -> bool:
+        """A dirty state the triggers act on: a readable index whose sources changed, or one this
+        process read that was deleted since (``rm -rf .memory-core`` to start again, with the MCP
+        server running: the next trigger builds it again, as a first ``memory-core index`` would;
+        its embeddings come from the cache, kept beside it)."""
+        return _refreshable(st) or self._gone(st)
+
+    def _what(self, st: DirtyState) -> str:
+        """What a run this state starts is for, in its reason."""
+        return "the index file was deleted" if self._gone(st) else st.reason
+
+    def _reason(self, st: DirtyState) -> str:
+        """What a stale answer's note says of this state."""
+        if not self._gone(st):
+            return st.reason
+        what = "the index file is gone (deleted?); answers come from the copy opened before it was"
+        if self.busy:
+            return f"{what} until it is built again"
+        if self.settings.sync.on_search:
+            return f"{what}; the next search builds it again"
+        return f"{what}; `memory-core index` builds it again"
 
     def freshness(self) -> Freshness:
         """The freshness of the index now, starting nothing."""
         st = self.dirty()
-        if not _refreshable(st):
-            return self._gone(st)
-        return Freshness(True, st.reason, refreshing=self.busy)
+        if not self._acts_on(st):
+            return Freshness(False)
+        return Freshness(True, self._reason(st), refreshing=self.busy)
 
     def on_session_start(self) -> bool:
         """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
@@ -225,9 +245,9 @@ class SyncManager:
 
     def _request_if_dirty(self, reason: str) -> bool:
         st = self.dirty()
-        if not _refreshable(st):
+        if not self._acts_on(st):
             return False
-        return self.request(f"{reason} ({st.reason})")
+        return self.request(f"{reason} ({self._what(st)})")
 
     def request(self, reason: str) -> bool:
         """Start a background reindex, or queue one follow-up if one is running. True if started."""
