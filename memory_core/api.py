@@ -225,7 +225,7 @@ class Memory:
     def store(self) -> MemoryStore:
         """The agent's LanceDB memory store (``lancedb_path``), opened at first use and closed
         with this memory: what ``answer(sources=[..., "store"])`` merges and ``read("store:<id>")``
-        reads, as the MCP server's tools do."""
+        reads; the MCP server's store tools (memory_store, memory_forget, ...) use this one too."""
         with self._lock:
             if self._store is None:
                 from memory_core.notes.memory_store import MemoryStore

@@ -333,24 +333,24 @@ class MemoryTools:
             "memory_search": self.search, "memory_get": self.get, "memory_status": self.status,
             "memory_write": self.write,
         }
-        self.store_tools = StoreTools(settings)  # the LanceDB memory store, opened on first use
+        # the LanceDB memory store: the memory's own (opened on first use, closed with it), so the
+        # store tools write the instance memory_search and memory_get read
+        self.store_tools = StoreTools(settings, opener=lambda: self.memory.store)
         self.handlers.update(self.store_tools.handlers())
 
     def search(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = SearchArgs.model_validate(arguments)
-        # the memory store is searched only when named (its results merged by score)
-        store = self.store_tools.store if a.sources and "store" in a.sources else None
-        # the same answer as `search --json`: shaped (citations mode, injection budget) there; with
-        # the store, its memories merged by score; [sync] on_search: a dirty index is refreshed
-        # first (waiting at most search_wait_ms) and an answer from a stale index says so
+        # the same answer as `search --json`: shaped (citations mode, injection budget) there; the
+        # memory store searched only when named (the memory's store, its memories merged by score);
+        # [sync] on_search: a dirty index is refreshed first (waiting at most search_wait_ms) and an
+        # answer from a stale index says so
         return self.memory.answer(a.query, max_results=a.max_results, min_score=a.min_score,
                                   sources=list(dict.fromkeys(a.sources)) if a.sources else None,
-                                  mode=a.mode, chat_type=a.chat_type, extra=store).to_dict()
+                                  mode=a.mode, chat_type=a.chat_type).to_dict()
 
     def get(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = GetArgs.model_validate(arguments)
-        if a.path.startswith("store:"):  # a memory store citation (memory_search with sources ["store"])
-            return self.store_tools.get(a.path)
+        # a store:<id> citation (memory_search with sources ["store"]) is read from the memory's store
         return self.memory.read(a.path, from_line=a.from_line, lines=a.lines).to_dict()
 
     def status(self, arguments: dict[str, Any]) -> dict[str, object]:
@@ -373,7 +373,7 @@ class MemoryTools:
         return write_memory(self.settings, a.text, a.path, runner=reindex).to_dict()
 
     def close(self) -> None:
-        self.memory.close()  # its sync triggers, searchers and indexer
+        self.memory.close()  # its sync triggers, searchers, indexer and memory store
         self.store_tools.close()
 
 

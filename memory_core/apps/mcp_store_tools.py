@@ -169,15 +169,23 @@ def store_tool_definitions() -> list[types.Tool]:
 
 
 class StoreTools:
-    """The four tools over one lazily opened :class:`MemoryStore` (thread-safe)."""
+    """The four tools over one lazily opened :class:`MemoryStore` (thread-safe).
 
-    def __init__(self, settings: Settings, store: MemoryStore | None = None) -> None:
+    ``store``: one already open, closed with these tools. ``opener``: the store of an owner, asked
+    at each call and never closed here: the MCP server's :class:`memory_core.api.Memory`, so the
+    tools write the same instance ``memory_search`` and ``memory_get`` read."""
+
+    def __init__(self, settings: Settings, store: MemoryStore | None = None, *,
+                 opener: Callable[[], MemoryStore] | None = None) -> None:
         self.settings = settings
         self._store = store
+        self._opener = opener
         self._lock = threading.Lock()
 
     @property
     def store(self) -> MemoryStore:
+        if self._opener is not None:
+            return self._opener()
         with self._lock:
             if self._store is None:
                 self._store = MemoryStore(self.settings)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -250,29 +250,48 @@ def _sentence_start(text: str, i: int) -> bool:
     return j == 0 or text[j - 1] in ".!?" or "\n" in text[j:i]
 
 
-def _singular(written: str, at_start: bool) -> str:
-    """``written`` (a word) lower-cased, without a final ``s`` where that ``s`` makes a plural.
+class _FactWord(NamedTuple):
+    """One word, number or symbol of a memory as :func:`same_fact` compares it."""
+
+    key: str  # lower-cased, a plural s off (_singular)
+    plural_of: str | None  # undecided: the key without its s if that s is a plural (Backups / Windows)
+    lowercase: bool  # written lowercase: an ordinary word, never a name
+    plural: bool  # a final s was read off it (runs: run; Dana's: dana)
+
+
+def _singular(written: str, at_start: bool) -> tuple[str, str | None]:
+    """``written`` (a word) lower-cased, without a final ``s`` where that ``s`` makes a plural;
+    and, where the word alone cannot tell, what it is without its ``s`` (else None).
 
     The rule: a final s is a plural only on a word written as an ordinary word, which is lowercase
-    (backups, runs) or capitalized at the start of a sentence (Backups run ...). A word in capitals
-    is an acronym whose S is one of its letters (HTTPS, DNS, AWS), unless only that s is lowercase
-    (APIs, URLs, GPUs: the plural of API); a word capitalized inside a sentence is a name whose s is
-    part of it (Windows, Teams, Jenkins, Roberts) but for the weekdays (on Tuesdays). The check errs
-    toward two memories: a plural left on a name keeps a restatement beside its first text (the
-    answer names it), a plural stripped from a name lost the first memory. Words of four letters or
-    fewer (bus, gas, its) and words in ss (class, access) keep theirs, as before."""
+    (backups, runs). A word in capitals is an acronym whose S is one of its letters (HTTPS, DNS,
+    AWS), unless only that s is lowercase (APIs, URLs, GPUs: the plural of API); a word capitalized
+    inside a sentence is a name whose s is part of it (Windows, Teams, Jenkins, Roberts) but for the
+    weekdays (on Tuesdays). A word capitalized at the start of a sentence may be either (Backups run
+    ... / Windows builds ...): it keeps its s here, and :func:`same_fact` reads it as a plural only
+    when the other text shows it is an ordinary word (:func:`_plural_shown`). The check errs toward
+    two memories: a plural left on a name keeps a restatement beside its first text (the answer
+    names it), a plural stripped from a name lost the first memory. Words of three letters or fewer
+    (bus, gas, its) and words in ss (class, access) keep theirs, as before."""
     w = written.replace("'", "").replace("\u2019", "").lower()
     if w in _NOT_PLURAL or not w.endswith("s"):
-        return w
+        return w, None
     stem = written[:-1]
     if written.endswith("s") and len(w) > 3 and stem.isupper():  # APIs
-        return w[:-1]
-    ordinary = (written.islower() or written[-2:] in ("'s", "\u2019s")  # user's, Dana's: possessive
-                or (written[:1].isupper() and written[1:].islower() and (at_start or w[:-1] in _WEEKDAYS)))
-    return w[:-1] if ordinary and len(w) > 3 and not w.endswith("ss") else w
+        return w[:-1], None
+    if len(w) <= 3 or w.endswith("ss"):
+        return w, None
+    if written.islower() or written[-2:] in ("'s", "\u2019s"):  # user's, Dana's: possessive
+        return w[:-1], None
+    if written[:1].isupper() and written[1:].islower():
+        if w[:-1] in _WEEKDAYS:
+            return w[:-1], None
+        if at_start:  # Backups or Windows: the other text decides
+            return w, w[:-1]
+    return w, None
 
 
-def _fact_words(text: str) -> tuple[str, ...]:
+def _fact_words(text: str) -> tuple[_FactWord, ...]:
     """What a memory says, for :func:`same_fact`: its words, numbers and symbols in order,
     lower-cased, without punctuation, articles (a, an, the) or a plural ``s`` (:func:`_singular`).
     Every other word stays: up and down, above and below, from and to, I and you, not and never,
@@ -281,23 +300,44 @@ def _fact_words(text: str) -> tuple[str, ...]:
     180 EUR), emoji (a thumbs up is not a thumbs down) and the signs of a name (C# and C++ are not
     C, .NET is not NET). Inside a URL nothing is a plural (/users is not /user)."""
     urls = [(m.start(), m.end()) for m in _URL.finditer(text)]
-    out: list[str] = []
+    out: list[_FactWord] = []
+
+    def sign(key: str) -> None:
+        out.append(_FactWord(key, None, False, False))
+
     for m in _FACT_TOKEN.finditer(text):
         kind, w = m.lastgroup, m.group()
         if kind == "num":
             w = w.replace("\u2212", "-").removeprefix("+")
-            out.append(w.replace(",", "") if _THOUSANDS.fullmatch(w) else w)
+            sign(w.replace(",", "") if _THOUSANDS.fullmatch(w) else w)
         elif kind in ("name", "op"):
-            out.append(w.lower())
+            sign(w.lower())
         elif kind == "sign":
             if w in _OPERATORS:
-                out.append(_OPERATORS[w])
+                sign(_OPERATORS[w])
             elif w != "\u2212" and unicodedata.category(w) in _SYMBOLS:
-                out.append(w)
+                sign(w)
         elif w.lower() not in _ARTICLES:
             in_url = any(a <= m.start() < b for a, b in urls)
-            out.append(w.lower() if in_url else _singular(w, _sentence_start(text, m.start())))
+            key, plural_of = (w.lower(), None) if in_url else _singular(w, _sentence_start(text, m.start()))
+            out.append(_FactWord(key, plural_of, w.islower(), len(key) < len(w.replace("'", "").replace("\u2019", ""))))
     return tuple(out)
+
+
+def _plural_shown(mine: Sequence[_FactWord], other: Sequence[_FactWord], i: int) -> bool:
+    """Whether ``other`` shows that the undecided word ``mine[i]`` (Backups, Windows: capitalized at
+    a sentence's start) is an ordinary plural, the same word as ``other[i]`` without its s: ``other``
+    writes that word lowercase ("Backups run on Tuesdays" / "The backup runs on Tuesday"), or the
+    word after it changes number with it ("Users get an email" / "User gets an email": a plural
+    subject's verb). Else it may be a name whose s is its own ("Windows builds use MSVC" is not
+    "Window builds use MSVC"): two memories, not one lost."""
+    if other[i].lowercase:
+        return True
+    if i + 1 >= min(len(mine), len(other)):
+        return False
+    after, theirs = mine[i + 1], other[i + 1]
+    return (after.key == theirs.key and after.lowercase and theirs.lowercase and not after.plural
+            and theirs.plural)
 
 
 def same_fact(a: str, b: str) -> bool:
@@ -306,8 +346,21 @@ def same_fact(a: str, b: str) -> bool:
     "allergic" and "not allergic", "Tuesday" and "Thursday", 2400 and 4200 EUR, March 3 and March
     30, "heating up" and "heating down", "Alice reports to Bob" and "Bob reports to Alice", "> 90%"
     and "< 90%", a thumbs up and a thumbs down side by side (cosine 0.95-1.0 with the local model);
-    they are different facts."""
-    return _fact_words(a) == _fact_words(b)
+    they are different facts. A capitalized word at a sentence's start is a plural of the other's
+    word only when the other text shows it (:func:`_plural_shown`): "Windows laptops need the VPN
+    client" and "Window laptops need the VPN client" (cosine 0.97) are two."""
+    wa, wb = _fact_words(a), _fact_words(b)
+    if len(wa) != len(wb):
+        return False
+    for i, (x, y) in enumerate(zip(wa, wb, strict=True)):
+        if x.key == y.key:
+            continue
+        if x.plural_of is not None and x.plural_of == y.key and _plural_shown(wa, wb, i):
+            continue
+        if y.plural_of is not None and y.plural_of == x.key and _plural_shown(wb, wa, i):
+            continue
+        return False
+    return True
 
 
 # errors of the process or the system (open files, memory, a permission, a full disk), never of
