@@ -283,3 +283,18 @@ def test_what_asks_and_what_holds() -> None:
     # one speaker's run is one person's, also where people share a role
     assert edge_runs(["Assistant: Jorge: x", "Assistant: Kate: a", "Assistant: Kate: b"], "sessions") == (1, 2)
     assert edge_runs(["User: a", "User: b", "Assistant: c"], "sessions") == (2, 1)
+
+
+def test_a_notes_last_chunk_is_a_neighbour_though_it_holds_the_final_newline() -> None:
+    """A note's last chunk ends at its last line but its text still holds the final newline
+    (``chunking.end_at_last_line``): one more piece than lines. It is still the neighbour of the
+    chunk before it (the answer on its first line), and has the chunk before as its own."""
+    from memory_core.query.edges import Neighbour, _after, _before
+
+    last = (7, 8, NOTE_ANSWER + "\nthe end\n")  # lines 7-8, and the empty piece after the newline
+    assert _after("memory", 4, 6, "a\nb\n" + NOTE_QUESTION, last) == Neighbour(7, NOTE_ANSWER)
+    assert _before("memory", 7, 8, last[2], (4, 6, "a\nb\n" + NOTE_QUESTION)) == Neighbour(6, NOTE_QUESTION)
+    # a chunk that really ends at a blank line has as many pieces as lines: read as it is
+    assert _after("memory", 1, 3, "a\nb\nc", (4, 6, "\nx\n")) == Neighbour(5, "x")
+    # a long line cut in pieces: its lines are unknown, no neighbour
+    assert _after("memory", 1, 3, "a\nb\nc", (4, 5, "p1\np2\np3\np4")) is None

@@ -93,3 +93,29 @@ def test_fast_chunking_equals_the_line_loop(lines, tokens, overlap):
     """The binary-search chunker (short lines) and the reference line loop give the same chunks."""
     content = "\n".join(lines)
     assert chunk_markdown(content, tokens, overlap) == chunk_markdown_loop(content, tokens, overlap)
+
+
+def test_a_notes_last_chunk_ends_at_its_last_line_not_after_the_final_newline() -> None:
+    """The reference's split on ``\\n`` counts an empty "line" after a file's final newline, so a
+    one-line note was cited ``#L1-L2`` (while ``memory-core write`` said ``#L1-L1``) and every
+    note's last chunk one line past its end; ``end_at_last_line`` ends it at the last line, text
+    and hash as they were."""
+    from memory_core.index.chunking import end_at_last_line
+
+    one = "Decided: Lisbon trip budget is 2,400 EUR.\n"
+    (c,) = chunk_markdown(one)
+    assert (c.start_line, c.end_line) == (1, 2)  # as the reference counts
+    (d,) = end_at_last_line([c], one)
+    assert (d.start_line, d.end_line, d.text, d.hash) == (1, 1, c.text, c.hash)
+
+    long = "".join(f"line {i} of a note that goes on for a while to fill the chunks\n" for i in range(1, 41))
+    chunks = chunk_markdown(long, tokens=100, overlap=20)
+    ended = end_at_last_line(chunks, long)
+    assert len(chunks) > 2 and [c.end_line for c in ended[:-1]] == [c.end_line for c in chunks[:-1]]
+    assert ended[-1].end_line == 40 == long.count("\n") and chunks[-1].end_line == 41
+    assert [(c.text, c.hash, c.start_line) for c in ended] == [(c.text, c.hash, c.start_line) for c in chunks]
+
+    no_newline = long.rstrip("\n")  # nothing after the last line: as it was
+    assert end_at_last_line(chunk_markdown(no_newline, 100, 20), no_newline) == chunk_markdown(no_newline, 100, 20)
+    blank_last = "a\nb\n\n"  # a blank line 3, then the newline: ends at the blank line
+    assert end_at_last_line(chunk_markdown(blank_last), blank_last)[-1].end_line == 3

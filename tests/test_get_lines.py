@@ -24,7 +24,7 @@ def ws(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "sessions").mkdir()
-    (ws / "MEMORY.md").write_text("# Notes\n\nThe heron budget is 10 EUR.\n")  # lines 1-4 as the chunker counts
+    (ws / "MEMORY.md").write_text("# Notes\n\nThe heron budget is 10 EUR.\n")  # 3 lines; a split on \n sees 4
     msg = {"type": "message", "timestamp": "2026-10-21T12:30:55Z",
            "message": {"role": "user", "content": "the kestrel survey starts Monday"}}
     (ws / "sessions" / "s.jsonl").write_text(
@@ -34,10 +34,14 @@ def ws(tmp_path: Path) -> Path:
 
 
 def test_the_cited_last_line_after_a_final_newline_reads(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A note's last chunk ends at its last line (``#L1-L3`` for 3 lines and a newline; the
+    reference, counting the empty "line" after the newline, cited ``#L1-L4``); the empty line 4 an
+    index built before cited still reads, as nothing."""
     s = load_settings(None, {"workspace": str(ws), "provider": "none"})
     with Searcher(s) as searcher:
         hit = searcher.search("heron budget", min_score=0)[0]
-        assert hit.citation == "MEMORY.md#L1-L4"
+        assert hit.citation == "MEMORY.md#L1-L3"
+        assert searcher.read_file("MEMORY.md#L1-L4").text == searcher.read_file(hit.citation).text
         whole = searcher.read_file(hit.citation)
         last = searcher.read_file("MEMORY.md#L4")
     assert whole.text == "# Notes\n\nThe heron budget is 10 EUR."

@@ -22,7 +22,7 @@ import hashlib
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 # the chunk defaults are the providers' facts (embeddings.base); imported here, where they are applied
@@ -154,6 +154,19 @@ def chunk_markdown_loop(content: str, tokens: int = DEFAULT_CHUNK_TOKENS,
         text = join(segs)
         chunks.append(Chunk(nums[0], nums[-1], text, sha256_hex(text)))
     return chunks
+
+
+def end_at_last_line(chunks: Sequence[Chunk], content: str) -> list[Chunk]:
+    """``chunks`` of ``content`` with the empty "line" after its final newline out of their line
+    ranges: a file of one line and a newline is cited ``#L1-L1``, as an editor and ``wc -l`` count
+    it, not ``#L1-L2`` (the reference's split on ``\n`` counts one line more than the file has,
+    and every note's last chunk said so). Text and hash are unchanged (the chunk still holds the
+    newline), only the end line: a chunk of that empty line alone has no text and is dropped by
+    the caller anyway."""
+    if not content.endswith("\n"):
+        return list(chunks)
+    n = content.count("\n") + 1  # the split's line count: its last "line" is the empty one
+    return [replace(c, end_line=n - 1) if c.end_line == n and c.start_line < n else c for c in chunks]
 
 
 def remap_chunk_lines(chunks: Sequence[Chunk], line_map: Sequence[int]) -> list[Chunk]:

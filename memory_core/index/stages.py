@@ -33,6 +33,7 @@ from memory_core.failpoints import failpoint
 from memory_core.index.chunking import (
     Chunk,
     chunk_markdown,
+    end_at_last_line,
     fit_to_window,
     max_chunk_chars,
     overlap_chunk_chars,
@@ -488,7 +489,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         size, mtime_ms = st.st_size, st.st_mtime_ns // 1_000_000
         if should_redact("memory", settings.redact):
             text = redact_lines(text)  # line count kept; PEM blocks across lines too
-        chunks = fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap)
+        chunks = end_at_last_line(fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap), text)
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).
     seen_keys: set[tuple[int, int, str]] = set()

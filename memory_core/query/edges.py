@@ -159,6 +159,16 @@ def _carried(prev: list[str], nxt: list[str]) -> int:
     return 0
 
 
+def _note_lines(us: list[str], start: int, end: int) -> list[str] | None:
+    """A note chunk's lines ``start``..``end`` from its units, or None when they are not one a
+    line (a long line cut in pieces). A file's last chunk holds the empty piece after the final
+    newline beyond its end line (``chunking.end_at_last_line``): left out."""
+    n = end - start + 1
+    if len(us) == n + 1 and us[-1] == "":
+        return us[:n]
+    return us if len(us) == n else None
+
+
 def _dense(start: int, end: int, us: list[str]) -> bool:
     """Every JSONL line of the chunk's span holds one of its messages (so message i is line start + i)."""
     return bool(us) and us[0].startswith(SPEAKERS) and len(us) == end - start + 1
@@ -187,10 +197,11 @@ def _after(source: str, start: int, end: int, text: str, row: tuple[Any, ...] | 
     n_start, n_end, n_text = int(row[0]), int(row[1]), str(row[2])
     nxt = units(n_text, source)
     if source != "sessions":
-        if len(nxt) != n_end - n_start + 1:  # a long line cut in pieces: lines unknown
+        got_lines = _note_lines(nxt, n_start, n_end)
+        if got_lines is None:  # a long line cut in pieces: lines unknown
             return None
         for line in range(end + 1, n_end + 1):
-            got = nxt[line - n_start]
+            got = got_lines[line - n_start]
             if got.strip():
                 return Neighbour(line, got)
         return None
@@ -215,10 +226,11 @@ def _before(source: str, start: int, end: int, text: str, row: tuple[Any, ...] |
     p_start, p_end, p_text = int(row[0]), int(row[1]), str(row[2])
     prev = units(p_text, source)
     if source != "sessions":
-        if len(prev) != p_end - p_start + 1:
+        prev_lines = _note_lines(prev, p_start, p_end)
+        if prev_lines is None:
             return None
         for line in range(min(start - 1, p_end), p_start - 1, -1):
-            got = prev[line - p_start]
+            got = prev_lines[line - p_start]
             if got.strip():
                 return Neighbour(line, got)
         return None

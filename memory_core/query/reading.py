@@ -172,8 +172,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
         total = line_total(where, path, source)
         if source != "sessions" and not out and total is not None and start <= total:
             # the chunker numbers a note's lines as text.split("\n"): the empty piece after a final
-            # newline is a line a citation may end on (read_lines never returns it): asked for
-            # alone, it reads as the empty line it is
+            # newline is a line a citation of an index built before the nineteenth session may end on
+            # (chunking.end_at_last_line; read_lines never returns it): asked for alone, it reads as
+            # the empty line it is
             out = [""]
         elif not out and total is not None and start <= total:
             note = (f"lines {start}-{min(end, total)} of {path} hold no messages (malformed lines or records that are"
