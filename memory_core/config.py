@@ -27,7 +27,7 @@ import json
 import os
 import stat
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -634,11 +634,16 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, object
     return out
 
 
-def _format_validation_error(err: ValidationError) -> str:
+def _format_validation_error(err: ValidationError, where: Callable[[str], str] | None = None) -> str:
+    """One line naming each bad setting and, when ``where`` knows it, where its value came from
+    (``provider (from $MEMORY_CORE_PROVIDER): Input should be ...``): the same words from a variable
+    and from a config file sent a user looking in the wrong place."""
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e.loc) or "settings"
-        parts.append(f"{loc}: {'unknown setting' if e.type == 'extra_forbidden' else e.msg}")
+        src = where(loc) if where is not None and e.loc else ""
+        parts.append(f"{loc}{f' (from {src})' if src else ''}: "
+                     f"{'unknown setting' if e.type == 'extra_forbidden' else e.msg}")
     return "invalid configuration: " + "; ".join(parts)
 
 
@@ -653,14 +658,44 @@ def load_settings(
     Raises :class:`ConfigError` with one line naming each bad setting.
     """
     env = os.environ if env is None else env
-    data: dict[str, Any] = {}
     path = config_file or env.get("MEMORY_CORE_CONFIG")
-    if path:
-        data = read_config_file(path)
-    data = _deep_merge(data, _env_layer(env))
-    if overrides:
-        data = _deep_merge(data, _drop_none(overrides))
-    return _validate(data)
+    cfg = read_config_file(path) if path else {}
+    env_layer = _env_layer(env)
+    told = _drop_none(overrides) if overrides else {}
+    data = _deep_merge(_deep_merge(cfg, env_layer), told)
+    layers = [("", told), (ENV_LABEL, env_layer), (f"config file {path}", cfg)]
+    return _validate(data, lambda key: value_source(key, layers))
+
+
+ENV_LABEL: Final = "$MEMORY_CORE_*"
+"""The label of the ``MEMORY_CORE_*`` layer for :func:`value_source` (which names the variable)."""
+
+
+def _dotted_in(data: Mapping[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or node.get(part) is None:
+            return False
+        node = node[part]
+    return True
+
+
+def value_source(key: str, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Where the value of setting ``key`` (dotted: ``query.min_score``) came from: the label of the
+    first of ``layers`` (the one that wins first) that holds it, else the first that holds its
+    table (``query.mmr.bogus`` in a config's ``[query.mmr]``); a ``MEMORY_CORE_*`` variable is named
+    as itself. "" when none does or that layer has no label."""
+    keys = [key]
+    while "." in keys[-1]:
+        keys.append(keys[-1].rpartition(".")[0])
+    for k in keys:
+        for label, layer in layers:
+            if _dotted_in(layer, k):
+                if label == ENV_LABEL:
+                    var = next((v for v, kk in _ENV_KEYS.items() if kk == k), None)
+                    return f"${var}" if var else label
+                return label
+    return ""
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, object]:
@@ -671,11 +706,13 @@ def _env_layer(env: Mapping[str, str]) -> dict[str, object]:
     return {key: env[var] for var, key in _ENV_KEYS.items() if env.get(var)}
 
 
-def _validate(data: dict[str, Any]) -> Settings:
+def _validate(data: dict[str, Any], where: Callable[[str], str] | None = None) -> Settings:
+    """``data`` as :class:`Settings`, or :class:`ConfigError` naming each bad setting (and, with
+    ``where``: a setting's dotted name -> where its value came from, that too)."""
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc)) from None
+        raise ConfigError(_format_validation_error(exc, where)) from None
 
 
 MAX_CONFIG_BYTES = 1024 * 1024

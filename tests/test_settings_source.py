@@ -466,3 +466,35 @@ def test_a_workspace_copied_with_its_index_is_read_from_the_copy(tmp_path, monke
                  "--no-progress"]) == 0
     capsys.readouterr()
     assert "9,100 EUR" in got("--index", str(apart), "memory/a.md")
+
+
+def test_a_bad_settings_message_names_where_its_value_came_from(tmp_path, monkeypatch, capsys):
+    """``MEMORY_CORE_PROVIDER=bogus`` said word for word what a bad ``provider`` in a config file
+    says, so a user looked in the config file (README: one line naming the setting or path). Each
+    bad setting now says where its value came from: a variable, a config file, a flag or an
+    argument; the one that wins is named, not one it overrides."""
+    from memory_core.api import open_memory
+    from memory_core.errors import ConfigError
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('provider = "local"\n[query]\nmin_score = 7\n[query.mmr]\nbogus = 1\n')
+    monkeypatch.delenv("MEMORY_CORE_CONFIG", raising=False)
+    monkeypatch.setenv("MEMORY_CORE_PROVIDER", "bogus")
+    assert main(["index", "-w", str(ws), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "provider (from $MEMORY_CORE_PROVIDER): Input should be 'auto'" in err, err
+    assert main(["index", "-w", str(ws), "--config", str(cfg), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "provider (from $MEMORY_CORE_PROVIDER)" in err, err  # the variable wins over the file's "local"
+    assert f"query.min_score (from config file {cfg}): Input should be less than or equal to 1" in err, err
+    assert f"query.mmr.bogus (from config file {cfg}): unknown setting" in err, err
+    monkeypatch.delenv("MEMORY_CORE_PROVIDER")
+    with pytest.raises(ConfigError, match=r"query\.min_score \(from open_memory argument query\)"):
+        open_memory(ws, query={"min_score": 3})
+    bad_provider = tmp_path / "p.toml"
+    bad_provider.write_text('provider = "x"\n')
+    with pytest.raises(ConfigError) as exc:
+        load_settings(bad_provider, env={})
+    assert str(exc.value).startswith(f"invalid configuration: provider (from config file {bad_provider}): ")

@@ -14,12 +14,14 @@ from typing import Any
 
 from memory_core.config import (
     _ENV_KEYS,
+    ENV_LABEL,
     Settings,
     _deep_merge,
     _drop_none,
     _env_layer,
     _validate,
     read_config_file,
+    value_source,
 )
 from memory_core.storage.indexmeta import IndexRecord, dotted
 from memory_core.storage.store import probe_index
@@ -191,7 +193,13 @@ def resolve_settings(
     for _, layer in layers:
         data = _deep_merge(data, layer)
     data["workspace"], data["index_path"] = ws, str(idx)
-    settings = _validate(data)
+
+    def where(key: str) -> str:  # a bad setting's message names where its value came from
+        src = value_source(key, [("\0flag", flags), (ENV_LABEL, env_layer), (cfg_label, cfg),
+                                 (f"the index {idx}", index_layer)])
+        return flag_label(key) if src == "\0flag" else src
+
+    settings = _validate(data, where)
 
     origins: dict[str, str] = {}
     for key in RECORDED:
