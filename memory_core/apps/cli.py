@@ -440,6 +440,11 @@ def cmd_index(args: argparse.Namespace) -> int:
             if not partial.swapped and not partial.error:
                 out["error"] = str(exc)
             print(json.dumps(out, indent=2, sort_keys=True))
+        elif args.json and isinstance(exc, MemoryCoreError):
+            # no run to sum up (another run held the index, the provider could not be made): the
+            # same one object a script parses, saying so
+            print(json.dumps({"index_path": str(settings.index_file), "swapped": False, "error": scrub(str(exc))},
+                             indent=2, sort_keys=True))
         raise
     try:
         if args.json:
