@@ -6,7 +6,8 @@
 
 The deployments (names, flows, schedules, parameters, concurrency limits) are read from
 ``deployments/prefect.yaml``, so a served setup and a worker setup are the same deployments;
-``{{ $VAR }}`` placeholders are filled from the environment, as ``prefect deploy`` does. The
+``{{ $VAR }}`` placeholders are filled from the environment, as ``prefect deploy`` does (an unset
+variable leaves its parameter empty, with a warning here). The
 process stays in the foreground, polls the server for scheduled and ad hoc runs, and runs each
 in a subprocess; Ctrl-C stops it (runs in progress are cancelled, the live index untouched).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PREFECT_FILE = Path(__file__).resolve().parent / "prefect.yaml"
 
 
-def load_specs(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list[dict[str, Any]]:
-    """The deployments of ``prefect.yaml`` with ``{{ $VAR }}`` filled from the environment."""
+def _read_specs(path: Path, only: list[str] | None) -> list[dict[str, Any]]:
+    """The deployments of ``prefect.yaml`` as written (placeholders unfilled), ``only`` those named."""
     import yaml
-    from prefect.utilities.templating import apply_values
 
     with open(path) as fh:
         doc = yaml.safe_load(fh) or {}
-    specs = [apply_values(d, dict(os.environ), remove_notset=False) for d in doc.get("deployments") or []]
+    specs: list[dict[str, Any]] = list(doc.get("deployments") or [])
     if only:
         unknown = set(only) - {s["name"] for s in specs}
         if unknown:
@@ -39,14 +40,55 @@ def load_specs(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list
     return specs
 
 
-def unset_placeholders(specs: list[dict[str, Any]], path: Path = PREFECT_FILE) -> list[str]:
-    """The ``{{ $VAR }}`` names the deployments use that the environment does not set (``prefect
-    deploy --all`` fills them with nothing, without a word: the fleet deployment's config_file)."""
-    import re
+def _env_placeholders(value: Any) -> Iterator[tuple[str, str]]:
+    """``({{ $VAR }} as written, VAR)`` for each environment placeholder in ``value`` (recursively),
+    parsed as Prefect parses them."""
+    from prefect.utilities.templating import PlaceholderType, find_placeholders
 
-    text = path.read_text()
-    names = sorted(set(re.findall(r"\{\{\s*\$([A-Z_][A-Z0-9_]*)\s*\}\}", text)))
-    return [n for n in names if not os.environ.get(n)]
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _env_placeholders(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _env_placeholders(v)
+    elif isinstance(value, str):
+        for p in find_placeholders(value):
+            if p.type is PlaceholderType.ENV_VAR:
+                yield p.full_match, p.name.lstrip("$")
+
+
+def fill_env(value: Any, env: dict[str, str] | None = None) -> Any:
+    """``value`` with every ``{{ $VAR }}`` replaced by ``$VAR``, or by nothing when it is unset: what
+    ``prefect deploy`` stores (its last templating pass empties the unset ones). Other placeholders
+    (``{{ event.* }}`` in a trigger's parameters, ``{{ ctx.* }}``) are left for whoever fills them."""
+    env = dict(os.environ) if env is None else env
+    if isinstance(value, dict):
+        return {k: fill_env(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill_env(v, env) for v in value]
+    if isinstance(value, str):
+        found = dict(_env_placeholders(value))
+        if found:
+            from prefect.utilities.templating import PLACEHOLDER_CAPTURE_REGEX
+
+            # one pass over the template: a value is never read as a placeholder itself
+            return PLACEHOLDER_CAPTURE_REGEX.sub(
+                lambda m: env.get(found[m.group(1)], "") if m.group(1) in found else m.group(1), value)
+    return value
+
+
+def load_specs(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list[dict[str, Any]]:
+    """The deployments of ``prefect.yaml`` with ``{{ $VAR }}`` filled from the environment (empty
+    when it is unset, as ``prefect deploy`` leaves it): the parameters served are what a run gets."""
+    return [fill_env(s) for s in _read_specs(path, only)]
+
+
+def unset_placeholders(path: Path = PREFECT_FILE, only: list[str] | None = None) -> list[str]:
+    """The ``{{ $VAR }}`` names the (``only``) deployments use that the environment does not set:
+    their parameters are served empty, as ``prefect deploy --all`` leaves them (without a word:
+    the fleet deployment's config_file)."""
+    names = {name for _, name in _env_placeholders(_read_specs(path, only))}
+    return sorted(n for n in names if not os.environ.get(n, "").strip())
 
 
 def to_deployment(spec: dict[str, Any]) -> Any:
@@ -55,7 +97,7 @@ def to_deployment(spec: dict[str, Any]) -> Any:
     from prefect.flows import load_flow_from_entrypoint
     from prefect.schedules import Cron, Interval
 
-    flow = load_flow_from_entrypoint(spec["entrypoint"])
+    flow: Any = load_flow_from_entrypoint(spec["entrypoint"])
     schedules = []
     for s in spec.get("schedules") or []:
         if "interval" in s:
@@ -128,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT))
     from prefect import serve
 
-    for name in unset_placeholders(load_specs(only=args.only)):
+    for name in unset_placeholders(only=args.only):
         print(f"serve.py: warning: {name} is not set: the parameters that name it are left empty; runs read"
               f" ${name} from their own environment, or fail saying it is missing", file=sys.stderr)
     deployments = [to_deployment(s) for s in load_specs(only=args.only)]

@@ -75,8 +75,9 @@ class PrefectEngine:
             extra_paths=told.get("extra_paths"), sources=told.get("sources"),
         )
         # the flow run's result is the summary's JSON; the caller prints it, so the flow's log
-        # lines of it stay off this console (they still reach the run's logs in the UI)
-        with _summary_off_console():
+        # lines of it stay off this console (they still reach the run's logs in the UI); so does the
+        # traceback of an error of ours, which the caller says in one line
+        with _caller_console():
             return RunSummary.from_dict(run_reindex(params, progress=progress, on_start=on_start, settings=settings))
 
     def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,
@@ -132,22 +133,55 @@ class _NoSummaryLines(logging.Filter):
         return not getattr(record, SUMMARY_LINE, False)
 
 
+class _NoTracebackOfOurs(logging.Formatter):
+    """The handler's own formatter, without the traceback of a record whose exception is a
+    :class:`~memory_core.errors.MemoryCoreError` (an error memory-core raises on purpose, with a
+    message that says it all; the caller prints that message). Any other exception, a bug, keeps
+    its traceback. The record itself is left as it was for every other handler (Prefect's API
+    handler sends the run's logs with the traceback: the UI is where an operator looks)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner if inner is not None else logging.Formatter()  # what a Handler uses without one
+
+    def format(self, record: logging.LogRecord) -> str:
+        from memory_core.errors import MemoryCoreError
+
+        if not (record.exc_info and isinstance(record.exc_info[1], MemoryCoreError)):
+            return self.inner.format(record)
+        kept = record.exc_info, record.exc_text  # exc_text: the traceback another handler formatted
+        record.exc_info, record.exc_text = None, None
+        try:
+            return self.inner.format(record)
+        finally:
+            record.exc_info, record.exc_text = kept
+
+
 @contextlib.contextmanager
-def _summary_off_console() -> Iterator[None]:
-    """Keep the flow's summary log lines off every console handler (not Prefect's API handler)
-    while the caller's in-process run lasts."""
+def _caller_console() -> Iterator[None]:
+    """While the caller's in-process run lasts, on every console handler (not Prefect's API
+    handler) the records of its logs reach: the flow's summary log lines are dropped, and the
+    traceback of an error of ours (a provider that gave up, a bad setting) is left out, so the
+    Prefect engine's "Task run failed with exception" / "Encountered exception during execution"
+    stay one line each (the caller's own error line says it all, as with the local engine). Put
+    back as they were when the run ends."""
     from prefect.logging.handlers import APILogHandler
 
     quiet = _NoSummaryLines()
-    handlers = {h for name in (None, "prefect", "prefect.flow_runs") for h in logging.getLogger(name).handlers
-                if not isinstance(h, APILogHandler)}
+    handlers = {h for name in (None, "prefect", "prefect.flow_runs", "prefect.task_runs")
+                for h in logging.getLogger(name).handlers if not isinstance(h, APILogHandler)}
+    formatters = {h: h.formatter for h in handlers}
+    tracebacks = os.environ.get("MEMORY_CORE_DEBUG") == "1"  # as the CLI, which then raises
     for h in handlers:
         h.addFilter(quiet)
+        if not tracebacks:
+            h.setFormatter(_NoTracebackOfOurs(h.formatter))
     try:
         yield
     finally:
         for h in handlers:
             h.removeFilter(quiet)
+            h.setFormatter(formatters[h])
 
 
 def _may_name_api_url(env: dict[str, str]) -> bool:
