@@ -195,6 +195,8 @@ def test_gating_never_skips_a_match() -> None:
         "-----END RSA PRIVATE KEY-----", "apiKey", "accessToken", "{", "}", "é", "\u00a0",
         ".", "+", "x", "012345678:", "abcdefghijklmnopqrstuvwxyz012345678",
         "AKIA", "sk_live_", "glpat-", "eyJ", "://", "@", " is ", "aws", "/", "wJalrXUtnFEMI/K7MDENG",
+        "pass", "Pass", "PASS", "wifi ", "root ", "user: bob ", "pin", "PIN ", "door ", "code", "passcode",
+        "4821", "WPA2", "-PSK", "psk ", "Wi-Fi", "ssid", "Tr0ub4dor&3", "hunter2", "my ", "#",
     ]  # fmt: skip
     for _ in range(3000):
         text = "".join(rng.choice(frags) for _ in range(rng.randint(1, 14)))
@@ -234,6 +236,22 @@ ADVERSARIAL = {
     "akia_repeat": "AKIA" * 250_000,
     "stripe_repeat": "sk_live_" * 120_000,
     "gitlab_repeat": "glpat-" * 160_000,
+    # bare labels
+    "pass_colon_repeat": "pass: " * 160_000,
+    "pass_long_value": "pass: " + "a1" * 500_000,
+    "user_pass_repeat": "user: bob pass: " * 60_000,
+    "wifi_pass_words": "wifi pass: abc " * 60_000,
+    "my_pass_is_repeat": "my pass is " * 90_000,
+    "pin_repeat": "pin " * 250_000,
+    "pin_digits": "pin " + "1" * 1_000_000,
+    "door_code_repeat": "door code " * 100_000,
+    "code_digits": "alarm code is " + "12345 " * 150_000,
+    "wpa_repeat": "WPA2-PSK " * 100_000,
+    "wpa_long_value": "WPA2 " + "a" * 1_000_000,
+    "psk_repeat": "psk " * 250_000,
+    "wifi_name_words": "wifi: " + "a " * 500_000,
+    "wifi_separators": "wifi: a / " * 100_000,
+    "wifi_names_then_separator": "wifi: aa bb cc dd ee / " * 45_000,
 }
 
 
@@ -405,3 +423,104 @@ def test_a_credential_given_in_prose_is_masked(text: str, secret: str) -> None:
 @pytest.mark.parametrize("text", PROSE_KEPT)
 def test_prose_about_keys_and_tokens_is_kept(text: str) -> None:
     assert redact(text) == text
+
+
+# bare labels (an audit got these to the index): "pass" with no "word", PINs and keypad codes, a
+# Wi-Fi passphrase named by its security mode or after its network's name
+BARE_LABEL_SECRETS: list[tuple[str, str]] = [
+    # pass_label: "pass" starting a line or a clause, a value with a letter and a digit or a symbol
+    ("pass: hunter2", "pass: ***"),
+    ("pass = hunter2", "pass = ***"),
+    ("Pass: hunter2", "Pass: ***"),
+    ("PASS=hunter2", "PASS=***"),
+    ("- pass: Tr0ub4dor&3", "- pass: ***"),
+    ("**Pass**: hunter2", "**Pass**: ***"),
+    ("my pass is hunter2!", "my pass is ***"),
+    ("new pass: Summer2024!", "new pass: ***"),
+    ("user: bob / pass: hunter2", "user: bob / pass: ***"),
+    # pass_label, too: "pass" after what it logs into, or after a user name: any one word
+    ("wifi pass: hunter2", "wifi pass: ***"),
+    ("root pass: toor", "root pass: ***"),
+    ("db pass = s3cret", "db pass = ***"),
+    ("admin pass: letmein, then reboot", "admin pass: ***, then reboot"),
+    ("log in with `root pass: toor`", "log in with `root pass: ***`"),
+    ("wifi pass hunter2x", "wifi pass ***"),
+    ("user: bob, pass: hunter", "user: bob, pass: ***"),
+    ("login: bob pass: hunter2", "login: bob pass: ***"),
+    ("username=bob pass=hunter2", "username=bob pass=***"),
+    # pw/pwd labels (pass_assignment, secret_prose)
+    ("pw: hunter2", "pw: ***"),
+    ("pwd: hunter2", "pwd: ***"),
+    ("wifi pw Tr0ub4dor&3", "wifi pw ***"),
+    # pin_code: 4-8 digits after a PIN, a passcode or a door/alarm/gate/lock/safe/... code
+    ("PIN: 4821", "PIN: ***"),
+    ("pin is 4821", "pin is ***"),
+    ("my PIN 4821", "my PIN ***"),
+    ("PIN code: 482193", "PIN code: ***"),
+    ("the PIN number is 4821", "the PIN number is ***"),
+    ("SIM PIN 1234, PUK 12345678", "SIM PIN ***, PUK ***"),
+    ("PIN #4821", "PIN #***"),
+    ("the door code is 4821", "the door code is ***"),
+    ("door-code 1234", "door-code ***"),
+    ("alarm code 4821", "alarm code ***"),
+    ("the alarm code is now 9911", "the alarm code is now ***"),
+    ("passcode 4821", "passcode ***"),
+    ("gate code: 1234.", "gate code: ***."),
+    ("lock code 98765432", "lock code ***"),
+    ("safe code is 0451", "safe code is ***"),
+    ("keypad code: 2580", "keypad code: ***"),
+    # wifi_key: a passphrase after WPA/WPA2/WPA3/WEP (-PSK, Personal) or PSK
+    ("WPA2 Tr0ub4dor&3", "WPA2 ***"),
+    ("WPA2-PSK: Tr0ub4dor&3", "WPA2-PSK: ***"),
+    ("PSK Tr0ub4dor&3", "PSK ***"),
+    ("WPA2 Personal: Tr0ub4dor&3", "WPA2 Personal: ***"),
+    ("WPA2/WPA3 Personal Tr0ub4dor&3", "WPA2/WPA3 Personal ***"),
+    ("WEP key abcdef12345", "WEP key ***"),
+    ("Home wifi: SSID x, WPA2 Tr0ub4dor&3", "Home wifi: SSID x, WPA2 ***"),
+    # wifi_key, too: "wifi:", a network name (kept), a separator, the passphrase
+    ("wifi: HomeNet / Tr0ub4dor&3", "wifi: HomeNet / ***"),
+    ("Wi-Fi: Cafe Guest Net / coffee4all!", "Wi-Fi: Cafe Guest Net / ***"),
+    ("WLAN: Office, Tr0ub4dor&3", "WLAN: Office, ***"),
+    ("ssid: HomeNet | pw: Tr0ub4dor&3", "ssid: HomeNet | pw: ***"),
+    ("the wifi key is Tr0ub4dor&3", "the wifi key is ***"),  # secret_prose
+]
+BARE_LABEL_KEPT = [
+    # "pass" in prose, in test runners' output, with a count, a path or a placeholder
+    "pass: the ball to Jo", "boarding pass: gate 12", "bus pass: expired", "a pass: yes", "pass: yes",
+    "hall pass: granted", "season pass: 2024", "boarding pass: 12B", "first pass: v2 done", "compiler pass: -O2",
+    "the second pass: 3 errors", "--- PASS: TestRedact2 (0.00s)", "PASS: tests/test_x2.sh", "PASS: test_login2",
+    "Pass: 12, Fail: 0", "pass: 12/12", "pass: 100%", "pass: ${DB_PASS}", "pass: <your password>",
+    "Pass: see 1password", "user: bob, pass: see vault", "admin pass: required for login", "root pass: none",
+    "wifi pass: see the fridge", 'pass = input("pw")', "passed: 12", "passport: X1234567",
+    # pins that are not PINs, codes that are not keypad codes
+    "PIN 7 on the GPIO header", "pin 12 of the chip", "GPIO pin 13", "pin numpy==1.26.4", "pin 2024-01-05",
+    "pin 12:30", "pin 1,234", "pin by SHA 3f2a9c1", "ping 1234", "spin 1234", "code 404", "HTTP code 500",
+    "exit code 1", "error code 1234", "status code 4040", "block code 12345", "barcode 12345678",
+    "source code 2024", "promo code 1234", "zip code 94110", "area code 4155",
+    "whats the door code for ur pottery studio again?", "Kate: 4471 then hash",
+    # Wi-Fi prose: a mode, a standard, a state, a band
+    "WPA2 is a protocol", "WPA2 Enterprise", "WPA2 AES-CCMP", "WPA2 802.11ac", "WPA2/WPA3 mixed mode",
+    "WPA2 (AES) only", "wpa_supplicant -c wpa2.conf", "WPA3-SAE transition", "psk mode enabled",
+    "wifi: down again", "wifi: works now", "wifi: on, bt2: off", "wifi: 5GHz / 2.4GHz", "wifi: enabled / disabled",
+    "wifi: eduroam / WPA2-Enterprise", "wifi: HomeNet / see https://wiki.example.com/wifi2",
+    "Wi-Fi: office, guest, lobby2", "wifi: 802.11ax / 6GHz",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BARE_LABEL_SECRETS)
+def test_a_secret_after_a_bare_label_is_masked(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", BARE_LABEL_KEPT)
+def test_bare_label_words_in_prose_are_kept(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_bare_labels_do_not_reach_across_lines_in_notes() -> None:
+    """A label and its value are on one line: a note's section read whole never joins a heading to
+    the line under it ("## Pin" over "2024 plans"), and a value on the next line is kept."""
+    from memory_core.sources.redact import redact_lines
+
+    note = "# Hardware\n\n## Pin\n2024 plans\nwifi: down\nTr0ub4dor&3 is the comic\nPass:\nthe ball\n"
+    assert redact_lines(note) == note

@@ -375,7 +375,8 @@ def test_s10_a_text_of_nuls_and_spaces_is_no_memory(workspace: Path, openai_fake
             tools.handlers()["memory_store"]({"text": "\x00\x00"})
         assert s.count() == 0 and not s.path.exists()
         # a NUL inside a text is a space, at either end it goes with the spaces
-        assert s.store("\x00the gate code is 7731\x00").memory.text == "the gate code is 7731"
+        assert s.store("\x00the gate opens at 7731\x00").memory.text == "the gate opens at 7731"  # not a code: kept
+        assert s.store("the\x00gate code is 7731").memory.text == "the gate code is ***"  # a gate code is masked (redact.pin_code)
     (workspace / "memory-core.toml").write_text(_toml(openai_fake.base_url))
     capsys.readouterr()
     assert main(["memory", "store", "-w", str(workspace), "\x00 \x00"]) == 2

@@ -246,6 +246,37 @@ _RULES_BEFORE_PEM: Final = (
           also_any_of=("=", ":")),
 )
 
+# a credential after a bare label (pass_label, wifi_key): never whitespace, a quote, a backtick, "*"
+# or "…" (an earlier mask); _H: the horizontal whitespace between a label and its value (one line)
+_VAL: Final = rf"[^{_WS_CLASS}\"'`*\u2026\\]"
+_H: Final = "[ \\t\\u00a0]"
+# a value with a letter and a digit or a symbol inside it ("hunter2", "Tr0ub4dor&3"), 4-128 characters,
+# no "/", "::" or ".x" (a path, a test id, a file name), not a placeholder (${X}, $(x), {{x}}, <x>):
+# "yes", "12/12", "100%", "test_x.py" and "gate" are not
+_PW_STRICT: Final = (
+    rf"(?![$<{{])(?!{_VAL}{{0,128}}?(?:/|::|\.[A-Za-z]))"
+    rf"(?={_VAL}{{0,127}}?[A-Za-z])"
+    rf"(?={_VAL}{{0,127}}?(?:[0-9]|[!@#$%^&+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)])))"
+    rf"({_VAL}{{4,128}}+)(?!{_VAL})"
+)
+# after a label that names what is logged into ("root pass:"): a value as above, or one word of 3+
+# characters that ends the clause (or a quote, or inline code) and is not a prose word ("root pass:
+# toor"; "root pass: none", "admin pass: required for login" are not)
+_PW_LAX: Final = (
+    rf"(?:{_PW_STRICT}|(?!(?:none|n/?a|same|see|ask|tbd|todo|unknown|unset|empty|blank|required|needed|missing"
+    rf"|changed|reset|expired|disabled|enabled|the|an?|in|on|off|from|is|was|not|no|yes|ok|okay|please|check"
+    rf"|stored|saved|below|above|here|there|default|it|that|this|valid|invalid|works|working|fine|set|sent"
+    rf"|given)(?![A-Za-z0-9]))"
+    rf"([^{_WS_CLASS}\"'`*\u2026\\,;|)]{{3,64}}+)(?={_H}*+(?:[\r\n,;|)\"'`]|\Z)))"
+)
+# a Wi-Fi passphrase: 8-63 characters (WPA's limits), a lower-case letter and a digit or a symbol; not
+# a mode or a standard (WPA3, 802.11ac), a URL, a Markdown link or a bracketed aside
+_WIFI_VALUE: Final = (
+    rf"(?!wpa|wep|wps|802\.)(?![(\[<{{$])(?!{_VAL}{{0,63}}?(?:://|\]\())"
+    rf"((?-i:(?={_VAL}{{0,62}}?[a-z])(?={_VAL}{{0,62}}?(?:[0-9]|[!@#$%^&*+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)]))))"
+    rf"{_VAL}{{8,63}}+)(?!{_VAL})"
+)
+
 _RULES_AFTER_PEM: Final = (
     # Rules added by issue 17 (what an outside attack got through). Every quantifier over a
     # token is possessive or bounded and every start is at an anchor or a token boundary, so
@@ -322,6 +353,68 @@ _RULES_AFTER_PEM: Final = (
           rf"([^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}?(?:[0-9]|[!@#$%^&+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)]))"
           rf"[^{_WS_CLASS}\"'`*\u2026\\]{{0,64}}+)",
           ("set", "change", "update", "rotate", "reset"), also_any_of=("key", "token", "secret", "passw", "pin")),
+    # bare labels a credential hides behind (an audit got these through): "pass: hunter2", "root pass:
+    # toor", "PIN: 4821", "the door code is 4821", "WPA2 Tr0ub4dor&3", "wifi: HomeNet / Tr0ub4dor&3".
+    # A label and its value are on one line (no rule spans a line break: a section read whole never
+    # joins "## Pin" to the "2024 plans" under it). Three rules, not five: every rule costs a gate
+    # test on every text with a trigger.
+    # "pass" alone is prose ("boarding pass: gate 12", "a pass: yes", Go's "--- PASS: TestX"):
+    # 1. after what it logs into ("wifi pass: hunter2", "root pass: toor", "db pass = s3cret") or after
+    #    a user name ("user: bob, pass: hunter"), any one word that ends the clause (not a prose word:
+    #    "admin pass: required for login", "root pass: none") or a value as in 2;
+    # 2. starting the line or a clause ("user: bob / pass: x") or after my/our/your/new/old/..., lower-case
+    #    or capitalised ("PASS:" is a test runner's), a value with a letter and a digit or a symbol and
+    #    no "/", "::" or ".ext" (a path, a test id)
+    _Rule("pass_label",
+          rf"(?<![A-Za-z0-9_-])"
+          rf"(?:(?:(?:wi-?fi|wlan|router|root|admin|db|database|login|user|ssh|sudo|mysql|postgres|redis|s?ftp|smtp"
+          rf"|imap|e-?mail|mail|vpn|account|server|nas){_H}{{1,2}}"
+          rf"|(?:user(?:name)?|login){_H}{{0,3}}[:=]{_H}{{0,3}}[^{_WS_CLASS}\"'`*\u2026\\,;/|]{{1,64}}+"
+          rf"{_H}{{0,3}}[,;/|]?{_H}{{1,3}}(?:and{_H}{{1,3}})?)"
+          rf"pass(?![A-Za-z0-9_-])\*{{0,2}}"
+          rf"(?:{_H}{{0,3}}[:=]{_H}{{0,3}}[\"'`]?{_PW_LAX}"
+          rf"|(?:{_H}{{1,3}}(?:is|was){_H}{{1,3}}|{_H}{{1,3}})[\"'`]?{_PW_STRICT})"
+          rf"|(?:(?<![A-Za-z0-9_][ \t])(?<![A-Za-z0-9_][ \t]{{2}})|(?<=\bmy )|(?<=\bour )|(?<=\byour )|(?<=\bnew )"
+          rf"|(?<=\bold )|(?<=\btemp )|(?<=\bdefault )|(?<=\binitial )|(?<=\bcurrent )|(?<=\bpc )|(?<=\blaptop ))"
+          rf"(?:(?-i:pass|Pass)|(?-i:PASS)(?={_H}{{0,3}}=))(?![A-Za-z0-9_-])\*{{0,2}}"
+          rf"(?:{_H}{{0,3}}[:=]{_H}{{0,3}}|{_H}{{1,3}}(?:is|was){_H}{{1,3}})[\"'`]?{_PW_STRICT})",
+          ("pass", "wifi", "wi-fi", "wlan", "router", "root", "admin", "db", "database", "login", "user", "ssh",
+           "sudo", "mysql", "postgres", "redis", "ftp", "sftp", "smtp", "imap", "email", "e-mail", "mail", "vpn",
+           "account", "server", "nas"),
+          any_of=("pass",)),
+    # PINs and keypad codes: 4-8 digits after pin/PIN code/PIN number/PUK/passcode or a door, alarm,
+    # gate, lock, safe, garage, keypad, entry, access, unlock, security or building code. A GPIO
+    # "pin 7", "pin 12 of the chip" (under 4 digits), "error code 1234", "status code 4040", "exit
+    # code 1" and "HTTP code 500" (no such label) stay
+    _Rule("pin_code",
+          rf"(?=[pPcC])"
+          rf"(?:(?<![A-Za-z0-9_-])(?:pin|puk)(?:[ -]?(?:code|number|no\.?))?"
+          rf"|(?:(?<=\bdoor )|(?<=\bdoor-)|(?<=\balarm )|(?<=\bgate )|(?<=\block )|(?<=\bsafe )|(?<=\bgarage )"
+          rf"|(?<=\bkeypad )|(?<=\bentry )|(?<=\baccess )|(?<=\bunlock )|(?<=\bsecurity )|(?<=\bbuilding )"
+          rf"|(?<=\bpass))code)"
+          rf"(?![A-Za-z0-9_-])"
+          rf"(?:{_H}{{1,3}}(?:is|was)(?:{_H}{{1,3}}now)?{_H}{{1,3}}|{_H}{{0,3}}[:=]?{_H}{{0,3}})[\"'`#]?"
+          rf"([0-9]{{4,8}}+)(?![0-9A-Za-z_]|[.,:/-][0-9])",
+          ("pin", "puk", "code")),
+    # a Wi-Fi passphrase with no "password" before it (8-63 characters, a lower-case letter and a digit
+    # or a symbol):
+    # 1. named by its security mode: "WPA2 Tr0ub4dor&3", "WPA2-PSK: x", "PSK x", "WEP key x" ("WPA2
+    #    Enterprise", "WPA2 is a protocol", "WPA2 AES-CCMP", "WPA2 802.11ac" stay);
+    # 2. after "wifi:", a network's name (kept) and a separator: "wifi: HomeNet / Tr0ub4dor&3", "WLAN:
+    #    Office, x" ("wifi: down again", "wifi: on, bt2: off" stay)
+    _Rule("wifi_key",
+          rf"(?<![A-Za-z0-9_-])"
+          rf"(?:(?:(?:wpa[23]?|wep)(?:[-/ ](?:psk|personal|sae|wpa[23]))?(?:[-/ ](?:psk|personal|sae))?|psk)"
+          rf"(?![A-Za-z0-9_-])(?:{_H}{{1,3}}(?:key|passphrase|password|pass|pwd|pw)(?![A-Za-z0-9_-]))?"
+          rf"(?:{_H}{{1,3}}(?:is|was){_H}{{1,3}}|{_H}{{0,3}}[:=]{_H}{{0,3}}|{_H}{{1,3}})"
+          rf"|(?:wi-?fi|wlan|ssid)(?:{_H}{{1,3}}(?:network|name|ssid|login|details|creds|credentials))?"
+          rf"{_H}{{0,3}}[:=]{_H}{{0,3}}"
+          rf"[^{_WS_CLASS}\"'`*\u2026\\/,;|]{{1,32}}+(?:{_H}{{1,2}}[^{_WS_CLASS}\"'`*\u2026\\/,;|]{{1,32}}+){{0,3}}"
+          rf"{_H}{{0,3}}[/,;|]{_H}{{0,3}}"
+          rf"(?:(?:pw|pwd|pass|password|key|psk)(?![A-Za-z0-9_-]){_H}{{0,3}}[:=]?{_H}{{0,3}})?"
+          rf"(?![\"'`]?{_VAL}{{0,63}}?[:=]))"
+          rf"[\"'`]?{_WIFI_VALUE}",
+          ("wpa", "wep", "psk", "wifi", "wi-fi", "wlan", "ssid")),
     # issue 22: formats an outside attack got into the index from transcripts
     _Rule("slack_webhook", r"hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/-]{10,}+)",
           ("hooks.slack.com/",)),
