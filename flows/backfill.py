@@ -16,14 +16,23 @@ from prefect import flow
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import owners
-from flows.reindex import IfBusy, ProviderChoice, ReindexParams, SourceChoice, _run_name, run_pipeline
+from flows.reindex import (
+    IfBusy,
+    ProviderChoice,
+    ReindexParams,
+    SourceChoice,
+    _index_file,
+    _run_name,
+    run_pipeline,
+)
 from flows.runners import RunnerChoice
 from memory_core.index.runtypes import EMBED_CONCURRENCY
 
 
 @flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
-      on_failure=[owners.release_hook], on_crashed=[owners.release_hook])
+      on_failure=[owners.release_hook], on_crashed=[owners.release_hook],
+      on_cancellation=[owners.cancellation_hook(lambda parameters: [_index_file(parameters)])])
 def backfill(
     workspace: str | None = None,
     index_path: str | None = None,

@@ -25,7 +25,7 @@ from prefect.states import Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import owners
-from flows.reindex import IfBusy, reindex
+from flows.reindex import IfBusy, _mark_runner_cancel, reindex
 from flows.runners import RunnerChoice
 from memory_core.index.runtypes import RunSummary
 from memory_core.runtime.resolve import resolve_agents
@@ -102,10 +102,19 @@ def _hold_owner_files(fleet: dict[str, Any]) -> None:
             continue
 
 
+def _index_files(parameters: dict[str, Any]) -> list[Any]:
+    """The agents' indexes a fleet run with these parameters holds owner files for."""
+    import os
+
+    path = parameters.get("config_file") or os.environ.get("MEMORY_CORE_CONFIG") or None
+    return [s.index_file for s in resolve_agents(path, parameters.get("agents") or None).values()]
+
+
 @flow(name=owners.FLEET_FLOW, flow_run_name=_fleet_run_name,
       task_runner=ThreadPoolTaskRunner(max_workers=FLEET_CONCURRENCY),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
-      on_failure=[owners.release_hook], on_crashed=[owners.release_hook], on_cancellation=[owners.release_hook])
+      on_failure=[owners.release_hook], on_crashed=[owners.release_hook],
+      on_cancellation=[owners.cancellation_hook(_index_files, fleet=True)])
 def fleet_reindex(
     config_file: str | None = None,
     agents: list[str] | None = None,
@@ -142,9 +151,15 @@ def fleet_reindex(
     logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))
     _hold_owner_files(fleet)
     started = {a: time.perf_counter() for a in fleet}
-    futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
-                                       deployment) for a in fleet}
-    wait(list(futures.values()))
+    try:
+        futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
+                                           deployment) for a in fleet}
+        wait(list(futures.values()))
+    except BaseException as exc:
+        # a cancel through its runner or worker: this run's owner files, and those of its agents' runs in
+        # this process, say so (the runner's on_cancellation hook removes them once this process is gone)
+        _mark_runner_cancel(exc)
+        raise
     rows, results, failed = [], {}, []
     for agent, fut in futures.items():
         state = fut.state

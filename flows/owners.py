@@ -31,6 +31,15 @@ copies are then found final, and removed).
 A run that finishes removes its file once its final state is reported (the flow's state hooks;
 :func:`release_all` after an in-process run as a fallback); a run killed between its last report
 and that removal leaves a file the next sweep finds final, and removes.
+
+A deployment run cancelled through its runner or worker (``prefect flow-run cancel``, the UI's
+Cancel) is no run killed without reporting, though its runner kills its process: the run's process
+marks its files cancelled as it handles the cancel (:func:`mark_cancelled`: ``memory-core status``
+leaves them out), and the flows' ``on_cancellation`` hook (:func:`cancellation_hook`), which
+Prefect 3 runs in the runner's or worker's process after the kill and before it sets the run
+Cancelled, removes them. A fleet run's agents, subflows in the process the runner killed, are
+settled with it (Cancelled, not Crashed). A marked file no hook removed (the runner went down too)
+is settled by the next sweep: Cancelled if its run is still not final, else just removed.
 """
 
 
@@ -41,8 +50,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 # the owner files themselves (no Prefect): memory_core/storage/run_owners.py; named here too, for
 # the flows (owners.hold, owners.release_all, ...) and for tests
@@ -54,9 +64,11 @@ from memory_core.storage.run_owners import (  # noqa: F401
     dead_owners,
     held_ids,
     hold,
+    mark_cancelled,
     owners_dir,
     release,
     release_all,
+    remove_dead,
     stopped_runs,
 )
 
@@ -66,6 +78,9 @@ log = logging.getLogger("memory_core.flow_runs")
 # a few requests, is over long before), this much on one that does not (the file is kept then)
 SWEEP_JOIN_S = 0.2
 SWEEP_TIMEOUT_S = 10.0  # each request of the sweep (a server that accepts and never answers)
+# how long the on_cancellation hook waits for the lock of a run's process that its runner killed
+# (after SIGKILL the runner does not wait for the exit: the lock goes a moment later)
+CANCEL_HOOK_WAIT_S = 5.0
 
 _warned: set[str] = set()  # servers already warned about in this process (once each)
 
@@ -95,6 +110,86 @@ def release_hook(flow: Any, flow_run: Any, state: Any) -> None:
     release(str(flow_run.id))
 
 
+class StateHook(Protocol):
+    """A flow state hook, as Prefect calls it (``hook(flow=..., flow_run=..., state=...)``)."""
+
+    __name__: str  # (Prefect logs hooks by name)
+
+    def __call__(self, flow: Any, flow_run: Any, state: Any) -> None: ...
+
+
+def cancellation_hook(index_files: Callable[[dict[str, Any]], list[Any]], *, fleet: bool = False) -> StateHook:
+    """The ``on_cancellation`` hook of a flow whose runs hold owner files for the indexes
+    ``index_files`` finds from a run's parameters (``reindex``; ``fleet-reindex``, ``fleet`` True).
+    Prefect 3's runner (``serve``) and workers run it in their own process once they have killed
+    the cancelled run's process, then set the run Cancelled: the run's owner files, which that
+    process no longer holds, are removed here, so the run is never taken for one killed without
+    reporting. For a fleet run, its agents' runs that ran in the same process (subflows) are
+    settled too: Cancelled on the server if still not final, their files removed. The hook never
+    raises (a failure is a warning in the run's logs)."""
+
+    def remove_owner_files(flow: Any, flow_run: Any, state: Any) -> None:
+        logger = _run_logger(flow, flow_run)
+        run_id = str(flow_run.id)
+        release(run_id)  # a cancel the run's own process handles: its files are held here
+        try:
+            indexes = index_files(dict(flow_run.parameters or {}))
+        except Exception as exc:  # noqa: BLE001 - its file stays (marked: status leaves it out)
+            logger.warning("cannot find the indexes of cancelled flow run %s to remove its owner files: %s: %s",
+                           run_id, type(exc).__name__, exc)
+            return
+        records = []
+        for index in indexes:
+            record = remove_dead(index, run_id, wait_s=CANCEL_HOOK_WAIT_S)
+            if record is not None:
+                records.append(record)
+            elif (owners_dir(index) / run_id).exists():
+                logger.warning("the owner file of cancelled flow run %s in %s is still held by a live process:"
+                               " left for the next run of that index", run_id, owners_dir(index))
+        if fleet and records:
+            _settle_agents(flow_run, indexes, records[0], logger)
+
+    return remove_owner_files
+
+
+def _settle_agents(flow_run: Any, indexes: list[Any], record: dict[str, Any], logger: Any) -> None:
+    """A cancelled fleet run's agents' runs that ran in its process (same host and pid, started
+    after it): Cancelled if still not final, their owner files removed."""
+    host, pid, started = record.get("host"), record.get("pid"), str(record.get("started") or "")
+    if not pid:
+        return
+    message = (f"cancelled with its fleet run {flow_run.name} ({flow_run.id}), which ran it in the same process"
+               f" (host {host}, pid {pid}): the runner stopped that process. The live index is as it was before"
+               " this run, or the one this run published (the swap is atomic: never a mix)")
+    from prefect.settings import get_current_settings
+
+    api = str(get_current_settings().api.url or "")
+    for index in indexes:
+        with contextlib.suppress(Exception):
+            sweep(index, current_api=api, found_by=f"fleet run {flow_run.name}", logger=logger,
+                  only=lambda r: (r.get("host"), r.get("pid")) == (host, pid) and r.get("flow") != FLEET_FLOW
+                  and str(r.get("started") or "") >= started,  # (its agents' runs began after it)
+                  cancelled=message)
+
+
+def _run_logger(flow: Any, flow_run: Any) -> Any:
+    try:
+        from prefect.logging.loggers import flow_run_logger
+
+        return flow_run_logger(flow_run, flow)
+    except Exception:  # noqa: BLE001
+        return log
+
+
+def cancel_message(record: dict[str, Any], *, found_by: str) -> str:
+    """For a dead run whose file says its runner was cancelling it, and which is still not final."""
+    host, pid = record.get("host") or "?", record.get("pid") or "?"
+    return (f"the process running this flow run (host {host}, pid {pid}) stopped as it was cancelled"
+            f" ({record.get('cancelled')}), and nothing reported it Cancelled: found when {found_by} looked."
+            " A cancelled run publishes nothing after its cancel: the live index is as it was, or the one this"
+            " run published before it (the swap is atomic: never a mix)")
+
+
 def crash_message(record: dict[str, Any], *, found_by: str) -> str:
     host, pid = record.get("host") or "?", record.get("pid") or "?"
     index = record.get("index") or "the index"
@@ -118,16 +213,22 @@ class SweepResult:
 
 
 def sweep(index_file: str | os.PathLike[str], *, current_api: str, skip: set[str] | None = None,
-          found_by: str = "a later run of the same index", logger: Any = None) -> SweepResult:
+          found_by: str = "a later run of the same index", logger: Any = None,
+          only: Callable[[dict[str, Any]], bool] | None = None, cancelled: str | None = None) -> SweepResult:
     """Settle the flow runs of ``index_file`` whose owner files no live process holds (see the
     module's docstring). ``current_api``: this process's Prefect API URL ("" for a temporary
     server); a dead run recorded with no URL ran on a temporary server and is asked about only
     by a run on one too. Never raises for a server that cannot be asked. ``logger``: where its
-    warnings go (the sweeping flow run's logger; default this module's)."""
+    warnings go (the sweeping flow run's logger; default this module's). ``only``: settle only the
+    files whose record it accepts; ``cancelled``: set those still not final Cancelled, with this
+    message (runs stopped by a cancel), not Crashed."""
     logger = logger or log
     out = SweepResult([], [], [], [])
     by_api: dict[str, list[Dead]] = {}
     for dead in dead_owners(index_file, skip=(skip or set()) | held_ids()):
+        if only is not None and not only(dead.record):
+            dead.keep()
+            continue
         api = str(dead.record.get("api_url") or "")
         if not api and current_api:  # a temporary server's run: only a run on one can look it up
             dead.keep()
@@ -136,7 +237,7 @@ def sweep(index_file: str | os.PathLike[str], *, current_api: str, skip: set[str
         by_api.setdefault(api, []).append(dead)
     for api, deads in by_api.items():
         try:
-            _settle_on(api, deads, out, found_by, logger)
+            _settle_on(api, deads, out, found_by, logger, cancelled)
         except Exception as exc:  # the server is down, or the URL is wrong: keep them for later
             why = f"{type(exc).__name__}: {exc}".strip()
             out.problems.append(f"{api or 'the temporary Prefect server'}: {why}")
@@ -152,7 +253,8 @@ def sweep(index_file: str | os.PathLike[str], *, current_api: str, skip: set[str
     return out
 
 
-def _settle_on(api: str, deads: list[Dead], out: SweepResult, found_by: str, logger: Any) -> None:
+def _settle_on(api: str, deads: list[Dead], out: SweepResult, found_by: str, logger: Any,
+               cancelled: str | None = None) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.objects import StateType
     from prefect.client.schemas.responses import SetStateStatus
@@ -174,8 +276,12 @@ def _settle_on(api: str, deads: list[Dead], out: SweepResult, found_by: str, log
                 # final (it finished, or its runner marked it), deleted, or scheduled again: as it is
                 out.settled.append(dead.flow_run_id)
             else:
-                message = crash_message(dead.record, found_by=found_by)
-                new: State[Any] = Cancelled(message=message) if state.type == StateType.CANCELLING else Crashed(message=message)
+                # a run stopped by a cancel (its fleet's, or its runner's: its file says so) ends Cancelled
+                stopped_by_cancel = cancelled or (cancel_message(dead.record, found_by=found_by)
+                                                  if dead.record.get("cancelled") else None)
+                message = stopped_by_cancel or crash_message(dead.record, found_by=found_by)
+                new: State[Any] = Cancelled(message=message) if stopped_by_cancel or \
+                    state.type == StateType.CANCELLING else Crashed(message=message)
                 got = client.set_flow_run_state(run_id, new, force=False)
                 if got.status != SetStateStatus.ACCEPT:
                     now = client.read_flow_run(run_id).state

@@ -346,6 +346,9 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         try:
             done.append(pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
                                            progress=progress, executor=executor, if_busy=params.if_busy))
+        except BaseException as exc:
+            _mark_runner_cancel(exc)  # before the requests in flight are waited for
+            raise
         finally:
             executor.close()
         summary = done[0]
@@ -358,7 +361,7 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             partial = done[0]
             if partial.swapped:
                 pipeline.stopped_after_publish(exc, partial, [])
-        cancelled = (watch is not None and watch.close() and pipeline.is_stop(exc)) or _runner_cancelled(exc)
+        cancelled = (watch is not None and watch.close() and pipeline.is_stop(exc)) or _mark_runner_cancel(exc)
         if cancelled and partial is not None and not partial.swapped and partial.error:
             partial.error = "cancelled"  # a cancel delivered as a SIGTERM is still a cancel
         if cancelled:
@@ -372,8 +375,10 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
                 return _cancelled(partial, partial.stop_note())
             raise
         stopped = cancelled or pipeline.is_stop(exc)
-        # what stopped it, as it was: "cancelled" (from Prefect), "stopped by SIGTERM", "interrupted"
-        msg = "cancelled" if cancelled else pipeline.stop_word(exc) if stopped else f"{type(exc).__name__}: {exc}"
+        # what stopped it, as it was: "cancelled in Prefect", "stopped by SIGTERM", "interrupted" (the notes
+        # and the logs keep it: a runner or worker sets its own Cancelled state after this run's, with its
+        # own message, "Flow run was cancelled successfully.")
+        msg = CANCELLED_IN_PREFECT if cancelled else pipeline.stop_word(exc) if stopped else f"{type(exc).__name__}: {exc}"
         logger.error("run %s; the live index was left as it was", msg if stopped else f"failed: {msg}")
         with contextlib.suppress(Exception):
             if partial is not None:  # the name chosen before the run (e.g. "-batch") says what it did
@@ -389,7 +394,8 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             report.publish_notes(notes_key, report.notes_markdown(
                 f"{flow_name} {label}: run {msg if stopped else 'failed'}",
                 warnings=list(partial.warnings) if partial else [], fallbacks=fallbacks, error=msg,
-                partial=partial, stopped=stopped), f"the run was {msg}" if stopped else "the run failed")
+                partial=partial, stopped=stopped, index_exists=_index_exists(settings)),
+                f"the run was {msg}" if stopped else "the run failed")
         if cancelled:
             return _cancelled(partial, f"{CANCELLED_IN_PREFECT}; the live index was left as it was")
         raise
@@ -428,6 +434,16 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
     return summary.to_dict()
 
 
+def _index_exists(settings: Settings | None) -> bool | None:
+    """Whether the run's index file is there (None: the settings did not resolve)."""
+    if settings is None:
+        return None
+    try:
+        return settings.index_file.exists()
+    except OSError:
+        return None
+
+
 def _stopped_after_publish(flow_name: str, label: str, settings: Settings, summary: RunSummary,
                            progress: report.ProgressReporter | None, fallbacks: list[str], notes_key: str,
                            seconds: float) -> None:
@@ -457,9 +473,15 @@ def _stopped_after_publish(flow_name: str, label: str, settings: Settings, summa
 
 # -- the flow ----------------------------------------------------------------------------------
 
+def _index_file(parameters: dict[str, Any]) -> Any:
+    """The index a run with these parameters writes (its owner file's folder is beside it)."""
+    return ReindexParams.model_validate(parameters).to_settings().index_file
+
+
 @flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
-      on_failure=[owners.release_hook], on_crashed=[owners.release_hook])
+      on_failure=[owners.release_hook], on_crashed=[owners.release_hook],
+      on_cancellation=[owners.cancellation_hook(lambda parameters: [_index_file(parameters)])])
 def reindex(
     workspace: str | None = None,
     index_path: str | None = None,
@@ -532,6 +554,18 @@ def _runner_cancelled(exc: BaseException) -> bool:
         return False
 
 
+def _mark_runner_cancel(exc: BaseException) -> bool:
+    """:func:`_runner_cancelled`; when it is, this process's owner files say so (flows/owners.py
+    ``mark_cancelled``): its runner kills this process and reports the run Cancelled, so neither
+    ``memory-core status`` nor a later sweep takes it for a run killed without reporting (the
+    runner's ``on_cancellation`` hook removes them, once this process is gone)."""
+    if not _runner_cancelled(exc):
+        return False
+    with contextlib.suppress(Exception):
+        owners.mark_cancelled(None, "cancelled in Prefect: its runner or worker stopped its process")
+    return True
+
+
 def _stop_on_sigterm() -> Any:
     """While an in-process flow run runs (the CLI's ``--engine prefect``), a SIGTERM ends it as a
     stop the caller knows: Prefect's own handler marks the run Crashed, then sends the signal again
@@ -582,7 +616,8 @@ def run_reindex(params: ReindexParams, *, progress: pipeline.ProgressFn | None =
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        # the run's final state is reported: its owner file goes (a Cancelled run has no state hook)
+        # the run's final state is reported: its owner file goes (a run that ends Cancelled here, stopped by
+        # its own cancel watch, runs no state hook: on_cancellation is for a runner's or worker's cancel)
         owners.release_all(set(_OWNED.get() or ()))
         _OWNED.reset(owned)
         _STOPPED.reset(stopped)

@@ -214,18 +214,23 @@ def summary_rows(figures: dict[str, Any]) -> list[dict[str, Any]]:
 
 def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = None,
                    fallbacks: Iterable[str] = (), extra: Iterable[str] = (), partial: RunSummary | None = None,
-                   stopped: bool = False) -> str:
+                   stopped: bool = False, index_exists: bool | None = True) -> str:
     """The run's notes artifact. ``error``: what failed, or (``stopped``) what stopped it
-    ("cancelled", "stopped by SIGTERM", "interrupted")."""
+    ("cancelled in Prefect", "stopped by SIGTERM", "interrupted"). ``index_exists``: whether the
+    run's index file is there (False: a first run, a workspace that does not exist: no index was
+    written, and none was "left as it was"; None: unknown, the settings did not resolve)."""
     warnings = list(dict.fromkeys(warnings))
     fallbacks = list(fallbacks)
     extra = list(extra)
     lines = [f"# {title}", ""]
     if error:
         what = f"was {_md(error)}" if stopped or error == "cancelled" else f"failed: {_md(error)}"
+        kept = ("The live index was left as it was; the next run starts again from the sources" if index_exists else
+                "No index was written: there is no index yet; the next run that succeeds builds it from the sources"
+                if index_exists is False else
+                "No index was written or changed; the next run that succeeds starts from the sources")
         lines += ["## Error", "", f"**The run {what}**", "",
-                  "The live index was left as it was; the next run starts again from the sources and reuses"
-                  " every vector already in the embedding cache.", ""]
+                  f"{kept} and reuses every vector already in the embedding cache.", ""]
         if partial is not None:
             lines += ["## What it had done", "",
                       f"- chunks read from the files: {partial.chunks_indexed}",

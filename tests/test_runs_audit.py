@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from memory_core.config import load_settings
 from memory_core.errors import ProviderError
 from memory_core.index.pipeline import run_index
 from tests.conftest import ROOT, openai_settings
@@ -448,3 +449,28 @@ def test_r1c_a_stop_as_the_published_run_returns_still_carries_its_summary(tmp_p
     assert summary.swapped and not summary.error and summary.stopped == "interrupted"
     assert summary.files_new == 1 and summary.chunks_embedded == 1
     assert _paths(s.index_file)[-1] == "memory/n03.md"
+
+
+@pytest.mark.prefect_server
+def test_a_failed_run_of_a_workspace_with_no_index_says_no_index_was_written(prefect_api: object,
+                                                                             tmp_path: Path) -> None:
+    """`prefect deployment run reindex/incremental --param workspace=/tmp/x/nope`: the run fails (no
+    such workspace) and its notes said "The live index was left as it was; the next run starts
+    again ...", though there is no index. They now say none was written; a failed run of an index
+    that is there still says it was left as it was."""
+    from flows.reindex import reindex
+    from tests.prefect_server import artifact_of
+
+    state = reindex(workspace=str(tmp_path / "x" / "nope"), return_state=True)
+    assert state.is_failed(), (state.type, state.message)
+    notes = artifact_of(state.state_details.flow_run_id, "markdown").data
+    assert "No index was written: there is no index yet" in notes and "left as it was" not in notes, notes
+
+    ws = tmp_path / "ws"
+    _notes(ws, 2)
+    run_index(load_settings(None, {"workspace": str(ws), "provider": "none"}))
+    # an OpenAI run with no API key: it fails once its settings resolved, the index there as it was
+    state = reindex(workspace=str(ws), provider="openai", return_state=True)
+    assert state.is_failed(), (state.type, state.message)
+    notes = artifact_of(state.state_details.flow_run_id, "markdown").data
+    assert "The live index was left as it was" in notes and "No index was written" not in notes, notes

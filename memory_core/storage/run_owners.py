@@ -9,9 +9,15 @@ open file, so two runs in one process (a fleet's agents) are told apart too. The
 under a temporary name, locked and written, then renamed into place: under its final name it is
 always locked by a live owner or left by a dead one.
 
+A run cancelled through its runner or worker (``prefect flow-run cancel``, the UI's Cancel: the
+runner kills the run's process, then sets it Cancelled) is no run "killed without reporting": its
+process marks its file cancelled when it handles the cancel (:func:`mark_cancelled`), and the
+flows' ``on_cancellation`` hook, which Prefect runs in the runner's or worker's process once the
+run's process is gone, removes it (:func:`remove_dead`).
+
 This module is the files alone (no Prefect): flows/owners.py marks the dead runs Crashed on their
 Prefect server (:func:`dead_owners` hands it each dead file, locked); ``memory-core status``
-lists them (:func:`stopped_runs`, which only looks).
+lists them (:func:`stopped_runs`, which only looks, and leaves out the cancelled).
 """
 
 from __future__ import annotations
@@ -53,6 +59,18 @@ class RunOwner:
     flow_run_id: str
     path: Path
     fd: int | None
+    record: dict[str, Any] | None = None
+
+    def mark_cancelled(self, why: str) -> None:
+        """Say in the file that the run is being cancelled by its runner or worker (which sets its
+        final state): rewritten in place, under the lock this owner holds (nobody reads it meanwhile)."""
+        if self.fd is None or self.record is None:
+            return
+        self.record = {**self.record, "cancelled": why, "cancelled_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        data = json.dumps(self.record).encode()
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, data, 0)
 
     def release(self) -> None:
         """Unlink, then unlock (a sweeper looking meanwhile finds no file, or a final run)."""
@@ -75,11 +93,12 @@ def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, 
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)  # <workspace>/.memory-core/ at a first run
         folder.mkdir(mode=0o700, exist_ok=True)
-        record = json.dumps({
+        fields: dict[str, Any] = {
             "flow_run_id": flow_run_id, "api_url": api_url, "host": socket.gethostname(), "pid": os.getpid(),
             "flow": flow_name, "run": run_name, "index": os.fspath(index_file),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }).encode()
+        }
+        record = json.dumps(fields).encode()
         for _ in range(4):
             tmp = folder / f"{_NEW}{uuid.uuid4().hex}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -92,7 +111,7 @@ def hold(index_file: str | os.PathLike[str], flow_run_id: str, *, api_url: str, 
                 with contextlib.suppress(OSError):
                     tmp.unlink()
                 continue
-            owner = RunOwner(flow_run_id, folder / flow_run_id, fd)
+            owner = RunOwner(flow_run_id, folder / flow_run_id, fd, fields)
             with _held_lock:
                 files = _held.setdefault(flow_run_id, {})
                 old = files.pop(owner.path, None)
@@ -126,6 +145,42 @@ def release_all(flow_run_ids: set[str] | None = None) -> None:
 def held_ids() -> set[str]:
     with _held_lock:
         return set(_held)
+
+
+def mark_cancelled(flow_run_ids: set[str] | None, why: str) -> None:
+    """Mark this process's owner files (of ``flow_run_ids`` only, when given) as those of runs its
+    runner or worker is cancelling (:meth:`RunOwner.mark_cancelled`): when the process is gone,
+    status does not call them killed, and a sweep that finds one still not final sets it Cancelled."""
+    with _held_lock:
+        held = [o for i, files in _held.items() if flow_run_ids is None or i in flow_run_ids for o in files.values()]
+    for owner in held:
+        owner.mark_cancelled(why)
+
+
+def remove_dead(index_file: str | os.PathLike[str], flow_run_id: str, *,
+                wait_s: float = 0.0) -> dict[str, Any] | None:
+    """Remove ``flow_run_id``'s owner file of ``index_file`` once no live process holds it (its
+    runner killed the run's process and is finishing it: the flows' ``on_cancellation`` hook),
+    waiting up to ``wait_s`` for the lock of a process still exiting; its record, or None when
+    there is no such file, or it is still held then (left as it is)."""
+    path = owners_dir(index_file) / str(flow_run_id)
+    deadline = time.monotonic() + wait_s
+    while True:
+        if not os.path.lexists(path):
+            return None
+        fd = _take(path)
+        if fd is not None:
+            break
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+    try:
+        record = _record(fd, path.name)
+        with contextlib.suppress(OSError):
+            path.unlink()
+    finally:
+        os.close(fd)
+    return record if record is not None else {"flow_run_id": str(flow_run_id)}
 
 
 # -- finding the dead -----------------------------------------------------------------------
@@ -241,9 +296,10 @@ class StoppedRun:
 def stopped_runs(index_file: str | os.PathLike[str]) -> list[StoppedRun]:
     """``index_file``'s flow runs whose process stopped without removing its owner file (killed:
     still ``Running`` in Prefect until the next Prefect run of the index marks them), oldest
-    first. Only looks: a shared lock taken and dropped at once (a live run's exclusive lock
-    refuses it), nothing removed or written. A sweep that looks at the same moment leaves that
-    file for a later run."""
+    first. A run whose file says it was being cancelled by its runner or worker
+    (:func:`mark_cancelled`: the runner reports it Cancelled) is not one. Only looks: a shared
+    lock taken and dropped at once (a live run's exclusive lock refuses it), nothing removed or
+    written. A sweep that looks at the same moment leaves that file for a later run."""
     folder = owners_dir(index_file)
     try:
         names = sorted(os.listdir(folder))
@@ -268,7 +324,7 @@ def stopped_runs(index_file: str | os.PathLike[str]) -> list[StoppedRun]:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
-        if record is not None:
+        if record is not None and not record.get("cancelled"):
             out.append(StoppedRun.from_record(record))
     out.sort(key=lambda r: r.started or "")
     return out
