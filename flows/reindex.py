@@ -281,6 +281,25 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     return out
 
 
+def _check_deployment_workspace(settings: Settings) -> None:
+    """A deployment's run names its workspace (its parameter, the worker's ``$MEMORY_CORE_WORKSPACE``,
+    a config file, an index's record): the working directory a deployment records is where
+    ``prefect deploy`` ran, the checkout, and a run there indexed it as memory (an empty index in
+    ``<checkout>/.memory-core``, "0 files", Completed) when ``$MEMORY_CORE_WORKSPACE`` was not set
+    at deploy time (the parameter is then empty). A flow called in-process (the CLI, Python) keeps
+    the current directory, as ``memory-core index`` does."""
+    from prefect.runtime import deployment
+
+    from memory_core.runtime.resolve import ORIGIN_CWD
+
+    if settings.origins.get("workspace") == ORIGIN_CWD and deployment.id:
+        raise ConfigError(
+            "no workspace: the deployment's workspace parameter is empty (was $MEMORY_CORE_WORKSPACE set when it"
+            " was deployed?) and neither the worker's environment nor a config file names one; set the"
+            f" parameter on the deployment or the run (the run would have indexed its working directory,"
+            f" {settings.workspace_dir})")
+
+
 def _hold_and_sweep(settings: Settings, flow_name: str) -> list[owners.Sweeper]:
     """Hold this flow run's owner file for the index (flows/owners.py: its lock says the run is
     alive until its process ends), and settle, in a background thread, the runs of this index
@@ -325,8 +344,10 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         settings = _RESOLVED.get() or params.to_settings()
         notes_key = report.artifact_key(flow_name, settings, "notes")
         label = report.index_label(settings)
-        pipeline.preflight(settings)
         if _RESOLVED.get() is None:  # (the CLI checked its own --index)
+            _check_deployment_workspace(settings)
+        pipeline.preflight(settings)
+        if _RESOLVED.get() is None:
             pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
         sweeps.extend(_hold_and_sweep(settings, flow_name))
         provider, reason = provider_for(settings)

@@ -36,6 +36,8 @@ RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir",
             "chunking.overlap", "provider", "model", "remote")
 ORIGIN_INDEX = "the index"
 ORIGIN_DEFAULT = "default"
+ORIGIN_CWD = "the current directory"
+"""The workspace's origin when nothing named one (no flag, variable, config file or index record)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def resolve_settings(
     live = probe(idx) if idx is not None else None
     if ws is None and live is not None and live.workspace:
         ws = live.workspace
+    from_cwd = ws is None
     if ws is None:
         ws = str(Path.cwd())
     if not cfg_path:
@@ -209,7 +212,7 @@ def resolve_settings(
                 label = flag_label(key) if layer is flags else (
                     f"${next(v for v, k in _ENV_KEYS.items() if k == key)}" if layer is env_layer else name)
                 break
-        origins[key] = label
+        origins[key] = ORIGIN_CWD if key == "workspace" and from_cwd else label
     settings._origins = origins
     if agent is not None and check and agents_table is not None:
         check_agent_isolated(agent, settings, agents_table, lambda other: resolve_settings(
