@@ -6,8 +6,6 @@ It now fails with one message saying what to set, and writes nothing. Real serve
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,15 +14,14 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.prefect_server import read_flow_run, shared_server, start_process, stop_process
-from tests.test_flow_cancel_owner import SERVE, _delete
+from tests.prefect_server import read_flow_run, shared_server, stop_process
+from tests.test_flow_cancel_owner import _delete, _serve
 
 pytestmark = pytest.mark.prefect_server
 
 
 def test_a_deployment_run_that_names_no_workspace_fails_and_writes_nothing(
         prefect_api: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
     checkout = tmp_path / "checkout"  # where the runs run: `prefect deploy` records its directory
@@ -34,19 +31,9 @@ def test_a_deployment_run_that_names_no_workspace_fails_and_writes_nothing(
     env = shared_server(request.config).env(PYTHONPATH=str(ROOT))
     for var in ("MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_CONFIG"):
         env.pop(var, None)
-    log = tmp_path / "serve.log"
-    proc = start_process([sys.executable, "-c", SERVE, f"{ROOT}/flows/reindex.py:reindex", name,
-                          json.dumps({"provider": "none"})], env=env, log=log, cwd=checkout)
+    proc = _serve(tmp_path, env, f"{ROOT}/flows/reindex.py:reindex", name, {"provider": "none"}, cwd=checkout)
+    log = tmp_path / f"serve-{name}.log"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with get_client(sync_client=True) as client:
-                try:
-                    client.read_deployment_by_name(f"reindex/{name}")
-                    break
-                except Exception:
-                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
         run_id = run_deployment(f"reindex/{name}", timeout=0).id
         deadline = time.monotonic() + 120
         while not (state := read_flow_run(run_id).state).is_final():

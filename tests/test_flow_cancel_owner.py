@@ -40,12 +40,15 @@ serve(flow.to_deployment(name=sys.argv[2], parameters=json.loads(sys.argv[3])))
 """
 
 
-def _serve(tmp_path: Path, env: dict[str, str], entrypoint: str, name: str, params: dict[str, Any]) -> Any:
-    """`serve` of one deployment in its own process, once the server has the deployment."""
+def _serve(tmp_path: Path, env: dict[str, str], entrypoint: str, name: str, params: dict[str, Any],
+           cwd: Path = ROOT) -> Any:
+    """`serve` of one deployment in its own process (in ``cwd``, its runs' working directory),
+    once the server has the deployment."""
     from prefect.client.orchestration import get_client
 
     log = tmp_path / f"serve-{name}.log"
-    proc = start_process([sys.executable, "-c", SERVE, entrypoint, name, json.dumps(params)], env=env, log=log)
+    proc = start_process([sys.executable, "-c", SERVE, entrypoint, name, json.dumps(params)], env=env, log=log,
+                         cwd=cwd)
     flow_name = entrypoint.rsplit(":", 1)[1].replace("_", "-")
     deadline = time.monotonic() + 120
     while True:
