@@ -133,6 +133,26 @@ class _NoSummaryLines(logging.Filter):
         return not getattr(record, SUMMARY_LINE, False)
 
 
+class _NoRepeatsOfOurError(logging.Filter):
+    """Off the caller's console, the records that only repeat an error the caller says itself in
+    one line (``memory-core: error: ...``, as with the local engine): the flow's own "run failed:
+    ..." (:data:`flows.reindex.CALLER_SAYS`), Prefect's "Task run failed with exception" and
+    "Encountered exception during execution" for an error of ours (a
+    :class:`~memory_core.errors.MemoryCoreError`), and its "Finished in state Failed(...)" lines,
+    which quote the same message (a failed run printed it five times). An exception that is not
+    ours, a bug, keeps its record and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from flows.reindex import CALLER_SAYS
+        from memory_core.errors import MemoryCoreError
+
+        if getattr(record, CALLER_SAYS, False):
+            return False
+        if record.exc_info and isinstance(record.exc_info[1], MemoryCoreError):
+            return False
+        return not (record.name.startswith("prefect.") and record.getMessage().startswith("Finished in state Failed"))
+
+
 class _NoTracebackOfOurs(logging.Formatter):
     """The handler's own formatter, without the traceback of a record whose exception is a
     :class:`~memory_core.errors.MemoryCoreError` (an error memory-core raises on purpose, with a
@@ -160,11 +180,11 @@ class _NoTracebackOfOurs(logging.Formatter):
 @contextlib.contextmanager
 def _caller_console() -> Iterator[None]:
     """While the caller's in-process run lasts, on every console handler (not Prefect's API
-    handler) the records of its logs reach: the flow's summary log lines are dropped, and the
-    traceback of an error of ours (a provider that gave up, a bad setting) is left out, so the
-    Prefect engine's "Task run failed with exception" / "Encountered exception during execution"
-    stay one line each (the caller's own error line says it all, as with the local engine). Put
-    back as they were when the run ends."""
+    handler) the records of its logs reach: the flow's summary log lines are dropped, and so are
+    the records that only repeat an error of ours (a provider that gave up, a bad setting), whose
+    traceback is left out of any record that still shows it: the caller's own error line says it
+    all, as with the local engine (:class:`_NoRepeatsOfOurError`; ``MEMORY_CORE_DEBUG=1`` keeps
+    everything). Put back as they were when the run ends."""
     from prefect.logging.handlers import APILogHandler
 
     quiet = _NoSummaryLines()
@@ -172,15 +192,18 @@ def _caller_console() -> Iterator[None]:
                 for h in logging.getLogger(name).handlers if not isinstance(h, APILogHandler)}
     formatters = {h: h.formatter for h in handlers}
     tracebacks = os.environ.get("MEMORY_CORE_DEBUG") == "1"  # as the CLI, which then raises
+    once = _NoRepeatsOfOurError()
     for h in handlers:
         h.addFilter(quiet)
         if not tracebacks:
+            h.addFilter(once)
             h.setFormatter(_NoTracebackOfOurs(h.formatter))
     try:
         yield
     finally:
         for h in handlers:
             h.removeFilter(quiet)
+            h.removeFilter(once)
             h.setFormatter(formatters[h])
 
 

@@ -46,6 +46,8 @@ IfBusy = pipeline.IfBusy
 # marks the log records of the run's summary lines: `index --engine prefect` prints the summary
 # itself, and keeps them off its console (it printed the summary twice)
 SUMMARY_LINE = "memory_core_summary_line"
+# a log record an in-process caller (the CLI) says in its own words: kept off its console (flows/engine.py)
+CALLER_SAYS = "memory_core_caller_says"
 # the registry's list as a Literal, so the UI form offers every registered provider
 if TYPE_CHECKING:
     ProviderChoice = str
@@ -400,7 +402,8 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         # and the logs keep it: a runner or worker sets its own Cancelled state after this run's, with its
         # own message, "Flow run was cancelled successfully.")
         msg = CANCELLED_IN_PREFECT if cancelled else pipeline.stop_word(exc) if stopped else f"{type(exc).__name__}: {exc}"
-        logger.error("run %s; the live index was left as it was", msg if stopped else f"failed: {msg}")
+        logger.error("run %s; the live index was left as it was", msg if stopped else f"failed: {msg}",
+                     extra={CALLER_SAYS: True})
         with contextlib.suppress(Exception):
             if partial is not None:  # the name chosen before the run (e.g. "-batch") says what it did
                 report.rename_run(flow_name, label, partial)

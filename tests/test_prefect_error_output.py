@@ -49,6 +49,9 @@ def test_a_provider_error_through_prefect_is_one_line_without_traceback(
     assert "Traceback" not in err and 'File "' not in err, err
     ours = [line for line in err.splitlines() if line.startswith("memory-core: error:")]
     assert len(ours) == 1 and "openai: APIConnectionError" in ours[0] and "gave up after 2 attempts" in ours[0], err
+    # said once, as the local engine says it: no ERROR record repeating it (five did), no final state quoting it
+    assert [line for line in err.splitlines() if "gave up after 2 attempts" in line] == ours, err
+    assert not [line for line in err.splitlines() if line.startswith("ERROR")], err
     assert err.rstrip("\n").splitlines()[-1] == ours[0], err  # the last word, as with the local engine
     assert KEY not in err and KEY not in res.stdout
 
@@ -82,17 +85,26 @@ def _raise(exc: BaseException) -> None:
 def test_only_our_errors_lose_their_traceback_and_only_while_the_run_lasts(
         console: tuple[logging.Logger, list[str]]) -> None:
     from flows.engine import _caller_console
+    from flows.reindex import CALLER_SAYS
 
     logger, out = console
+    prefect_runs = logging.getLogger("prefect.memory_core_test")  # as prefect.flow_runs, with no API handler
     with _caller_console():
         for exc in (ProviderError("openai: gave up"), RuntimeError("a bug")):
             try:
                 _raise(exc)
             except Exception:
                 logger.error("Task run failed with exception: %r", exc, exc_info=True)
-    ours, bug = out
-    assert ours == "ERROR Task run failed with exception: ProviderError('openai: gave up')"
-    assert "Traceback" in bug and "RuntimeError: a bug" in bug
+        # what only repeats the caller's own error line: the flow's "run failed", Prefect's final states
+        logger.error("run failed: ProviderError: openai: gave up", extra={CALLER_SAYS: True})
+        prefect_runs.error("Finished in state Failed('Task run encountered an exception ProviderError: ...')")
+        prefect_runs.info("Finished in state Failed('Flow run encountered an exception: ProviderError: ...')")
+        prefect_runs.info("Finished in state Completed()")  # not a repeat: kept
+    (bug, done) = out
+    assert "Traceback" in bug and "RuntimeError: a bug" in bug  # a bug's record and traceback stay
+    assert done == "INFO Finished in state Completed()"
+    logger.error("run failed: after the run", extra={CALLER_SAYS: True})
+    assert out[-1] == "ERROR run failed: after the run"  # the filter is taken off with the run
     try:
         _raise(ProviderError("after the run"))
     except Exception:
