@@ -21,7 +21,7 @@ from flows.reindex import (
     ProviderChoice,
     ReindexParams,
     SourceChoice,
-    _index_file,
+    _index_files,
     _run_name,
     run_pipeline,
 )
@@ -32,7 +32,7 @@ from memory_core.index.runtypes import EMBED_CONCURRENCY
 @flow(name="backfill", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
       on_failure=[owners.release_hook], on_crashed=[owners.release_hook],
-      on_cancellation=[owners.cancellation_hook(lambda parameters: [_index_file(parameters)])])
+      on_cancellation=[owners.cancellation_hook(_index_files)])
 def backfill(
     workspace: str | None = None,
     index_path: str | None = None,

@@ -497,15 +497,16 @@ def _stopped_after_publish(flow_name: str, label: str, settings: Settings, summa
 
 # -- the flow ----------------------------------------------------------------------------------
 
-def _index_file(parameters: dict[str, Any]) -> Any:
-    """The index a run with these parameters writes (its owner file's folder is beside it)."""
-    return ReindexParams.model_validate(parameters).to_settings().index_file
+def _index_files(parameters: dict[str, Any]) -> list[Any]:
+    """The index a run with these parameters writes (its owner file's folder is beside it), for the
+    ``on_cancellation`` hook of ``reindex`` and ``backfill``."""
+    return [ReindexParams.model_validate(parameters).to_settings().index_file]
 
 
 @flow(name="reindex", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=4),  # type: ignore[arg-type]
       validate_parameters=True, log_prints=False, on_completion=[owners.release_hook],
       on_failure=[owners.release_hook], on_crashed=[owners.release_hook],
-      on_cancellation=[owners.cancellation_hook(lambda parameters: [_index_file(parameters)])])
+      on_cancellation=[owners.cancellation_hook(_index_files)])
 def reindex(
     workspace: str | None = None,
     index_path: str | None = None,

@@ -217,7 +217,8 @@ def _index_flags(p: argparse.ArgumentParser) -> None:
                    help="prefect: run the reindex flow; local: the same stages in-process; auto (default,"
                         " or $MEMORY_CORE_ENGINE): the flow when PREFECT_API_URL (environment or active Prefect"
                         " profile) names a server, else in-process (no 10-20 s temporary Prefect server per run)")
-    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print the run summary as JSON (one object, with `error` when the run failed or could not run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
