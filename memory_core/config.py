@@ -671,13 +671,14 @@ ENV_LABEL: Final = "$MEMORY_CORE_*"
 """The label of the ``MEMORY_CORE_*`` layer for :func:`value_source` (which names the variable)."""
 
 
-def _dotted_in(data: Mapping[str, Any], key: str) -> bool:
-    node: Any = data
+def dotted(data: Mapping[str, Any], key: str) -> object:
+    """``data["a"]["b"]`` for ``key`` ``"a.b"``; None where a part is missing."""
+    cur: Any = data
     for part in key.split("."):
-        if not isinstance(node, Mapping) or node.get(part) is None:
-            return False
-        node = node[part]
-    return True
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
 
 
 def value_source(key: str, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
@@ -690,7 +691,7 @@ def value_source(key: str, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> s
         keys.append(keys[-1].rpartition(".")[0])
     for k in keys:
         for label, layer in layers:
-            if _dotted_in(layer, k):
+            if dotted(layer, k) is not None:
                 if label == ENV_LABEL:
                     var = next((v for v, kk in _ENV_KEYS.items() if kk == k), None)
                     return f"${var}" if var else label

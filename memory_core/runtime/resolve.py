@@ -20,10 +20,11 @@ from memory_core.config import (
     _drop_none,
     _env_layer,
     _validate,
+    dotted,
     read_config_file,
     value_source,
 )
-from memory_core.storage.indexmeta import IndexRecord, dotted
+from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import probe_index
 
 # -- resolution: flags > environment > config file > the live index > defaults -------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_core.config import Settings
+from memory_core.config import Settings, dotted
 from memory_core.secrets import MASK, url_without_password
 
 if TYPE_CHECKING:
@@ -509,16 +509,6 @@ NOT_TOLD = ("the index", "default")
 _AS_BUILT_KEYS = ("sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens", "chunking.overlap",
                   "provider", "model", "remote")
 PROVIDER_KEYS = ("provider", "model", "remote")
-
-
-def dotted(data: Mapping[str, Any], key: str) -> object:
-    """``data["a"]["b"]`` for ``key`` ``"a.b"``; None where a part is missing."""
-    cur: Any = data
-    for part in key.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
 
 
 def as_built(settings: Settings, record: IndexRecord | None) -> tuple[Settings, list[str]]:
