@@ -524,3 +524,28 @@ def test_bare_labels_do_not_reach_across_lines_in_notes() -> None:
 
     note = "# Hardware\n\n## Pin\n2024 plans\nwifi: down\nTr0ub4dor&3 is the comic\nPass:\nthe ball\n"
     assert redact_lines(note) == note
+
+
+# twentieth session (write audit #1): a label on the line above its value, as the whole text of a
+# write, a stored memory or a note's first section of two lines, was kept in clear (the pair pass
+# drops the label's separator, and sections of two lines were skipped)
+@pytest.mark.parametrize(("text", "secret"), [
+    ("the token for the staging API:\n9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    ("pw for wifi:\nhunter2hunter2", "hunter2hunter2"),
+    ("the token for the staging API:\n9f8e7d6c5b4a39281706\n# Other\ntext here\n", "9f8e7d6c5b4a39281706"),
+])
+def test_a_label_above_its_value_is_masked_in_a_two_line_section(text: str, secret: str) -> None:
+    from memory_core.sources.redact import redact_lines
+
+    assert secret not in redact(text)  # as a transcript's message is read
+    out = redact_lines(text)
+    assert secret not in out and out.count("\n") == text.count("\n")
+    assert out.split("\n")[0] == text.split("\n")[0]  # the label line is kept
+
+
+def test_two_lines_that_name_no_secret_stay_as_written() -> None:
+    from memory_core.sources.redact import redact_lines
+
+    for text in ("Meeting notes:\nwe agreed on the plan", "Dinner:\npasta", "Kate: are you coming?\nMo: yes",
+                 "keys:\non the hook by the door"):
+        assert redact_lines(text) == text

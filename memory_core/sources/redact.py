@@ -791,8 +791,8 @@ def redact_lines(text: str) -> str:
     # message
     bounds = [i for i, ln in enumerate(lines) if _HEADING.match(ln)]
     for start, end in zip([0, *bounds], [*bounds, len(lines)], strict=True):
-        if end - start <= 2:  # one line or two: read alone and as a pair above
-            continue
+        if end - start <= 1:  # one line: read alone above (two are read whole here too: the pair
+            continue            # above leaves the label's separator out, which a label in prose needs)
         block = lines[start:end]
         got = redact("\n".join(block)).split("\n")
         if len(got) == len(block):
