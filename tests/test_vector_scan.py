@@ -310,3 +310,34 @@ def test_part_vectors_get_their_own_measured_scan(tmp_path: Path, hashing_fake: 
     finally:
         idx.close()
     assert found / total >= vectors.RECALL_TARGET, found / total
+
+
+def test_damaged_stored_vectors_do_not_fail_the_background_cosine(tmp_path: Path) -> None:
+    """Twentieth session's audit: rows whose stored vector is shorter than the index's (or NaN, or
+    infinite) made the background cosine (a model with no measured calibration) raise a reshape
+    error, so every hybrid or vector search of that index failed with a traceback. A damaged row is
+    left out, as a search scores it 0; the figure is the sound rows'."""
+    path = tmp_path / "bg.sqlite"
+    m = _clustered(600, 64, 3)
+    _write_index(path, m)
+    conn = connect(path)
+    try:
+        sound = retrieval.background_of(conn)
+        ids = [r[0] for r in conn.execute(retrieval.BACKGROUND_SAMPLE_SQL.replace("SELECT embedding", "SELECT rowid"))]
+        assert sound is not None and len(ids) >= 20
+        with conn:
+            for k, rowid in enumerate(ids[:12]):
+                bad = [m[0][:50], np.full(64, np.nan), np.full(64, np.inf), np.zeros(64)][k % 4]
+                conn.execute("UPDATE chunks SET embedding = ? WHERE rowid = ?", (bad.astype("<f4").tobytes(), rowid))
+        damaged = retrieval.background_of(conn)
+    finally:
+        conn.close()
+    assert damaged is not None and np.isfinite(damaged)
+    assert abs(damaged - sound) < 0.05
+    idx = retrieval._Index(path)
+    try:
+        assert idx.background_cosine() is not None
+        hits, _ = retrieval.vector_hits(idx, m[5], 10, None)
+        assert hits
+    finally:
+        idx.close()

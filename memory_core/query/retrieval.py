@@ -25,6 +25,7 @@ import math
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,10 +417,21 @@ def background_of(conn: apsw.Connection) -> float | None:
 
 
 def mean_pair_cosine(blobs: list[bytes]) -> float | None:
-    """The mean cosine of every pair of these float32 vectors (None below two)."""
-    if len(blobs) < 2:
+    """The mean cosine of every pair of these float32 vectors (None below two). A damaged row (a
+    length other than most rows', a NaN or infinite value, all zeros) is left out, as a search
+    scores it 0: one such row must not fail every search of its index."""
+    if not blobs:
         return None
-    m = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy()
+    width = Counter(len(b) for b in blobs).most_common(1)[0][0]
+    kept = [b for b in blobs if len(b) == width]
+    if len(kept) < 2 or width == 0 or width % 4:
+        return None
+    m = np.frombuffer(b"".join(kept), dtype="<f4").reshape(len(kept), -1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.linalg.norm(m, axis=1)
+    m = m[np.isfinite(norms) & (norms > 0)]  # (a copy)
+    if len(m) < 2:
+        return None
     m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
     g = m @ m.T
     n = len(m)
