@@ -110,6 +110,20 @@ _LISTED_DAY = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\b")
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_WEEKDAY_BOUND = LazyPattern(r"\b(?:since|before|after|until|till)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+"""A weekday after a range's word ("since Monday", "before Friday"): the day alone is the span, the
+word before it :data:`_BOUND`'s (the latest such weekday before the reference day, as ``on``)."""
+_WEEKDAY_SPAN = LazyPattern(r"\b(?:between|from)\s+(" + "|".join(_WEEKDAYS) + r")\s*(?:and|to|until|till|through|-|–)\s*("
+                            + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+"""Two weekdays joined as a range ("between Monday and Wednesday", "from Monday to Wednesday"):
+the second the latest such weekday before the reference day (as ``on``), the first the latest
+before that."""
+_WEEKDAY_BEFORE_DAY = re.compile(r"[\s,]*")
+"""What may stand between a weekday and the day it names ("on Sunday, 7 January", "last Friday
+12/01"): the day is the span, the weekday only says which day of its week it is."""
+_CLAUSE_END = re.compile(r"[.!?;\n]|:(?!\d)")
+"""Where a clause of a text ends, for the tense of a weekday's clause (:func:`_clause_of`): "Noted:
+call mum on Sunday" is a plan after a past word."""
 _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); None: computed below
     (LazyPattern(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
     (LazyPattern(r"\byesterday\b"), 1, 1),
@@ -289,6 +303,11 @@ December?``) always the latest one before (:func:`looks_ahead`). A day of the mo
 _PAST = LazyPattern(r"\b(?:did|didn't|was|wasn't|were|weren't|had|went|said|told|got|made|came|took|gave|saw|"
                    r"thought|brought|bought|sent|left|ate|won|lost|"
                    r"(?!(?:need|feed|seed|speed|breed|bleed|proceed|exceed|succeed|indeed)\b)\w{2,}ed)\b")
+_PAST_TOLD = LazyPattern(r"\b(?:met|ran|felt|found|heard|kept|paid|sat|slept|spent|stood|taught|wrote|spoke|drove|"
+                         r"flew|fell|forgot|began|broke|chose|drank|knew|rode|sang|swam|threw|woke|wore|built|caught|"
+                         r"fought|held|led|lent|meant|sold|shot|lay|grew|drew|ago|yesterday|last)\b")
+"""Past-tense words :data:`_PAST` leaves out (irregular verbs, "ago", "yesterday"), for the tense of
+a message's clause (:func:`_single_days`' ``plans``): "I met Kate on Tuesday" is the Tuesday before."""
 _AHEAD = LazyPattern(r"\b(?:will|won't|going|gonna|is|isn't|are|aren't|am|happens|happening|upcoming|coming|"
                     r"next|plans?|planning|due|scheduled)\b")
 
@@ -522,10 +541,12 @@ def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int
     return (b, a) if order == "dmy" else (a, b)
 
 
-def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) -> list[Span]:
+def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, plans: bool = False) -> list[Span]:
     """Every expression naming one day (or one span: "last week") in ``q``, left to right, none
     overlapping (earlier patterns claim their text first). A year-less day is the latest such day
-    not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come)."""
+    not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come).
+    ``plans``: ``q`` is a text written on ``ref()`` (not a question), where "on Friday" in a clause
+    with no past-tense word is the Friday to come."""
 
     def yearless() -> date:
         return _shift(ref(), ahead) if ahead else ref()
@@ -687,16 +708,53 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0) ->
             continue  # "last year" asked in year 1 (a transcript stamped with Go's zero time)
         end = ref() if m.group(1) == "this" else date(year, 12, 31)
         add(m.start(), m.end(), date(year, 1, 1), end)
+    weekdays: set[int] = set()  # where a weekday's span starts
+    for m in _WEEKDAY_SPAN.finditer(q):  # "between Monday and Wednesday"
+        last = ref() - timedelta(days=(ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7)
+        first = last - timedelta(days=(last.weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7)
+        add(m.start(1), m.end(1), first)  # (the range's words are _find's to read)
+        add(m.start(2), m.end(2), last)
+        weekdays.update((m.start(1), m.start(2)))
+    for m in _WEEKDAY_BOUND.finditer(q):  # "since Monday", "before Friday"
+        add(m.start(1), m.end(1), ref() - timedelta(days=(ref().weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7))
+        weekdays.add(m.start(1))
     for m in _WEEKDAY.finditer(q):
-        # "on Friday", "last Friday": the latest Friday before the reference day
-        back = (ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or (0 if m.group(1) == "this" else 7)
-        add(m.start(), m.end(), ref() - timedelta(days=back))
+        # "on Friday", "last Friday": the latest Friday before the reference day; in a text
+        # (``plans``) a bare "on Friday" in a clause with no past-tense word is a plan ("remind me
+        # to call her on Sunday", "see you on Friday"): the next Friday after the day it was written
+        wd = _WEEKDAYS[m.group(2).lower()]
+        clause = _clause_of(q, m.start(), m.end()) if plans and m.group(1).lower() == "on" else ""
+        if clause and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause):
+            add(m.start(), m.end(), ref() + timedelta(days=(wd - ref().weekday()) % 7 or 7))
+        else:
+            back = (ref().weekday() - wd) % 7 or (0 if m.group(1) == "this" else 7)
+            add(m.start(), m.end(), ref() - timedelta(days=back))
+        weekdays.add(m.start())
     if isinstance(ref, _Ref):  # a conversation named by its place in the memory's own timeline
         for rx, which in ((_FIRST_TALK, ref.first_talk), (_LAST_TALK, ref.last_talk)):
             for m in rx.finditer(q):
                 add(m.start(), m.end(), which())
     got.sort()
-    return got
+    # a weekday written before the day it names ("on Sunday 7 January", "last Friday, 12/01/2024"):
+    # the day, its words the weekday's too (the weekday alone would be read as another day)
+    out: list[Span] = []
+    for span in got:
+        if out and out[-1][0] in weekdays and out[-1][0] != span[0] and span[0] not in weekdays \
+                and _WEEKDAY_BEFORE_DAY.fullmatch(q, out[-1][1], span[0]):
+            span = (out.pop()[0], *span[1:])
+        out.append(span)
+    return out
+
+
+def _clause_of(q: str, i: int, j: int) -> str:
+    """The clause of ``q`` holding ``q[i:j]``: from the last :data:`_CLAUSE_END` before it (within
+    200 characters) to the next after it."""
+    lo = max(0, i - 200)
+    start = lo
+    for m in _CLAUSE_END.finditer(q, lo, i):
+        start = m.end()
+    end = _CLAUSE_END.search(q, j)
+    return q[start:end.start() if end is not None else len(q)]
 
 
 def _count(word: str) -> int:
@@ -1107,7 +1165,7 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     if not (any(re.search(rf"(?<!\d)0?{n}(?!\d)", low) for n in numbers) or (near and _RELATIVE_WORD.search(low))):
         return False
     try:
-        days = _single_days(low, lambda: ref, dates.order, 182)
+        days = _single_days(low, lambda: ref, dates.order, 182, plans=True)
     except (OverflowError, ValueError):  # written at the calendar's edge ("last year" in year 1)
         return False
     return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
