@@ -519,3 +519,27 @@ def test_concurrent_searches_share_one_searcher(vector_index) -> None:
     s2.parallel = False
     with s2:
         assert [[r.citation for r in s2.search(q)] for q in queries[:5]] == expected[:5]
+
+
+def test_eval_resolves_the_workspace_config_as_search_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Twentieth session's audit: `eval -w ws` read neither the workspace's memory-core.toml nor the
+    agent's settings (its own settings path), so an `index_path` there was not found ("no index at
+    ws/.memory-core/index.sqlite") and its `[query]` fusion and weights were not what it measured."""
+    ws = _copy_examples(tmp_path / "ws")
+    (ws / "memory-core.toml").write_text('index_path = "alt/idx.sqlite"\nprovider = "none"\n\n'
+                                         '[query]\nfusion = "rrf"\ntext_weight = 0.9\nvector_weight = 0.1\n')
+    run_index(load_settings(str(ws / "memory-core.toml"), {"workspace": str(ws)}))
+    assert (ws / "alt" / "idx.sqlite").is_file()
+    q = tmp_path / "queries.jsonl"
+    q.write_text(json.dumps({"_id": "gold", "text": "金银价格"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    r = tmp_path / "qrels.tsv"
+    r.write_text("query-id\tcorpus-id\tscore\ngold\tmemory/2026-10-08\t1\n")
+    assert cmd_eval(_parse(["-w", str(ws), "--queries", str(q), "--qrels", str(r), "--json"])) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["metrics"]["hybrid"]["ndcg@10"] == 1.0
+    assert report["settings"]["fusion"] == "rrf"
+    assert report["settings"]["text_weight"] == 0.9 and report["settings"]["vector_weight"] == 0.1
+    # a flag is told over the file
+    assert cmd_eval(_parse(["-w", str(ws), "--queries", str(q), "--qrels", str(r), "--json",
+                            "--fusion", "calibrated"])) == 0
+    assert json.loads(capsys.readouterr().out)["settings"]["fusion"] == "calibrated"

@@ -633,17 +633,22 @@ def add_eval_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Run ``memory-core eval``; returns the exit code (errors raise MemoryCoreError)."""
-    from memory_core.config import load_settings
+    """Run ``memory-core eval``; returns the exit code (errors raise MemoryCoreError). Its settings
+    are resolved as every command's (:func:`memory_core.runtime.resolve.resolve_settings`: the
+    workspace's ``memory-core.toml``, the agent, what the index recorded), so it measures the
+    ranking ``search`` uses; the ranking flags are told over them."""
+    from memory_core.apps.cli import FLAG_NAMES
+    from memory_core.runtime.resolve import resolve_settings
 
     query: dict[str, Any] = {}
     for key in ("vector_weight", "text_weight", "fusion", "candidate_multiplier"):
         if getattr(args, key, None) is not None:
             query[key] = getattr(args, key)
-    overrides: dict[str, Any] = {"workspace": args.workspace, "index_path": args.index_path}
+    told: dict[str, Any] = {"workspace": args.workspace, "index_path": args.index_path}
     if query:
-        overrides["query"] = query
-    settings = load_settings(args.config, overrides)
+        told["query"] = query
+    settings = resolve_settings(told, config_file=args.config, told_by={**FLAG_NAMES, "query": "an eval flag"},
+                                agent=getattr(args, "agent", None)).settings
     if args.max_results is not None and args.max_results < 1:
         raise UsageError("--max-results must be at least 1")
     report = run_eval(settings, args.queries, args.qrels, sides=args.sides, max_results=args.max_results,
