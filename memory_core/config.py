@@ -592,10 +592,12 @@ class Settings(_Model):
 
     @property
     def lancedb_dir(self) -> Path:
-        """The folder of the agent's LanceDB memory store (``lancedb_path``, else ``<index dir>/lancedb``)."""
+        """The folder of the agent's LanceDB memory store (``lancedb_path``, else ``<index dir>/lancedb``).
+        A relative ``lancedb_path`` (an API argument, a variable) is relative to the current folder,
+        as ``index_path`` and the CLI's ``--store`` are (a config file's are made absolute against
+        the file when it is read): one folder through every door."""
         if self.lancedb_path is not None:
-            p = Path(os.path.expanduser(self.lancedb_path))
-            return p if p.is_absolute() else self.workspace_dir / p
+            return Path(os.path.abspath(os.path.expanduser(self.lancedb_path)))
         return self.index_file.parent / "lancedb"
 
     @property

@@ -96,7 +96,7 @@ def test_s8_a_damaged_store_sets_aside_its_table_never_the_folder_around_it(tmp_
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-01-02.md").write_text("The vault code is 9930.\n")
     (ws / "MEMORY.md").write_text("# notes\n")
-    settings = openai_settings(ws, openai_fake, lancedb_path="memory")  # the store among the notes
+    settings = openai_settings(ws, openai_fake, lancedb_path=str(ws / "memory"))  # the store among the notes
     with MemoryStore(settings) as s:
         s.store("the deploy day is Tuesday")
         assert s.path == ws / "memory"
@@ -508,3 +508,24 @@ def test_s12_memory_search_keeps_stored_memories_to_the_injection_budget(workspa
         recalled = tools.handlers()["memory_recall"]({"query": "deploy runbook replica lag", "minScore": 0})
         assert len(big.text) > 7800 and any(r["text"] == big.text for r in recalled["results"])
         assert tools.get(f"store:{big.id}")["text"] == big.text
+
+
+def test_a_relative_lancedb_path_is_one_folder_through_the_api_and_the_cli(tmp_path: Path, monkeypatch: Any) -> None:
+    """Twentieth session's audit: `memory store --store mystore` stored in ./mystore, while
+    `open_memory("ws", lancedb_path="mystore")` opened ws/mystore (relative to the workspace, where
+    `index_path` is relative to the current folder): memories stored through one door were not seen
+    through the other. A relative path given to the API is the current folder's, as the CLI's."""
+    from memory_core import open_memory
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# notes\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["memory", "store", "-w", "ws", "--store", "mystore", "The rota changes on Mondays"]) == 0
+    assert (tmp_path / "mystore").is_dir() and not (ws / "mystore").exists()
+    mem = open_memory("ws", lancedb_path="mystore")
+    try:
+        assert mem.settings.lancedb_dir == tmp_path / "mystore"
+        assert [m.text for m in mem.store.list()] == ["The rota changes on Mondays"]
+    finally:
+        mem.close()
