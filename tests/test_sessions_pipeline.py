@@ -93,6 +93,10 @@ def test_delta_thresholds(workspace):
         fh.write(_message("assistant", "the narwhal decision is final") + "\n")
     small = run_index(s)
     assert small.sessions_carried == 1 and small.files_changed == 0
+    # and the run says so: a changed file kept by rule is not "nothing to do" (twentieth session's audit)
+    assert small.outcome() == "unchanged: 1 transcript(s) grew below the session delta and keep their indexed rows"
+    assert any(line.startswith("transcripts grown below the session delta: 1,") and "index --full" in line
+               for line in small.lines())
     with Searcher(s) as searcher:
         assert not searcher.search("narwhal", min_score=0)
     # growth accumulates against the indexed size: past delta_messages it is reindexed

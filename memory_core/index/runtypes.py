@@ -390,7 +390,12 @@ class RunSummary:
             done = "updated in place" if self.published == "in place" else "swapped in"
             return f"{done}, then {self.stopped}" if self.stopped else done
         pending = self.batch_pending
-        return f"not updated: {pending} batch job(s) still running" if pending else "unchanged, nothing to do"
+        if pending:
+            return f"not updated: {pending} batch job(s) still running"
+        if self.sessions_carried:  # a changed file, not indexed by rule: not "nothing to do"
+            return (f"unchanged: {self.sessions_carried} transcript(s) grew below the session delta and keep"
+                    " their indexed rows")
+        return "unchanged, nothing to do"
 
     def stop_note(self) -> str:
         """What a run stopped after its publish did, in one line (the CLI's, the flow's log and
@@ -447,6 +452,10 @@ class RunSummary:
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
+        if s.sessions_carried:
+            out.append(f"transcripts grown below the session delta: {s.sessions_carried}, their indexed rows kept"
+                       " (new messages are indexed once a transcript grows by [sessions] delta_bytes or"
+                       " delta_messages; `index --full` indexes them now)")
         if s.files_touched:
             out.append(f"files touched only (same bytes, a new mtime): {s.files_touched}, their mtime recorded"
                        " (nothing re-read or embedded)")
