@@ -112,3 +112,32 @@ def test_cli_export_and_search(exported, capsys, tmp_path: Path):
 
 def test_doc_tokens_match_lancedb_words():
     assert doc_tokens("Café_au-lait stg-db-4417 MEMORY.md") == ["cafe", "au", "lait", "stg", "db", "4417", "memory", "md"]
+
+
+def test_an_exports_yearless_and_relative_days_resolve_on_its_own_timeline(tmp_path: Path) -> None:
+    """Twentieth session's audit: `search --lancedb` read "on 1/7" and "on Friday" against today's
+    clock (the index reads them against the memory's newest day), so a memory of January 2024
+    answered them with nothing of that day. Both read the same days now."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    topics = {"2024-01-05": "the kayak course", "2024-01-07": "a second-hand bike", "2024-01-12": "the dentist",
+              "2024-01-16": "tax forms"}
+    for day, topic in topics.items():
+        rows = [{"type": "session", "version": 3, "id": day, "timestamp": f"{day}T09:00:00Z"},
+                {"type": "message", "id": f"{day}-1", "timestamp": f"{day}T09:00:00Z",
+                 "message": {"role": "user", "content": [{"type": "text", "text": f"Let me tell you about {topic}."}]}}]
+        (ws / "sessions" / f"s{day}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    from memory_core.config import load_settings
+
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(settings)
+    uri = str(tmp_path / "lance")
+    export_lancedb(settings.index_file, uri)
+    with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
+        # both topics asked of, the day deciding which (an export's BM25 scores a word every chunk has as 0)
+        for q, day in (("the bike or the dentist on 1/7?", "2024-01-07"),
+                       ("the bike or the dentist on 7 January?", "2024-01-07"),
+                       ("the bike or the dentist on Friday?", "2024-01-12")):  # the Friday before the 16th
+            a, b = idx.search(q, max_results=2), ls.search(q, max_results=2)
+            assert a and a[0].path == f"sessions/s{day}.jsonl", (q, [r.citation for r in a])
+            assert b and b[0].path == a[0].path, (q, [r.citation for r in b])

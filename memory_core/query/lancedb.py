@@ -12,12 +12,14 @@ text is not segmented.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import time
 from dataclasses import replace
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -82,6 +84,7 @@ class LanceSearcher(QueryProviderOwner):
             raise missing
         self._db = lancedb.connect(self.uri)
         self._missing = missing
+        self._days: tuple[int, list[date]] | None = None  # (table version, conversation days)
         self._open()
         self._provider = provider
         self._provider_checked = provider is not None
@@ -139,6 +142,26 @@ class LanceSearcher(QueryProviderOwner):
     def close(self) -> None:
         self._ranker.close()
 
+    def _conversation_days(self) -> list[date]:
+        """The export's conversation days (the index's :func:`memory_core.query.dates.conversation_days`):
+        each daily note's day and each day a transcript chunk is dated by its messages; an undated
+        file's date (its modification day) is no conversation's. Read once per opened export."""
+        from memory_core.query.dates import date_from_path
+
+        version = self.table.version
+        if self._days is None or self._days[0] != version:
+            days: set[date] = set()
+            for r in self.table.search().select(["path", "source", "date"]).limit(None).to_arrow().to_pylist():
+                d = date_from_path(r["path"] or "")
+                stamp = r["date"] or ""
+                if d is None and r["source"] == "sessions" and "T" in stamp:
+                    with contextlib.suppress(ValueError):
+                        d = date.fromisoformat(stamp[:10])
+                if d is not None:
+                    days.add(d)
+            self._days = (version, sorted(days))
+        return self._days[1]
+
 
     def __enter__(self) -> LanceSearcher:
         return self
@@ -195,7 +218,11 @@ class LanceSearcher(QueryProviderOwner):
         query = (query or "").replace("\x00", " ")
         if not query.strip() or not self.n_chunks:  # the export of an empty index: no results
             return Candidates(query, [], [], False)
-        dates = query_date_range(query, date_order=self.settings.query.date_order)
+        days = self._conversation_days
+        # year-less and relative days against the export's own timeline, as the index's Searcher does
+        dates = query_date_range(query, anchor=lambda: (days()[-1] if days() else None),
+                                 date_order=self.settings.query.date_order,
+                                 tolerance=self.settings.query.day_tolerance_hours, timeline=days)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
         kept = (self._tokens([dates.kept]) or [""])[0] if dates and dates.kept else ""
         keep = bool(kept) and bool(
