@@ -797,7 +797,8 @@ def redact_lines(text: str) -> str:
         got = redact("\n".join(block)).split("\n")
         if len(got) == len(block):
             for k in range(len(block)):
-                if got[k] != block[k] and out[start + k] == block[k]:
+                # (a PEM marker line is no value: "Deploy key:" over a BEGIN line keeps the line)
+                if got[k] != block[k] and out[start + k] == block[k] and not block[k].lstrip().startswith("-----"):
                     out[start + k] = got[k]
     return "\n".join(out)
 
