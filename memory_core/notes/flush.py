@@ -244,6 +244,8 @@ def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
         raise UsageError("give the session's token count or its transcript")
     if tokens is not None and tokens < 0:
         raise UsageError(f"tokens must be 0 or more, not {tokens}")
+    if cycle is not None and cycle < 0:  # a count of compaction records: -5 was recorded as cycle -5
+        raise UsageError(f"cycle must be 0 or more, not {cycle}")
     est = estimate_transcript(transcript) if transcript is not None else None
     tokens = tokens if tokens is not None else est.tokens  # type: ignore[union-attr]
     cycle = cycle if cycle is not None else (est.cycle if est is not None else 0)

@@ -214,11 +214,14 @@ def check_id(memory_id: str) -> str:
 
 
 # a number with its sign (2,400 and 2400 alike; 3:30, 2026-03-04 whole; -18 and UTC-5 signed, +5
-# and 5 alike); a name whose signs belong to it (.NET, C#, F#, C++, Disney+); a word (can't, user's:
-# one word); a comparison operator of two characters (<=, >=, ==, !=); any other single sign, kept
-# by _fact_words when it is a symbol (<, >, =, $, EUR sign, emoji) and dropped when it is punctuation
-_FACT_TOKEN = re.compile(r"(?P<num>(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*)"
-                         r"|(?P<name>(?<![\w.])\.[^\W\d_][^\W_]*|[^\W_]+(?:\+\+?|#)(?![\w+#]))"
+# and 5 alike) and a sign right after it (a grade 2- or 2+, 18+); a name whose signs belong to it
+# (.NET, C#, F#, C++, Disney+, a blood type A- or AB+, a grade B-); a word (can't, user's: one
+# word); a comparison operator of two characters (<=, >=, ==, !=); any other single sign, kept by
+# _fact_words when it is a symbol (<, >, =, $, EUR sign, emoji) or a mark (_MARKS) and dropped when
+# it is punctuation. A sign right after a word or number is its own only where no word follows it
+# (well-known, 5-day and UTC-5 are read as before)
+_FACT_TOKEN = re.compile(r"(?P<num>(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*(?:[+\-\u2212](?![\w+#\-\u2212]))?)"
+                         r"|(?P<name>(?<![\w.])\.[^\W\d_][^\W_]*|[^\W_]+(?:\+\+?|#|[\-\u2212])(?![\w+#\-\u2212]))"
                          r"|(?P<word>[^\W_]+(?:['\u2019][^\W_]+)*)"
                          r"|(?P<op>[<>!=]=)|(?P<sign>[^\w\s])")
 # thousands written with commas (2,400, 1,250,000.5): the same number as without them; any other
@@ -231,6 +234,10 @@ _OPERATORS = {"\u2264": "<=", "\u2266": "<=", "\u2265": ">=", "\u2267": ">=", "\
 # degree). Punctuation (. , ! ? % # & * quotes, dashes) is not the fact; nor are modifier symbols
 # (` ^, an emoji's skin tone: the same emoji) or the minus sign outside a number (a dash)
 _SYMBOLS = frozenset({"Sm", "Sc", "So"})
+# marks Unicode files as punctuation that say what a number is: per mille and per ten thousand (5\u2030
+# is not 5%), primes (5\u2032 feet or minutes is not 5\u2033 inches or seconds), the section sign,
+# daggers (died in). Like the symbols they are part of the fact; % stays punctuation (5% and 5 alike)
+_MARKS = frozenset("\u2030\u2031\u0609\u060a\u2032\u2033\u2034\u2057\u2035\u2036\u2037\u00a7\u2020\u2021")
 # words whose final s is a letter of the word, never a plural: a protocol's "secure" (https is not
 # http), whatever case it is written in
 _NOT_PLURAL = frozenset({"https", "wss", "ftps", "smtps", "imaps", "pop3s", "ldaps"})
@@ -239,6 +246,7 @@ _WEEKDAYS = frozenset({"monday", "tuesday", "wednesday", "thursday", "friday", "
 # before a sentence's first word: spaces, opening quotes and brackets, list bullets, a quote marker
 _LEAD = frozenset(" \t\r\n\"'\u201c\u2018([{*\u2022#>-")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_NEXT_LETTER = re.compile(r"[ \t]+([^\W\d_])")  # the first letter of the word after a word
 
 
 def _sentence_start(text: str, i: int) -> bool:
@@ -291,14 +299,28 @@ def _singular(written: str, at_start: bool) -> tuple[str, str | None]:
     return w, None
 
 
+def _is_article(text: str, m: re.Match[str]) -> bool:
+    """Whether the word ``m`` of ``text`` is an article :func:`_fact_words` leaves out: a, an, the;
+    but a capital A only where it opens the text or a sentence before a lowercase word ("A backup
+    ran" is "Backup ran"). Elsewhere A is a letter that is part of the fact: plan A, vitamin A,
+    apartment 4A, a blood type A (not "the plan", not apartment 4)."""
+    w = m.group()
+    if w != "A":
+        return w.lower() in _ARTICLES
+    nxt = _NEXT_LETTER.match(text, m.end())
+    return nxt is not None and nxt.group(1).islower() and _sentence_start(text, m.start())
+
+
 def _fact_words(text: str) -> tuple[_FactWord, ...]:
     """What a memory says, for :func:`same_fact`: its words, numbers and symbols in order,
-    lower-cased, without punctuation, articles (a, an, the) or a plural ``s`` (:func:`_singular`).
+    lower-cased, without punctuation, articles (a, an, the; a capital A only where
+    :func:`_is_article` reads it as one) or a plural ``s`` (:func:`_singular`).
     Every other word stays: up and down, above and below, from and to, I and you, not and never,
     the days, and where each one is ("Alice reports to Bob" is not "Bob reports to Alice"); so do
     comparison operators (> 90% is not < 90%, <= is not >=, != is not ==), currencies ($180 is not
-    180 EUR), emoji (a thumbs up is not a thumbs down) and the signs of a name (C# and C++ are not
-    C, .NET is not NET). Inside a URL nothing is a plural (/users is not /user)."""
+    180 EUR), emoji (a thumbs up is not a thumbs down), marks (5\u2030 is not 5%) and the signs of a
+    name or a number (C# and C++ are not C, .NET is not NET, blood type A- is not A, a grade 2- is
+    not 2). Inside a URL nothing is a plural (/users is not /user)."""
     urls = [(m.start(), m.end()) for m in _URL.finditer(text)]
     out: list[_FactWord] = []
 
@@ -309,15 +331,16 @@ def _fact_words(text: str) -> tuple[_FactWord, ...]:
         kind, w = m.lastgroup, m.group()
         if kind == "num":
             w = w.replace("\u2212", "-").removeprefix("+")
-            sign(w.replace(",", "") if _THOUSANDS.fullmatch(w) else w)
+            num, after = (w[:-1], w[-1]) if w[-1] in "+-" else (w, "")
+            sign((num.replace(",", "") if _THOUSANDS.fullmatch(num) else num) + after)
         elif kind in ("name", "op"):
-            sign(w.lower())
+            sign(w.lower().replace("\u2212", "-"))
         elif kind == "sign":
             if w in _OPERATORS:
                 sign(_OPERATORS[w])
-            elif w != "\u2212" and unicodedata.category(w) in _SYMBOLS:
+            elif w != "\u2212" and (unicodedata.category(w) in _SYMBOLS or w in _MARKS):
                 sign(w)
-        elif w.lower() not in _ARTICLES:
+        elif not _is_article(text, m):
             in_url = any(a <= m.start() < b for a, b in urls)
             key, plural_of = (w.lower(), None) if in_url else _singular(w, _sentence_start(text, m.start()))
             out.append(_FactWord(key, plural_of, w.islower(), len(key) < len(w.replace("'", "").replace("\u2019", ""))))

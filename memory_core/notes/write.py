@@ -34,6 +34,7 @@ and make it searchable at once.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import datetime as _dt
 import errno
@@ -41,6 +42,7 @@ import fcntl
 import os
 import re
 import stat
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -60,6 +62,14 @@ over two writes is masked as a whole."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MEMORY_PATH = re.compile(r"^(?:MEMORY\.md|memory\.md|memory/(?:[^/]+/)*[^/]+\.md)$")
 _STALE_TEMP = re.compile(r"^\..+\.write-(\d+)-[0-9a-f]{8}$")
+_HIDDEN = frozenset({"Cf", "Zl", "Zp"})
+"""Characters a note's name may not hold, as its controls: format characters (bidi overrides that
+show ``x.md`` reversed, zero-width spaces and joiners that make two names look one, a BOM) and the
+line and paragraph separators; none prints as what it is."""
+TEXT_CHECK_BYTES = 64 * 1024 * 1024
+"""The indexer's limit (``memory_core.index.stages.MAX_FILE_BYTES``): a note up to it is checked to
+be UTF-8 text before a write; a bigger one the indexer skips whole, and a write to it says it is
+not indexed (its bytes are only counted for the citation, as before)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ def target_path(path: str | None, today: _dt.date | None = None) -> str:
     if not isinstance(path, str):
         raise PathError(f"a note's path is text, not {type(path).__name__}")
     p = path.strip().removeprefix("./")
-    shown = p.encode("utf-8", "backslashreplace").decode("utf-8")[:200]
+    shown = _escaped(p)[:200]
     try:
         raw = p.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: a name that is not UTF-8 (the indexer skips it)
@@ -94,14 +104,25 @@ def target_path(path: str | None, today: _dt.date | None = None) -> str:
             or "\\" in p or "\x00" in p or not _MEMORY_PATH.match(p)):
         raise PathError(f"refusing to write {shown}: memory_write writes MEMORY.md or memory/**/*.md in the"
                         " workspace only")
-    if any(ord(c) < 32 or ord(c) == 127 for c in p):
+    if any(unicodedata.category(c) == "Cc" for c in p):  # C0, DEL and C1 (U+0085 ends a line too)
         raise PathError(f"refusing to write {shown}: control characters in the name")
+    hidden = next((c for c in p if unicodedata.category(c) in _HIDDEN), None)
+    if hidden is not None:
+        raise PathError(f"refusing to write {shown}: an invisible or format character (U+{ord(hidden):04X}) in the"
+                        " name")
     if len(parts) - 2 > MAX_FOLDER_DEPTH:
         raise PathError(f"refusing to write {shown}: at most {MAX_FOLDER_DEPTH} folders below memory/")
     if len(raw) > MAX_PATH_BYTES or any(len(part.encode("utf-8")) > MAX_NAME_BYTES for part in parts):
         raise PathError(f"refusing to write {shown}: the path is too long (at most {MAX_NAME_BYTES} bytes a"
                         f" name, {MAX_PATH_BYTES} in all)")
     return p
+
+
+def _escaped(p: str) -> str:
+    """``p`` for a message: what does not print (undecodable bytes, which Python holds as lone
+    surrogates; controls; bidi overrides; zero-width characters) as ``\\uNNNN`` escapes, so the
+    line shows what the name holds and no character in it can reorder or hide the line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in p)
 
 
 def clean_text(text: str) -> tuple[str, int]:
@@ -157,12 +178,14 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
             dfd = nfd
         fcntl.flock(dfd, fcntl.LOCK_EX)  # one writer of this folder's notes at a time
         _remove_stale_temps(dfd)
-        start, end, joined = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None)
+        start, end, joined = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None, rel)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PathError(f"refusing to write {rel}: a symlink or not a folder on the way") from None
         if exc.errno == errno.EISDIR:
             raise PathError(f"refusing to write {rel}: a folder has that name") from None
+        if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it) put there since the check
+            raise PathError(f"refusing to write {rel}: not a regular file") from None
         if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise _read_only_error(settings, f"the workspace {settings.workspace_dir} is not writable"
                                              f" ({exc.strerror})") from None
@@ -199,8 +222,8 @@ def _remove_stale_temps(dfd: int) -> None:
                 os.unlink(entry, dir_fd=dfd)
 
 
-def _count_newlines(fd: int, end: int) -> int:
-    n = pos = 0
+def _count_newlines(fd: int, start: int, end: int) -> int:
+    n, pos = 0, start
     while pos < end:
         chunk = os.pread(fd, min(1 << 20, end - pos), pos)
         if not chunk:
@@ -210,19 +233,72 @@ def _count_newlines(fd: int, end: int) -> int:
     return n
 
 
-def _append_in_place(dfd: int, name: str, text: str,
-                     redact: Callable[[str], str] | None) -> tuple[int, int, bool]:
+def _text_lines(fd: int, size: int, rel: str) -> int:
+    """The newlines in the note's first ``size`` bytes, read once in 1 MiB pieces; a PathError when
+    they are not UTF-8 text (UTF-16, NUL bytes, bytes that do not decode; a UTF-8 BOM is text).
+    Appending UTF-8 to such a note garbles it for whoever opens it (a UTF-16 note read as UTF-16
+    shows the appended text as CJK noise) and cites lines that are not there as text. A note over
+    :data:`TEXT_CHECK_BYTES` is only counted: the indexer skips it whole, and the write says so."""
+    check = size <= TEXT_CHECK_BYTES
+    head = os.pread(fd, 2, 0) if check else b""
+    if head in (b"\xff\xfe", b"\xfe\xff"):
+        raise PathError(f"refusing to write {rel}: the note is UTF-16, not UTF-8 text (memory-core does not index"
+                        " it either); nothing was written")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    n = pos = 0
+    while pos < size:
+        chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+        if not chunk:
+            break
+        n += chunk.count(b"\n")
+        if check:
+            nul = chunk.find(b"\x00")
+            if nul >= 0:
+                raise PathError(f"refusing to write {rel}: the note holds NUL bytes (UTF-16 or binary; the first at"
+                                f" byte {pos + nul}), not UTF-8 text; nothing was written")
+            pending = decoder.getstate()[0]  # a character's first bytes, from the piece before
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                bad = (pending + chunk)[exc.start]
+                raise PathError(f"refusing to write {rel}: the note is not UTF-8 text (byte {bad:#04x} at offset"
+                                f" {pos - len(pending) + exc.start} does not decode); nothing was written") from None
+        pos += len(chunk)
+    if check:
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:  # ends inside a character
+            raise PathError(f"refusing to write {rel}: the note is not UTF-8 text (it ends inside a character);"
+                            " nothing was written") from None
+    return n
+
+
+def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str] | None,
+                     rel: str) -> tuple[int, int, bool]:
     """Append ``\\n\\n<text>\\n`` (one blank line after the old text) to ``name`` in ``dfd`` with
     ``O_APPEND``; with ``redact``, the text is first redacted with the note's end before it
     (:func:`_redacted_after`), so a secret the two make together is written masked. The appended
-    text's (first, last) line and whether the note's end masked something in it."""
+    text's (first, last) line and whether the note's end masked something in it.
+
+    Refused, with nothing written: a name that is not a regular file (looked at before it is
+    opened: opening a socket fails, a device may act on it), a note with other hard links (a link
+    to a file outside the workspace is that file: ``O_NOFOLLOW`` stops only symlinks) and a note
+    that is not UTF-8 text (:func:`_text_lines`). ``rel`` names the note in the messages."""
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):  # those: ELOOP, EISDIR below
+            raise PathError(f"refusing to write {rel}: not a regular file")
     fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                  0o644, dir_fd=dfd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise PathError(f"refusing to write {name}: not a regular file")
+            raise PathError(f"refusing to write {rel}: not a regular file")
+        if st.st_nlink > 1:
+            raise PathError(f"refusing to write {rel}: the note has other hard links; memory-core writes only to a"
+                            " note no other path shares")
         size = st.st_size
+        lines = _text_lines(fd, size, rel)
         tail = os.pread(fd, 2, max(0, size - 2)) if size else b""
         sep = b"" if not tail or tail.endswith(b"\n\n") or tail == b"\n" else b"\n" if tail.endswith(b"\n") \
             else b"\n\n"
@@ -245,7 +321,9 @@ def _append_in_place(dfd: int, name: str, text: str,
         end_off = os.lseek(fd, 0, os.SEEK_CUR)  # O_APPEND: the end of this write
         start_off = end_off - len(data)
         os.fsync(fd)
-        before = _count_newlines(fd, start_off) + sep.count(b"\n")
+        # the lines before this write: the note's as read, and what another writer appended since
+        before = (lines + _count_newlines(fd, size, start_off) if start_off >= size
+                  else _count_newlines(fd, 0, start_off)) + sep.count(b"\n")
     finally:
         os.close(fd)
     with contextlib.suppress(OSError):
@@ -323,8 +401,12 @@ def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
     from memory_core.storage.store import connect_reader
 
     try:
-        with open(settings.workspace_dir / rel, encoding="utf-8", errors="replace") as fh:
-            last = next((line for n, line in enumerate(fh, 1) if n == end_line), "").strip()
+        # lines as the chunker and the citations count them, split on \n only: in text mode a lone
+        # \r (a progress bar's output pasted in) ended a line too, the line read was another one,
+        # and a write the index held was said not to be
+        with open(settings.workspace_dir / rel, "rb") as fh:
+            raw = next((line for n, line in enumerate(fh, 1) if n == end_line), b"")
+        last = raw.decode("utf-8", "replace").strip()
         conn = connect_reader(settings.index_file)
         try:
             texts = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ? AND start_line <= ?"
