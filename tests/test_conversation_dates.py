@@ -30,6 +30,7 @@ from memory_core.query.dates import (
     query_date_range,
 )
 from memory_core.query.search import Searcher
+from memory_core.storage.indexmeta import MESSAGE_DAYS_VERSION
 
 REF = date(2024, 1, 20)  # a Saturday
 
@@ -955,7 +956,7 @@ def test_an_index_whose_days_an_older_reading_recorded_rereads_those_transcripts
     assert never and not never[0].startswith("9999"), never
     conn = connect(s.index_file, readonly=True)
     try:
-        assert (read_meta(conn) or {}).get("message_days") == 2
+        assert (read_meta(conn) or {}).get("message_days") == MESSAGE_DAYS_VERSION
     finally:
         conn.close()
     third = run_index(s)
@@ -985,4 +986,4 @@ def test_an_index_with_no_transcript_to_reread_records_the_days_reading_once(tmp
     assert recorded() == "absent"
     again = run_index(s)
     assert (again.sessions_redated, again.files_changed, again.chunks_embedded) == (0, 0, 0)
-    assert recorded() == 2
+    assert recorded() == MESSAGE_DAYS_VERSION

@@ -114,3 +114,57 @@ def test_a_question_about_a_day_only_a_plan_looked_back_to_finds_nothing(tmp_pat
         # the weekday before the day no longer names another day
         hits = searcher.search("what did I buy on Sunday 7 January?", max_results=5)
         assert hits and hits[0].path == "sessions/s0107.jsonl", [h.citation for h in hits]
+
+
+@pytest.mark.parametrize("record", [
+    {"role": "user", "content": "The plumber fixed the boiler valve.", "created_at": "2024-03-07T10:00:00Z"},
+    {"role": "user", "content": "The plumber fixed the boiler valve.", "createdAt": 1709805600},
+    {"type": "message", "timestamp": "Thu, 07 Mar 2024 10:00:00 GMT",
+     "message": {"role": "user", "content": [{"type": "text", "text": "The plumber fixed the boiler valve."}]}},
+])
+def test_a_transcript_stamped_created_at_or_as_an_email_date_is_dated(tmp_path: Path, record: dict) -> None:
+    """Twentieth session's audit: a transcript whose records carry `created_at` / `createdAt`, or an
+    RFC 2822 date ("Thu, 07 Mar 2024 10:00:00 GMT"), was undated: its result's date was the file's
+    modification day (today) and a question naming its day did not find it by date."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "sessions" / "chat.jsonl").write_text(json.dumps(record) + "\n")
+    (ws / "sessions" / "other.jsonl").write_text(json.dumps(
+        {"role": "user", "content": "Lunch with Ottilie.", "created_at": "2024-03-02T10:00:00Z"}) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("plumber", max_results=3)
+        assert hits and hits[0].date == "2024-03-07T10:00", [(h.citation, h.date) for h in hits]
+        hits = searcher.search("what did we talk about on 7 March?", max_results=3)
+        assert hits and hits[0].path == "sessions/chat.jsonl" and hits[0].match == "date", \
+            [(h.citation, h.match) for h in hits]
+
+
+def test_an_index_read_before_created_at_rereads_its_undated_transcripts_once(tmp_path: Path) -> None:
+    """An index whose days the reading before (version 2) recorded has no day for a transcript
+    stamped `created_at`: the next run re-reads it, once, and a question naming its day finds it."""
+    from memory_core.storage.store import connect, read_meta, write_meta
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "sessions" / "chat.jsonl").write_text(json.dumps(
+        {"role": "user", "content": "The plumber fixed the boiler valve.", "created_at": "2024-03-07T10:00:00Z"}) + "\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    conn = connect(s.index_file)
+    try:  # as the reading before left it: no day recorded for it, version 2
+        with conn:
+            conn.execute("DELETE FROM chunk_days")
+            meta = read_meta(conn)
+            assert meta is not None
+            meta["message_days"] = 2
+            write_meta(conn, meta)
+    finally:
+        conn.close()
+    again = run_index(s)
+    assert (again.sessions_redated, again.chunks_embedded) == (1, 0)
+    with Searcher(s) as searcher:
+        hits = searcher.search("what did we talk about on 7 March?", max_results=3)
+        assert hits and hits[0].path == "sessions/chat.jsonl" and hits[0].match == "date"
+    assert run_index(s).sessions_redated == 0

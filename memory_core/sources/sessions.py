@@ -32,6 +32,7 @@ Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 from __future__ import annotations
 
 import bisect
+import email.utils
 import hashlib
 import json
 import math
@@ -190,7 +191,19 @@ def _iso(value: str) -> datetime | None:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
+        pass
+    if _RFC2822.search(text) is None:
         return None
+    try:  # an e-mail's and HTTP's date (RFC 2822: "Thu, 07 Mar 2024 10:00:00 GMT"), as some exporters write it
+        return email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+_RFC2822 = re.compile(r"\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d{2}:\d{2}")
+TIMESTAMP_KEYS = ("timestamp", "created_at", "createdAt")
+"""The keys a record's (or its message's) time is read from, the first that holds one: OpenClaw's
+``timestamp``, and ``created_at`` / ``createdAt`` as other chat exports write it."""
 
 
 def stamp(value: object) -> str | None:
@@ -241,12 +254,15 @@ def _flat_message(rec: dict[str, Any]) -> bool:
 
 
 def _timestamp_of(rec: dict[str, Any]) -> object:
-    """A parsed record's timestamp as written: its own, else its message's."""
+    """A parsed record's timestamp as written: its own, else its message's (the first of
+    :data:`TIMESTAMP_KEYS` that holds a time, else what its ``timestamp`` holds)."""
     msg = rec.get("message")
-    own = rec.get("timestamp")
-    if stamp(own) is None and isinstance(msg, dict):
-        return msg.get("timestamp")
-    return own
+    for holder in (rec, msg) if isinstance(msg, dict) else (rec,):
+        for key in TIMESTAMP_KEYS:
+            value = holder.get(key)
+            if value is not None and stamp(value) is not None:
+                return value
+    return rec.get("timestamp")
 
 
 def _stamp_of(rec: dict[str, Any]) -> str | None:
@@ -257,7 +273,8 @@ def _stamp_of(rec: dict[str, Any]) -> str | None:
 def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     """(whether it is a message, its timestamp) of one JSONL record, or None: no timestamp, not a
     JSON object, or a line longer than indexing reads (``raw`` None)."""
-    if raw is None or ("timestamp" not in raw if isinstance(raw, str) else b"timestamp" not in raw):
+    if raw is None or (not ("timestamp" in raw or "reated" in raw) if isinstance(raw, str)
+                       else not (b"timestamp" in raw or b"reated" in raw)):
         return None
     try:
         rec = json.loads(raw)
