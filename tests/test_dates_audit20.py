@@ -168,3 +168,21 @@ def test_an_index_read_before_created_at_rereads_its_undated_transcripts_once(tm
         hits = searcher.search("what did we talk about on 7 March?", max_results=3)
         assert hits and hits[0].path == "sessions/chat.jsonl" and hits[0].match == "date"
     assert run_index(s).sessions_redated == 0
+
+
+@pytest.mark.parametrize(("query", "day"), [
+    ("what did we plan on 17-Jan-2024?", date(2024, 1, 17)),
+    ("what did we plan on 17/Jan/2024?", date(2024, 1, 17)),
+    ("what did we plan on 17.Jan.2024?", date(2024, 1, 17)),
+    ("what did we plan on 17-jan-24?", date(2024, 1, 17)),
+    ("what did we plan on 2024-Jan-17?", date(2024, 1, 17)),
+    ("what did we plan on Jan 17, '24?", date(2024, 1, 17)),
+    ("what did we plan on 17 Jan '24?", date(2024, 1, 17)),
+    # a bare two digits after a month's name are not a year ("17 Jan, 24 people came"): year-less
+    ("on 17 Jan, 24 people came", date(2025, 1, 17)),
+])
+def test_a_months_name_between_separators_and_a_short_year(query: str, day: date) -> None:
+    """Twentieth session's audit: 17-Jan-2024, 17/Jan/2024, 2024-Jan-17 and 17.Jan.2024 named no
+    day, and "Jan 17, '24" lost its year (a memory ending in 2025 read it as 17 January 2025)."""
+    got = query_date_range(query, anchor=date(2025, 3, 1))
+    assert got is not None and (got.start, got.end) == (day, day), got

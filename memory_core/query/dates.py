@@ -76,6 +76,13 @@ _MONTHS["sept"] = 9
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
 _MONTH_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
+_MONTH_WORD_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + ")"
+# a month's name between separators, with its year (17-Jan-2024, 17/Jan/24, 17.Jan.2024; 2024-Jan-17)
+_DAY_MON_YEAR = LazyPattern(rf"(?<![\w.,/-])(\d{{1,2}})([-/.]){_MONTH_WORD_RE}\2(\d{{4}}|\d{{2}})(?![\w/-]|[.,]\d)",
+                            re.IGNORECASE)
+_YEAR_MON_DAY = LazyPattern(rf"(?<![\w.,/-])(\d{{4}})([-/.]){_MONTH_WORD_RE}\2(\d{{1,2}})(?![\w/-]|[.,]\d)",
+                            re.IGNORECASE)
+_YEAR_AFTER = r"(\d{4}|['\u2019]\d{2}\b)"  # after a day and a month's name: 2024, or '24
 # year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
 _ISO = LazyPattern(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
 # day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
@@ -83,8 +90,8 @@ _NUM_YEAR = LazyPattern(r"(?<![\w.,/-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(
 # without a year: 17.01 / 17.1. (day first), 1/17 / 17/01 (either order); never with "-" (3-4 people)
 _NUM_DOT = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})\.(\d{2}|\d\.)(?![\w/]|[.,]\d)")
 _NUM_SLASH = LazyPattern(r"(?<![\w.,/$€£:-])(\d{1,2})/(\d{1,2})(?![\w/]|[.,]\d)")
-_DAY_MONTH = LazyPattern(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE)
-_MONTH_DAY = LazyPattern(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_DAY_MONTH = LazyPattern(rf"\b{_DAY_RE}\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+{_YEAR_AFTER})?(?!\w)", re.IGNORECASE)
+_MONTH_DAY = LazyPattern(rf"\b{_MONTH_RE}\s+(?:the\s+)?{_DAY_RE}\b(?:,?\s+{_YEAR_AFTER})?", re.IGNORECASE)
 # "the 13th" alone (a month named after it is _DAY_MONTH's: "the 13th of May"); the suffix is required
 _SPAN_JOIN = r"\s*(and|to|until|till|through|-|–)\s*(?:the\s+)?"
 # "12-16 January", "between 12 and 16 January", "12th to the 16th of Jan 2026": two days, one month
@@ -581,6 +588,10 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, pl
         md = _pick_order(a, b, order, m.group(2) == ".", True)
         if md:
             add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
+    for rx, day_first in ((_DAY_MON_YEAR, True), (_YEAR_MON_DAY, False)):
+        for m in rx.finditer(q):
+            y, mon_s, d = (m.group(4), m.group(3), m.group(1)) if day_first else (m.group(1), m.group(3), m.group(4))
+            add(m.start(), m.end(), make(_year_of(y), _MONTHS[mon_s.lower()], int(d)))
     for m in _CJK_DAY.finditer(q):  # 5月4号, 4月27日, 2026年5月4日
         add(m.start(), m.end(), _latest(int(m.group(2)), int(m.group(3)), int(m.group(1)) if m.group(1) else None, yearless()))
     listed: list[tuple[int, int]] = []  # where ordinals are listed (read as days or not), in order
@@ -641,7 +652,7 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, pl
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
             add(m.start(), m.end(), _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s),
-                                            int(m.group(3)) if m.group(3) else None, yearless()))
+                                            _year_of(m.group(3)) if m.group(3) else None, yearless()))
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             if _not_a_day(q, m, dots):
@@ -757,6 +768,12 @@ def _clause_of(q: str, i: int, j: int) -> str:
     return q[start:end.start() if end is not None else len(q)]
 
 
+def _year_of(text: str) -> int:
+    """A year as written after a day: ``2024``, or two digits (``24``, ``'24``) of this century."""
+    digits = text.lstrip("'\u2019")
+    return int(digits) + (2000 if len(digits) == 2 else 0)
+
+
 def _count(word: str) -> int:
     """A count written as digits or a word (``a``: 1, ``two``: 2)."""
     return int(word) if word.isdigit() else _COUNTS.get(word.strip(), 1)
@@ -815,7 +832,7 @@ def _find(q: str, today: Callable[[], date], order: str = DEFAULT_DATE_ORDER,
     return (d0, d1), q[i:j]
 
 
-_YEAR_IN = re.compile(r"\d{4}|\d{1,2}[./-]\d{1,2}[./-]\d{2}")
+_YEAR_IN = re.compile(r"\d{4}|\d{1,2}[./-]\d{1,2}[./-]\d{2}|['\u2019]\d{2}\b|[a-z][./-]\d{2}\b")
 _MONTH_WORD = re.compile(r"[a-z]{3}")
 
 
