@@ -720,13 +720,14 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, pl
         end = ref() if m.group(1) == "this" else date(year, 12, 31)
         add(m.start(), m.end(), date(year, 1, 1), end)
     weekdays: set[int] = set()  # where a weekday's span starts
-    for m in _WEEKDAY_SPAN.finditer(q):  # "between Monday and Wednesday"
+    # (a question's range words; in a text, "before Saturday" is a plan's deadline as often as not)
+    for m in () if plans else _WEEKDAY_SPAN.finditer(q):  # "between Monday and Wednesday"
         last = ref() - timedelta(days=(ref().weekday() - _WEEKDAYS[m.group(2).lower()]) % 7 or 7)
         first = last - timedelta(days=(last.weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7)
         add(m.start(1), m.end(1), first)  # (the range's words are _find's to read)
         add(m.start(2), m.end(2), last)
         weekdays.update((m.start(1), m.start(2)))
-    for m in _WEEKDAY_BOUND.finditer(q):  # "since Monday", "before Friday"
+    for m in () if plans else _WEEKDAY_BOUND.finditer(q):  # "since Monday", "before Friday"
         add(m.start(1), m.end(1), ref() - timedelta(days=(ref().weekday() - _WEEKDAYS[m.group(1).lower()]) % 7 or 7))
         weekdays.add(m.start(1))
     for m in _WEEKDAY.finditer(q):
