@@ -32,7 +32,6 @@ Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 from __future__ import annotations
 
 import bisect
-import email.utils
 import hashlib
 import json
 import math
@@ -194,6 +193,8 @@ def _iso(value: str) -> datetime | None:
         pass
     if _RFC2822.search(text) is None:
         return None
+    import email.utils  # (here: it imports socket, which a keyword-only search's start-up does not load)
+
     try:  # an e-mail's and HTTP's date (RFC 2822: "Thu, 07 Mar 2024 10:00:00 GMT"), as some exporters write it
         return email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
