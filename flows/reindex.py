@@ -276,8 +276,7 @@ def run_pipeline(params: ReindexParams, flow_name: str) -> dict[str, Any] | Stat
     if watch is not None and isinstance(data, dict) and watch.cancelling_now():
         # a cancel that came as the run reported: it had finished (Completed is refused from Cancelling)
         summary = RunSummary.from_dict(data)
-        if summary.swapped:
-            summary.stopped = "cancelled"
+        summary.stopped = "cancelled" if summary.swapped else CANCELLED_IN_PREFECT
         return _cancelled(summary, (summary.stop_note() if summary.swapped else
                                     f"cancelled after the run had finished: {summary.outcome()}"))
     return out
@@ -385,8 +384,10 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             if partial.swapped:
                 pipeline.stopped_after_publish(exc, partial, [])
         cancelled = (watch is not None and watch.close() and pipeline.is_stop(exc)) or _mark_runner_cancel(exc)
-        if cancelled and partial is not None and not partial.swapped and partial.error:
-            partial.error = "cancelled"  # a cancel delivered as a SIGTERM is still a cancel
+        if cancelled and partial is not None and not partial.swapped:
+            if partial.error:
+                partial.error = "cancelled"  # a cancel delivered as a SIGTERM is still a cancel
+            partial.stopped = CANCELLED_IN_PREFECT  # (the pipeline saw the SIGTERM that delivered it)
         if cancelled:
             logger.warning("the flow run was cancelled (Cancelling, set through the API or the UI): stopping it")
         if partial is not None and partial.swapped and settings is not None:
@@ -402,6 +403,8 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         # and the logs keep it: a runner or worker sets its own Cancelled state after this run's, with its
         # own message, "Flow run was cancelled successfully.")
         msg = CANCELLED_IN_PREFECT if cancelled else pipeline.stop_word(exc) if stopped else f"{type(exc).__name__}: {exc}"
+        if stopped and partial is not None and not partial.stopped:  # `stopped` names it, published or not
+            partial.stopped = msg
         logger.error("run %s; the live index was left as it was", msg if stopped else f"failed: {msg}",
                      extra={CALLER_SAYS: True})
         with contextlib.suppress(Exception):
@@ -598,6 +601,9 @@ def _stop_on_sigterm() -> Any:
     summary of a run that had published) instead of the process dying by the signal with no line
     of ours. The handler before it (returned; None outside the main thread) is put back after."""
     def stop(signum: int, frame: Any) -> None:
+        # before Prefect's handler is in place, or after it, an ``except Exception`` of Prefect's may
+        # swallow this RunCancelled: the run then stops as it takes its lock (`memory-core index`)
+        pipeline.stop_came(signum)
         why = f"stopped by {signal.Signals(signum).name}"
         stop = pipeline.RunCancelled(why)
         handled = sys.exc_info()[1]  # Prefect's TerminationSignal, being handled when it signals again

@@ -418,49 +418,131 @@ class _NotRunWarnings(logging.Filter):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from memory_core.index.pipeline import check_index_folder
-    from memory_core.runtime.engines import choose_engine
+    """``memory-core index``. A stop ends it as a stopped run from its start, as it does in the run
+    itself (SIGTERM: exit 1, Ctrl-C: 130; one line; with ``--json`` one object naming the stop in
+    ``stopped``): in the start-up (settings, provider, Prefect) and the wait for another run's
+    writer lock a SIGTERM killed the process with no word (exit 143), and a Ctrl-C printed no JSON."""
+    import signal
 
-    check_index_folder(args.index_path)  # a typed path's folder must exist, as export's output's
-
-    resolved = _resolve(args, **_writer_told(args))
-    settings = resolved.settings
-    if not settings.workspace_dir.is_dir():
-        raise UsageError(f"workspace not found: {settings.workspace_dir}")
-    _report_changes(resolved)
-    engine = choose_engine(args.engine)
-    quiet = _NotRunWarnings()
-    for h in logging.getLogger().handlers:  # each warning once: in the list printed below
-        h.addFilter(quiet)
+    _keep_stops_off_the_exit()
+    # a stop waits while the run's modules load (~0.2 s), then is the command's, as every other one
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
-    except BaseException as exc:  # stopped or failed: with --json, what it did all the same (published or not)
-        partial = getattr(exc, "run_summary", None)
-        if args.json and partial is not None:
-            out = partial.to_dict()
-            if not partial.swapped and not partial.error:
-                out["error"] = str(exc)
-            print(json.dumps(out, indent=2, sort_keys=True))
-        elif args.json and isinstance(exc, MemoryCoreError):
-            # no run to sum up (another run held the index, the provider could not be made): the
-            # same one object a script parses, saying so
-            print(json.dumps({"index_path": str(settings.index_file), "swapped": False, "error": scrub(str(exc))},
-                             indent=2, sort_keys=True))
+        from memory_core.index.pipeline import check_index_folder, command_stops
+        from memory_core.index.runtypes import is_stop
+        from memory_core.runtime.engines import choose_engine
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
+    settings: Settings | None = None
+    running = False  # the run was started: its failures, not only its stops, are said in the JSON
+    summary: RunSummary | None = None  # the run ended: what it did is said (a stop meanwhile goes with it)
     try:
-        if args.json:
-            print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
-        else:
-            for line in summary.lines():
-                print(line)
-            for w in summary.warnings:
-                print(f"warning: {w}", file=sys.stderr)
-    except KeyboardInterrupt as exc:  # the run is done and published: its summary goes with the stop
-        if summary.swapped:
-            summary.stopped = "interrupted"
+        with command_stops():  # (a stop leaves it as RunCancelled or KeyboardInterrupt, whatever wrapped it on the way)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop that waited is delivered here
+            check_index_folder(args.index_path)  # a typed path's folder must exist, as export's output's
+
+            resolved = _resolve(args, **_writer_told(args))
+            settings = resolved.settings
+            if not settings.workspace_dir.is_dir():
+                raise UsageError(f"workspace not found: {settings.workspace_dir}")
+            _report_changes(resolved)
+            engine = choose_engine(args.engine)
+            quiet = _NotRunWarnings()
+            for h in logging.getLogger().handlers:  # each warning once: in the list printed below
+                h.addFilter(quiet)
+            running = True
+            summary = _index_prefect(settings, args) if engine.engine == "prefect" else _index_local(settings, args)
+            return _say_summary(summary, args)
+    except BaseException as exc:  # stopped or failed: with --json, what it did all the same (published or not)
+        if summary is None and args.json and (running or is_stop(exc)):
+            _say_json_of_failure(exc, settings, args)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _say_json_of_failure(exc: BaseException, settings: Settings | None, args: argparse.Namespace) -> None:
+    """``index --json`` of a run that failed or was stopped: one object, the run's summary (with
+    ``error``) when it has one, else what a script needs to know (``index_path``, ``swapped``,
+    ``error``, ``stopped``). ``stopped`` names what stopped it (as after a publish), "" for a failure."""
+    from memory_core.index.pipeline import stop_word
+    from memory_core.index.runtypes import is_stop
+    from memory_core.index.writer import stops_held
+
+    stopped = stop_word(exc) if is_stop(exc) else ""
+    # in the words of the error line (a Ctrl-C's KeyboardInterrupt has none of its own)
+    said = str(exc) if isinstance(exc, MemoryCoreError) or not stopped else f"{stopped}; the live index was left as it was"
+    partial = getattr(exc, "run_summary", None)
+    if partial is not None:
+        if not partial.stopped:
+            partial.stopped = stopped
+        out = partial.to_dict()
+        if not partial.swapped and not partial.error:
+            out["error"] = said
+    elif isinstance(exc, MemoryCoreError) or stopped:
+        # no run to sum up (another run held the index, the provider could not be made, a stop before
+        # the run had begun): the same one object a script parses, saying so
+        index = str(settings.index_file) if settings is not None else \
+            os.path.abspath(os.path.expanduser(args.index_path)) if args.index_path else ""
+        out = {"index_path": index, "swapped": False, "error": scrub(said), "stopped": stopped}
+    else:
+        return
+    with stops_held(redeliver=False):  # a second stop while the first is said is the same stop
+        print(json.dumps(out, indent=2, sort_keys=True))
+
+
+def _say_summary(summary: RunSummary, args: argparse.Namespace) -> int:
+    """Print the summary of a run that ended. A stop (Ctrl-C, SIGTERM) while it is printed waits
+    until the output is whole (the JSON was cut off, or never printed), then ends the command as a
+    run stopped after its publish: the summary, with what stopped it, goes with the stop (exit 130,
+    or 1 for SIGTERM, and its line)."""
+    from memory_core.index.pipeline import stop_word
+    from memory_core.index.runtypes import is_stop
+    from memory_core.index.writer import stops_held
+
+    try:
+        with stops_held():
+            if args.json:
+                print(json.dumps(summary.to_dict(), indent=2, sort_keys=True))
+            else:
+                for line in summary.lines():
+                    print(line)
+                for w in summary.warnings:
+                    print(f"warning: {w}", file=sys.stderr)
+        return EXIT_OK
+    except BaseException as exc:
+        if is_stop(exc) and summary.swapped:  # the run is done and published: its summary goes with the stop
+            summary.stopped = stop_word(exc)
             exc.run_summary = summary  # type: ignore[attr-defined]
         raise
-    return EXIT_OK
+
+
+_EXIT_KEPT: list[bool] = []
+
+
+def _keep_stops_off_the_exit() -> None:
+    """Once the command has said its piece, a SIGINT or SIGTERM cannot cut the interpreter's exit
+    short: in its last step, the teardown of the modules (~0.5 s after a run), Python has put back
+    the signals' default action, and a Ctrl-C there ended a published run's ``index --json``
+    with exit -2 and no line (its output was whole). Registered when the command starts, the
+    callback runs after the ones its run registers (atexit runs them last first): Prefect's and
+    the executors' clean-up are not held; the teardown ignores the stop and exits with the
+    command's code."""
+    if _EXIT_KEPT:
+        return
+    import atexit
+
+    _EXIT_KEPT.append(True)
+    atexit.register(_ignore_stops_from_now)
+
+
+def _ignore_stops_from_now() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):  # (ValueError: not the main thread)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _progress_bar(enabled: bool) -> tuple[Any, Callable[[], None]]:
@@ -494,11 +576,22 @@ def _progress_bar(enabled: bool) -> tuple[Any, Callable[[], None]]:
 
 def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
     from memory_core.api import Memory
+    from memory_core.index.pipeline import stop_word
+    from memory_core.index.runtypes import is_stop
 
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
+    done: RunSummary | None = None
     try:
         with Memory(settings, refresh=False) as memory:  # the front door's in-process run
-            return memory.index(full=args.full, progress=progress)
+            done = memory.index(full=args.full, progress=progress)
+        return done
+    except BaseException as exc:
+        # a stop as the provider closes, after the run returned (a SIGTERM there killed the
+        # process): a run that published says so, with its summary, as one stopped after its publish
+        if done is not None and done.swapped and is_stop(exc) and getattr(exc, "run_summary", None) is None:
+            done.stopped = stop_word(exc)
+            exc.run_summary = done  # type: ignore[attr-defined]
+        raise
     finally:
         close()
 

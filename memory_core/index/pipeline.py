@@ -94,6 +94,8 @@ def stop_word(exc: BaseException) -> str:
         return "interrupted"
     if isinstance(exc, RunCancelled):
         return exc.why
+    if isinstance(exc, SigtermStop):
+        return str(exc)
     if type(exc).__name__ == "TerminationSignal":  # Prefect's: a signal sent to the process, not a cancel
         sig = getattr(exc, "signal", None)
         return f"stopped by {signal.Signals(sig).name}" if isinstance(sig, int) else "stopped by a signal"
@@ -188,9 +190,14 @@ def _sigterm_cancels() -> Iterator[None]:
     """SIGTERM ends the run like Ctrl-C: the stack unwinds, the partial summary is written, the
     live index stays as it was (or, a stop after the publish, is the new one, and the summary
     says so: :func:`stopped_after_publish`). Only where nobody else handles it (Prefect installs
-    its own handler in a flow run, which raises its TerminationSignal the same way)."""
+    its own handler in a flow run, which raises its TerminationSignal the same way), or where
+    :func:`command_stops` does (``memory-core index``), which hands the run's SIGTERM to this.
+    Entered as the run takes its lock, before it writes anything: a stop that came before and
+    that something on the way swallowed (:func:`stop_came`) ends the run here."""
+    if _CAME and _CAME[-1]:
+        raise _stop_of(_CAME[-1][0])
     if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None, _sigterm_stop):
         yield
         return
 
@@ -202,6 +209,84 @@ def _sigterm_cancels() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class SigtermStop(BaseException):
+    """A SIGTERM that :func:`command_stops` turned into a stop (outside the run's own handling).
+    Not an Exception, as Ctrl-C's KeyboardInterrupt is not: an ``except Exception`` on the way
+    (Prefect's plugin loader, run as Prefect is imported) took a RunCancelled raised there for an
+    error of its own and went on, and the run published as if no SIGTERM had come."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM")
+
+
+# the stops (SIGINT, SIGTERM) that came in each command_stops() (the innermost last)
+_CAME: list[list[int]] = []
+
+
+def stop_came(signum: int) -> None:
+    """A stop came: a handler that raises it where it may be swallowed (an ``except Exception`` of
+    a library's, or pydantic's serializer, which wraps even a KeyboardInterrupt in its own error)
+    notes it too, so the run ends as it takes its lock (:func:`_sigterm_cancels`) and
+    :func:`command_stops` says the error the command ends with as this stop. Nothing outside a
+    :func:`command_stops` (a watcher, the API)."""
+    if _CAME:
+        _CAME[-1].append(signum)
+
+
+def _stop_of(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else RunCancelled(f"stopped by {signal.Signals(signum).name}")
+
+
+def _sigterm_stop(signum: int, frame: Any) -> None:
+    stop_came(signum)
+    raise SigtermStop
+
+
+def _sigint_stop(signum: int, frame: Any) -> None:
+    stop_came(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def command_stops() -> Iterator[None]:
+    """Stops in the whole of ``memory-core index``, not only once the run holds its writer lock: in
+    the start-up (settings, provider, Prefect's import) and the wait for another run's lock a
+    SIGTERM killed the process with no line (exit 143). A SIGTERM leaves this as
+    ``RunCancelled("stopped by SIGTERM")`` (with the ``run_summary`` it carries), Ctrl-C as
+    KeyboardInterrupt, as ever; so does an error raised after one of them came (the stop wrapped
+    in another error: pydantic's serializer wraps even a KeyboardInterrupt, and the command ended
+    with exit 1 and a traceback). The run itself
+    handles SIGTERM as it always did (:func:`_sigterm_cancels` in its lock, Prefect's handler in
+    a flow run). Only where nobody else handles them, in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    _CAME.append(came)
+    previous: dict[int, Any] = {}
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _sigterm_stop)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_stop)
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, SigtermStop):
+            stop = _stop_of(signal.SIGTERM)
+        elif came and not is_stop(exc):
+            stop = _stop_of(came[0])
+        else:
+            raise
+        summary = getattr(exc, "run_summary", None)
+        if summary is not None:
+            stop.run_summary = summary  # type: ignore[attr-defined]
+        raise stop from (None if isinstance(exc, SigtermStop) else exc)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _CAME.remove(came)
 
 
 def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:
@@ -592,6 +677,8 @@ def _attach_partial_summary(exc: BaseException, plan: RunPlan, provider: Embeddi
         partial = summarize(plan, provider, reason, chunks=None, from_cache=from_cache, embed=embed, built=None,
                             timings=timer.times, embedded_on=embedded_on, progress=progress, error=what)
         partial.chunks_in_flight = progress.in_flight
+        if is_stop(exc):  # what stopped it, as a run stopped after its publish says it (not only in `error`)
+            partial.stopped = stop_word(exc)
         if jobs is not None:  # the jobs' transcript exchange vectors, apart from their chunks
             partial.exchanges_embedded = jobs[0].exchanges
         exc.run_summary = partial  # type: ignore[attr-defined]
