@@ -363,7 +363,9 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             with contextlib.suppress(Exception):
                 from prefect.runtime import flow_run
 
-                on_start(str(flow_run.ui_url or flow_run.id))
+                url = flow_run.ui_url
+                # no UI address (a temporary server: PREFECT_UI_URL unset) makes "None/flow-runs/...": the id
+                on_start(str(url if url and not str(url).startswith("None/") else flow_run.id))
         progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"), also=watcher)
         try:
             done.append(pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,

@@ -56,6 +56,28 @@ def test_index_engine_prefect_prints_its_summary_once(tmp_path: Path, request: p
     assert proc.stdout.count("index: ") == 1 and "Beginning flow run" in both  # INFO logs were on
 
 
+def test_index_engine_prefect_on_a_temporary_server_names_its_flow_run(tmp_path: Path) -> None:
+    """Twentieth session's audit: with no PREFECT_API_URL (Prefect starts a temporary server, which
+    has no UI address) `index --engine prefect` printed `flow run: None/flow-runs/flow-run/<id>`."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "notes.md").write_text("# Notes\n\nThe walrus budget was approved.\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PYTHONPATH=str(ROOT), PREFECT_HOME=str(tmp_path / "prefect-home"))
+    proc = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "-w", str(ws), "--engine", "prefect",
+                           "--provider", "none", "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "None/" not in proc.stderr, proc.stderr
+    assert re.search(r"flow run: \S*[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", proc.stderr), proc.stderr
+
+
 def test_a_cancelled_backfill_says_what_it_submitted_and_the_rerun_what_it_collects(workspace: Path) -> None:
     """issue 39: a Batch API backfill cancelled while its job ran said `batch mode off`, `0 jobs`,
     `0 tokens` though it had submitted a job billed for 295 requests, and never mentioned the open

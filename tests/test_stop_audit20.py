@@ -241,7 +241,7 @@ def test_stopped_names_the_stop_of_a_flow_run_stopped_before_it_publishes(prefec
             from prefect.client.orchestration import get_client
             from prefect.states import Cancelling
 
-            run_id = "".join(cli.err).split("flow run: ", 1)[1].split()[0].rsplit("/", 1)[1]
+            run_id = "".join(cli.err).split("flow run: ", 1)[1].split()[0].rsplit("/", 1)[-1]
             with get_client(sync_client=True) as client:
                 client.set_flow_run_state(run_id, Cancelling(message="cancelled by the test"))
         code, out, err = cli.end(timeout=120)
