@@ -72,6 +72,24 @@ def test_a_name_spelled_otherwise_finds_its_session(chats: Settings) -> None:
             assert s.search(q) == [], q
 
 
+def test_a_misspelled_name_alone_or_first_finds_its_session(chats: Settings) -> None:
+    """Twentieth session's audit: the name alone or first in the question ("Mohammed", "Muhhamed?",
+    "Mohammed said what?") was left as written (a sentence's first word is not read as a name), so
+    it found nothing. Capitalised there, it is respelled when memory writes the near spelling as a
+    name (Muhammad, capitalised wherever it occurs); a lower-case word never is (the "bill" of a
+    question is not a "Bell" memory holds)."""
+    with Searcher(chats) as s:
+        for q in ("Mohammed", "Muhhamed?", "Mohammed came round with what?"):
+            hits = s.search(q)
+            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+        idx = s._current()
+        assert retrieval.respelled(idx, "Muhhamed?") == "muhammad?"
+        assert retrieval.name_in_memory(idx, "muhammad")
+        assert not retrieval.name_in_memory(idx, "shelves")  # an everyday word memory writes in lower case
+        assert retrieval.respelled(idx, "what did muhhamed do?") == "what did muhhamed do?"
+        assert retrieval.respelled(idx, "Power tool?") == "Power tool?"  # no name near it in memory
+
+
 def test_near_spellings_keep_to_the_consonants() -> None:
     assert retrieval.skeleton("muhammad") == retrieval.skeleton("muhhamed") == retrieval.skeleton("mohammed")
     assert retrieval.skeleton("jorje") == retrieval.skeleton("jorge")

@@ -70,24 +70,29 @@ def test_an_ordinary_plural_at_a_sentence_start_is_still_a_plural() -> None:
     assert not same_fact("The DNS server is down", "The DN server is down")
 
 
-def test_a_name_at_a_sentence_start_is_not_replaced_by_the_word_without_its_s(tmp_path: Path) -> None:
+def assert_pairs_kept_apart(tmp_path: Path, pairs: list[tuple[str, str]], again: str) -> None:
+    """Each pair stored with the local model: near-identical by cosine, the second is kept beside
+    the first (the answer's keptSimilar names it); ``again`` (the first pair's first said again) is
+    an update of it. Skipped without the local model."""
     from memory_core.embeddings.local import local_model_available
 
     if not local_model_available():
         pytest.skip("the local model is not installed")
-    pairs = NAMES_AT_START[:2]
     with MemoryStore(load_settings(None, {"workspace": str(tmp_path), "provider": "local"})) as store:
         for a, b in pairs:
             first = store.store(a, category="fact")
             second = store.store(b, category="fact")
             assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
-            # near-identical by cosine, kept beside it, and the answer says so
             assert second.kept_similar is not None and second.kept_similar["id"] == first.memory.id
         assert {m.text for m in store.list()} == {t for pair in pairs for t in pair}
-        # the same name said again is an update of the one stored
-        res = store.store("windows laptops need the VPN client", category="fact")
+        res = store.store(again, category="fact")
         assert res.action == "updated" and res.previous_text == pairs[0][0], res
-        assert store.count() == 4
+        assert store.count() == 2 * len(pairs)
+
+
+def test_a_name_at_a_sentence_start_is_not_replaced_by_the_word_without_its_s(tmp_path: Path) -> None:
+    # the same name said again is an update of the one stored
+    assert_pairs_kept_apart(tmp_path, NAMES_AT_START[:2], "windows laptops need the VPN client")
 
 
 # -- one memory store per MCP server (per agent) -------------------------------------------------

@@ -23,7 +23,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.errors import PathError, UsageError
 from memory_core.index.pipeline import run_index
 from memory_core.notes.flush import check_flush
-from memory_core.notes.memory_store import MemoryStore, same_fact
+from memory_core.notes.memory_store import same_fact
 from memory_core.notes.write import append_note, target_path, write_memory
 from tests.conftest import ROOT
 
@@ -100,23 +100,10 @@ def test_a_letter_a_minus_after_a_letter_and_a_per_mille_are_part_of_the_fact() 
 
 
 def test_a_blood_type_or_an_apartment_is_not_replaced_by_another(tmp_path: Path) -> None:
-    from memory_core.embeddings.local import local_model_available
+    from tests.test_store_audit19 import assert_pairs_kept_apart
 
-    if not local_model_available():
-        pytest.skip("the local model is not installed")
-    pairs = LETTERS_AND_MARKS[:2]
-    with MemoryStore(load_settings(None, {"workspace": str(tmp_path), "provider": "local"})) as store:
-        for a, b in pairs:
-            first = store.store(a, category="fact")
-            second = store.store(b, category="fact")
-            assert second.action == "created" and second.memory.id != first.memory.id, (a, b, second)
-            # near-identical by cosine, kept beside it, and the answer says so
-            assert second.kept_similar is not None and second.kept_similar["id"] == first.memory.id
-        assert {m.text for m in store.list()} == {t for pair in pairs for t in pair}
-        # the same blood type said again is an update of the one stored
-        res = store.store("dana's blood type is A-.", category="fact")
-        assert res.action == "updated" and res.previous_text == pairs[0][0], res
-        assert store.count() == 4
+    # the same blood type said again is an update of the one stored
+    assert_pairs_kept_apart(tmp_path, LETTERS_AND_MARKS[:2], "dana's blood type is A-.")
 
 
 # -- 4: a note that is not UTF-8 text -------------------------------------------------------------

@@ -505,6 +505,7 @@ class _Index:
         self._refresh_lock = threading.Lock()
         self._vocabulary: dict[tuple[int, str], list[tuple[str, int]]] | None = None  # (length, first letter) -> terms
         self._respelled: dict[str, str] = {}  # query -> the query with near spellings (respelled)
+        self._names: dict[str, bool] = {}  # indexed term -> whether memory writes it as a name
         self._spell_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
         # how searches read the vectors, as the build measured it (vectors.ScanPlan)
@@ -1062,6 +1063,44 @@ def written_as_name(query: str, word: str) -> bool:
     return False
 
 
+def written_capitalised(query: str, word: str) -> bool:
+    """``word`` (lower-case) is written capitalised somewhere in ``query`` (a sentence's first word too)."""
+    return any(m.group(0)[:1].isupper()
+               for m in re.finditer(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", query, flags=re.IGNORECASE))
+
+
+NAME_SHARE = 0.8
+"""The share of a word's occurrences in memory (of the first :data:`NAME_SAMPLE_ROWS` chunks holding
+it) written capitalised for :func:`name_in_memory` to read it as a name."""
+NAME_SAMPLE_ROWS = 20
+
+
+def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) -> bool:
+    """Whether the indexed ``term`` is a name as memory writes it: at least :data:`NAME_SHARE` of its
+    occurrences in the first chunks holding it capitalised (``Muhammad``), not an everyday word
+    (``paper``, ``plan``), however a question writes it. Kept per index."""
+    with idx._spell_lock:
+        got = idx._names.get(term)
+    if got is not None:
+        return got
+    word = re.compile(rf"(?<![^\W_]){re.escape(term)}[^\W\d_]*", re.IGNORECASE)
+    caps = total = 0
+    try:
+        for (text,) in (conn or idx.conn).execute(
+                "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
+                (textsearch.fts_string(term), NAME_SAMPLE_ROWS)):
+            for m in word.finditer(text or ""):
+                total += 1
+                caps += m.group(0)[:1].isupper()
+    except apsw.Error as exc:
+        log.warning("reading how memory writes %r failed (%s)", term, exc)
+    name = total > 0 and caps >= NAME_SHARE * total
+    with idx._spell_lock:
+        if len(idx._names) < 10000:
+            idx._names[term] = name
+    return name
+
+
 def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
     """``query`` with each name (:func:`written_as_name`) that no chunk holds replaced by its nearest indexed spelling
     (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
@@ -1080,9 +1119,16 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
             for t in terms:
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
                     continue
-                if not written_as_name(query, t) or idx.idf_df(textsearch.fts_string(t), conn) > 0:
+                if idx.idf_df(textsearch.fts_string(t), conn) > 0:
                     continue
+                named = written_as_name(query, t)
+                if not named and not written_capitalised(query, t):
+                    continue  # a lower-case word: "bill" is not the "Bell" memory holds
                 near = near_spelling(idx, t, conn)
+                # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?"): respelled
+                # only to a name as memory writes it
+                if near is not None and not named and not name_in_memory(idx, near, conn):
+                    continue
                 if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
                     out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
                     done += 1
