@@ -377,13 +377,11 @@ def _memory_flags(mp: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="the memory's id (as list, store and recall print it)")
 
 
-FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
-              "workspace": "--workspace", "index_path": "--index"}
 
 
 def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
     """The one settings order (memory_core.runtime.resolve.resolve_settings), told the flags given."""
-    from memory_core.runtime.resolve import resolve_settings
+    from memory_core.runtime.resolve import FLAG_NAMES, resolve_settings
 
     return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
                             config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))

@@ -637,8 +637,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     are resolved as every command's (:func:`memory_core.runtime.resolve.resolve_settings`: the
     workspace's ``memory-core.toml``, the agent, what the index recorded), so it measures the
     ranking ``search`` uses; the ranking flags are told over them."""
-    from memory_core.apps.cli import FLAG_NAMES
-    from memory_core.runtime.resolve import resolve_settings
+    from memory_core.runtime.resolve import FLAG_NAMES, resolve_settings
 
     query: dict[str, Any] = {}
     for key in ("vector_weight", "text_weight", "fusion", "candidate_multiplier"):

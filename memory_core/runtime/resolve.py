@@ -93,6 +93,13 @@ def _recorded_value(settings: Settings, key: str) -> object:
     return value
 
 
+FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--extra-path", "sources": "--sessions",
+              "workspace": "--workspace", "index_path": "--index"}
+"""The CLI's flag for each setting it tells (``told_by`` of its commands: messages say where a
+value came from, ``provider (from --provider)``); here, not in an entry point, so every command
+(``eval`` in its own module too) names them alike."""
+
+
 def resolve_settings(
     told: dict[str, Any] | None = None,
     *,
