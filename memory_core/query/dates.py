@@ -66,13 +66,24 @@ from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled
 
 __all__ = ["DATE_MATCH_BONUS", "DateRange", "Dater", "chunk_date", "chunk_days", "date_from_path", "dated_chunk_rows",
            "is_evergreen", "lift_named_days", "nearness", "note_nearness", "once_per_file", "query_date_range",
-           "said_at", "conversation_days", "timeline_end", "transcript_dates"]
+           "said_at", "conversation_days", "latest_day", "timeline_end", "transcript_dates"]
 
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
 _MONTHS = {m: i + 1 for i, m in enumerate(_MONTH_NAMES)}
 _MONTHS.update({m[:3]: i for m, i in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
+# months as people misspell them in a hurry (a letter swapped, left out or doubled): read as the month
+# wherever its name would be ("on 17 Janaury", "Feburary 3rd"); a misspelling that is itself a word
+# ("march" has none; "augest", "set") is not listed
+_MONTHS.update(dict.fromkeys(("janaury", "januray", "janurary", "jaunary", "janury"), 1))
+_MONTHS.update(dict.fromkeys(("febuary", "feburary", "februray", "febraury", "feburay", "febrary", "febuarry"), 2))
+_MONTHS.update(dict.fromkeys(("apirl", "aprli"), 4))
+_MONTHS.update(dict.fromkeys(("agust", "augsut", "augst"), 8))
+_MONTHS.update(dict.fromkeys(("septmber", "setpember", "septemer", "sepetember", "septemeber", "sepember"), 9))
+_MONTHS.update(dict.fromkeys(("ocotber", "octobor", "octber", "otcober"), 10))
+_MONTHS.update(dict.fromkeys(("novmber", "novemeber", "novembre", "noveber"), 11))
+_MONTHS.update(dict.fromkeys(("decmber", "decemeber", "decembre", "deceber"), 12))
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
 _MONTH_RE = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY_RE = r"(\d{1,2})(?:st|nd|rd|th)?"
@@ -82,7 +93,9 @@ _DAY_MON_YEAR = LazyPattern(rf"(?<![\w.,/-])(\d{{1,2}})([-/.]){_MONTH_WORD_RE}\2
                             re.IGNORECASE)
 _YEAR_MON_DAY = LazyPattern(rf"(?<![\w.,/-])(\d{{4}})([-/.]){_MONTH_WORD_RE}\2(\d{{1,2}})(?![\w/-]|[.,]\d)",
                             re.IGNORECASE)
-_YEAR_AFTER = r"(\d{4}|['\u2019]\d{2}\b)"  # after a day and a month's name: 2024, or '24
+# after a day and a month's name: 2024, '24, or 24 right after the month's name that ends the day's
+# words ("on 17 Jan 24?"; not "3 June 10:30", "17 Jan 24 hours", "Jan 17, 24")
+_YEAR_AFTER = r"(\d{4}|['\u2019]\d{2}\b|(?<=[a-z.] )\d{2}(?=\s*(?:$|[?!;,)\]]|[.:](?!\d))))"
 # year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
 _ISO = LazyPattern(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
 # day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
@@ -108,6 +121,16 @@ _ORDINAL = r"\d{1,2}(?:st|nd|rd|th)"
 _ORDINAL_LIST = LazyPattern(rf"\b(the\s+)?{_ORDINAL}(?:(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
                             rf"{_ORDINAL})+\b(?:\s+(?:of\s+)?{_MONTH_RE}(?:,?\s+(\d{{4}}))?\b)?", re.IGNORECASE)
 _ORDINAL_NUMBER = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
+_ORDINAL_WORDS = {w: i + 1 for i, w in enumerate((
+    "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh",
+    "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth", "nineteenth"))}
+_ORDINAL_WORDS.update({"twentieth": 20, "thirtieth": 30})
+# a day of the month spelled out ("the seventeenth", "twenty-first", "thirty first")
+_SPELLED_ORDINAL = LazyPattern(r"\b(?:(twenty|thirty)[\s-]?)?(" + "|".join(sorted(_ORDINAL_WORDS, key=len, reverse=True))
+                               + r")\b")
+_SPELLED_MONTH_AFTER = LazyPattern(rf"\s+(of\s+)?{_MONTH_WORD_RE}\b")
+_SPELLED_MONTH_BEFORE = LazyPattern(rf"\b{_MONTH_WORD_RE}\.?\s+(the\s+)?$")
+_SPELLED_THE_BEFORE = LazyPattern(r"\bthe\s+$")
 # three or more days of one month written after it: "May 3rd, 4th and 5th", "May 3, 4 and 5, 2026"
 # (two are _MONTH_DAY_SPAN's: "May 3rd and 5th")
 _LIST_JOIN = r"(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
@@ -385,7 +408,8 @@ _BEHIND = 48
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 _MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:"
-                        + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
+                        + "|".join(sorted({m[:3] for m in _MONTH_NAMES} | {"agu", "otc"})) + ")"
+                        r"|enth\b|ieth\b|fourth|fifth|sixth|eighth|ninth|twelfth"
                         r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
 
 
@@ -548,12 +572,67 @@ def _pick_order(a: int, b: int, order: str, dots: bool, year: bool) -> tuple[int
     return (b, a) if order == "dmy" else (a, b)
 
 
+def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
+    """``q`` with each day of the month spelled out as an ordinal written in digits, in the same
+    number of characters ("the seventeenth of may" -> "the 17th        of may"), and where each
+    was (start, end): so every day pattern reads it, and a span found in the result is a span of
+    ``q``. Only where it names a day: with a month's name after it ("the first of May", "seventeenth
+    January") or before it ("January the first", "Jan seventeenth"), or, from "fourth" on, after
+    "the" ("on the seventeenth?", which the ``the 17th`` rule then reads or refuses as it reads
+    digits). "May" as a month needs "of" after the ordinal or "the" or "fourth" on before it ("the
+    first may be", "you may first ask" are no days); "first", "second" and "third" alone never
+    name one ("our first conversation", "the second time")."""
+    if not _SPELLED_ORDINAL.compiled.search(q):
+        return q, []
+    out, regions, last = [], [], 0
+    for m in _SPELLED_ORDINAL.compiled.finditer(q):
+        n = _ORDINAL_WORDS[m.group(2)] + {"twenty": 20, "thirty": 30}.get(m.group(1) or "", 0)
+        if n > 31 or (m.group(1) and _ORDINAL_WORDS[m.group(2)] > 9):
+            continue  # "thirty-second", "twenty tenth": no day of a month
+        i, j = m.start(), m.end()
+        after = _SPELLED_MONTH_AFTER.compiled.match(q, j)
+        before = _SPELLED_MONTH_BEFORE.compiled.search(q, max(0, i - 16), i)
+        day = bool((after and (after.group(2) != "may" or after.group(1)))
+                   or (before and (before.group(1) != "may" or before.group(2) or n >= 4))
+                   or (n >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 8), i)))
+        if not day:
+            continue
+        suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+        out += [q[last:i], f"{n}{suffix}".ljust(j - i)]
+        regions.append((i, j))
+        last = j
+    return ("".join(out) + q[last:], regions) if regions else (q, [])
+
+
+def _snapped(spans: list[Span], regions: list[tuple[int, int]]) -> list[Span]:
+    """``spans`` with each end that falls inside a spelled-out ordinal's ``regions`` moved to the
+    region's end (a span ends after the digits' suffix; the padding is the word's rest)."""
+    if not regions:
+        return spans
+    out = []
+    for i, j, d0, d1 in spans:
+        for a, b in regions:
+            if a < j < b:
+                j = b
+            if a < i < b:
+                i = a
+        out.append((i, j, d0, d1))
+    return out
+
+
 def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, plans: bool = False) -> list[Span]:
     """Every expression naming one day (or one span: "last week") in ``q``, left to right, none
     overlapping (earlier patterns claim their text first). A year-less day is the latest such day
     not after ``ref() + ahead`` days (``ahead`` > 0: a text that may speak of days to come).
     ``plans``: ``q`` is a text written on ``ref()`` (not a question), where "on Friday" in a clause
-    with no past-tense word is the Friday to come."""
+    with no past-tense word is the Friday to come. A day of the month may be spelled out
+    (:func:`_spelled_out`)."""
+    q, regions = _spelled_out(q)
+    return _snapped(_read_days(q, ref, order, ahead, plans), regions)
+
+
+def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: bool) -> list[Span]:
+    """:func:`_single_days` of a text whose days are written in digits."""
 
     def yearless() -> date:
         return _shift(ref(), ahead) if ahead else ref()
@@ -667,7 +746,10 @@ def _single_days(q: str, ref: Callable[[], date], order: str, ahead: int = 0, pl
         k = bisect_right(listed, (m.start(), len(q) + 1)) - 1
         if k >= 0 and listed[k][1] > m.start():
             continue  # one of a list, which the list's own rule read or refused ("the 1st and 2nd drafts")
-        add(m.start(), m.end(), _latest_of_month(int(m.group(1)), ref()))
+        # in a text, "see you on the 17th" with no past-tense word in its clause is a plan: the next 17th
+        clause = _clause_of(q, m.start(), m.end()) if plans else ""
+        soon = bool(clause) and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause)
+        add(m.start(), m.end(), _latest_of_month(int(m.group(1)), _shift(ref(), 31) if soon else ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
             add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
@@ -1173,6 +1255,7 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     low = text.lower()
     if not _MAYBE_DAY.search(low):
         return False
+    low = _spelled_out(low)[0]  # "see you on the seventeenth": its number for the cheap look below
     ref = written or datetime.now().astimezone().date()
     # a cheap look first: one of the range's day numbers, or (written within a week either side of
     # the range: "yesterday" after it, "see you tomorrow" before it) a relative day; the full read
@@ -1306,17 +1389,34 @@ def _mentioning_rows(conn: Any, dates: DateRange, sql: str) -> list[tuple[Any, .
     return [r for r in rows if mentions(r[7] or "", dates.end, dates)]
 
 
-def timeline_end(conn: Any) -> date | None:
+def _timeline_limit(today: date | None) -> date:
+    """The newest day a memory's timeline may end on: the day after ``today`` (default: the local
+    date; a day ahead for another time zone's stamps). A day past it is a plan's note or a message
+    stamped by a wrong clock, not the memory's last conversation."""
+    return _shift(today or datetime.now().astimezone().date(), 1)
+
+
+def latest_day(days: list[date], today: date | None = None) -> date | None:
+    """The newest of ``days`` (sorted) not after :func:`_timeline_limit`: :func:`timeline_end`'s
+    rule for a list of days (the LanceDB export's)."""
+    i = bisect_right(days, _timeline_limit(today))
+    return days[i - 1] if i else None
+
+
+def timeline_end(conn: Any, today: date | None = None) -> date | None:
     """The memory's newest day: the latest daily note's day or the latest day a transcript has a
     message of, whichever is later; ``None`` when neither exists (an undated file's modification
     day is not a conversation's day). Year-less and relative days in a question resolve against it
-    (:func:`query_date_range`'s ``anchor``)."""
+    (:func:`query_date_range`'s ``anchor``). A day after ``today`` + 1 (default: the local date) is
+    left out: one message stamped in 2099 by a wrong clock, or a note named for a day to come, would
+    otherwise end an old memory's timeline in the future, and "yesterday" would be the clock's."""
     best: date | None = None
-    row = conn.execute("SELECT max(path) " + _DAILY_NOTES).fetchone()
+    limit = _timeline_limit(today).isoformat()
+    row = conn.execute("SELECT max(path) " + _DAILY_NOTES + " AND path <= ?", (f"memory/{limit}.md",)).fetchone()
     if row and row[0]:
         best = date_from_path(row[0])
     if has_table(conn, "chunk_days"):
-        row = conn.execute("SELECT max(day) FROM chunk_days").fetchone()
+        row = conn.execute("SELECT max(day) FROM chunk_days WHERE day <= ?", (limit,)).fetchone()
         with contextlib.suppress(TypeError, ValueError):
             d = date.fromisoformat(row[0])
             best = d if best is None or d > best else best

@@ -212,7 +212,7 @@ class LanceSearcher(QueryProviderOwner):
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
                  vector: bool = True, keyword: bool = True) -> Candidates:
         """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
-        from memory_core.query.dates import query_date_range
+        from memory_core.query.dates import latest_day, query_date_range
         from memory_core.query.search import Candidates
 
         query = (query or "").replace("\x00", " ")
@@ -220,7 +220,7 @@ class LanceSearcher(QueryProviderOwner):
             return Candidates(query, [], [], False)
         days = self._conversation_days
         # year-less and relative days against the export's own timeline, as the index's Searcher does
-        dates = query_date_range(query, anchor=lambda: (days()[-1] if days() else None),
+        dates = query_date_range(query, anchor=lambda: latest_day(days()),
                                  date_order=self.settings.query.date_order,
                                  tolerance=self.settings.query.day_tolerance_hours, timeline=days)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
@@ -382,8 +382,6 @@ class LanceSearcher(QueryProviderOwner):
 
 def _of_days(hits: list[ranking.Hit], dates: DateRange) -> bool:
     """Whether any of ``hits`` is dated within ``dates`` (its ``date``'s day)."""
-    from datetime import date
-
     for h in hits:
         try:
             if h.date and dates.start <= date.fromisoformat(str(h.date)[:10]) <= dates.end:

@@ -1,0 +1,141 @@
+"""Twenty-first session: days written as people write them in chats and questions (a day of the
+month spelled out, a misspelled month, a two-digit year after the month), a plan's "on the 17th",
+and a timeline a wrongly stamped message or a note for a day to come no longer ends in the future."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.dates import latest_day, mentions, query_date_range, timeline_end
+from memory_core.query.search import Searcher
+from memory_core.storage.store import connect_reader
+
+ANCHOR = date(2024, 1, 20)  # the memory's newest day: questions are asked on the 21st
+
+
+@pytest.mark.parametrize(("query", "day", "phrase"), [
+    ("what did we do on the seventeenth?", date(2024, 1, 17), "the seventeenth"),
+    ("what happened on the seventeenth of January?", date(2024, 1, 17), "seventeenth of january"),
+    ("what did Kate say on January seventeenth?", date(2024, 1, 17), "january seventeenth"),
+    ("what did we do on January the twenty-first?", date(2024, 1, 21), "january the twenty-first"),
+    ("the twenty first of December", date(2023, 12, 21), "twenty first of december"),
+    ("what did we do on the thirty-first?", date(2023, 12, 31), "the thirty-first"),
+    ("what did we do on the first of May?", date(2023, 5, 1), "first of may"),
+    ("what did we plan for May the fourth?", date(2023, 5, 4), "may the fourth"),
+    ("what did we do on 17 Janaury?", date(2024, 1, 17), "17 janaury"),
+    ("plans for Feburary 3rd 2023?", date(2023, 2, 3), "feburary 3rd 2023"),
+    ("what did we do on 17 Jan 24?", date(2024, 1, 17), "17 jan 24"),
+    ("what did we do on 17 January 23.", date(2023, 1, 17), "17 january 23"),
+])
+def test_a_day_as_people_write_it(query: str, day: date, phrase: str) -> None:
+    got = query_date_range(query, anchor=ANCHOR)
+    assert got is not None and (got.start, got.end) == (day, day), got
+    assert got.phrase == phrase  # the words stripped from the keyword query: whole words, as written
+    assert phrase not in got.strip(query).lower()
+
+
+def test_a_span_of_spelled_out_days() -> None:
+    got = query_date_range("what came up between the fifteenth and the seventeenth of January?", anchor=ANCHOR)
+    assert got is not None and (got.start, got.end) == (date(2024, 1, 15), date(2024, 1, 17))
+    question = "what came up between the fifteenth and the seventeenth of January?"
+    assert got.strip(question) == "what came up ?"
+
+
+@pytest.mark.parametrize(("query", "phrase"), [
+    ("what did we say in our first conversation about money", None),  # the conversation's place, not a day
+    ("the first may be better than the second", None),
+    ("you may first ask Kate", None),
+    ("what did I say the fourth time we met", None),
+    ("the third option", None),
+    ("which books are on the fifth floor", None),
+    ("who came second", None),
+    ("17 Jan 24 hours later", "17 jan"),  # a duration, not a year
+    ("on Jan 17, 24 people came", "jan 17"),
+    ("meet on 3 June 10:30", "3 june"),  # a time, not a year
+    ("meet on 3 June 10.30", "3 june"),
+])
+def test_what_is_no_day_or_no_year_stays_so(query: str, phrase: str | None) -> None:
+    got = query_date_range(query, anchor=ANCHOR)
+    assert (got.phrase if got is not None else None) == phrase, got
+    if got is not None:  # the latest such day up to the memory's "today", no year read
+        assert got.start == got.end and date(2023, 1, 21) <= got.start <= date(2024, 1, 21)
+
+
+def _day(text: str) -> object:
+    return query_date_range(text, anchor=ANCHOR)
+
+
+@pytest.mark.parametrize(("text", "written", "named", "not_named"), [
+    # a plan: the 17th to come; a past event: the 17th before
+    ("see you on the 17th!", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
+    ("see you on the seventeenth!", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
+    ("we met on the 17th", date(2024, 1, 10), "17 December 2023", "17 January 2024"),
+    ("the party on the seventeenth of January", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
+])
+def test_a_messages_day_of_the_month_is_a_plan_or_a_past_day_by_its_clause(
+        text: str, written: date, named: str, not_named: str) -> None:
+    assert mentions(text, written, _day(f"what happened on {named}?"))  # type: ignore[arg-type]
+    assert not mentions(text, written, _day(f"what happened on {not_named}?"))  # type: ignore[arg-type]
+
+
+def _session(path: Path, stamps_and_texts: list[tuple[str, str, str]]) -> None:
+    rows = [{"type": "session", "version": 3, "id": path.stem, "timestamp": stamps_and_texts[0][0]}]
+    for k, (stamp, role, text) in enumerate(stamps_and_texts):
+        rows.append({"type": "message", "id": f"{path.stem}-{k}", "timestamp": stamp,
+                     "message": {"role": role, "content": [{"type": "text", "text": text}]}})
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def _memory(ws: Path) -> None:
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    _session(ws / "sessions" / "s0119.jsonl", [
+        ("2024-01-19T19:00:00Z", "user", "What a dinner! We had dinner at the pizza place, best dinner in weeks."),
+        ("2024-01-19T19:01:00Z", "assistant", "Glad the dinner was good."),
+    ])
+    _session(ws / "sessions" / "s0120.jsonl", [
+        ("2024-01-20T18:00:00Z", "user", "We tried the new Thai place on Elm Street for dinner."),
+        ("2024-01-20T18:01:00Z", "assistant", "How was the green curry?"),
+    ])
+    # a device whose clock was wrong: one message stamped decades ahead
+    _session(ws / "sessions" / "skew.jsonl", [
+        ("2099-05-01T08:00:00Z", "user", "Test message from the tablet."),
+    ])
+    # a note for a day to come (a trip's packing list)
+    (ws / "memory" / "2031-07-01.md").write_text("# Trip\n\n- pack the tent and the stove\n")
+
+
+def test_a_future_stamp_does_not_end_the_timeline(tmp_path: Path) -> None:
+    """One message stamped 2099 (a device's wrong clock) or a note named for a day to come ended
+    the memory's timeline in the future, so "today" became the clock's and "yesterday" named a day
+    nothing was said on; the memory's own last day (20 January 2024) is the end."""
+    ws = tmp_path / "ws"
+    _memory(ws)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(s)
+    conn = connect_reader(s.index_file)
+    try:
+        assert timeline_end(conn, today=date(2026, 11, 30)) == date(2024, 1, 20)
+        # a day after the clock's tomorrow is left out; the clock's tomorrow (another time zone) is not
+        assert timeline_end(conn, today=date(2099, 4, 30)) == date(2099, 5, 1)
+        assert timeline_end(conn, today=date(2099, 4, 29)) == date(2031, 7, 1)
+    finally:
+        conn.close()
+    with Searcher(s) as searcher:
+        # the 19th says "dinner" four times, the 20th once: "yesterday" (the 20th) decides
+        hits = searcher.search("what did we have for dinner yesterday?", max_results=3)
+        assert hits and hits[0].path == "sessions/s0120.jsonl", [h.citation for h in hits]
+
+
+def test_latest_day_leaves_out_days_to_come() -> None:
+    days = [date(2024, 1, 19), date(2024, 1, 20), date(2099, 5, 1)]
+    assert latest_day(days, today=date(2026, 11, 30)) == date(2024, 1, 20)
+    assert latest_day(days, today=date(2099, 4, 30)) == date(2099, 5, 1)
+    assert latest_day([date(2099, 5, 1)], today=date(2026, 11, 30)) is None
+    assert latest_day([], today=date(2026, 11, 30)) is None
