@@ -86,8 +86,25 @@ def test_a_misspelled_name_alone_or_first_finds_its_session(chats: Settings) -> 
         assert retrieval.respelled(idx, "Muhhamed?") == "muhammad?"
         assert retrieval.name_in_memory(idx, "muhammad")
         assert not retrieval.name_in_memory(idx, "shelves")  # an everyday word memory writes in lower case
-        assert retrieval.respelled(idx, "what did muhhamed do?") == "what did muhhamed do?"
+        # a lower-case word among capitalised ones is left as written
+        assert retrieval.respelled(idx, "What did muhhamed do?") == "What did muhhamed do?"
         assert retrieval.respelled(idx, "Power tool?") == "Power tool?"  # no name near it in memory
+
+
+def test_a_misspelled_name_in_a_lower_case_query_finds_its_session(chats: Settings) -> None:
+    """Twenty-first session: a query typed all in lower case ("what did mohammed say?") says nothing
+    by its case, so a word of 6 letters or more that no chunk holds is respelled to a name memory
+    writes (Muhammad), never to an everyday word (memory writes "shelves" in lower case), and a
+    short word never ("bill" is as often another word as a name)."""
+    with Searcher(chats) as s:
+        for q in ("what did mohammed say?", "muhhamed", "who put up the shelves, mohamed?"):
+            hits = s.search(q)
+            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+        idx = s._current()
+        assert retrieval.respelled(idx, "what did mohammed say?") == "what did muhammad say?"
+        assert retrieval.respelled(idx, "who has the shelfs?") == "who has the shelfs?"  # not a name in memory
+        assert retrieval.respelled(idx, "what about osteria lupa") == "what about osteria lupa"  # 4 letters
+        assert s.search("zzqx wvbn") == []
 
 
 def test_near_spellings_keep_to_the_consonants() -> None:
@@ -98,9 +115,9 @@ def test_near_spellings_keep_to_the_consonants() -> None:
     assert retrieval.edit_distance("mohammed", "muhammad", 3) == 2
     assert retrieval.edit_distance("restuarant", "restaurant", 3) == 1  # a swap is one edit
     assert retrieval.edit_distance("abcdefgh", "zyxwvuts", 2) == 3  # cut short past the limit
-    assert retrieval.written_as_name("What did Muhhamed say?", "muhhamed")
-    assert not retrieval.written_as_name("Muhhamed said what?", "muhhamed")  # a sentence's first word
-    assert not retrieval.written_as_name("who has my power tool", "power")
+    assert retrieval.how_written("What did Muhhamed say?", "muhhamed") == (True, True)
+    assert retrieval.how_written("Muhhamed said what?", "muhhamed") == (False, True)  # a sentence's first word
+    assert retrieval.how_written("who has my power tool", "power") == (False, False)
 
 
 def test_evidence_in_three_sessions_is_all_in_the_answer(chats: Settings) -> None:

@@ -960,6 +960,10 @@ NEAR_SPELLING_MIN_CHARS = 4
 spelling in the index's vocabulary (:func:`respelled`)."""
 RESPELLED_MAX = 4
 """At most this many words of one query are respelled."""
+LOWER_CASE_NAME_MIN_CHARS = 6
+"""In a query typed all in lower case, a word no chunk holds is respelled to a name memory writes
+(:func:`respelled`) only from this many letters: "mohammed" is "Muhammad", but "bill" is no "Bell"
+(a short word's near spellings are as often other everyday words or names as the one meant)."""
 
 
 def allowed_edits(n: int) -> int:
@@ -1049,24 +1053,23 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
     return best[2] if best is not None else None
 
 
-def written_as_name(query: str, word: str) -> bool:
-    """``word`` (lower-case) is written capitalised in ``query`` somewhere other than at the start
-    of a sentence: a name (``Muhhamed``, ``Kovacevic``), not one of the everyday words a small
-    memory happens not to hold (``power``, ``plane``, ``expire``), whose near spellings are other
-    words (``paper``, ``plan``, ``expiry``)."""
+def how_written(query: str, word: str) -> tuple[bool, bool]:
+    """How ``query`` writes ``word`` (lower-case), in one scan: (as a name, capitalised).
+
+    As a name: capitalised somewhere other than at the start of a sentence (``Muhhamed``,
+    ``Kovacevic``), not one of the everyday words a small memory happens not to hold (``power``,
+    ``plane``, ``expire``), whose near spellings are other words (``paper``, ``plan``,
+    ``expiry``). Capitalised: anywhere, a sentence's first word too."""
+    named = capitalised = False
     for m in re.finditer(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", query, flags=re.IGNORECASE):
         if not m.group(0)[:1].isupper():
             continue
+        capitalised = True
         before = query[:m.start()].rstrip(" \t\"'(«“‘")
         if before and before[-1] not in ".!?:\n":
-            return True
-    return False
-
-
-def written_capitalised(query: str, word: str) -> bool:
-    """``word`` (lower-case) is written capitalised somewhere in ``query`` (a sentence's first word too)."""
-    return any(m.group(0)[:1].isupper()
-               for m in re.finditer(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", query, flags=re.IGNORECASE))
+            named = True
+            break
+    return named, capitalised
 
 
 NAME_SHARE = 0.8
@@ -1102,16 +1105,25 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
 
 
 def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
-    """``query`` with each name (:func:`written_as_name`) that no chunk holds replaced by its nearest indexed spelling
+    """``query`` with each name that no chunk holds replaced by its nearest indexed spelling
     (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
     spells it (Muhhamed, Mohammed for Muhammad) is matched, and the IDF and the corpus coverage
     are those of the spelling found: the word no longer scales both sides down to nothing. A
-    word with no near spelling is left alone (the negative probes: "zzqx wvbn", "guitar")."""
+    word with no near spelling is left alone (the negative probes: "zzqx wvbn", "guitar").
+
+    Which words are names (:func:`how_written`): one written capitalised other than at a
+    sentence's start is respelled to its near spelling; one capitalised only where a sentence
+    starts ("Mohammed?"), or a word of :data:`LOWER_CASE_NAME_MIN_CHARS` letters or more in a query
+    written all in lower case ("what did mohammed say"), only to a name as memory writes it
+    (:func:`name_in_memory`). A lower-case word in a
+    query that capitalises others is left as written: "garage bill" is not the "Bell" memory
+    holds."""
     with idx._spell_lock:
         got = idx._respelled.get(query)
     if got is not None:
         return got
     out = query
+    lower = not any(ch.isupper() for ch in query)  # typed all in lower case: case says nothing
     try:
         done = 0
         terms = textsearch.query_terms(query)
@@ -1119,14 +1131,14 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
             for t in terms:
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
                     continue
+                named, capitalised = how_written(query, t)
+                if not capitalised and (not lower or len(t) < LOWER_CASE_NAME_MIN_CHARS):
+                    continue  # a lower-case word among capitalised ones: "bill" is not the "Bell" memory holds
                 if idx.idf_df(textsearch.fts_string(t), conn) > 0:
                     continue
-                named = written_as_name(query, t)
-                if not named and not written_capitalised(query, t):
-                    continue  # a lower-case word: "bill" is not the "Bell" memory holds
                 near = near_spelling(idx, t, conn)
-                # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?"): respelled
-                # only to a name as memory writes it
+                # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?") or typed
+                # in lower case: respelled only to a name as memory writes it
                 if near is not None and not named and not name_in_memory(idx, near, conn):
                     continue
                 if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
