@@ -107,6 +107,26 @@ def test_a_misspelled_name_in_a_lower_case_query_finds_its_session(chats: Settin
         assert s.search("zzqx wvbn") == []
 
 
+def test_a_constant_in_capitals_is_no_name(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A word memory writes in capitals (``re.DOTALL``, ``NASA``) is a constant or an acronym, not
+    a name: a lower-case query's "dateal" was respelled to the "DOTALL" of a code note (cosqa
+    q20307, "python str to dateal time"). A name written with its capital (Muhammad) still is one."""
+    ws = tmp_path_factory.mktemp("caps") / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "regex.md").write_text(
+        "# Regex notes\n\nUse `re.compile(pattern, flags=re.DOTALL)` so the dot matches newlines.\n\n"
+        "NASA published the DOTALL example; DOTALL is the flag's name.\n")
+    (ws / "memory" / "people.md").write_text("# People\n\nMuhammad fixed the shelves. Muhammad owns a drill.\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    with Searcher(s) as se:
+        idx = se._current()
+        assert not retrieval.name_in_memory(idx, "dotal")  # the porter stem the index holds for DOTALL
+        assert retrieval.name_in_memory(idx, "muhammad")
+        assert retrieval.respelled(idx, "python str to dateal time") == "python str to dateal time"
+        assert retrieval.respelled(idx, "what did mohammed fix") == "what did muhammad fix"
+
+
 def test_near_spellings_keep_to_the_consonants() -> None:
     assert retrieval.skeleton("muhammad") == retrieval.skeleton("muhhamed") == retrieval.skeleton("mohammed")
     assert retrieval.skeleton("jorje") == retrieval.skeleton("jorge")

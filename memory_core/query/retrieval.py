@@ -1081,7 +1081,8 @@ NAME_SAMPLE_ROWS = 20
 def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) -> bool:
     """Whether the indexed ``term`` is a name as memory writes it: at least :data:`NAME_SHARE` of its
     occurrences in the first chunks holding it capitalised (``Muhammad``), not an everyday word
-    (``paper``, ``plan``), however a question writes it. Kept per index."""
+    (``paper``, ``plan``) nor a constant or an acronym written in capitals (``re.DOTALL``, ``NASA``),
+    however a question writes it. Kept per index."""
     with idx._spell_lock:
         got = idx._names.get(term)
     if got is not None:
@@ -1094,7 +1095,7 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
                 (textsearch.fts_string(term), NAME_SAMPLE_ROWS)):
             for m in word.finditer(text or ""):
                 total += 1
-                caps += m.group(0)[:1].isupper()
+                caps += m.group(0)[:1].isupper() and not m.group(0).isupper()  # DOTALL is a constant
     except apsw.Error as exc:
         log.warning("reading how memory writes %r failed (%s)", term, exc)
     name = total > 0 and caps >= NAME_SHARE * total
