@@ -61,6 +61,22 @@ def _convex_order(hits: Any, cal: Any, idf_total: float, *, vector_weight: float
     return res
 
 
+def _is_document(path: str) -> bool:
+    """A file that is neither a transcript nor a daily note (nor MEMORY.md): a document."""
+    return not path.endswith(".jsonl") and date_from_path(path) is None and path.lower() != "memory.md"
+
+
+def _convex_for_documents(share: float) -> Callable[..., list[ranking.Hit]]:
+    """The convex order in the pool (:func:`_convex_order`) for a query whose candidates are at
+    least ``share`` documents (:func:`_is_document`); else the default."""
+    def fuse(hits: Any, cal: Any, idf_total: float, **kw: Any) -> list[ranking.Hit]:
+        out = _FUSE(hits, cal, idf_total, **kw)
+        if not out or sum(_is_document(h.path) for h in out) < share * len(out):
+            return out
+        return _convex_order(hits, cal, idf_total, **kw)
+    return fuse
+
+
 def _hill(n: float, half: float) -> Callable[..., float]:
     """A steeper keyword curve: ``x^n / (x^n + half^n)`` (the default is n = 1, half = 0.5)."""
     def relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0) -> float:
@@ -87,6 +103,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "max share 0": ({}, {"FUSION_MAX_SHARE": 0.0}, "hybrid"),
     "keyword curve x^2 (0.7)": ({}, {"keyword_relevance": _hill(2, 0.7)}, "hybrid"),
     "convex order in pool": ({}, {"fuse_calibrated": _convex_order}, "hybrid"),
+    "convex order: documents": ({}, {"fuse_calibrated": _convex_for_documents(1.0)}, "hybrid"),
+    "convex order: 90% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.9)}, "hybrid"),
+    "convex order: 50% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.5)}, "hybrid"),
     "weights 0.6 / 0.4": ({"vector_weight": 0.6, "text_weight": 0.4}, {}, "hybrid"),
     "weights 0.4 / 0.6": ({"vector_weight": 0.4, "text_weight": 0.6}, {}, "hybrid"),
 }
