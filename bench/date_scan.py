@@ -24,7 +24,8 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHRASES = ["1/1 ", "on 1/1 ", "on the 1st ", "1.12 ", "in may ", "december 1 ", "what happened on 3 January? blah "]
+PHRASES = ["1/1 ", "on 1/1 ", "on the 1st ", "1.12 ", "in may ", "december 1 ", "what happened on 3 January? blah ",
+           "on the seventeenth ", "the first may be ", "17 janaury 24 "]
 
 
 def measure(sizes: list[int], rounds: int) -> dict[str, list[float]]:
