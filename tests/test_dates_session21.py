@@ -4,7 +4,6 @@ and a timeline a wrongly stamped message or a note for a day to come no longer e
 
 from __future__ import annotations
 
-import json
 from datetime import date
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from memory_core.index.pipeline import run_index
 from memory_core.query.dates import latest_day, mentions, query_date_range, timeline_end
 from memory_core.query.search import Searcher
 from memory_core.storage.store import connect_reader
+from tests.test_conversation_dates import _session  # (ISO UTC stamp, role, text) messages
 
 ANCHOR = date(2024, 1, 20)  # the memory's newest day: questions are asked on the 21st
 
@@ -82,14 +82,6 @@ def test_a_messages_day_of_the_month_is_a_plan_or_a_past_day_by_its_clause(
         text: str, written: date, named: str, not_named: str) -> None:
     assert mentions(text, written, _day(f"what happened on {named}?"))  # type: ignore[arg-type]
     assert not mentions(text, written, _day(f"what happened on {not_named}?"))  # type: ignore[arg-type]
-
-
-def _session(path: Path, stamps_and_texts: list[tuple[str, str, str]]) -> None:
-    rows = [{"type": "session", "version": 3, "id": path.stem, "timestamp": stamps_and_texts[0][0]}]
-    for k, (stamp, role, text) in enumerate(stamps_and_texts):
-        rows.append({"type": "message", "id": f"{path.stem}-{k}", "timestamp": stamp,
-                     "message": {"role": role, "content": [{"type": "text", "text": text}]}})
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
 def _memory(ws: Path) -> None:
