@@ -55,14 +55,20 @@ def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return s
 
 
+def _first_is_the_name_session(s: Searcher, q: str) -> list:
+    """``q``'s hits, the first of them the session where Muhammad put up the shelves."""
+    hits = s.search(q)
+    assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+    return hits
+
+
 def test_a_name_spelled_otherwise_finds_its_session(chats: Settings) -> None:
     """Muhhamed / Mohammed for the transcript's Muhammad: the keyword side searches the indexed
     spelling, so the name costs nothing and the session is the answer (it was empty: the name,
     in no chunk, scaled both sides down through the corpus coverage)."""
     with Searcher(chats) as s:
         for q in ("What did Muhhamed do?", "What about Mohammed?"):
-            hits = s.search(q)
-            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+            hits = _first_is_the_name_session(s, q)
             assert hits[0].match == "both" and hits[0].score >= chats.query.threshold()
         idx = s._current()
         assert retrieval.respelled(idx, "What did Muhhamed do?") == "What did muhammad do?"
@@ -80,8 +86,7 @@ def test_a_misspelled_name_alone_or_first_finds_its_session(chats: Settings) -> 
     question is not a "Bell" memory holds)."""
     with Searcher(chats) as s:
         for q in ("Mohammed", "Muhhamed?", "Mohammed came round with what?"):
-            hits = s.search(q)
-            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+            _first_is_the_name_session(s, q)
         idx = s._current()
         assert retrieval.respelled(idx, "Muhhamed?") == "muhammad?"
         assert retrieval.name_in_memory(idx, "muhammad")
@@ -98,8 +103,7 @@ def test_a_misspelled_name_in_a_lower_case_query_finds_its_session(chats: Settin
     short word never ("bill" is as often another word as a name)."""
     with Searcher(chats) as s:
         for q in ("what did mohammed say?", "muhhamed", "who put up the shelves, mohamed?"):
-            hits = s.search(q)
-            assert hits and hits[0].path == "sessions/s3.jsonl", (q, [(h.path, h.score) for h in hits])
+            _first_is_the_name_session(s, q)
         idx = s._current()
         assert retrieval.respelled(idx, "what did mohammed say?") == "what did muhammad say?"
         assert retrieval.respelled(idx, "who has the shelfs?") == "who has the shelfs?"  # not a name in memory
