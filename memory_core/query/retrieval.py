@@ -960,10 +960,6 @@ NEAR_SPELLING_MIN_CHARS = 4
 spelling in the index's vocabulary (:func:`respelled`)."""
 RESPELLED_MAX = 4
 """At most this many words of one query are respelled."""
-LOWER_CASE_NAME_MIN_CHARS = 6
-"""In a query typed all in lower case, a word no chunk holds is respelled to a name memory writes
-(:func:`respelled`) only from this many letters: "mohammed" is "Muhammad", but "bill" is no "Bell"
-(a short word's near spellings are as often other everyday words or names as the one meant)."""
 
 
 def allowed_edits(n: int) -> int:
@@ -1105,6 +1101,20 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
     return name
 
 
+def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
+    """Whether some chunk holds ``near`` and one of the query's other words (``terms`` but ``word``
+    and stop words); true for a query of that word alone (nothing else to read it by)."""
+    others = [textsearch.fts_string(w) for w in terms if w != word and not textsearch.is_stop_word(w)]
+    if not others:
+        return True
+    try:
+        return (conn or idx.conn).execute(
+            "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1",
+            (f"{textsearch.fts_string(near)} AND ({' OR '.join(others)})",)).fetchone() is not None
+    except apsw.Error:
+        return False
+
+
 def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
     """``query`` with each name that no chunk holds replaced by its nearest indexed spelling
     (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
@@ -1114,17 +1124,16 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
 
     Which words are names (:func:`how_written`): one written capitalised other than at a
     sentence's start is respelled to its near spelling; one capitalised only where a sentence
-    starts ("Mohammed?"), or a word of :data:`LOWER_CASE_NAME_MIN_CHARS` letters or more in a query
-    written all in lower case ("what did mohammed say"), only to a name as memory writes it
-    (:func:`name_in_memory`). A lower-case word in a
-    query that capitalises others is left as written: "garage bill" is not the "Bell" memory
-    holds."""
+    starts ("Mohammed?") only to a name as memory writes it (:func:`name_in_memory`) and, when the
+    query has other words, one memory writes beside one of them (:func:`_said_beside`). A lower-case
+    word is left as written: "garage bill" is not the "Bell" memory holds, and in a query typed all
+    in lower case "summary", "mission" and "cheese" are not the Summer, Mason and Chase a memory
+    names (the twenty-first session's audit: respelling them answered questions memory cannot)."""
     with idx._spell_lock:
         got = idx._respelled.get(query)
     if got is not None:
         return got
     out = query
-    lower = not any(ch.isupper() for ch in query)  # typed all in lower case: case says nothing
     try:
         done = 0
         terms = textsearch.query_terms(query)
@@ -1133,14 +1142,16 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
                     continue
                 named, capitalised = how_written(query, t)
-                if not capitalised and (not lower or len(t) < LOWER_CASE_NAME_MIN_CHARS):
-                    continue  # a lower-case word among capitalised ones: "bill" is not the "Bell" memory holds
+                if not capitalised:
+                    continue  # a lower-case word: "bill" is not the "Bell" memory holds
                 if idx.idf_df(textsearch.fts_string(t), conn) > 0:
                     continue
                 near = near_spelling(idx, t, conn)
-                # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?") or typed
-                # in lower case: respelled only to a name as memory writes it
-                if near is not None and not named and not name_in_memory(idx, near, conn):
+                # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?"): respelled
+                # only to a name as memory writes it, and in a question of other words only to one
+                # that memory writes beside one of them ("Summary of the meeting?" is no Summer's)
+                if near is not None and not named and (
+                        not name_in_memory(idx, near, conn) or not _said_beside(idx, near, terms, t, conn)):
                     continue
                 if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
                     out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
