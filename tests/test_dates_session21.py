@@ -67,6 +67,46 @@ def test_what_is_no_day_or_no_year_stays_so(query: str, phrase: str | None) -> N
         assert got.start == got.end and date(2023, 1, 21) <= got.start <= date(2024, 1, 21)
 
 
+@pytest.mark.parametrize("query", [
+    # the audit's: an ordinal after a day's word, numbering a noun, is no day
+    "what did the therapist say after the fifth session?",
+    "before the seventh lesson",
+    "since the fourth grade",
+    "on the fourth day of the trip",
+    "on the fifth attempt",
+    # ordinals listed together are read or left as one
+    "the fifth or sixth time",
+    "what did we think of the fourth and fifth chapters?",
+    # a spelled-out day beside a month's whole name only: Jan is a name too
+    "I asked Jan the second question",
+    "Jan first said no",
+])
+def test_an_ordinal_of_something_else_is_no_day(query: str) -> None:
+    assert query_date_range(query, anchor=ANCHOR) is None
+
+
+@pytest.mark.parametrize(("query", "start", "end"), [
+    ("the fourth, fifth and sixth of May", date(2023, 5, 4), date(2023, 5, 6)),
+    ("what happened on the seventeenth and eighteenth?", date(2024, 1, 17), date(2024, 1, 18)),
+    ("between the seventeenth and eighteenth", date(2024, 1, 17), date(2024, 1, 18)),
+    ("May fourth, fifth and sixth", date(2023, 5, 4), date(2023, 5, 6)),
+    ("on the twenty-fifth and twenty-sixth", date(2023, 12, 25), date(2023, 12, 26)),
+    ("what did we do on the twenty-second?", date(2023, 12, 22), date(2023, 12, 22)),  # no digit in it
+    ("what did we do in Ocotber?", date(2023, 10, 1), date(2023, 10, 31)),
+    ("the third of Ocotber", date(2023, 10, 3), date(2023, 10, 3)),
+    # two-digit years: the last century's when this one's would be far ahead; a range of them
+    ("I was born on 3 March 95, what else?", date(1995, 3, 3), date(1995, 3, 3)),
+    ("on 17/01/95", date(1995, 1, 17), date(1995, 1, 17)),
+    ("between 17 Jan 24 and 19 Jan 24", date(2024, 1, 17), date(2024, 1, 19)),
+    ("from 17 Jan 24 to 19 Jan 24?", date(2024, 1, 17), date(2024, 1, 19)),
+    ("on 29 Feb 23?", date(2020, 2, 29), date(2020, 2, 29)),  # no such day in 2023: 23 is no year
+    ("runs: 3 May 10, 4 May 12", date(2023, 5, 3), date(2023, 5, 3)),  # 10 is no year before a digit
+])
+def test_days_the_audit_found_misread(query: str, start: date, end: date) -> None:
+    got = query_date_range(query, anchor=ANCHOR)
+    assert got is not None and (got.start, got.end) == (start, end), got
+
+
 def _day(text: str) -> object:
     return query_date_range(text, anchor=ANCHOR)
 
@@ -77,6 +117,11 @@ def _day(text: str) -> object:
     ("see you on the seventeenth!", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
     ("we met on the 17th", date(2024, 1, 10), "17 December 2023", "17 January 2024"),
     ("the party on the seventeenth of January", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
+    # a past word before a comma is another clause's (the audit's)
+    ("Kate booked the escape room for us, see you on the 17th!", date(2024, 1, 10), "17 January 2024",
+     "17 December 2023"),
+    ("I called the vet, appointment is on the 17th", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
+    ("Yesterday, we met Kate on the 17th", date(2024, 1, 20), "17 January 2024", "17 February 2024"),
 ])
 def test_a_messages_day_of_the_month_is_a_plan_or_a_past_day_by_its_clause(
         text: str, written: date, named: str, not_named: str) -> None:
@@ -101,6 +146,32 @@ def _memory(ws: Path) -> None:
     ])
     # a note for a day to come (a trip's packing list)
     (ws / "memory" / "2031-07-01.md").write_text("# Trip\n\n- pack the tent and the stove\n")
+
+
+def test_a_message_naming_its_day_in_words_is_fetched_for_that_day(tmp_path: Path) -> None:
+    """The audit's: a chunk saying "on the seventeenth of January" or "17 Janaury" was never fetched
+    for a question naming 17 January (the full-text look for mentions searched digits and the
+    months' right spellings only), unlike one saying "17 January"."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "plan.jsonl", [
+        ("2024-01-05T10:00:00Z", "user", "Party at Kate's flat on the seventeenth of January, bring snacks."),
+        ("2024-01-05T10:01:00Z", "assistant", "Noted."),
+    ])
+    _session(ws / "sessions" / "typo.jsonl", [
+        ("2024-01-06T10:00:00Z", "user", "Dentist moved to 17 Janaury, 9am."),
+        ("2024-01-06T10:01:00Z", "assistant", "Got it."),
+    ])
+    for i in range(8):  # other days' talk
+        _session(ws / "sessions" / f"other{i}.jsonl", [
+            (f"2024-01-{10 + i:02d}T10:00:00Z", "user", f"Ordinary day number {i}, nothing planned."),
+        ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("what is happening on 17 January 2024?", max_results=5)
+        paths = [h.path for h in hits]
+        assert "sessions/plan.jsonl" in paths and "sessions/typo.jsonl" in paths, [h.citation for h in hits]
 
 
 def test_a_future_stamp_does_not_end_the_timeline(tmp_path: Path) -> None:

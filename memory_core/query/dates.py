@@ -118,8 +118,10 @@ _DAY_MON_YEAR = LazyPattern(rf"(?<![\w.,/-])(\d{{1,2}})([-/.]){_MONTH_WORD_RE}\2
 _YEAR_MON_DAY = LazyPattern(rf"(?<![\w.,/-])(\d{{4}})([-/.]){_MONTH_WORD_RE}\2(\d{{1,2}})(?![\w/-]|[.,]\d)",
                             re.IGNORECASE)
 # after a day and a month's name: 2024, '24, or 24 right after the month's name that ends the day's
-# words ("on 17 Jan 24?"; not "3 June 10:30", "17 Jan 24 hours", "Jan 17, 24")
-_YEAR_AFTER = r"(\d{4}|['\u2019]\d{2}\b|(?<=[a-z.] )\d{2}(?=\s*(?:$|[?!;,)\]]|[.:](?!\d))))"
+# words or joins it to another day ("on 17 Jan 24?", "between 17 Jan 24 and 19 Jan 24"; not "3 June
+# 10:30", "17 Jan 24 hours", "Jan 17, 24", "3 May 10, 4 May 12")
+_YEAR_AFTER = (r"(\d{4}|['\u2019]\d{2}\b|(?<=[a-z.] )\d{2}(?=\s*(?:$|[?!;)\]]|,(?!\s*\d)|[.:](?!\d))"
+               r"|\s+(?:and|to|until|till|through)\s+\d|\s*[-–]\s*\d))")
 # year first, any of - / . (2024-01-17, 2024/01/17, 2024.01.17)
 _ISO = LazyPattern(r"(?<![\d.])(\d{4})([-/.])(\d{1,2})\2(\d{1,2})(?![\d])")
 # day and month in either order with a year (17.01.2024, 17/01/24, 01-17-2024): the same separator twice
@@ -152,9 +154,15 @@ _ORDINAL_WORDS.update({"twentieth": 20, "thirtieth": 30})
 # a day of the month spelled out ("the seventeenth", "twenty-first", "thirty first")
 _SPELLED_ORDINAL = LazyPattern(r"\b(?:(twenty|thirty)[\s-]?)?(" + "|".join(sorted(_ORDINAL_WORDS, key=len, reverse=True))
                                + r")\b")
-_SPELLED_MONTH_AFTER = LazyPattern(rf"\s+(of\s+)?{_MONTH_WORD_RE}\b")
-_SPELLED_MONTH_BEFORE = LazyPattern(rf"\b{_MONTH_WORD_RE}\.?\s+(the\s+)?$")
+# a month beside a spelled-out day is named whole ("Jan first said no": Jan is a name too)
+_FULL_MONTH_RE = "(" + _trie_re(m for m in _MONTHS if len(m) > 4 or m in _MONTH_NAMES) + ")"
+_SPELLED_MONTH_AFTER = LazyPattern(rf"\s+(of\s+)?{_FULL_MONTH_RE}\b")
+_SPELLED_MONTH_BEFORE = LazyPattern(rf"\b{_FULL_MONTH_RE}\s+(the\s+)?$")
 _SPELLED_THE_BEFORE = LazyPattern(r"\bthe\s+$")
+# what joins spelled-out days into one list or span ("the fourth, fifth and sixth", "the fifth or
+# sixth", "the seventeenth to the twentieth")
+_SPELLED_JOIN = LazyPattern(r"(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&|to|through|until|till)\s+|\s*[-–]\s*)"
+                            r"(?:the\s+)?$")
 # three or more days of one month written after it: "May 3rd, 4th and 5th", "May 3, 4 and 5, 2026"
 # (two are _MONTH_DAY_SPAN's: "May 3rd and 5th")
 _LIST_JOIN = r"(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&)\s+)(?:the\s+)?"
@@ -175,9 +183,11 @@ before that."""
 _WEEKDAY_BEFORE_DAY = re.compile(r"[\s,]*")
 """What may stand between a weekday and the day it names ("on Sunday, 7 January", "last Friday
 12/01"): the day is the span, the weekday only says which day of its week it is."""
-_CLAUSE_END = re.compile(r"[.!?;\n]|:(?!\d)")
+_CLAUSE_END = re.compile(r"[.!?;\n]|[:,](?!\d)")
 """Where a clause of a text ends, for the tense of a weekday's clause (:func:`_clause_of`): "Noted:
-call mum on Sunday" is a plan after a past word."""
+call mum on Sunday" is a plan after a past word, and so are "Kate booked the escape room, see you
+on the 17th!" and "I called the vet, appointment is on the 17th" (a comma too, since the
+twenty-first session's audit)."""
 _RELATIVE = (  # (pattern, days back of the reference day's start, of its end); None: computed below
     (LazyPattern(r"\b(?:the\s+)?day\s+before\s+yesterday\b"), 2, 2),
     (LazyPattern(r"\byesterday\b"), 1, 1),
@@ -432,8 +442,8 @@ _BEHIND = 48
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 _MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:"
-                        + "|".join(sorted({m[:3] for m in _MONTH_NAMES} | {"agu", "otc"})) + ")"
-                        r"|enth\b|ieth\b|fourth|fifth|sixth|eighth|ninth|twelfth"
+                        + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
+                        r"|second|third|enth\b|ieth\b|fourth|fifth|sixth|eighth|ninth|twelfth"
                         r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
 
 
@@ -600,31 +610,44 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
     """``q`` with each day of the month spelled out as an ordinal written in digits, in the same
     number of characters ("the seventeenth of may" -> "the 17th        of may"), and where each
     was (start, end): so every day pattern reads it, and a span found in the result is a span of
-    ``q``. Only where it names a day: with a month's name after it ("the first of May", "seventeenth
-    January") or before it ("January the first", "Jan seventeenth"), or, from "fourth" on, after
-    "the" ("on the seventeenth?", which the ``the 17th`` rule then reads or refuses as it reads
-    digits). "May" as a month needs "of" after the ordinal or "the" or "fourth" on before it ("the
-    first may be", "you may first ask" are no days); "first", "second" and "third" alone never
-    name one ("our first conversation", "the second time")."""
-    if not _SPELLED_ORDINAL.compiled.search(q):
-        return q, []
-    out, regions, last = [], [], 0
+    ``q``. Ordinals listed together ("the fourth, fifth and sixth of May", "the fifth or sixth
+    time") are read or left as one. Only where they name days: with a month's whole name after
+    the last ("the first of May", "seventeenth January") or before the first ("January the
+    first"), or, from "fourth" on, after "the" with nothing after them an ordinal could number
+    (:data:`_ORDINAL_ENDS`: "on the seventeenth?", not "after the fifth session", "on the fourth
+    day of the trip", "the fifth or sixth time"). "May" as the month needs "of" after the ordinal
+    or "the" or "fourth" on before it ("the first may be", "you may first ask" are no days);
+    "first", "second" and "third" alone never name one ("our first conversation")."""
+    found = []
     for m in _SPELLED_ORDINAL.compiled.finditer(q):
         n = _ORDINAL_WORDS[m.group(2)] + {"twenty": 20, "thirty": 30}.get(m.group(1) or "", 0)
-        if n > 31 or (m.group(1) and _ORDINAL_WORDS[m.group(2)] > 9):
+        found.append((m.start(), m.end(), n if n <= 31 and not (m.group(1) and _ORDINAL_WORDS[m.group(2)] > 9) else 0))
+    if not found:
+        return q, []
+    groups: list[list[tuple[int, int, int]]] = []
+    for hit in found:  # ordinals joined by "," / "and" / "or" / "to" are one list
+        if groups and _SPELLED_JOIN.compiled.fullmatch(q, groups[-1][-1][1], hit[0]):
+            groups[-1].append(hit)
+        else:
+            groups.append([hit])
+    out, regions, last = [], [], 0
+    for group in groups:
+        if any(n == 0 for _, _, n in group):
             continue  # "thirty-second", "twenty tenth": no day of a month
-        i, j = m.start(), m.end()
+        i, j, low = group[0][0], group[-1][1], min(n for _, _, n in group)
         after = _SPELLED_MONTH_AFTER.compiled.match(q, j)
         before = _SPELLED_MONTH_BEFORE.compiled.search(q, max(0, i - 16), i)
         day = bool((after and (after.group(2) != "may" or after.group(1)))
-                   or (before and (before.group(1) != "may" or before.group(2) or n >= 4))
-                   or (n >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 8), i)))
+                   or (before and (before.group(1) != "may" or before.group(2) or low >= 4))
+                   or (low >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 8), i)
+                       and _ORDINAL_ENDS.compiled.match(q, j)))
         if not day:
             continue
-        suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-        out += [q[last:i], f"{n}{suffix}".ljust(j - i)]
-        regions.append((i, j))
-        last = j
+        for a, b, n in group:
+            suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+            out += [q[last:a], f"{n}{suffix}".ljust(b - a)]
+            regions.append((a, b))
+            last = b
     return ("".join(out) + q[last:], regions) if regions else (q, [])
 
 
@@ -690,7 +713,7 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
         a, b, y = int(m.group(1)), int(m.group(3)), m.group(4)
         md = _pick_order(a, b, order, m.group(2) == ".", True)
         if md:
-            add(m.start(), m.end(), make(int(y) + (2000 if len(y) == 2 else 0), *md))
+            add(m.start(), m.end(), make(_century(int(y)) if len(y) == 2 else int(y), *md))
     for rx, day_first in ((_DAY_MON_YEAR, True), (_YEAR_MON_DAY, False)):
         for m in rx.finditer(q):
             y, mon_s, d = (m.group(4), m.group(3), m.group(1)) if day_first else (m.group(1), m.group(3), m.group(4))
@@ -754,8 +777,13 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
     for rx, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
         for m in rx.finditer(q):
             day_s, mon_s = (m.group(1), m.group(2)) if day_first else (m.group(2), m.group(1))
-            add(m.start(), m.end(), _latest(_MONTHS[mon_s.lower().rstrip(".")], int(day_s),
-                                            _year_of(m.group(3)) if m.group(3) else None, yearless()))
+            mon = _MONTHS[mon_s.lower().rstrip(".")]
+            got_day = _latest(mon, int(day_s), _year_of(m.group(3)) if m.group(3) else None, yearless())
+            if got_day is None and day_first and m.group(3) and m.group(3)[0].isdigit() and len(m.group(3)) == 2:
+                # "on 29 Feb 23": no such day that year, so 23 was no year ("23" is not then the day)
+                add(m.start(), m.end(2), _latest(mon, int(day_s), None, yearless()))
+                continue
+            add(m.start(), m.end(), got_day)
     for rx, dots in ((_NUM_DOT, True), (_NUM_SLASH, False)):
         for m in rx.finditer(q):
             if _not_a_day(q, m, dots):
@@ -875,10 +903,20 @@ def _clause_of(q: str, i: int, j: int) -> str:
     return q[start:end.start() if end is not None else len(q)]
 
 
+TWO_DIGIT_YEARS_AHEAD = 20
+"""A two-digit year is this century's unless that is more than this many years after the clock's
+year, then the last century's (in 2026: ``24`` is 2024, ``46`` 2046, ``95`` 1995)."""
+
+
 def _year_of(text: str) -> int:
-    """A year as written after a day: ``2024``, or two digits (``24``, ``'24``) of this century."""
+    """A year as written after a day: ``2024``, or two digits (``24``, ``'24``: :func:`_century`)."""
     digits = text.lstrip("'\u2019")
-    return int(digits) + (2000 if len(digits) == 2 else 0)
+    return _century(int(digits)) if len(digits) == 2 else int(digits)
+
+
+def _century(yy: int) -> int:
+    """The year of a two-digit ``yy`` (:data:`TWO_DIGIT_YEARS_AHEAD`)."""
+    return 2000 + yy if 2000 + yy <= date.today().year + TWO_DIGIT_YEARS_AHEAD else 1900 + yy
 
 
 def _count(word: str) -> int:
@@ -1379,9 +1417,15 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     return out
 
 
+_SPELLED_DAYS = {n: w for w, n in _ORDINAL_WORDS.items()}
+_SPELLED_DAYS.update({20 + n: f"twenty {w}" for w, n in _ORDINAL_WORDS.items() if n <= 9})
+_SPELLED_DAYS[31] = "thirty first"
+
+
 def _mention_match(dates: DateRange) -> str | None:
     """An FTS5 query for chunks that may name a day of a short range in words: its day number and
-    its month (as a number or a name), e.g. ``("17" OR "17th") AND ("01" OR "1" OR "jan" OR "january")``."""
+    its month (as a number or a name), e.g. ``("17" OR "17th" OR "seventeenth") AND ("01" OR "1" OR "jan" OR
+    "january" OR "janaury" ...)``."""
     if (dates.end - dates.start).days >= 7:
         return None
     names = dict(enumerate(_MONTH_NAMES, 1))
@@ -1389,8 +1433,9 @@ def _mention_match(dates: DateRange) -> str | None:
     for i in range((dates.end - dates.start).days + 1):
         d = dates.start + timedelta(days=i)
         suffix = "th" if 10 <= d.day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d.day % 10, "th")
-        days = {str(d.day), f"{d.day:02d}", f"{d.day}{suffix}"}
-        months = {str(d.month), f"{d.month:02d}", names[d.month], names[d.month][:3]}
+        days = {str(d.day), f"{d.day:02d}", f"{d.day}{suffix}", _SPELLED_DAYS[d.day]}
+        months = {str(d.month), f"{d.month:02d}", names[d.month], names[d.month][:3],
+                  *(m for m, k in _MONTHS.items() if k == d.month and len(m) > 4)}
         alts.append("(" + " OR ".join(f'"{t}"' for t in sorted(days)) + ") AND ("
                     + " OR ".join(f'"{t}"' for t in sorted(months)) + ")")
     return " OR ".join(f"({a})" for a in alts)
