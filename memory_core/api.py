@@ -104,11 +104,13 @@ class Memory:
         """Run one reindex in this process and return what it did.
 
         Incremental by default: unchanged files are carried over, changed ones re-chunked, and
-        only chunks with no cached vector are embedded. ``full=True`` rebuilds every file (still
-        reusing cached vectors). ``progress`` is called as files are chunked and vectors return.
-        Raises :class:`memory_core.errors.RunError` when the run fails (the live index stays).
+        only chunks with no cached vector are embedded; a transcript that grew is indexed however
+        little it grew (the session delta is for the runs this object's triggers start).
+        ``full=True`` rebuilds every file (still reusing cached vectors). ``progress`` is called
+        as files are chunked and vectors return. Raises :class:`memory_core.errors.RunError` when
+        the run fails (the live index stays).
         """
-        return self.indexer.run(full=full, progress=progress)
+        return self.indexer.run(full=full, progress=progress, appends=True)
 
     @property
     def indexer(self) -> Indexer:

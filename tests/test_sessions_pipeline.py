@@ -9,6 +9,7 @@ import logging
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.sources.freshness import dirty_state
 from tests.conftest import openai_settings
 
 SECRETS = [
@@ -95,10 +96,14 @@ def test_delta_thresholds(workspace):
     assert small.sessions_carried == 1 and small.files_changed == 0
     # and the run says so: a changed file kept by rule is not "nothing to do" (twentieth session's audit)
     assert small.outcome() == "unchanged: 1 transcript(s) grew below the session delta and keep their indexed rows"
-    assert any(line.startswith("transcripts grown below the session delta: 1,") and "index --full" in line
+    assert any(line.startswith("transcripts grown below the session delta: 1,") and "`memory-core index`" in line
                for line in small.lines())
+    assert any(line.startswith("files:") and "1 grown below the session delta" in line for line in small.lines())
     with Searcher(s) as searcher:
         assert not searcher.search("narwhal", min_score=0)
+    # status names it (not dirty: a trigger's run would keep it as it is)
+    st = dirty_state(s)
+    assert not st.dirty and st.below_delta == ["sessions/grow.jsonl"]
     # growth accumulates against the indexed size: past delta_messages it is reindexed
     with path.open("a") as fh:
         for i in range(10):
@@ -112,6 +117,42 @@ def test_delta_thresholds(workspace):
     path.unlink()
     last = run_index(s)
     assert last.files_new == 1 and last.files_removed == 1
+
+
+def test_a_run_asked_for_indexes_every_grown_transcript(workspace, capsys):
+    """Twenty-first session's audit (a daily user): two messages appended to a transcript were not
+    searchable after `memory-core index`, which said the transcript "grew below the session
+    delta", and `status` said clean. The delta is for the runs triggers start on their own; a run
+    someone asks for (`memory-core index`, `Memory.index()`) indexes what grew. `status` names
+    the transcripts a trigger's run would keep."""
+    from memory_core.api import Memory
+    from memory_core.apps.cli import main
+
+    sd = workspace / "sessions"
+    path = sd / "daily.jsonl"
+    path.write_text("".join(_message("user", f"note {i} about the walrus project") + "\n" for i in range(5)))
+    cfg = {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]}
+    (workspace / "memory-core.toml").write_text('provider = "none"\nsources = ["memory", "sessions"]\n')
+    assert main(["index", "-w", str(workspace), "--engine", "local", "--no-progress"]) == 0
+    with path.open("a") as fh:
+        fh.write(_message("assistant", "the narwhal decision is final") + "\n")
+    capsys.readouterr()
+    assert main(["status", "-w", str(workspace), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["dirty"] is False and st["below_delta"] == ["sessions/daily.jsonl"] and "memory-core index" in st[
+        "below_delta_note"]
+    assert main(["index", "-w", str(workspace), "--engine", "local", "--no-progress"]) == 0
+    assert "grew below the session delta" not in capsys.readouterr().err
+    assert main(["search", "-w", str(workspace), "narwhal", "--json"]) == 0
+    assert any(r["path"] == "sessions/daily.jsonl" for r in json.loads(capsys.readouterr().out)["results"])
+    # the API's explicit run the same; a trigger's run (Indexer.run, as sync and watch call it) keeps the delta
+    with path.open("a") as fh:
+        fh.write(_message("user", "the walrus moved to the aquarium") + "\n")
+    with Memory(load_settings(None, cfg), refresh=False) as memory:
+        assert memory.indexer.run().sessions_carried == 1
+        done = memory.index()
+        assert done.sessions_carried == 0 and done.files_changed == 1
+        assert any(r.path == "sessions/daily.jsonl" for r in memory.search("aquarium", min_score=0))
 
 
 def test_an_edit_of_indexed_messages_reindexes_the_transcript_whatever_its_size(workspace):

@@ -595,13 +595,15 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
 
 
 def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
+    from memory_core.index.indexer import asked_for
     from memory_core.runtime.engines import require_engine
 
     engine = require_engine(needed_by="--engine prefect")
     progress, close = _progress_bar(not args.no_progress and sys.stderr.isatty())
     try:
         # the flow runs on these settings (resolved once); its parameters record the flags given
-        return engine.run_reindex(settings, config_file=args.config, told=_writer_told(args), full=args.full,
+        # a run asked for: every transcript that grew is indexed (as --engine local's Memory.index)
+        return engine.run_reindex(asked_for(settings), config_file=args.config, told=_writer_told(args), full=args.full,
                                   progress=progress,
                                   on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))
     except MemoryCoreError:

@@ -38,6 +38,17 @@ if TYPE_CHECKING:
 __all__ = ["DeploymentOutcome", "HintedRunner", "Indexer", "RunRecord", "Runner", "run_hinted"]
 
 
+def asked_for(settings: Settings) -> Settings:
+    """``settings`` for a run someone asked for: no session delta, so every transcript that grew
+    is indexed now (its new messages searchable). The delta (``[sessions] delta_bytes`` /
+    ``delta_messages``, the seeds' 100 KB / 50 messages) is for the runs a trigger starts on its
+    own, which would otherwise re-chunk a transcript at every message."""
+    if settings.sessions.delta_bytes == 0 and settings.sessions.delta_messages == 0:
+        return settings
+    return settings.model_copy(update={"sessions": settings.sessions.model_copy(
+        update={"delta_bytes": 0, "delta_messages": 0})})
+
+
 class Indexer:
     """Runs reindexes of ``settings``' index in this process, with one embedding provider.
 
@@ -81,13 +92,15 @@ class Indexer:
         return f"in-process runs, provider {self.provider.name}"
 
     def run(self, *, full: bool = False, progress: ProgressFn | None = None,
-            only_paths: Collection[str] | None = None) -> RunSummary:
+            only_paths: Collection[str] | None = None, appends: bool = False) -> RunSummary:
         """One reindex: incremental, or ``full`` (cached vectors are still reused). ``progress``
         is called as files are chunked and vectors return. ``only_paths`` (incremental runs): the
         absolute paths that changed since the last complete run, all of them (a watcher's events);
         the run looks at those only and takes every other indexed file as recorded, or scans
         everything when a path cannot be judged alone (:func:`memory_core.index.stages.discover_stage`).
-        Raises
+        ``appends``: a run someone asked for (``memory-core index``, :meth:`memory_core.api.Memory.index`)
+        indexes every transcript that grew, however little (:func:`asked_for`); the triggers'
+        runs (on search, on session start, a watcher, an interval) keep the session delta. Raises
         :class:`memory_core.errors.MemoryCoreError` subclasses when the run fails (the live
         index stays as it was; ``exc.run_summary`` says what was done and cached)."""
         from memory_core.index.pipeline import run_index
@@ -100,8 +113,8 @@ class Indexer:
                 preflight(self.settings)  # a missing workspace is reported before any provider error
             provider = self.provider
             provider.start_run()  # a fresh retry budget per run (issue 17)
-            return run_index(self.settings, full=full, provider=provider, reason=self._reason, progress=progress,
-                             if_busy=if_busy, only_paths=only_paths)
+            return run_index(asked_for(self.settings) if appends else self.settings, full=full, provider=provider,
+                             reason=self._reason, progress=progress, if_busy=if_busy, only_paths=only_paths)
 
     def _as_built_now(self) -> None:
         """Before a run: take what these settings were not told from the live index as it is now

@@ -448,14 +448,15 @@ class RunSummary:
             out.append(f"discovery: {s.discovery()}")
         out += [
             f"files: {s.files_scanned} scanned, {s.files_new} new, {s.files_changed} changed,"
-            f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped",
+            f" {s.files_unchanged} unchanged, {s.files_removed} removed, {s.files_skipped} skipped"
+            + (f", {s.sessions_carried} grown below the session delta" if s.sessions_carried else ""),
             f"chunks: {s.chunks_total} total, {s.chunks_indexed} from new/changed files,"
             f" {s.chunks_embedded} embedded, {s.chunks_from_cache} from cache",
         ]
         if s.sessions_carried:
             out.append(f"transcripts grown below the session delta: {s.sessions_carried}, their indexed rows kept"
                        " (new messages are indexed once a transcript grows by [sessions] delta_bytes or"
-                       " delta_messages; `index --full` indexes them now)")
+                       " delta_messages; `memory-core index` indexes them now)")
         if s.files_touched:
             out.append(f"files touched only (same bytes, a new mtime): {s.files_touched}, their mtime recorded"
                        " (nothing re-read or embedded)")

@@ -106,6 +106,11 @@ STOPPED_RUNS_NOTE = ("their processes stopped without reporting (killed, or the 
                      " or a deployment's run) marks them Crashed; the live index is whole either way")
 
 
+BELOW_DELTA_NOTE = ("transcripts that grew by less than [sessions] delta_bytes / delta_messages: a run a trigger"
+                    " starts (on search, on session start, watch) keeps their indexed rows, so their new messages"
+                    " are not searchable yet; `memory-core index` indexes them now")
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryStatus:
     """What ``memory-core status`` and ``memory_status`` report.
@@ -147,6 +152,8 @@ class MemoryStatus:
     note: str = ""
     dirty: bool | None = None
     dirty_reason: str = ""
+    # transcripts grown below the session delta (not dirty): their new messages wait for a run
+    below_delta: list[str] = field(default_factory=list)
     extra_paths: list[str] = field(default_factory=list)
     cache_max_entries: int | None = None
     batch: dict[str, Any] | None = None  # the run's Batch API record, as the index keeps it (JSON)
@@ -181,8 +188,10 @@ class MemoryStatus:
                 out["chunks_over_window"] = self.chunks_over_window
             if self.note:
                 out["note"] = self.note
-            out.update(dirty=self.dirty, dirty_reason=self.dirty_reason, extra_paths=list(self.extra_paths),
-                       cache_max_entries=self.cache_max_entries)
+            out.update(dirty=self.dirty, dirty_reason=self.dirty_reason)
+            if self.below_delta:
+                out.update(below_delta=list(self.below_delta), below_delta_note=BELOW_DELTA_NOTE)
+            out.update(extra_paths=list(self.extra_paths), cache_max_entries=self.cache_max_entries)
             if self.batch:
                 out["batch"] = self.batch
         if self.stopped_flow_runs:

@@ -61,7 +61,8 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
         cache_path=str(settings.cache_file), sizes=sizes, vector_scan=scan,
         # chunks longer than the embedding model's input window (embedded from their head only)
         chunks_over_window=rec.chunks_over_window, note=provider_note(),
-        dirty=dirty.dirty, dirty_reason=dirty.reason, extra_paths=list(settings.extra_paths),
+        dirty=dirty.dirty, dirty_reason=dirty.reason, below_delta=list(dirty.below_delta),
+        extra_paths=list(settings.extra_paths),
         cache_max_entries=settings.cache.max_entries,
         batch=rec.batch,  # the Batch API jobs of the run that built this index
         built_from=IndexRecord.from_meta(idx.meta), stopped_flow_runs=stopped)

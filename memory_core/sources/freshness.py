@@ -57,6 +57,9 @@ class DirtyState:
     changed: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     reason: str = ""
+    # transcripts that grew below the session delta: not dirty (a trigger's run keeps their rows),
+    # but their new messages are not searchable until they grow past it or a run is asked for
+    below_delta: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -94,6 +97,7 @@ def dirty_state(settings: Settings) -> DirtyState:
     skips = recorded_skips(meta)
     new: list[str] = []
     changed: list[str] = []
+    grown: list[str] = []  # transcripts grown below the session delta
     seen: set[str] = set()
     for f in files:
         seen.add(f.path)
@@ -113,15 +117,18 @@ def dirty_state(settings: Settings) -> DirtyState:
             changed.append(f.path)
         elif f.source == "sessions":  # the indexer's own rule: what a run would reindex
             # (a same-size edit changes the mtime only: its indexed bytes are compared then)
-            if (f.size != size or f.mtime_ms != mtime_ms) and not below_delta(
-                    f.abs_path, f.size, size, lines, indexed_hash=digest, delta_bytes=settings.sessions.delta_bytes,
-                    delta_messages=settings.sessions.delta_messages):
-                changed.append(f.path)
+            if f.size != size or f.mtime_ms != mtime_ms:
+                if below_delta(f.abs_path, f.size, size, lines, indexed_hash=digest,
+                               delta_bytes=settings.sessions.delta_bytes,
+                               delta_messages=settings.sessions.delta_messages):
+                    grown.append(f.path)
+                else:
+                    changed.append(f.path)
         elif size != f.size or mtime_ms != f.mtime_ms:
             changed.append(f.path)
     removed = sorted(p for p in live if p not in seen)
     dirty = bool(new or changed or removed)
     reason = ", ".join(f"{len(v)} {k}" for k, v in (("new", new), ("changed", changed), ("removed", removed)) if v)
-    return DirtyState(dirty, new[:MAX_LISTED], changed[:MAX_LISTED], removed[:MAX_LISTED], reason)
+    return DirtyState(dirty, new[:MAX_LISTED], changed[:MAX_LISTED], removed[:MAX_LISTED], reason, grown[:MAX_LISTED])
 
 
