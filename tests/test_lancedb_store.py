@@ -70,6 +70,9 @@ def test_store_recall_list_forget_and_duplicates(store: MemoryStore, openai_fake
     agent = top.to_agent()
     assert agent["citation"] == f"store:{a.memory.id}" and agent["source"] == "store"
     assert {"path", "startLine", "endLine", "score", "snippet", "citation", "id", "category", "importance"} <= set(agent)
+    # the file results' keys, each spelled once (a daily user's audit: the store's had start_line too)
+    from memory_core.query.rank import AGENT_RESULT_KEYS
+    assert set(AGENT_RESULT_KEYS) <= set(agent) and not {"start_line", "end_line"} & set(agent)
     # the reported score is ranking.fuse_calibrated's relevance for the hit's raw scores
     bm25 = top.text_score / (1 - top.text_score)
     assert bm25 > 0 and -1 <= top.vector_score <= 1

@@ -173,7 +173,8 @@ class RecallHit:
     match: str  # "both", "vector" or "keyword"
 
     def to_agent(self, *, with_text: bool = True) -> dict[str, object]:
-        """The ``memory_search`` result shape (path, lines, citation ``store:<id>``) plus the memory's
+        """The ``memory_search`` result shape (path, lines, citation ``store:<id>``: the file results'
+        keys, each once, :func:`memory_core.query.rank.SearchResult.to_agent`) plus the memory's
         own fields (``id``, ``text``, ``category``, ``importance``, ``createdAt``): ``memory_recall``'s
         result. ``with_text=False`` leaves the whole ``text`` out (``memory_search``, whose
         ``query.max_injected_chars`` counts and cuts snippets: a memory of up to 8,000 characters
@@ -184,7 +185,7 @@ class RecallHit:
         out: dict[str, object] = {
             "path": cite, "startLine": 1, "endLine": end, "score": round(self.score, 6),
             "snippet": cut_at_word(m.text, ranking.SNIPPET_MAX_CHARS), "source": SOURCE, "citation": cite,
-            "start_line": 1, "end_line": end, "match": self.match, "date": _iso(m.created_at)[:10],
+            "match": self.match, "date": _iso(m.created_at)[:10],
             "vector_score": round(self.vector_score, 6), "text_score": round(self.text_score, 6),
             "id": m.id, "text": m.text, "category": m.category, "importance": round(m.importance, 6),
             "createdAt": m.created_at,
