@@ -103,7 +103,8 @@ SIZE_LINES = {
     "rest": "text, FTS5 and B-tree indexes (`status --sizes` splits it; reads the whole file)",
     "free": "free pages (reused by later runs)",
     "cache": "the embedding cache: vectors the live index does not hold (received by an unfinished run, or of"
-             " chunks that left the index), so re-adding them embeds nothing",
+             " chunks that left the index), so re-adding them embeds nothing, and the part vectors (windows,"
+             " exchanges: the index keeps those by chunk, not by text)",
 }
 
 
