@@ -120,6 +120,8 @@ def test_an_everyday_word_is_not_respelled_into_a_name(tmp_path_factory: pytest.
         for q in ("Summary of the meeting?", "Mission status?"):
             assert retrieval.respelled(idx, q) == q  # Summer / Mason never beside "meeting" / "status"
         assert retrieval.respelled(idx, "Mohammed put up what?") == "muhammad put up what?"
+        # words of the talk itself are no evidence either way: as the name alone
+        assert retrieval.respelled(idx, "Muhhamed said what?") == "muhammad said what?"
         hits = se.search("Mohammed put up what?")
         assert hits and hits[0].path == "memory/2024-01-17.md"
 

@@ -1101,10 +1101,19 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
     return name
 
 
+_TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told", "telling", "talk", "talks",
+                         "talked", "talking", "mention", "mentions", "mentioned", "ask", "asks", "asked", "write",
+                         "writes", "wrote", "written", "message", "messaged", "text", "texted", "reply", "replied"))
+"""Words a question uses of the talk itself ("Muhhamed said what?"), not of what was said: no
+evidence of which person it asks about (:func:`_said_beside`)."""
+
+
 def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
-    """Whether some chunk holds ``near`` and one of the query's other words (``terms`` but ``word``
-    and stop words); true for a query of that word alone (nothing else to read it by)."""
-    others = [textsearch.fts_string(w) for w in terms if w != word and not textsearch.is_stop_word(w)]
+    """Whether some chunk holds ``near`` and one of the query's other words (``terms`` but ``word``,
+    stop words and :data:`_TALK_WORDS`); true for a query of that word alone (nothing else to
+    read it by)."""
+    others = [textsearch.fts_string(w) for w in terms
+              if w != word and not textsearch.is_stop_word(w) and w not in _TALK_WORDS]
     if not others:
         return True
     try:
