@@ -644,11 +644,15 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
         if not day:
             continue
         for a, b, n in group:
-            suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-            out += [q[last:a], f"{n}{suffix}".ljust(b - a)]
+            out += [q[last:a], f"{n}{_suffix(n)}".ljust(b - a)]
             regions.append((a, b))
             last = b
     return ("".join(out) + q[last:], regions) if regions else (q, [])
+
+
+def _suffix(n: int) -> str:
+    """An ordinal's suffix in digits: ``st`` (1, 21, 31), ``nd``, ``rd``, else ``th`` (11-13 too)."""
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
 def _snapped(spans: list[Span], regions: list[tuple[int, int]]) -> list[Span]:
@@ -1317,7 +1321,9 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     low = text.lower()
     if not _MAYBE_DAY.search(low):
         return False
-    low = _spelled_out(low)[0]  # "see you on the seventeenth": its number for the cheap look below
+    # "see you on the seventeenth": its number for the cheap look below, and read once (the full
+    # read below takes the rewritten text as is: its spans are not used, only its days)
+    low = _spelled_out(low)[0]
     ref = written or datetime.now().astimezone().date()
     # a cheap look first: one of the range's day numbers, or (written within a week either side of
     # the range: "yesterday" after it, "see you tomorrow" before it) a relative day; the full read
@@ -1328,7 +1334,7 @@ def mentions(text: str, written: date | None, dates: DateRange) -> bool:
     if not (any(re.search(rf"(?<!\d)0?{n}(?!\d)", low) for n in numbers) or (near and _RELATIVE_WORD.search(low))):
         return False
     try:
-        days = _single_days(low, lambda: ref, dates.order, 182, plans=True)
+        days = _read_days(low, lambda: ref, dates.order, 182, plans=True)
     except (OverflowError, ValueError):  # written at the calendar's edge ("last year" in year 1)
         return False
     return any(d0 == d1 and dates.start <= d0 <= dates.end for _, _, d0, d1 in days)
@@ -1432,8 +1438,7 @@ def _mention_match(dates: DateRange) -> str | None:
     alts = []
     for i in range((dates.end - dates.start).days + 1):
         d = dates.start + timedelta(days=i)
-        suffix = "th" if 10 <= d.day % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(d.day % 10, "th")
-        days = {str(d.day), f"{d.day:02d}", f"{d.day}{suffix}", _SPELLED_DAYS[d.day]}
+        days = {str(d.day), f"{d.day:02d}", f"{d.day}{_suffix(d.day)}", _SPELLED_DAYS[d.day]}
         months = {str(d.month), f"{d.month:02d}", names[d.month], names[d.month][:3],
                   *(m for m, k in _MONTHS.items() if k == d.month and len(m) > 4)}
         alts.append("(" + " OR ".join(f'"{t}"' for t in sorted(days)) + ") AND ("
