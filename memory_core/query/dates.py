@@ -2,7 +2,9 @@
 
 Chunk dates (``chunk_date``), in order:
 
-* a daily note ``memory/YYYY-MM-DD.md``: the date in its file name;
+* a daily note ``memory/YYYY-MM-DD.md`` (or another dated note: a name that starts with the day,
+  in any subfolder of ``memory/``, or ``memory/YYYY/MM/DD.md``; :func:`date_from_path`): the date
+  in its file name;
 * a transcript chunk: the earliest message time in its JSONL lines (the record's
   ``timestamp``, else its ``message.timestamp``), else the session header's timestamp;
 * any other file: its modification time (local date).
@@ -249,7 +251,15 @@ DEFAULT_DAY_TOLERANCE_HOURS = 6.0
 
 
 # -- paths ---------------------------------------------------------------------------------------
-_DATED_PATH_RE = re.compile(r"(?:^|/)memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+_DATED_PATH_RE = re.compile(
+    r"(?:^|/)memory/(?:[^/]+/)*?(?:(\d{4})-(\d{2})-(\d{2})|(\d{4})/(\d{2})/(\d{2}))(?:[-_ .,][^/]*)?\.md$")
+"""A dated note: a Markdown file under a ``memory/`` folder whose name starts with its day
+(``memory/2026-01-16.md``, the seeds' daily note; ``memory/2026-01-16-vendor-pitch.md``, as a
+session's summary is often named; ``memory/daily/2026-01-16.md`` in any subfolder) or that sits in
+year and month folders (``memory/2026/01/16.md``). A name with digits after the day
+(``memory/2026-01-160.md``) or the day elsewhere (``memory/notes-2026-01-16.md``) is undated."""
+_DATED_GLOB = "memory/*[0-9][0-9][0-9][0-9][-/][0-9][0-9][-/][0-9][0-9]*.md"
+"""A cheap look, in SQL, for the paths :data:`_DATED_PATH_RE` may date."""
 
 
 def _normalize_path(path: str) -> str:
@@ -258,12 +268,14 @@ def _normalize_path(path: str) -> str:
 
 
 def date_from_path(path: str) -> date | None:
-    """Date of a dated memory file (``.../memory/YYYY-MM-DD.md``), ``None`` if undated or invalid."""
+    """Date of a dated note (:data:`_DATED_PATH_RE`: ``.../memory/YYYY-MM-DD.md``, a name that starts
+    with the day, in any subfolder, or ``memory/YYYY/MM/DD.md``), ``None`` if undated or invalid."""
     m = _DATED_PATH_RE.search(_normalize_path(path))
     if m is None:
         return None
+    y, mo, d = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
     try:
-        return date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        return date(int(y), int(mo), int(d))
     except ValueError:
         return None
 
@@ -1381,6 +1393,18 @@ def _shift(d: date, days: int) -> date:
 _DAILY_NOTES = ("FROM files WHERE path >= 'memory/' AND path < 'memory0'"
                 " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'")
 """The daily notes (``memory/YYYY-MM-DD.md``) among the indexed files, in the path index's range."""
+
+
+def other_dated_notes(conn: Any) -> list[tuple[str, date]]:
+    """The indexed dated notes not named as the seeds' daily notes (``memory/2026-01-16-standup.md``,
+    ``memory/daily/2026-01-16.md``, ``memory/2026/01/16.md``: :data:`_DATED_PATH_RE`) with their
+    days: one walk of the ``memory/`` paths, a glob in SQL, the exact rule on what it lets through."""
+    rows = conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0' AND path GLOB ?"
+                        " AND NOT path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'",
+                        (_DATED_GLOB,))
+    return [(p, d) for (p,) in rows if (d := date_from_path(p)) is not None]
+
+
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                      dater: Dater) -> list[tuple[Any, ...]]:
     """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
@@ -1393,6 +1417,7 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     named = _fetched(dates)
     days = min(62, (named.end - named.start).days + 1)
     daily = [f"memory/{(named.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]  # exact days
+    daily += [p for p, d in other_dated_notes(conn) if named.start <= d <= named.end]
     dates = named.widened()  # stamped chunks: the tolerance too
     start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
     end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
@@ -1404,9 +1429,10 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     # every file of 1M chunks on that day, as before); c.path made SQLite sort them all (9.8 s).
     by_place = " ORDER BY fl.path, c.start_line"
     rows = list(conn.execute(sql + f" c.path IN ({','.join('?' * len(daily))})" + by_place, daily))
-    rows += conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
-                         " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
-                         (start_ms, end_ms, MAX_DATED_CANDIDATES)).fetchall()
+    # a dated note is dated by its name, whenever it was last modified
+    rows += [r for r in conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
+                                     " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
+                                     (start_ms, end_ms, MAX_DATED_CANDIDATES)) if date_from_path(r[3]) is None]
     if dater.stored:  # transcript chunks with a message of those days (their UTC day; the tolerance too)
         rows += conn.execute(sql + " c.rid IN (SELECT rid FROM chunk_days WHERE day >= ? AND day <= ?)"
                              + by_place + " LIMIT ?",
@@ -1489,6 +1515,9 @@ def timeline_end(conn: Any, today: date | None = None) -> date | None:
     row = conn.execute("SELECT max(path) " + _DAILY_NOTES + " AND path <= ?", (f"memory/{limit}.md",)).fetchone()
     if row and row[0]:
         best = date_from_path(row[0])
+    for _, d in other_dated_notes(conn):
+        if d.isoformat() <= limit and (best is None or d > best):
+            best = d
     if has_table(conn, "chunk_days"):
         row = conn.execute("SELECT max(day) FROM chunk_days WHERE day <= ?", (limit,)).fetchone()
         with contextlib.suppress(TypeError, ValueError):
@@ -1499,11 +1528,14 @@ def timeline_end(conn: Any, today: date | None = None) -> date | None:
 
 def memory_has_days(conn: Any, lo: date, hi: date) -> bool:
     """Whether the memory has a conversation day (as :func:`conversation_days` lists them) in
-    ``lo..hi``: a daily note named for one, or a transcript message of one; two index seeks, not a
-    list of every day (an ambiguous numeric day in a question asks this of both its readings)."""
+    ``lo..hi``: a dated note named for one, or a transcript message of one; two index seeks and a
+    walk of the other dated notes' paths, not a list of every day (an ambiguous numeric day in a
+    question asks this of both its readings)."""
     a, b = lo.isoformat(), hi.isoformat()
     if conn.execute("SELECT 1 " + _DAILY_NOTES + " AND path BETWEEN ? AND ? LIMIT 1",
                     (f"memory/{a}.md", f"memory/{b}.md")).fetchone() is not None:
+        return True
+    if any(lo <= d <= hi for _, d in other_dated_notes(conn)):
         return True
     return has_table(conn, "chunk_days") and conn.execute(
         "SELECT 1 FROM chunk_days WHERE day BETWEEN ? AND ? LIMIT 1", (a, b)).fetchone() is not None
@@ -1514,6 +1546,7 @@ def conversation_days(conn: Any) -> list[date]:
     conversation", "the last time we talked"): every daily note's day and every day a transcript
     has a message of (the index's ``chunk_days``)."""
     days = {d for (p,) in conn.execute("SELECT path " + _DAILY_NOTES) if (d := date_from_path(p)) is not None}
+    days.update(d for _, d in other_dated_notes(conn))
     if has_table(conn, "chunk_days"):
         for (day,) in conn.execute("SELECT DISTINCT day FROM chunk_days"):
             with contextlib.suppress(TypeError, ValueError):
