@@ -160,7 +160,14 @@ _SPELLED_ORDINAL = LazyPattern(r"\b(?:(twenty|thirty)[\s-]?)?(" + "|".join(sorte
 _FULL_MONTH_RE = "(" + _trie_re(m for m in _MONTHS if len(m) > 4 or m in _MONTH_NAMES) + ")"
 _SPELLED_MONTH_AFTER = LazyPattern(rf"\s+(of\s+)?{_FULL_MONTH_RE}\b")
 _SPELLED_MONTH_BEFORE = LazyPattern(rf"\b{_FULL_MONTH_RE}\s+(the\s+)?$")
-_SPELLED_THE_BEFORE = LazyPattern(r"\bthe\s+$")
+# a spelled-out ordinal with no month names a day only after a word that takes one ("on the
+# seventeenth", "until the twentieth", "the night of the fifth"), not "I'll take the fifth",
+# "which was the fifth?", "the fifth and final season"
+_SPELLED_THE_BEFORE = LazyPattern(r"\b(?:on|by|for|of|from|since|after|before|until|till|between|about|and|to|through)"
+                                  r"\s+the\s+$")
+# what a month's ordinal after it numbers instead of a day: "in October third week"
+_SPELLED_NOT_DAY_AFTER = LazyPattern(r"\s+(?:weeks?|weekends?|times?|days?|quarters?|terms?|rounds?|sessions?|places?|"
+                                     r"grades?|floors?|periods?|innings?|halfs?|halves|years?|months?)\b")
 # what joins spelled-out days into one list or span ("the fourth, fifth and sixth", "the fifth or
 # sixth", "the seventeenth to the twentieth")
 _SPELLED_JOIN = LazyPattern(r"(?:\s*,\s*(?:(?:and|or|&)\s+)?|\s+(?:and|or|&|to|through|until|till)\s+|\s*[-–]\s*)"
@@ -625,10 +632,12 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
     ``q``. Ordinals listed together ("the fourth, fifth and sixth of May", "the fifth or sixth
     time") are read or left as one. Only where they name days: with a month's whole name after
     the last ("the first of May", "seventeenth January") or before the first ("January the
-    first"), or, from "fourth" on, after "the" with nothing after them an ordinal could number
-    (:data:`_ORDINAL_ENDS`: "on the seventeenth?", not "after the fifth session", "on the fourth
-    day of the trip", "the fifth or sixth time"). "May" as the month needs "of" after the ordinal
-    or "the" or "fourth" on before it ("the first may be", "you may first ask" are no days);
+    first", not "October third week"), or, from "fourth" on, after "the" after a word that takes a
+    day (:data:`_SPELLED_THE_BEFORE`: "on the", "until the", not "I'll take the fifth") with nothing
+    after them an ordinal could number (:data:`_ORDINAL_ENDS`: "on the seventeenth?", not "after
+    the fifth session", "on the fourth day of the trip", "the fifth or sixth time"). "May" and
+    "March" as the month after an ordinal need "of" ("the second march on Washington" is none);
+    "May" before one "the" or "fourth" on ("the first may be", "you may first ask" are no days);
     "first", "second" and "third" alone never name one ("our first conversation")."""
     found = []
     for m in _SPELLED_ORDINAL.compiled.finditer(q):
@@ -649,9 +658,10 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
         i, j, low = group[0][0], group[-1][1], min(n for _, _, n in group)
         after = _SPELLED_MONTH_AFTER.compiled.match(q, j)
         before = _SPELLED_MONTH_BEFORE.compiled.search(q, max(0, i - 16), i)
-        day = bool((after and (after.group(2) != "may" or after.group(1)))
-                   or (before and (before.group(1) != "may" or before.group(2) or low >= 4))
-                   or (low >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 8), i)
+        day = bool((after and (after.group(2) not in ("may", "march") or after.group(1)))
+                   or (before and (before.group(1) != "may" or before.group(2) or low >= 4)
+                       and not _SPELLED_NOT_DAY_AFTER.compiled.match(q, j))
+                   or (low >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 16), i)
                        and _ORDINAL_ENDS.compiled.match(q, j)))
         if not day:
             continue
