@@ -80,11 +80,14 @@ def test_what_is_no_day_or_no_year_stays_so(query: str, phrase: str | None) -> N
     # a spelled-out day beside a month's whole name only: Jan is a name too
     "I asked Jan the second question",
     "Jan first said no",
-    # twenty-second session: an ordinal after "the" with no word before it that takes a day
+    # twenty-second session: the idiom, a list's item asked for, "and final"
     "I'll take the fifth",
+    "he pleaded the fifth",
     "which was the fifth?",
+    "which one is the fifth?",
     "we watched the fifth and final season",
-    # "march" after an ordinal is the word, unless "of" makes it the month
+    "the 5th and final season",
+    # "march" after "first" to "third" is the word, unless "of" or a year makes it the month
     "the second march on washington was bigger",
 ])
 def test_an_ordinal_of_something_else_is_no_day(query: str) -> None:
@@ -107,9 +110,16 @@ def test_an_ordinal_of_something_else_is_no_day(query: str) -> None:
     ("from 17 Jan 24 to 19 Jan 24?", date(2024, 1, 17), date(2024, 1, 19)),
     ("on 29 Feb 23?", date(2020, 2, 29), date(2020, 2, 29)),  # no such day in 2023: 23 is no year
     ("runs: 3 May 10, 4 May 12", date(2023, 5, 3), date(2023, 5, 3)),  # 10 is no year before a digit
-    # twenty-second session: a word that takes a day before "the"; "of" makes "march" the month;
-    # a month's ordinal numbering a week is no day (the month is still named)
+    # twenty-second session: "the <ordinal>" wherever it stands (the helper's audit of a first
+    # version that asked for "on"/"until" before it); "of", a year or an ordinal from "fourth" on
+    # makes "march" the month; a month's ordinal numbering a week is no day (the month is named)
     ("what about the twenty-first?", date(2024, 1, 21), date(2024, 1, 21)),
+    ("what happened the seventeenth?", date(2024, 1, 17), date(2024, 1, 17)),
+    ("is the party still the twenty-first?", date(2024, 1, 21), date(2024, 1, 21)),
+    ("what happened Wednesday the seventeenth?", date(2024, 1, 17), date(2024, 1, 17)),
+    ("is it the fifteenth or the sixteenth?", date(2024, 1, 15), date(2024, 1, 16)),
+    ("what happened the seventeenth march", date(2023, 3, 17), date(2023, 3, 17)),
+    ("what happened on second march 2023", date(2023, 3, 2), date(2023, 3, 2)),
     ("what did we eat the night of the fifth?", date(2024, 1, 5), date(2024, 1, 5)),
     ("we met on the fourth, fifth and sixth", date(2024, 1, 4), date(2024, 1, 6)),
     ("the second of march", date(2023, 3, 2), date(2023, 3, 2)),

@@ -52,6 +52,7 @@ import math
 import os
 import re
 import threading
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -160,11 +161,12 @@ _SPELLED_ORDINAL = LazyPattern(r"\b(?:(twenty|thirty)[\s-]?)?(" + "|".join(sorte
 _FULL_MONTH_RE = "(" + _trie_re(m for m in _MONTHS if len(m) > 4 or m in _MONTH_NAMES) + ")"
 _SPELLED_MONTH_AFTER = LazyPattern(rf"\s+(of\s+)?{_FULL_MONTH_RE}\b")
 _SPELLED_MONTH_BEFORE = LazyPattern(rf"\b{_FULL_MONTH_RE}\s+(the\s+)?$")
-# a spelled-out ordinal with no month names a day only after a word that takes one ("on the
-# seventeenth", "until the twentieth", "the night of the fifth"), not "I'll take the fifth",
-# "which was the fifth?", "the fifth and final season"
-_SPELLED_THE_BEFORE = LazyPattern(r"\b(?:on|by|for|of|from|since|after|before|until|till|between|about|and|to|through)"
-                                  r"\s+the\s+$")
+_SPELLED_THE_BEFORE = LazyPattern(r"\bthe\s+$")
+# "the fifth" that is no day: the idiom ("I'll take the fifth"), an item of a list asked for
+# ("which was the fifth?")
+_SPELLED_NOT_DAY_BEFORE = LazyPattern(r"\b(?:take|takes|took|taking|plead|pleads|pleaded|pleading|"
+                                      r"which\s+(?:one\s+)?(?:was|is|were|are))\s+the\s+$")
+_SPELLED_YEAR_AFTER = LazyPattern(r",?\s+\d{4}\b")  # "second march 2023": the month, whatever the ordinal
 # what a month's ordinal after it numbers instead of a day: "in October third week"
 _SPELLED_NOT_DAY_AFTER = LazyPattern(r"\s+(?:weeks?|weekends?|times?|days?|quarters?|terms?|rounds?|sessions?|places?|"
                                      r"grades?|floors?|periods?|innings?|halfs?|halves|years?|months?)\b")
@@ -258,15 +260,20 @@ DEFAULT_DAY_TOLERANCE_HOURS = 6.0
 
 
 # -- paths ---------------------------------------------------------------------------------------
-_DATED_PATH_RE = re.compile(
-    r"(?:^|/)memory/(?:[^/]+/)*?(?:(\d{4})-(\d{2})-(\d{2})|(\d{4})/(\d{2})/(\d{2}))(?:[-_ .,][^/]*)?\.md$")
-"""A dated note: a Markdown file under a ``memory/`` folder whose name starts with its day
-(``memory/2026-01-16.md``, the seeds' daily note; ``memory/2026-01-16-vendor-pitch.md``, as a
-session's summary is often named; ``memory/daily/2026-01-16.md`` in any subfolder) or that sits in
-year and month folders (``memory/2026/01/16.md``). A name with digits after the day
-(``memory/2026-01-160.md``) or the day elsewhere (``memory/notes-2026-01-16.md``) is undated."""
-_DATED_GLOB = "memory/*[0-9][0-9][0-9][0-9][-/][0-9][0-9][-/][0-9][0-9]*.md"
-"""A cheap look, in SQL, for the paths :data:`_DATED_PATH_RE` may date."""
+_MEMORY_DIR_RE = re.compile(r"(?:^|/)memory/")
+_DAY_NAME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:[-_ ,][^/]*)?\.md")
+_DAY_OF_MONTH_RE = re.compile(r"([0-9]{2})(?:[-_ ,][^/]*)?\.md")
+_YEAR_RE = re.compile(r"(?:19|20|21)[0-9]{2}")
+_CALENDAR_FOLDER_RE = re.compile(r"(?:19|20|21)[0-9]{2}(?:-[0-9]{2})?|[0-9]{2}")
+JOURNAL_FOLDERS = frozenset({
+    "daily", "dailies", "day", "days", "daily-notes", "daily_notes", "dailynotes", "journal", "journals", "diary",
+    "diaries", "log", "logs", "notes", "meetings", "meeting-notes", "standups", "standup", "sessions",
+    "session-notes", "summaries", "conversations", "chats", "archive"})
+"""Folders under ``memory/`` whose notes named for a day are that day's notes, as a daily note is
+(``memory/daily/2026-01-16-standup.md``); besides these, years and months
+(``memory/2026/2026-01-16-call.md``, ``memory/2026-01/...``, ``memory/2026/01/16.md``)."""
+_DATED_GLOB = "*memory/*[0-9][0-9]*.md"
+"""A cheap look, in SQL, for the paths :func:`date_from_path` may date."""
 
 
 def _normalize_path(path: str) -> str:
@@ -275,16 +282,38 @@ def _normalize_path(path: str) -> str:
 
 
 def date_from_path(path: str) -> date | None:
-    """Date of a dated note (:data:`_DATED_PATH_RE`: ``.../memory/YYYY-MM-DD.md``, a name that starts
-    with the day, in any subfolder, or ``memory/YYYY/MM/DD.md``), ``None`` if undated or invalid."""
-    m = _DATED_PATH_RE.search(_normalize_path(path))
+    """The day of a dated note, ``None`` if undated or not a day (``2026-02-30``). Dated: a Markdown
+    file under a ``memory/`` folder named for its day alone (``memory/2026-01-16.md``, the seeds'
+    daily note, in any subfolder: ``memory/work/2026-01-16.md``); one whose name starts with its
+    day followed by ``-``, ``_``, a space or a comma (``memory/2026-01-16-vendor-pitch.md``, the
+    name OpenClaw's session summaries take) in ``memory/`` itself or in year, month or journal
+    folders (:data:`JOURNAL_FOLDERS`: ``memory/daily/2026-01-16_standup.md``, not
+    ``memory/people/1990-05-17 alice birthday.md``: a reference note named for a date is no
+    conversation); and ``memory/YYYY/MM/DD.md`` (or ``DD-retro.md``) in year and month folders."""
+    p = _normalize_path(path)
+    m = _MEMORY_DIR_RE.search(p)
     if m is None:
         return None
-    y, mo, d = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
+    *folders, name = p[m.end():].split("/")
+    parts: tuple[str, str, str] | None = None
+    if (d := _DAY_NAME_RE.fullmatch(name)) is not None:
+        if len(name) == 13 or all(_journal(f) for f in folders):  # "YYYY-MM-DD.md" anywhere
+            parts = d.group(1), d.group(2), d.group(3)
+    elif ((d := _DAY_OF_MONTH_RE.fullmatch(name)) is not None and len(folders) >= 2
+          and _YEAR_RE.fullmatch(folders[-2]) and re.fullmatch(r"[0-9]{2}", folders[-1])
+          and all(_journal(f) for f in folders[:-2])):
+        parts = folders[-2], folders[-1], d.group(1)
+    if parts is None:
+        return None
     try:
-        return date(int(y), int(mo), int(d))
+        return date(int(parts[0]), int(parts[1]), int(parts[2]))
     except ValueError:
         return None
+
+
+def _journal(folder: str) -> bool:
+    """Whether a folder under ``memory/`` holds its notes by day: a year, a month, or a journal's name."""
+    return folder.lower() in JOURNAL_FOLDERS or _CALENDAR_FOLDER_RE.fullmatch(folder) is not None
 
 
 def is_evergreen(path: str) -> bool:
@@ -507,7 +536,8 @@ Span = tuple[int, int, date, date]  # (start, end) in the query, (first day, las
 
 # what may follow "the 13th" named without a day word before it ("what did we do the 13th?", "the
 # 13th at the pub"): the end, a punctuation mark or a word that cannot be the noun it numbers
-_ORDINAL_ENDS = LazyPattern(r"\s*(?:$|[?!.,;:)\]\"'])|\s+(?:and|or|at|in|when|while|because|as|we|i|you|he|she|they)\b",
+_ORDINAL_ENDS = LazyPattern(r"\s*(?:$|[?!.,;:)\]\"'])|\s+(?:and(?!\s+(?:final|last)\b)|or|at|in|when|while|because|as|we|i|you|"
+                            r"he|she|they)\b",
                             re.IGNORECASE)
 # a number pair that is not a day: after a version's or a score's word, before a unit
 _NOT_DAY_BEFORE = LazyPattern(r"\b(?:version|ver|v|python|node|java|ruby|php|perl|go|rust|ios|android|macos|windows|"
@@ -632,11 +662,13 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
     ``q``. Ordinals listed together ("the fourth, fifth and sixth of May", "the fifth or sixth
     time") are read or left as one. Only where they name days: with a month's whole name after
     the last ("the first of May", "seventeenth January") or before the first ("January the
-    first", not "October third week"), or, from "fourth" on, after "the" after a word that takes a
-    day (:data:`_SPELLED_THE_BEFORE`: "on the", "until the", not "I'll take the fifth") with nothing
-    after them an ordinal could number (:data:`_ORDINAL_ENDS`: "on the seventeenth?", not "after
-    the fifth session", "on the fourth day of the trip", "the fifth or sixth time"). "May" and
-    "March" as the month after an ordinal need "of" ("the second march on Washington" is none);
+    first", not "October third week"), or, from "fourth" on, after "the" (not "I'll take the
+    fifth", "which was the fifth?": :data:`_SPELLED_NOT_DAY_BEFORE`) with nothing after them an
+    ordinal could number (:data:`_ORDINAL_ENDS`: "on the seventeenth?", "what happened the
+    seventeenth?", not "after the fifth session", "on the fourth day of the trip", "the fifth or
+    sixth time", "the fifth and final season"). "May" and "March" as the month after an ordinal
+    need "of" or a year after them ("the second march on Washington" is none, "on second March
+    2023" is a day), "March" after one from "fourth" on neither ("the seventeenth march");
     "May" before one "the" or "fourth" on ("the first may be", "you may first ask" are no days);
     "first", "second" and "third" alone never name one ("our first conversation")."""
     found = []
@@ -658,10 +690,13 @@ def _spelled_out(q: str) -> tuple[str, list[tuple[int, int]]]:
         i, j, low = group[0][0], group[-1][1], min(n for _, _, n in group)
         after = _SPELLED_MONTH_AFTER.compiled.match(q, j)
         before = _SPELLED_MONTH_BEFORE.compiled.search(q, max(0, i - 16), i)
-        day = bool((after and (after.group(2) not in ("may", "march") or after.group(1)))
+        day = bool((after and (after.group(2) not in ("may", "march") or after.group(1)
+                               or (after.group(2) == "march" and low >= 4)
+                               or _SPELLED_YEAR_AFTER.compiled.match(q, after.end())))
                    or (before and (before.group(1) != "may" or before.group(2) or low >= 4)
                        and not _SPELLED_NOT_DAY_AFTER.compiled.match(q, j))
-                   or (low >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 16), i)
+                   or (low >= 4 and _SPELLED_THE_BEFORE.compiled.search(q, max(0, i - 8), i)
+                       and not _SPELLED_NOT_DAY_BEFORE.compiled.search(q, max(0, i - 24), i)
                        and _ORDINAL_ENDS.compiled.match(q, j)))
         if not day:
             continue
@@ -1400,19 +1435,39 @@ def _shift(d: date, days: int) -> date:
     return d + timedelta(days=days) if (_LAST_DAY - d).days > days else _LAST_DAY
 
 
-_DAILY_NOTES = ("FROM files WHERE path >= 'memory/' AND path < 'memory0'"
-                " AND path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'")
-"""The daily notes (``memory/YYYY-MM-DD.md``) among the indexed files, in the path index's range."""
 
 
-def other_dated_notes(conn: Any) -> list[tuple[str, date]]:
-    """The indexed dated notes not named as the seeds' daily notes (``memory/2026-01-16-standup.md``,
-    ``memory/daily/2026-01-16.md``, ``memory/2026/01/16.md``: :data:`_DATED_PATH_RE`) with their
-    days: one walk of the ``memory/`` paths, a glob in SQL, the exact rule on what it lets through."""
-    rows = conn.execute("SELECT path FROM files WHERE path >= 'memory/' AND path < 'memory0' AND path GLOB ?"
-                        " AND NOT path GLOB 'memory/[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9].md'",
-                        (_DATED_GLOB,))
-    return [(p, d) for (p,) in rows if (d := date_from_path(p)) is not None]
+_NOTES_SEEN: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], list[tuple[date, str]]]] = \
+    weakref.WeakKeyDictionary()
+_NOTES_LOCK = threading.Lock()
+
+
+def dated_notes(conn: Any) -> list[tuple[date, str]]:
+    """Every indexed dated note (:func:`date_from_path`) as (day, path), in day order: one walk of
+    the files' paths (a glob in SQL, the exact rule on what it lets through), kept per connection
+    until the index changes (``PRAGMA data_version``, the connection's own changes)."""
+    try:
+        version = (conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes())
+    except (AttributeError, TypeError, apsw.Error):  # not an apsw connection: read every time
+        version = None
+    if version is not None:
+        with _NOTES_LOCK:
+            got = _NOTES_SEEN.get(conn)
+        if got is not None and got[0] == version:
+            return got[1]
+    notes = sorted((d, p) for (p,) in conn.execute("SELECT path FROM files WHERE path GLOB ?", (_DATED_GLOB,))
+                   if (d := date_from_path(p)) is not None)
+    if version is not None:
+        with contextlib.suppress(TypeError), _NOTES_LOCK:  # a connection that takes no weak reference
+            _NOTES_SEEN[conn] = (version, notes)
+    return notes
+
+
+def _notes_between(conn: Any, lo: date, hi: date) -> list[tuple[date, str]]:
+    """:func:`dated_notes` of the days ``lo..hi``."""
+    notes = dated_notes(conn)
+    return notes[bisect_left(notes, (lo, "")):bisect_left(notes, (hi + timedelta(days=1), ""))] \
+        if hi < _LAST_DAY else notes[bisect_left(notes, (lo, "")):]
 
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
@@ -1426,8 +1481,7 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
         return []
     named = _fetched(dates)
     days = min(62, (named.end - named.start).days + 1)
-    daily = [f"memory/{(named.start + timedelta(days=i)).isoformat()}.md" for i in range(days)]  # exact days
-    daily += [p for p, d in other_dated_notes(conn) if named.start <= d <= named.end]
+    daily = [p for _, p in _notes_between(conn, named.start, named.start + timedelta(days=days - 1))]  # exact days
     dates = named.widened()  # stamped chunks: the tolerance too
     start_ms = int(datetime.combine(dates.start, datetime.min.time()).astimezone().timestamp() * 1000)
     end_ms = int(datetime.combine(dates.end + timedelta(days=1), datetime.min.time()).astimezone().timestamp() * 1000)
@@ -1438,11 +1492,19 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     # fl.path: files are walked in their path index and the walk stops at the cap (~90 ms with
     # every file of 1M chunks on that day, as before); c.path made SQLite sort them all (9.8 s).
     by_place = " ORDER BY fl.path, c.start_line"
-    rows = list(conn.execute(sql + f" c.path IN ({','.join('?' * len(daily))})" + by_place, daily))
-    # a dated note is dated by its name, whenever it was last modified
-    rows += [r for r in conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?"
-                                     " AND c.path NOT LIKE 'memory/____-__-__.md'" + by_place + " LIMIT ?",
-                                     (start_ms, end_ms, MAX_DATED_CANDIDATES)) if date_from_path(r[3]) is None]
+    rows = []
+    for i in range(0, len(daily), 500):  # (SQLite's variables per statement)
+        part = daily[i:i + 500]
+        rows += conn.execute(sql + f" c.path IN ({','.join('?' * len(part))})" + by_place, part)
+    # other files modified on those days; a dated note is its name's day's, whenever it was modified
+    undated = 0
+    for r in conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?" + by_place,
+                          (start_ms, end_ms)):
+        if date_from_path(r[3]) is None:
+            rows.append(r)
+            undated += 1
+            if undated >= MAX_DATED_CANDIDATES:
+                break
     if dater.stored:  # transcript chunks with a message of those days (their UTC day; the tolerance too)
         rows += conn.execute(sql + " c.rid IN (SELECT rid FROM chunk_days WHERE day >= ? AND day <= ?)"
                              + by_place + " LIMIT ?",
@@ -1514,22 +1576,19 @@ def latest_day(days: list[date], today: date | None = None) -> date | None:
 
 
 def timeline_end(conn: Any, today: date | None = None) -> date | None:
-    """The memory's newest day: the latest daily note's day or the latest day a transcript has a
+    """The memory's newest day: the latest dated note's day or the latest day a transcript has a
     message of, whichever is later; ``None`` when neither exists (an undated file's modification
     day is not a conversation's day). Year-less and relative days in a question resolve against it
     (:func:`query_date_range`'s ``anchor``). A day after ``today`` + 1 (default: the local date) is
     left out: one message stamped in 2099 by a wrong clock, or a note named for a day to come, would
     otherwise end an old memory's timeline in the future, and "yesterday" would be the clock's."""
     best: date | None = None
-    limit = _timeline_limit(today).isoformat()
-    row = conn.execute("SELECT max(path) " + _DAILY_NOTES + " AND path <= ?", (f"memory/{limit}.md",)).fetchone()
-    if row and row[0]:
-        best = date_from_path(row[0])
-    for _, d in other_dated_notes(conn):
-        if d.isoformat() <= limit and (best is None or d > best):
-            best = d
+    limit = _timeline_limit(today)
+    notes = dated_notes(conn)
+    if i := bisect_left(notes, (limit + timedelta(days=1), "")):
+        best = notes[i - 1][0]
     if has_table(conn, "chunk_days"):
-        row = conn.execute("SELECT max(day) FROM chunk_days WHERE day <= ?", (limit,)).fetchone()
+        row = conn.execute("SELECT max(day) FROM chunk_days WHERE day <= ?", (limit.isoformat(),)).fetchone()
         with contextlib.suppress(TypeError, ValueError):
             d = date.fromisoformat(row[0])
             best = d if best is None or d > best else best
@@ -1542,10 +1601,7 @@ def memory_has_days(conn: Any, lo: date, hi: date) -> bool:
     walk of the other dated notes' paths, not a list of every day (an ambiguous numeric day in a
     question asks this of both its readings)."""
     a, b = lo.isoformat(), hi.isoformat()
-    if conn.execute("SELECT 1 " + _DAILY_NOTES + " AND path BETWEEN ? AND ? LIMIT 1",
-                    (f"memory/{a}.md", f"memory/{b}.md")).fetchone() is not None:
-        return True
-    if any(lo <= d <= hi for _, d in other_dated_notes(conn)):
+    if _notes_between(conn, lo, hi):
         return True
     return has_table(conn, "chunk_days") and conn.execute(
         "SELECT 1 FROM chunk_days WHERE day BETWEEN ? AND ? LIMIT 1", (a, b)).fetchone() is not None
@@ -1553,10 +1609,9 @@ def memory_has_days(conn: Any, lo: date, hi: date) -> bool:
 
 def conversation_days(conn: Any) -> list[date]:
     """The memory's conversation days, for a conversation named by its place ("our first
-    conversation", "the last time we talked"): every daily note's day and every day a transcript
+    conversation", "the last time we talked"): every dated note's day and every day a transcript
     has a message of (the index's ``chunk_days``)."""
-    days = {d for (p,) in conn.execute("SELECT path " + _DAILY_NOTES) if (d := date_from_path(p)) is not None}
-    days.update(d for _, d in other_dated_notes(conn))
+    days = {d for d, _ in dated_notes(conn)}
     if has_table(conn, "chunk_days"):
         for (day,) in conn.execute("SELECT DISTINCT day FROM chunk_days"):
             with contextlib.suppress(TypeError, ValueError):
