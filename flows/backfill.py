@@ -1,9 +1,11 @@
 """The ``backfill`` flow: a large, ad hoc (re)index through the provider's Batch API.
 
 The same stages as ``reindex``; what differs is the defaults: batch mode on (Batch APIs cost
-33-50 % less than sync calls, and take minutes to hours), and ``if_busy="wait"``, so a backfill
-started while a scheduled run is writing waits for it instead of giving up. Every parameter
-can be overridden per run, e.g.::
+33-50 % less than sync calls, and take minutes to hours), ``if_busy="wait"``, so a backfill
+started while a scheduled run is writing waits for it instead of giving up, and
+``force_sessions`` on: a backfill is a run someone asked for, so every transcript that grew is
+indexed, as ``memory-core index`` does (the sessions delta is for the runs a schedule or a trigger
+starts). Every parameter can be overridden per run, e.g.::
 
     prefect deployment run backfill/backfill --param full=true --param batch=false
 """
@@ -44,7 +46,7 @@ def backfill(
     sources: list[SourceChoice] | None = None,
     embed_concurrency: int = EMBED_CONCURRENCY,
     batch: bool | None = True,
-    force_sessions: bool = False,
+    force_sessions: bool = True,
     if_busy: IfBusy | None = "wait",
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
@@ -64,7 +66,7 @@ def backfill(
         sources: Sources to index: memory and/or sessions (unset: what the index was built from).
         embed_concurrency: Embedding requests in flight for sync calls (threads, or Dask threads in total).
         batch: Embed through the provider's Batch API (default on); false sends sync requests.
-        force_sessions: Reindex every changed transcript, ignoring the sessions delta thresholds.
+        force_sessions: Reindex every changed transcript, ignoring the sessions delta thresholds (default on: a backfill is asked for).
         if_busy: When another run is writing this index: wait (default, up to lock.timeout_s), skip, or fail.
         task_runner: Where sync embedding requests run: threads (default) or dask.
         dask_address: Address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (task_runner=dask).

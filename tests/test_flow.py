@@ -234,6 +234,28 @@ def test_force_sessions_reindexes_transcripts_below_the_delta(prefect_api: Any, 
     assert fig["files changed"] == 1 and fig["sessions carried (below delta)"] == 0 and fig["swapped"] == "True"
 
 
+def test_a_backfill_indexes_transcripts_below_the_delta(prefect_api: Any, workspace: Path) -> None:
+    """A backfill is a run someone asked for (ad hoc, from the UI or `prefect deployment run`):
+    like `memory-core index`, it indexes every transcript that grew, below the sessions delta too
+    (it kept the delta as the 15-minute runs do, so two new messages stayed unsearchable)."""
+    from flows.backfill import backfill
+    from flows.reindex import run_reindex
+
+    common = {"workspace": str(workspace), "provider": "none", "sources": ["memory", "sessions"]}
+    first = run_reindex(ReindexParams(**common))
+    assert first["swapped"]
+    with (workspace / "sessions" / "2026-11-02-rate-limit-review.jsonl").open("a") as fh:
+        fh.write('{"type":"message","message":{"role":"user","content":"Bump the burst to 40."}}\n')
+    state = backfill(**common, return_state=True)
+    assert state.is_completed(), state.message
+    summary = state.result()
+    assert summary["files_changed"] == 1 and summary["sessions_carried"] == 0 and summary["swapped"]
+    with (workspace / "sessions" / "2026-11-02-rate-limit-review.jsonl").open("a") as fh:
+        fh.write('{"type":"message","message":{"role":"user","content":"And the window to 2 s."}}\n')
+    kept = backfill(**common, force_sessions=False, return_state=True).result()  # the delta, when asked
+    assert kept["sessions_carried"] == 1 and kept["files_changed"] == 0
+
+
 def test_batch_failures_switch_to_sync_and_say_so(prefect_api: Any, workspace: Path, tmp_path: Path) -> None:
     """Real batch jobs that fail reach the failure limit: the rest goes through sync request
     tasks of the same run; the summary, the notes and a batch-to-sync event say so."""
