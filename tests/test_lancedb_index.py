@@ -141,3 +141,34 @@ def test_an_exports_yearless_and_relative_days_resolve_on_its_own_timeline(tmp_p
             a, b = idx.search(q, max_results=2), ls.search(q, max_results=2)
             assert a and a[0].path == f"sessions/s{day}.jsonl", (q, [r.citation for r in a])
             assert b and b[0].path == a[0].path, (q, [r.citation for r in b])
+
+
+def test_an_exports_named_day_adds_that_days_chunks(tmp_path: Path) -> None:
+    """Twenty-second session (a helper's audit): `search --lancedb` added no candidates for a day a
+    question names, so "what happened on 12 January?" (words every chunk has, or none) answered
+    with nothing of that day, where the index answers with the day's transcript and note. The
+    export's chunks of the day (their one exported date) are candidates now, as the index's are."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    (ws / "memory").mkdir()
+    topics = {"2024-01-05": "the kayak course", "2024-01-07": "a second-hand bike", "2024-01-12": "the dentist",
+              "2024-01-16": "tax forms"}
+    for day, topic in topics.items():
+        rows = [{"type": "session", "version": 3, "id": day, "timestamp": f"{day}T09:00:00Z"},
+                {"type": "message", "id": f"{day}-1", "timestamp": f"{day}T09:00:00Z",
+                 "message": {"role": "user", "content": [{"type": "text", "text": f"Let me tell you about {topic}."}]}}]
+        (ws / "sessions" / f"s{day}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (ws / "memory" / "2024-01-12.md").write_text("# Friday\n\n- Filled in the insurance claim.\n")
+    from memory_core.config import load_settings
+
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(settings)
+    uri = str(tmp_path / "lance")
+    export_lancedb(settings.index_file, uri)
+    with open_searcher(settings) as idx, LanceSearcher(settings, uri) as ls:
+        for q in ("what happened on 12 January 2024?", "what did we talk about on 12/01/2024?"):
+            a, b = idx.search(q, max_results=4), ls.search(q, max_results=4)
+            want = {"sessions/s2024-01-12.jsonl", "memory/2024-01-12.md"}
+            assert {r.path for r in a} == want, (q, [r.citation for r in a])
+            assert {r.path for r in b} == want, (q, [r.citation for r in b])
+            assert all(r.match == "date" for r in b)

@@ -4,8 +4,8 @@
 export's table (exact cosine KNN over every vector, BM25 over the text) and ranks them with
 :meth:`memory_core.query.search.Searcher.rank`, the embedded index's own ranking: calibrated fusion,
 ``min_score``, temporal decay, dedupe, MMR, snippets and ``path#Lstart-Lend`` citations. Differences
-from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); no extra
-candidates for a query naming a day (the day still lifts the chunks found); a transcript chunk is
+from the embedded index (docs/lancedb-index.md): BM25 from LanceDB (same k1/b, its IDF); a query
+naming a day adds the chunks the export dates on it, by their one ``date``; a transcript chunk is
 dated by its earliest message (an export of an index before schema 6: by its file's mtime); CJK
 text is not segmented.
 """
@@ -256,6 +256,10 @@ class LanceSearcher(QueryProviderOwner):
                 h.vector_score, h.in_vector = 1.0 - float(r["_distance"]), True
                 by_id[h.id] = h
                 vec_hits.append(h)
+        if dates is not None:  # the chunks of the days named that neither side found, as the index adds them
+            for r in self._of_dates(dates, where):
+                if str(r["id"]) not in by_id:
+                    by_id[str(r["id"])] = self._hit(r, len(by_id))
         words = textsearch.query_terms(text) if keyword else []
         terms = [] if all(textsearch.is_stop_word(w) for w in words) else words
         tokens = self._tokens(terms)
@@ -270,8 +274,8 @@ class LanceSearcher(QueryProviderOwner):
                 kh.bm25, kh.in_keyword = float(r["_score"]), True
                 kh.text_score = kh.bm25 / (1 + kh.bm25)
                 kw_hits.append(kh)
-            need = [h.id for h in vec_hits if not h.in_keyword]
-            if need:  # the BM25 of vector candidates
+            need = [h.id for h in by_id.values() if not h.in_keyword]
+            if need:  # the BM25 of vector (and dated) candidates
                 for r in self._fts(fts, len(need), _id_in(need), ["id"]):
                     h = by_id[str(r["id"])]
                     h.bm25 = float(r["_score"])
@@ -312,6 +316,26 @@ class LanceSearcher(QueryProviderOwner):
             cosines, share = self._file_support(qvec, cands.union)
             cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
         return cands
+
+    def _of_dates(self, dates: DateRange, where: str | None) -> list[dict[str, Any]]:
+        """The export's chunks dated within the days a query names (their ``date``: a dated note's
+        day, a transcript chunk's earliest message), the hours of the range's tolerance past its end
+        too; an open range's days next to its bound, at most ``MAX_DATED_CANDIDATES`` (the index's
+        :func:`memory_core.query.dates.dated_chunk_rows`, by each chunk's one exported date)."""
+        from datetime import timedelta
+
+        from memory_core.query.dates import _LAST_DAY, MAX_DATED_CANDIDATES, _fetched
+
+        days = _fetched(dates)
+        if days.is_open():
+            return []
+        hours = min(23, max(0, math.ceil(dates.tolerance)))
+        end = (f"{(days.end + timedelta(days=1)).isoformat()}T{hours:02d}:00" if days.end < _LAST_DAY
+               else "9999-12-31T99")  # a next day's chunk within the tolerance too (past midnight)
+        cond = f"date >= '{days.start.isoformat()}' AND date < '{end}'" + (f" AND ({where})" if where else "")
+        rows: list[dict[str, Any]] = self.table.search().where(cond).select(_COLS).limit(
+            MAX_DATED_CANDIDATES).to_list()
+        return rows
 
     def _file_support(self, qvec: np.ndarray, union: list[ranking.Hit]) -> tuple[dict[str, list[float]], float]:
         """:func:`memory_core.query.retrieval.file_cosines` and :func:`~memory_core.query.retrieval.multi_chunk_share`
