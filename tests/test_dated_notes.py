@@ -158,3 +158,40 @@ def test_a_long_range_over_many_dated_notes(tmp_path: Path) -> None:
     with Searcher(s) as searcher:
         hits = searcher.search("what happened in February 2012?", max_results=5)
     assert len(hits) == 5 and all(h.path.startswith("memory/daily/2012-02-") for h in hits), [h.path for h in hits]
+
+
+def test_a_long_lived_reader_sees_a_new_dated_note(tmp_path: Path) -> None:
+    """The dated notes are kept per connection until the index changes: a searcher open across a
+    run that adds a note (committed on the live file or swapped in) reads the new note's day for
+    the timeline ("yesterday") and for the named day."""
+    ws = tmp_path / "ws"
+    _note(ws, "memory/daily/2024-01-15.md", "# Monday\n\n- Dinner at the Thai place.\n", LATE)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        before = searcher.search("what did I have for dinner yesterday?", max_results=3)
+        assert before and before[0].path == "memory/daily/2024-01-15.md"  # "today" is the 16th
+        _note(ws, "memory/daily/2024-01-16.md", "# Tuesday\n\n- Dinner: leftovers again.\n", LATE)
+        run_index(s)
+        after = searcher.search("what did I have for dinner yesterday?", max_results=3)
+        assert after and after[0].path == "memory/daily/2024-01-16.md", [h.path for h in after]
+        named = searcher.search("dinner on 16 January 2024", max_results=3)
+        assert named and named[0].path == "memory/daily/2024-01-16.md"
+
+
+def test_the_kept_dated_notes_follow_a_commit_on_the_live_file(tmp_path: Path) -> None:
+    """A small change commits in place on the live file: a reader's connection stays open on it,
+    and its kept list of dated notes is read again (``PRAGMA data_version`` moved)."""
+    ws = tmp_path / "ws"
+    for i in range(1, 30):
+        _note(ws, f"memory/daily/2024-01-{i:02d}.md", f"# Day {i}\n\n" + f"- note {i} about the garden.\n" * 5, LATE)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory"]})
+    run_index(s)
+    conn = connect_reader(s.index_file)
+    try:
+        assert len(dated_notes(conn)) == 29
+        _note(ws, "memory/daily/2024-01-30.md", "# Day 30\n\n- new.\n", LATE)
+        assert run_index(s).published == "in place"  # the same file, the same open connection
+        assert dated_notes(conn)[-1] == (date(2024, 1, 30), "memory/daily/2024-01-30.md")
+    finally:
+        conn.close()
