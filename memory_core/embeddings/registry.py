@@ -105,6 +105,14 @@ def create_provider(settings: Settings) -> tuple[EmbeddingProvider, str]:
     reason = "configured"
     if name == "auto":
         name, reason = _auto_choice(settings)
+        if name == "local":
+            from memory_core.embeddings.local import MODEL_NAME, runs_model
+
+            if not runs_model(settings, settings.model):
+                raise ConfigError(
+                    f"model {settings.model!r}: provider auto chose the local model ({reason[len('auto: '):]}),"
+                    f" which runs {MODEL_NAME}; for {settings.model!r} name the provider that serves it"
+                    " (provider = \"openai\", \"gemini\", \"voyage\" or \"mistral\"), or leave model unset")
     try:
         provider = _build(name, settings)
     except ConfigError as exc:
