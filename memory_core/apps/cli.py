@@ -213,7 +213,7 @@ def _index_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
     p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
-    p.add_argument("--engine", choices=["auto", "prefect", "local"], default=os.environ.get("MEMORY_CORE_ENGINE", "auto"),
+    p.add_argument("--engine", choices=["auto", "prefect", "local"], default=None,
                    help="prefect: run the reindex flow; local: the same stages in-process; auto (default,"
                         " or $MEMORY_CORE_ENGINE): the flow when PREFECT_API_URL (environment or active Prefect"
                         " profile) names a server, else in-process (no 10-20 s temporary Prefect server per run)")
@@ -445,7 +445,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             if not settings.workspace_dir.is_dir():
                 raise UsageError(f"workspace not found: {settings.workspace_dir}")
             _report_changes(resolved)
-            engine = choose_engine(args.engine)
+            # (argparse checks a flag's value; the variable's is checked here, with its name)
+            engine = choose_engine(args.engine or os.environ.get("MEMORY_CORE_ENGINE") or "auto",
+                                   requested_by="--engine" if args.engine else "$MEMORY_CORE_ENGINE")
             quiet = _NotRunWarnings()
             for h in logging.getLogger().handlers:  # each warning once: in the list printed below
                 h.addFilter(quiet)
@@ -653,7 +655,11 @@ def _memory(args: argparse.Namespace, *, refresh: bool = False) -> Memory:
     point resolves them); a command is a one-shot reader: no sync triggers."""
     from memory_core.api import Memory
 
-    return Memory(_settings(args), refresh=refresh)
+    settings = _settings(args)
+    if not settings.workspace_dir.is_dir() and not settings.index_file.exists():
+        # neither the workspace nor its index: a mistyped -w, not an index to build
+        raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    return Memory(settings, refresh=refresh)
 
 
 def _memory_store(settings: Settings) -> MemoryStore:
@@ -684,7 +690,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     st = status.to_dict()  # with what the index was built from: what readers use, and writers keep
     # which engine `memory-core index` would use (--engine not given) and why
     requested = os.environ.get("MEMORY_CORE_ENGINE") or "auto"
-    st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
+    try:
+        st["index_engine"] = choose_engine(requested, requested_by="$MEMORY_CORE_ENGINE").line()
+    except UsageError as exc:  # a bad variable is what status is asked to show
+        st["index_engine"] = str(exc)
     if args.json:
         print(json.dumps(st, indent=2, sort_keys=True, default=str))
     else:

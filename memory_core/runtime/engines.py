@@ -128,6 +128,8 @@ def choose_engine(requested: str = "auto", env: dict[str, str] | None = None, *,
     """``prefect`` runs the reindex flow (on the configured server, else a temporary one);
     ``local`` runs the same stages in-process; ``auto``: the flow when a server is configured
     and the Prefect engine is installed. ``requested_by`` names where ``requested`` came from."""
+    if requested not in ("auto", "local", PREFECT):  # $MEMORY_CORE_ENGINE: argparse does not check a default
+        raise UsageError(f"{requested_by} {requested!r}: choose auto, prefect or local")
     if requested == "local":
         return EngineChoice("local", f"{requested_by} local")
     api = prefect_api(env)
