@@ -75,6 +75,10 @@ def test_metadata_chat_types_clamp_and_snippets_over_stdio(workspace: Path, tmp_
     assert main(["search", "-w", str(workspace), QUESTION, "--chat", "group", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["citations"] == "off" and all(h["citation"] == "" for h in out["results"])
+    # the text output says where a citation was withheld, rather than starting a line with blanks
+    assert main(["search", "-w", str(workspace), QUESTION, "--chat", "group"]) == 0
+    heads = [ln for ln in capsys.readouterr().out.splitlines() if " score " in ln]
+    assert heads and all(ln.startswith("(no citation: a group chat)  score ") for ln in heads), heads
 
 
 def test_citations_on_keeps_the_source_line_within_700_characters(workspace: Path, tmp_path: Path) -> None:

@@ -642,7 +642,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not res.results:
         print("no results")
     for r in res.results:
-        print(f"{r['citation']}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
+        # a group or channel chat gets no citations (query.citations = auto): say so where one stands
+        cite = r["citation"] or f"(no citation: a {args.chat_type or 'group'} chat)"
+        print(f"{cite}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
               + f"  [{r['source']}]")
         for line in r["snippet"].splitlines()[:12]:
             print(f"    {line}")
