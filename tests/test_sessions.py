@@ -403,3 +403,16 @@ def test_session_header_is_not_malformed() -> None:
     skipped = {p.name: parse_session_file(p).skipped for p in sorted((EXAMPLES / "sessions").glob("*.jsonl"))}
     assert skipped == {"2026-10-21-ingest-502-debug.jsonl": 0, "2026-11-02-rate-limit-review.jsonl": 0,
                        "2026-11-09-lisbon-itinerary.jsonl": 1}
+
+
+def test_the_first_malformed_lines_are_named() -> None:
+    """A transcript's malformed lines are counted and the first five named by number, oversized
+    or not JSON, so a person can find them (the warning said only how many)."""
+    from memory_core.sources.sessions import MALFORMED_LINES_NAMED, parse_session_lines
+
+    good = '{"type":"message","message":{"role":"user","content":"hello"}}'
+    lines = [good, "{broken", good, "", "not json", *(["{x"] * 6), good]
+    doc = parse_session_lines(lines)
+    assert doc.messages == 3 and doc.skipped == 8
+    assert doc.bad_lines == (2, 5, 6, 7, 8) and len(doc.bad_lines) == MALFORMED_LINES_NAMED
+    assert parse_session_lines([good, good]).bad_lines == ()

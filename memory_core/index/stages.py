@@ -471,7 +471,9 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
                 skipped[f.path] = [f.source, f.mtime_ms, f.size, "unreadable"]
             return None
         if doc.skipped:
-            warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped")
+            where = ", ".join(map(str, doc.bad_lines)) + (", ..." if doc.skipped > len(doc.bad_lines) else "")
+            warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped"
+                            + (f" (line {where})" if doc.bad_lines else ""))
         if doc.file_stat is not None:  # the hash, size and mtime of the bytes parsed (as for notes)
             digest = doc.file_sha256
             size, mtime_ms = doc.file_stat[0], doc.file_stat[1] // 1_000_000

@@ -64,6 +64,8 @@ __all__ = [
     "session_rel_path",
 ]
 
+MALFORMED_LINES_NAMED = 5
+"""How many malformed lines of a transcript a run's warning names by number."""
 #: Lines longer than this (in bytes, without the newline) are skipped unparsed.
 DEFAULT_MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 
@@ -334,6 +336,7 @@ class SessionDoc:
     bytes_read: int
     skipped: int
     lines: int = 0
+    bad_lines: tuple[int, ...] = ()  # the first malformed lines' numbers (MALFORMED_LINES_NAMED)
     oversized: int = 0
     redacted: bool = True
     # sha256 of the bytes this parse read, and (their length, the file's mtime_ns just before)
@@ -425,19 +428,26 @@ def _reject_constant(name: str) -> NoReturn:
 class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
-    __slots__ = ("parts", "line_map", "skipped", "redact_secrets", "keep_lines", "stamp_lines", "stamps",
-                 "local_days", "header")
+    __slots__ = ("parts", "line_map", "skipped", "bad_lines", "redact_secrets", "keep_lines", "stamp_lines",
+                 "stamps", "local_days", "header")
 
     def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
         self.line_map: list[int] = []
         self.skipped = 0
+        self.bad_lines: list[int] = []  # the first MALFORMED_LINES_NAMED malformed lines' numbers
         self.redact_secrets = redact_secrets
         self.keep_lines = keep_lines  # display text (snippets), never indexed or hashed
         self.stamp_lines: list[int] = []  # JSONL line of each message record with a time
         self.stamps: list[str] = []
         self.local_days: list[str | None] = []
         self.header: str | None = None  # the first other record's time (the session header)
+
+    def malformed(self, line_no: int) -> None:
+        """JSONL line ``line_no`` is no JSON (or oversized): counted, and named if among the first."""
+        self.skipped += 1
+        if len(self.bad_lines) < MALFORMED_LINES_NAMED:
+            self.bad_lines.append(line_no)
 
     def other_record(self, line: str | bytes) -> None:
         """A line that is no message (a session header, another record type): its time is the
@@ -456,13 +466,14 @@ class _Builder:
         # Fast reject: a record whose "type" is "message" must contain the literal
         # "message" string, unless written with \u escapes.
         if '"message"' not in line and '"role"' not in line and "\\u" not in line:
-            self.skipped += not _is_json(line)  # a session header or other record: not malformed
+            if not _is_json(line):  # a session header or other record: not malformed
+                self.malformed(line_no)
             self.other_record(line)
             return
         try:
             record = json.loads(line, parse_constant=_reject_constant)
         except (ValueError, RecursionError):
-            self.skipped += 1
+            self.malformed(line_no)
             return
         if not isinstance(record, dict):
             return
@@ -512,6 +523,7 @@ class _Builder:
             messages=len(self.line_map),
             bytes_read=bytes_read,
             skipped=self.skipped,
+            bad_lines=tuple(self.bad_lines),
             lines=lines,
             oversized=oversized,
             redacted=self.redact_secrets,
@@ -574,12 +586,13 @@ def parse_session_file(
             line_no += 1
             if raw is None:
                 oversized += 1
-                builder.skipped += 1
+                builder.malformed(line_no)
                 continue
             # Cheap byte-level rejects before decoding (same rule as _Builder.feed).
             if b'"message"' not in raw and b'"role"' not in raw and b"\\u" not in raw:
                 if raw.strip():
-                    builder.skipped += not _is_json(raw)
+                    if not _is_json(raw):
+                        builder.malformed(line_no)
                     builder.other_record(raw)
                 continue
             builder.feed(line_no, raw.decode("utf-8", errors="replace"))
