@@ -2,9 +2,9 @@
 
 Chunk dates (``chunk_date``), in order:
 
-* a daily note ``memory/YYYY-MM-DD.md`` (or another dated note: a name that starts with the day,
-  in any subfolder of ``memory/``, or ``memory/YYYY/MM/DD.md``; :func:`date_from_path`): the date
-  in its file name;
+* a daily note ``memory/YYYY-MM-DD.md``, or another dated note (``memory/daily/2026-01-16.md``,
+  ``memory/2026-01-16-vendor-pitch.md``, ``memory/2026/01/16.md``: :func:`date_from_path`): the
+  date in its file name;
 * a transcript chunk: the earliest message time in its JSONL lines (the record's
   ``timestamp``, else its ``message.timestamp``), else the session header's timestamp;
 * any other file: its modification time (local date).
@@ -1435,8 +1435,6 @@ def _shift(d: date, days: int) -> date:
     return d + timedelta(days=days) if (_LAST_DAY - d).days > days else _LAST_DAY
 
 
-
-
 _NOTES_SEEN: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], list[tuple[date, str]]]] = \
     weakref.WeakKeyDictionary()
 _NOTES_LOCK = threading.Lock()
@@ -1472,9 +1470,10 @@ def _notes_between(conn: Any, lo: date, hi: date) -> list[tuple[date, str]]:
 
 def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | None, seen: set[int],
                      dater: Dater) -> list[tuple[Any, ...]]:
-    """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's daily
-    notes, transcript chunks with a message of that day (the index's ``chunk_days``: every
-    transcript, whatever its modification time), other files modified that day (at most 200).
+    """Chunks written in ``dates`` (with its tolerance) that neither side found: the day's dated
+    notes (:func:`dated_notes`; a range's first 62 days), transcript chunks with a message of that
+    day (the index's ``chunk_days``: every transcript, whatever its modification time), other
+    undated files modified that day (at most 200).
     Rows as the retrieval sides select them (``rid, 0, id, path, source, start_line, end_line, text, mtime``);
     ``seen`` (the row ids already found) gets theirs."""
     if dates.start == _FIRST_DAY and dates.end == _LAST_DAY:
@@ -1490,21 +1489,27 @@ def dated_chunk_rows(conn: Any, dates: DateRange, sources: tuple[str, ...] | Non
     # in path and line order (equal scores keep it), not the table's: after incremental runs that
     # is another order, and past the cap another set, than after a full build of the same files.
     # fl.path: files are walked in their path index and the walk stops at the cap (~90 ms with
-    # every file of 1M chunks on that day, as before); c.path made SQLite sort them all (9.8 s).
+    # every file of 1M chunks on that day, as before; the loop below stops reading at it);
+    # c.path made SQLite sort them all (9.8 s).
     by_place = " ORDER BY fl.path, c.start_line"
     rows = []
     for i in range(0, len(daily), 500):  # (SQLite's variables per statement)
         part = daily[i:i + 500]
         rows += conn.execute(sql + f" c.path IN ({','.join('?' * len(part))})" + by_place, part)
-    # other files modified on those days; a dated note is its name's day's, whenever it was modified
-    undated = 0
-    for r in conn.execute(sql + " c.source != 'sessions' AND fl.mtime >= ? AND fl.mtime < ?" + by_place,
-                          (start_ms, end_ms)):
-        if date_from_path(r[3]) is None:
-            rows.append(r)
-            undated += 1
-            if undated >= MAX_DATED_CANDIDATES:
+    # other files modified on those days: a dated note is its name's day's, whenever it was
+    # modified (a clone or a sync gives every file one modification day). The files first, in path
+    # order, without their text; each has a chunk, so the cap's worth of them is enough.
+    dated = {p for _, p in dated_notes(conn)}
+    touched: list[str] = []
+    for (p,) in conn.execute("SELECT path FROM files WHERE source != 'sessions' AND mtime >= ? AND mtime < ?"
+                             " ORDER BY path", (start_ms, end_ms)):
+        if p not in dated:
+            touched.append(p)
+            if len(touched) >= MAX_DATED_CANDIDATES:
                 break
+    if touched:
+        rows += conn.execute(sql + f" c.path IN ({','.join('?' * len(touched))})" + by_place + " LIMIT ?",
+                             (*touched, MAX_DATED_CANDIDATES)).fetchall()
     if dater.stored:  # transcript chunks with a message of those days (their UTC day; the tolerance too)
         rows += conn.execute(sql + " c.rid IN (SELECT rid FROM chunk_days WHERE day >= ? AND day <= ?)"
                              + by_place + " LIMIT ?",
@@ -1597,9 +1602,9 @@ def timeline_end(conn: Any, today: date | None = None) -> date | None:
 
 def memory_has_days(conn: Any, lo: date, hi: date) -> bool:
     """Whether the memory has a conversation day (as :func:`conversation_days` lists them) in
-    ``lo..hi``: a dated note named for one, or a transcript message of one; two index seeks and a
-    walk of the other dated notes' paths, not a list of every day (an ambiguous numeric day in a
-    question asks this of both its readings)."""
+    ``lo..hi``: a dated note named for one (:func:`dated_notes`, kept per connection), or a
+    transcript message of one (one index seek), not a list of every day (an ambiguous numeric day
+    in a question asks this of both its readings)."""
     a, b = lo.isoformat(), hi.isoformat()
     if _notes_between(conn, lo, hi):
         return True
