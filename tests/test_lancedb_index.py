@@ -114,12 +114,8 @@ def test_doc_tokens_match_lancedb_words():
     assert doc_tokens("Café_au-lait stg-db-4417 MEMORY.md") == ["cafe", "au", "lait", "stg", "db", "4417", "memory", "md"]
 
 
-def test_an_exports_yearless_and_relative_days_resolve_on_its_own_timeline(tmp_path: Path) -> None:
-    """Twentieth session's audit: `search --lancedb` read "on 1/7" and "on Friday" against today's
-    clock (the index reads them against the memory's newest day), so a memory of January 2024
-    answered them with nothing of that day. Both read the same days now."""
-    ws = tmp_path / "ws"
-    (ws / "sessions").mkdir(parents=True)
+def _four_days(ws: Path) -> None:
+    """One short transcript on each of four January 2024 days, each on its own topic."""
     topics = {"2024-01-05": "the kayak course", "2024-01-07": "a second-hand bike", "2024-01-12": "the dentist",
               "2024-01-16": "tax forms"}
     for day, topic in topics.items():
@@ -127,6 +123,15 @@ def test_an_exports_yearless_and_relative_days_resolve_on_its_own_timeline(tmp_p
                 {"type": "message", "id": f"{day}-1", "timestamp": f"{day}T09:00:00Z",
                  "message": {"role": "user", "content": [{"type": "text", "text": f"Let me tell you about {topic}."}]}}]
         (ws / "sessions" / f"s{day}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_an_exports_yearless_and_relative_days_resolve_on_its_own_timeline(tmp_path: Path) -> None:
+    """Twentieth session's audit: `search --lancedb` read "on 1/7" and "on Friday" against today's
+    clock (the index reads them against the memory's newest day), so a memory of January 2024
+    answered them with nothing of that day. Both read the same days now."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _four_days(ws)
     from memory_core.config import load_settings
 
     settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
@@ -151,13 +156,7 @@ def test_an_exports_named_day_adds_that_days_chunks(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
     (ws / "memory").mkdir()
-    topics = {"2024-01-05": "the kayak course", "2024-01-07": "a second-hand bike", "2024-01-12": "the dentist",
-              "2024-01-16": "tax forms"}
-    for day, topic in topics.items():
-        rows = [{"type": "session", "version": 3, "id": day, "timestamp": f"{day}T09:00:00Z"},
-                {"type": "message", "id": f"{day}-1", "timestamp": f"{day}T09:00:00Z",
-                 "message": {"role": "user", "content": [{"type": "text", "text": f"Let me tell you about {topic}."}]}}]
-        (ws / "sessions" / f"s{day}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    _four_days(ws)
     (ws / "memory" / "2024-01-12.md").write_text("# Friday\n\n- Filled in the insurance claim.\n")
     from memory_core.config import load_settings
 
