@@ -19,7 +19,13 @@ Names are imported on first use, so ``import memory_core`` (and the CLI's start-
 from __future__ import annotations
 
 import importlib
+import os
 from typing import TYPE_CHECKING, Any
+
+# LanceDB's native code logs "WARN ... No existing dataset at ..., it will be created" for every
+# table it creates (each export, the memory store's first write): noise on a user's terminal. Its
+# errors still show, and a user's own LANCEDB_LOG wins.
+os.environ.setdefault("LANCEDB_LOG", "error")
 
 if TYPE_CHECKING:
     from memory_core.api import FileText, Memory, SearchAnswer, open_memory

@@ -171,3 +171,27 @@ def test_an_exports_named_day_adds_that_days_chunks(tmp_path: Path) -> None:
             assert {r.path for r in a} == want, (q, [r.citation for r in a])
             assert {r.path for r in b} == want, (q, [r.citation for r in b])
             assert all(r.match == "date" for r in b)
+
+
+def test_an_export_prints_no_native_warnings(tmp_path: Path) -> None:
+    """LanceDB's native code logged "WARN lance::dataset::write::insert] No existing dataset at ...,
+    it will be created" twice on every export (a helper's README audit): memory-core sets
+    LANCEDB_LOG to errors unless the user set it."""
+    import os
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _four_days(ws)
+    env = {k: v for k, v in os.environ.items() if k != "LANCEDB_LOG"}
+    run = [sys.executable, "-m", "memory_core.apps.cli"]
+    subprocess.run([*run, "index", "-w", str(ws), "--provider", "none", "--sessions", "--engine", "local",
+                    "--no-progress"], check=True, env=env, capture_output=True)
+    out = subprocess.run([*run, "export", "-w", str(ws), "--format", "lancedb", str(tmp_path / "lance")],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0 and "exported" in out.stdout, out
+    assert "WARN" not in out.stderr and "No existing dataset" not in out.stderr, out.stderr
+    shown = subprocess.run([*run, "export", "-w", str(ws), "--format", "lancedb", str(tmp_path / "again")],
+                           env={**env, "LANCEDB_LOG": "warn"}, capture_output=True, text=True)
+    assert "No existing dataset" in shown.stderr  # the user's own setting wins
