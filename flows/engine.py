@@ -150,7 +150,20 @@ class _NoRepeatsOfOurError(logging.Filter):
             return False
         if record.exc_info and isinstance(record.exc_info[1], MemoryCoreError):
             return False
-        return not (record.name.startswith("prefect.") and record.getMessage().startswith("Finished in state Failed"))
+        if not record.name.startswith("prefect."):
+            return True
+        message = record.getMessage()
+        # a stop by a signal (a cancel from Prefect reaches the run as the cancel watch's SIGTERM,
+        # a person's Ctrl-C or SIGTERM as itself): Prefect calls it a crash; the caller's own line
+        # says what stopped the run and what it left ("cancelled in Prefect; ...", "stopped by SIGTERM")
+        return not (message.startswith("Finished in state Failed")
+                    or (message.startswith(("Crash detected! ", "Finished in state Crashed("))
+                        and any(why in message for why in _SIGNAL_CRASHES)))
+
+
+_SIGNAL_CRASHES = ("Execution was aborted by a termination signal", "Execution was aborted by an interrupt signal")
+"""Prefect's console lines for a run a signal stopped (``prefect.states.exception_to_crashed_state``'s
+messages for ``TerminationSignal`` and ``KeyboardInterrupt``); another crash keeps its line."""
 
 
 class _NoTracebackOfOurs(logging.Formatter):
