@@ -644,9 +644,35 @@ def _format_validation_error(err: ValidationError, where: Callable[[str], str] |
     for e in err.errors():
         loc = ".".join(str(x) for x in e.loc) or "settings"
         src = where(loc) if where is not None and e.loc else ""
-        parts.append(f"{loc}{f' (from {src})' if src else ''}: "
-                     f"{'unknown setting' if e.type == 'extra_forbidden' else e.msg}")
+        said = e.msg
+        if e.type == "extra_forbidden":
+            near = _nearest_setting(e.loc)
+            said = "unknown setting" + (f" (did you mean {near}?)" if near else "")
+        parts.append(f"{loc}{f' (from {src})' if src else ''}: {said}")
     return "invalid configuration: " + "; ".join(parts)
+
+
+def _nearest_setting(loc: tuple[int | str, ...]) -> str | None:
+    """The setting an unknown key most likely meant (``query.max_result`` -> ``query.max_results``):
+    the nearest name among its table's (difflib, ratio 0.75), written as the key was; None when the
+    table is not a settings model (an agent's entry, a list) or nothing is near."""
+    import difflib
+
+    def table(t: object) -> type[SettingsModel] | None:  # a settings table, or one of a union's
+        return next((a for a in (t, *getattr(t, "__args__", ())) if isinstance(a, type) and issubclass(a, SettingsModel)),
+                    None)
+
+    model: type[SettingsModel] | None = Settings
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        model = table(field.annotation) if field is not None else None
+    if model is None:
+        return None
+    names = [n for n, f in model.model_fields.items() if not n.startswith("_")]
+    names += [f.alias for f in model.model_fields.values() if f.alias]
+    # (not the key itself: a field's name beside its alias, `lambda_` with `lambda`, is refused as unknown)
+    got = difflib.get_close_matches(str(loc[-1]), [n for n in names if n != str(loc[-1])], n=1, cutoff=0.75)
+    return ".".join([*(str(p) for p in loc[:-1]), got[0]]) if got else None
 
 
 def load_settings(

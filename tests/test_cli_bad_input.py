@@ -57,3 +57,22 @@ def test_a_mistyped_engine_variable_is_an_error(tmp_path: Path, capsys: pytest.C
     assert "index_engine: $MEMORY_CORE_ENGINE 'prefectt'" in capsys.readouterr().out
     monkeypatch.setenv("MEMORY_CORE_ENGINE", "local")  # a right one runs
     assert main(["index", "-w", str(ws), "--provider", "none", "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize(("toml", "said"), [
+    ("[query]\nmax_result = 3\n", "query.max_result (from config file {cfg}): unknown setting (did you mean query.max_results?)"),
+    ('provder = "local"\n', "provder (from config file {cfg}): unknown setting (did you mean provider?)"),
+    ("[chunking]\ntoken = 300\n", "chunking.token (from config file {cfg}): unknown setting (did you mean chunking.tokens?)"),
+    ("[query]\nzzz = 1\n", "query.zzz (from config file {cfg}): unknown setting"),  # nothing near: no guess
+])
+def test_a_mistyped_setting_names_the_one_meant(tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str,
+                                                 said: str) -> None:
+    """A helper's README audit: a misspelled key said "unknown setting" with no hint; the nearest
+    setting of its table is named now (difflib, ratio 0.75)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = ws / "memory-core.toml"
+    cfg.write_text(toml)
+    assert main(["index", "-w", str(ws), "--provider", "none", "--engine", "local", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "memory-core: error: invalid configuration: " + said.format(cfg=cfg), err

@@ -136,7 +136,8 @@ def test_aliases_name_and_alias_and_the_alias_wins() -> None:
     assert MMRSettings.model_validate({"lambda": 0.2}).lambda_ == 0.2
     assert MMRSettings.model_validate({"lambda_": 0.3}).lambda_ == 0.3
     assert _error({"query": {"mmr": {"lambda": 0.2, "lambda_": 0.3}}}) == ("invalid configuration: query.mmr.lambda_:"
-                                                                           " unknown setting")
+                                                                           " unknown setting (did you mean"
+                                                                           " query.mmr.lambda?)")
     assert [a.id for a in AgentsSettings.model_validate({"list": [{"id": "a"}]}).agents] == ["a"]
     assert AgentsSettings(agents=[{"id": "b"}]).model_dump(by_alias=True)["list"] == [
         {"id": "b", "workspace": None, "index_path": None, "qmd_state_dir": None, "lancedb_path": None}]
