@@ -60,6 +60,13 @@ SourceName = Literal["memory", "sessions"]
 _MEMORY_ONLY: list[SourceName] = ["memory"]
 
 
+ORIGIN_INDEX: Final = "the index"
+ORIGIN_DEFAULT: Final = "default"
+NOT_TOLD: Final = (ORIGIN_INDEX, ORIGIN_DEFAULT)
+"""Origins (:attr:`Settings.origins`) of a recorded setting no flag, variable or config file gave:
+what the live index recorded, or the default (:func:`memory_core.runtime.resolve.resolve_settings`)."""
+
+
 class _Model(SettingsModel):
     """Unknown keys are errors, assignments are validated, no number is inf or NaN (settings_model.py)."""
 
@@ -549,6 +556,11 @@ class Settings(_Model):
         ``default``), as resolved by :func:`memory_core.runtime.resolve.resolve_settings`; empty for
         settings built otherwise."""
         return self._origins
+
+    def told(self, key: str) -> bool:
+        """Whether a flag, a variable or a config file gave recorded setting ``key`` (its origin is
+        not :data:`NOT_TOLD`); True for settings built otherwise (no origins: their caller said it)."""
+        return self._origins.get(key) not in NOT_TOLD
 
     @model_validator(mode="before")
     @classmethod

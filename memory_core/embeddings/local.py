@@ -138,7 +138,7 @@ def runs_model(settings: Settings, model: str | None) -> bool:
     also written ``sentence-transformers/all-MiniLM-L6-v2``, in any case). A model the live index
     recorded and nothing told this run passes: an index built before this check (a hosted model's
     name the local model only carried) keeps working as it was built."""
-    if not model or settings.local.model_path or settings.origins.get("model") in ("the index", "default"):
+    if not model or settings.local.model_path or not settings.told("model"):
         return True
     return model.lower().removeprefix("sentence-transformers/") == MODEL_NAME.lower()
 

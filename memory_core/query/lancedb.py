@@ -324,14 +324,14 @@ class LanceSearcher(QueryProviderOwner):
         :func:`memory_core.query.dates.dated_chunk_rows`, by each chunk's one exported date)."""
         from datetime import timedelta
 
-        from memory_core.query.dates import _LAST_DAY, MAX_DATED_CANDIDATES, _fetched
+        from memory_core.query.dates import MAX_DATED_CANDIDATES, _fetched
 
         days = _fetched(dates)
-        if days.is_open():
+        if days.is_open():  # (the edge of time on one side: nothing to fetch by date)
             return []
         hours = min(23, max(0, math.ceil(dates.tolerance)))
-        end = (f"{(days.end + timedelta(days=1)).isoformat()}T{hours:02d}:00" if days.end < _LAST_DAY
-               else "9999-12-31T99")  # a next day's chunk within the tolerance too (past midnight)
+        # a next day's chunk within the tolerance too (past midnight)
+        end = f"{(days.end + timedelta(days=1)).isoformat()}T{hours:02d}:00"
         cond = f"date >= '{days.start.isoformat()}' AND date < '{end}'" + (f" AND ({where})" if where else "")
         rows: list[dict[str, Any]] = self.table.search().where(cond).select(_COLS).limit(
             MAX_DATED_CANDIDATES).to_list()

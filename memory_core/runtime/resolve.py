@@ -15,6 +15,8 @@ from typing import Any
 from memory_core.config import (
     _ENV_KEYS,
     ENV_LABEL,
+    ORIGIN_DEFAULT,
+    ORIGIN_INDEX,
     Settings,
     _deep_merge,
     _drop_none,
@@ -35,8 +37,6 @@ WORKSPACE_CONFIG_NAME = "memory-core.toml"
 # The settings an index records (memory_core.storage.indexmeta) and whose origin a run reports.
 RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens",
             "chunking.overlap", "provider", "model", "remote")
-ORIGIN_INDEX = "the index"
-ORIGIN_DEFAULT = "default"
 ORIGIN_CWD = "the current directory"
 """The workspace's origin when nothing named one (no flag, variable, config file or index record)."""
 

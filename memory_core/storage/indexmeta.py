@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_core.config import Settings, dotted
+from memory_core.config import NOT_TOLD, ORIGIN_INDEX, Settings, dotted
 from memory_core.secrets import MASK, url_without_password
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
                        "note windows changed: a paragraph or list item wrapped over lines is now one item of a window")
             else:
                 msg = f"{key} changed from {_show(old.get(key))} to {_show(new.get(key))}"
-            return msg + (f" by {origin}" if origin and origin != "the index" else "")
+            return msg + (f" by {origin}" if origin and origin != ORIGIN_INDEX else "")
     if new.get("dims") and old.get("dims") and old["dims"] != new["dims"]:
         return "dims changed"
     return None
@@ -501,9 +501,6 @@ class QueryProviderOwner:
 
 # -- a run told nothing keeps the index as it is built now ------------------------------------------
 
-NOT_TOLD = ("the index", "default")
-"""Origins (:attr:`Settings.origins`) of a recorded setting no flag, variable or config file gave:
-:func:`memory_core.runtime.resolve.resolve_settings`'s ``ORIGIN_INDEX`` and ``ORIGIN_DEFAULT``."""
 
 # the recorded settings a run told nothing takes from the live index (the workspace and the index
 # path say which index it is: never taken), with the keys that make a new embedding provider
