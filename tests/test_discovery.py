@@ -43,6 +43,30 @@ def test_symlinks_are_never_followed(tmp_path):
     assert paths(s) == ["MEMORY.md", "memory/2026-01-02.md", "memory/deep/er/note.md"]
 
 
+def test_a_symlink_inside_memory_or_sessions_is_skipped_with_a_warning(tmp_path):
+    """A note, folder or transcript linked in was skipped without a word (twenty-second session's
+    leftovers): each now names itself in the run's warnings; other files and links do not."""
+    ws = make_ws(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("secret\n")
+    (outside / "t.jsonl").write_text("")
+    (outside / "x.txt").write_text("x\n")
+    os.symlink(outside, ws / "memory" / "linkdir")
+    os.symlink(outside / "secret.md", ws / "memory" / "link.md")
+    os.symlink(outside / "x.txt", ws / "memory" / "other.txt")  # not a note: no word
+    os.symlink(tmp_path / "nowhere.md", ws / "memory" / "dangling.md")
+    (ws / "sessions").mkdir()
+    os.symlink(outside / "t.jsonl", ws / "sessions" / "linked.jsonl")
+    s = load_settings(None, {"workspace": str(ws), "sources": ["memory", "sessions"]})
+    d = discover_files(s)
+    assert [f.path for f in d.files] == ["MEMORY.md", "memory/2026-01-02.md", "memory/deep/er/note.md"]
+    linked = sorted(w.split(":")[0] for w in d.warnings if "a symlink; symlinks are not followed" in w)
+    assert linked == sorted(f"skipped {ws / p}" for p in (
+        "memory/linkdir", "memory/link.md", "memory/dangling.md", "sessions/linked.jsonl")), d.warnings
+    assert not any("other.txt" in w for w in d.warnings)
+
+
 def test_a_symlinked_memory_folder_or_memory_md_is_not_followed_and_says_so(tmp_path):
     """`memory/` (or MEMORY.md) a symlink, as dotfiles and sync setups make it: nothing of it was
     indexed and nothing said why (helper audit, seventeenth session). Still not followed; a

@@ -81,8 +81,13 @@ def _md_entry(name: str, path: str, is_symlink: bool, is_dir: bool, is_file: boo
               warnings: list[str]) -> str | None:
     """What the walk of a markdown folder does with one entry of a folder: ``"dir"`` (descend),
     ``"md"`` (a source), or None (skipped; a name that is not UTF-8 with a warning). One rule
-    for the walk and for a run that looks only at the paths a watcher named."""
+    for the walk and for a run that looks only at the paths a watcher named. A symlink is never
+    followed; one to a note or a folder says so (it was skipped without a word: a user who linked
+    a note in saw it missing from every search and no reason)."""
     if is_symlink:
+        if name.lower().endswith(".md") or os.path.isdir(path):
+            warnings.append(f"skipped {escaped(path)}: a symlink; symlinks are not followed (move or copy what it"
+                            " points to into memory/, or name its real path in extra_paths)")
         return None
     if not _utf8_name(name) and (is_dir or name.lower().endswith(".md")):
         warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
@@ -96,7 +101,11 @@ def _md_entry(name: str, path: str, is_symlink: bool, is_dir: bool, is_file: boo
 
 def _session_entry(name: str, path: str, is_symlink: bool, is_file: bool, warnings: list[str]) -> bool:
     """Whether one entry of the sessions folder is a transcript source (the same for the scan of
-    the folder and for a run given the changed paths)."""
+    the folder and for a run given the changed paths). A symlinked transcript is not followed, and says so."""
+    if is_symlink and name.endswith(".jsonl"):
+        warnings.append(f"skipped {escaped(path)}: a symlink; symlinks are not followed (move or copy the"
+                        " transcript into the sessions folder)")
+        return False
     if not (name.endswith(".jsonl") and not is_symlink and is_file):
         return False
     if not _utf8_name(name):
