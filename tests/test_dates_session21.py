@@ -146,6 +146,11 @@ def _day(text: str) -> object:
      "17 December 2023"),
     ("I called the vet, appointment is on the 17th", date(2024, 1, 10), "17 January 2024", "17 December 2023"),
     ("Yesterday, we met Kate on the 17th", date(2024, 1, 20), "17 January 2024", "17 February 2024"),
+    # a plan written on the very day it names is that day, not the next month's (F8, twenty-third session)
+    ("see you on the 17th!", date(2024, 1, 17), "17 January 2024", "17 February 2024"),
+    ("see you on the 17th!", date(2024, 1, 18), "17 February 2024", "17 January 2024"),
+    # a month without the day is skipped, forward as backward
+    ("see you on the 31st!", date(2024, 4, 10), "31 May 2024", "31 March 2024"),
 ])
 def test_a_messages_day_of_the_month_is_a_plan_or_a_past_day_by_its_clause(
         text: str, written: date, named: str, not_named: str) -> None:

@@ -859,10 +859,11 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
         k = bisect_right(listed, (m.start(), len(q) + 1)) - 1
         if k >= 0 and listed[k][1] > m.start():
             continue  # one of a list, which the list's own rule read or refused ("the 1st and 2nd drafts")
-        # in a text, "see you on the 17th" with no past-tense word in its clause is a plan: the next 17th
+        # in a text, "see you on the 17th" with no past-tense word in its clause is a plan: the 17th to
+        # come, or that very day when written on the 17th (it was the next month's)
         clause = _clause_of(q, m.start(), m.end()) if plans else ""
         soon = bool(clause) and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause)
-        add(m.start(), m.end(), _latest_of_month(int(m.group(1)), _shift(ref(), 31) if soon else ref()))
+        add(m.start(), m.end(), _next_of_month(int(m.group(1)), ref()) if soon else _latest_of_month(int(m.group(1)), ref()))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
             add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
@@ -1426,6 +1427,25 @@ def _fetched(dates: DateRange) -> DateRange:
     elif dates.end == _LAST_DAY and dates.start != _FIRST_DAY:
         dates = DateRange(dates.start, _shift(dates.start, MAX_FETCHED_DAYS - 1), tolerance=dates.tolerance)
     return dates
+
+
+def _next_of_month(day: int, today: date) -> date | None:
+    """The first day numbered ``day`` (1-31) of a month, not before ``today`` (a month without it
+    is skipped: "the 31st" written on 10 April is 31 May); ``today`` itself when it is that day."""
+    if not 1 <= day <= 31:
+        return None
+    y, m = today.year, today.month
+    for _ in range(13):
+        try:
+            d = date(y, m, day)
+        except ValueError:
+            d = None
+        if d is not None and d >= today:
+            return d if d <= _LAST_DAY else None
+        y, m = (y, m + 1) if m < 12 else (y + 1, 1)
+        if y > 9999:
+            return None
+    return None
 
 
 def _shift(d: date, days: int) -> date:
