@@ -55,7 +55,7 @@ from memory_core.embeddings.base import (
     compute_provider_key,
     first_row,
 )
-from memory_core.errors import ConfigError
+from memory_core.errors import ConfigError, MemoryCoreError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -862,6 +862,8 @@ class LocalProvider(EmbeddingProvider):
             return []
         try:
             return [len(e.ids) for e in self._tokenizer().encode_batch(list(texts))]
+        except MemoryCoreError:  # a stop (RunCancelled) that came while it loaded: not a missing file
+            raise
         except Exception:  # no tokenizer.json (so no ONNX path either): ask the loaded model's tokenizer
             model = self._load()
             return [len(ids) for ids in model.tokenizer(list(texts), add_special_tokens=True,

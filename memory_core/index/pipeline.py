@@ -202,6 +202,10 @@ def _sigterm_cancels() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: Any) -> None:
+        # noted first: an ``except Exception`` on the way may take the RunCancelled for an error of
+        # its own (the local model's tokenizer fallback did, and the run ended with its
+        # AttributeError: exit 1, a traceback); :func:`command_stops` then says the stop
+        stop_came(signum)
         raise RunCancelled("stopped by SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, stop)
