@@ -97,6 +97,11 @@ IN_PLACE_PRAGMAS = (
     "PRAGMA temp_store=MEMORY",
     "PRAGMA cache_size=-65536",  # 64 MiB
     "PRAGMA cache_spill=OFF",
+    # a removed or rewritten chunk's text is zeroed, not left in the file's free space (an outside
+    # audit read a deleted note's text in the index file's bytes after an in-place run). FTS5's
+    # contentless table deletes by tombstone: its words stay in FTS5's segments, single tokens,
+    # until FTS5 merges them; `index --full` writes a file without them (docs/reliability.md)
+    "PRAGMA secure_delete=ON",
 )
 # An incremental run edits the live file in place when it (re)indexes at most this many bytes
 # of sources and removes at most IN_PLACE_MAX_REMOVED files; bigger runs build a new file.
