@@ -345,3 +345,40 @@ def test_a_lancedb_folder_overlapping_another_agents_folders_is_refused(tmp_path
         assert "LanceDB folder" in err and err.count("\n") == 1, (name, err)
     assert sorted(p.name for p in (ws["beta"] / "memory").iterdir()) == []  # nothing written there
     assert list(resolve_agents(cfg)) == ["alpha", "beta"]  # the well-separated fleet still resolves
+
+
+def test_a_run_naming_no_agent_cannot_write_a_listed_agents_memory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With a config that lists agents and no agent named (a workspace or an index given instead,
+    by flags or $MEMORY_CORE_WORKSPACE / $MEMORY_CORE_INDEX), alpha's workspace into beta's index
+    was accepted: beta's index was rewritten with alpha's notes and beta's searches showed them
+    (twenty-third session's audit, F2). Refused, one line, exit 2, nothing written; an agent's own
+    workspace and index, and a scratch index of a workspace, still run without naming it."""
+    cfg, ws = make_fleet(tmp_path)
+    beta_index = resolve_settings({}, config_file=cfg, agent="beta").settings.index_file
+    alpha_index = resolve_settings({}, config_file=cfg, agent="alpha").settings.index_file
+    says = "belongs to agent 'beta'"
+    with pytest.raises(ConfigError, match=says):
+        resolve_settings({"workspace": str(ws["alpha"]), "index_path": str(beta_index)}, config_file=cfg)
+    with pytest.raises(ConfigError, match=says):
+        resolve_settings({}, config_file=cfg, env={"MEMORY_CORE_WORKSPACE": str(ws["alpha"]),
+                                                   "MEMORY_CORE_INDEX": str(beta_index)})
+    with pytest.raises(ConfigError, match="LanceDB folder .* belongs to agent 'beta'"):
+        resolve_settings({"workspace": str(ws["alpha"]), "lancedb_path": str(tmp_path / "lance" / "beta")},
+                         config_file=cfg)
+    assert main(["index", "-c", str(cfg), "--agent", "beta", "--engine", "local", "--no-progress"]) == 0
+    capsys.readouterr()
+    note, index = (ws["alpha"] / "MEMORY.md").read_bytes(), beta_index.read_bytes()
+    for argv in (["write", "-c", str(cfg), "-w", str(ws["alpha"]), "--index", str(beta_index), "payroll moves"],
+                 ["index", "-c", str(cfg), "-w", str(ws["alpha"]), "--index", str(beta_index), "--engine", "local",
+                  "--no-progress"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+    assert (ws["alpha"] / "MEMORY.md").read_bytes() == note and beta_index.read_bytes() == index
+    # the agent's own paths, named or not; a scratch index of its workspace
+    got = resolve_settings({"workspace": str(ws["alpha"]), "index_path": str(alpha_index)}, config_file=cfg)
+    assert got.settings.index_file == alpha_index
+    scratch = tmp_path / "scratch.sqlite"
+    assert resolve_settings({"workspace": str(ws["alpha"]), "index_path": str(scratch)},
+                            config_file=cfg).settings.index_file == scratch

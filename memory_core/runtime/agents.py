@@ -216,6 +216,32 @@ def check_isolated(by_agent: dict[str, Settings]) -> None:
                 raise ConfigError(problem + _FIX)
 
 
+def check_unnamed_run(settings: Settings, agents: AgentsSettings,
+                      settings_of: Callable[[str], Settings | None]) -> None:
+    """ConfigError when a run that names no agent (a workspace or an index given instead, with a
+    config file that lists agents) would write a listed agent's index, qmd state or LanceDB folder
+    from a workspace that is not that agent's: ``MEMORY_CORE_INDEX=<ops index> index -c fleet.toml``
+    from main's workspace rewrote ops's index with main's notes, and ops's searches then showed
+    them (an outside audit, twenty-third session). The agent's own workspace with its own index
+    is that agent, named or not. ``settings_of(other)``: another agent's settings as the config
+    gives them (None: they do not resolve, and nothing can be compared)."""
+    from memory_core.storage.qmd import state_dir
+
+    ws = _real(settings.workspace_dir)
+    for other in agents.ids:
+        so = settings_of(other)
+        if so is None or _real(so.workspace_dir) == ws:
+            continue
+        for what, mine, theirs in (("index", settings.index_file, so.index_file),
+                                   ("qmd state", state_dir(settings), state_dir(so)),
+                                   ("LanceDB folder", settings.lancedb_dir, so.lancedb_dir)):
+            if _real(mine) == _real(theirs):
+                raise ConfigError(
+                    f"the {what} {_real(mine)} belongs to agent {other!r}, and this run's workspace"
+                    f" {settings.workspace_dir} is not that agent's ({so.workspace_dir}): name the agent"
+                    f" (--agent {other}) to index its own workspace, or give this workspace another {what}")
+
+
 def check_agent_isolated(agent: str, settings: Settings, agents: AgentsSettings,
                          settings_of: Callable[[str], Settings]) -> None:
     """ConfigError when ``agent``, with the ``settings`` just resolved for it (flags included),

@@ -26,6 +26,7 @@ from memory_core.config import (
     read_config_file,
     value_source,
 )
+from memory_core.errors import MemoryCoreError
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import probe_index
 
@@ -130,6 +131,7 @@ def resolve_settings(
         agent_told,
         agents_of,
         check_agent_isolated,
+        check_unnamed_run,
         requested_agent,
     )
 
@@ -226,6 +228,17 @@ def resolve_settings(
         check_agent_isolated(agent, settings, agents_table, lambda other: resolve_settings(
             {}, config_file=config_file or env.get("MEMORY_CORE_CONFIG"), env=env, agent=other,
             check=False).settings)
+    elif agent is None and check and cfg_path and cfg.get("agents"):
+        # no agent named (a workspace or an index given instead): it must not write an agent's memory
+        listed = str(cfg_path)
+
+        def settings_of(other: str) -> Settings | None:
+            try:
+                return resolve_settings({}, config_file=listed, env=env, agent=other, check=False).settings
+            except MemoryCoreError:  # that agent's own settings are broken: its own runs say so
+                return None
+
+        check_unnamed_run(settings, agents_of(cfg), settings_of)
 
     changes: list[SettingChange] = []
     if live is not None:
