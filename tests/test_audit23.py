@@ -35,3 +35,34 @@ def test_a_removed_or_rewritten_notes_text_is_not_left_in_the_index_files_bytes(
     assert b"the gorgonzola vault opens" not in data and b"Quetzalcoatl protocol" not in data
     assert b"zebracorn-lanternfish" not in data
     assert b"written on the router" in data
+
+
+def test_indexes_kept_in_one_folder_do_not_remove_each_others_work_folders(tmp_path: Path) -> None:
+    """F1: two indexes in one folder shared ``.memory-core-work``; a run of one removed the other's
+    live work folder as stale (it holds only its own index's lock), and that run failed after it
+    had submitted Batch API jobs. Each index keeps its own; the layout before's leftovers go once
+    they are a day old."""
+    import os
+    import time
+
+    from memory_core.index.stages import work_root
+
+    folder = tmp_path / "indexes"
+    folder.mkdir()
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("The heron waits by the pond.\n")
+    a, b = folder / "a.sqlite", folder / "b.sqlite"
+    live = work_root(b) / "20261130T101010-abc123" / "batch"
+    live.mkdir(parents=True)
+    (live / "jobs.hashes").write_text("b's run")
+    legacy_old = folder / ".memory-core-work" / "20200101T000000-abcdef"
+    legacy_new = folder / ".memory-core-work" / "20261130T090000-fedcba"
+    for d in (legacy_old, legacy_new):
+        d.mkdir(parents=True)
+    day_ago = time.time() - 2 * 86_400
+    os.utime(legacy_old, (day_ago, day_ago))
+    run_index(_none(ws, index_path=str(a)))
+    assert (live / "jobs.hashes").read_text() == "b's run"
+    assert not legacy_old.exists() and legacy_new.exists()
+    assert work_root(a) != work_root(b) and work_root(a).parent == folder / ".memory-core-work"

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -100,30 +101,41 @@ BINARY_SNIFF = 8192
 
 # -- work files ---------------------------------------------------------------------------------
 
+WORK_FOLDER = ".memory-core-work"
+
+
 def work_root(index_path: Path) -> Path:
-    """Where runs of this index keep their work files (Batch API mode only)."""
-    return index_path.parent / ".memory-core-work"
+    """Where runs of this index keep their work files (Batch API mode, a run without the cache):
+    ``.memory-core-work/<index file name>/`` beside the index. Each index its own: two indexes
+    kept in one folder shared ``.memory-core-work``, and one's run removed the other's live work
+    folder as stale (it holds only its own index's lock), failing that run after it had submitted
+    Batch API jobs."""
+    return index_path.parent / WORK_FOLDER / index_path.name
 
 
 def ensure_workdir(plan: RunPlan) -> Path:
     """The run's private work folder (0700, never through a symlink; its files 0600), created
     on first use."""
     path = Path(plan.workdir)
-    make_private_dir(path)
+    make_private_dir(path, ours=3)
     return path
 
 
 def cleanup_workdir(plan: RunPlan) -> None:
     shutil.rmtree(plan.workdir, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        Path(plan.workdir).parent.rmdir()  # only when empty
+    for folder in list(Path(plan.workdir).parents)[:2]:  # the index's, then .memory-core-work
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
 
 
 def remove_stale_workdirs(index_path: Path) -> int:
-    """Work folders that runs killed before their cleanup left behind. Called with the
-    writer lock held, so no live run owns any of them."""
+    """Work folders that runs of this index killed before their cleanup left behind. Called with
+    the index's writer lock held, so no live run owns any of them; another index's runs, which
+    that lock does not hold off, keep theirs (each index has its own :func:`work_root`)."""
+    top = index_path.parent / WORK_FOLDER
     root = work_root(index_path)
-    refuse_symlink(root, "work folder")  # never clean up (rmtree) through a link
+    refuse_symlink(top, "work folder")  # never clean up (rmtree) through a link
+    refuse_symlink(root, "work folder")
     n = 0
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in os.scandir(root):
@@ -132,7 +144,21 @@ def remove_stale_workdirs(index_path: Path) -> int:
                 n += 1
         with contextlib.suppress(OSError):
             root.rmdir()
+    # run folders of the layout before (``.memory-core-work/<run>``, shared by every index of the
+    # folder) that a killed run left: removed once a day old, when no run of any version still has them
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in os.scandir(top):
+            if _RUN_ID.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False) and \
+                    time.time() - entry.stat(follow_symlinks=False).st_mtime > LEGACY_WORKDIR_AGE_S:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                n += 1
+    with contextlib.suppress(OSError):
+        top.rmdir()  # only when empty (no other index's runs)
     return n
+
+
+_RUN_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")
+LEGACY_WORKDIR_AGE_S = 86_400.0
 
 
 # -- plan ----------------------------------------------------------------------------------------

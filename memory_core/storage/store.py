@@ -154,11 +154,12 @@ def refuse_sqlite_symlinks(path: str | os.PathLike[str], what: str = "database")
         refuse_symlink(p + suffix, what if not suffix else f"{what} journal")
 
 
-def make_private_dir(path: str | os.PathLike[str]) -> None:
-    """Create a work folder (and missing parents) 0700, refusing a symlink at its own name or
-    its parent's (``.memory-core-work``, a run's folder)."""
+def make_private_dir(path: str | os.PathLike[str], *, ours: int = 2) -> None:
+    """Create a work folder (and missing parents) 0700, refusing a symlink at its own name or at
+    the names of the ``ours - 1`` folders above it that memory-core made (a run's folder: the
+    index's and ``.memory-core-work``)."""
     p = Path(path)
-    for q in (p.parent, p):
+    for q in reversed([p, *p.parents][:ours]):
         refuse_symlink(q, "work folder")
     p.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     if not p.is_dir() or p.is_symlink():
