@@ -184,7 +184,8 @@ def test_e4b_a_stopped_lancedb_export_leaves_the_previous_one_whole(keyword_ws: 
     assert json.loads(capsys.readouterr().out)["results"][0]["path"] == "memory/plan.md"
     assert main(["search", "-w", ws, "zebrafish", "--lancedb", uri]) == 0
     assert capsys.readouterr().out.strip() == "no results"
-    assert sorted(p.name for p in Path(uri).iterdir()) == ["chunks.lance", "terms.lance"]  # no staging left
+    # no staging left (the lock file of exports into the folder stays, empty)
+    assert sorted(p.name for p in Path(uri).iterdir()) == [".export.lock", "chunks.lance", "terms.lance"]
     # the chunks table replaced in place, its full-text index not built (what a stop did before, and
     # what object storage sees during an export): the previous whole version answers
     from datetime import timedelta
@@ -305,3 +306,137 @@ def test_e3_search_lancedb_places_results_by_their_files_relevance_as_the_index_
             rb = [r.citation for r in ls.search(q, max_results=6, mode="hybrid")]
             assert ra[:1] == rb[:1], (q, ra, rb)
     assert placed >= 3  # the file support did apply
+
+
+def _export_ids(uri: str) -> set[str]:
+    """The export ids of the folder's two tables: one id when they are of one export."""
+    import lancedb
+
+    from memory_core.storage.lancedb import EXPORT_ID
+
+    db = lancedb.connect(uri)
+    return {(db.open_table(name).schema.metadata or {})[EXPORT_ID.encode()].decode() for name in ("chunks", "terms")}
+
+
+def _hold(lock: Path) -> int:
+    """An exclusive flock on ``lock``, as another export holding the folder does."""
+    import fcntl
+    import os
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b"pid 4242 on elsewhere since 2026-01-01T00:00:00")
+    return fd
+
+
+def test_f7_a_second_lancedb_export_to_one_folder_waits_or_says_who_holds_it(keyword_ws: Path, tmp_path: Path,
+                                                                              capsys) -> None:
+    """F7 (audit 23): two exports to one folder at once swapped their tables in turn: one failed
+    (``No such file or directory (.../terms.lance)``) or both exited 0 leaving ``chunks`` of one
+    export and ``terms`` of the other (every search then ``incomplete``, exit 2). An export now holds
+    the folder's lock (``.export.lock``) throughout; another waits for it (``lock.timeout_s``) or,
+    with ``lock.wait = false``, fails at once naming its holder, as a second index run does."""
+    import os
+    import threading
+    import time
+
+    from memory_core.export.lancedb import export_lancedb
+
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    index = load_settings(None, {"workspace": ws, "provider": "none"}).index_file
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
+    before = _export_ids(uri)
+    assert len(before) == 1
+    capsys.readouterr()
+
+    fd = _hold(Path(uri) / ".export.lock")
+    try:
+        # lock.wait = false: one line naming the holder, exit 1, the folder's export as it was
+        (keyword_ws / "memory-core.toml").write_text('provider = "none"\n[lock]\nwait = false\n')
+        assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == f"memory-core: error: another export is writing {uri} (pid 4242 on elsewhere since" \
+                      " 2026-01-01T00:00:00)", err
+        assert _export_ids(uri) == before
+        # waiting (the default): the export starts once the holder lets go
+        done: list[Any] = []
+        t = threading.Thread(target=lambda: done.append(export_lancedb(index, uri, timeout_s=30)))
+        t0 = time.monotonic()
+        t.start()
+        time.sleep(1.0)
+        assert not done and _export_ids(uri) == before, "an export went on while another held the folder"
+    finally:
+        os.close(fd)
+    t.join(30)
+    assert done and done[0].rows > 0 and time.monotonic() - t0 >= 1.0
+    after = _export_ids(uri)
+    assert len(after) == 1 and after != before
+    assert main(["search", "-w", ws, "billing migrate", "--lancedb", uri]) == 0
+
+
+def test_f7_two_lancedb_exports_racing_leave_one_whole_export(keyword_ws: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Two exports at once (threads): the first stops between renaming its ``terms`` and its ``chunks``
+    into place until the second is done or 2 s have passed. Before: the second swapped its tables
+    meanwhile, the first then put its ``chunks`` beside the second's ``terms`` (or failed on a table
+    the second had moved aside). Now the second waits for the first: both finish, one whole export."""
+    import os
+    import threading
+
+    from memory_core.export.lancedb import export_lancedb
+
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    index = load_settings(None, {"workspace": ws, "provider": "none"}).index_file
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
+    real = os.rename
+    second_done, first_swapping = threading.Event(), threading.Event()
+
+    def rename(a: Any, b: Any, *k: Any, **kw: Any) -> None:
+        real(a, b, *k, **kw)
+        if threading.current_thread().name == "first" and str(b) == os.path.join(uri, "terms.lance"):
+            first_swapping.set()
+            second_done.wait(2.0)
+
+    monkeypatch.setattr(os, "rename", rename)
+    errors: list[BaseException] = []
+
+    def run(after: threading.Event | None) -> None:
+        try:
+            if after is not None:
+                after.wait(10)
+            export_lancedb(index, uri)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            if after is not None:
+                second_done.set()
+
+    first = threading.Thread(target=run, args=(None,), name="first")
+    second = threading.Thread(target=run, args=(first_swapping,), name="second")
+    first.start()
+    second.start()
+    first.join(60)
+    second.join(60)
+    assert errors == [], errors
+    assert len(_export_ids(uri)) == 1, "chunks and terms of two different exports"
+    capsys.readouterr()
+    assert main(["search", "-w", ws, "billing migrate", "--lancedb", uri]) == 0
+    assert sorted(p.name for p in Path(uri).iterdir()) == [".export.lock", "chunks.lance", "terms.lance"]
+
+
+def test_f7_a_symlinked_export_lock_is_refused(keyword_ws: Path, tmp_path: Path, capsys) -> None:
+    """The export folder's lock is never opened through a symlink (docs/reliability.md): refused,
+    exit 2, the link's target untouched and the folder's export as it was."""
+    ws, uri = str(keyword_ws), str(tmp_path / "ldb")
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 0
+    before = _export_ids(uri)
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    lock = Path(uri) / ".export.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(target)
+    capsys.readouterr()
+    assert main(["export", "-w", ws, "--format", "lancedb", uri]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and len(err.strip().splitlines()) == 1, err
+    assert target.read_text() == "keep me\n" and _export_ids(uri) == before

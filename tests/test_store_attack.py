@@ -529,3 +529,57 @@ def test_a_relative_lancedb_path_is_one_folder_through_the_api_and_the_cli(tmp_p
         assert [m.text for m in mem.store.list()] == ["The rota changes on Mondays"]
     finally:
         mem.close()
+
+
+def _files_holding(folder: Path, needle: bytes) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes())
+
+
+def _texts_in_every_version(folder: Path) -> list[str]:
+    """The texts of every version of the store's table that LanceDB can still check out."""
+    import lancedb
+
+    t = lancedb.connect(str(folder)).open_table("memories")
+    texts = []
+    for v in t.list_versions():
+        t.checkout(v["version"])
+        texts += [str(r["text"]) for r in t.to_arrow().to_pylist()]
+    return texts
+
+
+def test_f4_a_forgotten_or_replaced_text_leaves_the_stores_files(workspace: Path, openai_fake: Any,
+                                                                 monkeypatch: Any) -> None:
+    """F4 (audit 23): after a forget, the text was still in a data file under the store's folder and
+    ``table.checkout(1)`` returned it whole (old versions were removed every 64 versions, and only
+    once a day old); so was the text an update replaced. Now neither is in any file of the store,
+    nor in any version LanceDB can check out, including when a compaction put it in a data file
+    shared with other memories (where a delete only marks the row)."""
+    from memory_core.notes import memory_store as ms
+    from tests.fakes.common import fake_vector
+
+    # a restatement (case, a final "!") embeds as its first text did, as a real model puts them side by side
+    monkeypatch.setattr(openai_fake, "vector_for",
+                        lambda text, dims, model=None: fake_vector(text.lower().rstrip(".!"), dims))
+    monkeypatch.setattr(ms, "COMPACT_EVERY", 2)  # compacted: the memories share data files
+    secret, offsite = "Dana's home alarm disarm sequence is tango-7-lima-9-kilo", "The team offsite is at Lakeview Lodge"
+    with MemoryStore(openai_settings(workspace, openai_fake)) as s:
+        gone = s.store(secret, category="fact").memory.id
+        s.store(offsite, category="fact")
+        for i in range(12):  # a forget then deletes under 10% of a shared file's rows: no compaction rewrites it
+            s.store(f"Unrelated memory number {i} about the garden", category="other")
+        assert _files_holding(s.path, b"tango-7-lima") and secret in _texts_in_every_version(s.path)
+
+        assert s.forget(gone).text == secret
+        assert s.get(gone) is None and s.count() == 13
+        assert _files_holding(s.path, b"tango-7-lima") == [], "the forgotten text is still on disk"
+        assert secret not in _texts_in_every_version(s.path), "an older version still holds the forgotten text"
+
+        again = s.store("the team offsite is at Lakeview Lodge!")
+        assert again.action == "updated" and again.previous_text == offsite
+        assert _files_holding(s.path, offsite.encode()) == [], "the replaced text is still on disk"
+        assert offsite not in _texts_in_every_version(s.path)
+
+        # the store works on: recall by a word and by the vector, list, a new store
+        assert [m.text for m in s.list() if "Lakeview" in m.text] == ["the team offsite is at Lakeview Lodge!"]
+        assert s.recall("Lakeview", min_score=0).hits[0].memory.id == again.memory.id
+        assert s.store("A new memory after the forget").action == "created" and s.count() == 14

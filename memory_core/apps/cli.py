@@ -813,7 +813,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     if fmt == "lancedb":
         from memory_core.export.lancedb import export_lancedb
 
-        summary = export_lancedb(settings.index_file, args.output, force=args.force, vectors=not args.no_vectors)
+        # another export of the folder under way: wait for it, or fail naming it, as the index's lock
+        summary = export_lancedb(settings.index_file, args.output, force=args.force, vectors=not args.no_vectors,
+                                 wait=settings.lock.wait, timeout_s=settings.lock.timeout_s)
     else:
         summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
                                force=args.force, protect=(settings.cache_file,))

@@ -30,7 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_core.errors import UsageError
+from memory_core.errors import IndexLockedError, UsageError
 from memory_core.query.retrieval import background_of
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ from memory_core.storage.lancedb import (
     index_words,
     is_export_table,
 )
-from memory_core.storage.store import has_table
+from memory_core.storage.store import IndexLock, has_table, open_lock_file, require_index
 
 
 def _said(conn: Any, ids: list[str]) -> dict[str, str]:
@@ -68,7 +68,7 @@ def _said(conn: Any, ids: list[str]) -> dict[str, str]:
 
 
 def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: bool = True,
-                   batch_rows: int | None = None) -> ExportSummary:
+                   batch_rows: int | None = None, wait: bool = True, timeout_s: float = 600.0) -> ExportSummary:
     """Write the index at ``index_path`` to the LanceDB database ``uri``; returns an
     :class:`memory_core.export.files.ExportSummary`. An existing ``chunks`` or ``terms`` table is
     replaced only when it is an earlier export (or with ``force``). ``vectors=False`` leaves out the
@@ -80,7 +80,12 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
     no rename: the tables are replaced in place, one Lance version after another, and the earlier
     versions are removed only once the new export is whole, so a reader in between (or after a
     stopped export) opens the previous export's versions
-    (:class:`memory_core.query.lancedb.LanceSearcher`)."""
+    (:class:`memory_core.query.lancedb.LanceSearcher`).
+
+    One export at a time per local folder (:class:`ExportLock`, held from before the index is read
+    until the tables are in place): another export of the folder waits for it (``wait``, at most
+    ``timeout_s``: the settings' ``lock.wait`` and ``lock.timeout_s``, as the index's writer lock)
+    or fails at once naming it (:class:`memory_core.errors.IndexLockedError`, exit 1)."""
     from memory_core.export.files import ExportSummary, _Snapshot, sigterm_stops
 
     lancedb = _lancedb()
@@ -89,16 +94,19 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
         uri = os.path.abspath(os.path.expanduser(uri))
         if Path(uri).resolve() == Path(index_path).resolve().parent or Path(uri).is_file():
             raise UsageError(f"{uri} is not a folder for a LanceDB database")
+    require_index(Path(index_path))  # before the folder and its lock are made
     t0 = time.perf_counter()
-    snap = _Snapshot(Path(index_path))
-    try:
-        db = lancedb.connect(uri)
-        if not force:  # both tables are replaced: neither may be a user's own
-            for name in (TABLE, TERMS):
-                if name in _tables(db) and not is_export_table(db.open_table(name), name):
-                    raise UsageError(f"{uri} already has a table {name!r} that is not a memory-core export;"
-                                     " use --force to replace it")
-        with sigterm_stops(uri):
+    with sigterm_stops(uri), (ExportLock(Path(uri), wait=wait, timeout_s=timeout_s) if local
+                              else contextlib.nullcontext()):
+        # under the lock: the index as it is once the export before this one is done
+        snap = _Snapshot(Path(index_path))
+        try:
+            db = lancedb.connect(uri)
+            if not force:  # both tables are replaced: neither may be a user's own
+                for name in (TABLE, TERMS):
+                    if name in _tables(db) and not is_export_table(db.open_table(name), name):
+                        raise UsageError(f"{uri} already has a table {name!r} that is not a memory-core export;"
+                                         " use --force to replace it")
             if local:
                 root = Path(uri)
                 _remove_stale(root)
@@ -110,13 +118,44 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
                     shutil.rmtree(staging, ignore_errors=True)
             else:
                 n = _write_tables(db, snap, vectors=vectors, batch_rows=batch_rows)
-        dims = snap.dims
-        size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file()) if local else 0
-        return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=vectors and bool(dims),
-                             row_groups=0, bytes=size, seconds=round(time.perf_counter() - t0, 3),
-                             provider=snap.record.provider, model=snap.record.model)
-    finally:
-        snap.close()
+            dims = snap.dims
+            size = sum(f.stat().st_size for f in Path(uri).rglob("*") if f.is_file() and f.name != EXPORT_LOCK) if local else 0
+            return ExportSummary(path=uri, format="lancedb", rows=n, dims=dims, vectors=vectors and bool(dims),
+                                 row_groups=0, bytes=size, seconds=round(time.perf_counter() - t0, 3),
+                                 provider=snap.record.provider, model=snap.record.model)
+        finally:
+            snap.close()
+
+
+EXPORT_LOCK = ".export.lock"
+"""The lock file of a local export folder, inside it (:class:`ExportLock`)."""
+
+
+class ExportLock(IndexLock):
+    """One export at a time into a local LanceDB folder: the index's writer lock
+    (:class:`memory_core.storage.store.IndexLock`: an exclusive ``flock``, which the kernel drops
+    when its process dies; a second export waits up to ``timeout_s`` or, with ``wait=False``, fails
+    at once, naming the holder) on :data:`EXPORT_LOCK` inside the folder. Two exports at once
+    swapped their tables in turn: one failed (``No such file or directory (.../terms.lance)``), or
+    both finished with ``chunks`` of one and ``terms`` of the other, and every search of the
+    folder was ``incomplete``. The lock file is refused when it is a symlink or not a regular file,
+    as every lock of memory-core (:func:`memory_core.storage.store.open_lock_file`)."""
+
+    def __init__(self, root: Path, *, wait: bool = True, timeout_s: float = 600.0) -> None:
+        super().__init__(root, wait=wait, timeout_s=timeout_s)
+        self.path = root / EXPORT_LOCK
+
+    def _prepare(self) -> None:
+        try:
+            self.index_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot use {self.index_path} as a LanceDB folder: {exc.strerror or exc}") from None
+
+    def _open(self) -> int:
+        return open_lock_file(self.path, "LanceDB export")
+
+    def _busy(self, holder: str, how: str) -> IndexLockedError:
+        return IndexLockedError(f"another export is writing {self.index_path} ({holder}){how}")
 
 
 def _write_tables(db: Any, snap: _Snapshot, *, vectors: bool, batch_rows: int | None) -> int:

@@ -614,10 +614,22 @@ class IndexLock:
         except OSError:
             return "unknown"
 
-    def acquire(self) -> IndexLock:
+    def _prepare(self) -> None:
+        """Before the lock file is opened: what it guards is checked (a subclass's own check)."""
         check_index_target(self.index_path)  # never a lock (or a rebuild) beside a file that is not ours
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = safe_open(self.path, os.O_RDWR | os.O_CREAT, what="lock file")
+
+    def _open(self) -> int:
+        """The lock file's descriptor: never through a symlink, only a regular file (:func:`safe_open`)."""
+        return safe_open(self.path, os.O_RDWR | os.O_CREAT, what="lock file")
+
+    def _busy(self, holder: str, how: str) -> IndexLockedError:
+        """The error of a lock another process holds (``how``: how long this one waited)."""
+        return IndexLockedError(f"another run is writing {self.path.with_suffix('')} ({holder}){how}")
+
+    def acquire(self) -> IndexLock:
+        self._prepare()
+        fd = self._open()
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
@@ -631,10 +643,12 @@ class IndexLock:
                     holder = self.holder()
                     os.close(fd)
                     how = "" if not self.wait else f" after waiting {self.timeout_s:.0f}s"
-                    raise IndexLockedError(
-                        f"another run is writing {self.path.with_suffix('')} ({holder}){how}"
-                    ) from None
+                    raise self._busy(holder, how) from None
+            try:
                 time.sleep(0.1)
+            except BaseException:  # a stop while waiting (an export's SIGTERM, Ctrl-C): no descriptor left open
+                os.close(fd)
+                raise
         import socket  # here: a reader never takes the writer lock (socket, selectors: ~2.5 ms of its start)
 
         os.ftruncate(fd, 0)
