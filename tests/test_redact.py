@@ -47,7 +47,7 @@ REDACTION_TABLE: list[tuple[str, str]] = [
     ("password: password", "password: ***"),
     # 2. JSON fields
     ('{"token": "short"}', '{"token": "***"}'),
-    ('{"password":"correct horse battery staple"}', '{"password":"correc…aple"}'),
+    ('{"password":"correct horse battery staple"}', '{"password":"***"}'),
     ('{"refreshToken":"rt-1234567890abcdefghij"}', '{"refreshToken":"rt-123…ghij"}'),
     ('{"accessToken" : "at"}', '{"accessToken" : "***"}'),
     ('{"api_key": "abcdefghijklmnopqrstuvwxyz"}', '{"api_key": "abcdef…wxyz"}'),
@@ -557,8 +557,8 @@ def test_two_lines_that_name_no_secret_stay_as_written() -> None:
 _AWS_SECRET_40 = "Xq9vAbCdEfGhIjKlMnOpQrStUvWxYz012345uI7o"
 
 PASSWORD_PHRASES: list[tuple[str, str]] = [
-    ('The NAS admin password: "correct horse battery staple"', 'The NAS admin password: "correc…aple"'),
-    ("vpn password: purple monkey dishwasher 42", "vpn password: purple…r 42"),
+    ('The NAS admin password: "correct horse battery staple"', 'The NAS admin password: "***"'),
+    ("vpn password: purple monkey dishwasher 42", "vpn password: ***"),
     ("the root password is Tr0ub4dor and 3", "the root password is ***"),
     ("wifi password\uff1aHomeNet-2024!", "wifi password\uff1a***"),
     ("password\uff1dopen sesame 9", "password\uff1d***"),
@@ -568,9 +568,9 @@ PASSWORD_PHRASES: list[tuple[str, str]] = [
     ("pa$$w0rd = open sesame 9", "pa$$w0rd = ***"),
     ("P@SSWORD: hunter 2", "P@SSWORD: ***"),
     ("the password is \"correct horse\"", "the password is \"***\""),
-    ("The password is: correct horse battery staple", "The password is: correc…aple"),
+    ("The password is: correct horse battery staple", "The password is: ***"),
     # the clause ends at ", " (and the line): what follows stays
-    ("vpn password: purple monkey dishwasher 42, user: bob", "vpn password: purple…r 42, user: bob"),
+    ("vpn password: purple monkey dishwasher 42, user: bob", "vpn password: ***, user: bob"),
     ("| db | password: hunter 2 | prod |", "| db | password: *** | prod |"),
     ('{"password": "a b c", "user": "bob"}', '{"password": "***", "user": "bob"}'),
     (f"AKIAZ7QWERTYUIOP2ABC {_AWS_SECRET_40}", "AKIAZ7…2ABC Xq9vAb…uI7o"),
@@ -614,7 +614,7 @@ def test_a_password_value_keeps_the_notes_lines() -> None:
     out = redact_lines(note)
     assert out.count("\n") == note.count("\n")
     lines = out.split("\n")
-    assert lines[2] == "vpn password: purple…r 42"
+    assert lines[2] == "vpn password: ***"
     assert lines[3] == "the root password is ***"
     assert lines[4] == "AKIAZ7…2ABC Xq9vAb…uI7o"
     assert lines[6] == "I changed my password yesterday"

@@ -202,7 +202,7 @@ def _has_token_prefix(text: str) -> bool:
 _MAX_TELEGRAM_COLONS: Final = 4096
 
 # a value an earlier rule masked: "***" (before a closing quote, bracket or the end) or "abcdef…wxyz"
-# (the ellipsis after 6 characters, spaces too: "purple…r 42"); password_phrase and assignment leave it
+# (the ellipsis after 6 characters); password_phrase and assignment leave it
 _MASKED: Final = rf"\*\*\*(?![^{_WS_CLASS}\"'`,;|.)\]}}])|[^\r\n]{{6}}\u2026"
 # password_phrase (see the rule). The label: a word ending in password/passwd, or the same with "@"
 # for "a", "$" for "s" or "0" for "o" (p@ssword, pa$$word, passw0rd), then an optional closing
@@ -560,8 +560,9 @@ def _present_triggers(lowered: str) -> set[str]:
 
 
 def mask_token(token: str) -> str:
-    """Mask one secret: ``"***"`` below 18 characters, else ``first6…last4``."""
-    if len(token) < REDACT_MIN_LENGTH:
+    """Mask one secret: ``"***"`` below 18 characters or when it holds a space (a passphrase: its
+    first 6 and last 4 characters are whole words of it, "purple…r 42"), else ``first6…last4``."""
+    if len(token) < REDACT_MIN_LENGTH or any(c.isspace() for c in token):
         return "***"
     return f"{token[:REDACT_KEEP_START]}{ELLIPSIS}{token[-REDACT_KEEP_END:]}"
 
