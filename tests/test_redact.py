@@ -47,7 +47,7 @@ REDACTION_TABLE: list[tuple[str, str]] = [
     ("password: password", "password: ***"),
     # 2. JSON fields
     ('{"token": "short"}', '{"token": "***"}'),
-    ('{"password":"correct horse battery staple"}', '{"password":"correc…aple"}'),
+    ('{"password":"correct horse battery staple"}', '{"password":"***"}'),
     ('{"refreshToken":"rt-1234567890abcdefghij"}', '{"refreshToken":"rt-123…ghij"}'),
     ('{"accessToken" : "at"}', '{"accessToken" : "***"}'),
     ('{"api_key": "abcdefghijklmnopqrstuvwxyz"}', '{"api_key": "abcdef…wxyz"}'),
@@ -549,3 +549,89 @@ def test_two_lines_that_name_no_secret_stay_as_written() -> None:
     for text in ("Meeting notes:\nwe agreed on the plan", "Dinner:\npasta", "Kate: are you coming?\nMo: yes",
                  "keys:\non the hook by the door"):
         assert redact_lines(text) == text
+
+
+# twenty-third session's audit: a password's value was cut to its first word (or kept whole when
+# quoted with spaces, in triple quotes, after a fullwidth colon or an obfuscated label), and an AWS
+# secret key next to its key id was kept unless the text said "aws" or "secret"
+_AWS_SECRET_40 = "Xq9vAbCdEfGhIjKlMnOpQrStUvWxYz012345uI7o"
+
+PASSWORD_PHRASES: list[tuple[str, str]] = [
+    ('The NAS admin password: "correct horse battery staple"', 'The NAS admin password: "***"'),
+    ("vpn password: purple monkey dishwasher 42", "vpn password: ***"),
+    ("the root password is Tr0ub4dor and 3", "the root password is ***"),
+    ("wifi password\uff1aHomeNet-2024!", "wifi password\uff1a***"),
+    ("password\uff1dopen sesame 9", "password\uff1d***"),
+    ('password = """hunter2"""', 'password = """***"""'),
+    ("password = '''hunter two'''", "password = '''***'''"),
+    ("p@ssword: hunter2", "p@ssword: ***"),
+    ("pa$$w0rd = open sesame 9", "pa$$w0rd = ***"),
+    ("P@SSWORD: hunter 2", "P@SSWORD: ***"),
+    ("the password is \"correct horse\"", "the password is \"***\""),
+    ("The password is: correct horse battery staple", "The password is: ***"),
+    # the clause ends at ", " (and the line): what follows stays
+    ("vpn password: purple monkey dishwasher 42, user: bob", "vpn password: ***, user: bob"),
+    ("| db | password: hunter 2 | prod |", "| db | password: *** | prod |"),
+    ('{"password": "a b c", "user": "bob"}', '{"password": "***", "user": "bob"}'),
+    (f"AKIAZ7QWERTYUIOP2ABC {_AWS_SECRET_40}", "AKIAZ7…2ABC Xq9vAb…uI7o"),
+    (f"{_AWS_SECRET_40} / ASIAZ7QWERTYUIOP2ABC", "Xq9vAb…uI7o / ASIAZ7…2ABC"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), PASSWORD_PHRASES)
+def test_a_password_is_masked_whole(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+PASSWORD_PROSE_KEPT = [
+    "I changed my password yesterday",
+    "the password manager is great",
+    "password reset link sent",
+    "the password is required for login",
+    "The password is in 1Password",
+    "the password was changed last week",
+    "Passwords: use a manager",
+    "password-less login: enabled",
+    "password policy: 12 characters minimum",
+    'password: ""',
+    "trip to Asia, 2024",
+    # a 40-hex git hash beside a key id is no secret key (no capitals)
+    "AKIAZ7QWERTYUIOP2ABC in commit 3f2a9c1e5b7d4a6f8e0c2b4d6f8a0c2e4b6d8f0a",
+]
+
+
+@pytest.mark.parametrize("text", PASSWORD_PROSE_KEPT)
+def test_prose_about_passwords_is_kept(text: str) -> None:
+    expected = text.replace("AKIAZ7QWERTYUIOP2ABC", "AKIAZ7…2ABC")
+    assert redact(text) == expected
+
+
+def test_a_password_value_keeps_the_notes_lines() -> None:
+    from memory_core.sources.redact import redact_lines
+
+    note = ("# VPN\n\nvpn password: purple monkey dishwasher 42\nthe root password is Tr0ub4dor and 3\n"
+            f"AKIAZ7QWERTYUIOP2ABC {_AWS_SECRET_40}\n\nI changed my password yesterday\n")
+    out = redact_lines(note)
+    assert out.count("\n") == note.count("\n")
+    lines = out.split("\n")
+    assert lines[2] == "vpn password: ***"
+    assert lines[3] == "the root password is ***"
+    assert lines[4] == "AKIAZ7…2ABC Xq9vAb…uI7o"
+    assert lines[6] == "I changed my password yesterday"
+    for secret in ("monkey", "dishwasher", "Tr0ub4dor", "and 3", _AWS_SECRET_40):
+        assert secret not in out
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("text", [
+    "password: " + "a " * 500_000,
+    "password: " * 100_000,
+    'password: "' + "a" * 1_000_000,
+    'password = """' + 'a"' * 500_000,
+    "password is " + "a1 " * 300_000,
+    "p@ssword=" * 100_000,
+    ("AKIAZ7QWERTYUIOP2ABC " + "a" * 39 + " ") * 15_000,
+    ("Ab1" * 13 + "x " + "AKIA ") * 20_000,
+])
+def test_password_phrase_and_aws_pair_are_linear(text: str) -> None:
+    assert isinstance(redact(text), str)

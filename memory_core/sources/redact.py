@@ -35,6 +35,11 @@ Choices and deviations from the reference, all deliberate:
   (``Key = API key for ...``, ``Key: the idea``) is not a credential and stays.
   Words *not* followed by ``=``/``:`` are never touched, so "the token bucket
   algorithm" or "password reset flow was discussed" stay intact.
+* A password's value is masked whole before ``assignment`` runs (rule ``password_phrase``): after
+  a name ending in password/passwd (or ``p@ssword``, ``pa$$word``, ``passw0rd``) and ``:``, ``=``,
+  ``：`` or ``＝``, a quoted string with its spaces (triple quotes too) or the rest of the clause;
+  after ``is``/``was`` only a quoted value or one whose first word looks like a password. A value
+  an earlier rule masked (``***``, ``abcdef…``) is never masked again.
 * JSON field names also accept snake/kebab-case spellings (``api_key``,
   ``access_token``, ``refresh-token``, ...) and ``client_secret`` / ``auth_token`` /
   ``id_token``; the reference only knew the camelCase names.
@@ -196,7 +201,60 @@ def _has_token_prefix(text: str) -> bool:
     return True  # many underscores: let the rule look
 _MAX_TELEGRAM_COLONS: Final = 4096
 
+# a value an earlier rule masked: "***" (before a closing quote, bracket or the end) or "abcdef…wxyz"
+# (the ellipsis after 6 characters); password_phrase and assignment leave it
+_MASKED: Final = rf"\*\*\*(?![^{_WS_CLASS}\"'`,;|.)\]}}])|[^\r\n]{{6}}\u2026"
+# password_phrase (see the rule). The label: a word ending in password/passwd, or the same with "@"
+# for "a", "$" for "s" or "0" for "o" (p@ssword, pa$$word, passw0rd), then an optional closing
+# quote of a JSON/YAML name and Markdown bold (``**Password:**``)
+_PW_LABEL: Final = r"p[a@][s$][s$]w(?:[o0]r)?d(?![A-Za-z0-9_])"
+_PW_ANCHORS: Final = ("pass", "p@ss", "pa$s", "pas$", "pa$$", "p@$s", "p@s$", "p@$$")
+# horizontal whitespace: the label, its separator and its value are on one line
+_PW_H: Final = "[ \\t\\u00a0\\u3000]"
+# ":"/"=" or their fullwidth forms ("password：x"), "is:" ("the password is: x"); not "==" (code)
+_PW_SEP: Final = (rf"{_PW_H}*+(?:(?:is|was){_PW_H}*+)?[:\uff1a]\*{{0,2}}{_PW_H}*+"
+                  rf"|{_PW_H}*+[=\uff1d](?![=\uff1d])\*{{0,2}}{_PW_H}*+")
+# "is"/"was" (prose): a value only when quoted or when its first word looks like one (_PW_FIRST)
+_PW_IS: Final = rf"{_PW_H}{{1,3}}(?:is|was)(?:{_PW_H}{{1,3}}now)?{_PW_H}{{1,3}}"
+# a quoted value, spaces and all: triple quotes first ('"""hunter2"""'), then "...", '...', `...`, “...”;
+# not one that starts with a space (in "`password:` then `x`" the backticks close and open code spans)
+_PW_QUOTED: Final = (
+    '"""(?![ \\t])((?:(?!""")[^\\r\\n]){1,400}+)"""' "|'''(?![ \\t])((?:(?!''')[^\\r\\n]){1,400}+)'''"
+    '|"(?![ \\t])([^"\\r\\n]{1,400}+)"' "|'(?![ \\t])([^'\\r\\n]{1,400}+)'"
+    "|`(?![ \\t])([^`\\r\\n]{1,400}+)`" "|\u201c(?![ \\t])([^\u201d\\r\\n]{1,400}+)\u201d"
+)
+# an unquoted value: the rest of the clause, the words up to the end of the line or up to a "," ";"
+# "|" "." ")" "]" "}" or quote that is followed by whitespace or the end ("vpn password: purple monkey
+# dishwasher 42, user: bob" masks "purple monkey dishwasher 42"). Not an earlier mask ("***",
+# "abcdef…"); not a closing bracket, nor a quote with no value after it (a prompt's end in code:
+# ``input("Password: ")``; an empty "")
+_PW_CH: Final = rf"(?:[^{_WS_CLASS},;|.)\]}}\"'`]|[,;|.)\]}}\"'`](?=[^{_WS_CLASS}]))"
+_PW_CLAUSE: Final = (rf"(?!{_MASKED}|[)\]}}]|[\"'`](?![^{_WS_CLASS}\"'`,;|.)\]}}]))"
+                     rf"({_PW_CH}++(?:{_PW_H}++{_PW_CH}++)*+)")
+# after "is": a first word like a password (a letter and a digit or a symbol, 4-128 characters, no
+# "/", "::" or ".x", not a placeholder: as _PW_STRICT below), so "the password is required" stays
+_PW_V: Final = rf"[^{_WS_CLASS}\"'`*\u2026\\]"
+_PW_FIRST: Final = (
+    rf"(?![$<{{])(?!{_PW_V}{{0,128}}?(?:/|::|\.[A-Za-z]))"
+    rf"(?={_PW_V}{{0,127}}?[A-Za-z])"
+    rf"(?={_PW_V}{{0,127}}?(?:[0-9]|[!@#$%^&+=~?](?=[^{_WS_CLASS}\"'`*\u2026\\.,;:!?)])))"
+    rf"(?={_PW_V}{{4,128}}+(?!{_PW_V}))"
+)
+
 _RULES_BEFORE_PEM: Final = (
+    # a password's whole value (the twenty-third session's audit: "vpn password: purple monkey
+    # dishwasher 42" kept all but its first word; 'password: "correct horse battery staple"',
+    # 'password = """hunter2"""', "p@ssword: x" and "password：x" were kept whole). It runs before
+    # ``assignment`` (which masks one word) and takes the whole quoted string or, unquoted, the rest
+    # of the clause; after "is"/"was" only a quoted value or one whose first word looks like a password
+    _Rule(
+        "password_phrase",
+        rf"{_PW_LABEL}[\"']?\*{{0,2}}"
+        rf"(?:(?:{_PW_SEP})(?:{_PW_QUOTED}|{_PW_CLAUSE})|{_PW_IS}(?:{_PW_QUOTED}|{_PW_FIRST}{_PW_CLAUSE}))",
+        _PW_ANCHORS,
+        any_of=("pass", "p@", "$"),
+        also_any_of=("=", ":", "\uff1a", "\uff1d", "is", "was"),
+    ),
     _Rule(
         "assignment",
         # Reference: \b[A-Z0-9_]*(?:KEY|...)\b... -- the prefix only extends the match to
@@ -207,7 +265,7 @@ _RULES_BEFORE_PEM: Final = (
         # idea") is kept; "token=abc" (a config line) is not prose.
         rf"(?=[kstp])(?!(?<![A-Za-z0-9_])(?:key|token){_S}*[=:][{_WS_CLASS}]+[A-Za-z]{{1,12}}[.,;:)]?(?:(?=[{_WS_CLASS}])|$))"
         rf"(?:key|token|secret|passw(?:or)?d)\b[\"']?{_S}*[=:]{_S}*"
-        rf"([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
+        rf"([\"']?)(?!{_MASKED})([^{_WS_CLASS}\"'\\]+)\1",
         _SECRET_NAMES,
         also_any_of=("=", ":"),
     ),
@@ -242,8 +300,8 @@ _RULES_BEFORE_PEM: Final = (
           rf"(?:[_-]pass|[_-]?pwd|(?<![A-Za-z0-9_-])pw)\b[\"']?{_S}*[=:]{_S}*([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
           ("_pass", "-pass", "_pwd", "-pwd", "pwd", "pw"), any_of=("pass", "pw"), also_any_of=("=", ":")),
     # a passphrase is often several words: the rest of the line
-    _Rule("passphrase", rf"passphrase[\"']?{_S}*[=:][ \t]*([^\r\n]{{1,400}}+)", ("passphrase",),
-          also_any_of=("=", ":")),
+    _Rule("passphrase", rf"passphrase[\"']?{_S}*[=:\uff1a\uff1d][ \t]*([^\r\n]{{1,400}}+)", ("passphrase",),
+          also_any_of=("=", ":", "\uff1a", "\uff1d")),
 )
 
 # a credential after a bare label (pass_label, wifi_key): never whitespace, a quote, a backtick, "*"
@@ -277,10 +335,21 @@ _WIFI_VALUE: Final = (
     rf"{_VAL}{{8,63}}+)(?!{_VAL})"
 )
 
+_AWS_KEY_ID: Final = r"(?<![A-Za-z0-9])(?-i:(?:AKIA|ASIA)[0-9A-Z]{16})(?![A-Za-z0-9])"
+_AWS_SECRET: Final = (r"(?<![A-Za-z0-9/+=])((?-i:(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+                      r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}))(?![A-Za-z0-9/+=])")
+
 _RULES_AFTER_PEM: Final = (
     # Rules added by issue 17 (what an outside attack got through). Every quantifier over a
     # token is possessive or bounded and every start is at an anchor or a token boundary, so
     # each character is scanned a bounded number of times: linear on any line.
+    # a 40-character AWS secret access key on the same line as an AKIA/ASIA key id, in either order,
+    # with no "aws" or "secret" in the text ("AKIA... Xq9v...": the twenty-third session's audit).
+    # Before aws_access_key_id masks the id; mixed case and a digit as aws_secret_key (a 40-hex git
+    # hash beside a key id stays); at most 400 characters between them
+    _Rule("aws_key_pair",
+          rf"{_AWS_KEY_ID}[^\r\n]{{0,400}}?{_AWS_SECRET}|{_AWS_SECRET}(?=[^\r\n]{{0,400}}?{_AWS_KEY_ID})",
+          ("akia", "asia"), scan=True),
     _Rule("aws_access_key_id", r"(?<![A-Za-z0-9])((?-i:(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}))(?![A-Za-z0-9])",
           ("akia", "asia", "abia", "acca")),
     _Rule("stripe", r"(?<![A-Za-z0-9_])((?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}+)",
@@ -295,7 +364,7 @@ _RULES_AFTER_PEM: Final = (
     # password is required" stays)
     _Rule("password_prose",
           rf"pass(?:w(?:or)?d|phrase){_S}{{1,3}}(?:is|was|will be|=|:){_S}{{1,3}}(?:now{_S}{{1,3}})?"
-          rf"[\"'`]?([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&_+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)",
+          rf"[\"'`]?([^{_WS_CLASS}\"'`*\u2026]{{0,64}}?[0-9!@#$%^&_+=~?][^{_WS_CLASS}\"'`*\u2026]{{0,64}}+)(?!\u2026)",
           ("passw", "passphrase")),
     # prose that names a credential and gives it (seventeenth session: a helper's audit got these
     # through): "the api key is 9f8e7d6c5b4a", "the token for the staging API: 9f8e...", "password
@@ -491,8 +560,9 @@ def _present_triggers(lowered: str) -> set[str]:
 
 
 def mask_token(token: str) -> str:
-    """Mask one secret: ``"***"`` below 18 characters, else ``first6…last4``."""
-    if len(token) < REDACT_MIN_LENGTH:
+    """Mask one secret: ``"***"`` below 18 characters or when it holds a space (a passphrase: its
+    first 6 and last 4 characters are whole words of it, "purple…r 42"), else ``first6…last4``."""
+    if len(token) < REDACT_MIN_LENGTH or any(c.isspace() for c in token):
         return "***"
     return f"{token[:REDACT_KEEP_START]}{ELLIPSIS}{token[-REDACT_KEEP_END:]}"
 
