@@ -3,9 +3,14 @@ merged when no agent is named, indexes kept in one folder. Each test fails on th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from memory_core.config import load_settings
+from memory_core.errors import RunCancelled
 from memory_core.index.pipeline import run_index
 
 
@@ -66,3 +71,32 @@ def test_indexes_kept_in_one_folder_do_not_remove_each_others_work_folders(tmp_p
     assert (live / "jobs.hashes").read_text() == "b's run"
     assert not legacy_old.exists() and legacy_new.exists()
     assert work_root(a) != work_root(b) and work_root(a).parent == folder / ".memory-core-work"
+
+
+@pytest.mark.parametrize(("stop", "code", "says"), [
+    (KeyboardInterrupt, 130, "interrupted"), (lambda: RunCancelled("stopped by SIGTERM"), 1, "stopped by SIGTERM")])
+def test_a_write_stopped_in_its_reindex_says_what_it_wrote_and_exits_as_the_stop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        stop: Any, code: int, says: str) -> None:
+    """F6: Ctrl-C in `memory-core write`'s reindex printed only "interrupted; the live index was
+    left as it was" (exit 130) though the note was written, so a retry wrote it twice; a SIGTERM
+    exited 0. Now the write's result (its citation, not indexed), then the stop's line and exit."""
+    from memory_core.apps.cli import main
+    from memory_core.index.indexer import Indexer
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory-core.toml").write_text('provider = "none"\n')
+
+    def stopped(self: Any, *a: Any, **kw: Any) -> Any:
+        raise stop()
+
+    monkeypatch.setattr(Indexer, "run", stopped)
+    got = main(["write", "-w", str(ws), "--path", "memory/2026-11-30.md", "--json",
+                "Kumquat decision: we ship on Tuesday."])
+    out, err = capsys.readouterr()
+    assert got == code, (out, err)
+    res = json.loads(out)
+    assert res["citation"] == "memory/2026-11-30.md#L1-L1" and res["indexed"] is False, res
+    assert "not indexed" in res["note"] and says in err, err
+    assert (ws / "memory" / "2026-11-30.md").read_text() == "Kumquat decision: we ship on Tuesday.\n"

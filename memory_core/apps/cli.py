@@ -845,15 +845,26 @@ def cmd_write(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
-    res = write_memory(settings, text, args.path, index=not args.no_index)
-    if args.json:
-        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
+    try:
+        res = write_memory(settings, text, args.path, index=not args.no_index)
+    except BaseException as exc:
+        written = getattr(exc, "write_result", None)
+        if written is None:
+            raise
+        _say_written(written, args.json)  # stopped in the reindex: what was written, then the stop's line and exit
+        raise
+    _say_written(res, args.json)
+    return EXIT_OK
+
+
+def _say_written(res: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False), flush=True)
     else:
         print(f"wrote {res.citation}" + (" (secrets masked)" if res.redacted else "")
-              + ("; indexed" if res.indexed else ""))
+              + ("; indexed" if res.indexed else ""), flush=True)
         if res.note:
-            print(f"note: {res.note}", file=sys.stderr)
-    return EXIT_OK
+            print(f"note: {res.note}", file=sys.stderr, flush=True)
 
 
 def cmd_flush(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.errors import MemoryCoreError, PathError, UsageError
+from memory_core.errors import MemoryCoreError, PathError, RunCancelled, UsageError
 
 MAX_WRITE_CHARS = 64 * 1024
 MAX_FOLDER_DEPTH = 8
@@ -421,6 +421,15 @@ def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
     return bool(texts) and (not tail or any(tail in t for t in texts))
 
 
+def _stopped_with(exc: BaseException, res: WriteResult, notes: list[str]) -> None:
+    """A stop in the reindex after the note was written goes on with the write's result
+    (``exc.write_result``, not indexed), so the caller can say the note was written: a stopped
+    ``memory-core write`` printed only "interrupted" (a retry wrote the note twice) or, for a
+    SIGTERM, exited 0 (the twenty-third session's audit, F6)."""
+    exc.write_result = replace(res, note="; ".join(  # type: ignore[attr-defined]
+        [*notes, "written, but not indexed: the reindex was stopped; the next reindex picks it up"]))
+
+
 def write_memory(settings: Settings, text: str, path: str | None = None, *, index: bool = True,
                  runner: Callable[[], Any] | None = None, today: _dt.date | None = None) -> WriteResult:
     """:func:`append_note`, then an incremental reindex so the text is searchable at once.
@@ -428,7 +437,9 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     ``runner`` does the reindex (the MCP server passes its sync manager's, which keeps the
     provider loaded); default one :class:`memory_core.index.indexer.Indexer` run. A reindex that fails,
     finds the index busy or skips the note leaves the note written and says so in ``note``;
-    ``indexed`` is true only when the index holds the note as written."""
+    ``indexed`` is true only when the index holds the note as written. A stop of this process in
+    the reindex (Ctrl-C; a SIGTERM, without ``runner``) is raised with the result as
+    ``write_result`` (:func:`_stopped_with`)."""
     res = append_note(settings, text, path, today=today)
     if not index:
         return res
@@ -442,8 +453,14 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
             with Indexer(settings) as indexer:
                 indexer.run()
     except MemoryCoreError as exc:
+        if isinstance(exc, RunCancelled) and runner is None:  # a stop of this process: it ends with it
+            _stopped_with(exc, res, notes)
+            raise
         notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
         return replace(res, note="; ".join(notes))
+    except BaseException as exc:  # Ctrl-C (or a SIGTERM a command turned into a stop) in the reindex
+        _stopped_with(exc, res, notes)
+        raise
     if not _indexed(settings, res.path, res.end_line):
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
                      " busy; `memory-core index` says which in its warnings)")
