@@ -100,3 +100,32 @@ def test_a_write_stopped_in_its_reindex_says_what_it_wrote_and_exits_as_the_stop
     assert res["citation"] == "memory/2026-11-30.md#L1-L1" and res["indexed"] is False, res
     assert "not indexed" in res["note"] and says in err, err
     assert (ws / "memory" / "2026-11-30.md").read_text() == "Kumquat decision: we ship on Tuesday.\n"
+
+
+def test_two_indexes_in_one_folder_do_not_share_the_default_memory_store(tmp_path: Path) -> None:
+    """F1 (the store): ``--index /srv/idx/alice.sqlite`` and ``bob.sqlite`` shared the default store
+    ``/srv/idx/lancedb``: one's `memory list` and store searches showed the other's memories. The
+    default is refused with one line naming the other index; a store of its own works, and an
+    index alone in its folder keeps the default (its cache file is no other index)."""
+    from memory_core.errors import UsageError
+    from memory_core.notes.memory_store import MemoryStore
+
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    settings = {}
+    for name in ("alice", "bob"):
+        ws = tmp_path / name
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text(f"{name}'s notes\n")
+        settings[name] = _none(ws, index_path=str(idx / f"{name}.sqlite"))
+    run_index(settings["alice"])
+    (idx / "alice.cache.sqlite").write_bytes((idx / "alice.sqlite").read_bytes()[:100])  # a cache: no index
+    (idx / "notes.sqlite").write_bytes(b"SQLite format 3\x00" + bytes(84))  # someone else's database
+    MemoryStore(settings["alice"]).close()  # alone in its folder: the default
+    run_index(settings["bob"])
+    for me, other in (("alice", "bob.sqlite"), ("bob", "alice.sqlite")):
+        with pytest.raises(UsageError, match=f"would be shared: the index folder .* also holds {other}"):
+            MemoryStore(settings[me])
+    own = _none(tmp_path / "bob", index_path=str(idx / "bob.sqlite"), lancedb_path=str(tmp_path / "bob-store"))
+    MemoryStore(own).close()
+    MemoryStore(settings["bob"], path=tmp_path / "bob-store").close()

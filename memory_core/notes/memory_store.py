@@ -100,6 +100,47 @@ def store_dir(settings: Settings) -> Path:
     return settings.lancedb_dir
 
 
+def _other_indexes(settings: Settings) -> list[str]:
+    """Other memory-core indexes in the folder of ``settings``' index (files named ``*.sqlite``,
+    not a cache, that carry memory-core's application id), by name."""
+    from memory_core.storage.store import APPLICATION_ID
+
+    own = settings.index_file
+    out = []
+    try:
+        entries = list(os.scandir(own.parent))
+    except OSError:
+        return []
+    for e in entries:
+        if not e.name.endswith(".sqlite") or e.name.endswith(".cache.sqlite") or e.name == own.name:
+            continue
+        try:
+            if not e.is_file(follow_symlinks=False):
+                continue
+            with open(e.path, "rb") as f:
+                head = f.read(72)
+        except OSError:
+            continue
+        if len(head) == 72 and head[:16] == b"SQLite format 3\x00" and int.from_bytes(head[68:72], "big") == APPLICATION_ID:
+            out.append(e.name)
+    return sorted(out)
+
+
+def check_default_store_not_shared(settings: Settings) -> None:
+    """UsageError when the default store folder (``lancedb/`` beside the index) would be another
+    index's too: two indexes kept in one folder (``--index /srv/idx/alice.sqlite`` and
+    ``bob.sqlite``) shared one store, and one's ``memory list`` and searches showed the other's
+    memories (an outside audit, twenty-third session). ``lancedb_path`` (or ``--store``) names
+    each one's own."""
+    others = _other_indexes(settings)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise UsageError(
+            f"the memory store's default folder {settings.lancedb_dir} would be shared: the index folder"
+            f" {settings.index_file.parent} also holds {shown}; give this index a store of its own"
+            " (lancedb_path in its config, or --store DIR)")
+
+
 def _store_path(path: Path | str, settings: Settings) -> Path:
     """``path`` made absolute (``--store .`` had no name to put its lock beside; ``..`` and the
     folder's absolute path locked two different files). The filesystem's root (no name) and the
@@ -545,6 +586,8 @@ class MemoryStore:
     def __init__(self, settings: Settings, *, path: Path | str | None = None,
                  provider: EmbeddingProvider | None = None) -> None:
         self.settings = settings
+        if path is None and settings.lancedb_path is None:
+            check_default_store_not_shared(settings)
         self.path = _store_path(path if path is not None else store_dir(settings), settings)
         self._provider = provider
         self._provider_error: str | None = None
