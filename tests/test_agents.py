@@ -382,3 +382,27 @@ def test_a_run_naming_no_agent_cannot_write_a_listed_agents_memory(
     scratch = tmp_path / "scratch.sqlite"
     assert resolve_settings({"workspace": str(ws["alpha"]), "index_path": str(scratch)},
                             config_file=cfg).settings.index_file == scratch
+
+
+def test_builtin_agents_whose_indexes_share_a_folder_are_not_told_they_share_a_qmd_state(tmp_path: Path) -> None:
+    """``index_path = "/srv/idx/{agent}.sqlite"`` with the builtin backend was refused as sharing
+    "the qmd state", a folder neither agent uses (twenty-third session's audit). With a store of
+    each its own it resolves; with ``backend = "qmd"`` the shared qmd state is still refused."""
+    for name in ("main", "ops"):
+        (tmp_path / name / "memory").mkdir(parents=True)
+    cfg = tmp_path / "fleet.toml"
+    body = f'''provider = "none"
+[agents]
+workspace = "{tmp_path}/{{agent}}"
+index_path = "{tmp_path}/idx/{{agent}}.sqlite"
+lancedb_path = "{tmp_path}/stores/{{agent}}"
+[[agents.list]]
+id = "main"
+[[agents.list]]
+id = "ops"
+'''
+    cfg.write_text(body)
+    assert list(resolve_agents(cfg)) == ["main", "ops"]
+    cfg.write_text('backend = "qmd"\n' + body)
+    with pytest.raises(ConfigError, match="share the qmd state"):
+        resolve_agents(cfg)

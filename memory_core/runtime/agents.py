@@ -118,7 +118,11 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     same extra path (shared documents: neither writes its memories there)."""
     from memory_core.storage.qmd import state_dir
 
-    for what, pa, pb in (("index", sa.index_file, sb.index_file), ("qmd state", state_dir(sa), state_dir(sb)),
+    # the qmd state only where qmd runs: two builtin agents whose indexes share a folder were told
+    # they "share the qmd state", a folder neither uses (the twenty-third session's audit)
+    qmd = sa.backend == "qmd" or sb.backend == "qmd"
+    for what, pa, pb in (("index", sa.index_file, sb.index_file),
+                         *((("qmd state", state_dir(sa), state_dir(sb)),) if qmd else ()),
                          ("LanceDB folder", sa.lancedb_dir, sb.lancedb_dir)):
         if _real(pa) == _real(pb):
             alias = "" if str(pa) == str(pb) else f" (as {pa} and {pb})"
@@ -232,8 +236,9 @@ def check_unnamed_run(settings: Settings, agents: AgentsSettings,
         so = settings_of(other)
         if so is None or _real(so.workspace_dir) == ws:
             continue
+        qmd = settings.backend == "qmd" or so.backend == "qmd"
         for what, mine, theirs in (("index", settings.index_file, so.index_file),
-                                   ("qmd state", state_dir(settings), state_dir(so)),
+                                   *((("qmd state", state_dir(settings), state_dir(so)),) if qmd else ()),
                                    ("LanceDB folder", settings.lancedb_dir, so.lancedb_dir)):
             if _real(mine) == _real(theirs):
                 raise ConfigError(
