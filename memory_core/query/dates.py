@@ -389,6 +389,18 @@ def _latest(month: int, day: int, year: int | None, today: date) -> date | None:
 def _latest_of_month(day: int, today: date) -> date | None:
     """The latest day numbered ``day`` (1-31) of a month, not after ``today`` (a month without it is
     skipped: "the 31st" asked on 10 May is 31 March)."""
+    return _nth_of_month(day, today, -1)
+
+
+def _next_of_month(day: int, today: date) -> date | None:
+    """The first day numbered ``day`` (1-31) of a month, not before ``today`` (a month without it
+    is skipped: "the 31st" written on 10 April is 31 May); ``today`` itself when it is that day."""
+    return _nth_of_month(day, today, 1)
+
+
+def _nth_of_month(day: int, today: date, step: int) -> date | None:
+    """The day numbered ``day`` nearest ``today`` in the direction ``step`` (-1: back, 1: ahead),
+    ``today`` included, within 13 months and the days a range may hold."""
     if not 1 <= day <= 31:
         return None
     y, m = today.year, today.month
@@ -397,10 +409,11 @@ def _latest_of_month(day: int, today: date) -> date | None:
             d = date(y, m, day)
         except ValueError:
             d = None
-        if d is not None and d <= today:
-            return d
-        y, m = (y, m - 1) if m > 1 else (y - 1, 12)
-        if y < 1:
+        if d is not None and (d <= today if step < 0 else d >= today):
+            return d if _FIRST_DAY <= d <= _LAST_DAY else None
+        y, m0 = divmod(y * 12 + m - 1 + step, 12)
+        m = m0 + 1
+        if not 1 <= y <= 9999:
             return None
     return None
 
@@ -1427,25 +1440,6 @@ def _fetched(dates: DateRange) -> DateRange:
     elif dates.end == _LAST_DAY and dates.start != _FIRST_DAY:
         dates = DateRange(dates.start, _shift(dates.start, MAX_FETCHED_DAYS - 1), tolerance=dates.tolerance)
     return dates
-
-
-def _next_of_month(day: int, today: date) -> date | None:
-    """The first day numbered ``day`` (1-31) of a month, not before ``today`` (a month without it
-    is skipped: "the 31st" written on 10 April is 31 May); ``today`` itself when it is that day."""
-    if not 1 <= day <= 31:
-        return None
-    y, m = today.year, today.month
-    for _ in range(13):
-        try:
-            d = date(y, m, day)
-        except ValueError:
-            d = None
-        if d is not None and d >= today:
-            return d if d <= _LAST_DAY else None
-        y, m = (y, m + 1) if m < 12 else (y + 1, 1)
-        if y > 9999:
-            return None
-    return None
 
 
 def _shift(d: date, days: int) -> date:
