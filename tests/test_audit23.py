@@ -129,3 +129,36 @@ def test_two_indexes_in_one_folder_do_not_share_the_default_memory_store(tmp_pat
     own = _none(tmp_path / "bob", index_path=str(idx / "bob.sqlite"), lancedb_path=str(tmp_path / "bob-store"))
     MemoryStore(own).close()
     MemoryStore(settings["bob"], path=tmp_path / "bob-store").close()
+
+
+def test_an_answer_says_when_a_transcripts_newest_messages_are_below_the_session_delta(tmp_path: Path) -> None:
+    """Audit 23b, finding 1: messages appended to a transcript below the session delta are kept out
+    of the automatic runs (the seeds' rule), and the answer said ``stale: false`` though the index
+    was older than its sources; an agent searching its own session's newest messages was told the
+    index was fresh. It is stale now, with a note naming the transcript and what indexes it."""
+    from memory_core.api import Memory
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "sessions").mkdir()
+    path = ws / "sessions" / "main.jsonl"
+
+    def message(role: str, text: str, minute: int) -> str:
+        return json.dumps({"type": "message", "timestamp": f"2026-11-30T10:{minute:02d}:00Z",
+                           "message": {"role": role, "content": [{"type": "text", "text": text}]}}) + "\n"
+
+    path.write_text(message("user", "hello there", 0) + message("assistant", "hi, how can I help?", 1))
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["memory", "sessions"]})
+    run_index(settings)
+    with Memory(settings, refresh=False) as memory:
+        fresh = memory.answer("hello")
+        assert fresh.stale is False, fresh
+        with path.open("a") as fh:
+            fh.write(message("user", "the door code is 4711 for the Porto flat", 2))
+        grown = memory.answer("Porto flat door code", min_score=0)
+        assert grown.stale is True and "grew below the session delta" in (grown.stale_reason or ""), grown
+        assert "sessions/main.jsonl" in (grown.note or "") and "memory-core index" in (grown.note or "")
+        assert not grown.refreshing
+        memory.index()
+        done = memory.answer("Porto flat door code", min_score=0)
+        assert done.stale is False and any(r["path"] == "sessions/main.jsonl" for r in done.results), done

@@ -74,30 +74,55 @@ class Freshness:
     reason: str = ""
     refreshing: bool = False
     waited_ms: int = 0
+    # transcripts that grew below the session delta (:attr:`DirtyState.below_delta`): the triggers'
+    # runs keep their indexed rows, so their newest messages are in no answer. Not a reason to run
+    # (a run would keep them again), but the index is older than its sources: the answer says so
+    below_delta: tuple[str, ...] = ()
 
     @property
     def note(self) -> str:
         """One sentence for an answer's ``note`` ("" when fresh)."""
+        grown = self._grown_note()
         if not self.stale:
-            return ""
+            return grown
         what = f"the index is stale ({self.reason})" if self.reason else "the index is stale"
         if self.refreshing:
-            return f"{what}: a reindex is running; these results may miss the newest changes"
-        return (f"{what}: these results may miss the newest changes (`memory-core index` refreshes it; a"
-                " long-lived reader with [sync] on_search does so by itself)")
+            said = f"{what}: a reindex is running; these results may miss the newest changes"
+        else:
+            said = (f"{what}: these results may miss the newest changes (`memory-core index` refreshes it; a"
+                    " long-lived reader with [sync] on_search does so by itself)")
+        return "; ".join(n for n in (said, grown) if n)
+
+    def _grown_note(self) -> str:
+        if not self.below_delta:
+            return ""
+        first = self.below_delta[0]
+        more = f" and {len(self.below_delta) - 1} more" if len(self.below_delta) > 1 else ""
+        return (f"the newest messages of {first}{more} are not indexed yet: it grew below the session delta"
+                " (sessions.delta_bytes / delta_messages), which the automatic runs keep; `memory-core index`"
+                " indexes them")
+
+    @property
+    def grown_reason(self) -> str:
+        n = len(self.below_delta)
+        return f"{n} transcript{'s' if n != 1 else ''} grew below the session delta" if n else ""
 
     def apply(self, answer: SearchAnswer) -> SearchAnswer:
-        """``answer`` with ``stale`` and, when stale, ``stale_reason``, ``refreshing`` and the note added."""
-        if not self.stale:
+        """``answer`` with ``stale`` and, when stale, ``stale_reason``, ``refreshing`` and the note
+        added. Stale too when transcripts grew below the session delta: the index it was read from
+        is older than its sources (an agent's session was searched for its own newest messages
+        and the answer said ``stale: false``: the twenty-third session's audit)."""
+        if not self.stale and not self.below_delta:
             return replace(answer, stale=False)
-        return replace(answer, stale=True, stale_reason=self.reason, refreshing=self.refreshing,
+        reason = ", ".join(r for r in ((self.reason if self.stale else ""), self.grown_reason) if r)
+        return replace(answer, stale=True, stale_reason=reason, refreshing=self.refreshing and self.stale,
                        note="; ".join(n for n in (self.note, answer.note) if n))  # first: it may explain the rest
 
 
 def current_freshness(settings: Settings) -> Freshness:
     """The freshness of ``settings``' index as it stands (a one-shot reader: no reindex started)."""
     st = dirty_state(settings)
-    return Freshness(st.dirty and _refreshable(st), st.reason)
+    return Freshness(st.dirty and _refreshable(st), st.reason, below_delta=tuple(st.below_delta))
 
 
 def _can_watch() -> bool:
@@ -158,15 +183,16 @@ class SyncManager:
         made at most once a second (``DIRTY_CHECK_MIN_S``)."""
         st = self.dirty()
         if not self._acts_on(st):
-            return Freshness(False)
+            return Freshness(False, below_delta=tuple(st.below_delta))
         if not self.settings.sync.on_search:
-            return Freshness(True, self._reason(st), refreshing=self.busy)
+            return Freshness(True, self._reason(st), refreshing=self.busy, below_delta=tuple(st.below_delta))
         self.request(f"search on a dirty index ({self._what(st)})")
         t0 = time.monotonic()
         self.wait_idle(timeout=self.settings.sync.search_wait_ms / 1000)
         waited = int((time.monotonic() - t0) * 1000)
         st = self.dirty(max_age_s=0.0) if not self.busy else st
-        return Freshness(self._acts_on(st), self._reason(st), refreshing=self.busy, waited_ms=waited)
+        return Freshness(self._acts_on(st), self._reason(st), refreshing=self.busy, waited_ms=waited,
+                         below_delta=tuple(st.below_delta))
 
     def _gone(self, st: DirtyState) -> bool:
         """The index this process saw is gone (deleted under a reader that answers from the file
@@ -200,8 +226,8 @@ class SyncManager:
         """The freshness of the index now, starting nothing."""
         st = self.dirty()
         if not self._acts_on(st):
-            return Freshness(False)
-        return Freshness(True, self._reason(st), refreshing=self.busy)
+            return Freshness(False, below_delta=tuple(st.below_delta))
+        return Freshness(True, self._reason(st), refreshing=self.busy, below_delta=tuple(st.below_delta))
 
     def on_session_start(self) -> bool:
         """A client's ``initialize``: reindex in the background when dirty (``on_session_start``)."""
