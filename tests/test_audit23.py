@@ -162,3 +162,26 @@ def test_an_answer_says_when_a_transcripts_newest_messages_are_below_the_session
         memory.index()
         done = memory.answer("Porto flat door code", min_score=0)
         assert done.stale is False and any(r["path"] == "sessions/main.jsonl" for r in done.results), done
+
+
+def test_a_relative_workspace_stays_the_one_it_named_after_a_chdir(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Audit 23b, finding 2: ``open_memory("ws")`` and then ``os.chdir`` to a folder that also has a
+    ``ws/``: the next ``index()`` indexed that folder's notes into this index, with no error (the
+    workspace was resolved against the current folder at each use)."""
+    from memory_core.api import open_memory
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for root, word in ((a, "HERON"), (b, "OSPREY")):
+        (root / "ws" / "memory").mkdir(parents=True)
+        (root / "ws" / "memory" / "note.md").write_text(f"The {word} nests by the lake.\n")
+        (root / "ws" / "memory-core.toml").write_text('provider = "none"\n')
+    monkeypatch.chdir(a)
+    with open_memory("ws") as memory:
+        memory.index()
+        monkeypatch.chdir(b)
+        memory.index()
+        assert memory.settings.workspace_dir == a / "ws"
+        assert [r.path for r in memory.search("heron", min_score=0)] == ["memory/note.md"]
+        assert memory.search("osprey", min_score=0) == []
+    assert not (b / "ws" / ".memory-core").exists()

@@ -205,7 +205,11 @@ def resolve_settings(
     data: dict[str, Any] = {}
     for _, layer in layers:
         data = _deep_merge(data, layer)
-    data["workspace"], data["index_path"] = ws, str(idx)
+    # absolute now: a relative path given to a long-lived reader (open_memory("ws")) was resolved
+    # against the current folder at each use, so after an os.chdir its runs indexed another
+    # folder's notes into this index (the twenty-third session's second audit)
+    data["workspace"] = os.path.abspath(os.path.expanduser(str(ws)))
+    data["index_path"] = os.path.abspath(os.path.expanduser(str(idx)))
 
     def where(key: str) -> str:  # a bad setting's message names where its value came from
         src = value_source(key, [("\0flag", flags), (ENV_LABEL, env_layer), (cfg_label, cfg),
