@@ -183,6 +183,20 @@ _LISTED_DAY = re.compile(r"(\d{1,2})(?:st|nd|rd|th)?\b")
 _CJK_DAY = LazyPattern(r"(?:(\d{4})\s*年\s*)?(\d{1,2})\s*月\s*(\d{1,2})\s*[日号號]")
 _AGO = LazyPattern(r"\b(\d{1,3})\s+days?\s+ago\b", re.IGNORECASE)
 _WEEKDAY = LazyPattern(r"\b(on|last|this|past|previous)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+# the words a bare weekday may be followed by and still name a day ("Wednesday evening", "Monday
+# about the car", "Tuesday when we met"); any other word makes it a name's part ("Friday drinks",
+# "the Tuesday rehearsal": an event, maybe every week's, maybe one to come)
+_AFTER_BARE_WEEKDAY = ("(?:morning|afternoon|evening|night|noon|about|at|with|when|while|after|before|and|or|to|"
+                       "i|we|you|he|she|they|it|that|this|did|was|were|had|last|again)")
+# a weekday alone in a question ("what did Kate say Tuesday?", "what did we discuss Wednesday
+# evening?", "Friday?", "Tuesday's meeting"), or its short form after a word that names a day ("on
+# Tues?", "since Wed", "last Fri"; the question is read lower-cased, and "sun" and "sat" alone are
+# words): read as "on Tuesday" is. Not a plural ("Mondays": every Monday); not in a text (a
+# message's bare weekday is a plan as often as a past day)
+_BARE_WEEKDAY = LazyPattern(r"\b(?:(" + "|".join(_WEEKDAYS) + r")|(?:on|last|this|since|before|after|until|till)\s+"
+                            r"(mon|tues?|wed|thu(?:rs?)?|fri|sat))\b(?![\w-]|['\u2019](?!s\b))"
+                            r"(?!\s+(?!" + _AFTER_BARE_WEEKDAY + r"\b)[a-z])")
+_WEEKDAY_SHORT = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4, "sat": 5}
 _WEEKDAY_BOUND = LazyPattern(r"\b(?:since|before|after|until|till)\s+(" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
 """A weekday after a range's word ("since Monday", "before Friday"): the day alone is the span, the
 word before it :data:`_BOUND`'s (the latest such weekday before the reference day, as ``on``)."""
@@ -502,7 +516,7 @@ _BEHIND = 48
 
 # a range's neighbours (the day after its end, local midnight as a timestamp) must exist
 _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
-_MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:"
+_MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:mon|tues?|wed|thu(?:rs?)?|fri|sat)\b|\b(?:"
                         + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
                         r"|second|third|enth\b|ieth\b|fourth|fifth|sixth|eighth|ninth|twelfth"
                         r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
@@ -951,6 +965,12 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
             back = (ref().weekday() - wd) % 7 or (0 if m.group(1) == "this" else 7)
             add(m.start(), m.end(), ref() - timedelta(days=back))
         weekdays.add(m.start())
+    for m in () if plans else _BARE_WEEKDAY.finditer(q):  # "what did Kate say Tuesday?" (add() skips a
+        # weekday read above: "on Tuesday", "next Friday", "since Monday")
+        k = 1 if m.group(1) else 2
+        wd = _WEEKDAYS[m.group(1)] if m.group(1) else _WEEKDAY_SHORT[m.group(2)]
+        add(m.start(k), m.end(k), ref() - timedelta(days=(ref().weekday() - wd) % 7 or 7))
+        weekdays.add(m.start(k))
     if isinstance(ref, _Ref):  # a conversation named by its place in the memory's own timeline
         for rx, which in ((_FIRST_TALK, ref.first_talk), (_LAST_TALK, ref.last_talk)):
             for m in rx.finditer(q):
