@@ -115,12 +115,13 @@ def test_onnx_model_cached_atomically_and_reused(onnx_provider, onnx_cache) -> N
     files = sorted(p for p in (onnx_cache / "models").iterdir() if not p.name.endswith(".failed.json"))
     assert files == [onnx_provider.onnx_file]  # one finished file, no temporary left behind
     assert files[0].suffix == ".onnx" and files[0].stat().st_size > 1_000_000
-    stamp = files[0].stat().st_mtime_ns
+    inode, stamp = files[0].stat().st_ino, files[0].stat().st_mtime_ns
 
     again = LocalProvider(_settings(cache_dir=str(onnx_cache)))
     vecs = again.embed_documents(TEXTS[:3])
     assert (again.backend, again.onnx_source, again.onnx_file) == ("onnx", "cache", files[0])
-    assert files[0].stat().st_mtime_ns == stamp  # read, not rewritten
+    assert files[0].stat().st_ino == inode  # read, not rewritten (a rewrite is a new file, renamed over)
+    assert files[0].stat().st_mtime_ns >= stamp  # touched: its last use (prune_onnx_copies keeps the newest)
     np.testing.assert_allclose(vecs, onnx_provider.embed_documents(TEXTS[:3]), atol=1e-6)
 
 
@@ -202,7 +203,7 @@ def test_an_int8_model_that_drifts_gives_way_to_the_float32_export(monkeypatch, 
     assert _cos(vecs, reference).min() > 0.99999  # the float model's vectors, not int8's ~0.998
     files = sorted(p.name for p in (tmp_path / "models").iterdir())
     assert len(files) == 2 and files[0].endswith(".failed.json") is not files[1].endswith(".failed.json")
-    stamp = provider.onnx_file.stat().st_mtime_ns
+    inode = provider.onnx_file.stat().st_ino
 
     def no_build(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError("built again")
@@ -212,7 +213,7 @@ def test_an_int8_model_that_drifts_gives_way_to_the_float32_export(monkeypatch, 
     np.testing.assert_allclose(again.embed_documents(TEXTS[:3]), vecs[:3], atol=1e-6)
     assert (again.backend, again.onnx_source, again.onnx_file) == ("onnx", "cache", provider.onnx_file)
     assert "int8 model is not used here" in again.backend_reason
-    assert provider.onnx_file.stat().st_mtime_ns == stamp
+    assert provider.onnx_file.stat().st_ino == inode  # read (and touched), not rewritten
 
 
 def test_onnx_float32_backend_gives_sentence_transformers_vectors(tmp_path, reference) -> None:  # type: ignore[no-untyped-def]
@@ -224,3 +225,32 @@ def test_onnx_float32_backend_gives_sentence_transformers_vectors(tmp_path, refe
     assert provider.backend == "onnx" and provider.backend_reason.startswith("float32 ONNX model built")
     assert _cos(vecs, reference).min() > 0.99999
     assert [p.suffix for p in (tmp_path / "models").iterdir()] == [".onnx"]  # int8 never built
+
+
+def test_older_onnx_copies_of_a_model_are_pruned_when_a_new_one_is_built(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Every fresh virtual environment (its model path and files' mtimes are in the key) built a new
+    58 MB copy and none was removed (20 copies in a day of test runs). A new build keeps the
+    ONNX_COPIES_KEPT most recently used copies of that model and removes the rest; other models'
+    copies and other files stay."""
+    import os
+
+    from memory_core.embeddings.local import ONNX_COPIES_KEPT, prune_onnx_copies
+
+    models = tmp_path / "models"
+    models.mkdir()
+    old = []
+    for i in range(5):
+        p = models / f"all-MiniLM-L6-v2-{i:020x}.onnx"
+        p.write_bytes(b"x")
+        os.utime(p, (1_000_000 + i, 1_000_000 + i))
+        old.append(p)
+    others = [models / f"sentence-transformers_all-MiniLM-L6-v2-{0:020x}.onnx",
+              models / f"all-MiniLM-L6-v2-{9:020x}.failed.json", models / "notes.txt"]
+    for p in others:
+        p.write_bytes(b"y")
+    new = models / f"all-MiniLM-L6-v2-{'a' * 20}.onnx"
+    new.write_bytes(b"z")
+    removed = prune_onnx_copies(new)
+    kept = sorted(p.name for p in models.iterdir())
+    assert sorted(removed) == sorted(old[:5 - (ONNX_COPIES_KEPT - 1)])
+    assert kept == sorted([new.name, *(p.name for p in old[5 - (ONNX_COPIES_KEPT - 1):]), *(p.name for p in others)])

@@ -37,6 +37,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -255,6 +256,37 @@ def onnx_cache_key(model_path: Path, recipe: str = ONNX_RECIPE) -> str:
         "versions": {d: _version(d) for d in ("torch", "transformers", "onnx", "onnxruntime")},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+ONNX_COPIES_KEPT = 3
+"""Cached ONNX copies of one model kept beside a new one (the most recently used). The cache key
+holds the model's path and its files' mtimes, so every fresh virtual environment (a reinstall, an
+upgrade, each CI run) built a new 58 MB copy and none was ever removed: 20 copies, 1.1 GB, in a
+day of this project's test runs (the twenty-third session's second audit)."""
+
+
+def prune_onnx_copies(current: Path, keep: int = ONNX_COPIES_KEPT) -> list[Path]:
+    """Remove the cached ONNX copies of ``current``'s model (same name, another key) beyond the
+    ``keep`` - 1 used most recently (a use touches its copy); returns what was removed. Another
+    install of the model still in use rebuilds its copy once (5-30 s) if its copy was removed."""
+    label = current.name[: -len("-") - 20 - len(".onnx")]
+    pattern = re.compile(re.escape(label) + r"-[0-9a-f]{20}\.onnx")
+    others = []
+    with contextlib.suppress(OSError):
+        for e in os.scandir(current.parent):
+            if e.name != current.name and pattern.fullmatch(e.name) and e.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    others.append((e.stat(follow_symlinks=False).st_mtime, Path(e.path)))
+    others.sort(reverse=True)
+    removed = []
+    for _mtime, path in others[max(0, keep - 1):]:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    if removed:
+        log.info("local model: removed %d older ONNX cop%s of %s from the cache", len(removed),
+                 "y" if len(removed) == 1 else "ies", label)
+    return removed
 
 
 class _Tokens:
@@ -764,6 +796,8 @@ class LocalProvider(EmbeddingProvider):
         if target.is_file():
             try:
                 engine = _OnnxEngine(str(target), tokens, **kw)
+                with contextlib.suppress(OSError):
+                    os.utime(target)  # its last use: the copies pruned are the ones unused longest
                 self.onnx_file, self.onnx_source = target, "cache"
                 self.backend, self.backend_reason = "onnx", f"{kind} ONNX model from the cache {target}"
                 return engine
@@ -791,6 +825,7 @@ class LocalProvider(EmbeddingProvider):
             self.onnx_file, self.onnx_source = None, "memory"
             self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built in memory (cache not writable)"
             return engine
+        prune_onnx_copies(target)
         engine = _OnnxEngine(str(target), tokens, **kw)
         self.onnx_file, self.onnx_source = target, "built"
         self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built into the cache {target}"
