@@ -250,7 +250,7 @@ def test_older_onnx_copies_of_a_model_are_pruned_when_a_new_one_is_built(tmp_pat
         p.write_bytes(b"y")
     new = models / f"all-MiniLM-L6-v2-{'a' * 20}.onnx"
     new.write_bytes(b"z")
-    removed = prune_onnx_copies(new)
+    removed = prune_onnx_copies(new, "all-MiniLM-L6-v2")
     kept = sorted(p.name for p in models.iterdir())
     assert sorted(removed) == sorted(old[:5 - (ONNX_COPIES_KEPT - 1)])
     assert kept == sorted([new.name, *(p.name for p in old[5 - (ONNX_COPIES_KEPT - 1):]), *(p.name for p in others)])

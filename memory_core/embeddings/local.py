@@ -265,11 +265,15 @@ upgrade, each CI run) built a new 58 MB copy and none was ever removed: 20 copie
 day of this project's test runs (the twenty-third session's second audit)."""
 
 
-def prune_onnx_copies(current: Path, keep: int = ONNX_COPIES_KEPT) -> list[Path]:
-    """Remove the cached ONNX copies of ``current``'s model (same name, another key) beyond the
-    ``keep`` - 1 used most recently (a use touches its copy); returns what was removed. Another
-    install of the model still in use rebuilds its copy once (5-30 s) if its copy was removed."""
-    label = current.name[: -len("-") - 20 - len(".onnx")]
+def onnx_copy_name(label: str, key: str) -> str:
+    """The file name of a model's cached ONNX copy: its name as a file name, then the key's head."""
+    return f"{label}-{key[:20]}.onnx"
+
+
+def prune_onnx_copies(current: Path, label: str, keep: int = ONNX_COPIES_KEPT) -> list[Path]:
+    """Remove the cached ONNX copies of the model ``label`` (:func:`onnx_copy_name`, another key)
+    beside ``current`` beyond the ``keep`` - 1 used most recently (a use touches its copy); returns
+    what was removed. Another install of the model still in use rebuilds its copy once (5-30 s)."""
     pattern = re.compile(re.escape(label) + r"-[0-9a-f]{20}\.onnx")
     others = []
     with contextlib.suppress(OSError):
@@ -788,7 +792,7 @@ class LocalProvider(EmbeddingProvider):
         kind, recipe, _floor = _recipe(quantise)
         key = onnx_cache_key(path, recipe)
         label = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.model)
-        target = self.cache_dir / "models" / f"{label}-{key[:20]}.onnx"
+        target = self.cache_dir / "models" / onnx_copy_name(label, key)
         failed = target.with_suffix(".failed.json")
         kw: dict[str, Any] = {"threads": self.threads, "batch_size": self.batch_size}
         with contextlib.suppress(OSError, ValueError, TypeError):
@@ -825,7 +829,7 @@ class LocalProvider(EmbeddingProvider):
             self.onnx_file, self.onnx_source = None, "memory"
             self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built in memory (cache not writable)"
             return engine
-        prune_onnx_copies(target)
+        prune_onnx_copies(target, label)
         engine = _OnnxEngine(str(target), tokens, **kw)
         self.onnx_file, self.onnx_source = target, "built"
         self.backend, self.backend_reason = "onnx", f"{kind} ONNX model built into the cache {target}"

@@ -157,7 +157,12 @@ def remove_stale_workdirs(index_path: Path) -> int:
     return n
 
 
-_RUN_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")
+_RUN_ID = re.compile(r"\d{8}T\d{6}-[0-9a-f]{6}")  # what new_run_id() names a run's folder
+
+
+def new_run_id() -> str:
+    """A run's id (its work folder's name): its start to the second, then 6 random hex digits."""
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
 LEGACY_WORKDIR_AGE_S = 86_400.0
 
 
@@ -319,7 +324,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
             meta.pop("message_days", None)
         else:
             meta["message_days"] = live_meta["message_days"]
-    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = new_run_id()
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)
     failpoint("discover")

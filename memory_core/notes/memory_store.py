@@ -102,28 +102,16 @@ def store_dir(settings: Settings) -> Path:
 
 def _other_indexes(settings: Settings) -> list[str]:
     """Other memory-core indexes in the folder of ``settings``' index (files named ``*.sqlite``,
-    not a cache, that carry memory-core's application id), by name."""
-    from memory_core.storage.store import APPLICATION_ID
+    not a cache, that carry memory-core's mark), by name."""
+    from memory_core.storage.store import carries_index_mark
 
     own = settings.index_file
-    out = []
     try:
-        entries = list(os.scandir(own.parent))
+        names = [e.name for e in os.scandir(own.parent)]
     except OSError:
         return []
-    for e in entries:
-        if not e.name.endswith(".sqlite") or e.name.endswith(".cache.sqlite") or e.name == own.name:
-            continue
-        try:
-            if not e.is_file(follow_symlinks=False):
-                continue
-            with open(e.path, "rb") as f:
-                head = f.read(72)
-        except OSError:
-            continue
-        if len(head) == 72 and head[:16] == b"SQLite format 3\x00" and int.from_bytes(head[68:72], "big") == APPLICATION_ID:
-            out.append(e.name)
-    return sorted(out)
+    return sorted(n for n in names if n.endswith(".sqlite") and not n.endswith(".cache.sqlite") and n != own.name
+                  and carries_index_mark(own.parent / n))
 
 
 def check_default_store_not_shared(settings: Settings) -> None:

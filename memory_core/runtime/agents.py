@@ -116,14 +116,7 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
     global ``[sessions] dir``, a workspace nested in another's, or an alias of another's
     workspace would hand one agent the other's notes or transcripts. Two agents may index the
     same extra path (shared documents: neither writes its memories there)."""
-    from memory_core.storage.qmd import state_dir
-
-    # the qmd state only where qmd runs: two builtin agents whose indexes share a folder were told
-    # they "share the qmd state", a folder neither uses (the twenty-third session's audit)
-    qmd = sa.backend == "qmd" or sb.backend == "qmd"
-    for what, pa, pb in (("index", sa.index_file, sb.index_file),
-                         *((("qmd state", state_dir(sa), state_dir(sb)),) if qmd else ()),
-                         ("LanceDB folder", sa.lancedb_dir, sb.lancedb_dir)):
+    for what, pa, pb in _written_by_both(sa, sb):
         if _real(pa) == _real(pb):
             alias = "" if str(pa) == str(pb) else f" (as {pa} and {pb})"
             return f"agents {a!r} and {b!r} share the {what} {_real(pa)}{alias}"
@@ -142,6 +135,19 @@ def isolation_problem(a: str, sa: Settings, b: str, sb: Settings) -> str | None:
             inner, outer = ((a, what_a, pa), (b, what_b, pb)) if pb in pa.parents else ((b, what_b, pb), (a, what_a, pa))
             return f"agent {inner[0]!r}'s {inner[1]} {inner[2]} is inside agent {outer[0]!r}'s {outer[1]} {outer[2]}"
     return None
+
+
+def _written_by_both(sa: Settings, sb: Settings) -> list[tuple[str, Path, Path]]:
+    """What two settings each write that must not be one: (what, a's, b's) for the index, the qmd
+    state folder and the LanceDB folder. The qmd state only where qmd runs: two builtin agents
+    whose indexes share a folder were told they "share the qmd state", a folder neither uses (the
+    twenty-third session's audit)."""
+    from memory_core.storage.qmd import state_dir
+
+    qmd = sa.backend == "qmd" or sb.backend == "qmd"
+    return [("index", sa.index_file, sb.index_file),
+            *([("qmd state", state_dir(sa), state_dir(sb))] if qmd else []),
+            ("LanceDB folder", sa.lancedb_dir, sb.lancedb_dir)]
 
 
 def _folder_overlap(a: str, kind: str, mine: Path, b: str, others: list[tuple[str, Path]]) -> str | None:
@@ -229,17 +235,12 @@ def check_unnamed_run(settings: Settings, agents: AgentsSettings,
     them (an outside audit, twenty-third session). The agent's own workspace with its own index
     is that agent, named or not. ``settings_of(other)``: another agent's settings as the config
     gives them (None: they do not resolve, and nothing can be compared)."""
-    from memory_core.storage.qmd import state_dir
-
     ws = _real(settings.workspace_dir)
     for other in agents.ids:
         so = settings_of(other)
         if so is None or _real(so.workspace_dir) == ws:
             continue
-        qmd = settings.backend == "qmd" or so.backend == "qmd"
-        for what, mine, theirs in (("index", settings.index_file, so.index_file),
-                                   *((("qmd state", state_dir(settings), state_dir(so)),) if qmd else ()),
-                                   ("LanceDB folder", settings.lancedb_dir, so.lancedb_dir)):
+        for what, mine, theirs in _written_by_both(settings, so):
             if _real(mine) == _real(theirs):
                 raise ConfigError(
                     f"the {what} {_real(mine)} belongs to agent {other!r}, and this run's workspace"

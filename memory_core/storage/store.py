@@ -228,6 +228,21 @@ def check_index_target(path: Path) -> bool:
     return True
 
 
+def carries_index_mark(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose SQLite header carries memory-core's
+    ``application_id``: no connection opened, and the header read as :func:`check_index_target`
+    reads it (no lock of this process dropped by a closed descriptor)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        header = _read_header(path, st)
+    except OSError:
+        return False
+    return header.startswith(SQLITE_MAGIC) and len(header) >= 72 and \
+        int.from_bytes(header[68:72], "big") == APPLICATION_ID
+
+
 def _read_header(path: Path, st: os.stat_result) -> bytes:
     """The first 100 bytes of the index file ``path`` (``st``: its lstat), read anew each time (a
     header overwritten in place is seen) through a descriptor that is never closed under a
