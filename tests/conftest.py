@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,10 @@ for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_
              "MEMORY_CORE_CONFIG", "MEMORY_CORE_WORKSPACE", "MEMORY_CORE_INDEX", "MEMORY_CORE_PROVIDER",
              "MEMORY_CORE_AGENT"):
     os.environ.pop(_var, None)
+# the tests' days are UTC's whatever the machine's zone (a transcript's "Z" message counts for its
+# day in the process's zone: memory_core.sources.sessions.local_day); tests/test_time_zone.py sets others
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 
 @pytest.fixture

@@ -65,6 +65,7 @@ from memory_core.sources.discovery import (
     scan_against,
 )
 from memory_core.sources.freshness import SKIPPED_KEY, recorded_skips
+from memory_core.sources.sessions import reader_zone
 from memory_core.storage.cache import EmbeddingCache, LiveVectors
 from memory_core.storage.indexmeta import (
     MESSAGE_DAYS_VERSION,
@@ -182,6 +183,11 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     if not hinting:
         checked_workspace(settings)
     meta = build_meta(settings, provider, reason)
+    if "sessions" in settings.sources and (zone := reader_zone()) is not None:
+        # the zone the transcripts' message days were read in besides UTC (absent: UTC only). A
+        # run in another zone re-reads every transcript once for its days, no text or vector
+        # changing (below): "this morning" in Tokyo is Tokyo's morning
+        meta["days_zone"] = zone
     live_meta, problem = probe_index(index_path)
     full_reason = "requested" if full else ""
     if problem:
@@ -225,11 +231,15 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         # every file, compared with its recorded stat as it is found: only those that differ
         # (or are new) are listed, and only their files rows are read whole
         recorded = read_live_stats(index_path)
-        if "sessions" in settings.sources and live_meta.get("message_days") != MESSAGE_DAYS_VERSION:
+        if "sessions" in settings.sources and live_meta.get("days_zone") != meta.get("days_zone"):
+            # days read in another zone (or in UTC only): every transcript, once (its days only)
+            redate = frozenset(p for p, v in recorded.items() if v[0] == "sessions")
+            days_looked_at = True
+        elif "sessions" in settings.sources and live_meta.get("message_days") != MESSAGE_DAYS_VERSION:
             to_redate = _transcripts_to_redate(index_path)
             redate, days_looked_at = to_redate or frozenset(), to_redate is not None
-            if redate:  # listed by the scan as if changed; taken as they are below
-                recorded = {**recorded, **{p: (v[0], -1, v[2]) for p, v in recorded.items() if p in redate}}
+        if redate:  # listed by the scan as if changed; taken as they are below
+            recorded = {**recorded, **{p: (v[0], -1, v[2]) for p, v in recorded.items() if p in redate}}
         # a skipped file as it was is not listed either; an unreadable one always is (whether it
         # still is unreadable is looked at below)
         skip_stats = {p: (k.source, k.mtime_ms, k.size) for p, k in recorded_skip.items()
@@ -316,14 +326,16 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 skips[p] = list(k)
     removed = sorted(p for p in indexed if p not in seen)  # (hinted: the named paths that are gone)
     counts["removed"] = len(removed)
-    if (not full and live_meta is not None and meta.get("message_days")
-            and live_meta.get("message_days") != meta["message_days"] and not days_looked_at):
+    if (not full and live_meta is not None and meta.get("message_days") and not days_looked_at
+            and (live_meta.get("message_days") != meta["message_days"]
+                 or live_meta.get("days_zone") != meta.get("days_zone"))):
         # transcripts not looked at for their days (a run given the changed paths, or the listing
         # failed): the version as the live index records it, so the next run looks
-        if live_meta.get("message_days") is None:  # unrecorded, as the live index has it
-            meta.pop("message_days", None)
-        else:
-            meta["message_days"] = live_meta["message_days"]
+        for key in ("message_days", "days_zone"):
+            if live_meta.get(key) is None:  # unrecorded, as the live index has it
+                meta.pop(key, None)
+            else:
+                meta[key] = live_meta[key]
     run_id = new_run_id()
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)

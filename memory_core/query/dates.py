@@ -57,13 +57,13 @@ from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 import apsw
 
 from memory_core.errors import PathError
-from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines, record_stamp
+from memory_core.sources.sessions import DEFAULT_MAX_LINE_BYTES, _iter_raw_lines, in_utc, record_stamp
 from memory_core.storage.store import has_table
 from memory_core.storage.textsearch import LazyPattern  # day patterns: compiled when a query names a day
 
@@ -1123,6 +1123,19 @@ def _when(ts: str) -> datetime | None:
         return None
 
 
+def _lived(t: datetime) -> datetime:
+    """A transcript's UTC time (naive, as :func:`_when` reads it) as this process's local clock
+    shows it, naive, as a file's modification time and "today" are read: a message stamped 23:30
+    UTC is 08:30 the next morning in Tokyo, 18:30 the same evening in New York (the tolerance past a
+    named day's end counts local hours). Unchanged in UTC."""
+    if in_utc():
+        return t
+    try:
+        return t.replace(tzinfo=UTC).astimezone().replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError):
+        return t
+
+
 def transcript_dates(path: str | int, *, name: str | None = None) -> tuple[str | None, list[tuple[int, str]]]:
     """(the session header's timestamp, [(JSONL line, message timestamp), ...]) of a transcript,
     read once per file version. Timestamps are ``YYYY-MM-DDTHH:MM`` in UTC. ``path`` may be an
@@ -1322,13 +1335,13 @@ class Dater:
     def when(self, h: Any) -> list[datetime | date]:
         """:func:`chunk_days` of candidate ``h``."""
         got = self._recorded(h)
-        if got is not None:  # the days (each message's UTC and local day), then the UTC times (the tolerance)
+        if got is not None:  # the days (each message's UTC and local day), then its times on the local clock (the tolerance)
             days: list[datetime | date] = []
             for ts, _, day in got:
                 with contextlib.suppress(ValueError):
                     days.append(date.fromisoformat(day))
                 if (t := _when(ts)) is not None:
-                    days.append(t)
+                    days.append(_lived(t))
             return days or chunk_days(h.path, "", h.start_line, h.end_line, h.mtime_ms, None)
         stamps = self._file_stamps(h.path) if h.source == "sessions" else None
         return chunk_days(h.path, h.source, h.start_line, h.end_line, h.mtime_ms, stamps)
@@ -1366,19 +1379,19 @@ its bound; a closed one of up to 62 days all of its days."""
 def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms: int | None,
                stamps: Stamps | None) -> list[datetime | date]:
     """When a chunk was written: a daily note's day (its name: a day, no clock); the time of every
-    message of a transcript chunk (UTC, else the session header's); another file's modification
-    time (local)."""
+    message of a transcript chunk (else the session header's), on the local clock (:func:`_lived`);
+    another file's modification time (local)."""
     d = date_from_path(path)
     if d is not None:
         return [d]
     if source == "sessions" and stamps is not None:
         header, lines = stamps
-        times = [t for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
+        times = [_lived(t) for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
         if times:
-            return list(times)
+            return times
         first = _when(header) if header else None
         if first is not None:
-            return [first]
+            return [_lived(first)]
     if mtime_ms:
         try:
             return [datetime.fromtimestamp(mtime_ms / 1000)]

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -232,17 +233,59 @@ def stamp(value: object) -> str | None:
     return _minute(dt)
 
 
-def local_day(value: object) -> str | None:
-    """The calendar day (``YYYY-MM-DD``) of an ISO timestamp in its own UTC offset (``...T01:10+04:00``
-    is that day in Dubai, the day before in UTC): the day its writer lived it; None for an epoch
-    number (or one written as a string) or what is not a timestamp (its day is only known in UTC)."""
-    if not isinstance(value, str) or len(value) < 10 or _EPOCH_TEXT.fullmatch(value.strip()):
+def reader_zone() -> str | None:
+    """The time zone this process reads days in (its local zone: ``TZ``, else the system's), as
+    an index records it (meta ``days_zone``), or None for UTC (no offset in winter or summer).
+    A name (``TZ`` or the zone ``/etc/localtime`` links to, else the zone's abbreviations) and
+    its standard offset, e.g. ``Asia/Tokyo (UTC+09:00)``."""
+    if in_utc():
         return None
+    name = os.environ.get("TZ", "").strip().lstrip(":")
+    if not name:
+        try:
+            link = os.readlink("/etc/localtime")
+        except OSError:
+            link = ""
+        name = link.split("zoneinfo/", 1)[1] if "zoneinfo/" in link else "/".join(time.tzname)
+    east = -time.timezone
+    return f"{name} (UTC{'+' if east >= 0 else '-'}{abs(east) // 3600:02d}:{abs(east) % 3600 // 60:02d})"
+
+
+def in_utc() -> bool:
+    """Whether this process's zone is UTC all year (days and clock times read as stamped)."""
+    return time.timezone == 0 and (not time.daylight or time.altzone == 0)
+
+
+def reader_day(ts: str) -> str | None:
+    """The calendar day in this process's zone (:func:`reader_zone`) of a ``YYYY-MM-DDTHH:MM``
+    UTC time (:func:`stamp`): a message OpenClaw stamped ``23:30Z`` on the 15th was sent on the
+    16th in Tokyo, where its user asks about "this morning". None in UTC (the same day)."""
+    if in_utc():
+        return None
+    try:
+        return datetime.fromisoformat(ts).replace(tzinfo=UTC).astimezone().date().isoformat()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def local_day(value: object, ts: str | None = None) -> str | None:
+    """The calendar day (``YYYY-MM-DD``) its writer lived a message in: an ISO timestamp's own UTC
+    offset (``...T01:10+04:00`` is that day in Dubai, the day before in UTC); for a time in UTC
+    (``Z``, ``+00:00``, an epoch number; OpenClaw writes ``Z``) whose :func:`stamp` is ``ts``, its
+    day in this process's zone (:func:`reader_day`: the machine's user lives there), None in UTC.
+    None for what is not a timestamp and for a time with no offset (its day is as written)."""
+    if not isinstance(value, str) or len(value) < 10 or _EPOCH_TEXT.fullmatch(value.strip()):
+        return reader_day(ts) if ts is not None and isinstance(value, (str, int, float)) else None
     try:
         dt = _iso(value)
     except OverflowError:
         return None
-    return None if dt is None else dt.date().isoformat()
+    if dt is None:
+        return None
+    offset = dt.utcoffset()
+    if offset is not None and not offset and ts is not None:
+        return reader_day(ts)
+    return dt.date().isoformat()
 
 
 _TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
@@ -294,17 +337,21 @@ def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[
     it has a message of, the earliest message time (``YYYY-MM-DDTHH:MM`` UTC), that message's JSONL
     line and the day, oldest first. A message counts for its UTC day and, when its timestamp carries
     another offset, for its local day too (``01:10+04:00`` on the 14th is the 14th in Dubai, the
-    13th in UTC: a question naming either finds it). Every message record of those lines counts,
+    13th in UTC: a question naming either finds it); on a machine outside UTC, a message in UTC
+    (``Z``: OpenClaw's) or in this machine's offset counts for its day here only
+    (:func:`local_day`: ``23:30Z`` on the 15th is the 16th in Tokyo). Every message record of those lines counts,
     indexed or not (a tool result is said then too). A chunk with no timed message has the session
     header's time (and its own first line), else nothing. What the index records (``chunk_days``)
     so a search never reads a transcript to date it."""
     lines = doc.stamp_lines
     lo, hi = bisect.bisect_left(lines, start_line), bisect.bisect_right(lines, end_line)
     if lo == hi:
-        return [(doc.header, start_line, doc.header[:10])] if doc.header else []
+        return [(doc.header, start_line, reader_day(doc.header) or doc.header[:10])] if doc.header else []
     first: dict[str, tuple[str, int]] = {}
     for n, ts, local in zip(lines[lo:hi], doc.stamps[lo:hi], doc.local_days[lo:hi], strict=True):
-        for day in {ts[:10], local or ts[:10]}:
+        # the day it was lived in and its UTC day; only the first where that is this machine's
+        # zone's day (a UTC day is no day its user lived)
+        for day in {local} if local is not None and local == reader_day(ts) else {ts[:10], local or ts[:10]}:
             if day not in first or ts < first[day][0]:
                 first[day] = (ts, n)
     return sorted((ts, n, day) for day, (ts, n) in first.items())
@@ -346,7 +393,7 @@ class SessionDoc:
     # too), in JSONL line order, and the session header's time: :func:`chunk_stamps`
     stamp_lines: Sequence[int] = field(default_factory=list)
     stamps: Sequence[str] = field(default_factory=list)
-    local_days: Sequence[str | None] = field(default_factory=list)  # each one's day in its own offset
+    local_days: Sequence[str | None] = field(default_factory=list)  # each one's day as lived (local_day)
     header: str | None = None
 
 
@@ -486,7 +533,7 @@ class _Builder:
         if (ts := stamp(written)) is not None:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
-            self.local_days.append(local_day(written))
+            self.local_days.append(local_day(written, ts))
         message = record if flat_record else record.get("message")
         if not isinstance(message, dict):
             return
