@@ -1386,7 +1386,7 @@ def chunk_days(path: str, source: str, start_line: int, end_line: int, mtime_ms:
         return [d]
     if source == "sessions" and stamps is not None:
         header, lines = stamps
-        times = [_lived(t) for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
+        times: list[datetime | date] = [_lived(t) for n, ts in lines if start_line <= n <= end_line and (t := _when(ts)) is not None]
         if times:
             return times
         first = _when(header) if header else None
