@@ -16,7 +16,7 @@ from memory_core.query.dates import query_date_range
 from memory_core.query.search import Searcher
 from tests.test_conversation_dates import _session  # (ISO UTC stamp, role, text) messages
 
-MONDAY = date(2026, 11, 30)  # the question is asked on Monday 30 November
+MONDAY = date(2026, 11, 30)  # the question is asked on Monday 30 November (today: not the clock's)
 
 
 @pytest.mark.parametrize(("query", "day"), [
@@ -30,7 +30,7 @@ MONDAY = date(2026, 11, 30)  # the question is asked on Monday 30 November
     ("Kate's wedding on Sat", date(2026, 11, 28)),
 ])
 def test_a_weekday_without_on_or_in_short_is_a_day(query: str, day: date) -> None:
-    got = query_date_range(query, anchor=MONDAY)
+    got = query_date_range(query, MONDAY)
     assert got is not None and (got.start, got.end) == (day, day), got
 
 
@@ -41,7 +41,7 @@ def test_a_weekday_without_on_or_in_short_is_a_day(query: str, day: date) -> Non
     "Which pub are we going to for Friday drinks?", "how was the Tuesday rehearsal",
 ])
 def test_words_that_are_no_weekday_stay_none(query: str) -> None:
-    assert query_date_range(query, anchor=MONDAY) is None
+    assert query_date_range(query, MONDAY) is None
 
 
 @pytest.mark.parametrize(("query", "start", "end"), [
@@ -51,7 +51,7 @@ def test_words_that_are_no_weekday_stay_none(query: str) -> None:
     ("on Sunday 7 January", date(2026, 1, 7), date(2026, 1, 7)),
 ])
 def test_a_bare_or_short_weekday_keeps_the_range_words(query: str, start: date | None, end: date | None) -> None:
-    got = query_date_range(query, anchor=MONDAY)
+    got = query_date_range(query, MONDAY)
     assert got is not None
     if start is not None:
         assert got.start == start, got
