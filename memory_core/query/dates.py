@@ -239,6 +239,17 @@ _WEEKEND = LazyPattern(r"\b(last|past|previous|this)\s+weekend\b")
 _TOMORROW = LazyPattern(r"\b(?:the\s+day\s+after\s+)?tomorrow\b")
 _NEXT_WEEK = LazyPattern(r"\bnext\s+week\b")
 _NEXT_WEEKDAY = LazyPattern(r"\bnext\s+(" + "|".join(_WEEKDAYS) + r")\b")
+# a weekday of a named calendar week: "on Tuesday last week", "Tuesday of next week", "last week on
+# Tuesday" (that week's Tuesday, not the whole week nor the latest Tuesday)
+_WEEKDAY_OF_WEEK = LazyPattern(r"\b(?:on\s+)?(" + "|".join(_WEEKDAYS) + r")\s+(?:of\s+)?(last|this|next)\s+week\b"
+                               r"|\b(last|this|next)\s+week\s+on\s+(" + "|".join(_WEEKDAYS) + r")\b")
+_FORTNIGHT_AGO = LazyPattern(r"\b(?:a\s+|one\s+)?fortnight\s+ago\b")  # "two weeks ago"
+# a holiday of a fixed day named as when something was ("at Christmas", "on Christmas Eve", "over New
+# Year's"); "for Christmas" is what a plan or a present is for (talked about before it), not the day
+_HOLIDAY = LazyPattern(r"\b(?:on|at|over|during)\s+(christmas\s+eve|christmas(?:\s+day)?|xmas|boxing\s+day"
+                       r"|new\s+year['\u2019]?s\s+eve|new\s+year['\u2019]?s(?:\s+day)?)\b(?:,?\s+((?:19|20)\d\d)\b)?")
+_HOLIDAYS = {"christmas eve": (12, 24), "christmas": (12, 25), "christmas day": (12, 25), "xmas": (12, 25),
+             "boxing day": (12, 26), "new year's eve": (12, 31), "new year's": (1, 1), "new year's day": (1, 1)}
 _IN_UNITS = LazyPattern(rf"\bin\s+{_COUNT_RE}\s+days?\b")
 # a year: "last year", "this year", "in 2025"
 _YEAR_WORDS = LazyPattern(r"\b(last|this)\s+year\b|\b(?:in|during|throughout)\s+((?:19|20)\d\d)\b(?![\s,.]*\d)")
@@ -519,7 +530,7 @@ _FIRST_DAY, _LAST_DAY = date(1, 1, 2), date(9999, 12, 30)
 _MAYBE_DAY = re.compile(r"\d|day|week|month|year|night|morning|afternoon|evening|tomorrow|\b(?:mon|tues?|wed|thu(?:rs?)?|fri|sat)\b|\b(?:"
                         + "|".join(sorted({m[:3] for m in _MONTHS})) + ")"
                         r"|second|third|enth\b|ieth\b|fourth|fifth|sixth|eighth|ninth|twelfth"
-                        r"|first|last|latest|recent|previous|第一次|最开始|一开始|最初|上次|上一次|最近一次")
+                        r"|first|last|latest|recent|previous|christmas|xmas|boxing|fortnight|第一次|最开始|一开始|最初|上次|上一次|最近一次")
 
 
 class _Ref:
@@ -891,6 +902,16 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
         clause = _clause_of(q, m.start(), m.end()) if plans else ""
         soon = bool(clause) and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause)
         add(m.start(), m.end(), _next_of_month(int(m.group(1)), ref()) if soon else _latest_of_month(int(m.group(1)), ref()))
+    for m in _WEEKDAY_OF_WEEK.finditer(q):  # "on Tuesday last week": before "last week" is read
+        wd, which = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+        monday = ref() - timedelta(days=ref().weekday()) + timedelta(days={"last": -7, "this": 0, "next": 7}[which])
+        add(m.start(), m.end(), monday + timedelta(days=_WEEKDAYS[wd]))
+    for m in _HOLIDAY.finditer(q):
+        mon, day = _HOLIDAYS[re.sub(r"\s+", " ", m.group(1)).replace("\u2019", "'")]
+        add(m.start(), m.end(), _latest(mon, day, int(m.group(2)) if m.group(2) else None, yearless()))
+    for m in _FORTNIGHT_AGO.finditer(q):  # as "two weeks ago": about then
+        mid = ref() - timedelta(days=14)
+        add(m.start(), m.end(), mid - timedelta(days=3), min(ref(), mid + timedelta(days=3)))
     for rx, back0, back1 in _RELATIVE:
         for m in rx.finditer(q):
             add(m.start(), m.end(), ref() - timedelta(days=back0), ref() - timedelta(days=back1))
@@ -957,9 +978,15 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
         # "on Friday", "last Friday": the latest Friday before the reference day; in a text
         # (``plans``) a bare "on Friday" in a clause with no past-tense word is a plan ("remind me
         # to call her on Sunday", "see you on Friday"): the next Friday after the day it was written
+        # "this Saturday" is the coming one (today's on a Saturday) in a question that may look ahead
+        # ("what are we doing this Saturday?") or a text's clause with no past word, else the latest
         wd = _WEEKDAYS[m.group(2).lower()]
-        clause = _clause_of(q, m.start(), m.end()) if plans and m.group(1).lower() == "on" else ""
-        if clause and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause):
+        word = m.group(1).lower()
+        clause = _clause_of(q, m.start(), m.end()) if plans and word in ("on", "this") else ""
+        soon = bool(clause) and not _PAST.compiled.search(clause) and not _PAST_TOLD.compiled.search(clause)
+        if word == "this" and (soon or (ahead and not plans)):
+            add(m.start(), m.end(), ref() + timedelta(days=(wd - ref().weekday()) % 7))
+        elif soon:
             add(m.start(), m.end(), ref() + timedelta(days=(wd - ref().weekday()) % 7 or 7))
         else:
             back = (ref().weekday() - wd) % 7 or (0 if m.group(1) == "this" else 7)

@@ -1,0 +1,86 @@
+"""Questions about days the twenty-third session's audit 2 found read wrongly or not at all:
+"this Saturday" in a question about plans was the Saturday gone; "on Tuesday last week" was the
+whole week before; "a fortnight ago", "at Christmas", "on New Year's Eve" read no day. Each
+reading test fails on the code before (the search test too: the Saturday gone was lifted)."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query.dates import mentions, query_date_range
+from memory_core.query.search import Searcher
+from tests.test_conversation_dates import _session  # (ISO UTC stamp, role, text) messages
+
+WEDNESDAY = date(2026, 11, 25)  # the question is asked on Wednesday 25 November
+
+
+@pytest.mark.parametrize(("query", "start", "end"), [
+    # "this <weekday>": the coming one in a question that may look ahead, the one gone in the past tense
+    ("what are we doing this Saturday?", date(2026, 11, 28), date(2026, 11, 28)),
+    ("what is happening this Saturday?", date(2026, 11, 28), date(2026, 11, 28)),
+    ("this Wednesday?", date(2026, 11, 25), date(2026, 11, 25)),  # today's, on a Wednesday
+    ("what did we do this Saturday?", date(2026, 11, 21), date(2026, 11, 21)),
+    # a weekday of a named calendar week (weeks begin on Monday)
+    ("what did I say on Tuesday last week?", date(2026, 11, 17), date(2026, 11, 17)),
+    ("what did I say last week on Tuesday?", date(2026, 11, 17), date(2026, 11, 17)),
+    ("what did Kate say Friday of last week?", date(2026, 11, 20), date(2026, 11, 20)),
+    ("what is on Tuesday next week?", date(2026, 12, 1), date(2026, 12, 1)),
+    ("what was on Monday this week?", date(2026, 11, 23), date(2026, 11, 23)),
+    # as "two weeks ago": about then
+    ("what did we talk about a fortnight ago?", date(2026, 11, 8), date(2026, 11, 14)),
+    # a holiday named as when something was: the latest one (or, asked ahead, the coming one)
+    ("what did we do at Christmas?", date(2025, 12, 25), date(2025, 12, 25)),
+    ("what did we eat on Christmas Eve 2024?", date(2024, 12, 24), date(2024, 12, 24)),
+    ("what happened on New Year's Eve?", date(2025, 12, 31), date(2025, 12, 31)),
+    ("who came over on boxing day?", date(2025, 12, 26), date(2025, 12, 26)),
+])
+def test_days_a_question_names(query: str, start: date, end: date) -> None:
+    got = query_date_range(query, WEDNESDAY)
+    assert got is not None and (got.start, got.end) == (start, end), got
+
+
+def test_a_holiday_asked_about_ahead_is_the_coming_one() -> None:
+    got = query_date_range("what are we doing at Christmas?", date(2026, 12, 10))
+    assert got is not None and got.start == date(2026, 12, 25)
+
+
+@pytest.mark.parametrize("query", [
+    "what are we getting Kate for Christmas?",  # what a present is for: talked about before the day
+    "the christmas tree lights broke", "last week was a fortnight of rain",
+])
+def test_words_that_name_no_such_day(query: str) -> None:
+    got = query_date_range(query, WEDNESDAY)
+    assert got is None or got.phrase in ("last week",), got
+
+
+def test_a_message_planning_this_saturday_mentions_the_coming_one() -> None:
+    """In a text: "see you this Saturday" written on Wednesday 25 November names the 28th (a plan);
+    "we climbed this Saturday" written on Sunday the 29th names the 28th too (the one just gone)."""
+    saturday = query_date_range("on 28 November 2026", WEDNESDAY)
+    assert saturday is not None
+    assert mentions("see you this Saturday at the climbing gym", WEDNESDAY, saturday)
+    assert mentions("we climbed this Saturday, great session", date(2026, 11, 29), saturday)
+    assert not mentions("we climbed this Saturday, great session", WEDNESDAY, saturday)
+
+
+def test_a_question_about_this_saturday_finds_the_plan_not_last_saturdays_talk(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "sat21.jsonl", [  # last Saturday: an ordinary day's talk
+        ("2026-11-21T10:00:00Z", "user", "Kate: we are doing nothing much, just the laundry."),
+        ("2026-11-21T10:01:00Z", "assistant", "A quiet Saturday then."),
+    ])
+    _session(ws / "sessions" / "plan.jsonl", [  # Tuesday: the plan for the coming Saturday
+        ("2026-11-24T18:00:00Z", "user", "Kate: this Saturday we are doing the climbing gym with Jorge."),
+        ("2026-11-24T18:01:00Z", "assistant", "Noted: climbing gym on the 28th."),
+    ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:  # the memory ends on Tuesday the 24th: "today" is Wednesday the 25th
+        hits = searcher.search("what are we doing this Saturday?", max_results=2)
+    assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]
