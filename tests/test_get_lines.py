@@ -63,3 +63,26 @@ def test_malformed_transcript_lines_are_not_past_the_end(ws: Path, capsys: pytes
     assert "kestrel survey" in capsys.readouterr().out
     assert main(["get", "-w", str(ws), "sessions/s.jsonl#L5"]) == 2
     assert "line 5 is past the end of sessions/s.jsonl (4 lines)" in capsys.readouterr().err
+
+
+def test_a_note_saved_with_windows_line_ends_reads_without_carriage_returns(tmp_path: Path) -> None:
+    """A note saved on Windows (``\\r\\n``): ``get`` of its lines and a result's snippet came back
+    with a ``\\r`` at each line's end (the twenty-third session's audit 2); the cited lines are the
+    same, and so is a masked read (the lines above a range, read to redact it as the index did)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "boiler.md").write_bytes(
+        b"# Boiler\r\n\r\nThe boiler pressure is 1.5 bar.\r\npassword: hunter2hunter2\r\nCall Jorge on Friday.\r\n")
+    for redact in ("sessions", "all"):
+        s = load_settings(None, {"workspace": str(ws), "provider": "none", "redact": redact})
+        run_index(s, full=True)
+        with Searcher(s) as searcher:
+            hit = searcher.search("boiler pressure", min_score=0)[0]
+            assert hit.citation == "memory/boiler.md#L1-L5"
+            assert "\r" not in hit.snippet and "The boiler pressure is 1.5 bar.\npassword" in hit.snippet
+            whole = searcher.read_file(hit.citation)
+            tail = searcher.read_file("memory/boiler.md#L3-L5")
+        assert "\r" not in whole.text and "\r" not in tail.text, (whole.text, tail.text)
+        assert tail.text.startswith("The boiler pressure is 1.5 bar.\npassword: ")
+        assert tail.text.endswith("\nCall Jorge on Friday.")
+        assert ("hunter2hunter2" in tail.text) == (redact != "all")

@@ -842,10 +842,13 @@ def make_snippet(text: str, query_terms: Iterable[str], max_chars: int = SNIPPET
     by a crude stem so "deploying" finds "deployment"; CJK terms as substrings). If that region
     lies within the first ``max_chars`` characters the excerpt starts at the beginning, else it
     is centred on the region. Both ends are moved to a line break, else a space, else CJK
-    punctuation, when one is near and the matched region stays inside.
+    punctuation, when one is near and the matched region stays inside. A Windows line end
+    (``\r\n``, a note saved on Windows) is shown as ``\n``.
     """
     if max_chars <= 0:
         return ""
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
     if len(text) <= max_chars:
         return text
     matches = _find_matches(text, query_terms)

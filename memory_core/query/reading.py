@@ -167,6 +167,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
         raise PathError(f"{path} is indexed but no longer exists") from None
     except OSError as exc:
         raise PathError(f"cannot read {path}: {exc.strerror}") from None
+    if source != "sessions":  # a note saved on Windows: its lines without the "\r" of "\r\n"
+        above = [line[:-1] if line.endswith("\r") else line for line in above]
+        out = [line[:-1] if line.endswith("\r") else line for line in out]
     note = ""
     if len(out) < end - start + 1:  # fewer lines than asked: the file's end, or lines without messages
         total = line_total(where, path, source)
