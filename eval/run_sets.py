@@ -48,6 +48,7 @@ import hashlib
 import importlib.util
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -60,6 +61,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# the sets' transcripts are stamped in UTC and their questions asked of UTC days: the figures are
+# the same on any machine (a transcript message counts for its day in the process's zone)
+os.environ["TZ"] = "UTC"
+time.tzset()
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
