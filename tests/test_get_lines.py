@@ -86,3 +86,30 @@ def test_a_note_saved_with_windows_line_ends_reads_without_carriage_returns(tmp_
         assert tail.text.startswith("The boiler pressure is 1.5 bar.\npassword: ")
         assert tail.text.endswith("\nCall Jorge on Friday.")
         assert ("hunter2hunter2" in tail.text) == (redact != "all")
+
+
+def test_get_of_a_transcript_says_when_each_day_of_it_was_said(tmp_path: Path) -> None:
+    """``get`` of a transcript citation gave "User: ..." lines with no time (the twenty-third
+    session's audit 2: a daily user reading a session back could not tell when it was said). The
+    first message and each message that begins another UTC day carry their time, as snippets do;
+    the lines are the messages, one each, as before."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    msgs = [("2026-03-04T21:21:00Z", "user", "the parser fails on tabs"),
+            ("2026-03-04T22:35:00Z", "assistant", "write the postmortem tomorrow"),
+            ("2026-03-05T08:10:00Z", "user", "postmortem done, sent to the team"),
+            (None, "assistant", "thanks")]
+    (ws / "sessions" / "s.jsonl").write_text("".join(
+        json.dumps({"type": "message", "message": {"role": r, "content": t}, **({"timestamp": ts} if ts else {})}) + "\n"
+        for ts, r, t in msgs))
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        whole = searcher.read_file("sessions/s.jsonl")
+        later = searcher.read_file("sessions/s.jsonl#L2-L4")
+    assert whole.text.split("\n") == ["[2026-03-04 21:21 UTC] User: the parser fails on tabs",
+                                      "Assistant: write the postmortem tomorrow",
+                                      "[2026-03-05 08:10 UTC] User: postmortem done, sent to the team",
+                                      "Assistant: thanks"]
+    assert later.text.split("\n")[0] == "[2026-03-04 22:35 UTC] Assistant: write the postmortem tomorrow"
+    assert (whole.lines, later.lines) == (4, 3)

@@ -9,6 +9,7 @@ same shape as the MCP tool.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -91,7 +92,10 @@ def test_openclaw_shapes_over_stdio(indexed, tmp_path: Path, capsys: pytest.Capt
             assert th and th[0]["source"] == "sessions"
             tg = await client.call_tool("memory_get", {"path": th[0]["citation"]})
             text = tg.structured_content["text"]
-            assert text and all(line.startswith(("User: ", "Assistant: ")) for line in text.split("\n"))
+            # (each day's first message begins with its time, as in a snippet)
+            assert re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d UTC\] (User|Assistant): ", text)
+            assert text and all(re.sub(r"^\[[^]]+ UTC\] ", "", line).startswith(("User: ", "Assistant: "))
+                                for line in text.split("\n"))
             assert "{" not in text.split("\n")[0][:12]
             whole = await client.call_tool("memory_get", {"path": "sessions/2026-10-21-ingest-502-debug.jsonl"})
             body = whole.structured_content["text"]

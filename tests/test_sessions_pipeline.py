@@ -61,8 +61,9 @@ def test_citations_resolve_to_jsonl_lines_and_source_filter(workspace):
         first = json.loads(lines[top.start_line - 1])
         assert first["type"] == "message"
         got = searcher.read_file(top.path, from_line=top.start_line, lines=top.end_line - top.start_line + 1)
-        # readable messages, not JSONL: the first cited line is the first cited message
-        assert got.text.split("\n")[0] == "User: " + first["message"]["content"]
+        # readable messages, not JSONL: the first cited line is the first cited message, with its time
+        stamp = first["timestamp"][:16].replace("T", " ")
+        assert got.text.split("\n")[0] == f"[{stamp} UTC] User: " + first["message"]["content"]
         only_memory = searcher.search("Sintra tickets", sources=["memory"], min_score=0)
         assert all(r.source == "memory" for r in only_memory)
 
@@ -232,7 +233,7 @@ def test_chat_logs_in_the_flat_role_content_format_are_indexed_and_cited(workspa
         assert (hit.start_line, hit.end_line) == (2, 6) and "booked" not in hit.snippet
         assert hit.date and hit.date.startswith("2026-03-04")
         got = searcher.read_file("sessions/sdk-log.jsonl", from_line=2, lines=2)
-        assert got.text.split("\n") == ["User: plan the okapi safari for March",
+        assert got.text.split("\n") == ["[2026-03-04 10:00 UTC] User: plan the okapi safari for March",
                                         "Assistant: The okapi safari starts on Friday"]
         assert any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("tapir tour", min_score=0))
         assert not any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("travel agent", min_score=0))

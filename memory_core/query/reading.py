@@ -156,8 +156,8 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     out: list[str] = []
     above: list[str] = []  # the note's lines before the range, read only to mask the range as the index did
     try:
-        if source == "sessions":
-            out = session_text_for_range(real, start, end)
+        if source == "sessions":  # each day's first message with its time, as in a snippet
+            out = session_text_for_range(real, start, end, stamped=True)
         elif masked and start > 1:
             above = read_lines(real, 1, end)  # split on "\n" only, as the chunker numbers lines
             above, out = above[:start - 1], above[start - 1:]

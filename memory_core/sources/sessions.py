@@ -740,12 +740,14 @@ def session_text_for_range(
     *,
     redact_secrets: bool = True,
     keep_lines: bool = False,
+    stamped: bool = False,
 ) -> list[str]:
     """The readable messages of JSONL lines ``start_line..end_line``: ``"User: ..."`` /
     ``"Assistant: ..."`` lines exactly as indexed (same extraction and redaction), one per kept
     message; other records are left out. What ``memory_get`` returns for a transcript citation.
     ``keep_lines``: each message with its own line breaks (:func:`display_session_text`), as a
-    search snippet shows it. ``path`` may be an open file descriptor (``get`` opens it with no
+    search snippet shows it. ``stamped``: the first message, and each one that begins another UTC
+    day, starts with its time as a snippet's do (``[2026-11-02 15:20 UTC] User: ...``). ``path`` may be an open file descriptor (``get`` opens it with no
     symlink followed): it is closed here, also for an empty range, as
     :func:`memory_core.sources.safeio.read_lines` closes its own."""
     start = max(1, start_line)
@@ -762,7 +764,18 @@ def session_text_for_range(
                 builder.feed(line_no, raw.decode("utf-8", errors="replace"))
             if line_no >= end_line:
                 break
-    return builder.parts
+    if not stamped:
+        return builder.parts
+    times = dict(zip(builder.stamp_lines, builder.stamps, strict=True))
+    out: list[str] = []
+    day = ""
+    for line_no, part in zip(builder.line_map, builder.parts, strict=True):
+        ts = times.get(line_no)
+        if ts is not None and ts[:10] != day:
+            day = ts[:10]
+            part = f"[{ts.replace('T', ' ')} UTC] {part}"
+        out.append(part)
+    return out
 
 
 def session_messages_by_line(
