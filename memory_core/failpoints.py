@@ -11,7 +11,8 @@ renamed), ``after-swap`` (renamed, run not yet finished), ``before-trim`` (publi
 cache not yet trimmed of the vectors the new index holds). The memory store's:
 ``store-created`` (the first memory's table written, its full-text index not yet),
 ``store-committed`` (a memory committed, the full-text index not yet rebuilt), ``store-indexed``
-(the index rebuilt, before any compaction).
+(the index rebuilt, before any compaction), ``store-forget-deleted`` (a forget's row deleted, its
+text not yet rewritten out of the store's files).
 """
 
 from __future__ import annotations

@@ -130,3 +130,44 @@ def test_sigkill_at_random_moments(workspace: Path, openai_fake: Any) -> None:
         acked.update(_acks(out))
         _check(cfg, acked)
     assert len(acked) >= 8
+
+
+FORGET_CHILD = r"""
+import sys, pathlib
+from memory_core.config import load_settings
+from memory_core.notes import memory_store as ms
+s = ms.MemoryStore(load_settings(pathlib.Path(sys.argv[1])))
+print("forgetting", flush=True)
+s.forget(sys.argv[2])
+print("forgot", flush=True)
+"""
+
+
+def test_a_forget_killed_before_its_text_left_the_disk_is_finished_by_the_next_write(
+        workspace: Path, openai_fake: Any) -> None:
+    """Killed between a forget's delete and the rewrite that takes its text off the disk
+    (``store-forget-deleted``), the text stayed in a data file until the next forget or update (the
+    twenty-third session's audit 1). The forget leaves a marker; the next write of any kind (a
+    new memory here) purges, and the marker goes."""
+    from tests.test_store_attack import _files_holding
+
+    cfg = _config(workspace, openai_fake.base_url)
+    with MemoryStore(load_settings(cfg)) as s:
+        gone = s.store("Dana's alarm code is tango-7-lima-9-kilo", category="fact").memory.id
+        s.store("The team offsite is at Lakeview Lodge", category="fact")
+        path = s.path
+    proc = subprocess.Popen([sys.executable, "-c", FORGET_CHILD, str(cfg), gone], text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT), MEMORY_CORE_FAILPOINT="store-forget-deleted"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, err[-2000:]
+    assert "forgot" not in out
+    marker = path.with_name(f".{path.name}.purge")
+    assert marker.is_file()
+    assert _files_holding(path, b"tango-7-lima"), "(the kill came before the rewrite)"
+    with MemoryStore(load_settings(cfg)) as s:
+        assert s.get(gone) is None  # the delete was committed
+        assert s.store("The garden hose is in the shed", category="fact").action == "created"
+        assert _files_holding(path, b"tango-7-lima") == [], "the next write left the forgotten text on disk"
+        assert not marker.exists()
+        assert s.count() == 2 and s.recall("Lakeview", min_score=0).hits

@@ -880,11 +880,16 @@ class MemoryStore:
         if table is None:
             self._create(p, row)
         else:
+            # an update that replaced the text: the previous text leaves the disk, as a forget's does;
+            # and a purge a killed or failed write left (its marker) is done now
+            purge = dup is not None and str(dup["text"]) != masked
+            if purge:
+                self._purge_pending(True)
+            purge = purge or self._purge_pending()
             # one commit: the row is replaced (duplicate) or added, never both or neither
             table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
             failpoint("store-committed")
-            # an update that replaced the text: the previous text leaves the disk, as a forget's does
-            self._after_write(table, purge=dup is not None and str(dup["text"]) != masked)
+            self._after_write(table, purge=purge)
         if dup is not None:
             return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
         kept = None if near is None else {"id": str(near[0]["id"]), "text": str(near[0]["text"]),
@@ -922,8 +927,30 @@ class MemoryStore:
             shutil.rmtree(staging, ignore_errors=True)
         self._table = self._connect().open_table(TABLE)
 
-    @staticmethod
-    def _after_write(table: Any, *, purge: bool = False) -> None:
+    def _purge_pending(self, start: bool | None = None) -> bool:
+        """The marker of a purge begun and not finished (``.<folder>.purge`` beside the store's
+        folder): written (``start``) before a forget's delete or a text-replacing update commits,
+        removed once no file or version holds the removed text (:meth:`_after_write`). A process
+        killed between, or a purge that failed, leaves it: the next write to the store purges
+        then. Without ``start``: whether one is pending."""
+        marker = self.path.with_name(f".{self.path.name}.purge")
+        if start:
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:  # this write purges all the same; only a kill before it ends would not
+                log.warning("cannot mark the memory store's purge as begun (%s: %s)", marker, exc.strerror or exc)
+            return True
+        return marker.is_file() and not marker.is_symlink()
+
+    def _purged(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.with_name(f".{self.path.name}.purge").unlink()
+
+    def _after_write(self, table: Any, *, purge: bool = False) -> None:
         """Rebuild the full-text index so BM25 always sees every row with the same statistics
         (rows added after the index was built are scored by a flat scan with other statistics, so
         the same words scored differently); ~10 ms at 2,000 memories. Every 64 versions the table
@@ -941,12 +968,13 @@ class MemoryStore:
             failpoint("store-indexed")
             if purge:
                 MemoryStore._prune(table)
+                self._purged()
             elif int(table.version) % COMPACT_EVERY == 0:
                 table.optimize(cleanup_older_than=timedelta(days=1))
         except Exception as exc:  # the write is committed; search still works, flat over new rows
             if purge:
                 log.warning("removing a forgotten or replaced memory's text from the memory store's files failed"
-                            " (%s); it stays readable on disk until the next forget or update", exc)
+                            " (%s); it stays readable on disk until the next write to the store", exc)
             else:
                 log.warning("maintaining the memory store's full-text index failed: %s", exc)
 
@@ -1041,7 +1069,9 @@ class MemoryStore:
                                  " ids)")
             table = self._open()
             assert table is not None  # get() found the memory in it
+            self._purge_pending(True)  # before the delete: a kill after it leaves the next write to purge
             table.delete(f"id = '{memory_id}'")
+            failpoint("store-forget-deleted")
             self._after_write(table, purge=True)  # its text off the disk: no older version or data file keeps it
             return mem
 
