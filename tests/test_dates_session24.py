@@ -84,3 +84,45 @@ def test_a_question_about_this_saturday_finds_the_plan_not_last_saturdays_talk(t
     with Searcher(s) as searcher:  # the memory ends on Tuesday the 24th: "today" is Wednesday the 25th
         hits = searcher.search("what are we doing this Saturday?", max_results=2)
     assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]
+
+
+def test_a_yearless_day_asked_in_the_past_tense_is_the_coming_one_when_memory_holds_nothing_near_the_last() -> None:
+    """Asked on 30 November of a memory that began in October, "what did Kate say about 12
+    December?" named 12 December of last year, a day memory holds nothing of; the party Kate talked
+    about is the coming one (within QUERY_AHEAD_DAYS). A memory that holds last December keeps it;
+    so does a day further ahead than that, and a day of the month alone (the 12th: it looks back)."""
+    from datetime import timedelta
+
+    today = date(2026, 11, 30)
+    autumn = [date(2026, 10, 1) + timedelta(days=i) for i in range(60)]
+    years = [date(2025, 9, 1) + timedelta(days=i) for i in range(450)]
+    for q in ("what did Kate say about 12 December?", "what happened on 12/12?", "what did we decide for Dec 12th?"):
+        got = query_date_range(q, today, timeline=autumn)
+        assert got is not None and got.start == date(2026, 12, 12), (q, got)
+        got = query_date_range(q, today, timeline=years)
+        assert got is not None and got.start == date(2025, 12, 12), (q, got)
+        held = query_date_range(q, today, days_in=lambda lo, hi: lo <= date(2025, 12, 12) <= hi)
+        assert held is not None and held.start == date(2025, 12, 12), (q, held)
+    assert query_date_range("what happened on 3 March?", today, timeline=autumn).start == date(2026, 3, 3)
+    assert query_date_range("what did we do on the 12th?", today, timeline=autumn).start == date(2026, 11, 12)
+    assert query_date_range("what happened on 12 December 2025?", today, timeline=autumn).start == date(2025, 12, 12)
+    assert query_date_range("what did Kate say about 12 December?", today).start == date(2025, 12, 12)  # no timeline
+
+
+def test_a_question_about_a_coming_day_finds_the_message_that_planned_it(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "plan.jsonl", [
+        ("2026-11-20T18:00:00Z", "user", "Kate: the office party is on 12 December at the boathouse."),
+        ("2026-11-20T18:01:00Z", "assistant", "Noted."),
+    ])
+    for day in (10, 14, 18, 24, 27):
+        _session(ws / "sessions" / f"d{day}.jsonl", [
+            (f"2026-11-{day}T18:00:00Z", "user", f"Kate: an ordinary evening, number {day}, party games on TV."),
+            (f"2026-11-{day}T18:01:00Z", "assistant", "Sounds quiet."),
+        ])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("what did Kate say about the party on 12 December?", max_results=2)
+    assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]

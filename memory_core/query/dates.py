@@ -511,6 +511,17 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
             has = days_in or (lambda lo, hi: _listed_in(ref.talks(), lo, hi))
             if not has(*_widened(*found[0])) and has(*_widened(*alt[0])):
                 found, order = alt, other
+    if not ahead and (days_in is not None or timeline is not None) and _WRITTEN_DAY.search(found[1]) \
+            and not _has_year(found[1]):
+        # a year-less day asked in the past tense ("what did Kate say about 12 December?" on 30
+        # November) is the latest such day, unless memory holds nothing near it and the coming one
+        # is within QUERY_AHEAD_DAYS: then it is the plan memory talked about (a year-old day of a
+        # memory that began this autumn is no day it holds)
+        alt = _find(q, ref, order, QUERY_AHEAD_DAYS)
+        if alt is not None and alt[0] != found[0] and alt[0][0] > found[0][1]:
+            has = days_in or (lambda lo, hi: _listed_in(ref.talks(), lo, hi))
+            if not has(*_widened(*found[0])) and has(*_widened(found[0][0], ref())):
+                found = alt
     (start, end), phrase = found
     if not (_FIRST_DAY <= start <= end <= _LAST_DAY):
         return None  # "9999-12-31", "1 January 0001": no day before or after it to compute with
@@ -518,6 +529,9 @@ def query_date_range(query: str, today: date | None = None, *, anchor: Anchor = 
     return DateRange(start, end, phrase, max(0.0, float(tolerance)), order=order,
                      kept=named.group(1) if named is not None else "")
 
+
+_WRITTEN_DAY = LazyPattern(r"\d|\b(?:" + "|".join(sorted({m[:3] for m in _MONTHS})) + r")")
+"""A day written as a date (digits or a month's name), not a relative one ("on Friday", "yesterday")."""
 
 MAX_DATE_SCAN_CHARS = 4096
 """A question's days are read in its first this many characters (a question naming a day names it
