@@ -59,6 +59,15 @@ def test_a_bare_or_short_weekday_keeps_the_range_words(query: str, start: date |
         assert got.end == end, got
 
 
+def ordinary_evenings(ws: Path, days: tuple[int, ...], words: str = "nothing much") -> None:
+    """A transcript per day of November 2026, one exchange at 18:00 UTC about nothing in particular."""
+    for day in days:
+        _session(ws / "sessions" / f"d{day}.jsonl", [
+            (f"2026-11-{day}T18:00:00Z", "user", f"Kate: ordinary evening number {day}, {words}."),
+            (f"2026-11-{day}T18:01:00Z", "assistant", "Sounds quiet."),
+        ])
+
+
 def test_a_question_naming_a_weekday_without_on_finds_that_days_talk(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
@@ -66,11 +75,7 @@ def test_a_question_naming_a_weekday_without_on_finds_that_days_talk(tmp_path: P
         ("2026-11-24T18:00:00Z", "user", "Kate: I finally booked the flat viewing."),
         ("2026-11-24T18:01:00Z", "assistant", "Great news."),
     ])
-    for day in (23, 25, 26, 27, 28, 29):
-        _session(ws / "sessions" / f"d{day}.jsonl", [
-            (f"2026-11-{day}T18:00:00Z", "user", f"Kate: ordinary evening number {day}, nothing much."),
-            (f"2026-11-{day}T18:01:00Z", "assistant", "Sounds quiet."),
-        ])
+    ordinary_evenings(ws, (23, 25, 26, 27, 28, 29))
     s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
     run_index(s)
     with Searcher(s) as searcher:

@@ -15,6 +15,7 @@ from memory_core.index.pipeline import run_index
 from memory_core.query.dates import mentions, query_date_range
 from memory_core.query.search import Searcher
 from tests.test_conversation_dates import _session  # (ISO UTC stamp, role, text) messages
+from tests.test_dates_audit23 import ordinary_evenings
 
 WEDNESDAY = date(2026, 11, 25)  # the question is asked on Wednesday 25 November
 
@@ -116,11 +117,7 @@ def test_a_question_about_a_coming_day_finds_the_message_that_planned_it(tmp_pat
         ("2026-11-20T18:00:00Z", "user", "Kate: the office party is on 12 December at the boathouse."),
         ("2026-11-20T18:01:00Z", "assistant", "Noted."),
     ])
-    for day in (10, 14, 18, 24, 27):
-        _session(ws / "sessions" / f"d{day}.jsonl", [
-            (f"2026-11-{day}T18:00:00Z", "user", f"Kate: an ordinary evening, number {day}, party games on TV."),
-            (f"2026-11-{day}T18:01:00Z", "assistant", "Sounds quiet."),
-        ])
+    ordinary_evenings(ws, (10, 14, 18, 24, 27), "party games on TV")
     s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
     run_index(s)
     with Searcher(s) as searcher:
