@@ -32,6 +32,7 @@ Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import math
@@ -262,6 +263,13 @@ def reader_day(ts: str) -> str | None:
     16th in Tokyo, where its user asks about "this morning". None in UTC (the same day)."""
     if in_utc():
         return None
+    return _day_in_zone(ts, (time.timezone, time.altzone, time.daylight, time.tzname))
+
+
+@functools.lru_cache(maxsize=65536)
+def _day_in_zone(ts: str, _zone: tuple[object, ...]) -> str | None:
+    """:func:`reader_day`, once per time and zone (a message's day is asked when it is parsed and
+    again for each chunk that holds it)."""
     try:
         return datetime.fromisoformat(ts).replace(tzinfo=UTC).astimezone().date().isoformat()
     except (ValueError, OverflowError, OSError):
