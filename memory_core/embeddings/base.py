@@ -202,6 +202,14 @@ class EmbeddingProvider(ABC):
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
 
+    def knows_words(self, words: Sequence[str]) -> bool | None:
+        """Whether the model's vocabulary holds each of ``words`` whole, one piece each (it has
+        learned a vector for the word itself, not put one together from the pieces of a name, a
+        typo, a foreign or made-up word). None: the vocabulary is not known here (a hosted model).
+        A search asks it of the words of a query that no note or message contains
+        (:func:`memory_core.query.ranking.query_supported`)."""
+        return None
+
     def count_over_window(self, texts: Sequence[str]) -> int:
         """How many of ``texts`` are longer than the model's input window: the conservative
         token estimate against ``max_tokens_per_input`` (a provider with ``own_tokenizer``

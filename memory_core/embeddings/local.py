@@ -895,6 +895,18 @@ class LocalProvider(EmbeddingProvider):
                     self._tok = tok
         return self._tok
 
+    def knows_words(self, words: Sequence[str]) -> bool | None:
+        """Whether the tokenizer reads each word as one piece of the model's vocabulary
+        (all-MiniLM-L6-v2: "drummer", "gear", "passport" yes; "okonomiyaki", "zzqx", "siobhan",
+        "expire" no)."""
+        try:
+            tok = self._tokenizer()
+        except MemoryCoreError:
+            raise
+        except Exception:  # no readable tokenizer.json: not known
+            return None
+        return all(len(e.ids) == 1 for e in tok.encode_batch([str(w) for w in words], add_special_tokens=False))
+
     def piece_counts(self, texts: Sequence[str]) -> list[int]:
         """Word pieces per text as the model counts them (with [CLS] and [SEP])."""
         if not texts:

@@ -326,7 +326,8 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
             # min_score unset: it empties only the answer to a query memory does not support
             best_cos = max((h.vector_score for h in union), default=None) if readable else None
             # a query of stop words only ("what did we do?") has no words memory could hold: not supported
-            if cands.idf_total > 0 and ranking.query_supported(cands.corpus_coverage, best_cos, cands.calibration):
+            if cands.idf_total > 0 and ranking.query_supported(cands.corpus_coverage, best_cos, cands.calibration,
+                                                               cands.knows_absent_words):
                 gate = 0.0
     elif not vec or not kw:
         hits = ranking.fuse(vec, kw, method=q.fusion, vector_weight=1.0 if vec else 0.0,

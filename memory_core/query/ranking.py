@@ -544,11 +544,22 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     return out
 
 
-def query_supported(corpus_coverage: float, best_cosine: float | None, cal: Calibration) -> bool:
+def query_supported(corpus_coverage: float, best_cosine: float | None, cal: Calibration,
+                    knows_absent_words: bool = False) -> bool:
     """Memory supports the query on both sides: at least ``SUPPORT_MIN_COVERAGE`` (0.1) of its
     words' IDF occurs somewhere in the index, and its nearest chunk is nearer than the model's
     unrelated level (cosine above ``cal.cos_low``). ``best_cosine`` None (no vector side, or a
     model that cannot read the query): not supported.
+
+    Or, with less coverage, when the model's vocabulary holds whole every word of the query that
+    memory lacks (``knows_absent_words``:
+    :meth:`~memory_core.embeddings.base.EmbeddingProvider.knows_words`) and the nearest chunk is
+    above the unrelated level all the same. That is a question put in other words than memory's
+    ("Who has my power tool at the moment?" about the lent drill, "What gear problems did the
+    band have?"): the model read each of its words, so its nearest chunk may be a paraphrase, and
+    the answer lists it with its low score. A name, a typo, a dish or a made-up word the memory
+    lacks ("okonomiyaki" at cosine 0.35, "zzqx wvbn" at 0.33) is only pieces to the model, so
+    its cosine is the echo of those pieces, and the threshold stays.
 
     With ``query.min_score`` unset, the answer to a supported query is never emptied by score:
     on conversations the true answer's best chunk often scores 0.03-0.15 (short messages, words
@@ -559,7 +570,7 @@ def query_supported(corpus_coverage: float, best_cosine: float | None, cal: Cali
     docs/search.md, "The threshold", has the figures."""
     if best_cosine is None or not math.isfinite(best_cosine):
         return False
-    return corpus_coverage >= SUPPORT_MIN_COVERAGE and best_cosine > cal.cos_low
+    return (corpus_coverage >= SUPPORT_MIN_COVERAGE or knows_absent_words) and best_cosine > cal.cos_low
 
 
 def answer_threshold(hits: Sequence[Hit], min_score: float, result_floor: float = DEFAULT_RESULT_FLOOR) -> list[Hit]:

@@ -392,6 +392,9 @@ class Candidates:
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
     dates: DateRange | None = None  # the day(s) the query names (memory_core.query.dates)
     corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
+    # the model's vocabulary holds whole every word of the query that no chunk contains (asked only
+    # of a query memory's words do not support: ranking.query_supported)
+    knows_absent_words: bool = False
     # each candidate file's best cosines (at most FILE_SUPPORT_CHUNKS, best first) over all its
     # chunks, not only the retrieved ones (:func:`file_cosines`): its relevance as a whole
     file_cosines: dict[str, list[float]] = field(default_factory=dict)
@@ -1434,9 +1437,10 @@ def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, s
 
 def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
               vec_hits: list[ranking.Hit], *, keyword: bool = True,
-              extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float, float]:
+              extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float, float, list[str]]:
     """Give every candidate both raw scores; returns (the union, the query terms' IDF sum, the
-    IDF share of the query terms found anywhere in the index).
+    IDF share of the query terms found anywhere in the index, the query's words other than stop
+    words that no chunk contains).
     ``extra``: candidates found by neither side (chunks of a day the query names)."""
     for h in kw_hits:
         h.in_keyword = True
@@ -1463,6 +1467,7 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
     terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]
     idf_total = 0.0
     corpus_coverage = 1.0
+    absent: list[str] = []
     n = idx.n_chunks()
     try:
         if qvec is not None:  # the cosine of keyword-only candidates
@@ -1496,11 +1501,13 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
                     by_rid[rid].has_identifier = True
         idfs: list[float] = []
         present = 0.0
-        for t in terms:  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
+        for w, t in zip(words, terms, strict=False):  # FTS5's own IDF: log((N - n + 0.5) / (n + 0.5)), at least 1e-6
             df = idx.idf_df(t)
             idf = max(1e-6, math.log((n - df + 0.5) / (df + 0.5))) if n else 1e-6
             idfs.append(idf)
             present += idf if df > 0 else 0.0
+            if df == 0 and not textsearch.is_stop_word(w):
+                absent.append(w)
         idf_total = sum(idfs)
         # CJK terms are single characters and bigrams: a bigram no note contains says nothing
         # about whether the memory holds the answer
@@ -1512,7 +1519,7 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
         u = by_rid[h.rid]
         if u is not h:
             h.vector_score, h.bm25, h.has_identifier = u.vector_score, u.bm25, u.has_identifier
-    return union, idf_total, corpus_coverage
+    return union, idf_total, corpus_coverage, absent
 
 
 def bm25_of_rows(idx: _Index, query: str, match: str, rids: list[int], conn: apsw.Connection | None = None,

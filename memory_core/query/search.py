@@ -159,8 +159,13 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     best = max((float(r.get("score") or 0.0) for r in results), default=None)
     if best is not None and best < floor and searcher.settings.query.by_support(min_score):
         # min_score unset: the threshold did not apply (the memory supports the query, ranking.query_supported)
-        notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); the memory shares"
-                     " words and meaning with the question but may not hold its answer")
+        if last.get("words_absent"):  # the model knows the question's words; memory holds none of them
+            notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); few or none"
+                         " of the question's words are in memory: these are the nearest in meaning and may not hold"
+                         " its answer")
+        else:
+            notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); the memory"
+                         " shares words and meaning with the question but may not hold its answer")
     if not results:
         from memory_core.query.answers import nothing_found_note
 
@@ -290,7 +295,9 @@ class Searcher(QueryProviderOwner):
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
-        self.last_search = {"backend": "builtin", "embedded": cands.embedded}
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded,
+                            # few or none of the question's words are in memory (the answer's note says so)
+                            "words_absent": cands.idf_total > 0 and cands.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE}
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -372,8 +379,13 @@ class Searcher(QueryProviderOwner):
                 kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
             extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, dater)
                      if dates else [])
-            union, idf_total, corpus_cov = retrieval.complete(idx, text, qvec if embedded else None, kw_hits,
-                                                              vec_hits, keyword=keyword, extra=extra)
+            union, idf_total, corpus_cov, absent = retrieval.complete(idx, text, qvec if embedded else None,
+                                                                      kw_hits, vec_hits, keyword=keyword, extra=extra)
+            # a question none of whose words memory holds: does the model know each of them? (not
+            # asked of an identifier, matched verbatim: "DS-82" is two words the model knows)
+            knows_absent = bool(absent) and embedded and provider is not None \
+                and corpus_cov < ranking.SUPPORT_MIN_COVERAGE and not ranking.names_identifier(text) \
+                and provider.knows_words(absent) is True
             dater.load((*union, *kw_hits, *vec_hits))
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
@@ -393,7 +405,8 @@ class Searcher(QueryProviderOwner):
                 (IndexRecord.from_meta(idx.meta) or IndexRecord()).model,
                 idx.background_cosine() if embedded else None,
                 q.vector_calibration)
-            cands = Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov)
+            cands = Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov,
+                               knows_absent_words=knows_absent)
             if qvec is not None and union and wants_file_support(q, cands):  # each file's relevance as a whole
                 cands = replace(cands, file_cosines=retrieval.file_cosines(idx, qvec, union),
                                 multi_chunk_share=retrieval.multi_chunk_share(idx, [h.path for h in union]))
