@@ -23,6 +23,7 @@ import pytest
 from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.sources.freshness import dirty_state
 from memory_core.sources.sessions import chunk_stamps, parse_session_lines, reader_zone
 from memory_core.storage.store import connect, read_meta
 
@@ -162,7 +163,11 @@ def test_a_run_in_another_zone_rereads_every_transcript_for_its_days_once(tmp_pa
     assert _days(s)["sessions/b.jsonl"] == {"2026-01-15"}
 
     zone(TOKYO)
+    # the index knows its days are another zone's: stale, and says why (a reader's sync runs then)
+    stale = dirty_state(s)
+    assert stale.dirty and "days read in UTC, this process is in JST-9 (UTC+09:00)" in stale.reason, stale
     tokyo = run_index(s)
+    assert not dirty_state(s).dirty
     assert (tokyo.sessions_redated, tokyo.files_changed, tokyo.chunks_embedded) == (2, 2, 0), tokyo.lines()
     assert _days(s) == {"sessions/b.jsonl": {"2026-01-16"}, "sessions/c.jsonl": {"2026-01-15"}}
     assert _meta(s)["days_zone"] == "JST-9 (UTC+09:00)"
@@ -177,7 +182,9 @@ def test_a_run_in_another_zone_rereads_every_transcript_for_its_days_once(tmp_pa
     assert hinted.hinted_paths == 1, hinted.hint_fallback
     assert hinted.sessions_redated == 0
     assert _meta(s)["days_zone"] == "JST-9 (UTC+09:00)"
+    assert dirty_state(s).reason == "transcripts' days read in JST-9 (UTC+09:00), this process is in UTC"
     back = run_index(s)
+    assert not dirty_state(s).dirty
     assert (back.sessions_redated, back.chunks_embedded) == (2, 0), back.lines()
     assert _days(s)["sessions/b.jsonl"] == {"2026-01-15"}
     assert "days_zone" not in _meta(s)

@@ -71,7 +71,7 @@ def dirty_state(settings: Settings) -> DirtyState:
 
     from memory_core.errors import PathError
     from memory_core.sources.discovery import discover_files
-    from memory_core.sources.sessions import below_delta
+    from memory_core.sources.sessions import below_delta, reader_zone
     from memory_core.storage.indexmeta import IndexRecord, as_built
     from memory_core.storage.store import connect_reader, probe_index
 
@@ -129,6 +129,13 @@ def dirty_state(settings: Settings) -> DirtyState:
     removed = sorted(p for p in live if p not in seen)
     dirty = bool(new or changed or removed)
     reason = ", ".join(f"{len(v)} {k}" for k, v in (("new", new), ("changed", changed), ("removed", removed)) if v)
+    # the transcripts' days were read in another time zone than this process's: "this morning"
+    # and "yesterday" would be another zone's until a run re-reads them (no text or vector changes)
+    read_in, here = meta.get("days_zone") or None, reader_zone()
+    if "sessions" in settings.sources and read_in != here and any(v[0] == "sessions" for v in live.values()):
+        dirty = True
+        zone_change = f"transcripts' days read in {read_in or 'UTC'}, this process is in {here or 'UTC'}"
+        reason = f"{reason}, {zone_change}" if reason else zone_change
     return DirtyState(dirty, new[:MAX_LISTED], changed[:MAX_LISTED], removed[:MAX_LISTED], reason, grown[:MAX_LISTED])
 
 
