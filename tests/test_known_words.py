@@ -1,7 +1,8 @@
 """A question none of whose words memory holds (corpus coverage 0): answered when the model knows
-every one of those words and its nearest chunk is above the unrelated level (a question put in
-other words than memory's), emptied by the threshold when a missing word is only pieces to the
-model (a dish, a name, a typo, a made-up word: its cosine is the echo of the pieces).
+every one of those words (two or more of them) and its nearest chunk is above the unrelated level
+(a question put in other words than memory's); emptied by the threshold when a missing word is
+only pieces to the model (a dish, a name, a typo, a made-up word: its cosine is the echo of the
+pieces), when it names an identifier, or when it is one word alone (a lookup that found nothing).
 
 Before, every such question kept the 0.15 threshold, so "Who has my power tool at the moment?"
 about the lent drill got nothing: the `min_score` 0 gap of issue 37 on convo and chats."""
@@ -9,6 +10,7 @@ about the lent drill got nothing: the `min_score` 0 gap of issue 37 on convo and
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -67,13 +69,24 @@ def test_a_question_in_other_words_than_memory_is_answered(memory: Settings) -> 
 
 
 @pytest.mark.parametrize("query", ["okonomiyaki", "Where did I put the okonomiyaki?", "zzqx wvbn",
-                                   "DS-82", "Who has the LRK-4417 ticket?"])  # identifiers: matched verbatim
-def test_a_missing_word_the_model_knows_only_in_pieces_keeps_the_threshold(memory: Settings, query: str) -> None:
+                                   "DS-82", "Who has the LRK-4417 ticket?",  # identifiers: matched verbatim
+                                   "bicycle"])  # one word memory lacks: a lookup that found nothing
+def test_a_lookup_memory_cannot_read_keeps_the_threshold(memory: Settings, query: str) -> None:
+    """A missing word the model knows only in pieces, an identifier, or one missing word alone."""
     with Searcher(memory) as s:
         coverage, _cosine, knows, _ = _support(s, query)
         assert coverage == 0 and not knows
         assert s.search(query) == []
         assert s.search(query, min_score=0.0)  # the candidates exist: the threshold emptied the answer
+
+
+def test_one_missing_word_is_a_lookup_even_near_something(memory: Settings) -> None:
+    """"bicycle" is a word the model knows and the run by the river is at cosine ~0.31, above the
+    unrelated level: asked alone it is still a lookup that found nothing."""
+    with Searcher(memory) as s:
+        coverage, cosine, knows, unrelated = _support(s, "bicycle")
+        assert coverage == 0 and cosine > unrelated and not knows, (cosine, unrelated)
+        assert s.search("bicycle") == []
 
 
 def test_a_question_of_known_words_far_from_everything_is_still_empty(memory: Settings) -> None:
@@ -106,3 +119,22 @@ def test_support_needs_the_words_or_the_model_to_know_them_and_a_near_chunk() ->
     assert not ranking.query_supported(0.0, 0.18, cal, knows_absent_words=True)
     assert not ranking.query_supported(0.0, None, cal, knows_absent_words=True)  # no vector side
     assert not ranking.query_supported(0.0, math.nan, cal, knows_absent_words=True)
+
+
+def test_the_lancedb_index_reads_the_same_questions(memory: Settings, tmp_path: Path) -> None:
+    """The embedded LanceDB export answers through the same rule (its own word counts)."""
+    pytest.importorskip("lancedb")
+    from memory_core.export.lancedb import export_lancedb
+    from memory_core.query.lancedb import LanceSearcher
+
+    uri = str(tmp_path / "lance")
+    export_lancedb(memory.index_file, uri)
+    with LanceSearcher(memory, uri) as ls:
+        c = ls.retrieve(OTHER_WORDS, 30)
+        assert c.corpus_coverage == 0 and c.knows_absent_words
+        hits = ls.search(OTHER_WORDS)
+        assert hits and hits[0].path == "sessions/lent.jsonl", [(h.path, h.score) for h in hits]
+        assert "none of the question's words are in memory" in ls.search_response(OTHER_WORDS).note
+        for q in ("okonomiyaki", "bicycle", "DS-82"):
+            assert not ls.retrieve(q, 30).knows_absent_words, q
+            assert ls.search(q) == [], q

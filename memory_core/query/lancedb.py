@@ -192,7 +192,7 @@ class LanceSearcher(QueryProviderOwner):
                 if attempt == SEARCH_ATTEMPTS - 1:
                     raise
                 self._open()
-        self.last_search = {"backend": "builtin", "embedded": cands.embedded}  # the builtin ranking
+        self.last_search = cands.search_facts()  # the builtin ranking
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def index_record(self) -> IndexRecord:
@@ -265,6 +265,7 @@ class LanceSearcher(QueryProviderOwner):
         tokens = self._tokens(terms)
         kw_hits: list[ranking.Hit] = []
         idf_total, coverage = 0.0, 1.0
+        absent: list[str] = []  # the query's words (not stop words) no chunk contains
         if tokens:
             fts = " ".join(tokens)
             for r in self._fts(fts, n_candidates, where, _COLS):
@@ -292,6 +293,8 @@ class LanceSearcher(QueryProviderOwner):
                 present += idf if d else 0.0
             if idf_total > 0 and not ranking.mostly_cjk(query):
                 coverage = present / idf_total
+            absent = [w for w in terms if not textsearch.is_stop_word(w) and self._tokens([w])
+                      and not any(df.get(t, 0) for t in self._tokens([w]))]
         if qvec is not None:  # the cosine of keyword-only candidates, from their stored vectors
             missing = [h for h in by_id.values() if not h.in_vector]
             if missing:
@@ -305,8 +308,11 @@ class LanceSearcher(QueryProviderOwner):
             h.has_identifier = bool(idents) and any(i in h.text.lower() for i in idents)
         cal = ranking.Calibration.for_model(self.record.model, self.background if qvec is not None else None,
                                             self.settings.query.vector_calibration)
+        from memory_core.query.retrieval import model_reads_absent_words
+
         cands = Candidates(query, kw_hits, vec_hits, qvec is not None, list(by_id.values()), cal, idf_total, dates,
-                           coverage)
+                           coverage, knows_absent_words=qvec is not None
+                           and model_reads_absent_words(provider, absent, coverage, text))
         if dates is not None and not _of_days(cands.union, dates):
             # nothing of those days among the candidates: ranked as a query naming no day (the index's
             # rule, here by each candidate's one exported date)

@@ -552,14 +552,15 @@ def query_supported(corpus_coverage: float, best_cosine: float | None, cal: Cali
     model that cannot read the query): not supported.
 
     Or, with less coverage, when the model's vocabulary holds whole every word of the query that
-    memory lacks (``knows_absent_words``:
-    :meth:`~memory_core.embeddings.base.EmbeddingProvider.knows_words`) and the nearest chunk is
+    memory lacks, two or more of them, in a query naming no identifier (``knows_absent_words``:
+    :meth:`~memory_core.embeddings.base.EmbeddingProvider.knows_words`), and the nearest chunk is
     above the unrelated level all the same. That is a question put in other words than memory's
     ("Who has my power tool at the moment?" about the lent drill, "What gear problems did the
     band have?"): the model read each of its words, so its nearest chunk may be a paraphrase, and
     the answer lists it with its low score. A name, a typo, a dish or a made-up word the memory
     lacks ("okonomiyaki" at cosine 0.35, "zzqx wvbn" at 0.33) is only pieces to the model, so
-    its cosine is the echo of those pieces, and the threshold stays.
+    its cosine is the echo of those pieces, and the threshold stays; so it does for one missing
+    word alone ("bicycle": a lookup that found nothing, however well the model knows the word).
 
     With ``query.min_score`` unset, the answer to a supported query is never emptied by score:
     on conversations the true answer's best chunk often scores 0.03-0.15 (short messages, words

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import apsw
 import numpy as np
@@ -50,6 +50,9 @@ from memory_core.storage.store import (
     read_meta,
     value_of,
 )
+
+if TYPE_CHECKING:
+    from memory_core.embeddings.base import EmbeddingProvider
 
 log = logging.getLogger("memory_core.query.search")
 
@@ -392,8 +395,9 @@ class Candidates:
     idf_total: float = 0.0  # sum of the query terms' IDF (see ranking.keyword_relevance)
     dates: DateRange | None = None  # the day(s) the query names (memory_core.query.dates)
     corpus_coverage: float = 1.0  # IDF share of the query terms that occur anywhere in the index
-    # the model's vocabulary holds whole every word of the query that no chunk contains (asked only
-    # of a query memory's words do not support: ranking.query_supported)
+    # the model's vocabulary holds whole every word of the query that no chunk contains, two or
+    # more, and it names no identifier (asked only of a query memory's words do not support:
+    # ranking.query_supported)
     knows_absent_words: bool = False
     # each candidate file's best cosines (at most FILE_SUPPORT_CHUNKS, best first) over all its
     # chunks, not only the retrieved ones (:func:`file_cosines`): its relevance as a whole
@@ -401,6 +405,13 @@ class Candidates:
     # the share of the candidate files that hold more than one chunk (:func:`multi_chunk_share`):
     # how much a file's relevance as a whole can say beyond its chunk's own
     multi_chunk_share: float = 1.0
+
+    def search_facts(self) -> dict[str, Any]:
+        """What a search of these candidates did, for the answer's metadata and note
+        (``Searcher.last_search``): the builtin ranking, whether the query was embedded, and
+        whether few or none of its words are in memory (the weak answer's note says so)."""
+        return {"backend": "builtin", "embedded": self.embedded,
+                "words_absent": self.idf_total > 0 and self.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE}
 
 
 BACKGROUND_SAMPLE_SQL = "SELECT embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY hash LIMIT 512"
@@ -1433,6 +1444,20 @@ def dated_hits(idx: _Index, dates: DateRange, sources: tuple[str, ...] | None, s
     """Chunks written in ``dates`` that neither side found (:func:`memory_core.query.dates.dated_chunk_rows`),
     as vector candidates of cosine 0 until :func:`complete` scores them."""
     return hits_from_rows(dated_chunk_rows(idx.conn, dates, sources, seen, dater), "vector", lambda _: 0.0)
+
+
+def model_reads_absent_words(provider: EmbeddingProvider | None, absent: Sequence[str], corpus_coverage: float,
+                              query: str) -> bool:
+    """Whether a query memory's words do not support (corpus coverage under
+    ``SUPPORT_MIN_COVERAGE``) is one the model reads all the same: two or more words no chunk
+    contains, each one piece of the model's vocabulary
+    (:meth:`~memory_core.embeddings.base.EmbeddingProvider.knows_words`), and no identifier named.
+    One such word alone is a lookup that found nothing ("bicycle"), and an identifier is matched
+    verbatim ("DS-82" is two words the model knows). :func:`memory_core.query.ranking.query_supported`
+    then asks only that the nearest chunk be above the unrelated level."""
+    if provider is None or len(absent) < 2 or corpus_coverage >= ranking.SUPPORT_MIN_COVERAGE:
+        return False
+    return not ranking.names_identifier(query) and provider.knows_words(absent) is True
 
 
 def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],

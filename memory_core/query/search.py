@@ -295,9 +295,7 @@ class Searcher(QueryProviderOwner):
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
-        self.last_search = {"backend": "builtin", "embedded": cands.embedded,
-                            # few or none of the question's words are in memory (the answer's note says so)
-                            "words_absent": cands.idf_total > 0 and cands.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE}
+        self.last_search = cands.search_facts()
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -381,11 +379,8 @@ class Searcher(QueryProviderOwner):
                      if dates else [])
             union, idf_total, corpus_cov, absent = retrieval.complete(idx, text, qvec if embedded else None,
                                                                       kw_hits, vec_hits, keyword=keyword, extra=extra)
-            # a question none of whose words memory holds: does the model know each of them? (not
-            # asked of an identifier, matched verbatim: "DS-82" is two words the model knows)
-            knows_absent = bool(absent) and embedded and provider is not None \
-                and corpus_cov < ranking.SUPPORT_MIN_COVERAGE and not ranking.names_identifier(text) \
-                and provider.knows_words(absent) is True
+            # a question none of whose words memory holds: does the model know each of them?
+            knows_absent = embedded and retrieval.model_reads_absent_words(provider, absent, corpus_cov, text)
             dater.load((*union, *kw_hits, *vec_hits))
             for h in (*union, *kw_hits, *vec_hits):
                 if h.date is None:
