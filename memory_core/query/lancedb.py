@@ -192,7 +192,8 @@ class LanceSearcher(QueryProviderOwner):
                 if attempt == SEARCH_ATTEMPTS - 1:
                     raise
                 self._open()
-        self.last_search = cands.search_facts()  # the builtin ranking
+        # the builtin ranking
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded, "words_absent": cands.words_absent}
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def index_record(self) -> IndexRecord:

@@ -406,12 +406,11 @@ class Candidates:
     # how much a file's relevance as a whole can say beyond its chunk's own
     multi_chunk_share: float = 1.0
 
-    def search_facts(self) -> dict[str, Any]:
-        """What a search of these candidates did, for the answer's metadata and note
-        (``Searcher.last_search``): the builtin ranking, whether the query was embedded, and
-        whether few or none of its words are in memory (the weak answer's note says so)."""
-        return {"backend": "builtin", "embedded": self.embedded,
-                "words_absent": self.idf_total > 0 and self.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE}
+    @property
+    def words_absent(self) -> bool:
+        """Few or none of the query's words are in memory (a weak answer's note says so; both
+        backends put it in ``last_search``)."""
+        return self.idf_total > 0 and self.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE
 
 
 BACKGROUND_SAMPLE_SQL = "SELECT embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY hash LIMIT 512"

@@ -159,7 +159,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     best = max((float(r.get("score") or 0.0) for r in results), default=None)
     if best is not None and best < floor and searcher.settings.query.by_support(min_score):
         # min_score unset: the threshold did not apply (the memory supports the query, ranking.query_supported)
-        if last.get("words_absent"):  # the model knows the question's words; memory holds none of them
+        if last.get("words_absent"):  # few or none of the question's words are in memory
             notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); few or none"
                          " of the question's words are in memory: these are the nearest in meaning and may not hold"
                          " its answer")
@@ -295,7 +295,7 @@ class Searcher(QueryProviderOwner):
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
-        self.last_search = cands.search_facts()
+        self.last_search = {"backend": "builtin", "embedded": cands.embedded, "words_absent": cands.words_absent}
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
