@@ -123,3 +123,26 @@ def test_a_question_about_a_coming_day_finds_the_message_that_planned_it(tmp_pat
     with Searcher(s) as searcher:
         hits = searcher.search("what did Kate say about the party on 12 December?", max_results=2)
     assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]
+
+
+@pytest.mark.parametrize("provider", ["none", "local"])
+def test_a_holiday_memory_holds_nothing_of_yet_is_searched_as_its_word(tmp_path: Path, provider: str) -> None:
+    """"what are we doing at Christmas?" asked in November names 25 December, which memory holds
+    nothing of yet (no message written then, none naming the day by its date). Its words were
+    taken out to match by date all the same, so the question searched "what are we doing" (stop
+    words: nothing) and the plan that says "Christmas" was not found. Now the query is searched
+    again with every word when memory holds nothing of the day it names."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    _session(ws / "sessions" / "plan.jsonl", [
+        ("2026-11-20T18:00:00Z", "user", "We're doing Christmas at my mum's this year, I'll bring the pudding."),
+        ("2026-11-20T18:01:00Z", "assistant", "Noted: Christmas at your mum's, with the pudding."),
+    ])
+    ordinary_evenings(ws, (22, 23, 24, 25), "the garden this weekend")
+    s = load_settings(None, {"workspace": str(ws), "provider": provider, "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        cands = searcher.retrieve("what are we doing at Christmas?", searcher.candidate_count(2))
+        assert cands.dates is None  # ranked as a query naming no day
+        hits = searcher.search("what are we doing at Christmas?", max_results=2)
+    assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]

@@ -310,8 +310,13 @@ class Searcher(QueryProviderOwner):
         return min(MAX_CANDIDATES, max(1, int(max_results * self.settings.query.candidate_multiplier)))
 
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
-                 vector: bool = True, keyword: bool = True) -> Candidates:
+                 vector: bool = True, keyword: bool = True, read_days: bool = True) -> Candidates:
         """The raw candidates of both retrieval sides (each best-first), before any fusion.
+
+        A query naming a day is searched without the words that name it (they match by date),
+        unless memory holds nothing of those days: then it is searched again with every word, as a
+        query naming no day (``read_days=False``), so "what are we doing at Christmas?" before
+        Christmas still matches the message that says "Christmas".
 
         One statement per side, each joined to its chunk rows: the FTS5 top ``n_candidates``
         (bm25) and the vec0 KNN top ``n_candidates``. When both sides run, the keyword side runs
@@ -338,7 +343,8 @@ class Searcher(QueryProviderOwner):
                                      date_order=self.settings.query.date_order,
                                      tolerance=self.settings.query.day_tolerance_hours,
                                      timeline=lambda: conversation_days(idx.conn),
-                                     days_in=lambda lo, hi: memory_has_days(idx.conn, lo, hi))
+                                     days_in=lambda lo, hi: memory_has_days(idx.conn, lo, hi)) if read_days else None
+            sides = (vector, keyword)
             # the words naming the day match by date; a month named whole stays a word where memory has it
             text = dates.strip(query, keep=bool(dates.kept) and idx.df(f'"{dates.kept}"') > 0) if dates else query
             if not text.strip():
@@ -391,6 +397,9 @@ class Searcher(QueryProviderOwner):
             if dates is not None:  # how near each candidate's days are to the named ones
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
                 if not any(v > 0 for v in dates.near.values()):
+                    if text != query:  # nothing of those days in memory: their words are words again
+                        return self.retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1],
+                                             read_days=False)
                     dates = None  # nothing of those days in memory: ranked as a query naming no day
                 else:
                     for h in (*union, *kw_hits, *vec_hits):
