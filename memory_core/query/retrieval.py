@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import apsw
 import numpy as np
 
-from memory_core.config import Settings
+from memory_core.config import SUPPORT_MIN_COVERAGE, Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
 from memory_core.query.dates import Dater, DateRange, dated_chunk_rows
@@ -410,7 +410,7 @@ class Candidates:
     def words_absent(self) -> bool:
         """Few or none of the query's words are in memory (a weak answer's note says so; both
         backends put it in ``last_search``)."""
-        return self.idf_total > 0 and self.corpus_coverage < ranking.SUPPORT_MIN_COVERAGE
+        return self.idf_total > 0 and self.corpus_coverage < SUPPORT_MIN_COVERAGE
 
 
 BACKGROUND_SAMPLE_SQL = "SELECT embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY hash LIMIT 512"
@@ -1454,7 +1454,7 @@ def model_reads_absent_words(provider: EmbeddingProvider | None, absent: Sequenc
     One such word alone is a lookup that found nothing ("bicycle"), and an identifier is matched
     verbatim ("DS-82" is two words the model knows). :func:`memory_core.query.ranking.query_supported`
     then asks only that the nearest chunk be above the unrelated level."""
-    if provider is None or len(absent) < 2 or corpus_coverage >= ranking.SUPPORT_MIN_COVERAGE:
+    if provider is None or len(absent) < 2 or corpus_coverage >= SUPPORT_MIN_COVERAGE:
         return False
     return not ranking.names_identifier(query) and provider.knows_words(absent) is True
 
