@@ -146,3 +146,13 @@ def test_a_holiday_memory_holds_nothing_of_yet_is_searched_as_its_word(tmp_path:
         assert cands.dates is None  # ranked as a query naming no day
         hits = searcher.search("what are we doing at Christmas?", max_results=2)
     assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]
+    if provider == "local":  # the embedded LanceDB export searches it the same way
+        pytest.importorskip("lancedb")
+        from memory_core.export.lancedb import export_lancedb
+        from memory_core.query.lancedb import LanceSearcher
+
+        export_lancedb(s.index_file, str(tmp_path / "lance"))
+        with LanceSearcher(s, str(tmp_path / "lance")) as ls:
+            assert ls.retrieve("what are we doing at Christmas?", 12).dates is None
+            hits = ls.search("what are we doing at Christmas?", max_results=2)
+        assert hits and hits[0].path == "sessions/plan.jsonl", [(h.citation, h.score) for h in hits]

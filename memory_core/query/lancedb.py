@@ -211,8 +211,9 @@ class LanceSearcher(QueryProviderOwner):
                              extra=extra)
 
     def retrieve(self, query: str, n_candidates: int, sources: list[str] | None = None, *,
-                 vector: bool = True, keyword: bool = True) -> Candidates:
-        """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them."""
+                 vector: bool = True, keyword: bool = True, read_days: bool = True) -> Candidates:
+        """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them
+        (a query naming days the export holds nothing of searched again with every word)."""
         from memory_core.query.dates import latest_day, query_date_range
         from memory_core.query.search import Candidates
 
@@ -223,7 +224,8 @@ class LanceSearcher(QueryProviderOwner):
         # year-less and relative days against the export's own timeline, as the index's Searcher does
         dates = query_date_range(query, anchor=lambda: latest_day(days()),
                                  date_order=self.settings.query.date_order,
-                                 tolerance=self.settings.query.day_tolerance_hours, timeline=days)
+                                 tolerance=self.settings.query.day_tolerance_hours, timeline=days) if read_days else None
+        sides = (vector, keyword)
         # a month named whole stays a word where the export has it (as the index's Searcher does)
         kept = (self._tokens([dates.kept]) or [""])[0] if dates and dates.kept else ""
         keep = bool(kept) and bool(
@@ -316,7 +318,9 @@ class LanceSearcher(QueryProviderOwner):
                            and model_reads_absent_words(provider, absent, coverage, text))
         if dates is not None and not _of_days(cands.union, dates):
             # nothing of those days among the candidates: ranked as a query naming no day (the index's
-            # rule, here by each candidate's one exported date)
+            # rule, here by each candidate's one exported date), and searched as one: with every word
+            if text != query:
+                return self.retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1], read_days=False)
             cands = replace(cands, dates=None)
         if qvec is not None and cands.union and wants_file_support(self.settings.query, cands):
             # each file's relevance as a whole, as the index's Searcher.retrieve places results by it
