@@ -215,7 +215,7 @@ class LanceSearcher(QueryProviderOwner):
         """The candidates of both sides with both raw scores, as :meth:`Searcher.retrieve` gives them
         (a query naming days the export holds nothing of searched again with every word)."""
         from memory_core.query.dates import latest_day, query_date_range
-        from memory_core.query.search import Candidates
+        from memory_core.query.search import Candidates, day_words_taken_out
 
         query = (query or "").replace("\x00", " ")
         if not query.strip() or not self.n_chunks:  # the export of an empty index: no results
@@ -319,7 +319,7 @@ class LanceSearcher(QueryProviderOwner):
         if dates is not None and not _of_days(cands.union, dates):
             # nothing of those days among the candidates: ranked as a query naming no day (the index's
             # rule, here by each candidate's one exported date), and searched as one: with every word
-            if text != query:
+            if text != query and self._writes_any(day_words_taken_out(query, text)):  # words the export writes
                 return self.retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1], read_days=False)
             cands = replace(cands, dates=None)
         if qvec is not None and cands.union and wants_file_support(self.settings.query, cands):
@@ -327,6 +327,14 @@ class LanceSearcher(QueryProviderOwner):
             cosines, share = self._file_support(qvec, cands.union)
             cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
         return cands
+
+    def _writes_any(self, words: list[str]) -> bool:
+        """Whether the export's vocabulary holds any of ``words`` (as its tokens)."""
+        tokens = self._tokens(words)
+        if not tokens:
+            return False
+        quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
+        return bool(self.terms.search().where(f"term IN ({quoted})").limit(1).to_list())
 
     def _of_dates(self, dates: DateRange, where: str | None) -> list[dict[str, Any]]:
         """The export's chunks dated within the days a query names (their ``date``: a dated note's

@@ -56,7 +56,7 @@ from memory_core.query.reading import (
 from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
-from memory_core.storage import vectors
+from memory_core.storage import textsearch, vectors
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
 from memory_core.storage.store import blob_of, int_of
 
@@ -192,6 +192,12 @@ def _for_provider(text: str, mode: str) -> str:
     return query_for_provider(text, mode)
 
 
+def day_words_taken_out(query: str, text: str) -> list[str]:
+    """The words of ``query`` (not stop words) that naming its day took out of ``text``."""
+    kept = set(textsearch.query_terms(text))
+    return [w for w in textsearch.query_terms(query) if w not in kept and not textsearch.is_stop_word(w)]
+
+
 class Searcher(QueryProviderOwner):
     """Hybrid search over the index at ``settings.index_file``.
 
@@ -314,9 +320,10 @@ class Searcher(QueryProviderOwner):
         """The raw candidates of both retrieval sides (each best-first), before any fusion.
 
         A query naming a day is searched without the words that name it (they match by date),
-        unless memory holds nothing of those days: then it is searched again with every word, as a
-        query naming no day (``read_days=False``), so "what are we doing at Christmas?" before
-        Christmas still matches the message that says "Christmas".
+        unless memory holds nothing of those days but does write one of those words: then it is
+        searched again with every word, as a query naming no day (``read_days=False``), so "what
+        are we doing at Christmas?" before Christmas matches the message that says "Christmas"
+        (while "in February", a word memory never writes, still costs the query nothing).
 
         One statement per side, each joined to its chunk rows: the FTS5 top ``n_candidates``
         (bm25) and the vec0 KNN top ``n_candidates``. When both sides run, the keyword side runs
@@ -397,7 +404,9 @@ class Searcher(QueryProviderOwner):
             if dates is not None:  # how near each candidate's days are to the named ones
                 note_nearness(dates, (*union, *kw_hits, *vec_hits), dater)
                 if not any(v > 0 for v in dates.near.values()):
-                    if text != query:  # nothing of those days in memory: their words are words again
+                    # nothing of those days in memory, but memory writes their words: words again
+                    taken_out = day_words_taken_out(query, text) if text != query else []
+                    if any(idx.df(textsearch.fts_string(w)) > 0 for w in taken_out):
                         return self.retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1],
                                              read_days=False)
                     dates = None  # nothing of those days in memory: ranked as a query naming no day
