@@ -284,9 +284,7 @@ class LanceSearcher(QueryProviderOwner):
                     h = by_id[str(r["id"])]
                     h.bm25 = float(r["_score"])
                     h.text_score = h.bm25 / (1 + h.bm25)
-            quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
-            df = {r["term"]: int(r["df"]) for r in self.terms.search().where(f"term IN ({quoted})")
-                  .select(["term", "df"]).limit(len(tokens)).to_list()}
+            df = self._term_dfs(tokens)
             n = self.n_chunks
             present = 0.0
             for t in tokens:  # LanceDB's BM25 IDF
@@ -296,8 +294,8 @@ class LanceSearcher(QueryProviderOwner):
                 present += idf if d else 0.0
             if idf_total > 0 and not ranking.mostly_cjk(query):
                 coverage = present / idf_total
-            absent = [w for w in terms if not textsearch.is_stop_word(w) and self._tokens([w])
-                      and not any(df.get(t, 0) for t in self._tokens([w]))]
+            by_word = {w: self._tokens([w]) for w in terms if not textsearch.is_stop_word(w)}
+            absent = [w for w, ts in by_word.items() if ts and not any(df.get(t, 0) for t in ts)]
         if qvec is not None:  # the cosine of keyword-only candidates, from their stored vectors
             missing = [h for h in by_id.values() if not h.in_vector]
             if missing:
@@ -328,13 +326,17 @@ class LanceSearcher(QueryProviderOwner):
             cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
         return cands
 
+    def _term_dfs(self, tokens: list[str]) -> dict[str, int]:
+        """The export's document frequency of each of ``tokens`` it holds (its terms table)."""
+        if not tokens:
+            return {}
+        quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
+        return {str(r["term"]): int(r["df"]) for r in self.terms.search().where(f"term IN ({quoted})")
+                .select(["term", "df"]).limit(len(tokens)).to_list()}
+
     def _writes_any(self, words: list[str]) -> bool:
         """Whether the export's vocabulary holds any of ``words`` (as its tokens)."""
-        tokens = self._tokens(words)
-        if not tokens:
-            return False
-        quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
-        return bool(self.terms.search().where(f"term IN ({quoted})").limit(1).to_list())
+        return any(self._term_dfs(self._tokens(words)).values())
 
     def _of_dates(self, dates: DateRange, where: str | None) -> list[dict[str, Any]]:
         """The export's chunks dated within the days a query names (their ``date``: a dated note's
