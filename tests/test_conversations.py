@@ -126,6 +126,56 @@ def test_an_everyday_word_is_not_respelled_into_a_name(tmp_path_factory: pytest.
         assert hits and hits[0].path == "memory/2024-01-17.md"
 
 
+def test_a_misspelt_name_typed_in_lower_case_finds_its_session(chats: Settings) -> None:
+    """A question typed all in lower case says nothing by its case, so "what did muhhamed do?"
+    found nothing (the twenty-first session left it). A lower-case word the local model reads only
+    as pieces (``muhhamed``, ``jorje``: in no dictionary) is now respelled as a capitalised first
+    word is, to a name as memory writes it; one the model reads whole stays as written, so
+    "mohammed" (a word of its vocabulary) is not, nor the everyday words of the next test."""
+    with Searcher(chats) as s:
+        hits = _first_is_the_name_session(s, "what did muhhamed do?")
+        assert hits[0].match == "both" and hits[0].score >= chats.query.threshold()
+        _first_is_the_name_session(s, "muhhamed")  # alone
+        idx = s._current()
+        knows = s._query_provider(idx).knows_words
+        assert retrieval.respelled(idx, "what did muhhamed do?", knows=knows) == "what did muhammad do?"
+        assert retrieval.respelled(idx, "what did mohammed do?", knows=knows) == "what did mohammed do?"
+        # without a model's vocabulary (keyword-only) a lower-case word is never respelled
+        assert retrieval.respelled(idx, "what did muhhamed do?") == "what did muhhamed do?"
+        for q in ("zzqx wvbn", "how do I tune a guitar", "zzqx muhhamed"):  # "zzqx" beside no Muhammad
+            assert s.search(q) == [], q
+
+
+def test_an_everyday_word_in_lower_case_is_not_respelled_with_the_local_model(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The twenty-first session's audit with the local model's vocabulary: "summary", "mission",
+    "cheese" are words of it, so they are not the Summer, Mason and Chase a book club's notes name;
+    a lower-case "muhhamed" is in no vocabulary and is Muhammad, beside the question's "shelves"."""
+    ws = tmp_path_factory.mktemp("club-local") / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2024-01-15.md").write_text(
+        "# Book club\n\nSummer and Rose argued about the ending. Mason left early. Chase made a cake.\n\n"
+        "Summer picks the next book. Mason hosts in March.\n")
+    (ws / "memory" / "2024-01-16.md").write_text("# Work\n\nThe meeting moved to Thursday.\n")
+    (ws / "memory" / "2024-01-17.md").write_text("# Home\n\nMuhammad put up the shelves in the hallway.\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "local"})
+    run_index(s)
+    with Searcher(s) as se:
+        idx = se._current()
+        knows = se._query_provider(idx).knows_words
+        for q in ("can you give me a summary?", "what was the mission?", "is there any cheese left",
+                  "summary of the meeting"):
+            assert retrieval.respelled(idx, q, knows=knows) == q, q
+        # a typo of a name memory writes beside the question's other word is that name
+        assert retrieval.respelled(idx, "rose and sumer", knows=knows) == "rose and summer"
+        assert retrieval.respelled(idx, "who put up the shelves, muhhamed?", knows=knows) == \
+            "who put up the shelves, muhammad?"
+        assert retrieval.respelled(idx, "did muhhamed bake the cake", knows=knows) == \
+            "did muhhamed bake the cake"  # Muhammad is never beside "bake" or "cake"
+        hits = se.search("what did muhhamed put up")
+        assert hits and hits[0].path == "memory/2024-01-17.md", [(h.path, h.score) for h in hits]
+
+
 def test_a_constant_in_capitals_is_no_name(tmp_path_factory: pytest.TempPathFactory) -> None:
     """A word memory writes in capitals (``re.DOTALL``, ``NASA``) is a constant or an acronym, not
     a name: "dateal" was respelled to the "DOTALL" of a code note (cosqa q20307, "python str to

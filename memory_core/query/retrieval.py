@@ -517,7 +517,8 @@ class _Index:
             self._prev_common = (dict(prev.common), prev.digest) if prev.common else prev._prev_common
         self._refresh_lock = threading.Lock()
         self._vocabulary: dict[tuple[int, str], list[tuple[str, int]]] | None = None  # (length, first letter) -> terms
-        self._respelled: dict[str, str] = {}  # query -> the query with near spellings (respelled)
+        # (query, a model's vocabulary read) -> the query with near spellings (respelled)
+        self._respelled: dict[tuple[str, bool], str] = {}
         self._names: dict[str, bool] = {}  # indexed term -> whether memory writes it as a name
         self._spell_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
@@ -1137,7 +1138,8 @@ def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw
         return False
 
 
-def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
+def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
+              knows: Callable[[Sequence[str]], bool | None] | None = None) -> str:
     """``query`` with each name that no chunk holds replaced by its nearest indexed spelling
     (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
     spells it (Muhhamed, Mohammed for Muhammad) is matched, and the IDF and the corpus coverage
@@ -1148,11 +1150,17 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
     sentence's start is respelled to its near spelling; one capitalised only where a sentence
     starts ("Mohammed?") only to a name as memory writes it (:func:`name_in_memory`) and, when the
     query has other words, one memory writes beside one of them (:func:`_said_beside`). A lower-case
-    word is left as written: "garage bill" is not the "Bell" memory holds, and in a query typed all
-    in lower case "summary", "mission" and "cheese" are not the Summer, Mason and Chase a memory
-    names (the twenty-first session's audit: respelling them answered questions memory cannot)."""
+    word the model reads whole (``knows``: :meth:`~memory_core.embeddings.base.EmbeddingProvider.knows_words`)
+    is an everyday word and left as written: "garage bill" is not the "Bell" memory holds, and in a
+    query typed all in lower case "summary", "mission" and "cheese" are not the Summer, Mason and
+    Chase a memory names (the twenty-first session's audit: respelling them answered questions
+    memory cannot). One the model reads only as pieces ("muhhamed", "jorje", "annelise": no word of
+    its vocabulary) is respelled as a sentence's capitalised first word is: only to a name as
+    memory writes it, beside the query's other words. Without ``knows`` (no local model) a
+    lower-case word is never respelled."""
+    key = (query, knows is not None)
     with idx._spell_lock:
-        got = idx._respelled.get(query)
+        got = idx._respelled.get(key)
     if got is not None:
         return got
     out = query
@@ -1164,10 +1172,12 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
                     continue
                 named, capitalised = how_written(query, t)
-                if not capitalised:
+                if not capitalised and knows is None:
                     continue  # a lower-case word: "bill" is not the "Bell" memory holds
                 if idx.idf_df(textsearch.fts_string(t), conn) > 0:
                     continue
+                if not capitalised and (knows is None or knows([t]) is not False):
+                    continue  # a word of the model's vocabulary: "summary" is not the "Summer" memory names
                 near = near_spelling(idx, t, conn)
                 # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?"): respelled
                 # only to a name as memory writes it, and in a question of other words only to one
@@ -1182,7 +1192,7 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None) -> s
         log.warning("near spellings failed (%s)", exc)
     with idx._spell_lock:
         if len(idx._respelled) < 1000:
-            idx._respelled[query] = out
+            idx._respelled[key] = out
     return out
 
 
@@ -1203,7 +1213,8 @@ def hits_from_rows(rows: Any, side: str, to_score: Any) -> list[ranking.Hit]:
 
 
 def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | None,
-                 conn: apsw.Connection | None = None, *, beside_vectors: bool = False) -> list[ranking.Hit]:
+                 conn: apsw.Connection | None = None, *, beside_vectors: bool = False,
+                 knows: Callable[[Sequence[str]], bool | None] | None = None) -> list[ranking.Hit]:
     """The keyword side: FTS5's BM25 top ``k`` of ``query`` (of ``sources``), best first.
 
     ``beside_vectors`` (a hybrid query whose vector side runs): the phrases in at least half of
@@ -1218,7 +1229,7 @@ def keyword_hits(idx: _Index, query: str, k: int, sources: tuple[str, ...] | Non
     the rarer phrases' top rows when that provably is it (:func:`_exact_top_by_rarer`), else by
     ranking every row that holds any phrase."""
     conn = conn or idx.conn
-    query = respelled(idx, query, conn)
+    query = respelled(idx, query, conn, knows)  # ``knows``: which lower-case words are the model's (respelled)
     match = textsearch.build_match_query(query)
     if not match:
         return []
@@ -1461,7 +1472,9 @@ def model_reads_absent_words(provider: EmbeddingProvider | None, absent: Sequenc
 
 def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ranking.Hit],
               vec_hits: list[ranking.Hit], *, keyword: bool = True,
-              extra: list[ranking.Hit] | None = None) -> tuple[list[ranking.Hit], float, float, list[str]]:
+              extra: list[ranking.Hit] | None = None,
+              knows: Callable[[Sequence[str]], bool | None] | None = None,
+              ) -> tuple[list[ranking.Hit], float, float, list[str]]:
     """Give every candidate both raw scores; returns (the union, the query terms' IDF sum, the
     IDF share of the query terms found anywhere in the index, the query's words other than stop
     words that no chunk contains).
@@ -1485,7 +1498,7 @@ def complete(idx: _Index, query: str, qvec: np.ndarray | None, kw_hits: list[ran
     union = list(by_rid.values())
     conn = idx.conn
     if keyword:
-        query = respelled(idx, query)  # as the keyword side searched it
+        query = respelled(idx, query, knows=knows)  # as the keyword side searched it
     words = textsearch.query_terms(query) if keyword else []
     # a query of stop words only ("what did I do") is not matched by its words: relevance 0
     terms = [] if all(textsearch.is_stop_word(w) for w in words) else [textsearch.fts_string(w) for w in words]

@@ -360,13 +360,16 @@ class Searcher(QueryProviderOwner):
             pending: Future[list[ranking.Hit]] | None = None
             kw_hits: list[ranking.Hit] = []
             beside = provider is not None  # the vector side chooses candidates too (keyword_hits)
+            # a lower-case word the model reads only as pieces may be a name misspelt (respelled)
+            knows = provider.knows_words if provider is not None else None
             if keyword:
                 kw_conn = idx.keyword_conn() if (provider is not None and self.parallel) else None
                 if kw_conn is not None:
                     pending = self._worker().submit(retrieval.keyword_hits, idx, text, n_candidates, srcs, kw_conn,
-                                                    beside_vectors=beside)
+                                                    beside_vectors=beside, knows=knows)
                 else:
-                    kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs, beside_vectors=beside)
+                    kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs, beside_vectors=beside,
+                                                     knows=knows)
             vec_hits: list[ranking.Hit] = []
             embedded = False
             qvec: np.ndarray | None = None
@@ -387,11 +390,12 @@ class Searcher(QueryProviderOwner):
                         retrieval.count_phrases_beside(idx, text, pending.done)
                     kw_hits = pending.result()
             if keyword and beside and not vec_hits:  # no vector candidates after all: every phrase ranks
-                kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs)
+                kw_hits = retrieval.keyword_hits(idx, text, n_candidates, srcs, knows=knows)
             extra = (retrieval.dated_hits(idx, dates, srcs, {h.rid for h in (*kw_hits, *vec_hits)}, dater)
                      if dates else [])
             union, idf_total, corpus_cov, absent = retrieval.complete(idx, text, qvec if embedded else None,
-                                                                      kw_hits, vec_hits, keyword=keyword, extra=extra)
+                                                                      kw_hits, vec_hits, keyword=keyword, extra=extra,
+                                                                      knows=knows)
             # a question none of whose words memory holds: does the model know each of them?
             knows_absent = embedded and retrieval.model_reads_absent_words(provider, absent, corpus_cov, text)
             dater.load((*union, *kw_hits, *vec_hits))
