@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
-from memory_core.query.results import FileText, MemoryStatus
+from memory_core.query.results import FileText, MemoryStatus, SearchRun
 from memory_core.query.search import Searcher
 from memory_core.storage.indexmeta import IndexRecord
 
@@ -27,6 +27,19 @@ def test_a_searchers_status_and_read_are_typed(workspace: Path) -> None:
     assert st.vector_search == "off (keyword-only index)" and st.to_dict()["built_from"]["provider"] == "none"
     assert isinstance(got, FileText) and (got.path, got.start_line, got.lines) == ("MEMORY.md", 1, 2)
     assert got.to_dict() == {"path": "MEMORY.md", "text": got.text, "source": "memory", "from": 1, "lines": 2}
+
+
+def test_what_a_search_did_is_typed(workspace: Path) -> None:
+    """``last_search`` (what the answer's metadata and weak-answer note read) was a dict of loose
+    keys shared by three backends; it is a :class:`SearchRun`."""
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        assert searcher.last_search == SearchRun()  # nothing searched yet: embedded unknown
+        searcher.search("anything at all")
+        assert searcher.last_search == SearchRun(backend="builtin", embedded=False, words_absent=False)
+        answer = searcher.search_response("")  # an empty query runs no search
+    assert answer.backend == "builtin" and answer.fallback is None and answer.results == []
 
 
 def test_the_index_record_types_every_meta_entry_readers_use(workspace: Path, openai_fake: object) -> None:

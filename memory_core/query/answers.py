@@ -27,6 +27,7 @@ from typing import Any
 
 from memory_core.config import SNIPPET_MAX_CHARS, Settings
 from memory_core.embeddings.catalog import keyword_only
+from memory_core.query.results import SearchRun
 from memory_core.storage.indexmeta import IndexRecord
 
 QMD_DEFAULT_BUDGET = 4000
@@ -184,11 +185,11 @@ class AnswerMeta:
     fallback: dict[str, str] | None  # None, or {from, to, reason}: JSON as the answer carries it
 
 
-def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, mode: str) -> AnswerMeta:
+def response_meta(record: IndexRecord | None, last: SearchRun, note: str, mode: str) -> AnswerMeta:
     """``provider``, ``model``, ``backend``, ``mode`` and ``fallback`` of one answer.
 
-    ``record``: what the searched index recorded (None: nothing); ``last``: what the search did
-    (``backend``, ``embedded``, ``qmd_fallback``); ``note``: the searcher's provider note.
+    ``record``: what the searched index recorded (None: nothing); ``last``: what the search did;
+    ``note``: the searcher's provider note.
     ``fallback`` is ``None`` or ``{"from", "to", "reason"}``: ``to`` is ``"keyword"`` when an
     index with vectors answered keyword-only (the query could not be embedded), ``"builtin"``
     when qmd could not answer, or the provider the index was built with when that was its
@@ -203,13 +204,13 @@ def response_meta(record: IndexRecord | None, last: dict[str, Any], note: str, m
     m = _FALLBACK_FROM.match(built)
     if m:
         fallback = {"from": m.group(1), "to": str(provider), "reason": built}
-    if last.get("qmd_fallback"):
-        fallback = {"from": "qmd", "to": "builtin", "reason": str(last["qmd_fallback"])}
-    elif last.get("backend") == "qmd":
-        provider, model = "qmd", f"qmd {last.get('qmd_mode', 'search')}"
+    if last.qmd_fallback:
+        fallback = {"from": "qmd", "to": "builtin", "reason": last.qmd_fallback}
+    elif last.backend == "qmd":
+        provider, model = "qmd", f"qmd {last.qmd_mode or 'search'}"
         vectors = False
-    if vectors and mode != "keyword" and last.get("embedded") is False and not last.get("qmd_fallback"):
+    if vectors and mode != "keyword" and last.embedded is False and not last.qmd_fallback:
         fallback = {"from": str(provider), "to": "keyword",
                     "reason": note or "the query could not be embedded; keyword-only results"}
     return AnswerMeta(provider=provider or "none", model=None if keyword_only(provider) else model,
-                      backend=str(last.get("backend", "builtin")), mode=mode, fallback=fallback)
+                      backend=last.backend, mode=mode, fallback=fallback)

@@ -28,6 +28,7 @@ from memory_core.config import Settings
 from memory_core.errors import IndexMissingError, ProviderError, UsageError
 from memory_core.query import ranking
 from memory_core.query.rank import wants_file_support
+from memory_core.query.results import SearchRun
 from memory_core.sources.redact import query_for_provider
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
@@ -89,7 +90,7 @@ class LanceSearcher(QueryProviderOwner):
         self._provider = provider
         self._provider_checked = provider is not None
         self.provider_note = ""
-        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
+        self.last_search = SearchRun()  # what the last search did, for the answer's metadata
         self._ranker = Searcher(settings)  # rank() only: it opens no index
 
     def _open(self) -> None:
@@ -193,7 +194,7 @@ class LanceSearcher(QueryProviderOwner):
                     raise
                 self._open()
         # the builtin ranking
-        self.last_search = {"backend": "builtin", "embedded": cands.embedded, "words_absent": cands.words_absent}
+        self.last_search = SearchRun(embedded=cands.embedded, words_absent=cands.words_absent)
         return self._ranker.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def index_record(self) -> IndexRecord:

@@ -22,7 +22,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError
-from memory_core.query.results import MemoryStatus, QmdReport
+from memory_core.query.results import MemoryStatus, QmdReport, SearchRun
 from memory_core.query.search import Searcher, SearchResult
 from memory_core.storage.qmd import (
     QmdError,
@@ -241,7 +241,7 @@ class QmdSearcher(Searcher):
                     fallback_in_use=True, fallback_reason=str(exc))
             _emit_fallback_event(self.settings, exc)
             out = super().search(query, max_results, min_score, sources, mode=mode)
-            self.last_search = {**self.last_search, "qmd_fallback": f"qmd {name} failed ({exc})"}
+            self.last_search = replace(self.last_search, qmd_fallback=f"qmd {name} failed ({exc})")
             return out
         if not results and self.settings.qmd.fallback_on_empty:
             # qmd's `search` ANDs every query word: a question in plain words mostly finds
@@ -256,12 +256,12 @@ class QmdSearcher(Searcher):
                 _record(self.settings, "last_search", QmdRun(name, True, t0, time.time() - t0),
                         fallback_in_use=True, fallback_reason=reason)
                 _emit_fallback_event(self.settings, QmdError("empty", reason))
-                self.last_search = {**self.last_search, "qmd_fallback": reason}
+                self.last_search = replace(self.last_search, qmd_fallback=reason)
                 return builtin
         self.backend_note = ""
         _record(self.settings, "last_search", QmdRun(name, True, t0, time.time() - t0),
                 fallback_in_use=False, fallback_reason="")
-        self.last_search = {"backend": "qmd", "qmd_mode": name, "embedded": name != "search"}
+        self.last_search = SearchRun(backend="qmd", qmd_mode=name, embedded=name != "search")
         return results
 
     def status(self, *, measure: bool = False) -> MemoryStatus:

@@ -10,7 +10,7 @@ module can name them without loading the query side.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from memory_core.storage.indexmeta import IndexRecord
@@ -18,7 +18,25 @@ if TYPE_CHECKING:
     from memory_core.storage.run_owners import StoppedRun
     from memory_core.storage.vectors import ScanPlan
 
-__all__ = ["FileText", "MemoryStatus", "QmdReport", "SearchAnswer", "scan_report"]
+__all__ = ["FileText", "MemoryStatus", "QmdReport", "SearchAnswer", "SearchRun", "scan_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRun:
+    """What a reader's last search did, for its answer's metadata and note
+    (:func:`memory_core.query.answers.response_meta`, :func:`memory_core.query.search.search_answer`).
+
+    ``backend``: ``builtin`` or ``qmd``; ``embedded``: whether the query was embedded (None: no
+    search ran, as for an empty query or a search of another source alone); ``words_absent``: few
+    or none of the question's words are in memory (:attr:`memory_core.query.retrieval.Candidates.words_absent`);
+    ``qmd_mode``: qmd's ``search``, ``vsearch`` or ``query``; ``qmd_fallback``: why the builtin index
+    answered for qmd (empty: it did not)."""
+
+    backend: Literal["builtin", "qmd"] = "builtin"
+    embedded: bool | None = None
+    words_absent: bool = False
+    qmd_mode: str | None = None
+    qmd_fallback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,7 +53,7 @@ from memory_core.query.reading import (
     read_file,
     transcript_messages,
 )
-from memory_core.query.results import FileText, MemoryStatus, SearchAnswer
+from memory_core.query.results import FileText, MemoryStatus, SearchAnswer, SearchRun
 from memory_core.query.retrieval import Candidates, _Index
 from memory_core.query.status import SIZE_LINES, index_sizes, index_status
 from memory_core.storage import textsearch, vectors
@@ -106,7 +106,7 @@ class Answering(Protocol):
 
     settings: Settings
     provider_note: str
-    last_search: dict[str, Any]  # backend, embedded (qmd: qmd_mode, qmd_fallback)
+    last_search: SearchRun  # what the last search did, for the answer's metadata
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None,
                sources: list[str] | None = None, *, mode: str | None = None) -> list[Any]: ...
@@ -130,7 +130,7 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     max_results, clamp_note = clamp_results(max_results)
     mode = searcher.settings.query.search_mode() if mode is None else mode
     floor = searcher.settings.query.threshold(min_score)
-    searcher.last_search = {}
+    searcher.last_search = SearchRun()
     srcs = list(dict.fromkeys(sources)) if sources else None
     if extra is not None and (srcs is None or extra.source not in srcs):
         extra = None  # a source beside the index is searched only when asked for by name
@@ -152,14 +152,14 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         results = sorted(results + got.results, key=lambda r: r["score"], reverse=True)[:n]
         notes.append(got.note)
         if not read_index:  # the answer's provider is the one of the source's vectors
-            record, last, note = extra.record(), {"backend": "builtin", "embedded": got.embedded}, got.note
+            record, last, note = extra.record(), SearchRun(embedded=got.embedded), got.note
     shaped = shape_results(results, searcher.settings, chat_type)  # citations, budget
     meta = response_meta(record, last, note, mode)
     notes = [n for n in (*notes, shaped.note) if n]
     best = max((float(r.get("score") or 0.0) for r in results), default=None)
     if best is not None and best < floor and searcher.settings.query.by_support(min_score):
         # min_score unset: the threshold did not apply (the memory supports the query, ranking.query_supported)
-        if last.get("words_absent"):  # few or none of the question's words are in memory
+        if last.words_absent:  # few or none of the question's words are in memory
             notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); few or none"
                          " of the question's words are in memory: these are the nearest in meaning and may not hold"
                          " its answer")
@@ -216,7 +216,7 @@ class Searcher(QueryProviderOwner):
         self._injected = provider is not None
         self.provider_note = ""
         self._pool: ThreadPoolExecutor | None = None
-        self.last_search: dict[str, Any] = {}  # what the last search did, for the answer's metadata
+        self.last_search = SearchRun()  # what the last search did, for the answer's metadata
 
     # -- lifecycle -----------------------------------------------------------------------
     def _current(self) -> _Index:
@@ -301,7 +301,7 @@ class Searcher(QueryProviderOwner):
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
-        self.last_search = {"backend": "builtin", "embedded": cands.embedded, "words_absent": cands.words_absent}
+        self.last_search = SearchRun(embedded=cands.embedded, words_absent=cands.words_absent)
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
