@@ -12,15 +12,22 @@ import pytest
 from memory_core.config import load_settings
 from memory_core.errors import RunCancelled
 from memory_core.index.pipeline import run_index
+from memory_core.query.search import Searcher
 
 
 def _none(ws: Path, **kw: object) -> object:
     return load_settings(None, {"workspace": str(ws), "provider": "none", **kw})
 
 
-def test_a_removed_or_rewritten_notes_text_is_not_left_in_the_index_files_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("writer", "published"), [("auto", "in place"), ("copy", "replaced")])
+def test_a_removed_or_rewritten_notes_text_is_not_left_in_the_index_files_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str, published: str) -> None:
     """F8: after an in-place run removed a note, its text was still in the index file's free
-    pages (no ``secure_delete``): anyone who could read the file read what was deleted."""
+    pages (no ``secure_delete``): anyone who could read the file read what was deleted. Its words
+    stayed too (twenty-sixth session): FTS5's contentless table deletes by tombstone, so
+    "gorgonzola" and "quetzalcoatl" sat in its segments until FTS5 merged them, after an in-place
+    edit or a new file copied from the live one alike."""
+    monkeypatch.setenv("MEMORY_CORE_WRITER", writer)
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     for i in range(30):
@@ -34,12 +41,18 @@ def test_a_removed_or_rewritten_notes_text_is_not_left_in_the_index_files_bytes(
     (ws / "memory" / "secret.md").unlink()
     (ws / "memory" / "edited.md").write_text("The wifi code is written on the router.\n")
     summary = run_index(s)
-    assert summary.published == "in place", summary.published  # the case that left them
+    assert summary.published == published, summary.published
     data = index.read_bytes()
-    # the chunks' text (FTS5's contentless segments keep single stemmed tokens until they merge)
     assert b"the gorgonzola vault opens" not in data and b"Quetzalcoatl protocol" not in data
     assert b"zebracorn-lanternfish" not in data
     assert b"written on the router" in data
+    # nor its words, FTS5's single tokens (porter stems: "quetzalcoatl", "gorgonzola", "lanternfish")
+    for word in (b"gorgonzola", b"quetzalcoatl", b"zebracorn", b"lanternfish"):
+        assert word not in data, word
+    assert b"router" in data and b"heron" in data
+    with Searcher(s) as se:  # type: ignore[arg-type]
+        assert [h.path for h in se.search("router")] == ["memory/edited.md"]
+        assert se.search("gorgonzola") == [] and len(se.search("heron pond")) > 0
 
 
 def test_indexes_kept_in_one_folder_do_not_remove_each_others_work_folders(tmp_path: Path) -> None:
