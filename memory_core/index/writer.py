@@ -107,7 +107,8 @@ IN_PLACE_PRAGMAS = (
 # FTS5 happened to merge theirs: a deleted note's names and words could be read in the index
 # file. An incremental run that deleted rows merges the segments into one ('optimize': every
 # tombstoned entry is dropped; secure_delete zeroes the pages they leave). It costs O(the text
-# index): ~55 ms at 7,800 chunks, about 7 ms per 1,000. A new file (copy) always does it; an
+# index): ~30 ms more for an in-place run on a 17 MiB index (bench/results/in-place-purge-2026-12-01.md),
+# 55 ms for 7,800 chunks' text. A new file (copy) always does it; an
 # in-place edit, which exists to keep a small change cheap, only while the live file is at most
 # this big (above it the words go at the next run that writes a new file, or `index --full`).
 PURGE_IN_PLACE_MAX_BYTES = 200 * 1024 * 1024
