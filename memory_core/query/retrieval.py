@@ -520,6 +520,7 @@ class _Index:
         # (query, a model's vocabulary read) -> the query with near spellings (respelled)
         self._respelled: dict[tuple[str, bool], str] = {}
         self._names: dict[str, bool] = {}  # indexed term -> whether memory writes it as a name
+        self._aliases: dict[str, str | None] = {}  # a short name -> the longer name memory writes beside it
         self._spell_lock = threading.Lock()
         self._streamed = False  # the first vector query scanned the stored codes (nearest)
         # how searches read the vectors, as the build measured it (vectors.ScanPlan)
@@ -1115,6 +1116,58 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
     return name
 
 
+ALIAS_MAX_CHARS = 5
+"""A name of at most this many letters (Mo, Kat, Shiv, Liese) may stand for a longer one (:func:`alias_of`)."""
+ALIAS_SHARE = 0.8
+"""The share of the chunks holding a short name that must hold the longer one too (:func:`alias_of`)."""
+ALIAS_MIN_ROWS = 3
+ALIAS_CAPS_SHARE = 0.5
+"""A short name's occurrences written capitalised (chats lower-case whole messages: "mo when r u back")."""
+
+
+def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str | None:
+    """The longer name memory writes beside the short name ``word`` wherever it writes ``word``:
+    "Mo" in a chat whose messages are labelled "Muhammad:", "Kat" in Kate's. Read from the first
+    :data:`NAME_SAMPLE_ROWS` chunks holding ``word``: at least :data:`ALIAS_MIN_ROWS` of them, ``word``
+    written capitalised in :data:`ALIAS_CAPS_SHARE` of its occurrences, and exactly one Titlecase word
+    longer than ``word`` in :data:`ALIAS_SHARE` of those chunks whose consonant skeleton begins
+    with ``word``'s (:func:`skeleton`: Mo / Muhammad ``m`` / ``md``, Kat / Katherine, Tom / Thomas,
+    Sam / Samantha), so the other person of a two-person chat is not taken for it (John / James,
+    Ben / Bella, Jon / Jolene). Kept per index; lower-case (the form the keyword side searches)."""
+    key = word.lower()
+    with idx._spell_lock:
+        if key in idx._aliases:
+            return idx._aliases[key]
+    sk = skeleton(key)
+    exact = re.compile(rf"(?<![^\W_]){re.escape(key)}(?![^\W_])", re.IGNORECASE)
+    title = re.compile(r"(?<![^\W_])[A-Z][a-z]+(?![^\W_])")
+    rows = caps = total = 0
+    beside: Counter[str] = Counter()
+    try:
+        for (text,) in (conn or idx.conn).execute(
+                "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
+                (textsearch.fts_string(key), NAME_SAMPLE_ROWS)):
+            found = exact.findall(text or "")
+            if not found:
+                continue  # the stem matched another word
+            rows += 1
+            total += len(found)
+            caps += sum(1 for f in found if f[:1].isupper() and not f.isupper())
+            beside.update({m.lower() for m in title.findall(text)
+                           if len(m) > len(key) and skeleton(m.lower()).startswith(sk)})
+    except apsw.Error as exc:
+        log.warning("reading which names memory writes beside %r failed (%s)", word, exc)
+    found_alias: str | None = None
+    if rows >= ALIAS_MIN_ROWS and caps >= ALIAS_CAPS_SHARE * total:
+        common = [m for m, n in beside.items() if n >= ALIAS_SHARE * rows]
+        if len(common) == 1:
+            found_alias = common[0]
+    with idx._spell_lock:
+        if len(idx._aliases) < 10000:
+            idx._aliases[key] = found_alias
+    return found_alias
+
+
 _TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told", "telling", "talk", "talks",
                          "talked", "talking", "mention", "mentions", "mentioned", "ask", "asks", "asked", "write",
                          "writes", "wrote", "written", "message", "messaged", "text", "texted", "reply", "replied"))
@@ -1188,6 +1241,14 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                 if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
                     out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
                     done += 1
+            for t in dict.fromkeys(terms):  # a short name memory writes beside a longer one: "Mo", "Muhammad"
+                if (not (2 <= len(t) <= ALIAS_MAX_CHARS and t.isalpha()) or textsearch.is_stop_word(t)
+                        or not how_written(query, t)[1]):
+                    continue
+                alias = alias_of(idx, t, conn)
+                if alias is not None and alias not in terms:
+                    out = re.sub(rf"(?<![^\W_])({re.escape(t)})(?![^\W_])", rf"\1 {alias}", out, count=1,
+                                 flags=re.IGNORECASE)
     except apsw.SQLError as exc:  # never let query text break search
         log.warning("near spellings failed (%s)", exc)
     with idx._spell_lock:
