@@ -96,21 +96,27 @@ def test_a_misspelled_name_alone_or_first_finds_its_session(chats: Settings) -> 
         assert retrieval.respelled(idx, "Power tool?") == "Power tool?"  # no name near it in memory
 
 
-def test_an_everyday_word_is_not_respelled_into_a_name(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Twenty-first session's audit: respelling a lower-case word to a name memory writes (tried for
-    queries typed all in lower case) turned "summary", "mission" and "cheese" into the Summer, Mason
-    and Chase of a book club, so questions memory cannot answer got their notes. A lower-case word
-    is never respelled; a capitalised first word only to a name memory writes beside one of the
-    question's other words (Muhammad beside "shelves", not Summer beside "meeting")."""
-    ws = tmp_path_factory.mktemp("club") / "ws"
+def _book_club(tmp_path_factory: pytest.TempPathFactory, provider: str) -> Settings:
+    """Notes naming Summer, Rose, Mason and Chase (a book club), a meeting and Muhammad, indexed."""
+    ws = tmp_path_factory.mktemp(f"club-{provider}") / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2024-01-15.md").write_text(
         "# Book club\n\nSummer and Rose argued about the ending. Mason left early. Chase made a cake.\n\n"
         "Summer picks the next book. Mason hosts in March.\n")
     (ws / "memory" / "2024-01-16.md").write_text("# Work\n\nThe meeting moved to Thursday.\n")
     (ws / "memory" / "2024-01-17.md").write_text("# Home\n\nMuhammad put up the shelves in the hallway.\n")
-    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    s = load_settings(None, {"workspace": str(ws), "provider": provider})
     run_index(s)
+    return s
+
+
+def test_an_everyday_word_is_not_respelled_into_a_name(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Twenty-first session's audit: respelling a lower-case word to a name memory writes (tried for
+    queries typed all in lower case) turned "summary", "mission" and "cheese" into the Summer, Mason
+    and Chase of a book club, so questions memory cannot answer got their notes. A lower-case word
+    is never respelled; a capitalised first word only to a name memory writes beside one of the
+    question's other words (Muhammad beside "shelves", not Summer beside "meeting")."""
+    s = _book_club(tmp_path_factory, "none")
     with Searcher(s) as se:
         idx = se._current()
         for q in ("can you give me a summary?", "what was the mission?", "is there any cheese left",
@@ -151,15 +157,7 @@ def test_an_everyday_word_in_lower_case_is_not_respelled_with_the_local_model(
     """The twenty-first session's audit with the local model's vocabulary: "summary", "mission",
     "cheese" are words of it, so they are not the Summer, Mason and Chase a book club's notes name;
     a lower-case "muhhamed" is in no vocabulary and is Muhammad, beside the question's "shelves"."""
-    ws = tmp_path_factory.mktemp("club-local") / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "memory" / "2024-01-15.md").write_text(
-        "# Book club\n\nSummer and Rose argued about the ending. Mason left early. Chase made a cake.\n\n"
-        "Summer picks the next book. Mason hosts in March.\n")
-    (ws / "memory" / "2024-01-16.md").write_text("# Work\n\nThe meeting moved to Thursday.\n")
-    (ws / "memory" / "2024-01-17.md").write_text("# Home\n\nMuhammad put up the shelves in the hallway.\n")
-    s = load_settings(None, {"workspace": str(ws), "provider": "local"})
-    run_index(s)
+    s = _book_club(tmp_path_factory, "local")
     with Searcher(s) as se:
         idx = se._current()
         knows = se._query_provider(idx).knows_words
