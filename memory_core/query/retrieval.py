@@ -1210,7 +1210,11 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
     memory cannot). One the model reads only as pieces ("muhhamed", "jorje", "annelise": no word of
     its vocabulary) is respelled as a sentence's capitalised first word is: only to a name as
     memory writes it, beside the query's other words. Without ``knows`` (no local model) a
-    lower-case word is never respelled."""
+    lower-case word is never respelled.
+
+    A capitalised name of at most :data:`ALIAS_MAX_CHARS` letters is followed by the longer name
+    memory writes beside it (:func:`alias_of`: "What did Mo say?" -> "What did Mo muhammad say?",
+    the chat labelling his messages "Muhammad:"), so both are searched."""
     key = (query, knows is not None)
     with idx._spell_lock:
         got = idx._respelled.get(key)
