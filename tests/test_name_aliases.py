@@ -83,3 +83,20 @@ def test_the_other_person_of_a_chat_is_no_alias(chats: Settings) -> None:
         assert retrieval.respelled(idx, "What did Muhammad say?") == "What did Muhammad say?"
         # a lower-case "mo" (one more month, a slip) is no name to widen
         assert retrieval.respelled(idx, "one more mo") == "one more mo"
+
+
+def test_a_greeting_before_a_name_is_no_name(tmp_path: Path) -> None:
+    """MemoryBank's notes start each turn with "**Assistant:** Hi Henry": "Hi" is capitalised in
+    every chunk beside Henry (``h`` / ``hnr``), but only where a sentence starts, and "Assistant" is
+    a role label. A name is written capitalised somewhere else too ("thanks Mo")."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for day in range(1, 5):
+        (ws / "memory" / f"2026-04-0{day}.md").write_text(
+            f"# 2026-04-0{day}\n\n**User:** Hi, it is Henry again.\n\n**Assistant:** Hi Henry, how was day {day}?\n")
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    with Searcher(s) as se:
+        idx = se._current()
+        assert retrieval.alias_of(idx, "Hi") is None
+        assert retrieval.respelled(idx, "Hi, how was day 3?") == "Hi, how was day 3?"

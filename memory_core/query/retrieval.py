@@ -38,6 +38,7 @@ from memory_core.config import SUPPORT_MIN_COVERAGE, Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
 from memory_core.query.dates import Dater, DateRange, dated_chunk_rows
+from memory_core.sources.sessions import LABEL_PREFIXES as SPEAKERS
 from memory_core.storage import index_changes, textsearch, vectors
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
@@ -1129,8 +1130,10 @@ def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str
     """The longer name memory writes beside the short name ``word`` wherever it writes ``word``:
     "Mo" in a chat whose messages are labelled "Muhammad:", "Kat" in Kate's. Read from the first
     :data:`NAME_SAMPLE_ROWS` chunks holding ``word``: at least :data:`ALIAS_MIN_ROWS` of them, ``word``
-    written capitalised in :data:`ALIAS_CAPS_SHARE` of its occurrences, and exactly one Titlecase word
-    longer than ``word`` in :data:`ALIAS_SHARE` of those chunks whose consonant skeleton begins
+    written capitalised in :data:`ALIAS_CAPS_SHARE` of its occurrences and at least once where no
+    sentence starts (a name, not "Hi" or "Five"), and exactly one Titlecase word (a transcript's
+    role labels left out) longer than ``word`` in :data:`ALIAS_SHARE` of those chunks whose consonant
+    skeleton begins
     with ``word``'s (:func:`skeleton`: Mo / Muhammad ``m`` / ``md``, Kat / Katherine, Tom / Thomas,
     Sam / Samantha), so the other person of a two-person chat is not taken for it (John / James,
     Ben / Bella, Jon / Jolene). Kept per index; lower-case (the form the keyword side searches)."""
@@ -1141,24 +1144,32 @@ def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str
     sk = skeleton(key)
     exact = re.compile(rf"(?<![^\W_]){re.escape(key)}(?![^\W_])", re.IGNORECASE)
     title = re.compile(r"(?<![^\W_])[A-Z][a-z]+(?![^\W_])")
-    rows = caps = total = 0
+    rows = caps = total = named = 0
     beside: Counter[str] = Counter()
     try:
         for (text,) in (conn or idx.conn).execute(
                 "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
                 (textsearch.fts_string(key), NAME_SAMPLE_ROWS)):
-            found = exact.findall(text or "")
+            # a transcript's role labels ("User: ", "Assistant: ") are the index's, no one's name
+            text = "\n".join(ln[len(p):] if (p := next((p for p in SPEAKERS if ln.startswith(p)), "")) else ln
+                             for ln in (text or "").split("\n"))
+            found = list(exact.finditer(text))
             if not found:
                 continue  # the stem matched another word
             rows += 1
             total += len(found)
-            caps += sum(1 for f in found if f[:1].isupper() and not f.isupper())
+            for f in found:
+                if f.group(0)[:1].isupper() and not f.group(0).isupper():
+                    caps += 1
+                    before = text[:f.start()].rstrip(" \t\"'(*_")  # "**Assistant:** Hi": a sentence's start
+                    named += bool(before) and before[-1] not in ".!?:\n"  # mid-sentence: "thanks Mo"
             beside.update({m.lower() for m in title.findall(text)
                            if len(m) > len(key) and skeleton(m.lower()).startswith(sk)})
     except apsw.Error as exc:
         log.warning("reading which names memory writes beside %r failed (%s)", word, exc)
     found_alias: str | None = None
-    if rows >= ALIAS_MIN_ROWS and caps >= ALIAS_CAPS_SHARE * total:
+    # a name as memory writes it: capitalised, and once at least where no sentence starts ("Hi", "Five")
+    if rows >= ALIAS_MIN_ROWS and caps >= ALIAS_CAPS_SHARE * total and named:
         common = [m for m, n in beside.items() if n >= ALIAS_SHARE * rows]
         if len(common) == 1:
             found_alias = common[0]
