@@ -1168,7 +1168,7 @@ def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str
     except apsw.Error as exc:
         log.warning("reading which names memory writes beside %r failed (%s)", word, exc)
     found_alias: str | None = None
-    # a name as memory writes it: capitalised, and once at least where no sentence starts ("Hi", "Five")
+    # a name as memory writes it: capitalised, and once at least where no sentence starts (not "Hi Henry")
     if rows >= ALIAS_MIN_ROWS and caps >= ALIAS_CAPS_SHARE * total and named:
         common = [m for m, n in beside.items() if n >= ALIAS_SHARE * rows]
         if len(common) == 1:
