@@ -159,13 +159,10 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
     best = max((float(r.get("score") or 0.0) for r in results), default=None)
     if best is not None and best < floor and searcher.settings.query.by_support(min_score):
         # min_score unset: the threshold did not apply (the memory supports the query, ranking.query_supported)
-        if last.words_absent:  # few or none of the question's words are in memory
-            notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); few or none"
-                         " of the question's words are in memory: these are the nearest in meaning and may not hold"
-                         " its answer")
-        else:
-            notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); the memory"
-                         " shares words and meaning with the question but may not hold its answer")
+        why = ("few or none of the question's words are in memory: these are the nearest in meaning and may not"
+               " hold its answer" if last.words_absent else
+               "the memory shares words and meaning with the question but may not hold its answer")
+        notes.append(f"weak matches only: the best scores {best:.4g}, under {floor:g} (min_score); {why}")
     if not results:
         from memory_core.query.answers import nothing_found_note
 
