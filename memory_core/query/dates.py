@@ -90,6 +90,13 @@ _MONTHS.update(dict.fromkeys(("decmber", "decemeber", "decembre", "deceber"), 12
 _WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
 
 
+def calendar_word(word: str) -> bool:
+    """A month's or a weekday's name, a short form or a common misspelling of one (``May``,
+    ``Aug``, ``Sun``, ``Janaury``): a day's word, never a person's, however a question writes it."""
+    w = word.lower()
+    return w in _MONTHS or w in _WEEKDAYS or (len(w) >= 3 and any(d.startswith(w) for d in _WEEKDAYS))
+
+
 def _trie_re(words: Iterable[str]) -> str:
     """A regular expression matching exactly ``words``, longest first, written as a trie
     (``jan(?:aury|uary)?``): Python's ``re`` tries each alternative of a flat ``a|b|c`` at every

@@ -19,6 +19,7 @@ Where each is decided:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -37,7 +38,7 @@ import numpy as np
 from memory_core.config import SUPPORT_MIN_COVERAGE, Settings
 from memory_core.errors import IndexDamagedError, ProviderError
 from memory_core.query import ranking
-from memory_core.query.dates import Dater, DateRange, dated_chunk_rows
+from memory_core.query.dates import Dater, DateRange, calendar_word, dated_chunk_rows
 from memory_core.sources.sessions import LABEL_PREFIXES as SPEAKERS
 from memory_core.storage import index_changes, textsearch, vectors
 from memory_core.storage.indexmeta import IndexRecord
@@ -1179,6 +1180,40 @@ def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str
     return found_alias
 
 
+@functools.cache
+def _nickname_table() -> dict[str, frozenset[str]]:
+    """Each English given name or nickname of the ``nicknames`` package's hand-curated table
+    (Apache-2.0, about 2,700 pairs) -> the names it pairs with either way: ``bob`` -> robert,
+    bobby, bert; ``robert`` -> bob, rob, bill...; empty when the package is missing."""
+    try:
+        from nicknames import NickNamer
+    except ImportError:  # pragma: no cover - a dependency of the package
+        log.warning("the nicknames package is missing: no name is searched with its other forms")
+        return {}
+    pairs: dict[str, set[str]] = {}
+    for name, nicks in NickNamer().nickname_lookup.items():
+        for nick in nicks:
+            if name.isalpha() and nick.isalpha() and name != nick:
+                pairs.setdefault(name, set()).add(nick)
+                pairs.setdefault(nick, set()).add(name)
+    return {k: frozenset(v) for k, v in pairs.items()}
+
+
+def nickname_in_memory(idx: _Index, word: str, terms: Sequence[str], conn: apsw.Connection | None = None) -> str | None:
+    """The one other form of the given name ``word`` that memory writes as a name (Bob / Robert,
+    Liz / Elizabeth, Bill / William, Peggy / Margaret, Katherine / Kate: :func:`_nickname_table`),
+    or None: none of its forms is a name as memory writes it (:func:`name_in_memory`: "bill" and
+    "rob" in lower case are words, not Bill and Rob), or several are (Al for an Albert and an
+    Alfred), or ``word`` or the form is a month's or a weekday's name (May, August / Gus), or the
+    query writes the form already (``terms``). Lower-case, the form the keyword side searches."""
+    key = word.lower()
+    if calendar_word(key):
+        return None
+    found = [p for p in sorted(_nickname_table().get(key, ())) if p not in terms and not calendar_word(p)
+             and idx.idf_df(textsearch.fts_string(p), conn) > 0 and name_in_memory(idx, p, conn)]
+    return found[0] if len(found) == 1 else None
+
+
 _TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told", "telling", "talk", "talks",
                          "talked", "talking", "mention", "mentions", "mentioned", "ask", "asks", "asked", "write",
                          "writes", "wrote", "written", "message", "messaged", "text", "texted", "reply", "replied"))
@@ -1246,6 +1281,12 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                     continue
                 if not capitalised and (knows is None or knows([t]) is not False):
                     continue  # a word of the model's vocabulary: "summary" is not the "Summer" memory names
+                nick = nickname_in_memory(idx, t, terms, conn) if capitalised else None
+                if nick is not None and (named or _said_beside(idx, nick, terms, t, conn)):
+                    # a nickname memory never writes, for the name it does: "Bob" searched as "robert"
+                    out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", nick, out, flags=re.IGNORECASE)
+                    done += 1
+                    continue
                 near = near_spelling(idx, t, conn)
                 # capitalised where a sentence starts ("Mohammed?", "Muhhamed said what?"): respelled
                 # only to a name as memory writes it, and in a question of other words only to one
@@ -1257,10 +1298,20 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                     out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
                     done += 1
             for t in dict.fromkeys(terms):  # a short name memory writes beside a longer one: "Mo", "Muhammad"
-                if (not (2 <= len(t) <= ALIAS_MAX_CHARS and t.isalpha()) or textsearch.is_stop_word(t)
-                        or not how_written(query, t)[1]):
+                if not t.isalpha() or textsearch.is_stop_word(t) or not re.search(
+                        rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", out, flags=re.IGNORECASE):
+                    continue  # respelled above
+                named, capitalised = how_written(query, t)
+                if not capitalised:
                     continue
-                alias = alias_of(idx, t, conn)
+                alias = alias_of(idx, t, conn) if 2 <= len(t) <= ALIAS_MAX_CHARS else None
+                if (alias is None and idx.idf_df(textsearch.fts_string(t), conn) > 0
+                        and name_in_memory(idx, t, conn)):
+                    # a name memory writes in two forms: "Liz" searched with the "Elizabeth" of other
+                    # messages (a word memory writes in lower case too, "See also", is no Seymour)
+                    nick = nickname_in_memory(idx, t, terms, conn)
+                    if nick is not None and (named or _said_beside(idx, nick, terms, t, conn)):
+                        alias = nick
                 if alias is not None and alias not in terms:
                     out = re.sub(rf"(?<![^\W_])({re.escape(t)})(?![^\W_])", rf"\1 {alias}", out, count=1,
                                  flags=re.IGNORECASE)

@@ -1,0 +1,107 @@
+"""A given name asked by another of its forms (twenty-seventh session): "Bob" of chats whose
+messages are labelled "Robert:", "Liz" beside "Elizabeth". The forms come from the ``nicknames``
+package's table; memory decides which of them is a name here. Real indexes (SQLite, FTS5) of JSONL
+transcripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memory_core.config import Settings, load_settings
+from memory_core.index.pipeline import run_index
+from memory_core.query import retrieval
+from memory_core.query.search import Searcher
+
+
+def _session(path: Path, day: str, turns: list[tuple[str, str]]) -> None:
+    recs: list[dict[str, object]] = [{"type": "session", "version": 3, "id": path.stem, "timestamp": f"{day}T18:00:00Z"}]
+    for n, (who, text) in enumerate(turns):
+        recs.append({"type": "message", "timestamp": f"{day}T18:{n:02d}:00Z",
+                     "message": {"role": "user" if who == "Ben" else "assistant",
+                                 "content": [{"type": "text", "text": f"{who}: {text}"}]}})
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    ws = tmp_path_factory.mktemp("nicknames") / "ws"
+    (ws / "sessions").mkdir(parents=True)
+    # the export labels his messages "Robert:"; nobody writes "Bob"
+    _session(ws / "sessions" / "robert-1.jsonl", "2026-02-02", [
+        ("Ben", "how is the boat coming along"),
+        ("Robert", "the boat needs a new hull coat before spring, I sanded it all weekend and my arms are done"),
+        ("Ben", "sounds like hard work")])
+    _session(ws / "sessions" / "robert-2.jsonl", "2026-02-04", [
+        ("Robert", "booked the dentist for thursday"), ("Ben", "good luck")])
+    # Kate's boat message is shorter: the keyword side alone ranks it first
+    _session(ws / "sessions" / "kate-1.jsonl", "2026-02-03", [("Kate", "the boat sank"), ("Ben", "no way")])
+    # Elizabeth is "Liz" to her friends and "Elizabeth:" in the export
+    _session(ws / "sessions" / "liz-1.jsonl", "2026-02-05", [
+        ("Ben", "Liz are you coming to the quiz"), ("Elizabeth", "cannot, the flat viewing is at seven")])
+    _session(ws / "sessions" / "liz-2.jsonl", "2026-02-06", [
+        ("Elizabeth", "the landlord of the flat on Carver Road wants a deposit of two months"),
+        ("Ben", "that is steep")])
+    _session(ws / "sessions" / "liz-3.jsonl", "2026-02-07", [
+        ("Kate", "Liz was so funny at the quiz"), ("Ben", "she always is")])
+    # "bill" is a word here, not a name; William is a name; a month is no one's name
+    _session(ws / "sessions" / "william-1.jsonl", "2026-02-08", [
+        ("William", "the garage bill came to 300"), ("Ben", "ouch, William that is a lot")])
+    _session(ws / "sessions" / "august-1.jsonl", "2026-02-09", [
+        ("Kate", "we go to Spain in August"), ("Ben", "August is so hot there")])
+    # two men Al may be
+    _session(ws / "sessions" / "al-1.jsonl", "2026-02-10", [
+        ("Albert", "the van is free on saturday"), ("Alfred", "I can drive it")])
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    return s
+
+
+def test_a_nickname_memory_never_writes_is_searched_as_the_name_it_does(chats: Settings) -> None:
+    """"What did Bob say about the boat?": memory never writes "Bob", so before, the question
+    counted a word memory lacks and, with the keyword side alone, got nothing at all. Bob is Robert
+    in the table, and memory writes Robert as a name: the keyword side searches "robert" in its
+    place, and Robert's boat message comes before Kate's shorter one."""
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.nickname_in_memory(idx, "Bob", ["what", "did", "bob", "say", "about", "the", "boat"]) \
+            == "robert"
+        assert retrieval.respelled(idx, "What did Bob say about the boat?") == "What did robert say about the boat?"
+        hits = s.search("What did Bob say about the boat?")
+    assert hits, "nothing found"
+    assert hits[0].path == "sessions/robert-1.jsonl", [(h.path, h.score) for h in hits]
+
+
+def test_a_name_memory_writes_in_two_forms_is_searched_in_both(chats: Settings) -> None:
+    """"Liz" is in memory (Ben and Kate call her so) but her own messages say "Elizabeth:". Asked
+    what Liz said about the quiz, Kate's shorter "Liz was so funny at the quiz" came first before;
+    both forms searched, Elizabeth's own answer does."""
+    q = "What did Liz say about the quiz?"
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.respelled(idx, q) == "What did Liz elizabeth say about the quiz?"
+        hits = s.search(q)
+    paths = [h.path for h in hits]
+    assert paths[:2] == ["sessions/liz-1.jsonl", "sessions/liz-3.jsonl"], [(h.path, h.score) for h in hits]
+
+
+def test_words_months_and_ambiguous_forms_are_left_alone(chats: Settings) -> None:
+    """A word in lower case is not a name ("the garage bill"). A form the table gives to two names
+    memory writes is not guessed: Al may be Albert or Alfred, Bill William or Robert. A month is no
+    one's name (Gus / August)."""
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.respelled(idx, "how much was the garage bill?") == "how much was the garage bill?"
+        # capitalised, Bill is a name, but the table gives it to William and to Robert, both named here
+        assert retrieval.nickname_in_memory(idx, "Bill", ["bill"]) is None
+        assert retrieval.respelled(idx, "What did Bill say about the garage?") == "What did Bill say about the garage?"
+        assert retrieval.nickname_in_memory(idx, "Willy", ["willy"]) == "william"
+        assert retrieval.nickname_in_memory(idx, "Gus", ["gus"]) is None
+        assert retrieval.respelled(idx, "What did Gus say?") == "What did Gus say?"
+        assert retrieval.respelled(idx, "Where do we go in August?") == "Where do we go in August?"
+        assert retrieval.nickname_in_memory(idx, "Al", ["al"]) is None
+        assert retrieval.respelled(idx, "Who can drive, Al?") == "Who can drive, Al?"
+        # a form the question writes itself is not added again
+        assert retrieval.respelled(idx, "Did Liz and Elizabeth meet?") == "Did Liz and Elizabeth meet?"
