@@ -152,3 +152,32 @@ def test_an_empty_answer_says_what_is_the_case(tmp_path: Path) -> None:
         assert empty["results"] == [] and "the index holds nothing yet" in empty["note"], empty["note"]
     finally:
         tools.close()
+
+
+def test_a_transcript_shows_the_time_it_was_said_or_none(tmp_path: Path) -> None:
+    """A transcript with no time in it (no message or header timestamp) showed its file's mtime as
+    the day it was said: "written today" in a fresh clone, as undated notes did before. It is
+    undated now; its header's time and its messages' times still show."""
+    ws = tmp_path / "ws"
+    (ws / "sessions").mkdir(parents=True)
+
+    def transcript(name: str, *recs: dict[str, Any]) -> None:
+        (ws / "sessions" / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def said(text: str, **extra: Any) -> dict[str, Any]:
+        return {"type": "message", **extra, "message": {"role": "user", "content": text}}
+
+    transcript("undated.jsonl", said("the quokka boiler broke again"))
+    transcript("header.jsonl", {"type": "session", "id": "h", "timestamp": "2025-03-04T10:00:00Z"},
+               said("the quokka heater broke again"))
+    transcript("stamped.jsonl", said("the quokka kettle broke again", timestamp="2025-05-06T08:30:00Z"))
+    settings = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    run_index(settings)
+    tools = MemoryTools(settings)
+    try:
+        hits = tools.search({"query": "quokka broke", "minScore": 0})["results"]
+        dates = {h["path"]: h["date"] for h in hits}
+        assert dates == {"sessions/undated.jsonl": None, "sessions/header.jsonl": "2025-03-04T10:00",
+                         "sessions/stamped.jsonl": "2025-05-06T08:30"}, dates
+    finally:
+        tools.close()

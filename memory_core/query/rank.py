@@ -265,8 +265,12 @@ def _edge_snippet(h: ranking.Hit, terms: list[str], neighbours: Neighbours | Non
 
 
 def _written_on(h: ranking.Hit) -> str | None:
-    """The day a result was written, as the answer shows it (:attr:`SearchResult.date`)."""
-    if h.source == "sessions":
+    """The day a result was written, as the answer shows it (:attr:`SearchResult.date`): a
+    transcript chunk's message or header time (``YYYY-MM-DDTHH:MM``), a day in the file's name,
+    else None. A file's mtime says when it was copied, not written (a fresh clone showed every
+    undated note and transcript as "written today"); it still places an undated file on a day a
+    query names and ages it for temporal decay."""
+    if h.source == "sessions" and h.date and "T" in h.date:
         return h.date
     d = date_from_path(h.path)
     return d.isoformat() if d is not None else None
