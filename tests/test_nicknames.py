@@ -54,6 +54,16 @@ def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     # two men Al may be
     _session(ws / "sessions" / "al-1.jsonl", "2026-02-10", [
         ("Albert", "the van is free on saturday"), ("Alfred", "I can drive it")])
+    # a name the stemmer shortens ("anneliese" is indexed as annelies), and an office others bake for
+    _session(ws / "sessions" / "anneliese-1.jsonl", "2026-02-11", [
+        ("Anneliese", "my rye sourdough failed again, far too much water"), ("Ben", "next time")])
+    _session(ws / "sessions" / "anneliese-2.jsonl", "2026-02-12", [
+        ("Ben", "Anneliese what are the buns for"), ("Anneliese", "cinnamon buns for the office tomorrow")])
+    _session(ws / "sessions" / "office-1.jsonl", "2026-02-13", [
+        ("Kate", "someone left cake in the office"), ("Ben", "the office gets all the cake")])
+    # both halves written: a double name left as it is
+    _session(ws / "sessions" / "jean-1.jsonl", "2026-02-14", [
+        ("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")])
     s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
     run_index(s)
     return s
@@ -105,3 +115,30 @@ def test_words_months_and_ambiguous_forms_are_left_alone(chats: Settings) -> Non
         assert retrieval.respelled(idx, "Who can drive, Al?") == "Who can drive, Al?"
         # a form the question writes itself is not added again
         assert retrieval.respelled(idx, "Did Liz and Elizabeth meet?") == "Did Liz and Elizabeth meet?"
+
+
+def test_a_near_name_the_stemmer_shortens_is_searched_as_written(chats: Settings) -> None:
+    """The index holds porter stems, and "anneliese" is indexed as ``annelies``, which a query reads
+    as ``anneli``: the near spelling of "Annelise" was found and then searched as a word in no
+    chunk, so the question kept a word memory lacks. Now it is searched as "anneliese"."""
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.near_spelling(idx, "annelise") == "anneliese"
+        assert retrieval.respelled(idx, "What happened to Annelise's rye bread?") == \
+            "What happened to anneliese's rye bread?"
+        hits = s.search("What happened to Annelise's rye bread?")
+    assert hits and hits[0].path == "sessions/anneliese-1.jsonl", [(h.path, h.score) for h in hits]
+
+
+def test_a_hyphenated_name_is_joined_as_memory_writes_it(chats: Settings) -> None:
+    """"Anna-Lise" is two words to the tokenizer, neither in memory: each was respelled apart (or
+    left), and the question about what she baked for the office found Kate's office cake first.
+    Joined, it is the near spelling of the Anneliese memory writes. "Jean-Luc", whose halves memory
+    writes both, is left as it is."""
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.respelled(idx, "What did Anna-Lise bake for the office?") == \
+            "What did anneliese bake for the office?"
+        assert retrieval.respelled(idx, "Did Jean-Luc call?") == "Did Jean-Luc call?"
+        hits = s.search("What did Anna-Lise bake for the office?")
+    assert hits and hits[0].path == "sessions/anneliese-2.jsonl", [(h.path, h.score) for h in hits]

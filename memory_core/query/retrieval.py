@@ -1038,7 +1038,8 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
     doubles and swaps (``Muhhamed``, ``Mohammed`` for ``Muhammad``; ``restuarant``), while another
     word that happens to be near differs in a consonant (``polish`` / ``policy``, ``dish`` /
     ``disk``, ``author`` / ``autom``). Never a stop word; the nearest wins, then the one in more
-    chunks."""
+    chunks. Returned as a word the keyword side reads as that indexed stem (:func:`query_form`):
+    "anneliese" for the stem ``annelies``."""
     plain = _plain(word)
     if not plain.isalpha() or not plain.isascii() or len(plain) < NEAR_SPELLING_MIN_CHARS:
         return None
@@ -1049,7 +1050,7 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
             forms.update(t for t in tok(plain.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
                                         include_colocated=False) if isinstance(t, str) and len(t) >= 3)
     vocab = idx.vocabulary()
-    best: tuple[int, int, str] | None = None
+    found: list[tuple[int, int, str]] = []
     for form in forms:
         limit = allowed_edits(len(form))
         sk = skeleton(form)
@@ -1060,10 +1061,31 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
                 d = edit_distance(form, term, limit)
                 if d == 0 or d > limit:
                     continue
-                cand = (d, -doc, term)
-                if best is None or cand < best:
-                    best = cand
-    return best[2] if best is not None else None
+                found.append((d, -doc, term))
+    for _, _, term in sorted(found):
+        surface = query_form(idx, term, conn)
+        if surface is not None:
+            return surface
+    return None
+
+
+def query_form(idx: _Index, term: str, conn: apsw.Connection | None = None) -> str | None:
+    """A word the keyword side's tokenizer reads as the indexed ``term``, or None. The index holds
+    porter stems, and a stem is not always its own stem: "anneliese" is indexed as ``annelies``,
+    which a query would read as ``anneli`` (in no chunk), so the near spelling of "Annaliese" was
+    found and then searched as nothing. Tried: the term itself, then with the endings the stemmer
+    takes off (``-e``, ``-s``, ``-es``; ``-i`` as ``-y``)."""
+    tok = idx.tokenizer(conn or idx.conn)
+    if tok is None:
+        return term
+    tries = [term, term + "e", term + "s", term + "es"] + ([term[:-1] + "y"] if term.endswith("i") else [])
+    for word in tries:
+        with contextlib.suppress(apsw.Error, TypeError, ValueError):
+            got = [t for t in tok(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
+                                  include_colocated=False) if isinstance(t, str)]
+            if got == [term]:
+                return word
+    return None
 
 
 def how_written(query: str, word: str) -> tuple[bool, bool]:
@@ -1237,6 +1259,33 @@ def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw
         return False
 
 
+_HYPHENATED_NAME = re.compile(r"(?<![^\W_])([A-Z][^\W\d_]+)-([A-Za-z][^\W\d_]+)(?![^\W_-])")
+
+
+def _joined_names(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
+    """``query`` with each capitalised hyphenated name whose parts memory does not both write
+    joined into the one word memory writes ("Anna-Lise" -> "annalise", or its near spelling as a
+    name, "anneliese"), so its parts are not respelled apart ("ann" and "lise"). A pair memory
+    writes both halves of ("Jean-Luc", "Smith-Jones") is left alone, as is one whose joined form
+    memory holds no name near."""
+    if "-" not in query:
+        return query
+
+    def joined(m: re.Match[str]) -> str:
+        a, b = m.group(1).lower(), m.group(2).lower()
+        if all(idx.idf_df(textsearch.fts_string(w), conn) > 0 for w in (a, b)):
+            return m.group(0)
+        word = a + b
+        if idx.idf_df(textsearch.fts_string(word), conn) > 0:
+            return word
+        near = near_spelling(idx, word, conn)
+        if near is not None and name_in_memory(idx, near, conn) and idx.idf_df(textsearch.fts_string(near), conn) > 0:
+            return near
+        return m.group(0)
+
+    return _HYPHENATED_NAME.sub(joined, query)
+
+
 def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
               knows: Callable[[Sequence[str]], bool | None] | None = None) -> str:
     """``query`` with each name that no chunk holds replaced by its nearest indexed spelling
@@ -1269,7 +1318,8 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
     out = query
     try:
         done = 0
-        terms = textsearch.query_terms(query)
+        out = _joined_names(idx, out, conn)  # "Anna-Lise" for the "Annalise" / "Anneliese" memory writes
+        terms = textsearch.query_terms(out)
         if not all(textsearch.is_stop_word(w) for w in terms):
             for t in terms:
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
