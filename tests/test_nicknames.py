@@ -142,3 +142,29 @@ def test_a_hyphenated_name_is_joined_as_memory_writes_it(chats: Settings) -> Non
         assert retrieval.respelled(idx, "Did Jean-Luc call?") == "Did Jean-Luc call?"
         hits = s.search("What did Anna-Lise bake for the office?")
     assert hits and hits[0].path == "sessions/anneliese-2.jsonl", [(h.path, h.score) for h in hits]
+
+
+def test_an_export_reads_names_as_the_index_does(chats: Settings, tmp_path: Path) -> None:
+    """`search --lancedb` searched a name as typed: a misspelt one, a nickname and a short name the
+    export writes otherwise found nothing, or the wrong chat, where the index answers. The export's
+    own words now give the same forms (its terms table, its full-text index), so both backends
+    search the same words and answer first with the same chat."""
+    from memory_core.export.lancedb import export_lancedb
+    from memory_core.query.lancedb import LanceSearcher
+
+    uri = str(tmp_path / "lance")
+    export_lancedb(chats.index_file, uri)
+    questions = {
+        "What did Bob say about the boat?": "sessions/robert-1.jsonl",
+        "What did Liz say about the quiz?": "sessions/liz-1.jsonl",
+        "What happened to Annelise's rye bread?": "sessions/anneliese-1.jsonl",
+        "What did Anna-Lise bake for the office?": "sessions/anneliese-2.jsonl",
+    }
+    with Searcher(chats) as s, LanceSearcher(chats, uri) as ls:
+        idx = s._current()
+        for q, path in questions.items():
+            assert retrieval.respelled(ls.lexicon, q) == retrieval.respelled(idx, q), q
+            got = ls.search(q)
+            assert got and got[0].path == path, (q, [(h.path, h.score) for h in got])
+        for q in ("how much was the garage bill?", "What did Gus say?", "Who can drive, Al?", "Did Jean-Luc call?"):
+            assert retrieval.respelled(ls.lexicon, q) == q, q

@@ -17,7 +17,9 @@ import json
 import logging
 import math
 import os
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import date
 from typing import TYPE_CHECKING, Any
@@ -132,6 +134,8 @@ class LanceSearcher(QueryProviderOwner):
             self.has_vectors = "vector" in table.schema.names
             # the index's FTS5 tokens (Porter stems); an export before it: LanceDB's words of the text
             self.stemmed = WORDS in table.schema.names
+            # names respelled, short names' and nicknames' other forms, as the index's keyword side reads them
+            self.lexicon = ExportLexicon(table, terms, self.stemmed)
             # what the exported index recorded (provider, model, key, dims)
             self.record = IndexRecord.from_meta(json.loads(md.get(b"memory_core.meta", b"{}"))) or IndexRecord()
             self.background = json.loads(tmd.get(b"memory_core.background_cosine", b"null"))
@@ -264,7 +268,13 @@ class LanceSearcher(QueryProviderOwner):
             for r in self._of_dates(dates, where):
                 if str(r["id"]) not in by_id:
                     by_id[str(r["id"])] = self._hit(r, len(by_id))
-        words = textsearch.query_terms(text) if keyword else []
+        # a name as the export writes it (a misspelling respelled, a short name's or a nickname's
+        # other form beside it), for the keyword side only, as the index's keyword side searches it
+        from memory_core.query.retrieval import respelled
+
+        kw_text = respelled(self.lexicon, text, knows=provider.knows_words if provider is not None else None) \
+            if keyword else text
+        words = textsearch.query_terms(kw_text) if keyword else []
         terms = [] if all(textsearch.is_stop_word(w) for w in words) else words
         tokens = self._tokens(terms)
         kw_hits: list[ranking.Hit] = []
@@ -424,6 +434,91 @@ class LanceSearcher(QueryProviderOwner):
                 "model": self.record.model, "dims": self.record.dims, "version": int(self.table.version),
                 "export_id": (self.table.schema.metadata or {}).get(EXPORT_ID.encode(), b"").decode(),
                 "previous_export": self.previous_export}
+
+
+class ExportLexicon:
+    """The export's words as the rules for names read them (:class:`memory_core.query.retrieval.Lexicon`):
+    document counts from its terms table, the vocabulary from the same, chunk texts from its
+    full-text index. Kept with the tables it read (a new export opens a new one); a read that fails
+    is logged and reads nothing (the name is then searched as written)."""
+
+    SAMPLE = 200
+    """Chunks holding a name read to find whether one holds another word too (:meth:`holds_beside`)."""
+
+    def __init__(self, table: Any, terms: Any, stemmed: bool) -> None:
+        self._table, self._terms, self._stemmed = table, terms, stemmed
+        self._spell_lock = threading.Lock()
+        self._respelled: dict[tuple[str, bool], str] = {}
+        self._names: dict[str, bool] = {}
+        self._aliases: dict[str, str | None] = {}
+        self._dfs: dict[str, int] = {}
+        self._vocabulary: dict[tuple[int, str], list[tuple[str, int]]] | None = None
+
+    def _tokens(self, word: str) -> list[str]:
+        return [t for t in (query_words(word) if self._stemmed else doc_tokens(word)) if t]
+
+    def query_tokens(self, word: str, conn: object = None) -> list[str] | None:
+        return self._tokens(word)
+
+    def word_df(self, word: str, conn: object = None) -> int:
+        """The chunks holding ``word``'s token (of a word of several tokens, its rarest one's: at least
+        as many as hold them all)."""
+        toks = self._tokens(word)
+        missing = [t for t in toks if t not in self._dfs]
+        if missing:
+            quoted = ",".join("'" + t.replace("'", "''") + "'" for t in missing)
+            try:
+                got = {str(r["term"]): int(r["df"]) for r in self._terms.search().where(f"term IN ({quoted})")
+                       .select(["term", "df"]).limit(len(missing)).to_list()}
+            except (ValueError, OSError, RuntimeError) as exc:
+                log.warning("reading the export's words failed (%s)", exc)
+                return 0
+            if len(self._dfs) < 10_000:
+                self._dfs.update({t: got.get(t, 0) for t in missing})
+            return min((got.get(t, self._dfs.get(t, 0)) for t in toks), default=0)
+        return min((self._dfs[t] for t in toks), default=0)
+
+    def vocabulary(self) -> dict[tuple[int, str], list[tuple[str, int]]]:
+        """The export's terms (letters only, 3 or more) and their document counts by (length, first letter)."""
+        with self._spell_lock:
+            if self._vocabulary is not None:
+                return self._vocabulary
+            groups: dict[tuple[int, str], list[tuple[str, int]]] = {}
+            try:
+                for r in self._terms.search().select(["term", "df"]).limit(None).to_arrow().to_pylist():
+                    term = r["term"]
+                    if isinstance(term, str) and term.isalpha() and term.isascii() and len(term) >= 3:
+                        groups.setdefault((len(term), term[0]), []).append((term, int(r["df"])))
+            except (ValueError, OSError, RuntimeError) as exc:
+                log.warning("the export's vocabulary cannot be read (%s); no near spellings", exc)
+            self._vocabulary = groups
+            return groups
+
+    def _holding(self, word: str, limit: int, cols: list[str]) -> list[dict[str, Any]]:
+        toks = self._tokens(word)
+        if not toks:
+            return []
+        try:
+            rows: list[dict[str, Any]] = self._table.search(" ".join(toks), query_type="fts", fts_columns=(
+                WORDS if self._stemmed else "text")).select(cols).limit(max(1, limit)).to_list()
+        except (ValueError, OSError, RuntimeError) as exc:
+            log.warning("reading the export's chunks holding %r failed (%s)", word, exc)
+            return []
+        return rows
+
+    def texts_holding(self, word: str, limit: int, conn: object = None) -> list[str]:
+        """The text of the first ``limit`` chunks holding ``word`` (best BM25 first)."""
+        return [str(r["text"] or "") for r in self._holding(word, limit, ["text"])]
+
+    def holds_beside(self, word: str, others: Sequence[str], conn: object = None) -> bool:
+        """Whether one of the first :data:`SAMPLE` chunks holding ``word`` holds one of ``others`` too."""
+        want = {t for o in others for t in self._tokens(o)}
+        col = WORDS if self._stemmed else "text"
+        for r in self._holding(word, self.SAMPLE, [col]):
+            have = str(r[col] or "").split() if self._stemmed else doc_tokens(str(r[col] or ""))
+            if want.intersection(have):
+                return True
+        return False
 
 
 def _of_days(hits: list[ranking.Hit], dates: DateRange) -> bool:

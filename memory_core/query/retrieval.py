@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import apsw
 import numpy as np
@@ -760,6 +760,34 @@ class _Index:
             self._vocabulary = groups
             return groups
 
+    # -- the words memory writes, as the name rules read them (:class:`Lexicon`, :func:`respelled`)
+    def word_df(self, word: str, conn: apsw.Connection | None = None) -> int:
+        """The chunks holding ``word`` as the keyword side reads it (:meth:`idf_df` of its FTS5 string)."""
+        return self.idf_df(textsearch.fts_string(word), conn)
+
+    def query_tokens(self, word: str, conn: apsw.Connection | None = None) -> list[str] | None:
+        """``word`` as FTS5's tokenizer reads a query (porter stems), or None without the tokenizer."""
+        tok = self.tokenizer(conn or self.conn)
+        if tok is None:
+            return None
+        try:
+            return [t for t in tok(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
+                                   include_colocated=False) if isinstance(t, str)]
+        except (apsw.Error, TypeError, ValueError):
+            return []
+
+    def texts_holding(self, word: str, limit: int, conn: apsw.Connection | None = None) -> list[str]:
+        """The text of the first ``limit`` chunks holding ``word`` (in FTS5's order). Raises apsw.Error."""
+        return [text or "" for (text,) in (conn or self.conn).execute(
+            "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
+            (textsearch.fts_string(word), limit))]
+
+    def holds_beside(self, word: str, others: Sequence[str], conn: apsw.Connection | None = None) -> bool:
+        """Whether some chunk holds ``word`` and one of ``others``. Raises apsw.Error."""
+        match = f"{textsearch.fts_string(word)} AND ({' OR '.join(textsearch.fts_string(o) for o in others)})"
+        return (conn or self.conn).execute("SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1",
+                                           (match,)).fetchone() is not None
+
     def bit_index(self) -> vectors.BitIndex:
         """Every sign-bit code of this file, loaded once per opened file (a new file or a
         committed update opens a new :class:`_Index`) and shared with the other searchers of
@@ -979,6 +1007,29 @@ RESPELLED_MAX = 4
 """At most this many words of one query are respelled."""
 
 
+class Lexicon(Protocol):
+    """The words a memory writes, as the rules for names read them (:func:`respelled`,
+    :func:`name_in_memory`, :func:`alias_of`, :func:`nickname_in_memory`): the index's
+    :class:`_Index`, or a LanceDB export's lexicon (:class:`memory_core.query.lancedb.ExportLexicon`).
+    ``conn`` is the SQLite connection of the thread asking (ignored by an export). Reading
+    failures raise apsw.Error (an export logs its own and reads nothing)."""
+
+    _spell_lock: threading.Lock
+    _respelled: dict[tuple[str, bool], str]
+    _names: dict[str, bool]
+    _aliases: dict[str, str | None]
+
+    def word_df(self, word: str, conn: apsw.Connection | None = None) -> int: ...
+
+    def query_tokens(self, word: str, conn: apsw.Connection | None = None) -> list[str] | None: ...
+
+    def vocabulary(self) -> dict[tuple[int, str], list[tuple[str, int]]]: ...
+
+    def texts_holding(self, word: str, limit: int, conn: apsw.Connection | None = None) -> list[str]: ...
+
+    def holds_beside(self, word: str, others: Sequence[str], conn: apsw.Connection | None = None) -> bool: ...
+
+
 def allowed_edits(n: int) -> int:
     """Edits (Damerau-Levenshtein) allowed between a word of ``n`` letters and an indexed spelling
     of the same consonant skeleton: 1 up to 4 letters, 2 up to 6, 3 from 7."""
@@ -1029,7 +1080,7 @@ def _plain(word: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKD", word.lower()) if not unicodedata.combining(ch))
 
 
-def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str | None:
+def near_spelling(idx: Lexicon, word: str, conn: apsw.Connection | None = None) -> str | None:
     """The indexed spelling nearest ``word`` (a query word no chunk holds), or None.
 
     Both the word and its porter stem (the form FTS5 indexes) are compared with the index's
@@ -1044,11 +1095,7 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
     if not plain.isalpha() or not plain.isascii() or len(plain) < NEAR_SPELLING_MIN_CHARS:
         return None
     forms = {plain}
-    tok = idx.tokenizer(conn or idx.conn)
-    if tok is not None:
-        with contextlib.suppress(apsw.Error, TypeError, ValueError):
-            forms.update(t for t in tok(plain.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
-                                        include_colocated=False) if isinstance(t, str) and len(t) >= 3)
+    forms.update(t for t in idx.query_tokens(plain, conn) or () if len(t) >= 3)
     vocab = idx.vocabulary()
     found: list[tuple[int, int, str]] = []
     for form in forms:
@@ -1069,22 +1116,19 @@ def near_spelling(idx: _Index, word: str, conn: apsw.Connection | None = None) -
     return None
 
 
-def query_form(idx: _Index, term: str, conn: apsw.Connection | None = None) -> str | None:
+def query_form(idx: Lexicon, term: str, conn: apsw.Connection | None = None) -> str | None:
     """A word the keyword side's tokenizer reads as the indexed ``term``, or None. The index holds
     porter stems, and a stem is not always its own stem: "anneliese" is indexed as ``annelies``,
     which a query would read as ``anneli`` (in no chunk), so the near spelling of "Annaliese" was
     found and then searched as nothing. Tried: the term itself, then with the endings the stemmer
     takes off (``-e``, ``-s``, ``-es``; ``-i`` as ``-y``)."""
-    tok = idx.tokenizer(conn or idx.conn)
-    if tok is None:
-        return term
     tries = [term, term + "e", term + "s", term + "es"] + ([term[:-1] + "y"] if term.endswith("i") else [])
     for word in tries:
-        with contextlib.suppress(apsw.Error, TypeError, ValueError):
-            got = [t for t in tok(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None, include_offsets=False,
-                                  include_colocated=False) if isinstance(t, str)]
-            if got == [term]:
-                return word
+        got = idx.query_tokens(word, conn)
+        if got is None:  # no tokenizer: the term as it is
+            return term
+        if got == [term]:
+            return word
     return None
 
 
@@ -1113,7 +1157,7 @@ it) written capitalised for :func:`name_in_memory` to read it as a name."""
 NAME_SAMPLE_ROWS = 20
 
 
-def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) -> bool:
+def name_in_memory(idx: Lexicon, term: str, conn: apsw.Connection | None = None) -> bool:
     """Whether the indexed ``term`` is a name as memory writes it: at least :data:`NAME_SHARE` of its
     occurrences in the first chunks holding it capitalised (``Muhammad``), not an everyday word
     (``paper``, ``plan``) nor a constant or an acronym written in capitals (``re.DOTALL``, ``NASA``),
@@ -1125,10 +1169,8 @@ def name_in_memory(idx: _Index, term: str, conn: apsw.Connection | None = None) 
     word = re.compile(rf"(?<![^\W_]){re.escape(term)}[^\W\d_]*", re.IGNORECASE)
     caps = total = 0
     try:
-        for (text,) in (conn or idx.conn).execute(
-                "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
-                (textsearch.fts_string(term), NAME_SAMPLE_ROWS)):
-            for m in word.finditer(text or ""):
+        for text in idx.texts_holding(term, NAME_SAMPLE_ROWS, conn):
+            for m in word.finditer(text):
                 total += 1
                 caps += m.group(0)[:1].isupper() and not m.group(0).isupper()  # DOTALL is a constant
     except apsw.Error as exc:
@@ -1149,7 +1191,7 @@ ALIAS_CAPS_SHARE = 0.5
 """A short name's occurrences written capitalised (chats lower-case whole messages: "mo when r u back")."""
 
 
-def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str | None:
+def alias_of(idx: Lexicon, word: str, conn: apsw.Connection | None = None) -> str | None:
     """The longer name memory writes beside the short name ``word`` wherever it writes ``word``:
     "Mo" in a chat whose messages are labelled "Muhammad:", "Kat" in Kate's. Read from the first
     :data:`NAME_SAMPLE_ROWS` chunks holding ``word``: at least :data:`ALIAS_MIN_ROWS` of them, ``word``
@@ -1170,12 +1212,10 @@ def alias_of(idx: _Index, word: str, conn: apsw.Connection | None = None) -> str
     rows = caps = total = named = 0
     beside: Counter[str] = Counter()
     try:
-        for (text,) in (conn or idx.conn).execute(
-                "SELECT c.text FROM chunks_fts f JOIN chunks c ON c.rowid = f.rowid WHERE chunks_fts MATCH ? LIMIT ?",
-                (textsearch.fts_string(key), NAME_SAMPLE_ROWS)):
+        for raw in idx.texts_holding(key, NAME_SAMPLE_ROWS, conn):
             # a transcript's role labels ("User: ", "Assistant: ") are the index's, no one's name
             text = "\n".join(ln[len(p):] if (p := next((p for p in SPEAKERS if ln.startswith(p)), "")) else ln
-                             for ln in (text or "").split("\n"))
+                             for ln in raw.split("\n"))
             found = list(exact.finditer(text))
             if not found:
                 continue  # the stem matched another word
@@ -1221,7 +1261,7 @@ def _nickname_table() -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in pairs.items()}
 
 
-def nickname_in_memory(idx: _Index, word: str, terms: Sequence[str], conn: apsw.Connection | None = None) -> str | None:
+def nickname_in_memory(idx: Lexicon, word: str, terms: Sequence[str], conn: apsw.Connection | None = None) -> str | None:
     """The one other form of the given name ``word`` that memory writes as a name (Bob / Robert,
     Liz / Elizabeth, Bill / William, Peggy / Margaret, Katherine / Kate: :func:`_nickname_table`),
     or None: none of its forms is a name as memory writes it (:func:`name_in_memory`: "bill" and
@@ -1232,7 +1272,7 @@ def nickname_in_memory(idx: _Index, word: str, terms: Sequence[str], conn: apsw.
     if calendar_word(key):
         return None
     found = [p for p in sorted(_nickname_table().get(key, ())) if p not in terms and not calendar_word(p)
-             and idx.idf_df(textsearch.fts_string(p), conn) > 0 and name_in_memory(idx, p, conn)]
+             and idx.word_df(p, conn) > 0 and name_in_memory(idx, p, conn)]
     return found[0] if len(found) == 1 else None
 
 
@@ -1243,18 +1283,15 @@ _TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told
 evidence of which person it asks about (:func:`_said_beside`)."""
 
 
-def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
+def _said_beside(idx: Lexicon, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
     """Whether some chunk holds ``near`` and one of the query's other words (``terms`` but ``word``,
     stop words and :data:`_TALK_WORDS`); true for a query of that word alone (nothing else to
     read it by)."""
-    others = [textsearch.fts_string(w) for w in terms
-              if w != word and not textsearch.is_stop_word(w) and w not in _TALK_WORDS]
+    others = [w for w in terms if w != word and not textsearch.is_stop_word(w) and w not in _TALK_WORDS]
     if not others:
         return True
     try:
-        return (conn or idx.conn).execute(
-            "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT 1",
-            (f"{textsearch.fts_string(near)} AND ({' OR '.join(others)})",)).fetchone() is not None
+        return idx.holds_beside(near, others, conn)
     except apsw.Error:
         return False
 
@@ -1262,7 +1299,7 @@ def _said_beside(idx: _Index, near: str, terms: list[str], word: str, conn: apsw
 _HYPHENATED_NAME = re.compile(r"(?<![^\W_])([A-Z][^\W\d_]+)-([A-Za-z][^\W\d_]+)(?![^\W_-])")
 
 
-def _joined_names(idx: _Index, query: str, conn: apsw.Connection | None = None) -> str:
+def _joined_names(idx: Lexicon, query: str, conn: apsw.Connection | None = None) -> str:
     """``query`` with each capitalised hyphenated name whose parts memory does not both write
     joined into the one word memory writes ("Anna-Lise" -> "annalise", or its near spelling as a
     name, "anneliese"), so its parts are not respelled apart ("ann" and "lise"). A pair memory
@@ -1273,20 +1310,20 @@ def _joined_names(idx: _Index, query: str, conn: apsw.Connection | None = None) 
 
     def joined(m: re.Match[str]) -> str:
         a, b = m.group(1).lower(), m.group(2).lower()
-        if all(idx.idf_df(textsearch.fts_string(w), conn) > 0 for w in (a, b)):
+        if all(idx.word_df(w, conn) > 0 for w in (a, b)):
             return m.group(0)
         word = a + b
-        if idx.idf_df(textsearch.fts_string(word), conn) > 0:
+        if idx.word_df(word, conn) > 0:
             return word
         near = near_spelling(idx, word, conn)
-        if near is not None and name_in_memory(idx, near, conn) and idx.idf_df(textsearch.fts_string(near), conn) > 0:
+        if near is not None and name_in_memory(idx, near, conn) and idx.word_df(near, conn) > 0:
             return near
         return m.group(0)
 
     return _HYPHENATED_NAME.sub(joined, query)
 
 
-def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
+def respelled(idx: Lexicon, query: str, conn: apsw.Connection | None = None,
               knows: Callable[[Sequence[str]], bool | None] | None = None) -> str:
     """``query`` with each name that no chunk holds replaced by its nearest indexed spelling
     (:func:`near_spelling`) for the keyword side, so a name spelled otherwise than the memory
@@ -1327,7 +1364,7 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                 named, capitalised = how_written(query, t)
                 if not capitalised and knows is None:
                     continue  # a lower-case word: "bill" is not the "Bell" memory holds
-                if idx.idf_df(textsearch.fts_string(t), conn) > 0:
+                if idx.word_df(t, conn) > 0:
                     continue
                 if not capitalised and (knows is None or knows([t]) is not False):
                     continue  # a word of the model's vocabulary: "summary" is not the "Summer" memory names
@@ -1344,7 +1381,7 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                 if near is not None and not named and (
                         not name_in_memory(idx, near, conn) or not _said_beside(idx, near, terms, t, conn)):
                     continue
-                if near is not None and idx.idf_df(textsearch.fts_string(near), conn) > 0:
+                if near is not None and idx.word_df(near, conn) > 0:
                     out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", near, out, flags=re.IGNORECASE)
                     done += 1
             for t in dict.fromkeys(terms):  # a short name memory writes beside a longer one: "Mo", "Muhammad"
@@ -1355,7 +1392,7 @@ def respelled(idx: _Index, query: str, conn: apsw.Connection | None = None,
                 if not capitalised:
                     continue
                 alias = alias_of(idx, t, conn) if 2 <= len(t) <= ALIAS_MAX_CHARS else None
-                if (alias is None and idx.idf_df(textsearch.fts_string(t), conn) > 0
+                if (alias is None and idx.word_df(t, conn) > 0
                         and name_in_memory(idx, t, conn)):
                     # a name memory writes in two forms: "Liz" searched with the "Elizabeth" of other
                     # messages (a word memory writes in lower case too, "See also", is no Seymour)
