@@ -13,35 +13,23 @@ process) is outside the rounds: a warm-up search loads it."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import statistics
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
+from bench.paired import eval_module, ms_per_search, print_ratios
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
 
-EVAL = Path(__file__).resolve().parents[1] / "eval"
 ABSENT = ["Who has my power tool at the moment?", "What is my brother-in-law's job?",
           "Which friend got hurt?", "What gear problems did the band have?", "okonomiyaki recipe ideas"]
-
-
-def _convo() -> Any:
-    spec = importlib.util.spec_from_file_location("convo_eval", EVAL / "convo.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    convo = _convo()
+    convo = eval_module("convo")
     with tempfile.TemporaryDirectory() as tmp:
         ws = convo.build_workspace(Path(tmp) / "ws")
         s = load_settings(ws / "memory-core.toml", {"workspace": str(ws)})
@@ -59,15 +47,10 @@ def main() -> None:
                 for which in (("on", "off") if r % 2 else ("off", "on")):
                     provider.knows_words = asked if which == "on" else (lambda words: None)  # type: ignore[method-assign]
                     for label, qs in (("absent", ABSENT), ("shared", shared)):
-                        t0 = time.perf_counter()
-                        for q in qs:
-                            searcher.search(q)
-                        times.setdefault(f"{label} {which}", []).append((time.perf_counter() - t0) / len(qs) * 1000)
-    print("| questions | tokenizer asked (ms / search) | switched off (ms / search) | ratio |")
-    print("|---|---|---|---|")
-    for label in ("absent", "shared"):
-        on, off = statistics.median(times[f"{label} on"]), statistics.median(times[f"{label} off"])
-        print(f"| {label} ({len(ABSENT) if label == 'absent' else 20}) | {on:.2f} | {off:.2f} | {on / off:.3f} |")
+                        times.setdefault(f"{label} {which}", []).append(ms_per_search(searcher, qs))
+    print_ratios(("questions", "tokenizer asked (ms / search)", "switched off (ms / search)"),
+                 [(f"absent ({len(ABSENT)})", times["absent on"], times["absent off"]),
+                  ("shared (20)", times["shared on"], times["shared off"])])
 
 
 if __name__ == "__main__":

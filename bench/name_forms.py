@@ -13,29 +13,17 @@ question asks of memory is the same both ways."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.paired import EVAL, eval_module, ms_per_search, print_ratios
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
-
-EVAL = Path(__file__).resolve().parents[1] / "eval"
-
-
-def _chats() -> Any:
-    spec = importlib.util.spec_from_file_location("chats_eval", EVAL / "chats.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _questions() -> list[str]:
@@ -49,7 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    chats = _chats()
+    chats = eval_module("chats")
     questions = _questions()
     on: dict[str, Callable[..., Any]] = {"nickname_in_memory": retrieval.nickname_in_memory,
                                           "_joined_names": retrieval._joined_names}
@@ -70,19 +58,13 @@ def main() -> None:
                     setattr(retrieval, name, fn)
                 with Searcher(s) as searcher:
                     for phase in ("cold", "warm"):
-                        t0 = time.perf_counter()
-                        for q in questions:
-                            searcher.search(q)
-                        times.setdefault(f"{phase} {which}", []).append((time.perf_counter() - t0) / len(questions) * 1000)
+                        times.setdefault(f"{phase} {which}", []).append(ms_per_search(searcher, questions))
         for name, fn in on.items():
             setattr(retrieval, name, fn)
     print(f"{len(questions)} questions naming someone, {a.rounds} rounds, median ms per search")
     print()
-    print("| asked | name rules on | switched off | ratio |")
-    print("|---|---|---|---|")
-    for phase in ("cold", "warm"):
-        t_on, t_off = statistics.median(times[f"{phase} on"]), statistics.median(times[f"{phase} off"])
-        print(f"| {phase} | {t_on:.2f} | {t_off:.2f} | {t_on / t_off:.3f} |")
+    print_ratios(("asked", "name rules on", "switched off"),
+                 [(phase, times[f"{phase} on"], times[f"{phase} off"]) for phase in ("cold", "warm")])
 
 
 if __name__ == "__main__":

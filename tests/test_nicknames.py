@@ -5,7 +5,6 @@ transcripts."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,7 @@ from memory_core.config import Settings, load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query import retrieval
 from memory_core.query.search import Searcher
-
-
-def _session(path: Path, day: str, turns: list[tuple[str, str]]) -> None:
-    recs: list[dict[str, object]] = [{"type": "session", "version": 3, "id": path.stem, "timestamp": f"{day}T18:00:00Z"}]
-    for n, (who, text) in enumerate(turns):
-        recs.append({"type": "message", "timestamp": f"{day}T18:{n:02d}:00Z",
-                     "message": {"role": "user" if who == "Ben" else "assistant",
-                                 "content": [{"type": "text", "text": f"{who}: {text}"}]}})
-    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+from tests.test_name_aliases import _session
 
 
 @pytest.fixture(scope="module")
@@ -69,32 +60,31 @@ def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return s
 
 
+def _asked(chats: Settings, question: str, searched_as: str) -> list[str]:
+    """The paths of ``question``'s answer, best first, once the keyword side is seen to search it
+    as ``searched_as``."""
+    with Searcher(chats) as s:
+        assert retrieval.respelled(s._current(), question) == searched_as, question
+        return [h.path for h in s.search(question)]
+
+
 def test_a_nickname_memory_never_writes_is_searched_as_the_name_it_does(chats: Settings) -> None:
     """"What did Bob say about the boat?": memory never writes "Bob", so before, the question
     counted a word memory lacks and, with the keyword side alone, got nothing at all. Bob is Robert
     in the table, and memory writes Robert as a name: the keyword side searches "robert" in its
     place, and Robert's boat message comes before Kate's shorter one."""
     with Searcher(chats) as s:
-        idx = s._current()
-        assert retrieval.nickname_in_memory(idx, "Bob", ["what", "did", "bob", "say", "about", "the", "boat"]) \
-            == "robert"
-        assert retrieval.respelled(idx, "What did Bob say about the boat?") == "What did robert say about the boat?"
-        hits = s.search("What did Bob say about the boat?")
-    assert hits, "nothing found"
-    assert hits[0].path == "sessions/robert-1.jsonl", [(h.path, h.score) for h in hits]
+        assert retrieval.nickname_in_memory(s._current(), "Bob", ["what", "did", "bob", "say", "boat"]) == "robert"
+    paths = _asked(chats, "What did Bob say about the boat?", "What did robert say about the boat?")
+    assert paths[:1] == ["sessions/robert-1.jsonl"], paths
 
 
 def test_a_name_memory_writes_in_two_forms_is_searched_in_both(chats: Settings) -> None:
     """"Liz" is in memory (Ben and Kate call her so) but her own messages say "Elizabeth:". Asked
     what Liz said about the quiz, Kate's shorter "Liz was so funny at the quiz" came first before;
     both forms searched, Elizabeth's own answer does."""
-    q = "What did Liz say about the quiz?"
-    with Searcher(chats) as s:
-        idx = s._current()
-        assert retrieval.respelled(idx, q) == "What did Liz elizabeth say about the quiz?"
-        hits = s.search(q)
-    paths = [h.path for h in hits]
-    assert paths[:2] == ["sessions/liz-1.jsonl", "sessions/liz-3.jsonl"], [(h.path, h.score) for h in hits]
+    paths = _asked(chats, "What did Liz say about the quiz?", "What did Liz elizabeth say about the quiz?")
+    assert paths[:2] == ["sessions/liz-1.jsonl", "sessions/liz-3.jsonl"], paths
 
 
 def test_words_months_and_ambiguous_forms_are_left_alone(chats: Settings) -> None:
@@ -122,12 +112,9 @@ def test_a_near_name_the_stemmer_shortens_is_searched_as_written(chats: Settings
     as ``anneli``: the near spelling of "Annelise" was found and then searched as a word in no
     chunk, so the question kept a word memory lacks. Now it is searched as "anneliese"."""
     with Searcher(chats) as s:
-        idx = s._current()
-        assert retrieval.near_spelling(idx, "annelise") == "anneliese"
-        assert retrieval.respelled(idx, "What happened to Annelise's rye bread?") == \
-            "What happened to anneliese's rye bread?"
-        hits = s.search("What happened to Annelise's rye bread?")
-    assert hits and hits[0].path == "sessions/anneliese-1.jsonl", [(h.path, h.score) for h in hits]
+        assert retrieval.near_spelling(s._current(), "annelise") == "anneliese"
+    paths = _asked(chats, "What happened to Annelise's rye bread?", "What happened to anneliese's rye bread?")
+    assert paths[:1] == ["sessions/anneliese-1.jsonl"], paths
 
 
 def test_a_hyphenated_name_is_joined_as_memory_writes_it(chats: Settings) -> None:
@@ -135,13 +122,9 @@ def test_a_hyphenated_name_is_joined_as_memory_writes_it(chats: Settings) -> Non
     left), and the question about what she baked for the office found Kate's office cake first.
     Joined, it is the near spelling of the Anneliese memory writes. "Jean-Luc", whose halves memory
     writes both, is left as it is."""
-    with Searcher(chats) as s:
-        idx = s._current()
-        assert retrieval.respelled(idx, "What did Anna-Lise bake for the office?") == \
-            "What did anneliese bake for the office?"
-        assert retrieval.respelled(idx, "Did Jean-Luc call?") == "Did Jean-Luc call?"
-        hits = s.search("What did Anna-Lise bake for the office?")
-    assert hits and hits[0].path == "sessions/anneliese-2.jsonl", [(h.path, h.score) for h in hits]
+    _asked(chats, "Did Jean-Luc call?", "Did Jean-Luc call?")  # both halves written: left as it is
+    paths = _asked(chats, "What did Anna-Lise bake for the office?", "What did anneliese bake for the office?")
+    assert paths[:1] == ["sessions/anneliese-2.jsonl"], paths
 
 
 def test_an_export_reads_names_as_the_index_does(chats: Settings, tmp_path: Path) -> None:
