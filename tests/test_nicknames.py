@@ -52,6 +52,9 @@ def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         ("Ben", "Anneliese what are the buns for"), ("Anneliese", "cinnamon buns for the office tomorrow")])
     _session(ws / "sessions" / "office-1.jsonl", "2026-02-13", [
         ("Kate", "someone left cake in the office"), ("Ben", "the office gets all the cake")])
+    # Susan, whom a question may call Sue, only ever talks about the dentist
+    _session(ws / "sessions" / "susan-1.jsonl", "2026-02-15", [
+        ("Susan", "the dentist moved my appointment to friday"), ("Ben", "annoying")])
     # both halves written: a double name left as it is
     _session(ws / "sessions" / "jean-1.jsonl", "2026-02-14", [
         ("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")])
@@ -103,6 +106,11 @@ def test_words_months_and_ambiguous_forms_are_left_alone(chats: Settings) -> Non
         assert retrieval.respelled(idx, "Where do we go in August?") == "Where do we go in August?"
         assert retrieval.nickname_in_memory(idx, "Al", ["al"]) is None
         assert retrieval.respelled(idx, "Who can drive, Al?") == "Who can drive, Al?"
+        # a sentence's first word is a name only where memory writes its form beside the question's
+        # other words (as for respelling): Susan is beside "dentist", never beside "landlord"
+        assert retrieval.respelled(idx, "Sue said what about the dentist?") == "susan said what about the dentist?"
+        assert retrieval.respelled(idx, "Sue the landlord?") == "Sue the landlord?"
+        assert retrieval.respelled(idx, "Bob?") == "robert?"  # asked alone: nothing else to read it by
         # a form the question writes itself is not added again
         assert retrieval.respelled(idx, "Did Liz and Elizabeth meet?") == "Did Liz and Elizabeth meet?"
 
