@@ -55,6 +55,12 @@ def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     # Susan, whom a question may call Sue, only ever talks about the dentist
     _session(ws / "sessions" / "susan-1.jsonl", "2026-02-15", [
         ("Susan", "the dentist moved my appointment to friday"), ("Ben", "annoying")])
+    # Jorge, whom a question may spell George by ear (a sound-alike first letter), and Filip / Philip
+    _session(ws / "sessions" / "jorge-1.jsonl", "2026-02-16", [
+        ("Jorge", "my thesis defence is on the 20th and I am terrified"), ("Ben", "Jorge you will be fine")])
+    _session(ws / "sessions" / "kate-2.jsonl", "2026-02-17", [("Kate", "thesis defence passed!"), ("Ben", "wow")])
+    _session(ws / "sessions" / "filip-1.jsonl", "2026-02-18", [
+        ("Filip", "the kayak trip is off, the river is too high"), ("Ben", "shame")])
     # both halves written: a double name left as it is
     _session(ws / "sessions" / "jean-1.jsonl", "2026-02-14", [
         ("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")])
@@ -159,3 +165,19 @@ def test_an_export_reads_names_as_the_index_does(chats: Settings, tmp_path: Path
             assert got and got[0].path == path, (q, [(h.path, h.score) for h in got])
         for q in ("how much was the garage bill?", "What did Gus say?", "Who can drive, Al?", "Did Jean-Luc call?"):
             assert retrieval.respelled(ls.lexicon, q) == q, q
+
+
+def test_a_name_spelled_by_ear_with_another_first_letter_is_respelled(chats: Settings) -> None:
+    """"George" for the Jorge memory writes, "Philip" for Filip: the near spelling was looked for
+    only among words of the same first letter, so neither was found, and the question about
+    George's defence answered with Kate's shorter message about hers. Words whose first letters
+    sound alike (g / j, c / k / q, s / z, f / v, ph / f) are compared now; the consonant skeleton
+    must still be the same."""
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.near_spelling(idx, "george") == "jorg"  # Jorge's stem, as the keyword side reads it
+        assert retrieval.near_spelling(idx, "philip") == "filip"
+    paths = _asked(chats, "When is George's thesis defence?", "When is jorg's thesis defence?")
+    assert paths[:1] == ["sessions/jorge-1.jsonl"], paths
+    assert _asked(chats, "Why is the kayak trip with Philip off?", "Why is the kayak trip with filip off?")[:1] == \
+        ["sessions/filip-1.jsonl"]

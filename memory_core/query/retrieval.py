@@ -1037,6 +1037,10 @@ def allowed_edits(n: int) -> int:
 
 
 _SOUND = str.maketrans("cqjzv", "kkgsf")  # letters that spell the same sound in names: Jorje / Jorge
+_SOUND_ALIKE = {"c": "ckq", "k": "kcq", "q": "qck", "g": "gj", "j": "jg", "s": "sz", "z": "zs", "f": "fv", "v": "vf",
+                "p": "pf"}
+"""The first letters an indexed spelling of the same :func:`skeleton` may start with: George / Jorge,
+Catherine / Katherine, Philip / Filip (``ph`` reads as ``f``). The skeleton must still be equal."""
 
 
 def skeleton(word: str) -> str:
@@ -1101,8 +1105,9 @@ def near_spelling(idx: Lexicon, word: str, conn: apsw.Connection | None = None) 
     for form in forms:
         limit = allowed_edits(len(form))
         sk = skeleton(form)
+        firsts = _SOUND_ALIKE.get(form[0], form[0]) + ("p" if form.startswith("f") else "")
         for n in range(len(form) - limit, len(form) + limit + 1):
-            for term, doc in vocab.get((n, form[0]), ()):
+            for term, doc in (t for first in firsts for t in vocab.get((n, first), ())):
                 if skeleton(term) != sk or textsearch.is_stop_word(term):
                     continue
                 d = edit_distance(form, term, limit)
