@@ -15,55 +15,70 @@ from memory_core.query import retrieval
 from memory_core.query.search import Searcher
 from tests.test_name_aliases import _session
 
+SESSIONS: list[tuple[str, str, list[tuple[str, str]]]] = [
+    # the export labels his messages "Robert:"; nobody writes "Bob"
+    ("robert-1", "2026-02-02", [
+        ("Ben", "how is the boat coming along"),
+        ("Robert", "the boat needs a new hull coat before spring, I sanded it all weekend and my arms are done"),
+        ("Ben", "sounds like hard work"),
+    ]),
+    ("robert-2", "2026-02-04", [("Robert", "booked the dentist for thursday"), ("Ben", "good luck")]),
+    # Kate's boat message is shorter: the keyword side alone ranks it first
+    ("kate-1", "2026-02-03", [("Kate", "the boat sank"), ("Ben", "no way")]),
+    # Elizabeth is "Liz" to her friends and "Elizabeth:" in the export
+    ("liz-1", "2026-02-05", [
+        ("Ben", "Liz are you coming to the quiz"),
+        ("Elizabeth", "cannot, the flat viewing is at seven"),
+    ]),
+    ("liz-2", "2026-02-06", [
+        ("Elizabeth", "the landlord of the flat on Carver Road wants a deposit of two months"),
+        ("Ben", "that is steep"),
+    ]),
+    ("liz-3", "2026-02-07", [("Kate", "Liz was so funny at the quiz"), ("Ben", "she always is")]),
+    # "bill" is a word here, not a name; William is a name; a month is no one's name
+    ("william-1", "2026-02-08", [
+        ("William", "the garage bill came to 300"),
+        ("Ben", "ouch, William that is a lot"),
+    ]),
+    ("august-1", "2026-02-09", [("Kate", "we go to Spain in August"), ("Ben", "August is so hot there")]),
+    # two men Al may be
+    ("al-1", "2026-02-10", [("Albert", "the van is free on saturday"), ("Alfred", "I can drive it")]),
+    # a name the stemmer shortens ("anneliese" is indexed as annelies), and an office others bake for
+    ("anneliese-1", "2026-02-11", [
+        ("Anneliese", "my rye sourdough failed again, far too much water"),
+        ("Ben", "next time"),
+    ]),
+    ("anneliese-2", "2026-02-12", [
+        ("Ben", "Anneliese what are the buns for"),
+        ("Anneliese", "cinnamon buns for the office tomorrow"),
+    ]),
+    ("office-1", "2026-02-13", [
+        ("Kate", "someone left cake in the office"),
+        ("Ben", "the office gets all the cake"),
+    ]),
+    # Susan, whom a question may call Sue, only ever talks about the dentist
+    ("susan-1", "2026-02-15", [
+        ("Susan", "the dentist moved my appointment to friday"),
+        ("Ben", "annoying"),
+    ]),
+    # Jorge, whom a question may spell George by ear (a sound-alike first letter), and Filip / Philip
+    ("jorge-1", "2026-02-16", [
+        ("Jorge", "my thesis defence is on the 20th and I am terrified"),
+        ("Ben", "Jorge you will be fine"),
+    ]),
+    ("kate-2", "2026-02-17", [("Kate", "thesis defence passed!"), ("Ben", "wow")]),
+    ("filip-1", "2026-02-18", [("Filip", "the kayak trip is off, the river is too high"), ("Ben", "shame")]),
+    # both halves written: a double name left as it is
+    ("jean-1", "2026-02-14", [("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")]),
+]
+
 
 @pytest.fixture(scope="module")
 def chats(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     ws = tmp_path_factory.mktemp("nicknames") / "ws"
     (ws / "sessions").mkdir(parents=True)
-    # the export labels his messages "Robert:"; nobody writes "Bob"
-    _session(ws / "sessions" / "robert-1.jsonl", "2026-02-02", [
-        ("Ben", "how is the boat coming along"),
-        ("Robert", "the boat needs a new hull coat before spring, I sanded it all weekend and my arms are done"),
-        ("Ben", "sounds like hard work")])
-    _session(ws / "sessions" / "robert-2.jsonl", "2026-02-04", [
-        ("Robert", "booked the dentist for thursday"), ("Ben", "good luck")])
-    # Kate's boat message is shorter: the keyword side alone ranks it first
-    _session(ws / "sessions" / "kate-1.jsonl", "2026-02-03", [("Kate", "the boat sank"), ("Ben", "no way")])
-    # Elizabeth is "Liz" to her friends and "Elizabeth:" in the export
-    _session(ws / "sessions" / "liz-1.jsonl", "2026-02-05", [
-        ("Ben", "Liz are you coming to the quiz"), ("Elizabeth", "cannot, the flat viewing is at seven")])
-    _session(ws / "sessions" / "liz-2.jsonl", "2026-02-06", [
-        ("Elizabeth", "the landlord of the flat on Carver Road wants a deposit of two months"),
-        ("Ben", "that is steep")])
-    _session(ws / "sessions" / "liz-3.jsonl", "2026-02-07", [
-        ("Kate", "Liz was so funny at the quiz"), ("Ben", "she always is")])
-    # "bill" is a word here, not a name; William is a name; a month is no one's name
-    _session(ws / "sessions" / "william-1.jsonl", "2026-02-08", [
-        ("William", "the garage bill came to 300"), ("Ben", "ouch, William that is a lot")])
-    _session(ws / "sessions" / "august-1.jsonl", "2026-02-09", [
-        ("Kate", "we go to Spain in August"), ("Ben", "August is so hot there")])
-    # two men Al may be
-    _session(ws / "sessions" / "al-1.jsonl", "2026-02-10", [
-        ("Albert", "the van is free on saturday"), ("Alfred", "I can drive it")])
-    # a name the stemmer shortens ("anneliese" is indexed as annelies), and an office others bake for
-    _session(ws / "sessions" / "anneliese-1.jsonl", "2026-02-11", [
-        ("Anneliese", "my rye sourdough failed again, far too much water"), ("Ben", "next time")])
-    _session(ws / "sessions" / "anneliese-2.jsonl", "2026-02-12", [
-        ("Ben", "Anneliese what are the buns for"), ("Anneliese", "cinnamon buns for the office tomorrow")])
-    _session(ws / "sessions" / "office-1.jsonl", "2026-02-13", [
-        ("Kate", "someone left cake in the office"), ("Ben", "the office gets all the cake")])
-    # Susan, whom a question may call Sue, only ever talks about the dentist
-    _session(ws / "sessions" / "susan-1.jsonl", "2026-02-15", [
-        ("Susan", "the dentist moved my appointment to friday"), ("Ben", "annoying")])
-    # Jorge, whom a question may spell George by ear (a sound-alike first letter), and Filip / Philip
-    _session(ws / "sessions" / "jorge-1.jsonl", "2026-02-16", [
-        ("Jorge", "my thesis defence is on the 20th and I am terrified"), ("Ben", "Jorge you will be fine")])
-    _session(ws / "sessions" / "kate-2.jsonl", "2026-02-17", [("Kate", "thesis defence passed!"), ("Ben", "wow")])
-    _session(ws / "sessions" / "filip-1.jsonl", "2026-02-18", [
-        ("Filip", "the kayak trip is off, the river is too high"), ("Ben", "shame")])
-    # both halves written: a double name left as it is
-    _session(ws / "sessions" / "jean-1.jsonl", "2026-02-14", [
-        ("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")])
+    for name, day, turns in SESSIONS:
+        _session(ws / "sessions" / f"{name}.jsonl", day, turns)
     s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
     run_index(s)
     return s
