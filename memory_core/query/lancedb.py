@@ -295,7 +295,7 @@ class LanceSearcher(QueryProviderOwner):
                     h = by_id[str(r["id"])]
                     h.bm25 = float(r["_score"])
                     h.text_score = h.bm25 / (1 + h.bm25)
-            df = self._term_dfs(tokens)
+            df = self.lexicon.term_dfs(tokens)
             n = self.n_chunks
             present = 0.0
             for t in tokens:  # LanceDB's BM25 IDF
@@ -337,17 +337,9 @@ class LanceSearcher(QueryProviderOwner):
             cands = replace(cands, file_cosines=cosines, multi_chunk_share=share)
         return cands
 
-    def _term_dfs(self, tokens: list[str]) -> dict[str, int]:
-        """The export's document frequency of each of ``tokens`` it holds (its terms table)."""
-        if not tokens:
-            return {}
-        quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
-        return {str(r["term"]): int(r["df"]) for r in self.terms.search().where(f"term IN ({quoted})")
-                .select(["term", "df"]).limit(len(tokens)).to_list()}
-
     def _writes_any(self, words: list[str]) -> bool:
         """Whether the export's vocabulary holds any of ``words`` (as its tokens)."""
-        return any(self._term_dfs(self._tokens(words)).values())
+        return any(self.lexicon.term_dfs(self._tokens(words)).values())
 
     def _of_dates(self, dates: DateRange, where: str | None) -> list[dict[str, Any]]:
         """The export's chunks dated within the days a query names (their ``date``: a dated note's
@@ -410,10 +402,8 @@ class LanceSearcher(QueryProviderOwner):
         return out, share
 
     def _tokens(self, terms: list[str]) -> list[str]:
-        """The export's tokens of these query terms (unique, in order): FTS5's, Porter stems, as the
-        index's MATCH makes them (an export before the ``words`` column: LanceDB's words)."""
-        split = query_words if self.stemmed else doc_tokens
-        return list(dict.fromkeys(t for w in terms for t in split(w) if t))
+        """The export's tokens of these query terms (unique, in order: :meth:`ExportLexicon.tokens`)."""
+        return list(dict.fromkeys(t for w in terms for t in self.lexicon.tokens(w)))
 
     @staticmethod
     def _hit(r: dict[str, Any], rid: int) -> ranking.Hit:
@@ -454,22 +444,30 @@ class ExportLexicon:
         self._dfs: dict[str, int] = {}
         self._vocabulary: dict[tuple[int, str], list[tuple[str, int]]] | None = None
 
-    def _tokens(self, word: str) -> list[str]:
+    def tokens(self, word: str) -> list[str]:
+        """The export's tokens of one query term: FTS5's, Porter stems, as the index's MATCH makes
+        them (an export before the ``words`` column: LanceDB's words)."""
         return [t for t in (query_words(word) if self._stemmed else doc_tokens(word)) if t]
 
     def query_tokens(self, word: str, conn: object = None) -> list[str] | None:
-        return self._tokens(word)
+        return self.tokens(word)
+
+    def term_dfs(self, tokens: list[str]) -> dict[str, int]:
+        """The export's document frequency of each of ``tokens`` it holds (its terms table)."""
+        if not tokens:
+            return {}
+        quoted = ",".join("'" + t.replace("'", "''") + "'" for t in tokens)
+        return {str(r["term"]): int(r["df"]) for r in self._terms.search().where(f"term IN ({quoted})")
+                .select(["term", "df"]).limit(len(tokens)).to_list()}
 
     def word_df(self, word: str, conn: object = None) -> int:
         """The chunks holding ``word``'s token (of a word of several tokens, its rarest one's: at least
         as many as hold them all)."""
-        toks = self._tokens(word)
+        toks = self.tokens(word)
         missing = [t for t in toks if t not in self._dfs]
         if missing:
-            quoted = ",".join("'" + t.replace("'", "''") + "'" for t in missing)
             try:
-                got = {str(r["term"]): int(r["df"]) for r in self._terms.search().where(f"term IN ({quoted})")
-                       .select(["term", "df"]).limit(len(missing)).to_list()}
+                got = self.term_dfs(missing)
             except (ValueError, OSError, RuntimeError) as exc:
                 log.warning("reading the export's words failed (%s)", exc)
                 return 0
@@ -495,7 +493,7 @@ class ExportLexicon:
             return groups
 
     def _holding(self, word: str, limit: int, cols: list[str]) -> list[dict[str, Any]]:
-        toks = self._tokens(word)
+        toks = self.tokens(word)
         if not toks:
             return []
         try:
@@ -512,7 +510,7 @@ class ExportLexicon:
 
     def holds_beside(self, word: str, others: Sequence[str], conn: object = None) -> bool:
         """Whether one of the first :data:`SAMPLE` chunks holding ``word`` holds one of ``others`` too."""
-        want = {t for o in others for t in self._tokens(o)}
+        want = {t for o in others for t in self.tokens(o)}
         col = WORDS if self._stemmed else "text"
         for r in self._holding(word, self.SAMPLE, [col]):
             have = str(r[col] or "").split() if self._stemmed else doc_tokens(str(r[col] or ""))
