@@ -237,3 +237,36 @@ def test_chat_logs_in_the_flat_role_content_format_are_indexed_and_cited(workspa
                                         "Assistant: The okapi safari starts on Friday"]
         assert any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("tapir tour", min_score=0))
         assert not any(r.path == "sessions/sdk-log.jsonl" for r in searcher.search("travel agent", min_score=0))
+
+
+def test_a_messages_name_is_its_speaker_in_the_index_and_on_read_back(tmp_path):
+    """A chat log that keeps who spoke in OpenAI's `name` field (`{"role": "user", "name": "Kate",
+    ...}`) lost it: "What did Kate say about the ferry?" matched only "ferry", and Tom's message,
+    which says it twice, came first. The name is now the message's speaker, written as a chat
+    export writes it (`User: Kate: ...`), on the index and on read back; a text that already
+    starts with it is not labelled twice, and a `name` that is no participant's (a `:` in it, an
+    over-long one, not a string) is left out."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    kate = [{"role": "user", "name": "Kate", "content": "the ferry to the island was cancelled, storm warning"},
+            {"role": "user", "name": "Kate", "content": "Kate: told you"},
+            {"role": "assistant", "name": "note: internal", "content": "checking the timetable"},
+            {"role": "assistant", "name": "x" * 65, "content": "nothing else runs today"},
+            {"role": "assistant", "name": 7, "content": "sorry to hear"}]
+    tom = [{"role": "user", "name": "Tom", "content": "ferry ferry, the ferry again"}]
+    (sessions / "kate.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kate))
+    (sessions / "tom.jsonl").write_text("".join(json.dumps(r) + "\n" for r in tom))
+    s = load_settings(None, {"workspace": str(tmp_path), "provider": "none", "sources": ["sessions"]})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hits = searcher.search("What did Kate say about the ferry?", min_score=0)
+        assert hits[0].path == "sessions/kate.jsonl"
+        assert [r.path for r in searcher.search("Tom", min_score=0)] == ["sessions/tom.jsonl"]
+        got = searcher.read_file("sessions/kate.jsonl", from_line=1, lines=5)
+        assert got.text.split("\n") == [
+            "User: Kate: the ferry to the island was cancelled, storm warning",
+            "User: Kate: told you",
+            "Assistant: checking the timetable",
+            "Assistant: nothing else runs today",
+            "Assistant: sorry to hear",
+        ]

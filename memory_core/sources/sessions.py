@@ -25,6 +25,10 @@ Differences from the reference (deliberate):
   hashing does), and a UTF-8 BOM on the first line is ignored (the reference failed to
   parse that line).
 * OpenClaw-specific inbound-metadata / directive-tag stripping is not performed.
+* A message's ``name`` (the participant field of OpenAI's chat messages) is its speaker: the line
+  reads ``User: Kate: ...``, as a chat export that writes ``Kate: ...`` in the text is indexed, so
+  a question naming who said it finds their messages by keyword (the reference drops the field).
+  Only such files' content and hash differ from the reference's.
 
 Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 """
@@ -307,6 +311,23 @@ def _flat_message(rec: dict[str, Any]) -> bool:
             and rec.get("type") in (None, "message"))
 
 
+SPEAKER_NAME_MAX: Final = 64
+"""The longest ``name`` of a message read as its speaker's (a longer one is no participant's name)."""
+
+
+def speaker_name(value: object) -> str | None:
+    """A message's ``name`` (the participant field of OpenAI's chat messages:
+    ``{"role": "user", "name": "Kate", "content": "..."}``), whitespace collapsed, or None: absent,
+    not a string, empty, longer than :data:`SPEAKER_NAME_MAX`, or holding a ``:`` (which would
+    read as a label of its own)."""
+    if not isinstance(value, str):
+        return None
+    name = _JS_WS_RUN.sub(" ", value).strip(_JS_WS_CHARS)
+    if not name or len(name) > SPEAKER_NAME_MAX or ":" in name:
+        return None
+    return name
+
+
 def _timestamp_of(rec: dict[str, Any]) -> object:
     """A parsed record's timestamp as written: its own, else its message's (the first of
     :data:`TIMESTAMP_KEYS` that holds a time, else what its ``timestamp`` holds)."""
@@ -552,6 +573,8 @@ class _Builder:
         text = extract_session_text(message.get("content"), keep_lines=self.keep_lines)
         if not text:
             return
+        if (speaker := speaker_name(message.get("name"))) is not None and not text.startswith(speaker + ":"):
+            text = f"{speaker}: {text}"  # who said it, as a chat export writes it ("Kate: see you at 8")
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
         if self.redact_secrets:
