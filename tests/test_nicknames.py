@@ -196,3 +196,22 @@ def test_a_name_spelled_by_ear_with_another_first_letter_is_respelled(chats: Set
     assert paths[:1] == ["sessions/jorge-1.jsonl"], paths
     assert _asked(chats, "Why is the kayak trip with Philip off?", "Why is the kayak trip with filip off?")[:1] == \
         ["sessions/filip-1.jsonl"]
+
+
+def test_a_nickname_typed_in_lower_case_is_searched_as_the_name_memory_writes(chats: Settings) -> None:
+    """A question typed all in lower case ("what did bob say about the boat?") left "bob" as typed:
+    case was the only evidence of a name, and "bob" is a word of the model's vocabulary, so the
+    keyword side found nothing (twenty-seventh session's leftover). Memory never writes "bob" and
+    writes Robert, the table's one form of it, beside "boat": it is searched as "robert". A word
+    memory writes ("bill"), a form memory writes beside none of the question's other words, and a
+    word with no form memory names stay as typed."""
+    paths = _asked(chats, "what did bob say about the boat?", "what did robert say about the boat?")
+    assert paths[:1] == ["sessions/robert-1.jsonl"], paths
+    with Searcher(chats) as s:
+        idx = s._current()
+        assert retrieval.respelled(idx, "sue said what about the dentist?") == "susan said what about the dentist?"
+        assert retrieval.respelled(idx, "bob?") == "robert?"
+        assert retrieval.respelled(idx, "how much was the garage bill?") == "how much was the garage bill?"
+        assert retrieval.respelled(idx, "sue the landlord?") == "sue the landlord?"  # Susan is never beside it
+        assert retrieval.respelled(idx, "who can drive, al?") == "who can drive, al?"  # Albert or Alfred
+        assert retrieval.respelled(idx, "what did gus say?") == "what did gus say?"  # August is a month

@@ -1347,7 +1347,11 @@ def respelled(idx: Lexicon, query: str, conn: apsw.Connection | None = None,
     memory cannot). One the model reads only as pieces ("muhhamed", "jorje", "annelise": no word of
     its vocabulary) is respelled as a sentence's capitalised first word is: only to a name as
     memory writes it, beside the query's other words. Without ``knows`` (no local model) a
-    lower-case word is never respelled.
+    lower-case word is never respelled. A given name's other form (:func:`nickname_in_memory`) is
+    found for a lower-case word too, whatever the model reads, when memory never writes the word
+    and writes the form beside the query's other words: "what did bob say about the boat?" is
+    searched as "robert" where memory writes Robert beside "boat" and no "bob" (a word memory
+    writes at all, "the garage bill", stays as typed).
 
     A capitalised name of at most :data:`ALIAS_MAX_CHARS` letters is followed by the longer name
     memory writes beside it (:func:`alias_of`: "What did Mo say?" -> "What did Mo muhammad say?",
@@ -1367,12 +1371,20 @@ def respelled(idx: Lexicon, query: str, conn: apsw.Connection | None = None,
                 if done >= RESPELLED_MAX or textsearch.is_stop_word(t) or not t.isalpha():
                     continue
                 named, capitalised = how_written(query, t)
-                if not capitalised and knows is None:
-                    continue  # a lower-case word: "bill" is not the "Bell" memory holds
                 if idx.word_df(t, conn) > 0:
                     continue
-                if not capitalised and (knows is None or knows([t]) is not False):
-                    continue  # a word of the model's vocabulary: "summary" is not the "Summer" memory names
+                if not capitalised:
+                    # a nickname typed in lower case that memory never writes ("what did bob say?"),
+                    # for the one form memory writes as a name beside the question's other words
+                    nick = nickname_in_memory(idx, t, terms, conn)
+                    if nick is not None and _said_beside(idx, nick, terms, t, conn):
+                        out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", nick, out, flags=re.IGNORECASE)
+                        done += 1
+                        continue
+                    if knows is None:
+                        continue  # a lower-case word: "bill" is not the "Bell" memory holds
+                    if knows([t]) is not False:
+                        continue  # a word of the model's vocabulary: "summary" is not the "Summer" memory names
                 nick = nickname_in_memory(idx, t, terms, conn) if capitalised else None
                 if nick is not None and (named or _said_beside(idx, nick, terms, t, conn)):
                     # a nickname memory never writes, for the name it does: "Bob" searched as "robert"
