@@ -974,12 +974,41 @@ TOML = 'sources = ["sessions"]\nprovider = "local"\n'
 TOML_NOTES = 'sources = ["memory"]\nprovider = "local"\n'
 
 
+def daily_transcripts(dense: bool = False) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+    """The same sessions as one transcript a day (``daily``: the shape of an agent whose session
+    resets each day, or of a chat export cut by day): ``sessions/<YYYY-MM-DD>.jsonl`` by the day
+    each session starts (its header's date), sessions in time order, one session header a file (the first's).
+    Returns the files' texts and, for each session's corpus id, its new corpus id and the offset to
+    add to its JSONL line numbers."""
+    p = plan_dense() if dense else plan()
+    texts = sorted((transcript(s) for s in p["sessions"].values()),
+                   key=lambda t: json.loads(t.split("\n", 1)[0])["timestamp"])
+    files: dict[str, list[str]] = {}
+    where: dict[str, tuple[str, int]] = {}
+    for text in texts:
+        lines = text.splitlines()
+        head = json.loads(lines[0])
+        name = f"sessions/{head['timestamp'][:10]}.jsonl"
+        out = files.setdefault(name, [])
+        # the session's line n is line n of a new file, or line len(out) + n - 1 once its header is dropped
+        where[f"sessions/{head['id']}.jsonl"] = (name, 0 if not out else len(out) - 1)
+        out.extend(lines if not out else lines[1:])
+    return {n: "\n".join(ls) + "\n" for n, ls in files.items()}, where
+
+
 def build_workspace(dest: Path, variant: str = "sessions", dense: bool = False) -> Path:
     """Write the workspace into *dest* (replaced if it exists): the transcripts, or (``notes``)
-    the same conversations as daily notes; ``dense``: chats-dense's."""
+    the same conversations as daily notes, or (``daily``) as one transcript a day
+    (:func:`daily_transcripts`); ``dense``: chats-dense's."""
     p = plan_dense() if dense else plan()
     if dest.exists():
         shutil.rmtree(dest)
+    if variant == "daily":
+        (dest / "sessions").mkdir(parents=True)
+        for name, text in daily_transcripts(dense)[0].items():
+            (dest / name).write_text(text, encoding="utf-8")
+        (dest / "memory-core.toml").write_text(TOML, encoding="utf-8")
+        return dest
     if variant == "notes":
         (dest / "memory").mkdir(parents=True)
         for path, text in p["notes"].items():

@@ -17,7 +17,8 @@ Sets (a workspace per user where the data has users, pooled per query):
   ``chats-notes``: the same conversations as daily Markdown notes. ``chats-dense`` (and
   ``chats-dense-notes``): the same people and questions in about 4x the messages (5,204: look-alike
   filler, more typos and threads), with more ``multi`` and ``paraphrase`` questions and an
-  ``edge-next`` category (eval/chats-dense/).
+  ``edge-next`` category (eval/chats-dense/). ``chats-daily``, ``chats-dense-daily`` (by name): the
+  same sessions as one transcript a day (``chats.daily_transcripts``), labels moved with them.
 
 Each set's workspaces and indexes (default local model) live in the cache (default
 ``~/.cache/memory-core-eval``), one folder per version of the data and of the indexer
@@ -76,7 +77,7 @@ SHARED = memorybank.shared_eval()
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long",
             "chats", "chats-notes", "chats-dense", "chats-dense-notes")
-MORE_SETS = ("docstrings",)  # by name only (--sets): slow to build
+MORE_SETS = ("docstrings", "chats-daily", "chats-dense-daily")  # by name only (--sets): docstrings is slow to build
 # What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
 # write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
@@ -230,11 +231,20 @@ def _chats(variant: str = "sessions", dense: bool = False) -> EvalSet:
     for line in ev_file.read_text(encoding="utf-8").splitlines()[1:]:
         qid, cid, n = line.split("\t")
         evidence.setdefault(qid, []).append((cid, int(n)))
-    name = "chats" + ("-dense" if dense else "") + ("-notes" if notes else "")
+    qrels = _read_qrels(here / ("qrels-notes.tsv" if notes else "qrels.tsv"))
+    if variant == "daily":  # the sessions' labels moved to the day's transcript that holds them
+        where = chats.daily_transcripts(dense)[1]
+        evidence = {q: [(where[c][0], where[c][1] + n) for c, n in ev] for q, ev in evidence.items()}
+        daily: dict[str, dict[str, int]] = {}
+        for q, rels in qrels.items():
+            for c, r in rels.items():
+                daily.setdefault(q, {})[where[c][0]] = max(daily.get(q, {}).get(where[c][0], 0), r)
+        qrels = daily
+    name = "chats" + ("-dense" if dense else "") + {"notes": "-notes", "daily": "-daily"}.get(variant, "")
     return EvalSet(name, {name: lambda dest: chats.build_workspace(dest, variant, dense)}, [HERE / "chats.py"],
-                   queries, _read_qrels(here / ("qrels-notes.tsv" if notes else "qrels.tsv")), evidence=evidence,
+                   queries, qrels, evidence=evidence,
                    category={q: str(r.get("category", "")) for q, r in recs.items()},
-                   note="the chats as daily notes" if notes else "")
+                   note={"notes": "the chats as daily notes", "daily": "one transcript a day"}.get(variant, ""))
 
 
 DEFAULT_CACHE = Path.home() / ".cache" / "memory-core-eval"
@@ -247,6 +257,8 @@ def make_set(name: str, quick: bool, cache: Path = DEFAULT_CACHE) -> EvalSet:
         return _chats("notes")
     if name in ("chats-dense", "chats-dense-notes"):
         return _chats("notes" if name.endswith("-notes") else "sessions", dense=True)
+    if name in ("chats-daily", "chats-dense-daily"):
+        return _chats("daily", dense=name.startswith("chats-dense"))
     if name == "cosqa":
         return _cosqa(quick)
     if name == "examples":
