@@ -83,6 +83,8 @@ def test_the_other_person_of_a_chat_is_no_alias(chats: Settings) -> None:
         assert retrieval.respelled(idx, "What did Muhammad say?") == "What did Muhammad say?"
         # a lower-case "mo" (one more month, a slip) is no name to widen
         assert retrieval.respelled(idx, "one more mo") == "one more mo"
+        # nor is an acronym written in capitals ("the MO of the thief": the twenty-eighth session's audit)
+        assert retrieval.respelled(idx, "What was the MO of the thief?") == "What was the MO of the thief?"
 
 
 def test_a_greeting_before_a_name_is_no_name(tmp_path: Path) -> None:

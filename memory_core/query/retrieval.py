@@ -1077,6 +1077,16 @@ def edit_distance(a: str, b: str, limit: int) -> int:
     return prev[-1]
 
 
+def _without_accents(text: str) -> str:
+    """``text`` without diacritics, its case kept ("José" -> "Jose"), as unicode61's
+    ``remove_diacritics`` indexes it; ASCII text as it is."""
+    if text.isascii():
+        return text
+    import unicodedata
+
+    return "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+
+
 def _plain(word: str) -> str:
     """``word`` lower-cased without diacritics (as unicode61's ``remove_diacritics`` reads it)."""
     import unicodedata
@@ -1146,14 +1156,21 @@ def how_written(query: str, word: str) -> tuple[bool, bool]:
     ``expiry``). Capitalised: anywhere, a sentence's first word too."""
     named = capitalised = False
     for m in re.finditer(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", query, flags=re.IGNORECASE):
-        if not m.group(0)[:1].isupper():
-            continue
+        w = m.group(0)
+        if not w[:1].isupper() or (len(w) > 1 and w.isupper()):
+            continue  # lower case, or an acronym written in capitals ("the MO of the thief")
         capitalised = True
-        before = query[:m.start()].rstrip(" \t\"'(«“‘")
-        if before and before[-1] not in ".!?:\n":
+        j = m.start() - 1  # the character before it, past spaces and opening quotes
+        while j >= 0 and query[j] in _OPENERS:
+            j -= 1
+        if j >= 0 and query[j] not in ".!?:\n":
             named = True
             break
     return named, capitalised
+
+
+_OPENERS = frozenset(" \t\"'(«“‘")
+"""What may stand between a sentence's end and its first word (:func:`how_written`)."""
 
 
 NAME_SHARE = 0.8
@@ -1171,11 +1188,13 @@ def name_in_memory(idx: Lexicon, term: str, conn: apsw.Connection | None = None)
         got = idx._names.get(term)
     if got is not None:
         return got
-    word = re.compile(rf"(?<![^\W_]){re.escape(term)}[^\W\d_]*", re.IGNORECASE)
+    # the stem as memory writes the word: porter's "harri" is "Harry", "mari" "Mary"; "jose" is "José"
+    head = re.escape(term[:-1]) + "[iy]" if term.endswith("i") else re.escape(term)
+    word = re.compile(rf"(?<![^\W_]){head}[^\W\d_]*", re.IGNORECASE)
     caps = total = 0
     try:
         for text in idx.texts_holding(term, NAME_SAMPLE_ROWS, conn):
-            for m in word.finditer(text):
+            for m in word.finditer(_without_accents(text)):
                 total += 1
                 caps += m.group(0)[:1].isupper() and not m.group(0).isupper()  # DOTALL is a constant
     except apsw.Error as exc:
@@ -1288,6 +1307,16 @@ _TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told
 evidence of which person it asks about (:func:`_said_beside`)."""
 
 
+def _asked_as_person(query: str, word: str) -> bool:
+    """Whether ``query`` writes the lower-case ``word`` as a person's name: followed by a word of the
+    talk itself ("what did bob say", "sue said what") or in the possessive ("bob's boat"). An
+    everyday word the nickname table lists is not ("rich in iron", "to be frank", "sue the
+    landlord", "the art quiz": the twenty-eighth session's audit)."""
+    talk = "|".join(sorted(_TALK_WORDS))
+    return re.search(rf"(?<![^\W_]){re.escape(word)}(?:['’]s(?![^\W_])|\s+(?:{talk})(?![^\W_]))", query,
+                     flags=re.IGNORECASE) is not None
+
+
 def _said_beside(idx: Lexicon, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
     """Whether some chunk holds ``near`` and one of the query's other words (``terms`` but ``word``,
     stop words and :data:`_TALK_WORDS`); true for a query of that word alone (nothing else to
@@ -1376,7 +1405,7 @@ def respelled(idx: Lexicon, query: str, conn: apsw.Connection | None = None,
                 if not capitalised:
                     # a nickname typed in lower case that memory never writes ("what did bob say?"),
                     # for the one form memory writes as a name beside the question's other words
-                    nick = nickname_in_memory(idx, t, terms, conn)
+                    nick = nickname_in_memory(idx, t, terms, conn) if _asked_as_person(query, t) else None
                     if nick is not None and _said_beside(idx, nick, terms, t, conn):
                         out = re.sub(rf"(?<![^\W_]){re.escape(t)}(?![^\W_])", nick, out, flags=re.IGNORECASE)
                         done += 1
