@@ -1377,10 +1377,13 @@ def respelled(idx: Lexicon, query: str, conn: apsw.Connection | None = None,
     its vocabulary) is respelled as a sentence's capitalised first word is: only to a name as
     memory writes it, beside the query's other words. Without ``knows`` (no local model) a
     lower-case word is never respelled. A given name's other form (:func:`nickname_in_memory`) is
-    found for a lower-case word too, whatever the model reads, when memory never writes the word
-    and writes the form beside the query's other words: "what did bob say about the boat?" is
-    searched as "robert" where memory writes Robert beside "boat" and no "bob" (a word memory
-    writes at all, "the garage bill", stays as typed).
+    found for a lower-case word too, whatever the model reads, when memory never writes the word,
+    the question asks about a person by it (:func:`_asked_as_person`: "bob said", "did bob say",
+    "bob's") and memory writes the form beside the query's other words: "what did bob say about
+    the boat?" is searched as "robert" where memory writes Robert beside "boat" and no "bob" (a
+    word memory writes at all, "the garage bill", and an everyday word, "rich in iron", "to be
+    frank", stay as typed). A word written in capitals ("MO", "KATE") is an acronym or shouting,
+    never read as a name.
 
     A capitalised name of at most :data:`ALIAS_MAX_CHARS` letters is followed by the longer name
     memory writes beside it (:func:`alias_of`: "What did Mo say?" -> "What did Mo muhammad say?",
