@@ -211,12 +211,19 @@ def test_a_nickname_typed_in_lower_case_is_searched_as_the_name_memory_writes(ch
         idx = s._current()
         assert retrieval.respelled(idx, "sue said what about the dentist?") == "susan said what about the dentist?"
         assert retrieval.respelled(idx, "how is bob's boat?") == "how is robert's boat?"
+        # the subject of a question, after an auxiliary: "did katherine climb", "did kathryn twist"
+        # (the chat sets' questions lower-cased) were left as typed by the talk-word rule alone
+        assert retrieval.respelled(idx, "did bob sand the boat?") == "did robert sand the boat?"
+        assert retrieval.respelled(idx, "when did sue and ben see the dentist?") == \
+            "when did susan and ben see the dentist?"
         # only as a person asked about (a word of the talk after it, or the possessive): the first
         # form of the rule read everyday words the table lists as names beside the question's
         # other words ("rob the boat" -> Robert, "sue the dentist" -> Susan; an audit found "rich in
         # iron" -> Richard, "to be frank" -> Francis)
         assert retrieval.respelled(idx, "how do I rob the boat?") == "how do I rob the boat?"
         assert retrieval.respelled(idx, "should we sue the dentist?") == "should we sue the dentist?"
+        assert retrieval.respelled(idx, "can sue the dentist?") == "can sue the dentist?"  # a verb: "the" follows
+        assert retrieval.respelled(idx, "was sue seeing the dentist?") == "was sue seeing the dentist?"  # not after "was"
         assert retrieval.respelled(idx, "bob?") == "bob?"
         assert retrieval.respelled(idx, "how much was the garage bill?") == "how much was the garage bill?"
         assert retrieval.respelled(idx, "sue the landlord?") == "sue the landlord?"  # Susan is never beside it

@@ -1307,14 +1307,28 @@ _TALK_WORDS = frozenset(("say", "says", "said", "saying", "tell", "tells", "told
 evidence of which person it asks about (:func:`_said_beside`)."""
 
 
+_AUXILIARIES = ("did", "does", "do", "has", "will", "would", "can", "could", "should")
+"""Auxiliaries a question puts before its subject ("did bob fix ..."); not "is", "was", "had",
+which come before adjectives as often ("was rich enough", "had frank talks")."""
+
+
 def _asked_as_person(query: str, word: str) -> bool:
     """Whether ``query`` writes the lower-case ``word`` as a person's name: followed by a word of the
-    talk itself ("what did bob say", "sue said what") or in the possessive ("bob's boat"). An
-    everyday word the nickname table lists is not ("rich in iron", "to be frank", "sue the
-    landlord", "the art quiz": the twenty-eighth session's audit)."""
+    talk itself ("what did bob say", "sue said what"), in the possessive ("bob's boat"), or as the
+    subject of a question: after an auxiliary and before a word that is not a stop word ("how did
+    kathryn twist her ankle", "did bob fix the boat") or before "and" ("did katherine and i"). An
+    everyday word the nickname table lists is not ("rich in iron", "to be frank", "should we sue the
+    landlord", "was rich enough", "the art quiz": the twenty-eighth session's audit)."""
+    w = re.escape(word)
     talk = "|".join(sorted(_TALK_WORDS))
-    return re.search(rf"(?<![^\W_]){re.escape(word)}(?:['’]s(?![^\W_])|\s+(?:{talk})(?![^\W_]))", query,
-                     flags=re.IGNORECASE) is not None
+    if re.search(rf"(?<![^\W_]){w}(?:['’]s(?![^\W_])|\s+(?:{talk})(?![^\W_]))", query, flags=re.IGNORECASE):
+        return True
+    aux = "|".join(_AUXILIARIES)
+    for m in re.finditer(rf"(?<![^\W_])(?:{aux})\s+{w}\s+([^\W\d_]+)", query, flags=re.IGNORECASE):
+        nxt = m.group(1).lower()
+        if nxt == "and" or not textsearch.is_stop_word(nxt):
+            return True
+    return False
 
 
 def _said_beside(idx: Lexicon, near: str, terms: list[str], word: str, conn: apsw.Connection | None) -> bool:
