@@ -5,16 +5,19 @@ build step (deployments/check_env.py through Prefect's own ``run_shell_script``,
 ``prefect deploy`` runs for each deployment before registering it): each unset variable is
 warned of at deploy time, naming the deployments it empties; set, nothing is said. Run here
 through Prefect's step runner (``run_steps``) on the file's own steps, as ``prefect deploy`` runs
-them, from the repository root; no server is needed for the build step.
+them, from the repository root. The step runner opens a Prefect client to resolve block
+references, so it is pointed at the session's shared server: with no API URL it would start an
+ephemeral server of its own for each build, whose 20 s startup limit a loaded 2-core machine missed.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +55,8 @@ def _build_all(env: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def _env(home: Path, **overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_CORE_")}
+def _env(srv: Any, home: Path, **overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in srv.env().items() if not k.startswith("MEMORY_CORE_")}
     env.update(overrides, PREFECT_HOME=str(home))
     return env
 
@@ -67,8 +70,9 @@ def test_every_deployment_filled_from_the_environment_checks_it_at_deploy_time()
                 assert var in str(dep.get("build")), f"{name} fills a parameter from ${var} but never checks it"
 
 
-def test_an_unset_variable_is_warned_of_at_deploy_time(tmp_path: Path) -> None:
-    got = _build_all(_env(tmp_path / "home"))
+@pytest.mark.prefect_server
+def test_an_unset_variable_is_warned_of_at_deploy_time(prefect_api: Any, tmp_path: Path) -> None:
+    got = _build_all(_env(prefect_api, tmp_path / "home"))
     assert set(got) == set(_deployments())
     for name, var, param in (("fleet", "MEMORY_CORE_CONFIG", "config_file"),
                              ("incremental", "MEMORY_CORE_WORKSPACE", "workspace"),
@@ -78,6 +82,6 @@ def test_an_unset_variable_is_warned_of_at_deploy_time(tmp_path: Path) -> None:
         assert f"${var} is not set" in got[name][0] and f"empty {param} parameter" in got[name][0], got[name]
     assert got["agent"] == [] and got["alerts"] == []  # nothing filled from the environment
 
-    got = _build_all(_env(tmp_path / "home", MEMORY_CORE_CONFIG=str(tmp_path / "c.toml"),
+    got = _build_all(_env(prefect_api, tmp_path / "home", MEMORY_CORE_CONFIG=str(tmp_path / "c.toml"),
                           MEMORY_CORE_WORKSPACE=str(tmp_path)))
     assert all(v == [] for v in got.values()), got
