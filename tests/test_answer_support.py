@@ -67,8 +67,13 @@ def test_a_question_in_words_memory_lacks_is_ranked_by_meaning(chats: Settings) 
         hybrid, vector = s.rank(cands, min_score=0.0), s.rank(cands, min_score=0.0, mode="vector")
         assert hybrid[0].path == vector[0].path == "sessions/s2.jsonl" and hybrid[0].match == "vector"
         assert hybrid[0].score >= 0.9 * vector[0].score, (hybrid[0].score, vector[0].score)
+        # not level with the gig's chunk: the keyword side's one word closes at most half of the
+        # gap the meaning puts between them (a fixed margin was the model's: 0.0090 with the
+        # float model, more with the int8 one on a CPU with VNNI)
         gig = next(h for h in hybrid if h.path == "sessions/s7.jsonl")
-        assert hybrid[0].score - gig.score > 0.01, (hybrid[0].score, gig.score)
+        vgig = next(h for h in vector if h.path == "sessions/s7.jsonl")
+        assert vector[0].score > vgig.score
+        assert hybrid[0].score - gig.score > 0.5 * (vector[0].score - vgig.score), (hybrid[0], gig, vector[0], vgig)
         # every word in memory: the weights stay as set, the match of both sides ranks first
         clear = s.search("What happened to Tom at five-a-side?")
         assert clear[0].path == "sessions/s5.jsonl" and clear[0].match == "both"
