@@ -15,10 +15,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+
+from tests.prefect_server import PrefectServer
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"
@@ -55,7 +56,7 @@ def _build_all(env: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def _env(srv: Any, home: Path, **overrides: str) -> dict[str, str]:
+def _env(srv: PrefectServer, home: Path, **overrides: str) -> dict[str, str]:
     env = {k: v for k, v in srv.env().items() if not k.startswith("MEMORY_CORE_")}
     env.update(overrides, PREFECT_HOME=str(home))
     return env
@@ -71,7 +72,7 @@ def test_every_deployment_filled_from_the_environment_checks_it_at_deploy_time()
 
 
 @pytest.mark.prefect_server
-def test_an_unset_variable_is_warned_of_at_deploy_time(prefect_api: Any, tmp_path: Path) -> None:
+def test_an_unset_variable_is_warned_of_at_deploy_time(prefect_api: PrefectServer, tmp_path: Path) -> None:
     got = _build_all(_env(prefect_api, tmp_path / "home"))
     assert set(got) == set(_deployments())
     for name, var, param in (("fleet", "MEMORY_CORE_CONFIG", "config_file"),
