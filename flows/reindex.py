@@ -38,7 +38,8 @@ from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
 from memory_core.index import pipeline
-from memory_core.index.runtypes import EMBED_CONCURRENCY, RunSummary
+from memory_core.index.runtypes import EMBED_CONCURRENCY, RunSummary, is_stop
+from memory_core.index.stages import preflight
 from memory_core.runtime.resolve import resolve_settings
 from tasks.stages import provider_for
 
@@ -347,7 +348,7 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         label = report.index_label(settings)
         if _RESOLVED.get() is None:  # (the CLI checked its own --index)
             _check_deployment_workspace(settings)
-        pipeline.preflight(settings)
+        preflight(settings)
         if _RESOLVED.get() is None:
             pipeline.check_index_folder(params.index_path)  # a typed path's folder must exist
         sweeps.extend(_hold_and_sweep(settings, flow_name))
@@ -381,11 +382,11 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             raise pipeline.RunCancelled(CANCELLED_IN_PREFECT)
     except BaseException as exc:
         partial = getattr(exc, "run_summary", None)
-        if partial is None and done and pipeline.is_stop(exc):  # a stop after the pipeline returned
+        if partial is None and done and is_stop(exc):  # a stop after the pipeline returned
             partial = done[0]
             if partial.swapped:
                 pipeline.stopped_after_publish(exc, partial, [])
-        cancelled = (watch is not None and watch.close() and pipeline.is_stop(exc)) or _mark_runner_cancel(exc)
+        cancelled = (watch is not None and watch.close() and is_stop(exc)) or _mark_runner_cancel(exc)
         if cancelled and partial is not None and not partial.swapped:
             if partial.error:
                 partial.error = "cancelled"  # a cancel delivered as a SIGTERM is still a cancel
@@ -400,7 +401,7 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
             if cancelled:
                 return _cancelled(partial, partial.stop_note())
             raise
-        stopped = cancelled or pipeline.is_stop(exc)
+        stopped = cancelled or is_stop(exc)
         # what stopped it, as it was: "cancelled in Prefect", "stopped by SIGTERM", "interrupted" (the notes
         # and the logs keep it: a runner or worker sets its own Cancelled state after this run's, with its
         # own message, "Flow run was cancelled successfully.")
