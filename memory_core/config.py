@@ -122,7 +122,8 @@ class LocalSettings(_Model):
     slower than int8); ``torch`` always uses sentence-transformers. ``cache_dir`` defaults to
     ``$MEMORY_CORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/memory-core``, else
     ``~/.cache/memory-core``. ``batch_size`` is the most texts per model call (16: smaller
-    batches of length-sorted texts are faster on a CPU than 32 or 64).
+    batches of length-sorted texts are faster on a CPU than 32 or 64). ``threads`` is the
+    model's threads; unset: ``$OMP_NUM_THREADS`` when it is set, else every core.
     """
 
     model_path: str | None = None

@@ -18,6 +18,7 @@ from memory_core.embeddings.local import (
     count_over_window,
     local_model_available,
     packaged_model_path,
+    threads_from_env,
 )
 from memory_core.errors import ConfigError
 
@@ -254,3 +255,27 @@ def test_older_onnx_copies_of_a_model_are_pruned_when_a_new_one_is_built(tmp_pat
     kept = sorted(p.name for p in models.iterdir())
     assert sorted(removed) == sorted(old[:5 - (ONNX_COPIES_KEPT - 1)])
     assert kept == sorted([new.name, *(p.name for p in old[5 - (ONNX_COPIES_KEPT - 1):]), *(p.name for p in others)])
+
+
+def test_threads_from_env_reads_only_a_positive_whole_number() -> None:
+    assert threads_from_env({"OMP_NUM_THREADS": "1"}) == 1
+    assert threads_from_env({"OMP_NUM_THREADS": " 3 "}) == 3
+    for raw in ("", "0", "-1", "two", "1.5", "2,3"):
+        assert threads_from_env({"OMP_NUM_THREADS": raw}) is None, raw
+    assert threads_from_env({}) is None
+
+
+def test_the_model_runs_on_omp_num_threads_unless_local_threads_says(monkeypatch, onnx_cache) -> None:  # type: ignore[no-untyped-def]
+    """Processes sharing a machine's cores (test workers, a watch beside a reindex) set
+    OMP_NUM_THREADS as for torch and BLAS; onnxruntime does not read it, the provider does."""
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    by_env = LocalProvider(_settings(cache_dir=str(onnx_cache)))
+    by_env.embed_documents(TEXTS[:2])
+    assert by_env.backend == "onnx" and by_env.threads == 1
+    assert by_env._engine.session.get_session_options().intra_op_num_threads == 1
+    told = LocalProvider(_settings(cache_dir=str(onnx_cache), threads=2))
+    told.embed_documents(TEXTS[:2])
+    assert told.threads == 2 and told._engine.session.get_session_options().intra_op_num_threads == 2
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert LocalProvider(_settings(cache_dir=str(onnx_cache))).threads is None  # every core

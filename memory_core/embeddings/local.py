@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
@@ -335,6 +335,14 @@ def _mean_pool_normalise(hidden: Vectors, mask: Ints) -> Vectors:
     vecs = summed / np.maximum(m.sum(axis=1, keepdims=True), 1e-9)
     # float32 throughout; numpy's stubs type einsum's result Any
     return cast("Vectors", vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12))
+
+
+def threads_from_env(env: Mapping[str, str] | None = None) -> int | None:
+    """The model's threads when ``local.threads`` is unset: ``$OMP_NUM_THREADS`` if it is a
+    positive whole number (the variable torch and the BLAS libraries already follow, and the
+    usual way to share a machine's cores between processes), else None (every core)."""
+    raw = (os.environ if env is None else env).get("OMP_NUM_THREADS", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) > 0 else None
 
 
 class _OnnxEngine:
@@ -700,7 +708,7 @@ class LocalProvider(EmbeddingProvider):
                 " \"mistral\"), or set local.model_path to a sentence-transformers model folder")
         self.batch_size = settings.local.batch_size
         self.device = settings.local.device
-        self.threads = settings.local.threads
+        self.threads = settings.local.threads or threads_from_env()
         self.backend_setting = getattr(settings.local, "backend", "auto")
         cache_dir = getattr(settings.local, "cache_dir", None)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
