@@ -33,8 +33,8 @@ time.tzset()
 # (the provider reads OMP_NUM_THREADS as torch does): two workers each running onnxruntime on
 # every core embedded the example workspace at once in 41 s, with one thread each in 33 s
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
-    os.environ.setdefault("OMP_NUM_THREADS",
-                          str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 
 @pytest.fixture

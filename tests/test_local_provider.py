@@ -260,7 +260,7 @@ def test_older_onnx_copies_of_a_model_are_pruned_when_a_new_one_is_built(tmp_pat
 def test_threads_from_env_reads_only_a_positive_whole_number() -> None:
     assert threads_from_env({"OMP_NUM_THREADS": "1"}) == 1
     assert threads_from_env({"OMP_NUM_THREADS": " 3 "}) == 3
-    for raw in ("", "0", "-1", "two", "1.5", "2,3"):
+    for raw in ("", "0", "-1", "two", "1.5", "2,3", "\u00b2"):
         assert threads_from_env({"OMP_NUM_THREADS": raw}) is None, raw
     assert threads_from_env({}) is None
 

@@ -342,7 +342,8 @@ def threads_from_env(env: Mapping[str, str] | None = None) -> int | None:
     positive whole number (the variable torch and the BLAS libraries already follow, and the
     usual way to share a machine's cores between processes), else None (every core)."""
     raw = (os.environ if env is None else env).get("OMP_NUM_THREADS", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) > 0 else None
+    # ascii only: "²".isdigit() holds and int("²") raises
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else None
 
 
 class _OnnxEngine:
