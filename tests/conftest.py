@@ -29,12 +29,29 @@ for _var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_
 # day in the process's zone: memory_core.sources.sessions.local_day); tests/test_time_zone.py sets others
 os.environ["TZ"] = "UTC"
 time.tzset()
-# in each of pytest-xdist's workers (pyproject's addopts: 2), the local model's share of the cores
-# (the provider reads OMP_NUM_THREADS as torch does): two workers each running onnxruntime on
-# every core embedded the example workspace at once in 41 s, with one thread each in 33 s
+# in each of pytest-xdist's workers (pyproject's addopts: 3), the local model's share of the cores
+# (the provider reads OMP_NUM_THREADS as torch does; at least 1): two workers each running
+# onnxruntime on every core embedded the example workspace at once in 41 s, with one thread each in 33 s
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+# The files that take longest (seconds of one worker, measured under `-n 3` on a 2-core machine,
+# 2026-12-02), handed out first: `--dist loadfile` gives the workers whole files in collection
+# order, and a long file started last ran alone for two minutes while the other workers sat idle.
+# Order only: a stale list costs time, never a result. Every other file keeps its place after them.
+_LONGEST_FIRST = (
+    "test_deployments", "test_flow", "test_settings_source", "test_flow_cancel_owner", "test_qmd",
+    "test_flow_cancel", "test_scores", "test_flow_crashed", "test_incremental_differential",
+    "test_local_provider", "test_runs_say", "test_stop_audit20", "test_killpoints", "test_runs_audit",
+    "test_store_attack", "test_inplace", "test_store_kills", "test_api", "test_fault_injection",
+    "test_reliability",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a file's tests keep their order
 
 
 @pytest.fixture
