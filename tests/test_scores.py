@@ -55,9 +55,10 @@ def test_negative_checks_return_nothing(local_index: Settings) -> None:
 
 def test_okonomiyaki_without_notes_is_a_miss(tmp_path: Path, local_index: Settings) -> None:
     ws = _copy(tmp_path / "ws")
-    # the embedding cache of the index with notes/ (a shared [cache] path, as two workspaces of one
-    # user may have): every chunk of this one is in it, so its vectors are the model's without
-    # embedding the workspace a second time (34 s of this file's 97 on a 2-core machine)
+    # the index with notes/'s embedding cache as this one's [cache] path, as two workspaces of one
+    # user may share one: a lookup reads every index recorded as using the cache, and that index
+    # holds a vector for each chunk of this one, so nothing is embedded a second time (34 s of
+    # this file's 97 on a 2-core machine)
     s = load_settings(None, {"workspace": str(ws), "provider": "local",
                              "cache": {"path": str(local_index.cache_file)}})
     done = run_index(s)
