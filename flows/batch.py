@@ -13,10 +13,9 @@ from typing import Any
 from prefect.futures import PrefectFuture
 
 from memory_core.index import batch_jobs as J
+from memory_core.index import run_stops
 from tasks.batch import STEP_TASKS, forget_stop, request_stop, stop_event
 from tasks.stages import settings_json
-
-WAKE_S = 0.5  # how often the coordinator wakes while it waits on job steps (to see a cancel)
 
 
 class PrefectOps:
@@ -50,7 +49,8 @@ class PrefectOps:
         """The handles that finished, waiting in short slices: the cancel of a flow run reaches
         this (main) thread as a signal raised in another thread, and Python runs its handler only
         when this thread runs again. (``prefect.futures.as_completed`` waits on an event without a
-        timeout: a flow run cancelled while its jobs were polled went on until a job ended.)"""
+        timeout: a flow run cancelled while its jobs were polled went on until a job ended.) A
+        stop whose raise was lost (in a finalizer: Python swallows it there) ends the wait too."""
         while True:
             with self._lock:
                 done = [h for h in handles if h in self._finished]
@@ -58,7 +58,8 @@ class PrefectOps:
                     self._finished.difference_update(done)
                     return done
                 self._event.clear()
-            self._event.wait(WAKE_S)
+            self._event.wait(run_stops.WAKE_S)
+            run_stops.check()  # a stop lost on the way (raised in a finalizer) ends the wait
 
     def result(self, handle: Any) -> Any:
         self.outstanding.discard(handle)

@@ -50,6 +50,7 @@ from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
+from memory_core.index import run_stops
 from memory_core.index.batch_ledger import BatchLedger, LedgerJob, RunOwner
 from memory_core.index.runtypes import EmbedCounts, JobOps, MissResult
 from memory_core.storage.cache import EmbeddingCache
@@ -112,8 +113,11 @@ class LocalOps:
         return self.pool.submit(self._run, step, obj, kw)
 
     def wait_any(self, handles: list[Any]) -> list[Any]:
-        done, _ = wait(handles, return_when=FIRST_COMPLETED)
-        return list(done)
+        while True:  # in slices: a stop lost on the way (raised in a finalizer) ends the wait
+            done, _ = wait(handles, timeout=run_stops.WAKE_S, return_when=FIRST_COMPLETED)
+            if done:
+                return list(done)
+            run_stops.check()
 
     # Any: JobOps.result
     def result(self, handle: Any) -> Any:

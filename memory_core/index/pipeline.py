@@ -36,6 +36,7 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.errors import IndexLockedError, ProviderError, RunCancelled
+from memory_core.index import run_stops
 from memory_core.index.runtypes import (
     EMBED_CONCURRENCY,
     BuildResult,
@@ -196,6 +197,7 @@ def _sigterm_cancels() -> Iterator[None]:
     that something on the way swallowed (:func:`stop_came`) ends the run here."""
     if _CAME and _CAME[-1]:
         raise _stop_of(_CAME[-1][0])
+    run_stops.check()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None, _sigterm_stop):
         yield
@@ -234,13 +236,14 @@ def stop_came(signum: int) -> None:
     a library's, or pydantic's serializer, which wraps even a KeyboardInterrupt in its own error)
     notes it too, so the run ends as it takes its lock (:func:`_sigterm_cancels`) and
     :func:`command_stops` says the error the command ends with as this stop. Nothing outside a
-    :func:`command_stops` (a watcher, the API)."""
+    :func:`command_stops` (a watcher, the API). And every open run ends at its next
+    :func:`memory_core.index.run_stops.check` (a stop lost on the way: raised in a finalizer)."""
+    run_stops.note(signum)
     if _CAME:
         _CAME[-1].append(signum)
 
 
-def _stop_of(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else RunCancelled(f"stopped by {signal.Signals(signum).name}")
+_stop_of = run_stops.stop_of
 
 
 def _sigterm_stop(signum: int, frame: Any) -> None:
@@ -338,8 +341,9 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     timer = Timer()
     done: list[RunSummary] = []  # the run's summary once it has one (a stop after it: the summary goes with it)
     try:
-        return _run_locked(settings, provider, reason, ex, own, timer, done, full=full, progress=progress,
-                           if_busy=if_busy, only_paths=only_paths)
+        with run_stops.run_scope():  # a stop lost on the way (raised in a finalizer) still ends the run
+            return _run_locked(settings, provider, reason, ex, own, timer, done, full=full, progress=progress,
+                               if_busy=if_busy, only_paths=only_paths)
     except BaseException as exc:
         if done and done[0].swapped and getattr(exc, "run_summary", None) is None:
             if is_stop(exc):  # after the run's last step: nothing was cut short
@@ -438,6 +442,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             plan: RunPlan = ex.stage("discover", discover_stage, settings, provider, reason, full)
         else:
             plan = ex.stage("discover", discover_stage, settings, provider, reason, full, frozenset(only_paths))
+    run_stops.check()
     if plan.hinted_paths is not None:
         log.info("discovery: %d changed path(s) looked at, %d indexed files taken as recorded", plan.hinted_paths,
                  plan.counts["unchanged"])

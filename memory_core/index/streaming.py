@@ -37,6 +37,7 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.grouping import TOKEN_MARGIN
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
+from memory_core.index import run_stops
 from memory_core.index.chunking import chunk_id
 from memory_core.index.runtypes import (
     BuildResult,
@@ -483,6 +484,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
         if st.dims is not None or not st.with_vectors:
             writer = open_writer()  # an incremental run's copy of the live index overlaps the chunking
         for f in plan.to_index:
+            run_stops.check()  # a stop lost on the way ends the run here, not after its publish
             fc = chunk_file(f, settings, provider, tokens, overlap, warnings, skipped)
             if fc is not None:
                 progress.chunks += len(fc.chunks)
@@ -526,6 +528,7 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              else None,
                              paths=None if plan.full else [*plan.removed, *(f.path for f in plan.to_index)],
                              staying=lambda h: hash(h) in st.chunk_seen)
+        run_stops.check()  # the last look before the publish: a Ctrl-C lost on the way never publishes
         try:
             writer.swap()
             noted(built_here())
