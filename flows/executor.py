@@ -11,6 +11,7 @@ cache on the flow's machine the moment its task returns them.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.index.stages import store_vectors
 from memory_core.storage.cache import EmbeddingCache
+from tasks.batch import forget_stop, stop_event
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
 
 T = TypeVar("T")
@@ -44,10 +46,17 @@ class PrefectExecutor:
         self.where = ""
         self.blob = ""
         self.bridge: ThreadPoolExecutor | None = None
+        self.stop_key = uuid.uuid4().hex  # abandon(): the embed tasks' stop (tasks/batch.py stop_event)
 
     def bind(self, settings: Settings) -> None:
         self.settings = settings
         self.blob = settings_json(settings)
+        if stop_event(self.stop_key).is_set():  # a new run (the fallback provider's): a new stop
+            forget_stop(self.stop_key)
+            self.stop_key = uuid.uuid4().hex
+
+    def abandon(self) -> None:
+        stop_event(self.stop_key).set()
 
     def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
         if self.runner is None:
@@ -76,7 +85,7 @@ class PrefectExecutor:
         # as task specs, so a cluster gets the list as it is.
         fut = runner.submit(embed_group_task, parameters={
             "settings_blob": self.blob, "texts": quote(texts) if threads else texts, "provider_name": provider.name,
-            "group_index": index,
+            "group_index": index, "stop_key": self.stop_key,
         })
         if self.bridge is None:
             self.bridge = ThreadPoolExecutor(max_workers=2 * self.parallelism(provider) + 1,
@@ -107,3 +116,4 @@ class PrefectExecutor:
             with contextlib.suppress(Exception):
                 self.runner.__exit__(None, None, None)
             self.runner = None
+        forget_stop(self.stop_key)

@@ -94,3 +94,124 @@ def test_a_ctrl_c_lost_in_a_finalizer_ends_a_python_api_run(tmp_path: Path) -> N
     assert "Exception ignored in: <function LostStop.__del__" in res.stderr, res.stderr
     assert res.returncode == 0 and res.stdout.strip() == "stopped: True", (res.stdout, res.stderr)
     assert index.read_bytes() == live
+
+
+SYNC_RUN = """
+import sys, time
+
+from memory_core.config import Settings
+from memory_core.index.pipeline import run_index
+
+settings = Settings.model_validate_json(open(sys.argv[1]).read())
+try:
+    run_index(settings, full=True)
+    print("finished", flush=True)
+except BaseException as exc:
+    print(f"stopped {time.time()} {type(exc).__name__}", flush=True)
+"""
+
+LOSE_ON_SIGUSR1 = """
+import os, signal, time
+
+
+class LostStop:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the KeyboardInterrupt is raised in this finalizer: Python swallows it
+
+
+signal.signal(signal.SIGUSR1, lambda signum, frame: LostStop())
+"""
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c-lost-in-a-finalizer"])
+def test_a_ctrl_c_while_the_run_waits_for_a_slow_provider_ends_it_after_the_grace(tmp_path: Path, how: str) -> None:
+    """A sync embedding request that takes a minute (a stalled provider; each attempt may take
+    ``remote.timeout_s``, 60 s by default, and is retried). Ctrl-C: the run stopped waiting for
+    its requests after ``streaming.STOP_GRACE_S`` (10 s), but its executor's close then waited for
+    the running request to its end, and the process ended a minute later. Now the requests still
+    running after the grace are abandoned (``retry.Abandoned``): the run ends within seconds of it.
+    Lost in a finalizer, the Ctrl-C waited for every request, then stopped before the publish; now
+    the wait looks for it every 0.5 s (``run_stops``)."""
+    import time
+
+    from tasks.stages import settings_json
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "heron.md").write_text("# Herons\n\nThe heron waits by the pond at dawn.\n")
+    script = tmp_path / "sync_run.py"
+    script.write_text(textwrap.dedent(LOSE_ON_SIGUSR1) + textwrap.dedent(SYNC_RUN))
+    with OpenAIFake(dims=16, delay=60) as srv:
+        s = batch_settings(ws, "openai", srv, remote={"timeout_s": 120, "max_attempts": 1}, enabled=False)
+        blob = tmp_path / "settings.json"
+        blob.write_text(settings_json(s))
+        proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while srv.embed_requests < 1 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            assert srv.embed_requests == 1
+            time.sleep(0.5)  # in the wait
+            t0 = time.time()
+            proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGUSR1)
+            out, err = proc.communicate(timeout=120)
+            ended = time.time()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    if how != "ctrl-c":
+        assert "Exception ignored in: <function LostStop.__del__" in err, err[-3000:]
+    stopped = [line.split() for line in out.splitlines() if line.startswith("stopped ")]
+    assert stopped and stopped[0][2] == "KeyboardInterrupt", (out, err[-3000:])
+    took = float(stopped[0][1]) - t0
+    assert took < 30, took  # before: 60 s, the request's whole time (the grace is 10 s)
+    assert proc.returncode == 0 and ended - t0 < 30, (proc.returncode, ended - t0)  # no thread held the exit
+    assert not (ws / ".memory-core" / "index.sqlite").exists()  # nothing published
+
+
+def test_a_request_waiting_out_a_providers_backoff_is_abandoned_when_its_run_stops(tmp_path: Path) -> None:
+    """The other half of a stalled provider: a 429 with ``Retry-After: 30``. The request waited
+    the 30 s before it could see that its run had stopped; under ``abandoned_when`` (every
+    executor's embedding request) it ends with ``Abandoned`` as the run's stop is set, and the
+    provider gets no second attempt."""
+    import threading
+    import time
+
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.embeddings.retry import Abandoned, abandoned_when
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    with OpenAIFake(dims=16) as srv:
+        srv.fail_next(1, 429, retry_after=30)
+        s = batch_settings(tmp_path, "openai", srv, remote={"retry_budget_s": 120, "backoff_max_s": 60}, enabled=False)
+        provider, _ = create_provider(s)
+        stop = threading.Event()
+        got: list[BaseException | object] = []
+
+        def embed() -> None:
+            with abandoned_when(stop):
+                try:
+                    got.append(provider.embed_documents(["the heron waits by the pond"]))
+                except BaseException as exc:  # noqa: BLE001 - the outcome is the test's
+                    got.append(exc)
+
+        caller = threading.Thread(target=embed)
+        caller.start()
+        deadline = time.monotonic() + 30
+        while srv.embed_requests < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # in the backoff
+        stop.set()
+        t0 = time.monotonic()
+        caller.join(10)
+        took = time.monotonic() - t0
+        provider.close()
+        assert not caller.is_alive() and took < 2, took  # before: the 30 s backoff, then a second attempt
+        assert len(got) == 1 and isinstance(got[0], Abandoned), got
+        assert srv.embed_requests == 1

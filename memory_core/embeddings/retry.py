@@ -12,14 +12,16 @@ once instead of sleeping; the final error says how long the run waited.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from memory_core.errors import ProviderError
+from memory_core.errors import MemoryCoreError, ProviderError
 
 T = TypeVar("T")
 log = logging.getLogger("memory_core.embeddings")
@@ -88,6 +90,39 @@ class RetryBudget:
         return f"waited {self.waited_s:.1f} s for retries in this run (remote.retry_budget_s = {self.total_s:g})"
 
 
+class Abandoned(MemoryCoreError):
+    """The run this call was made for stopped, and stopped waiting for it: a call to a stalled
+    provider (each attempt up to ``remote.timeout_s``, then its retries) held a stopped run for
+    minutes. The request may still return in its daemon thread; nothing waits for it."""
+
+
+ABANDON_POLL_S = 0.25
+"""How often a call made under :func:`abandoned_when` looks at its run's stop."""
+
+_RUN = threading.local()
+
+
+@contextlib.contextmanager
+def abandoned_when(stop: threading.Event) -> Iterator[None]:
+    """Calls made in this thread inside the block end with :class:`Abandoned` within
+    ``ABANDON_POLL_S`` of ``stop`` being set: in an attempt, or between attempts. A run's
+    executor sets it once the run has stopped and the requests already sent had their grace."""
+    previous = getattr(_RUN, "stop", None)
+    _RUN.stop = stop
+    try:
+        yield
+    finally:
+        _RUN.stop = previous
+
+
+def _stop() -> threading.Event | None:
+    return getattr(_RUN, "stop", None)
+
+
+def _abandoned(provider: str) -> Abandoned:
+    return Abandoned(f"{provider}: request abandoned: the run stopped")
+
+
 # What a response of an unexpected shape raises in the code that reads it (an HTML page with
 # status 200, ``data`` that is not a list, an embedding string that is not base64): the
 # response is malformed, retried like malformed JSON, never an exception that escapes.
@@ -114,7 +149,17 @@ def _within(fn: Callable[[], T], seconds: float) -> T:
             done.set()
 
     threading.Thread(target=target, name="provider-call", daemon=True).start()
-    if not done.wait(max(0.0, seconds)):
+    stop = _stop()
+    if stop is None:
+        finished = done.wait(max(0.0, seconds))
+    else:  # in slices: the run's stop ends the wait (abandoned_when)
+        end = time.monotonic() + max(0.0, seconds)
+        while not (finished := done.wait(max(0.0, min(end - time.monotonic(), ABANDON_POLL_S)))):
+            if stop.is_set():
+                raise Abandoned("request abandoned: the run stopped")
+            if time.monotonic() >= end:
+                break
+    if not finished:
         raise Retryable(f"no complete response within {seconds:g} s (a stalled or dripping connection)")
     if error:
         raise error[0]
@@ -131,7 +176,10 @@ def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, 
     budget = budget if budget is not None else RetryBudget()
     delay = initial_s
     t_end = None if deadline_s is None else time.monotonic() + deadline_s
+    stop = _stop()
     for attempt in range(1, max_attempts + 1):
+        if stop is not None and stop.is_set():
+            raise _abandoned(provider)
         try:
             limit = attempt_timeout_s
             if t_end is not None:
@@ -139,8 +187,12 @@ def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, 
                 if left <= 0:
                     raise ProviderError(f"{provider}: no answer within the deadline of {deadline_s:g} s")
                 limit = left if limit is None else min(limit, left)
+            if limit is None and stop is not None:
+                limit = math.inf  # (in a thread, so that the run's stop can end the wait)
             try:
                 return fn() if limit is None else _within(fn, limit)
+            except Abandoned:
+                raise _abandoned(provider) from None
             except _SHAPE_ERRORS as exc:
                 raise Retryable(f"malformed response ({exc.__class__.__name__}: {str(exc)[:160]})") from None
         except Retryable as exc:
@@ -163,6 +215,10 @@ def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, 
                 raise ProviderError(f"{provider}: {exc} (gave up after {attempt} attempts: {asked}the retry budget is"
                                     f" spent; {budget.describe()})") from None
             log.warning("%s: %s; retry %d/%d in %.1fs", provider, exc, attempt, max_attempts - 1, granted)
-            sleep(granted)
+            if stop is not None and sleep is time.sleep:
+                if stop.wait(granted):
+                    raise _abandoned(provider) from None
+            else:
+                sleep(granted)
             delay = min(max_s, delay * 2)
     raise AssertionError("unreachable")  # pragma: no cover

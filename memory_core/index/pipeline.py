@@ -35,6 +35,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchFigures
+from memory_core.embeddings.retry import abandoned_when
 from memory_core.errors import IndexLockedError, ProviderError, RunCancelled
 from memory_core.index import run_stops
 from memory_core.index.runtypes import (
@@ -132,9 +133,12 @@ class LocalExecutor:
     def __init__(self, concurrency: int = EMBED_CONCURRENCY) -> None:
         self.concurrency = max(1, concurrency)
         self.pool: ThreadPoolExecutor | None = None
+        self.stopping = threading.Event()  # abandon(): the run's requests stop waiting on the provider
 
     def bind(self, settings: Settings) -> None:
         """The settings of the run (or of its fallback provider) about to start."""
+        if self.stopping.is_set():
+            self.stopping = threading.Event()  # (the abandoned requests keep the old one)
 
     def parallelism(self, provider: EmbeddingProvider) -> int:
         return embed_parallelism(provider, self.concurrency)
@@ -147,7 +151,16 @@ class LocalExecutor:
               index: int) -> Future[np.ndarray]:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=self.parallelism(provider), thread_name_prefix="embed")
-        return self.pool.submit(embed_and_store, provider, cache, hashes, texts)
+        return self.pool.submit(self._embed, self.stopping, provider, cache, hashes, texts)
+
+    @staticmethod
+    def _embed(stopping: threading.Event, provider: EmbeddingProvider, cache: EmbeddingCache, hashes: list[str],
+               texts: list[str]) -> np.ndarray:
+        with abandoned_when(stopping):
+            return embed_and_store(provider, cache, hashes, texts)
+
+    def abandon(self) -> None:
+        self.stopping.set()
 
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)

@@ -13,7 +13,8 @@ So each handler of ours notes the stop here as it raises it (:func:`note`, throu
 ``pipeline.stop_came``), and for the length of a run (:func:`run_scope`) Ctrl-C's default
 handler is replaced by one that does the same. The run looks at the note where it can stop
 cleanly (:func:`check`): between files as it chunks them, before it publishes, after discovery,
-and in every wait for its batch job steps (at most ``WAKE_S`` apart). A stop raised as it came
+in its wait for embedding requests and in every wait for its batch job steps (at most
+``WAKE_S`` apart). A stop raised as it came
 unwinds past all of these and is never raised twice.
 
 Only in the main thread (where Python runs signal handlers). Not for Prefect's own SIGTERM

@@ -572,6 +572,12 @@ class Executor(Protocol):
         """The :class:`JobOps` that runs Batch API job steps."""
         ...
 
+    def abandon(self) -> None:
+        """The run stopped and gave the requests already sent their grace: those still waiting on
+        the provider (an attempt, or a backoff between attempts) end now
+        (:class:`memory_core.embeddings.retry.Abandoned`), so the run ends without them."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -269,7 +269,11 @@ class _Stream:
             if not done:
                 if len(self.inflight) <= block_until:
                     return
-                done, _ = wait(list(self.inflight), return_when=FIRST_COMPLETED)
+                # in slices: a stop lost on the way (raised in a finalizer) ends the wait
+                done, _ = wait(list(self.inflight), timeout=run_stops.WAKE_S, return_when=FIRST_COMPLETED)
+                if not done:
+                    run_stops.check()
+                    continue
             for fut in done:
                 hashes, tokens = self.inflight.pop(fut)
                 got = np.ascontiguousarray(fut.result(), dtype="<f4")
@@ -365,6 +369,10 @@ class _Stream:
             # in (cached and counted) if they return within STOP_GRACE_S (a cancelled run said
             # 448 embedded while its running requests went on caching: the rerun found 593)
             wait(running, timeout=STOP_GRACE_S)
+            # then no longer: a request to a stalled provider (each attempt up to remote.timeout_s,
+            # and its retries) held the stopped run for minutes
+            self.executor.abandon()
+            wait(running, timeout=ABANDON_WAIT_S)
             self.count_finished()
         # what is still running: said in the run's partial summary
         self.progress.in_flight = sum(len(h) for fut, (h, _) in self.inflight.items()
@@ -376,6 +384,8 @@ class _Stream:
 
 STOP_GRACE_S = 10.0
 """How long a run that stopped waits for its embedding requests already running (their vectors are paid for)."""
+ABANDON_WAIT_S = 2.0
+"""How long it then waits for them to give up (``Executor.abandon``: at most ``retry.ABANDON_POLL_S``)."""
 
 
 def scan_plan_of(writer: BuildWriter, live_meta: dict[str, Any] | None, counts: dict[str, int]) -> vectors.ScanPlan | None:
