@@ -238,9 +238,12 @@ def steps_in_processes(blob: str) -> None:
         executor.close()
 
 
+LOST = signal.SIGINT  # the signal lost in the finalizer (argv[3]: "SIGTERM" in a flow run: Prefect's handler)
+
+
 class LostStop:
     def __del__(self):
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), LOST)
         time.sleep(0.2)  # the KeyboardInterrupt is raised in this finalizer: Python swallows it
 
 
@@ -256,6 +259,7 @@ if __name__ == "__main__":  # (the pool's processes import this file too)
     # leaves it ignored): the test sends SIGINT as a terminal would
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, lose_a_stop)
+    LOST = getattr(signal, sys.argv[3]) if len(sys.argv) > 3 else signal.SIGINT
     blob = open(sys.argv[1]).read()
     if sys.argv[2] == "prefect":
         steps_in_processes(blob)
@@ -264,8 +268,10 @@ if __name__ == "__main__":  # (the pool's processes import this file too)
 """
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c-lost-in-a-finalizer"])
-@pytest.mark.parametrize("engine", ["prefect", "local"])
+@pytest.mark.parametrize(("engine", "how"), [
+    ("prefect", "ctrl-c"), ("prefect", "ctrl-c-lost-in-a-finalizer"), ("prefect", "sigterm-lost-in-a-finalizer"),
+    ("local", "ctrl-c"), ("local", "ctrl-c-lost-in-a-finalizer"),
+])
 def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_path: Path,
                                                           request: pytest.FixtureRequest, engine: str,
                                                           how: str) -> None:
@@ -280,7 +286,11 @@ def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_p
     ``__del__``, where Python swallows it (this test failed so in CI once, the finalizer an asyncio
     transport's). The run went on polling to the deadline, in either engine (the library's waited
     on its job steps' futures with no timeout). The run now notes the stop as its handler raises
-    it, and its waits look at the note (memory_core/index/run_stops.py)."""
+    it, and its waits look at the note (memory_core/index/run_stops.py).
+
+    ``sigterm-lost-in-a-finalizer``: the same for a flow run's SIGTERM (what a worker's cancel
+    sends), raised by Prefect's own handler as its TerminationSignal: the run takes the stop that
+    Python swallowed from ``sys.unraisablehook`` and raises it again, as it came."""
     import signal as sig
 
     from tasks.stages import settings_json
@@ -295,7 +305,8 @@ def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_p
         s = batch_settings(workspace, "openai", srv, concurrency=8, poll_interval_s=0.05, timeout_minutes=2)
         blob = tmp_path / "settings.json"
         blob.write_text(settings_json(s))
-        proc = subprocess.Popen([sys.executable, str(script), str(blob), engine], env=env, cwd=ROOT,
+        lost = ["SIGTERM"] if how.startswith("sigterm") else []
+        proc = subprocess.Popen([sys.executable, str(script), str(blob), engine, *lost], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 100
@@ -312,11 +323,12 @@ def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_p
         polls = srv.batch_polls
         time.sleep(1.0)
         assert srv.batch_polls == polls  # nothing polls on
-    if how != "ctrl-c":  # the Ctrl-C was lost as it was raised
-        assert "Exception ignored in: <function LostStop.__del__" in err and "KeyboardInterrupt" in err, err[-3000:]
+    raised = "TerminationSignal" if how.startswith("sigterm") else "KeyboardInterrupt"
+    if how != "ctrl-c":  # the stop was lost as it was raised
+        assert "Exception ignored in: <function LostStop.__del__" in err and raised in err, err[-3000:]
     stopped = [line.split() for line in out.splitlines() if line.startswith("stopped ")]
     assert stopped, (out, err[-3000:])
-    assert stopped[0][2] == "KeyboardInterrupt", (out, err[-3000:])
+    assert stopped[0][2] == raised, (out, err[-3000:])
     took = float(stopped[0][1]) - t0
     assert took < 10, took  # before: 120 s, each poll step to its deadline
     assert ledger_states(s) == {"submitted": 3}  # open for the next run

@@ -1,25 +1,24 @@
 """A stop that came while a run runs, kept until the run ends, so that a stop lost on the way
 still ends the run.
 
-A stop (Ctrl-C's KeyboardInterrupt; our SIGTERM handlers' RunCancelled) is raised wherever the
-main thread is when the signal lands. Python swallows an exception raised in a finalizer
-(``__del__``, a weakref callback: it prints "Exception ignored in ..." and goes on), and a
-library's ``except Exception`` may swallow a RunCancelled. The run then went on as if no stop
-had come: a run whose Batch API jobs were polled (a flow on a process pool task runner; the stop
-landed in an asyncio transport's ``__del__``) polled them to their deadline, and a run that
-embedded by sync calls published after the Ctrl-C.
+A stop (Ctrl-C's KeyboardInterrupt; our SIGTERM handlers' RunCancelled; Prefect's
+TerminationSignal in a flow run) is raised wherever the main thread is when the signal lands.
+Python swallows an exception raised in a finalizer (``__del__``, a weakref or garbage collection
+callback: it prints "Exception ignored in ..." and goes on), and a library's ``except Exception``
+may swallow a RunCancelled. The run then went on as if no stop had come: a run whose Batch API
+jobs were polled (a flow on a process pool task runner; the stop landed in an asyncio
+transport's ``__del__``) polled them to their deadline, and a run that embedded by sync calls
+published after the Ctrl-C.
 
-So each handler of ours notes the stop here as it raises it (:func:`note`, through
-``pipeline.stop_came``), and for the length of a run (:func:`run_scope`) Ctrl-C's default
-handler is replaced by one that does the same. The run looks at the note where it can stop
-cleanly (:func:`check`): between files as it chunks them, before it publishes, after discovery,
-in its wait for embedding requests and in every wait for its batch job steps (at most
-``WAKE_S`` apart). A stop raised as it came
-unwinds past all of these and is never raised twice.
-
-Only in the main thread (where Python runs signal handlers). Not for Prefect's own SIGTERM
-handler (a flow run's): Prefect's runner looks for that exact handler before it asks the run to
-cancel, so it is left as it is.
+So for the length of a run (:func:`run_scope`) a stop is noted two ways: each handler of ours
+notes it as it raises it (:func:`note`, through ``pipeline.stop_came``), and a stop that Python
+swallowed in the main thread is taken from :data:`sys.unraisablehook` (whichever handler raised
+it: Python's own, ours, Prefect's, which is left in place because Prefect's runner checks for
+that exact handler before it asks a flow run to cancel). The run looks at the note where it can
+stop cleanly (:func:`check`): between files as it chunks them, before it publishes, after
+discovery, in its wait for embedding requests and in every wait for its batch job steps (at
+most ``WAKE_S`` apart). A stop raised as it came unwinds past all of these and is never raised
+twice. Main-thread stops only (where Python runs signal handlers).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -36,10 +36,11 @@ from memory_core.errors import RunCancelled
 log = logging.getLogger(__name__)
 
 WAKE_S = 0.5
-"""How often a run that waits on its job steps wakes to look for a stop that was lost."""
+"""How often a run that waits on its job steps or requests wakes to look for a stop that was lost."""
 
-# the stops (signal numbers) that came in each open run_scope() (the innermost last)
-_RUNS: list[list[int]] = []
+# the stops that came in each open run_scope() (the innermost last): a signal number (noted by a
+# handler of ours) or the stop exception Python swallowed
+_RUNS: list[list[int | BaseException]] = []
 
 
 def note(signum: int) -> None:
@@ -55,33 +56,51 @@ def stop_of(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else RunCancelled(f"stopped by {signal.Signals(signum).name}")
 
 
-def _ctrl_c(signum: int, frame: Any) -> None:
-    note(signum)
-    raise KeyboardInterrupt
+def is_stop_exception(exc: BaseException | None) -> bool:
+    """What a stop is raised as: Ctrl-C's, our handlers' (``RunCancelled``, ``SigtermStop``) and
+    Prefect's (``TerminationSignal``)."""
+    if exc is None:
+        return False
+    return isinstance(exc, KeyboardInterrupt | RunCancelled) or \
+        type(exc).__name__ in ("SigtermStop", "TerminationSignal")
+
+
+def _unraisable(args: Any) -> None:
+    exc = getattr(args, "exc_value", None)
+    if _RUNS and is_stop_exception(exc) and threading.current_thread() is threading.main_thread():
+        for came in _RUNS:
+            came.append(exc)  # type: ignore[arg-type]
+    _previous_hook(args)
+
+
+_previous_hook: Any = sys.__unraisablehook__
 
 
 @contextlib.contextmanager
 def run_scope() -> Iterator[None]:
-    """One run: the stops that come in it are noted, and Ctrl-C's default handler (Python's
-    ``default_int_handler``) is replaced by one that notes it as it raises it; put back at the end."""
+    """One run: the stops that come in it are noted (and those Python swallows, through
+    :data:`sys.unraisablehook`, which is chained to the hook before it and put back at the end)."""
+    global _previous_hook
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    came: list[int] = []
+    came: list[int | BaseException] = []
     _RUNS.append(came)
-    previous = None
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous = signal.signal(signal.SIGINT, _ctrl_c)
+    hooked = sys.unraisablehook is not _unraisable
+    if hooked:
+        _previous_hook = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     try:
         yield
     finally:
-        if previous is not None and signal.getsignal(signal.SIGINT) is _ctrl_c:
-            signal.signal(signal.SIGINT, previous)
         _RUNS.remove(came)
+        if hooked and sys.unraisablehook is _unraisable:
+            sys.unraisablehook = _previous_hook
 
 
-def pending() -> int | None:
-    """The signal of a stop that came in the open run and was not acted on, or None."""
+def pending() -> int | BaseException | None:
+    """The stop that came in the open run and was not acted on (its signal, or the exception
+    Python swallowed), or None."""
     for came in _RUNS:
         if came:
             return came[0]
@@ -93,9 +112,12 @@ def check() -> None:
     the way (a stop raised as it came unwinds past every check). In the main thread only."""
     if threading.current_thread() is not threading.main_thread():
         return
-    signum = pending()
-    if signum is None:
+    stop = pending()
+    if stop is None:
         return
+    what = signal.Signals(stop).name if isinstance(stop, int) else type(stop).__name__
     log.info("a stop (%s) came and was lost on the way (raised in a finalizer, or taken for an error);"
-             " the run stops here", signal.Signals(signum).name)
-    raise stop_of(signum)
+             " the run stops here", what)
+    if isinstance(stop, int):
+        raise stop_of(stop)
+    raise stop.with_traceback(None)  # as it came: Prefect's engine reads its own TerminationSignal
