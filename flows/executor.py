@@ -26,8 +26,8 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.index.stages import store_vectors
 from memory_core.storage.cache import EmbeddingCache
-from tasks.batch import forget_stop, stop_event
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
+from tasks.stops import forget_event, stop_event
 
 T = TypeVar("T")
 
@@ -46,13 +46,13 @@ class PrefectExecutor:
         self.where = ""
         self.blob = ""
         self.bridge: ThreadPoolExecutor | None = None
-        self.stop_key = uuid.uuid4().hex  # abandon(): the embed tasks' stop (tasks/batch.py stop_event)
+        self.stop_key = uuid.uuid4().hex  # abandon(): the embed tasks' stop (tasks/stops.py)
 
     def bind(self, settings: Settings) -> None:
         self.settings = settings
         self.blob = settings_json(settings)
         if stop_event(self.stop_key).is_set():  # a new run (the fallback provider's): a new stop
-            forget_stop(self.stop_key)
+            forget_event(self.stop_key)
             self.stop_key = uuid.uuid4().hex
 
     def abandon(self) -> None:
@@ -116,4 +116,4 @@ class PrefectExecutor:
             with contextlib.suppress(Exception):
                 self.runner.__exit__(None, None, None)
             self.runner = None
-        forget_stop(self.stop_key)
+        forget_event(self.stop_key)

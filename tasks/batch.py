@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +41,7 @@ from memory_core.index import batch_jobs as J
 from memory_core.index.batch_runner import Stopped
 from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import _provider_for
+from tasks.stops import forget_event, stop_event
 
 
 def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
@@ -51,19 +51,8 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return logging.getLogger("memory_core.tasks")
 
 
-_STOPS: dict[str, threading.Event] = {}
-_STOPS_LOCK = threading.Lock()
-
-
-def stop_event(key: str) -> threading.Event:
-    """The stop of the run ``key`` (made at its first use; :func:`forget_stop` drops it)."""
-    with _STOPS_LOCK:
-        return _STOPS.setdefault(key, threading.Event())
-
-
 def forget_stop(key: str, workdir: str | os.PathLike[str] | None = None) -> None:
-    with _STOPS_LOCK:
-        _STOPS.pop(key, None)
+    forget_event(key)
     if workdir is not None:
         with contextlib.suppress(OSError):
             stop_file(workdir, key).unlink()

@@ -96,7 +96,7 @@ def embed_group_task(settings_blob: str, texts: list[str], provider_name: str, g
     (``PrefectExecutor.abandon``): a task in the flow's process stops waiting on the provider once
     it is set (one on another process's worker runs its request to its end)."""
     from memory_core.embeddings.retry import abandoned_when
-    from tasks.batch import stop_event
+    from tasks.stops import stop_event
 
     provider, _ = _provider_for(settings_blob)
     with abandoned_when(stop_event(stop_key)) if stop_key else contextlib.nullcontext():
