@@ -13,12 +13,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.test_stop_audit20 import LEFT, _env, _index, _local_workspace, _ours
+from tests.test_stop_audit20 import (
+    LEFT,
+    _ctrl_c_interrupts,  # noqa: F401 - autouse here too: Ctrl-C interrupts the processes
+    _env,
+    _index,
+    _local_workspace,
+    _ours,
+)
 
 # the first file the run chunks: the Ctrl-C comes while the main thread runs a finalizer
 LOSE_A_STOP = """
@@ -43,16 +49,6 @@ def chunk_file(*args, **kwargs):
 streaming.chunk_file = chunk_file
 """
 
-
-@pytest.fixture(autouse=True)
-def _ctrl_c_interrupts() -> Iterator[None]:
-    """Ctrl-C raises KeyboardInterrupt in the processes a test starts, as at a terminal (a test run
-    started in the background by a non-interactive shell inherits SIGINT ignored, and so would they)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def test_a_ctrl_c_lost_in_a_finalizer_does_not_let_index_publish(tmp_path: Path) -> None:
