@@ -292,7 +292,7 @@ class Memory:
         with self._lock:
             sync, self._sync = self._sync, None
         if sync is not None:
-            sync.close()  # the watch and the interval stop; a run going is waited for (30 s at most)
+            sync.close()  # the watch and the interval stop; a run going is waited for (30 s), then stopped
         with self._lock:
             searchers = [s for s in self._all if s is not _PENDING]
             self._all, self._free, self._first = [], [], None

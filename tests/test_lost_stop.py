@@ -211,3 +211,67 @@ def test_a_request_waiting_out_a_providers_backoff_is_abandoned_when_its_run_sto
         assert not caller.is_alive() and took < 2, took  # before: the 30 s backoff, then a second attempt
         assert len(got) == 1 and isinstance(got[0], Abandoned), got
         assert srv.embed_requests == 1
+
+
+CLOSE_WHILE_SYNCING = """
+import sys, time
+
+from memory_core.api import Memory
+from memory_core.config import Settings
+from memory_core.runtime import sync
+
+sync.CLOSE_WAIT_S = 1.0  # (30 s: the test's time) how long closing waits before it stops the run
+memory = Memory(Settings.model_validate_json(open(sys.argv[1]).read()))
+memory.start_session()  # the index is dirty: a background reindex starts
+sys.stdin.readline()
+memory.close()
+print(f"closed {time.time()}", flush=True)
+"""
+
+
+def test_closing_a_memory_stops_its_background_reindex_on_a_stalled_provider(tmp_path: Path) -> None:
+    """An MCP server (a ``Memory`` with its sync triggers) is closed while its session-start
+    reindex waits on a provider that takes a minute. Closing waited 30 s for the run, then
+    returned, and the process's exit waited for the request to its end. Now closing stops the
+    run after ``sync.CLOSE_WAIT_S`` (1 s here): it ends at its next check, its request abandoned
+    after the 10 s grace, the live index as it was; the process exits at once."""
+    import time
+
+    from memory_core.index.pipeline import run_index
+    from tasks.stages import settings_json
+    from tests.fakes.openai_fake import OpenAIFake
+    from tests.test_batch import batch_settings
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "heron.md").write_text("# Herons\n\nThe heron waits by the pond at dawn.\n")
+    script = tmp_path / "close_while_syncing.py"
+    script.write_text(textwrap.dedent(CLOSE_WHILE_SYNCING))
+    with OpenAIFake(dims=16) as srv:
+        s = batch_settings(ws, "openai", srv, remote={"timeout_s": 120, "max_attempts": 1}, enabled=False)
+        run_index(s)
+        index = s.index_file
+        live = index.read_bytes()
+        (ws / "memory" / "otter.md").write_text("# Otters\n\nThe otter sleeps under the bridge.\n")
+        srv.delay = 60
+        blob = tmp_path / "settings.json"
+        blob.write_text(settings_json(s))
+        proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=_env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while srv.embed_requests < 2 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            assert srv.embed_requests == 2  # the first index's, and the background run's
+            t0 = time.time()
+            out, err = proc.communicate("close\n", timeout=120)
+            ended = time.time()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    closed = [float(line.split()[1]) for line in out.splitlines() if line.startswith("closed ")]
+    assert closed and closed[0] - t0 < 25, (closed, t0, err[-3000:])  # 1 s, then the 10 s grace
+    assert proc.returncode == 0 and ended - t0 < 30, (proc.returncode, ended - t0, err[-3000:])  # before: 60 s
+    assert "stopping it" in err, err[-3000:]
+    assert index.read_bytes() == live  # the stopped run published nothing

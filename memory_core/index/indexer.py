@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memory_core.config import Settings
+from memory_core.index.run_stops import Cancel
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -69,6 +70,7 @@ class Indexer:
         self._owns_provider = provider is None
         self._run_lock = threading.Lock()  # one run at a time per indexer: they share the provider
         self._provider_lock = threading.Lock()
+        self._cancel: Cancel | None = None  # the run going's stop (:meth:`stop`)
 
     @property
     def provider(self) -> EmbeddingProvider:
@@ -113,8 +115,24 @@ class Indexer:
                 preflight(self.settings)  # a missing workspace is reported before any provider error
             provider = self.provider
             provider.start_run()  # a fresh retry budget per run (issue 17)
-            return run_index(asked_for(self.settings) if appends else self.settings, full=full, provider=provider,
-                             reason=self._reason, progress=progress, if_busy=if_busy, only_paths=only_paths)
+            self._cancel = Cancel()
+            try:
+                return run_index(asked_for(self.settings) if appends else self.settings, full=full, provider=provider,
+                                 reason=self._reason, progress=progress, if_busy=if_busy, only_paths=only_paths,
+                                 cancel=self._cancel)
+            finally:
+                self._cancel = None
+
+    def stop(self, why: str = "stopped: the memory was closed while the run ran") -> bool:
+        """Stop the run going, from another thread: it ends at its next check (between files, in
+        its waits, before it publishes: :mod:`memory_core.index.run_stops`) with ``RunCancelled(why)``,
+        the live index as it was; requests to the provider get the stop's grace, then are
+        abandoned. True if a run was going."""
+        cancel = self._cancel
+        if cancel is None:
+            return False
+        cancel.set(why)
+        return True
 
     def _as_built_now(self) -> None:
         """Before a run: take what these settings were not told from the live index as it is now

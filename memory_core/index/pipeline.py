@@ -328,7 +328,7 @@ def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None,
-              only_paths: Collection[str] | None = None) -> RunSummary:
+              only_paths: Collection[str] | None = None, cancel: run_stops.Cancel | None = None) -> RunSummary:
     """Run one reindex. Raises MemoryCoreError subclasses on failure (with ``run_summary``).
 
     ``executor``: who does the work (default: :class:`LocalExecutor` with ``concurrency``
@@ -337,7 +337,9 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     default from ``lock.wait``. ``progress`` is called with a :class:`Progress` as the run goes.
     ``only_paths``: an incremental run given every path that changed since the last complete
     run (a watcher's events) looks at those only (see :func:`memory_core.index.stages.discover_stage`);
-    a full rebuild, and the fallback provider's rebuild, scan everything.
+    a full rebuild, and the fallback provider's rebuild, scan everything. ``cancel``: the run's
+    stop from another thread (its owner sets it; the run ends with RunCancelled, as by SIGTERM:
+    :mod:`memory_core.index.run_stops`).
 
     Embedding goes through the provider's Batch API when ``batch.enabled`` (see
     :mod:`memory_core.batch`). If the provider keeps failing and ``settings.fallback`` is set,
@@ -354,7 +356,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     timer = Timer()
     done: list[RunSummary] = []  # the run's summary once it has one (a stop after it: the summary goes with it)
     try:
-        with run_stops.run_scope():  # a stop lost on the way (raised in a finalizer) still ends the run
+        with run_stops.run_scope(cancel):  # a stop lost on the way (raised in a finalizer) still ends the run
             return _run_locked(settings, provider, reason, ex, own, timer, done, full=full, progress=progress,
                                if_busy=if_busy, only_paths=only_paths)
     except BaseException as exc:

@@ -18,7 +18,12 @@ that exact handler before it asks a flow run to cancel). The run looks at the no
 stop cleanly (:func:`check`): between files as it chunks them, before it publishes, after
 discovery, in its wait for embedding requests and in every wait for its batch job steps (at
 most ``WAKE_S`` apart). A stop raised as it came unwinds past all of these and is never raised
-twice. Main-thread stops only (where Python runs signal handlers).
+twice. Signals are main-thread stops only (where Python runs signal handlers).
+
+A run in another thread (a long-lived reader's background sync) has no signal to stop it: its
+owner hands :func:`run_scope` a :class:`Cancel` and sets it (``Indexer.stop``: the MCP server
+shutting down while a run waits on a stalled provider), and the same checks raise it as a
+:class:`RunCancelled` in that thread.
 """
 
 from __future__ import annotations
@@ -41,6 +46,23 @@ WAKE_S = 0.5
 # the stops that came in each open run_scope() (the innermost last): a signal number (noted by a
 # handler of ours) or the stop exception Python swallowed
 _RUNS: list[list[int | BaseException]] = []
+_THREAD = threading.local()  # .cancels: the Cancel of each open run_scope() of this thread
+
+
+class Cancel:
+    """A stop for one run, from its owner in another thread: :meth:`set` with the reason the run
+    ends with (``RunCancelled(why)``)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.why = "stopped"
+
+    def set(self, why: str) -> None:
+        self.why = why
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
 
 
 def note(signum: int) -> None:
@@ -77,9 +99,19 @@ _previous_hook: Any = sys.__unraisablehook__
 
 
 @contextlib.contextmanager
-def run_scope() -> Iterator[None]:
+def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
     """One run: the stops that come in it are noted (and those Python swallows, through
-    :data:`sys.unraisablehook`, which is chained to the hook before it and put back at the end)."""
+    :data:`sys.unraisablehook`, which is chained to the hook before it and put back at the end).
+    ``cancel``: the run's stop from another thread, raised by :func:`check` in this one."""
+    if cancel is not None:
+        cancels = _THREAD.__dict__.setdefault("cancels", [])
+        cancels.append(cancel)
+        try:
+            with run_scope():
+                yield
+        finally:
+            cancels.remove(cancel)
+        return
     global _previous_hook
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -109,7 +141,11 @@ def pending() -> int | BaseException | None:
 
 def check() -> None:
     """Raise the stop that came in this run, if one did: it reaches here only when it was lost on
-    the way (a stop raised as it came unwinds past every check). In the main thread only."""
+    the way (a stop raised as it came unwinds past every check), or the :class:`Cancel` of this
+    thread's run, set by its owner."""
+    for cancel in _THREAD.__dict__.get("cancels", ()):
+        if cancel.is_set():
+            raise RunCancelled(cancel.why)
     if threading.current_thread() is not threading.main_thread():
         return
     stop = pending()

@@ -137,6 +137,12 @@ def _refreshable(st: DirtyState) -> bool:
     return st.dirty and st.reason != "no index yet" and not st.reason.startswith("index damaged")
 
 
+CLOSE_WAIT_S = 30.0
+"""How long closing a long-lived reader waits for its background reindex to finish before it stops it."""
+CLOSE_STOP_WAIT_S = 20.0
+"""How long it then waits for the stopped run to end (the grace of its requests: ``STOP_GRACE_S``, 10 s)."""
+
+
 class SyncManager:
     """The sync triggers of one long-lived process (the MCP server) over one index."""
 
@@ -367,11 +373,19 @@ class SyncManager:
         }
 
     def close(self) -> None:
+        """Stop the triggers; a run going is waited for (``CLOSE_WAIT_S``), then stopped: it ends
+        at its next check with the live index as it was, its requests to the provider abandoned
+        after their grace (a run waiting on a stalled provider held the server's exit for as long
+        as the provider took: each attempt up to ``remote.timeout_s``, and its retries)."""
         if self._stop_interval is not None:
             self._stop_interval()
         if self._watcher is not None:
             self._watcher.stop()
-        self.wait_idle(timeout=30)
+        if not self.wait_idle(timeout=CLOSE_WAIT_S):
+            stop = getattr(self.runner, "stop", None)
+            if callable(stop) and stop():
+                log.warning("sync: the reindex going did not finish within %gs; stopping it", CLOSE_WAIT_S)
+                self.wait_idle(timeout=CLOSE_STOP_WAIT_S)
         close = getattr(self.runner, "close", None)
         if close is not None:
             close()
