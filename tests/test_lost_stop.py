@@ -275,3 +275,48 @@ def test_closing_a_memory_stops_its_background_reindex_on_a_stalled_provider(tmp
     assert proc.returncode == 0 and ended - t0 < 30, (proc.returncode, ended - t0, err[-3000:])  # before: 60 s
     assert "stopping it" in err, err[-3000:]
     assert index.read_bytes() == live  # the stopped run published nothing
+
+
+WRAP_A_STOP = """
+import os, signal, sys, time
+
+from memory_core.index import streaming
+
+real_chunk_file = streaming.chunk_file
+
+
+def chunk_file(*args, **kwargs):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+    except KeyboardInterrupt as exc:  # as pydantic's serializer does with any exception
+        raise ValueError("Error calling function: KeyboardInterrupt") from exc
+    return real_chunk_file(*args, **kwargs)
+
+
+streaming.chunk_file = chunk_file
+"""
+
+
+def test_a_ctrl_c_wrapped_in_an_error_ends_a_python_api_run_as_a_ctrl_c(tmp_path: Path) -> None:
+    """A library that turns the KeyboardInterrupt into an error of its own (pydantic's serializer
+    does: CI saw a Prefect flow's Ctrl-C end as ``PydanticSerializationError``): the run ended with
+    that error, a failure, where ``memory-core index`` said it as the Ctrl-C. Now the run itself
+    ends with the stop (KeyboardInterrupt, from the error), its partial summary with it."""
+    ws = _local_workspace(tmp_path)
+    index = ws / ".memory-core" / "index.sqlite"
+    live = index.read_bytes()
+    script = tmp_path / "api_wrapped_stop.py"
+    script.write_text(textwrap.dedent(WRAP_A_STOP) + textwrap.dedent(f"""
+        from memory_core.api import Memory, open_memory
+
+        try:
+            with Memory(open_memory({str(ws)!r}).settings, refresh=False) as memory:
+                memory.index()
+        except BaseException as exc:
+            print(type(exc).__name__, type(exc.__cause__).__name__, getattr(exc, "run_summary", None) is not None,
+                  flush=True)
+    """))
+    res = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.stdout.split() == ["KeyboardInterrupt", "ValueError", "True"], (res.stdout, res.stderr[-3000:])
+    assert index.read_bytes() == live

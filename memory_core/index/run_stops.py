@@ -11,14 +11,16 @@ transport's ``__del__``) polled them to their deadline, and a run that embedded 
 published after the Ctrl-C.
 
 So for the length of a run (:func:`run_scope`) a stop is noted two ways: each handler of ours
-notes it as it raises it (:func:`note`, through ``pipeline.stop_came``), and a stop that Python
+notes it as it raises it (:func:`note`, through ``pipeline.stop_came``; Python's own Ctrl-C
+handler is replaced by one that does, for the run), and a stop that Python
 swallowed in the main thread is taken from :data:`sys.unraisablehook` (whichever handler raised
 it: Python's own, ours, Prefect's, which is left in place because Prefect's runner checks for
 that exact handler before it asks a flow run to cancel). The run looks at the note where it can
 stop cleanly (:func:`check`): between files as it chunks them, before it publishes, after
 discovery, in its wait for embedding requests and in every wait for its batch job steps (at
 most ``WAKE_S`` apart). A stop raised as it came unwinds past all of these and is never raised
-twice. Signals are main-thread stops only (where Python runs signal handlers).
+twice. An error that ends a run after a stop came is that stop, wrapped on the way: the run
+ends with the stop (``raise stop from error``), as ``memory-core index`` always said it. Signals are main-thread stops only (where Python runs signal handlers).
 
 A run in another thread (a long-lived reader's background sync) has no signal to stop it: its
 owner hands :func:`run_scope` a :class:`Cancel` and sets it (``Indexer.stop``: the MCP server
@@ -87,6 +89,15 @@ def is_stop_exception(exc: BaseException | None) -> bool:
         type(exc).__name__ in ("SigtermStop", "TerminationSignal")
 
 
+def _ctrl_c(signum: int, frame: Any) -> None:
+    note(signum)
+    raise KeyboardInterrupt
+
+
+def _is_stop(exc: BaseException) -> bool:
+    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled)
+
+
 def _unraisable(args: Any) -> None:
     exc = getattr(args, "exc_value", None)
     if _RUNS and is_stop_exception(exc) and threading.current_thread() is threading.main_thread():
@@ -122,12 +133,28 @@ def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
     if hooked:
         _previous_hook = sys.unraisablehook
         sys.unraisablehook = _unraisable
+    ctrl_c = None  # Python's own Ctrl-C handler, replaced by one that notes the stop as it raises it
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        ctrl_c = signal.signal(signal.SIGINT, _ctrl_c)
     try:
         yield
+    except BaseException as exc:
+        # an error after a stop came is the stop, wrapped on the way (pydantic's serializer wraps
+        # even a KeyboardInterrupt: the run ended with its PydanticSerializationError)
+        if not came or _is_stop(exc):
+            raise
+        first = came[0]
+        stop = stop_of(first) if isinstance(first, int) else first.with_traceback(None)
+        summary = getattr(exc, "run_summary", None)
+        if summary is not None:
+            stop.run_summary = summary  # type: ignore[attr-defined]
+        raise stop from exc
     finally:
         _RUNS.remove(came)
         if hooked and sys.unraisablehook is _unraisable:
             sys.unraisablehook = _previous_hook
+        if ctrl_c is not None and signal.getsignal(signal.SIGINT) is _ctrl_c:
+            signal.signal(signal.SIGINT, ctrl_c)
 
 
 def pending() -> int | BaseException | None:
