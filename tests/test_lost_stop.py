@@ -9,6 +9,7 @@ it publishes (memory_core/index/run_stops.py)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -26,19 +27,22 @@ from tests.test_stop_audit20 import (
     _ours,
 )
 
-# the first file the run chunks: the Ctrl-C comes while the main thread runs a finalizer
-LOSE_A_STOP = """
+# a Ctrl-C that comes while the main thread runs a finalizer
+LOST_STOP = """
 import os, signal, sys, time
-
-from memory_core.index import streaming
-
-real_chunk_file = streaming.chunk_file
 
 
 class LostStop:
     def __del__(self):
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)  # the KeyboardInterrupt is raised in this finalizer: Python swallows it
+"""
+
+# ... as the run chunks its first file
+LOSE_A_STOP = LOST_STOP + """
+from memory_core.index import streaming
+
+real_chunk_file = streaming.chunk_file
 
 
 def chunk_file(*args, **kwargs):
@@ -320,3 +324,31 @@ def test_a_ctrl_c_wrapped_in_an_error_ends_a_python_api_run_as_a_ctrl_c(tmp_path
     res = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True, text=True, timeout=300)
     assert res.stdout.split() == ["KeyboardInterrupt", "ValueError", "True"], (res.stdout, res.stderr[-3000:])
     assert index.read_bytes() == live
+
+
+def test_a_ctrl_c_lost_after_the_publish_says_the_run_was_stopped_after_it(tmp_path: Path) -> None:
+    """The Ctrl-C is lost in the cache trim, after the new index went live. The command said
+    nothing of it (exit 0, as if it never came); now it ends as a run stopped after its publish
+    does (docs/reliability.md R1): exit 130, the line says the live index holds this run's update."""
+    ws = _local_workspace(tmp_path)
+    script = tmp_path / "index_lost_after_publish.py"
+    script.write_text(LOST_STOP + textwrap.dedent("""
+        from memory_core.index import pipeline
+
+        real_trim = pipeline.trim_cache
+
+
+        def trim_cache(*args, **kwargs):
+            LostStop()
+            return real_trim(*args, **kwargs)
+
+
+        pipeline.trim_cache = trim_cache
+    """) + "\nfrom memory_core.apps.cli import main\nsys.exit(main())\n")
+    res = subprocess.run(_index(ws, run=[sys.executable, str(script)]), env=_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert "Exception ignored in: <function LostStop.__del__" in res.stderr, res.stderr
+    assert res.returncode == 130, (res.returncode, res.stdout, res.stderr)
+    assert _ours(res.stderr)[-1].startswith("memory-core: interrupted after the new index was published ("), res.stderr
+    got = json.loads(res.stdout)
+    assert got["swapped"] is True and got["files_new"] == 1 and got["stopped"] == "interrupted", got

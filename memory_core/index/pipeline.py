@@ -591,9 +591,13 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             stopped_after_publish(stop, summary, cut)
             log.warning("%s", summary.stop_note(), extra={RUN_WARNING: True})  # the CLI says it in its own line
             raise stop
-    if late:  # a stop that came while the published run's summary was assembled: it goes with it
+    if late or (built is not None and run_stops.pending() is not None):
+        # a stop that came while the published run's summary was assembled, or one lost on the way
+        # after the publish (in the cache trim: raised in a finalizer): it goes with the summary
         try:
-            signal.raise_signal(late[0])  # its own handler: KeyboardInterrupt, RunCancelled, Prefect's
+            if late:
+                signal.raise_signal(late[0])  # its own handler: KeyboardInterrupt, RunCancelled, Prefect's
+            run_stops.check()
         except BaseException as exc:
             if is_stop(exc):
                 stopped_after_publish(exc, summary, [CUT_QMD] if settings.backend == "qmd" else [])

@@ -159,7 +159,9 @@ def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
 
 def pending() -> int | BaseException | None:
     """The stop that came in the open run and was not acted on (its signal, or the exception
-    Python swallowed), or None."""
+    Python swallowed), or None. The main thread's (a signal's stop is the main thread's run's)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
     for came in _RUNS:
         if came:
             return came[0]
