@@ -18,9 +18,11 @@ it: Python's own, ours, Prefect's, which is left in place because Prefect's runn
 that exact handler before it asks a flow run to cancel). The run looks at the note where it can
 stop cleanly (:func:`check`): between files as it chunks them, before it publishes, after
 discovery, in its wait for embedding requests and in every wait for its batch job steps (at
-most ``WAKE_S`` apart). A stop raised as it came unwinds past all of these and is never raised
-twice. An error that ends a run after a stop came is that stop, wrapped on the way: the run
-ends with the stop (``raise stop from error``), as ``memory-core index`` always said it. Signals are main-thread stops only (where Python runs signal handlers).
+most ``WAKE_S`` apart), and as it hands back a published summary (a stop lost after the
+publish: the run ends as stopped after it). A stop raised as it came unwinds past all of these
+and is never raised twice. An error that ends a run after a stop came is that stop, wrapped on
+the way: the run ends with the stop (``raise stop from error``), as ``memory-core index``
+always said it. Signals are main-thread stops only (where Python runs signal handlers).
 
 A run in another thread (a long-lived reader's background sync) has no signal to stop it: its
 owner hands :func:`run_scope` a :class:`Cancel` and sets it (``Indexer.stop``: the MCP server
