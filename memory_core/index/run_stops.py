@@ -82,9 +82,15 @@ def stop_of(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else RunCancelled(f"stopped by {signal.Signals(signum).name}")
 
 
-def is_stop_exception(exc: BaseException | None) -> bool:
-    """What a stop is raised as: Ctrl-C's, our handlers' (``RunCancelled``, ``SigtermStop``) and
-    Prefect's (``TerminationSignal``)."""
+def is_stop(exc: BaseException) -> bool:
+    """A stop from outside (Ctrl-C, SIGTERM, a cancelled flow run), not a failure."""
+    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled) or type(exc).__name__ == "CancelledRun"
+
+
+def _signal_stop(exc: BaseException | None) -> bool:
+    """What a signal's stop is raised as (narrower than :func:`is_stop`: not a SystemExit or a
+    GeneratorExit Python reports from a finalizer): Ctrl-C's, our handlers' (``RunCancelled``,
+    ``SigtermStop``) and Prefect's (``TerminationSignal``)."""
     if exc is None:
         return False
     return isinstance(exc, KeyboardInterrupt | RunCancelled) or \
@@ -96,13 +102,9 @@ def _ctrl_c(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _is_stop(exc: BaseException) -> bool:
-    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled)
-
-
 def _unraisable(args: Any) -> None:
     exc = getattr(args, "exc_value", None)
-    if _RUNS and is_stop_exception(exc) and threading.current_thread() is threading.main_thread():
+    if _RUNS and _signal_stop(exc) and threading.current_thread() is threading.main_thread():
         for came in _RUNS:
             came.append(exc)  # type: ignore[arg-type]
     _previous_hook(args)
@@ -143,7 +145,7 @@ def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
     except BaseException as exc:
         # an error after a stop came is the stop, wrapped on the way (pydantic's serializer wraps
         # even a KeyboardInterrupt: the run ended with its PydanticSerializationError)
-        if not came or _is_stop(exc):
+        if not came or is_stop(exc):
             raise
         first = came[0]
         stop = stop_of(first) if isinstance(first, int) else first.with_traceback(None)

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import pyarrow as pa
 
 from memory_core.embeddings.batch_types import BatchFigures, Cost
-from memory_core.errors import RunCancelled
+from memory_core.index.run_stops import is_stop as is_stop  # (one rule: run_stops')
 from memory_core.sources.discovery import FileEntry
 
 T = TypeVar("T")
@@ -581,6 +581,3 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def is_stop(exc: BaseException) -> bool:
-    """A stop from outside (Ctrl-C, SIGTERM, a cancelled flow run), not a failure."""
-    return not isinstance(exc, Exception) or isinstance(exc, RunCancelled) or type(exc).__name__ == "CancelledRun"
