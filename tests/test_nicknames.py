@@ -68,6 +68,8 @@ SESSIONS: list[tuple[str, str, list[tuple[str, str]]]] = [
     ]),
     ("kate-2", "2026-02-17", [("Kate", "thesis defence passed!"), ("Ben", "wow")]),
     ("filip-1", "2026-02-18", [("Filip", "the kayak trip is off, the river is too high"), ("Ben", "shame")]),
+    # Virginia drinks tea; nobody writes "ginger", a form of her name in the table and a spice
+    ("virginia-1", "2026-02-19", [("Virginia", "hot tea with honey helps my sore throat"), ("Ben", "get well")]),
     # both halves written: a double name left as it is
     ("jean-1", "2026-02-14", [("Ben", "Jean and Luc came by"), ("Kate", "Jean is Luc's brother")]),
 ]
@@ -229,6 +231,14 @@ def test_a_nickname_typed_in_lower_case_is_searched_as_the_name_memory_writes(ch
         assert retrieval.respelled(idx, "sue the landlord?") == "sue the landlord?"  # Susan is never beside it
         assert retrieval.respelled(idx, "who can drive, al?") == "who can drive, al?"  # Albert or Alfred
         assert retrieval.respelled(idx, "what did gus say?") == "what did gus say?"  # August is a month
+        # the subject's verb, when the word after the name is not a stop word: a common verb, or a
+        # word followed by an object's first word or by nothing (the N1 hole of docs/reliability.md: "does
+        # ginger tea help?" searched Virginia, whom memory writes beside "tea")
+        assert retrieval.respelled(idx, "did bob buy paint for the boat?") == "did robert buy paint for the boat?"
+        assert retrieval.respelled(idx, "did bob refinance the boat?") == "did robert refinance the boat?"
+        assert retrieval.respelled(idx, "when did ginny drink tea?") == "when did virginia drink tea?"
+        assert retrieval.respelled(idx, "does ginger tea help?") == "does ginger tea help?"
+        assert retrieval.respelled(idx, "does ginger tea help a sore throat?") == "does ginger tea help a sore throat?"
 
 
 def test_names_memory_writes_with_accents_or_a_final_y_are_names(tmp_path: Path) -> None:

@@ -1312,21 +1312,67 @@ _AUXILIARIES = ("did", "does", "do", "has", "will", "would", "can", "could", "sh
 which come before adjectives as often ("was rich enough", "had frank talks")."""
 
 
+_VERB_LIST = """
+accept add agree allow answer apply arrive ask bake be become begin believe bleed book borrow break bring
+build burn buy call cancel care carry catch change check choose clean climb close come cook cost cover
+cry cut dance decide deliver die do drink drive drop eat email end enjoy enter explain fail fall feel
+fight fill find finish fit fix fly follow forget forgive get give go grow hang happen hate have hear help
+hide hit hold hope hurt invite join jump keep kill know land laugh learn leave lend let lie like listen
+live lock look lose love make manage marry mean meet mention miss move need offer open order organise
+organize own pack paint pass pay pick plan plant play post prefer prepare print promise pull push put
+quit rain reach read recommend remember rent repair replace reply return ride ring run sand save say see
+sell send set share shop show sign sing sit sleep sound speak spend stand start stay steal stop study
+suggest swim take talk teach tell text think throw touch travel try turn twist understand use visit
+wait wake walk want wash watch wear win wish work worry write
+adopt afford attend bet bike bother bring celebrate cheat claim clear collect compare complain consider
+continue convince count create dare date describe design discover discuss divorce download dream dress
+earn edit escape expect face fear feed fetch film finish forward gain guess handle head hike hire hug
+hunt improve include insist install introduce jog kick kiss knit lead lift load mail mark matter
+measure mind mix mow note notice obtain open paddle park pause phone pitch plan pour practice practise
+pray predict present press pretend prevent propose prove publish race raise rate realise realize
+receive record reduce refuse relax release remind remove report request rescue reserve rest retire
+review risk rob row rush sail score search seem serve settle shave shout sink ski skip smell smile
+smoke snow solve sort spell split spot sprain steer stick store submit succeed suffer supply support
+suppose surf survive switch tackle taste tear test thank tie tour trade train treat trust type unpack
+update upload vote warn waste water weigh wonder wrap yell
+"""
+_COMMON_VERBS = frozenset(_VERB_LIST.split())
+"""Verbs a question often puts after its subject ("did bob buy new shoes"): the word after a name
+asked about by an auxiliary is its verb; one not listed counts when a word of :data:`_OBJECT_STARTS`
+or nothing follows it ("did bob refinance the flat", "did sue call?") (:func:`_asked_as_person`)."""
+
+_OBJECT_LIST = """
+a an the this that these those my your his her its our their me you him us them it some any all
+to with on in at for from by about into onto over up out off down back again there here
+"""
+_OBJECT_STARTS = frozenset(_OBJECT_LIST.split())
+"""Words that start what follows a verb (its object, or where and how): after the word that
+follows a subject, they mark that word as its verb ("did bob refinance the flat")."""
+
+
 def _asked_as_person(query: str, word: str) -> bool:
     """Whether ``query`` writes the lower-case ``word`` as a person's name: followed by a word of the
     talk itself ("what did bob say", "sue said what"), in the possessive ("bob's boat"), or as the
-    subject of a question: after an auxiliary and before a word that is not a stop word ("how did
-    kathryn twist her ankle", "did bob fix the boat") or before "and" ("did katherine and i"). An
-    everyday word the nickname table lists is not ("rich in iron", "to be frank", "should we sue the
-    landlord", "was rich enough", "the art quiz": the twenty-eighth session's audit)."""
+    subject of a question: after an auxiliary and before "and" ("did katherine and i") or before its
+    verb, a word that is not a stop word and is a common verb (:data:`_COMMON_VERBS`) or is followed
+    by an object's first word (:data:`_OBJECT_STARTS`) or by nothing ("how did kathryn twist her ankle", "did bob fix the boat", "did
+    sue call?"). An everyday word the nickname table lists is not ("rich in iron", "to be frank",
+    "should we sue the landlord", "was rich enough", "the art quiz": the twenty-eighth session's
+    audit), nor is one that modifies the subject ("does ginger tea help?": "tea" is no verb, and a
+    word that starts no object follows it)."""
     w = re.escape(word)
     talk = "|".join(sorted(_TALK_WORDS))
     if re.search(rf"(?<![^\W_]){w}(?:['’]s(?![^\W_])|\s+(?:{talk})(?![^\W_]))", query, flags=re.IGNORECASE):
         return True
     aux = "|".join(_AUXILIARIES)
-    for m in re.finditer(rf"(?<![^\W_])(?:{aux})\s+{w}\s+([^\W\d_]+)", query, flags=re.IGNORECASE):
-        nxt = m.group(1).lower()
-        if nxt == "and" or not textsearch.is_stop_word(nxt):
+    for m in re.finditer(rf"(?<![^\W_])(?:{aux})\s+{w}\s+([^\W\d_]+)(?:\W+([^\W\d_]+))?", query,
+                         flags=re.IGNORECASE):
+        nxt, after = m.group(1).lower(), (m.group(2) or "").lower()
+        if nxt == "and":
+            return True
+        if textsearch.is_stop_word(nxt):
+            continue
+        if nxt in _COMMON_VERBS or not after or after in _OBJECT_STARTS:
             return True
     return False
 
