@@ -1169,7 +1169,8 @@ class MemoryStore:
         else:
             vw, tw = 0.0, 1.0
         hits = ranking.fuse_calibrated([h for h, _ in by_id.values()], cal, idf_total, vector_weight=vw,
-                                       text_weight=tw, corpus_coverage=coverage)
+                                       text_weight=tw, corpus_coverage=coverage,
+                                       keyword_steepness=ranking.keyword_steepness(query))
         rows = {h.id: r for h, r in by_id.values()}
         hits = [h for h in hits if h.score >= min_score]
         # importance, then recency, order memories of comparable relevance; score stays the relevance

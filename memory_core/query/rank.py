@@ -323,7 +323,8 @@ def rank_candidates(q: QuerySettings, cands: Candidates, *, max_results: int | N
         else:
             pool, vw, tw = [h for h in union if h.in_keyword or not h.in_vector], 0.0, 1.0
         hits = ranking.fuse_calibrated(pool, cands.calibration, cands.idf_total,
-                                       vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage)
+                                       vector_weight=vw, text_weight=tw, corpus_coverage=cands.corpus_coverage,
+                                       keyword_steepness=ranking.keyword_steepness(cands.query))
         if cands.dates is not None:  # the query names a day: what was written that day comes first
             dated = lift_named_days(hits, cands.dates, min_score)
         if by_support:

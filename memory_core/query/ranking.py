@@ -19,7 +19,9 @@ from its own raw scores, so a score means the same whatever else was found::
           a clear match (``KNOWN_COSINE_CALIBRATION``, else from the index's background cosine),
           times 0.7-1 by the query's corpus coverage (``UNSEEN_QUERY_VECTOR_SHARE``)
     p_t = keyword_relevance(bm25) = x / (x + 0.5) * coverage, x = bm25 / (sum of the query's IDF);
-          in hybrid mode at least 0.8 * coverage for a chunk holding an identifier of the query
+          in hybrid mode x^s / (x^s + 0.5^s) * coverage, s from 1 (at most 5 content words) to 2
+          (7 and more: ``keyword_steepness``), and at least 0.8 * coverage for a chunk holding an
+          identifier of the query
     relevance = 0.7 * (w_v * p_v + w_t * p_t) + 0.3 * max(p_v, p_t)     (``FUSION_MAX_SHARE``)
 
 Weights ``DEFAULT_VECTOR_WEIGHT`` / ``DEFAULT_TEXT_WEIGHT`` (0.5 / 0.5, normalised to sum 1); a
@@ -67,7 +69,7 @@ from memory_core.query.dates import (  # re-exported: dates decides what a path 
     date_from_path,
     is_evergreen,
 )
-from memory_core.storage.textsearch import keyword_tokens
+from memory_core.storage.textsearch import is_stop_word, keyword_tokens, query_terms
 
 __all__ = [
     "ANCHOR_FLOOR",
@@ -456,8 +458,36 @@ IDENTIFIER_MATCH_RELEVANCE = 0.8
 an identifier of the query verbatim, however short the rest of its BM25 match."""
 
 
-def keyword_relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0) -> float:
-    """``x / (x + KEYWORD_HALF) * corpus_coverage`` with ``x = bm25 / idf_total``, in [0, 1).
+KEYWORD_STEEP_FROM = 5
+"""Content words a query may have with the keyword curve as it is (``x / (x + 0.5)``)."""
+KEYWORD_STEEP_SPAN = 2
+"""Content words over :data:`KEYWORD_STEEP_FROM` at which the curve is steepest (7 and more)."""
+KEYWORD_STEEP_MAX = 2.0
+"""The curve's exponent for a query of :data:`KEYWORD_STEEP_FROM` + :data:`KEYWORD_STEEP_SPAN`
+content words or more: ``x^2 / (x^2 + 0.5^2)``."""
+
+
+def keyword_steepness(query: str) -> float:
+    """The exponent of the keyword curve in the hybrid fusion (:func:`keyword_relevance`): 1 for a
+    query of at most 5 distinct content words (not stop words), rising linearly to 2 at 7 and more;
+    1 for a mostly-CJK query (its bigrams are not words, and the keyword side alone ranks it).
+
+    Why: ``x`` is the IDF share of the query a chunk matches. Over two or three words it is a coarse
+    reading (the answer to "what are Kate's hobbies?" may hold one of them), and the flat curve
+    keeps a partial match close to a full one. Over seven or more (a claim, a docstring's summary,
+    a long question) it is a fine one, and a chunk matching three quarters of them is much
+    likelier the answer than one matching a third; the flat curve gave that difference about 0.04,
+    as much as a cosine 0.02 apart, so the vector side's order won where the keyword side had the
+    answer first (docs/search.md, "Long queries grade the keyword side more sharply")."""
+    if mostly_cjk(query):
+        return 1.0
+    k = len({t for t in query_terms(query) if not is_stop_word(t)})
+    return 1.0 + (KEYWORD_STEEP_MAX - 1.0) * _clamp01((k - KEYWORD_STEEP_FROM) / KEYWORD_STEEP_SPAN)
+
+
+def keyword_relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0, steepness: float = 1.0) -> float:
+    """``x / (x + KEYWORD_HALF) * corpus_coverage`` with ``x = bm25 / idf_total``, in [0, 1); with
+    ``steepness`` s (:func:`keyword_steepness`), ``x^s / (x^s + KEYWORD_HALF^s) * corpus_coverage``.
 
     ``idf_total`` is the sum of FTS5's IDF over the query's terms, i.e. the BM25 that a chunk of
     average length containing each term once would get, so ``x`` is about the share of the query
@@ -472,6 +502,9 @@ def keyword_relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.
     if bm25 <= 0 or idf_total <= 0 or not math.isfinite(bm25):
         return 0.0
     x = bm25 / idf_total
+    if steepness != 1.0 and math.isfinite(steepness) and steepness > 0:
+        xs = x**steepness
+        return _clamp01(xs / (xs + KEYWORD_HALF**steepness) * _clamp01(corpus_coverage))
     return _clamp01(x / (x + KEYWORD_HALF) * _clamp01(corpus_coverage))
 
 
@@ -491,7 +524,7 @@ def match_kind(h: Hit) -> str:
 
 
 def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, vector_weight: float,
-                    text_weight: float, corpus_coverage: float = 1.0) -> list[Hit]:
+                    text_weight: float, corpus_coverage: float = 1.0, keyword_steepness: float = 1.0) -> list[Hit]:
     """Absolute scores from each hit's own raw scores, sorted (equal scores: higher BM25 first).
 
     ``p_v = vector_relevance(cosine)``, ``p_t = keyword_relevance(bm25)``; with both weights > 0
@@ -516,6 +549,9 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     chunk holds (``cc`` 0) keeps the keyword side's full weight (relevance 0): that absence is
     evidence of a miss ("zzqx wvbn" with a model that hashes words: docs/search.md, "The keyword
     side weighs what memory's words cover").
+
+    ``keyword_steepness`` (:func:`keyword_steepness` of the query; both sides weighed only) grades
+    the keyword side more sharply for a query of many content words.
     """
     items = list(hits)
     vw, tw = normalize_weights(vector_weight, text_weight)
@@ -524,6 +560,7 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     elif text_weight <= 0:
         vw, tw = 1.0, 0.0
     cc = _clamp01(corpus_coverage)
+    steep = keyword_steepness if vw > 0 and tw > 0 else 1.0  # one side alone: its curve as it is
     vshare = UNSEEN_QUERY_VECTOR_SHARE + (1 - UNSEEN_QUERY_VECTOR_SHARE) * cc
     if vw > 0 and 0 < cc < 1 and tw > 0:
         # the keyword side weighs what it can judge: the share of the query memory's words cover
@@ -533,7 +570,7 @@ def fuse_calibrated(hits: Iterable[Hit], cal: Calibration, idf_total: float, *, 
     out = []
     for h in items:
         pv = vector_relevance(h.vector_score, cal) * vshare if vw > 0 else 0.0
-        pt = keyword_relevance(h.bm25, idf_total, corpus_coverage) if tw > 0 else 0.0
+        pt = keyword_relevance(h.bm25, idf_total, corpus_coverage, steep) if tw > 0 else 0.0
         if h.has_identifier and vw > 0 and tw > 0:
             pt = max(pt, IDENTIFIER_MATCH_RELEVANCE * _clamp01(corpus_coverage))
         mean = vw * pv + tw * pt
