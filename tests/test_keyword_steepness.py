@@ -26,6 +26,9 @@ def test_the_exponent_follows_the_querys_content_words() -> None:
     assert ranking.keyword_steepness("kayak course river bank weekend rain") == pytest.approx(1.5)
     assert ranking.keyword_steepness("kayak course river bank weekend rain cancelled") == 2.0
     assert ranking.keyword_steepness(LONG) == 2.0
+    # a single letter is no word: the "s" of a possessive, a variable's name
+    assert ranking.keyword_steepness("how did the whole saga with Mo's car go?") == 1.0  # whole saga mo car go
+    assert ranking.keyword_steepness("Kate's Anneliese's Jorge's Siobhan's Muhammad's G x") == 1.0
     # a word said twice counts once
     assert ranking.keyword_steepness("kayak kayak kayak kayak kayak kayak kayak course") == 1.0
     # a mostly-CJK query is searched by bigrams, not words: the keyword side alone ranks it, as before

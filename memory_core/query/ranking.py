@@ -469,7 +469,8 @@ content words or more: ``x^2 / (x^2 + 0.5^2)``."""
 
 def keyword_steepness(query: str) -> float:
     """The exponent of the keyword curve in the hybrid fusion (:func:`keyword_relevance`): 1 for a
-    query of at most 5 distinct content words (not stop words), rising linearly to 2 at 7 and more;
+    query of at most 5 distinct content words (not stop words, nor single letters or digits: the
+    "s" of "Kate's", the "G" of "a graph G"), rising linearly to 2 at 7 and more;
     1 for a mostly-CJK query (its bigrams are not words, and the keyword side alone ranks it).
 
     Why: ``x`` is the IDF share of the query a chunk matches. Over two or three words it is a coarse
@@ -481,7 +482,7 @@ def keyword_steepness(query: str) -> float:
     answer first (docs/search.md, "Long queries grade the keyword side more sharply")."""
     if mostly_cjk(query):
         return 1.0
-    k = len({t for t in query_terms(query) if not is_stop_word(t)})
+    k = len({t for t in query_terms(query) if len(t) > 1 and not is_stop_word(t)})  # not the "s" of "Kate's"
     return 1.0 + (KEYWORD_STEEP_MAX - 1.0) * _clamp01((k - KEYWORD_STEEP_FROM) / KEYWORD_STEEP_SPAN)
 
 
