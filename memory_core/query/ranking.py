@@ -502,11 +502,9 @@ def keyword_relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.
     """
     if bm25 <= 0 or idf_total <= 0 or not math.isfinite(bm25):
         return 0.0
-    x = bm25 / idf_total
-    if steepness != 1.0 and math.isfinite(steepness) and steepness > 0:
-        xs = x**steepness
-        return _clamp01(xs / (xs + KEYWORD_HALF**steepness) * _clamp01(corpus_coverage))
-    return _clamp01(x / (x + KEYWORD_HALF) * _clamp01(corpus_coverage))
+    s = steepness if math.isfinite(steepness) and steepness > 0 else 1.0
+    xs = (bm25 / idf_total) ** s  # x ** 1.0 is x exactly: the flat curve's scores, bit for bit
+    return _clamp01(xs / (xs + KEYWORD_HALF**s) * _clamp01(corpus_coverage))
 
 
 def match_kind(h: Hit) -> str:

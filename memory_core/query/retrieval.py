@@ -1313,28 +1313,27 @@ which come before adjectives as often ("was rich enough", "had frank talks")."""
 
 
 _VERB_LIST = """
-accept add agree allow answer apply arrive ask bake be become begin believe bleed book borrow break bring
-build burn buy call cancel care carry catch change check choose clean climb close come cook cost cover
-cry cut dance decide deliver die do drink drive drop eat email end enjoy enter explain fail fall feel
-fight fill find finish fit fix fly follow forget forgive get give go grow hang happen hate have hear help
-hide hit hold hope hurt invite join jump keep kill know land laugh learn leave lend let lie like listen
-live lock look lose love make manage marry mean meet mention miss move need offer open order organise
-organize own pack paint pass pay pick plan plant play post prefer prepare print promise pull push put
-quit rain reach read recommend remember rent repair replace reply return ride ring run sand save say see
-sell send set share shop show sign sing sit sleep sound speak spend stand start stay steal stop study
-suggest swim take talk teach tell text think throw touch travel try turn twist understand use visit
-wait wake walk want wash watch wear win wish work worry write
-adopt afford attend bet bike bother bring celebrate cheat claim clear collect compare complain consider
-continue convince count create dare date describe design discover discuss divorce download dream dress
-earn edit escape expect face fear feed fetch film finish forward gain guess handle head hike hire hug
-hunt improve include insist install introduce jog kick kiss knit lead lift load mail mark matter
-measure mind mix mow note notice obtain open paddle park pause phone pitch plan pour practice practise
-pray predict present press pretend prevent propose prove publish race raise rate realise realize
-receive record reduce refuse relax release remind remove report request rescue reserve rest retire
-review risk rob row rush sail score search seem serve settle shave shout sink ski skip smell smile
-smoke snow solve sort spell split spot sprain steer stick store submit succeed suffer supply support
-suppose surf survive switch tackle taste tear test thank tie tour trade train treat trust type unpack
-update upload vote warn waste water weigh wonder wrap yell
+accept add adopt afford agree allow answer apply arrive ask attend bake be become begin believe bet bike
+bleed book borrow bother break bring build burn buy call cancel care carry catch celebrate change cheat
+check choose claim clean clear climb close collect come compare complain consider continue convince cook
+cost count cover create cry cut dance dare date decide deliver describe design die discover discuss
+divorce do download dream dress drink drive drop earn eat edit email end enjoy enter escape expect
+explain face fail fall fear feed feel fetch fight fill film find finish fit fix fly follow forget
+forgive forward gain get give go grow guess handle hang happen hate have head hear help hide hike hire
+hit hold hope hug hunt hurt improve include insist install introduce invite jog join jump keep kick kill
+kiss knit know land laugh lead learn leave lend let lie lift like listen live load lock look lose love
+mail make manage mark marry matter mean measure meet mention mind miss mix move mow need note notice
+obtain offer open order organise organize own pack paddle paint park pass pause pay phone pick pitch
+plan plant play post pour practice practise pray predict prefer prepare present press pretend prevent
+print promise propose prove publish pull push put quit race rain raise rate reach read realise realize
+receive recommend record reduce refuse relax release remember remind remove rent repair replace reply
+report request rescue reserve rest retire return review ride ring risk rob row run rush sail sand save
+say score search see seem sell send serve set settle share shave shop shout show sign sing sink sit ski
+skip sleep smell smile smoke snow solve sort sound speak spell spend split spot sprain stand start stay
+steal steer stick stop store study submit succeed suffer suggest supply support suppose surf survive
+swim switch tackle take talk taste teach tear tell test text thank think throw tie touch tour trade
+train travel treat trust try turn twist type understand unpack update upload use visit vote wait wake
+walk want warn wash waste watch water wear weigh win wish wonder work worry wrap write yell
 """
 _COMMON_VERBS = frozenset(_VERB_LIST.split())
 """Verbs a question often puts after its subject ("did bob buy new shoes"): the word after a name
@@ -1355,8 +1354,8 @@ def _asked_as_person(query: str, word: str) -> bool:
     talk itself ("what did bob say", "sue said what"), in the possessive ("bob's boat"), or as the
     subject of a question: after an auxiliary and before "and" ("did katherine and i") or before its
     verb, a word that is not a stop word and is a common verb (:data:`_COMMON_VERBS`) or is followed
-    by an object's first word (:data:`_OBJECT_STARTS`) or by nothing ("how did kathryn twist her ankle", "did bob fix the boat", "did
-    sue call?"). An everyday word the nickname table lists is not ("rich in iron", "to be frank",
+    by an object's first word (:data:`_OBJECT_STARTS`) or by nothing ("how did kathryn twist her
+    ankle", "did bob fix the boat", "did sue call?"). An everyday word the nickname table lists is not ("rich in iron", "to be frank",
     "should we sue the landlord", "was rich enough", "the art quiz": the twenty-eighth session's
     audit), nor is one that modifies the subject ("does ginger tea help?": "tea" is no verb, and a
     word that starts no object follows it)."""
