@@ -27,7 +27,7 @@ from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.index.stages import store_vectors
 from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
-from tasks.stops import forget_event, stop_event
+from tasks.stops import SharedStop, forget_event, stop_event
 
 T = TypeVar("T")
 
@@ -47,16 +47,27 @@ class PrefectExecutor:
         self.blob = ""
         self.bridge: ThreadPoolExecutor | None = None
         self.stop_key = uuid.uuid4().hex  # abandon(): the embed tasks' stop (tasks/stops.py)
+        self._shared_set = False  # abandon() set the stop on a Dask scheduler
 
     def bind(self, settings: Settings) -> None:
         self.settings = settings
         self.blob = settings_json(settings)
         if stop_event(self.stop_key).is_set():  # a new run (the fallback provider's): a new stop
+            self._clear_shared()
             forget_event(self.stop_key)
             self.stop_key = uuid.uuid4().hex
 
+    def _clear_shared(self) -> None:
+        if self._shared_set and self.runner is not None:  # a long-lived cluster's scheduler keeps it
+            SharedStop(self.stop_key, client=getattr(self.runner, "client", None)).clear()
+        self._shared_set = False
+
     def abandon(self) -> None:
         stop_event(self.stop_key).set()
+        if self.runner is not None and not isinstance(self.runner, ThreadPoolTaskRunner):
+            # tasks on the Dask cluster's workers read the stop on its scheduler (tasks/stops.py)
+            SharedStop(self.stop_key, client=getattr(self.runner, "client", None)).set()
+            self._shared_set = True
 
     def _runner(self, provider: EmbeddingProvider) -> TaskRunner[Any]:
         if self.runner is None:
@@ -85,7 +96,7 @@ class PrefectExecutor:
         # as task specs, so a cluster gets the list as it is.
         fut = runner.submit(embed_group_task, parameters={
             "settings_blob": self.blob, "texts": quote(texts) if threads else texts, "provider_name": provider.name,
-            "group_index": index, "stop_key": self.stop_key,
+            "group_index": index, "stop_key": self.stop_key, "stop_shared": not threads,
         })
         if self.bridge is None:
             self.bridge = ThreadPoolExecutor(max_workers=2 * self.parallelism(provider) + 1,
@@ -113,6 +124,7 @@ class PrefectExecutor:
             self.bridge.shutdown(wait=True, cancel_futures=True)
             self.bridge = None
         if self.runner is not None:
+            self._clear_shared()
             with contextlib.suppress(Exception):
                 self.runner.__exit__(None, None, None)
             self.runner = None

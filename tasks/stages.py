@@ -90,14 +90,18 @@ def _retry_unless_final(task: Any, task_run: Any, state: Any) -> bool:
 @task(name="embed", task_run_name="embed-{provider_name}-group-{group_index}", cache_policy=NO_CACHE,
       retries=1, retry_delay_seconds=5, retry_condition_fn=_retry_unless_final)
 def embed_group_task(settings_blob: str, texts: list[str], provider_name: str, group_index: int,
-                     stop_key: str = "") -> np.ndarray:
+                     stop_key: str = "", stop_shared: bool = False) -> np.ndarray:
     """Embed one request group. Pure: returns the vectors; the flow caches them as they arrive
     (this task may run on a Dask worker without the cache file). ``stop_key``: the run's
-    (``PrefectExecutor.abandon``): a task in the flow's process stops waiting on the provider once
-    it is set (one on another process's worker runs its request to its end)."""
-    from memory_core.embeddings.retry import abandoned_when
-    from tasks.stops import stop_event
+    (``PrefectExecutor.abandon``): the task stops waiting on the provider once it is set, read in
+    this process (the thread runner) or, ``stop_shared``, on the Dask cluster's scheduler (a task
+    on a worker: ``tasks.stops.SharedStop``)."""
+    from memory_core.embeddings.retry import StopSignal, abandoned_when
+    from tasks.stops import SharedStop, stop_event
 
     provider, _ = _provider_for(settings_blob)
-    with abandoned_when(stop_event(stop_key)) if stop_key else contextlib.nullcontext():
+    stop: StopSignal | None = None
+    if stop_key:
+        stop = SharedStop(stop_key) if stop_shared else stop_event(stop_key)
+    with abandoned_when(stop) if stop is not None else contextlib.nullcontext():
         return np.ascontiguousarray(provider.embed_documents(texts), dtype="<f4")

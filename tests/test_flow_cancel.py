@@ -333,3 +333,84 @@ def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_p
     assert took < 10, took  # before: 120 s, each poll step to its deadline
     assert ledger_states(s) == {"submitted": 3}  # open for the next run
     assert not list(s.cache_file.parent.rglob("stop-*"))
+
+
+EMBED_ON_DASK = """
+import signal, sys, time
+from prefect import flow
+
+from flows.executor import PrefectExecutor
+from memory_core.config import Settings
+from memory_core.index.pipeline import run_index
+from tasks.stages import provider_for
+
+
+@flow(name="embed-on-dask")
+def embed_on_dask(blob: str) -> None:
+    executor = PrefectExecutor(label="test", task_runner="dask", dask_workers=1, concurrency=1)
+    try:
+        settings = Settings.model_validate_json(blob)
+        provider, reason = provider_for(settings)
+        run_index(settings, full=True, provider=provider, reason=reason, executor=executor)
+        print("finished", flush=True)
+    except BaseException as exc:  # the Ctrl-C, as the pipeline raises it once the run has stopped
+        print(f"stopped {time.time()} {type(exc).__name__}", flush=True)
+    finally:
+        executor.close()
+    print(f"closed {time.time()}", flush=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (see STEPS_IN_PROCESSES)
+    embed_on_dask(open(sys.argv[1]).read())
+"""
+
+
+def test_an_embed_task_on_a_dask_worker_is_abandoned_when_its_run_stops(tmp_path: Path,
+                                                                        request: pytest.FixtureRequest) -> None:
+    """L2 for a flow whose embed tasks run on a Dask cluster (`task_runner = "dask"`): the task's
+    request waits on a stalled provider (a minute). Ctrl-C: the run stopped after its grace
+    (``streaming.STOP_GRACE_S``, 10 s) and abandoned its requests, but a task on a worker process
+    could not see the run's stop (an event in the flow's process), so the executor's close waited
+    for the request to its end, a minute after the Ctrl-C. The stop is now also set on the
+    cluster's scheduler (``tasks.stops.SharedStop``), which the task reads: the flow closes
+    within seconds of the grace, and the provider is not asked again."""
+    pytest.importorskip("prefect_dask", reason="needs the dask extra: pip install -e '.[dask]'")
+    import signal as sig
+
+    from tasks.stages import settings_json
+    from tests.test_batch import batch_settings
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "heron.md").write_text("# Herons\n\nThe heron waits by the pond at dawn.\n")
+    script = tmp_path / "embed_on_dask.py"
+    script.write_text(EMBED_ON_DASK)
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT), PREFECT_LOGGING_LEVEL="WARNING")
+    with OpenAIFake(dims=16, delay=90) as srv:
+        s = batch_settings(ws, "openai", srv, remote={"timeout_s": 120, "max_attempts": 1}, enabled=False)
+        blob = tmp_path / "settings.json"
+        blob.write_text(settings_json(s))
+        proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=env, cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while srv.embed_requests < 1 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            assert srv.embed_requests == 1
+            time.sleep(0.5)  # the request waits on the provider
+            t0 = time.time()
+            proc.send_signal(sig.SIGINT)
+            out, err = proc.communicate(timeout=150)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert srv.embed_requests == 1  # abandoned, not retried (neither by the provider layer nor Prefect)
+    stopped = [line.split() for line in out.splitlines() if line.startswith("stopped ")]
+    closed = [line.split() for line in out.splitlines() if line.startswith("closed ")]
+    assert stopped and stopped[0][2] == "KeyboardInterrupt", (out, err[-3000:])
+    assert closed, (out, err[-3000:])
+    took = float(closed[0][1]) - t0
+    assert took < 40, took  # before: 90 s, the request's whole time (the grace is 10 s)
+    assert not (ws / ".memory-core" / "index.sqlite").exists()  # nothing published

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from memory_core.errors import MemoryCoreError, ProviderError
 
@@ -102,8 +102,17 @@ ABANDON_POLL_S = 0.25
 _RUN = threading.local()
 
 
+class StopSignal(Protocol):
+    """What :func:`abandoned_when` reads: a :class:`threading.Event`, or a run's stop shared with
+    other processes (``tasks.stops.SharedStop``, a Dask cluster's)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
 @contextlib.contextmanager
-def abandoned_when(stop: threading.Event) -> Iterator[None]:
+def abandoned_when(stop: StopSignal) -> Iterator[None]:
     """Calls made in this thread inside the block end with :class:`Abandoned` within
     ``ABANDON_POLL_S`` of ``stop`` being set: in an attempt, or between attempts. A run's
     executor sets it once the run has stopped and the requests already sent had their grace."""
@@ -115,7 +124,7 @@ def abandoned_when(stop: threading.Event) -> Iterator[None]:
         _RUN.stop = previous
 
 
-def _stop() -> threading.Event | None:
+def _stop() -> StopSignal | None:
     return getattr(_RUN, "stop", None)
 
 
