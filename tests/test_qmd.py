@@ -285,6 +285,11 @@ def test_the_transcript_export_never_writes_through_a_symlink_and_is_private(wor
 FAKE_QMD = r'''#!{python}
 import os, subprocess, sys
 args = sys.argv[3:]  # after --index NAME
+if args and args[0] == "update" and os.environ.get("FAKE_QMD_UPDATE_SLEEP"):  # a long update
+    import time
+    open(os.environ["FAKE_QMD_STARTED"], "w").write(str(os.getpid()))
+    time.sleep(float(os.environ["FAKE_QMD_UPDATE_SLEEP"]))
+    sys.exit(0)
 if args and args[0] in ("search", "vsearch", "query"):
     mode = os.environ.get("FAKE_QMD_MODE", "file")
     if mode == "detach":  # a child in its own session keeps stdout open; qmd itself exits at once
@@ -463,3 +468,90 @@ def test_qmd_hits_keep_min_score_and_cite_the_files_real_lines(workspace: Path, 
         assert searcher.search("heron budget") == []  # nothing matches this well
         assert "MEMORY.md" in {r.path for r in searcher.search("heron budget", min_score=0)}
     assert "heron budget" in cited[0].text and cited[1].text == "the egret budget is 20\nd\ne"
+
+
+# -- a stop while qmd brings its collections up to date -----------------------------------------
+
+LOSE_ON_SIGUSR1 = """
+import os, signal, sys, time
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal
+
+
+class LostStop:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the KeyboardInterrupt is raised in this finalizer: Python swallows it
+
+
+signal.signal(signal.SIGUSR1, lambda signum, frame: LostStop())
+from memory_core.apps.cli import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c-lost-in-a-finalizer"])
+def test_a_stop_while_qmd_updates_ends_the_run_as_stopped_after_its_publish(workspace: Path, fake_qmd: Any,
+                                                                           tmp_path: Path, how: str) -> None:
+    """`memory-core index` with `backend = "qmd"`: the builtin index is published, then `qmd update`
+    runs (here for up to a minute). A SIGTERM there was taken by the qmd step's error handling for
+    a qmd failure: the command said `qmd update failed (stopped by SIGTERM)` and exited 0, as if
+    the run had finished. A Ctrl-C lost in a finalizer was not acted on at all: qmd ran to its end
+    and the command exited 0. Both now end the run as a stop after its publish (R1): qmd's process
+    group is killed at once, and the command says the index was published and what was cut short."""
+    import signal
+    import time
+
+    exe, _ = fake_qmd
+    started = tmp_path / "update-started"
+    cfg = tmp_path / "mc.toml"
+    cfg.write_text(f'provider = "none"\nbackend = "qmd"\n[qmd]\ncommand = "{exe}"\ntimeout_s = 10\n'
+                   "update_timeout_s = 120\n")
+    script = tmp_path / "index_cli.py"
+    script.write_text(LOSE_ON_SIGUSR1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FAKE_QMD_UPDATE_SLEEP": "60", "FAKE_QMD_STARTED": str(started)}
+    proc = subprocess.Popen([sys.executable, str(script), "index", "-w", str(workspace), "--config", str(cfg),
+                             "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert started.exists()
+        qmd_pid = int(started.read_text())
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGUSR1)
+        out, err = proc.communicate(timeout=100)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if how == "sigterm":
+        assert proc.returncode == 1, (proc.returncode, out, err[-3000:])
+        assert "stopped by SIGTERM after the new index was published" in err, err[-3000:]
+    else:
+        assert "Exception ignored in: <function LostStop.__del__" in err, err[-3000:]  # it was lost
+        assert proc.returncode == 130, (proc.returncode, out, err[-3000:])
+        assert "interrupted after the new index was published" in err, err[-3000:]
+    assert "bringing qmd up to date" in err, err[-3000:]  # what the stop cut short
+    assert "qmd update failed" not in err, err[-3000:]
+    assert took < 20, took  # before: the sleeping qmd's whole minute (the lost Ctrl-C)
+    assert (workspace / ".memory-core" / "index.sqlite").exists()  # the builtin index was published
+    assert not _running(qmd_pid)  # qmd's process group was killed with the run
+
+
+def _running(pid: int, wait_s: float = 5.0) -> bool:
+    """``pid`` is a live process (not gone, not a zombie) ``wait_s`` from now, or as soon as it is not."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in ("Z", "X"):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.1)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.config import Settings
+from memory_core.index import run_stops
 from memory_core.storage.qmd import (
     MD_MASK,
     ROOT_MASK,
@@ -142,6 +143,14 @@ def _path_table(settings: Settings, collections: list[QmdCollection],
     return table
 
 
+
+def _run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str, str]:
+    """A run's qmd command: a stop that came in the run and was lost on the way (raised in a
+    finalizer) ends it, and qmd with it (``run_stops.check``); before, qmd ran to its end (up to
+    ``qmd.update_timeout_s``) and the run ended as if no stop had come."""
+    return run_qmd(settings, args, timeout=timeout, stop=run_stops.check)
+
+
 def sync_collections(settings: Settings) -> list[QmdCollection]:
     """Make qmd's collections those of :func:`plan_collections` (add new, remove stale)."""
     st = state_dir(settings)
@@ -157,20 +166,20 @@ def sync_collections(settings: Settings) -> list[QmdCollection]:
     for name, c in have.items():
         if want_names.get(name) != c:
             with contextlib.suppress(QmdError):  # already gone from qmd's config: fine
-                run_qmd(settings, ["collection", "remove", name], timeout=settings.qmd.timeout_s)
+                _run_qmd(settings, ["collection", "remove", name], timeout=settings.qmd.timeout_s)
             _write_json(manifest_file, [asdict(x) for x in have.values() if x.name != name])
     have = {k: v for k, v in have.items() if want_names.get(k) == v}
     for c in want:
         if c.name in have:
             continue
         try:
-            run_qmd(settings, ["collection", "add", c.root, "--name", c.name, "--mask", c.mask],
+            _run_qmd(settings, ["collection", "add", c.root, "--name", c.name, "--mask", c.mask],
                     timeout=settings.qmd.update_timeout_s)
         except QmdError as exc:
             if "already exists" not in str(exc):
                 raise
-            run_qmd(settings, ["collection", "remove", c.name], timeout=settings.qmd.timeout_s)
-            run_qmd(settings, ["collection", "add", c.root, "--name", c.name, "--mask", c.mask],
+            _run_qmd(settings, ["collection", "remove", c.name], timeout=settings.qmd.timeout_s)
+            _run_qmd(settings, ["collection", "add", c.root, "--name", c.name, "--mask", c.mask],
                     timeout=settings.qmd.update_timeout_s)
         have[c.name] = c
         _write_json(manifest_file, [asdict(x) for x in have.values()])
@@ -187,13 +196,13 @@ def qmd_update(settings: Settings) -> QmdRun:
         sessions = export_sessions(settings) if "sessions" in settings.sources else {}
         collections = sync_collections(settings)
         try:
-            out, _ = run_qmd(settings, ["update"], timeout=settings.qmd.update_timeout_s)
+            out, _ = _run_qmd(settings, ["update"], timeout=settings.qmd.update_timeout_s)
         except QmdError as exc:
             if exc.kind != "failed":
                 raise
             # qmd's SQLite file may be busy with a search of another process: once more, later
             time.sleep(1.0)
-            out, _ = run_qmd(settings, ["update"], timeout=settings.qmd.update_timeout_s)
+            out, _ = _run_qmd(settings, ["update"], timeout=settings.qmd.update_timeout_s)
         _write_json(state_dir(settings) / "paths.json", _path_table(settings, collections, sessions))
         return clean(out)
 
@@ -204,7 +213,7 @@ def qmd_embed(settings: Settings) -> QmdRun:
     """Run ``qmd embed`` (needs qmd's embedding model: downloaded on first use); never raises QmdError."""
 
     def work() -> str:
-        out, _ = run_qmd(settings, ["embed"], timeout=settings.qmd.embed_timeout_s)
+        out, _ = _run_qmd(settings, ["embed"], timeout=settings.qmd.embed_timeout_s)
         return clean(out)
 
     return _timed(settings, "last_embed", "embed", work)

@@ -60,12 +60,13 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memory_core.config import Settings
-from memory_core.errors import MemoryCoreError
+from memory_core.errors import MemoryCoreError, RunCancelled
 from memory_core.storage.store import make_private_dir
 
 log = logging.getLogger("memory_core.qmd")
@@ -190,10 +191,13 @@ def clean(text: str) -> str:
     return _ANSI.sub("", text)
 
 
-def run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str, str]:
+def run_qmd(settings: Settings, args: list[str], *, timeout: float,
+            stop: Callable[[], None] | None = None) -> tuple[str, str]:
     """Run ``qmd --index <name> ARGS``; (stdout, stderr) or QmdError (missing, failed, timeout).
 
-    qmd runs in its own process group, so a timeout kills Bun and anything it started.
+    qmd runs in its own process group, so a timeout kills Bun and anything it started, and so
+    does a stop: ``stop`` (a run's ``run_stops.check``) is called as qmd is waited on, at least
+    every 0.1 s, and what it raises ends the wait.
     """
     command = resolve_command(settings)
     st = private_state(settings)
@@ -206,7 +210,7 @@ def run_qmd(settings: Settings, args: list[str], *, timeout: float) -> tuple[str
     except OSError as exc:
         raise QmdError("missing", f"cannot run {command}: {exc.strerror or exc}") from None
     try:
-        out, err = _collect(proc, timeout)
+        out, err = _collect(proc, timeout, stop)
     except QmdError as exc:
         exc.args = (f"qmd {args[0]} {exc}",)
         raise
@@ -233,7 +237,8 @@ MAX_OUTPUT_BYTES = 32 * 1024 * 1024  # qmd's answer (at most a few hundred hits)
 EXIT_GRACE_S = 1.0  # after qmd exits, how long a pipe a detached child still holds is read
 
 
-def _collect(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bytes]:
+def _collect(proc: subprocess.Popen[bytes], timeout: float,
+             stop: Callable[[], None] | None = None) -> tuple[bytes, bytes]:
     """qmd's (stdout, stderr): read until both pipes end, ``EXIT_GRACE_S`` after qmd exited
     (a child it left behind, in its own session, may hold the pipes open for ever), or the
     timeout; QmdError("timeout") / QmdError("unreadable") past ``timeout`` or ``MAX_OUTPUT_BYTES``."""
@@ -253,6 +258,8 @@ def _collect(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, byte
                 break
             if now >= t_end:
                 raise QmdError("timeout", f"did not finish within {timeout:g}s")
+            if stop is not None:
+                stop()
             for key, _ in sel.select(timeout=min(0.1, t_end - now)):
                 try:
                     data = os.read(key.fd, 1 << 16)
@@ -336,6 +343,8 @@ def _timed(settings: Settings, key: str, name: str, fn: Any, **extra: Any) -> Qm
     except QmdError as exc:
         run = QmdRun(name, False, t0, time.time() - t0, error=str(exc), kind=exc.kind)
     except (MemoryCoreError, OSError) as exc:  # workspace gone, state folder not writable, ...
+        if isinstance(exc, RunCancelled):  # a stop (SIGTERM, the owner's cancel), not qmd's failure
+            raise
         run = QmdRun(name, False, t0, time.time() - t0, error=str(exc), kind="failed")
     _record(settings, key, run, **extra)
     return run
