@@ -208,8 +208,9 @@ def _sigterm_cancels() -> Iterator[None]:
     :func:`command_stops` does (``memory-core index``), which hands the run's SIGTERM to this.
     Entered as the run takes its lock, before it writes anything: a stop that came before and
     that something on the way swallowed (:func:`stop_came`) ends the run here."""
-    if _CAME and _CAME[-1]:
-        raise _stop_of(_CAME[-1][0])
+    came = run_stops.command_pending()
+    if came is not None:
+        raise _stop_of(came)
     run_stops.check()
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None, _sigterm_stop):
@@ -240,20 +241,10 @@ class SigtermStop(BaseException):
         super().__init__("stopped by SIGTERM")
 
 
-# the stops (SIGINT, SIGTERM) that came in each command_stops() (the innermost last)
-_CAME: list[list[int]] = []
-
-
-def stop_came(signum: int) -> None:
-    """A stop came: a handler that raises it where it may be swallowed (an ``except Exception`` of
-    a library's, or pydantic's serializer, which wraps even a KeyboardInterrupt in its own error)
-    notes it too, so the run ends as it takes its lock (:func:`_sigterm_cancels`) and
-    :func:`command_stops` says the error the command ends with as this stop. Nothing outside a
-    :func:`command_stops` (a watcher, the API). And every open run ends at its next
-    :func:`memory_core.index.run_stops.check` (a stop lost on the way: raised in a finalizer)."""
-    run_stops.note(signum)
-    if _CAME:
-        _CAME[-1].append(signum)
+stop_came = run_stops.note
+"""A stop came (our SIGTERM handlers note it as they raise it): see :func:`run_stops.note`. The run
+then ends as it takes its lock (:func:`_sigterm_cancels`), :func:`command_stops` says the error the
+command ends with as this stop, and every open run ends at its next :func:`run_stops.check`."""
 
 
 _stop_of = run_stops.stop_of
@@ -262,11 +253,6 @@ _stop_of = run_stops.stop_of
 def _sigterm_stop(signum: int, frame: Any) -> None:
     stop_came(signum)
     raise SigtermStop
-
-
-def _sigint_stop(signum: int, frame: Any) -> None:
-    stop_came(signum)
-    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -283,30 +269,28 @@ def command_stops() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    came: list[int] = []
-    _CAME.append(came)
-    previous: dict[int, Any] = {}
-    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _sigterm_stop)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_stop)
-    try:
-        yield
-    except BaseException as exc:
-        if isinstance(exc, SigtermStop):
-            stop = _stop_of(signal.SIGTERM)
-        elif came and not is_stop(exc):
-            stop = _stop_of(came[0])
-        else:
-            raise
-        summary = getattr(exc, "run_summary", None)
-        if summary is not None:
-            stop.run_summary = summary  # type: ignore[attr-defined]
-        raise stop from (None if isinstance(exc, SigtermStop) else exc)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        _CAME.remove(came)
+    with run_stops.command_scope() as came:
+        previous: dict[int, Any] = {}
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _sigterm_stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, run_stops.ctrl_c)
+        try:
+            yield
+        except BaseException as exc:
+            if isinstance(exc, SigtermStop):
+                stop = _stop_of(signal.SIGTERM)
+            elif came and not is_stop(exc):
+                stop = _stop_of(came[0])
+            else:
+                raise
+            summary = getattr(exc, "run_summary", None)
+            if summary is not None:
+                stop.run_summary = summary  # type: ignore[attr-defined]
+            raise stop from (None if isinstance(exc, SigtermStop) else exc)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:

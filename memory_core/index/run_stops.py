@@ -11,8 +11,8 @@ transport's ``__del__``) polled them to their deadline, and a run that embedded 
 published after the Ctrl-C.
 
 So for the length of a run (:func:`run_scope`) a stop is noted two ways: each handler of ours
-notes it as it raises it (:func:`note`, through ``pipeline.stop_came``; Python's own Ctrl-C
-handler is replaced by one that does, for the run), and a stop that Python
+notes it as it raises it (:func:`note`; Python's own Ctrl-C
+handler is replaced by one that does, :func:`ctrl_c`, for the run), and a stop that Python
 swallowed in the main thread is taken from :data:`sys.unraisablehook` (whichever handler raised
 it: Python's own, ours, Prefect's, which is left in place because Prefect's runner checks for
 that exact handler before it asks a flow run to cancel). The run looks at the note where it can
@@ -50,6 +50,8 @@ WAKE_S = 0.5
 # the stops that came in each open run_scope() (the innermost last): a signal number (noted by a
 # handler of ours) or the stop exception Python swallowed
 _RUNS: list[list[int | BaseException]] = []
+# the stops (signal numbers) noted in each open command_scope() (the innermost last)
+_COMMANDS: list[list[int]] = []
 _THREAD = threading.local()  # .cancels: the Cancel of each open run_scope() of this thread
 
 
@@ -71,9 +73,31 @@ class Cancel:
 
 def note(signum: int) -> None:
     """A stop came: every open run (in this process) ends at its next :func:`check`, unless the
-    stop raised as it came ends it first."""
+    stop raised as it came ends it first; and the innermost :func:`command_scope` keeps it (a
+    handler that raises a stop where it may be swallowed, by an ``except Exception`` of a
+    library's or by pydantic's serializer, which wraps even a KeyboardInterrupt in its own error,
+    notes it so that the command still ends as that stop)."""
     for came in _RUNS:
         came.append(signum)
+    if _COMMANDS:
+        _COMMANDS[-1].append(signum)
+
+
+@contextlib.contextmanager
+def command_scope() -> Iterator[list[int]]:
+    """A command's stops (``pipeline.command_stops``: the whole of ``memory-core index``): the
+    list of the signals :func:`note` was told of while it is open."""
+    came: list[int] = []
+    _COMMANDS.append(came)
+    try:
+        yield came
+    finally:
+        _COMMANDS.remove(came)
+
+
+def command_pending() -> int | None:
+    """The first stop noted in the innermost open command, or None."""
+    return _COMMANDS[-1][0] if _COMMANDS and _COMMANDS[-1] else None
 
 
 def stop_of(signum: int) -> BaseException:
@@ -97,7 +121,8 @@ def _signal_stop(exc: BaseException | None) -> bool:
         type(exc).__name__ in ("SigtermStop", "TerminationSignal")
 
 
-def _ctrl_c(signum: int, frame: Any) -> None:
+def ctrl_c(signum: int, frame: Any) -> None:
+    """Our Ctrl-C handler (a run's, and ``memory-core index``'s): Python's KeyboardInterrupt, noted."""
     note(signum)
     raise KeyboardInterrupt
 
@@ -137,9 +162,9 @@ def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
     if hooked:
         _previous_hook = sys.unraisablehook
         sys.unraisablehook = _unraisable
-    ctrl_c = None  # Python's own Ctrl-C handler, replaced by one that notes the stop as it raises it
+    previous_ctrl_c = None  # Python's own Ctrl-C handler, replaced by one that notes the stop as it raises it
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        ctrl_c = signal.signal(signal.SIGINT, _ctrl_c)
+        previous_ctrl_c = signal.signal(signal.SIGINT, ctrl_c)
     try:
         yield
     except BaseException as exc:
@@ -157,8 +182,8 @@ def run_scope(cancel: Cancel | None = None) -> Iterator[None]:
         _RUNS.remove(came)
         if hooked and sys.unraisablehook is _unraisable:
             sys.unraisablehook = _previous_hook
-        if ctrl_c is not None and signal.getsignal(signal.SIGINT) is _ctrl_c:
-            signal.signal(signal.SIGINT, ctrl_c)
+        if previous_ctrl_c is not None and signal.getsignal(signal.SIGINT) is ctrl_c:
+            signal.signal(signal.SIGINT, previous_ctrl_c)
 
 
 def pending() -> int | BaseException | None:
