@@ -394,11 +394,7 @@ def test_an_embed_task_on_a_dask_worker_is_abandoned_when_its_run_stops(tmp_path
         proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=env, cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 120
-            while srv.embed_requests < 1 and time.monotonic() < deadline:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.05)
-            assert srv.embed_requests == 1
+            srv.wait_for_embed_requests(1, proc, timeout=120)
             time.sleep(0.5)  # the request waits on the provider
             t0 = time.time()
             proc.send_signal(sig.SIGINT)

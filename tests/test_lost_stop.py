@@ -151,11 +151,7 @@ def test_a_ctrl_c_while_the_run_waits_for_a_slow_provider_ends_it_after_the_grac
         proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=_env(), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 60
-            while srv.embed_requests < 1 and time.monotonic() < deadline:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.05)
-            assert srv.embed_requests == 1
+            srv.wait_for_embed_requests(1, proc)
             time.sleep(0.5)  # in the wait
             t0 = time.time()
             proc.send_signal(signal.SIGINT if how == "ctrl-c" else signal.SIGUSR1)
@@ -263,11 +259,7 @@ def test_closing_a_memory_stops_its_background_reindex_on_a_stalled_provider(tmp
         proc = subprocess.Popen([sys.executable, str(script), str(blob)], env=_env(), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 60
-            while srv.embed_requests < 2 and time.monotonic() < deadline:
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.05)
-            assert srv.embed_requests == 2  # the first index's, and the background run's
+            srv.wait_for_embed_requests(2, proc)  # the first index's, and the background run's
             t0 = time.time()
             out, err = proc.communicate("close\n", timeout=120)
             ended = time.time()

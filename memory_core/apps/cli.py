@@ -956,13 +956,26 @@ def _is_broken_pipe(exc: BaseException) -> bool:
     return False
 
 
+# Commands whose stops (SIGTERM as well as Ctrl-C) the CLI turns into one line itself
+# (``run_stops.command_stops``): ``index`` enters it itself, ``watch`` and ``export`` have their own
+# handlers; ``search``, ``get`` and ``status`` change nothing a stop could leave half-done.
+_STOPPED_HERE = frozenset({"write", "flush", "memory", "eval", "mcp"})
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
+        if args.command in _STOPPED_HERE:
+            from memory_core.index.run_stops import command_stops
+
+            with command_stops():  # before: a SIGTERM killed these with no line (exit 143), done or not
+                return COMMANDS[args.command](args)
         return COMMANDS[args.command](args)
     except MemoryCoreError as exc:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
-        if _published(exc):  # stopped (SIGTERM) after the new index went live: not an error of the index
+        if (done := _done(exc)) is not None:  # stopped after it changed something: what it had done
+            print(f"memory-core: {scrub(str(exc))} after {done}", file=sys.stderr)
+        elif _published(exc):  # stopped (SIGTERM) after the new index went live: not an error of the index
             print(f"memory-core: {scrub(str(exc))}", file=sys.stderr)
         else:
             print(f"memory-core: error: {scrub(str(exc))}{_partial(exc)}", file=sys.stderr)
@@ -976,7 +989,9 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     except KeyboardInterrupt as exc:
         published = _published(exc)
-        if published is not None:  # Ctrl-C after the new index went live: it says so (exit 130 all the same)
+        if (done := _done(exc)) is not None:
+            print(f"memory-core: interrupted after {done}", file=sys.stderr)
+        elif published is not None:  # Ctrl-C after the new index went live: it says so (exit 130 all the same)
             print(f"memory-core: {published.stop_note()}", file=sys.stderr)
         else:
             print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
@@ -987,6 +1002,13 @@ def _run(args: argparse.Namespace) -> int:
             raise
         print(f"memory-core: error: {scrub(str(mapped))}{_partial(exc)}", file=sys.stderr)
         return mapped.exit_code
+
+
+def _done(exc: BaseException) -> str | None:
+    """What a command stopped after a change had done (``command_done``: "stored memory 3f2a..."),
+    said instead of "left as it was"."""
+    done = getattr(exc, "command_done", None)
+    return done if isinstance(done, str) and done else None
 
 
 def _published(exc: BaseException) -> RunSummary | None:

@@ -231,66 +231,16 @@ def _sigterm_cancels() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-class SigtermStop(BaseException):
-    """A SIGTERM that :func:`command_stops` turned into a stop (outside the run's own handling).
-    Not an Exception, as Ctrl-C's KeyboardInterrupt is not: an ``except Exception`` on the way
-    (Prefect's plugin loader, run as Prefect is imported) took a RunCancelled raised there for an
-    error of its own and went on, and the run published as if no SIGTERM had come."""
-
-    def __init__(self) -> None:
-        super().__init__("stopped by SIGTERM")
-
-
+# (SigtermStop, _sigterm_stop and command_stops live in run_stops, light enough for every command)
+SigtermStop = run_stops.SigtermStop
+_sigterm_stop = run_stops.sigterm_stop
+command_stops = run_stops.command_stops
 stop_came = run_stops.note
 """A stop came (our SIGTERM handlers note it as they raise it): see :func:`run_stops.note`. The run
 then ends as it takes its lock (:func:`_sigterm_cancels`), :func:`command_stops` says the error the
 command ends with as this stop, and every open run ends at its next :func:`run_stops.check`."""
 
-
 _stop_of = run_stops.stop_of
-
-
-def _sigterm_stop(signum: int, frame: Any) -> None:
-    stop_came(signum)
-    raise SigtermStop
-
-
-@contextlib.contextmanager
-def command_stops() -> Iterator[None]:
-    """Stops in the whole of ``memory-core index``, not only once the run holds its writer lock: in
-    the start-up (settings, provider, Prefect's import) and the wait for another run's lock a
-    SIGTERM killed the process with no line (exit 143). A SIGTERM leaves this as
-    ``RunCancelled("stopped by SIGTERM")`` (with the ``run_summary`` it carries), Ctrl-C as
-    KeyboardInterrupt, as ever; so does an error raised after one of them came (the stop wrapped
-    in another error: pydantic's serializer wraps even a KeyboardInterrupt, and the command ended
-    with exit 1 and a traceback). The run itself
-    handles SIGTERM as it always did (:func:`_sigterm_cancels` in its lock, Prefect's handler in
-    a flow run). Only where nobody else handles them, in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    with run_stops.command_scope() as came:
-        previous: dict[int, Any] = {}
-        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
-            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _sigterm_stop)
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            previous[signal.SIGINT] = signal.signal(signal.SIGINT, run_stops.ctrl_c)
-        try:
-            yield
-        except BaseException as exc:
-            if isinstance(exc, SigtermStop):
-                stop = _stop_of(signal.SIGTERM)
-            elif came and not is_stop(exc):
-                stop = _stop_of(came[0])
-            else:
-                raise
-            summary = getattr(exc, "run_summary", None)
-            if summary is not None:
-                stop.run_summary = summary  # type: ignore[attr-defined]
-            raise stop from (None if isinstance(exc, SigtermStop) else exc)
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
 
 def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:

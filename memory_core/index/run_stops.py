@@ -215,3 +215,65 @@ def check() -> None:
     if isinstance(stop, int):
         raise stop_of(stop)
     raise stop.with_traceback(None)  # as it came: Prefect's engine reads its own TerminationSignal
+
+
+# -- a command's stops ----------------------------------------------------------------------------
+
+class SigtermStop(BaseException):
+    """A SIGTERM that :func:`command_stops` turned into a stop (outside the run's own handling).
+    Not an Exception, as Ctrl-C's KeyboardInterrupt is not: an ``except Exception`` on the way
+    (Prefect's plugin loader, run as Prefect is imported) took a RunCancelled raised there for an
+    error of its own and went on, and the run published as if no SIGTERM had come."""
+
+    def __init__(self) -> None:
+        super().__init__("stopped by SIGTERM")
+
+
+def sigterm_stop(signum: int, frame: Any) -> None:
+    """A command's SIGTERM handler (:func:`command_stops`): the stop, noted, as a :class:`SigtermStop`."""
+    note(signum)
+    raise SigtermStop
+
+
+CARRIED = ("run_summary", "command_done")
+"""What a stop carries to the command's last line: a run's summary (``pipeline``) and what a
+command had done when it came (``command_done``, a phrase: "stored memory 3f2a..."; the CLI says
+``interrupted after <it>``)."""
+
+
+@contextlib.contextmanager
+def command_stops() -> Iterator[None]:
+    """Stops in the whole of a command (``memory-core index``, ``write``, ``flush``, ``memory``,
+    ``eval``, ``mcp``), not only once a run holds its writer lock: in the start-up (settings,
+    provider, Prefect's import) and the wait for another run's lock a SIGTERM killed the process
+    with no line (exit 143). A SIGTERM leaves this as ``RunCancelled("stopped by SIGTERM")`` (with
+    what it carries, :data:`CARRIED`), Ctrl-C as KeyboardInterrupt, as ever; so does an error
+    raised after one of them came (the stop wrapped in another error: pydantic's serializer wraps
+    even a KeyboardInterrupt, and the command ended with exit 1 and a traceback). A run itself
+    handles SIGTERM as it always did (``pipeline._sigterm_cancels`` in its lock, Prefect's handler
+    in a flow run). Only where nobody else handles them, in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with command_scope() as came:
+        previous: dict[int, Any] = {}
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, sigterm_stop)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            previous[signal.SIGINT] = signal.signal(signal.SIGINT, ctrl_c)
+        try:
+            yield
+        except BaseException as exc:
+            if isinstance(exc, SigtermStop):
+                stop = stop_of(signal.SIGTERM)
+            elif came and not is_stop(exc):
+                stop = stop_of(came[0])
+            else:
+                raise
+            for name in CARRIED:
+                if (value := getattr(exc, name, None)) is not None:
+                    setattr(stop, name, value)
+            raise stop from (None if isinstance(exc, SigtermStop) else exc)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

@@ -654,6 +654,16 @@ class FakeServer:
         """Sync embedding HTTP requests received (any outcome, faults included)."""
         return len(self.requests_of("embed"))
 
+    def wait_for_embed_requests(self, n: int, proc: Any = None, timeout: float = 60) -> None:
+        """Wait until ``n`` sync embedding requests have come (a test's client process, ``proc``, is
+        then waiting on them); fail if ``proc`` ended first or they did not come within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.embed_requests < n and time.monotonic() < deadline:
+            if proc is not None:
+                assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        assert self.embed_requests == n, (self.embed_requests, n)
+
     @property
     def embedded_inputs(self) -> int:
         """Total inputs across all sync embedding requests received (any outcome)."""
