@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from memory_core.errors import MemoryCoreError, RunError, UsageError, classify_error
+from memory_core.errors import MemoryCoreError, RunCancelled, RunError, UsageError, classify_error
 from memory_core.secrets import scrub
 
 if TYPE_CHECKING:
@@ -845,15 +845,21 @@ def cmd_write(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if not settings.workspace_dir.is_dir():
         raise UsageError(f"workspace not found: {settings.workspace_dir}")
+    res = None
+    said = False
     try:
         res = write_memory(settings, text, args.path, index=not args.no_index)
+        _say_written(res, args.json)
+        said = True
     except BaseException as exc:
-        written = getattr(exc, "write_result", None)
-        if written is None:
+        # stopped once the note was written (in the reindex, or as its result was being said): what
+        # was written, then the stop's line and exit
+        written = getattr(exc, "write_result", None) or res
+        if written is None or said:
             raise
-        _say_written(written, args.json)  # stopped in the reindex: what was written, then the stop's line and exit
+        with contextlib.suppress(Exception):
+            _say_written(written, args.json)
         raise
-    _say_written(res, args.json)
     return EXIT_OK
 
 
@@ -974,7 +980,8 @@ def _run(args: argparse.Namespace) -> int:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1":
             raise
         if (done := _done(exc)) is not None:  # stopped after it changed something: what it had done
-            print(f"memory-core: {scrub(str(exc))} after {done}", file=sys.stderr)
+            why = exc.why if isinstance(exc, RunCancelled) else str(exc)  # (not its "left as it was")
+            print(f"memory-core: {scrub(why)} after {done}", file=sys.stderr)
         elif _published(exc):  # stopped (SIGTERM) after the new index went live: not an error of the index
             print(f"memory-core: {scrub(str(exc))}", file=sys.stderr)
         else:

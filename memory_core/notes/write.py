@@ -49,6 +49,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunCancelled, UsageError
+from memory_core.index.run_stops import is_stop
 
 MAX_WRITE_CHARS = 64 * 1024
 MAX_FOLDER_DEPTH = 8
@@ -421,11 +422,28 @@ def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
     return bool(texts) and (not tail or any(tail in t for t in texts))
 
 
-def _stopped_with(exc: BaseException, res: WriteResult, notes: list[str]) -> None:
-    """A stop in the reindex after the note was written goes on with the write's result
-    (``exc.write_result``, not indexed), so the caller can say the note was written: a stopped
-    ``memory-core write`` printed only "interrupted" (a retry wrote the note twice) or, for a
-    SIGTERM, exited 0 (the twenty-third session's audit, F6)."""
+def _stopped_with(exc: BaseException, res: WriteResult, notes: list[str], settings: Settings,
+                  after: str | None = None) -> None:
+    """A stop after the note was written goes on with the write's result (``exc.write_result``),
+    so the caller can say the note was written: a stopped ``memory-core write`` printed only
+    "interrupted" (a retry wrote the note twice) or, for a SIGTERM, exited 0 (the twenty-third
+    session's audit, F6). Indexed when the reindex the stop ended had published (its
+    ``run_summary.swapped``) and the index holds the note: before, such a write said "not indexed"
+    beside the stop's own "after the new index was published" (the thirty-fifth session's audit).
+    ``after``: the stop came once the reindex had ended (``"indexed"``) or with none asked for
+    (``"written"``); the stop then carries ``command_done``, so the command does not say the live
+    index was left as it was."""
+    summary = getattr(exc, "run_summary", None)
+    if summary is not None and summary.swapped and _indexed(settings, res.path, res.end_line):
+        exc.write_result = replace(res, indexed=True, note="; ".join(  # type: ignore[attr-defined]
+            [*notes, "the reindex was stopped after it published the note"]))
+        return
+    if after is not None:  # the stop came after the reindex ended (or with none asked for)
+        indexed = after == "indexed" and _indexed(settings, res.path, res.end_line)
+        exc.write_result = replace(res, indexed=indexed, note="; ".join(notes))  # type: ignore[attr-defined]
+        exc.command_done = f"writing {res.citation}" + (  # type: ignore[attr-defined]
+            " (the note is written and indexed)" if indexed else " (the note is written)")
+        return
     exc.write_result = replace(res, note="; ".join(  # type: ignore[attr-defined]
         [*notes, "written, but not indexed: the reindex was stopped; the next reindex picks it up"]))
 
@@ -437,10 +455,23 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     ``runner`` does the reindex (the MCP server passes its sync manager's, which keeps the
     provider loaded); default one :class:`memory_core.index.indexer.Indexer` run. A reindex that fails,
     finds the index busy or skips the note leaves the note written and says so in ``note``;
-    ``indexed`` is true only when the index holds the note as written. A stop of this process in
-    the reindex (Ctrl-C; a SIGTERM, without ``runner``) is raised with the result as
-    ``write_result`` (:func:`_stopped_with`)."""
+    ``indexed`` is true only when the index holds the note as written. A stop of this process
+    once the note is written (Ctrl-C; a SIGTERM, without ``runner``), in the reindex or after it,
+    is raised with the result as ``write_result`` (:func:`_stopped_with`)."""
     res = append_note(settings, text, path, today=today)
+    try:
+        return _index_written(settings, res, index=index, runner=runner)
+    except BaseException as exc:
+        # a stop as the index is checked, or right after the note was written (before: "interrupted;
+        # the live index was left as it was", and no word of the note, which a retry wrote twice)
+        if getattr(exc, "write_result", None) is None and is_stop(exc):
+            _stopped_with(exc, res, [res.note] if res.note else [], settings,
+                          after="indexed" if index else "written")
+        raise
+
+
+def _index_written(settings: Settings, res: WriteResult, *, index: bool,
+                   runner: Callable[[], Any] | None) -> WriteResult:
     if not index:
         return res
     notes = [res.note] if res.note else []
@@ -454,12 +485,12 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
                 indexer.run()
     except MemoryCoreError as exc:
         if isinstance(exc, RunCancelled) and runner is None:  # a stop of this process: it ends with it
-            _stopped_with(exc, res, notes)
+            _stopped_with(exc, res, notes, settings)
             raise
         notes.append(f"written, but not indexed yet ({exc}); the next reindex picks it up")
         return replace(res, note="; ".join(notes))
     except BaseException as exc:  # Ctrl-C (or a SIGTERM a command turned into a stop) in the reindex
-        _stopped_with(exc, res, notes)
+        _stopped_with(exc, res, notes, settings)
         raise
     if not _indexed(settings, res.path, res.end_line):
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
