@@ -151,3 +151,23 @@ def test_a_sigterm_before_the_writes_reindex_says_the_note_was_written(ws: Path,
     assert _last(res.stderr) == "memory-core: error: stopped by SIGTERM; the live index was left as it was"
     assert "the boiler code is 4471" in (ws / "MEMORY.md").read_text()
     assert not _holds(ws, "boiler code is 4471")
+
+
+# -- flush --record ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_a_flush_stopped_as_it_is_recorded_is_taken_back(ws: Path, stopper: Path, sig: str) -> None:
+    """`flush --record` claims the cycle in the ledger, then answers with the prompt. A stop right
+    after the ledger was written: the caller never saw the prompt, and the next check said
+    `already flushed in compaction cycle 0`: the flush was lost. The claim is now taken back, so
+    the next check says it is due."""
+    args = ["flush", "-w", str(ws), "sess-1", "--tokens", "999999", "--record"]
+    res = _cli(args, stopper, STOP_SIG=sig, STOP_TARGET="memory_core.notes.flush:FlushLedger.write", STOP_WHEN="after")
+    assert res.returncode == EXIT[sig], (res.returncode, res.stdout, res.stderr)
+    assert "prompt:" not in res.stdout
+    assert _last(res.stderr).startswith(f"memory-core: {'error: ' if sig == 'TERM' else ''}{WORD[sig]}"), res.stderr
+    again = _cli(args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("due: ") and "(recorded)" in again.stdout, again.stdout
+    third = _cli(args)
+    assert third.stdout.startswith("not due: already flushed in compaction cycle 0"), third.stdout

@@ -874,17 +874,22 @@ def _say_written(res: Any, as_json: bool) -> None:
 
 
 def cmd_flush(args: argparse.Namespace) -> int:
-    from memory_core.notes.flush import check_flush
+    from memory_core.notes.flush import check_flush, take_back
 
-    res = check_flush(_settings(args), args.session, tokens=args.tokens, transcript=args.transcript,
+    settings = _settings(args)
+    res = check_flush(settings, args.session, tokens=args.tokens, transcript=args.transcript,
                       cycle=args.cycle, record=args.record)
-    if args.json:
-        print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False))
-    else:
-        print(f"{'due' if res.due else 'not due'}: {res.reason}" + (" (recorded)" if res.recorded else ""))
-        if res.due:
-            print(f"system prompt: {res.system_prompt}")
-            print(f"prompt: {res.prompt}")
+    try:
+        if args.json:
+            print(json.dumps(res.to_dict(), indent=2, ensure_ascii=False), flush=True)
+        else:
+            print(f"{'due' if res.due else 'not due'}: {res.reason}" + (" (recorded)" if res.recorded else ""))
+            if res.due:
+                print(f"system prompt: {res.system_prompt}")
+                print(f"prompt: {res.prompt}", flush=True)
+    except BaseException:
+        take_back(settings, res)  # a record whose answer did not reach the caller would lose the flush
+        raise
     return EXIT_OK
 
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import PathError, UnsafePathError, UsageError
+from memory_core.index.run_stops import is_stop
 from memory_core.storage.store import open_lock_file
 
 log = logging.getLogger("memory_core.notes.flush")
@@ -276,7 +277,43 @@ def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
             reason += f" (the damaged flush ledger was set aside as {ledger.set_aside})"
         if not record:
             return answer(True, reason)
+        before = sessions.get(session)
         sessions[session] = {"cycle": cycle, "tokens": tokens,
                              "flushed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+        try:
+            ledger.write(sessions)
+            return answer(True, reason, recorded=True)
+        except BaseException as exc:
+            if is_stop(exc):  # stopped before the caller was told: the claim is taken back (below)
+                _take_back(ledger, sessions, session, before)
+            raise
+
+
+def _take_back(ledger: FlushLedger, sessions: dict[str, dict[str, Any]], session: str,
+               before: dict[str, Any] | None) -> None:
+    """Undo a recorded flush the caller was never told was due (a stop as it was recorded or
+    answered; the ledger's lock held). Before: the ledger said this cycle was flushed, the caller
+    had no prompt, and the next check answered "already flushed": the flush was lost (the
+    thirty-fifth session's stop audit, F2). Taken back, the next check says it is due again."""
+    if before is None:
+        sessions.pop(session, None)
+    else:
+        sessions[session] = before
+    try:
         ledger.write(sessions)
-        return answer(True, reason, recorded=True)
+    except Exception as exc:  # the stop goes on; a ledger that cannot be written keeps the claim
+        log.warning("the flush recorded for %s could not be taken back (%s); `memory-core flush` will say it"
+                    " was done", session, exc)
+
+
+def take_back(settings: Settings, check: FlushCheck) -> None:
+    """Undo ``check``'s record (``recorded``) when its answer never reached the caller: the CLI's
+    print was stopped. Only while the ledger still holds that very cycle for the session."""
+    if not check.recorded:
+        return
+    ledger = FlushLedger(settings.flush_ledger_file)
+    with ledger.locked():
+        sessions = ledger.read()
+        done = sessions.get(check.session)
+        if isinstance(done, dict) and done.get("cycle") == check.cycle:
+            _take_back(ledger, sessions, check.session, None)
