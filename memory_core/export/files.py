@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
-from memory_core.errors import IndexDamagedError, RunError, UsageError
+from memory_core.errors import IndexDamagedError, RunCancelled, RunError, UsageError
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
@@ -65,27 +65,81 @@ COLUMNS = ("id", "path", "source", "start_line", "end_line", "text", "model")
 
 class ExportStopped(RunError):
     """An export stopped by SIGTERM (a cron or systemd timeout, ``kill``): its output was left as it
-    was, its temp file or staging folder removed on the way out."""
+    was, its temp file or staging folder removed on the way out; or, once the export had published
+    (its ``command_done`` says what), the new export is in place."""
+
+
+class ExportStops:
+    """What a stop of an export says: ``done`` is set (:meth:`published`) once the new export is in
+    place, and a stop after that carries it as ``command_done`` (the CLI says ``interrupted after
+    <done>``, or ``stopped by SIGTERM after <done>``), not that the output was left as it was."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.done: str | None = None
+
+    def published(self, what: str) -> None:
+        self.done = f"publishing the export at {self.target} ({what})"
+
+    def sigterm(self) -> ExportStopped:
+        if self.done is None:
+            return ExportStopped(f"stopped by SIGTERM; {self.target} was left as it was")
+        exc = ExportStopped("stopped by SIGTERM")
+        exc.command_done = self.done  # type: ignore[attr-defined]
+        return exc
+
+
+STOPS = (KeyboardInterrupt, ExportStopped, RunCancelled)
+"""The stops of an export: Ctrl-C, its own SIGTERM, and the SIGTERM of a caller that handles it."""
 
 
 @contextlib.contextmanager
-def sigterm_stops(target: str) -> Iterator[None]:
+def sigterm_stops(target: str) -> Iterator[ExportStops]:
     """SIGTERM ends the export like Ctrl-C: an :class:`ExportStopped` unwinds the stack, so the
     ``finally`` blocks remove the temp file (which holds the memory's text) or the staging folder.
-    Main thread only, and only where nobody else handles SIGTERM (a Prefect flow run has its own)."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+    Main thread only, and only where nobody else handles SIGTERM (a Prefect flow run has its own).
+    A stop that comes once the export has published (:meth:`ExportStops.published`) leaves with
+    ``command_done``: a stop right after the replace or the swap said the output was left as it
+    was, though the new export was in place (docs/reliability.md, E1 and E2)."""
+    stops = ExportStops(target)
+    try:
+        if threading.current_thread() is not threading.main_thread() or \
+                signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            yield stops
+            return
+
+        def stop(signum: int, frame: object) -> None:
+            raise stops.sigterm()
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            yield stops
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except STOPS as exc:
+        if stops.done is not None and getattr(exc, "command_done", None) is None:
+            if isinstance(exc, ExportStopped):  # not its "left as it was"
+                raise stops.sigterm() from exc
+            exc.command_done = stops.done  # type: ignore[union-attr]
+        raise
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done (main thread only), then are delivered."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def stop(signum: int, frame: object) -> None:
-        raise ExportStopped(f"stopped by SIGTERM; {target} was left as it was")
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    got: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if got:
+            signal.raise_signal(got[0])
 
 
 def export_schema(dims: int | None, *, vectors: bool = True, metadata: dict[str, str] | None = None) -> pa.Schema:
@@ -329,7 +383,7 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
             raise UsageError(f"directory not found: {out.parent}")
         _check_output(out, Path(os.path.abspath(index_path)), protect, force)
         tmp = _temp_beside(out)
-        with sigterm_stops(str(out)):  # a SIGTERM unwinds to the finally below: no temp file is left
+        with sigterm_stops(str(out)) as stops:  # a SIGTERM unwinds to the finally below: no temp file is left
             try:
                 _create_private(tmp)
                 if fmt == "parquet":
@@ -337,16 +391,18 @@ def export_index(index_path: Path, output: str | os.PathLike[str], fmt: ExportFo
                 else:
                     with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
                         rows, groups = _write_jsonl(snap, fh, vectors=vectors, batch_rows=batch_rows)
-                os.replace(tmp, out)
+                with stops_held():  # a stop in the replace comes after it, and says the file is in place
+                    os.replace(tmp, out)
+                    stops.published("the new export is in place")
             except OSError as exc:
                 raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors,
-                             row_groups=groups,
-                             bytes=out.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
-                             provider=snap.record.provider, model=snap.record.model)
+            return ExportSummary(path=str(out), format=fmt, rows=rows, dims=snap.dims, vectors=has_vectors,
+                                 row_groups=groups,
+                                 bytes=out.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
+                                 provider=snap.record.provider, model=snap.record.model)
     finally:
         snap.close()
 

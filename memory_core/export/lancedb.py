@@ -19,13 +19,11 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import threading
 import time
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +74,8 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
 
     A local folder: both tables are built whole (rows, full-text index, B-trees) in a staging
     folder inside it, then renamed into place (:func:`_swap`), so a reader sees the old export or
-    the new one, and a stopped or failed export leaves the old one as it was. Object storage has
+    the new one, and a stopped or failed export leaves the old one as it was (a stop once the
+    renames are done says the new export is live: ``command_done``). Object storage has
     no rename: the tables are replaced in place, one Lance version after another, and the earlier
     versions are removed only once the new export is whole, so a reader in between (or after a
     stopped export) opens the previous export's versions
@@ -96,8 +95,9 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
             raise UsageError(f"{uri} is not a folder for a LanceDB database")
     require_index(Path(index_path))  # before the folder and its lock are made
     t0 = time.perf_counter()
-    with sigterm_stops(uri), (ExportLock(Path(uri), wait=wait, timeout_s=timeout_s) if local
-                              else contextlib.nullcontext()):
+    # a stop once the new tables are in place says so (``command_done``), not "left as it was"
+    with sigterm_stops(uri) as stops, (ExportLock(Path(uri), wait=wait, timeout_s=timeout_s) if local
+                                       else contextlib.nullcontext()):
         # under the lock: the index as it is once the export before this one is done
         snap = _Snapshot(Path(index_path))
         try:
@@ -113,7 +113,7 @@ def export_lancedb(index_path: Path, uri: str, *, force: bool = False, vectors: 
                 staging = root / f"{STAGING_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
                 try:
                     n = _write_tables(lancedb.connect(str(staging)), snap, vectors=vectors, batch_rows=batch_rows)
-                    _swap(staging, root)
+                    _swap(staging, root, lambda: stops.published("the new export is live"))
                 finally:
                     shutil.rmtree(staging, ignore_errors=True)
             else:
@@ -233,39 +233,27 @@ ASIDE_PREFIX = ".replaced-"
 """The previous export's tables, moved aside by :func:`_swap` and then removed."""
 
 
-def _swap(staging: Path, root: Path) -> None:
+def _swap(staging: Path, root: Path, published: Callable[[], None] = lambda: None) -> None:
     """Rename the staged tables over the live ones (``terms``, then ``chunks``; each one rename,
     the previous one moved aside first and removed after). A reader that opens the tables in
-    between sees two export ids and opens them again. Ctrl-C and SIGTERM wait for the renames."""
+    between sees two export ids and opens them again. Ctrl-C and SIGTERM wait for the renames,
+    and for the removal of the previous tables; ``published`` is called once both renames are
+    done, before a stop that came in them is delivered (which then says the new export is live)."""
+    from memory_core.export.files import stops_held
+
     aside = root / f"{ASIDE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     aside.mkdir()
     try:
-        with _stops_held():
+        with stops_held():
             for name in (TERMS, TABLE):
                 live = root / f"{name}.lance"
                 if live.exists() or live.is_symlink():
                     os.rename(live, aside / live.name)
                 os.rename(staging / live.name, live)
+            published()
     finally:
-        shutil.rmtree(aside, ignore_errors=True)  # the previous export, its every version with it
-
-
-@contextlib.contextmanager
-def _stops_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done (main thread only), then are delivered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in stops}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if got:
-            signal.raise_signal(got[0])
+        with stops_held():  # a stop here left the previous export's text behind until the next export
+            shutil.rmtree(aside, ignore_errors=True)  # the previous export, its every version with it
 
 
 def _remove_stale(root: Path) -> None:
