@@ -15,7 +15,9 @@ reports every agent's outcome.
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
 from typing import Any, cast
 
 from prefect import flow, get_run_logger, task
@@ -27,16 +29,37 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from flows import owners
 from flows.reindex import IfBusy, _mark_runner_cancel, reindex
 from flows.runners import RunnerChoice
-from memory_core.index.runtypes import RunSummary
+from memory_core.errors import RunCancelled
+from memory_core.index import run_stops
+from memory_core.index.pipeline import stop_word
+from memory_core.index.runtypes import RunSummary, is_stop
 from memory_core.runtime.resolve import resolve_agents
 
 FLEET_CONCURRENCY = 4  # agents reindexed at once in this process
 
 
+# the stop of each fleet run in this process, by key (a task parameter must be plain): the agents'
+# runs go on in the runner's threads, where no signal lands, so a stop of the fleet reaches them as a
+# Cancel their runs look at (memory_core/index/run_stops.py). A stopped fleet's entry stays: an agent
+# whose task starts after the stop must still find it set.
+_STOPS: dict[str, run_stops.Cancel] = {}
+
+
 @task(name="reindex-agent", task_run_name="reindex-{agent}", cache_policy=NO_CACHE)
 def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | None, task_runner: RunnerChoice,
-                  dask_address: str | None, dask_workers: int, deployment: str | None) -> dict[str, Any]:
-    """One agent's reindex: the ``reindex`` flow as a subflow, or a run of ``deployment``."""
+                  dask_address: str | None, dask_workers: int, deployment: str | None,
+                  stop_key: str = "") -> dict[str, Any]:
+    """One agent's reindex: the ``reindex`` flow as a subflow, or a run of ``deployment``. ``stop_key``:
+    the fleet run's stop (``_STOPS``): set, the agent's run ends at its next check, or never starts."""
+    cancel = _STOPS.get(stop_key)
+    if cancel is not None and cancel.is_set():
+        raise RunCancelled(f"{cancel.why}: agent {agent} was not started")
+    with run_stops.run_scope(cancel) if cancel is not None else contextlib.nullcontext():
+        return _reindex_agent(agent, config_file, full, if_busy, task_runner, dask_address, dask_workers, deployment)
+
+
+def _reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | None, task_runner: RunnerChoice,
+                   dask_address: str | None, dask_workers: int, deployment: str | None) -> dict[str, Any]:
     params: dict[str, Any] = {"agent": agent, "config_file": config_file, "full": full, "if_busy": if_busy,
                               "task_runner": task_runner, "dask_address": dask_address,
                               "dask_workers": dask_workers}
@@ -53,6 +76,32 @@ def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | No
         return {"agent": agent, "flow_run": run.name, "outcome": run.state.message or run.state.name}
     summary = reindex(**params)
     return {"agent": agent, **(summary if isinstance(summary, dict) else {})}
+
+
+STOP_WAIT_S = 30.0
+"""How long a stopped fleet waits for its agents' runs to end (each at its next check: a second or two)."""
+
+
+def _say_stopped(logger: Any, futures: dict[str, Any], exc: BaseException) -> None:
+    """Each agent's outcome once the fleet was stopped: published before the stop (its run had
+    finished), stopped (its live index left as it was, or published first: its run's own notes say
+    which), or never started. Waits for the agents' runs to end, at most ``STOP_WAIT_S``."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    for agent, fut in futures.items():
+        try:
+            fut.wait(timeout=max(0.0, deadline - time.monotonic()))
+            state = fut.state
+        except BaseException:  # noqa: BLE001 - a second stop: the first one goes on, unsaid
+            return
+        if state.is_completed():
+            what = "its run finished before the stop"
+        elif state.is_pending() or state.is_scheduled():
+            what = "not started"
+        elif state.is_final():
+            what = str(state.message or state.name)
+        else:
+            what = f"still {state.name.lower()} after {STOP_WAIT_S:g} s (its run stops at its next check)"
+        logger.warning("fleet %s: agent %s: %s", stop_word(exc), agent, what)
 
 
 def _row(agent: str, result: dict[str, Any] | None, error: str | None, seconds: float) -> dict[str, Any]:
@@ -151,15 +200,26 @@ def fleet_reindex(
     logger.info("reindexing %d agent(s): %s", len(fleet), ", ".join(fleet))
     _hold_owner_files(fleet)
     started = {a: time.perf_counter() for a in fleet}
+    stop_key = uuid.uuid4().hex
+    cancel = _STOPS[stop_key] = run_stops.Cancel()
+    futures: dict[str, Any] = {}
     try:
         futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
-                                           deployment) for a in fleet}
+                                           deployment, stop_key) for a in fleet}
         wait(list(futures.values()))
     except BaseException as exc:
+        # a stop lands in this thread only: before, the agents' runs (in the runner's threads) went on and
+        # published after a Ctrl-C or SIGTERM, one of them started after it (the thirty-fifth session's
+        # stop audit, F1). They now end at their next check, or do not start, and each agent's outcome
+        # is said before the stop goes on.
+        if is_stop(exc):
+            cancel.set(stop_word(exc))
+            _say_stopped(logger, futures, exc)
         # a cancel through its runner or worker: this run's owner files, and those of its agents' runs in
         # this process, say so (the runner's on_cancellation hook removes them once this process is gone)
         _mark_runner_cancel(exc)
         raise
+    _STOPS.pop(stop_key, None)  # every agent's task has ended: none can start and look for it
     rows, results, failed = [], {}, []
     for agent, fut in futures.items():
         state = fut.state

@@ -171,3 +171,69 @@ def test_a_flush_stopped_as_it_is_recorded_is_taken_back(ws: Path, stopper: Path
     assert again.stdout.startswith("due: ") and "(recorded)" in again.stdout, again.stdout
     third = _cli(args)
     assert third.stdout.startswith("not due: already flushed in compaction cycle 0"), third.stdout
+
+
+# -- the fleet flow ------------------------------------------------------------------------------
+
+FLEET_STOP = r'''
+import os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sig = getattr(signal, "SIG" + sys.argv[2])
+from memory_core.index import streaming
+
+real_chunk_file = streaming.chunk_file
+began = []
+
+
+def chunk_file(*args, **kwargs):  # a slow chunker: each agent's run is still chunking when the stop comes
+    if not began:
+        began.append(1)
+        threading.Timer(1.0, os.kill, (os.getpid(), sig)).start()
+    time.sleep(3)
+    return real_chunk_file(*args, **kwargs)
+
+
+streaming.chunk_file = chunk_file
+from flows.fleet import fleet_reindex
+
+t0 = time.time()
+try:
+    print("RESULT", fleet_reindex(config_file=sys.argv[1]), flush=True)
+except BaseException as exc:
+    print("RAISED", type(exc).__name__, round(time.time() - t0, 1), flush=True)
+'''
+
+
+@pytest.mark.prefect_server
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+def test_a_stopped_fleet_stops_its_agents_runs(tmp_path: Path, request: pytest.FixtureRequest, sig: str) -> None:
+    """The fleet flow runs each agent's reindex in a thread of its task runner, where no signal
+    lands. Before: a Ctrl-C or SIGTERM ended the fleet's own wait, but both agents' runs went on and
+    published their indexes after it (one had not even started). Now they end at their next check
+    (here: between the files they chunk), leave their indexes as they were, and the fleet says
+    each agent's outcome before the stop goes on."""
+    from tests.prefect_server import shared_server
+    from tests.test_agents import make_fleet
+
+    cfg, _ = make_fleet(tmp_path)
+    for i in range(3):  # a few files per agent: the run looks for the stop between them
+        for w in (tmp_path / "agents" / "alpha" / "workspace", tmp_path / "beta-notes"):
+            (w / "memory" / f"n{i}.md").write_text(f"# note {i}\n\nline {i}\n")
+    script = tmp_path / "fleet_stop.py"
+    script.write_text(FLEET_STOP)
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, str(script), str(cfg), sig], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=240)
+    from memory_core.runtime.resolve import resolve_agents
+
+    fleet = resolve_agents(cfg)
+    for agent in ("alpha", "beta"):
+        assert not fleet[agent].index_file.exists(), (agent, res.stderr[-3000:])  # nothing published
+        said = f"fleet {WORD[sig]}: agent {agent}: "  # each agent's outcome, said
+        assert said in res.stderr and "left as it was" in res.stderr.split(said)[1].splitlines()[0], res.stderr[-3000:]
+    raised = [line.split() for line in res.stdout.splitlines() if line.startswith("RAISED")]
+    if sig == "INT":
+        assert raised and raised[0][1] == "KeyboardInterrupt", (res.returncode, res.stdout, res.stderr[-3000:])
+        assert float(raised[0][2]) < 30, raised  # the agents' runs ended at their next check
+    else:  # Prefect ends a flow run's process by the SIGTERM it was sent, once the run is Crashed
+        assert res.returncode == -15 and not raised, (res.returncode, res.stdout, res.stderr[-3000:])
