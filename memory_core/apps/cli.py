@@ -820,10 +820,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         summary = export_index(settings.index_file, args.output, fmt, vectors=not args.no_vectors,
                                force=args.force, protect=(settings.cache_file,))
     out = sys.stderr if args.output == "-" else sys.stdout  # stdout may be the data itself
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
-    else:
-        print(summary.line(), file=out)
+    try:
+        if args.json:
+            print(json.dumps(summary.to_dict(), indent=2, sort_keys=True), file=out)
+        else:
+            print(summary.line(), file=out)
+    except KeyboardInterrupt as exc:  # the export is in place: not "left as it was"
+        exc.command_done = f"exporting to {args.output} (the export is in place)"  # type: ignore[attr-defined]
+        raise
     return EXIT_OK
 
 
