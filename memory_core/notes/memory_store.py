@@ -19,7 +19,8 @@ the MCP server start as fast as without it.
   :func:`memory_core.query.ranking.apply_temporal_decay` on the time the memory was last stored.
   ``score`` itself stays the calibrated relevance, so results merge with the file index's by it.
 - :meth:`MemoryStore.list` and :meth:`MemoryStore.forget` (an unknown id is an error and
-  deletes nothing; a forgotten or replaced text leaves the store's files at once).
+  deletes nothing; a forgotten or replaced text leaves the store's files at once, also when a stop
+  comes right after the commit, unless the store is large: :data:`PURGE_ON_STOP_ROWS`).
 
 This module has no console output; the CLI (``memory-core memory ...``) and the MCP tools
 (``memory_store``, ``memory_recall``, ``memory_list``, ``memory_forget``) are thin layers over it.
@@ -53,6 +54,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafePathError, UsageError
 from memory_core.failpoints import failpoint
+from memory_core.index.run_stops import is_stop
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
@@ -83,6 +85,10 @@ MAX_MEMORY_CHARS = 8000
 MAX_CANDIDATES = 200
 COMPACT_EVERY = 64
 """Every this many table versions a write compacts the table and removes day-old versions."""
+PURGE_ON_STOP_ROWS = 5000
+"""A stop (Ctrl-C, SIGTERM) after a forget's delete (or a text-replacing update) committed, before
+the removed text was off the disk: a table of at most this many memories is purged first (about
+0.2 s at 1,536 dimensions), a larger one is left to the next write (:meth:`MemoryStore._after_stop`)."""
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FTS_TOKENIZER = "icu/split"
 """LanceDB's tokenizer of the store's full-text index: ICU word segmentation (Chinese and Japanese
@@ -170,6 +176,37 @@ class Memory:
     def from_row(cls, row: dict[str, Any]) -> Memory:
         return cls(str(row["id"]), str(row["text"]), float(row["importance"]), str(row["category"]),
                    int(row["createdAt"]), int(row["updatedAt"]))
+
+
+@dataclass
+class _Written:
+    """How far one write (a store or a forget) had got, for a stop that ends it: once its commit
+    is in, the stop carries ``command_done`` (:meth:`phrase`), and the CLI says ``interrupted after
+    <it>`` instead of "the live index was left as it was"."""
+
+    memory_id: str = ""  # set once the commit is in ("": a stop before it changed nothing)
+    deleted: bool = False  # a forget (else a store)
+    updated: bool = False  # a store that updated the near-identical memory of that id
+    purge: bool = False  # the write removed a text, which leaves the store's files (_after_write)
+    purged: bool = False  # ... and it has
+
+    def committed(self, memory_id: str, *, deleted: bool = False, updated: bool = False,
+                  purge: bool = False) -> None:
+        self.memory_id, self.deleted, self.updated, self.purge = memory_id, deleted, updated, purge
+
+    def phrase(self) -> str:
+        left = (" stays in the store's files until the next memory is stored or forgotten"
+                if self.purge and not self.purged else "")
+        if self.deleted:
+            return f"deleting memory {self.memory_id} (it is deleted" + (f"; its text{left}" if left else "") + ")"
+        return (f"storing memory {self.memory_id} (it is stored"
+                + (", updating the near-identical memory of that id" if self.updated else "")
+                + (f"; the text it replaced{left}" if left else "") + ")")
+
+    def carry(self, exc: BaseException) -> None:
+        """A stop that ends the write after its commit says what was done (``command_done``)."""
+        if self.memory_id and is_stop(exc) and getattr(exc, "command_done", None) is None:
+            exc.command_done = self.phrase()  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -817,7 +854,9 @@ class MemoryStore:
         gets ``DEFAULT_IMPORTANCE`` and ``DEFAULT_CATEGORY`` unless told.
 
         Raises :class:`UsageError` for empty or too long text, importance outside 0-1, an unknown
-        category or no embedding provider; nothing is written then.
+        category or no embedding provider; nothing is written then. A stop (Ctrl-C, SIGTERM) once the
+        memory is committed goes on with ``command_done`` (what was done, for the CLI's last line:
+        :class:`_Written`); one before it leaves the store as it was.
         """
         check_category(category)
         if importance is not None and (not isinstance(importance, int | float) or not math.isfinite(importance)
@@ -844,13 +883,19 @@ class MemoryStore:
         if not math.isfinite(norm) or norm == 0:
             raise ProviderError(f"{p.name} returned an empty vector for this memory; nothing was stored")
         vec = vec / norm
-        with self._lock, self._file_lock():
-            return self._guarded(lambda: self._store_row(p, vec, masked, clean, importance, category))
+        written = _Written()
+        try:
+            with self._lock, self._file_lock():
+                return self._guarded(lambda: self._store_row(p, vec, masked, clean, importance, category, written))
+        except BaseException as exc:  # a stop after the commit: the memory is stored, and the stop says so
+            written.carry(exc)
+            raise
 
     def _store_row(self, p: Any, vec: np.ndarray, masked: str, clean: str, importance: float | None,
-                   category: str | None) -> StoreResult:
+                   category: str | None, written: _Written) -> StoreResult:
         """The duplicate check and the write, under the file lock: another process storing at the
-        same time (the first memory too) waits, then sees this one's commit."""
+        same time (the first memory too) waits, then sees this one's commit. ``written`` notes the
+        commit (a stop after it says the memory is stored)."""
         self._embedder_for_store()  # the provider recorded by a process that created the table meanwhile
         table = self._open()
         now = _now_ms()
@@ -878,7 +923,7 @@ class MemoryStore:
         row = {"id": mem.id, "text": mem.text, "vector": vec.tolist(), "importance": mem.importance,
                "category": mem.category, "createdAt": mem.created_at, "updatedAt": mem.updated_at}
         if table is None:
-            self._create(p, row)
+            self._create(p, row, written)
         else:
             # an update that replaced the text: the previous text leaves the disk, as a forget's does;
             # and a purge a killed or failed write left (its marker) is done now
@@ -888,15 +933,15 @@ class MemoryStore:
             purge = purge or self._purge_pending()
             # one commit: the row is replaced (duplicate) or added, never both or neither
             table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
-            failpoint("store-committed")
-            self._after_write(table, purge=purge)
+            written.committed(mem.id, updated=dup is not None, purge=purge)
+            self._upkeep(table, "store-committed", written)
         if dup is not None:
             return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
         kept = None if near is None else {"id": str(near[0]["id"]), "text": str(near[0]["text"]),
                                           "similarity": round(near[1], 6)}
         return StoreResult("created", mem, None, None, masked != clean, kept)
 
-    def _create(self, p: Any, row: dict[str, Any]) -> None:
+    def _create(self, p: Any, row: dict[str, Any], written: _Written) -> None:
         import pyarrow as pa
         from lancedb.index import FTS
 
@@ -923,6 +968,7 @@ class MemoryStore:
             # the query terms' IDF below is that of the words searched
             table.create_index("text", config=FTS(**_FTS_OPTIONS))
             os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
+            written.committed(str(row["id"]))  # the first memory's commit: its table in place
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self._table = self._connect().open_table(TABLE)
@@ -950,7 +996,7 @@ class MemoryStore:
         with contextlib.suppress(FileNotFoundError):
             self.path.with_name(f".{self.path.name}.purge").unlink()
 
-    def _after_write(self, table: Any, *, purge: bool = False) -> None:
+    def _after_write(self, table: Any, *, purge: bool = False) -> bool:
         """Rebuild the full-text index so BM25 always sees every row with the same statistics
         (rows added after the index was built are scored by a flat scan with other statistics, so
         the same words scored differently); ~10 ms at 2,000 memories. Every 64 versions the table
@@ -958,7 +1004,9 @@ class MemoryStore:
         :data:`COMPACT_EVERY`).
 
         ``purge`` (a forget, or an update that replaced a memory's text): the removed text is
-        taken off the disk at once (:meth:`_purge`)."""
+        taken off the disk at once (:meth:`_rewrite`, :meth:`_prune`). Returns whether it was (an
+        error leaves it, and its marker, to the next write). A stop is let through
+        (:meth:`_upkeep`)."""
         from lancedb.index import FTS
 
         try:
@@ -971,12 +1019,45 @@ class MemoryStore:
                 self._purged()
             elif int(table.version) % COMPACT_EVERY == 0:
                 table.optimize(cleanup_older_than=timedelta(days=1))
+            return True
         except Exception as exc:  # the write is committed; search still works, flat over new rows
+            if is_stop(exc):  # a RunCancelled is a stop, not a failed upkeep (_upkeep)
+                raise
             if purge:
                 log.warning("removing a forgotten or replaced memory's text from the memory store's files failed"
                             " (%s); it stays readable on disk until the next write to the store", exc)
             else:
                 log.warning("maintaining the memory store's full-text index failed: %s", exc)
+            return not purge
+
+    def _upkeep(self, table: Any, point: str, written: _Written) -> None:
+        """:meth:`_after_write` of a committed write (``written``), after the failpoint ``point``. A
+        stop before it ended (Ctrl-C, SIGTERM) goes on, carrying what was done (:class:`_Written`),
+        after :meth:`_after_stop` has finished a purge the write owed when that is quick."""
+        try:
+            failpoint(point)
+            written.purged = self._after_write(table, purge=written.purge)
+        except BaseException as exc:
+            if written.purge and not written.purged and is_stop(exc):
+                written.purged = self._after_stop(table)
+            raise
+
+    def _after_stop(self, table: Any) -> bool:
+        """A stop came after a forget's delete (or a text-replacing update) committed, before its
+        text was off the store's files: the purge is done now (the file lock is still held) when the
+        table holds at most :data:`PURGE_ON_STOP_ROWS` memories, a fraction of a second; then the
+        stop goes on. A larger table, a second stop or a failure leaves it to the next write (the
+        purge's marker, :meth:`_purge_pending`), as a kill would. Whether the text is off the disk."""
+        try:
+            if int(table.count_rows()) > PURGE_ON_STOP_ROWS:
+                return False
+            # the index rebuilt too: a stop inside a LanceDB call may have cut the rewrite short
+            return self._after_write(table, purge=True)
+        except BaseException as exc:  # a second stop, or an error: the first stop ends the write all the same
+            log.warning("a stop came before a forgotten or replaced memory's text left the memory store's files;"
+                        " finishing that failed (%s), so the next write to the store does it",
+                        type(exc).__name__ if not str(exc) else str(exc).splitlines()[0][:200])
+            return False
 
     @staticmethod
     def _rewrite(table: Any) -> None:
@@ -1056,12 +1137,19 @@ class MemoryStore:
 
     def forget(self, memory_id: str) -> Memory:
         """Delete one memory by id; an unknown id raises :class:`UsageError` and deletes nothing. The
-        text leaves the store's files at once: no data file or older version keeps it (:meth:`_after_write`)."""
+        text leaves the store's files at once: no data file or older version keeps it (:meth:`_after_write`).
+        A stop (Ctrl-C, SIGTERM) once the delete is committed goes on with ``command_done`` (what was
+        done, for the CLI's last line), after the purge when that is quick (:meth:`_upkeep`)."""
         check_id(memory_id)
-        with self._lock, self._file_lock():
-            return self._guarded(lambda: self._forget(memory_id))
+        written = _Written()
+        try:
+            with self._lock, self._file_lock():
+                return self._guarded(lambda: self._forget(memory_id, written))
+        except BaseException as exc:  # a stop after the delete: the memory is gone, and the stop says so
+            written.carry(exc)
+            raise
 
-    def _forget(self, memory_id: str) -> Memory:
+    def _forget(self, memory_id: str, written: _Written) -> Memory:
         with self._lock:
             mem = self._get(memory_id)
             if mem is None:
@@ -1071,8 +1159,9 @@ class MemoryStore:
             assert table is not None  # get() found the memory in it
             self._purge_pending(True)  # before the delete: a kill after it leaves the next write to purge
             table.delete(f"id = '{memory_id}'")
-            failpoint("store-forget-deleted")
-            self._after_write(table, purge=True)  # its text off the disk: no older version or data file keeps it
+            written.committed(memory_id, deleted=True, purge=True)
+            # its text off the disk: no older version or data file keeps it
+            self._upkeep(table, "store-forget-deleted", written)
             return mem
 
     # -- recall -------------------------------------------------------------------------------
