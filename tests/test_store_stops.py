@@ -302,3 +302,73 @@ def test_the_api_stops_before_and_after_a_forget(store: MemoryStore, monkeypatch
         store.store("The garden hose is in the shed")
     assert getattr(before.value, "command_done", None) is None
     assert store.count() == 1
+
+
+# -- eval --per-query ------------------------------------------------------------------------------
+
+@pytest.fixture
+def kw(tmp_path: Path) -> Path:
+    """A keyword-only workspace, indexed, with queries and their judgements beside it."""
+    ws = tmp_path / "kw"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "heron.md").write_text("# Heron\n\nThe heron waits by the pond.\n")
+    (ws / "memory" / "boiler.md").write_text("# Boiler\n\nThe boiler code is 4471.\n")
+    (ws / "memory-core.toml").write_text('provider = "none"\n')
+    res = _cli(["index", "-w", str(ws), "--no-progress"])
+    assert res.returncode == 0, res.stderr
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in
+                                                    enumerate(["heron pond", "boiler code", "heron", "4471"])))
+    (tmp_path / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tmemory/heron\t1\nq1\tmemory/boiler\t1\n"
+                                        "q2\tmemory/heron\t1\nq3\tmemory/boiler\t1\n")
+    return ws
+
+
+def _eval_args(kw: Path, out: Path) -> list[str]:
+    return ["eval", "-w", str(kw), "--queries", str(kw.parent / "queries.jsonl"), "--qrels",
+            str(kw.parent / "qrels.tsv"), "--sides", "--per-query", str(out)]
+
+
+@pytest.mark.parametrize("sig", SIGS)
+def test_an_eval_stopped_as_it_writes_its_per_query_file_leaves_the_old_one_whole(kw: Path, stopper: Path,
+                                                                                 sig: str) -> None:
+    """Before: the file was opened with "w" in place, so the stop left its header and the rows
+    written so far, in place of the complete file of the run before."""
+    out = kw.parent / "out" / "pq.tsv"
+    out.parent.mkdir()
+    res = _cli(_eval_args(kw, out))
+    assert res.returncode == 0, res.stderr
+    whole = out.read_text()
+    rows = whole.splitlines()
+    assert rows[0].startswith("side\tquery-id\t") and len(rows) > 8
+    res = _cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_ROW="5")
+    assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
+    assert WORD[sig] in _last(res.stderr), res.stderr
+    assert out.read_text() == whole
+    assert sorted(p.name for p in out.parent.iterdir()) == ["pq.tsv"], "a temp file was left"
+    # a new file is written whole, in place of the old one (through a symlink: its target)
+    out.write_text("old\n")
+    link = out.with_name("link.tsv")
+    link.symlink_to(out.name)
+    res = _cli(_eval_args(kw, link))
+    assert res.returncode == 0, res.stderr
+    assert link.is_symlink() and out.read_text() == whole
+    assert sorted(p.name for p in out.parent.iterdir()) == ["link.tsv", "pq.tsv"]
+
+
+@pytest.mark.parametrize("sig", SIGS)
+def test_an_eval_stopped_once_its_per_query_file_is_written_says_so(kw: Path, stopper: Path, sig: str) -> None:
+    """The stop lands as the report is printed, after the file went into place: the last line names it
+    (before: `interrupted; the live index was left as it was`, no word of the new file)."""
+    out = kw.parent / "pq.tsv"
+    res = _cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_TARGET="memory_core.apps.evaluation:format_report")
+    assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
+    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after writing the per-query metrics to {out} (the file" \
+                                " is written)", res.stderr
+    assert out.read_text().startswith("side\tquery-id\t") and len(out.read_text().splitlines()) > 8
+
+
+def test_an_eval_per_query_file_that_is_not_a_regular_file_is_written_in_place(kw: Path) -> None:
+    """`--per-query /dev/stdout` (a device or a pipe) is written to as before: never replaced."""
+    res = _cli([*_eval_args(kw, Path("/dev/stdout"))[:-2], "--json", "--per-query", "/dev/stdout"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("side\tquery-id\t"), res.stdout[:200]

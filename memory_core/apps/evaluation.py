@@ -43,16 +43,21 @@ What the default must not fall below (issue 37).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
+import stat
 import statistics
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from memory_core.errors import UsageError
+from memory_core.index.run_stops import is_stop
 from memory_core.sources.redact import query_for_provider
 
 if TYPE_CHECKING:
@@ -654,26 +659,63 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       corpus_map=args.corpus_map, min_score=args.min_score)
     if args.per_query:
         _write_per_query(report, args.per_query)
-    if args.json:
-        out = {k: v for k, v in report.items() if k != "per_query"}
-        print(json.dumps(out, indent=2, sort_keys=True))
-    else:
-        for line in format_report(report):
-            print(line)
-    for w in _warnings(report):
-        print(f"warning: {w}", file=sys.stderr)
+    try:
+        if args.json:
+            out = {k: v for k, v in report.items() if k != "per_query"}
+            print(json.dumps(out, indent=2, sort_keys=True))
+        else:
+            for line in format_report(report):
+                print(line)
+        for w in _warnings(report):
+            print(f"warning: {w}", file=sys.stderr)
+    except BaseException as exc:  # a stop once the per-query file is in place says it is (the CLI's last line)
+        if args.per_query and is_stop(exc) and getattr(exc, "command_done", None) is None:
+            done = f"writing the per-query metrics to {args.per_query} (the file is written)"
+            exc.command_done = done  # type: ignore[attr-defined]
+        raise
     return 0
 
 
 def _write_per_query(report: Mapping[str, Any], path: str) -> None:
+    """The per-query metrics, a TSV file at ``path``: written whole or not at all. The rows go to a
+    temp file beside it, which then replaces it (``os.replace``), so a stop (Ctrl-C, SIGTERM) or an
+    error as it is written leaves the file as it was and no temp file (before: opened with "w" in
+    place, a stop left a truncated file where a complete one had been). A symbolic link is written
+    through (its target is replaced, keeping its mode); a path that is not a regular file
+    (``/dev/stdout``, a named pipe) is written to in place, as before."""
     try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("side\tquery-id\t" + "\t".join(METRICS) + "\n")
-            for side, rows in report["per_query"].items():
-                for qid, values in rows.items():
-                    fh.write(f"{side}\t{qid}\t" + "\t".join(f"{values[m]:.4f}" for m in METRICS) + "\n")
+        try:
+            st: os.stat_result | None = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            with open(path, "w", encoding="utf-8") as fh:
+                _per_query_rows(report, fh)
+            return
+        target = os.path.realpath(path)
+        tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{uuid.uuid4().hex[:8]}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)  # the umask's mode
+        try:
+            with open(fd, "w", encoding="utf-8") as fh:
+                _per_query_rows(report, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if st is not None:
+                os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _per_query_rows(report: Mapping[str, Any], fh: TextIO) -> None:
+    fh.write("side\tquery-id\t" + "\t".join(METRICS) + "\n")
+    for side, rows in report["per_query"].items():
+        for qid, values in rows.items():
+            fh.write(f"{side}\t{qid}\t" + "\t".join(f"{values[m]:.4f}" for m in METRICS) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
