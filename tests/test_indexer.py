@@ -134,4 +134,5 @@ def test_one_run_record_for_watch_and_sync() -> None:
     failed = RunRecord(2, "retry", 0.0, 1.0, ok=False, error="boom", changed=["memory/a.md"])
     assert failed.line() == "run 2 (retry, 1.00s): failed: boom"
     assert failed.to_dict() == {"number": 2, "reason": "retry", "changed": ["memory/a.md"], "started_at": 0.0,
-                                "seconds": 1.0, "ok": False, "skipped": False, "summary": None, "error": "boom"}
+                                "seconds": 1.0, "ok": False, "skipped": False, "summary": None, "error": "boom",
+                                "stopped": None}

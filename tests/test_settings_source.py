@@ -13,9 +13,11 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +303,7 @@ def test_cli_deployment_watch_and_cli_keep_one_index(request, tmp_path, openai_f
     named by a Prefect profile: never a full rebuild, the transcripts kept throughout."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
+    from prefect.states import Cancelled
 
     from tests.prefect_server import ROOT, shared_server, start_process, stop_process
 
@@ -350,9 +353,34 @@ def test_cli_deployment_watch_and_cli_keep_one_index(request, tmp_path, openai_f
                 params = client.read_flow_run(flow_run_id).parameters
             assert params["workspace"] == str(ws) and "sources" not in params and "provider" not in params
             assert sessions_indexed(index) == 3
-        watch.terminate()
-        watch.wait(30)
-        watch = None
+
+            # 3b. a stop while the watcher waits for a deployment run (no worker polls now, so the
+            # run it starts stays scheduled): that run gets its line, which says the run is not
+            # the watcher's to stop (before: no line, `watch stopped`)
+            stop_process(worker)
+            with get_client(sync_client=True) as client:
+                seen = {r.id for r in client.read_flow_runs()}
+                _edit(ws, 5)
+                deadline = time.monotonic() + 60
+                while not (started := [r for r in client.read_flow_runs() if r.id not in seen  # this watcher's only
+                                       and "memory-core-watch" in r.tags and r.parameters.get("workspace") == str(ws)]):
+                    assert time.monotonic() < deadline, "watch started no deployment run"
+                    time.sleep(0.3)
+                watch.send_signal(signal.SIGTERM)
+                stopped = json.loads(lines.get(timeout=60))
+                assert watch.wait(30) == 0
+                err = watch.stderr.read()  # type: ignore[union-attr]
+                watch = None
+                assert stopped["number"] == 2 and stopped["stopped"] == "stopped by SIGTERM", stopped
+                assert not stopped["ok"] and "goes on at its worker" in stopped["error"], stopped
+                assert err.strip().splitlines()[-1] == "memory-core: watch stopped by SIGTERM", err
+                assert "Traceback" not in err, err
+                assert len(started) == 1, started
+                client.set_flow_run_state(started[0].id, Cancelled(), force=True)  # not for another test's worker
+        if watch is not None:
+            watch.terminate()
+            watch.wait(30)
+            watch = None
     finally:
         if watch is not None:
             watch.kill()

@@ -1037,18 +1037,7 @@ def _partial(exc: BaseException) -> str:
     """What a run that did not finish had embedded (``run_summary`` from the orchestrator), as
     the end of its one error line."""
     partial = getattr(exc, "run_summary", None)
-    if partial is None:
-        return ""
-    b = partial.batch
-    jobs = (f"; {b.jobs_pending} batch job(s) left open at the provider"
-            f" ({', '.join(str(i) for i in b.pending_job_ids if i)}): the next run re-attaches to them"
-            if b is not None and b.stopped and b.jobs_pending else "")
-    if not (partial.chunks_embedded or partial.chunks_in_flight):
-        return jobs
-    late = (f" ({partial.chunks_in_flight} more were in requests that had not returned)"
-            if partial.chunks_in_flight else "")
-    return (f"; the {partial.chunks_embedded} chunk(s) it embedded{late} are in the embedding cache and will not be"
-            " embedded again" + jobs)
+    return "" if partial is None else partial.unfinished_note()
 
 
 if __name__ == "__main__":  # pragma: no cover

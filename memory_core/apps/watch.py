@@ -32,6 +32,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
+from memory_core.index.run_stops import SigtermStop
 from memory_core.runtime.watching import Watcher, describe, start_interval, watch_roots
 
 log = logging.getLogger("memory_core.apps.watch")
@@ -144,15 +145,20 @@ def run_watch(settings: Settings, *, debounce: float, initial_run: bool = True, 
           f" debounce {debounce:g}s; Ctrl-C stops", file=sys.stderr, flush=True)
 
     def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        # a stop the run says as SIGTERM's (it said "interrupted"), not RunCancelled: the run's own
+        # handler, which raises that, is not installed over this one, and a watcher goes on after
+        # a run's error but not after a stop
+        raise SigtermStop
 
     stop_interval = start_interval(settings.sync.interval_minutes,
                                    lambda: watcher.notify([], reason="interval", full_scan="the interval"))
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         watcher.run_forever()
-    except KeyboardInterrupt:
-        print("memory-core: watch stopped", file=sys.stderr)
+    except (KeyboardInterrupt, SigtermStop) as exc:
+        # the run the stop ended, if one was going, has had its line (``Watcher._report_stopped``)
+        print(f"memory-core: watch {'stopped by SIGTERM' if isinstance(exc, SigtermStop) else 'interrupted'}",
+              file=sys.stderr)
     finally:
         stop_interval()
         signal.signal(signal.SIGTERM, previous)

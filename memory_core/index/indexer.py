@@ -234,7 +234,9 @@ class RunRecord:
     """One finished run, as a scheduler keeps it: its number, why it ran (``reason``; the
     watcher also lists the ``changed`` paths), when and for how long, and either what it
     returned (``summary``) or why it failed (``error``; ``skipped`` when another run held the
-    index's writer lock)."""
+    index's writer lock). A run a stop (Ctrl-C, SIGTERM) ended in ``watch`` says so (``stopped``:
+    "interrupted", "stopped by SIGTERM"), with what it had done: its ``summary`` is the run's
+    partial one, ``swapped`` when the stop came after the new index was published."""
 
     number: int
     reason: str
@@ -245,16 +247,24 @@ class RunRecord:
     skipped: bool = False
     error: str | None = None
     summary: RunSummary | DeploymentOutcome | None = None
+    stopped: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """The record as JSON (``watch --json``, ``memory_status``'s ``sync.last_run``)."""
         return {"number": self.number, "reason": self.reason, "changed": list(self.changed),
                 "started_at": self.started_at, "seconds": self.seconds, "ok": self.ok, "skipped": self.skipped,
-                "summary": self.summary.to_dict() if self.summary is not None else None, "error": self.error}
+                "summary": self.summary.to_dict() if self.summary is not None else None, "error": self.error,
+                "stopped": self.stopped}
 
     def line(self) -> str:
         """One line for a log or a terminal: ``run 2 (1 change, 0.31s): swapped in; files ...``."""
         head = f"run {self.number} ({self.reason}, {self.seconds:.2f}s)"
+        if self.stopped:
+            part = None if isinstance(self.summary, DeploymentOutcome) else self.summary  # the run's partial summary
+            if part is not None and part.swapped:  # the stop came after the publish
+                return f"{head}: {part.stop_note()}"
+            tail = part.unfinished_note() if part is not None else ""
+            return f"{head}: {self.stopped}; {self.error or 'the live index was left as it was'}{tail}"
         if not self.ok:
             return f"{head}: failed: {self.error}"
         s = self.summary

@@ -406,6 +406,20 @@ class RunSummary:
                 f" removed; {self.chunks_total} chunks in all)")
         return line + ("; cut short: " + "; ".join(self.cut_short) if self.cut_short else "")
 
+    def unfinished_note(self) -> str:
+        """What a run that did not finish had embedded (kept in the embedding cache) and the batch
+        jobs it left open, as the end of the line that says it stopped (the CLI's, ``watch``'s);
+        empty when it had done neither."""
+        b = self.batch
+        jobs = (f"; {b.jobs_pending} batch job(s) left open at the provider"
+                f" ({', '.join(str(i) for i in b.pending_job_ids if i)}): the next run re-attaches to them"
+                if b is not None and b.stopped and b.jobs_pending else "")
+        if not (self.chunks_embedded or self.chunks_in_flight):
+            return jobs
+        late = f" ({self.chunks_in_flight} more were in requests that had not returned)" if self.chunks_in_flight else ""
+        return (f"; the {self.chunks_embedded} chunk(s) it embedded{late} are in the embedding cache and will not be"
+                " embedded again" + jobs)
+
     def cost_figure(self) -> float | str | None:
         """Estimated US dollars, 0.0 for the local model or keyword-only, else why there is none."""
         cost = self.cost

@@ -40,6 +40,7 @@ What a run does is the runner's (:class:`memory_core.index.indexer.Runner`): an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -383,6 +384,9 @@ class Watcher:
         except Exception as exc:  # a watcher must survive one bad run
             log.exception("reindex run failed")
             error = f"{exc.__class__.__name__}: {exc}"
+        except BaseException as exc:  # Ctrl-C, SIGTERM (``watch``'s): the run is reported as stopped, then the stop goes on
+            self._report_stopped(exc, reason, changed, started, time.perf_counter() - t0)
+            raise
         rec = RunRecord(number=len(self.runs) + 1, reason=reason, changed=changed, started_at=started,
                         seconds=time.perf_counter() - t0, ok=error is None, skipped=skipped, summary=summary, error=error)
         with self._cond:
@@ -416,6 +420,33 @@ class Watcher:
                 self.on_run(rec)
             except Exception:  # a reporting bug must not stop the watcher
                 log.exception("on_run callback failed")
+
+    def _report_stopped(self, exc: BaseException, reason: str, changed: list[str], started: float,
+                        seconds: float) -> None:
+        """A run a stop ended (``watch`` stopped by Ctrl-C or SIGTERM while it ran): one record
+        like every run's, saying what the stop left (before: nothing; ``watch stopped``, whether the
+        run had published its index or not)."""
+        from memory_core.index.indexer import RunRecord
+        from memory_core.index.pipeline import stop_word
+        from memory_core.index.run_stops import is_stop
+
+        if not is_stop(exc) or isinstance(exc, (SystemExit, GeneratorExit)):
+            return
+        partial = getattr(exc, "run_summary", None)
+        deployment = not callable(getattr(self.runner, "run_changed", None))  # a deployment run: out of process
+        going = ("a deployment run it started goes on at its worker (the watcher no longer waits for it)"
+                 if deployment and partial is None else None)
+        rec = RunRecord(number=len(self.runs) + 1, reason=reason, changed=changed[:MAX_REPORTED_PATHS],
+                        started_at=started, seconds=seconds, ok=False, summary=partial, error=going,
+                        stopped=stop_word(exc))
+        with self._cond:
+            self._st.running = False
+            self.runs.append(rec)
+            self._cond.notify_all()
+        log.info("%s", rec.line())
+        if self.on_run is not None:
+            with contextlib.suppress(Exception):
+                self.on_run(rec)
 
     # -- file watching ------------------------------------------------------------------------
     def _watch_loop(self) -> None:
