@@ -153,6 +153,27 @@ def test_a_sigterm_before_the_writes_reindex_says_the_note_was_written(ws: Path,
     assert not _holds(ws, "boiler code is 4471")
 
 
+@pytest.mark.parametrize(("sig", "index"), [("INT", True), ("TERM", True), ("TERM", False)])
+def test_a_write_stopped_as_its_note_is_appended_says_the_note_is_written(ws: Path, stopper: Path, sig: str,
+                                                                         index: bool) -> None:
+    """The stop lands after the note's bytes went out, as the write counts its lines (then fsyncs).
+    Before: `interrupted; the live index was left as it was`, nothing on stdout, though the note
+    was written (a retry wrote it twice). Now the stop waits the few steps to the end of the append
+    and is said after it (docs/reliability.md L11)."""
+    args = ["write", "-w", str(ws), "--path", "MEMORY.md", "--json", "the boiler code is 4471"]
+    res = _cli([*args, *([] if index else ["--no-index"])], stopper, STOP_SIG=sig,
+               STOP_TARGET="memory_core.notes.write:_count_newlines")
+    assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
+    said = json.loads(res.stdout)
+    assert said["citation"] == "MEMORY.md#L5-L5" and said["indexed"] is False, said
+    assert ("stopped before the reindex" in said["note"]) is index, said
+    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after writing MEMORY.md#L5-L5 (the note is written)"
+    assert (ws / "MEMORY.md").read_text().count("the boiler code is 4471") == 1
+    assert not _holds(ws, "boiler code is 4471")  # no reindex ran; the next one picks it up
+    assert _cli(["index", "-w", str(ws), "--no-progress"]).returncode == 0
+    assert _holds(ws, "boiler code is 4471")
+
+
 # -- flush --record ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", ["INT", "TERM"])

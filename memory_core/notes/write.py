@@ -41,6 +41,7 @@ import errno
 import fcntl
 import os
 import re
+import signal
 import stat
 import unicodedata
 from collections.abc import Callable
@@ -179,7 +180,7 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
             dfd = nfd
         fcntl.flock(dfd, fcntl.LOCK_EX)  # one writer of this folder's notes at a time
         _remove_stale_temps(dfd)
-        start, end, joined = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None, rel)
+        start, end, joined, held = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None, rel)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PathError(f"refusing to write {rel}: a symlink or not a folder on the way") from None
@@ -198,8 +199,18 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
     finally:
         os.close(dfd)
     note = f"{fixed} NUL or invalid characters were removed or replaced" if fixed else ""
-    return WriteResult(rel, start, end, f"{rel}#L{start}-L{end}", len(clean), clean != body or joined,
-                       indexed=False, note=note)
+    res = WriteResult(rel, start, end, f"{rel}#L{start}-L{end}", len(clean), clean != body or joined,
+                      indexed=False, note=note)
+    if held:  # a stop came once the note was being written: delivered now, with what was written
+        try:
+            for signum in dict.fromkeys(held):
+                signal.raise_signal(signum)  # its own handler: KeyboardInterrupt, a command's SIGTERM stop
+        except BaseException as exc:
+            if is_stop(exc):
+                exc.write_result = res  # type: ignore[attr-defined]
+                exc.command_done = f"writing {res.citation} (the note is written)"  # type: ignore[attr-defined]
+            raise
+    return res
 
 
 def _remove_stale_temps(dfd: int) -> None:
@@ -275,11 +286,12 @@ def _text_lines(fd: int, size: int, rel: str) -> int:
 
 
 def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str] | None,
-                     rel: str) -> tuple[int, int, bool]:
+                     rel: str) -> tuple[int, int, bool, list[int]]:
     """Append ``\\n\\n<text>\\n`` (one blank line after the old text) to ``name`` in ``dfd`` with
     ``O_APPEND``; with ``redact``, the text is first redacted with the note's end before it
     (:func:`_redacted_after`), so a secret the two make together is written masked. The appended
-    text's (first, last) line and whether the note's end masked something in it.
+    text's (first, last) line, whether the note's end masked something in it, and the stops
+    (signal numbers) held from the first byte written to the end, for the caller to deliver.
 
     Refused, with nothing written: a name that is not a regular file (looked at before it is
     opened: opening a socket fails, a device may act on it), a note with other hard links (a link
@@ -289,8 +301,12 @@ def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str
         mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):  # those: ELOOP, EISDIR below
             raise PathError(f"refusing to write {rel}: not a regular file")
+    from memory_core.index.writer import stops_held
+
     fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                  0o644, dir_fd=dfd)
+    held: list[int] = []
+    hold = contextlib.ExitStack()
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -309,6 +325,10 @@ def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str
             joined, text = masked != text, masked
         data = sep + text.encode("utf-8", "surrogateescape") + b"\n"
         written = 0
+        # from the first byte on the note is written: a stop (Ctrl-C, SIGTERM) waits until its
+        # lines are counted and it is synced, and the caller raises it with what was written
+        # (before: a stop there said "left as it was", and a retry wrote the note twice)
+        held = hold.enter_context(stops_held(redeliver=False))
         try:
             while written < len(data):
                 written += os.write(fd, data[written:])
@@ -325,11 +345,12 @@ def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str
         # the lines before this write: the note's as read, and what another writer appended since
         before = (lines + _count_newlines(fd, size, start_off) if start_off >= size
                   else _count_newlines(fd, 0, start_off)) + sep.count(b"\n")
+        with contextlib.suppress(OSError):
+            os.fsync(dfd)
     finally:
         os.close(fd)
-    with contextlib.suppress(OSError):
-        os.fsync(dfd)
-    return before + 1, before + text.count("\n") + 1, joined
+        hold.close()  # the handlers back; what came meanwhile is in ``held``
+    return before + 1, before + text.count("\n") + 1, joined, held
 
 
 def _redacted_after(fd: int, size: int, sep: bytes, text: str, redact: Callable[[str], str]) -> str:
@@ -458,7 +479,15 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
     ``indexed`` is true only when the index holds the note as written. A stop of this process
     once the note is written (Ctrl-C; a SIGTERM, without ``runner``), in the reindex or after it,
     is raised with the result as ``write_result`` (:func:`_stopped_with`)."""
-    res = append_note(settings, text, path, today=today)
+    try:
+        res = append_note(settings, text, path, today=today)
+    except BaseException as exc:  # a stop that came as the note was written: no reindex, and said so
+        written = getattr(exc, "write_result", None)
+        if written is not None and index and is_stop(exc):
+            exc.write_result = replace(written, note="; ".join(  # type: ignore[attr-defined]
+                [n for n in (written.note, "written, but not indexed: stopped before the reindex; the next reindex"
+                             " picks it up") if n]))
+        raise
     try:
         return _index_written(settings, res, index=index, runner=runner)
     except BaseException as exc:
