@@ -60,6 +60,41 @@ if target:
         return orig(*a, **k)
 
     setattr(owner, name, wrapped)
+commit = os.environ.get("STOP_IN_COMMIT")
+if commit:  # the stop lands while the main thread waits for LanceDB's commit, which goes in
+    import asyncio
+    import lancedb.background_loop as bl
+    import lancedb.merge as lm
+    import lancedb.table as lt
+
+    inside = []
+    loop_run = bl.LOOP.run
+
+    def run_firing(fut):
+        if not inside:
+            return loop_run(fut)
+
+        async def committed_then_stopped():
+            out = await fut  # the commit is in
+            fire()  # from LanceDB's loop thread, as the main thread waits for this coroutine
+            await asyncio.sleep(0.2)
+            return out
+
+        return loop_run(committed_then_stopped())
+
+    bl.LOOP.run = run_firing
+    owner, name = (lm.LanceMergeInsertBuilder, "execute") if commit == "merge" else (lt.LanceTable, "delete")
+    orig_commit = getattr(owner, name)
+
+    @functools.wraps(orig_commit)
+    def in_commit(*a, **k):
+        inside.append(1)
+        try:
+            return orig_commit(*a, **k)
+        finally:
+            inside.clear()
+
+    setattr(owner, name, in_commit)
 row = os.environ.get("STOP_ROW")
 if row:  # the stop lands as the per-query file's row <row> (counted from 1) is written
     import memory_core.apps.evaluation as ev
@@ -218,6 +253,34 @@ def test_a_forget_stopped_after_its_delete_says_it_is_deleted_and_its_text_leave
     assert not _marker(ws).exists()
     rec = _cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "Lakeview"])
     assert rec.returncode == 0 and json.loads(rec.stdout)["results"][0]["id"] == kept, rec.stdout
+
+
+@pytest.mark.parametrize("sig", SIGS)
+def test_a_stop_while_lancedb_commits_a_store_is_said_after_it(ws: Path, stopper: Path, sig: str) -> None:
+    """The stop lands while the main thread waits for LanceDB's merge (its sync call waits on its own
+    event loop's thread), and the commit goes in. Before: the wait ended at the stop, the CLI said
+    `interrupted; the live index was left as it was`, and `memory list` showed the memory stored."""
+    first = _store(ws, "The spare key is under the blue flowerpot")
+    res = _cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_IN_COMMIT="merge")
+    assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
+    stored = _memories(ws)
+    new = [mid for mid, text in stored.items() if text == ROUTER]
+    assert len(new) == 1 and set(stored) == {first, new[0]}, stored
+    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {new[0]} (it is stored)", res.stderr
+    rec = _cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "hallway router"])
+    assert rec.returncode == 0 and json.loads(rec.stdout)["results"][0]["id"] == new[0], rec.stdout
+
+
+@pytest.mark.parametrize("sig", SIGS)
+def test_a_stop_while_lancedb_commits_a_forget_is_said_after_it(ws: Path, stopper: Path, sig: str) -> None:
+    """The same for a forget's delete: it is said as deleted, and its text leaves the disk."""
+    gone = _store(ws, "Dana's alarm code is tango-7-lima-9-kilo")
+    kept = _store(ws, "The team offsite is at Lakeview Lodge")
+    res = _cli(["memory", "forget", "-w", str(ws), gone], stopper, STOP_SIG=sig, STOP_IN_COMMIT="delete")
+    assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
+    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after deleting memory {gone} (it is deleted)", res.stderr
+    assert set(_memories(ws)) == {kept}
+    assert _files_holding(_store_path(ws), b"tango-7-lima") == [] and not _marker(ws).exists()
 
 
 def test_a_stopped_forget_whose_purge_cannot_be_quick_leaves_it_to_the_next_write(

@@ -37,6 +37,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import stat
 import threading
 import time
@@ -176,6 +177,23 @@ class Memory:
     def from_row(cls, row: dict[str, Any]) -> Memory:
         return cls(str(row["id"]), str(row["text"]), float(row["importance"]), str(row["category"]),
                    int(row["createdAt"]), int(row["updatedAt"]))
+
+
+def _commit_held(redeliver: bool = False) -> contextlib.AbstractContextManager[list[int]]:
+    """A stop (Ctrl-C, SIGTERM) waits while a write commits and records that it did: LanceDB's
+    sync calls wait in the main thread on its own event loop's thread, so a stop there ended the
+    wait while the commit went on, and was said as a stop before the commit (nothing stored)
+    though the memory was stored (docs/reliability.md L12). Yields the stops held, which
+    :meth:`MemoryStore._upkeep` delivers (``redeliver``: at the block's end)."""
+    from memory_core.index.writer import stops_held
+
+    return stops_held(redeliver=redeliver)
+
+
+def _deliver(held: list[int]) -> None:
+    """The stops :func:`_commit_held` held, raised now by their own handlers."""
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)
 
 
 @dataclass
@@ -932,9 +950,10 @@ class MemoryStore:
                 self._purge_pending(True)
             purge = purge or self._purge_pending()
             # one commit: the row is replaced (duplicate) or added, never both or neither
-            table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
-            written.committed(mem.id, updated=dup is not None, purge=purge)
-            self._upkeep(table, "store-committed", written)
+            with _commit_held() as held:
+                table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
+                written.committed(mem.id, updated=dup is not None, purge=purge)
+            self._upkeep(table, "store-committed", written, held)
         if dup is not None:
             return StoreResult("updated", mem, sim, str(dup["text"]), masked != clean)
         kept = None if near is None else {"id": str(near[0]["id"]), "text": str(near[0]["text"]),
@@ -967,8 +986,9 @@ class MemoryStore:
             # words (no stemming, stop words kept) as _query_terms reads them from the query, so
             # the query terms' IDF below is that of the words searched
             table.create_index("text", config=FTS(**_FTS_OPTIONS))
-            os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
-            written.committed(str(row["id"]))  # the first memory's commit: its table in place
+            with _commit_held(redeliver=True):
+                os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
+                written.committed(str(row["id"]))  # the first memory's commit: its table in place
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self._table = self._connect().open_table(TABLE)
@@ -1030,11 +1050,13 @@ class MemoryStore:
                 log.warning("maintaining the memory store's full-text index failed: %s", exc)
             return not purge
 
-    def _upkeep(self, table: Any, point: str, written: _Written) -> None:
+    def _upkeep(self, table: Any, point: str, written: _Written, held: list[int] | None = None) -> None:
         """:meth:`_after_write` of a committed write (``written``), after the failpoint ``point``. A
-        stop before it ended (Ctrl-C, SIGTERM) goes on, carrying what was done (:class:`_Written`),
-        after :meth:`_after_stop` has finished a purge the write owed when that is quick."""
+        stop before it ended (Ctrl-C, SIGTERM; or one ``held`` during the commit) goes on, carrying
+        what was done (:class:`_Written`), after :meth:`_after_stop` has finished a purge the write
+        owed when that is quick."""
         try:
+            _deliver(held or [])
             failpoint(point)
             written.purged = self._after_write(table, purge=written.purge)
         except BaseException as exc:
@@ -1158,10 +1180,11 @@ class MemoryStore:
             table = self._open()
             assert table is not None  # get() found the memory in it
             self._purge_pending(True)  # before the delete: a kill after it leaves the next write to purge
-            table.delete(f"id = '{memory_id}'")
-            written.committed(memory_id, deleted=True, purge=True)
+            with _commit_held() as held:
+                table.delete(f"id = '{memory_id}'")
+                written.committed(memory_id, deleted=True, purge=True)
             # its text off the disk: no older version or data file keeps it
-            self._upkeep(table, "store-forget-deleted", written)
+            self._upkeep(table, "store-forget-deleted", written, held)
             return mem
 
     # -- recall -------------------------------------------------------------------------------
