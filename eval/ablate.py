@@ -43,11 +43,11 @@ _KEYWORD = ranking.keyword_relevance
 
 
 def _convex_order(hits: Any, cal: Any, idf_total: float, *, vector_weight: float, text_weight: float,
-                  corpus_coverage: float = 1.0) -> list[ranking.Hit]:
+                  corpus_coverage: float = 1.0, keyword_steepness: float = 1.0) -> list[ranking.Hit]:
     """The calibrated fusion's candidates re-scored by a plain convex fusion over them: 0.5 / 0.5,
     each side min-max normalised over this query's pool (one-side modes as they are)."""
     out = _FUSE(hits, cal, idf_total, vector_weight=vector_weight, text_weight=text_weight,
-                corpus_coverage=corpus_coverage)
+                corpus_coverage=corpus_coverage, keyword_steepness=keyword_steepness)
     if vector_weight <= 0 or text_weight <= 0 or not out:
         return out
     # the plain baseline's normalisation (memory_core.apps.evaluation.convex_fusion), with its scores
@@ -79,11 +79,26 @@ def _convex_for_documents(share: float) -> Callable[..., list[ranking.Hit]]:
 
 def _hill(n: float, half: float) -> Callable[..., float]:
     """A steeper keyword curve: ``x^n / (x^n + half^n)`` (the default is n = 1, half = 0.5)."""
-    def relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0) -> float:
+    def relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0, steepness: float = 1.0) -> float:
         if bm25 <= 0 or idf_total <= 0 or not math.isfinite(bm25):
             return 0.0
         x = bm25 / idf_total
         return max(0.0, min(1.0, x ** n / (x ** n + half ** n) * max(0.0, min(1.0, corpus_coverage))))
+    return relevance
+
+
+def _half_ramp(top: float) -> Callable[..., float]:
+    """The built keyword curve whose half-point rises with its steepness: ``h = 0.5 + (s - 1) x
+    (top - 0.5)``, so a long query's (s = 2) curve is ``x^2 / (x^2 + top^2)``: a chunk matching its
+    words more than once (``x`` over 1, a short document repeating them) is still told apart from one
+    matching them once, where the built curve is near 1 for both."""
+    def relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0, steepness: float = 1.0) -> float:
+        if bm25 <= 0 or idf_total <= 0 or not math.isfinite(bm25):
+            return 0.0
+        s = steepness if math.isfinite(steepness) and steepness > 0 else 1.0
+        half = 0.5 + (s - 1.0) * (top - 0.5)
+        xs = (bm25 / idf_total) ** s
+        return max(0.0, min(1.0, xs / (xs + half ** s) * max(0.0, min(1.0, corpus_coverage))))
     return relevance
 
 
@@ -106,6 +121,10 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "convex order: documents": ({}, {"fuse_calibrated": _convex_for_documents(1.0)}, "hybrid"),
     "convex order: 90% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.9)}, "hybrid"),
     "convex order: 50% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.5)}, "hybrid"),
+    "long half 0.6": ({}, {"keyword_relevance": _half_ramp(0.6)}, "hybrid"),
+    "long half 0.7": ({}, {"keyword_relevance": _half_ramp(0.7)}, "hybrid"),
+    "long half 0.85": ({}, {"keyword_relevance": _half_ramp(0.85)}, "hybrid"),
+    "long half 1.0": ({}, {"keyword_relevance": _half_ramp(1.0)}, "hybrid"),
     "weights 0.6 / 0.4": ({"vector_weight": 0.6, "text_weight": 0.4}, {}, "hybrid"),
     "weights 0.4 / 0.6": ({"vector_weight": 0.4, "text_weight": 0.6}, {}, "hybrid"),
 }
@@ -137,7 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"unknown variants {unknown} (variants: {', '.join(VARIANTS)})")
-    s = run_sets.make_set(a.set, False, a.cache)
+    s = run_sets.make_set("docstrings" if a.set == "docstrings-dev" else a.set, False, a.cache)
+    if a.set == "docstrings-dev":  # the dev half, for choosing (the same index; run_sets reports the test half)
+        src = next((a.cache / "docstrings-src").iterdir())
+        s.queries, _ = run_sets._read_queries(src / "queries-dev.jsonl")
+        s.qrels = run_sets._read_qrels(src / "qrels-dev.tsv")
     code = run_sets.indexer_version()
     scores: dict[str, dict[str, dict[str, float]]] = {n: {} for n in names}
     for group in s.groups:
