@@ -8,107 +8,24 @@ SIGTERM would land there."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-STOPPER = r'''
-import functools, importlib, os, signal, sys, time
-signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal
-sig = getattr(signal, "SIG" + os.environ["STOP_SIG"])
-
-
-fired = []
-
-
-def fire():  # once: the stop, not a second one as the command handles the first
-    if not fired:
-        fired.append(1)
-        os.kill(os.getpid(), sig)
-        time.sleep(0.05)
-
-
-target = os.environ.get("STOP_TARGET")
-if target:
-    modname, path = target.split(":")
-    owner = importlib.import_module(modname)
-    *outer, name = path.split(".")
-    for part in outer:
-        owner = getattr(owner, part)
-    orig = getattr(owner, name)
-    when = os.environ.get("STOP_WHEN", "before")
-
-    @functools.wraps(orig)
-    def wrapped(*a, **k):
-        if when == "before":
-            fire()
-        out = orig(*a, **k)
-        if when == "after":
-            fire()
-        return out
-
-    setattr(owner, name, wrapped)
-point = os.environ.get("STOP_FP")
-if point:
-    import memory_core.failpoints as F
-
-    def failpoint(name):
-        if name == point:
-            fire()
-
-    F.failpoint = failpoint
-    for m in ("memory_core.index.writer", "memory_core.index.stages", "memory_core.index.streaming"):
-        importlib.import_module(m).failpoint = failpoint
-from memory_core.apps.cli import main
-sys.exit(main(sys.argv[1:]))
-'''
-
-EXIT = {"INT": 130, "TERM": 1}
-WORD = {"INT": "interrupted", "TERM": "stopped by SIGTERM"}
+from tests.stopper import EXIT, ROOT, WORD, cli, holds, keyword_workspace, last, write_stopper
 
 
 @pytest.fixture
 def stopper(tmp_path: Path) -> Path:
-    script = tmp_path / "stopper.py"
-    script.write_text(STOPPER)
-    return script
-
-
-def _env(**stop: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STOP_")}
-    return {**env, "PYTHONPATH": str(ROOT), "MEMORY_CORE_ENGINE": "local", **stop}
-
-
-def _cli(args: list[str], script: Path | None = None, **stop: str) -> subprocess.CompletedProcess[str]:
-    run = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "memory_core.apps.cli"]
-    return subprocess.run([*run, *args], env=_env(**stop), capture_output=True, text=True, timeout=240)
-
-
-def _last(err: str) -> str:
-    return [line for line in err.splitlines() if line.startswith("memory-core:")][-1]
+    return write_stopper(tmp_path)
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    """A keyword-only workspace (no model to load: the tests time the stops, not the embedding), indexed."""
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "MEMORY.md").write_text("# Memory\n\nThe heron waits by the pond.\n")
-    (ws / "memory-core.toml").write_text('provider = "none"\n')
-    res = _cli(["index", "-w", str(ws), "--no-progress"])
-    assert res.returncode == 0, res.stderr
-    return ws
-
-
-def _holds(ws: Path, text: str) -> bool:
-    res = _cli(["search", "-w", str(ws), "--json", "--min-score", "0", text])
-    assert res.returncode == 0, res.stderr
-    return any(text in r["snippet"] for r in json.loads(res.stdout)["results"])
+    """A keyword-only workspace, indexed."""
+    return keyword_workspace(tmp_path)
 
 
 # -- write ---------------------------------------------------------------------------------------
@@ -118,13 +35,13 @@ def test_a_write_stopped_after_its_reindex_published_says_it_is_indexed(ws: Path
     """The stop lands after the reindex published the note (in its cache trim). Before: `write`
     said `note: written, but not indexed: the reindex was stopped` (and `--json` `"indexed": false`)
     beside its own last line `... after the new index was published`, though the index held it."""
-    res = _cli(["write", "-w", str(ws), "--path", "MEMORY.md", "--json", "the boiler code is 4471"], stopper,
+    res = cli(["write", "-w", str(ws), "--path", "MEMORY.md", "--json", "the boiler code is 4471"], stopper,
                STOP_SIG=sig, STOP_FP="after-swap")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     said = json.loads(res.stdout)
     assert said["indexed"] is True and "stopped after it published" in said["note"], said
-    assert _last(res.stderr).startswith(f"memory-core: {WORD[sig]} after the new index was published"), res.stderr
-    assert _holds(ws, "boiler code is 4471")
+    assert last(res.stderr).startswith(f"memory-core: {WORD[sig]} after the new index was published"), res.stderr
+    assert holds(ws, "boiler code is 4471")
 
 
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
@@ -132,25 +49,25 @@ def test_a_write_stopped_as_it_checks_the_index_says_what_it_did(ws: Path, stopp
     """The stop lands after the reindex ended, as the write checks that the index holds the note.
     Before: only `interrupted; the live index was left as it was` (no word of the note, which the
     index held: a retry wrote it twice); a SIGTERM there killed the command with no line (exit 143)."""
-    res = _cli(["write", "-w", str(ws), "--path", "MEMORY.md", "the boiler code is 4471"], stopper,
+    res = cli(["write", "-w", str(ws), "--path", "MEMORY.md", "the boiler code is 4471"], stopper,
                STOP_SIG=sig, STOP_TARGET="memory_core.notes.write:_indexed")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     assert res.stdout.strip() == "wrote MEMORY.md#L5-L5; indexed", res.stdout
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after writing MEMORY.md#L5-L5 (the note is written and indexed)"
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after writing MEMORY.md#L5-L5 (the note is written and indexed)"
     assert "left as it was" not in res.stderr
-    assert _holds(ws, "boiler code is 4471")
+    assert holds(ws, "boiler code is 4471")
 
 
 def test_a_sigterm_before_the_writes_reindex_says_the_note_was_written(ws: Path, stopper: Path) -> None:
     """A SIGTERM as the reindex starts (before it holds its own handler). Before: exit 143, no line,
     and the note written."""
-    res = _cli(["write", "-w", str(ws), "--path", "MEMORY.md", "the boiler code is 4471"], stopper,
+    res = cli(["write", "-w", str(ws), "--path", "MEMORY.md", "the boiler code is 4471"], stopper,
                STOP_SIG="TERM", STOP_TARGET="memory_core.index.indexer:Indexer.__init__")
     assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
     assert res.stdout.strip() == "wrote MEMORY.md#L5-L5", res.stdout
-    assert _last(res.stderr) == "memory-core: error: stopped by SIGTERM; the live index was left as it was"
+    assert last(res.stderr) == "memory-core: error: stopped by SIGTERM; the live index was left as it was"
     assert "the boiler code is 4471" in (ws / "MEMORY.md").read_text()
-    assert not _holds(ws, "boiler code is 4471")
+    assert not holds(ws, "boiler code is 4471")
 
 
 @pytest.mark.parametrize(("sig", "index"), [("INT", True), ("TERM", True), ("TERM", False)])
@@ -161,17 +78,17 @@ def test_a_write_stopped_as_its_note_is_appended_says_the_note_is_written(ws: Pa
     was written (a retry wrote it twice). Now the stop waits the few steps to the end of the append
     and is said after it (docs/reliability.md L11)."""
     args = ["write", "-w", str(ws), "--path", "MEMORY.md", "--json", "the boiler code is 4471"]
-    res = _cli([*args, *([] if index else ["--no-index"])], stopper, STOP_SIG=sig,
+    res = cli([*args, *([] if index else ["--no-index"])], stopper, STOP_SIG=sig,
                STOP_TARGET="memory_core.notes.write:_count_newlines")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     said = json.loads(res.stdout)
     assert said["citation"] == "MEMORY.md#L5-L5" and said["indexed"] is False, said
     assert ("stopped before the reindex" in said["note"]) is index, said
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after writing MEMORY.md#L5-L5 (the note is written)"
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after writing MEMORY.md#L5-L5 (the note is written)"
     assert (ws / "MEMORY.md").read_text().count("the boiler code is 4471") == 1
-    assert not _holds(ws, "boiler code is 4471")  # no reindex ran; the next one picks it up
-    assert _cli(["index", "-w", str(ws), "--no-progress"]).returncode == 0
-    assert _holds(ws, "boiler code is 4471")
+    assert not holds(ws, "boiler code is 4471")  # no reindex ran; the next one picks it up
+    assert cli(["index", "-w", str(ws), "--no-progress"]).returncode == 0
+    assert holds(ws, "boiler code is 4471")
 
 
 # -- flush --record ------------------------------------------------------------------------------
@@ -183,14 +100,14 @@ def test_a_flush_stopped_as_it_is_recorded_is_taken_back(ws: Path, stopper: Path
     `already flushed in compaction cycle 0`: the flush was lost. The claim is now taken back, so
     the next check says it is due."""
     args = ["flush", "-w", str(ws), "sess-1", "--tokens", "999999", "--record"]
-    res = _cli(args, stopper, STOP_SIG=sig, STOP_TARGET="memory_core.notes.flush:FlushLedger.write", STOP_WHEN="after")
+    res = cli(args, stopper, STOP_SIG=sig, STOP_TARGET="memory_core.notes.flush:FlushLedger.write", STOP_WHEN="after")
     assert res.returncode == EXIT[sig], (res.returncode, res.stdout, res.stderr)
     assert "prompt:" not in res.stdout
-    assert _last(res.stderr).startswith(f"memory-core: {'error: ' if sig == 'TERM' else ''}{WORD[sig]}"), res.stderr
-    again = _cli(args)
+    assert last(res.stderr).startswith(f"memory-core: {'error: ' if sig == 'TERM' else ''}{WORD[sig]}"), res.stderr
+    again = cli(args)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("due: ") and "(recorded)" in again.stdout, again.stdout
-    third = _cli(args)
+    third = cli(args)
     assert third.stdout.startswith("not due: already flushed in compaction cycle 0"), third.stdout
 
 

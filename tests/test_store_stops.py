@@ -1,17 +1,15 @@
 """A stop (Ctrl-C, SIGTERM) of `memory store`, `memory forget` and `eval --per-query` (docs/reliability.md,
 "A stop lost on the way", rows S1 and S2).
 
-The CLI runs in a subprocess through a wrapper that sends the process its own signal at a chosen
-moment: at one of the memory store's failpoints (memory_core/failpoints.py), before a function
-(``STOP_TARGET``), or as the eval's per-query file writes a given row (``STOP_ROW``); as a Ctrl-C or
-a SIGTERM would land there."""
+The CLI runs in a subprocess through the stop audits' wrapper (tests/stopper.py), which sends the
+process its own signal at a chosen moment: at one of the memory store's failpoints
+(memory_core/failpoints.py), before a function (``STOP_TARGET``), while LanceDB commits
+(``STOP_IN_COMMIT``, row L12), or as the eval's per-query file writes a given row (``STOP_ROW``);
+as a Ctrl-C or a SIGTERM would land there."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,128 +18,14 @@ import pytest
 from memory_core.config import load_settings
 from memory_core.notes import memory_store
 from memory_core.notes.memory_store import MemoryStore
-from tests.conftest import ROOT
+from tests.stopper import EXIT, WORD, cli, last, write_stopper
 
-STOPPER = r'''
-import functools, importlib, os, signal, sys, time
-signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal
-sig = getattr(signal, "SIG" + os.environ["STOP_SIG"])
-fired = []
-
-
-def fire():  # once: the stop, not a second one as the command handles the first
-    if not fired:
-        fired.append(1)
-        os.kill(os.getpid(), sig)
-        time.sleep(0.05)
-
-
-point = os.environ.get("STOP_FP")
-if point:
-    import memory_core.notes.memory_store as ms
-
-    def failpoint(name):
-        if name == point:
-            fire()
-
-    ms.failpoint = failpoint
-target = os.environ.get("STOP_TARGET")
-if target:
-    modname, path = target.split(":")
-    owner = importlib.import_module(modname)
-    *outer, name = path.split(".")
-    for part in outer:
-        owner = getattr(owner, part)
-    orig = getattr(owner, name)
-
-    @functools.wraps(orig)
-    def wrapped(*a, **k):
-        fire()
-        return orig(*a, **k)
-
-    setattr(owner, name, wrapped)
-commit = os.environ.get("STOP_IN_COMMIT")
-if commit:  # the stop lands while the main thread waits for LanceDB's commit, which goes in
-    import asyncio
-    import lancedb.background_loop as bl
-    import lancedb.merge as lm
-    import lancedb.table as lt
-
-    inside = []
-    loop_run = bl.LOOP.run
-
-    def run_firing(fut):
-        if not inside:
-            return loop_run(fut)
-
-        async def committed_then_stopped():
-            out = await fut  # the commit is in
-            fire()  # from LanceDB's loop thread, as the main thread waits for this coroutine
-            await asyncio.sleep(0.2)
-            return out
-
-        return loop_run(committed_then_stopped())
-
-    bl.LOOP.run = run_firing
-    owner, name = (lm.LanceMergeInsertBuilder, "execute") if commit == "merge" else (lt.LanceTable, "delete")
-    orig_commit = getattr(owner, name)
-
-    @functools.wraps(orig_commit)
-    def in_commit(*a, **k):
-        inside.append(1)
-        try:
-            return orig_commit(*a, **k)
-        finally:
-            inside.clear()
-
-    setattr(owner, name, in_commit)
-row = os.environ.get("STOP_ROW")
-if row:  # the stop lands as the per-query file's row <row> (counted from 1) is written
-    import memory_core.apps.evaluation as ev
-
-    class Firing(dict):
-        def __getitem__(self, key):
-            fire()
-            return super().__getitem__(key)
-
-    run_eval = ev.run_eval
-
-    def stopping_run_eval(*a, **k):
-        report = run_eval(*a, **k)
-        n = 0
-        for rows in report["per_query"].values():
-            for qid in rows:
-                n += 1
-                if n == int(row):
-                    rows[qid] = Firing(rows[qid])
-        return report
-
-    ev.run_eval = stopping_run_eval
-from memory_core.apps.cli import main
-sys.exit(main(sys.argv[1:]))
-'''
-
-EXIT = {"INT": 130, "TERM": 1}
-WORD = {"INT": "interrupted", "TERM": "stopped by SIGTERM"}
 SIGS = ["INT", "TERM"]
 
 
 @pytest.fixture
 def stopper(tmp_path: Path) -> Path:
-    script = tmp_path / "stopper.py"
-    script.write_text(STOPPER)
-    return script
-
-
-def _cli(args: list[str], script: Path | None = None, **stop: str) -> subprocess.CompletedProcess[str]:
-    run = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "memory_core.apps.cli"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STOP_", "MEMORY_CORE_"))}
-    return subprocess.run([*run, *args], env={**env, "PYTHONPATH": str(ROOT), **stop}, capture_output=True,
-                          text=True, timeout=240)
-
-
-def _last(err: str) -> str:
-    return [line for line in err.splitlines() if line.startswith("memory-core:")][-1]
+    return write_stopper(tmp_path)
 
 
 def _files_holding(folder: Path, needle: bytes) -> list[str]:
@@ -163,13 +47,13 @@ def ws(tmp_path: Path, openai_fake: Any) -> Path:
 
 
 def _memories(ws: Path) -> dict[str, str]:
-    res = _cli(["memory", "list", "-w", str(ws), "--json"])
+    res = cli(["memory", "list", "-w", str(ws), "--json"])
     assert res.returncode == 0, res.stderr
     return {m["id"]: m["text"] for m in json.loads(res.stdout)["memories"]}
 
 
 def _store(ws: Path, text: str) -> str:
-    res = _cli(["memory", "store", "-w", str(ws), "--json", text])
+    res = cli(["memory", "store", "-w", str(ws), "--json", text])
     assert res.returncode == 0, res.stderr
     return str(json.loads(res.stdout)["id"])
 
@@ -196,15 +80,15 @@ def test_a_store_stopped_after_its_commit_says_the_memory_is_stored(ws: Path, st
     """Before: `interrupted; the live index was left as it was` (a SIGTERM: `stopped by SIGTERM; ...`),
     though `memory list` showed the memory (a retry stored it again, as an update)."""
     first = _store(ws, "The spare key is under the blue flowerpot")
-    res = _cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_FP=point)
+    res = cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_FP=point)
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     stored = _memories(ws)
     new = [mid for mid, text in stored.items() if text == ROUTER]
     assert len(new) == 1 and set(stored) == {first, new[0]}, stored
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {new[0]} (it is stored)", res.stderr
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {new[0]} (it is stored)", res.stderr
     assert "left as it was" not in res.stderr
     # the store is whole: the memory is found by its words, and the next store works
-    rec = _cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "hallway router"])
+    rec = cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "hallway router"])
     assert rec.returncode == 0 and json.loads(rec.stdout)["results"][0]["id"] == new[0], rec.stdout
     assert _store(ws, ROUTER) == new[0]  # a retry is an update of it, not a second memory
     assert len(_memories(ws)) == 2
@@ -215,20 +99,20 @@ def test_the_first_store_stopped_after_its_table_went_into_place_says_it_is_stor
                                                                                    sig: str) -> None:
     """The first memory's commit is its table's rename into place; the stop lands as the store then
     opens it (its first `_connect`)."""
-    res = _cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig,
+    res = cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig,
                STOP_TARGET="memory_core.notes.memory_store:MemoryStore._connect")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     stored = _memories(ws)
     assert list(stored.values()) == [ROUTER], stored
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {next(iter(stored))} (it is stored)"
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {next(iter(stored))} (it is stored)"
 
 
 @pytest.mark.parametrize("sig", SIGS)
 def test_a_store_stopped_before_its_commit_still_says_nothing_was_stored(ws: Path, stopper: Path, sig: str) -> None:
     """The first memory's table written aside, not yet renamed into place (``store-created``): as before."""
-    res = _cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_FP="store-created")
+    res = cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_FP="store-created")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
-    assert "left as it was" in _last(res.stderr) and " after " not in _last(res.stderr), res.stderr
+    assert "left as it was" in last(res.stderr) and " after " not in last(res.stderr), res.stderr
     assert _memories(ws) == {}
 
 
@@ -243,15 +127,15 @@ def test_a_forget_stopped_after_its_delete_says_it_is_deleted_and_its_text_leave
     gone = _store(ws, "Dana's alarm code is tango-7-lima-9-kilo")
     kept = _store(ws, "The team offsite is at Lakeview Lodge")
     assert _files_holding(_store_path(ws), b"tango-7-lima")
-    res = _cli(["memory", "forget", "-w", str(ws), gone], stopper, STOP_SIG=sig, STOP_FP=point)
+    res = cli(["memory", "forget", "-w", str(ws), gone], stopper, STOP_SIG=sig, STOP_FP=point)
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after deleting memory {gone} (it is deleted)", res.stderr
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after deleting memory {gone} (it is deleted)", res.stderr
     assert "left as it was" not in res.stderr
     assert set(_memories(ws)) == {kept}
     # the purge the forget promises was finished before the stop went on
     assert _files_holding(_store_path(ws), b"tango-7-lima") == []
     assert not _marker(ws).exists()
-    rec = _cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "Lakeview"])
+    rec = cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "Lakeview"])
     assert rec.returncode == 0 and json.loads(rec.stdout)["results"][0]["id"] == kept, rec.stdout
 
 
@@ -261,13 +145,13 @@ def test_a_stop_while_lancedb_commits_a_store_is_said_after_it(ws: Path, stopper
     event loop's thread), and the commit goes in. Before: the wait ended at the stop, the CLI said
     `interrupted; the live index was left as it was`, and `memory list` showed the memory stored."""
     first = _store(ws, "The spare key is under the blue flowerpot")
-    res = _cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_IN_COMMIT="merge")
+    res = cli(["memory", "store", "-w", str(ws), ROUTER], stopper, STOP_SIG=sig, STOP_IN_COMMIT="merge")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
     stored = _memories(ws)
     new = [mid for mid, text in stored.items() if text == ROUTER]
     assert len(new) == 1 and set(stored) == {first, new[0]}, stored
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {new[0]} (it is stored)", res.stderr
-    rec = _cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "hallway router"])
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after storing memory {new[0]} (it is stored)", res.stderr
+    rec = cli(["memory", "recall", "-w", str(ws), "--json", "--mode", "keyword", "hallway router"])
     assert rec.returncode == 0 and json.loads(rec.stdout)["results"][0]["id"] == new[0], rec.stdout
 
 
@@ -276,9 +160,9 @@ def test_a_stop_while_lancedb_commits_a_forget_is_said_after_it(ws: Path, stoppe
     """The same for a forget's delete: it is said as deleted, and its text leaves the disk."""
     gone = _store(ws, "Dana's alarm code is tango-7-lima-9-kilo")
     kept = _store(ws, "The team offsite is at Lakeview Lodge")
-    res = _cli(["memory", "forget", "-w", str(ws), gone], stopper, STOP_SIG=sig, STOP_IN_COMMIT="delete")
+    res = cli(["memory", "forget", "-w", str(ws), gone], stopper, STOP_SIG=sig, STOP_IN_COMMIT="delete")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after deleting memory {gone} (it is deleted)", res.stderr
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after deleting memory {gone} (it is deleted)", res.stderr
     assert set(_memories(ws)) == {kept}
     assert _files_holding(_store_path(ws), b"tango-7-lima") == [] and not _marker(ws).exists()
 
@@ -292,9 +176,9 @@ def test_a_stopped_forget_whose_purge_cannot_be_quick_leaves_it_to_the_next_writ
     script = stopper.with_name("small.py")
     script.write_text("import memory_core.notes.memory_store as ms\nms.PURGE_ON_STOP_ROWS = 0\n"
                       + stopper.read_text())
-    res = _cli(["memory", "forget", "-w", str(ws), gone], script, STOP_SIG="INT", STOP_FP="store-forget-deleted")
+    res = cli(["memory", "forget", "-w", str(ws), gone], script, STOP_SIG="INT", STOP_FP="store-forget-deleted")
     assert res.returncode == 130, (res.stdout, res.stderr)
-    assert _last(res.stderr) == (f"memory-core: interrupted after deleting memory {gone} (it is deleted; its text"
+    assert last(res.stderr) == (f"memory-core: interrupted after deleting memory {gone} (it is deleted; its text"
                                  " stays in the store's files until the next memory is stored or forgotten)")
     assert set(_memories(ws)) == {kept}
     assert _marker(ws).is_file() and _files_holding(_store_path(ws), b"tango-7-lima")
@@ -377,7 +261,7 @@ def kw(tmp_path: Path) -> Path:
     (ws / "memory" / "heron.md").write_text("# Heron\n\nThe heron waits by the pond.\n")
     (ws / "memory" / "boiler.md").write_text("# Boiler\n\nThe boiler code is 4471.\n")
     (ws / "memory-core.toml").write_text('provider = "none"\n')
-    res = _cli(["index", "-w", str(ws), "--no-progress"])
+    res = cli(["index", "-w", str(ws), "--no-progress"])
     assert res.returncode == 0, res.stderr
     (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in
                                                     enumerate(["heron pond", "boiler code", "heron", "4471"])))
@@ -398,21 +282,21 @@ def test_an_eval_stopped_as_it_writes_its_per_query_file_leaves_the_old_one_whol
     written so far, in place of the complete file of the run before."""
     out = kw.parent / "out" / "pq.tsv"
     out.parent.mkdir()
-    res = _cli(_eval_args(kw, out))
+    res = cli(_eval_args(kw, out))
     assert res.returncode == 0, res.stderr
     whole = out.read_text()
     rows = whole.splitlines()
     assert rows[0].startswith("side\tquery-id\t") and len(rows) > 8
-    res = _cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_ROW="5")
+    res = cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_ROW="5")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
-    assert WORD[sig] in _last(res.stderr), res.stderr
+    assert WORD[sig] in last(res.stderr), res.stderr
     assert out.read_text() == whole
     assert sorted(p.name for p in out.parent.iterdir()) == ["pq.tsv"], "a temp file was left"
     # a new file is written whole, in place of the old one (through a symlink: its target)
     out.write_text("old\n")
     link = out.with_name("link.tsv")
     link.symlink_to(out.name)
-    res = _cli(_eval_args(kw, link))
+    res = cli(_eval_args(kw, link))
     assert res.returncode == 0, res.stderr
     assert link.is_symlink() and out.read_text() == whole
     assert sorted(p.name for p in out.parent.iterdir()) == ["link.tsv", "pq.tsv"]
@@ -423,15 +307,15 @@ def test_an_eval_stopped_once_its_per_query_file_is_written_says_so(kw: Path, st
     """The stop lands as the report is printed, after the file went into place: the last line names it
     (before: `interrupted; the live index was left as it was`, no word of the new file)."""
     out = kw.parent / "pq.tsv"
-    res = _cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_TARGET="memory_core.apps.evaluation:format_report")
+    res = cli(_eval_args(kw, out), stopper, STOP_SIG=sig, STOP_TARGET="memory_core.apps.evaluation:format_report")
     assert res.returncode == EXIT[sig], (res.stdout, res.stderr)
-    assert _last(res.stderr) == f"memory-core: {WORD[sig]} after writing the per-query metrics to {out} (the file" \
+    assert last(res.stderr) == f"memory-core: {WORD[sig]} after writing the per-query metrics to {out} (the file" \
                                 " is written)", res.stderr
     assert out.read_text().startswith("side\tquery-id\t") and len(out.read_text().splitlines()) > 8
 
 
 def test_an_eval_per_query_file_that_is_not_a_regular_file_is_written_in_place(kw: Path) -> None:
     """`--per-query /dev/stdout` (a device or a pipe) is written to as before: never replaced."""
-    res = _cli([*_eval_args(kw, Path("/dev/stdout"))[:-2], "--json", "--per-query", "/dev/stdout"])
+    res = cli([*_eval_args(kw, Path("/dev/stdout"))[:-2], "--json", "--per-query", "/dev/stdout"])
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("side\tquery-id\t"), res.stdout[:200]

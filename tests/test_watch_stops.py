@@ -3,7 +3,7 @@ what the stop left (docs/reliability.md, L10). Before: nothing on stdout for tha
 `watch stopped` on stderr, whether the run had published its new index or not, and a SIGTERM was
 said as "interrupted" by the run.
 
-The real CLI in a subprocess, through the stop audit's wrapper (tests/test_stop_audit35.py), which
+The real CLI in a subprocess, through the stop audits' wrapper (tests/stopper.py), which
 sends the process its own signal at a failpoint of the run; a keyword-only workspace (no model)."""
 
 from __future__ import annotations
@@ -14,33 +14,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_stop_audit35 import STOPPER, _cli, _holds
-
-WORD = {"INT": "interrupted", "TERM": "stopped by SIGTERM"}
+from tests.stopper import WORD, cli, holds, keyword_workspace, write_stopper
 
 
 @pytest.fixture
 def stopper(tmp_path: Path) -> Path:
-    script = tmp_path / "stopper.py"
-    script.write_text(STOPPER)
-    return script
+    return write_stopper(tmp_path)
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """Indexed, then one new note the index does not hold yet: the watcher's start-up run adds it."""
-    ws = tmp_path / "ws"
-    (ws / "memory").mkdir(parents=True)
-    (ws / "MEMORY.md").write_text("# Memory\n\nThe heron waits by the pond.\n")
-    (ws / "memory-core.toml").write_text('provider = "none"\n')
-    res = _cli(["index", "-w", str(ws), "--no-progress"])
-    assert res.returncode == 0, res.stderr
+    ws = keyword_workspace(tmp_path)
     (ws / "memory" / "new.md").write_text("# New\n\nThe quetzal rule holds on Tuesdays.\n")
     return ws
 
 
 def _watch(ws: Path, stopper: Path, sig: str, point: str, *more: str) -> tuple[list[str], list[str]]:
-    res = _cli(["watch", "-w", str(ws), "--debounce", "0.1", *more], stopper, STOP_SIG=sig, STOP_FP=point)
+    res = cli(["watch", "-w", str(ws), "--debounce", "0.1", *more], stopper, STOP_SIG=sig, STOP_FP=point)
     assert res.returncode == 0, (res.stdout, res.stderr)  # a stop is how a watcher ends (docs/watch.md)
     assert "Traceback" not in res.stderr, res.stderr
     said = [ln for ln in res.stderr.splitlines() if ln.startswith("memory-core:")]
@@ -53,10 +44,10 @@ def test_a_watch_stopped_before_its_run_publishes_says_the_index_was_left(ws: Pa
     assert len(out) == 1, out
     assert re.fullmatch(rf"run 1 \(startup, [0-9.]+s\): {WORD[sig]}; the live index was left as it was", out[0]), out
     assert said[-1] == f"memory-core: watch {WORD[sig]}", said
-    assert not _holds(ws, "quetzal rule")
-    res = _cli(["index", "-w", str(ws), "--no-progress"])  # nothing lost: the next run adds it
+    assert not holds(ws, "quetzal rule")
+    res = cli(["index", "-w", str(ws), "--no-progress"])  # nothing lost: the next run adds it
     assert res.returncode == 0, res.stderr
-    assert _holds(ws, "quetzal rule")
+    assert holds(ws, "quetzal rule")
 
 
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
@@ -67,7 +58,7 @@ def test_a_watch_stopped_after_its_run_published_says_the_index_holds_it(ws: Pat
         rf"run 1 \(startup, [0-9.]+s\): {WORD[sig]} after the new index was published \((updated in place|swapped in)\):"
         r" the live index holds this run's update \(files: 1 new, 0 changed, 0 removed; 2 chunks in all\).*", out[0]), out
     assert said[-1] == f"memory-core: watch {WORD[sig]}", said
-    assert _holds(ws, "quetzal rule")
+    assert holds(ws, "quetzal rule")
 
 
 def test_a_watch_stopped_in_a_run_reports_it_in_json(ws: Path, stopper: Path) -> None:
