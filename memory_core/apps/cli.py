@@ -467,8 +467,8 @@ def _say_json_of_failure(exc: BaseException, settings: Settings | None, args: ar
     ``error``) when it has one, else what a script needs to know (``index_path``, ``swapped``,
     ``error``, ``stopped``). ``stopped`` names what stopped it (as after a publish), "" for a failure."""
     from memory_core.index.pipeline import stop_word
+    from memory_core.index.run_stops import stops_held
     from memory_core.index.runtypes import is_stop
-    from memory_core.index.writer import stops_held
 
     stopped = stop_word(exc) if is_stop(exc) else ""
     # in the words of the error line (a Ctrl-C's KeyboardInterrupt has none of its own)
@@ -498,8 +498,8 @@ def _say_summary(summary: RunSummary, args: argparse.Namespace) -> int:
     run stopped after its publish: the summary, with what stopped it, goes with the stop (exit 130,
     or 1 for SIGTERM, and its line)."""
     from memory_core.index.pipeline import stop_word
+    from memory_core.index.run_stops import stops_held
     from memory_core.index.runtypes import is_stop
-    from memory_core.index.writer import stops_held
 
     try:
         with stops_held():

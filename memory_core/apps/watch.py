@@ -156,9 +156,10 @@ def run_watch(settings: Settings, *, debounce: float, initial_run: bool = True, 
     try:
         watcher.run_forever()
     except (KeyboardInterrupt, SigtermStop) as exc:
+        from memory_core.index.pipeline import stop_word
+
         # the run the stop ended, if one was going, has had its line (``Watcher._report_stopped``)
-        print(f"memory-core: watch {'stopped by SIGTERM' if isinstance(exc, SigtermStop) else 'interrupted'}",
-              file=sys.stderr)
+        print(f"memory-core: watch {stop_word(exc)}", file=sys.stderr)
     finally:
         stop_interval()
         signal.signal(signal.SIGTERM, previous)

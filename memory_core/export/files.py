@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import IndexDamagedError, RunCancelled, RunError, UsageError
+from memory_core.index.run_stops import stops_held
 from memory_core.storage.indexmeta import IndexRecord
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
@@ -122,24 +123,6 @@ def sigterm_stops(target: str) -> Iterator[ExportStops]:
                 raise stops.sigterm() from exc
             exc.command_done = stops.done  # type: ignore[union-attr]
         raise
-
-
-@contextlib.contextmanager
-def stops_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is done (main thread only), then are delivered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    previous = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in held}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-        if got:
-            signal.raise_signal(got[0])
 
 
 def export_schema(dims: int | None, *, vectors: bool = True, metadata: dict[str, str] | None = None) -> pa.Schema:

@@ -239,7 +239,7 @@ def _swap(staging: Path, root: Path, published: Callable[[], None] = lambda: Non
     between sees two export ids and opens them again. Ctrl-C and SIGTERM wait for the renames,
     and for the removal of the previous tables; ``published`` is called once both renames are
     done, before a stop that came in them is delivered (which then says the new export is live)."""
-    from memory_core.export.files import stops_held
+    from memory_core.index.run_stops import stops_held
 
     aside = root / f"{ASIDE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     aside.mkdir()

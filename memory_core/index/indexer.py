@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from memory_core.config import Settings
 from memory_core.index.run_stops import Cancel
@@ -221,12 +221,15 @@ class HintedRunner(Runner, Protocol):
     def run_changed(self, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None: ...
 
 
+def takes_hints(runner: Runner) -> TypeGuard[HintedRunner]:
+    """``runner`` takes the paths that changed (a :class:`HintedRunner`, an in-process indexer); a
+    plain :class:`Runner` (a deployment run) scans everything."""
+    return callable(getattr(runner, "run_changed", None))
+
+
 def run_hinted(runner: Runner, changed: frozenset[str] | None) -> RunSummary | DeploymentOutcome | None:
-    """One run of ``runner``, given the paths that changed when it takes them (a
-    :class:`HintedRunner`); a plain :class:`Runner` (a deployment run) scans everything."""
-    run_changed = getattr(runner, "run_changed", None)
-    result: RunSummary | DeploymentOutcome | None = run_changed(changed) if callable(run_changed) else runner()
-    return result
+    """One run of ``runner``, given the paths that changed when it takes them (:func:`takes_hints`)."""
+    return runner.run_changed(changed) if takes_hints(runner) else runner()
 
 
 @dataclass

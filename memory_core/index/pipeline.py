@@ -38,6 +38,7 @@ from memory_core.embeddings.batch_types import BatchFigures
 from memory_core.embeddings.retry import abandoned_when
 from memory_core.errors import IndexLockedError, ProviderError, RunCancelled
 from memory_core.index import run_stops
+from memory_core.index.run_stops import stops_held
 from memory_core.index.runtypes import (
     EMBED_CONCURRENCY,
     BuildResult,
@@ -71,7 +72,7 @@ from memory_core.index.stages import (
     trim_cache,
 )
 from memory_core.index.streaming import Built, stream_index
-from memory_core.index.writer import remove_stale_temp_files, stops_held
+from memory_core.index.writer import remove_stale_temp_files
 from memory_core.storage.cache import EmbeddingCache
 from memory_core.storage.store import IndexLock, recover_index
 

@@ -111,7 +111,7 @@ def is_stop(exc: BaseException) -> bool:
     return not isinstance(exc, Exception) or isinstance(exc, RunCancelled) or type(exc).__name__ == "CancelledRun"
 
 
-def _signal_stop(exc: BaseException | None) -> bool:
+def signal_stop(exc: BaseException | None) -> bool:
     """What a signal's stop is raised as (narrower than :func:`is_stop`: not a SystemExit or a
     GeneratorExit Python reports from a finalizer): Ctrl-C's, our handlers' (``RunCancelled``,
     ``SigtermStop``) and Prefect's (``TerminationSignal``)."""
@@ -129,7 +129,7 @@ def ctrl_c(signum: int, frame: Any) -> None:
 
 def _unraisable(args: Any) -> None:
     exc = getattr(args, "exc_value", None)
-    if _RUNS and _signal_stop(exc) and threading.current_thread() is threading.main_thread():
+    if _RUNS and signal_stop(exc) and threading.current_thread() is threading.main_thread():
         for came in _RUNS:
             came.append(exc)  # type: ignore[arg-type]
     _previous_hook(args)
@@ -277,3 +277,43 @@ def command_stops() -> Iterator[None]:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stops_held(redeliver: bool = True) -> Iterator[list[int]]:
+    """SIGINT and SIGTERM wait while the new index goes live (the rename, or the in-place
+    commit) and the writer records it (``swapped``), then are delivered as they came: the stop
+    lands after a publish the run knows it made, never between the rename and the record (a
+    Ctrl-C there was reported "the live index was left as it was" while the new file was live).
+    Yields the signals held so far (a list that grows). ``redeliver=False``: they are not
+    delivered at the end; the caller decides (the run's summary after a publish:
+    :func:`memory_core.index.pipeline.run_once`), or delivers them later (:func:`deliver`) with what
+    was done attached (a note's append, a memory store's commit). In the main thread only (where Python runs
+    signal handlers); elsewhere a stop is raised in the main thread, not here, and nothing is held."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    previous: dict[int, Any] = {}
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(stop)
+        if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
+            previous[stop] = signal.signal(stop, hold)
+    try:
+        yield held
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if redeliver:
+            deliver(held)
+
+
+def deliver(held: list[int]) -> None:
+    """The stops :func:`stops_held` held, each once, raised now by its own handler
+    (KeyboardInterrupt, RunCancelled, SigtermStop, Prefect's TerminationSignal)."""
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)

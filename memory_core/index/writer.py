@@ -12,11 +12,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +24,7 @@ import numpy as np
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
+from memory_core.index.run_stops import stops_held
 from memory_core.storage import index_changes, vectors
 from memory_core.storage.store import (
     FILE_MODE,
@@ -631,39 +630,6 @@ class IndexWriter:
         for suffix in ("", "-journal", "-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(self.tmp_path) + suffix)
-
-
-@contextlib.contextmanager
-def stops_held(redeliver: bool = True) -> Iterator[list[int]]:
-    """SIGINT and SIGTERM wait while the new index goes live (the rename, or the in-place
-    commit) and the writer records it (``swapped``), then are delivered as they came: the stop
-    lands after a publish the run knows it made, never between the rename and the record (a
-    Ctrl-C there was reported "the live index was left as it was" while the new file was live).
-    Yields the signals held so far (a list that grows). ``redeliver=False``: they are not
-    delivered at the end; the caller decides (the run's summary after a publish:
-    :func:`memory_core.index.pipeline.run_once`). In the main thread only (where Python runs
-    signal handlers); elsewhere a stop is raised in the main thread, not here, and nothing is held."""
-    held: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield held
-        return
-
-    def hold(signum: int, frame: object) -> None:
-        held.append(signum)
-
-    previous: dict[int, Any] = {}
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        handler = signal.getsignal(stop)
-        if handler is not None and handler is not signal.SIG_IGN:  # None: set outside Python, left alone
-            previous[stop] = signal.signal(stop, hold)
-    try:
-        yield held
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if redeliver:
-            for signum in dict.fromkeys(held):
-                signal.raise_signal(signum)  # its own handler now: KeyboardInterrupt, RunCancelled, Prefect's
 
 
 def temp_path_for(live_path: Path) -> Path:

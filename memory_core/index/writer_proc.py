@@ -43,7 +43,8 @@ from typing import Any
 
 from memory_core.errors import RunError
 from memory_core.failpoints import failpoint
-from memory_core.index.writer import FileRow, IndexWriter, publish_temp, stops_held, temp_path_for
+from memory_core.index.run_stops import stops_held
+from memory_core.index.writer import FileRow, IndexWriter, publish_temp, temp_path_for
 from memory_core.storage import vectors
 
 _ENV_FAILPOINT = "MEMORY_CORE_FAILPOINT"

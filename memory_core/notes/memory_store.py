@@ -37,7 +37,6 @@ import math
 import os
 import re
 import shutil
-import signal
 import stat
 import threading
 import time
@@ -55,7 +54,7 @@ import numpy as np
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, ProviderError, RunError, UnsafePathError, UsageError
 from memory_core.failpoints import failpoint
-from memory_core.index.run_stops import is_stop
+from memory_core.index.run_stops import deliver, is_stop, stops_held
 from memory_core.notes import CATEGORIES, DEFAULT_IMPORTANCE
 from memory_core.query import ranking
 from memory_core.query.answers import cut_at_word
@@ -177,23 +176,6 @@ class Memory:
     def from_row(cls, row: dict[str, Any]) -> Memory:
         return cls(str(row["id"]), str(row["text"]), float(row["importance"]), str(row["category"]),
                    int(row["createdAt"]), int(row["updatedAt"]))
-
-
-def _commit_held(redeliver: bool = False) -> contextlib.AbstractContextManager[list[int]]:
-    """A stop (Ctrl-C, SIGTERM) waits while a write commits and records that it did: LanceDB's
-    sync calls wait in the main thread on its own event loop's thread, so a stop there ended the
-    wait while the commit went on, and was said as a stop before the commit (nothing stored)
-    though the memory was stored (docs/reliability.md L12). Yields the stops held, which
-    :meth:`MemoryStore._upkeep` delivers (``redeliver``: at the block's end)."""
-    from memory_core.index.writer import stops_held
-
-    return stops_held(redeliver=redeliver)
-
-
-def _deliver(held: list[int]) -> None:
-    """The stops :func:`_commit_held` held, raised now by their own handlers."""
-    for signum in dict.fromkeys(held):
-        signal.raise_signal(signum)
 
 
 @dataclass
@@ -950,7 +932,9 @@ class MemoryStore:
                 self._purge_pending(True)
             purge = purge or self._purge_pending()
             # one commit: the row is replaced (duplicate) or added, never both or neither
-            with _commit_held() as held:
+            # a stop waits for the commit and its record: LanceDB's sync call waits on its own loop's
+            # thread, so a stop ended the wait while the commit went in, said as nothing stored (L12)
+            with stops_held(redeliver=False) as held:
                 table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute([row])
                 written.committed(mem.id, updated=dup is not None, purge=purge)
             self._upkeep(table, "store-committed", written, held)
@@ -986,7 +970,7 @@ class MemoryStore:
             # words (no stemming, stop words kept) as _query_terms reads them from the query, so
             # the query terms' IDF below is that of the words searched
             table.create_index("text", config=FTS(**_FTS_OPTIONS))
-            with _commit_held(redeliver=True):
+            with stops_held():  # the rename and its record, as the merge's (L12)
                 os.rename(staging / f"{TABLE}.lance", self.path / f"{TABLE}.lance")
                 written.committed(str(row["id"]))  # the first memory's commit: its table in place
         finally:
@@ -1056,7 +1040,7 @@ class MemoryStore:
         what was done (:class:`_Written`), after :meth:`_after_stop` has finished a purge the write
         owed when that is quick."""
         try:
-            _deliver(held or [])
+            deliver(held or [])
             failpoint(point)
             written.purged = self._after_write(table, purge=written.purge)
         except BaseException as exc:
@@ -1180,7 +1164,7 @@ class MemoryStore:
             table = self._open()
             assert table is not None  # get() found the memory in it
             self._purge_pending(True)  # before the delete: a kill after it leaves the next write to purge
-            with _commit_held() as held:
+            with stops_held(redeliver=False) as held:  # as the merge's (L12)
                 table.delete(f"id = '{memory_id}'")
                 written.committed(memory_id, deleted=True, purge=True)
             # its text off the disk: no older version or data file keeps it

@@ -41,7 +41,6 @@ import errno
 import fcntl
 import os
 import re
-import signal
 import stat
 import unicodedata
 from collections.abc import Callable
@@ -50,7 +49,7 @@ from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunCancelled, UsageError
-from memory_core.index.run_stops import is_stop
+from memory_core.index.run_stops import deliver, is_stop, stops_held
 
 MAX_WRITE_CHARS = 64 * 1024
 MAX_FOLDER_DEPTH = 8
@@ -203,8 +202,7 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
                       indexed=False, note=note)
     if held:  # a stop came once the note was being written: delivered now, with what was written
         try:
-            for signum in dict.fromkeys(held):
-                signal.raise_signal(signum)  # its own handler: KeyboardInterrupt, a command's SIGTERM stop
+            deliver(held)  # by its own handler: KeyboardInterrupt, a command's SIGTERM stop
         except BaseException as exc:
             if is_stop(exc):
                 exc.write_result = res  # type: ignore[attr-defined]
@@ -301,8 +299,6 @@ def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str
         mode = os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode
         if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode) or stat.S_ISDIR(mode)):  # those: ELOOP, EISDIR below
             raise PathError(f"refusing to write {rel}: not a regular file")
-    from memory_core.index.writer import stops_held
-
     fd = os.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                  0o644, dir_fd=dfd)
     held: list[int] = []

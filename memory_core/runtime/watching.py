@@ -40,7 +40,6 @@ What a run does is the runner's (:class:`memory_core.index.indexer.Runner`): an
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -411,10 +410,11 @@ class Watcher:
                 st.changed.update(changed)
             self.runs.append(rec)
             self._cond.notify_all()
-        if rec.ok:
-            log.info("%s", rec.line())
-        else:
-            log.warning("%s", rec.line())
+        self._tell(rec)
+
+    def _tell(self, rec: RunRecord) -> None:
+        """A run's line in the log (a failure as a warning) and to ``on_run``."""
+        log.log(logging.INFO if rec.ok or rec.stopped else logging.WARNING, "%s", rec.line())
         if self.on_run is not None:
             try:
                 self.on_run(rec)
@@ -426,27 +426,24 @@ class Watcher:
         """A run a stop ended (``watch`` stopped by Ctrl-C or SIGTERM while it ran): one record
         like every run's, saying what the stop left (before: nothing; ``watch stopped``, whether the
         run had published its index or not)."""
-        from memory_core.index.indexer import RunRecord
+        from memory_core.index.indexer import RunRecord, takes_hints
         from memory_core.index.pipeline import stop_word
-        from memory_core.index.run_stops import is_stop
+        from memory_core.index.run_stops import signal_stop
 
-        if not is_stop(exc) or isinstance(exc, (SystemExit, GeneratorExit)):
+        if not signal_stop(exc):  # not a SystemExit or GeneratorExit
             return
         partial = getattr(exc, "run_summary", None)
-        deployment = not callable(getattr(self.runner, "run_changed", None))  # a deployment run: out of process
+        # a runner that takes no hints runs a deployment, out of this process: its run goes on
         going = ("a deployment run it started goes on at its worker (the watcher no longer waits for it)"
-                 if deployment and partial is None else None)
-        rec = RunRecord(number=len(self.runs) + 1, reason=reason, changed=changed[:MAX_REPORTED_PATHS],
-                        started_at=started, seconds=seconds, ok=False, summary=partial, error=going,
+                 if not takes_hints(self.runner) and partial is None else None)
+        rec = RunRecord(number=len(self.runs) + 1, reason=reason, changed=changed, started_at=started,
+                        seconds=seconds, ok=False, summary=partial, error=going,
                         stopped=stop_word(exc))
         with self._cond:
             self._st.running = False
             self.runs.append(rec)
             self._cond.notify_all()
-        log.info("%s", rec.line())
-        if self.on_run is not None:
-            with contextlib.suppress(Exception):
-                self.on_run(rec)
+        self._tell(rec)
 
     # -- file watching ------------------------------------------------------------------------
     def _watch_loop(self) -> None:
