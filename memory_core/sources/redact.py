@@ -212,8 +212,9 @@ _PW_ANCHORS: Final = ("pass", "p@ss", "pa$s", "pas$", "pa$$", "p@$s", "p@s$", "p
 # horizontal whitespace: the label, its separator and its value are on one line
 _PW_H: Final = "[ \\t\\u00a0\\u3000]"
 # ":"/"=" or their fullwidth forms ("password：x"), "is:" ("the password is: x"); not "==" (code)
-_PW_SEP: Final = (rf"{_PW_H}*+(?:(?:is|was){_PW_H}*+)?[:\uff1a]\*{{0,2}}{_PW_H}*+"
-                  rf"|{_PW_H}*+[=\uff1d](?![=\uff1d])\*{{0,2}}{_PW_H}*+")
+# (and Go's ":=", Ruby's, PHP's and Perl's "=>")
+_PW_SEP: Final = (rf"{_PW_H}*+(?:(?:is|was){_PW_H}*+)?[:\uff1a]=?\*{{0,2}}{_PW_H}*+"
+                  rf"|{_PW_H}*+[=\uff1d](?![=\uff1d])>?\*{{0,2}}{_PW_H}*+")
 # "is"/"was" (prose): a value only when quoted or when its first word looks like one (_PW_FIRST)
 _PW_IS: Final = rf"{_PW_H}{{1,3}}(?:is|was)(?:{_PW_H}{{1,3}}now)?{_PW_H}{{1,3}}"
 # a quoted value, spaces and all: triple quotes first ('"""hunter2"""'), then "...", '...', `...`, “...”;
@@ -241,7 +242,45 @@ _PW_FIRST: Final = (
     rf"(?={_PW_V}{{4,128}}+(?!{_PW_V}))"
 )
 
+# a secret's name may go on past its keyword in an identifier (``SECRET_KEY_BASE``, ``GITHUB_TOKEN_RO``,
+# ``WEBHOOK_SIGNING_SECRET_V2``: the thirty-eighth session's audit), but not into what names a property
+# of the secret rather than the secret (``API_KEY_ID``, ``KEY_PATH``, ``TOKEN_TTL``, ``SECRET_NAME``)
+_NOT_SECRET_SUFFIX: Final = (
+    r"(?:ids?|names?|paths?|files?|urls?|uris?|types?|count|len|length|size|ttl|expiry|expires|expiration"
+    r"|env|var|header|field|prefix|format|alg|algorithm|version|index|dir|hint|label|ref|rotation|usage"
+    r"|policy|scopes?|arn|region|location|store|vault|manager|provider|source|mode|kind)"
+)
+
 _RULES_BEFORE_PEM: Final = (
+    # secrets in markup (the thirty-eighth session's audit): .NET's ``<add key="ApiKey" value="..."/>``
+    # (assignment above masked the name and kept the value), an element named for one
+    # (``<password>x</password>``, ``<apiKey>x</apiKey>``; not ``<monkey>``, nor a plist's ``<key>``)
+    # and a plist's ``<key>Password</key><string>x</string>``
+    _Rule(
+        "markup_secret",
+        rf"<add{_S}+key{_S}*={_S}*\"[^\"\r\n]{{0,128}}?(?:key|token|secret|passw(?:or)?d|pwd|connectionstring)"
+        rf"[^\"\r\n]{{0,64}}\"{_S}+value{_S}*={_S}*\"([^\"\r\n]{{1,1024}}+)\""
+        rf"|<(?!key>)([A-Za-z0-9_.:-]{{0,64}}?(?:(?<=<)|(?<=[_.:-])|(?-i:(?<=[a-z0-9])(?=[A-Z])))"
+        rf"(?:api[_-]?key|key|token|secret|passw(?:or)?d|pwd|passphrase))>([^<\r\n]{{1,400}}+)</\2>"
+        rf"|<key>[^<\r\n]{{0,128}}?(?:key|token|secret|passw(?:or)?d|pwd)[^<\r\n]{{0,64}}</key>{_S}*"
+        rf"<string>([^<\r\n]{{1,1024}}+)</string>",
+        ("<",),
+        any_of=_SECRET_NAMES,
+        also_any_of=("<",),
+        scan=True,
+    ),
+    # a Markdown table row that names a secret and gives it: ``| api_key | x9Fq... |`` (a value of 8+
+    # characters with a letter and a digit: a header row's ``| Key | Value |`` stays)
+    _Rule(
+        "table_secret",
+        rf"\|{_PW_H}*+[A-Za-z0-9_ .-]{{0,40}}?(?<![A-Za-z0-9])(?:api[ _-]?key|key|token|secret|passw(?:or)?d|pwd"
+        rf"|passphrase)s?(?![A-Za-z0-9]){_PW_H}*+\|{_PW_H}*+`?"
+        rf"((?=[^{_WS_CLASS}|`]{{0,199}}[0-9])(?=[^{_WS_CLASS}|`]{{0,199}}[A-Za-z])[^{_WS_CLASS}|`]{{8,200}}+)`?{_PW_H}*+\|",
+        ("|",),
+        any_of=_SECRET_NAMES,
+        also_any_of=("|",),
+        scan=True,
+    ),
     # a password's whole value (the twenty-third session's audit: "vpn password: purple monkey
     # dishwasher 42" kept all but its first word; 'password: "correct horse battery staple"',
     # 'password = """hunter2"""', "p@ssword: x" and "password：x" were kept whole). It runs before
@@ -264,8 +303,11 @@ _RULES_BEFORE_PEM: Final = (
         # after it and one plain word of at most 12 letters ("Key = API key for ...", "Key: the
         # idea") is kept; "token=abc" (a config line) is not prose.
         rf"(?=[kstp])(?!(?<![A-Za-z0-9_])(?:key|token){_S}*[=:][{_WS_CLASS}]+[A-Za-z]{{1,12}}[.,;:)]?(?:(?=[{_WS_CLASS}])|$))"
-        rf"(?:key|token|secret|passw(?:or)?d)\b[\"']?{_S}*[=:]{_S}*"
-        rf"([\"']?)(?!{_MASKED})([^{_WS_CLASS}\"'\\]+)\1",
+        # (nor .NET's <add key="ApiKey" value="..."/>, whose value markup_secret masked: the name stays)
+        rf"(?!key{_S}*={_S}*\"[^\"\r\n]{{0,128}}\"{_S}+value{_S}*=)"
+        rf"(?:key|token|secret|passw(?:or)?d)(?:_(?!{_NOT_SECRET_SUFFIX}(?![A-Za-z0-9]))[A-Za-z0-9]{{1,16}}){{0,2}}\b"
+        rf"[\"']?{_S}*(?:=>|:=|[=:]){_S}*"
+        rf"([\"']?)(?!{_MASKED}|-----BEGIN |[=>])([^{_WS_CLASS}\"'\\]+)\1",
         _SECRET_NAMES,
         also_any_of=("=", ":"),
     ),
@@ -297,7 +339,7 @@ _RULES_BEFORE_PEM: Final = (
           ("authorization",)),
     # DB_PASS=x, SMTP-PASS: x, MYSQL_PWD=x, pw: x (PASS alone is prose: "boarding pass: gate 12")
     _Rule("pass_assignment",
-          rf"(?:[_-]pass|[_-]?pwd|(?<![A-Za-z0-9_-])pw)\b[\"']?{_S}*[=:]{_S}*([\"']?)([^{_WS_CLASS}\"'\\]+)\1",
+          rf"(?:[_-]pass|[_-]?pwd|(?<![A-Za-z0-9_-])pw)\b[\"']?{_S}*(?:=>|:=|[=:]){_S}*([\"']?)(?![=>])([^{_WS_CLASS}\"'\\]+)\1",
           ("_pass", "-pass", "_pwd", "-pwd", "pwd", "pw"), any_of=("pass", "pw"), also_any_of=("=", ":")),
     # a passphrase is often several words: the rest of the line
     _Rule("passphrase", rf"passphrase[\"']?{_S}*[=:\uff1a\uff1d][ \t]*([^\r\n]{{1,400}}+)", ("passphrase",),
@@ -502,6 +544,22 @@ _RULES_AFTER_PEM: Final = (
           r"|do[opr]_v1_[A-Za-z0-9]{16,}+)",
           ("gho_", "ghs_", "ghu_", "ghr_", "whsec_", "hf_", "shpat_", "shpss_", "shpca_", "shppa_", "dckr_",
            "dop_v1_", "doo_v1_", "dor_v1_"), any_of=("_",), prefilter=_has_token_prefix),
+    # the thirty-eighth session's audit: more services' tokens, each by its documented prefix and shape
+    # (HashiCorp Vault, Databricks, Linear, Notion, Atlassian, Postman, New Relic, Grafana, Doppler,
+    # 1Password service accounts, Square, Figma, Mailgun)
+    _Rule("service_token",
+          r"(?<![A-Za-z0-9_.-])("
+          r"hv[sbr]\.[A-Za-z0-9_-]{24,}+|(?-i:dapi)[0-9a-f]{32}(?:-[0-9])?|lin_(?:api|oauth)_[A-Za-z0-9]{32,}+"
+          r"|ntn_[A-Za-z0-9]{32,}+|(?-i:secret_)[A-Za-z0-9]{43}(?![A-Za-z0-9])|(?-i:ATATT)[A-Za-z0-9_=-]{32,}+"
+          r"|(?-i:PMAK)-[0-9a-f]{24}-[0-9a-f]{34}|(?-i:NRAK)-[A-Z0-9]{27}|gl(?:sa|c)_[A-Za-z0-9_=+/-]{32,}+"
+          r"|dp\.(?:st|ct|sa|scim|audit)\.[A-Za-z0-9._-]{32,}+|ops_[A-Za-z0-9_-]{40,}+|sq0(?:atp|csp)-[A-Za-z0-9_-]{22,}+"
+          r"|figd_[A-Za-z0-9_-]{32,}+|key-[0-9a-f]{32}(?![0-9a-f]))",
+          ("hvs.", "hvb.", "hvr.", "dapi", "lin_api_", "lin_oauth_", "ntn_", "secret_", "atatt", "pmak-", "nrak-",
+           "glsa_", "glc_", "dp.", "ops_", "sq0", "figd_", "key-")),
+    # a Firebase Cloud Messaging server key ("AAAA" and 7 characters, ":APA91b", then the token)
+    _Rule("fcm", r"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]{11}:(?-i:APA91b)[A-Za-z0-9_-]{100,}+)", ("apa91b",), scan=True),
+    # a bearer token in a URL-encoded header ("Authorization=Bearer%20...")
+    _Rule("bearer_encoded", r"Bearer(?:%20|\+)([A-Za-z0-9._~%+/=-]{18,}+)", ("bearer%20", "bearer+")),
     _Rule("age", r"(AGE-SECRET-KEY-1[A-Za-z0-9]{10,}+)", ("age-secret-key-",)),
     _Rule("azure_sas", r"(?<=[?&;])sig=([A-Za-z0-9%+/=]{10,}+)", ("sig=",)),
     _Rule("sshpass", rf"sshpass{_S}+-p{_S}*([\"']?)([^{_WS_CLASS}\"']{{1,512}}+)\1", ("sshpass",), any_of=(" -p",)),
@@ -519,16 +577,20 @@ _RULES_AFTER_PEM: Final = (
     ),
 )
 
-_PEM_TRIGGER: Final = "private key-----"
-_PEM_BEGIN: Final = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", _FLAGS)
-_PEM_END: Final = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----", _FLAGS)
+# private key blocks: PEM's (``-----BEGIN RSA PRIVATE KEY-----``), OpenPGP's armour (``-----BEGIN PGP
+# PRIVATE KEY BLOCK-----``, the thirty-eighth session's audit: it reached the index, a provider and a
+# ``write`` whole) and PuTTY's ``.ppk`` (its ``Private-Lines: N`` up to its ``Private-MAC:`` line; the
+# public lines above them stay)
+_PEM_TRIGGERS: Final = ("private key", "private-lines", "private-mac")
+_PEM_BEGIN: Final = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|Private-Lines:[ \t]*+[0-9]{1,4}+", _FLAGS)
+_PEM_END: Final = re.compile(r"-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----|Private-MAC:", _FLAGS)
 _PEM_LINE_SPLIT: Final = re.compile(r"\r?\n")
 
 # Trigger substrings (lower-case) for the gates, grouped behind a one-character
 # sentinel: substrings containing '-' or '_' are only searched for when that character
 # occurs at all (a memchr-speed test), which keeps ordinary prose cheap.
 _ALL_TRIGGERS: Final = frozenset(
-    {t for r in (*_RULES_BEFORE_PEM, *_RULES_AFTER_PEM) for t in (*r.any_of, *r.also_any_of)} | {_PEM_TRIGGER}
+    {t for r in (*_RULES_BEFORE_PEM, *_RULES_AFTER_PEM) for t in (*r.any_of, *r.also_any_of)} | set(_PEM_TRIGGERS)
 )
 _DASH_TRIGGERS: Final = tuple(sorted(t for t in _ALL_TRIGGERS if "-" in t and len(t) > 1))
 _UNDERSCORE_TRIGGERS: Final = tuple(
@@ -649,6 +711,7 @@ def _redact_pem(text: str, mask: Callable[[str], str] = _mask_pem) -> str:
 
 _B64_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 _PEM_BODY_MAX: Final = 16384  # how far before an END line a key's body is looked for
+_PGP_CRC: Final = re.compile(r"(?<=\n)=[A-Za-z0-9+/]{4}[ \t]*+\r?\n[ \t]*+$")
 
 
 def _orphan_body_start(text: str, lo: int, end: int) -> int | None:
@@ -656,6 +719,9 @@ def _orphan_body_start(text: str, lo: int, end: int) -> int | None:
     that end just before ``end`` and begin no earlier than ``lo``; None when there are none."""
     first = None
     j = end
+    crc = _PGP_CRC.search(text, max(lo, end - 16), end)
+    if crc is not None:  # OpenPGP armour's checksum line ("=AbCd") sits between the body and END
+        first = j = crc.start()
     while True:
         k = j
         while k > lo and text[k - 1] in " \t\r\n":
@@ -752,7 +818,7 @@ def redact(text: str) -> str:
             if new is not text:
                 text = new
                 pos_lower = _positional_lower(text) if pos_lower is not None else None
-    if _PEM_TRIGGER in present:
+    if not present.isdisjoint(_PEM_TRIGGERS):
         new = _redact_orphan_pem_end(_redact_pem(text))
         if new != text:
             text = new
@@ -834,7 +900,7 @@ def redact_lines(text: str) -> str:
     :func:`redact`, alone, with the line before it and within its section (from a heading to the
     next: what a transcript's redaction masks in a message, a note's does in a section: a secret
     whose label is on a line above it)."""
-    if _PEM_TRIGGER in text.lower():
+    if any(t in text.lower() for t in _PEM_TRIGGERS):
         text = _redact_orphan_pem_end(_redact_pem(text, _mask_pem_keep_lines))
     lines = text.split("\n")
     if len(lines) > 1 and ("=" in text or ":" in text):

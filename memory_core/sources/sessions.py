@@ -36,6 +36,7 @@ Whitespace collapsing uses JavaScript's ``\\s`` set so content and hashes match.
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import hashlib
 import json
@@ -303,7 +304,7 @@ def local_day(value: object, ts: str | None = None) -> str | None:
 _TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
 
 
-def _flat_message(rec: dict[str, Any]) -> bool:
+def flat_message(rec: dict[str, Any]) -> bool:
     """A message written as the record itself, with no ``message`` object: the chat format of
     OpenAI's and most SDKs' logs (``{"role": "user", "content": "..."}``, also with ``"type":
     "message"`` as the Responses API writes its items). OpenClaw's nest it in ``message``."""
@@ -358,7 +359,7 @@ def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     if not isinstance(rec, dict):
         return None
     ts = _stamp_of(rec)
-    return None if ts is None else (rec.get("type") == "message" or _flat_message(rec), ts)
+    return None if ts is None else (rec.get("type") == "message" or flat_message(rec), ts)
 
 
 def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int, str]]:
@@ -501,11 +502,34 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"invalid JSON constant {name}")
 
 
+_CONTEXT_CHARS = 400  # how much of the message before is a message's context for redaction
+_CONTEXT_LINES = 64  # how many lines before a range are read for its first message's context
+
+
+def _redact_after(text: str, before: str | None) -> str:
+    """``text`` redacted alone and with the last line of the message before it as its context, as a
+    note's line is with the line above it (:func:`memory_core.sources.redact.redact_lines`): a label
+    and its value sent as two messages ("the vpn password:" then "SplitVpn-Horse-42", "AWS secret
+    access key for the deploy bot:" then the key) are masked as the same two lines in a note are
+    (the thirty-eighth session's audit)."""
+    from memory_core.sources.redact import redact  # its ~50 patterns: compiled when first needed
+
+    alone = redact(text)
+    if not before or not before.strip():
+        return alone
+    got = redact(before + "\n" + text)
+    cut = got.find("\n")
+    if cut < 0 or got[:cut] != redact(before):
+        return alone  # the context's own masks changed its line count or reached into the message
+    within = got[cut + 1:]
+    return alone if within == text else redact(within)
+
+
 class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
     __slots__ = ("parts", "line_map", "skipped", "bad_lines", "redact_secrets", "keep_lines", "stamp_lines",
-                 "stamps", "local_days", "header")
+                 "stamps", "local_days", "header", "before")
 
     def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
@@ -518,6 +542,7 @@ class _Builder:
         self.stamps: list[str] = []
         self.local_days: list[str | None] = []
         self.header: str | None = None  # the first other record's time (the session header)
+        self.before: str | None = None  # the last kept message's last line, as written: a secret's label
 
     def malformed(self, line_no: int) -> None:
         """JSONL line ``line_no`` is no JSON (or oversized): counted, and named if among the first."""
@@ -533,8 +558,9 @@ class _Builder:
             if got is not None and not got[0]:
                 self.header = got[1]
 
-    def feed(self, line_no: int, line: str) -> None:
-        """Process JSONL line *line_no* (1-based); *line* may keep its newline."""
+    def feed(self, line_no: int, line: str, *, keep: bool = True) -> None:
+        """Process JSONL line *line_no* (1-based); *line* may keep its newline. ``keep=False``: the
+        line is only the context of the next message (a reader of a range starting after it)."""
         if line_no == 1 and line.startswith(_BOM):
             line = line[1:]
         if not line.strip(_JS_WS_CHARS):
@@ -553,13 +579,13 @@ class _Builder:
             return
         if not isinstance(record, dict):
             return
-        flat_record = _flat_message(record)
+        flat_record = flat_message(record)
         if record.get("type") != "message" and not flat_record:
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
         written = _timestamp_of(record)
-        if (ts := stamp(written)) is not None:
+        if keep and (ts := stamp(written)) is not None:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
             self.local_days.append(local_day(written, ts))
@@ -577,17 +603,18 @@ class _Builder:
             text = f"{speaker}: {text}"  # who said it, as a chat export writes it ("Kate: see you at 8")
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
+        before, self.before = self.before, text.rstrip().rsplit("\n", 1)[-1][-_CONTEXT_CHARS:]
+        if not keep:
+            return
         if self.redact_secrets:
-            from memory_core.sources.redact import redact  # its ~50 patterns: compiled when first needed
-
             if self.keep_lines:
                 # the display text is masked exactly as the indexed one: a secret whose pattern
                 # spans a line break (masked once the line is collapsed) shows the indexed form
-                flat = redact(normalize_session_text(text))
-                shown = redact(text)
+                flat = _redact_after(normalize_session_text(text), before)
+                shown = _redact_after(text, before)
                 text = shown if normalize_session_text(shown) == flat else flat
             else:
-                text = redact(text)
+                text = _redact_after(text, before)
         self.parts.append(f"{label}: {text}")
         self.line_map.append(line_no)
 
@@ -783,6 +810,9 @@ def session_text_for_range(
     :func:`memory_core.sources.safeio.read_lines` closes its own."""
     start = max(1, start_line)
     builder = _Builder(redact_secrets, keep_lines)
+    # the lines before the range that may hold a message: the last one's last line is the first
+    # message's context for redaction, as when the transcript was indexed (_redact_after)
+    before: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=_CONTEXT_LINES)
     with open(path, "rb") as f:
         if end_line < start:
             return []
@@ -790,7 +820,13 @@ def session_text_for_range(
         # is drained without being held (a 1 GB line cost 3 GB per `get` or search)
         for line_no, raw in enumerate(_iter_raw_lines(f, DEFAULT_MAX_LINE_BYTES), 1):
             if line_no < start:
+                if redact_secrets and raw is not None and (b'"message"' in raw or b'"role"' in raw or b"\\u" in raw):
+                    before.append((line_no, raw))
                 continue
+            if before:
+                for n, prior in before:
+                    builder.feed(n, prior.decode("utf-8", errors="replace"), keep=False)
+                before.clear()
             if raw is not None:
                 builder.feed(line_no, raw.decode("utf-8", errors="replace"))
             if line_no >= end_line:

@@ -45,8 +45,17 @@ from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer, probe_index
 
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
-                "exchange_vectors", "sources", "extra_paths", "redact", "fts_tokenizer", "exchange_parts",
+                "exchange_vectors", "sources", "extra_paths", "redact", "redaction", "fts_tokenizer", "exchange_parts",
                 "note_windows")
+
+REDACTION_VERSION = 2
+"""Which secrets redaction masks (memory_core.sources.redact), recorded where it masks anything
+(``redact`` not ``"off"``): absent, before the thirty-eighth session; 2, also OpenPGP and PuTTY
+private keys, secrets in markup and Markdown tables, names going on past their keyword
+(``SECRET_KEY_BASE``), ``=>`` and ``:=``, more services' tokens, and a transcript's secret whose
+label is the message before it. An index of older rules may hold a secret they missed, so a run
+rebuilds it in full, once (its chunks re-read and redacted; unchanged texts' vectors come from the
+cache)."""
 
 EXCHANGE_PARTS_VERSION = 2
 """What a transcript chunk's exchange vectors are made of (memory_core.sources.sessions.exchange_parts):
@@ -126,6 +135,7 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
         "redact": settings.redact,
+        "redaction": REDACTION_VERSION if settings.redact != "off" else None,
         "fts_tokenizer": fts_tokenizer(),
         "workspace": str(settings.workspace_dir),
         "sessions_dir": str(settings.sessions_dir),
@@ -162,6 +172,8 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
             elif key == "exchange_parts" and new.get(key) is not None:
                 msg = ("transcript exchange vectors changed: exchanges of more than 4 messages are now embedded"
                        " as windows of 4")
+            elif key == "redaction" and new.get(key) is not None:
+                msg = "redaction rules changed: secrets the older rules missed are masked now"
             elif key == "note_windows":
                 msg = ("note windows turned off" if new.get(key) is None else
                        "note windows turned on: a note chunk's lines are now also embedded in windows of 4"
