@@ -91,6 +91,26 @@ def test_flush_check_on_a_transcript_crossing_the_threshold_once_per_cycle(
     assert capsys.readouterr().out.startswith("not due: 99 tokens, below the flush threshold of 1500")
 
 
+def test_a_flat_transcript_counts_as_the_indexer_reads_it(workspace: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """OpenAI-style records (``{"role", "content"}``, no ``message`` object) are messages to the
+    indexer, and so to the flush's estimate: a long flat session counted 0 tokens and was never due
+    (the thirty-eighth session's audit). A transcript of lines that are not JSON says so."""
+    nested, flat = tmp_path / "nested.jsonl", tmp_path / "flat.jsonl"
+    for i in range(16):  # about 1,650 tokens: past the threshold of 1,500
+        role, text = ("user" if i % 2 == 0 else "assistant"), f"turn {i} " + "w" * 400
+        nested.open("a").write(_msg(role, text))
+        flat.open("a").write(json.dumps({"role": role, "content": text}) + "\n")
+    a, b = estimate_transcript(nested), estimate_transcript(flat)
+    assert (b.tokens, b.messages) == (a.tokens, a.messages) and b.tokens > 1500 and b.messages == 16
+    cfg = _config(workspace, tmp_path)
+    assert _flush(capsys, cfg, "flat", "--transcript", str(flat))["due"]
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"\x00\x01 not json\n{broken\n\n")
+    said = _flush(capsys, cfg, "junk", "--transcript", str(garbage))
+    assert not said["due"] and said["reason"].endswith("(2 line(s) of the transcript are not JSON and were skipped)")
+
+
 def test_a_cycle_is_claimed_once_when_many_ask_at_once(workspace: Path, tmp_path: Path) -> None:
     settings = load_settings(_config(workspace, tmp_path))
     results: list[Any] = []

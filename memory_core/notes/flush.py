@@ -40,6 +40,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import PathError, UnsafePathError, UsageError
 from memory_core.index.run_stops import is_stop
+from memory_core.sources.sessions import flat_message
 from memory_core.storage.store import open_lock_file
 
 log = logging.getLogger("memory_core.notes.flush")
@@ -53,6 +54,7 @@ class TranscriptEstimate:
     tokens: int  # estimated tokens of the context since the last compaction
     cycle: int  # compaction records seen: the session's compaction cycle
     messages: int  # message records since the last compaction
+    malformed: int = 0  # lines that are not JSON (skipped)
 
 
 def _chars(value: Any) -> int:
@@ -68,14 +70,15 @@ def _chars(value: Any) -> int:
 def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
     """Tokens and compaction cycle of a JSONL transcript (OpenClaw's / pi's session format).
 
-    Messages (``{"type": "message", "message": {"role", "content"}}``) count ``chars / 4`` of
+    Messages (``{"type": "message", "message": {"role", "content"}}``, or written flat as OpenAI's
+    and most SDKs' logs write them, ``{"role", "content"}``, as the indexer reads them) count ``chars / 4`` of
     their content (text blocks, tool calls and results alike); a ``{"type": "compaction"}``
     record starts a new cycle and the context after it is its ``summary`` plus what follows.
     Blank and malformed lines (not JSON, or nested too deep to read) are skipped. PathError when
     the file cannot be read or is not a regular file (a FIFO or a device such as ``/dev/zero``
     would never end: it is refused without reading it)."""
     p = Path(path).expanduser()
-    chars = messages = cycle = 0
+    chars = messages = cycle = malformed = 0
     try:
         # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting for one
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -100,9 +103,13 @@ def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
                 elif rec.get("type") == "message" and isinstance(rec.get("message"), dict):
                     messages += 1
                     chars += _chars(rec["message"].get("content"))
+                elif flat_message(rec):  # {"role": ..., "content": ...}: a message as the indexer reads it
+                    messages += 1
+                    chars += _chars(rec.get("content"))
             except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
+                malformed += bool(line.strip())
                 continue
-    return TranscriptEstimate(math.ceil(chars / CHARS_PER_TOKEN), cycle, messages)
+    return TranscriptEstimate(math.ceil(chars / CHARS_PER_TOKEN), cycle, messages, malformed)
 
 
 @dataclass(frozen=True)
@@ -266,7 +273,10 @@ def check_flush(settings: Settings, session: str, *, tokens: int | None = None,
     if ro:
         return answer(False, f"skipped: {ro}")
     if tokens < threshold:
-        return answer(False, f"{tokens} tokens, below the flush threshold of {threshold}")
+        # a transcript the estimate could not read is said so, not taken for a short one
+        unread = (f" ({est.malformed} line(s) of the transcript are not JSON and were skipped)"
+                  if est is not None and est.malformed else "")
+        return answer(False, f"{tokens} tokens, below the flush threshold of {threshold}{unread}")
     with ledger.locked():
         sessions = ledger.read()
         done = sessions.get(session)
