@@ -30,6 +30,7 @@ import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
+from urllib.parse import urlsplit
 
 from memory_core.errors import ConfigError
 from memory_core.plugins import is_provider_name, provider_names, provider_on_machine
@@ -101,6 +102,24 @@ class RemoteSettings(_Model):
     # Lower the documented request limits for compatible endpoints that accept less.
     max_inputs_per_request: int | None = Field(default=None, ge=1)
     max_tokens_per_request: int | None = Field(default=None, ge=1)
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_valid(cls, v: str | None) -> str | None:
+        """An http(s) URL with a host: ``api.openai.com/v1`` (no scheme) was retried six times as a
+        network fault and never named (the thirty-eighth session's audit)."""
+        if v is None:
+            return v
+        from memory_core.secrets import url_without_password
+
+        try:
+            parts = urlsplit(v.strip())
+            ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"must be an http:// or https:// URL with a host, not {url_without_password(v)!r}")
+        return v
 
     def _dump_field(self, name: str, value: object, context: Mapping[str, object]) -> object:
         if name == "headers" and isinstance(value, dict):
@@ -389,7 +408,7 @@ class SyncSettings(_Model):
     on_search: bool = True
     on_session_start: bool = True
     watch: bool = True
-    watch_debounce_ms: int = Field(default=1500, ge=0)
+    watch_debounce_ms: int = Field(default=1500, ge=0, le=3_600_000)  # at most an hour: a wait past it is no watch
     search_wait_ms: int = Field(default=1000, ge=0)
     interval_minutes: float = Field(default=0.0, ge=0)
 

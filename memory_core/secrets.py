@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 MIN_LEN = 6  # shorter values are not masked: "abc" would mask parts of ordinary words
@@ -49,14 +49,40 @@ def url_password(url: str | None) -> str | None:
         return None
 
 
+# a query parameter that carries a credential (Azure's ``?api-key=``, ``?key=``, ``?token=``, a SAS's ``sig=``)
+_SECRET_PARAM = re.compile(r"(?i)(?:key|token|secret|sig|signature|passw|pwd|auth|credential)")
+
+
+def url_query_secrets(url: str | None) -> list[str]:
+    """The values of ``url``'s query parameters whose names say they hold a credential."""
+    if not url or "?" not in url:
+        return []
+    try:
+        pairs = parse_qsl(urlsplit(url).query, keep_blank_values=False)
+    except ValueError:
+        return []
+    return [v for k, v in pairs if _SECRET_PARAM.search(k) and v]
+
+
 def url_without_password(url: str | None) -> str | None:
-    """``url`` with its password (if any) replaced by ``***``: what may be recorded or shown."""
-    if not url or url_password(url) is None:
+    """``url`` with its password (if any) and its credential query values (``?api-key=...``: the
+    thirty-eighth session's audit found one recorded whole in the index) replaced by ``***``: what
+    may be recorded or shown."""
+    if not url:
         return url
-    parts = urlsplit(url)
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if url_password(url) is not None:
+        user = parts.username or ""
+        host = parts.netloc.rsplit("@", 1)[1]
+        parts = parts._replace(netloc=f"{user}:{MASK}@{host}")
+    if url_query_secrets(url):
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        parts = parts._replace(query=urlencode(
+            [(k, MASK if v and _SECRET_PARAM.search(k) else v) for k, v in pairs], safe="*"))
+    return urlunsplit(parts)
 
 
 def scrub(text: str) -> str:

@@ -285,3 +285,41 @@ def test_f3_status_says_before_a_search_when_queries_cannot_use_the_vectors(tmp_
     assert not same.get("note"), same
     assert "different openai configuration" in moved["note"] and "keyword-only" in moved["note"], moved
     assert asked == 1  # status embeds nothing: the one request is the run's
+
+
+def test_a_base_url_without_a_scheme_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """`api.openai.com/v1` was retried six times over 16 s as a network fault, exit 1, the setting
+    never named (the thirty-eighth session's audit): now one line and exit 2, before any request."""
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("# a\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('provider = "openai"\n[remote]\napi_key = "sk-test-key-0123456789"\nbase_url = "api.openai.com/v1"\n')
+    res = subprocess.run([sys.executable, "-m", "memory_core.apps.cli", "index", "-w", str(ws), "-c", str(cfg),
+                          "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "remote.base_url" in lines[0] and "http:// or https://" in lines[0], res.stderr
+    assert not (ws / ".memory-core").exists() or not any((ws / ".memory-core").glob("*.sqlite"))
+
+
+def test_a_key_in_the_base_urls_query_is_neither_recorded_nor_shown(tmp_path: Path) -> None:
+    """Azure-style `?api-key=...` in `remote.base_url`: the index's record of its settings kept it whole."""
+    from memory_core.secrets import scrub, url_without_password
+
+    url = "http://user:pw-0123456789@127.0.0.1:9/v1?api-key=QUERYKEYSECRET0123456&api-version=2024-10-21"
+    shown = url_without_password(url)
+    assert shown is not None and "QUERYKEYSECRET" not in shown and "pw-0123456789" not in shown
+    assert "api-version=2024-10-21" in shown and "api-key=***" in shown
+    from memory_core.config import load_settings
+    from memory_core.embeddings.registry import create_provider
+    from memory_core.storage.indexmeta import built_from
+
+    s = load_settings(None, {"workspace": str(_ws(tmp_path)), "provider": "openai",
+                             "remote": {"api_key": "sk-test-key-0123456789", "base_url": url}})
+    assert "QUERYKEYSECRET" not in json.dumps(built_from(s))  # what the index records of its settings
+    create_provider(s)  # a provider registers the URL's secrets for scrub, as its key
+    assert "QUERYKEYSECRET0123456" not in scrub("the proxy said: bad key QUERYKEYSECRET0123456")

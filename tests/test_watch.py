@@ -408,3 +408,29 @@ def test_watch_refuses_a_deployment_the_server_does_not_have(workspace, request)
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "no deployment reindex/no-such-deployment on http://127.0.0.1:" in lines[0]
     assert not (workspace / ".memory-core").exists()  # nothing was run
+
+
+@pytest.mark.parametrize("debounce", ["nan", "inf", "1e12", "-1"])
+def test_a_debounce_out_of_range_is_refused_before_watching(workspace: Path, debounce: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--debounce nan`` never ran a change and ``inf`` / ``1e12`` crashed the first wait with an
+    OverflowError traceback (the thirty-eighth session's audit): one line, exit 2, nothing watched."""
+    from memory_core.apps.cli import main
+
+    assert main(["watch", "-w", str(workspace), "--debounce", debounce]) == 2
+    err = capsys.readouterr().err
+    assert "--debounce must be between 0 and 3600 seconds" in err and "Traceback" not in err
+    with pytest.raises(UsageError):
+        Watcher(load_settings(None, {"workspace": str(workspace), "provider": "none"}), object(),  # type: ignore[arg-type]
+                debounce=float(debounce))
+
+
+def test_a_configured_debounce_past_an_hour_is_a_config_error(workspace: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from memory_core.apps.cli import main
+
+    cfg = workspace / "memory-core.toml"
+    cfg.write_text("[sync]\nwatch_debounce_ms = 10000000000000000\n")
+    assert main(["watch", "-w", str(workspace), "-c", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "watch_debounce_ms" in err and "Traceback" not in err

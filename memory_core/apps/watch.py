@@ -33,7 +33,7 @@ from memory_core.config import Settings
 from memory_core.errors import RunError, UsageError
 from memory_core.index.indexer import DeploymentOutcome, Indexer, RunRecord
 from memory_core.index.run_stops import SigtermStop
-from memory_core.runtime.watching import Watcher, describe, start_interval, watch_roots
+from memory_core.runtime.watching import MAX_DEBOUNCE_S, Watcher, describe, start_interval, watch_roots
 
 log = logging.getLogger("memory_core.apps.watch")
 
@@ -128,8 +128,8 @@ def run_watch(settings: Settings, *, debounce: float, initial_run: bool = True, 
         import watchfiles  # noqa: F401
     except ImportError:
         raise UsageError("watch needs the watchfiles package: pip install watchfiles") from None
-    if debounce < 0:
-        raise UsageError("--debounce must be >= 0 seconds")
+    if not 0 <= debounce <= MAX_DEBOUNCE_S:  # nan and inf too: a nan wait never ran, inf crashed the wait
+        raise UsageError(f"--debounce must be between 0 and {MAX_DEBOUNCE_S:.0f} seconds")
     runner = make_runner(settings, deployment=deployment, config_file=config_file, told=told)
     if isinstance(runner, DeploymentRunner):
         runner.check()

@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the indexer is imported by a run: a one-shot reader's sync 
 log = logging.getLogger("memory_core.apps.watch")
 
 DEFAULT_DEBOUNCE_S = 1.5
+MAX_DEBOUNCE_S = 3600.0  # the longest debounce (sync.watch_debounce_ms: at most 3,600,000): a wait past it is no watch
 ROOT_CHECK_S = 2.0
 RETRY_INITIAL_S = 10.0
 WATCHFILES_GROUP_MS = 200  # watchfiles yields a group of events after 200 ms at most...
@@ -202,8 +203,8 @@ class Watcher:
                  root_check_s: float = ROOT_CHECK_S, retry_initial_s: float = RETRY_INITIAL_S,
                  retry_max_s: float = RETRY_MAX_S, max_hinted_paths: int = MAX_HINTED_PATHS,
                  full_scan_every_s: float = FULL_SCAN_EVERY_S) -> None:
-        if debounce < 0:
-            raise UsageError("--debounce must be >= 0 seconds")
+        if not 0 <= debounce <= MAX_DEBOUNCE_S:  # nan and inf too: a nan wait never ran, inf crashed the wait
+            raise UsageError(f"--debounce must be between 0 and {MAX_DEBOUNCE_S:.0f} seconds")
         self.settings = settings
         self.runner = runner
         self.debounce = float(debounce)
