@@ -180,7 +180,7 @@ class Memory:
         waiting at most ``sync.search_wait_ms``); :attr:`last_freshness` says whether the index
         read was stale (:meth:`answer` carries it).
         """
-        _check_search_args(max_results, min_score)
+        _check_search_args(max_results, min_score, query, sources, mode, allowed=("memory", "sessions"))
         self.last_freshness = self._before_search()
         with self._borrow() as s:
             return s.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)
@@ -192,7 +192,7 @@ class Memory:
         results shaped for ``chat_type`` (citations mode, injection budget), what embedded the
         query, any fallback, notes, and whether the index was stale. ``extra``: a source searched
         beside the index when ``sources`` names it (the LanceDB memory store)."""
-        _check_search_args(max_results, min_score)
+        _check_search_args(max_results, min_score, query, sources, mode)
         if extra is None and sources and "store" in sources:  # the agent's memory store, merged by score
             extra = self.store
         fresh = self._before_search()
@@ -347,11 +347,31 @@ def open_memory(workspace: str | os.PathLike[str] | None = None, *, config: str 
     return Memory(resolve_settings(told, config_file=config, told_by="open_memory argument {}", agent=agent).settings)
 
 
-def _check_search_args(max_results: object, min_score: object) -> None:
-    """What the CLI and the MCP server refuse, refused here too: ``max_results`` a whole number
-    of at least 1, ``min_score`` a number from 0 to 1 (``nan``, ``True``, ``1.5`` are not)."""
-    from memory_core.errors import UsageError
+SEARCH_SOURCES = ("memory", "sessions", "store")
+"""What ``sources`` may name (the MCP tool's schema): notes, transcripts, the memory store."""
 
+
+def _check_search_args(max_results: object, min_score: object, query: object = "", sources: object = None,
+                       mode: object = None, allowed: tuple[str, ...] = SEARCH_SOURCES) -> None:
+    """What the CLI and the MCP server refuse, refused here too: ``max_results`` a whole number
+    of at least 1, ``min_score`` a number from 0 to 1 (``nan``, ``True``, ``1.5`` are not), a
+    ``query`` that is text, ``sources`` a list of :data:`SEARCH_SOURCES` (``"memory"`` alone, a
+    string, and ``["memroy"]`` returned nothing and said nothing: the thirty-eighth session's
+    audit) and a ``mode`` of ``hybrid``, ``keyword`` or ``vector``."""
+    from memory_core.errors import UsageError
+    from memory_core.query.search import MODES
+
+    if not isinstance(query, str):
+        raise UsageError(f"query must be text, not {type(query).__name__}")
+    if sources is not None:
+        if isinstance(sources, str) or not isinstance(sources, list | tuple):
+            raise UsageError(f"sources must be a list such as ['memory'], not {sources!r}")
+        unknown = [x for x in sources if x not in allowed]
+        if unknown:
+            raise UsageError(f"unknown source(s) {unknown!r}: sources are {', '.join(allowed)}"
+                             + (" (the store is searched by answer())" if "store" in unknown else ""))
+    if mode is not None and mode not in MODES:
+        raise UsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if max_results is not None and (isinstance(max_results, bool) or not isinstance(max_results, int)
                                     or max_results < 1):
         raise UsageError(f"max_results must be a whole number of at least 1, not {max_results!r}")

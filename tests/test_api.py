@@ -15,7 +15,7 @@ import pytest
 
 import memory_core
 from memory_core import FileText, Memory, RunSummary, SearchResult, open_memory
-from memory_core.errors import ConfigError, IndexMissingError, PathError
+from memory_core.errors import ConfigError, IndexMissingError, PathError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,6 +76,19 @@ def test_errors_are_the_librarys_own(workspace: Path, openai_fake: Any, tmp_path
             memory.read("../outside.md")
         with pytest.raises(PathError):
             memory.read("memory/not-indexed.md")
+        assert memory.search("postgres", sources=["memory"])  # a search the bad calls below are not
+        # what returned nothing and said nothing, or raised Python's own errors (thirty-eighth session's audit)
+        for bad, said in ((dict(sources="memory"), "sources must be a list"),
+                          (dict(sources=["memroy"]), "unknown source(s) ['memroy']"),
+                          (dict(sources=["store"]), "the store is searched by answer()"),
+                          (dict(mode="fuzzy"), "mode must be one of")):
+            with pytest.raises(UsageError) as got:
+                memory.search("postgres", **bad)  # type: ignore[arg-type]
+            assert said in str(got.value)
+        for query in (5, b"postgres", None):
+            with pytest.raises(UsageError, match="query must be text"):
+                memory.search(query)  # type: ignore[arg-type]
+        assert memory.answer("postgres", sources=["memory", "store"]).results is not None
 
 
 def test_settings_come_from_config_then_keywords(workspace: Path, tmp_path: Path) -> None:

@@ -345,6 +345,11 @@ def test_eval_bad_inputs(keyword_index: Settings, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="queries file not found"):
         cmd_eval(_parse(["-w", str(keyword_index.workspace_dir), "--queries", str(tmp_path / "x.jsonl"),
                          "--qrels", str(tmp_path / "y.tsv")]))
+    # a threshold out of 0-1 is refused as search refuses it (nan, 5 and -3 ran: at 5 every metric was 0)
+    for bad in ("nan", "5", "-3"):
+        with pytest.raises(UsageError, match="--min-score must be between 0 and 1"):
+            cmd_eval(_parse(["-w", str(keyword_index.workspace_dir), "--queries", str(EVAL / "examples-queries.jsonl"),
+                             "--qrels", str(EVAL / "examples-qrels.tsv"), "--min-score", bad]))
 
 
 def test_labelled_examples_keyword_only(keyword_index: Settings) -> None:

@@ -409,6 +409,8 @@ def run_eval(settings: Settings, queries_path: str | Path, qrels_path: str | Pat
     """
     from memory_core.query.search import Searcher
 
+    if min_score is not None and not 0 <= min_score <= 1:  # nan, 5, -3 ran (every metric 0 at 5), as search refuses
+        raise UsageError(f"--min-score must be between 0 and 1, not {min_score:g}")
     queries = load_queries(queries_path)
     qrels = load_qrels(qrels_path)
     cmap = load_corpus_map(corpus_map) if corpus_map else None
