@@ -70,6 +70,39 @@ def test_index_in_a_folder_with_nothing_to_index_says_so_and_creates_nothing(tmp
     capsys.readouterr()
 
 
+def test_a_workspace_of_the_wrong_shapes_says_what_it_skipped(tmp_path: Path, capsys) -> None:
+    """A folder named MEMORY.md beside a file named memory (and one named sessions) made an empty
+    index with exit 0 and no word; a FIFO named like a note or a transcript was skipped unsaid
+    (the thirty-eighth session's audit)."""
+    wrong = tmp_path / "wrong"
+    (wrong / "MEMORY.md").mkdir(parents=True)
+    (wrong / "memory").write_text("x\n")
+    (wrong / "sessions").write_text("x\n")
+    assert main(["index", "-w", str(wrong), "--sessions", "--provider", "none", "--engine", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to index" in err and err.count("\n") == 1
+    assert not (wrong / ".memory-core").exists()
+    # beside a real note, each wrong shape is said
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "a.md").write_text("# a\nthe heron budget\n")
+    (ws / "sessions").mkdir()
+    os.mkfifo(ws / "memory" / "pipe.md")
+    os.mkfifo(ws / "sessions" / "chat.jsonl")
+    (ws / "MEMORY.md").mkdir()
+    assert main(["index", "-w", str(ws), "--sessions", "--provider", "none", "--engine", "local"]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {ws / 'memory' / 'pipe.md'}: not a regular file" in err
+    assert f"skipped {ws / 'sessions' / 'chat.jsonl'}: not a regular file" in err
+    assert "MEMORY.md is not a file (a folder, a FIFO or a device); it is not indexed" in err
+    (ws / "MEMORY.md").rmdir()
+    (ws / "sessions" / "chat.jsonl").unlink()
+    (ws / "sessions").rmdir()
+    (ws / "sessions").write_text("x\n")
+    assert main(["index", "-w", str(ws), "--sessions", "--provider", "none", "--engine", "local"]) == 0
+    assert f"sessions directory {ws / 'sessions'} is not a folder" in capsys.readouterr().err
+
+
 def test_status_shows_built_at_as_a_time(indexed, capsys) -> None:
     """`status` showed built_at in raw milliseconds."""
     ws = str(indexed.workspace_dir)

@@ -841,14 +841,23 @@ def preflight(settings: Settings) -> None:
         return  # an index that exists is kept up to date, even when every note is gone
     # a first run in a folder with nothing to index (a typo, the wrong folder): say so, and
     # create nothing there (it printed "0 scanned" and made .memory-core/)
-    roots = []
+    # each root of the shape it must have (a symlink counts: the run says why it is not followed):
+    # a folder named MEMORY.md beside a file named memory is nothing to index either (it made an
+    # empty index and said nothing: the thirty-eighth session's audit)
+    roots: list[tuple[Path, str]] = []  # (path, "file" / "folder" / "any")
     if "memory" in settings.sources:
-        roots += [ws / "MEMORY.md", ws / "memory.md", ws / "memory"]
-        roots += [Path(os.path.expanduser(p)) if os.path.isabs(os.path.expanduser(p)) else ws / p
+        roots += [(ws / "MEMORY.md", "file"), (ws / "memory.md", "file"), (ws / "memory", "folder")]
+        roots += [(Path(os.path.expanduser(p)) if os.path.isabs(os.path.expanduser(p)) else ws / p, "any")
                   for p in settings.extra_paths]
     if "sessions" in settings.sources:
-        roots.append(settings.sessions_dir)
-    if not any(os.path.lexists(r) for r in roots):
+        roots.append((settings.sessions_dir, "folder"))
+
+    def there(path: Path, shape: str) -> bool:
+        if os.path.islink(path) or shape == "any":
+            return os.path.lexists(path)
+        return os.path.isdir(path) if shape == "folder" else os.path.isfile(path)
+
+    if not any(there(r, shape) for r, shape in roots):
         wanted = "MEMORY.md or a memory/ folder" if "memory" in settings.sources else ""
         if "sessions" in settings.sources:
             wanted += (" or " if wanted else "") + f"transcripts in {settings.sessions_dir}"

@@ -94,8 +94,11 @@ def _md_entry(name: str, path: str, is_symlink: bool, is_dir: bool, is_file: boo
         return None
     if is_dir:
         return "dir"
-    if is_file and name.lower().endswith(".md"):
-        return "md"
+    if name.lower().endswith(".md"):
+        if is_file:
+            return "md"
+        if os.path.lexists(path):  # a FIFO, a socket or a device named like a note: never read, and said
+            warnings.append(f"skipped {escaped(path)}: not a regular file (a FIFO, a socket or a device)")
     return None
 
 
@@ -107,6 +110,8 @@ def _session_entry(name: str, path: str, is_symlink: bool, is_file: bool, warnin
                         " transcript into the sessions folder)")
         return False
     if not (name.endswith(".jsonl") and not is_symlink and is_file):
+        if name.endswith(".jsonl") and not is_symlink and os.path.lexists(path) and not os.path.isdir(path):
+            warnings.append(f"skipped {escaped(path)}: not a regular file (a FIFO, a socket or a device)")
         return False
     if not _utf8_name(name):
         warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
@@ -190,6 +195,8 @@ def _sessions_dir(settings: Settings) -> tuple[str, bool, str]:
     sdir = str(settings.sessions_dir)
     if os.path.isdir(sdir) and not os.path.islink(sdir):
         return sdir, True, ""
+    if os.path.lexists(sdir) and not os.path.islink(sdir):
+        return sdir, False, f"sessions directory {sdir} is not a folder; no transcripts indexed"
     return sdir, False, f"sessions directory {sdir} does not exist; no transcripts indexed"
 
 
@@ -213,7 +220,10 @@ def _candidates(settings: Settings, ws: str, warnings: list[str]) -> Iterator[tu
     if "memory" in settings.sources:
         for name in ("MEMORY.md", "memory.md"):
             p = os.path.join(ws, name)
-            if _root_file(p):
+            if _root_file(p) and not os.path.isfile(p):  # a folder (or a FIFO) named MEMORY.md: said, not read
+                if name == "MEMORY.md" or not os.path.lexists(os.path.join(ws, "MEMORY.md")):
+                    warnings.append(f"{name} is not a file (a folder, a FIFO or a device); it is not indexed")
+            elif _root_file(p):
                 yield p, "memory", None
             elif os.path.islink(p):
                 warnings.append(f"{name} is a symlink; symlinks are not followed, so it is not indexed (copy or move"
@@ -225,6 +235,8 @@ def _candidates(settings: Settings, ws: str, warnings: list[str]) -> Iterator[tu
         elif os.path.isdir(mem_dir):
             for e in _walk_md(mem_dir, warnings):
                 yield e.path, "memory", None
+        elif os.path.lexists(mem_dir):  # a file named memory: the notes folder it stands for is not there
+            warnings.append("memory is a file, not a folder; the notes folder memory/ is not indexed")
         for raw in settings.extra_paths:
             p, kind, warning = _extra_path(raw, ws)
             if kind == "dir":
