@@ -175,12 +175,15 @@ class Memory:
         matched (``match``: ``both``, ``keyword``, ``vector`` or ``date``).
 
         Defaults come from the settings (``query.max_results``, ``query.min_score``,
-        ``query.mode``); ``sources`` limits to ``["memory"]`` or ``["sessions"]``; ``mode`` is
+        ``query.mode``; ``max_results`` at most 50, as every door); ``sources`` limits to ``["memory"]`` or ``["sessions"]``; ``mode`` is
         ``hybrid``, ``keyword`` or ``vector``. A dirty index is refreshed first (``sync.on_search``,
         waiting at most ``sync.search_wait_ms``); :attr:`last_freshness` says whether the index
         read was stale (:meth:`answer` carries it).
         """
         _check_search_args(max_results, min_score, query, sources, mode, allowed=("memory", "sessions"))
+        from memory_core.query.answers import clamp_results
+
+        max_results, _ = clamp_results(max_results)  # at most 50, as answer(), MCP and the CLI give
         self.last_freshness = self._before_search()
         with self._borrow() as s:
             return s.search(query, max_results=max_results, min_score=min_score, sources=sources, mode=mode)

@@ -89,6 +89,9 @@ def test_errors_are_the_librarys_own(workspace: Path, openai_fake: Any, tmp_path
             with pytest.raises(UsageError, match="query must be text"):
                 memory.search(query)  # type: ignore[arg-type]
         assert memory.answer("postgres", sources=["memory", "store"]).results is not None
+        # at most 50 results, as answer(), MCP and `search -n 60` give (the API gave 60)
+        assert len(memory.search("the", max_results=60, min_score=0)) == len(
+            memory.answer("the", max_results=60, min_score=0).results) <= 50
 
 
 def test_settings_come_from_config_then_keywords(workspace: Path, tmp_path: Path) -> None:
