@@ -182,6 +182,42 @@ def test_a_memory_keeps_itself_fresh_and_says_when_it_is_stale(workspace: Path) 
         assert memory.sync is not None and memory.sync.runs == []
 
 
+def test_a_source_another_process_adds_is_watched_too(workspace: Path) -> None:
+    """A Memory started on a notes-only index; another process then runs ``index --sessions``: its
+    watches were planned from the sources at start, so a transcript written next went unseen for
+    a minute by the MCP server (answers said ``stale: false``) and until the half-hourly full scan
+    by ``watch`` (the thirty-eighth session's audit). The watches now follow the index's record."""
+    import json
+    import time
+
+    from memory_core.config import load_settings
+    from memory_core.index.pipeline import run_index
+
+    with open_memory(workspace, provider="none") as memory:
+        memory.index()
+        assert memory.search("axolotl", min_score=0) == []
+        assert memory.sync is not None and memory.sync._watcher is not None
+        deadline = time.monotonic() + 10
+        while not memory.sync._watcher.watching and time.monotonic() < deadline:
+            time.sleep(0.05)
+        other = load_settings(None, {"workspace": str(workspace), "provider": "none",
+                                     "sources": ["memory", "sessions"]})
+        assert run_index(other).swapped  # as `memory-core index --sessions` in another process
+        time.sleep(3)  # the watcher looks at the index's record every 2 s (ROOT_CHECK_S)
+        assert memory.sync._watcher.watching
+        assert memory.search("axolotl", min_score=0) == []  # a clean check, made while watching: trusted
+        line = json.dumps({"type": "message", "timestamp": "2026-11-20T10:00:00Z",
+                           "message": {"role": "user", "content": "the axolotl tank needs a new filter"}})
+        (workspace / "sessions" / "axolotl.jsonl").write_text(line + "\n")
+        deadline, got = time.monotonic() + 12, []
+        while time.monotonic() < deadline:
+            got = [h.path for h in memory.search("axolotl", min_score=0)]
+            if "sessions/axolotl.jsonl" in got:
+                break
+            time.sleep(0.3)
+        assert "sessions/axolotl.jsonl" in got, got
+
+
 def test_read_and_status_never_wait_behind_searches(workspace: Path) -> None:
     """Issue 39 M1: searches waiting on a stalled provider held every searcher of the pool, so an
     MCP client's memory_get / memory_status waited behind them. Read and status have a searcher of

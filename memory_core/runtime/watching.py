@@ -140,6 +140,10 @@ class SourceFilter:
         return (not p.startswith(self.own_prefixes) and any(self._under(p, d) for d in self.md_dirs)
                 and not os.path.lexists(p))
 
+    def roots(self) -> tuple[object, ...]:
+        """What this filter watches for: two filters with the same roots see the same events."""
+        return (frozenset(self.root_files), tuple(self.md_dirs), frozenset(self.md_files), self.sessions_dir)
+
     def plan(self) -> WatchPlan:
         """The directories to watch now: source dirs recursively, their parents and the
         workspace flat (to see top-level files and source dirs appear or disappear)."""
@@ -219,6 +223,7 @@ class Watcher:
         self.full_scan_every_s = full_scan_every_s
         self._last_full_scan: float | None = None  # monotonic start of the last complete full-scan run
         self.filter = SourceFilter(settings)
+        self._filter_of: tuple[int, int, int] | None = None  # the index file (inode, mtime, size) it was made for
         self.runs: list[RunRecord] = []
         self._st = _State()
         self._cond = threading.Condition()
@@ -447,11 +452,41 @@ class Watcher:
         self._tell(rec)
 
     # -- file watching ------------------------------------------------------------------------
+    def _refilter(self) -> bool:
+        """Make :attr:`filter` from the sources the live index records now, when the index file
+        changed since it was made; True when it changed. Another process's ``index --sessions``
+        or ``--extra-path`` adds a source to the index a long-lived reader (the MCP server,
+        ``Memory``, ``watch``) was started on: its runs and its dirty checks follow the index's
+        record (:func:`memory_core.storage.indexmeta.as_built`), and so must its watches, or a
+        transcript written there went unseen for a minute (the MCP server said ``stale: false``)
+        or, by ``watch``, until its half-hourly full scan (the thirty-eighth session's audit)."""
+        from memory_core.storage.indexmeta import as_built_now
+
+        try:
+            st = os.stat(self.settings.index_file)
+            key: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        if key is None or key == self._filter_of:
+            return False
+        self._filter_of = key
+        try:
+            settings = as_built_now(self.settings)[0]
+        except Exception as exc:  # a damaged or busy index: the sources as told, until it reads again
+            log.debug("the live index's sources could not be read (%s); watching the sources as told", exc)
+            return False
+        new = SourceFilter(settings)
+        if new.roots() == self.filter.roots():
+            return False
+        self.filter = new
+        return True
+
     def _watch_loop(self) -> None:
         """Watch the current roots; re-plan when a root appears or disappears. A watcher that
         fails is set up again after a wait that doubles while it keeps failing (one traceback,
         then one line each); a source path watchfiles can never take ends the watching."""
         while not self._stop.is_set():
+            self._refilter()
             plan = self.filter.plan()
             bad = _not_utf8(plan.recursive | plan.flat)
             if bad is not None:
@@ -484,7 +519,7 @@ class Watcher:
                 if self._stop.is_set():
                     break
                 replan.clear()
-                if self.filter.plan() != plan or any(not t.is_alive() for t in threads):
+                if self._refilter() or self.filter.plan() != plan or any(not t.is_alive() for t in threads):
                     changed_roots = True
                     break
             gen_stop.set()
