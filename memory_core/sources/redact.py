@@ -71,6 +71,7 @@ from memory_core.config import REDACT_MODES, should_redact
 
 __all__ = [
     "ends_in_open_private_key",
+    "may_mask",
     "REDACT_MODES",
     "mask_token",
     "redact",
@@ -242,13 +243,15 @@ _PW_FIRST: Final = (
     rf"(?={_PW_V}{{4,128}}+(?!{_PW_V}))"
 )
 
-# a secret's name may go on past its keyword in an identifier (``SECRET_KEY_BASE``, ``GITHUB_TOKEN_RO``,
-# ``WEBHOOK_SIGNING_SECRET_V2``: the thirty-eighth session's audit), but not into what names a property
-# of the secret rather than the secret (``API_KEY_ID``, ``KEY_PATH``, ``TOKEN_TTL``, ``SECRET_NAME``)
+# a secret's name may go on past its keyword in an environment variable's upper-case name
+# (``SECRET_KEY_BASE``, ``GITHUB_TOKEN_RO``, ``WEBHOOK_SIGNING_SECRET_V2``: the thirty-eighth session's
+# audit; and Rails' ``secret_key_base``), but not into what names a property of the secret rather than
+# the secret (``API_KEY_ID``, ``KEY_PATH``, ``TOKEN_TTL``, ``SECRET_NAME``), nor in code's lower-case
+# identifiers (``key_arg=None``, ``self._token_expired = datetime...`` are no secrets)
 _NOT_SECRET_SUFFIX: Final = (
-    r"(?:ids?|names?|paths?|files?|urls?|uris?|types?|count|len|length|size|ttl|expiry|expires|expiration"
-    r"|env|var|header|field|prefix|format|alg|algorithm|version|index|dir|hint|label|ref|rotation|usage"
-    r"|policy|scopes?|arn|region|location|store|vault|manager|provider|source|mode|kind)"
+    r"(?:IDS?|NAMES?|PATHS?|FILES?|URLS?|URIS?|TYPES?|COUNT|LEN|LENGTH|SIZE|TTL|EXPIRY|EXPIRES|EXPIRATION"
+    r"|EXPIRED|ENV|VAR|HEADER|FIELD|PREFIX|FORMAT|ALG|ALGORITHM|VERSION|INDEX|DIR|HINT|LABEL|REF|ROTATION|USAGE"
+    r"|POLICY|SCOPES?|ARN|REGION|LOCATION|STORE|VAULT|MANAGER|PROVIDER|SOURCE|MODE|KIND)"
 )
 
 _RULES_BEFORE_PEM: Final = (
@@ -305,7 +308,8 @@ _RULES_BEFORE_PEM: Final = (
         rf"(?=[kstp])(?!(?<![A-Za-z0-9_])(?:key|token){_S}*[=:][{_WS_CLASS}]+[A-Za-z]{{1,12}}[.,;:)]?(?:(?=[{_WS_CLASS}])|$))"
         # (nor .NET's <add key="ApiKey" value="..."/>, whose value markup_secret masked: the name stays)
         rf"(?!key{_S}*={_S}*\"[^\"\r\n]{{0,128}}\"{_S}+value{_S}*=)"
-        rf"(?:key|token|secret|passw(?:or)?d)(?:_(?!{_NOT_SECRET_SUFFIX}(?![A-Za-z0-9]))[A-Za-z0-9]{{1,16}}){{0,2}}\b"
+        rf"(?:(?-i:(?:KEY|TOKEN|SECRET|PASSW(?:OR)?D)(?:_(?!{_NOT_SECRET_SUFFIX}(?![A-Za-z0-9]))[A-Z0-9]{{1,16}}){{1,2}})"
+        rf"|secret_key_base|key|token|secret|passw(?:or)?d)\b"
         rf"[\"']?{_S}*(?:=>|:=|[=:]){_S}*"
         rf"([\"']?)(?!{_MASKED}|-----BEGIN |[=>])([^{_WS_CLASS}\"'\\]+)\1",
         _SECRET_NAMES,
@@ -604,6 +608,9 @@ _INSIDE: Final = {t: max((o for o in _PLAIN_TRIGGERS if o != t and o in t), key=
                   for t in _PLAIN_TRIGGERS}
 
 
+# the triggers that are words (3+ letters): what a label before a secret holds
+_WORD_TRIGGERS: Final = frozenset(t for t in _ALL_TRIGGERS if sum(c.isalpha() for c in t) >= 3 or t == "pw")
+
 # rules without a trigger substring (gated by their prefilter alone)
 _UNGATED_RULES: Final = tuple(r for r in (*_RULES_BEFORE_PEM, *_RULES_AFTER_PEM) if not r.any_of and r.prefilter)
 
@@ -619,6 +626,14 @@ def _present_triggers(lowered: str) -> set[str]:
     if "_" in lowered:
         present.update(t for t in _UNDERSCORE_TRIGGERS if t in lowered)
     return present
+
+
+def may_mask(text: str) -> bool:
+    """Whether ``text`` may name a secret for what follows it: one of the rules' word triggers
+    (``key``, ``token``, ``pass``, ``pin``, ``aws``, ``wifi``, ``bearer``, ...; not punctuation
+    such as ``:``, which every chat line has) is in it. A transcript's message is redacted once
+    more with the one before it as its context only then (:func:`memory_core.sources.sessions`)."""
+    return not _WORD_TRIGGERS.isdisjoint(_present_triggers(text.lower()))
 
 
 def mask_token(token: str) -> str:

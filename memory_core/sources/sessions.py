@@ -512,17 +512,16 @@ def _redact_after(text: str, before: str | None) -> str:
     and its value sent as two messages ("the vpn password:" then "SplitVpn-Horse-42", "AWS secret
     access key for the deploy bot:" then the key) are masked as the same two lines in a note are
     (the thirty-eighth session's audit)."""
-    from memory_core.sources.redact import redact  # its ~50 patterns: compiled when first needed
+    from memory_core.sources.redact import may_mask, redact  # its ~50 patterns: compiled when first needed
 
     alone = redact(text)
-    if not before or not before.strip():
-        return alone
+    if alone != text or not before or not before.strip() or not may_mask(before):
+        return alone  # (as a note's line: one that masks something alone is read alone; a label has a trigger)
     got = redact(before + "\n" + text)
     cut = got.find("\n")
     if cut < 0 or got[:cut] != redact(before):
         return alone  # the context's own masks changed its line count or reached into the message
-    within = got[cut + 1:]
-    return alone if within == text else redact(within)
+    return got[cut + 1:]
 
 
 class _Builder:
