@@ -197,3 +197,98 @@ def test_a_negative_compaction_cycle_is_refused(tmp_path: Path) -> None:
     ok: dict[str, Any] = json.loads(_cli("flush", "-w", str(ws), "s1", "--tokens", "200000", "--cycle", "0",
                                          "--record", "--json").stdout)
     assert ok["due"] and ok["cycle"] == 0
+
+
+# -- the thirty-eighth session's audit --------------------------------------------------------------
+
+def _replaced_under_the_write(monkeypatch: pytest.MonkeyPatch, note: Path, times: int) -> list[int]:
+    """Another program saves ``note`` atomically (a copy renamed over it) after the write opened
+    it and before it appends, ``times`` times: what an editor's or an agent's file tool does."""
+    from memory_core.notes import write as write_mod
+
+    real = write_mod._text_lines
+    done: list[int] = []
+
+    def lines_then_replaced(fd: int, size: int, rel: str) -> int:
+        n = real(fd, size, rel)
+        if len(done) < times:
+            done.append(os.fstat(fd).st_ino)
+            tmp = note.with_name(f".{note.name}.editor-save")
+            tmp.write_text(note.read_text() + f"edited by hand, save {len(done)}\n")
+            os.replace(tmp, note)
+        return n
+
+    monkeypatch.setattr(write_mod, "_text_lines", lines_then_replaced)
+    return done
+
+
+def test_a_note_replaced_as_it_is_written_gets_the_text_in_the_note(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The append went into the file an atomic save had just replaced (gone: nlink 0), exit 0, a
+    citation past the note's end, and ``indexed: true`` read from whatever the note's line held."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    note = ws / "MEMORY.md"
+    note.write_text("# Memory\n\n" + "".join(f"- fact {i}\n" for i in range(200)))
+    s = _settings(ws)
+    run_index(s)
+    saves = _replaced_under_the_write(monkeypatch, note, 1)
+    res = write_memory(s, "the quokka enclosure key is with Dana", "MEMORY.md")
+    assert len(saves) == 1  # the save came between the open and the append
+    lines = note.read_text().split("\n")
+    assert "edited by hand, save 1" in lines  # the other program's save is kept
+    assert lines[res.start_line - 1] == "the quokka enclosure key is with Dana" == lines[res.end_line - 1]
+    assert res.indexed and res.citation == f"MEMORY.md#L{res.start_line}-L{res.end_line}"
+
+
+def test_a_note_replaced_at_every_try_is_said_not_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_core.notes.write import REPLACED_TRIES
+
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    note = ws / "MEMORY.md"
+    note.write_text("# Memory\n")
+    _replaced_under_the_write(monkeypatch, note, REPLACED_TRIES)
+    with pytest.raises(UsageError, match=f"another program replaced the note during each of {REPLACED_TRIES} tries"):
+        append_note(_settings(ws), "the okapi feeding time is 9:00", "MEMORY.md")
+    assert "okapi" not in note.read_text()
+
+
+def test_indexed_is_judged_by_the_text_written_not_the_notes_line(tmp_path: Path) -> None:
+    from memory_core.notes.write import _indexed
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("# Memory\n\nthe capybara rota starts Monday\n")
+    s = _settings(ws)
+    run_index(s)
+    assert _indexed(s, "MEMORY.md", 3, "the capybara rota starts Monday")
+    assert not _indexed(s, "MEMORY.md", 3, "a text that was never written")
+    assert not _indexed(s, "MEMORY.md", 9, "the capybara rota starts Monday")  # a line past the note's end
+
+
+DASHES_AND_SIGNS = [
+    ("Give the patient .5 mg of morphine every 4 hours", "Give the patient 5 mg of morphine every 4 hours"),
+    ("The freezer is at \u201318 \u00b0C", "The freezer is at 18 \u00b0C"),
+    ("The call is at 9:00 UTC\u20135", "The call is at 9:00 UTC+5"),
+    ("The refund was -$200", "The refund was $200"),
+    ("Rent went up by \u2212\u00a350", "Rent went up by \u00a350"),
+]
+DASHES_SAID_AGAIN = [
+    ("Give the patient 0.5 mg", "Give the patient .5 mg"),
+    ("The freezer is at \u221218 \u00b0C", "The freezer is at \u201318 \u00b0C"),
+    ("Read pages 10\u201312", "Read pages 10-12"),
+    ("Standup \u2013 Tuesday at 5", "Standup - Tuesday at 5"),
+]
+
+
+def test_a_dash_for_a_minus_a_leading_point_and_a_signed_amount_are_part_of_the_fact() -> None:
+    """An en dash as a minus, a decimal without its leading zero and a sign before a currency were
+    dropped, so "-18 \u00b0C" was "18 \u00b0C" and ".5 mg" was "5 mg" (cosine 0.97-0.99): the second store
+    replaced the first, and its text was purged."""
+    for a, b in DASHES_AND_SIGNS:
+        assert not same_fact(a, b), (a, b)
+        assert not same_fact(b, a), (b, a)
+    for a, b in DASHES_SAID_AGAIN:
+        assert same_fact(a, b), (a, b)
+        assert same_fact(b, a), (b, a)

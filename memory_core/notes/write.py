@@ -39,17 +39,20 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
+import logging
 import os
 import re
 import stat
 import unicodedata
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunCancelled, UsageError
 from memory_core.index.run_stops import deliver, is_stop, stops_held
+
+log = logging.getLogger("memory_core.notes.write")
 
 MAX_WRITE_CHARS = 64 * 1024
 MAX_FOLDER_DEPTH = 8
@@ -83,9 +86,13 @@ class WriteResult:
     redacted: bool  # secrets were masked before writing
     indexed: bool  # the index holds the new text
     note: str = ""
+    # the end of the written text's last line, as written: what the index must hold (not in answers)
+    written_tail: str = field(default="", repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("written_tail")
+        return out
 
 
 def target_path(path: str | None, today: _dt.date | None = None) -> str:
@@ -179,7 +186,23 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
             dfd = nfd
         fcntl.flock(dfd, fcntl.LOCK_EX)  # one writer of this folder's notes at a time
         _remove_stale_temps(dfd)
-        start, end, joined, held = _append_in_place(dfd, parts[-1], clean, redact_lines if redacting else None, rel)
+        held: list[int] = []
+        for _ in range(REPLACED_TRIES):
+            start, end, joined, written, more = _append_in_place(dfd, parts[-1], clean,
+                                                                 redact_lines if redacting else None, rel)
+            held += more
+            if _still_the_note(dfd, parts[-1], written):
+                break
+            # an editor's or an agent's atomic save (a copy renamed over the note) came between our
+            # open and our write: the text went into the file it replaced, which is gone (the
+            # thirty-eighth session's audit: exit 0, a citation past the note's end, "indexed: true")
+            if held:  # stopped meanwhile: the note holds none of it, and the stop says so
+                deliver(held)
+            log.warning("%s was replaced as it was written (an atomic save by another program); writing again",
+                        rel)
+        else:
+            raise UsageError(f"cannot write {rel}: another program replaced the note during each of"
+                             f" {REPLACED_TRIES} tries; the note does not hold the text")
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise PathError(f"refusing to write {rel}: a symlink or not a folder on the way") from None
@@ -199,7 +222,7 @@ def append_note(settings: Settings, text: str, path: str | None = None, *, today
         os.close(dfd)
     note = f"{fixed} NUL or invalid characters were removed or replaced" if fixed else ""
     res = WriteResult(rel, start, end, f"{rel}#L{start}-L{end}", len(clean), clean != body or joined,
-                      indexed=False, note=note)
+                      indexed=False, note=note, written_tail=written.tail)
     if held:  # a stop came once the note was being written: delivered now, with what was written
         try:
             deliver(held)  # by its own handler: KeyboardInterrupt, a command's SIGTERM stop
@@ -283,8 +306,31 @@ def _text_lines(fd: int, size: int, rel: str) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What one append wrote to: the file (device, inode) and its text's last line's end."""
+
+    dev: int
+    ino: int
+    tail: str
+
+
+REPLACED_TRIES = 5
+"""How many times a write is tried again when the note was replaced under it (an atomic save)."""
+
+
+def _still_the_note(dfd: int, name: str, written: _Written) -> bool:
+    """Whether ``name`` in ``dfd`` is still the file the append wrote to (not replaced by a rename
+    over it, nor removed)."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (written.dev, written.ino)
+
+
 def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str] | None,
-                     rel: str) -> tuple[int, int, bool, list[int]]:
+                     rel: str) -> tuple[int, int, bool, _Written, list[int]]:
     """Append ``\\n\\n<text>\\n`` (one blank line after the old text) to ``name`` in ``dfd`` with
     ``O_APPEND``; with ``redact``, the text is first redacted with the note's end before it
     (:func:`_redacted_after`), so a secret the two make together is written masked. The appended
@@ -343,10 +389,12 @@ def _append_in_place(dfd: int, name: str, text: str, redact: Callable[[str], str
                   else _count_newlines(fd, 0, start_off)) + sep.count(b"\n")
         with contextlib.suppress(OSError):
             os.fsync(dfd)
+        last = next((ln for ln in reversed(text.split("\n")) if ln.strip()), "")
+        written_to = _Written(st.st_dev, st.st_ino, last.strip()[-32:])
     finally:
         os.close(fd)
         hold.close()  # the handlers back; what came meanwhile is in ``held``
-    return before + 1, before + text.count("\n") + 1, joined, held
+    return before + 1, before + text.count("\n") + 1, joined, written_to, held
 
 
 def _redacted_after(fd: int, size: int, sep: bytes, text: str, redact: Callable[[str], str]) -> str:
@@ -408,7 +456,7 @@ def _unquoted(line: str) -> str:
     return "x" if len(body) >= 2 and body[0] in "\"'" and body[-1] == body[0] else body
 
 
-def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
+def _indexed(settings: Settings, rel: str, end_line: int, tail: str | None = None) -> bool:
     """Whether the live index holds ``rel`` with the text just written (its lines up to
     ``end_line``). Judged by this write's own end, not the file's size now: with several writers
     appending to one note, the file already holds the later writers' text, and an index that
@@ -422,9 +470,13 @@ def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
         # lines as the chunker and the citations count them, split on \n only: in text mode a lone
         # \r (a progress bar's output pasted in) ended a line too, the line read was another one,
         # and a write the index held was said not to be
+        # the text as written (``tail``), not what the note's line holds now: a note replaced
+        # under the write held other text there, and a citation past its end was said indexed
         with open(settings.workspace_dir / rel, "rb") as fh:
             raw = next((line for n, line in enumerate(fh, 1) if n == end_line), b"")
         last = raw.decode("utf-8", "replace").strip()
+        if tail is not None and tail not in last:
+            return False  # the note's line is not the text written
         conn = connect_reader(settings.index_file)
         try:
             texts = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = ? AND start_line <= ?"
@@ -435,8 +487,8 @@ def _indexed(settings: Settings, rel: str, end_line: int) -> bool:
         return False
     # a chunk of the note that ends at or after this write's last line and holds that line's end
     # (a line longer than a chunk is split: its last piece holds its end)
-    tail = last[-32:]
-    return bool(texts) and (not tail or any(tail in t for t in texts))
+    end = tail if tail is not None else last[-32:]
+    return bool(texts) and (not end or any(end in t for t in texts))
 
 
 def _stopped_with(exc: BaseException, res: WriteResult, notes: list[str], settings: Settings,
@@ -517,7 +569,7 @@ def _index_written(settings: Settings, res: WriteResult, *, index: bool,
     except BaseException as exc:  # Ctrl-C (or a SIGTERM a command turned into a stop) in the reindex
         _stopped_with(exc, res, notes, settings)
         raise
-    if not _indexed(settings, res.path, res.end_line):
+    if not _indexed(settings, res.path, res.end_line, res.written_tail):
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
                      " busy; `memory-core index` says which in its warnings)")
         return replace(res, note="; ".join(notes))
