@@ -288,7 +288,8 @@ def check_id(memory_id: str) -> str:
 # _fact_words when it is a symbol (<, >, =, $, EUR sign, emoji) or a mark (_MARKS) and dropped when
 # it is punctuation. A sign right after a word or number is its own only where no word follows it
 # (well-known, 5-day and UTC-5 are read as before)
-_FACT_TOKEN = re.compile(r"(?P<num>(?<!\d)[+\-\u2212]?\d+(?:[.,:/-]\d+)*(?:[+\-\u2212](?![\w+#\-\u2212]))?)"
+_FACT_TOKEN = re.compile(r"(?P<num>(?<![\d.])[+\-\u2212]?(?:\d+(?:[.,:/-]\d+)*|(?<![\w.])\.\d+)"
+                         r"(?:[+\-\u2212](?![\w+#\-\u2212]))?)"
                          r"|(?P<name>(?<![\w.])\.[^\W\d_][^\W_]*|[^\W_]+(?:\+\+?|#|[\-\u2212])(?![\w+#\-\u2212]))"
                          r"|(?P<word>[^\W_]+(?:['\u2019][^\W_]+)*)"
                          r"|(?P<op>[<>!=]=)|(?P<sign>[^\w\s])")
@@ -379,6 +380,14 @@ def _is_article(text: str, m: re.Match[str]) -> bool:
     return nxt is not None and nxt.group(1).islower() and _sentence_start(text, m.start())
 
 
+# a dash typed for a minus (en, em, figure dash, hyphen, small and fullwidth hyphen-minus) before a
+# digit is the minus (-18 \u00b0C, UTC-5), and a sign before a currency symbol is the amount's
+# (-$200 is $-200): the thirty-eighth session's audit found "\u201318 \u00b0C" the same fact as
+# "18 \u00b0C" and "-$200" as "$200" (one replaced the other). Lengths are kept.
+_DASH_MINUS = re.compile(r"[\u2010-\u2015\ufe63\uff0d](?=\d)")
+_SIGNED_CURRENCY = re.compile(r"([+\-\u2212])([$\u00a2-\u00a5\u20a0-\u20c0])(?=\d)")
+
+
 def _fact_words(text: str) -> tuple[_FactWord, ...]:
     """What a memory says, for :func:`same_fact`: its words, numbers and symbols in order,
     lower-cased, without punctuation, articles (a, an, the; a capital A only where
@@ -389,6 +398,7 @@ def _fact_words(text: str) -> tuple[_FactWord, ...]:
     180 EUR), emoji (a thumbs up is not a thumbs down), marks (5\u2030 is not 5%) and the signs of a
     name or a number (C# and C++ are not C, .NET is not NET, blood type A- is not A, a grade 2- is
     not 2). Inside a URL nothing is a plural (/users is not /user)."""
+    text = _SIGNED_CURRENCY.sub(r"\2\1", _DASH_MINUS.sub("-", text))
     urls = [(m.start(), m.end()) for m in _URL.finditer(text)]
     out: list[_FactWord] = []
 
@@ -399,6 +409,7 @@ def _fact_words(text: str) -> tuple[_FactWord, ...]:
         kind, w = m.lastgroup, m.group()
         if kind == "num":
             w = w.replace("\u2212", "-").removeprefix("+")
+            w = re.sub(r"^(-?)\.", r"\g<1>0.", w)  # .5 is 0.5 (and not 5)
             num, after = (w[:-1], w[-1]) if w[-1] in "+-" else (w, "")
             sign((num.replace(",", "") if _THOUSANDS.fullmatch(num) else num) + after)
         elif kind in ("name", "op"):
