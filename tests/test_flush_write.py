@@ -189,6 +189,7 @@ def test_memory_write_over_mcp_then_search_finds_it(workspace: Path, tmp_path: P
                         "sessions/a.md", "memory/x.txt"]:
                 r = await client.call_tool("memory_write", {"text": "nope", "path": bad})
                 assert r.is_error and _text(r).startswith("memory_write: refusing to write"), (bad, _text(r))
+                assert "memory_search result" not in _text(r)  # a read's hint: a write has no search to take it from
             r = await client.call_tool("memory_write", {"text": ""})
             assert r.is_error and "text" in _text(r)
             assert daily.read_bytes() == before_note and _index_digest(settings.index_file) == before_index

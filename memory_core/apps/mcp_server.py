@@ -492,8 +492,9 @@ async def call_tool(tools: MemoryTools | AgentTools, name: str, arguments: dict[
     except ValidationError as exc:
         return _error(f"{name}: invalid arguments: {_validation_message(exc)}")
     except MemoryCoreError as exc:
+        # a read's path comes from a search's citation; a write's is a note it names (no search to take it from)
         hint = " (use a path from a memory_search result)" \
-            if isinstance(exc, PathError) and "no longer exists" not in str(exc) else ""
+            if isinstance(exc, PathError) and "no longer exists" not in str(exc) and name == "memory_get" else ""
         return _error(f"{name}: {exc}{hint}")
     except Exception as exc:  # never let one call take the server down
         log.exception("%s failed", name)
