@@ -637,3 +637,13 @@ def test_a_password_value_keeps_the_notes_lines() -> None:
 ])
 def test_password_phrase_and_aws_pair_are_linear(text: str) -> None:
     assert isinstance(redact(text), str)
+
+
+def test_a_card_number_needs_its_word_and_its_check_digit() -> None:
+    """The thirty-eighth session's audit: a card and its CVV were stored and written in clear. A
+    number with no card's word, a wrong Luhn digit, or a float beside "electrocardiogram" stays."""
+    assert redact("my card is 4111 1111 1111 1111, cvv 123") == "my card is ***, cvv ***"
+    assert redact("Amex 378282246310005 exp 12/27") == "Amex *** exp 12/27"
+    for kept in ("order 4111 1111 1111 1111 shipped", "credit card 4111111111111112",
+                 "electrocardiogram ((108000,), -0.16510875, 0.5992473991177294)", "the card ending 1111"):
+        assert redact(kept) == kept, kept

@@ -106,7 +106,7 @@ class _Rule:
     back to a plain ``pattern.sub`` so adversarial input stays linear.
     """
 
-    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of", "scan", "prefilter")
+    __slots__ = ("name", "pattern", "anchors", "offsets", "any_of", "also_any_of", "scan", "prefilter", "accept")
 
     def __init__(
         self,
@@ -119,8 +119,11 @@ class _Rule:
         offsets: tuple[int, ...] = (0,),
         scan: bool = False,
         prefilter: str | Callable[[str], object] | None = None,
+        accept: Callable[[str], bool] | None = None,
     ) -> None:
         self.name = name
+        # a check of the secret a match found (a card number's Luhn digit): a match it refuses stays
+        self.accept = accept
         # a cheap test every text with a match passes (a literal-led regex every match contains):
         # the rule runs only when it passes
         self.prefilter = re.compile(prefilter).search if isinstance(prefilter, str) else prefilter
@@ -208,7 +211,7 @@ _MASKED: Final = rf"\*\*\*(?![^{_WS_CLASS}\"'`,;|.)\]}}])|[^\r\n]{{6}}\u2026"
 # password_phrase (see the rule). The label: a word ending in password/passwd, or the same with "@"
 # for "a", "$" for "s" or "0" for "o" (p@ssword, pa$$word, passw0rd), then an optional closing
 # quote of a JSON/YAML name and Markdown bold (``**Password:**``)
-_PW_LABEL: Final = r"p[a@][s$][s$]w(?:[o0]r)?d(?![A-Za-z0-9_])"
+_PW_LABEL: Final = r"(?:p[a@][s$][s$]w(?:[o0]r)?d|passphrase)(?![A-Za-z0-9_])"
 _PW_ANCHORS: Final = ("pass", "p@ss", "pa$s", "pas$", "pa$$", "p@$s", "p@s$", "p@$$")
 # horizontal whitespace: the label, its separator and its value are on one line
 _PW_H: Final = "[ \\t\\u00a0\\u3000]"
@@ -564,6 +567,20 @@ _RULES_AFTER_PEM: Final = (
     _Rule("fcm", r"(?<![A-Za-z0-9_-])([A-Za-z0-9_-]{11}:(?-i:APA91b)[A-Za-z0-9_-]{100,}+)", ("apa91b",), scan=True),
     # a bearer token in a URL-encoded header ("Authorization=Bearer%20...")
     _Rule("bearer_encoded", r"Bearer(?:%20|\+)([A-Za-z0-9._~%+/=-]{18,}+)", ("bearer%20", "bearer+")),
+    # a payment card's number (13-19 digits, in groups or not, its Luhn check digit right) and its
+    # CVV, where the text says card, Visa, Mastercard, Amex, credit, debit or CVV (the thirty-eighth
+    # session's audit: "my card is 4111 1111 1111 1111, cvv 123" was stored and written in clear); an
+    # order or tracking number with no such word stays
+    # (the words whole: an "electrocardiogram" beside a float's 16 digits is no card; nor is a
+    # number with a decimal point)
+    _Rule("card_number", r"(?<![0-9.,-])((?:[0-9][ -]?){12,18}[0-9])(?![0-9-]|[.,][0-9])",
+          ("0", "1", "2", "3", "4", "5", "6", "7", "8", "9"),
+          any_of=("card", "visa", "mastercard", "amex", "credit", "debit", "cvv", "cvc"), scan=True,
+          prefilter=re.compile(r"(?<![A-Za-z])(?:cards?|visa|mastercard|amex|credit|debit|cvv|cvc)(?![A-Za-z])",
+                               re.IGNORECASE).search,
+          accept=lambda v: _luhn(v)),
+    _Rule("card_cvv", rf"(?<![A-Za-z])(?:cvv2?|cvc2?|csc|security{_S}code)(?![A-Za-z]){_S}{{0,3}}(?:(?:is|was){_S}{{1,3}})?[:=#]?{_S}{{0,3}}"
+          rf"([0-9]{{3,4}})(?![0-9])", ("cvv", "cvc", "csc", "security")),
     _Rule("age", r"(AGE-SECRET-KEY-1[A-Za-z0-9]{10,}+)", ("age-secret-key-",)),
     _Rule("azure_sas", r"(?<=[?&;])sig=([A-Za-z0-9%+/=]{10,}+)", ("sig=",)),
     _Rule("sshpass", rf"sshpass{_S}+-p{_S}*([\"']?)([^{_WS_CLASS}\"']{{1,512}}+)\1", ("sshpass",), any_of=(" -p",)),
@@ -634,6 +651,19 @@ def may_mask(text: str) -> bool:
     such as ``:``, which every chat line has) is in it. A transcript's message is redacted once
     more with the one before it as its context only then (:func:`memory_core.sources.sessions`)."""
     return not _WORD_TRIGGERS.isdisjoint(_present_triggers(text.lower()))
+
+
+def _luhn(number: str) -> bool:
+    """Whether a card number's digits (spaces and dashes aside) pass the Luhn check."""
+    digits = [int(c) for c in number if c.isdigit()]
+    if not 13 <= len(digits) <= 19 or len(set(digits)) == 1:
+        return False
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
 
 
 def mask_token(token: str) -> str:
@@ -786,9 +816,12 @@ def _apply(rule: _Rule, text: str, lowered: str | None, present: set[str]) -> st
     *lowered* must be ``text.lower()`` with the same length (positions line up), or
     ``None`` to use the plain regex scan.
     """
+    accept = rule.accept
+    mask = _mask_match if accept is None else \
+        (lambda m: _mask_match(m) if accept(m.group(m.lastindex or 0)) else m.group(0))
     cands = rule.candidates(lowered, present) if lowered is not None else None
     if cands is None:
-        return rule.pattern.sub(_mask_match, text)
+        return rule.pattern.sub(mask, text)
     match = rule.pattern.match
     parts: list[str] = []
     last = 0
@@ -799,7 +832,7 @@ def _apply(rule: _Rule, text: str, lowered: str | None, present: set[str]) -> st
         if m is None:
             continue
         parts.append(text[last : m.start()])
-        parts.append(_mask_match(m))
+        parts.append(mask(m))
         last = m.end()
     if not parts:
         return text
