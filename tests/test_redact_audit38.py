@@ -129,3 +129,18 @@ def test_an_index_of_the_older_rules_is_rebuilt_once(workspace: Path, openai_fak
     off = openai_settings(workspace, openai_fake, sources=["memory", "sessions"], redact="off")
     assert run_index(off).full  # "off" masks nothing: no rules recorded
     assert not run_index(off).full
+
+
+def test_a_label_in_a_message_of_several_lines_is_read_as_indexed(tmp_path: Path) -> None:
+    """A snippet reads messages with their line breaks: the context it read was the label message's
+    last line, where the index read the whole message as one line, so the two could mask differently."""
+    from memory_core.sources.sessions import session_messages_by_line
+
+    path = tmp_path / "m.jsonl"
+    texts = ["AWS creds below.\nThe secret access key for the deploy bot:", CHAT_SECRETS[0], "ok"]
+    path.write_text("".join(json.dumps({"type": "message", "message": {"role": "user", "content": t}}) + "\n"
+                            for t in texts), encoding="utf-8")
+    indexed = parse_session_file(path).content.split("\n")
+    shown = session_messages_by_line(path, 3)
+    assert indexed[1] == shown[2] == "User: wJalrX…EKEY"
+    assert session_text_for_range(path, 2, 2, keep_lines=True) == [indexed[1]]

@@ -507,7 +507,7 @@ _CONTEXT_LINES = 64  # how many lines before a range are read for its first mess
 
 
 def _redact_after(text: str, before: str | None) -> str:
-    """``text`` redacted alone and with the last line of the message before it as its context, as a
+    """``text`` redacted alone and with the end of the message before it as its context, as a
     note's line is with the line above it (:func:`memory_core.sources.redact.redact_lines`): a label
     and its value sent as two messages ("the vpn password:" then "SplitVpn-Horse-42", "AWS secret
     access key for the deploy bot:" then the key) are masked as the same two lines in a note are
@@ -541,7 +541,7 @@ class _Builder:
         self.stamps: list[str] = []
         self.local_days: list[str | None] = []
         self.header: str | None = None  # the first other record's time (the session header)
-        self.before: str | None = None  # the last kept message's last line, as written: a secret's label
+        self.before: str | None = None  # the last kept message's end, as indexed: a secret's label
 
     def malformed(self, line_no: int) -> None:
         """JSONL line ``line_no`` is no JSON (or oversized): counted, and named if among the first."""
@@ -602,7 +602,10 @@ class _Builder:
             text = f"{speaker}: {text}"  # who said it, as a chat export writes it ("Kate: see you at 8")
         if "\\u" in line:
             text = _LONE_SURROGATE.sub("\ufffd", text)
-        before, self.before = self.before, text.rstrip().rsplit("\n", 1)[-1][-_CONTEXT_CHARS:]
+        # the context the next message is redacted with: this one's end as it is indexed (one line), in
+        # every reader, so a snippet or `get` (``keep_lines``) masks what the index does
+        flat = normalize_session_text(text) if self.keep_lines else text
+        before, self.before = self.before, flat[-_CONTEXT_CHARS:]
         if not keep:
             return
         if self.redact_secrets:
@@ -809,7 +812,7 @@ def session_text_for_range(
     :func:`memory_core.sources.safeio.read_lines` closes its own."""
     start = max(1, start_line)
     builder = _Builder(redact_secrets, keep_lines)
-    # the lines before the range that may hold a message: the last one's last line is the first
+    # the lines before the range that may hold a message: the last one's end is the first
     # message's context for redaction, as when the transcript was indexed (_redact_after)
     before: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=_CONTEXT_LINES)
     with open(path, "rb") as f:
