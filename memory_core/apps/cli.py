@@ -272,7 +272,7 @@ def _watch_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
     p.add_argument("--debounce", type=float, default=None, metavar="SECONDS",
-                   help="start a run once the sources have been quiet this long (default: [sync]"
+                   help="start a run once the sources have been quiet this long, 0-3600 (default: [sync]"
                         " watch_debounce_ms, 1500 ms unless set)")
     p.add_argument("--deployment", default=os.environ.get("MEMORY_CORE_DEPLOYMENT"),
                    help="run this Prefect deployment of the reindex flow (needs PREFECT_API_URL, in the"
