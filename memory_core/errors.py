@@ -77,23 +77,71 @@ class IndexDamagedError(RunError):
     """The index file exists but is not a readable memory-core index."""
 
 
+class IndexNewerError(UsageError):
+    """The index was written by a newer memory-core than this one: it is neither read nor
+    replaced unless told (``index --full``), so two versions sharing it do not rebuild it back and
+    forth, and a newer version's stricter redaction is not undone by an older run."""
+
+
 class IndexMissingError(UsageError):
     """No index has been built at this path yet."""
 
 
-def classify_error(exc: BaseException) -> MemoryCoreError | None:
+# The folders the command's SQLite files live in (the index's and the cache's), noted when its
+# settings are resolved: SQLite reports a write that ran out of space while it grew a WAL or its
+# shared-memory file as a plain I/O error (SQLITE_IOERR, the errno kept from it), so such an error
+# is read against their free space.
+_FOLDERS: list[str] = []
+# Less than this free beside an index after an I/O error: the disk is full (a run's own temp
+# files are gone by then, so a full disk shows as a little room, not none).
+FULL_BELOW = 4 << 20
+
+
+def note_folders(*folders: object) -> None:
+    """Where this command's SQLite files are (see :func:`classify_error`)."""
+    _FOLDERS[:] = [str(f) for f in folders if f]
+
+
+def _least_free() -> tuple[int, str] | None:
+    import os
+    import shutil
+
+    best: tuple[int, str] | None = None
+    for folder in _FOLDERS:
+        here = folder
+        while here and not os.path.isdir(here):  # a folder the run was to create
+            parent = os.path.dirname(here)
+            here = "" if parent == here else parent
+        try:
+            free = shutil.disk_usage(here or ".").free
+        except OSError:
+            continue
+        if best is None or free < best[0]:
+            best = (free, folder)
+    return best
+
+
+def classify_error(exc: BaseException, *, changes: bool = True) -> MemoryCoreError | None:
     """One line for a library error that escaped to the command line; None for anything else
     (a bug: its traceback should show). SQLite's disk-full and I/O errors are run failures
-    (exit 1: the live index is only ever replaced by a finished, verified file)."""
+    (exit 1: the live index is only ever replaced by a finished, verified file). ``changes``: the
+    command writes (a run, a write): the line says the live index was left as it was."""
     try:
         import apsw
     except ImportError:  # pragma: no cover - apsw is a dependency
         return None
-    kept = "; the live index was left as it was"
+    kept = "; the live index was left as it was" if changes else ""
     if isinstance(exc, apsw.FullError):
         return RunError(f"the disk is full (SQLite: {exc}){kept}")
     if isinstance(exc, apsw.IOError):
+        low = _least_free()
+        if low is not None and low[0] < FULL_BELOW:
+            return RunError(f"the disk is full: {low[0] // 1024} KiB free where {low[1]} is"
+                            f" (SQLite: {exc}){kept}")
         return RunError(f"disk I/O error (SQLite: {exc}){kept}")
+    if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
+        return IndexDamagedError(f"a database file is damaged (SQLite: {exc}); `memory-core index --full` rebuilds"
+                                 f" the index from the sources{kept}")
     if isinstance(exc, apsw.Error):
         return RunError(f"SQLite error: {exc.__class__.__name__}: {exc}{kept}")
     return None

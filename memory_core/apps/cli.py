@@ -15,7 +15,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
-from memory_core.errors import MemoryCoreError, RunCancelled, RunError, UsageError, classify_error
+from memory_core.errors import (
+    MemoryCoreError,
+    RunCancelled,
+    RunError,
+    UsageError,
+    classify_error,
+    note_folders,
+)
 from memory_core.secrets import scrub
 
 if TYPE_CHECKING:
@@ -383,8 +390,11 @@ def _resolve(args: argparse.Namespace, **told: Any) -> ResolvedSettings:
     """The one settings order (memory_core.runtime.resolve.resolve_settings), told the flags given."""
     from memory_core.runtime.resolve import FLAG_NAMES, resolve_settings
 
-    return resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
-                            config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
+    resolved = resolve_settings({"workspace": args.workspace, "index_path": args.index_path, **told},
+                                config_file=args.config, told_by=FLAG_NAMES, agent=getattr(args, "agent", None))
+    s = resolved.settings
+    note_folders(s.index_file.parent, s.cache_file.parent)  # a SQLite I/O error is read against their room
+    return resolved
 
 
 def _settings(args: argparse.Namespace, **told: Any) -> Settings:
@@ -977,6 +987,10 @@ def _is_broken_pipe(exc: BaseException) -> bool:
 _STOPPED_HERE = frozenset({"write", "flush", "memory", "eval", "mcp"})
 
 
+# Commands that only read the index: an error of theirs does not say the index was left as it was.
+_READS_ONLY = frozenset({"search", "get", "status", "export"})
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         if args.command in _STOPPED_HERE:
@@ -1013,7 +1027,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
         return 130
     except Exception as exc:  # a library error (SQLite disk full, ...): one line, see errors.classify_error
-        mapped = classify_error(exc)
+        mapped = classify_error(exc, changes=args.command not in _READS_ONLY)
         if mapped is None or os.environ.get("MEMORY_CORE_DEBUG") == "1" or _is_broken_pipe(exc):
             raise
         print(f"memory-core: error: {scrub(str(mapped))}{_partial(exc)}", file=sys.stderr)

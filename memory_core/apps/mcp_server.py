@@ -98,7 +98,7 @@ GET_DESCRIPTION = (
 )
 
 STATUS_DESCRIPTION = (
-    "Report whether the memory index exists and what it holds: state (ok, missing or damaged), file"
+    "Report whether the memory index exists and what it holds: state (ok, missing, damaged, or newer: written by a newer memory-core), file"
     " and chunk counts per source, embedding provider and model, whether vector search is on, and"
     " when it was built (built_at, ms since the epoch). Use it when memory_search errors or finds"
     " nothing unexpectedly; not needed before normal searches."
@@ -244,7 +244,7 @@ GET_OUTPUT_SCHEMA: dict[str, Any] = {
 
 STATUS_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"state": {"type": "string", "enum": ["ok", "missing", "damaged"]}},
+    "properties": {"state": {"type": "string", "enum": ["ok", "missing", "damaged", "newer"]}},
     "required": ["state"],
 }
 

@@ -72,6 +72,8 @@ from memory_core.storage.indexmeta import (
     IndexRecord,
     build_meta,
     chunk_params,
+    newer_error,
+    newer_writer,
     note_windows_on,
     rebuild_reason,
 )
@@ -190,8 +192,12 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta["days_zone"] = zone
     live_meta, problem = probe_index(index_path)
     full_reason = "requested" if full else ""
+    if (newer := newer_writer(live_meta)) is not None:
+        if not full:  # two versions sharing an index would rebuild it back and forth
+            raise newer_error(index_path, newer)
+        full_reason = f"requested, replacing an index of a newer memory-core ({newer})"
     if problem:
-        full, full_reason = True, "live index damaged"
+        full, full_reason = True, f"live index damaged: {problem}"
     elif not full:
         why = rebuild_reason(live_meta, meta)
         if why:

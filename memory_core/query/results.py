@@ -191,7 +191,7 @@ class MemoryStatus:
         """The JSON of ``status --json`` (and ``memory_status``, which adds its ``sync``), in the
         order the human ``status`` prints it."""
         out: dict[str, Any] = {"index_path": self.index_path, "exists": self.exists, "state": self.state}
-        if self.state == "damaged":
+        if self.state in ("damaged", "newer"):
             out["problem"] = self.problem
         if self.state == "ok":
             out.update(provider=self.provider, model=self.model, provider_reason=self.provider_reason, dims=self.dims,

@@ -36,12 +36,12 @@ import apsw
 import numpy as np
 
 from memory_core.config import SUPPORT_MIN_COVERAGE, Settings
-from memory_core.errors import IndexDamagedError, ProviderError
+from memory_core.errors import IndexDamagedError, IndexNewerError, ProviderError
 from memory_core.query import ranking
 from memory_core.query.dates import Dater, DateRange, calendar_word, dated_chunk_rows
 from memory_core.sources.sessions import LABEL_PREFIXES as SPEAKERS
 from memory_core.storage import index_changes, textsearch, vectors
-from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.indexmeta import IndexRecord, newer_error, newer_writer
 from memory_core.storage.store import (
     blob_of,
     connect,
@@ -453,6 +453,11 @@ def mean_pair_cosine(blobs: list[bytes]) -> float | None:
     return float((g.sum() - np.trace(g)) / (n * (n - 1)))
 
 
+def damaged(path: Path | str, why: object) -> IndexDamagedError:
+    """The error a reader raises for a damaged index: what is wrong and how to rebuild it."""
+    return IndexDamagedError(f"the index at {path} is damaged ({why}); rebuild it with `memory-core index --full`")
+
+
 class _Index:
     """One opened index file (one inode), or one committed state of it.
 
@@ -474,9 +479,19 @@ class _Index:
             self.digest = index_changes.meta_digest(self.conn)
             if self.meta is None or not has_table(self.conn, "chunks_fts"):
                 raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
+            if (newer := newer_writer(self.meta)) is not None:  # its layout may not be what we read
+                raise newer_error(path, newer)
+            # codes lost or cut short would make the vector side find less, without an error
+            problem = vectors.codes_problem(self.conn, self.meta)
         except apsw.Error as exc:
             self.conn.close()
-            raise IndexDamagedError(f"the index at {path} is damaged ({exc}); rebuild it with `memory-core index --full`") from None
+            raise damaged(path, exc) from None
+        except (IndexDamagedError, IndexNewerError):
+            self.conn.close()
+            raise
+        if problem:
+            self.conn.close()
+            raise damaged(path, problem)
         # schema 3: float32 in chunks.embedding + sign bits (memory_core.storage.vectors); schema 2: the
         # vectors in sqlite-vec's vec0 table (searched by its KNN) or in chunks.embedding
         self.has_bits = has_table(self.conn, vectors.BITS_TABLE)

@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+import apsw
 import numpy as np
 
 from memory_core.config import SNIPPET_MAX_CHARS, Settings, should_redact
@@ -335,6 +336,14 @@ class Searcher(QueryProviderOwner):
         terms' IDF sum and the share of it found anywhere in the index
         (:func:`memory_core.query.ranking.fuse_calibrated`).
         """
+        try:
+            return self._retrieve(query, n_candidates, sources, vector=vector, keyword=keyword, read_days=read_days)
+        except (apsw.CorruptError, apsw.NotADBError, vectors.CodesDamaged) as exc:
+            # a page of the index read now and found damaged (the opening probe reads a few)
+            raise retrieval.damaged(self.path, f"{exc.__class__.__name__}: {exc}") from None
+
+    def _retrieve(self, query: str, n_candidates: int, sources: list[str] | None, *,
+                  vector: bool, keyword: bool, read_days: bool) -> Candidates:
         query = (query or "").replace("\x00", " ")
         if not query.strip():
             return Candidates(query, [], [], False)
@@ -408,8 +417,8 @@ class Searcher(QueryProviderOwner):
                     # nothing of those days in memory, but memory writes their words: words again
                     taken_out = day_words_taken_out(query, text) if text != query else []
                     if any(idx.df(textsearch.fts_string(w)) > 0 for w in taken_out):
-                        return self.retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1],
-                                             read_days=False)
+                        return self._retrieve(query, n_candidates, sources, vector=sides[0], keyword=sides[1],
+                                              read_days=False)
                     dates = None  # nothing of those days in memory: ranked as a query naming no day
                 else:
                     for h in (*union, *kw_hits, *vec_hits):

@@ -15,7 +15,7 @@ from memory_core.config import Settings
 from memory_core.query.results import MemoryStatus, scan_report
 from memory_core.query.retrieval import _Index
 from memory_core.storage import vectors
-from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.indexmeta import IndexRecord, newer_error, newer_writer
 from memory_core.storage.run_owners import stopped_runs
 from memory_core.storage.store import int_of, probe_index
 
@@ -31,6 +31,9 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
     if not path.exists():
         return MemoryStatus(state="missing", index_path=str(path), exists=False, stopped_flow_runs=stopped)
     meta, problem = probe_index(path)
+    if (newer := newer_writer(meta)) is not None:  # not ours to read: what it holds is not said
+        return MemoryStatus(state="newer", index_path=str(path), problem=str(newer_error(path, newer)),
+                            stopped_flow_runs=stopped)
     if problem:
         return MemoryStatus(state="damaged", index_path=str(path), problem=problem, stopped_flow_runs=stopped)
     with lock:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memory_core.config import NOT_TOLD, ORIGIN_INDEX, Settings, dotted
+from memory_core.errors import IndexNewerError
 from memory_core.secrets import MASK, url_without_password
 
 if TYPE_CHECKING:
@@ -152,6 +153,24 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
+
+
+def newer_writer(meta: Mapping[str, Any] | None) -> str | None:
+    """What in ``meta`` says a newer memory-core wrote the index (its schema, its redaction
+    rules), or None. Such an index is not ours to read or rebuild unless told
+    (:class:`memory_core.errors.IndexNewerError`)."""
+    if not meta:
+        return None
+    for key, ours in (("schema_version", SCHEMA_VERSION), ("redaction", REDACTION_VERSION)):
+        v = meta.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > ours:
+            return f"{'schema' if key == 'schema_version' else 'redaction rules'} {v}; this one knows up to {ours}"
+    return None
+
+
+def newer_error(path: object, why: str) -> IndexNewerError:
+    return IndexNewerError(f"the index at {path} was written by a newer memory-core ({why}): upgrade memory-core,"
+                           " or rebuild the index for this version with `memory-core index --full`")
 
 
 def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str | None:

@@ -526,8 +526,9 @@ class LiveFile(NamedTuple):
 def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(meta, problem) of the index at ``path``: problem is None for a healthy file.
 
-    A missing file is (None, None). A file SQLite cannot read, or without our tables, is
-    reported as damaged with a short reason. A file that memory-core did not write (see
+    A missing file is (None, None). A file SQLite cannot read, without our tables, or whose
+    sign-bit codes disagree with its record (:func:`memory_core.storage.vectors.codes_problem`)
+    is reported as damaged with a short reason. A file that memory-core did not write (see
     :func:`check_index_target`) raises a UsageError: it is never "damaged", never rebuilt.
     """
     if not check_index_target(path):
@@ -547,7 +548,9 @@ def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
                     return meta, f"table {t} is missing"
             conn.execute("SELECT count(*) FROM files").fetchone()
             conn.execute("SELECT rid FROM chunks ORDER BY rid DESC LIMIT 1").fetchone()
-            return meta, None
+            # the vector side: its codes as the run that wrote them counted them (a damaged
+            # block or lost rows would make the vector side find less, without an error)
+            return meta, vectors.codes_problem(conn, meta)
         except apsw.Error as exc:
             return None, f"not a readable SQLite index: {exc.__class__.__name__}: {exc}"
     finally:

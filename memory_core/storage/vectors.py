@@ -211,6 +211,49 @@ def count(conn: apsw.Connection, table: str = BITS_TABLE) -> int:
     return int(conn.execute(f"SELECT coalesce(sum(live), 0) FROM {table}").fetchone()[0])
 
 
+class CodesDamaged(ValueError):
+    """A block of sign-bit codes that its own lengths or the index's record contradict: the
+    vector tables of the file are damaged (:class:`memory_core.errors.IndexDamagedError` to a
+    reader, a full rebuild to the next run)."""
+
+
+def _block_arrays(raw_ids: object, raw_codes: object, cb: int, table: str) -> tuple[np.ndarray, np.ndarray]:
+    """A block's (row ids, codes (n, cb) uint8), refused when its blobs do not fit together (a
+    damaged page reads as NULL or as bytes of another length)."""
+    if not isinstance(raw_ids, bytes) or not isinstance(raw_codes, bytes) or len(raw_ids) % 8 \
+            or len(raw_codes) != len(raw_ids) // 8 * cb:
+        raise CodesDamaged(f"a block of {table} is damaged (its row ids and codes do not fit together)")
+    i = np.frombuffer(raw_ids, dtype="<i8")
+    return i, np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)
+
+
+def codes_problem(conn: apsw.Connection, meta: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with the sign-bit tables of an index whose meta is ``meta`` (None: nothing
+    found). Reads one row a block (a few hundred rows at 1M vectors) and the blobs' lengths, not
+    the blobs (``length()`` of a blob reads its header): a block cut short or rows gone
+    (``DELETE``, a lost page) make the codes disagree with the vectors the run that wrote the
+    index counted (its meta's ``counts``), which a query would otherwise not notice: the vector
+    side would just find less."""
+    if not meta or meta.get("vector_store") != "blob+bits" or not isinstance(meta.get("dims"), int):
+        return None
+    cb = code_bytes(int(meta["dims"]))
+    counts = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    for table, key in ((BITS_TABLE, "vectors"), (PARTS_BITS_TABLE, "parts")):
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is None:
+            if table == BITS_TABLE:
+                return f"table {table} is missing"
+            continue
+        live, bad = conn.execute(
+            f"SELECT coalesce(sum(live), 0), coalesce(sum(rids IS NULL OR codes IS NULL OR length(rids) % 8 != 0"
+            f" OR length(codes) != length(rids) / 8 * ?), 0) FROM {table}", (cb,)).fetchone()
+        if bad:
+            return f"{bad} block(s) of {table} are damaged"
+        want = counts.get(key)
+        if isinstance(want, int) and not isinstance(want, bool) and int(live) != want:
+            return f"{table} holds {int(live)} codes where the index was built with {want} vectors"
+    return None
+
+
 def has_parts(conn: apsw.Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (PARTS_BITS_TABLE,)).fetchone() is not None
 
@@ -300,8 +343,7 @@ class BitIndex:
         self.rows = VECTOR_TABLES[table]
         self.table = table
         for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {table} ORDER BY block"):
-            i = np.frombuffer(raw_ids, dtype="<i8")
-            c = np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)
+            i, c = _block_arrays(raw_ids, raw_codes, cb, table)
             keep = i != 0
             if not keep.all():
                 i, c = i[keep], c[keep]
@@ -367,11 +409,11 @@ class BitIndex:
         cb = self._base_words.shape[0] * 8
         for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {self.table} WHERE block >= ? ORDER BY block",
                                                (row[0] if row and row[0] is not None else 0,)):
-            i = np.frombuffer(raw_ids, dtype="<i8")
+            i, c = _block_arrays(raw_ids, raw_codes, cb, self.table)
             new = i >= delta.added_from  # zeroed (deleted) slots are 0
             if new.any():
                 ids.append(i[new])
-                words.append(np.frombuffer(raw_codes, dtype=np.uint8).reshape(len(i), cb)[new].view("<u8").T)
+                words.append(c[new].view("<u8").T)
         out = BitIndex.__new__(BitIndex)
         out.rows, out.table, out.dims, out.digest = self.rows, self.table, self.dims, ""
         tail_rids, tail_words = np.concatenate(ids), np.concatenate(words, axis=1)
@@ -487,8 +529,8 @@ def streamed_candidates(conn: apsw.Connection, dims: int, qvec: np.ndarray, want
     dists: list[np.ndarray] = []
     blocks: list[np.ndarray] = []
     for raw_ids, raw_codes in conn.execute(f"SELECT rids, codes FROM {table} ORDER BY block"):
-        i = np.frombuffer(raw_ids, dtype="<i8")
-        c = np.frombuffer(raw_codes, dtype="<u8").reshape(len(i), n_words)
+        i, c8 = _block_arrays(raw_ids, raw_codes, n_words * 8, table)
+        c = c8.view("<u8")
         keep = i != 0
         if only is not None:  # the rows of some sources (BitIndex.candidates' keep)
             keep &= np.isin(i, only)
