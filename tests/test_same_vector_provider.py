@@ -7,10 +7,11 @@ the embedding cache; every search ranked every chunk alike; and once the provide
 that gives three or more texts the model tells apart one and the same vector is refused as the
 other impossible answers are (ProviderError, nothing cached), on every provider path (sync, and a
 Batch API job's output), while the identical vectors a model does give (the same text; for the
-uncased local model, texts that differ only in case) are accepted.
+uncased local model, texts that differ only in case) are accepted; and ``index --re-embed``
+embeds every chunk again, reading no cached vector, the fresh vectors replacing the bad ones.
 
 Real parts: the official OpenAI SDK against the fake server on 127.0.0.1, the CLI in a
-subprocess, real SQLite indexes and caches, the real local model.
+subprocess, real SQLite indexes and caches, the real local model, a real Prefect server.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from memory_core.config import load_settings
 from memory_core.embeddings.base import check_vectors
 from memory_core.errors import ProviderError
 from memory_core.index.pipeline import run_index
-from memory_core.storage.store import connect
+from memory_core.storage.cache import EmbeddingCache
+from memory_core.storage.store import connect, probe_index
 from tests.conftest import EXAMPLES, ROOT, vector_rows
 from tests.fakes.common import fake_vector
 from tests.fakes.openai_fake import OpenAIFake
@@ -248,3 +250,131 @@ def test_the_uncased_local_model_gives_texts_differing_in_case_one_vector_and_is
         (ws / "memory" / f"{name}.md").write_text(text + "\n")
     summary = run_index(load_settings(None, {"workspace": str(ws), "provider": "local"}, env={}))
     assert summary.swapped and summary.chunks_embedded == 3
+
+
+# -- the way out: index --re-embed ----------------------------------------------------------------
+
+def _poisoned(tmp_path: Path, srv: Any) -> tuple[Path, Path]:
+    """A workspace whose index and cache hold the one vector a gateway answered: requests of two
+    texts each (``max_inputs_per_request = 2``) give no request three texts to compare."""
+    ws = _ws(tmp_path)
+    (ws / "memory" / "gateway.md").write_text(_long_note("gateway"))
+    cfg = _config(tmp_path, srv, "max_inputs_per_request = 2")
+    srv.same_vector = True
+    assert _index(ws, cfg).returncode == 0
+    # an edit while the gateway was broken: the old text's (bad) vector is kept in the cache
+    (ws / "memory" / "gateway.md").write_text(_long_note("gateway").replace("# gateway", "# gateway notes", 1))
+    assert _index(ws, cfg).returncode == 0
+    srv.same_vector = False  # the provider is fixed
+    return ws, cfg
+
+
+def test_re_embed_replaces_the_bad_vectors_of_the_index_and_the_cache(tmp_path: Path) -> None:
+    with OpenAIFake(dims=DIMS) as srv:
+        ws, cfg = _poisoned(tmp_path, srv)
+        bad = _fresh(srv.SAME_VECTOR_TEXT)
+        assert {row[4] for row in _chunks(ws)} == {bad}
+        assert bad in _cache_rows(ws).values()
+        full = _index(ws, cfg, "--full")  # the bug: every vector came back from the cache and the index
+        assert full.returncode == 0 and {row[4] for row in _chunks(ws)} == {bad}
+        srv.reset_log()
+        r = _index(ws, cfg, "--re-embed")
+        assert r.returncode == 0, r.stderr
+        rows = _chunks(ws)
+        assert "every chunk re-embedded" in r.stdout
+        assert f"chunks: {len(rows)} total, {len(rows)} from new/changed files, {len(rows)} embedded, 0 from cache" \
+            in r.stdout, r.stdout
+        assert {t for t in srv.input_texts} >= {row[3] for row in rows}  # each chunk sent again
+        # every chunk has the fixed provider's vector; the cache holds no bad vector
+        assert all(emb == _fresh(text) for _, _, _, text, emb in rows)
+        assert bad not in _cache_rows(ws).values()
+        # lookups (the live index, then the cache) now find the fresh vectors
+        meta, _ = probe_index(ws / ".memory-core" / "index.sqlite")
+        with EmbeddingCache(ws / ".memory-core" / "index.cache.sqlite", "openai", MODEL, meta["provider_key"]) as cache:
+            from memory_core.storage.cache import LiveVectors
+
+            live = LiveVectors.open(ws / ".memory-core" / "index.sqlite", "openai", MODEL, meta["provider_key"], DIMS)
+            assert live is not None
+            cache.live.append(live)
+            got = cache.get_many([row[2] for row in rows], DIMS)
+        assert got == {h: emb for _, _, h, _, emb in rows}
+        search = _cli("search", "what did Priya say about rate limiting", "--mode", "vector", "-w", ws,
+                      "--config", cfg, "--json")
+        srv.reset_log()
+        # the edit reverted: the old text's chunk is embedded afresh, not taken from the bad cache entry
+        (ws / "memory" / "gateway.md").write_text(_long_note("gateway"))
+        assert _index(ws, cfg).returncode == 0
+        assert srv.embed_requests >= 1
+    assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
+    import json
+
+    scores = [r["score"] for r in json.loads(search.stdout)["results"]]
+    assert scores and len(set(scores)) == len(scores)  # no longer every chunk alike
+
+
+@pytest.mark.prefect_server
+def test_the_reindex_flow_takes_re_embed(prefect_api: Any, tmp_path: Path) -> None:
+    from flows.reindex import reindex
+    from tests.prefect_server import drain_workers, read_flow_run
+
+    with OpenAIFake(dims=DIMS) as srv:
+        ws, cfg = _poisoned(tmp_path, srv)
+        state = reindex(workspace=str(ws), config_file=str(cfg), re_embed=True, return_state=True)
+        drain_workers()
+        fr = read_flow_run(state.state_details.flow_run_id)
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert result["re_embedded"] and result["chunks_from_cache"] == 0 and fr.name.endswith("-full"), fr.name
+    assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
+
+
+class _FailsAfter(OpenAIFake):
+    """Answers ``answers`` embedding requests, then refuses every other one (None: answers all)."""
+
+    answers: int | None = None
+
+    def _h_embed(self, rec: Any, m: Any, fault: Any) -> Any:
+        with self.lock:
+            if self.answers is not None:
+                if self.answers <= 0:
+                    return self.error(400, "Input is not allowed.")
+                self.answers -= 1
+        return super()._h_embed(rec, m, fault)
+
+
+def test_a_run_that_fails_in_re_embed_leaves_the_index_and_keeps_what_it_received(tmp_path: Path) -> None:
+    """A re-embed the provider fails halfway: the live index stays as it was; the vectors it did
+    receive replace the cached ones; the next --re-embed sends every chunk again all the same."""
+    import hashlib
+
+    with _FailsAfter(dims=DIMS) as srv:
+        ws, cfg = _poisoned(tmp_path, srv)
+        before = _chunks(ws)
+        srv.reset_log()
+        srv.answers = 5
+        r = _index(ws, cfg, "--re-embed")
+        assert r.returncode == 1 and "Input is not allowed" in r.stderr, r.stderr
+        assert _chunks(ws) == before
+        answered = [req.inputs for req in srv.requests_of("embed") if req.status == 200]
+        assert len(answered) == 5
+        cached = _cache_rows(ws)
+        for text in (t for inputs in answered for t in inputs):
+            assert cached[hashlib.sha256(text.encode()).digest()] == _fresh(text)
+        srv.answers = None
+        srv.reset_log()
+        assert _index(ws, cfg, "--re-embed").returncode == 0
+        assert set(srv.input_texts) >= {row[3] for row in _chunks(ws)}
+    assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
+
+
+def test_re_embed_is_on_the_python_api(tmp_path: Path) -> None:
+    from memory_core.api import Memory
+
+    with OpenAIFake(dims=DIMS) as srv:
+        ws, cfg = _poisoned(tmp_path, srv)
+        s = load_settings(cfg, {"workspace": str(ws)})
+        with Memory(s, refresh=False) as memory:
+            done = memory.index(re_embed=True)
+    assert done.swapped and done.full and done.re_embedded and done.chunks_from_cache == 0
+    assert "every chunk re-embedded" in "\n".join(done.lines())
+    assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
