@@ -52,6 +52,7 @@ def backfill(
     dask_address: str | None = None,
     dask_workers: int = 2,
     agent: str | None = None,
+    re_embed: bool = False,
 ) -> dict[str, Any]:
     """Backfill a memory-core index: embed everything new through the provider's Batch API.
 
@@ -72,10 +73,12 @@ def backfill(
         dask_address: Address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (task_runner=dask).
         dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
         agent: An agent of the config file's [agents] table: its workspace, index, qmd state and LanceDB folder.
+        re_embed: Rebuild the whole index and embed every chunk again through sync requests, reading no vector
+            from the embedding cache or the index; the fresh vectors replace the cached ones.
     """
     params = ReindexParams(
         workspace=workspace, index_path=index_path, config_file=config_file, provider=provider, model=model,
         full=full, extra_paths=extra_paths, sources=sources, embed_concurrency=embed_concurrency, batch=batch,
         force_sessions=force_sessions, if_busy=if_busy, task_runner=task_runner, dask_address=dask_address,
-        dask_workers=dask_workers, agent=agent)
+        dask_workers=dask_workers, agent=agent, re_embed=re_embed)
     return run_pipeline(params, "backfill")  # type: ignore[return-value]

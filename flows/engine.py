@@ -58,7 +58,7 @@ class PrefectEngine:
 
     def run_reindex(self, settings: Settings, *, config_file: str | None, told: dict[str, Any], full: bool,
                     progress: Callable[[Progress], None] | None = None,
-                    on_start: Callable[[str], None] | None = None) -> RunSummary:
+                    on_start: Callable[[str], None] | None = None, re_embed: bool = False) -> RunSummary:
         """The ``reindex`` flow in this process, on ``settings`` as the caller resolved them (once
         per run); its parameters record the workspace, index, agent and the flags given (``told``)."""
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -74,6 +74,8 @@ class PrefectEngine:
             agent=settings.agent, provider=told.get("provider"), model=told.get("model"), full=full,
             extra_paths=told.get("extra_paths"), sources=told.get("sources"),
         )
+        if re_embed:  # a flow parameter only when given (as the other flags)
+            params.re_embed = True
         # the flow run's result is the summary's JSON; the caller prints it, so the flow's log
         # lines of it stay off this console (they still reach the run's logs in the UI); so does the
         # traceback of an error of ours, which the caller says in one line

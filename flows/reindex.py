@@ -71,6 +71,8 @@ class ReindexParams(BaseModel):
     provider: ProviderChoice | None = None
     model: str | None = None
     full: bool = Field(default=False, description="Rebuild everything (vectors still come from the cache)")
+    re_embed: bool = Field(default=False, description="Rebuild everything and embed every chunk again, reading no"
+                                                      " cached vector; the fresh vectors replace the cached ones")
     extra_paths: list[str] | None = None
     sources: list[SourceChoice] | None = None
     embed_concurrency: int = Field(default=EMBED_CONCURRENCY, ge=1, le=64, description="Embedding requests in flight")
@@ -124,7 +126,7 @@ def _run_name() -> str:
         first = not settings.index_file.exists()
     except Exception:  # a bad parameter fails the run later, with a readable message
         name, batch = _label_of(raw), bool(raw.get("batch"))
-    mode = "full" if raw.get("full") or first else "sessions" if raw.get("force_sessions") else "incremental"
+    mode = "full" if raw.get("full") or raw.get("re_embed") or first else "sessions" if raw.get("force_sessions") else "incremental"
     return f"{flow_name}-{report.slug(name)}-{mode}" + ("-batch" if batch else "")
 
 
@@ -370,7 +372,8 @@ def _run_pipeline(params: ReindexParams, flow_name: str, watch: _CancelWatch | N
         progress = report.ProgressReporter(report.artifact_key(flow_name, settings, "progress"), also=watcher)
         try:
             done.append(pipeline.run_index(settings, full=params.full, provider=provider, reason=reason,
-                                           progress=progress, executor=executor, if_busy=params.if_busy))
+                                           progress=progress, executor=executor, if_busy=params.if_busy,
+                                           re_embed=params.re_embed))
         except BaseException as exc:
             _mark_runner_cancel(exc)  # before the requests in flight are waited for
             raise
@@ -530,6 +533,7 @@ def reindex(
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
     dask_workers: int = 2,
+    re_embed: bool = False,
 ) -> dict[str, Any]:
     """Bring a memory-core index up to date with its sources (incremental unless ``full``).
 
@@ -550,12 +554,14 @@ def reindex(
         task_runner: Where embedding requests run: threads (default) or dask.
         dask_address: Address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (task_runner=dask).
         dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
+        re_embed: Rebuild the whole index and embed every chunk again through sync requests, reading no vector
+            from the embedding cache or the index; the fresh vectors replace the cached ones.
     """
     params = ReindexParams(
         workspace=workspace, index_path=index_path, config_file=config_file, provider=provider, model=model,
         full=full, agent=agent, extra_paths=extra_paths, sources=sources, embed_concurrency=embed_concurrency, batch=batch,
         force_sessions=force_sessions, if_busy=if_busy, task_runner=task_runner, dask_address=dask_address,
-        dask_workers=dask_workers)
+        dask_workers=dask_workers, re_embed=re_embed)
     return run_pipeline(params, "reindex")  # type: ignore[return-value]
 
 

@@ -150,7 +150,8 @@ def run_figures(summary: RunSummary, settings: Settings) -> dict[str, Any]:
     return {
         **summary.headline(),
         "index": summary.index_path,
-        "mode": f"full rebuild ({summary.full_reason})" if summary.full else "incremental",
+        "mode": (f"full rebuild ({summary.full_reason})" + (", every chunk re-embedded" if summary.re_embedded else "")
+                 if summary.full else "incremental"),
         "swapped": summary.swapped,
         "provider": f"{summary.provider} / {summary.model}",
         "provider reason": summary.provider_reason,

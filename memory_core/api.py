@@ -100,17 +100,21 @@ class Memory:
         self._store: MemoryStore | None = None  # the agent's LanceDB memory store, opened when named
 
     # -- indexing ---------------------------------------------------------------------------
-    def index(self, *, full: bool = False, progress: Callable[[Progress], None] | None = None) -> RunSummary:
+    def index(self, *, full: bool = False, progress: Callable[[Progress], None] | None = None,
+              re_embed: bool = False) -> RunSummary:
         """Run one reindex in this process and return what it did.
 
         Incremental by default: unchanged files are carried over, changed ones re-chunked, and
         only chunks with no cached vector are embedded; a transcript that grew is indexed however
         little it grew (the session delta is for the runs this object's triggers start).
-        ``full=True`` rebuilds every file (still reusing cached vectors). ``progress`` is called
+        ``full=True`` rebuilds every file (still reusing cached vectors); ``re_embed=True`` rebuilds
+        every file and embeds every chunk again, reading no vector from the embedding cache or the
+        live index, and the fresh vectors replace the cached ones (bad vectors a provider once
+        answered, e.g. one vector for every text). ``progress`` is called
         as files are chunked and vectors return. Raises :class:`memory_core.errors.RunError` when
         the run fails (the live index stays).
         """
-        return self.indexer.run(full=full, progress=progress, appends=True)
+        return self.indexer.run(full=full, progress=progress, appends=True, re_embed=re_embed)
 
     @property
     def indexer(self) -> Indexer:

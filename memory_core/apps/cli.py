@@ -219,7 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _index_flags(p: argparse.ArgumentParser) -> None:
     _common(p)
     _writer_flags(p)
-    p.add_argument("--full", action="store_true", help="rebuild everything (vectors still come from the cache)")
+    p.add_argument("--full", action="store_true",
+                   help="rebuild everything (vectors still come from the cache and the index: --re-embed embeds"
+                        " them again)")
+    p.add_argument("--re-embed", action="store_true",
+                   help="rebuild everything and embed every chunk again through the provider (sync requests),"
+                        " reading no vector from the embedding cache or the index; the fresh vectors replace the"
+                        " cached ones (bad vectors a provider once answered). Implies --full")
     p.add_argument("--engine", choices=["auto", "prefect", "local"], default=None,
                    help="prefect: run the reindex flow; local: the same stages in-process; auto (default,"
                         " or $MEMORY_CORE_ENGINE): the flow when PREFECT_API_URL (environment or active Prefect"
@@ -593,7 +599,7 @@ def _index_local(settings: Settings, args: argparse.Namespace) -> RunSummary:
     done: RunSummary | None = None
     try:
         with Memory(settings, refresh=False) as memory:  # the front door's in-process run
-            done = memory.index(full=args.full, progress=progress)
+            done = memory.index(full=args.full, progress=progress, re_embed=args.re_embed)
         return done
     except BaseException as exc:
         # a stop as the provider closes, after the run returned (a SIGTERM there killed the
@@ -616,7 +622,7 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
         # the flow runs on these settings (resolved once); its parameters record the flags given
         # a run asked for: every transcript that grew is indexed (as --engine local's Memory.index)
         return engine.run_reindex(asked_for(settings), config_file=args.config, told=_writer_told(args), full=args.full,
-                                  progress=progress,
+                                  re_embed=args.re_embed, progress=progress,
                                   on_start=lambda url: print(f"flow run: {url}", file=sys.stderr, flush=True))
     except MemoryCoreError:
         raise

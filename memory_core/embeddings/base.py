@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,13 +98,60 @@ def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str)
     return order
 
 
+# A response whose vectors are all one, for at least this many texts the model tells apart, is
+# refused (:func:`check_not_one_vector`). Two texts may get one vector legitimately (the same
+# text; for the local model, texts that differ only in case, accents, pieces it does not know or
+# past its window); three or more different texts, every one of them, never do.
+SAME_VECTOR_MIN_TEXTS = 3
+
+
+def loose_text_key(text: str, max_tokens: int | None = None) -> str:
+    """What of ``text`` a hosted model surely reads: its first ``max_tokens // 4`` characters (a
+    token covers at least one byte, a character at most four: a model that cuts a text at its
+    window still reads them), NFKC-normalised, case-folded, whitespace runs as one space. Texts
+    with different keys are different texts to any model; the reverse need not hold (the key is
+    for counting texts a model surely tells apart, never for telling them the same)."""
+    if max_tokens:
+        text = text[:max(1, max_tokens // 4)]
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def check_not_one_vector(arr: Vectors, texts: Sequence[str], *, provider: str,
+                         told_apart: Callable[[Sequence[str]], int] | None = None) -> None:
+    """Refuse (ProviderError, nothing cached) one vector for every text of a request of at least
+    :data:`SAME_VECTOR_MIN_TEXTS` texts the model tells apart: a misconfigured gateway or caching
+    proxy answering one vector whatever it is asked. Such vectors passed every other check, went
+    into the index and the cache, and made every search rank every chunk alike. ``told_apart``:
+    how many of ``texts`` the model tells apart (default: by :func:`loose_text_key`); asked only
+    when the vectors are all bit-identical, so it costs nothing on a sound answer."""
+    n = int(arr.shape[0])
+    if n < SAME_VECTOR_MIN_TEXTS or len(texts) != n:
+        return
+    bits = arr.view(np.uint32)
+    if not (bits == bits[0]).all():
+        return
+    distinct = told_apart(texts) if told_apart is not None else len({loose_text_key(t) for t in texts})
+    if distinct >= SAME_VECTOR_MIN_TEXTS:
+        raise ProviderError(same_vector_message(provider, distinct))
+
+
+def same_vector_message(provider: str, n: int) -> str:
+    """The one line that refuses one vector for ``n`` different texts."""
+    return (f"{provider} returned the same vector for {n} different texts (a gateway or cache answering one"
+            " vector for every input?); refused, nothing was cached")
+
+
 def check_vectors(vectors: Sequence[Sequence[float] | npt.NDArray[Any]] | npt.NDArray[Any], n_expected: int, *,
-                  provider: str, dims: int | None = None, normalise: bool = False) -> Vectors:
+                  provider: str, dims: int | None = None, normalise: bool = False,
+                  texts: Sequence[str] | None = None,
+                  told_apart: Callable[[Sequence[str]], int] | None = None) -> Vectors:
     """Validate a provider's vectors and return them as a float32 (n, d) array.
 
     Refuses (ProviderError, nothing cached) fewer or more vectors than inputs, empty vectors,
     vectors of differing or unexpected dimension, NaN/infinite values and all-zero vectors (a
-    zero vector has no direction: cosine similarity with it is undefined).
+    zero vector has no direction: cosine similarity with it is undefined), and, given the
+    request's ``texts``, one vector for every one of three or more different texts
+    (:func:`check_not_one_vector`, with ``told_apart``).
     """
     if len(vectors) != n_expected:
         raise ProviderError(f"{provider} returned {len(vectors)} vectors for {n_expected} inputs")
@@ -124,7 +172,10 @@ def check_vectors(vectors: Sequence[Sequence[float] | npt.NDArray[Any]] | npt.ND
         raise ProviderError(f"{provider} returned an all-zero vector")
     if normalise:
         arr = unit_rows(arr)
-    return np.ascontiguousarray(arr, dtype=np.float32)
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if texts is not None:
+        check_not_one_vector(arr, texts, provider=provider, told_apart=told_apart)
+    return arr
 
 
 def unit_rows(arr: Vectors) -> Vectors:
@@ -201,6 +252,13 @@ class EmbeddingProvider(ABC):
 
     def estimate_tokens(self, text: str) -> int:
         return estimate_tokens(text)
+
+    def texts_told_apart(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` the model surely tells apart (:func:`check_not_one_vector` asks
+        it when a response gave them all one vector): by :func:`loose_text_key` within
+        ``max_tokens_per_input``, so texts that differ only in case, Unicode form, spacing or past
+        the window count as one."""
+        return len({loose_text_key(t, self.max_tokens_per_input) for t in texts})
 
     def knows_words(self, words: Sequence[str]) -> bool | None:
         """Whether the model's vocabulary holds each of ``words`` whole, one piece each (it has

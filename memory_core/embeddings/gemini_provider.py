@@ -139,7 +139,8 @@ class GeminiProvider(EmbeddingProvider):
             except Exception as exc:  # classified below
                 raise classify_gemini_error(exc) from None
             vectors = [list(e.values or []) for e in (resp.embeddings or [])]
-            return check_vectors(vectors, len(texts), provider="gemini", dims=self.dims, normalise=True)
+            return check_vectors(vectors, len(texts), provider="gemini", dims=self.dims, normalise=True, texts=texts,
+                                 told_apart=self.texts_told_apart)
 
         return self._request_vectors(once)
 

@@ -874,7 +874,8 @@ class LocalProvider(EmbeddingProvider):
             else:
                 vecs = engine.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
-        return check_vectors(vecs, len(texts), provider="local", dims=self.dims)
+        return check_vectors(vecs, len(texts), provider="local", dims=self.dims, texts=texts,
+                             told_apart=self.texts_told_apart)
 
     def embed_query(self, text: str) -> Vectors:
         return first_row(self.embed_documents([text]))
@@ -928,6 +929,26 @@ class LocalProvider(EmbeddingProvider):
             model = self._load()
             return [len(ids) for ids in model.tokenizer(list(texts), add_special_tokens=True,
                                                          truncation=False)["input_ids"]]
+
+    def texts_told_apart(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` the model tells apart: their word pieces within its window, as
+        its tokenizer reads them. all-MiniLM-L6-v2 is uncased: texts that differ only in case or
+        accents, in words it does not know (one [UNK] piece each, a run of base64 too), or past
+        the window get one vector, legitimately. A tokenizer that cannot be read: 1 (nothing is
+        refused on a guess)."""
+        keep = self.window_pieces - 1  # what a cut text keeps before its [SEP]
+        try:
+            ids = [e.ids for e in self._tokenizer().encode_batch([str(t) for t in texts])]
+        except MemoryCoreError:
+            raise
+        except Exception:  # no tokenizer.json: the loaded model's tokenizer
+            try:
+                ids = self._load().tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+            except MemoryCoreError:
+                raise
+            except Exception:
+                return 1
+        return len({tuple(x[:keep]) for x in ids})
 
     def count_truncated(self, texts: Sequence[str]) -> int:
         """How many texts exceed the model's input window (the model embeds only their first

@@ -155,7 +155,8 @@ class MistralProvider(EmbeddingProvider):
                 # cached), as OpenAI's and Voyage's are; only one input needs no number
                 data = [data[j] for j in order_by_index([d.index for d in data], len(texts), provider="mistral")]
             vectors = [d.embedding or [] for d in data]
-            return check_vectors(vectors, len(texts), provider="mistral", dims=self.dims, normalise=True)
+            return check_vectors(vectors, len(texts), provider="mistral", dims=self.dims, normalise=True, texts=texts,
+                                 told_apart=self.texts_told_apart)
 
         return self._request_vectors(once)
 

@@ -128,7 +128,8 @@ class OpenAIProvider(EmbeddingProvider):
             data = resp.data or []
             order = order_by_index([d.index for d in data], len(texts), provider="openai")
             vectors = [decode_embedding(data[j].embedding) for j in order]
-            return check_vectors(vectors, len(texts), provider="openai", dims=self.dims)
+            return check_vectors(vectors, len(texts), provider="openai", dims=self.dims, texts=texts,
+                                 told_apart=self.texts_told_apart)
 
         return self._request_vectors(once)
 

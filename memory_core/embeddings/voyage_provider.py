@@ -148,7 +148,8 @@ class VoyageProvider(EmbeddingProvider):
                 raise classify_voyage_error(exc) from None
             data = list(getattr(res, "data", None) or [])
             order = order_by_index([getattr(d, "index", None) for d in data], len(texts), provider="voyage")
-            return check_vectors([data[j].embedding for j in order], len(texts), provider="voyage", dims=self.dims)
+            return check_vectors([data[j].embedding for j in order], len(texts), provider="voyage", dims=self.dims,
+                                 texts=texts, told_apart=self.texts_told_apart)
 
         return self._request_vectors(once)
 

@@ -37,7 +37,12 @@ import pyarrow.parquet as pq
 
 from memory_core.config import Settings
 from memory_core.embeddings import batch_types as st
-from memory_core.embeddings.base import EmbeddingProvider, unit_rows
+from memory_core.embeddings.base import (
+    SAME_VECTOR_MIN_TEXTS,
+    EmbeddingProvider,
+    same_vector_message,
+    unit_rows,
+)
 from memory_core.embeddings.batch_clients import client_for, parse_jsonl
 from memory_core.embeddings.batch_types import BatchClient, CollectResult, JobLimits, JobRecord, JobSpec
 from memory_core.embeddings.retry import Retryable
@@ -339,15 +344,19 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
     tokens_of = dict(chunks)
     res = CollectResult(rec.local_id, rec.job_id, rec.status)
     problems = {"error": 0, "http_error": 0, "malformed": 0, "bad_vector": 0, "unknown": 0, "duplicate": 0,
-                "conflicting": 0, "missing": 0}
+                "conflicting": 0, "missing": 0, "same_vector": 0}
     stored: dict[str, bytes] = {}  # chunk hash -> digest of the vector stored for it
     conflicts: set[str] = set()  # returned twice with different vectors: neither is trusted
     unusable: set[str] = set()  # answered with a vector that cannot be used (billed all the same)
     dims = ctx.provider.dims
     pending: list[tuple[str, bytes]] = []
+    # While every vector read is the first one, nothing is stored: a job whose lines (chunk
+    # hashes, so different texts) all got one vector is refused whole (check_not_one_vector).
+    first: tuple[bytes, bytes] | None = None  # (digest, vector) of the first vector read
+    one_vector = True
 
     def flush() -> None:
-        if pending:
+        if pending and not one_vector:
             ctx.cache.put_many(list(pending), dims=len(pending[0][1]) // 4)
             pending.clear()
 
@@ -398,10 +407,26 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
                 continue
             if dims is None:
                 dims = int(vec.size)
-            stored[cid] = hashlib.sha256(vec.tobytes()).digest()
-            pending.append((cid, vec.tobytes()))
+            raw = vec.tobytes()
+            digest = hashlib.sha256(raw).digest()
+            if first is None:
+                first = (digest, raw)
+            elif one_vector and digest == first[0]:
+                raw = first[1]  # one copy of the one vector while they are all the same
+            else:
+                one_vector = False
+            stored[cid] = digest
+            pending.append((cid, raw))
             if len(pending) >= STORE_SLICE:
                 flush()
+    if one_vector and len(stored) >= SAME_VECTOR_MIN_TEXTS:
+        # one vector for every line: a gateway or cache answering one vector, never the model
+        pending.clear()
+        problems["same_vector"] = len(stored)
+        unusable.update(stored)
+        res.examples.insert(0, same_vector_message(rec.label, len(stored)))
+        stored.clear()
+    one_vector = False
     flush()
     if conflicts:
         ctx.cache.delete_many(sorted(conflicts))

@@ -94,8 +94,9 @@ class Indexer:
         return f"in-process runs, provider {self.provider.name}"
 
     def run(self, *, full: bool = False, progress: ProgressFn | None = None,
-            only_paths: Collection[str] | None = None, appends: bool = False) -> RunSummary:
-        """One reindex: incremental, or ``full`` (cached vectors are still reused). ``progress``
+            only_paths: Collection[str] | None = None, appends: bool = False, re_embed: bool = False) -> RunSummary:
+        """One reindex: incremental, or ``full`` (cached vectors are still reused), or ``re_embed``
+        (a full rebuild that embeds every chunk again, reading no cached vector). ``progress``
         is called as files are chunked and vectors return. ``only_paths`` (incremental runs): the
         absolute paths that changed since the last complete run, all of them (a watcher's events);
         the run looks at those only and takes every other indexed file as recorded, or scans
@@ -119,7 +120,7 @@ class Indexer:
             try:
                 return run_index(asked_for(self.settings) if appends else self.settings, full=full, provider=provider,
                                  reason=self._reason, progress=progress, if_busy=if_busy, only_paths=only_paths,
-                                 cancel=self._cancel)
+                                 cancel=self._cancel, re_embed=re_embed)
             finally:
                 self._cancel = None
 

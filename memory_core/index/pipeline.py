@@ -263,7 +263,8 @@ def check_index_folder(index_path: str | os.PathLike[str] | None) -> None:
 def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProvider | None = None,
               reason: str = "", progress: ProgressFn | None = None, concurrency: int = EMBED_CONCURRENCY,
               executor: Executor | None = None, if_busy: IfBusy | None = None,
-              only_paths: Collection[str] | None = None, cancel: run_stops.Cancel | None = None) -> RunSummary:
+              only_paths: Collection[str] | None = None, cancel: run_stops.Cancel | None = None,
+              re_embed: bool = False) -> RunSummary:
     """Run one reindex. Raises MemoryCoreError subclasses on failure (with ``run_summary``).
 
     ``executor``: who does the work (default: :class:`LocalExecutor` with ``concurrency``
@@ -274,7 +275,9 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     run (a watcher's events) looks at those only (see :func:`memory_core.index.stages.discover_stage`);
     a full rebuild, and the fallback provider's rebuild, scan everything. ``cancel``: the run's
     stop from another thread (its owner sets it; the run ends with RunCancelled, as by SIGTERM:
-    :mod:`memory_core.index.run_stops`).
+    :mod:`memory_core.index.run_stops`). ``re_embed``: a full rebuild that embeds every chunk
+    again through sync requests, reading no vector from the cache or the live index; the fresh
+    vectors replace the cached ones, and after the publish the cache drops the model's others.
 
     Embedding goes through the provider's Batch API when ``batch.enabled`` (see
     :mod:`memory_core.batch`). If the provider keeps failing and ``settings.fallback`` is set,
@@ -293,7 +296,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
     try:
         with run_stops.run_scope(cancel):  # a stop lost on the way (raised in a finalizer) still ends the run
             return _run_locked(settings, provider, reason, ex, own, timer, done, full=full, progress=progress,
-                               if_busy=if_busy, only_paths=only_paths)
+                               if_busy=if_busy, only_paths=only_paths, re_embed=re_embed)
     except BaseException as exc:
         if done and done[0].swapped and getattr(exc, "run_summary", None) is None:
             if is_stop(exc):  # after the run's last step: nothing was cut short
@@ -306,7 +309,7 @@ def run_index(settings: Settings, *, full: bool = False, provider: EmbeddingProv
 
 def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, own: bool, timer: Timer,
                 done: list[RunSummary], *, full: bool, progress: ProgressFn | None, if_busy: IfBusy | None,
-                only_paths: Collection[str] | None) -> RunSummary:
+                only_paths: Collection[str] | None, re_embed: bool = False) -> RunSummary:
     index_path = settings.index_file
     try:
         lock, busy = acquire_lock(settings, if_busy or ("wait" if settings.lock.wait else "fail"))
@@ -326,12 +329,12 @@ def _run_locked(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                     provider, reason = made, "as the index was built"
                 try:
                     summary = _index_once(settings, provider, reason, ex, full=full, fallback=None, timer=timer,
-                                          on_progress=progress, only_paths=only_paths, done=done)
+                                          on_progress=progress, only_paths=only_paths, done=done, re_embed=re_embed)
                 except _SwitchProvider as sw:
                     log.warning("provider %s failed (%s); rebuilding with the fallback %s", sw.info.primary,
                                 sw.info.reason, sw.info.to)
                     summary = _index_once(sw.settings, sw.provider, sw.reason, ex, full=True, fallback=sw.info,
-                                          timer=timer, on_progress=progress, done=done)
+                                          timer=timer, on_progress=progress, done=done, re_embed=re_embed)
                 if not done:  # (a published run's summary is in it already: _index_once put it there)
                     done.append(summary)
                 if settings.backend == "qmd":
@@ -381,12 +384,13 @@ def _as_built_now(settings: Settings, provider: EmbeddingProvider) -> tuple[Sett
 
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,
                 fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None,
-                only_paths: Collection[str] | None = None, done: list[RunSummary] | None = None) -> RunSummary:
+                only_paths: Collection[str] | None = None, done: list[RunSummary] | None = None,
+                re_embed: bool = False) -> RunSummary:
     """One run's stages, discovery to the summary. ``done`` gets a published run's summary while
     stops are still held (:func:`stops_held`), so a stop that lands on the way out of this
     function, before the caller has it, still finds the summary of the publish it follows."""
     ex.bind(settings)
-    full = full or fallback is not None
+    full = full or fallback is not None or re_embed
     with timer.stage("discover"):
         if only_paths is None or full:
             plan: RunPlan = ex.stage("discover", discover_stage, settings, provider, reason, full)
@@ -400,6 +404,9 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
         log.info("discovery: scanned every source (%s)", plan.hint_fallback)
     if fallback is not None:
         plan.full_reason = fallback.full_reason()
+    plan.re_embed = re_embed and provider.has_vectors
+    if plan.re_embed and settings.batch.enabled and provider.supports_batch:
+        plan.warnings.append("--re-embed embeds through sync requests: the Batch API is not used for it")
     for w in plan.warnings:
         log.warning("%s", w, extra={RUN_WARNING: True})
     if plan.nothing_to_do:
@@ -436,7 +443,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     try:
         cache = open_cache(settings, provider, plan)
         try:
-            if cache is not None and settings.batch.enabled and provider.supports_batch:
+            if cache is not None and settings.batch.enabled and provider.supports_batch and not plan.re_embed:
                 with timer.stage("batch"):
                     batch, from_cache, ex_from_cache = _batch_phase(plan, settings, provider, cache, ex, progress, report,
                                                      batch_run)

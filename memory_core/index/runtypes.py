@@ -162,6 +162,9 @@ class RunPlan:
     # freshness stops calling them changed (it did for ever: every search of a long-lived reader
     # started a run that found nothing to do)
     touched: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``index --re-embed``: every chunk is embedded again; the run's cache reads only what the run
+    # itself stored (EmbeddingCache.renew), never the cache file's or the live index's vectors
+    re_embed: bool = False
 
     @property
     def nothing_to_do(self) -> bool:
@@ -348,6 +351,8 @@ class RunSummary:
     # publish it cut short; the summary is whole (``swapped``), the stop still ends the run
     stopped: str = ""
     cut_short: list[str] = field(default_factory=list)
+    # ``index --re-embed``: every chunk was embedded again, no cached vector read
+    re_embedded: bool = False
 
     def discovery(self) -> str:
         """How the run found what changed: ``hinted: 3 paths looked at``, ``full scan (...)``."""
@@ -450,6 +455,8 @@ class RunSummary:
     def lines(self) -> list[str]:
         s = self
         mode = f"full rebuild ({s.full_reason})" if s.full else "incremental"
+        if s.re_embedded:
+            mode += ", every chunk re-embedded (--re-embed: no cached vector read)"
         state = s.outcome() + ("; run again to collect them" if not s.swapped and s.batch_pending else "")
         out = [
             f"index: {s.index_path} ({mode}; {state})",

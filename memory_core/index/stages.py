@@ -684,9 +684,12 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
     cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
     cache.throwaway = not settings.cache.enabled
+    cache.renew = plan.re_embed  # --re-embed: lookups see this run's own vectors only
     try:
         if settings.cache.enabled:
             cache.register_index(Path(plan.index_path))
+        if cache.renew:
+            return cache
         # the live index's vectors first (memory_core.storage.cache: it is their record), then those of the
         # other indexes that use this cache
         own = os.path.abspath(plan.index_path)
@@ -702,7 +705,10 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 
 def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> int:
     """After a publish: delete the cache entries the new live index holds (memory_core.storage.cache).
-    Only a cache this index alone uses, and only when the live index can be read by hash."""
+    Only a cache this index alone uses, and only when the live index can be read by hash. After
+    ``--re-embed`` the cache first drops every other vector of the model (cache.drop_old)."""
+    if settings.cache.enabled and cache.renew:
+        cache.drop_old()
     if not settings.cache.enabled or not cache.sole_index(index_path):
         return 0
     live = LiveVectors.open(index_path, cache.provider, cache.model, cache.provider_key)
@@ -814,6 +820,7 @@ def summarize(plan: RunPlan, provider: EmbeddingProvider, reason: str, *, chunks
         fallback=embed.fallback, stage_seconds={k: round(v, 3) for k, v in timings.items()},
         warnings=warnings, embedded_on=embedded_on, error=error,
         hinted=plan.hinted_paths is not None, hinted_paths=plan.hinted_paths or 0, hint_fallback=plan.hint_fallback,
+        re_embedded=plan.re_embed,
     )
 
 

@@ -537,7 +537,9 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              model_key=(provider.name, provider.model, provider.provider_key) if st.with_vectors
                              else None,
                              paths=None if plan.full else [*plan.removed, *(f.path for f in plan.to_index)],
-                             staying=lambda h: hash(h) in st.chunk_seen)
+                             # --re-embed: the live index's vectors of this model are what it replaces,
+                             # none is kept (those of another model still are)
+                             staying=(lambda h: True) if plan.re_embed else (lambda h: hash(h) in st.chunk_seen))
         run_stops.check()  # the last look before the publish: a Ctrl-C lost on the way never publishes
         try:
             writer.swap()

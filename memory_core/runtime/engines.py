@@ -66,8 +66,9 @@ class Engine(Protocol):
 
     def run_reindex(self, settings: Settings, *, config_file: str | None, told: dict[str, Any], full: bool,
                     progress: Callable[[Progress], None] | None = None,
-                    on_start: Callable[[str], None] | None = None) -> RunSummary:
-        """Run the reindex as a flow run in this process; ``told``: the settings given as flags."""
+                    on_start: Callable[[str], None] | None = None, re_embed: bool = False) -> RunSummary:
+        """Run the reindex as a flow run in this process; ``told``: the settings given as flags;
+        ``re_embed``: every chunk embedded again, no cached vector read (``index --re-embed``)."""
         ...
 
     def run_deployment(self, name: str, parameters: dict[str, Any], *, timeout_s: float,

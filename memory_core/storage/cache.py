@@ -250,6 +250,11 @@ class EmbeddingCache:
         # True for a cache that lives and dies with one run (its work folder): close() then
         # drops the journal instead of folding it into a file about to be deleted
         self.throwaway = False
+        # True for a run that embeds every chunk again (``index --re-embed``): lookups see only
+        # what this instance stored (its journal), never the live indexes' nor the cache file's
+        # vectors (bad ones a provider once answered: one vector for every text); its vectors
+        # replace the cached ones when folded, and :meth:`drop_old` drops the model's others
+        self.renew = False
         self.recover()
 
     def _open(self) -> None:
@@ -443,6 +448,11 @@ class EmbeddingCache:
 
         rest = list(dict.fromkeys(hashes))
         got: dict[str, bytes] = {}
+        if self.renew:  # this run's own vectors only
+            if rest and self.journal:
+                with self._lock:
+                    got.update((d.hex(), emb) for d, emb in self.journal.get(_digests(rest)).items() if fits(emb))
+            return got
         for live in list(self.live):
             if rest:
                 got.update((h, emb) for h, emb in self._ask(live, live.get_many, rest, {}).items() if fits(emb))
@@ -474,7 +484,7 @@ class EmbeddingCache:
         size = int(dims) * 4 if dims else None
         rest = list(dict.fromkeys(hashes))
         held: set[str] = set()
-        for live in list(self.live):
+        for live in [] if self.renew else list(self.live):
             if rest and (size is None or live.size == size):
                 held |= self._ask(live, live.has_many, rest, set())
                 rest = [h for h in rest if h not in held]
@@ -484,6 +494,8 @@ class EmbeddingCache:
                 fits = [off >= 0 and (size is None or self.journal.dims_at(off) * 4 == size) for off in found]
             held.update(h for h, ok in zip(rest, fits, strict=True) if ok)
             rest = [h for h, ok in zip(rest, fits, strict=True) if not ok]
+        if self.renew:
+            return held
         if size is None:
             return held | {r[0].hex() for r in self._select("hash", rest)}
         return held | {r[0].hex() for r in self._select("hash, length(embedding)", rest) if r[1] == size}
@@ -561,11 +573,28 @@ class EmbeddingCache:
 
     def is_empty(self) -> bool:
         """True when there is no vector for this (provider, model, provider_key): no cache
-        entry, and no live index holding vectors of it."""
+        entry, and no live index holding vectors of it (:attr:`renew`: nothing in its journal)."""
+        if self.renew:
+            return not self.journal
         if any(not live.is_empty() for live in self.live) or self.journal:
             return False
         return self.conn.execute("SELECT 1 FROM cache_vectors WHERE model_id = ? LIMIT 1",
                                  (self.model_id,)).fetchone() is None
+
+    def drop_old(self) -> int:
+        """Delete every vector of this (provider, model, provider_key) from the cache file, keeping
+        this instance's journal (folded next, by :meth:`trim` or :meth:`close`): after a
+        ``--re-embed`` run published, the vectors it did not embed again are not trusted (a
+        provider that once answered one vector for every text put them there). The number deleted."""
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                n = int_of(w, "SELECT count(*) FROM cache_vectors WHERE model_id = ?", (self.model_id,))
+                w.execute("DELETE FROM cache_vectors WHERE model_id = ?", (self.model_id,))
+        if n:
+            log.info("re-embed: dropped %d older vectors of %s / %s from the embedding cache", n, self.provider,
+                     self.model)
+        return n
 
     # -- one vector copy: the cache keeps what the live index does not hold ---------------
     def register_index(self, index_path: Path) -> None:

@@ -476,8 +476,17 @@ class FakeServer:
     def native_dims(self, model: str | None) -> int:
         return self.model_dims.get(model or "", self.fallback_dims)
 
+    # True: one vector for every text (sync and Batch API answers alike), as a misconfigured
+    # gateway or caching proxy answers; False again: the provider is fixed
+    same_vector: bool = False
+    SAME_VECTOR_TEXT: ClassVar[str] = "one answer for every text"
+
+    def vector_text(self, text: str) -> str:
+        """The text whose vector answers ``text`` (see ``same_vector``)."""
+        return self.SAME_VECTOR_TEXT if self.same_vector else text
+
     def vector_for(self, text: str, dims: int, model: str | None = None) -> list[float]:
-        return fake_vector(text, dims)
+        return fake_vector(self.vector_text(text), dims)
 
     # ---- dispatch --------------------------------------------------------------------------
 

@@ -188,6 +188,7 @@ class GeminiFake(BatchingFakeServer):
         return None
 
     def vector_for(self, text: str, dims: int, model: str | None = None) -> list[float]:
+        text = self.vector_text(text)
         v = fake_vector(text, dims)
         if dims == self.native_dims(model):
             return v
