@@ -69,6 +69,12 @@ class RunCancelled(RunError):
         return f"{self.why}; the live index was left as it was"
 
 
+class ProviderAnswerError(ProviderError):
+    """The provider answered, but a vector it gave cannot be used (NaN, infinite, zero): a fault
+    of that answer, not an outage. A reader answers that query keyword-only and asks again for the
+    next one; it does not take the provider for down (:class:`memory_core.storage.indexmeta.ProviderOutages`)."""
+
+
 class IndexLockedError(RunError):
     """Another run holds the writer lock of this index."""
 

@@ -112,3 +112,23 @@ def test_a_search_does_not_wait_on_a_stalled_embedding(workspace: Path, openai_f
     finally:
         t.join()
     assert "res" in stalled
+
+
+@pytest.mark.parametrize("kind", ["zero", "nan"])
+def test_one_bad_answer_is_not_an_outage(workspace: Path, openai_fake: Any, kind: str) -> None:
+    """A provider that answered one query with a vector that cannot be used (all zeros, NaN) is
+    not down: that query is answered keyword-only, the next one is embedded. Before, the bad
+    answer was remembered as an outage and every reader answered keyword-only for 30 s (then 60,
+    120, ... for each bad answer in a row)."""
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    openai_fake.reset_log()
+    openai_fake.bad_payload_next(kind)
+    with Searcher(s) as se:
+        first = se.search_response("replica lag alert").to_dict()
+        assert first["results"] and "keyword-only" in first["note"]
+        asked = openai_fake.embed_requests
+        second = se.search_response("postgres replication").to_dict()
+        assert openai_fake.embed_requests == asked + 1  # asked again at once
+        assert not second.get("note") and any(r["vector_score"] > 0 for r in second["results"])
+    assert not indexmeta.ProviderOutages._down

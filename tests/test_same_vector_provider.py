@@ -378,3 +378,17 @@ def test_re_embed_is_on_the_python_api(tmp_path: Path) -> None:
     assert done.swapped and done.full and done.re_embedded and done.chunks_from_cache == 0
     assert "every chunk re-embedded" in "\n".join(done.lines())
     assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
+
+
+@pytest.mark.parametrize("scale,said", [(1e30, "too long to measure"), (1e-30, "too short to measure"),
+                                        (0.0, "all-zero vector")])
+def test_a_vector_float32_cannot_measure_is_named_for_what_it_is(scale: float, said: str) -> None:
+    """Audit D: a vector whose length overflows or underflows float32 was refused as 'an all-zero
+    vector'. It is still refused (its cosine cannot be computed), as what it is, and as a fault
+    of that answer (ProviderAnswerError: a reader does not take the provider for down)."""
+    from memory_core.errors import ProviderAnswerError
+
+    ok = np.ones((2, 8), dtype=np.float32)
+    bad = np.vstack([ok, np.full((1, 8), scale, dtype=np.float32)])
+    with pytest.raises(ProviderAnswerError, match=said):
+        check_vectors(bad, 3, provider="openai", dims=8)

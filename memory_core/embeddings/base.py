@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 import numpy as np
 
 from memory_core import secrets
-from memory_core.errors import ProviderError
+from memory_core.errors import ProviderAnswerError, ProviderError
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -166,10 +166,15 @@ def check_vectors(vectors: Sequence[Sequence[float] | npt.NDArray[Any]] | npt.ND
     if dims is not None and arr.shape[1] != dims:
         raise ProviderError(f"{provider} returned {arr.shape[1]}-d vectors, expected {dims}")
     if not np.isfinite(arr).all():
-        raise ProviderError(f"{provider} returned NaN or infinite values")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
-    if not (norms > 0).all() or not np.isfinite(norms).all():
-        raise ProviderError(f"{provider} returned an all-zero vector")
+        raise ProviderAnswerError(f"{provider} returned NaN or infinite values")
+    with np.errstate(over="ignore", under="ignore"):
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    if not np.isfinite(norms).all():
+        raise ProviderAnswerError(f"{provider} returned a vector too long to measure in float32")
+    if not (norms > 0).all():
+        tiny = bool((arr[~(norms[:, 0] > 0)] != 0).any())
+        raise ProviderAnswerError(f"{provider} returned " + ("a vector too short to measure in float32" if tiny
+                                                             else "an all-zero vector"))
     if normalise:
         arr = unit_rows(arr)
     arr = np.ascontiguousarray(arr, dtype=np.float32)

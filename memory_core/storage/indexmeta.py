@@ -418,7 +418,7 @@ class ProviderOutages:
         marker = index_file.with_name(index_file.name + ".provider-outage.json")
 
         def embed_query(text: str) -> Vectors:
-            from memory_core.errors import ProviderError
+            from memory_core.errors import ProviderAnswerError, ProviderError
 
             now = time.time()
             with cls._lock:
@@ -436,6 +436,8 @@ class ProviderOutages:
                 cls._inflight.setdefault(key, []).append(started)
             try:
                 out = real(text)
+            except ProviderAnswerError:
+                raise  # it answered: a fault of this answer, not an outage
             except ProviderError as exc:
                 with cls._lock:
                     failures = (cls._down.get(key) or (0.0, 0, ""))[1] + 1
