@@ -48,21 +48,25 @@ _STOPS: dict[str, run_stops.Cancel] = {}
 @task(name="reindex-agent", task_run_name="reindex-{agent}", cache_policy=NO_CACHE)
 def reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | None, task_runner: RunnerChoice,
                   dask_address: str | None, dask_workers: int, deployment: str | None,
-                  stop_key: str = "") -> dict[str, Any]:
+                  stop_key: str = "", re_embed: bool = False) -> dict[str, Any]:
     """One agent's reindex: the ``reindex`` flow as a subflow, or a run of ``deployment``. ``stop_key``:
     the fleet run's stop (``_STOPS``): set, the agent's run ends at its next check, or never starts."""
     cancel = _STOPS.get(stop_key)
     if cancel is not None and cancel.is_set():
         raise RunCancelled(f"{cancel.why}: agent {agent} was not started")
     with run_stops.run_scope(cancel) if cancel is not None else contextlib.nullcontext():
-        return _reindex_agent(agent, config_file, full, if_busy, task_runner, dask_address, dask_workers, deployment)
+        return _reindex_agent(agent, config_file, full, if_busy, task_runner, dask_address, dask_workers, deployment,
+                              re_embed)
 
 
 def _reindex_agent(agent: str, config_file: str, full: bool, if_busy: IfBusy | None, task_runner: RunnerChoice,
-                   dask_address: str | None, dask_workers: int, deployment: str | None) -> dict[str, Any]:
+                   dask_address: str | None, dask_workers: int, deployment: str | None,
+                   re_embed: bool = False) -> dict[str, Any]:
     params: dict[str, Any] = {"agent": agent, "config_file": config_file, "full": full, "if_busy": if_busy,
                               "task_runner": task_runner, "dask_address": dask_address,
                               "dask_workers": dask_workers}
+    if re_embed:  # only when told: a deployment of an older reindex flow takes no such parameter
+        params["re_embed"] = True
     if deployment:
         from prefect.client.schemas.objects import FlowRun
         from prefect.deployments import run_deployment
@@ -129,7 +133,7 @@ def _fleet_run_name() -> str:
 
     raw = dict(flow_run.parameters or {})
     agents = raw.get("agents") or []
-    name = "fleet-reindex-" + ("full" if raw.get("full") else "incremental")
+    name = "fleet-reindex-" + ("re-embed" if raw.get("re_embed") else "full" if raw.get("full") else "incremental")
     return name + (f"-{len(agents)}-agents" if len(agents) > 1 else f"-{agents[0]}" if agents else "")
 
 
@@ -173,19 +177,23 @@ def fleet_reindex(
     dask_address: str | None = None,
     dask_workers: int = 2,
     deployment: str | None = None,
+    re_embed: bool = False,
 ) -> dict[str, Any]:
     """Reindex every agent of the config file (or ``agents``), one task per agent.
 
     Args:
         config_file: memory-core TOML config file with an [agents] table (default: MEMORY_CORE_CONFIG).
         agents: Only these agents (default: every agent in agents.list).
-        full: Rebuild each index in full (vectors still come from the embedding cache).
+        full: Rebuild each index in full (vectors still come from the embedding cache; see re_embed).
         if_busy: When another run is writing an agent's index: wait, skip (default) or fail.
         task_runner: Where each agent's embedding requests run: threads (default) or dask.
         dask_address: Address of a running Dask scheduler (task_runner=dask).
         dask_workers: Worker processes of a local Dask cluster (task_runner=dask, no address).
         deployment: Run each agent as a run of this deployment of the reindex flow (e.g. reindex/agent),
             on its work pool, instead of a subflow here.
+        re_embed: Rebuild each index and embed every chunk again through sync requests, reading no vector
+            from the embedding cache or the index (a provider once answered bad vectors); the fresh vectors
+            replace the cached ones.
     """
     import os
 
@@ -205,7 +213,7 @@ def fleet_reindex(
     futures: dict[str, Any] = {}
     try:
         futures = {a: reindex_agent.submit(a, str(path), full, if_busy, task_runner, dask_address, dask_workers,
-                                           deployment, stop_key) for a in fleet}
+                                           deployment, stop_key, re_embed) for a in fleet}
         wait(list(futures.values()))
     except BaseException as exc:
         # a stop lands in this thread only: before, the agents' runs (in the runner's threads) went on and

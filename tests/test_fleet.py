@@ -135,3 +135,25 @@ def test_the_fleet_summary_table_says_each_agents_files_chunks_and_outcome(prefe
     # a failure, and a deployment run (its state's message, no figures), as they were
     assert _row("beta", None, "failed: boom", 2.0)["outcome"] == "failed: boom"
     assert _row("delta", {"agent": "delta", "flow_run": "r", "outcome": "Completed"}, None, 0.5)["outcome"] == "Completed"
+
+
+def test_the_fleet_re_embeds_every_agent_when_told(prefect_api: Any, tmp_path: Path) -> None:
+    """``re_embed`` reaches each agent's run (a provider that once answered bad vectors is fixed:
+    every index embeds its chunks again, reading no cached vector)."""
+    from tests.fakes.openai_fake import OpenAIFake
+
+    cfg, _ = make_fleet(tmp_path)
+    with OpenAIFake(dims=64) as srv:
+        cfg.write_text(cfg.read_text().replace(
+            'provider = "none"\n', 'provider = "openai"\nmodel = "text-embedding-3-small"\n[remote]\n'
+            f'api_key = "sk-test-key-0123456789"\nbase_url = "{srv.base_url}"\ndimensions = 64\n', 1))
+        assert fleet_reindex(config_file=str(cfg), return_state=True).is_completed()
+        before = srv.embed_requests
+        state = fleet_reindex(config_file=str(cfg), re_embed=True, return_state=True)
+        assert srv.embed_requests > before  # every agent's chunks asked for again, none from the cache
+    drain_workers()
+    assert state.is_completed(), state.message
+    assert read_flow_run(state.state_details.flow_run_id).name == "fleet-reindex-re-embed"
+    agents = state.result()["agents"]
+    for name in ("alpha", "beta"):
+        assert agents[name]["re_embedded"] is True and agents[name]["full"] is True
