@@ -175,3 +175,51 @@ def test_an_io_error_on_a_nearly_full_disk_says_the_disk_is_full(tmp_path, monke
     assert "left as it was" not in str(classify_error(exc, changes=False))
     damaged = classify_error(apsw.CorruptError("database disk image is malformed"))
     assert isinstance(damaged, IndexDamagedError) and "index --full" in str(damaged)
+
+
+def _commit_beside(path: Path) -> bool:
+    """A consistent in-place commit by another connection: one more code and one more vector in
+    the meta's counts (what an in-place run's commit changes together). False: the file was locked
+    by a reader's transaction, so it could not commit (a real writer waits for it)."""
+    other = apsw.Connection(str(path))
+    other.setbusytimeout(0)
+    try:
+        with other:
+            meta = read_meta(other)
+            assert meta is not None
+            meta["counts"]["vectors"] += 1
+            other.execute(f"UPDATE {vectors.BITS_TABLE} SET live = live + 1 WHERE block ="
+                          f" (SELECT min(block) FROM {vectors.BITS_TABLE})")
+            write_meta(other, meta)
+        return True
+    except apsw.BusyError:
+        return False
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("reader", ["probe", "searcher"])
+def test_a_commit_between_the_meta_and_the_codes_is_not_damage(workspace, openai_fake, monkeypatch, reader):
+    """Audit G (the thirty-ninth session): the probe and a reader's opening read the meta, then the
+    codes, in separate statements; an in-place update committing between them made a healthy index
+    read as damaged (59 of 22,295 probes; a long-lived searcher's search failed with the rebuild
+    hint). Here the commit is made exactly there, on every opening."""
+    from memory_core.query import retrieval
+    from memory_core.storage import store
+
+    s = openai_settings(workspace, openai_fake)
+    run_index(s)
+    real = vectors.codes_problem
+    committed: list[bool] = []
+
+    def between(conn, meta):  # type: ignore[no-untyped-def]
+        committed.append(_commit_beside(s.index_file))
+        return real(conn, meta)
+
+    monkeypatch.setattr(vectors, "codes_problem", between)
+    if reader == "probe":
+        assert store.probe_index(s.index_file)[1] is None
+    else:
+        retrieval._Index(s.index_file).close()
+    assert committed == [False]  # the reader held one snapshot: the writer waits for it
+    assert _commit_beside(s.index_file)  # and commits once the reader is done

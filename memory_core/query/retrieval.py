@@ -475,14 +475,21 @@ class _Index:
             # that leaves its size and mtime as they were (mtime ticks are coarse on some
             # filesystems); read before the meta, so a commit in between is seen next time
             self.data_version = int_of(self.conn, "PRAGMA data_version")
-            self.meta = read_meta(self.conn)
-            self.digest = index_changes.meta_digest(self.conn)
-            if self.meta is None or not has_table(self.conn, "chunks_fts"):
-                raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
-            if (newer := newer_writer(self.meta)) is not None:  # its layout may not be what we read
-                raise newer_error(path, newer)
-            # codes lost or cut short would make the vector side find less, without an error
-            problem = vectors.codes_problem(self.conn, self.meta)
+            # the meta, its digest and the codes' count in one read transaction: an in-place update
+            # committing between them would make the codes disagree with the meta (a healthy index
+            # said damaged to a long-lived reader; the thirty-ninth session's audit G)
+            self.conn.execute("BEGIN")
+            try:
+                self.meta = read_meta(self.conn)
+                self.digest = index_changes.meta_digest(self.conn)
+                if self.meta is None or not has_table(self.conn, "chunks_fts"):
+                    raise IndexDamagedError(f"{path} is not a memory-core index (or it is damaged)")
+                if (newer := newer_writer(self.meta)) is not None:  # its layout may not be what we read
+                    raise newer_error(path, newer)
+                # codes lost or cut short would make the vector side find less, without an error
+                problem = vectors.codes_problem(self.conn, self.meta)
+            finally:
+                self.conn.execute("COMMIT")
         except apsw.Error as exc:
             self.conn.close()
             raise damaged(path, exc) from None

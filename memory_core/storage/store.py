@@ -539,6 +539,9 @@ def probe_index(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"cannot open: {exc}"
     try:
         try:
+            # one read transaction: an in-place update committing between the meta and the codes
+            # would make them disagree (a healthy index said damaged; the thirty-ninth session's audit G)
+            conn.execute("BEGIN")
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             meta = read_meta(conn)
             if meta is None:
