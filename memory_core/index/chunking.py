@@ -185,7 +185,29 @@ def chunk_id(source: str, path: str, start_line: int, end_line: int, chunk_hash:
     return sha256_hex(f"{source}:{path}:{start_line}:{end_line}:{chunk_hash}:{model}")
 
 
-def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overlap: int) -> list[Chunk]:
+def _text_line_numbers(c: Chunk, lines: Sequence[str], max_chars: int) -> list[int] | None:
+    """The line of ``lines`` (1-based) each line of ``c.text`` comes from: a chunk of
+    :func:`chunk_markdown` holds a line whole, or segments of a line longer than ``max_chars``
+    (each a line of its text), so its text's lines need not be one a line of the file. None when
+    the text is not such a run of segments (not a chunk of ``lines``)."""
+    text_lines = c.text.split("\n")
+    if len(text_lines) == c.end_line - c.start_line + 1:  # every line contributes one: whole or one segment
+        return list(range(c.start_line, c.end_line + 1))
+    if not 1 <= c.start_line <= c.end_line <= len(lines):
+        return None
+    segs = [(no, seg) for no in range(c.start_line, c.end_line + 1)
+            for seg in _segments(lines[no - 1], max_chars)]
+    n = len(text_lines)
+    for i in range(len(segs) - n + 1):  # the run starts in the first line's segments
+        if segs[i][0] != c.start_line:
+            break
+        if segs[i + n - 1][0] == c.end_line and all(segs[i + k][1] == text_lines[k] for k in range(n)):
+            return [segs[i + k][0] for k in range(n)]
+    return None
+
+
+def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overlap: int,
+                  content: str | None = None) -> list[Chunk]:
     """Re-split, at line boundaries, the chunks longer than the embedding model's input window.
 
     Only for a provider with its own tokenizer (``piece_counts(texts)`` and ``window_pieces``:
@@ -194,14 +216,21 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
     window is chunked again by :func:`chunk_markdown` with a character budget scaled by
     ``window / pieces`` (shrunk further until every part fits, overlap scaled alike), so its
     parts still start and end on line boundaries (a single line longer than the window is cut
-    into segments, as the reference cuts any over-long line). Line numbers are the original
-    file's.
+    into segments, as the reference cuts any over-long line). Line numbers are those of
+    ``content``, the text ``chunks`` were cut from: a part's lines are looked up line by line
+    (:func:`_text_line_numbers`), as a line over the chunker's ``max_chars`` is several lines of a
+    chunk's text (an unwrapped paragraph, a pasted log, a long message of a transcript). They were
+    once the chunk's first line plus the part's offset in its text, which cited every part after
+    such a line too far down (the thirty-ninth session's audit F: a build id on line 1 cited as
+    line 4, a transcript's question as the reply three lines below it).
     """
     count = getattr(provider, "piece_counts", None)
     window = getattr(provider, "window_pieces", None)
     if not callable(count) or not isinstance(window, int) or window <= 8 or not chunks:
         return list(chunks)
     pieces = count([c.text for c in chunks])
+    lines = content.split("\n") if content is not None else None
+    max_chars = max_chunk_chars(tokens)
     out: list[Chunk] = []
     for c, n in zip(chunks, pieces, strict=True):
         if n <= window:
@@ -215,8 +244,11 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
             n = max(count([p.text for p in parts]), default=0)
             if n <= window or budget == 8:
                 break
-        off = c.start_line - 1
-        out.extend(Chunk(p.start_line + off, p.end_line + off, p.text, p.hash) for p in parts)
+        nums = _text_line_numbers(c, lines, max_chars) if lines is not None else None
+        if nums is None:  # (no content given: each line of the text taken for a line of the file)
+            nums = list(range(c.start_line, c.start_line + c.text.count("\n") + 1))
+        out.extend(Chunk(nums[p.start_line - 1], nums[min(p.end_line, len(nums)) - 1], p.text, p.hash)
+                   for p in parts)
     return out
 
 

@@ -527,7 +527,7 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             digest = doc.file_sha256
             size, mtime_ms = doc.file_stat[0], doc.file_stat[1] // 1_000_000
         chunks = remap_chunk_lines(fit_to_window(chunk_markdown(doc.content, tokens, overlap), provider, tokens,
-                                                 overlap), doc.line_map) if doc.content else []
+                                                 overlap, doc.content), doc.line_map) if doc.content else []
         lines = doc.lines
     else:
         got = _read_markdown(f, warnings, skipped)
@@ -540,7 +540,8 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
         size, mtime_ms = st.st_size, st.st_mtime_ns // 1_000_000
         if should_redact("memory", settings.redact):
             text = redact_lines(text)  # line count kept; PEM blocks across lines too
-        chunks = end_at_last_line(fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap), text)
+        chunks = end_at_last_line(fit_to_window(chunk_markdown(text, tokens, overlap), provider, tokens, overlap, text),
+                                  text)
     # Identical segments of one long line share lines and hash, hence the reference's
     # chunk id: keep one (they would be the same search result anyway).
     seen_keys: set[tuple[int, int, str]] = set()

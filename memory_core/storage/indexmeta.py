@@ -47,7 +47,7 @@ from memory_core.storage.store import SCHEMA_VERSION, fts_tokenizer, probe_index
 # A difference in any of these between the live index and a run means a full rebuild.
 REBUILD_KEYS = ("schema_version", "provider", "model", "provider_key", "chunk_tokens", "chunk_overlap",
                 "exchange_vectors", "sources", "extra_paths", "redact", "redaction", "fts_tokenizer", "exchange_parts",
-                "note_windows")
+                "note_windows", "window_lines")
 
 REDACTION_VERSION = 2
 """Which secrets redaction masks (memory_core.sources.redact), recorded where it masks anything
@@ -63,6 +63,14 @@ EXCHANGE_PARTS_VERSION = 2
 absent (indexes before it), its exchanges; 2, its exchanges, one of more than 4 messages as
 overlapping windows of 4. Recorded only where it applies (sessions indexed, exchange vectors on),
 so a notes-only index is not rebuilt for it."""
+
+WINDOW_LINES_VERSION = 2
+"""How a chunk re-split to the embedding model's window is cited
+(:func:`memory_core.index.chunking.fit_to_window`), recorded where chunks are re-split (a provider
+that counts its own pieces: the local model): absent, its first line plus the part's offset in its
+text, too far down after a line longer than the chunker's budget (an unwrapped paragraph, a long
+message of a transcript); 2, each part at the lines its text is from. An index of the older
+reading is rebuilt once (its chunks cut again; unchanged texts' vectors come from the cache)."""
 
 NOTE_WINDOWS_VERSION = 2
 """What a note chunk's extra vectors are (memory_core.index.chunking.note_windows): absent (indexes
@@ -133,6 +141,7 @@ def build_meta(settings: Settings, provider: EmbeddingProvider, reason: str) -> 
         "note_windows": NOTE_WINDOWS_VERSION if note_windows_on(settings, provider) and "memory" in settings.sources
         else None,
         "message_days": MESSAGE_DAYS_VERSION if "sessions" in settings.sources else None,
+        "window_lines": WINDOW_LINES_VERSION if callable(getattr(provider, "piece_counts", None)) else None,
         "sources": sorted(settings.sources),
         "extra_paths": sorted(settings.extra_paths),
         "redact": settings.redact,
@@ -191,6 +200,9 @@ def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str
             elif key == "exchange_parts" and new.get(key) is not None:
                 msg = ("transcript exchange vectors changed: exchanges of more than 4 messages are now embedded"
                        " as windows of 4")
+            elif key == "window_lines" and new.get(key) is not None:
+                msg = ("chunk citations corrected: a chunk re-split to the model's window is cited at the lines"
+                       " its text is from")
             elif key == "redaction" and new.get(key) is not None:
                 msg = "redaction rules changed: secrets the older rules missed are masked now"
             elif key == "note_windows":
