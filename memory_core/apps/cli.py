@@ -1020,8 +1020,8 @@ def _run(args: argparse.Namespace) -> int:
         if os.environ.get("MEMORY_CORE_DEBUG") == "1" or isinstance(exc, BrokenPipeError):
             raise
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        print(f"memory-core: error: {exc.strerror or exc}{where}; the live index was left as it was",
-              file=sys.stderr)
+        kept = "" if args.command in _READS_ONLY else "; the live index was left as it was"
+        print(f"memory-core: error: {exc.strerror or exc}{where}{kept}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt as exc:
         published = _published(exc)
@@ -1029,6 +1029,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"memory-core: interrupted after {done}", file=sys.stderr)
         elif published is not None:  # Ctrl-C after the new index went live: it says so (exit 130 all the same)
             print(f"memory-core: {published.stop_note()}", file=sys.stderr)
+        elif args.command in _READS_ONLY and args.command != "export":  # (export: its own file, as it was)
+            print("memory-core: interrupted", file=sys.stderr)
         else:
             print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)
         return 130

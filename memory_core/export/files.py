@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from memory_core.embeddings.base import CHARS_PER_TOKEN, DEFAULT_CHUNK_TOKENS
 from memory_core.errors import IndexDamagedError, RunCancelled, RunError, UsageError
 from memory_core.index.run_stops import stops_held
-from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.indexmeta import IndexRecord, newer_error, newer_writer
 from memory_core.storage.store import (
     SQLITE_SIDECARS,
     connect_reader,
@@ -186,6 +186,9 @@ class _Snapshot:
         # file in place waits for it (briefly), then builds a new file instead
         self.conn.execute("BEGIN")
         self.meta = read_meta(self.conn) or {}  # as stored: the LanceDB export carries it along
+        if (newer := newer_writer(self.meta)) is not None:  # its layout may not be what we read
+            self.conn.close()
+            raise newer_error(index_path, newer)
         self.record = IndexRecord.from_meta(self.meta) or IndexRecord()
         self.vec_table = has_table(self.conn, "chunks_vec")
         self.vec = self.vec_table and load_vec(self.conn)

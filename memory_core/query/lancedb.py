@@ -34,6 +34,7 @@ from memory_core.query.results import SearchRun
 from memory_core.sources.redact import query_for_provider
 from memory_core.storage import textsearch
 from memory_core.storage.indexmeta import IndexRecord, QueryProviderOwner
+from memory_core.storage.textsearch import well_formed
 
 if TYPE_CHECKING:
     from memory_core.embeddings.base import EmbeddingProvider
@@ -222,7 +223,7 @@ class LanceSearcher(QueryProviderOwner):
         from memory_core.query.dates import latest_day, query_date_range
         from memory_core.query.search import Candidates, day_words_taken_out
 
-        query = (query or "").replace("\x00", " ")
+        query = well_formed(query or "")
         if not query.strip() or not self.n_chunks:  # the export of an empty index: no results
             return Candidates(query, [], [], False)
         days = self._conversation_days

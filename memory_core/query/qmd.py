@@ -36,6 +36,7 @@ from memory_core.storage.qmd import (
     run_qmd,
     state_dir,
 )
+from memory_core.storage.textsearch import well_formed
 
 log = logging.getLogger("memory_core.qmd")
 
@@ -232,7 +233,7 @@ class QmdSearcher(Searcher):
         t0 = time.time()
         name = f"{self.settings.qmd.search_mode}"
         try:
-            results = self.qmd_search(query.replace("\x00", " "), n, min_score, sources)
+            results = self.qmd_search(well_formed(query), n, min_score, sources)
         except QmdError as exc:
             self.backend_note = f"qmd {name} failed ({exc}); answered from the builtin index"
             log.warning("%s", self.backend_note)

@@ -20,6 +20,7 @@ from memory_core.query.dates import transcript_dates
 from memory_core.query.results import FileText
 from memory_core.sources.discovery import parse_citation, resolve_indexed_path
 from memory_core.storage.indexmeta import IndexRecord
+from memory_core.storage.textsearch import well_formed
 
 MAX_GET_LINES = 2000
 MAX_GET_CHARS = 100_000
@@ -123,7 +124,7 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     """
     if not isinstance(path, str) or not path.strip():
         raise PathError("path is empty")
-    cite = parse_citation(path)
+    cite = parse_citation(well_formed(path))
     path = cite.path
     from_line = cite.start_line if from_line is None else from_line
     lines = cite.lines if lines is None and from_line == cite.start_line else lines

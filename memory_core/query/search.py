@@ -344,7 +344,7 @@ class Searcher(QueryProviderOwner):
 
     def _retrieve(self, query: str, n_candidates: int, sources: list[str] | None, *,
                   vector: bool, keyword: bool, read_days: bool) -> Candidates:
-        query = (query or "").replace("\x00", " ")
+        query = textsearch.well_formed(query or "")
         if not query.strip():
             return Candidates(query, [], [], False)
         srcs = tuple(dict.fromkeys(sources)) if sources else None

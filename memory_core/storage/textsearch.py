@@ -640,3 +640,16 @@ def keyword_tokens(text: str) -> frozenset[str]:
             tokens.update(run)
             tokens.update(run[i : i + 2] for i in range(len(run) - 1))
     return frozenset(tokens)
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each lone surrogate (a non-UTF-8 byte of a command line, decoded by Python as
+    ``U+DCxx``; half a pair from a JSON escape) as U+FFFD, and NUL as a space: what a query or a
+    path may hold before it reaches SQLite or a tokenizer, which refuse such strings (a traceback
+    of the CLI, a raw TypeError or UnicodeEncodeError of the API, before the thirty-ninth session)."""
+    text = text.replace("\x00", " ")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
