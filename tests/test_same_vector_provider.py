@@ -392,3 +392,35 @@ def test_a_vector_float32_cannot_measure_is_named_for_what_it_is(scale: float, s
     bad = np.vstack([ok, np.full((1, 8), scale, dtype=np.float32)])
     with pytest.raises(ProviderAnswerError, match=said):
         check_vectors(bad, 3, provider="openai", dims=8)
+
+
+def test_a_small_window_model_behind_an_openai_endpoint_is_not_refused(tmp_path: Path) -> None:
+    """Audit G (the thirty-ninth session): an OpenAI-compatible server may serve a 256-token model
+    under any name and cut longer inputs without a word. Three templated notes alike in their first
+    1,000 characters then get one vector, legitimately; the check compared 2,048 characters (the
+    8,192 tokens memory-core takes an `openai` model to read) and failed the run."""
+    from memory_core.index.indexer import Indexer
+    from tests.conftest import openai_settings
+
+    header = ("Template: weekly review. Answer each prompt below in full sentences and keep the headings as they"
+              " are. What went well this week, what did not, what will you change next week, who helped you. ") * 6
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nlikes tea\n")
+    with OpenAIFake(dims=DIMS) as srv:
+        srv.vector_text = lambda text: text[:1000]  # the served model reads its window only
+        s = openai_settings(ws, srv, remote={"max_attempts": 1})
+        Indexer(s).run()
+        for i, body in enumerate(["shipped the parser", "fixed the flaky test", "planned the offsite"]):
+            (ws / "memory" / f"2026-11-0{i + 1}.md").write_text(f"{header}\n\n# Week {i + 1}\n\n{body}\n")
+        assert Indexer(s).run().swapped
+        # a gateway answering one vector still is refused: texts differing in their first 64 characters
+        del srv.vector_text  # (the fake's own again)
+        srv.same_vector = True
+        for i in range(3):
+            (ws / "memory" / f"2026-12-0{i + 1}.md").write_text(f"note {i}: {'abcdefgh'[i] * 30}\n")
+        with pytest.raises(ProviderError, match="same vector"):
+            Indexer(s).run()
+    from memory_core.embeddings.base import SURE_WINDOW_TOKENS
+
+    assert SURE_WINDOW_TOKENS // 4 == 64

@@ -103,6 +103,10 @@ def order_by_index(indexes: Sequence[object], n_expected: int, *, provider: str)
 # text; for the local model, texts that differ only in case, accents, pieces it does not know or
 # past its window); three or more different texts, every one of them, never do.
 SAME_VECTOR_MIN_TEXTS = 3
+# The window every embedding model reads at least (all-MiniLM's 256 pieces; the BERT-sized models an
+# OpenAI-compatible server may serve under any name): a hosted model's texts that differ within its
+# first 256 // 4 = 64 characters are surely different texts to it.
+SURE_WINDOW_TOKENS = 256
 
 
 def loose_text_key(text: str, max_tokens: int | None = None) -> str:
@@ -261,9 +265,13 @@ class EmbeddingProvider(ABC):
     def texts_told_apart(self, texts: Sequence[str]) -> int:
         """How many of ``texts`` the model surely tells apart (:func:`check_not_one_vector` asks
         it when a response gave them all one vector): by :func:`loose_text_key` within
-        ``max_tokens_per_input``, so texts that differ only in case, Unicode form, spacing or past
-        the window count as one."""
-        return len({loose_text_key(t, self.max_tokens_per_input) for t in texts})
+        :data:`SURE_WINDOW_TOKENS` (or the model's window, when smaller), so texts that differ
+        only in case, Unicode form, spacing or past that count as one. Not the model's own window:
+        an OpenAI-compatible endpoint may serve a model of 256 or 512 tokens under any name and cut
+        longer inputs without a word, so templated notes alike in their first 1,000 characters were
+        refused as one vector for different texts (the thirty-ninth session's audit G)."""
+        return len({loose_text_key(t, min(self.max_tokens_per_input or SURE_WINDOW_TOKENS, SURE_WINDOW_TOKENS))
+                    for t in texts})
 
     def knows_words(self, words: Sequence[str]) -> bool | None:
         """Whether the model's vocabulary holds each of ``words`` whole, one piece each (it has
