@@ -101,3 +101,30 @@ def test_an_interrupted_reader_does_not_speak_of_the_live_index(command: str, sa
     monkeypatch.setitem(cli.COMMANDS, command, stopped)
     assert cli.main([command, "-w", str(tmp_path), *(["query"] if command == "search" else [])]) == 130
     assert capsys.readouterr().err == said
+
+
+def test_a_query_only_of_a_day_claims_no_fallback(workspace: Path, openai_fake: object) -> None:
+    """Audit F: a query only of the day it names (nothing left to embed) said
+    `fallback: {to: keyword, reason: the query could not be embedded}` though the provider was up,
+    and one of a day memory holds nothing of said `nothing scored at least 0.15`, though nothing
+    was scored."""
+    from tests.conftest import openai_settings
+
+    s = openai_settings(workspace, openai_fake, sources=["memory", "sessions"])
+    run_index(s)
+    with Searcher(s) as se:
+        dated = se.search_response("2026-11-02").to_dict()
+        assert dated["results"] and {r["match"] for r in dated["results"]} == {"date"}
+        assert dated["fallback"] is None
+        words = se.search_response("rate limit headers on 2026-11-02").to_dict()
+        assert words["results"] and words["fallback"] is None
+    plain = workspace.parent / "plain"  # notes of no day at all
+    plain.mkdir()
+    (plain / "MEMORY.md").write_text("# Memory\n\nThe team prefers green tea.\n")
+    s = openai_settings(plain, openai_fake)
+    run_index(s)
+    with Searcher(s) as se:
+        for q in ("yesterday", "last week"):
+            none = se.search_response(q).to_dict()
+            assert not none["results"] and none["fallback"] is None
+            assert "names a day and nothing else" in none["note"] and "scored" not in none["note"]

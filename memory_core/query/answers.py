@@ -142,11 +142,12 @@ def shape_results(results: list[dict[str, Any]], settings: Settings, chat_type: 
 
 
 def nothing_found_note(floor: float, counts: dict[str, int] | None, record: IndexRecord | None,
-                       sources: list[str] | None, *, query: str = "") -> str:
+                       sources: list[str] | None, *, query: str = "", days_only: bool = False) -> str:
     """What an answer with no results says: what is actually the case. An empty index, or a
     source asked for that holds nothing (no transcripts indexed), is not "nothing matches".
     ``counts``: the index's chunks by source (None: unknown); ``record``: what it recorded;
-    ``sources``: the sources asked for (None: all)."""
+    ``sources``: the sources asked for (None: all); ``days_only``: the query was only the days it
+    names, searched by date alone."""
     if not query.strip():
         return "the query is empty: nothing was searched"
     if counts is not None:
@@ -167,6 +168,9 @@ def nothing_found_note(floor: float, counts: dict[str, int] | None, record: Inde
                 else:
                     parts.append(f"no {name} is indexed ({s} holds nothing: none was found when indexing)")
             return "; ".join(parts)
+    if days_only:  # it was searched by date alone: no score was the cause
+        return ("the question names a day and nothing else, and memory holds nothing of that day (or those days);"
+                " ask about what happened, or name another day")
     return (f"nothing scored at least {floor:g} (min_score): the memory holds nothing that matches this"
             " well; try other words, or a lower min_score to see weaker matches")
 

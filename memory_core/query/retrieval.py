@@ -407,6 +407,9 @@ class Candidates:
     # the share of the candidate files that hold more than one chunk (:func:`multi_chunk_share`):
     # how much a file's relevance as a whole can say beyond its chunk's own
     multi_chunk_share: float = 1.0
+    # words were left to embed (False: an empty query, or one only of the day it names, which
+    # matches by date alone): no vector side was asked for, so none failed
+    words_left: bool = True
 
     @property
     def words_absent(self) -> bool:

@@ -172,7 +172,9 @@ def search_answer(searcher: Answering, query: str, max_results: int | None = Non
         if read_index and callable(indexed):
             with contextlib.suppress(Exception):
                 counts = indexed()
-        notes.append(nothing_found_note(floor, counts, record, file_srcs, query=query))
+        # a query only of the days it names (nothing left to embed or to match as words)
+        days_only = read_index and last.embedded is None and bool(query.strip())
+        notes.append(nothing_found_note(floor, counts, record, file_srcs, query=query, days_only=days_only))
     return SearchAnswer(results=shaped.results, provider=meta.provider, model=meta.model, backend=meta.backend,
                         mode=meta.mode, fallback=meta.fallback, citations=citations_mode(searcher.settings, chat_type),
                         note="; ".join(notes))
@@ -299,7 +301,9 @@ class Searcher(QueryProviderOwner):
         max_results = q.max_results if max_results is None else max(1, int(max_results))
         cands = self.retrieve(query, self.candidate_count(max_results), sources,
                               vector=mode != "keyword", keyword=mode != "vector")
-        self.last_search = SearchRun(embedded=cands.embedded, words_absent=cands.words_absent)
+        # (None: nothing to embed, the query only a day's words: not a provider's failure)
+        self.last_search = SearchRun(embedded=cands.embedded if cands.words_left else None,
+                                     words_absent=cands.words_absent)
         return self.rank(cands, max_results=max_results, min_score=min_score, mode=mode)
 
     def search_response(self, query: str, max_results: int | None = None, min_score: float | None = None,
@@ -346,7 +350,7 @@ class Searcher(QueryProviderOwner):
                   vector: bool, keyword: bool, read_days: bool) -> Candidates:
         query = textsearch.well_formed(query or "")
         if not query.strip():
-            return Candidates(query, [], [], False)
+            return Candidates(query, [], [], False, words_left=False)
         srcs = tuple(dict.fromkeys(sources)) if sources else None
         with self._lock:
             idx = self._current()
@@ -429,7 +433,7 @@ class Searcher(QueryProviderOwner):
                 idx.background_cosine() if embedded else None,
                 q.vector_calibration)
             cands = Candidates(query, kw_hits, vec_hits, embedded, union, cal, idf_total, dates, corpus_cov,
-                               knows_absent_words=knows_absent)
+                               knows_absent_words=knows_absent, words_left=bool(text.strip()))
             if qvec is not None and union and wants_file_support(q, cands):  # each file's relevance as a whole
                 cands = replace(cands, file_cosines=retrieval.file_cosines(idx, qvec, union),
                                 multi_chunk_share=retrieval.multi_chunk_share(idx, [h.path for h in union]))
