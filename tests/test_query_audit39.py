@@ -128,3 +128,23 @@ def test_a_query_only_of_a_day_claims_no_fallback(workspace: Path, openai_fake: 
             none = se.search_response(q).to_dict()
             assert not none["results"] and none["fallback"] is None
             assert "names a day and nothing else" in none["note"] and "scored" not in none["note"]
+
+
+@pytest.mark.parametrize("query,day", [
+    ("what did we plan on the 31st of February?", None),
+    ("on the thirtieth of February", None),
+    ("February the thirtieth", None),
+    ("the thirty first of April", None),
+    ("on the 31st of January", (1, 31)),
+    ("on the 29th of February", (2, 29)),
+    ("on the 12th", (11, 12)),
+])
+def test_an_impossible_day_written_as_an_ordinal_is_no_day(query: str, day: tuple[int, int] | None) -> None:
+    """Audit F: 'the 31st of February' was read as the latest 31st (2026-10-31) and 'the thirtieth of
+    February' as the latest 30th, where '31 February' is rightly no day."""
+    import datetime as dt
+
+    from memory_core.query.dates import query_date_range
+
+    got = query_date_range(query, anchor=lambda: dt.date(2026, 11, 20))
+    assert (None if got is None else (got.start.month, got.start.day)) == day

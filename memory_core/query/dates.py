@@ -653,6 +653,24 @@ def _not_a_day(q: str, m: re.Match[str], dots: bool) -> bool:
                     and _DETERMINER_BEFORE.compiled.search(q, max(0, i - _BEHIND), i) is None))
 
 
+_MONTH_AFTER = LazyPattern(rf"\s+(?:of\s+)?{_MONTH_RE}\b", re.IGNORECASE)
+_MONTH_BEFORE = LazyPattern(rf"\b{_MONTH_RE}\.?,?\s+$", re.IGNORECASE)
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # the most a month has (February: a leap year's)
+
+
+def _impossible_in_named_month(q: str, m: re.Match[str]) -> bool:
+    """Whether the ordinal day ``m`` ("the 31st") is of a month named right after it ("of
+    February") or right before it ("February the 30th") that has no such day. Such a day is read as
+    none, as ``31 February`` is (the thirty-ninth session's audit F: it was read as the latest 31st)."""
+    after = _MONTH_AFTER.compiled.match(q, m.end())
+    before = _MONTH_BEFORE.compiled.search(q[max(0, m.start() - 16):m.start()])
+    named = after or before
+    if named is None:
+        return False
+    mon = _MONTHS.get(named.group(1).lower().rstrip("."))
+    return mon is not None and int(m.group(1)) > _MONTH_DAYS[mon - 1]
+
+
 def _ordinal_is_day(q: str, m: re.Match[str], day_word: bool) -> bool:
     """Whether the ordinals ``m`` (``the 1st and 2nd``) name days of the month: after a day's word
     (``on``), or after ``the`` with nothing they could number after them (:data:`_ORDINAL_ENDS`);
@@ -913,6 +931,8 @@ def _read_days(q: str, ref: Callable[[], date], order: str, ahead: int, plans: b
             if md:
                 add(m.start(), m.end(), _latest(md[0], md[1], None, yearless()))
     for m in _ORDINAL_DAY.finditer(q):  # "on the 13th": the latest 13th up to the reference day
+        if _impossible_in_named_month(q, m):
+            continue  # "the 31st of February": no day (it was read as the latest 31st, of another month)
         if not day_word_before(m.start()) and not _ORDINAL_ENDS.compiled.match(q, m.end()):
             continue  # "the 3rd option", "the 5th floor": an ordinal of something else, not a day
         k = bisect_right(listed, (m.start(), len(q) + 1)) - 1
