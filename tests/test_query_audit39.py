@@ -148,3 +148,19 @@ def test_an_impossible_day_written_as_an_ordinal_is_no_day(query: str, day: tupl
 
     got = query_date_range(query, anchor=lambda: dt.date(2026, 11, 20))
     assert (None if got is None else (got.start.month, got.start.day)) == day
+
+
+def test_get_of_a_day_that_does_not_exist_or_a_huge_path_is_refused_briefly(workspace: Path) -> None:
+    """Audit F: `memory/9999-99-99.md` read as an empty daily note (its digits had the shape of a
+    day), and a 100,000-character path was echoed whole in the error, into an agent's context."""
+    s = load_settings(None, {"workspace": str(workspace), "provider": "none"}, env={})
+    run_index(s)
+    with Searcher(s) as se:
+        assert se.read_file("memory/2031-02-28.md").text == ""  # a day to come: an empty daily note
+        for bad in ("memory/9999-99-99.md", "memory/2026-02-30.md"):
+            with pytest.raises(PathError, match="not an indexed file"):
+                se.read_file(bad)
+        for huge in ("memory/" + "x" * 100_000 + ".md", "../" + "y" * 100_000):
+            with pytest.raises(PathError) as caught:
+                se.read_file(huge)
+            assert len(str(caught.value)) < 400, str(caught.value)[:300]

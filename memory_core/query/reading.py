@@ -28,7 +28,27 @@ MAX_GET_CHARS = 100_000
 877 KB line came back whole into an agent's context); past it the text ends, ``lines`` counts
 the lines returned and ``note`` says where to go on from. A first line longer than it alone is
 cut (the note says so)."""
-_DAILY_RE = re.compile(r"^memory/\d{4}-\d{2}-\d{2}\.md$")
+_DAILY_RE = re.compile(r"^memory/(\d{4})-(\d{2})-(\d{2})\.md$")
+
+
+def _is_daily(path: str) -> bool:
+    """A daily note's path, of a day that exists (``memory/9999-99-99.md`` is not one)."""
+    import datetime as dt
+
+    m = _DAILY_RE.match(path)
+    if m is None:
+        return False
+    try:
+        dt.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return False
+    return True
+
+
+def _shown(path: str, most: int = 200) -> str:
+    """``path`` as an error shows it: at most ``most`` characters (a 100,000-character path was
+    echoed whole, into an agent's context)."""
+    return path if len(path) <= most else f"{path[:most // 2]}...{path[-most // 2:]} ({len(path):,} characters)"
 
 
 def indexed_transcript_dates(settings: Settings, path: str) -> tuple[str | None, list[tuple[int, str]]]:
@@ -135,9 +155,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
     start = max(1, int(from_line or 1))
     where = record.reader_settings(settings) if record else settings  # the index's own workspace
     if row is None:
-        if _DAILY_RE.match(path) and not (where.workspace_dir / path).exists():
+        if _is_daily(path) and not (where.workspace_dir / path).exists():
             return FileText(path=path, source="memory", start_line=start, lines=0, text="")
-        raise PathError(f"not an indexed file: {path}")
+        raise PathError(f"not an indexed file: {_shown(path)}")
     source = row[1]
     # the file indexed under this path, found by the source its row records (a note in an extra
     # path folder named ``sessions`` is no transcript), not by the path's first component
@@ -165,9 +185,9 @@ def read_file(settings: Settings, lookup: Callable[[str], tuple[Any, IndexRecord
         else:
             out = read_lines(real, start, end)
     except FileNotFoundError:
-        raise PathError(f"{path} is indexed but no longer exists") from None
+        raise PathError(f"{_shown(path)} is indexed but no longer exists") from None
     except OSError as exc:
-        raise PathError(f"cannot read {path}: {exc.strerror}") from None
+        raise PathError(f"cannot read {_shown(path)}: {exc.strerror}") from None
     if source != "sessions":  # a note saved on Windows: its lines without the "\r" of "\r\n"
         above = [line[:-1] if line.endswith("\r") else line for line in above]
         out = [line[:-1] if line.endswith("\r") else line for line in out]
