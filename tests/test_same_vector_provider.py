@@ -424,3 +424,44 @@ def test_a_small_window_model_behind_an_openai_endpoint_is_not_refused(tmp_path:
     from memory_core.embeddings.base import SURE_WINDOW_TOKENS
 
     assert SURE_WINDOW_TOKENS // 4 == 64
+
+
+def test_re_embed_keeps_the_vectors_other_indexes_paid_for_in_a_shared_cache(tmp_path: Path) -> None:
+    """Audit G (the thirty-ninth session): after index A's --re-embed, the cache dropped every
+    vector of the model, index B's too: B's next run paid again for the 20 vectors its failed run
+    had received. A shared cache now keeps them (the run says so)."""
+    import random
+
+    from memory_core.errors import MemoryCoreError
+    from memory_core.index.indexer import Indexer
+    from tests.conftest import openai_settings
+
+    rnd = random.Random(2)
+    words = ["alpha", "beta", "gamma", "delta", "cabbage", "rice", "bike", "euro", "sprint", "demo", "tomato", "lamp", "film", "budget", "knee"]
+    cache = tmp_path / "shared-cache.sqlite"
+
+    def make(name: str, n: int) -> Path:
+        ws = tmp_path / name
+        (ws / "memory").mkdir(parents=True)
+        for i in range(n):
+            (ws / "memory" / f"{name}{i}.md").write_text(f"# {name}{i}\n\n" + " ".join(rnd.choice(words) for _ in range(120)))
+        return ws
+
+    a, b = make("a", 10), make("b", 40)
+    with OpenAIFake(dims=DIMS) as srv:
+        remote = {"max_inputs_per_request": 4, "max_attempts": 1}
+        sa = openai_settings(a, srv, cache={"path": str(cache)}, remote=remote)
+        sb = openai_settings(b, srv, cache={"path": str(cache)}, remote=remote)
+        Indexer(sa).run()
+        srv.reset_log()
+        srv.slow_next(5, 0.0)
+        srv.fail_next(None, status=400, message="boom")
+        with pytest.raises(MemoryCoreError):
+            Indexer(sb).run()
+        paid = set(srv.sync_billed_texts)
+        srv.clear_faults()
+        assert paid
+        assert Indexer(sa).run(re_embed=True).re_embedded
+        srv.reset_log()
+        Indexer(sb).run()
+        assert not paid & set(srv.sync_billed_texts)  # none paid twice

@@ -707,9 +707,17 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
 def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> int:
     """After a publish: delete the cache entries the new live index holds (memory_core.storage.cache).
     Only a cache this index alone uses, and only when the live index can be read by hash. After
-    ``--re-embed`` the cache first drops every other vector of the model (cache.drop_old)."""
+    ``--re-embed`` a cache this index alone uses first drops every other vector of the model
+    (cache.drop_old); a cache other indexes use too keeps theirs (they were paid for, and may be
+    sound: dropping them made the next run of another index pay for all of them again, the
+    thirty-ninth session's audit G), and the run says so."""
     if settings.cache.enabled and cache.renew:
-        cache.drop_old()
+        if cache.sole_index(index_path):
+            cache.drop_old()
+        else:
+            log.warning("re-embed: the embedding cache %s is shared with other indexes: their cached vectors"
+                        " of %s / %s were kept (re-embed those indexes too if the same provider answered"
+                        " them)", settings.cache_file, cache.provider, cache.model)
     if not settings.cache.enabled or not cache.sole_index(index_path):
         return 0
     live = LiveVectors.open(index_path, cache.provider, cache.model, cache.provider_key)
