@@ -27,7 +27,7 @@ from memory_core.index.runtypes import EMBED_CONCURRENCY, embed_parallelism
 from memory_core.index.stages import store_vectors
 from memory_core.storage.cache import EmbeddingCache
 from tasks.stages import embed_group_task, run_stage, settings_json, stage_task
-from tasks.stops import SharedStop, forget_event, stop_event
+from tasks.stops import SharedStop, forget_event, held_key, stop_event
 
 T = TypeVar("T")
 
@@ -52,15 +52,27 @@ class PrefectExecutor:
     def bind(self, settings: Settings) -> None:
         self.settings = settings
         self.blob = settings_json(settings)
-        if stop_event(self.stop_key).is_set():  # a new run (the fallback provider's): a new stop
+        if stop_event(self.stop_key).is_set() or stop_event(held_key(self.stop_key)).is_set():
+            # a new run (the fallback provider's, after the first one's stream was closed): a new stop
             self._clear_shared()
             forget_event(self.stop_key)
+            forget_event(held_key(self.stop_key))
             self.stop_key = uuid.uuid4().hex
 
     def _clear_shared(self) -> None:
         if self._shared_set and self.runner is not None:  # a long-lived cluster's scheduler keeps it
-            SharedStop(self.stop_key, client=getattr(self.runner, "client", None)).clear()
+            for key in (self.stop_key, held_key(self.stop_key)):
+                SharedStop(key, client=getattr(self.runner, "client", None)).clear()
         self._shared_set = False
+
+    def hold(self) -> None:
+        """No request not started yet is sent (``embed_group_task`` looks before it sends): the
+        futures streaming cancels are this executor's bridges, already running, so cancelling
+        them left the Prefect tasks queued behind them to start during the stop's grace."""
+        stop_event(held_key(self.stop_key)).set()
+        if self.runner is not None and not isinstance(self.runner, ThreadPoolTaskRunner):
+            SharedStop(held_key(self.stop_key), client=getattr(self.runner, "client", None)).set()
+            self._shared_set = True
 
     def abandon(self) -> None:
         stop_event(self.stop_key).set()
@@ -129,3 +141,4 @@ class PrefectExecutor:
                 self.runner.__exit__(None, None, None)
             self.runner = None
         forget_event(self.stop_key)
+        forget_event(held_key(self.stop_key))

@@ -96,12 +96,15 @@ def embed_group_task(settings_blob: str, texts: list[str], provider_name: str, g
     (``PrefectExecutor.abandon``): the task stops waiting on the provider once it is set, read in
     this process (the thread runner) or, ``stop_shared``, on the Dask cluster's scheduler (a task
     on a worker: ``tasks.stops.SharedStop``)."""
-    from memory_core.embeddings.retry import StopSignal, abandoned_when
-    from tasks.stops import SharedStop, stop_event
+    from memory_core.embeddings.retry import Abandoned, StopSignal, abandoned_when
+    from tasks.stops import SharedStop, held_key, stop_event
 
-    provider, _ = _provider_for(settings_blob)
     stop: StopSignal | None = None
     if stop_key:
+        held = SharedStop(held_key(stop_key)) if stop_shared else stop_event(held_key(stop_key))
+        if held.is_set():  # the run is ending: a request queued until now is not sent (nor paid for)
+            raise Abandoned(f"{provider_name}: request not sent: the run stopped")
         stop = SharedStop(stop_key) if stop_shared else stop_event(stop_key)
+    provider, _ = _provider_for(settings_blob)
     with abandoned_when(stop) if stop is not None else contextlib.nullcontext():
         return np.ascontiguousarray(provider.embed_documents(texts), dtype="<f4")

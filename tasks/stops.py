@@ -31,6 +31,12 @@ def stop_event(key: str) -> threading.Event:
         return _STOPS.setdefault(key, threading.Event())
 
 
+def held_key(key: str) -> str:
+    """The key of run ``key``'s hold: set, an embedding request not started is not sent
+    (``PrefectExecutor.hold``), where its stop (``key``) ends those waiting on the provider."""
+    return f"{key}:held"
+
+
 def forget_event(key: str) -> None:
     with _STOPS_LOCK:
         _STOPS.pop(key, None)

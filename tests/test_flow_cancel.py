@@ -410,3 +410,35 @@ def test_an_embed_task_on_a_dask_worker_is_abandoned_when_its_run_stops(tmp_path
     took = float(closed[0][1]) - t0
     assert took < 40, took  # before: 90 s, the request's whole time (the grace is 10 s)
     assert not (ws / ".memory-core" / "index.sqlite").exists()  # nothing published
+
+
+def test_a_cancelled_run_sends_no_request_that_had_not_started(prefect_api: Any, tmp_path: Path,
+                                                                request: pytest.FixtureRequest) -> None:
+    """Audit E (the thirty-ninth session): after a cancel the run cancelled its own futures, which
+    under the Prefect executor are bridges already running, so the embed tasks queued behind them
+    still started during the stop's grace: every group was sent and paid for (82 of 82 chunks), and
+    under `serve` those the grace then dropped were paid again by the rerun. Now a group not
+    started when the run stops is not sent."""
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    cfg = tmp_path / "memory-core.toml"
+    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    with OpenAIFake(dims=64) as srv:
+        _config(cfg, ws, srv.base_url)
+        cfg.write_text(cfg.read_text().replace("max_inputs_per_request = 8", "max_inputs_per_request = 4"))
+        srv.delay = 4.0  # 4 requests at a time (the default concurrency), 17 groups in all
+        cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
+                    "--no-progress"], env)
+        run_id = cli.flow_run_id()
+        deadline = time.monotonic() + 120
+        while not srv.sync_billed_texts and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert srv.sync_billed_texts, "".join(cli.err)
+        _cancel(run_id)
+        code, _, err = cli.wait(timeout=90)
+        sent = srv.embed_requests
+    assert code != 0 and "cancelled in Prefect" in err, err
+    groups = -(-66 // 4)
+    # those running, and at most one round started before the run saw the cancel (its watch polls
+    # every 1.5 s): before, every group was sent
+    assert sent <= 12 < groups, (sent, groups)

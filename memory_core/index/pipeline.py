@@ -160,6 +160,9 @@ class LocalExecutor:
         with abandoned_when(stopping):
             return embed_and_store(provider, cache, hashes, texts)
 
+    def hold(self) -> None:  # a request of this pool not started is cancelled (close() cancels them)
+        pass
+
     def abandon(self) -> None:
         self.stopping.set()
 

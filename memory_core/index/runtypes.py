@@ -593,6 +593,11 @@ class Executor(Protocol):
         """The :class:`JobOps` that runs Batch API job steps."""
         ...
 
+    def hold(self) -> None:
+        """The run is ending: a request not started yet is never sent (one the executor could not
+        cancel, queued behind its own runner: it ends unsent). Requests already sent go on."""
+        ...
+
     def abandon(self) -> None:
         """The run stopped and gave the requests already sent their grace: those still waiting on
         the provider (an attempt, or a backoff between attempts) end now

@@ -359,6 +359,13 @@ class _Stream:
         """Cancel requests not started. The running ones store their vectors in the cache as
         they arrive, whether or not anyone waits for them (a cancelled run keeps what it was
         sent back); a run that failed does not wait for them."""
+        # a request the executor cannot cancel here (one queued behind a Prefect task runner, whose
+        # future here is already running) is not sent either: a cancelled run sent them during its
+        # grace and dropped what they returned after it, so the rerun paid for them again
+        # (the thirty-ninth session's audit E). Only for a run that stopped or failed: one that
+        # finished waits for every request, and a fallback's run binds a new hold
+        if not wait_running:
+            self.executor.hold()
         for fut in self.inflight:
             fut.cancel()
         running = [fut for fut in self.inflight if not fut.cancelled()]
