@@ -27,7 +27,7 @@ from flows.reindex import (
     _run_name,
     run_pipeline,
 )
-from flows.runners import RunnerChoice
+from flows.runners import Concurrency, DaskWorkers, RunnerChoice
 from memory_core.index.runtypes import EMBED_CONCURRENCY
 
 
@@ -44,13 +44,13 @@ def backfill(
     full: bool = False,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
-    embed_concurrency: int = EMBED_CONCURRENCY,
+    embed_concurrency: Concurrency = EMBED_CONCURRENCY,
     batch: bool | None = True,
     force_sessions: bool = True,
     if_busy: IfBusy | None = "wait",
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
-    dask_workers: int = 2,
+    dask_workers: DaskWorkers = 2,
     agent: str | None = None,
     re_embed: bool = False,
 ) -> dict[str, Any]:

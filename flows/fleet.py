@@ -28,7 +28,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows import owners
 from flows.reindex import IfBusy, _mark_runner_cancel, reindex
-from flows.runners import RunnerChoice
+from flows.runners import DaskWorkers, RunnerChoice
 from memory_core.errors import RunCancelled
 from memory_core.index import run_stops
 from memory_core.index.pipeline import stop_word
@@ -175,7 +175,7 @@ def fleet_reindex(
     if_busy: IfBusy | None = "skip",
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
-    dask_workers: int = 2,
+    dask_workers: DaskWorkers = 2,
     deployment: str | None = None,
     re_embed: bool = False,
 ) -> dict[str, Any]:

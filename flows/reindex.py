@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flows import owners, report
 from flows.executor import PrefectExecutor
-from flows.runners import RunnerChoice
+from flows.runners import Concurrency, DaskWorkers, RunnerChoice
 from memory_core.config import Settings
 from memory_core.embeddings.catalog import provider_names
 from memory_core.errors import ConfigError
@@ -526,13 +526,13 @@ def reindex(
     agent: str | None = None,
     extra_paths: list[str] | None = None,
     sources: list[SourceChoice] | None = None,
-    embed_concurrency: int = EMBED_CONCURRENCY,
+    embed_concurrency: Concurrency = EMBED_CONCURRENCY,
     batch: bool | None = None,
     force_sessions: bool = False,
     if_busy: IfBusy | None = None,
     task_runner: RunnerChoice = "threads",
     dask_address: str | None = None,
-    dask_workers: int = 2,
+    dask_workers: DaskWorkers = 2,
     re_embed: bool = False,
 ) -> dict[str, Any]:
     """Bring a memory-core index up to date with its sources (incremental unless ``full``).

@@ -19,12 +19,18 @@ so the index is written by exactly one process.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from pydantic import Field
 
 from memory_core.errors import ConfigError
 
+# The bounds of the flows' numeric parameters, in their signatures: Prefect puts them in each
+# deployment's parameter schema, so the server refuses a bad value when a run is created (it
+# started, then failed with pydantic's dump and a traceback: the thirty-ninth session's audit E)
+Concurrency = Annotated[int, Field(ge=1, le=64, description="Embedding requests in flight (1-64)")]
+DaskWorkers = Annotated[int, Field(ge=1, le=256, description="Processes of a local Dask cluster (1-256)")]
 RunnerChoice = Literal["threads", "dask"]
 
 

@@ -206,6 +206,16 @@ def test_prefect_yaml_deploys_schedules_limits_and_parameters(stack: Stack) -> N
     props = bf.parameter_openapi_schema["properties"]
     assert "Batch API" in props["batch"]["description"]
     assert "'threads'" in str(props["task_runner"]) and "'dask'" in str(props["task_runner"])
+    # numeric bounds in the schema: the server refuses a bad value when the run is created (it was
+    # accepted, then the run failed with pydantic's dump and a traceback: the thirty-ninth session's audit E)
+    for d in (inc, bf):
+        p = d.parameter_openapi_schema["properties"]
+        assert (p["embed_concurrency"]["minimum"], p["embed_concurrency"]["maximum"]) == (1, 64)
+        assert p["dask_workers"]["minimum"] == 1
+    with get_client(sync_client=True) as client:
+        for bad in ({"embed_concurrency": 0}, {"embed_concurrency": 100000}, {"dask_workers": 0}):
+            with pytest.raises(Exception, match="Validation failed|validation"):
+                client.create_flow_run_from_deployment(bf.id, parameters=bad)
     # the fleet of agents: the config file from the environment, its schedule off until turned on
     fleet = deps["fleet-reindex/fleet"]
     assert fleet.parameters["config_file"] == str(stack.cfg)
