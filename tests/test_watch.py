@@ -434,3 +434,28 @@ def test_a_configured_debounce_past_an_hour_is_a_config_error(workspace: Path,
     assert main(["watch", "-w", str(workspace), "-c", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "watch_debounce_ms" in err and "Traceback" not in err
+
+
+def test_a_run_skipped_because_another_holds_the_index_is_retried(settings):
+    """Audit E (the thirty-ninth session): under `watch --deployment`, a run that ended Skipped
+    (another run held the index: "the next run will catch up") was taken as done; with no further
+    file event the new note waited for the 15-minute schedule. The deployment's answer is given
+    here as `DeploymentRunner` returns it (tests/test_deployments.py runs the real one)."""
+    from memory_core.index.indexer import DeploymentOutcome
+
+    inner = CountingRunner(settings)
+    calls: list[str] = []
+
+    def runner() -> Any:
+        calls.append("run")
+        if len(calls) == 2:  # the run for the new note: another run holds the index
+            return DeploymentOutcome("reindex/incremental", "run-2", "Skipped", note="another run is on it")
+        return inner()
+
+    runner.description = "a deployment"  # type: ignore[attr-defined]
+    runner.close = inner.close  # type: ignore[attr-defined]
+    with started_watcher(settings, runner, DEBOUNCE) as w:
+        (settings.workspace_dir / "memory" / "skipped.md").write_text("okapi\n")
+        wait_for(lambda: "memory/skipped.md" in indexed_paths(settings), what="the retry of the skipped run")
+        assert w.wait_idle(10)
+        assert len(calls) >= 3 and w.runs[-1].reason == "retry"

@@ -402,7 +402,11 @@ class Watcher:
                 self._scan_next("the last run did not finish")
             elif not getattr(summary, "hinted", False):
                 self._last_full_scan = m0  # it scanned every source
-            if rec.ok:
+            # a run skipped because another holds the index (a deployment's run ended Skipped or
+            # Cancelled by its concurrency limit: "another run is on it") is retried as a failed one
+            # is: its changes were never indexed, and no event may come to trigger another run (it
+            # waited for the 15-minute schedule: the thirty-ninth session's audit E)
+            if rec.ok and not _skipped(rec):
                 st.failures = 0
                 st.not_before = 0.0
             else:
@@ -620,6 +624,14 @@ def _folder_event(path: str, roots: frozenset[str]) -> bool:
     were under it, and scans everything if so."""
     p = os.path.abspath(path)
     return p in roots or os.path.isdir(p)
+
+
+def _skipped(rec: RunRecord) -> bool:
+    """A run that did nothing because another run held the index."""
+    from memory_core.index.indexer import DeploymentOutcome
+
+    s = rec.summary
+    return rec.skipped or (isinstance(s, DeploymentOutcome) and bool(s.note)) or bool(getattr(s, "skipped", False))
 
 
 def _complete(rec: RunRecord) -> bool:
