@@ -235,8 +235,9 @@ def notes_markdown(title: str, *, warnings: Iterable[str], error: str | None = N
         if partial is not None:
             lines += ["## What it had done", "",
                       f"- chunks read from the files: {partial.chunks_indexed}",
-                      f"- chunks embedded and cached: {partial.chunks_embedded} in {partial.embed_requests}"
-                      f" request(s); they will not be embedded again",
+                      f"- chunks embedded and cached: {partial.chunks_embedded}"
+                      + (f" ({partial.embed_requests} sync request(s))" if partial.embed_requests else "")
+                      + "; they will not be embedded again",
                       "- chunks not embedded yet: embedded by the next run"]
             if partial.chunks_in_flight:
                 from memory_core.index.runtypes import in_flight_note

@@ -103,6 +103,9 @@ def test_batch_run_end_to_end(workspace: Path, fake: Any) -> None:
     assert b.jobs_collected == b.jobs_submitted and b.jobs_failed == 0 and not b.disabled
     assert b.chunks_via_batch == summary.chunks_total and b.chunks_via_sync == 0
     assert fake.embed_requests == 0  # no sync call at all
+    # and the summary says none: its requests are sync requests, the jobs are in `batch` (it said
+    # one request a job: the thirty-ninth session's audit E)
+    assert summary.embed_requests == 0 and "requests: 0 sync" in "\n".join(summary.lines())
     assert_paid_once(fake, s)
     # the request lines are what each provider expects
     if fake.name == "gemini":

@@ -491,7 +491,8 @@ class RunSummary:
         if s.chunks_over_window:
             out.append(f"chunks over the model's input window: {s.chunks_over_window} (their vectors cover the head"
                        " only; a smaller chunking.tokens avoids it, see docs/search.md)")
-        out.append(f"requests: {s.embed_requests}, tokens sent: {s.tokens_sent}")
+        out.append(f"requests: {s.embed_requests}" + (" sync (the jobs: batch below)" if s.batch is not None and s.batch.jobs
+                                                        else "") + f", tokens sent: {s.tokens_sent}")
         if s.chunks_in_flight:
             out.append(in_flight_note(s.chunks_in_flight))
         if s.batch is not None:

@@ -752,7 +752,8 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
             b.mode = "batch, then sync (batch mode off)"
         elif stream.embedded:
             b.mode = "batch + sync for failed lines"
-        out.requests += counts.requests
+        # (``requests`` are sync requests, as the run's report names them; the jobs are in ``batch``:
+        # a run of 6 sync requests and 2 jobs said 8: the thirty-ninth session's audit E)
         out.embedded += counts.embedded
         out.tokens_batch = counts.tokens
         out.batch = b
