@@ -74,6 +74,34 @@ class _Cli:
         return self.proc.returncode, out, "".join(self.err)
 
 
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
+    return ws
+
+
+def _index_then_cancel(tmp_path: Path, request: pytest.FixtureRequest, ws: Path, srv: Any, *, per_request: int,
+                       timeout: float) -> tuple[int, str, str, str, float]:
+    """`memory-core index --engine prefect` of ``ws`` on ``srv``, its flow run cancelled through the API
+    once the provider has answered a request: (exit code, stdout, stderr, flow run id, seconds from
+    the cancel to the exit)."""
+    cfg = tmp_path / "memory-core.toml"
+    _config(cfg, ws, srv.base_url)
+    cfg.write_text(cfg.read_text().replace("max_inputs_per_request = 8", f"max_inputs_per_request = {per_request}"))
+    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
+                "--no-progress"], env)
+    run_id = cli.flow_run_id()
+    deadline = time.monotonic() + 120
+    while not srv.sync_billed_texts and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert srv.sync_billed_texts, "".join(cli.err)
+    t0 = time.monotonic()
+    _cancel(run_id)
+    code, out, err = cli.wait(timeout=timeout)
+    return code, out, err, run_id, time.monotonic() - t0
+
+
 def _final_state(flow_run_id: str, timeout: float = 30) -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -85,26 +113,12 @@ def _final_state(flow_run_id: str, timeout: float = 30) -> Any:
 
 def test_a_cancel_from_the_api_stops_an_in_process_run_before_it_publishes(prefect_api: Any, tmp_path: Path,
                                                                           request: pytest.FixtureRequest) -> None:
-    ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
-    cfg = tmp_path / "memory-core.toml"
-    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    ws = _workspace(tmp_path)
     with OpenAIFake(dims=64) as srv:
-        _config(cfg, ws, srv.base_url)
         # a slow provider: the run is still embedding when the cancel comes (66 chunks, 8 a request:
         # at 0.5 s a request a loaded machine published before the watch's 1.5 s poll saw the cancel)
         srv.delay = 2.0
-        cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
-                    "--no-progress"], env)
-        run_id = cli.flow_run_id()
-        deadline = time.monotonic() + 120
-        while not srv.sync_billed_texts and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert srv.sync_billed_texts, "".join(cli.err)
-        t0 = time.monotonic()
-        _cancel(run_id)
-        code, out, err = cli.wait(timeout=60)
-        took = time.monotonic() - t0
+        code, out, err, run_id, took = _index_then_cancel(tmp_path, request, ws, srv, per_request=8, timeout=60)
 
     assert code != 0 and "Traceback" not in err, err
     assert "cancelled in Prefect; the live index was left as it was" in err, err
@@ -419,23 +433,10 @@ def test_a_cancelled_run_sends_no_request_that_had_not_started(prefect_api: Any,
     still started during the stop's grace: every group was sent and paid for (82 of 82 chunks), and
     under `serve` those the grace then dropped were paid again by the rerun. Now a group not
     started when the run stops is not sent."""
-    ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLES / "workspace", ws, ignore=shutil.ignore_patterns(".memory-core"))
-    cfg = tmp_path / "memory-core.toml"
-    env = shared_server(request.config).env(OPENAI_API_KEY="sk-test-key-0123456789", PYTHONPATH=str(ROOT))
+    ws = _workspace(tmp_path)
     with OpenAIFake(dims=64) as srv:
-        _config(cfg, ws, srv.base_url)
-        cfg.write_text(cfg.read_text().replace("max_inputs_per_request = 8", "max_inputs_per_request = 4"))
         srv.delay = 4.0  # 4 requests at a time (the default concurrency), 17 groups in all
-        cli = _Cli([sys.executable, "-m", "memory_core.apps.cli", "index", "--config", str(cfg), "--engine", "prefect",
-                    "--no-progress"], env)
-        run_id = cli.flow_run_id()
-        deadline = time.monotonic() + 120
-        while not srv.sync_billed_texts and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert srv.sync_billed_texts, "".join(cli.err)
-        _cancel(run_id)
-        code, _, err = cli.wait(timeout=90)
+        code, _, err, _, _ = _index_then_cancel(tmp_path, request, ws, srv, per_request=4, timeout=90)
         sent = srv.embed_requests
     assert code != 0 and "cancelled in Prefect" in err, err
     groups = -(-66 // 4)
