@@ -122,7 +122,7 @@ class FileText:
 STOPPED_RUNS_NOTE = ("their processes stopped without removing their owner files (killed, or the machine went down):"
                      " Prefect may show them Running (a served run's runner may have marked one Crashed already)"
                      " until the next Prefect run of this index (`memory-core index --engine prefect`, or a"
-                     " deployment's run) settles them; the live index is whole either way")
+                     " deployment's run) marks them Crashed; the live index is whole either way")
 
 
 BELOW_DELTA_NOTE = ("transcripts that grew by less than [sessions] delta_bytes / delta_messages: a run a trigger"
