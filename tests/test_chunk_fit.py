@@ -27,7 +27,7 @@ def test_example_notes_fit_the_window(provider) -> None:  # type: ignore[no-unty
     for path in sorted((EXAMPLES / "workspace").rglob("*.md")):
         text = path.read_text(encoding="utf-8")
         ref = [c for c in chunk_markdown(text, 200, 40) if c.text.strip()]
-        fitted = [c for c in fit_to_window(ref, provider, 200, 40) if c.text.strip()]
+        fitted = [c for c in fit_to_window(ref, provider, 200, 40, text) if c.text.strip()]
         total_before += len(ref)
         before += sum(n > window for n in provider.piece_counts([c.text for c in ref]))
         counts = provider.piece_counts([c.text for c in fitted])
@@ -48,15 +48,16 @@ def test_example_notes_fit_the_window(provider) -> None:  # type: ignore[no-unty
 
 def test_one_long_line_is_segmented(provider) -> None:  # type: ignore[no-untyped-def]
     line = " ".join(f"tok{i}_{i * 7919 % 1000}" for i in range(600))  # far more pieces than the window
-    ref = chunk_markdown("title\n" + line + "\nend", 200, 40)
-    fitted = fit_to_window(ref, provider, 200, 40)
+    text = "title\n" + line + "\nend"
+    ref = chunk_markdown(text, 200, 40)
+    fitted = fit_to_window(ref, provider, 200, 40, text)
     assert all(n <= provider.window_pieces for n in provider.piece_counts([c.text for c in fitted]))
     assert "".join(c.text for c in fitted if c.start_line == c.end_line == 2).replace("\n", "")  # pieces of line 2
 
 
 def test_providers_without_a_tokenizer_are_unchanged() -> None:
     chunks = [Chunk(1, 1, "x" * 5000, "h")]
-    assert fit_to_window(chunks, object(), 200, 40) == chunks
+    assert fit_to_window(chunks, object(), 200, 40, "x" * 5000) == chunks
 
 
 def _long_line_note() -> str:

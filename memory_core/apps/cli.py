@@ -993,8 +993,10 @@ def _is_broken_pipe(exc: BaseException) -> bool:
 _STOPPED_HERE = frozenset({"write", "flush", "memory", "eval", "mcp"})
 
 
-# Commands that only read the index: an error of theirs does not say the index was left as it was.
+# Commands that only read the index: an error of theirs does not say the index was left as it was;
+# those that change nothing at all are only "interrupted" by a Ctrl-C (export: its file was left as it was).
 _READS_ONLY = frozenset({"search", "get", "status", "export"})
+_CHANGES_NOTHING = _READS_ONLY - {"export"}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -1029,7 +1031,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"memory-core: interrupted after {done}", file=sys.stderr)
         elif published is not None:  # Ctrl-C after the new index went live: it says so (exit 130 all the same)
             print(f"memory-core: {published.stop_note()}", file=sys.stderr)
-        elif args.command in _READS_ONLY and args.command != "export":  # (export: its own file, as it was)
+        elif args.command in _CHANGES_NOTHING:
             print("memory-core: interrupted", file=sys.stderr)
         else:
             print(f"memory-core: interrupted; the live index was left as it was{_partial(exc)}", file=sys.stderr)

@@ -206,8 +206,7 @@ def _text_line_numbers(c: Chunk, lines: Sequence[str], max_chars: int) -> list[i
     return None
 
 
-def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overlap: int,
-                  content: str | None = None) -> list[Chunk]:
+def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overlap: int, content: str) -> list[Chunk]:
     """Re-split, at line boundaries, the chunks longer than the embedding model's input window.
 
     Only for a provider with its own tokenizer (``piece_counts(texts)`` and ``window_pieces``:
@@ -229,7 +228,7 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
     if not callable(count) or not isinstance(window, int) or window <= 8 or not chunks:
         return list(chunks)
     pieces = count([c.text for c in chunks])
-    lines = content.split("\n") if content is not None else None
+    lines = content.split("\n")
     max_chars = max_chunk_chars(tokens)
     out: list[Chunk] = []
     for c, n in zip(chunks, pieces, strict=True):
@@ -244,8 +243,8 @@ def fit_to_window(chunks: Sequence[Chunk], provider: object, tokens: int, overla
             n = max(count([p.text for p in parts]), default=0)
             if n <= window or budget == 8:
                 break
-        nums = _text_line_numbers(c, lines, max_chars) if lines is not None else None
-        if nums is None:  # (no content given: each line of the text taken for a line of the file)
+        nums = _text_line_numbers(c, lines, max_chars)
+        if nums is None:  # not a chunk of ``content`` (a caller's error): each line of its text taken for one of the file
             nums = list(range(c.start_line, c.start_line + c.text.count("\n") + 1))
         out.extend(Chunk(nums[p.start_line - 1], nums[min(p.end_line, len(nums)) - 1], p.text, p.hash)
                    for p in parts)
