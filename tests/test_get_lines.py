@@ -8,6 +8,7 @@ whose cited lines are malformed (or records that are not messages) gave no text,
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from memory_core.apps.cli import main
 from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.search import Searcher
+from memory_core.storage.store import connect_reader
 
 
 @pytest.fixture
@@ -113,3 +115,29 @@ def test_get_of_a_transcript_says_when_each_day_of_it_was_said(tmp_path: Path) -
                                       "Assistant: thanks"]
     assert later.text.split("\n")[0] == "[2026-03-04 22:35 UTC] Assistant: write the postmortem tomorrow"
     assert (whole.lines, later.lines) == (4, 3)
+
+
+def test_a_notes_byte_order_mark_is_not_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A note saved with a UTF-8 byte-order mark (Notepad, some exporters): the mark led the first
+    chunk's indexed text, its snippet and ``get``'s line 1, and hid the heading on that line from
+    the chunker. It is not text: left out of all three, the file's hash still that of its bytes."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "trip.md").write_bytes("\ufeff# Trip to Lisbon\n\n- booked the Alfama hotel\n".encode())
+    s = load_settings(None, {"workspace": str(ws), "provider": "none"})
+    run_index(s)
+    with Searcher(s) as searcher:
+        hit = searcher.search("Alfama hotel", min_score=0)[0]
+        assert hit.citation == "memory/trip.md#L1-L3"
+        assert hit.snippet.startswith("# Trip to Lisbon")
+        assert searcher.read_file(hit.citation).text == "# Trip to Lisbon\n\n- booked the Alfama hotel"
+    assert main(["get", "-w", str(ws), "memory/trip.md#L1"]) == 0
+    assert capsys.readouterr().out == "# Trip to Lisbon\n"
+    conn = connect_reader(s.index_file)
+    try:
+        texts = [r[0] for r in conn.execute("SELECT text FROM chunks WHERE path = 'memory/trip.md'")]
+        (digest,) = conn.execute("SELECT hash FROM files WHERE path = 'memory/trip.md'").fetchone()
+    finally:
+        conn.close()
+    assert texts and not any("\ufeff" in t for t in texts)
+    assert digest == hashlib.sha256((ws / "memory" / "trip.md").read_bytes()).hexdigest()

@@ -8,6 +8,7 @@ which run in which order; the streamed build (:mod:`memory_core.index.streaming`
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import logging
@@ -482,11 +483,15 @@ def _read_markdown(f: FileEntry, warnings: list[str],
         skip[f.path] = [f.source, st.st_mtime_ns // 1_000_000, st.st_size, "binary"]
         return None
     digest = hashlib.sha256(data).hexdigest()
+    # a UTF-8 byte-order mark (Notepad's, some exporters') is no text: kept, it led the first
+    # chunk's text and snippet and hid a heading on the first line from the chunker's items
+    # (``get`` leaves it out of line 1 too: safeio.read_lines)
+    body = data[3:] if data.startswith(codecs.BOM_UTF8) else data
     try:
-        return data.decode("utf-8"), digest, st
+        return body.decode("utf-8"), digest, st
     except UnicodeDecodeError:
         warnings.append(f"{f.path} is not valid UTF-8; undecodable bytes were replaced")
-        return data.decode("utf-8", errors="replace"), digest, st
+        return body.decode("utf-8", errors="replace"), digest, st
 
 
 @dataclass

@@ -474,6 +474,8 @@ def _indexed(settings: Settings, rel: str, end_line: int, tail: str | None = Non
         # under the write held other text there, and a citation past its end was said indexed
         with open(settings.workspace_dir / rel, "rb") as fh:
             raw = next((line for n, line in enumerate(fh, 1) if n == end_line), b"")
+        if end_line == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)  # not in the indexed text (stages._read_markdown)
         last = raw.decode("utf-8", "replace").strip()
         if tail is not None and tail not in last:
             return False  # the note's line is not the text written

@@ -18,6 +18,7 @@ for a symlink after indexing never lets a reader open a transcript outside it.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import os
 import stat
@@ -124,6 +125,8 @@ def read_lines(fd: int, start: int, end: int, *, max_line_bytes: int = MAX_LINE_
                 while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
                     pass
             if n >= start:
+                if n == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw = raw[3:]  # a byte-order mark is no text: the indexer leaves it out too
                 text = raw.decode("utf-8", errors="replace")
                 out.append((text + " […]") if cut else text[:-1] if text.endswith("\n") else text)
     return out
