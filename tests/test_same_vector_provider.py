@@ -342,9 +342,18 @@ class _FailsAfter(OpenAIFake):
         return super()._h_embed(rec, m, fault)
 
 
-def test_a_run_that_fails_in_re_embed_leaves_the_index_and_keeps_what_it_received(tmp_path: Path) -> None:
-    """A re-embed the provider fails halfway: the live index stays as it was; the vectors it did
-    receive replace the cached ones; the next --re-embed sends every chunk again all the same."""
+def _answered(srv: Any) -> set[str]:
+    return {t for req in srv.requests_of("embed") if req.status == 200 for t in req.inputs}
+
+
+@pytest.mark.parametrize("retry", ["--re-embed", "plain run"])
+def test_a_re_embed_that_fails_is_continued_and_pays_once(tmp_path: Path, retry: str) -> None:
+    """A re-embed the provider fails halfway: the live index stays as it was and the vectors it
+    did receive replace the cached ones. Retried, by ``--re-embed`` or by a plain run (a
+    scheduled one), the re-embed goes on: what was received is not sent again, every chunk ends
+    with a fresh vector, and once published the next plain run is a plain run. Before (audit G2,
+    the thirty-ninth session) a retried re-embed sent every chunk again, and a plain run between
+    took the live index's old vectors and its trim dropped the fresh ones."""
     import hashlib
 
     with _FailsAfter(dims=DIMS) as srv:
@@ -355,15 +364,89 @@ def test_a_run_that_fails_in_re_embed_leaves_the_index_and_keeps_what_it_receive
         r = _index(ws, cfg, "--re-embed")
         assert r.returncode == 1 and "Input is not allowed" in r.stderr, r.stderr
         assert _chunks(ws) == before
-        answered = [req.inputs for req in srv.requests_of("embed") if req.status == 200]
-        assert len(answered) == 5
+        first = _answered(srv)
+        assert len([req for req in srv.requests_of("embed") if req.status == 200]) == 5 and first
         cached = _cache_rows(ws)
-        for text in (t for inputs in answered for t in inputs):
+        for text in first:
             assert cached[hashlib.sha256(text.encode()).digest()] == _fresh(text)
         srv.answers = None
         srv.reset_log()
-        assert _index(ws, cfg, "--re-embed").returncode == 0
-        assert set(srv.input_texts) >= {row[3] for row in _chunks(ws)}
+        again = _index(ws, cfg, *(["--re-embed"] if retry == "--re-embed" else []))
+        assert again.returncode == 0, again.stderr
+        if retry == "plain run":
+            assert "continuing the re-embed begun" in again.stderr + again.stdout
+        assert "every chunk re-embedded" in again.stdout
+        rows = _chunks(ws)
+        assert not first & set(srv.input_texts)  # nothing received before is paid for again
+        assert first | set(srv.input_texts) >= {row[3] for row in rows}
+        assert all(emb == _fresh(text) for _, _, _, text, emb in rows)
+        srv.reset_log()
+        (ws / "memory" / "later.md").write_text("# later\n\nthe renewal is over\n")
+        plain = _index(ws, cfg)
+        assert plain.returncode == 0 and "continuing the re-embed" not in plain.stderr + plain.stdout
+        assert "every chunk re-embedded" not in plain.stdout
+        assert set(srv.input_texts) == {"# later\n\nthe renewal is over\n"}, srv.input_texts
+    assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
+
+
+class _StallsAfter(OpenAIFake):
+    """Answers ``answers`` embedding requests, then holds every other one until ``release``."""
+
+    answers = 10**9
+
+    def __init__(self, **kw: Any) -> None:
+        import threading
+
+        super().__init__(**kw)
+        self.release = threading.Event()
+
+    def _h_embed(self, rec: Any, m: Any, fault: Any) -> Any:
+        with self.lock:
+            stall = self.answers <= 0
+            self.answers -= 1
+        if stall:
+            self.release.wait(60)
+        return super()._h_embed(rec, m, fault)
+
+
+def test_a_killed_re_embed_retried_does_not_pay_again(tmp_path: Path) -> None:
+    """A re-embed SIGKILLed halfway (its journal is an orphan): the retry folds what it received
+    and sends only the rest."""
+    import hashlib
+    import signal
+    import time
+
+    with _StallsAfter(dims=DIMS) as srv:
+        ws, cfg = _poisoned(tmp_path, srv)
+        srv.reset_log()
+        srv.answers = 4
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, "-m", "memory_core.apps.cli", "index", "-w", str(ws), "--config",
+                                 str(cfg), "--engine", "local", "--no-progress", "--re-embed"], env=env, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        journals = ws / ".memory-core"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # 4 answered and journaled; the fifth held
+            from memory_core.storage import cache_journal as J
+
+            if sum(J.entry_count(p) for p in journals.glob("index.cache.sqlite-journal-*")) >= 8:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        srv.release.set()
+        meta, _ = probe_index(ws / ".memory-core" / "index.sqlite")
+        with EmbeddingCache(ws / ".memory-core" / "index.cache.sqlite", "openai", MODEL, meta["provider_key"]):
+            pass  # folds the killed run's orphan journal
+        received = {t for req in srv.requests_of("embed") if req.status == 200 for t in req.inputs}
+        cached = _cache_rows(ws)
+        kept = {t for t in received if cached.get(hashlib.sha256(t.encode()).digest()) == _fresh(t)}
+        assert len(kept) >= 8
+        srv.answers = 10**9
+        srv.reset_log()
+        r = _index(ws, cfg, "--re-embed")
+        assert r.returncode == 0, r.stderr
+        assert not kept & set(srv.input_texts)
     assert all(emb == _fresh(text) for _, _, _, text, emb in _chunks(ws))
 
 

@@ -385,6 +385,24 @@ def _as_built_now(settings: Settings, provider: EmbeddingProvider) -> tuple[Sett
     return fresh, made
 
 
+def _pending_renewal(settings: Settings, provider: EmbeddingProvider) -> str | None:
+    """When (UTC, to the minute) a re-embed of this index began that no run published, or None:
+    a plain run then goes on with it. Otherwise it took the live index's old vectors, the ones the
+    re-embed was asked to replace, and its trim dropped the fresh ones the stopped re-embed had
+    received, so the re-embed run again paid for all of them (the thirty-ninth session's audit G2)."""
+    if not (settings.cache.enabled and provider.has_vectors):
+        return None
+    from memory_core.storage.cache import renewal_pending
+
+    since = renewal_pending(settings.cache_file, provider.name, provider.model, provider.provider_key,
+                            settings.index_file)
+    if since is None:
+        return None
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(since / 1000, _dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex: Executor, *, full: bool,
                 fallback: Fallback | None, timer: Timer, on_progress: ProgressFn | None,
                 only_paths: Collection[str] | None = None, done: list[RunSummary] | None = None,
@@ -393,6 +411,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     stops are still held (:func:`stops_held`), so a stop that lands on the way out of this
     function, before the caller has it, still finds the summary of the publish it follows."""
     ex.bind(settings)
+    continuing = None if re_embed else _pending_renewal(settings, provider)
+    re_embed = re_embed or continuing is not None
     full = full or fallback is not None or re_embed
     with timer.stage("discover"):
         if only_paths is None or full:
@@ -408,6 +428,10 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     if fallback is not None:
         plan.full_reason = fallback.full_reason()
     plan.re_embed = re_embed and provider.has_vectors
+    if continuing is not None:
+        plan.warnings.append(f"continuing the re-embed begun {continuing} (index --re-embed), which was stopped"
+                             " before it published: every chunk is embedded again, and what it received is"
+                             " not paid for twice")
     if plan.re_embed and settings.batch.enabled and provider.supports_batch:
         plan.warnings.append("--re-embed embeds through sync requests: the Batch API is not used for it")
     for w in plan.warnings:

@@ -695,6 +695,10 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
         if settings.cache.enabled:
             cache.register_index(Path(plan.index_path))
         if cache.renew:
+            since = cache.begin_renewal(Path(plan.index_path)) if settings.cache.enabled else None
+            # what a stopped re-embed of this index received is its own, in a cache only it uses: in
+            # a shared one, another index's run may have stored older vectors of the model since
+            cache.renew_since = since if since is not None and cache.sole_index(Path(plan.index_path)) else None
             return cache
         # the live index's vectors first (memory_core.storage.cache: it is their record), then those of the
         # other indexes that use this cache
@@ -717,6 +721,7 @@ def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> i
     sound: dropping them made the next run of another index pay for all of them again, the
     thirty-ninth session's audit G), and the run says so."""
     if settings.cache.enabled and cache.renew:
+        cache.end_renewal(index_path)  # published: a later plain run no longer continues it
         if cache.sole_index(index_path):
             cache.drop_old()
         else:

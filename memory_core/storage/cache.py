@@ -138,6 +138,12 @@ CREATE TABLE IF NOT EXISTS cache_indexes (
   path TEXT PRIMARY KEY,
   seen_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cache_renewals (
+  model_id INTEGER NOT NULL,
+  index_path TEXT NOT NULL,
+  since INTEGER NOT NULL,
+  PRIMARY KEY (model_id, index_path)
+);
 """
 # After a trim, free pages beyond this share of the file (and this many bytes) are given back.
 RECLAIM_SHARE = 0.25
@@ -255,6 +261,9 @@ class EmbeddingCache:
         # vectors (bad ones a provider once answered: one vector for every text); its vectors
         # replace the cached ones when folded, and :meth:`drop_old` drops the model's others
         self.renew = False
+        # a renewal of one index that no run has published yet (:meth:`begin_renewal`): when it
+        # started (ms), so what it received before a kill counts as its own
+        self.renew_since: int | None = None
         self.recover()
 
     def _open(self) -> None:
@@ -425,16 +434,41 @@ class EmbeddingCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _select(self, columns: str, hashes: Iterable[str]) -> Iterable[tuple[Any, ...]]:
+    def _select(self, columns: str, hashes: Iterable[str], since: int | None = None) -> Iterable[tuple[Any, ...]]:
+        """Rows of this model for ``hashes``; ``since``: only those stored at or after it (ms)."""
         uniq = list(dict.fromkeys(hashes))
+        newer = "" if since is None else f" AND updated_at >= {int(since)}"
         for i in range(0, len(uniq), LOOKUP_GROUP):
             group = _digests(uniq[i:i + LOOKUP_GROUP])
             marks = ",".join("?" * len(group))
             # an all-zero vector (accepted by versions before issue 17) is no entry: re-embedded
             yield from self.conn.execute(
                 f"SELECT {columns} FROM cache_vectors WHERE model_id = ? AND hash IN ({marks})"
-                " AND embedding != zeroblob(length(embedding))",
+                " AND embedding != zeroblob(length(embedding))" + newer,
                 (self.model_id, *group))
+
+    # -- a re-embed that did not publish is continued, not paid again ---------------------------
+    def begin_renewal(self, index_path: Path) -> int:
+        """Record that the index at ``index_path`` is being embedded again (``index --re-embed``)
+        and return when that began (ms): a renewal already pending (a re-embed killed or failed
+        before it published) keeps its start, so the vectors it received, folded into the cache
+        from its journal, count as this renewal's own (:meth:`get_many`). Ended by
+        :meth:`end_renewal` once a re-embed of the index is published."""
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                w.execute("INSERT OR IGNORE INTO cache_renewals(model_id, index_path, since) VALUES(?, ?, ?)",
+                          (self.model_id, os.path.abspath(index_path), int(time.time() * 1000)))
+                since = int(w.execute("SELECT since FROM cache_renewals WHERE model_id = ? AND index_path = ?",
+                                      (self.model_id, os.path.abspath(index_path))).fetchone()[0])
+        return since
+
+    def end_renewal(self, index_path: Path) -> None:
+        with self._lock, self._writing():
+            w = self._writer()
+            with w:
+                w.execute("DELETE FROM cache_renewals WHERE model_id = ? AND index_path = ?",
+                          (self.model_id, os.path.abspath(index_path)))
 
     def get_many(self, hashes: Iterable[str], dims: int | None = None) -> dict[str, bytes]:
         """Vectors (float32 bytes) for the hashes that have one (valid ones only): the live
@@ -448,10 +482,14 @@ class EmbeddingCache:
 
         rest = list(dict.fromkeys(hashes))
         got: dict[str, bytes] = {}
-        if self.renew:  # this run's own vectors only
+        if self.renew:  # this renewal's own vectors only: this run's, and a stopped one's (renew_since)
             if rest and self.journal:
                 with self._lock:
                     got.update((d.hex(), emb) for d, emb in self.journal.get(_digests(rest)).items() if fits(emb))
+                rest = [h for h in rest if h not in got]
+            if rest and self.renew_since is not None:
+                got.update((h.hex(), emb) for h, emb in self._select("hash, embedding", rest, self.renew_since)
+                           if fits(emb) and _valid_vector(emb))
             return got
         for live in list(self.live):
             if rest:
@@ -495,6 +533,9 @@ class EmbeddingCache:
             held.update(h for h, ok in zip(rest, fits, strict=True) if ok)
             rest = [h for h, ok in zip(rest, fits, strict=True) if not ok]
         if self.renew:
+            if rest and self.renew_since is not None:
+                held |= {r[0].hex() for r in self._select("hash, length(embedding)", rest, self.renew_since)
+                         if size is None or r[1] == size}
             return held
         if size is None:
             return held | {r[0].hex() for r in self._select("hash", rest)}
@@ -575,7 +616,9 @@ class EmbeddingCache:
         """True when there is no vector for this (provider, model, provider_key): no cache
         entry, and no live index holding vectors of it (:attr:`renew`: nothing in its journal)."""
         if self.renew:
-            return not self.journal
+            return not self.journal and (self.renew_since is None or self.conn.execute(
+                "SELECT 1 FROM cache_vectors WHERE model_id = ? AND updated_at >= ? LIMIT 1",
+                (self.model_id, self.renew_since)).fetchone() is None)
         if any(not live.is_empty() for live in self.live) or self.journal:
             return False
         return self.conn.execute("SELECT 1 FROM cache_vectors WHERE model_id = ? LIMIT 1",
@@ -875,5 +918,28 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
                 cache.put_many(list(got.items()), size // 4)  # committed: in both places until the publish
                 written += len(got)
         return written
+    finally:
+        conn.close()
+
+
+def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: str, index_path: Path) -> int | None:
+    """When a re-embed of the index at ``index_path`` began (ms) that no run has published yet
+    (:meth:`EmbeddingCache.begin_renewal`), or None. Read-only; None when there is no cache."""
+    if not Path(cache_path).is_file():
+        return None
+    try:
+        conn = connect(cache_path, readonly=True)
+    except apsw.Error:
+        return None
+    try:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_renewals'").fetchone() is None:
+            return None
+        row = conn.execute(
+            "SELECT r.since FROM cache_renewals r JOIN cache_models m ON m.id = r.model_id"
+            " WHERE m.provider = ? AND m.model = ? AND m.provider_key = ? AND r.index_path = ?",
+            (provider, model, provider_key, os.path.abspath(index_path))).fetchone()
+        return None if row is None else int(row[0])
+    except apsw.Error:
+        return None
     finally:
         conn.close()
