@@ -77,7 +77,7 @@ SHARED = memorybank.shared_eval()
 
 ALL_SETS = ("cosqa", "examples", "memorybank-en", "memorybank-cn", "memorybank-en-notes", "convo", "convo-long",
             "chats", "chats-notes", "chats-dense", "chats-dense-notes")
-MORE_SETS = ("docstrings", "chats-daily", "chats-dense-daily")  # by name only (--sets): docstrings is slow to build
+MORE_SETS = ("docstrings", "chats-daily", "chats-dense-daily", "heldout-assist", "heldout-chat")  # by name only (--sets): docstrings is slow to build
 # What decides an index's bytes: the packages and modules that discover, read, chunk, embed and
 # write (the new layout, memory_core/<side>/). Everything else only answers queries, starts programs
 # or writes elsewhere (query/, apps/, notes/, runtime/, export/, api.py, failpoints.py, the
@@ -247,6 +247,28 @@ def _chats(variant: str = "sessions", dense: bool = False) -> EvalSet:
                    note={"notes": "the chats as daily notes", "daily": "one transcript a day"}.get(variant, ""))
 
 
+def _heldout(sub: str) -> EvalSet:
+    """eval/heldout.py's sets, written apart from the ranking work (see its doc): labels committed
+    in eval/heldout/<sub>/, the workspace generated (seeded); the negatives join the queries."""
+    import heldout
+
+    here = HERE / "heldout" / sub
+    queries, _ = _read_queries(here / "queries.jsonl")
+    negatives, _ = _read_queries(here / "negatives.jsonl")
+    evidence: dict[str, list[tuple[str, int]]] = {}
+    for line in (here / "evidence.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, cid, n, grade = line.split("\t")
+        if int(grade) >= 2:
+            evidence.setdefault(qid, []).append((cid, int(n)))
+    category = {}
+    for line in (here / "categories.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, cat, _text = line.split("\t", 2)
+        category[qid] = cat
+    return EvalSet(f"heldout-{sub}", {f"heldout-{sub}": lambda dest: heldout.write_workspace(sub, dest)},
+                   [HERE / "heldout.py"], {**queries, **negatives}, _read_qrels(here / "qrels.tsv"),
+                   evidence=evidence, category=category, note="written apart from the ranking work")
+
+
 DEFAULT_CACHE = Path.home() / ".cache" / "memory-core-eval"
 
 
@@ -259,6 +281,8 @@ def make_set(name: str, quick: bool, cache: Path = DEFAULT_CACHE) -> EvalSet:
         return _chats("notes" if name.endswith("-notes") else "sessions", dense=True)
     if name in ("chats-daily", "chats-dense-daily"):
         return _chats("daily", dense=name.startswith("chats-dense"))
+    if name in ("heldout-assist", "heldout-chat"):
+        return _heldout(name.split("-", 1)[1])
     if name == "cosqa":
         return _cosqa(quick)
     if name == "examples":
