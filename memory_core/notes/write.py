@@ -462,8 +462,9 @@ def _indexed(settings: Settings, rel: str, end_line: int, tail: str | None = Non
     appending to one note, the file already holds the later writers' text, and an index that
     holds this one's was said not to (11 of 30 concurrent writes answered ``indexed: false``, and
     an agent told so may write the note twice)."""
-    if settings.backend != "builtin":
-        return True  # qmd keeps its own index: its run said it took the file
+    # qmd's collections are built beside the builtin index, from the same files: the builtin index
+    # holding the text is what a failed or skipped qmd update leaves searchable (its fallback);
+    # whether qmd took it too is the run's to say (_qmd_failure). Before, any qmd run said indexed.
     from memory_core.storage.store import connect_reader
 
     try:
@@ -549,6 +550,10 @@ def write_memory(settings: Settings, text: str, path: str | None = None, *, inde
         raise
 
 
+WRITE_LOCK_WAIT_S = 10.0
+"""How long a write's reindex waits for another run holding the index (at most ``lock.timeout_s``)."""
+
+
 def _index_written(settings: Settings, res: WriteResult, *, index: bool,
                    runner: Callable[[], Any] | None) -> WriteResult:
     if not index:
@@ -556,12 +561,17 @@ def _index_written(settings: Settings, res: WriteResult, *, index: bool,
     notes = [res.note] if res.note else []
     try:
         if runner is not None:
-            runner()
+            done = runner()
         else:
             from memory_core.index.indexer import Indexer
 
-            with Indexer(settings) as indexer:
-                indexer.run()
+            # another run holding the index: wait a little (another write's short run ends in a
+            # second or two: concurrent writers all get indexed), not lock.timeout_s (600 s) behind a
+            # long reindex: then the note is written and the answer says the next run indexes it
+            waited = settings.model_copy(update={"lock": settings.lock.model_copy(
+                update={"timeout_s": min(settings.lock.timeout_s, WRITE_LOCK_WAIT_S)})})
+            with Indexer(waited) as indexer:
+                done = indexer.run()
     except MemoryCoreError as exc:
         if isinstance(exc, RunCancelled) and runner is None:  # a stop of this process: it ends with it
             _stopped_with(exc, res, notes, settings)
@@ -575,4 +585,19 @@ def _index_written(settings: Settings, res: WriteResult, *, index: bool,
         notes.append("written, but the index does not hold it (the indexer skipped the note, or another run was"
                      " busy; `memory-core index` says which in its warnings)")
         return replace(res, note="; ".join(notes))
+    qmd_failed = _qmd_failure(done)
+    if qmd_failed:  # the builtin index holds it; qmd's searches, which answer first, do not
+        notes.append(f"written; the builtin index holds it, but {qmd_failed}: qmd's searches miss it until a run"
+                     " brings qmd up to date")
+        return replace(res, note="; ".join(notes))
     return replace(res, indexed=True, note="; ".join(notes))
+
+
+def _qmd_failure(done: Any) -> str | None:
+    """The warning of a run (a RunSummary, or a scheduler's RunRecord of one) whose ``qmd update``
+    or ``qmd embed`` failed (``pipeline._qmd_phase``), else None."""
+    summary = getattr(done, "summary", done)
+    for w in getattr(summary, "warnings", None) or []:
+        if isinstance(w, str) and w.startswith("qmd ") and " failed (" in w:
+            return w.split("; searches answer", 1)[0]
+    return None
