@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, overload
@@ -632,6 +633,18 @@ def _index_prefect(settings: Settings, args: argparse.Namespace) -> RunSummary:
         close()
 
 
+# what a terminal acts on instead of showing: C0 controls but tab and newline (ESC starts the
+# sequences that set the clipboard, retitle the window or erase a line; CR overwrites it), DEL, C1
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")  # CRLF is a line end
+
+
+def _shown(text: str) -> str:
+    """``text`` with what a terminal would act on shown as ``\\xNN``: memory text is written by
+    agents and others, and a search, a recall or a list printed an OSC 52 clipboard write, a window
+    title or an erase-line raw to the person reading (the fortieth session's audit H5)."""
+    return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise UsageError(f"--min-score must be between 0 and 1, not {args.min_score:g}")
@@ -660,10 +673,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     for r in res.results:
         # a group or channel chat gets no citations (query.citations = auto): say so where one stands
         cite = r["citation"] or f"(no citation: a {args.chat_type or 'group'} chat)"
-        print(f"{cite}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
-              + f"  [{r['source']}]")
-        for line in r["snippet"].splitlines()[:12]:
-            print(f"    {line}")
+        print(_shown(f"{cite}  score {r['score']:.3f}  {r['match']}" + (f"  {r['date']}" if r["date"] else "")
+                     + f"  [{r['source']}]"))
+        for line in r["snippet"].split("\n")[:12]:
+            print(f"    {_shown(line.removesuffix(chr(13)))}")
         print()
     return EXIT_OK
 
@@ -694,7 +707,9 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(got.to_dict(), indent=2, ensure_ascii=False))
     else:
-        print(got.text)
+        # the file's text as it is for a pipe or a file (scripts read it); a person's terminal sees
+        # what it would act on escaped (_shown)
+        print(_shown(got.text) if sys.stdout.isatty() else got.text)
         if got.note:  # the text is the file's; the note (it changed since indexed) goes beside it
             print(f"memory-core: note: {got.note}", file=sys.stderr)
     return EXIT_OK
@@ -944,7 +959,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         else:
             data = {"action": "deleted", "id": args.id, "memory": store.forget(args.id).to_dict()}
             lines = [f"deleted {args.id}"]
-    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else "\n".join(lines))
+    print(json.dumps(data, indent=2, ensure_ascii=False) if args.json else "\n".join(map(_shown, lines)))
     return EXIT_OK
 
 
