@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,42 @@ def test_a_cli_write_answers_at_once_when_another_run_holds_the_index(tmp_path: 
     # the next run indexes it
     run_index(s)
     assert write_memory(s, "and the kudu one in June", "memory/okapi.md").indexed
+
+
+def test_memory_write_answers_within_its_deadline_with_a_stalled_provider(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Audit H4: with a hosted provider that stalls, ``memory_write`` waited for its reindex's
+    whole retry budget (46 s at ``remote.timeout_s = 5``; about 6 minutes at the defaults) where
+    search and store answer within their deadline. It answers by ``WRITE_REINDEX_DEADLINE_S`` now,
+    the note written; the reindex goes on and indexes it once the provider answers."""
+    from memory_core.apps import mcp_server
+    from memory_core.apps.mcp_server import MemoryTools
+    from memory_core.query.search import Searcher
+    from tests.fakes.openai_fake import OpenAIFake
+
+    monkeypatch.setattr(mcp_server, "WRITE_REINDEX_DEADLINE_S", 1.0)
+    with OpenAIFake(dims=64) as srv:
+        ws = tmp_path / "ws"
+        (ws / "memory").mkdir(parents=True)
+        (ws / "MEMORY.md").write_text("# notes\n\nThe walrus budget is 9100 EUR.\n")
+        s = load_settings(None, {"workspace": str(ws), "provider": "openai", "model": "text-embedding-3-small",
+                                 "remote": {"api_key": "sk-test-key-0123456789", "base_url": srv.base_url,
+                                            "dimensions": 64, "timeout_s": 5},
+                                 "sync": {"watch": False, "on_search": False, "on_session_start": False}})
+        run_index(s)
+        tools = MemoryTools(s)
+        try:
+            srv.hang_next(None, seconds=60)  # the provider stalls from now on
+            out = tools.handlers["memory_write"]({"text": "The narwhal migration is on Friday.",
+                                                 "path": "memory/narwhal.md"})
+            assert out["indexed"] is False and "still running after 1 s" in str(out["note"]), out
+            assert "narwhal migration" in (ws / "memory" / "narwhal.md").read_text()
+            srv.clear_faults()  # the provider answers again: the run still going indexes the note
+            deadline = time.monotonic() + 120
+            while not any(r.reason == "memory_write" for r in tools.sync.runs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert [r.ok for r in tools.sync.runs if r.reason == "memory_write"] == [True]
+        finally:
+            tools.close()
+        with Searcher(s) as searcher:
+            assert any(r.path == "memory/narwhal.md" for r in searcher.search("narwhal migration", min_score=0))

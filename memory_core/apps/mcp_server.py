@@ -64,6 +64,7 @@ MAX_SEARCH_RESULTS = MAX_RESULTS  # more asked for is clamped to this, not refus
 MAX_QUERY_CHARS = 4000
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 MAX_CONCURRENT_CALLS = 4  # searchers open at once: the calls answered side by side
+WRITE_REINDEX_DEADLINE_S = 20.0  # memory_write answers by then; its reindex may go on in the background
 
 INSTRUCTIONS = (
     "Long-term memory of this agent and its user: Markdown notes (MEMORY.md, memory/*.md) and, when"
@@ -365,10 +366,23 @@ class MemoryTools:
     def write(self, arguments: dict[str, Any]) -> dict[str, object]:
         a = WriteArgs.model_validate(arguments)
 
-        def reindex() -> None:  # in this call: the text is searchable when the tool answers
-            run = self.sync.reindex_now("memory_write")
+        def reindex() -> object:  # in this call: the text is searchable when the tool answers
+            # ... within WRITE_REINDEX_DEADLINE_S: a stalled provider held the call for its whole
+            # retry budget (46 s at remote.timeout_s = 5, about 6 min at the defaults) and every
+            # write behind it (the fortieth session's audit H4). The run goes on in the background
+            # and the note, written already, is indexed when it ends.
+            done: list[Any] = []
+            worker = threading.Thread(target=lambda: done.append(self.sync.reindex_now("memory_write")),
+                                      name="memory-write-reindex", daemon=True)
+            worker.start()
+            worker.join(WRITE_REINDEX_DEADLINE_S)
+            if not done:
+                raise RunError(f"the reindex is still running after {WRITE_REINDEX_DEADLINE_S:.0f} s (a slow embedding"
+                               " provider?); it goes on in the background and indexes the note when it ends")
+            run = done[0]
             if not run.ok:
                 raise RunError(run.error or "the reindex failed")
+            return run
 
         return write_memory(self.settings, a.text, a.path, runner=reindex).to_dict()
 
