@@ -81,3 +81,48 @@ def test_ih2_a_change_line_masks_the_base_url_password(tmp_path: Path, clean_env
     remote = [line for line in lines if line.startswith("remote changed")]
     assert remote and "proxyuser:***@" in remote[0], lines
     assert not any(PASSWORD in line for line in lines), lines
+
+
+# -- A1: an unnamed run that is an agent gets that agent's check --------------------------------
+
+def _fleet(tmp_path: Path) -> Path:
+    for agent, text in (("main", "Main note: the walrus budget is 9100 EUR."),
+                        ("ops", "OPS SECRET PLAN: narwhal migration on Friday.")):
+        (tmp_path / "fleet" / agent / "ws" / "memory").mkdir(parents=True)
+        (tmp_path / "fleet" / agent / "ws" / "MEMORY.md").write_text(text + "\n")
+    cfg = tmp_path / "fleet.toml"
+    cfg.write_text(f'provider = "none"\n[agents]\ndefault = "main"\nworkspace = "{tmp_path}/fleet/{{agent}}/ws"\n'
+                   f'index_path = "{tmp_path}/fleet/{{agent}}/memory.sqlite"\n'
+                   '[[agents.list]]\nid = "main"\n[[agents.list]]\nid = "ops"\n')
+    return cfg
+
+
+def test_a1_an_agents_own_workspace_and_index_unnamed_is_that_agent(tmp_path: Path) -> None:
+    """`-w <main ws> --index <main idx> --extra-path <ops ws>` is `--agent main --extra-path <ops ws>`:
+    refused alike, and main's index keeps none of ops's notes."""
+    cfg = _fleet(tmp_path)
+    main_ws, main_idx, ops_ws = tmp_path / "fleet/main/ws", tmp_path / "fleet/main/memory.sqlite", tmp_path / "fleet/ops/ws"
+    assert _cli("index", "-c", str(cfg), "--agent", "main").returncode == 0
+    named = _cli("index", "-c", str(cfg), "--agent", "main", "--extra-path", str(ops_ws))
+    unnamed = _cli("index", "-c", str(cfg), "-w", str(main_ws), "--index", str(main_idx), "--extra-path", str(ops_ws))
+    assert named.returncode == unnamed.returncode == 2, unnamed.stdout + unnamed.stderr
+    assert unnamed.stderr == named.stderr, unnamed.stderr
+    assert unnamed.stderr.startswith("memory-core: error: agent 'main''s extra path is agent 'ops''s workspace")
+    assert len(unnamed.stderr.splitlines()) == 1
+    found = _cli("search", "-c", str(cfg), "--agent", "main", "narwhal")
+    assert found.returncode == 0 and "narwhal" not in found.stdout, found.stdout + found.stderr
+    # a scratch index of that workspace is no agent's: it runs
+    scratch = _cli("index", "-c", str(cfg), "-w", str(main_ws), "--index", str(tmp_path / "scratch.sqlite"),
+                   "--extra-path", str(ops_ws))
+    assert scratch.returncode == 0, scratch.stderr
+
+
+def test_a1_open_memory_of_an_agents_workspace_and_index_gets_its_check(tmp_path: Path, clean_env: None) -> None:
+    from memory_core import open_memory
+    from memory_core.errors import ConfigError
+
+    cfg = _fleet(tmp_path)
+    with pytest.raises(ConfigError, match="agent 'main''s extra path is agent 'ops''s workspace"):
+        open_memory(tmp_path / "fleet/main/ws", config=cfg, index_path=str(tmp_path / "fleet/main/memory.sqlite"),
+                    extra_paths=[str(tmp_path / "fleet/ops/ws")])
+    assert not (tmp_path / "fleet/main/memory.sqlite").exists()
