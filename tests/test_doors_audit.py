@@ -126,3 +126,41 @@ def test_a1_open_memory_of_an_agents_workspace_and_index_gets_its_check(tmp_path
         open_memory(tmp_path / "fleet/main/ws", config=cfg, index_path=str(tmp_path / "fleet/main/memory.sqlite"),
                     extra_paths=[str(tmp_path / "fleet/ops/ws")])
     assert not (tmp_path / "fleet/main/memory.sqlite").exists()
+
+
+# -- A3: an empty workspace or index given is refused, not the current folder --------------------
+
+def test_a3_an_empty_workspace_flag_is_refused_not_the_current_folder(tmp_path: Path) -> None:
+    agent = tmp_path / "agent"
+    (agent / "memory").mkdir(parents=True)
+    (agent / "MEMORY.md").write_text("# agent memory\n")
+    cfg = tmp_path / "mc.toml"
+    cfg.write_text(f'provider = "none"\nworkspace = "{agent}"\n')
+    cwd = tmp_path / "somewhere_else"
+    cwd.mkdir()
+    for args in (("write", "-c", str(cfg), "-w", "", "Meeting moved to 3pm"),
+                 ("index", "-c", str(cfg), "--index", ""), ("status", "-c", str(cfg), "--index", " "),
+                 ("mcp", "-c", str(cfg), "-w", "")):
+        r = _cli(*args, cwd=cwd)
+        flag = "--workspace" if "-w" in args else "--index"
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr == (f"memory-core: error: {flag} is empty: an empty path is not the current folder; give"
+                            f" the {'workspace' if flag == '--workspace' else 'index file'}'s path, or leave {flag}"
+                            " out\n"), (args, r.stderr)
+    assert list(cwd.iterdir()) == []  # nothing written where the script ran
+    # the variable set but empty is unset: the config's workspace
+    r = _cli("status", "-c", str(cfg), "--json", cwd=cwd, env={"MEMORY_CORE_WORKSPACE": "", "MEMORY_CORE_INDEX": ""})
+    assert f'"index_path": "{agent / ".memory-core" / "index.sqlite"}"' in r.stdout, r.stdout + r.stderr  # (none yet)
+    assert list(cwd.iterdir()) == []
+
+
+def test_a3_open_memory_refuses_an_empty_workspace_or_index(tmp_path: Path, clean_env: None,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_core import open_memory
+    from memory_core.errors import UsageError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="open_memory argument workspace is empty"):
+        open_memory("")
+    with pytest.raises(UsageError, match="open_memory argument index_path is empty"):
+        open_memory(tmp_path, index_path="")

@@ -172,6 +172,16 @@ def _common(p: argparse.ArgumentParser) -> None:
                         " table gives (default: $MEMORY_CORE_AGENT, else agents.default; -w/--index given win)")
 
 
+def _refuse_empty_path_flags(args: argparse.Namespace) -> None:
+    """``-w ""`` / ``--index ""`` (a script's ``-w "$WS"`` with the variable unset): one line, exit 2,
+    before any command (``mcp`` took them for "not given" and served the whole fleet; the others
+    for the current folder). The variables set but empty are unset, as before."""
+    from memory_core.runtime.resolve import FLAG_NAMES, refuse_empty_paths
+
+    refuse_empty_paths({"workspace": getattr(args, "workspace", None),
+                        "index_path": getattr(args, "index_path", None)}, FLAG_NAMES)
+
+
 def _writer_flags(p: argparse.ArgumentParser) -> None:
     """The settings a writer (index, watch) may be told; unset ones keep what the index recorded."""
     _provider_flag(p, "embedding provider (default: the config file's, else the index's, else auto)")
@@ -1001,6 +1011,7 @@ _CHANGES_NOTHING = _READS_ONLY - {"export"}
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        _refuse_empty_path_flags(args)
         if args.command in _STOPPED_HERE:
             from memory_core.index.run_stops import command_stops
 

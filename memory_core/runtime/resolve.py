@@ -123,6 +123,25 @@ value came from, ``provider (from --provider)``); here, not in an entry point, s
 (``eval`` in its own module too) names them alike."""
 
 
+_PATH_WHAT = {"workspace": "workspace", "index_path": "index file"}
+
+
+def refuse_empty_paths(told: dict[str, Any], told_by: dict[str, str] | str = "{}") -> None:
+    """UsageError when a workspace or an index is told empty (``-w ""``, a script's ``-w "$WS"``
+    with the variable unset, ``open_memory("")``): ``os.path.abspath("")`` is the current folder,
+    and ``write -w ""`` wrote a daily note and built an index wherever the script ran (an outside
+    audit, A3). Told means given explicitly: a ``MEMORY_CORE_*`` variable set but empty is unset
+    (the config layer), as a flow parameter left ``""`` by a deployment's template is."""
+    from memory_core.errors import UsageError
+
+    for key, what in _PATH_WHAT.items():
+        value = told.get(key)
+        if isinstance(value, str) and not value.strip():
+            by = (told_by.get(key) or key) if isinstance(told_by, dict) else told_by.format(key)
+            raise UsageError(f"{by} is empty: an empty path is not the current folder; give the {what}'s path,"
+                             f" or leave {by} out")
+
+
 def resolve_settings(
     told: dict[str, Any] | None = None,
     *,
@@ -158,6 +177,7 @@ def resolve_settings(
     )
 
     env = dict(os.environ) if env is None else env
+    refuse_empty_paths(told or {}, told_by)
     flags = _drop_none(dict(told or {}))
     env_layer = _env_layer(env)
     cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
