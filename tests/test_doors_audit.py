@@ -164,3 +164,27 @@ def test_a3_open_memory_refuses_an_empty_workspace_or_index(tmp_path: Path, clea
         open_memory("")
     with pytest.raises(UsageError, match="open_memory argument index_path is empty"):
         open_memory(tmp_path, index_path="")
+
+
+# -- A6: the flows refuse an empty agent, as the CLI and the API do ------------------------------
+
+def test_a6_the_reindex_parameters_refuse_an_empty_agent(tmp_path: Path, clean_env: None) -> None:
+    """`agent=""` was the default agent's memory for the flows (backfill builds the same parameters)."""
+    from flows.reindex import ReindexParams
+    from memory_core.runtime.agents import UnknownAgentError
+
+    cfg = _fleet(tmp_path)
+    with pytest.raises(UnknownAgentError, match="unknown agent '': an empty agent id names no agent"):
+        ReindexParams(config_file=str(cfg), agent="").to_settings()
+    assert ReindexParams(config_file=str(cfg)).to_settings().agent == "main"  # left out: agents.default
+
+
+@pytest.mark.prefect_server
+def test_a6_a_reindex_run_with_an_empty_agent_fails_and_writes_nothing(prefect_api: object, tmp_path: Path,
+                                                                        clean_env: None) -> None:
+    from flows.reindex import reindex
+
+    cfg = _fleet(tmp_path)
+    state = reindex(config_file=str(cfg), agent="", return_state=True)
+    assert state.is_failed() and "unknown agent ''" in (state.message or ""), state.message
+    assert not (tmp_path / "fleet/main/memory.sqlite").exists()
