@@ -188,3 +188,45 @@ def test_a6_a_reindex_run_with_an_empty_agent_fails_and_writes_nothing(prefect_a
     state = reindex(config_file=str(cfg), agent="", return_state=True)
     assert state.is_failed() and "unknown agent ''" in (state.message or ""), state.message
     assert not (tmp_path / "fleet/main/memory.sqlite").exists()
+
+
+# -- A8: `watch --deployment` hands on the config file it resolved -------------------------------
+
+@pytest.mark.prefect_server
+def test_a8_watch_deployment_passes_on_the_config_from_the_environment(prefect_api: object, tmp_path: Path,
+                                                                       request: pytest.FixtureRequest,
+                                                                       clean_env: None) -> None:
+    """A watcher given its config by `$MEMORY_CORE_CONFIG` (a relative path) sent the deployment run no
+    `config_file`: a worker without the variable failed with `unknown agent 'ops'`."""
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    from flows.reindex import ReindexParams, reindex
+    from tests.prefect_server import shared_server, start_process, stop_process
+
+    cfg = _fleet(tmp_path)
+    reindex.to_deployment(name="doors-a8").apply()
+    env = shared_server(request.config).env(PYTHONPATH=str(ROOT), MEMORY_CORE_CONFIG="fleet.toml")
+    for var in NO_ENV[1:]:
+        env.pop(var, None)
+    watch = start_process([sys.executable, "-m", "memory_core.apps.cli", "watch", "--agent", "ops",
+                           "--deployment", "reindex/doors-a8"], env=env, log=tmp_path / "watch.log", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # no worker polls: the run waits, and its parameters are what a worker would get
+            with get_client(sync_client=True) as client:
+                runs = [r for r in client.read_flow_runs() if "memory-core-watch" in r.tags
+                        and r.parameters.get("workspace") == str(tmp_path / "fleet/ops/ws")]
+            if runs:
+                break
+            assert time.monotonic() < deadline and watch.poll() is None, (tmp_path / "watch.log").read_text()
+            time.sleep(0.5)
+    finally:
+        stop_process(watch)
+    with get_client(sync_client=True) as client:
+        client.delete_flow_run(runs[0].id)  # never to be run by another module's worker
+    params = runs[0].parameters
+    assert params["agent"] == "ops" and params["config_file"] == str(cfg), params
+    # a worker's environment (no MEMORY_CORE_*): the run's parameters alone
+    assert ReindexParams(**params).to_settings().workspace_dir == tmp_path / "fleet/ops/ws"

@@ -817,8 +817,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     told = {k: v for k, v in _writer_told(args).items() if v is not None}
     debounce = settings.sync.watch_debounce_ms / 1000 if args.debounce is None else args.debounce
+    # the config file this watcher resolved (-c, else $MEMORY_CORE_CONFIG, else the workspace's), absolute:
+    # with only -c passed on, a watcher configured by the variable sent none, and the worker resolved the
+    # run against its own environment (`unknown agent 'ops': no config file names agents`)
+    config_file = str(resolved.config_file.resolve()) if resolved.config_file else None
     run_watch(settings, debounce=debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
-              config_file=args.config, told=told, as_json=args.json)
+              config_file=config_file, told=told, as_json=args.json)
     return EXIT_OK
 
 
