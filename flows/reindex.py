@@ -102,7 +102,7 @@ class ReindexParams(BaseModel):
         if self.force_sessions:
             told["sessions"] = {"delta_bytes": 0, "delta_messages": 0}
         return resolve_settings(told, config_file=self.config_file or None, told_by="flow parameter {}",
-                                agent=self.agent or None).settings
+                                agent=self.agent).settings  # "" is refused, as the CLI and the API refuse it
 
     def flow_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for calling the ``reindex``/``backfill`` flow with these parameters."""

@@ -173,6 +173,16 @@ def _common(p: argparse.ArgumentParser) -> None:
                         " table gives (default: $MEMORY_CORE_AGENT, else agents.default; -w/--index given win)")
 
 
+def _refuse_empty_path_flags(args: argparse.Namespace) -> None:
+    """``-w ""`` / ``--index ""`` (a script's ``-w "$WS"`` with the variable unset): one line, exit 2,
+    before any command (``mcp`` took them for "not given" and served the whole fleet; the others
+    for the current folder). The variables set but empty are unset, as before."""
+    from memory_core.runtime.resolve import FLAG_NAMES, refuse_empty_paths
+
+    refuse_empty_paths({"workspace": getattr(args, "workspace", None),
+                        "index_path": getattr(args, "index_path", None)}, FLAG_NAMES)
+
+
 def _writer_flags(p: argparse.ArgumentParser) -> None:
     """The settings a writer (index, watch) may be told; unset ones keep what the index recorded."""
     _provider_flag(p, "embedding provider (default: the config file's, else the index's, else auto)")
@@ -822,8 +832,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     told = {k: v for k, v in _writer_told(args).items() if v is not None}
     debounce = settings.sync.watch_debounce_ms / 1000 if args.debounce is None else args.debounce
+    # the config file this watcher resolved (-c, else $MEMORY_CORE_CONFIG, else the workspace's), absolute:
+    # with only -c passed on, a watcher configured by the variable sent none, and the worker resolved the
+    # run against its own environment (`unknown agent 'ops': no config file names agents`)
+    config_file = str(resolved.config_file.resolve()) if resolved.config_file else None
     run_watch(settings, debounce=debounce, initial_run=not args.no_initial_run, deployment=args.deployment,
-              config_file=args.config, told=told, as_json=args.json)
+              config_file=config_file, told=told, as_json=args.json)
     return EXIT_OK
 
 
@@ -1016,6 +1030,7 @@ _CHANGES_NOTHING = _READS_ONLY - {"export"}
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        _refuse_empty_path_flags(args)
         if args.command in _STOPPED_HERE:
             from memory_core.index.run_stops import command_stops
 

@@ -233,11 +233,25 @@ def check_unnamed_run(settings: Settings, agents: AgentsSettings,
     from a workspace that is not that agent's: ``MEMORY_CORE_INDEX=<ops index> index -c fleet.toml``
     from main's workspace rewrote ops's index with main's notes, and ops's searches then showed
     them (an outside audit, twenty-third session). The agent's own workspace with its own index
-    is that agent, named or not. ``settings_of(other)``: another agent's settings as the config
-    gives them (None: they do not resolve, and nothing can be compared)."""
+    is that agent, named or not, and gets that agent's whole check (:func:`check_agent_isolated`):
+    ``-w <main ws> --index <main idx> --extra-path <ops ws>`` put ops's notes in main's index where
+    ``--agent main --extra-path <ops ws>`` was refused (an outside audit, A1). ``settings_of(other)``:
+    another agent's settings as the config gives them (None: they do not resolve, and nothing can
+    be compared)."""
     ws = _real(settings.workspace_dir)
-    for other in agents.ids:
-        so = settings_of(other)
+    listed = {other: settings_of(other) for other in agents.ids}
+    for other, so in listed.items():
+        if so is None or _real(so.workspace_dir) != ws:
+            continue
+        # this workspace is that agent's: writing its index, qmd state or LanceDB folder, the run is that agent
+        if any(_real(mine) == _real(theirs) for _, mine, theirs in _written_by_both(settings, so)):
+            for third, st in listed.items():
+                if third == other or st is None:
+                    continue
+                problem = isolation_problem(other, settings, third, st)
+                if problem:
+                    raise ConfigError(problem + _FIX)
+    for other, so in listed.items():
         if so is None or _real(so.workspace_dir) == ws:
             continue
         for what, mine, theirs in _written_by_both(settings, so):

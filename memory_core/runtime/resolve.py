@@ -52,7 +52,13 @@ class SettingChange:
     origin: str
 
     def line(self) -> str:
-        return f"{self.setting} changed from {_show(self.old)} to {_show(self.new)} (from {self.origin})"
+        """The change in words, with no secret in it: a base URL's password (and credential query
+        values) masked, every registered secret scrubbed. It printed the configured
+        ``remote.base_url`` whole, password and all, on stderr (and so into a flow's logs)."""
+        from memory_core.secrets import scrub
+
+        return scrub(f"{self.setting} changed from {_show(_masked(self.old))} to {_show(_masked(self.new))}"
+                     f" (from {self.origin})")
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,20 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _masked(value: Any) -> Any:
+    """``value`` with every URL in it (a ``remote.base_url``, also inside a dict or a list) as an
+    index records it: its password and credential query values ``***``."""
+    from memory_core.secrets import url_without_password
+
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return url_without_password(value)
+    return value
+
+
 def _recorded_value(settings: Settings, key: str) -> object:
     """A recorded setting of ``settings``, in the form the index records it."""
     if key == "workspace":
@@ -85,8 +105,10 @@ def _recorded_value(settings: Settings, key: str) -> object:
     if key in ("sources", "extra_paths"):
         return sorted(getattr(settings, key))
     if key == "remote":
+        # the base URL as the index records it (memory_core.storage.indexmeta: masked): compared with
+        # the raw URL, one with a password was a change on every run, printed with the password
         r = settings.remote
-        return {k: v for k, v in (("base_url", r.base_url), ("dimensions", r.dimensions),
+        return {k: v for k, v in (("base_url", _masked(r.base_url)), ("dimensions", r.dimensions),
                                   ("api_version", r.api_version)) if v is not None}
     value: Any = settings
     for part in key.split("."):
@@ -99,6 +121,25 @@ FLAG_NAMES = {"provider": "--provider", "model": "--model", "extra_paths": "--ex
 """The CLI's flag for each setting it tells (``told_by`` of its commands: messages say where a
 value came from, ``provider (from --provider)``); here, not in an entry point, so every command
 (``eval`` in its own module too) names them alike."""
+
+
+_PATH_WHAT = {"workspace": "workspace", "index_path": "index file"}
+
+
+def refuse_empty_paths(told: dict[str, Any], told_by: dict[str, str] | str = "{}") -> None:
+    """UsageError when a workspace or an index is told empty (``-w ""``, a script's ``-w "$WS"``
+    with the variable unset, ``open_memory("")``): ``os.path.abspath("")`` is the current folder,
+    and ``write -w ""`` wrote a daily note and built an index wherever the script ran (an outside
+    audit, A3). Told means given explicitly: a ``MEMORY_CORE_*`` variable set but empty is unset
+    (the config layer), as a flow parameter left ``""`` by a deployment's template is."""
+    from memory_core.errors import UsageError
+
+    for key, what in _PATH_WHAT.items():
+        value = told.get(key)
+        if isinstance(value, str) and not value.strip():
+            by = (told_by.get(key) or key) if isinstance(told_by, dict) else told_by.format(key)
+            raise UsageError(f"{by} is empty: an empty path is not the current folder; give the {what}'s path,"
+                             f" or leave {by} out")
 
 
 def resolve_settings(
@@ -136,6 +177,7 @@ def resolve_settings(
     )
 
     env = dict(os.environ) if env is None else env
+    refuse_empty_paths(told or {}, told_by)
     flags = _drop_none(dict(told or {}))
     env_layer = _env_layer(env)
     cfg_path = config_file or env.get("MEMORY_CORE_CONFIG") or None
