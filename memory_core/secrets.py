@@ -49,8 +49,31 @@ def url_password(url: str | None) -> str | None:
         return None
 
 
+def url_credentials(url: str | None) -> list[str]:
+    """What a URL's user part lets out, to :func:`remember`: its password, or a user name given
+    with no password (``https://<token>@host``: a token), each also as the HTTP Basic credential
+    built from it (base64 of ``user:password``), which a proxy echoing the request's headers shows
+    (the fortieth session's audit I: L1, L2)."""
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return []
+    if password is None and not user:
+        return []
+    import base64
+    from urllib.parse import unquote
+
+    secret = password if password is not None else user
+    raw_user, raw_password = unquote(user or ""), unquote(password or "")
+    basic = base64.b64encode(f"{raw_user}:{raw_password}".encode()).decode("ascii")
+    return [v for v in (secret, unquote(secret or ""), basic) if v]
+
+
 # a query parameter that carries a credential (Azure's ``?api-key=``, ``?key=``, ``?token=``, a SAS's ``sig=``)
-_SECRET_PARAM = re.compile(r"(?i)(?:key|token|secret|sig|signature|passw|pwd|auth|credential)")
+_SECRET_PARAM = re.compile(r"(?i)(?:key|token|secret|sig|signature|passw|pwd|auth|credential|^code$)")
 
 
 def url_query_secrets(url: str | None) -> list[str]:
@@ -65,7 +88,7 @@ def url_query_secrets(url: str | None) -> list[str]:
 
 
 def url_without_password(url: str | None) -> str | None:
-    """``url`` with its password (if any) and its credential query values (``?api-key=...``: the
+    """``url`` with its password (if any; a user name given alone, as a token is) and its credential query values (``?api-key=...``: the
     thirty-eighth session's audit found one recorded whole in the index) replaced by ``***``: what
     may be recorded or shown."""
     if not url:
@@ -78,6 +101,8 @@ def url_without_password(url: str | None) -> str | None:
         user = parts.username or ""
         host = parts.netloc.rsplit("@", 1)[1]
         parts = parts._replace(netloc=f"{user}:{MASK}@{host}")
+    elif "@" in parts.netloc:  # a user name alone is a token (https://<token>@host)
+        parts = parts._replace(netloc=f"{MASK}@{parts.netloc.rsplit('@', 1)[1]}")
     if url_query_secrets(url):
         pairs = parse_qsl(parts.query, keep_blank_values=True)
         parts = parts._replace(query=urlencode(

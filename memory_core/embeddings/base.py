@@ -323,8 +323,8 @@ class EmbeddingProvider(ABC):
         from memory_core.embeddings.retry import RetryBudget
 
         self.settings = remote
-        secrets.remember(*(v for k, v in remote.headers.items() if _secret_header(k)), secrets.url_password(remote.base_url),
-                         *secrets.url_query_secrets(remote.base_url))
+        secrets.remember(*(v for k, v in remote.headers.items() if _secret_header(k)),
+                         *secrets.url_credentials(remote.base_url), *secrets.url_query_secrets(remote.base_url))
         self.retry_budget = RetryBudget(remote.retry_budget_s)
         if remote.max_inputs_per_request:
             self.max_inputs_per_request = min(self.max_inputs_per_request, remote.max_inputs_per_request)
