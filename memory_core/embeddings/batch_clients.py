@@ -29,6 +29,7 @@ from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchClient, ParsedLine, RemoteJob
 from memory_core.embeddings.retry import call_with_retries
 from memory_core.errors import ProviderError
+from memory_core.secrets import scrub
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -135,7 +136,9 @@ class OpenAIBatchClient(_RetryingClient):
     def _remote(self, b: Any) -> RemoteJob:
         errors = getattr(b, "errors", None)
         data = getattr(errors, "data", None) or []
-        msg = "; ".join(f"{e.code}: {e.message}" for e in data if e is not None)[:500]
+        # scrubbed before it is cut (a key across the cut would be half masked): a provider or a
+        # proxy may echo the key in a job's error, which reaches the summary, logs, ledger, Prefect
+        msg = scrub("; ".join(f"{e.code}: {e.message}" for e in data if e is not None))[:500]
         counts = getattr(b, "request_counts", None)
         meta = getattr(b, "metadata", None) or {}
         return RemoteJob(
@@ -182,7 +185,7 @@ class OpenAIBatchClient(_RetryingClient):
         if err:
             msg = err.get("message") if isinstance(err, dict) else str(err)
             code = err.get("code") if isinstance(err, dict) else None
-            return ParsedLine(cid, kind="error", message=f"{code}: {msg}" if code else str(msg))
+            return ParsedLine(cid, kind="error", message=scrub(f"{code}: {msg}" if code else str(msg))[:300])
         resp = obj.get("response")
         if not isinstance(resp, dict):
             return ParsedLine(cid, kind="malformed", message="no response")
@@ -193,7 +196,7 @@ class OpenAIBatchClient(_RetryingClient):
             if isinstance(body, dict):
                 e = body.get("error", body.get("detail"))
                 emsg = e.get("message", "") if isinstance(e, dict) else str(e or "")
-            return ParsedLine(cid, kind="http_error", message=f"HTTP {status}: {emsg}"[:300])
+            return ParsedLine(cid, kind="http_error", message=scrub(f"HTTP {status}: {emsg}")[:300])
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data:
             return ParsedLine(cid, kind="bad_vector", message="empty embedding")
@@ -263,7 +266,7 @@ class GeminiBatchClient(_RetryingClient):
         err = getattr(job, "error", None)
         msg = ""
         if err is not None:
-            msg = str(getattr(err, "message", "") or err)[:500]
+            msg = scrub(str(getattr(err, "message", "") or err))[:500]  # (as OpenAI's: scrubbed, then cut)
         stats = getattr(job, "completion_stats", None)
         src = getattr(job, "src", None)
         return RemoteJob(
@@ -309,7 +312,7 @@ class GeminiBatchClient(_RetryingClient):
         err = obj.get("error")
         if err:
             msg = err.get("message") if isinstance(err, dict) else str(err)
-            return ParsedLine(key, kind="error", message=str(msg)[:300])
+            return ParsedLine(key, kind="error", message=scrub(str(msg))[:300])
         resp = obj.get("response")
         emb = resp.get("embedding") if isinstance(resp, dict) else None
         values = emb.get("values") if isinstance(emb, dict) else None
