@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,10 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from memory_core.embeddings import batch_types as st
+from memory_core.embeddings import http as capped_http
 from memory_core.embeddings.base import EmbeddingProvider
 from memory_core.embeddings.batch_types import BatchClient, ParsedLine, RemoteJob
-from memory_core.embeddings.retry import call_with_retries
+from memory_core.embeddings.retry import Abandoned, Retryable, call_with_retries, within
 from memory_core.errors import ProviderError
+from memory_core.secrets import scrub
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -37,6 +40,20 @@ T = TypeVar("T")
 MiB = 1024 * 1024
 
 LOOKUP_JOBS = 200  # how many recent provider jobs to scan when looking for a lost one
+# The slowest transfer of a job file (upload, download) let run to its end: its attempt may take
+# remote.timeout_s plus its size at this rate (8 GiB: 9 h; a 50 MB output: 4 min), where a sync
+# call's takes remote.timeout_s in all. A server that drips its answer is cut off, a big file is not.
+MIN_TRANSFER_BYTES_PER_S = 256 * 1024
+
+
+class OutputTooLarge(ProviderError):
+    """A job's output file is larger than a Batch API download may hold
+    (:data:`memory_core.embeddings.http.MAX_DOWNLOAD_BYTES`): it will be every time, so it is not
+    retried, nor left in the ledger to be downloaded again by every later run."""
+
+    def __init__(self, message: str, *, file_id: str, size: int | None, cap: int) -> None:
+        super().__init__(message)
+        self.file_id, self.size, self.cap = file_id, size, cap
 
 
 def decode_vector(value: object) -> object:
@@ -68,19 +85,71 @@ class _RetryingClient:
         self._initial = getattr(remote, "backoff_initial_s", 0.5)
         self._max = getattr(remote, "backoff_max_s", 30.0)
         self._budget = getattr(provider, "retry_budget", None)  # the run's, shared with sync calls
+        # each attempt's wall-clock limit, first byte to last (a poll that drips its answer held a
+        # run past every timeout, and its SIGTERM: audit I, M3); a transfer's grows with its size
+        self.timeout_s = float(getattr(remote, "timeout_s", 60.0))
 
     def classify(self, exc: Exception) -> Exception:
+        if isinstance(exc, Retryable | ProviderError | Abandoned):  # already ours (a limited call's)
+            return exc
         return self._classify(exc, self.provider)
 
-    def retry(self, fn: Callable[[], T]) -> T:
+    def transfer_limit(self, size: int | None) -> float:
+        """The longest one attempt to move a file of ``size`` bytes may take (unknown: the largest
+        download's)."""
+        size = capped_http.MAX_DOWNLOAD_BYTES if size is None else size
+        return self.timeout_s + size / MIN_TRANSFER_BYTES_PER_S
+
+    def limited(self, fn: Callable[[], T]) -> T:
+        """One call, not retried, within ``remote.timeout_s`` (Retryable past it)."""
+        return within(fn, self.timeout_s)
+
+    def retry(self, fn: Callable[[], T], *, attempt_timeout_s: float | None = None,
+              download: str | None = None) -> T:
+        """``fn`` retried; each attempt within ``attempt_timeout_s`` (default ``remote.timeout_s``).
+        ``download``: the file id ``fn`` reads; a response refused for its size raises
+        :class:`OutputTooLarge` at once (it would be refused again)."""
         def once() -> T:
             try:
                 return fn()
             except Exception as exc:
+                cap = capped_http.over_cap(exc) if download else None
+                if cap is not None and download:
+                    raise self.too_large(download, None, cap) from None
                 raise self.classify(exc) from None
 
         return call_with_retries(once, provider=f"{self.provider} batch", max_attempts=self._attempts,
-                                 initial_s=self._initial, max_s=self._max, budget=self._budget)
+                                 initial_s=self._initial, max_s=self._max, budget=self._budget,
+                                 attempt_timeout_s=self.timeout_s if attempt_timeout_s is None else attempt_timeout_s)
+
+    def too_large(self, file_id: str, size: int | None, cap: int) -> OutputTooLarge:
+        def sized(n: int) -> str:
+            return f"{n / MiB:,.0f} MiB" if n >= MiB else f"{n:,} bytes"
+
+        said = sized(size) if size is not None else f"over {sized(cap)}"
+        return OutputTooLarge(f"{self.provider} batch: output file {file_id} is {said}, more than a Batch API"
+                              f" download may hold ({sized(cap)}): refused", file_id=file_id, size=size, cap=cap)
+
+    def _size(self, fn: Callable[[], object]) -> int | None:
+        """A file's size as the provider states it (None: not stated, or not readable)."""
+        try:
+            size = self.retry(fn)
+        except ProviderError:
+            return None
+        try:
+            return int(size) if size is not None else None  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return None
+
+    def _download(self, file_id: str, size: int | None, fn: Callable[[], bytes]) -> bytes:
+        """Read a job file of ``size`` bytes (as stated): refused before a byte is read when it is
+        over the cap; each attempt limited by its size."""
+        cap = capped_http.MAX_DOWNLOAD_BYTES
+        if size is not None and size > cap:
+            raise self.too_large(file_id, size, cap)
+        # over the cap with a size stated under it: a broken answer (an endless body), not a file too
+        # large; retried, and left open for a later run when it stays broken
+        return self.retry(fn, attempt_timeout_s=self.transfer_limit(size), download=file_id if size is None else None)
 
     def _remote(self, job: Any) -> RemoteJob:
         raise NotImplementedError
@@ -130,12 +199,14 @@ class OpenAIBatchClient(_RetryingClient):
             with open(path, "rb") as fh:
                 return self._long.files.create(file=(f"{local_id}.jsonl", fh), purpose="batch").id
 
-        return self.retry(go)
+        return self.retry(go, attempt_timeout_s=self.transfer_limit(os.path.getsize(path)))
 
     def _remote(self, b: Any) -> RemoteJob:
         errors = getattr(b, "errors", None)
         data = getattr(errors, "data", None) or []
-        msg = "; ".join(f"{e.code}: {e.message}" for e in data if e is not None)[:500]
+        # scrubbed before it is cut (a key across the cut would be half masked): a provider or a
+        # proxy may echo the key in a job's error, which reaches the summary, logs, ledger, Prefect
+        msg = scrub("; ".join(f"{e.code}: {e.message}" for e in data if e is not None))[:500]
         counts = getattr(b, "request_counts", None)
         meta = getattr(b, "metadata", None) or {}
         return RemoteJob(
@@ -155,23 +226,24 @@ class OpenAIBatchClient(_RetryingClient):
             "completion_window": self.completion_window, "metadata": {"memory_core_job": local_id},
             **self._create_extra(),
         }
-        return self._remote(self.client.batches.create(**kwargs))
+        return self._remote(self.limited(lambda: self.client.batches.create(**kwargs)))
 
     def get(self, job_id: str) -> RemoteJob:
-        return self._remote(self.client.batches.retrieve(job_id))
+        return self._remote(self.limited(lambda: self.client.batches.retrieve(job_id)))
 
     def cancel(self, job_id: str) -> None:
-        self.client.batches.cancel(job_id)
+        self.limited(lambda: self.client.batches.cancel(job_id))
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
         # retried as every other call: a transient error here must not read as "no such job"
         return self.retry(lambda: self._find_in(self.client.batches.list(limit=100), local_id, input_file_id))
 
     def download(self, file_id: str) -> bytes:
-        return self.retry(lambda: self._long.files.content(file_id).content)
+        size = self._size(lambda: self.client.files.retrieve(file_id).bytes)
+        return self._download(file_id, size, lambda: self._long.files.content(file_id).content)
 
     def delete_file(self, file_id: str) -> None:
-        self.client.files.delete(file_id)
+        self.limited(lambda: self.client.files.delete(file_id))
 
     def parse_line(self, obj: Any) -> ParsedLine:
         if not isinstance(obj, dict):
@@ -182,7 +254,7 @@ class OpenAIBatchClient(_RetryingClient):
         if err:
             msg = err.get("message") if isinstance(err, dict) else str(err)
             code = err.get("code") if isinstance(err, dict) else None
-            return ParsedLine(cid, kind="error", message=f"{code}: {msg}" if code else str(msg))
+            return ParsedLine(cid, kind="error", message=scrub(f"{code}: {msg}" if code else str(msg))[:300])
         resp = obj.get("response")
         if not isinstance(resp, dict):
             return ParsedLine(cid, kind="malformed", message="no response")
@@ -193,7 +265,7 @@ class OpenAIBatchClient(_RetryingClient):
             if isinstance(body, dict):
                 e = body.get("error", body.get("detail"))
                 emsg = e.get("message", "") if isinstance(e, dict) else str(e or "")
-            return ParsedLine(cid, kind="http_error", message=f"HTTP {status}: {emsg}"[:300])
+            return ParsedLine(cid, kind="http_error", message=scrub(f"HTTP {status}: {emsg}")[:300])
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data:
             return ParsedLine(cid, kind="bad_vector", message="empty embedding")
@@ -255,7 +327,7 @@ class GeminiBatchClient(_RetryingClient):
                 raise ProviderError("gemini: the upload returned no file name")
             return str(f.name)
 
-        return self.retry(go)
+        return self.retry(go, attempt_timeout_s=self.transfer_limit(os.path.getsize(path)))
 
     def _remote(self, job: Any) -> RemoteJob:
         state = job.state.value if hasattr(job.state, "value") else str(job.state or "")
@@ -263,7 +335,7 @@ class GeminiBatchClient(_RetryingClient):
         err = getattr(job, "error", None)
         msg = ""
         if err is not None:
-            msg = str(getattr(err, "message", "") or err)[:500]
+            msg = scrub(str(getattr(err, "message", "") or err))[:500]  # (as OpenAI's: scrubbed, then cut)
         stats = getattr(job, "completion_stats", None)
         src = getattr(job, "src", None)
         return RemoteJob(
@@ -279,27 +351,28 @@ class GeminiBatchClient(_RetryingClient):
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "create_embeddings() is experimental"
-            job = self.client.batches.create_embeddings(
+            job = self.limited(lambda: self.client.batches.create_embeddings(
                 model=self.model, src=types.EmbeddingsBatchJobSource(file_name=input_file_id),
                 config=types.CreateEmbeddingsBatchJobConfig(display_name=local_id),
-            )
+            ))
         return self._remote(job)
 
     def get(self, job_id: str) -> RemoteJob:
-        return self._remote(self.client.batches.get(name=job_id))
+        return self._remote(self.limited(lambda: self.client.batches.get(name=job_id)))
 
     def cancel(self, job_id: str) -> None:
-        self.client.batches.cancel(name=job_id)
+        self.limited(lambda: self.client.batches.cancel(name=job_id))
 
     def find(self, local_id: str, input_file_id: str | None) -> RemoteJob | None:
         return self.retry(lambda: self._find_in(self.client.batches.list(config={"page_size": 50}), local_id,
                                                 input_file_id))
 
     def download(self, file_id: str) -> bytes:
-        return self.retry(lambda: bytes(self.client.files.download(file=file_id)))
+        size = self._size(lambda: self.client.files.get(name=file_id).size_bytes)
+        return self._download(file_id, size, lambda: bytes(self.client.files.download(file=file_id)))
 
     def delete_file(self, file_id: str) -> None:
-        self.client.files.delete(name=file_id)
+        self.limited(lambda: self.client.files.delete(name=file_id))
 
     def parse_line(self, obj: Any) -> ParsedLine:
         if not isinstance(obj, dict):
@@ -309,7 +382,7 @@ class GeminiBatchClient(_RetryingClient):
         err = obj.get("error")
         if err:
             msg = err.get("message") if isinstance(err, dict) else str(err)
-            return ParsedLine(key, kind="error", message=str(msg)[:300])
+            return ParsedLine(key, kind="error", message=scrub(str(msg))[:300])
         resp = obj.get("response")
         emb = resp.get("embedding") if isinstance(resp, dict) else None
         values = emb.get("values") if isinstance(emb, dict) else None

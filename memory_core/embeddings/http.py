@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from typing import Any
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024  # 2,048 inputs of 3,072-d floats as JSON text: ~130 MB
-MAX_DOWNLOAD_BYTES = 8 * 1024 * 1024 * 1024  # a Batch API output file (``/files/<id>/content``)
+MAX_DOWNLOAD_BYTES = 8 * 1024 * 1024 * 1024  # a Batch API output file (OpenAI, Voyage: ``/files/<id>/content``;
+# Gemini: ``/files/<id>:download``): a Gemini job at 3,072 dims holds ~50 KB of JSON a line
 _CHUNK = 1 << 16
 
 
@@ -42,8 +43,10 @@ def _classes(module: str) -> tuple[Any, Any]:
                             else zlib.decompressobj() if encoding == "deflate" else None)
 
         def _too_large(self) -> Exception:
-            return ResponseTooLarge(f"the response is larger than {self.max_bytes >> 20} MiB; refused",
-                                    request=self.request)
+            exc = ResponseTooLarge(f"the response is larger than {self.max_bytes >> 20} MiB; refused",
+                                   request=self.request)
+            exc.over_cap = self.max_bytes  # (what :func:`over_cap` finds under the SDK's own error)
+            return exc
 
         def __iter__(self) -> Iterator[bytes]:
             total = 0
@@ -94,7 +97,7 @@ def _classes(module: str) -> tuple[Any, Any]:
                 response.close()
                 raise ResponseTooLarge(f"the response is encoded as {encoding!r}, which was not asked for",
                                        request=request)
-            cap = MAX_DOWNLOAD_BYTES if request.url.path.endswith("/content") else self.max_bytes
+            cap = MAX_DOWNLOAD_BYTES if is_download(request.url.path) else self.max_bytes
             headers = [(k, v) for k, v in response.headers.multi_items()
                        if k.lower() not in ("content-encoding", "content-length")]
             return hx.Response(status_code=response.status_code, headers=headers,
@@ -102,6 +105,26 @@ def _classes(module: str) -> tuple[Any, Any]:
                                extensions=response.extensions, request=request)
 
     return ResponseTooLarge, CappedTransport
+
+
+def is_download(path: str) -> bool:
+    """Whether ``path`` reads a Batch API output file: OpenAI's and Voyage's
+    ``/files/<id>/content``, Gemini's ``/files/<id>:download`` (only the first had the download's
+    cap, a Gemini job of a few thousand chunks at 3,072 dims could never be read: audit I, H3)."""
+    return path.endswith("/content") or path.endswith(":download")
+
+
+def over_cap(exc: BaseException | None) -> int | None:
+    """The cap (bytes) a response went past, when ``exc`` or an error under it (an SDK wraps the
+    transport's) is :class:`ResponseTooLarge` for its size; else None."""
+    for _ in range(8):
+        if exc is None:
+            return None
+        cap = getattr(exc, "over_cap", None)
+        if isinstance(cap, int):
+            return cap
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 # Any: the httpx family member is chosen at run time

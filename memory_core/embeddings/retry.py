@@ -175,6 +175,14 @@ def _within(fn: Callable[[], T], seconds: float) -> T:
     return value[0]
 
 
+def within(fn: Callable[[], T], seconds: float) -> T:
+    """One attempt of ``fn`` limited to ``seconds`` of wall-clock time, first byte to last, as
+    every attempt of :func:`call_with_retries` with ``attempt_timeout_s`` (a call that is not
+    retried here: a Batch API poll, whose loop polls through a transient failure); the run's stop
+    (:func:`abandoned_when`) ends it with :class:`Abandoned`."""
+    return _within(fn, seconds)
+
+
 def call_with_retries(fn: Callable[[], T], *, provider: str, max_attempts: int, initial_s: float,
                       max_s: float, sleep: Callable[[float], None] = time.sleep,
                       budget: RetryBudget | None = None, attempt_timeout_s: float | None = None,

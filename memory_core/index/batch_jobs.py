@@ -43,9 +43,9 @@ from memory_core.embeddings.base import (
     same_vector_message,
     unit_rows,
 )
-from memory_core.embeddings.batch_clients import client_for, parse_jsonl
+from memory_core.embeddings.batch_clients import OutputTooLarge, client_for, parse_jsonl
 from memory_core.embeddings.batch_types import BatchClient, CollectResult, JobLimits, JobRecord, JobSpec
-from memory_core.embeddings.retry import Retryable
+from memory_core.embeddings.retry import Abandoned, Retryable, RetryBudget
 from memory_core.errors import ProviderError
 from memory_core.failpoints import failpoint
 from memory_core.index import batch_ledger as lg
@@ -217,7 +217,12 @@ def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.Rem
     remote_settings = ctx.settings.remote
     attempts = remote_settings.max_attempts
     delay = remote_settings.backoff_initial_s
+    # the run's retry budget, shared with every other call (a Retry-After: 3600 slept 300 s an
+    # attempt, whatever the budget: audit I, M2); a wait the server asks for that does not fit it
+    # ends the retries at once, as for a sync call
+    budget = getattr(ctx.provider, "retry_budget", None) or RetryBudget(remote_settings.retry_budget_s)
     last: Exception | None = None
+    why = f"gave up after {attempts} attempts"
     for attempt in range(1, attempts + 1):
         if attempt > 1:
             found = _lookup(ctx, local_id, input_file_id)
@@ -230,18 +235,25 @@ def _create_once(ctx: BatchContext, local_id: str, input_file_id: str) -> st.Rem
             if not isinstance(err, Retryable):
                 raise err from None
             last = err
-            if attempt < attempts:
-                wait = min(remote_settings.backoff_max_s, delay)
-                if err.retry_after is not None:
-                    wait = max(wait, min(err.retry_after, 300.0))
-                log.warning("%s batch create: %s; retry %d/%d in %.1fs", ctx.provider.name, err, attempt,
-                            attempts - 1, wait)
-                ctx.sleep(wait)
-                delay = min(remote_settings.backoff_max_s, delay * 2)
-    found = _lookup(ctx, local_id, input_file_id)
+            if attempt >= attempts:
+                break
+            wait = min(remote_settings.backoff_max_s, delay)
+            required = err.retry_after is not None and err.retry_after > wait
+            if required:
+                wait = float(err.retry_after)  # type: ignore[arg-type]
+            granted = budget.take(wait, required=required)
+            if granted is None:
+                asked = f"the provider asked to wait {wait:g} s; " if required else ""
+                why = f"gave up after {attempt} attempts: {asked}the retry budget is spent; {budget.describe()}"
+                break
+            log.warning("%s batch create: %s; retry %d/%d in %.1fs", ctx.provider.name, err, attempt,
+                        attempts - 1, granted)
+            ctx.sleep(granted)
+            delay = min(remote_settings.backoff_max_s, delay * 2)
+    found = _lookup(ctx, local_id, input_file_id)  # (a create that failed may still have made the job)
     if found is not None:
         return found
-    raise ProviderError(f"{ctx.provider.name} batch create: {last} (gave up after {attempts} attempts)")
+    raise ProviderError(f"{ctx.provider.name} batch create: {last} ({why})")
 
 
 def _lookup(ctx: BatchContext, local_id: str, input_file_id: str | None) -> st.RemoteJob | None:
@@ -287,7 +299,9 @@ def poll_job(ctx: BatchContext, rec: JobRecord, *, timeout_s: float | None = Non
     while True:
         failpoint("batch-poll")
         try:
-            remote = ctx.client.get(rec.job_id)
+            remote = ctx.client.get(rec.job_id)  # (within remote.timeout_s: a dripping answer is cut off)
+        except Abandoned:
+            raise  # the run stopped: the job stays open in the ledger as last seen
         except Exception as exc:
             err = ctx.client.classify(exc)
             if isinstance(err, Retryable):
@@ -369,6 +383,8 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             continue
         try:
             files.append(ctx.client.download(file_id))
+        except OutputTooLarge as exc:
+            return _refused(ctx, rec, res, chunks, exc)
         except ProviderError as exc:
             raise ProviderError(f"cannot download {file_id}: {exc}; the job stays open for a later run") from None
     for data in files:
@@ -455,6 +471,26 @@ def collect_job(ctx: BatchContext, rec: JobRecord) -> CollectResult:
             if fid:
                 _delete_quietly(ctx, fid)
     log.info("%s: collected (%s): %s", rec.label, rec.status, res.summary())
+    return res
+
+
+def _refused(ctx: BatchContext, rec: JobRecord, res: CollectResult, chunks: list[tuple[str, int]],
+             exc: OutputTooLarge) -> CollectResult:
+    """A job whose output file is too large to read (it will be at every run: left open, it was
+    downloaded again, and refused again, by every later run, its chunks paid twice each time):
+    closed as failed, its chunks left to sync calls, its tokens counted as billed (a completed job
+    is paid for, read or not)."""
+    hashes = [h for h, _ in chunks]
+    have = ctx.cache.has_many(hashes, ctx.provider.dims) if hashes else set()
+    res.failed_hashes = [h for h in hashes if h not in have]
+    res.lines = len(chunks)
+    res.tokens_unusable = sum(t for _, t in chunks) if rec.status == st.COMPLETED else 0
+    res.problems = {"too_large": len(chunks)}
+    why = (f"{exc}; job closed (its output cannot be read, now or by a later run); its"
+           f" {len(res.failed_hashes)} chunk(s) go through sync calls")
+    res.examples = [why]
+    ctx.ledger.close(rec.local_id, lg.FAILED, why)
+    log.info("%s: %s", rec.label, why)  # (the run says it, as a failure of the job)
     return res
 
 

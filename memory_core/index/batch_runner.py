@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from memory_core.embeddings import batch_types as st
 from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
+from memory_core.embeddings.retry import abandoned_when
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
 from memory_core.index import run_stops
@@ -107,7 +108,10 @@ class LocalOps:
         return ctx
 
     def _run(self, step: str, obj: Any, kw: dict[str, Any]) -> object:
-        return STEPS[step](self._thread_ctx(), obj, **kw)
+        # a call in flight ends when the run stops (close() sets ``stop``): a poll or download whose
+        # answer drips held the pool's shutdown, and the run, past its SIGTERM (audit I, M3)
+        with abandoned_when(self.stop):
+            return STEPS[step](self._thread_ctx(), obj, **kw)
 
     def start(self, step: str, obj: Any, **kw: Any) -> Future[Any]:
         return self.pool.submit(self._run, step, obj, kw)
@@ -458,7 +462,11 @@ class BatchRun:
         self.hashes_of.pop(rec.local_id, None)
         if unneeded:
             return
-        if rec.status == st.COMPLETED:
+        if res.problems.get("too_large"):  # its output cannot be read (batch_jobs._refused): said once, whole
+            self.stats.jobs_failed += 1
+            self._fail(1, f"{rec.label}: {res.examples[0] if res.examples else res.summary()}")
+            self.sync.update(h for h in res.failed_hashes if h in self.needed)
+        elif rec.status == st.COMPLETED:
             unusable = len(res.failed_hashes)
             if res.lines and unusable and (res.stored == 0 or 2 * unusable > res.lines):
                 # "completed" with no usable vector, or mostly unusable ones (e.g. every vector of the
@@ -532,7 +540,10 @@ class BatchRun:
         s = replace(self.stats, errors=list(self.stats.errors))
         submitted = self._submitted()
         mine = self.submitted_ids | self.reattached_ids
-        left = [j for j in self.ctx.ledger.open_jobs() if j.local_id in mine]
+        # at the provider: jobs with its id (a submit stopped before its create returned, e.g. while
+        # waiting to retry it, left a row but no job: "1 job(s) left open at the provider ()"; the
+        # next run looks such a row up, and closes it when the provider has no such job)
+        left = [j for j in self.ctx.ledger.open_jobs() if j.local_id in mine and j.job_id]
         s.jobs_submitted = max(s.jobs_submitted, len(submitted))
         s.requests_submitted = sum(j.requests for j in submitted)
         s.tokens_submitted = sum(j.tokens for j in submitted)

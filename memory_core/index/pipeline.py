@@ -477,6 +477,9 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
                     plan.meta["batch"] = batch_state(settings, batch[1])  # status shows it
+            elif cache is not None and provider.supports_batch and (note := _open_jobs_note(cache, plan.re_embed)):
+                plan.warnings.append(note)
+                log.warning("%s", note, extra={RUN_WARNING: True})
             pending = batch[1].jobs_pending if batch else 0
             if pending:
                 log.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
@@ -603,6 +606,24 @@ def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, object]:
             "switched_to_sync": bool(figures.disabled), "reason": figures.disabled_reason,
             "jobs_submitted": figures.jobs_submitted, "jobs_failed": figures.jobs_failed,
             "jobs_pending": figures.jobs_pending, "last_error": errors[-1] if errors else ""}
+
+
+def _open_jobs_note(cache: EmbeddingCache, re_embed: bool) -> str | None:
+    """What a run that does not use the Batch API (batch mode off, ``--re-embed``) says of the
+    jobs earlier runs left open for this provider configuration: it embeds their chunks through
+    sync calls, and the provider bills the jobs too when they complete (it said nothing: audit I,
+    M1). None when there is no such job."""
+    from memory_core.index.batch_ledger import BatchLedger
+
+    jobs = BatchLedger.for_cache(cache).open_jobs()
+    if not jobs:
+        return None
+    ids = ", ".join(str(j.job_id or j.local_id) for j in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
+    why = ("index --re-embed does not take their vectors (they predate it)" if re_embed
+           else "batch mode is off ([batch] enabled = false)")
+    return (f"{len(jobs)} batch job(s) of earlier runs are still open at the provider ({ids}): {why}, so this"
+            " run embeds their chunks through sync calls and the provider bills the jobs as well when they"
+            " complete; a run with batch mode on collects them (and cancels those no longer needed)")
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,
