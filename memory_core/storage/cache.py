@@ -927,6 +927,17 @@ def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: s
     (:meth:`EmbeddingCache.begin_renewal`), or None. Read-only; None when there is no cache."""
     if not Path(cache_path).is_file():
         return None
+    # a damaged file is the run's cache to set aside (EmbeddingCache), with nothing opened beside it
+    # here: a connection to it made its -wal and -shm, set aside with it
+    try:
+        with open(cache_path, "rb") as fh:
+            header = fh.read(100)
+            size = os.fstat(fh.fileno()).st_size
+        if size and not header.startswith(b"SQLite format 3\x00"):
+            return None
+        _check_not_truncated(Path(cache_path), header, size)
+    except (OSError, _Truncated):
+        return None
     try:
         conn = connect(cache_path, readonly=True)
     except apsw.Error:
