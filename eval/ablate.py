@@ -114,6 +114,7 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "keyword": ({}, {}, "keyword"),
     "vector": ({}, {}, "vector"),
     "file_support=0": ({"file_support": 0.0}, {}, "hybrid"),
+    "file_support=0.25": ({"file_support": 0.25}, {}, "hybrid"),
     "support: containers only": ({}, {"file_support": _support_of_containers}, "hybrid"),
     "max share 0": ({}, {"FUSION_MAX_SHARE": 0.0}, "hybrid"),
     "keyword curve x^2 (0.7)": ({}, {"keyword_relevance": _hill(2, 0.7)}, "hybrid"),
