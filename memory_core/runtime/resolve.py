@@ -82,7 +82,7 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _masked(value: Any) -> Any:
+def _masked(value: object) -> object:
     """``value`` with every URL in it (a ``remote.base_url``, also inside a dict or a list) as an
     index records it: its password and credential query values ``***``."""
     from memory_core.secrets import url_without_password

@@ -925,7 +925,7 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
 def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: str, index_path: Path) -> int | None:
     """When a re-embed of the index at ``index_path`` began (ms) that no run has published yet
     (:meth:`EmbeddingCache.begin_renewal`), or None. Read-only; None when there is no cache."""
-    if not Path(cache_path).is_file():
+    if not Path(cache_path).is_file() or os.path.islink(cache_path):  # a link: EmbeddingCache refuses it
         return None
     # a damaged file is the run's cache to set aside (EmbeddingCache), with nothing opened beside it
     # here: a connection to it made its -wal and -shm, set aside with it
@@ -939,7 +939,9 @@ def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: s
     except (OSError, _Truncated):
         return None
     try:
-        conn = connect(cache_path, readonly=True)
+        # not readonly: a read-only connection to a WAL file could not map its -shm through a VFS
+        # of Python's (the kill-in-commit tests') and its close failed with a disk I/O error
+        conn = connect(cache_path)
     except apsw.Error:
         return None
     try:
@@ -953,4 +955,5 @@ def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: s
     except apsw.Error:
         return None
     finally:
-        conn.close()
+        with contextlib.suppress(apsw.Error):
+            conn.close()
