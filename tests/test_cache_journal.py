@@ -363,3 +363,28 @@ def test_a_second_cache_in_one_process_keeps_the_firsts_locks(tmp_path: Path) ->
         assert again.count() == 100
     finally:
         again.close()
+
+
+def test_the_re_embed_check_keeps_a_live_caches_locks(tmp_path: Path) -> None:
+    """Every run first asks the cache file whether a re-embed of its index is under way
+    (``renewal_pending``). It read the file's header through a plain descriptor and closed it: in a
+    process with a live cache connection on that file (a server, a fleet run sharing the cache),
+    that dropped the connection's locks, as the second instance above once did."""
+    from memory_core.storage.cache import renewal_pending
+
+    path = tmp_path / "cache.sqlite"
+    first = EmbeddingCache(path, "openai", "m", "k")
+    vec = np.ones(4, dtype=np.float32).tobytes()
+    first.put_many([(sha256_hex(f"a{i}"), vec) for i in range(50)], dims=4)
+    first.fold()
+    assert renewal_pending(path, "openai", "m", "k", tmp_path / "index.sqlite") is None
+    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+             " print(c.execute('SELECT count(*) FROM cache_vectors').fetchone()[0]); c.close()")
+    seen = subprocess.run([sys.executable, "-c", count, str(path)], capture_output=True, text=True, check=True)
+    assert seen.stdout.strip() == "50"
+    first.put_many([(sha256_hex(f"b{i}"), vec) for i in range(50)], dims=4)
+    first.fold()  # committed by the live connection after the other process closed
+    ro = count.replace("sqlite3.connect(sys.argv[1])", "sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)")
+    seen = subprocess.run([sys.executable, "-c", ro, str(path)], capture_output=True, text=True, check=True)
+    assert seen.stdout.strip() == "100", seen
+    first.close()

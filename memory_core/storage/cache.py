@@ -924,18 +924,19 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
 
 def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: str, index_path: Path) -> int | None:
     """When a re-embed of the index at ``index_path`` began (ms) that no run has published yet
-    (:meth:`EmbeddingCache.begin_renewal`), or None. Read-only; None when there is no cache."""
-    if not Path(cache_path).is_file() or os.path.islink(cache_path):  # a link: EmbeddingCache refuses it
-        return None
+    (:meth:`EmbeddingCache.begin_renewal`), or None. It only reads; None when there is no cache,
+    or one that is not a regular file or is damaged."""
     # a damaged file is the run's cache to set aside (EmbeddingCache), with nothing opened beside it
-    # here: a connection to it made its -wal and -shm, set aside with it
+    # here: a connection to it made its -wal and -shm, set aside with it. The header is read through
+    # openfiles.kept, as EmbeddingCache._open reads it: closing a plain descriptor of the file would
+    # drop the locks of this process's live connections to it (a shared cache in one process)
     try:
-        with open(cache_path, "rb") as fh:
-            header = fh.read(100)
-            size = os.fstat(fh.fileno()).st_size
-        if size and not header.startswith(b"SQLite format 3\x00"):
-            return None
-        _check_not_truncated(Path(cache_path), header, size)
+        with openfiles.kept(cache_path) as fd:  # a link or another kind of file: OSError
+            if not openfiles.connected(cache_path):  # else a connection of ours checked it
+                header, size = os.pread(fd, 100, 0), os.fstat(fd).st_size
+                if size and not header.startswith(b"SQLite format 3\x00"):
+                    return None
+                _check_not_truncated(Path(cache_path), header, size)
     except (OSError, _Truncated):
         return None
     try:
