@@ -69,7 +69,7 @@ def url_credentials(url: str | None) -> list[str]:
     secret = password if password is not None else user
     raw_user, raw_password = unquote(user or ""), unquote(password or "")
     basic = base64.b64encode(f"{raw_user}:{raw_password}".encode()).decode("ascii")
-    return [v for v in (secret, unquote(secret or ""), basic) if v]
+    return list(dict.fromkeys(v for v in (secret, unquote(secret or ""), basic) if v))
 
 
 # a query parameter that carries a credential (Azure's ``?api-key=``, ``?key=``, ``?token=``, a SAS's ``sig=``)
@@ -88,9 +88,9 @@ def url_query_secrets(url: str | None) -> list[str]:
 
 
 def url_without_password(url: str | None) -> str | None:
-    """``url`` with its password (if any; a user name given alone, as a token is) and its credential query values (``?api-key=...``: the
-    thirty-eighth session's audit found one recorded whole in the index) replaced by ``***``: what
-    may be recorded or shown."""
+    """``url`` with its password (if any; a user name given alone, as a token is) and its credential
+    query values (``?api-key=...``: the thirty-eighth session's audit found one recorded whole in
+    the index) replaced by ``***``: what may be recorded or shown."""
     if not url:
         return url
     try:

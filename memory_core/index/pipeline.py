@@ -593,8 +593,8 @@ def _qmd_phase(settings: Settings, ex: Executor, timer: Timer, summary: RunSumma
         summary.stage_seconds[name] = round(timer.times[name], 3)
         run_stops.check()  # a stop lost in the step (a Prefect task's thread cannot see the main thread's)
         if not res.ok:
-            summary.warnings.append(f"qmd {res.command} failed ({res.error}); searches answer from the builtin"
-                                    " index until it works")
+            summary.qmd_failed = f"qmd {res.command} failed ({res.error})"
+            summary.warnings.append(f"{summary.qmd_failed}; searches answer from the builtin index until it works")
             log.warning("%s", summary.warnings[-1])
             return
 

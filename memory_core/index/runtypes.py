@@ -353,6 +353,9 @@ class RunSummary:
     cut_short: list[str] = field(default_factory=list)
     # ``index --re-embed``: every chunk was embedded again, no cached vector read
     re_embedded: bool = False
+    # ``backend = "qmd"``: the qmd step that failed and why ("qmd update failed (...)"); searches
+    # answer from the builtin index until a run brings qmd up to date (the write tool reads it)
+    qmd_failed: str = ""
 
     def discovery(self) -> str:
         """How the run found what changed: ``hinted: 3 paths looked at``, ``full scan (...)``."""

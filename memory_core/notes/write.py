@@ -51,6 +51,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import MemoryCoreError, PathError, RunCancelled, UsageError
 from memory_core.index.run_stops import deliver, is_stop, stops_held
+from memory_core.index.runtypes import RunSummary
 
 log = logging.getLogger("memory_core.notes.write")
 
@@ -593,11 +594,8 @@ def _index_written(settings: Settings, res: WriteResult, *, index: bool,
     return replace(res, indexed=True, note="; ".join(notes))
 
 
-def _qmd_failure(done: Any) -> str | None:
-    """The warning of a run (a RunSummary, or a scheduler's RunRecord of one) whose ``qmd update``
-    or ``qmd embed`` failed (``pipeline._qmd_phase``), else None."""
+def _qmd_failure(done: object) -> str:
+    """What failed of a run's qmd steps (``RunSummary.qmd_failed``; ``done``: the summary, or a
+    scheduler's RunRecord of one), else ""."""
     summary = getattr(done, "summary", done)
-    for w in getattr(summary, "warnings", None) or []:
-        if isinstance(w, str) and w.startswith("qmd ") and " failed (" in w:
-            return w.split("; searches answer", 1)[0]
-    return None
+    return summary.qmd_failed if isinstance(summary, RunSummary) else ""
