@@ -245,12 +245,7 @@ def check_unnamed_run(settings: Settings, agents: AgentsSettings,
             continue
         # this workspace is that agent's: writing its index, qmd state or LanceDB folder, the run is that agent
         if any(_real(mine) == _real(theirs) for _, mine, theirs in _written_by_both(settings, so)):
-            for third, st in listed.items():
-                if third == other or st is None:
-                    continue
-                problem = isolation_problem(other, settings, third, st)
-                if problem:
-                    raise ConfigError(problem + _FIX)
+            check_agent_isolated(other, settings, agents, listed.__getitem__)
     for other, so in listed.items():
         if so is None or _real(so.workspace_dir) == ws:
             continue
@@ -263,15 +258,17 @@ def check_unnamed_run(settings: Settings, agents: AgentsSettings,
 
 
 def check_agent_isolated(agent: str, settings: Settings, agents: AgentsSettings,
-                         settings_of: Callable[[str], Settings]) -> None:
+                         settings_of: Callable[[str], Settings | None]) -> None:
     """ConfigError when ``agent``, with the ``settings`` just resolved for it (flags included),
     would see another listed agent's memories. Called wherever the settings of one agent are
     resolved (:func:`memory_core.runtime.resolve.resolve_settings`: the CLI's ``--agent``, the
     MCP server's ``--agent``, the API, the flows, ``$MEMORY_CORE_AGENT``, ``agents.default``);
-    ``settings_of(other)``: another agent's settings as the config gives them."""
+    ``settings_of(other)``: another agent's settings as the config gives them (None: they do not
+    resolve, and nothing can be compared)."""
     for other in agents.ids:
-        if other == agent:
+        so = settings_of(other) if other != agent else None
+        if so is None:
             continue
-        problem = isolation_problem(agent, settings, other, settings_of(other))
+        problem = isolation_problem(agent, settings, other, so)
         if problem:
             raise ConfigError(problem + _FIX)
