@@ -173,9 +173,9 @@ def batch_collect_task(settings_blob: str, cache_path: str, workdir: str, record
 
 @task(name="batch-cancel", task_run_name="batch-cancel-{job_name}", cache_policy=NO_CACHE)
 def batch_cancel_task(settings_blob: str, cache_path: str, workdir: str, record: JobRecord,
-                      job_name: str, stop_key: str = "") -> JobRecord:
+                      job_name: str, stop_key: str = "", discard: str = "") -> JobRecord:
     with _context(settings_blob, cache_path, workdir, stop_key) as ctx:
-        return J.cancel_job(ctx, record)
+        return J.cancel_job(ctx, record, discard=discard)
 
 
 @task(name="batch-recover", task_run_name="batch-recover-{job_name}", cache_policy=NO_CACHE)

@@ -160,6 +160,8 @@ def test_a_batch_call_whose_answer_drips_is_cut_off_at_its_limit(workspace: Path
 
 @pytest.mark.parametrize("rerun", ["batch off", "re-embed"])
 def test_a_run_that_does_not_use_batch_says_what_open_jobs_it_leaves(workspace: Path, rerun: str) -> None:
+    """Batch mode off leaves jobs still running open, and says so; ``--re-embed`` cancels them
+    (and says how many, by id). The rest of M1 is in tests/test_batch_open_jobs.py."""
     from tests.fakes.openai_fake import OpenAIFake
 
     with OpenAIFake(dims=DIMS, batch_delay=None) as srv:  # jobs stay in progress
@@ -170,4 +172,9 @@ def test_a_run_that_does_not_use_batch_says_what_open_jobs_it_leaves(workspace: 
         else:
             summary = run_index(batch_settings(workspace, "openai", srv), re_embed=True)
     said = "\n".join(summary.warnings)
-    assert f"{first.batch.jobs_pending} batch job(s) of earlier runs are still open at the provider" in said
+    n = first.batch.jobs_pending
+    if rerun == "batch off":
+        assert f"{n} batch job(s) of earlier runs are still open at the provider" in said
+    else:
+        assert f"index --re-embed cancelled {n} batch job(s) of earlier runs at the provider" in said
+        assert open_jobs(batch_settings(workspace, "openai", srv)) == 0

@@ -46,14 +46,15 @@ def _flow() -> Any:
     from tasks.stages import provider_for
 
     @flow(name="batch-embed-test", task_runner=ThreadPoolTaskRunner(max_workers=4))
-    def batch_embed_test(settings_json: str) -> dict[str, Any]:
+    def batch_embed_test(settings_json: str, re_embed: bool = False) -> dict[str, Any]:
         from memory_core.config import Settings
 
         settings = Settings.model_validate_json(settings_json)
         provider, reason = provider_for(settings)
         executor = PrefectExecutor(label="test")
         try:
-            return run_index(settings, full=True, provider=provider, reason=reason, executor=executor).to_dict()
+            return run_index(settings, full=True, provider=provider, reason=reason, executor=executor,
+                             re_embed=re_embed).to_dict()
         finally:
             executor.close()
 
@@ -115,3 +116,30 @@ def test_wait_false_in_a_flow_then_a_later_flow_collects(harness: None, workspac
         assert second["batch"]["jobs_submitted"] == 0 and srv.batch_creates == 2
         assert ledger_states(s) == {"collected": 2}
         assert_paid_once(srv, s)
+
+
+def test_runs_not_in_batch_mode_see_to_open_jobs_through_prefect_tasks(harness: None, workspace: Path) -> None:
+    """Audit I, M1 in a flow: batch mode off collects an earlier run's completed job and leaves the
+    running one open (one ``batch-poll`` task each); ``--re-embed`` cancels the one left, its
+    output unread (``batch-cancel`` with ``discard``)."""
+    flow = _flow()
+    with OpenAIFake(dims=16, batch_delay=None) as srv:
+        s = batch_settings(workspace, "openai", srv, wait=False, max_requests_per_job=40)
+        assert flow(_blob(s))["batch"]["jobs_pending"] == 2 == srv.batch_creates
+        done, running = srv.batch_jobs
+        srv.complete_job(done.id)
+        srv.reset_log()
+        off = s.model_copy(update={"batch": s.batch.model_copy(update={"enabled": False})})
+        second = flow(_blob(off))
+        assert second["swapped"] and second["chunks_embedded"] + second["chunks_from_cache"] == second["chunks_total"]
+        assert ledger_states(s) == {"collected": 1, "submitted": 1}
+        assert not set(done.texts) & set(srv.input_texts)  # not embedded again by sync calls
+        assert set(running.texts) <= set(srv.input_texts)
+        assert len(srv.requests_of("batch_get")) == 2 and not srv.requests_of("batch_cancel")
+        srv.reset_log()
+        third = flow(_blob(s), re_embed=True)
+        assert third["swapped"] and third["re_embedded"]
+        assert running.cancel_requested and len(srv.requests_of("batch_cancel")) == 1
+        assert not srv.requests_of("file_content")
+        assert ledger_states(s) == {"collected": 1, "cancelled": 1}
+        assert any("index --re-embed cancelled 1 batch job(s)" in w for w in third["warnings"])

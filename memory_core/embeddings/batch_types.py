@@ -212,6 +212,66 @@ class BatchFigures:
 
 
 @dataclass
+class EarlierJobs:
+    """What a run that does not use the Batch API did with the jobs earlier runs left open for its
+    provider configuration (:class:`memory_core.index.batch_runner.LookOnce`); each list holds the jobs' provider ids (the local id
+    of a job never created)."""
+
+    collected: list[str] = field(default_factory=list)  # completed: their output read into the cache
+    closed: list[str] = field(default_factory=list)  # failed, expired, cancelled, gone: closed as a batch run closes them
+    cancelled: list[str] = field(default_factory=list)  # cancelled and closed, their output unread (--re-embed)
+    dropped: list[str] = field(default_factory=list)  # over already: closed, their output unread (--re-embed)
+    running: list[str] = field(default_factory=list)  # still running when looked at: left open
+    unreached: list[str] = field(default_factory=list)  # not looked at or not cancelled (a provider error): left open
+    others: list[str] = field(default_factory=list)  # another live run's, or another index's: not touched
+    errors: list[str] = field(default_factory=list)  # the provider's errors while looking (the first is said)
+    vectors: int = 0  # vectors the collected jobs put in the cache
+    tokens: int = 0  # their tokens, billed at the batch price when they completed
+
+    @property
+    def left_open(self) -> list[str]:
+        return self.running + self.unreached + self.others
+
+    def notes(self, re_embed: bool) -> list[str]:
+        """The run's warnings about them, one a kind (a Batch API that fails is said once)."""
+        def ids(jobs: list[str]) -> str:
+            return ", ".join(jobs[:5]) + (", ..." if len(jobs) > 5 else "")
+
+        out: list[str] = []
+        if self.collected:
+            out.append(f"{len(self.collected)} batch job(s) of earlier runs had completed at the provider"
+                       f" ({ids(self.collected)}): collected, {self.vectors} vector(s) into the embedding cache"
+                       " (billed to those jobs), so this run did not embed their chunks again")
+        if self.closed:
+            out.append(f"{len(self.closed)} batch job(s) of earlier runs had failed, expired or were cancelled at"
+                       f" the provider ({ids(self.closed)}): closed, what they finished taken into the cache; the"
+                       " rest of their chunks go through sync calls")
+        if self.cancelled or self.dropped:
+            over = (f"; {len(self.dropped)} more were over already ({ids(self.dropped)}): closed the same way"
+                    if self.dropped else "")
+            out.append(f"index --re-embed cancelled {len(self.cancelled)} batch job(s) of earlier runs at the"
+                       f" provider ({ids(self.cancelled)}) and closed them without reading their output (vectors"
+                       f" of what the re-embed replaces){over}")
+        left = self.left_open
+        if left:
+            why = ["index --re-embed does not take their vectors (they predate it)" if re_embed
+                   else "batch mode is off ([batch] enabled = false)"]
+            if self.running:
+                why.append(f"{len(self.running)} still running when this run looked (it does not wait for them)")
+            if self.unreached:
+                what = "could not be cancelled" if re_embed else "could not be looked at"
+                why.append(f"{len(self.unreached)} {what} ({self.errors[0] if self.errors else 'a provider error'})")
+            if self.others:
+                why.append(f"{len(self.others)} belong to another live run, or another index, on this cache file"
+                           " (left to it)")
+            out.append(f"{len(left)} batch job(s) of earlier runs are still open at the provider ({ids(left)}):"
+                       f" {'; '.join(why)}; this run embeds their chunks through sync calls and the provider bills"
+                       " the jobs as well when they complete; a run with batch mode on collects them (and cancels"
+                       " those no longer needed)")
+        return out
+
+
+@dataclass
 class Cost:
     """The estimated cost of a run's tokens and the saving against all-sync
     (:func:`memory_core.embeddings.cost.estimate_cost`). USD per 1M tokens; None: no price."""

@@ -501,10 +501,16 @@ def _delete_quietly(ctx: BatchContext, file_id: str) -> None:
 
 # -- cancel ----------------------------------------------------------------------------------
 
-def cancel_job(ctx: BatchContext, rec: JobRecord, *, wait_s: float = CANCEL_WAIT_S) -> JobRecord:
+def cancel_job(ctx: BatchContext, rec: JobRecord, *, wait_s: float = CANCEL_WAIT_S, discard: str = "") -> JobRecord:
     """Ask the provider to cancel, then poll briefly for the final state (partial output of
     a cancelled job was paid for and is worth collecting). The job stays open in the ledger
-    until it is collected."""
+    until it is collected.
+
+    ``discard`` (why its output is not wanted: ``index --re-embed`` replaces the vectors it holds):
+    once the provider has taken the cancel, the job is closed in the ledger as cancelled, its output
+    never read, without waiting for the final state. A cancel the provider refuses is looked at
+    with one poll: a job over already (or being cancelled) is closed the same way; otherwise
+    :class:`ProviderError` is raised and its row stays open."""
     if rec.job_id is None:
         ctx.ledger.close(rec.local_id, lg.ABANDONED, "cancelled before it was created")
         rec.status = st.CANCELLED
@@ -512,11 +518,37 @@ def cancel_job(ctx: BatchContext, rec: JobRecord, *, wait_s: float = CANCEL_WAIT
     try:
         ctx.client.cancel(rec.job_id)
     except Exception as exc:  # e.g. 409/400: already terminal
-        log.info("%s: cancel: %s", rec.label, ctx.client.classify(exc))
+        if discard and isinstance(exc, Abandoned):
+            raise  # the run stopped: the row stays open
+        err = ctx.client.classify(exc)
+        log.info("%s: cancel: %s", rec.label, err)
+        if discard:
+            rec = poll_job(ctx, rec, max_polls=1)
+            if not (rec.terminal or "cancel" in (rec.provider_status or "").lower()):
+                raise ProviderError(f"{rec.label}: cancel failed ({err}); still {rec.provider_status or rec.status}"
+                                    " at the provider, left open in the ledger") from None
+    if discard:
+        return _discarded(ctx, rec, discard)
     polls = max(1, int(wait_s / max(ctx.settings.batch.poll_interval_s, 0.01)))
     rec = poll_job(ctx, rec, timeout_s=wait_s, max_polls=polls)
     if not rec.terminal:
         # The provider has not finished cancelling: leave the job open in the ledger; a later
         # run re-attaches and collects (or cancels) it.
         log.warning("%s: still %s after cancel; left in the ledger", rec.label, rec.provider_status)
+    return rec
+
+
+def _discarded(ctx: BatchContext, rec: JobRecord, why: str) -> JobRecord:
+    """Close a cancelled job whose output is not wanted, that output unread; the job's files at the
+    provider are deleted (``batch.delete_files``) once it is over (a job still cancelling keeps its
+    input until the provider is done with it)."""
+    was = f" (it was {rec.provider_status or rec.status} already)" if rec.terminal else ""
+    ctx.ledger.close(rec.local_id, lg.CANCELLED, f"{why}{was}")
+    if rec.terminal and ctx.settings.batch.delete_files:
+        for fid in (rec.input_file_id, rec.output_file_id, rec.error_file_id):
+            if fid:
+                _delete_quietly(ctx, fid)
+    if not rec.terminal:
+        rec.status = st.CANCELLED
+    log.info("%s: cancelled and closed, its output not read: %s", rec.label, why)
     return rec

@@ -28,6 +28,10 @@ of business:
    collected, the others stay in the ledger for a later run (``jobs_pending`` in the stats);
    the caller must not build the index from an incomplete cache.
 
+A run that does not use the Batch API (batch mode off, ``--re-embed``) sees to the open jobs of
+earlier runs through :class:`LookOnce`, the same coordinator with nothing to submit: each job polled
+once and collected or closed, or (``--re-embed``) cancelled and closed with its output unread.
+
 Sync calls are not made here: whatever batch jobs did not put into the cache is a cache miss
 of the streamed build that follows (``memory_core.index.streaming``), which embeds it through the same
 executor as any other run, so there is one sync embedding loop in memory-core.
@@ -47,7 +51,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from memory_core.embeddings import batch_types as st
-from memory_core.embeddings.batch_types import CollectResult, JobRecord, JobSpec
+from memory_core.embeddings.batch_types import CollectResult, EarlierJobs, JobRecord, JobSpec
 from memory_core.embeddings.retry import abandoned_when
 from memory_core.errors import ProviderError
 from memory_core.index import batch_jobs as J
@@ -569,3 +573,109 @@ class BatchRun:
         s.tokens_submitted = sum(j.tokens for j in submitted)
         return EmbedCounts(requests=s.jobs_submitted, embedded=self.embedded, tokens=self.tokens_batch,
                            exchanges=self.exchanges), s
+
+
+# -- the open jobs of earlier runs, for a run that does not use the Batch API ----------------------
+
+class LookOnce(BatchRun):
+    """A run that does not use the Batch API (batch mode off, ``index --re-embed``) and the jobs
+    earlier runs left open in the ledger for its provider configuration (audit I, M1: it embedded
+    their chunks through sync calls, the jobs were billed as well and stayed open for ever).
+
+    With ``discard`` empty (batch mode off): each job is polled once, never waited on, through the
+    batch run's own steps and bookkeeping: a completed job is collected (its vectors go into the
+    cache as a batch run takes them, and the build that follows finds them there), a failed,
+    expired or cancelled one is closed as a batch run closes it (what it finished is read), one
+    still running is left open (its chunks go through sync calls). Jobs of any index on the cache
+    file are collected; jobs of another live run are not touched.
+
+    With ``discard`` (why their output is not wanted: ``index --re-embed``, which replaces the
+    vectors they hold): the jobs of this index are cancelled at the provider and closed without
+    their output being read (:func:`memory_core.index.batch_jobs.cancel_job`); one whose cancel
+    fails stays open.
+
+    Nothing is submitted. The first provider error ends the looking: the jobs not yet looked at
+    stay open as they are, and the run goes on by sync calls."""
+
+    def __init__(self, ctx: J.BatchContext, ops: JobOps, *, discard: str = "") -> None:
+        super().__init__(ctx, MissResult(path="", misses=0, hits=0), ops)
+        self.wait = False  # one poll each
+        self.batch_on = False  # nothing is submitted again: what a job does not embed goes to sync calls
+        self.discard = discard
+        self.seen = EarlierJobs()
+        self.names: dict[str, str] = {}  # local id -> the id the notes give
+
+    def look(self) -> EarlierJobs:
+        self.owner = RunOwner.acquire(self.ctx.ledger.path)
+        try:
+            self._adopt()
+            try:
+                self._loop()
+            finally:
+                self.ops.close()
+        finally:
+            self.owner.release()
+        self.seen.running += [self.names.get(r.local_id, r.job_id or r.local_id) for r in self.pending]
+        self.seen.vectors = self.stats.chunks_via_batch + self.stats.exchanges_via_batch
+        self.seen.tokens = self.tokens_batch
+        return self.seen
+
+    def _adopt(self) -> None:
+        for job in self.ctx.ledger.open_jobs():
+            name = str(job.job_id or job.local_id)
+            self.names[job.local_id] = name
+            # (never cancel another index's job on a shared cache file: as cancel_unneeded)
+            mine = job.index_path in ("", self.ctx.ledger.index_path)
+            if (self.discard and not mine) or not self._take(job):
+                self.seen.others.append(name)
+                continue
+            rec = job.record()
+            hashes = self.ctx.ledger.hashes(job.local_id)
+            self.hashes_of[rec.local_id] = hashes
+            self.needed.update(hashes)  # what it holds counts as collected, not as surplus
+            self.reattached_ids.add(rec.local_id)
+            self.stats.jobs_reattached += 1
+            (self.unneeded if self.discard else self.attach).append(rec)
+
+    def _name(self, rec: JobRecord) -> str:
+        return self.names.get(rec.local_id, rec.job_id or rec.local_id)
+
+    def _fill(self) -> None:
+        while self.discard and self.unneeded and len(self.inflight) < self.concurrency:
+            rec = self.unneeded.popleft()
+            if rec.job_id is None:
+                self._start("recover", rec, True)
+            else:
+                self._start("cancel", rec, True, discard=self.discard)
+        super()._fill()
+
+    def _step_done(self, step: str, obj: Any, out: Any, unneeded: bool) -> None:
+        if step == "recover" and out is None:  # never reached the provider: closed as abandoned
+            self.seen.closed.append(self._name(obj))
+        elif step == "recover":  # found at the provider by its local id
+            self.names[out.local_id] = out.job_id or out.local_id
+            if self.discard:
+                self._start("cancel", out, True, discard=self.discard)
+                return
+        elif self.discard and step == "cancel":
+            rec: JobRecord = out
+            (self.seen.cancelled if rec.status == st.CANCELLED else self.seen.dropped).append(self._name(rec))
+            self.stats.jobs_cancelled += 1
+            return
+        super()._step_done(step, obj, out, unneeded)
+
+    def _collected(self, rec: JobRecord, res: CollectResult, unneeded: bool) -> None:
+        ok = rec.status == st.COMPLETED and not res.problems.get("too_large")
+        (self.seen.collected if ok else self.seen.closed).append(self._name(rec))
+        super()._collected(rec, res, unneeded)
+
+    def _step_failed(self, step: str, obj: Any, exc: ProviderError) -> None:
+        """Said once, by the run's warning: the job stays open as it is, and so do those not yet
+        looked at (a Batch API that fails for one job is asked no more this run)."""
+        log.info("batch: %s of %s failed: %s", step, self._name(obj), exc)
+        self.seen.errors.append(str(exc)[:300])
+        self.seen.unreached.append(self._name(obj))
+        self.hashes_of.pop(obj.local_id, None)
+        for queue in (self.attach, self.unneeded):
+            while queue:
+                self.seen.unreached.append(self._name(queue.popleft()))

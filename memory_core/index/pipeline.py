@@ -34,7 +34,7 @@ import numpy as np
 
 from memory_core.config import Settings
 from memory_core.embeddings.base import EmbeddingProvider
-from memory_core.embeddings.batch_types import BatchFigures
+from memory_core.embeddings.batch_types import BatchFigures, EarlierJobs
 from memory_core.embeddings.retry import abandoned_when
 from memory_core.errors import IndexLockedError, ProviderError, RunCancelled
 from memory_core.index import run_stops
@@ -456,6 +456,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
     chunks: ChunkResult | None = None
     built: BuildResult | None = None
     batch: tuple[EmbedCounts, BatchFigures] | None = None
+    earlier = EarlierJobs()  # what a run not in Batch API mode did with earlier runs' open jobs
     embed = EmbedStats()
     from_cache = ex_from_cache = 0  # chunks, and transcript exchange vectors (batch mode: before the jobs)
     cache = None
@@ -477,9 +478,12 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 if batch is not None:
                     embedded_on = f"provider batch jobs, then {embedded_on} for what they left"
                     plan.meta["batch"] = batch_state(settings, batch[1])  # status shows it
-            elif cache is not None and provider.supports_batch and (note := _open_jobs_note(cache, plan.re_embed)):
-                plan.warnings.append(note)
-                log.warning("%s", note, extra={RUN_WARNING: True})
+            elif cache is not None and provider.supports_batch and _has_open_jobs(cache):
+                with timer.stage("batch"):
+                    earlier = _earlier_jobs(plan, settings, provider, cache, ex)
+                for note in earlier.notes(plan.re_embed):
+                    plan.warnings.append(note)
+                    log.warning("%s", note, extra={RUN_WARNING: True})
             pending = batch[1].jobs_pending if batch else 0
             if pending:
                 log.warning("%d batch job(s) still running (batch.wait = false): the index is not updated;"
@@ -491,7 +495,8 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
                 if batch is None:
                     from_cache = hits
             if cache is not None:
-                embed = embed_stats(settings, provider, stream if chunks is not None else EmbedCounts(), batch)
+                embed = embed_stats(settings, provider, stream if chunks is not None else EmbedCounts(), batch,
+                                    tokens_earlier=earlier.tokens)
         except ProviderError as exc:
             switched = None if fallback is not None else fallback_for_run(settings, provider, exc)
             if switched is None:
@@ -516,7 +521,7 @@ def _index_once(settings: Settings, provider: EmbeddingProvider, reason: str, ex
             if batch is None:
                 from_cache = hits
             if cache is not None:
-                embed = embed_stats(settings, provider, stream, batch)
+                embed = embed_stats(settings, provider, stream, batch, tokens_earlier=earlier.tokens)
             if fallback is not None:
                 embed.fallback = fallback
         if built is None:  # nothing was published: a partial summary goes with the error
@@ -608,22 +613,46 @@ def batch_state(settings: Settings, figures: BatchFigures) -> dict[str, object]:
             "jobs_pending": figures.jobs_pending, "last_error": errors[-1] if errors else ""}
 
 
-def _open_jobs_note(cache: EmbeddingCache, re_embed: bool) -> str | None:
-    """What a run that does not use the Batch API (batch mode off, ``--re-embed``) says of the
-    jobs earlier runs left open for this provider configuration: it embeds their chunks through
-    sync calls, and the provider bills the jobs too when they complete (it said nothing: audit I,
-    M1). None when there is no such job."""
+def _has_open_jobs(cache: EmbeddingCache) -> bool:
     from memory_core.index.batch_ledger import BatchLedger
 
-    jobs = BatchLedger.for_cache(cache).open_jobs()
-    if not jobs:
-        return None
-    ids = ", ".join(str(j.job_id or j.local_id) for j in jobs[:5]) + (", ..." if len(jobs) > 5 else "")
-    why = ("index --re-embed does not take their vectors (they predate it)" if re_embed
-           else "batch mode is off ([batch] enabled = false)")
-    return (f"{len(jobs)} batch job(s) of earlier runs are still open at the provider ({ids}): {why}, so this"
-            " run embeds their chunks through sync calls and the provider bills the jobs as well when they"
-            " complete; a run with batch mode on collects them (and cancels those no longer needed)")
+    return bool(BatchLedger.for_cache(cache).open_jobs())
+
+
+def _earlier_jobs(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache,
+                  ex: Executor) -> EarlierJobs:
+    """A run that does not use the Batch API (batch mode off, ``--re-embed``) and the jobs earlier
+    runs left open for this provider configuration (audit I, M1: it embedded their chunks through
+    sync calls, and the provider billed the jobs too, left open for ever). Batch mode off: each job
+    is polled once; a completed one is collected into the cache (the build then finds its vectors
+    there), a failed one closed, one still running left open. ``--re-embed``: they are cancelled
+    and closed, their output (vectors of what it replaces) unread. Through the batch run's own
+    steps (:class:`memory_core.index.batch_runner.LookOnce`). A failure here never fails the run: it
+    is said once, and the run goes on by sync calls."""
+    from memory_core.index import batch_jobs as J
+    from memory_core.index.batch_runner import LookOnce
+
+    discard = ("cancelled by index --re-embed, its output not read (it holds vectors of what the re-embed"
+               " replaces)") if plan.re_embed else ""
+    look: LookOnce | None = None
+    try:
+        ctx = J.open_context(settings, provider, cache, str(ensure_workdir(plan)))
+        look = LookOnce(ctx, ex.batch_ops(ctx, None), discard=discard)
+        return look.look()
+    except Exception as exc:
+        if is_stop(exc):
+            raise
+        seen = look.seen if look is not None else EarlierJobs()
+        # (a ProviderError's message is scrubbed of secrets; another one says its kind only)
+        seen.errors.insert(0, str(exc)[:300] if isinstance(exc, ProviderError) else type(exc).__name__)
+        done = {*seen.collected, *seen.closed, *seen.cancelled, *seen.dropped, *seen.left_open}
+        with contextlib.suppress(Exception):
+            from memory_core.index.batch_ledger import BatchLedger
+
+            seen.unreached += [str(j.job_id or j.local_id) for j in BatchLedger.for_cache(cache).open_jobs()
+                               if str(j.job_id or j.local_id) not in done]
+        log.info("batch: looking at the jobs of earlier runs failed: %s", exc)
+        return seen
 
 
 def _batch_phase(plan: RunPlan, settings: Settings, provider: EmbeddingProvider, cache: EmbeddingCache, ex: Executor,

@@ -749,12 +749,16 @@ def trim_cache(settings: Settings, cache: EmbeddingCache, index_path: Path) -> i
 # -- embed stats ---------------------------------------------------------------------------------
 
 def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCounts,
-                batch: tuple[EmbedCounts, BatchFigures] | None) -> EmbedStats:
+                batch: tuple[EmbedCounts, BatchFigures] | None, *, tokens_earlier: int = 0) -> EmbedStats:
     """One run's embedding figures: the streamed build's sync requests plus, in Batch API mode,
-    the batch jobs' (``memory_core.index.batch_runner.BatchRun``: their counts and job figures)."""
+    the batch jobs' (``memory_core.index.batch_runner.BatchRun``: their counts and job figures).
+    ``tokens_earlier``: tokens of earlier runs' jobs a run not in Batch API mode collected
+    (``batch_runner.LookOnce``), billed at the batch price when they completed, whoever collects
+    them (as a batch run counts the jobs it re-attaches to)."""
     from memory_core.embeddings.cost import estimate_cost
 
-    out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens)
+    out = EmbedStats(requests=stream.requests, embedded=stream.embedded, tokens_sync=stream.tokens,
+                     tokens_batch=tokens_earlier)
     if batch is not None:
         counts, figures = batch
         b = replace(figures, chunks_via_sync=stream.embedded, exchanges_via_sync=stream.exchanges)
@@ -765,7 +769,7 @@ def embed_stats(settings: Settings, provider: EmbeddingProvider, stream: EmbedCo
         # (``requests`` are sync requests, as the run's report names them; the jobs are in ``batch``:
         # a run of 6 sync requests and 2 jobs said 8: the thirty-ninth session's audit E)
         out.embedded += counts.embedded
-        out.tokens_batch = counts.tokens
+        out.tokens_batch += counts.tokens
         out.batch = b
     elif settings.batch.enabled and not provider.supports_batch:
         out.batch = BatchFigures.sync_only(f"sync ({provider.name} has no Batch API)")
