@@ -528,6 +528,12 @@ def chunk_file(f: FileEntry, settings: Settings, provider: EmbeddingProvider, to
             where = ", ".join(map(str, doc.bad_lines)) + (", ..." if doc.skipped > len(doc.bad_lines) else "")
             warnings.append(f"{f.path}: {doc.skipped} malformed lines (not JSON) skipped"
                             + (f" (line {where})" if doc.bad_lines else ""))
+        if doc.unread_form():  # indexed empty, where the file holds a conversation in another form
+            kinds = ", ".join(doc.other_types) or "no type"
+            warnings.append(f"{f.path}: none of its {doc.other_records} records is a message in a form memory-core"
+                            f" reads (their types: {kinds}), so nothing of it is indexed; transcripts are read in"
+                            " OpenClaw's form, as flat chat messages ({\"role\": ..., \"content\": ...}), and as"
+                            " Claude Code's and Codex CLI's session logs (README, \"What gets indexed\")")
         if doc.file_stat is not None:  # the hash, size and mtime of the bytes parsed (as for notes)
             digest = doc.file_sha256
             size, mtime_ms = doc.file_stat[0], doc.file_stat[1] // 1_000_000

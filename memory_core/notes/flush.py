@@ -40,7 +40,7 @@ from typing import Any
 from memory_core.config import Settings
 from memory_core.errors import PathError, UnsafePathError, UsageError
 from memory_core.index.run_stops import is_stop
-from memory_core.sources.sessions import flat_message
+from memory_core.sources.sessions import message_of
 from memory_core.storage.store import open_lock_file
 
 log = logging.getLogger("memory_core.notes.flush")
@@ -70,8 +70,9 @@ def _chars(value: Any) -> int:
 def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
     """Tokens and compaction cycle of a JSONL transcript (OpenClaw's / pi's session format).
 
-    Messages (``{"type": "message", "message": {"role", "content"}}``, or written flat as OpenAI's
-    and most SDKs' logs write them, ``{"role", "content"}``, as the indexer reads them) count ``chars / 4`` of
+    Messages (every form the indexer reads, :func:`memory_core.sources.sessions.message_of`: OpenClaw's
+    ``{"type": "message", "message": {"role", "content"}}``, flat ``{"role", "content"}``, Claude Code's
+    and Codex CLI's session logs) count ``chars / 4`` of
     their content (text blocks, tool calls and results alike); a ``{"type": "compaction"}``
     record starts a new cycle and the context after it is its ``summary`` plus what follows.
     Blank and malformed lines (not JSON, or nested too deep to read) are skipped. PathError when
@@ -100,12 +101,9 @@ def estimate_transcript(path: str | os.PathLike[str]) -> TranscriptEstimate:
                 if rec.get("type") == "compaction":
                     cycle += 1
                     chars, messages = _chars(rec.get("summary", "")), 0
-                elif rec.get("type") == "message" and isinstance(rec.get("message"), dict):
+                elif (msg := message_of(rec)) is not None:  # a message in a form the indexer reads
                     messages += 1
-                    chars += _chars(rec["message"].get("content"))
-                elif flat_message(rec):  # {"role": ..., "content": ...}: a message as the indexer reads it
-                    messages += 1
-                    chars += _chars(rec.get("content"))
+                    chars += _chars(msg.get("content"))
             except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
                 malformed += bool(line.strip())
                 continue

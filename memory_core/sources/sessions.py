@@ -62,6 +62,8 @@ __all__ = [
     "display_session_text",
     "session_messages_by_line",
     "extract_session_text",
+    "is_message_record",
+    "message_of",
     "normalize_session_text",
     "parse_session_file",
     "parse_session_lines",
@@ -312,6 +314,41 @@ def flat_message(rec: dict[str, Any]) -> bool:
             and rec.get("type") in (None, "message"))
 
 
+_AGENT_LOG_ROLES: Final = frozenset({"user", "assistant"})
+
+
+def message_of(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The message a transcript record holds, or None (a session header, a summary, another record).
+
+    - OpenClaw's: ``{"type": "message", "message": {"role": ..., "content": ...}}``;
+    - written flat, as OpenAI's and most SDKs' chat logs (:func:`flat_message`);
+    - Claude Code's session logs: ``{"type": "user" | "assistant", "message": {"role": <the same>,
+      "content": ...}}``, but not its ``isMeta`` records (text the tool injects, not the user's);
+    - Codex CLI's rollout logs: ``{"type": "response_item", "payload": {"type": "message", "role":
+      ..., "content": [...]}}``.
+
+    Its ``role`` and ``content`` are the indexer's to judge (only user and assistant text counts:
+    a tool result or a thinking block in one of these is not text and is not indexed)."""
+    if flat_message(rec):  # (a Responses item is flat with "type": "message")
+        return rec
+    kind = rec.get("type")
+    msg = rec.get("message")
+    if kind == "message":
+        return msg if isinstance(msg, dict) else None
+    if kind in _AGENT_LOG_ROLES and isinstance(msg, dict) and msg.get("role") == kind:
+        return None if rec.get("isMeta") is True else msg
+    if kind == "response_item":
+        payload = rec.get("payload")
+        if isinstance(payload, dict) and payload.get("type") == "message" and isinstance(payload.get("role"), str):
+            return payload
+    return None
+
+
+def is_message_record(rec: dict[str, Any]) -> bool:
+    """The record is a message of a form the indexer reads (:func:`message_of`), whatever its role."""
+    return message_of(rec) is not None or (rec.get("type") == "message")
+
+
 SPEAKER_NAME_MAX: Final = 64
 """The longest ``name`` of a message read as its speaker's (a longer one is no participant's name)."""
 
@@ -332,8 +369,8 @@ def speaker_name(value: object) -> str | None:
 def _timestamp_of(rec: dict[str, Any]) -> object:
     """A parsed record's timestamp as written: its own, else its message's (the first of
     :data:`TIMESTAMP_KEYS` that holds a time, else what its ``timestamp`` holds)."""
-    msg = rec.get("message")
-    for holder in (rec, msg) if isinstance(msg, dict) else (rec,):
+    msg = message_of(rec) or rec.get("message")
+    for holder in (rec, msg) if isinstance(msg, dict) and msg is not rec else (rec,):
         for key in TIMESTAMP_KEYS:
             value = holder.get(key)
             if value is not None and stamp(value) is not None:
@@ -359,7 +396,7 @@ def record_stamp(raw: bytes | str | None) -> tuple[bool, str] | None:
     if not isinstance(rec, dict):
         return None
     ts = _stamp_of(rec)
-    return None if ts is None else (rec.get("type") == "message" or flat_message(rec), ts)
+    return None if ts is None else (is_message_record(rec), ts)
 
 
 def chunk_stamps(doc: SessionDoc, start_line: int, end_line: int) -> list[tuple[str, int, str]]:
@@ -425,6 +462,30 @@ class SessionDoc:
     stamps: Sequence[str] = field(default_factory=list)
     local_days: Sequence[str | None] = field(default_factory=list)  # each one's day as lived (local_day)
     header: str | None = None
+    # records that are JSON objects but no message of a form :func:`message_of` reads, and their
+    # ``type`` values (the first few): a file of only these is a transcript of another form
+    other_records: int = 0
+    other_types: tuple[str, ...] = ()
+    message_records: int = 0  # records :func:`is_message_record` reads as messages, of any role
+
+    def unread_form(self) -> bool:
+        """The file holds records, but none a message this parser reads, and not only the records
+        an OpenClaw transcript starts with (:data:`OPENCLAW_OTHER_TYPES`): a transcript written in
+        another form, which indexing would leave empty without a word."""
+        return (self.message_records == 0 and self.other_records >= UNREAD_FORM_MIN_RECORDS
+                and not set(self.other_types) <= OPENCLAW_OTHER_TYPES)
+
+
+UNREAD_FORM_MIN_RECORDS: Final = 3
+"""Records of no readable message a transcript must hold before a run says it reads none of them."""
+OPENCLAW_OTHER_TYPES: Final = frozenset({"session", "model_change", "thinking_level_change", "custom", "compaction",
+                                         "branch_summary", "summary", "label"})
+"""Record types an OpenClaw (or Claude Code) transcript holds besides messages: a file of only these
+is a session with nothing said yet, not another form."""
+OTHER_TYPES_NAMED: Final = 4
+NO_TYPE: Final = "(none)"
+"""How :attr:`SessionDoc.other_types` names records with no string ``type``."""
+_TYPE_SNIFF: Final = re.compile(r'"type"\s*:\s*"([^"\\]{1,40})"')
 
 
 def session_rel_path(path: str | os.PathLike[str]) -> str:
@@ -528,7 +589,7 @@ class _Builder:
     """Accumulates kept messages; fed one decoded JSONL line at a time."""
 
     __slots__ = ("parts", "line_map", "skipped", "bad_lines", "redact_secrets", "keep_lines", "stamp_lines",
-                 "stamps", "local_days", "header", "before")
+                 "stamps", "local_days", "header", "before", "others", "other_types", "message_records")
 
     def __init__(self, redact_secrets: bool, keep_lines: bool = False) -> None:
         self.parts: list[str] = []
@@ -542,6 +603,9 @@ class _Builder:
         self.local_days: list[str | None] = []
         self.header: str | None = None  # the first other record's time (the session header)
         self.before: str | None = None  # the last kept message's end, as indexed: a secret's label
+        self.others = 0  # JSON records that are no message (SessionDoc.other_records)
+        self.other_types: list[str] = []
+        self.message_records = 0
 
     def malformed(self, line_no: int) -> None:
         """JSONL line ``line_no`` is no JSON (or oversized): counted, and named if among the first."""
@@ -549,9 +613,18 @@ class _Builder:
         if len(self.bad_lines) < MALFORMED_LINES_NAMED:
             self.bad_lines.append(line_no)
 
+    def _count_other(self, kind: object) -> None:
+        self.others += 1
+        name = kind[:40] if isinstance(kind, str) else NO_TYPE
+        if name not in self.other_types and len(self.other_types) < OTHER_TYPES_NAMED:
+            self.other_types.append(name)
+
     def other_record(self, line: str | bytes) -> None:
-        """A line that is no message (a session header, another record type): its time is the
-        transcript's header time when it is the first such."""
+        """A JSON line that is no message (a session header, another record type): counted, and its
+        time is the transcript's header time when it is the first such."""
+        head = line[:512] if isinstance(line, str) else line[:512].decode("utf-8", errors="replace")
+        m = _TYPE_SNIFF.search(head)
+        self._count_other(m.group(1) if m else None)
         if self.header is None:
             got = record_stamp(line)
             if got is not None and not got[0]:
@@ -569,7 +642,8 @@ class _Builder:
         if '"message"' not in line and '"role"' not in line and "\\u" not in line:
             if not _is_json(line):  # a session header or other record: not malformed
                 self.malformed(line_no)
-            self.other_record(line)
+            else:
+                self.other_record(line)
             return
         try:
             record = json.loads(line, parse_constant=_reject_constant)
@@ -578,17 +652,18 @@ class _Builder:
             return
         if not isinstance(record, dict):
             return
-        flat_record = flat_message(record)
-        if record.get("type") != "message" and not flat_record:
+        if not is_message_record(record):
+            self._count_other(record.get("type"))
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
+        self.message_records += 1
         written = _timestamp_of(record)
         if keep and (ts := stamp(written)) is not None:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
             self.local_days.append(local_day(written, ts))
-        message = record if flat_record else record.get("message")
+        message = message_of(record)
         if not isinstance(message, dict):
             return
         role = message.get("role")
@@ -638,6 +713,9 @@ class _Builder:
             stamps=self.stamps,
             local_days=self.local_days,
             header=self.header,
+            other_records=self.others,
+            other_types=tuple(self.other_types),
+            message_records=self.message_records,
         )
 
 
@@ -700,7 +778,8 @@ def parse_session_file(
                 if raw.strip():
                     if not _is_json(raw):
                         builder.malformed(line_no)
-                    builder.other_record(raw)
+                    else:
+                        builder.other_record(raw)
                 continue
             builder.feed(line_no, raw.decode("utf-8", errors="replace"))
         bytes_read = raw_f.tell()
