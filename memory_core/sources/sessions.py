@@ -336,12 +336,32 @@ def message_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "message":
         return msg if isinstance(msg, dict) else None
     if kind in _AGENT_LOG_ROLES and isinstance(msg, dict) and msg.get("role") == kind:
-        return None if rec.get("isMeta") is True else msg
+        return None if rec.get("isMeta") is True else _without_reminders(msg)
     if kind == "response_item":
         payload = rec.get("payload")
         if isinstance(payload, dict) and payload.get("type") == "message" and isinstance(payload.get("role"), str):
             return payload
     return None
+
+
+_REMINDER: Final = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+
+
+def _without_reminders(msg: dict[str, Any]) -> dict[str, Any]:
+    """A Claude Code message without the ``<system-reminder>`` blocks the tool injects into the user's
+    turns (project instructions, file contents, todo lists: the same long text in every session,
+    which would match every query about its words), as a copy; the message itself when it has none."""
+    content = msg.get("content")
+    if isinstance(content, str):
+        if "<system-reminder>" not in content:
+            return msg
+        return {**msg, "content": _REMINDER.sub(" ", content)}
+    if isinstance(content, list) and any(isinstance(b, dict) and "<system-reminder>" in str(b.get("text", ""))
+                                         for b in content):
+        kept = [{**b, "text": _REMINDER.sub(" ", b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str)
+                else b for b in content]
+        return {**msg, "content": kept}
+    return msg
 
 
 def is_message_record(rec: dict[str, Any]) -> bool:
