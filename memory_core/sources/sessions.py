@@ -386,10 +386,11 @@ def speaker_name(value: object) -> str | None:
     return name
 
 
-def _timestamp_of(rec: dict[str, Any]) -> object:
+def _timestamp_of(rec: dict[str, Any], message: dict[str, Any] | None = None) -> object:
     """A parsed record's timestamp as written: its own, else its message's (the first of
-    :data:`TIMESTAMP_KEYS` that holds a time, else what its ``timestamp`` holds)."""
-    msg = message_of(rec) or rec.get("message")
+    :data:`TIMESTAMP_KEYS` that holds a time, else what its ``timestamp`` holds). ``message``: the
+    record's (:func:`message_of`), when the caller has it."""
+    msg = message or message_of(rec) or rec.get("message")
     for holder in (rec, msg) if isinstance(msg, dict) and msg is not rec else (rec,):
         for key in TIMESTAMP_KEYS:
             value = holder.get(key)
@@ -506,6 +507,7 @@ OTHER_TYPES_NAMED: Final = 4
 NO_TYPE: Final = "(none)"
 """How :attr:`SessionDoc.other_types` names records with no string ``type``."""
 _TYPE_SNIFF: Final = re.compile(r'"type"\s*:\s*"([^"\\]{1,40})"')
+_TYPE_SNIFF_BYTES: Final = re.compile(rb'"type"\s*:\s*"([^"\\]{1,40})"')
 
 
 def session_rel_path(path: str | os.PathLike[str]) -> str:
@@ -642,9 +644,14 @@ class _Builder:
     def other_record(self, line: str | bytes) -> None:
         """A JSON line that is no message (a session header, another record type): counted, and its
         time is the transcript's header time when it is the first such."""
-        head = line[:512] if isinstance(line, str) else line[:512].decode("utf-8", errors="replace")
-        m = _TYPE_SNIFF.search(head)
-        self._count_other(m.group(1) if m else None)
+        if self.message_records or len(self.other_types) >= OTHER_TYPES_NAMED:
+            self.others += 1  # its type matters no more (SessionDoc.unread_form)
+        elif isinstance(line, str):
+            m = _TYPE_SNIFF.search(line, 0, 512)
+            self._count_other(m.group(1) if m else None)
+        else:
+            mb = _TYPE_SNIFF_BYTES.search(line, 0, 512)
+            self._count_other(mb.group(1).decode("utf-8", errors="replace") if mb else None)
         if self.header is None:
             got = record_stamp(line)
             if got is not None and not got[0]:
@@ -672,18 +679,18 @@ class _Builder:
             return
         if not isinstance(record, dict):
             return
-        if not is_message_record(record):
+        message = message_of(record)
+        if message is None and record.get("type") != "message":  # (is_message_record, read once)
             self._count_other(record.get("type"))
             if self.header is None and (ts := _stamp_of(record)) is not None:
                 self.header = ts
             return  # a known non-message record (session header, custom, ...)
         self.message_records += 1
-        written = _timestamp_of(record)
+        written = _timestamp_of(record, message)
         if keep and (ts := stamp(written)) is not None:
             self.stamp_lines.append(line_no)
             self.stamps.append(ts)
             self.local_days.append(local_day(written, ts))
-        message = message_of(record)
         if not isinstance(message, dict):
             return
         role = message.get("role")
