@@ -752,6 +752,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for r in v:
                     print(f"  {r.get('run') or '?'} ({r.get('flow') or 'flow'} run {r.get('flow_run_id')}; host"
                           f" {r.get('host')}, pid {r.get('pid')}, started {r.get('started')})")
+            elif k == "re_embed_pending":  # said only when there is one, as one line
+                if v:
+                    print(f"{k}: {st.get('re_embed_pending_note') or v}")
+            elif k == "re_embed_pending_note":
+                pass
             elif isinstance(v, dict) and k == "sizes":  # one line per purpose: bytes, then what they are for
                 from memory_core.query.search import SIZE_LINES
 
