@@ -344,10 +344,12 @@ def open_memory(workspace: str | os.PathLike[str] | None = None, *, config: str 
     change. ``agent``: an agent of the config's ``[agents]`` table (else ``$MEMORY_CORE_AGENT``).
     Only the config file and the index's record are read here; nothing is built until
     :meth:`Memory.index` or :meth:`Memory.search` is called. Bad settings raise
-    :class:`memory_core.errors.ConfigError`.
+    :class:`memory_core.errors.ConfigError`; an empty ``workspace``, ``index_path`` or ``config``
+    (``""``: a script's unset variable) :class:`memory_core.errors.UsageError`.
     """
-    from memory_core.runtime.resolve import resolve_settings
+    from memory_core.runtime.resolve import refuse_empty_config, resolve_settings
 
+    refuse_empty_config(config, "open_memory argument config")  # "" is no config file, not "not told"
     told = dict(settings)
     if workspace is not None:
         told["workspace"] = os.fspath(workspace)

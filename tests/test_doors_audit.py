@@ -154,6 +154,41 @@ def test_a3_an_empty_workspace_flag_is_refused_not_the_current_folder(tmp_path: 
     assert list(cwd.iterdir()) == []
 
 
+EMPTY_CONFIG = ("memory-core: error: --config is empty: an empty path names no config file (not $MEMORY_CORE_CONFIG,"
+                " nor <workspace>/memory-core.toml); give the config file's path, or leave --config out\n")
+
+
+def test_a3_an_empty_config_flag_is_refused_not_the_default_config(tmp_path: Path) -> None:
+    """`-c ""` (a script's `-c "$CFG"` with the variable unset) was "not told": every command read
+    $MEMORY_CORE_CONFIG or <workspace>/memory-core.toml instead, where `-w ""` and `--index ""`
+    are refused. Now every command that takes -c refuses it the same way, before doing anything;
+    $MEMORY_CORE_CONFIG set but empty is still unset."""
+    agent = tmp_path / "agent"
+    (agent / "memory").mkdir(parents=True)
+    (agent / "MEMORY.md").write_text("# agent memory\n")
+    cfg = tmp_path / "mc.toml"
+    cfg.write_text(f'provider = "none"\nworkspace = "{agent}"\n')
+    cwd = tmp_path / "somewhere_else"
+    cwd.mkdir()
+    env = {"MEMORY_CORE_CONFIG": str(cfg)}  # what an empty -c fell back to
+    commands = (("status",), ("index",), ("search", "agent"), ("get", "MEMORY.md"), ("export", str(cwd / "out.jsonl")),
+                ("write", "Meeting moved to 3pm"), ("flush", "--tokens", "10", "s1"), ("memory", "store", "likes tea"),
+                ("memory", "recall", "tea"), ("memory", "list"), ("memory", "forget", "1"),
+                ("eval", "--queries", "q.jsonl", "--qrels", "r.tsv"), ("watch",), ("mcp",))
+    for command in commands:
+        n = 2 if command[0] == "memory" else 1  # where the flag goes: after the (sub)command
+        for flag, empty in (("-c", ""), ("--config", ""), ("--config", " ")) if command[0] in ("status", "memory") \
+                else (("-c", ""),):
+            args = (*command[:n], flag, empty, *command[n:])
+            r = _cli(*args, cwd=cwd, env=env)
+            assert (r.returncode, r.stdout, r.stderr) == (2, "", EMPTY_CONFIG), (args, r.stdout, r.stderr)
+    assert list(cwd.iterdir()) == [] and not (agent / ".memory-core").exists()  # nothing written anywhere
+    # the variable set but empty is unset: the workspace's own config file, as before
+    (cwd / "memory-core.toml").write_text(f'provider = "none"\nindex_path = "{tmp_path / "own.sqlite"}"\n')
+    r = _cli("status", "--json", cwd=cwd, env={"MEMORY_CORE_CONFIG": ""})
+    assert f'"index_path": "{tmp_path / "own.sqlite"}"' in r.stdout, r.stdout + r.stderr
+
+
 def test_a3_open_memory_refuses_an_empty_workspace_or_index(tmp_path: Path, clean_env: None,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from memory_core import open_memory
@@ -164,6 +199,27 @@ def test_a3_open_memory_refuses_an_empty_workspace_or_index(tmp_path: Path, clea
         open_memory("")
     with pytest.raises(UsageError, match="open_memory argument index_path is empty"):
         open_memory(tmp_path, index_path="")
+
+
+def test_a3_open_memory_refuses_an_empty_config(tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`open_memory(ws, config="")` read $MEMORY_CORE_CONFIG (or the workspace's config file) as if
+    no config had been given."""
+    from memory_core import open_memory
+    from memory_core.errors import UsageError
+
+    other = tmp_path / "other.toml"
+    other.write_text('provider = "none"\n[query]\nmin_score = 0.77\n')
+    monkeypatch.setenv("MEMORY_CORE_CONFIG", str(other))
+    for empty in ("", "  "):
+        with pytest.raises(UsageError, match=r"^open_memory argument config is empty: an empty path names no config"
+                                             r" file .*; give the config file's path, or leave open_memory argument"
+                                             r" config out$"):
+            open_memory(tmp_path, config=empty)
+    with open_memory(tmp_path) as memory:  # config left out: the variable's, as before
+        assert memory.settings.query.min_score == 0.77
+    monkeypatch.setenv("MEMORY_CORE_CONFIG", "")  # set but empty: unset
+    with open_memory(tmp_path) as memory:
+        assert memory.settings.query.min_score != 0.77
 
 
 # -- A6: the flows refuse an empty agent, as the CLI and the API do ------------------------------

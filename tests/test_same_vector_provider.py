@@ -9,6 +9,9 @@ other impossible answers are (ProviderError, nothing cached), on every provider 
 Batch API job's output), while the identical vectors a model does give (the same text; for the
 uncased local model, texts that differ only in case) are accepted; and ``index --re-embed``
 embeds every chunk again, reading no cached vector, the fresh vectors replacing the bad ones.
+A request of one or two texts (an incremental run's changed chunk) is compared with vectors
+received before for other texts (memory_core/index/answer_check.py): before, such a run stored
+whatever the gateway answered.
 
 Real parts: the official OpenAI SDK against the fake server on 127.0.0.1, the CLI in a
 subprocess, real SQLite indexes and caches, the real local model, a real Prefect server.
@@ -254,17 +257,30 @@ def test_the_uncased_local_model_gives_texts_differing_in_case_one_vector_and_is
 
 # -- the way out: index --re-embed ----------------------------------------------------------------
 
+# `memory-core index` as it was before requests of one or two texts were checked (answer_check)
+_UNCHECKED = ("import sys; from memory_core.index import answer_check;"
+              " answer_check.SmallRequestCheck.check = lambda self, hashes, vectors: None;"
+              " from memory_core.apps.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _index_unchecked(ws: Path, cfg: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", _UNCHECKED, "index", "-w", str(ws), "--config", str(cfg), "--engine",
+                           "local", "--no-progress"], capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+
+
 def _poisoned(tmp_path: Path, srv: Any) -> tuple[Path, Path]:
     """A workspace whose index and cache hold the one vector a gateway answered: requests of two
-    texts each (``max_inputs_per_request = 2``) give no request three texts to compare."""
+    texts each (``max_inputs_per_request = 2``) gave no request three texts to compare, before
+    such requests were compared with the vectors received for other texts (runs as they were)."""
     ws = _ws(tmp_path)
     (ws / "memory" / "gateway.md").write_text(_long_note("gateway"))
     cfg = _config(tmp_path, srv, "max_inputs_per_request = 2")
     srv.same_vector = True
-    assert _index(ws, cfg).returncode == 0
+    assert _index_unchecked(ws, cfg).returncode == 0
     # an edit while the gateway was broken: the old text's (bad) vector is kept in the cache
     (ws / "memory" / "gateway.md").write_text(_long_note("gateway").replace("# gateway", "# gateway notes", 1))
-    assert _index(ws, cfg).returncode == 0
+    assert _index_unchecked(ws, cfg).returncode == 0
     srv.same_vector = False  # the provider is fixed
     return ws, cfg
 
@@ -548,3 +564,159 @@ def test_re_embed_keeps_the_vectors_other_indexes_paid_for_in_a_shared_cache(tmp
         srv.reset_log()
         Indexer(sb).run()
         assert not paid & set(srv.sync_billed_texts)  # none paid twice
+
+
+# -- requests of one or two texts (memory_core/index/answer_check.py) ----------------------------
+
+EARLIER = re.compile(r"memory-core: error: openai returned the same vector for (\d+) different texts, one of them"
+                     r" embedded before \(a gateway or cache answering one vector for every input\?\); refused,"
+                     r" nothing was cached; vectors it answered before may be in the index: once it answers"
+                     r" rightly, `memory-core index --re-embed` replaces them")
+
+
+def _small_ws(tmp_path: Path) -> Path:
+    """A workspace of short notes, one chunk each."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nPriya owns the payments rollout.\n")
+    for name, text in (("a", "the Lisbon trip is in May"), ("b", "otters sleep holding hands"),
+                       ("c", "the staging database was moved to eu-west-1"), ("d", "Sam prefers tea to coffee")):
+        (ws / "memory" / f"{name}.md").write_text(f"# {name}\n\n{text}\n")
+    return ws
+
+
+def _chunk_text(ws: Path, path: str) -> str:
+    conn = connect(ws / ".memory-core" / "index.sqlite", readonly=True)
+    try:
+        (text,) = conn.execute("SELECT text FROM chunks WHERE path = ?", (path,)).fetchone()
+    finally:
+        conn.close()
+    return str(text)
+
+
+def test_a_one_chunk_run_answered_with_another_texts_vector_is_refused(tmp_path: Path) -> None:
+    """A caching proxy stuck on its last answer: an incremental run that changes one note sends one
+    text, and got back the vector of the note embedded before it. Before, that vector was stored
+    for the second note (the check needs three texts in one request); now it is refused as one
+    vector for two different texts: one line, exit 1, the live index and the cache as they were."""
+    ws = _small_ws(tmp_path)
+    with OpenAIFake(dims=DIMS) as srv:
+        cfg = _config(tmp_path, srv)
+        assert _index(ws, cfg).returncode == 0
+        (ws / "memory" / "a.md").write_text("# a\n\nthe Lisbon trip moved to June\n")
+        assert _index(ws, cfg).returncode == 0  # a sound answer for one text
+        last = _chunk_text(ws, "memory/a.md")
+        before, cached = _chunks(ws), _cache_rows(ws)
+        srv.vector_text = lambda text: last  # the proxy answers every text with its last answer
+        (ws / "memory" / "b.md").write_text("# b\n\nsea otters hold hands while they sleep\n")
+        srv.reset_log()
+        r = _index(ws, cfg)
+        assert srv.input_texts == [(ws / "memory" / "b.md").read_text()]  # one text asked
+        assert (r.returncode, r.stdout) == (1, ""), r.stdout + r.stderr
+        assert EARLIER.fullmatch(r.stderr.strip()) and EARLIER.fullmatch(r.stderr.strip())[1] == "2", r.stderr  # type: ignore[index]
+        assert _chunks(ws) == before and _cache_rows(ws) == cached  # nothing stored, the live index unchanged
+        del srv.vector_text  # the proxy fixed: the note gets its own vector
+        assert _index(ws, cfg).returncode == 0
+    (b,) = [row for row in _chunks(ws) if row[0] == "memory/b.md"]
+    assert b[4] == _fresh(b[3])
+
+
+def test_a_gateway_answering_one_vector_is_refused_from_its_second_small_request(tmp_path: Path) -> None:
+    """A gateway that answers one vector no text had: the first request of one text cannot be told
+    from a sound answer (stored: the way out is --re-embed); the next small request is compared
+    with it and refused, and so is a request of two texts given one vector."""
+    ws = _small_ws(tmp_path)
+    with OpenAIFake(dims=DIMS) as srv:
+        cfg = _config(tmp_path, srv)
+        assert _index(ws, cfg).returncode == 0
+        srv.same_vector = True
+        (ws / "memory" / "a.md").write_text("# a\n\nthe Lisbon trip moved to June\n")
+        assert _index(ws, cfg).returncode == 0
+        bad = _fresh(srv.SAME_VECTOR_TEXT)
+        assert [row[4] for row in _chunks(ws) if row[0] == "memory/a.md"] == [bad]
+        before, cached = _chunks(ws), _cache_rows(ws)
+        (ws / "memory" / "b.md").write_text("# b\n\nsea otters hold hands while they sleep\n")
+        r = _index(ws, cfg)
+        assert r.returncode == 1 and EARLIER.fullmatch(r.stderr.strip()), r.stderr
+        assert _chunks(ws) == before and _cache_rows(ws) == cached
+        srv.same_vector = False
+        assert _index(ws, cfg, "--re-embed").returncode == 0
+        fresh, cached = _chunks(ws), _cache_rows(ws)
+        assert all(emb == _fresh(text) for _, _, _, text, emb in fresh)
+        srv.same_vector = True  # broken again, and a run sends two texts: one vector for both, refused at once
+        (ws / "memory" / "c.md").write_text("# c\n\nthe staging database moved back to us-east-1\n")
+        (ws / "memory" / "d.md").write_text("# d\n\nSam drinks coffee after all\n")
+        srv.reset_log()
+        r = _index(ws, cfg)
+        assert len(srv.requests_of("embed")) == 1 and len(srv.input_texts) == 2
+        assert r.returncode == 1 and re.fullmatch(
+            r"memory-core: error: openai returned the same vector for 2 different texts(, one of them embedded"
+            r" before)? \(a gateway .*", r.stderr.strip()), r.stderr
+        assert _chunks(ws) == fresh and _cache_rows(ws) == cached
+
+
+def test_small_requests_a_model_answers_are_not_refused(tmp_path: Path) -> None:
+    """A sound provider's runs of one and two changed chunks, the same text again, and a small
+    model behind an OpenAI endpoint (audit G) whose window ends before an edit: its new chunk gets
+    the old chunk's vector, legitimately (they differ past its window), and is stored."""
+    from memory_core.index.indexer import Indexer
+    from tests.conftest import openai_settings
+
+    ws = _small_ws(tmp_path)
+    header = ("Template: weekly review. Answer each prompt below in full sentences and keep the headings as they"
+              " are. What went well this week, what did not, what will you change next week. ") * 8
+    (ws / "memory" / "review.md").write_text(f"{header}\n\nshipped the parser\n")
+    with OpenAIFake(dims=DIMS) as srv:
+        srv.vector_text = lambda text: text[:1000]  # the served model reads its window only (the notes are shorter)
+        s = openai_settings(ws, srv, remote={"max_attempts": 1})
+        Indexer(s).run()
+        (ws / "memory" / "a.md").write_text("# a\n\nthe Lisbon trip moved to June\n")
+        assert Indexer(s).run().chunks_embedded == 1
+        (ws / "memory" / "b.md").write_text("# b\n\nsea otters hold hands while they sleep\n")
+        (ws / "memory" / "c.md").write_text("# c\n\nthe staging database moved back to us-east-1\n")
+        assert Indexer(s).run().chunks_embedded == 2
+        (ws / "memory" / "e.md").write_text((ws / "memory" / "a.md").read_text())  # the same text: its own vector
+        (ws / "memory" / "a.md").write_text("# a\n\nthe Lisbon trip moved to July\n")
+        assert Indexer(s).run().swapped
+        old = [row for row in _chunks(ws) if row[0] == "memory/review.md"]
+        (ws / "memory" / "review.md").write_text(f"{header}\n\nshipped the parser and fixed the flaky test\n")
+        srv.reset_log()
+        summary = Indexer(s).run()
+        assert summary.swapped and summary.chunks_embedded == 1 and len(srv.input_texts) == 1
+    new = [row for row in _chunks(ws) if row[0] == "memory/review.md"]
+    assert len(old) == len(new) == 1 and new[0][3] != old[0][3] and new[0][4] == old[0][4]
+
+
+def test_what_a_small_request_is_compared_with() -> None:
+    from memory_core.embeddings.base import SAME_VECTOR_COSINE, check_not_a_known_vector
+
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=DIMS).astype(np.float32)
+    other = rng.normal(size=DIMS).astype(np.float32)
+    loose = __import__("memory_core.embeddings.base", fromlist=["loose_text_key"]).loose_text_key
+
+    def told_apart(texts: Any) -> int:
+        return len({loose(t, 256) for t in texts})
+
+    def check(arr: Any, hashes: list[str], texts: list[str], known: list[tuple[str, str, bytes]]) -> None:
+        check_not_a_known_vector(np.asarray(arr, dtype=np.float32), hashes, texts, known, provider="openai",
+                                 told_apart=told_apart)
+
+    known = [("k1", "an earlier note", v.tobytes()), ("k2", "another note", other.tobytes())]
+    with pytest.raises(ProviderError, match=r"^openai returned the same vector for 2 different texts, one of them"
+                                            r" embedded before"):
+        check([v], ["h1"], ["a new note"], known)
+    with pytest.raises(ProviderError, match=r"^openai returned the same vector for 2 different texts \(a gateway"):
+        check([other * 2, other], ["h1", "h2"], ["first", "second"], [])  # the request's two texts: one direction
+    # not refused: a vector of its own, the same text (hash) known, a text alike in the window a small
+    # model reads, and a near-duplicate text's vector that is close but not one (cosine 0.9999)
+    check([rng.normal(size=DIMS)], ["h1"], ["a new note"], known)
+    check([v], ["k1"], ["an earlier note"], known)
+    check([v], ["h1"], ["An  earlier note" + " x" * 200 + " (edited past the window)"],
+          [("k1", "an earlier note" + " x" * 200, v.tobytes())])
+    near = v + np.float32(0.0142 * np.linalg.norm(v) / np.sqrt(DIMS)) * rng.normal(size=DIMS).astype(np.float32)
+    cos = float(near @ v / np.linalg.norm(near) / np.linalg.norm(v))
+    assert 0.9998 < cos < SAME_VECTOR_COSINE, cos
+    check([near], ["h1"], ["a new note"], known)
+    # three texts or more: check_not_one_vector's (not judged here)
+    check([v, v, v], ["h1", "h2", "h3"], ["x", "y", "z"], known)

@@ -174,13 +174,16 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _refuse_empty_path_flags(args: argparse.Namespace) -> None:
-    """``-w ""`` / ``--index ""`` (a script's ``-w "$WS"`` with the variable unset): one line, exit 2,
-    before any command (``mcp`` took them for "not given" and served the whole fleet; the others
-    for the current folder). The variables set but empty are unset, as before."""
-    from memory_core.runtime.resolve import FLAG_NAMES, refuse_empty_paths
+    """``-w ""`` / ``--index ""`` / ``-c ""`` (a script's ``-w "$WS"`` with the variable unset): one
+    line, exit 2, before any command (``mcp`` took an empty workspace or index for "not given" and
+    served the whole fleet; the others for the current folder; an empty ``-c`` read
+    ``$MEMORY_CORE_CONFIG`` or the workspace's config file instead). The variables set but empty
+    are unset, as before."""
+    from memory_core.runtime.resolve import FLAG_NAMES, refuse_empty_config, refuse_empty_paths
 
     refuse_empty_paths({"workspace": getattr(args, "workspace", None),
                         "index_path": getattr(args, "index_path", None)}, FLAG_NAMES)
+    refuse_empty_config(getattr(args, "config", None), "--config")
 
 
 def _writer_flags(p: argparse.ArgumentParser) -> None:
@@ -752,6 +755,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for r in v:
                     print(f"  {r.get('run') or '?'} ({r.get('flow') or 'flow'} run {r.get('flow_run_id')}; host"
                           f" {r.get('host')}, pid {r.get('pid')}, started {r.get('started')})")
+            elif k == "re_embed_pending":  # said only when there is one, as one line
+                if v:
+                    print(f"{k}: {st.get('re_embed_pending_note') or v}")
+            elif k == "re_embed_pending_note":
+                pass
             elif isinstance(v, dict) and k == "sizes":  # one line per purpose: bytes, then what they are for
                 from memory_core.query.search import SIZE_LINES
 

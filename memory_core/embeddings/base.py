@@ -139,10 +139,56 @@ def check_not_one_vector(arr: Vectors, texts: Sequence[str], *, provider: str,
         raise ProviderError(same_vector_message(provider, distinct))
 
 
-def same_vector_message(provider: str, n: int) -> str:
-    """The one line that refuses one vector for ``n`` different texts."""
-    return (f"{provider} returned the same vector for {n} different texts (a gateway or cache answering one"
-            " vector for every input?); refused, nothing was cached")
+def same_vector_message(provider: str, n: int, *, earlier: bool = False) -> str:
+    """The one line that refuses one vector for ``n`` different texts; ``earlier``: one of them
+    is a text whose vector was received before this answer (:func:`check_not_a_known_vector`)."""
+    if not earlier:
+        return (f"{provider} returned the same vector for {n} different texts (a gateway or cache answering one"
+                " vector for every input?); refused, nothing was cached")
+    return (f"{provider} returned the same vector for {n} different texts, one of them embedded before (a gateway or"
+            " cache answering one vector for every input?); refused, nothing was cached; vectors it answered"
+            " before may be in the index: once it answers rightly, `memory-core index --re-embed` replaces them")
+
+
+# Two vectors at least this close (cosine) are one vector: what a gateway answering one vector gives
+# is bit for bit the same, and 1e-6 leaves room for float32 rounding only. Texts a hosted model
+# tells apart are far below it even when nearly alike: a word changed in a 1,500-character chunk
+# measured 0.993-0.9991 (all-MiniLM-L6-v2), where 0.9999 could be reached by a long chunk whose
+# first line gained a full stop, and would have failed that note's every run.
+SAME_VECTOR_COSINE = 0.999999
+
+
+def check_not_a_known_vector(arr: Vectors, hashes: Sequence[str], texts: Sequence[str],
+                             known: Sequence[tuple[str, str, bytes]], *, provider: str,
+                             told_apart: Callable[[Sequence[str]], int]) -> None:
+    """Refuse (ProviderError, nothing cached) an answer to a request of fewer than
+    :data:`SAME_VECTOR_MIN_TEXTS` texts (which :func:`check_not_one_vector` cannot judge) that
+    gives a text the vector (cosine above :data:`SAME_VECTOR_COSINE`) of another text the model
+    tells apart: the request's other text, or one of ``known`` (``(hash, text, float32 bytes)``:
+    vectors received before, for texts of the same provider, model and key). Without it, an
+    incremental run embedding one or two changed chunks through a gateway answering one vector
+    stored them. ``told_apart`` (the provider's :meth:`EmbeddingProvider.texts_told_apart`) is
+    asked only of a pair whose vectors are one, so texts alike in the window a small model reads
+    (audit G) are never refused; ``hashes`` name the texts (a known vector of the same text is
+    its own)."""
+    n = int(arr.shape[0])
+    if not n or n >= SAME_VECTOR_MIN_TEXTS or len(hashes) != n or len(texts) != n or arr.ndim != 2:
+        return
+    size = int(arr.shape[1]) * 4
+    rows = [(h, t, np.frombuffer(emb, dtype="<f4")) for h, t, emb in known if len(emb) == size]
+    ref_h = [*hashes, *(h for h, _, _ in rows)]
+    ref_t = [*texts, *(t for _, t, _ in rows)]
+    ref = np.vstack([arr.astype(np.float64), *(v.astype(np.float64)[None, :] for _, _, v in rows)])
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        unit = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+        sims = unit[:n] @ unit.T
+    for i in range(n):
+        same = [j for j in np.flatnonzero(sims[i] > SAME_VECTOR_COSINE).tolist()
+                if j != i and ref_h[j] != hashes[i] and told_apart([texts[i], ref_t[j]]) > 1]
+        if same:
+            group = [texts[i], *(ref_t[j] for j in same)]
+            raise ProviderError(same_vector_message(provider, max(2, told_apart(group)),
+                                                    earlier=any(j >= n for j in same)))
 
 
 def check_vectors(vectors: Sequence[Sequence[float] | npt.NDArray[Any]] | npt.NDArray[Any], n_expected: int, *,

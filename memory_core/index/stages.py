@@ -644,6 +644,8 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
         if learn:
             learn = False
             h0, t0, _ = todo[0]
+            if cache.answers is not None:
+                cache.answers.expect([h0], [t0])
             store_vectors(cache, [h0], provider.embed_documents([t0]))
             dims = provider.dims
         cached = cache.has_many([h for h, _, _ in todo], dims)
@@ -684,7 +686,11 @@ def collect_misses(plan: RunPlan, settings: Settings, provider: EmbeddingProvide
 
 
 def store_vectors(cache: EmbeddingCache, hashes: list[str], vectors: Any) -> None:
-    """Commit one response's vectors to the cache at once (the moment they are received)."""
+    """Commit one response's vectors to the cache at once (the moment they are received), once the
+    run's check of it passed (``cache.answers``: a request of one or two texts is compared with
+    vectors received for other texts, memory_core.index.answer_check)."""
+    if cache.answers is not None:
+        cache.answers.check(hashes, vectors)
     cache.put_array(hashes, vectors)
     failpoint("embed")
 
@@ -697,6 +703,10 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
     cache.throwaway = not settings.cache.enabled
     cache.renew = plan.re_embed  # --re-embed: lookups see this run's own vectors only
+    if not provider.on_machine:  # a gateway may answer one vector for every text: small requests checked
+        from memory_core.index.answer_check import SmallRequestCheck
+
+        cache.answers = SmallRequestCheck(provider, cache.live, Path(plan.index_path))
     try:
         if settings.cache.enabled:
             cache.register_index(Path(plan.index_path))

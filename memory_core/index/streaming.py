@@ -227,6 +227,8 @@ class _Stream:
         provider changed dimension mixed the old vectors with the new and failed for ever)."""
         h, text = self.lookup.pop(0)
         self.misses += 1
+        if self.cache is not None and self.cache.answers is not None:  # one text: its answer is checked
+            self.cache.answers.expect([h], [text])
         fut = self.executor.embed(self.provider, self.cache, [h], [text], self.groups)
         self.groups += 1
         self.inflight[fut] = ([h], self.provider.estimate_tokens(text))
@@ -252,6 +254,8 @@ class _Stream:
     def submit(self) -> None:
         if not self.group_h:
             return
+        if self.cache is not None and self.cache.answers is not None:  # one or two texts: the answer is checked
+            self.cache.answers.expect(self.group_h, self.group_t)
         fut = self.executor.embed(self.provider, self.cache, self.group_h, self.group_t, self.groups)
         self.groups += 1
         self.inflight[fut] = (self.group_h, self.group_tokens)

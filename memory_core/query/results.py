@@ -125,6 +125,12 @@ STOPPED_RUNS_NOTE = ("their processes stopped without removing their owner files
                      " deployment's run) marks them Crashed; the live index is whole either way")
 
 
+def re_embed_note(began: str) -> str:
+    """The line ``status`` says of a pending re-embed (``MemoryStatus.re_embed_pending``)."""
+    return (f"a re-embed begun {began} has not finished: the next run continues it (`memory-core index`: every"
+            " chunk embedded again, what it received not paid for twice)")
+
+
 BELOW_DELTA_NOTE = ("transcripts that grew by less than [sessions] delta_bytes / delta_messages: a run a trigger"
                     " starts (on search, on session start, watch) keeps their indexed rows, so their new messages"
                     " are not searchable yet; `memory-core index` indexes them now")
@@ -141,7 +147,8 @@ class MemoryStatus:
     (``vector_search``, ``vector_scan``), its bytes (``index_bytes``, ``vector_bytes``, ``sizes``
     by purpose: :data:`SIZE_LINES`), its embedding cache, ``note`` (why search is keyword-only),
     ``stopped_flow_runs`` (in any state: the index's flow runs killed and still Running in Prefect),
-    ``dirty`` / ``dirty_reason`` (its sources changed since it was built), the Batch API jobs of
+    ``dirty`` / ``dirty_reason`` (its sources changed since it was built), ``re_embed_pending``
+    (when a re-embed of it began that failed or was killed: the next run continues it), the Batch API jobs of
     the run that built it (``batch``) and ``built_from``: what it recorded (the settings readers
     use and writers keep unless told otherwise). ``backend`` / ``qmd``: the qmd backend's report."""
 
@@ -182,6 +189,9 @@ class MemoryStatus:
     # flow runs of this index whose process stopped without reporting (killed): Prefect shows them
     # Running until the next Prefect run of the index marks them Crashed (memory_core/storage/run_owners.py)
     stopped_flow_runs: list[StoppedRun] = field(default_factory=list)
+    # a re-embed of this index (its recorded model) that failed or was killed before it published:
+    # when it began ("YYYY-MM-DD HH:MM UTC"); the next run continues it
+    re_embed_pending: str | None = None
 
     @property
     def details(self) -> dict[str, object]:
@@ -213,6 +223,9 @@ class MemoryStatus:
             out.update(extra_paths=list(self.extra_paths), cache_max_entries=self.cache_max_entries)
             if self.batch:
                 out["batch"] = self.batch
+            out["re_embed_pending"] = self.re_embed_pending
+            if self.re_embed_pending:
+                out["re_embed_pending_note"] = re_embed_note(self.re_embed_pending)
         if self.stopped_flow_runs:
             out["stopped_flow_runs"] = [asdict(r) for r in self.stopped_flow_runs]
             out["stopped_flow_runs_note"] = STOPPED_RUNS_NOTE

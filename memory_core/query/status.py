@@ -68,7 +68,28 @@ def index_status(path: Path, settings: Settings, lock: AbstractContextManager[An
         extra_paths=list(settings.extra_paths),
         cache_max_entries=settings.cache.max_entries,
         batch=rec.batch,  # the Batch API jobs of the run that built this index
-        built_from=IndexRecord.from_meta(idx.meta), stopped_flow_runs=stopped)
+        built_from=IndexRecord.from_meta(idx.meta), stopped_flow_runs=stopped,
+        re_embed_pending=re_embed_pending(settings, path, rec))
+
+
+def re_embed_pending(settings: Settings, path: Path, rec: IndexRecord) -> str | None:
+    """When (UTC, to the minute, as the run says it) a re-embed of the index at ``path`` began
+    that no run has published (``index --re-embed`` failed or killed: the cache file's
+    ``cache_renewals``), for the provider, model and provider key the index records; or None.
+    The next run of the index continues it (:func:`memory_core.index.pipeline._pending_renewal`,
+    which asks the same of the configured provider). Read as that check reads it
+    (:func:`memory_core.storage.cache.renewal_pending`: nothing when there is no cache file, and
+    none is made)."""
+    if not (settings.cache.enabled and rec.has_vectors and rec.provider and rec.model and rec.provider_key):
+        return None
+    from memory_core.storage.cache import renewal_pending
+
+    since = renewal_pending(settings.cache_file, rec.provider, rec.model, rec.provider_key, path)
+    if since is None:
+        return None
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(since / 1000, _dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _bits_search(plan: vectors.ScanPlan) -> str:

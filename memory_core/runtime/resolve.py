@@ -142,6 +142,19 @@ def refuse_empty_paths(told: dict[str, Any], told_by: dict[str, str] | str = "{}
                              f" or leave {by} out")
 
 
+def refuse_empty_config(config_file: object, by: str) -> None:
+    """UsageError when the config file is told empty (``-c ""``, a script's ``-c "$CFG"`` with the
+    variable unset, ``open_memory(config="")``): it was taken for "not told", so the run read
+    ``$MEMORY_CORE_CONFIG`` or ``<workspace>/memory-core.toml`` instead, where ``-w ""`` and
+    ``--index ""`` are refused (A3, the fortieth session). ``by``: the flag or argument, for the
+    message. ``$MEMORY_CORE_CONFIG`` set but empty stays unset, as the other variables."""
+    from memory_core.errors import UsageError
+
+    if isinstance(config_file, str) and not config_file.strip():
+        raise UsageError(f"{by} is empty: an empty path names no config file (not $MEMORY_CORE_CONFIG, nor"
+                         f" <workspace>/memory-core.toml); give the config file's path, or leave {by} out")
+
+
 def resolve_settings(
     told: dict[str, Any] | None = None,
     *,

@@ -77,7 +77,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import apsw
 import numpy as np
@@ -227,8 +227,22 @@ def _valid_vector(emb: bytes) -> bool:
     return bool(np.isfinite(v).all() and np.abs(v).max() > 0)
 
 
+class AnswerCheck(Protocol):
+    """What a run checks a response against before its vectors are stored
+    (:class:`memory_core.index.answer_check.SmallRequestCheck`): told a request's texts before it is
+    sent (``expect``), it refuses (ProviderError) the answer to it before the cache stores it
+    (``check``, from :func:`memory_core.index.stages.store_vectors`)."""
+
+    def expect(self, hashes: Sequence[str], texts: Sequence[str]) -> None: ...
+
+    def check(self, hashes: Sequence[str], vectors: np.ndarray) -> None: ...
+
+
 class EmbeddingCache:
     """Vectors by chunk hash (a sha256 hex digest) for one (provider, model, provider_key)."""
+
+    # a run's check of each response before it is stored (stages.open_cache sets it); None: none
+    answers: AnswerCheck | None = None
 
     def __init__(self, path: Path, provider: str, model: str, provider_key: str) -> None:
         self.path = Path(path)
@@ -858,6 +872,19 @@ class LiveVectors:
 
     def is_empty(self) -> bool:
         return self.conn.execute("SELECT 1 FROM chunks LIMIT 1").fetchone() is None
+
+    def recent(self, k: int) -> list[tuple[str, str, bytes]]:
+        """(hash, text, vector) of the ``k`` chunks the index got last (the highest row ids: an
+        incremental run's new rows come after the rows it kept): a few vectors, with their texts,
+        that a response is checked against (:func:`memory_core.embeddings.base.check_not_a_known_vector`)."""
+        out: list[tuple[str, str, bytes]] = []
+        for h, text, emb in self.conn.execute(
+                "SELECT hash, text, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY rowid DESC LIMIT ?",
+                (int(k),)):
+            if isinstance(h, str) and isinstance(text, str) and isinstance(emb, bytes) and len(emb) == self.size \
+                    and _valid_vector(emb):
+                out.append((h, text, emb))
+        return out
 
 
 def preserve_leaving(cache_path: Path, index_path: Path, *, model_key: tuple[str, str, str] | None,
