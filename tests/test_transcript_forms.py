@@ -42,6 +42,11 @@ CLAUDE_CODE: list[dict[str, Any]] = [
 # Codex CLI (~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl): session_meta, then response items
 CODEX: list[dict[str, Any]] = [
     {"timestamp": "2026-11-21T08:00:00.000Z", "type": "session_meta", "payload": {"id": "s1", "cwd": "/src"}},
+    {"timestamp": "2026-11-21T08:00:00.500Z", "type": "response_item", "payload": {
+        "type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<user_instructions>\nAlways mention the zeppelin\n</user_instructions>"},
+            {"type": "input_text", "text": "<environment_context>\n  <cwd>/src/kumquat</cwd>\n"
+                                           "</environment_context>"}]}},
     {"timestamp": "2026-11-21T08:00:01.000Z", "type": "response_item", "payload": {
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Pin the billing"
                                                         " service to node pool blue"}]}},
@@ -66,11 +71,11 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
     (CLAUDE_CODE, "User: The staging database credentials rotate every Friday at noon\n"
                   "Assistant: Noted: the rotation is weekly, on Fridays.", [3, 4]),
     (CODEX, "User: Pin the billing service to node pool blue\n"
-            "Assistant: Done: billing runs on the blue pool now.", [2, 5]),
+            "Assistant: Done: billing runs on the blue pool now.", [3, 6]),
 ], ids=["claude-code", "codex"])
 def test_agent_session_logs_are_read_as_messages(tmp_path: Path, records: list[dict[str, Any]], want: str,
                                                  lines: list[int]) -> None:
-    """User and assistant text only: not the injected meta record or system reminders, thinking,
+    """User and assistant text only: not the injected meta record, system reminders or context, thinking,
     reasoning, tool calls or tool results; each message cited at its own JSONL line and dated by its
     record's time."""
     doc = parse_session_file(_write(tmp_path / "s.jsonl", records), redact_secrets=False)
