@@ -200,7 +200,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     if problem:
         full, full_reason = True, f"live index damaged: {problem}"
     elif not full:
-        why = rebuild_reason(live_meta, meta)
+        why = rebuild_reason(live_meta, meta, legacy_keys=provider.legacy_provider_keys)
         if why:
             full, full_reason = True, why
     hinted: HintedDiscovery | None = None
@@ -688,7 +688,10 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
-    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    # a cache of the version before keyed this configuration's rows by the key of the rule before,
+    # credentials and all: they are renamed to today's key as it opens (nothing embedded again)
+    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key,
+                           legacy_keys=provider.legacy_provider_keys)
     cache.throwaway = not settings.cache.enabled
     cache.renew = plan.re_embed  # --re-embed: lookups see this run's own vectors only
     try:
@@ -704,7 +707,8 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
         # other indexes that use this cache
         own = os.path.abspath(plan.index_path)
         for other in [own, *(p for p in cache.indexes() if p != own)]:
-            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims)
+            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims,
+                                    legacy_keys=provider.legacy_provider_keys)
             if live is not None:
                 cache.live.append(live)
     except BaseException:
