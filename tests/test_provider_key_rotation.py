@@ -209,8 +209,11 @@ def _cache_keys(s: Settings) -> dict[str, int]:
         conn.close()
 
 
-def test_the_upgrade_embeds_nothing_again_and_migrates_the_keys(ws: Path, srv: OpenAIFake,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def _built_by_the_version_before(ws: Path, srv: OpenAIFake, monkeypatch: pytest.MonkeyPatch, *,
+                                 edit: bool = True) -> tuple[Settings, str]:
+    """An index (and, with ``edit``, cached vectors of an edited note, and a memory store) recorded
+    as the version before recorded them, under the key of its rule (credentials hashed): its
+    settings, and that key."""
     from memory_core.embeddings.openai_provider import OpenAIProvider
     from memory_core.notes.memory_store import MemoryStore
 
@@ -218,20 +221,57 @@ def test_the_upgrade_embeds_nothing_again_and_migrates_the_keys(ws: Path, srv: O
               "base_url": srv.base_url.replace("http://", "http://proxyuser:proxy-pw-111111@")}
     s = openai_settings(ws, srv, remote=remote)
     legacy = _old_rule_key("openai", MODEL, remote["base_url"], remote["headers"], dimensions=64)
-
-    # the version before: everything recorded under the key of its rule (credentials hashed)
     with monkeypatch.context() as m:
         m.setattr(OpenAIProvider, "provider_key", property(lambda self: _old_rule_key(
             "openai", self.model, self.base_url, self.headers, dimensions=self.requested_dims)))
         assert run_index(s).chunks_embedded > 0
-        # an edit: the old text's vectors leave the index for the cache, under the old key
-        (ws / "memory" / "a.md").write_text(NOTE_A + "\nBring the bikes: the 07:40 takes them free.\n")
-        assert run_index(s).chunks_embedded == 1
-        with MemoryStore(s) as st:
-            st.store("The ferry to Skye leaves at 07:40 from Mallaig pier.")
-            rec = st.record()
-            assert rec is not None and rec.provider_key == legacy
+        if edit:
+            # an edit: the old text's vectors leave the index for the cache, under the old key
+            (ws / "memory" / "a.md").write_text(NOTE_A + "\nBring the bikes: the 07:40 takes them free.\n")
+            assert run_index(s).chunks_embedded == 1
+            with MemoryStore(s) as st:
+                st.store("The ferry to Skye leaves at 07:40 from Mallaig pier.")
+                rec = st.record()
+                assert rec is not None and rec.provider_key == legacy
     assert _meta_key(s) == legacy
+    return s, legacy
+
+
+def test_a_full_rebuild_right_after_the_upgrade_embeds_nothing(ws: Path, srv: OpenAIFake,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run of this version a --full one (a new file built beside the live one): every
+    vector is the live index's, recorded under the key of the rule before."""
+    s, legacy = _built_by_the_version_before(ws, srv, monkeypatch, edit=False)
+    sent = srv.embed_requests
+    full = run_index(s, full=True)
+    assert full.full and full.swapped and full.chunks_embedded == 0 and srv.embed_requests == sent
+    assert _meta_key(s) != legacy
+    assert run_index(s, full=True).chunks_embedded == 0 and srv.embed_requests == sent
+
+
+def test_the_first_run_after_the_upgrade_takes_the_new_key_with_nothing_changed(
+        ws: Path, srv: OpenAIFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with no file changed still publishes the new key (meta only), so a credential rotated
+    after it is no change either (the key of the rule before is computed from the credential)."""
+    s, legacy = _built_by_the_version_before(ws, srv, monkeypatch, edit=False)
+    sent = srv.embed_requests
+    run = run_index(s)
+    assert not run.full and run.chunks_embedded == 0 and srv.embed_requests == sent
+    assert _meta_key(s) != legacy
+    rotated = openai_settings(ws, srv, remote={
+        "headers": {"Helicone-Auth": "Bearer helicone-222222", "X-Model-Variant": "a"},
+        "base_url": srv.base_url.replace("http://", "http://proxyuser:proxy-pw-222222@")})
+    again = run_index(rotated)
+    assert not again.full, again.full_reason
+    assert again.chunks_embedded == 0 and srv.embed_requests == sent
+    assert _searched(rotated)
+
+
+def test_the_upgrade_embeds_nothing_again_and_migrates_the_keys(ws: Path, srv: OpenAIFake,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from memory_core.notes.memory_store import MemoryStore
+
+    s, legacy = _built_by_the_version_before(ws, srv, monkeypatch)
     assert _cache_keys(s).get(legacy, 0) > 0  # the edited note's old vectors
 
     # this version: a reader accepts the old key as it is (and writes nothing)

@@ -343,6 +343,12 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 meta.pop(key, None)
             else:
                 meta[key] = live_meta[key]
+    # an index recorded under the key the rule before gave this configuration (it hashed credentials:
+    # memory_core.embeddings.base.legacy_provider_keys) is published anew even when nothing changed,
+    # so it and the cache (which the run opens) take today's key while the credential they were made
+    # with is still the configured one: rotated first, the old key would no longer be recognised
+    legacy_key = (not full and live_meta is not None
+                  and live_meta.get("provider_key") in provider.legacy_provider_keys)
     run_id = new_run_id()
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)
@@ -352,7 +358,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
         new_meta=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items())
-        or days_looked_at, touched=touched,
+        or days_looked_at or legacy_key, touched=touched,
     )
 
 
