@@ -76,6 +76,13 @@ def url_credentials(url: str | None) -> list[str]:
 _SECRET_PARAM = re.compile(r"(?i)(?:key|token|secret|sig|signature|passw|pwd|auth|credential|^code$)")
 
 
+def credential_param(name: str) -> bool:
+    """Whether a URL query parameter named ``name`` carries a credential (:data:`_SECRET_PARAM`):
+    the one rule that says what of a URL's query is masked, registered and left out of the
+    provider key."""
+    return _SECRET_PARAM.search(name) is not None
+
+
 def url_query_secrets(url: str | None) -> list[str]:
     """The values of ``url``'s query parameters whose names say they hold a credential."""
     if not url or "?" not in url:
@@ -84,7 +91,7 @@ def url_query_secrets(url: str | None) -> list[str]:
         pairs = parse_qsl(urlsplit(url).query, keep_blank_values=False)
     except ValueError:
         return []
-    return [v for k, v in pairs if _SECRET_PARAM.search(k) and v]
+    return [v for k, v in pairs if credential_param(k) and v]
 
 
 def url_without_password(url: str | None) -> str | None:
@@ -106,7 +113,34 @@ def url_without_password(url: str | None) -> str | None:
     if url_query_secrets(url):
         pairs = parse_qsl(parts.query, keep_blank_values=True)
         parts = parts._replace(query=urlencode(
-            [(k, MASK if v and _SECRET_PARAM.search(k) else v) for k, v in pairs], safe="*"))
+            [(k, MASK if v and credential_param(k) else v) for k, v in pairs], safe="*"))
+    return urlunsplit(parts)
+
+
+def url_without_credentials(url: str | None) -> str | None:
+    """``url`` as it names a server, with no credential in it: its user part left out whole (a
+    user name and its password, or a token given as the user name: :func:`url_credentials`), and
+    the value of every credential query parameter (:func:`credential_param`: ``?code=``,
+    ``?api-key=``, ``?sig=``) ``***``. Scheme, host, port, path and every other query parameter
+    are kept as they are. What the provider key hashes
+    (:func:`memory_core.embeddings.base.compute_provider_key`): a credential rotated in the URL is
+    the same configuration, a different host or path is not. A URL with no credential (or one
+    that cannot be parsed) is returned as it is."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+        pairs = parse_qsl(parts.query, keep_blank_values=True) if parts.query else []
+    except ValueError:
+        return url
+    secret_query = any(credential_param(k) for k, _ in pairs)
+    if "@" not in parts.netloc and not secret_query:
+        return url
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
+    if secret_query:
+        parts = parts._replace(query=urlencode([(k, MASK if credential_param(k) else v) for k, v in pairs],
+                                               safe="*"))
     return urlunsplit(parts)
 
 

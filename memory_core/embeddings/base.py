@@ -63,15 +63,49 @@ def _secret_header(name: str) -> bool:
     return n in SECRET_HEADERS or any(w in n for w in ("key", "token", "auth", "secret", "pass", "cookie", "signature"))
 
 
-def compute_provider_key(provider: str, model: str, *, base_url: str | None = None,
-                         headers: dict[str, str] | None = None, **extra: Any) -> str:
-    """sha256 over everything that changes vectors; secret headers are left out."""
-    safe_headers = sorted(
-        (k.lower(), v) for k, v in (headers or {}).items() if k.lower() not in SECRET_HEADERS
-    )
-    payload = {"provider": provider, "baseUrl": base_url or "", "model": model, "headers": safe_headers}
+def _key_of(provider: str, model: str, base_url: str | None, headers: list[tuple[str, str]],
+            extra: dict[str, Any]) -> str:
+    payload = {"provider": provider, "baseUrl": base_url or "", "model": model, "headers": sorted(headers)}
     payload.update({k: v for k, v in extra.items() if v is not None})
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def compute_provider_key(provider: str, model: str, *, base_url: str | None = None,
+                         headers: dict[str, str] | None = None, **extra: Any) -> str:
+    """sha256 over everything that changes vectors: the provider, the model, ``extra`` (dimensions,
+    API version, task type; None left out), the base URL and the headers, less every credential.
+
+    Left out: every header :func:`_secret_header` calls a credential (``Authorization``,
+    ``Helicone-Auth``, ``X-Portkey-Api-Key``, a cookie), and the base URL's user part and
+    credential query values (:func:`memory_core.secrets.url_without_credentials`). Credentials do
+    not change vectors: a rotated one is the same configuration, and the index, the cache and the
+    memory store keep their vectors (hashed, rotating one re-embedded the whole index: the fortieth
+    session's audit I-M4). The base URL's host and path, and every other header, still count: another
+    gateway may serve other vectors. A configuration with no such credential gets the key it
+    always had; the key the rule before gave one with such a credential is
+    :func:`legacy_provider_keys`'."""
+    safe_headers = [(k.lower(), v) for k, v in (headers or {}).items() if not _secret_header(k)]
+    return _key_of(provider, model, secrets.url_without_credentials(base_url), safe_headers, extra)
+
+
+def legacy_provider_keys(provider: str, model: str, *, base_url: str | None = None,
+                         headers: dict[str, str] | None = None, **extra: Any) -> tuple[str, ...]:
+    """The key the rule before :func:`compute_provider_key`'s gave the same configuration (it hashed
+    a secret header outside :data:`SECRET_HEADERS` and the base URL whole, credentials and all),
+    when it differs from today's; else none. An index, a cache or a memory store that records it
+    was made by this configuration: it is read as this one's and takes the new key at its next
+    write, so the upgrade embeds nothing again."""
+    old_headers = [(k.lower(), v) for k, v in (headers or {}).items() if k.lower() not in SECRET_HEADERS]
+    old = _key_of(provider, model, base_url, old_headers, extra)
+    return () if old == compute_provider_key(provider, model, base_url=base_url, headers=headers, **extra) else (old,)
+
+
+def provider_keys(provider: str, model: str, *, base_url: str | None = None,
+                  headers: dict[str, str] | None = None, **extra: Any) -> tuple[str, tuple[str, ...]]:
+    """(:func:`compute_provider_key`, :func:`legacy_provider_keys`) of one configuration: what a
+    provider sets as its ``provider_key`` and ``legacy_provider_keys``."""
+    return (compute_provider_key(provider, model, base_url=base_url, headers=headers, **extra),
+            legacy_provider_keys(provider, model, base_url=base_url, headers=headers, **extra))
 
 
 def estimate_tokens(text: str) -> int:
@@ -293,9 +327,21 @@ class EmbeddingProvider(ABC):
     # the config overrides it (memory_core/embeddings/cost.py)
     sync_prices: dict[str, float] = {}  # noqa: RUF012 - read-only class fact
 
+    # the keys the rule before :func:`compute_provider_key`'s gave this configuration, where they
+    # differ from ``provider_key`` (:func:`legacy_provider_keys`): vectors recorded under one are
+    # this configuration's (:meth:`owns_key`)
+    legacy_provider_keys: tuple[str, ...] = ()
+
     @property
     @abstractmethod
     def provider_key(self) -> str: ...
+
+    def owns_key(self, recorded: str | None) -> bool:
+        """Whether vectors recorded under the provider key ``recorded`` (an index's, a cache's, the
+        memory store's) are this configuration's: its key, or a key the rule before gave it
+        (:attr:`legacy_provider_keys`; the place that recorded it takes the new key at its next
+        write, a reader only accepts it)."""
+        return recorded is not None and (recorded == self.provider_key or recorded in self.legacy_provider_keys)
 
     @abstractmethod
     def embed_documents(self, texts: Sequence[str]) -> Vectors:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory_core.config import Settings
-from memory_core.embeddings.base import EmbeddingProvider, check_vectors, compute_provider_key, first_row
+from memory_core.embeddings.base import EmbeddingProvider, check_vectors, first_row, provider_keys
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ConfigError, ProviderError
@@ -118,7 +118,7 @@ class GeminiProvider(EmbeddingProvider):
                 httpx_client=capped_client(timeout=remote.timeout_s),  # responses capped (issue 22)
             ),
         )
-        self._key = compute_provider_key(
+        self._key, self.legacy_provider_keys = provider_keys(
             "gemini", self.model, base_url=self.base_url, headers=self.headers,
             outputDimensionality=self.requested_dims, apiVersion=self.api_version, taskType=TASK_DOCUMENT,
         )

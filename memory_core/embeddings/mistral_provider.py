@@ -35,9 +35,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import (
     EmbeddingProvider,
     check_vectors,
-    compute_provider_key,
     first_row,
     order_by_index,
+    provider_keys,
 )
 from memory_core.embeddings.retry import Retryable, parse_retry_after
 from memory_core.errors import ProviderError
@@ -130,8 +130,8 @@ class MistralProvider(EmbeddingProvider):
         self.client = Mistral(api_key=key, server_url=self.base_url, timeout_ms=int(remote.timeout_s * 1000),
                               debug_logger=NoOpLogger(),
                               client=capped_client(timeout=remote.timeout_s, follow_redirects=True))  # responses capped
-        self._key = compute_provider_key("mistral", self.model, base_url=self.base_url, headers=self.headers,
-                                         output_dimension=self.requested_dims)
+        self._key, self.legacy_provider_keys = provider_keys(
+            "mistral", self.model, base_url=self.base_url, headers=self.headers, output_dimension=self.requested_dims)
 
     @property
     def provider_key(self) -> str:

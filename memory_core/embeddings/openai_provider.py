@@ -13,9 +13,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import (
     EmbeddingProvider,
     check_vectors,
-    compute_provider_key,
     first_row,
     order_by_index,
+    provider_keys,
 )
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
@@ -107,7 +107,7 @@ class OpenAIProvider(EmbeddingProvider):
         self.dims = remote.dimensions or MODEL_DIMS.get(self.model)
         self._apply_remote(remote)
         self.client = capped_openai_client(key, self.base_url, remote.timeout_s, self.headers)
-        self._key = compute_provider_key(
+        self._key, self.legacy_provider_keys = provider_keys(
             "openai", self.model, base_url=self.base_url, headers=self.headers, dimensions=self.requested_dims
         )
 

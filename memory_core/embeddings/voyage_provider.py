@@ -28,9 +28,9 @@ from memory_core.config import Settings
 from memory_core.embeddings.base import (
     EmbeddingProvider,
     check_vectors,
-    compute_provider_key,
     first_row,
     order_by_index,
+    provider_keys,
 )
 from memory_core.embeddings.batch_types import JobLimits, MiB
 from memory_core.embeddings.retry import Retryable, parse_retry_after
@@ -123,8 +123,8 @@ class VoyageProvider(EmbeddingProvider):
         self._apply_remote(remote)
         self.api_key = key
         self.client = Client(api_key=key, max_retries=0, timeout=remote.timeout_s, base_url=self.base_url)
-        self._key = compute_provider_key("voyage", self.model, base_url=self.base_url,
-                                         output_dimension=self.requested_dims)
+        self._key, self.legacy_provider_keys = provider_keys(
+            "voyage", self.model, base_url=self.base_url, output_dimension=self.requested_dims)
 
     @property
     def provider_key(self) -> str:

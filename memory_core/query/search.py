@@ -235,7 +235,10 @@ class Searcher(QueryProviderOwner):
                 if old is not None:
                     old.close()
                     was, now = IndexRecord.from_meta(old.meta), IndexRecord.from_meta(new.meta)
-                    if not self._injected and was and now and was.provider_key != now.provider_key:
+                    # another configuration's vectors: its provider is opened anew (not when a run
+                    # only gave an index of this one the key without credentials: it is this provider's)
+                    if not self._injected and was and now and was.provider_key != now.provider_key \
+                            and not (self._provider is not None and self._provider.owns_key(now.provider_key)):
                         self._provider, self._provider_checked = None, False
             return self._idx
 

@@ -75,7 +75,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -238,17 +238,78 @@ class AnswerCheck(Protocol):
     def check(self, hashes: Sequence[str], vectors: np.ndarray) -> None: ...
 
 
+def _adopt_legacy_keys(conn: apsw.Connection, provider: str, model: str, provider_key: str,
+                       legacy_keys: Sequence[str]) -> None:
+    """Give the rows a key the rule before gave this configuration keyed (``legacy_keys``:
+    :func:`memory_core.embeddings.base.legacy_provider_keys`) the configuration's key, in one write
+    transaction of the cache file, so the upgrade to the key without credentials embeds nothing
+    again: its ``cache_models`` row is renamed (its vectors and pending re-embeds follow, by id), and
+    so are its Batch API ledger rows (``batch_jobs``: a run finds its open jobs by key). When the new
+    key has a row already (a run of either version since), the legacy row's vectors move to it, but
+    for the chunks it holds a vector of too (the same text, the same configuration: one is kept);
+    the emptied legacy row stays, so a live process still writing under its id (the version before)
+    loses nothing: the next opening moves that too. Nothing is written when no row has a legacy key."""
+    if not legacy_keys:
+        return
+    marks = ",".join("?" * len(legacy_keys))
+    # a legacy row holding nothing (its vectors trimmed: the live index holds them) is left alone
+    legacy_models = (f"SELECT id FROM cache_models m WHERE provider = ? AND model = ? AND provider_key IN ({marks})"
+                     " AND (EXISTS (SELECT 1 FROM cache_vectors v WHERE v.model_id = m.id)"
+                     " OR EXISTS (SELECT 1 FROM cache_renewals r WHERE r.model_id = m.id))")
+    legacy_jobs = f"SELECT 1 FROM batch_jobs WHERE provider = ? AND model = ? AND provider_key IN ({marks}) LIMIT 1"
+
+    def ledger() -> bool:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'batch_jobs'").fetchone() \
+            is not None and conn.execute(legacy_jobs, (provider, model, *legacy_keys)).fetchone() is not None
+
+    if conn.execute(legacy_models, (provider, model, *legacy_keys)).fetchone() is None and not ledger():
+        return  # the common case: nothing to move, nothing written
+    moved = 0
+    conn.execute("BEGIN IMMEDIATE")  # read again under the write lock: another process may have moved them
+    try:
+        old_ids = [int(r[0]) for r in conn.execute(legacy_models + " ORDER BY id", (provider, model, *legacy_keys))]
+        row = conn.execute("SELECT id FROM cache_models WHERE provider = ? AND model = ? AND provider_key = ?",
+                           (provider, model, provider_key)).fetchone()
+        new_id = None if row is None else int(row[0])
+        for old_id in old_ids:
+            if new_id is None:
+                conn.execute("UPDATE cache_models SET provider_key = ? WHERE id = ?", (provider_key, old_id))
+                new_id = old_id
+                moved += int_of(conn, "SELECT count(*) FROM cache_vectors WHERE model_id = ?", (old_id,))
+                continue
+            # vectors of hashes the new key has one of already are skipped here, and dropped below
+            conn.execute("UPDATE OR IGNORE cache_vectors SET model_id = ? WHERE model_id = ?", (new_id, old_id))
+            moved += conn.changes()
+            conn.execute("DELETE FROM cache_vectors WHERE model_id = ?", (old_id,))
+            conn.execute("INSERT OR IGNORE INTO cache_renewals(model_id, index_path, since)"
+                         " SELECT ?, index_path, since FROM cache_renewals WHERE model_id = ?", (new_id, old_id))
+            conn.execute("DELETE FROM cache_renewals WHERE model_id = ?", (old_id,))
+        if ledger():
+            conn.execute(f"UPDATE batch_jobs SET provider_key = ? WHERE provider = ? AND model = ?"
+                         f" AND provider_key IN ({marks})", (provider_key, provider, model, *legacy_keys))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    log.info("embedding cache: %d vectors of %s / %s recorded under the provider key of the rule before (it"
+             " hashed credentials) are under today's key", moved, provider, model)
+
+
 class EmbeddingCache:
     """Vectors by chunk hash (a sha256 hex digest) for one (provider, model, provider_key)."""
 
     # a run's check of each response before it is stored (stages.open_cache sets it); None: none
     answers: AnswerCheck | None = None
 
-    def __init__(self, path: Path, provider: str, model: str, provider_key: str) -> None:
+    def __init__(self, path: Path, provider: str, model: str, provider_key: str, *,
+                 legacy_keys: Collection[str] = ()) -> None:
         self.path = Path(path)
         self.provider = provider
         self.model = model
         self.provider_key = provider_key
+        # the keys the rule before gave this configuration (EmbeddingProvider.legacy_provider_keys):
+        # their rows are this configuration's, renamed to ``provider_key`` when the cache opens
+        self.legacy_keys = tuple(k for k in legacy_keys if k != provider_key)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._open()
@@ -301,6 +362,7 @@ class EmbeddingCache:
         self.conn.execute(f"PRAGMA wal_autocheckpoint={max(1000, CHECKPOINT_BYTES // page_size)}")
         _upgrade_schema(self.conn)
         self.conn.execute(_SCHEMA)
+        _adopt_legacy_keys(self.conn, self.provider, self.model, self.provider_key, self.legacy_keys)
         self.conn.execute("INSERT OR IGNORE INTO cache_models(provider, model, provider_key) VALUES(?,?,?)",
                           (self.provider, self.model, self.provider_key))
         self.model_id: int = self.conn.execute(
@@ -369,6 +431,12 @@ class EmbeddingCache:
                " ON CONFLICT DO UPDATE SET embedding = excluded.embedding, dims = excluded.dims,"
                " updated_at = excluded.updated_at")
 
+    def _own_identity(self, identity: tuple[str, str, str]) -> bool:
+        """Whether a journal's identity (provider, model, key) is this instance's configuration."""
+        provider, model, key = identity
+        return (provider, model) == (self.provider, self.model) and (key == self.provider_key
+                                                                     or key in self.legacy_keys)
+
     def _model_id_of(self, w: apsw.Connection, identity: tuple[str, str, str]) -> int:
         w.execute("INSERT OR IGNORE INTO cache_models(provider, model, provider_key) VALUES(?,?,?)", identity)
         return int(w.execute("SELECT id FROM cache_models WHERE provider = ? AND model = ? AND provider_key = ?",
@@ -420,7 +488,10 @@ class EmbeddingCache:
                     with self._lock, self._writing():
                         w = self._writer()
                         with w:
-                            model_id = self._model_id_of(w, sc.identity)
+                            # a journal of this configuration under a key the rule before gave it
+                            # (a run of the version before, killed): folded as this model's
+                            model_id = self.model_id if self._own_identity(sc.identity) \
+                                else self._model_id_of(w, sc.identity)
                             w.executemany(self._UPSERT, ((model_id, d, emb, dims, t)
                                                          for d, emb, dims, t in J.scan_rows(fd, sc)))
                     folded += len(sc)
@@ -802,10 +873,13 @@ HASH_INDEX = "idx_chunks_hash"
 
 
 def _same_model(record: IndexRecord | None, provider: str | None, model: str | None, provider_key: str | None,
-                dims: int | None) -> bool:
+                dims: int | None, legacy_keys: Collection[str] = ()) -> bool:
+    """Whether the index ``record`` describes holds float32 vectors of this configuration (its key,
+    or one the rule before gave it: ``legacy_keys``) and of ``dims`` (when given)."""
     if record is None or record.vector_store not in ("blob", "blob+bits") or not record.dims:
         return False
-    return (record.provider, record.model, record.provider_key) == (provider, model, provider_key) \
+    return (record.provider, record.model) == (provider, model) \
+        and (record.provider_key == provider_key or record.provider_key in legacy_keys) \
         and (not dims or record.dims == int(dims))
 
 
@@ -825,7 +899,10 @@ class LiveVectors:
 
     @classmethod
     def open(cls, index_path: Path, provider: str, model: str, provider_key: str,
-             dims: int | None = None) -> LiveVectors | None:
+             dims: int | None = None, *, legacy_keys: Collection[str] = ()) -> LiveVectors | None:
+        """The vectors of the index at ``index_path`` when it holds ``provider``/``model``'s of the key
+        ``provider_key`` (or of one of ``legacy_keys``: the same configuration under the rule before's
+        key, until a run publishes it anew), else None."""
         from memory_core.storage.store import has_table, read_meta
 
         if not Path(index_path).is_file():
@@ -836,7 +913,7 @@ class LiveVectors:
             return None
         try:
             record = IndexRecord.from_meta(read_meta(conn))
-            if record is not None and _same_model(record, provider, model, provider_key, dims) \
+            if record is not None and _same_model(record, provider, model, provider_key, dims, legacy_keys) \
                     and has_table(conn, HASH_INDEX):
                 return cls(conn, record, Path(index_path))
         except apsw.Error:
@@ -888,20 +965,22 @@ class LiveVectors:
 
 
 def preserve_leaving(cache_path: Path, index_path: Path, *, model_key: tuple[str, str, str] | None,
-                     paths: Sequence[str] | None, staying: Any) -> int:
+                     paths: Sequence[str] | None, staying: Any, legacy_keys: Collection[str] = ()) -> int:
     """Before a run publishes: commit to the cache at ``cache_path`` the vectors of the live
     index that the new index will not hold, so that no vector is ever in neither place.
 
     ``model_key``: (provider, model, provider_key) of the new index (None: keyword-only). When
     it is the live index's, the rows of ``paths`` (None: every row) whose hash ``staying(hash)``
     does not claim leave; otherwise every row leaves (they stay in the cache under the live
-    index's own model, for a switch back). An index without :data:`HASH_INDEX` is skipped: the
+    index's own model, for a switch back). ``legacy_keys``: keys the rule before gave ``model_key``'s
+    configuration; a live index recorded under one is that model (its leaving rows go to the cache
+    under ``model_key``'s key). An index without :data:`HASH_INDEX` is skipped: the
     code that wrote it kept every vector in the cache. Returns the vectors written."""
 
     if not Path(index_path).is_file():
         return 0
     try:
-        return _preserve(connect(index_path, readonly=True), cache_path, model_key, paths, staying)
+        return _preserve(connect(index_path, readonly=True), cache_path, model_key, paths, staying, legacy_keys)
     except apsw.Error as exc:  # a damaged live index (being rebuilt): what cannot be read cannot be kept
         log.warning("could not read the vectors of the index being replaced (%s); those not in the cache will be"
                     " embedded again when needed", exc)
@@ -909,7 +988,7 @@ def preserve_leaving(cache_path: Path, index_path: Path, *, model_key: tuple[str
 
 
 def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str, str] | None,
-              paths: Sequence[str] | None, staying: Any) -> int:
+              paths: Sequence[str] | None, staying: Any, legacy_keys: Collection[str] = ()) -> int:
     from memory_core.storage.store import read_meta
 
     try:
@@ -921,9 +1000,13 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
                 "SELECT 1 FROM sqlite_master WHERE name = ?", (HASH_INDEX,)).fetchone():
             return 0
         size = int(record.dims or 0) * 4
-        same = model_key is not None and tuple(model_key) == old_key
+        same = model_key is not None and (tuple(model_key) == old_key or (
+            tuple(model_key[:2]) == old_key[:2] and record.provider_key in legacy_keys))
         if not same:
             paths, staying = None, (lambda h: False)
+        # the model's own rows (under the key of the rule before, too: then what leaves is kept under
+        # today's, as the run's cache has it), else the live index's model's
+        keep_as = model_key if same and model_key is not None else old_key
         if paths is None:
             rows: Iterable[tuple[str, Any]] = conn.execute("SELECT hash, NULL FROM chunks")
         else:
@@ -934,7 +1017,7 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
         if not leaving:
             return 0
         written = 0
-        with EmbeddingCache(cache_path, *old_key) as cache:  # type: ignore[arg-type]
+        with EmbeddingCache(cache_path, *keep_as, legacy_keys=legacy_keys if same else ()) as cache:  # type: ignore[arg-type]
             for i in range(0, len(leaving), LOOKUP_GROUP):
                 group = leaving[i:i + LOOKUP_GROUP]
                 got: dict[str, bytes] = {}
@@ -949,10 +1032,12 @@ def _preserve(conn: apsw.Connection, cache_path: Path, model_key: tuple[str, str
         conn.close()
 
 
-def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: str, index_path: Path) -> int | None:
+def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: str, index_path: Path, *,
+                    legacy_keys: Collection[str] = ()) -> int | None:
     """When a re-embed of the index at ``index_path`` began (ms) that no run has published yet
     (:meth:`EmbeddingCache.begin_renewal`), or None. It only reads; None when there is no cache,
-    or one that is not a regular file or is damaged."""
+    or one that is not a regular file or is damaged. ``legacy_keys``: keys the rule before gave the
+    configuration (a re-embed recorded under one, by the version before, is this one's)."""
     # a damaged file is the run's cache to set aside (EmbeddingCache), with nothing opened beside it
     # here: a connection to it made its -wal and -shm, set aside with it. The header is read through
     # openfiles.kept, as EmbeddingCache._open reads it: closing a plain descriptor of the file would
@@ -975,11 +1060,13 @@ def renewal_pending(cache_path: Path, provider: str, model: str, provider_key: s
     try:
         if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cache_renewals'").fetchone() is None:
             return None
+        keys = [provider_key, *legacy_keys]
         row = conn.execute(
-            "SELECT r.since FROM cache_renewals r JOIN cache_models m ON m.id = r.model_id"
-            " WHERE m.provider = ? AND m.model = ? AND m.provider_key = ? AND r.index_path = ?",
-            (provider, model, provider_key, os.path.abspath(index_path))).fetchone()
-        return None if row is None else int(row[0])
+            "SELECT min(r.since) FROM cache_renewals r JOIN cache_models m ON m.id = r.model_id"
+            f" WHERE m.provider = ? AND m.model = ? AND m.provider_key IN ({','.join('?' * len(keys))})"
+            " AND r.index_path = ?",
+            (provider, model, *keys, os.path.abspath(index_path))).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
     except apsw.Error:
         return None
     finally:

@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -185,17 +185,23 @@ def newer_error(path: object, why: str) -> IndexNewerError:
                            " or rebuild the index for this version with `memory-core index --full`")
 
 
-def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str | None:
+def rebuild_reason(old: Mapping[str, Any] | None, new: Mapping[str, Any], *,
+                   legacy_keys: Collection[str] = ()) -> str | None:
     """Why a run with meta ``new`` must rebuild the index whose meta is ``old`` in full, or None.
 
     Names the setting and, when the new meta knows it, where its new value came from, e.g.
-    ``sources changed from [memory] to [memory, sessions] by --sessions``.
+    ``sources changed from [memory] to [memory, sessions] by --sessions``. ``legacy_keys``: the
+    keys the rule before gave the run's provider configuration
+    (:attr:`~memory_core.embeddings.base.EmbeddingProvider.legacy_provider_keys`); an index that
+    records one is this configuration's (its meta takes the new key when the run publishes).
     """
     if old is None:
         return "no index yet"
     origins = new.get("origins") or {}
     for key in REBUILD_KEYS:
         if old.get(key) != new.get(key):
+            if key == "provider_key" and old.get(key) in legacy_keys:
+                continue
             setting = _SETTING_OF.get(key)
             origin = origins.get(setting or "", "")
             if key == "provider_key":
@@ -540,7 +546,7 @@ class QueryProviderOwner:
                 self.provider_note = note
                 logging.getLogger("memory_core.query.search").warning("%s", note)
         p = self._provider
-        if p is not None and p.provider_key != record.provider_key:
+        if p is not None and not p.owns_key(record.provider_key):
             self.provider_note = (f"the {what} was built with a different {record.provider} configuration;"
                                   f" keyword-only results until it is {again}")
             return None
