@@ -336,11 +336,15 @@ def message_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "message":
         return msg if isinstance(msg, dict) else None
     if kind in _AGENT_LOG_ROLES and isinstance(msg, dict) and msg.get("role") == kind:
-        return None if rec.get("isMeta") is True else _without_injected(msg, _REMINDER, "<system-reminder>")
+        if rec.get("isMeta") is True:
+            return None
+        kept = _injected_out(msg.get("content"), _REMINDER, "<system-reminder>")
+        return msg if kept is None else {**msg, "content": kept}
     if kind == "response_item":
         payload = rec.get("payload")
         if isinstance(payload, dict) and payload.get("type") == "message" and isinstance(payload.get("role"), str):
-            return _without_injected(payload, _CODEX_CONTEXT, "<")
+            kept = _injected_out(payload.get("content"), _CODEX_CONTEXT, "<")
+            return payload if kept is None else {**payload, "content": kept}
     return None
 
 
@@ -348,22 +352,18 @@ _REMINDER: Final = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTA
 _CODEX_CONTEXT: Final = re.compile(r"<(user_instructions|environment_context)>.*?</\1>", re.DOTALL)
 
 
-def _without_injected(msg: dict[str, Any], blocks: re.Pattern[str], marker: str) -> dict[str, Any]:
-    """A coding agent's message without the blocks the tool injects into the user's turns (Claude
-    Code's ``<system-reminder>``, Codex CLI's ``<user_instructions>`` and ``<environment_context>``:
-    project instructions, file contents, the working folder: the same long text in every session,
-    which would match every query about its words), as a copy; the message itself when it has none
-    (``marker``: a string every such block holds, a cheap first look)."""
-    content = msg.get("content")
+def _injected_out(content: object, blocks: re.Pattern[str], marker: str) -> object | None:
+    """A coding agent's message content without the blocks the tool injects into the user's turns
+    (Claude Code's ``<system-reminder>``, Codex CLI's ``<user_instructions>`` and
+    ``<environment_context>``: project instructions, file contents, the working folder: the same
+    long text in every session, which would match every query about its words); None when it holds
+    none (``marker``: a string every such block holds, a cheap first look)."""
     if isinstance(content, str):
-        if marker not in content:
-            return msg
-        return {**msg, "content": blocks.sub(" ", content)}
+        return blocks.sub(" ", content) if marker in content else None
     if isinstance(content, list) and any(isinstance(b, dict) and marker in str(b.get("text", "")) for b in content):
-        kept = [{**b, "text": blocks.sub(" ", b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str)
+        return [{**b, "text": blocks.sub(" ", b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str)
                 else b for b in content]
-        return {**msg, "content": kept}
-    return msg
+    return None
 
 
 def is_message_record(rec: dict[str, Any]) -> bool:
