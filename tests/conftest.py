@@ -180,3 +180,18 @@ def forget_meta_key(index: Path, key: str) -> Any:
     finally:
         conn.close()
     return value
+
+
+def set_meta_key(index: Path, key: str, value: Any) -> None:
+    """Set ``key`` of an index's meta record, as a build of another version recorded it."""
+    from memory_core.storage.store import connect, read_meta, write_meta
+
+    conn = connect(index)
+    try:
+        with conn:
+            meta = read_meta(conn)
+            assert meta is not None
+            meta[key] = value
+            write_meta(conn, meta)
+    finally:
+        conn.close()

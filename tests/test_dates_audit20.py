@@ -14,6 +14,7 @@ from memory_core.config import load_settings
 from memory_core.index.pipeline import run_index
 from memory_core.query.dates import mentions, query_date_range
 from memory_core.query.search import Searcher
+from tests.conftest import set_meta_key
 
 SUNDAY_21 = date(2024, 1, 21)  # the memory's "today": its newest day is Saturday 20 January 2024
 
@@ -144,7 +145,7 @@ def test_a_transcript_stamped_created_at_or_as_an_email_date_is_dated(tmp_path: 
 def test_an_index_read_before_created_at_rereads_its_undated_transcripts_once(tmp_path: Path) -> None:
     """An index whose days the reading before (version 2) recorded has no day for a transcript
     stamped `created_at`: the next run re-reads it, once, and a question naming its day finds it."""
-    from memory_core.storage.store import connect, read_meta, write_meta
+    from memory_core.storage.store import connect
 
     ws = tmp_path / "ws"
     (ws / "sessions").mkdir(parents=True)
@@ -156,12 +157,9 @@ def test_an_index_read_before_created_at_rereads_its_undated_transcripts_once(tm
     try:  # as the reading before left it: no day recorded for it, version 2
         with conn:
             conn.execute("DELETE FROM chunk_days")
-            meta = read_meta(conn)
-            assert meta is not None
-            meta["message_days"] = 2
-            write_meta(conn, meta)
     finally:
         conn.close()
+    set_meta_key(s.index_file, "message_days", 2)
     again = run_index(s)
     assert (again.sessions_redated, again.chunks_embedded) == (1, 0)
     with Searcher(s) as searcher:

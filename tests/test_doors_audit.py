@@ -129,8 +129,8 @@ def test_a1_open_memory_of_an_agents_workspace_and_index_gets_its_check(tmp_path
 
 
 # -- A3: an empty workspace or index given is refused, not the current folder --------------------
-
-def test_a3_an_empty_workspace_flag_is_refused_not_the_current_folder(tmp_path: Path) -> None:
+def _agent_config_elsewhere(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """An agent's workspace, a config naming it, and a folder elsewhere that a script runs in."""
     agent = tmp_path / "agent"
     (agent / "memory").mkdir(parents=True)
     (agent / "MEMORY.md").write_text("# agent memory\n")
@@ -138,6 +138,12 @@ def test_a3_an_empty_workspace_flag_is_refused_not_the_current_folder(tmp_path: 
     cfg.write_text(f'provider = "none"\nworkspace = "{agent}"\n')
     cwd = tmp_path / "somewhere_else"
     cwd.mkdir()
+    return agent, cfg, cwd
+
+
+
+def test_a3_an_empty_workspace_flag_is_refused_not_the_current_folder(tmp_path: Path) -> None:
+    agent, cfg, cwd = _agent_config_elsewhere(tmp_path)
     for args in (("write", "-c", str(cfg), "-w", "", "Meeting moved to 3pm"),
                  ("index", "-c", str(cfg), "--index", ""), ("status", "-c", str(cfg), "--index", " "),
                  ("mcp", "-c", str(cfg), "-w", "")):
@@ -163,13 +169,7 @@ def test_a3_an_empty_config_flag_is_refused_not_the_default_config(tmp_path: Pat
     $MEMORY_CORE_CONFIG or <workspace>/memory-core.toml instead, where `-w ""` and `--index ""`
     are refused. Now every command that takes -c refuses it the same way, before doing anything;
     $MEMORY_CORE_CONFIG set but empty is still unset."""
-    agent = tmp_path / "agent"
-    (agent / "memory").mkdir(parents=True)
-    (agent / "MEMORY.md").write_text("# agent memory\n")
-    cfg = tmp_path / "mc.toml"
-    cfg.write_text(f'provider = "none"\nworkspace = "{agent}"\n')
-    cwd = tmp_path / "somewhere_else"
-    cwd.mkdir()
+    agent, cfg, cwd = _agent_config_elsewhere(tmp_path)
     env = {"MEMORY_CORE_CONFIG": str(cfg)}  # what an empty -c fell back to
     commands = (("status",), ("index",), ("search", "agent"), ("get", "MEMORY.md"), ("export", str(cwd / "out.jsonl")),
                 ("write", "Meeting moved to 3pm"), ("flush", "--tokens", "10", "s1"), ("memory", "store", "likes tea"),

@@ -16,7 +16,7 @@ from memory_core.notes.flush import estimate_transcript
 from memory_core.query.search import Searcher
 from memory_core.sources import sessions
 from memory_core.sources.sessions import parse_session_file
-from memory_core.storage.store import connect, read_meta, write_meta
+from tests.conftest import set_meta_key
 
 # Claude Code (~/.claude/projects/<project>/<session>.jsonl): a summary record, then user and
 # assistant records whose `message` is the API's; tool calls and results and thinking are blocks
@@ -122,15 +122,7 @@ def test_an_index_read_before_these_forms_reads_them_on_the_next_run(tmp_path: P
     with monkeypatch.context() as m:
         m.setattr(sessions, "message_of", before)
         assert run_index(s).chunks_total == 0
-    conn = connect(s.index_file)
-    try:  # as the reading before recorded it
-        with conn:
-            meta = read_meta(conn)
-            assert meta is not None
-            meta["message_days"] = 3
-            write_meta(conn, meta)
-    finally:
-        conn.close()
+    set_meta_key(s.index_file, "message_days", 3)  # as the reading before recorded it
     again = run_index(s)
     assert (again.sessions_redated, again.chunks_total) == (1, 1)
     with Searcher(s) as searcher:

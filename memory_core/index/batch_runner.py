@@ -246,19 +246,27 @@ class BatchRun:
     def run(self) -> tuple[EmbedCounts, st.BatchFigures]:
         t0 = time.perf_counter()
         self.needed, self.exchange_only = miss_hashes(self.misses)
-        # held until every step ended and closed its cache (its vectors are then in the cache file,
-        # where a run waiting on this one's jobs looks for them)
-        self.owner = RunOwner.acquire(self.ctx.ledger.path)
-        try:
+
+        def start() -> None:
             claimed = self._reattach()
             self.queue.extend(J.plan_jobs(self.ctx, self.misses.path, exclude=claimed))
+
+        self._owned_loop(start)
+        return self._result(time.perf_counter() - t0)
+
+    def _owned_loop(self, start: Callable[[], None]) -> None:
+        """``start`` (the jobs to follow), then the loop until every step ended, with the ledger's
+        owner lock held throughout: held until every step ended and closed its cache (its vectors
+        are then in the cache file, where a run waiting on this one's jobs looks for them)."""
+        self.owner = RunOwner.acquire(self.ctx.ledger.path)
+        try:
+            start()
             try:
                 self._loop()
             finally:
                 self.ops.close()
         finally:
             self.owner.release()
-        return self._result(time.perf_counter() - t0)
 
     def _reattach(self) -> set[str]:
         """Take over the open jobs of dead runs that this run needs (or may cancel); follow those of
@@ -606,15 +614,7 @@ class LookOnce(BatchRun):
         self.names: dict[str, str] = {}  # local id -> the id the notes give
 
     def look(self) -> EarlierJobs:
-        self.owner = RunOwner.acquire(self.ctx.ledger.path)
-        try:
-            self._adopt()
-            try:
-                self._loop()
-            finally:
-                self.ops.close()
-        finally:
-            self.owner.release()
+        self._owned_loop(self._adopt)
         self.seen.running += [self.names.get(r.local_id, r.job_id or r.local_id) for r in self.pending]
         self.seen.vectors = self.stats.chunks_via_batch + self.stats.exchanges_via_batch
         self.seen.tokens = self.tokens_batch
