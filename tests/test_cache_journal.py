@@ -347,15 +347,11 @@ def test_a_second_cache_in_one_process_keeps_the_firsts_locks(tmp_path: Path) ->
     first.put_many([(sha256_hex(f"a{i}"), vec) for i in range(50)], dims=4)
     first.fold()
     second = EmbeddingCache(path, "openai", "m", "k")  # a ledger's, another run's in one server
-    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-             " print(c.execute('SELECT count(*) FROM cache_vectors').fetchone()[0]); c.close()")
-    seen = subprocess.run([sys.executable, "-c", count, str(path)], capture_output=True, text=True, check=True)
-    assert seen.stdout.strip() == "50"
+    assert _counted_elsewhere(path) == "50"
     first.put_many([(sha256_hex(f"b{i}"), vec) for i in range(50)], dims=4)
     first.fold()  # committed by the live connection after the other process closed
-    ro = count.replace("sqlite3.connect(sys.argv[1])", "sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)")
-    seen = subprocess.run([sys.executable, "-c", ro, str(path)], capture_output=True, text=True, check=True)
-    assert seen.stdout.strip() == "100", seen  # before: 50, the other 50 in a deleted WAL
+    seen = _counted_elsewhere(path, readonly=True)
+    assert seen == "100", seen  # before: 50, the other 50 in a deleted WAL
     second.close()
     first.close()
     again = EmbeddingCache(path, "openai", "m", "k")
@@ -363,6 +359,16 @@ def test_a_second_cache_in_one_process_keeps_the_firsts_locks(tmp_path: Path) ->
         assert again.count() == 100
     finally:
         again.close()
+
+
+def _counted_elsewhere(path: Path, *, readonly: bool = False) -> str:
+    """The cache's vector count as another process reads it (the stdlib's sqlite3, opened and
+    closed: what dropped a live connection's locks), read-only or not."""
+    uri = "f'file:{sys.argv[1]}?mode=ro', uri=True" if readonly else "sys.argv[1]"
+    code = (f"import sqlite3, sys; c = sqlite3.connect({uri});"
+            " print(c.execute('SELECT count(*) FROM cache_vectors').fetchone()[0]); c.close()")
+    return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def test_the_re_embed_check_keeps_a_live_caches_locks(tmp_path: Path) -> None:
@@ -378,13 +384,9 @@ def test_the_re_embed_check_keeps_a_live_caches_locks(tmp_path: Path) -> None:
     first.put_many([(sha256_hex(f"a{i}"), vec) for i in range(50)], dims=4)
     first.fold()
     assert renewal_pending(path, "openai", "m", "k", tmp_path / "index.sqlite") is None
-    count = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-             " print(c.execute('SELECT count(*) FROM cache_vectors').fetchone()[0]); c.close()")
-    seen = subprocess.run([sys.executable, "-c", count, str(path)], capture_output=True, text=True, check=True)
-    assert seen.stdout.strip() == "50"
+    assert _counted_elsewhere(path) == "50"
     first.put_many([(sha256_hex(f"b{i}"), vec) for i in range(50)], dims=4)
     first.fold()  # committed by the live connection after the other process closed
-    ro = count.replace("sqlite3.connect(sys.argv[1])", "sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)")
-    seen = subprocess.run([sys.executable, "-c", ro, str(path)], capture_output=True, text=True, check=True)
-    assert seen.stdout.strip() == "100", seen
+    seen = _counted_elsewhere(path, readonly=True)
+    assert seen == "100", seen
     first.close()
