@@ -159,3 +159,58 @@ def test_the_flush_estimate_counts_an_agents_session_log(tmp_path: Path) -> None
     """The flush check's estimate reads the messages the indexer reads."""
     est = estimate_transcript(_write(tmp_path / "claude.jsonl", CLAUDE_CODE))
     assert est.messages == 3  # the two user records and the assistant's (not the meta one)
+
+
+# Claude Code's slash commands, local commands' output and `!` shell commands, as its logs write them
+CLAUDE_CODE_COMMANDS: list[dict[str, Any]] = [
+    {"type": "user", "message": {"role": "user", "content": "<command-name>/model</command-name>\n"
+     "            <command-message>model</command-message>\n            <command-args></command-args>"},
+     "timestamp": "2026-11-22T09:00:00.000Z"},
+    {"type": "user", "message": {"role": "user", "content": "<local-command-stdout>Set model to zeppelin"
+     "</local-command-stdout>"}, "timestamp": "2026-11-22T09:00:01.000Z"},
+    {"type": "user", "message": {"role": "user", "content": "<command-name>/review</command-name>\n"
+     "<command-message>review</command-message>\n<command-args>the invoice rounding fix</command-args>"},
+     "timestamp": "2026-11-22T09:00:02.000Z"},
+    {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text":
+     "<bash-input>make ledger-check</bash-input>"}]}, "timestamp": "2026-11-22T09:00:03.000Z"},
+    {"type": "user", "message": {"role": "user", "content": "<bash-stdout>kumquat: 3 warnings</bash-stdout>"
+     "<bash-stderr></bash-stderr>"}, "timestamp": "2026-11-22T09:00:04.000Z"},
+    {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text":
+     "The rounding fix looks right: invoices now round half to even."}]}, "timestamp": "2026-11-22T09:00:05.000Z"},
+]
+
+
+def test_claude_codes_commands_are_read_as_the_users_words_only(tmp_path: Path) -> None:
+    """A slash command's name and a command's output are the tool's, not the user's words: the
+    arguments and a ``!`` command's input are kept, each at its own line; a command of no arguments
+    is no message."""
+    doc = parse_session_file(_write(tmp_path / "s.jsonl", CLAUDE_CODE_COMMANDS), redact_secrets=False)
+    assert doc.content == ("User: the invoice rounding fix\nUser: make ledger-check\n"
+                           "Assistant: The rounding fix looks right: invoices now round half to even.")
+    assert doc.line_map == [3, 4, 6]
+
+
+def test_an_index_holding_claude_code_command_blocks_reads_them_again(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """An index built by the reading before (message days version 4) holds the command blocks as
+    text, its transcript unchanged since: the next run reads that transcript again, once, and
+    the blocks are gone from search; a transcript without them is not read again."""
+    ws = tmp_path / "ws"
+    _write(ws / "sessions" / "commands.jsonl", CLAUDE_CODE_COMMANDS)
+    _write(ws / "sessions" / "plain.jsonl", CLAUDE_CODE)
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"]})
+    with monkeypatch.context() as m:
+        m.setattr(sessions, "_CLAUDE_CODE_BLOCKS", sessions.re.compile(r"<system-reminder>.*?</system-reminder>",
+                                                                        sessions.re.DOTALL))
+        run_index(s)
+        with Searcher(s) as searcher:
+            assert searcher.search("kumquat warnings", max_results=3, min_score=0)  # as the reading before
+    set_meta_key(s.index_file, "message_days", 4)
+    again = run_index(s)
+    assert again.sessions_redated == 1
+    with Searcher(s) as searcher:
+        for words in ("kumquat warnings", "zeppelin", "command-name"):
+            assert searcher.search(words, max_results=3, min_score=0) == [], words
+        hits = searcher.search("invoice rounding", max_results=3)
+        assert hits and hits[0].path == "sessions/commands.jsonl"
+    assert run_index(s).sessions_redated == 0

@@ -412,8 +412,9 @@ def _transcripts_to_redate(index_path: Path) -> frozenset[str] | None:
     wrong (:data:`memory_core.storage.indexmeta.MESSAGE_DAYS_VERSION`): none of their chunks has a
     day in 1971-2200 (lowercase ``t``/``z``, epochs as strings, micro- or nanosecond epochs dated
     nothing), or one has a day outside it (a placeholder time dated 1970, ``9999-12-31`` the year
-    9999). Transcripts with no timestamps at all are among them, and are read once more for
-    nothing. One statement over ``chunk_days``; none on an index without it (older schemas rebuild);
+    9999); or a chunk holds a Claude Code command block read as text before version 5
+    (``<command-name>``, ``<local-command-stdout>``, ``<bash-stdout>``). Transcripts with no
+    timestamps at all are among them, and are read once more for nothing. One statement over ``chunk_days``; none on an index without it (older schemas rebuild);
     None when they cannot be listed (the version is then not recorded: the next run looks again)."""
     conn = connect(index_path, readonly=True, immutable=True)
     try:
@@ -424,7 +425,9 @@ def _transcripts_to_redate(index_path: Path) -> frozenset[str] | None:
             " NOT EXISTS (SELECT 1 FROM chunks c JOIN chunk_days d ON d.rid = c.rid"
             "             WHERE c.path = f.path AND d.day >= '1971-01-01' AND d.day < '2201-01-01')"
             " OR EXISTS (SELECT 1 FROM chunks c JOIN chunk_days d ON d.rid = c.rid"
-            "            WHERE c.path = f.path AND (d.day < '1971-01-01' OR d.day >= '2201-01-01')))")
+            "            WHERE c.path = f.path AND (d.day < '1971-01-01' OR d.day >= '2201-01-01'))"
+            " OR EXISTS (SELECT 1 FROM chunks c WHERE c.path = f.path AND (instr(c.text, '<command-') > 0"
+            "            OR instr(c.text, '<local-command-') > 0 OR instr(c.text, '<bash-') > 0)))")
         return frozenset(r[0] for r in rows)
     except apsw.Error as exc:  # a days refresh never fails a run: the days stay as recorded
         log.warning("cannot list the transcripts to re-read for their days (%s)", exc)

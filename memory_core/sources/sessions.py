@@ -338,7 +338,7 @@ def message_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     if kind in _AGENT_LOG_ROLES and isinstance(msg, dict) and msg.get("role") == kind:
         if rec.get("isMeta") is True:
             return None
-        kept = _injected_out(msg.get("content"), _REMINDER, "<system-reminder>")
+        kept = _injected_out(msg.get("content"), _CLAUDE_CODE_BLOCKS, "<")
         return msg if kept is None else {**msg, "content": kept}
     if kind == "response_item":
         payload = rec.get("payload")
@@ -348,21 +348,35 @@ def message_of(rec: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-_REMINDER: Final = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
+_CLAUDE_CODE_BLOCKS: Final = re.compile(
+    r"<(system-reminder|command-name|command-message|local-command-stdout|local-command-stderr|bash-stdout"
+    r"|bash-stderr)>.*?</\1>|<(command-args|bash-input)>(.*?)</\2>", re.DOTALL)
+"""What Claude Code writes into a user turn besides the user's words: ``<system-reminder>`` (project
+instructions and file contents, the same in every session), a slash command's name
+(``<command-name>/model</command-name><command-message>model</command-message>``: the tool's
+controls) and a local command's or ``!`` shell command's output (``<local-command-stdout>``,
+``<bash-stdout>``: output, as tool results are). A command's arguments and a ``!`` command's input
+(``<command-args>``, ``<bash-input>``) are the user's words: their text is kept, the tags dropped."""
 _CODEX_CONTEXT: Final = re.compile(r"<(user_instructions|environment_context)>.*?</\1>", re.DOTALL)
+
+
+def _block_text(m: re.Match[str]) -> str:
+    """A matched injected block's replacement: the user's words it wraps (group 3), else a space."""
+    words = m.groups()[2] if len(m.groups()) > 2 else None
+    return f" {words} " if words is not None else " "
 
 
 def _injected_out(content: object, blocks: re.Pattern[str], marker: str) -> object | None:
     """A coding agent's message content without the blocks the tool injects into the user's turns
-    (Claude Code's ``<system-reminder>``, Codex CLI's ``<user_instructions>`` and
+    (Claude Code's ``<system-reminder>`` and command blocks (:data:`_CLAUDE_CODE_BLOCKS`), Codex CLI's ``<user_instructions>`` and
     ``<environment_context>``: project instructions, file contents, the working folder: the same
     long text in every session, which would match every query about its words); None when it holds
     none (``marker``: a string every such block holds, a cheap first look)."""
     if isinstance(content, str):
-        return blocks.sub(" ", content) if marker in content else None
+        return blocks.sub(_block_text, content) if marker in content else None
     if isinstance(content, list) and any(isinstance(b, dict) and marker in str(b.get("text", "")) for b in content):
-        return [{**b, "text": blocks.sub(" ", b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str)
-                else b for b in content]
+        return [{**b, "text": blocks.sub(_block_text, b["text"])}
+                if isinstance(b, dict) and isinstance(b.get("text"), str) else b for b in content]
     return None
 
 

@@ -78,16 +78,18 @@ before it, or turned off), none; 1, its lines in overlapping windows of 4; 2, it
 a paragraph or list item wrapped over several lines: ``note_items``) in windows of 4. Recorded
 only where notes are indexed with ``chunking.note_windows`` on."""
 
-MESSAGE_DAYS_VERSION = 4
+MESSAGE_DAYS_VERSION = 5
 """How a transcript's messages and their days are read (memory_core.sources.sessions.message_of,
 ``stamp``), recorded where transcripts are indexed: absent, before the fifteenth session; 2, a time
 in 1970 or before or after 2200 dates nothing, and lowercase ``t``/``z``, epochs written as strings
 and micro- or nanosecond epochs are read; 3 (the twentieth session), a record's ``created_at`` /
 ``createdAt`` and RFC 2822 dates ("Thu, 07 Mar 2024 10:00:00 GMT") are read too; 4 (the forty-first
 session), Claude Code's and Codex CLI's session logs are read as messages (an older run indexed
-nothing of them, silently). A run that finds an older value re-reads, once, the transcripts whose
+nothing of them, silently); 5 (the forty-second session), Claude Code's slash-command names, local
+commands' and ``!`` commands' output are not a message's text (a command's arguments are). A run that finds an older value re-reads, once, the transcripts whose
 recorded days may be wrong (none, or one out of that range: memory_core.index.stages), which
-include every transcript that held no message, not the whole index."""
+include every transcript that held no message and every one holding such a command block, not
+the whole index."""
 
 # meta key -> the setting a user changes to change it (for "... changed (from --flag)")
 _SETTING_OF = {"provider": "provider", "model": "model", "provider_key": "remote", "chunk_tokens": "chunking.tokens",
