@@ -358,6 +358,9 @@ class FallbackSettings(_Model):
 
 class SessionsSettings(_Model):
     dir: Path | None = None
+    # every ``*.jsonl`` below ``dir`` (Codex CLI's ``YYYY/MM/DD/rollout-*.jsonl``), indexed as
+    # ``sessions/<relative path>``; off: only those directly in it (OpenClaw's shape)
+    recursive: bool = False
     delta_bytes: int = Field(default=100_000, ge=0)
     delta_messages: int = Field(default=50, ge=0)
 

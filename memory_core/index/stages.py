@@ -358,7 +358,8 @@ def discover_stage(settings: Settings, provider: EmbeddingProvider, reason: str,
         meta=meta, to_index=to_index, removed=removed, counts=counts, warnings=warnings,
         hinted_paths=hinted.checked if hinted is not None else None, hint_fallback=hint_fallback, skips=skips,
         new_meta=any(p not in recorded_skip or list(recorded_skip[p]) != k for p, k in skips.items())
-        or days_looked_at or legacy_key, touched=touched,
+        or days_looked_at or legacy_key or (not problem and _recursive_changed(settings, live_meta)),
+        touched=touched,
     )
 
 
@@ -384,6 +385,15 @@ def _live_to_compare(settings: Settings, live_meta: dict[str, Any] | None, probl
         return {}
 
 
+def _recursive_changed(settings: Settings, live_meta: dict[str, Any] | None) -> bool:
+    """Whether this run reads the sessions folder recursively and the live index was not built so,
+    or the other way round (an index that does not record it was not)."""
+    if live_meta is None or "sessions" not in settings.sources:
+        return False
+    built = live_meta.get("built_from")
+    return settings.sessions.recursive != (isinstance(built, dict) and built.get("sessions_recursive") is True)
+
+
 def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reason: str,
                      live_meta: dict[str, Any] | None, index_path: Path,
                      ) -> tuple[HintedDiscovery | None, int, dict[str, LiveFile], str]:
@@ -396,6 +406,9 @@ def _discover_hinted(settings: Settings, only_paths: Collection[str], full_reaso
     for key, value in (("workspace", settings.workspace_dir), ("sessions_dir", settings.sessions_dir)):
         if live_meta.get(key) != str(value):
             return None, 0, {}, f"the live index records another {key.replace('_', ' ')}"
+    if _recursive_changed(settings, live_meta):
+        # the transcripts in the sessions folder's subfolders come or go: the named paths do not say which
+        return None, 0, {}, f"[sessions] recursive turned {'on' if settings.sessions.recursive else 'off'}"
     try:
         hinted = discover_changed(settings, only_paths)
     except HintUnclear as exc:

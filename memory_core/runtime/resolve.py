@@ -36,8 +36,8 @@ WORKSPACE_CONFIG_NAME = "memory-core.toml"
 """A config file at ``<workspace>/memory-core.toml`` is used when none is given."""
 
 # The settings an index records (memory_core.storage.indexmeta) and whose origin a run reports.
-RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens",
-            "chunking.overlap", "provider", "model", "remote")
+RECORDED = ("workspace", "index_path", "sources", "extra_paths", "sessions.dir", "sessions.recursive", "redact",
+            "chunking.tokens", "chunking.overlap", "provider", "model", "remote")
 ORIGIN_CWD = "the current directory"
 """The workspace's origin when nothing named one (no flag, variable, config file or index record)."""
 

@@ -102,6 +102,8 @@ class SourceFilter:
         else:
             self.root_files = set()
         self.sessions_dir = str(settings.sessions_dir) if "sessions" in settings.sources else None
+        # [sessions] recursive: the sessions folder is watched, and judged, as memory/ is
+        self.sessions_recursive = self.sessions_dir is not None and settings.sessions.recursive
         # the index's own files, wherever the index lives: its runs must never trigger runs
         index = str(settings.index_file)
         self.own_prefixes = (index, str(settings.cache_file),
@@ -128,6 +130,10 @@ class SourceFilter:
         if sd is not None:
             if p == sd:
                 return True
+            if self.sessions_recursive and self._under(p, sd):
+                if p.endswith(".jsonl") or os.path.isdir(p):
+                    return True
+                return not os.path.exists(p) and not os.path.splitext(os.path.basename(p))[1]
             if os.path.dirname(p) == sd and p.endswith(".jsonl"):
                 return True
         return False
@@ -137,12 +143,14 @@ class SourceFilter:
         (with a dot in its name) that held sources. It starts no run, but the next run is given
         it: a run given the paths checks whether indexed files were under it."""
         p = os.path.abspath(path)
-        return (not p.startswith(self.own_prefixes) and any(self._under(p, d) for d in self.md_dirs)
+        dirs = [*self.md_dirs, self.sessions_dir] if self.sessions_recursive and self.sessions_dir else self.md_dirs
+        return (not p.startswith(self.own_prefixes) and any(self._under(p, d) for d in dirs)
                 and not os.path.lexists(p))
 
     def roots(self) -> tuple[object, ...]:
         """What this filter watches for: two filters with the same roots see the same events."""
-        return (frozenset(self.root_files), tuple(self.md_dirs), frozenset(self.md_files), self.sessions_dir)
+        return (frozenset(self.root_files), tuple(self.md_dirs), frozenset(self.md_files), self.sessions_dir,
+                self.sessions_recursive)
 
     def plan(self) -> WatchPlan:
         """The directories to watch now: source dirs recursively, their parents and the
@@ -165,7 +173,7 @@ class SourceFilter:
                 flat.add(parent)
         if self.sessions_dir is not None:
             if existing_dir(self.sessions_dir):
-                flat.add(self.sessions_dir)
+                (recursive if self.sessions_recursive else flat).add(self.sessions_dir)
             parent = os.path.dirname(self.sessions_dir)
             if existing_dir(parent):
                 flat.add(parent)

@@ -3,8 +3,9 @@
 Memory sources are ``MEMORY.md`` and ``memory.md`` at the workspace root, every ``*.md``
 under ``memory/`` (recursively), and ``extra_paths`` (files or directories, absolute or
 workspace-relative; directories are scanned recursively; only ``.md``). Session sources are
-``*.jsonl`` directly in the sessions directory (not recursive) and are indexed as
-``sessions/<file name>``.
+``*.jsonl`` directly in the sessions directory, indexed as ``sessions/<file name>``; with
+``[sessions] recursive = true``, every ``*.jsonl`` below it (Codex CLI's dated folders), indexed as
+``sessions/<path below the folder>`` (one directly in it keeps ``sessions/<file name>``).
 
 Rules: symlinks are never followed (neither files nor directories, which also makes
 symlink loops harmless); duplicates are removed by real path; the order is deterministic
@@ -21,7 +22,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
@@ -117,6 +118,91 @@ def _session_entry(name: str, path: str, is_symlink: bool, is_file: bool, warnin
         warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
         return False
     return True
+
+
+def _session_kind(name: str, path: str, is_symlink: bool, is_dir: bool, is_file: bool, recursive: bool,
+                  warnings: list[str]) -> str | None:
+    """What a walk of the sessions folder does with one entry below it: ``"dir"`` (descend: only
+    when it is read recursively), ``"jsonl"`` (a transcript, :func:`_session_entry`), or None
+    (skipped; a symlinked folder, or a folder whose name is not UTF-8, with a warning). One rule
+    for the walk and for a run given the changed paths."""
+    if recursive and (is_dir or (is_symlink and os.path.isdir(path))):
+        if is_symlink:
+            warnings.append(f"skipped {escaped(path)}: a symlink; symlinks are not followed (move or copy the"
+                            " folder into the sessions folder)")
+            return None
+        if not _utf8_name(name):
+            warnings.append(f"skipped {escaped(path)}: its name is not valid UTF-8 (rename it to index it)")
+            return None
+        return "dir"
+    return "jsonl" if _session_entry(name, path, is_symlink, is_file, warnings) else None
+
+
+NESTED_HINT_DEPTH = 3
+"""How many folders down a sessions folder that is not read recursively is looked at for a
+transcript, when it holds none itself (Codex CLI's ``YYYY/MM/DD``)."""
+NESTED_HINT_FOLDERS = 64
+"""The most folders that look opens: it stops at the first transcript, and at this many."""
+
+
+def _nested_transcript(sdir: str) -> str | None:
+    """The first ``*.jsonl`` (sorted by name, depth first) in a subfolder of ``sdir`` up to
+    :data:`NESTED_HINT_DEPTH` folders down, as a path below ``sdir`` (POSIX, undecodable bytes
+    escaped), or None. Symlinks are not followed; unreadable folders are passed over."""
+    stack = [(sdir, "", 0)]
+    opened = 0
+    while stack and opened < NESTED_HINT_FOLDERS:
+        d, rel, depth = stack.pop()
+        opened += 1
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=attrgetter("name"))
+        except OSError:
+            continue
+        folders = []
+        for e in entries:
+            try:
+                if depth and e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False):
+                    return escaped(rel + e.name)
+                if depth < NESTED_HINT_DEPTH and e.is_dir(follow_symlinks=False):
+                    folders.append((e.path, f"{rel}{e.name}/", depth + 1))
+            except OSError:
+                continue
+        stack.extend(reversed(folders))
+    return None
+
+
+def _walk_sessions(sdir: str, recursive: bool, warnings: list[str]) -> Iterator[tuple[str, str]]:
+    """``(absolute path, indexed path)`` of each transcript of the sessions folder ``sdir``: the
+    ``*.jsonl`` directly in it, or (``recursive``) below it, walked as :func:`_walk_md` walks
+    ``memory/`` (no symlink followed, unreadable folders said). Not recursive, a folder holding
+    no transcript whose subfolders hold one says how to index them (once)."""
+    stack = [(sdir, "sessions/")]
+    top_jsonl = False
+    while stack:
+        d, prefix = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as exc:
+            warnings.append(f"cannot read sessions directory {sdir}: {exc.strerror}" if d == sdir
+                            else f"skipped unreadable directory {d}" if isinstance(exc, PermissionError)
+                            else f"skipped directory {d}: {exc.strerror}")
+            continue
+        for e in entries:
+            try:
+                kind = _session_kind(e.name, e.path, e.is_symlink(), e.is_dir(follow_symlinks=False),
+                                     e.is_file(follow_symlinks=False), recursive, warnings)
+            except OSError:
+                continue
+            top_jsonl = top_jsonl or e.name.endswith(".jsonl")
+            if kind == "dir":
+                stack.append((e.path, f"{prefix}{e.name}/"))
+            elif kind == "jsonl":
+                yield e.path, prefix + e.name
+    if not recursive and not top_jsonl and (nested := _nested_transcript(sdir)) is not None:
+        warnings.append(f"sessions folder {sdir} holds transcripts only in subfolders ({nested}); set [sessions]"
+                        " recursive = true to index them")
 
 
 def _walk_md(root: str, warnings: list[str]) -> Iterator[os.DirEntry[str]]:
@@ -250,14 +336,8 @@ def _candidates(settings: Settings, ws: str, warnings: list[str]) -> Iterator[tu
     if "sessions" in settings.sources:
         sdir, scanned, warning = _sessions_dir(settings)
         if scanned:
-            try:
-                with os.scandir(sdir) as it:
-                    for e in it:
-                        if _session_entry(e.name, e.path, e.is_symlink(), e.is_file(follow_symlinks=False),
-                                          warnings):
-                            yield e.path, "sessions", f"sessions/{e.name}"
-            except OSError as exc:
-                warnings.append(f"cannot read sessions directory {sdir}: {exc.strerror}")
+            for abs_path, path in _walk_sessions(sdir, settings.sessions.recursive, warnings):
+                yield abs_path, "sessions", path
         else:
             warnings.append(warning)
 
@@ -403,6 +483,7 @@ def discover_changed(settings: Settings, paths: Iterable[str]) -> HintedDiscover
                 warnings.append(warning)
     sdir: str | None = None  # the sessions folder (transcripts are gone when it is not scanned)
     scanned = False
+    recursive = settings.sessions.recursive
     if "sessions" in settings.sources:
         sdir, scanned, warning = _sessions_dir(settings)
         roots.append(sdir)
@@ -454,13 +535,20 @@ def discover_changed(settings: Settings, paths: Iterable[str]) -> HintedDiscover
             if entry is None and p in md_files:
                 names.append(("memory", memory_path))
                 entry = _hinted_entry(p, ws, "memory", memory_path)
-        if entry is None and sdir is not None and os.path.dirname(p) == sdir:
+        top = sdir is not None and os.path.dirname(p) == sdir
+        if entry is None and sdir is not None and (top or (recursive and _under(p, sdir))):
             name = os.path.basename(p)
-            names.append(("sessions", f"sessions/{name}"))
-            st = _lstat(p) if scanned else None
-            if st is not None and _session_entry(name, p, stat.S_ISLNK(st.st_mode), stat.S_ISREG(st.st_mode),
-                                                 warnings):
-                entry = _hinted_entry(p, ws, "sessions", f"sessions/{name}")
+            below = p[len(sdir.rstrip(os.sep)) + 1:]
+            session_path = "sessions/" + (below.replace(os.sep, "/") if os.sep != "/" else below)
+            names.append(("sessions", session_path))
+            st = _lstat(p) if scanned and (top or _walks_to(sdir, p, warnings, _session_folder)) else None
+            if st is not None:
+                what = _session_kind(name, p, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode),
+                                     stat.S_ISREG(st.st_mode), recursive, warnings)
+                if what == "dir":
+                    raise HintUnclear(f"{p} is a folder")
+                if what == "jsonl":
+                    entry = _hinted_entry(p, ws, "sessions", session_path)
         if entry is not None:
             found[entry.path] = entry
         elif names:
@@ -489,9 +577,21 @@ def _hinted_entry(p: str, ws: str, source: str, path: str) -> FileEntry | None:
     return _entry(p, st, ws, source, path)
 
 
-def _walks_to(root: str, p: str, warnings: list[str]) -> bool:
+def _md_folder(name: str, path: str, st: os.stat_result, warnings: list[str]) -> bool:
+    return _md_entry(name, path, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode),
+                     warnings) == "dir"
+
+
+def _session_folder(name: str, path: str, st: os.stat_result, warnings: list[str]) -> bool:
+    return _session_kind(name, path, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode), stat.S_ISREG(st.st_mode),
+                         True, warnings) == "dir"
+
+
+def _walks_to(root: str, p: str, warnings: list[str],
+              descends: Callable[[str, str, os.stat_result, list[str]], bool] = _md_folder) -> bool:
     """Whether the walk of ``root`` reaches the folder holding ``p``: every folder on the way is a
-    folder (no symlink) that the walk would descend into and can read."""
+    folder (no symlink) that the walk would descend into (``descends``: the walk's rule for a
+    folder, :func:`_md_entry`'s or :func:`_session_kind`'s) and can read."""
     d = os.path.dirname(p)
     chain: list[str] = []
     while _under(d, root):
@@ -503,8 +603,7 @@ def _walks_to(root: str, p: str, warnings: list[str]) -> bool:
         st = _lstat(d)
         if st is None:
             return False
-        if i and _md_entry(os.path.basename(d), d, stat.S_ISLNK(st.st_mode), stat.S_ISDIR(st.st_mode),
-                           stat.S_ISREG(st.st_mode), warnings) != "dir":
+        if i and not descends(os.path.basename(d), d, st, warnings):
             return False
         if not stat.S_ISDIR(st.st_mode):
             return False
@@ -575,10 +674,13 @@ def resolve_indexed_path(settings: Settings, path: str, meta: Mapping[str, Any] 
     if transcript:
         if not path.startswith("sessions/"):
             raise PathError(f"not an indexed transcript: {path}")
-        name = path[len("sessions/"):]
-        if "/" in name or name in ("", ".", ".."):
+        parts = path[len("sessions/"):].split("/")
+        if any(part in ("", ".", "..") for part in parts):
             raise PathError(f"not an indexed transcript: {path}")
-        candidate = os.path.join(str(settings.sessions_dir), name)
+        if len(parts) > 1 and not settings.sessions.recursive:
+            raise PathError(f"not an indexed transcript: {path} (a subfolder of the sessions folder is read only"
+                            " with [sessions] recursive = true)")
+        candidate = os.path.join(str(settings.sessions_dir), *parts)
         roots = [str(settings.sessions_dir)]
     else:
         candidate = path if os.path.isabs(path) else os.path.join(ws, path)

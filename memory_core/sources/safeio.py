@@ -42,13 +42,15 @@ def _root_and_parts(settings: Settings, path: str, source: str | None = None) ->
     if transcript:
         if not path.startswith("sessions/"):
             raise PathError(f"not an indexed transcript: {path}")
-        name = path[len("sessions/"):]
+        # each folder of a transcript below the sessions folder ([sessions] recursive) is a
+        # component of its own: opened without following a symlink, as the walk never follows one
+        names = path[len("sessions/"):].split("/")
         sdir = os.path.normpath(os.path.abspath(str(settings.sessions_dir)))
         wsn = os.path.normpath(os.path.abspath(ws))
         if sdir.startswith(wsn.rstrip(os.sep) + os.sep):  # inside the workspace: every component
-            return wsn, [*sdir[len(wsn.rstrip(os.sep)) + 1:].split(os.sep), name]
+            return wsn, [*sdir[len(wsn.rstrip(os.sep)) + 1:].split(os.sep), *names]
         parent, base = os.path.split(sdir)
-        return parent or os.sep, [base, name]  # elsewhere: the folder's own name is not followed
+        return parent or os.sep, [base, *names]  # elsewhere: the folder's own name is not followed
     if not os.path.isabs(path):
         return ws, path.split("/")
     roots = []

@@ -119,6 +119,10 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, o
         "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
         # as configured (None: <workspace>/sessions), so a workspace that moves takes its sessions along
         "sessions_dir": str(settings.sessions.dir) if settings.sessions.dir is not None else None,
+        # whether the transcripts below the sessions folder's subfolders are indexed: no rebuild
+        # when it changes (the next run finds them come or go), but readers and runs told nothing
+        # keep it, as they keep the folder
+        "sessions_recursive": settings.sessions.recursive,
     }
     if with_provider:
         r = settings.remote
@@ -307,6 +311,8 @@ class IndexRecord:
             out["extra_paths"] = list(self.extra_paths)
         if self.built_from.get("sessions_dir"):
             out["sessions"] = {"dir": self.built_from["sessions_dir"]}
+        if isinstance(self.built_from.get("sessions_recursive"), bool):
+            out["sessions"] = {**out.get("sessions", {}), "recursive": self.built_from["sessions_recursive"]}
         if self.redact:
             out["redact"] = self.redact
         bf = self.built_from
@@ -348,8 +354,13 @@ class IndexRecord:
             update["sources"] = list(self.sources)
         if self.redact:
             update["redact"] = self.redact
+        sessions: dict[str, Any] = {}
         if self.sessions_dir:
-            update["sessions"] = settings.sessions.model_copy(update={"dir": here(self.sessions_dir)})
+            sessions["dir"] = here(self.sessions_dir)
+        if isinstance(self.built_from.get("sessions_recursive"), bool):  # the transcripts' paths it holds
+            sessions["recursive"] = self.built_from["sessions_recursive"]
+        if sessions:
+            update["sessions"] = settings.sessions.model_copy(update=sessions)
         return settings.model_copy(update=update)
 
     def query_settings(self, settings: Settings) -> Settings:
@@ -560,8 +571,8 @@ class QueryProviderOwner:
 
 # the recorded settings a run told nothing takes from the live index (the workspace and the index
 # path say which index it is: never taken), with the keys that make a new embedding provider
-_AS_BUILT_KEYS = ("sources", "extra_paths", "sessions.dir", "redact", "chunking.tokens", "chunking.overlap",
-                  "provider", "model", "remote")
+_AS_BUILT_KEYS = ("sources", "extra_paths", "sessions.dir", "sessions.recursive", "redact", "chunking.tokens",
+                  "chunking.overlap", "provider", "model", "remote")
 PROVIDER_KEYS = ("provider", "model", "remote")
 
 
