@@ -266,3 +266,17 @@ def test_the_watcher_watches_the_subfolders(tmp_path: Path, codex: Path) -> None
     with Searcher(s) as searcher:
         hits = searcher.search("quokka migration", max_results=3)
         assert hits[0].path == f"sessions/{DAY.as_posix()}/rollout-b.jsonl"
+
+
+def test_hidden_folders_below_are_not_walked(tmp_path: Path) -> None:
+    """A sessions folder set to the workspace itself: the index's own folder (its batch work files
+    are JSONL) and ``.git`` are no agent's sessions; a visible dated folder is."""
+    ws = tmp_path / "ws"
+    _write(ws / ".memory-core" / "batch" / "requests.jsonl", said("the lantern batch request"))
+    _write(ws / ".git" / "hooks.jsonl", said("the lantern hook"))
+    _write(ws / "2026" / "11" / "rollout.jsonl", said("the lantern in the dated folder"))
+    s = load_settings(None, {"workspace": str(ws), "provider": "none", "sources": ["sessions"],
+                             "sessions": {"dir": str(ws), "recursive": True}})
+    summary = run_index(s)
+    assert list(files(s)) == ["sessions/2026/11/rollout.jsonl"] and not summary.warnings, summary.warnings
+    assert discover_changed(s, [str(ws / ".memory-core" / "batch" / "requests.jsonl")]).files == []

@@ -124,9 +124,12 @@ def _session_kind(name: str, path: str, is_symlink: bool, is_dir: bool, is_file:
                   warnings: list[str]) -> str | None:
     """What a walk of the sessions folder does with one entry below it: ``"dir"`` (descend: only
     when it is read recursively), ``"jsonl"`` (a transcript, :func:`_session_entry`), or None
-    (skipped; a symlinked folder, or a folder whose name is not UTF-8, with a warning). One rule
+    (skipped; a symlinked folder, or a folder whose name is not UTF-8, with a warning; a hidden
+    folder, ``.memory-core`` or ``.git`` of a sessions folder set to the workspace, silently). One rule
     for the walk and for a run given the changed paths."""
     if recursive and (is_dir or (is_symlink and os.path.isdir(path))):
+        if name.startswith("."):  # .memory-core (the index's own batch files), .git: no agent's sessions
+            return None
         if is_symlink:
             warnings.append(f"skipped {escaped(path)}: a symlink; symlinks are not followed (move or copy the"
                             " folder into the sessions folder)")

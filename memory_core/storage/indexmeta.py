@@ -119,11 +119,12 @@ def built_from(settings: Settings, *, with_provider: bool = True) -> dict[str, o
         "chunking": {"tokens": settings.chunking.tokens, "overlap": settings.chunking.overlap},
         # as configured (None: <workspace>/sessions), so a workspace that moves takes its sessions along
         "sessions_dir": str(settings.sessions.dir) if settings.sessions.dir is not None else None,
-        # whether the transcripts below the sessions folder's subfolders are indexed: no rebuild
-        # when it changes (the next run finds them come or go), but readers and runs told nothing
-        # keep it, as they keep the folder
-        "sessions_recursive": settings.sessions.recursive,
     }
+    if settings.sessions.recursive:
+        # the transcripts in the sessions folder's subfolders are indexed: no rebuild when it
+        # changes (the next run finds them come or go), but readers and runs told nothing keep it,
+        # as they keep the folder. Recorded only when on, so an index of the default is as before.
+        out["sessions_recursive"] = True
     if with_provider:
         r = settings.remote
         out.update(provider=settings.provider, model=settings.model,
