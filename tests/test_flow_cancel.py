@@ -283,7 +283,10 @@ if __name__ == "__main__":  # (the pool's processes import this file too)
 
 
 @pytest.mark.parametrize(("engine", "how"), [
-    ("prefect", "ctrl-c"), ("prefect", "ctrl-c-lost-in-a-finalizer"), ("prefect", "sigterm-lost-in-a-finalizer"),
+    # the lost stops through the Prefect engine (20-27 s each) in `-m slow`: the local engine's
+    # lost stop and the Prefect engine's Ctrl-C run by default
+    ("prefect", "ctrl-c"), pytest.param("prefect", "ctrl-c-lost-in-a-finalizer", marks=pytest.mark.slow),
+    pytest.param("prefect", "sigterm-lost-in-a-finalizer", marks=pytest.mark.slow),
     ("local", "ctrl-c"), ("local", "ctrl-c-lost-in-a-finalizer"),
 ])
 def test_batch_steps_in_other_processes_stop_with_the_run(workspace: Path, tmp_path: Path,

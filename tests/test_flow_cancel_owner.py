@@ -112,7 +112,9 @@ def _prefect_cli(env: dict[str, str], *args: str) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.parametrize(("by", "flow"), [("serve", "reindex"), ("worker", "reindex"), ("serve", "backfill")])
+# the default run keeps the served reindex; a worker's run and a backfill cost 55 s more (`-m slow`)
+@pytest.mark.parametrize(("by", "flow"), [("serve", "reindex"), pytest.param("worker", "reindex", marks=pytest.mark.slow),
+                                          pytest.param("serve", "backfill", marks=pytest.mark.slow)])
 def test_a_deployment_run_cancelled_mid_run_leaves_no_owner_file_and_status_never_calls_it_killed(
         prefect_api: Any, tmp_path: Path, request: pytest.FixtureRequest, by: str, flow: str) -> None:
     """`prefect flow-run cancel` of a reindex deployment's run while it embeds, served (`serve`, as

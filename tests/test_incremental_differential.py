@@ -85,7 +85,7 @@ def _answers(searcher: Searcher, mode: str) -> list[list[tuple[str, int, float]]
             for q in PROBES]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])  # one seed by default (35 s each)
 def test_random_incremental_runs_give_the_index_of_a_full_build(workspace: Path, openai_fake: Any, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     monkeypatch.setattr(retrieval, "KEYWORD_POSTINGS_MIN", 0)  # keyword queries on kept postings, carried

@@ -124,7 +124,8 @@ signal.signal(signal.SIGUSR1, lambda signum, frame: LostStop())
 """
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c-lost-in-a-finalizer"])
+# the lost Ctrl-C (this file's subject) by default; the plain one in `-m slow` (12 s)
+@pytest.mark.parametrize("how", [pytest.param("ctrl-c", marks=pytest.mark.slow), "ctrl-c-lost-in-a-finalizer"])
 def test_a_ctrl_c_while_the_run_waits_for_a_slow_provider_ends_it_after_the_grace(tmp_path: Path, how: str) -> None:
     """A sync embedding request that takes a minute (a stalled provider; each attempt may take
     ``remote.timeout_s``, 60 s by default, and is retried). Ctrl-C: the run stopped waiting for

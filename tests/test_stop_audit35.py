@@ -143,7 +143,7 @@ except BaseException as exc:
 
 
 @pytest.mark.prefect_server
-@pytest.mark.parametrize("sig", ["INT", "TERM"])
+@pytest.mark.parametrize("sig", [pytest.param("INT", marks=pytest.mark.slow), "TERM"])  # INT in `-m slow` (12 s)
 def test_a_stopped_fleet_stops_its_agents_runs(tmp_path: Path, request: pytest.FixtureRequest, sig: str) -> None:
     """The fleet flow runs each agent's reindex in a thread of its task runner, where no signal
     lands. Before: a Ctrl-C or SIGTERM ended the fleet's own wait, but both agents' runs went on and

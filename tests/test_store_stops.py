@@ -23,6 +23,13 @@ from tests.stopper import EXIT, WORD, cli, last, write_stopper
 SIGS = ["INT", "TERM"]
 
 
+def crossed(points: list[str]) -> list[Any]:
+    """(signal, point) pairs, every one: the default run takes each signal and each point once
+    (INT at the first point, TERM at the second), the other two (12-21 s each) run with `-m slow`."""
+    return [(sig, point) if i == j else pytest.param(sig, point, marks=pytest.mark.slow)
+            for i, sig in enumerate(SIGS) for j, point in enumerate(points)]
+
+
 @pytest.fixture
 def stopper(tmp_path: Path) -> Path:
     return write_stopper(tmp_path)
@@ -73,8 +80,7 @@ def _purge_marker(path: Path) -> Path:
 ROUTER = "The wifi router is in the hallway"
 
 
-@pytest.mark.parametrize("point", ["store-committed", "store-indexed"])
-@pytest.mark.parametrize("sig", SIGS)
+@pytest.mark.parametrize(("sig", "point"), crossed(["store-committed", "store-indexed"]))
 def test_a_store_stopped_after_its_commit_says_the_memory_is_stored(ws: Path, stopper: Path, sig: str,
                                                                     point: str) -> None:
     """Before: `interrupted; the live index was left as it was` (a SIGTERM: `stopped by SIGTERM; ...`),
@@ -116,8 +122,7 @@ def test_a_store_stopped_before_its_commit_still_says_nothing_was_stored(ws: Pat
     assert _memories(ws) == {}
 
 
-@pytest.mark.parametrize("point", ["store-forget-deleted", "store-indexed"])
-@pytest.mark.parametrize("sig", SIGS)
+@pytest.mark.parametrize(("sig", "point"), crossed(["store-forget-deleted", "store-indexed"]))
 def test_a_forget_stopped_after_its_delete_says_it_is_deleted_and_its_text_leaves_the_disk(
         ws: Path, stopper: Path, sig: str, point: str) -> None:
     """``store-forget-deleted``: the delete committed, the text not yet rewritten out of the store's
