@@ -77,6 +77,18 @@ def _convex_for_documents(share: float) -> Callable[..., list[ranking.Hit]]:
     return fuse
 
 
+def _convex_for_long_document_queries(min_steepness: float) -> Callable[..., list[ranking.Hit]]:
+    """The convex order in the pool for a query of many content words (its keyword curve's
+    steepness at least ``min_steepness``: 1.5 is 6 content words, 2 is 7 or more) whose candidates
+    are all documents; else the default."""
+    def fuse(hits: Any, cal: Any, idf_total: float, **kw: Any) -> list[ranking.Hit]:
+        out = _FUSE(hits, cal, idf_total, **kw)
+        if not out or kw.get("keyword_steepness", 1.0) < min_steepness or not all(_is_document(h.path) for h in out):
+            return out
+        return _convex_order(hits, cal, idf_total, **kw)
+    return fuse
+
+
 def _hill(n: float, half: float) -> Callable[..., float]:
     """A steeper keyword curve: ``x^n / (x^n + half^n)`` (the default is n = 1, half = 0.5)."""
     def relevance(bm25: float, idf_total: float, corpus_coverage: float = 1.0, steepness: float = 1.0) -> float:
@@ -122,6 +134,10 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "convex order: documents": ({}, {"fuse_calibrated": _convex_for_documents(1.0)}, "hybrid"),
     "convex order: 90% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.9)}, "hybrid"),
     "convex order: 50% documents": ({}, {"fuse_calibrated": _convex_for_documents(0.5)}, "hybrid"),
+    "convex order: long document queries": ({}, {"fuse_calibrated": _convex_for_long_document_queries(1.5)},
+                                            "hybrid"),
+    "convex order: 7+ word document queries": ({}, {"fuse_calibrated": _convex_for_long_document_queries(2.0)},
+                                               "hybrid"),
     "long half 0.6": ({}, {"keyword_relevance": _half_ramp(0.6)}, "hybrid"),
     "long half 0.7": ({}, {"keyword_relevance": _half_ramp(0.7)}, "hybrid"),
     "long half 0.85": ({}, {"keyword_relevance": _half_ramp(0.85)}, "hybrid"),
